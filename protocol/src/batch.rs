@@ -595,7 +595,10 @@ mod tests {
                 NewRecord {
                     key: Some(b"key-a".to_vec()),
                     value: Some(b"value-a".to_vec()),
-                    headers: vec![(b"h1".to_vec(), Some(b"v1".to_vec())), (b"h2".to_vec(), None)],
+                    headers: vec![
+                        (b"h1".to_vec(), Some(b"v1".to_vec())),
+                        (b"h2".to_vec(), None),
+                    ],
                     timestamp_delta: 0,
                 },
                 NewRecord {
@@ -635,19 +638,34 @@ mod tests {
 
     #[test]
     fn every_kind_of_damage_is_a_typed_error() {
-        check_error(|b| b.truncate(40), |e| matches!(e, BatchError::Truncated { .. }));
-        check_error(|b| b.truncate(b.len() - 1), |e| matches!(e, BatchError::LengthMismatch { .. }));
-        check_error(|b| b[16] = 1, |e| matches!(e, BatchError::UnsupportedMagic { magic: 1 }));
+        check_error(
+            |b| b.truncate(40),
+            |e| matches!(e, BatchError::Truncated { .. }),
+        );
+        check_error(
+            |b| b.truncate(b.len() - 1),
+            |e| matches!(e, BatchError::LengthMismatch { .. }),
+        );
+        check_error(
+            |b| b[16] = 1,
+            |e| matches!(e, BatchError::UnsupportedMagic { magic: 1 }),
+        );
         check_error(
             |b| b[8..12].copy_from_slice(&10i32.to_be_bytes()),
             |e| matches!(e, BatchError::LengthTooSmall { .. }),
         );
-        check_error(|b| *b.last_mut().unwrap() ^= 1, |e| matches!(e, BatchError::CrcMismatch { .. }));
+        check_error(
+            |b| *b.last_mut().unwrap() ^= 1,
+            |e| matches!(e, BatchError::CrcMismatch { .. }),
+        );
         check_error(
             |b| b[57..61].copy_from_slice(&5i32.to_be_bytes()),
             |e| matches!(e, BatchError::InvalidRecordCount { .. }),
         );
-        check_error(|b| b[22] |= 0x07, |e| matches!(e, BatchError::UnknownCompression { codec: 7 }));
+        check_error(
+            |b| b[22] |= 0x07,
+            |e| matches!(e, BatchError::UnknownCompression { codec: 7 }),
+        );
     }
 
     #[test]
@@ -686,7 +704,10 @@ mod tests {
         bytes[17..21].copy_from_slice(&crc.to_be_bytes());
         let batch = RecordBatch::new(Bytes::from(bytes)).unwrap();
         let first = batch.records().unwrap().next().unwrap();
-        assert!(matches!(first, Err(BatchError::MalformedRecord { index: 0, .. })));
+        assert!(matches!(
+            first,
+            Err(BatchError::MalformedRecord { index: 0, .. })
+        ));
     }
 
     proptest! {

@@ -1,1 +1,22 @@
+//! Strom's partition log: segments of Kafka record batches on io_uring
+//! O_DIRECT files, sparse offset and time indexes, recovery, retention and a
+//! batch cache for tailing readers.
+//!
+//! Architecture invariant: storage knows nothing of requests, the network or
+//! the cluster. It stores validated record batches and answers by offset and
+//! timestamp; everything else is the broker's.
 
+mod cache;
+pub mod checkpoint;
+pub mod config;
+mod error;
+mod file;
+pub mod index;
+mod log;
+mod segment;
+mod signal;
+
+pub use config::{ConfigError, FlushPolicy, LogConfig, LOG_CONFIG_KEYS};
+pub use error::{Result, StorageError};
+pub use log::{AppendInfo, AppendOptions, Log, ReadResult, RecoveryReport, RetentionOutcome};
+pub use segment::Cut;

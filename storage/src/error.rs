@@ -1,0 +1,66 @@
+//! The storage crate's one error type. I/O failures carry the operation,
+//! the file and the offset they concern.
+
+use std::path::PathBuf;
+
+use protocol::batch::BatchError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("invalid record batch: {0}")]
+    InvalidBatch(#[from] BatchError),
+    #[error("record batch of {size} bytes exceeds max.message.bytes ({max})")]
+    BatchTooLarge { size: usize, max: u32 },
+    #[error("offset {offset} is out of range: the log holds [{start}, {end})")]
+    OffsetOutOfRange { offset: u64, start: u64, end: u64 },
+    #[error("{op} failed on {path} at byte {position}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        position: u64,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("corrupt data in {path} at byte {position}: {reason}")]
+    Corrupt {
+        path: PathBuf,
+        position: u64,
+        reason: String,
+    },
+    /// After a failed fdatasync the kernel may have dropped the dirty pages
+    /// and cleared the error, so a retry could report success for data that
+    /// never reached the disk. The log stops accepting and acknowledging.
+    #[error("log {path} refuses writes: {reason}")]
+    Fenced { path: PathBuf, reason: String },
+    #[error("log {path} is closed")]
+    Closed { path: PathBuf },
+}
+
+pub type Result<T, E = StorageError> = std::result::Result<T, E>;
+
+impl StorageError {
+    pub(crate) fn io(
+        op: &'static str,
+        path: impl Into<PathBuf>,
+        position: u64,
+        source: impl Into<std::io::Error>,
+    ) -> Self {
+        Self::Io {
+            op,
+            path: path.into(),
+            position,
+            source: source.into(),
+        }
+    }
+}
+
+/// Attaches operation, path and position to a glommio or std I/O result.
+pub(crate) trait IoContext<T> {
+    fn ctx(self, op: &'static str, path: &std::path::Path, position: u64) -> Result<T>;
+}
+
+impl<T, E: Into<std::io::Error>> IoContext<T> for std::result::Result<T, E> {
+    fn ctx(self, op: &'static str, path: &std::path::Path, position: u64) -> Result<T> {
+        self.map_err(|e| StorageError::io(op, path, position, e))
+    }
+}

@@ -1,0 +1,152 @@
+//! Small file helpers over glommio's O_DIRECT files, every error carrying
+//! the operation, path and position.
+
+use std::path::Path;
+
+use glommio::io::{DmaFile, OpenOptions};
+
+use crate::error::{IoContext, Result};
+
+/// The alignment of every O_DIRECT write: the disk's physical block.
+pub const PAGE: u64 = 4096;
+
+pub fn align_down(v: u64) -> u64 {
+    v & !(PAGE - 1)
+}
+
+pub fn align_up(v: u64) -> u64 {
+    align_down(v + PAGE - 1)
+}
+
+/// Makes glommio learn, once per device, whether the device supports
+/// io_uring polled I/O. glommio probes the first file it opens on a device
+/// by reading its first block and caches the answer for the process; on an
+/// empty file that read succeeds trivially, glommio wrongly concludes the
+/// device supports polling, and every later read fails with EOPNOTSUPP. So
+/// the first file Strom opens on each device is one with data in it. The
+/// cache is per thread (per executor), and so is this probe.
+pub async fn probe_device(dir: &Path) -> Result<()> {
+    use std::cell::RefCell;
+    use std::collections::HashSet;
+    use std::os::unix::fs::MetadataExt;
+    thread_local! {
+        static PROBED: RefCell<HashSet<u64>> = RefCell::new(HashSet::new());
+    }
+
+    let device = std::fs::metadata(dir).ctx("stat", dir, 0)?.dev();
+    if PROBED.with(|p| p.borrow().contains(&device)) {
+        return Ok(());
+    }
+    let path = dir.join(".strom-probe.tmp");
+    std::fs::write(&path, [0u8; PAGE as usize]).ctx("write", &path, 0)?;
+    let opened = OpenOptions::new().read(true).dma_open(&path).await;
+    let _ = std::fs::remove_file(&path);
+    let file = opened.map_err(|e| {
+        crate::StorageError::io(
+            "open with O_DIRECT (the data directory's filesystem must support it)",
+            &path,
+            0,
+            e,
+        )
+    })?;
+    let _ = file.close().await;
+    PROBED.with(|p| p.borrow_mut().insert(device));
+    Ok(())
+}
+
+/// Opens (creating if missing) a file for O_DIRECT reads and writes.
+/// Read-write even for writers: a write-only DmaFile makes glommio log a
+/// misleading iopoll probe error.
+pub async fn open_rw(path: &Path) -> Result<DmaFile> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .dma_open(path)
+        .await
+        .ctx("open", path, 0)
+}
+
+/// Reads a whole small file, `None` if it does not exist.
+pub async fn read_whole(path: &Path) -> Result<Option<Vec<u8>>> {
+    let file = match OpenOptions::new().read(true).dma_open(path).await {
+        Ok(file) => file,
+        Err(e) => {
+            let e: std::io::Error = e.into();
+            if e.kind() == std::io::ErrorKind::NotFound {
+                return Ok(None);
+            }
+            return Err(crate::StorageError::io("open", path, 0, e));
+        }
+    };
+    let size = file.file_size().await.ctx("stat", path, 0)?;
+    let mut out = Vec::with_capacity(size as usize);
+    let mut position = 0u64;
+    while position < size {
+        let chunk = (size - position).min(8 << 20) as usize;
+        let read = file
+            .read_at(position, chunk)
+            .await
+            .ctx("read", path, position)?;
+        if read.is_empty() {
+            break;
+        }
+        out.extend_from_slice(&read);
+        position += read.len() as u64;
+    }
+    let _ = file.close().await;
+    Ok(Some(out))
+}
+
+/// Writes `bytes` as the whole content of `path` (created or replaced in
+/// place) and syncs it. The O_DIRECT write is padded to the page and the
+/// file then cut to the exact length.
+pub async fn write_whole(path: &Path, bytes: &[u8]) -> Result<()> {
+    let file = open_rw(path).await?;
+    let padded = align_up(bytes.len() as u64) as usize;
+    if padded > 0 {
+        let mut buf = file.alloc_dma_buffer(padded);
+        let dst = buf.as_bytes_mut();
+        dst[..bytes.len()].copy_from_slice(bytes);
+        dst[bytes.len()..].fill(0);
+        let written = file.write_at(buf, 0).await.ctx("write", path, 0)?;
+        if written != padded {
+            return Err(crate::StorageError::io(
+                "write",
+                path,
+                written as u64,
+                std::io::Error::new(std::io::ErrorKind::WriteZero, "short write"),
+            ));
+        }
+    }
+    file.truncate(bytes.len() as u64)
+        .await
+        .ctx("truncate", path, bytes.len() as u64)?;
+    file.fdatasync().await.ctx("fdatasync", path, 0)?;
+    file.close().await.ctx("close", path, 0)?;
+    Ok(())
+}
+
+/// Syncs a directory so that created, renamed and removed entries persist.
+pub async fn sync_dir(dir: &Path) -> Result<()> {
+    let handle = glommio::io::Directory::open(dir)
+        .await
+        .ctx("open directory", dir, 0)?;
+    handle.sync().await.ctx("fsync directory", dir, 0)?;
+    let _ = handle.close().await;
+    Ok(())
+}
+
+pub async fn remove(path: &Path) -> Result<()> {
+    match glommio::io::remove(path).await {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let e: std::io::Error = e.into();
+            if e.kind() == std::io::ErrorKind::NotFound {
+                Ok(())
+            } else {
+                Err(crate::StorageError::io("remove", path, 0, e))
+            }
+        }
+    }
+}

@@ -1,0 +1,1479 @@
+//! The partition log: append, durability, reads, truncation, retention and
+//! recovery over a directory of segments.
+//!
+//! A `Log` lives on one glommio executor. Appends are assigned offsets and
+//! made visible to readers synchronously (through the batch cache); one
+//! writer task per log coalesces unwritten batches into large O_DIRECT
+//! writes (one in flight at a time, so the rewritten tail page is never
+//! written twice concurrently) and calls fdatasync per the flush policy.
+//! Everyone waiting for durability while a sync runs is covered by the next
+//! one: group commit.
+
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use glommio::sync::Semaphore;
+use protocol::batch::{self, HEADER_LEN};
+use tracing::{error, info, warn};
+
+use crate::cache::{BatchCache, CachedBatch};
+use crate::checkpoint::Checkpoint;
+use crate::config::{FlushPolicy, LogConfig};
+use crate::error::{IoContext, Result, StorageError};
+use crate::file::{self, PAGE};
+use crate::segment::{self, Cut, Segment};
+use crate::signal::Signal;
+
+/// Bytes a disk read asks for beyond `max_bytes`, to cover the batches the
+/// sparse index makes it skip.
+const READ_SLACK_BYTES: usize = 64 << 10;
+
+/// How the caller wants an append stamped.
+#[derive(Debug, Clone, Copy)]
+pub struct AppendOptions {
+    /// Written into the batch's partition leader epoch field.
+    pub leader_epoch: i32,
+    /// Set for topics with `message.timestamp.type=LogAppendTime`.
+    pub log_append_time_ms: Option<i64>,
+}
+
+impl Default for AppendOptions {
+    fn default() -> Self {
+        Self {
+            leader_epoch: -1,
+            log_append_time_ms: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub base_offset: u64,
+    pub last_offset: u64,
+    pub max_timestamp: i64,
+    pub log_append_time_ms: Option<i64>,
+}
+
+/// Whole batches read from the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadResult {
+    pub bytes: Bytes,
+    /// The offset after the last batch returned (`from` when empty).
+    pub next_offset: u64,
+}
+
+/// What `open` found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    pub clean: bool,
+    pub segments_scanned: usize,
+    pub indexes_rebuilt: usize,
+    pub cut: Option<Cut>,
+    pub segments_dropped: usize,
+}
+
+/// What one retention pass removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RetentionOutcome {
+    pub segments_deleted: usize,
+    pub bytes_deleted: u64,
+}
+
+/// A handle to one partition log; clones share it.
+#[derive(Clone)]
+pub struct Log {
+    inner: Rc<Inner>,
+}
+
+struct Inner {
+    dir: PathBuf,
+    config: RefCell<LogConfig>,
+    state: RefCell<State>,
+    /// Serialises appends with rolls, truncation and close.
+    append_lock: Semaphore,
+    /// Notified on every change that a waiter could be waiting for.
+    changed: Signal,
+    writer: RefCell<Option<glommio::Task<()>>>,
+    recovery: RecoveryReport,
+}
+
+struct State {
+    /// Sorted by base offset; the last one is active.
+    segments: Vec<Segment>,
+    log_start_offset: u64,
+    next_offset: u64,
+    /// Offsets below this are written to their segment file.
+    written_offset: u64,
+    /// Offsets below this are synced.
+    durable_offset: u64,
+    recovery_point: u64,
+    /// `flush()` asks for a sync up to here regardless of policy.
+    sync_requested: u64,
+    pending_bytes: usize,
+    unsynced_bytes: u64,
+    unsynced_since: Option<Instant>,
+    /// The partial last page of the active segment's written data.
+    tail: Vec<u8>,
+    cache: BatchCache,
+    failure: Option<String>,
+    closing: bool,
+    closed: bool,
+}
+
+impl State {
+    fn active(&self) -> &Segment {
+        self.segments.last().expect("a log always has a segment")
+    }
+
+    fn active_mut(&mut self) -> &mut Segment {
+        self.segments
+            .last_mut()
+            .expect("a log always has a segment")
+    }
+
+    /// Index of the segment that holds `offset` (the last one starting at
+    /// or before it).
+    fn segment_for(&self, offset: u64) -> usize {
+        self.segments
+            .partition_point(|s| s.base_offset <= offset)
+            .saturating_sub(1)
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl Log {
+    /// Opens the log in `dir` (created if missing), recovering it: after a
+    /// clean close nothing is scanned; otherwise every segment from the
+    /// recovery point on is scanned batch by batch and a torn or corrupt
+    /// tail is cut off.
+    pub async fn open(dir: impl Into<PathBuf>, config: LogConfig) -> Result<Log> {
+        let dir = dir.into();
+        std::fs::create_dir_all(&dir).ctx("create directory", &dir, 0)?;
+        file::probe_device(&dir).await?;
+        let config = config.effective();
+        let checkpoint = Checkpoint::read(&dir).await?;
+        let mut bases = list_segments(&dir)?;
+        bases.sort_unstable();
+
+        let clean = checkpoint.is_some_and(|c| c.clean);
+        let recovery_point = checkpoint.map_or(0, |c| c.recovery_point);
+        let interval = u64::from(config.index_interval_bytes);
+        let mut report = RecoveryReport {
+            clean,
+            ..RecoveryReport::default()
+        };
+        let mut segments: Vec<Segment> = Vec::with_capacity(bases.len());
+        let mut rebuilt: Vec<usize> = Vec::new();
+        let mut i = 0;
+        while i < bases.len() {
+            let base = bases[i];
+            let next_base = bases.get(i + 1).copied();
+            let is_last = next_base.is_none();
+            let trusted = clean || next_base.is_some_and(|nb| nb <= recovery_point);
+            let mut loaded = None;
+            if trusted {
+                let (segment, problem) = Segment::open_trusted(&dir, base).await?;
+                let clean_end_ok = !is_last
+                    || checkpoint.is_some_and(|c| c.next_offset >= segment.next_offset)
+                        && (segment.size > 0 || checkpoint.is_some_and(|c| c.next_offset == base));
+                match problem {
+                    None if clean_end_ok => {
+                        let mut segment = segment;
+                        if is_last {
+                            if let Some(c) = checkpoint {
+                                segment.next_offset = c.next_offset.max(segment.next_offset);
+                            }
+                        }
+                        loaded = Some(segment);
+                    }
+                    problem => {
+                        info!(
+                            segment = %segment.path.display(),
+                            reason = problem.as_deref().unwrap_or("log end not recorded"),
+                            "rebuilding segment index by scanning"
+                        );
+                    }
+                }
+            }
+            let segment = match loaded {
+                Some(segment) => segment,
+                None => {
+                    report.segments_scanned += 1;
+                    let (mut segment, cut) = Segment::scan(&dir, base, interval).await?;
+                    if let Some(previous) = segments.last() {
+                        if segment.size > 0 && segment.base_offset < previous.next_offset {
+                            return Err(StorageError::Corrupt {
+                                path: segment.path.clone(),
+                                position: 0,
+                                reason: format!(
+                                    "segment starts at {} inside the previous one ending at {}",
+                                    segment.base_offset, previous.next_offset
+                                ),
+                            });
+                        }
+                    }
+                    if !is_last {
+                        rebuilt.push(segments.len());
+                        segment.finish_time_index();
+                    }
+                    if let Some(cut) = cut {
+                        let dropped = bases.len() - i - 1;
+                        if !cut.zero_filled && dropped > 0 {
+                            warn!(
+                                dir = %dir.display(),
+                                segments = dropped,
+                                "recovery: dropping the segments after the corrupt one"
+                            );
+                        }
+                        for &later in &bases[i + 1..] {
+                            Segment::remove_files(&dir, later).await?;
+                        }
+                        report.segments_dropped = dropped;
+                        bases.truncate(i + 1);
+                        rebuilt.retain(|&r| r != segments.len());
+                        report.cut = Some(cut);
+                    }
+                    segment
+                }
+            };
+            segments.push(segment);
+            i += 1;
+        }
+        // A segment that was not last when scanned stays sealed; write its
+        // rebuilt indexes so the next open trusts it.
+        for &r in &rebuilt {
+            if r + 1 < segments.len() {
+                segments[r].write_indexes(&dir).await?;
+                report.indexes_rebuilt += 1;
+            }
+        }
+
+        let mut log_start_offset = checkpoint.map_or(0, |c| c.log_start_offset);
+        if segments.is_empty() {
+            let base = log_start_offset;
+            segments.push(Segment::create(&dir, base, config.preallocate_bytes).await?);
+        }
+        log_start_offset = log_start_offset.max(segments[0].base_offset);
+        let active = segments.last().expect("at least one segment");
+        let next_offset = active.next_offset;
+        log_start_offset = log_start_offset.min(next_offset);
+        if !clean {
+            active
+                .file
+                .fdatasync()
+                .await
+                .ctx("fdatasync", &active.path, active.size)?;
+        }
+        let tail = active.read_tail_page().await?;
+        let recovery_point = active.base_offset;
+        let state = State {
+            segments,
+            log_start_offset,
+            next_offset,
+            written_offset: next_offset,
+            durable_offset: next_offset,
+            recovery_point,
+            sync_requested: next_offset,
+            pending_bytes: 0,
+            unsynced_bytes: 0,
+            unsynced_since: None,
+            tail,
+            cache: BatchCache::default(),
+            failure: None,
+            closing: false,
+            closed: false,
+        };
+        // From here until a clean close, the next open must not trust the
+        // active segment's (absent or stale) index files.
+        Checkpoint {
+            recovery_point,
+            log_start_offset,
+            next_offset,
+            clean: false,
+        }
+        .write(&dir)
+        .await?;
+        info!(
+            dir = %dir.display(),
+            clean,
+            start_offset = log_start_offset,
+            next_offset,
+            segments = state.segments.len(),
+            scanned = report.segments_scanned,
+            "log opened"
+        );
+        let inner = Rc::new(Inner {
+            dir,
+            config: RefCell::new(config),
+            state: RefCell::new(state),
+            append_lock: Semaphore::new(1),
+            changed: Signal::default(),
+            writer: RefCell::new(None),
+            recovery: report,
+        });
+        let writer = glommio::spawn_local(writer_loop(inner.clone()));
+        *inner.writer.borrow_mut() = Some(writer);
+        Ok(Log { inner })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.inner.recovery
+    }
+
+    pub fn config(&self) -> LogConfig {
+        self.inner.config.borrow().clone()
+    }
+
+    /// Replaces the configuration; takes effect for the next append, write,
+    /// sync and retention pass.
+    pub fn set_config(&self, config: LogConfig) {
+        *self.inner.config.borrow_mut() = config.effective();
+        self.inner.changed.notify_all();
+    }
+
+    /// The log end offset: the offset the next append gets.
+    pub fn next_offset(&self) -> u64 {
+        self.inner.state.borrow().next_offset
+    }
+
+    pub fn start_offset(&self) -> u64 {
+        self.inner.state.borrow().log_start_offset
+    }
+
+    /// Offsets below this are synced to disk.
+    pub fn durable_offset(&self) -> u64 {
+        self.inner.state.borrow().durable_offset
+    }
+
+    /// Offsets below this are written to their segment file.
+    pub fn written_offset(&self) -> u64 {
+        self.inner.state.borrow().written_offset
+    }
+
+    /// Bytes in all segments.
+    pub fn size_bytes(&self) -> u64 {
+        self.inner
+            .state
+            .borrow()
+            .segments
+            .iter()
+            .map(|s| s.size)
+            .sum()
+    }
+
+    pub fn segment_count(&self) -> usize {
+        self.inner.state.borrow().segments.len()
+    }
+
+    /// Base offsets of the segments, oldest first.
+    pub fn segment_base_offsets(&self) -> Vec<u64> {
+        let state = self.inner.state.borrow();
+        state.segments.iter().map(|s| s.base_offset).collect()
+    }
+
+    /// The largest batch max-timestamp and the last offset of its batch.
+    pub fn max_timestamp(&self) -> Option<(i64, u64)> {
+        let state = self.inner.state.borrow();
+        state
+            .segments
+            .iter()
+            .filter(|s| s.size > 0 && s.max_timestamp >= 0)
+            .map(|s| (s.max_timestamp, s.offset_of_max_timestamp))
+            .fold(None, |best: Option<(i64, u64)>, cur| match best {
+                Some(b) if b.0 >= cur.0 => Some(b),
+                _ => Some(cur),
+            })
+    }
+
+    fn check_writable(&self, state: &State) -> Result<()> {
+        if let Some(reason) = &state.failure {
+            return Err(StorageError::Fenced {
+                path: self.inner.dir.clone(),
+                reason: reason.clone(),
+            });
+        }
+        if state.closing || state.closed {
+            return Err(StorageError::Closed {
+                path: self.inner.dir.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Validates one v2 record batch, assigns its offsets and makes it
+    /// visible to readers. Returns before the batch is durable; see
+    /// [`Log::wait_durable`]. An invalid batch changes nothing.
+    pub async fn append(&self, batch: Bytes, options: AppendOptions) -> Result<AppendInfo> {
+        let header = batch::validate(&batch)?;
+        let size = batch.len();
+        let max = self.inner.config.borrow().max_message_bytes;
+        if size > max as usize {
+            return Err(StorageError::BatchTooLarge { size, max });
+        }
+        let _permit = self
+            .inner
+            .append_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| StorageError::Closed {
+                path: self.inner.dir.clone(),
+            })?;
+        self.check_writable(&self.inner.state.borrow())?;
+
+        // Backpressure: bounded memory of unwritten batches.
+        let pending_max = self.inner.config.borrow().pending_bytes_max;
+        self.inner
+            .changed
+            .wait_until(|| {
+                let s = self.inner.state.borrow();
+                s.pending_bytes == 0
+                    || s.pending_bytes + size <= pending_max
+                    || s.failure.is_some()
+                    || s.closing
+            })
+            .await;
+        self.check_writable(&self.inner.state.borrow())?;
+
+        let now = now_ms();
+        if self.needs_roll(&header, size, now) {
+            self.roll().await?;
+        }
+
+        let mut bytes = batch
+            .try_into_mut()
+            .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
+        let mut state = self.inner.state.borrow_mut();
+        let base_offset = state.next_offset;
+        batch::set_base_offset(&mut bytes, base_offset as i64);
+        batch::set_partition_leader_epoch(&mut bytes, options.leader_epoch);
+        if let Some(ts) = options.log_append_time_ms {
+            batch::set_log_append_time(&mut bytes, ts);
+        }
+        let bytes = bytes.freeze();
+        let header = batch::BatchHeader::parse(&bytes)?;
+        let last_offset = header.last_offset() as u64;
+        let interval = u64::from(self.inner.config.borrow().index_interval_bytes);
+        let active = state.active_mut();
+        let position = active.size;
+        active.track_batch(&header, position, size as u64, interval);
+        state.cache.push(CachedBatch {
+            base_offset,
+            last_offset,
+            position,
+            bytes,
+        });
+        state.next_offset = last_offset + 1;
+        state.pending_bytes += size;
+        drop(state);
+        self.inner.changed.notify_all();
+        Ok(AppendInfo {
+            base_offset,
+            last_offset,
+            max_timestamp: header.max_timestamp,
+            log_append_time_ms: options.log_append_time_ms,
+        })
+    }
+
+    fn needs_roll(&self, header: &batch::BatchHeader, size: usize, now: i64) -> bool {
+        let config = self.inner.config.borrow();
+        let state = self.inner.state.borrow();
+        let active = state.active();
+        if active.size == 0 {
+            return false;
+        }
+        let last_relative =
+            state.next_offset + header.last_offset_delta as u64 - active.base_offset;
+        active.size + size as u64 > config.segment_bytes
+            || (active.index.len() as u64 + 1) * 8 > config.segment_index_bytes
+            || (active.time_index.entries().len() as u64 + 1) * 12 > config.segment_index_bytes
+            || last_relative > i32::MAX as u64
+            || active
+                .first_timestamp
+                .is_some_and(|first| now.saturating_sub(first) > config.segment_ms as i64)
+    }
+
+    /// Seals the active segment and starts a new one at the log end. The
+    /// caller holds the append lock.
+    async fn roll(&self) -> Result<()> {
+        self.wait_written(self.next_offset()).await?;
+        let (dir, preallocate) = (
+            self.inner.dir.clone(),
+            self.inner.config.borrow().preallocate_bytes,
+        );
+        // The writer is idle (everything is written and appends are held);
+        // the segment stays listed for readers while its seal runs.
+        let (job, next_offset) = {
+            let mut state = self.inner.state.borrow_mut();
+            let active = state.active_mut();
+            (active.prepare_seal(&dir), active.next_offset)
+        };
+        if let Err(e) = job.run().await {
+            return Err(self.fence(e));
+        }
+        let segment = match Segment::create(&dir, next_offset, preallocate).await {
+            Ok(segment) => segment,
+            Err(e) => return Err(self.fence(e)),
+        };
+        let checkpoint = {
+            let mut state = self.inner.state.borrow_mut();
+            state.durable_offset = state.durable_offset.max(next_offset);
+            state.segments.push(segment);
+            state.tail.clear();
+            state.recovery_point = next_offset;
+            state.unsynced_bytes = 0;
+            state.unsynced_since = None;
+            Checkpoint {
+                recovery_point: next_offset,
+                log_start_offset: state.log_start_offset,
+                next_offset,
+                clean: false,
+            }
+        };
+        self.inner.changed.notify_all();
+        checkpoint.write(&dir).await?;
+        info!(dir = %dir.display(), base_offset = next_offset, "rolled to a new segment");
+        Ok(())
+    }
+
+    /// Marks the log failed: no more appends or acknowledgements.
+    fn fence(&self, e: StorageError) -> StorageError {
+        fence_inner(&self.inner, e.to_string());
+        e
+    }
+
+    async fn wait_written(&self, offset: u64) -> Result<()> {
+        self.inner
+            .changed
+            .wait_until(|| {
+                let s = self.inner.state.borrow();
+                s.written_offset >= offset || s.failure.is_some()
+            })
+            .await;
+        self.check_failure()
+    }
+
+    fn check_failure(&self) -> Result<()> {
+        match &self.inner.state.borrow().failure {
+            Some(reason) => Err(StorageError::Fenced {
+                path: self.inner.dir.clone(),
+                reason: reason.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Resolves once `last_offset` is durable under the flush policy:
+    /// synced for `always`, written to the file for `interval` and `never`.
+    pub async fn wait_durable(&self, last_offset: u64) -> Result<()> {
+        let always = self.inner.config.borrow().flush == FlushPolicy::Always;
+        self.inner
+            .changed
+            .wait_until(|| {
+                let s = self.inner.state.borrow();
+                let reached = if always {
+                    s.durable_offset
+                } else {
+                    s.written_offset
+                };
+                reached > last_offset || s.failure.is_some()
+            })
+            .await;
+        self.check_failure()
+    }
+
+    /// Writes and syncs everything appended so far, whatever the policy.
+    pub async fn flush(&self) -> Result<()> {
+        let target = {
+            let mut state = self.inner.state.borrow_mut();
+            state.sync_requested = state.sync_requested.max(state.next_offset);
+            state.next_offset
+        };
+        self.inner.changed.notify_all();
+        self.inner
+            .changed
+            .wait_until(|| {
+                let s = self.inner.state.borrow();
+                s.durable_offset >= target || s.failure.is_some()
+            })
+            .await;
+        self.check_failure()
+    }
+
+    /// Resolves once the log end passes `offset` (a record at `offset`
+    /// exists), or the log closes. For long-polling fetches.
+    pub async fn wait_for_append(&self, offset: u64) {
+        self.inner
+            .changed
+            .wait_until(|| {
+                let s = self.inner.state.borrow();
+                s.next_offset > offset || s.closing || s.closed
+            })
+            .await
+    }
+
+    /// Reads whole batches starting with the one that holds `from_offset`,
+    /// up to `max_bytes` (the first batch is returned whole even when larger)
+    /// and not past `upper_bound` (exclusive; a high watermark).
+    pub async fn read(
+        &self,
+        from_offset: u64,
+        max_bytes: usize,
+        upper_bound: u64,
+    ) -> Result<ReadResult> {
+        let (start, end) = {
+            let s = self.inner.state.borrow();
+            (s.log_start_offset, s.next_offset)
+        };
+        if from_offset < start || from_offset > end {
+            return Err(StorageError::OffsetOutOfRange {
+                offset: from_offset,
+                start,
+                end,
+            });
+        }
+        let upper = upper_bound.min(end);
+        let empty = ReadResult {
+            bytes: Bytes::new(),
+            next_offset: from_offset,
+        };
+        if from_offset >= upper {
+            return Ok(empty);
+        }
+        if let Some(hit) = self
+            .inner
+            .state
+            .borrow()
+            .cache
+            .read(from_offset, max_bytes, upper)
+        {
+            let bytes = match hit.chunks.len() {
+                1 => hit.chunks.into_iter().next().expect("one chunk"),
+                _ => hit.chunks.concat().into(),
+            };
+            return Ok(ReadResult {
+                bytes,
+                next_offset: hit.next_offset.max(from_offset),
+            });
+        }
+        let mut from = from_offset;
+        let mut index = self.inner.state.borrow().segment_for(from);
+        loop {
+            let (file, path, start_position, limit, next_base) = {
+                let s = self.inner.state.borrow();
+                let Some(seg) = s.segments.get(index) else {
+                    return Ok(empty);
+                };
+                let relative = from
+                    .saturating_sub(seg.base_offset)
+                    .min(u64::from(u32::MAX)) as u32;
+                (
+                    seg.file.clone(),
+                    seg.path.clone(),
+                    u64::from(seg.index.lookup(relative)),
+                    seg.written_size,
+                    s.segments.get(index + 1).map(|n| n.base_offset),
+                )
+            };
+            match read_segment(&file, &path, start_position, limit, from, max_bytes, upper).await? {
+                SegmentRead::Found(result) => return Ok(result),
+                SegmentRead::Stop => return Ok(empty),
+                SegmentRead::Exhausted => match next_base {
+                    Some(next) if next < upper => {
+                        from = from.max(next);
+                        index += 1;
+                    }
+                    _ => return Ok(empty),
+                },
+            }
+        }
+    }
+
+    /// The first offset whose record timestamp is at or above `timestamp`,
+    /// or `None` when every record is older. Compressed batches resolve to
+    /// their base offset (their records are not decompressed here).
+    pub async fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<u64>> {
+        let mut from = {
+            let s = self.inner.state.borrow();
+            let Some(seg) = s
+                .segments
+                .iter()
+                .find(|seg| seg.size > 0 && seg.max_timestamp >= timestamp)
+            else {
+                return Ok(None);
+            };
+            let start = match seg.time_index.lookup(timestamp) {
+                Some(relative) => seg.base_offset + u64::from(relative) + 1,
+                None => seg.base_offset,
+            };
+            start.max(s.log_start_offset)
+        };
+        // Bounded: every pass advances `from` or returns.
+        loop {
+            let end = self.next_offset();
+            if from >= end {
+                return Ok(None);
+            }
+            let chunk = self.read(from, 256 << 10, end).await?;
+            if chunk.bytes.is_empty() {
+                return Ok(None);
+            }
+            for item in batch::split_batches(chunk.bytes.clone()) {
+                let batch = item.map_err(|e| StorageError::Corrupt {
+                    path: self.inner.dir.clone(),
+                    position: 0,
+                    reason: format!("batch read back for a timestamp lookup: {e}"),
+                })?;
+                let header = batch.header();
+                if header.max_timestamp < timestamp {
+                    continue;
+                }
+                let base = (header.base_offset as u64).max(from);
+                if header.is_log_append_time() {
+                    return Ok(Some(base));
+                }
+                match batch.records() {
+                    Ok(records) => {
+                        for record in records {
+                            let record = record.map_err(|e| StorageError::Corrupt {
+                                path: self.inner.dir.clone(),
+                                position: 0,
+                                reason: e.to_string(),
+                            })?;
+                            if record.timestamp >= timestamp && record.offset as u64 >= from {
+                                return Ok(Some(record.offset as u64));
+                            }
+                        }
+                        return Ok(Some(base));
+                    }
+                    Err(_) => return Ok(Some(base)),
+                }
+            }
+            if chunk.next_offset <= from {
+                return Ok(None);
+            }
+            from = chunk.next_offset;
+        }
+    }
+
+    /// Removes every record at or after `offset` (the whole batch holding
+    /// it), e.g. for a follower diverged from its leader. Returns the new
+    /// log end offset.
+    pub async fn truncate_to(&self, offset: u64) -> Result<u64> {
+        let _permit = self
+            .inner
+            .append_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| StorageError::Closed {
+                path: self.inner.dir.clone(),
+            })?;
+        self.check_writable(&self.inner.state.borrow())?;
+        self.wait_written(self.next_offset()).await?;
+        let dir = self.inner.dir.clone();
+        let (target, index) = {
+            let s = self.inner.state.borrow();
+            if offset >= s.next_offset {
+                return Ok(s.next_offset);
+            }
+            let target = offset.max(s.log_start_offset);
+            (target, s.segment_for(target))
+        };
+        // Take the later segments out first so no reader starts on them.
+        let (removed, snapshot) = {
+            let mut s = self.inner.state.borrow_mut();
+            let removed: Vec<u64> = s
+                .segments
+                .drain(index + 1..)
+                .map(|seg| seg.base_offset)
+                .collect();
+            let seg = s.active();
+            let relative = target
+                .saturating_sub(seg.base_offset)
+                .min(u64::from(u32::MAX)) as u32;
+            let snapshot = CutSearch {
+                file: seg.file.clone(),
+                path: seg.path.clone(),
+                base_offset: seg.base_offset,
+                start_position: u64::from(seg.index.lookup(relative)),
+                written_size: seg.written_size,
+            };
+            (removed, snapshot)
+        };
+        let cut = match find_cut(&snapshot, target).await {
+            Ok(cut) => cut,
+            Err(e) => return Err(self.fence(e)),
+        };
+        let synced = async {
+            if let Some(cut) = &cut {
+                snapshot.file.truncate(cut.position).await.ctx(
+                    "truncate",
+                    &snapshot.path,
+                    cut.position,
+                )?;
+            }
+            snapshot
+                .file
+                .fdatasync()
+                .await
+                .ctx("fdatasync", &snapshot.path, 0)
+        };
+        if let Err(e) = synced.await {
+            return Err(self.fence(e));
+        }
+        let new_end = {
+            let mut s = self.inner.state.borrow_mut();
+            let segment = s.active_mut();
+            if let Some(cut) = &cut {
+                apply_cut(segment, cut);
+            }
+            segment.next_offset
+        };
+        let tail = segment::read_tail_page(&snapshot.file, &snapshot.path, {
+            let s = self.inner.state.borrow();
+            s.active().written_size
+        })
+        .await
+        .map_err(|e| self.fence(e))?;
+        let checkpoint = {
+            let mut s = self.inner.state.borrow_mut();
+            s.tail = tail;
+            s.next_offset = new_end;
+            s.written_offset = new_end;
+            s.durable_offset = new_end;
+            s.sync_requested = s.sync_requested.min(new_end);
+            s.cache.drop_from(new_end);
+            s.log_start_offset = s.log_start_offset.min(new_end);
+            s.recovery_point = s.recovery_point.min(s.active().base_offset);
+            Checkpoint {
+                recovery_point: s.recovery_point,
+                log_start_offset: s.log_start_offset,
+                next_offset: new_end,
+                clean: false,
+            }
+        };
+        checkpoint.write(&dir).await?;
+        for base in removed {
+            Segment::remove_files(&dir, base).await?;
+        }
+        file::sync_dir(&dir).await?;
+        self.inner.changed.notify_all();
+        info!(dir = %dir.display(), requested = offset, next_offset = new_end, "log truncated");
+        Ok(new_end)
+    }
+
+    /// Moves the log start offset forward (DeleteRecords): records below it
+    /// are no longer served, and segments wholly below it are deleted.
+    pub async fn advance_start_offset(&self, offset: u64) -> Result<u64> {
+        let checkpoint = {
+            let mut s = self.inner.state.borrow_mut();
+            if offset > s.next_offset {
+                return Err(StorageError::OffsetOutOfRange {
+                    offset,
+                    start: s.log_start_offset,
+                    end: s.next_offset,
+                });
+            }
+            if offset <= s.log_start_offset {
+                return Ok(s.log_start_offset);
+            }
+            s.log_start_offset = offset;
+            s.cache.drop_below(offset);
+            Checkpoint {
+                recovery_point: s.recovery_point,
+                log_start_offset: offset,
+                next_offset: s.next_offset,
+                clean: false,
+            }
+        };
+        checkpoint.write(&self.inner.dir).await?;
+        self.delete_front_segments(|_, next_base, start| next_base <= start)
+            .await?;
+        Ok(offset)
+    }
+
+    /// Deletes whole non-active segments past `retention.ms` (by their
+    /// newest record) or beyond `retention.bytes`, oldest first. Appends
+    /// continue meanwhile: the segments leave the in-memory list at once
+    /// and their files are removed afterwards.
+    pub async fn enforce_retention(&self, now_ms: i64) -> Result<RetentionOutcome> {
+        let config = self.inner.config.borrow().clone();
+        let mut excess = if config.retention_bytes >= 0 {
+            self.size_bytes() as i64 - config.retention_bytes
+        } else {
+            i64::MIN
+        };
+        self.delete_front_segments(|segment, _, _| {
+            let expired = config.retention_ms >= 0
+                && segment.max_timestamp < now_ms.saturating_sub(config.retention_ms);
+            let oversized = excess != i64::MIN && excess - segment.size as i64 >= 0;
+            if expired || oversized {
+                if excess != i64::MIN {
+                    excess -= segment.size as i64;
+                }
+                true
+            } else {
+                false
+            }
+        })
+        .await
+    }
+
+    /// Deletes segments from the front while `doomed(segment, next segment
+    /// base, log start)` holds, never the active one.
+    async fn delete_front_segments(
+        &self,
+        mut doomed: impl FnMut(&Segment, u64, u64) -> bool,
+    ) -> Result<RetentionOutcome> {
+        let mut outcome = RetentionOutcome::default();
+        let (removed, checkpoint) = {
+            let mut s = self.inner.state.borrow_mut();
+            let mut count = 0;
+            while count + 1 < s.segments.len() {
+                let next_base = s.segments[count + 1].base_offset;
+                if !doomed(&s.segments[count], next_base, s.log_start_offset) {
+                    break;
+                }
+                count += 1;
+            }
+            if count == 0 {
+                return Ok(outcome);
+            }
+            let removed: Vec<Segment> = s.segments.drain(..count).collect();
+            let new_start = s.segments[0].base_offset;
+            s.log_start_offset = s.log_start_offset.max(new_start);
+            let start = s.log_start_offset;
+            s.cache.drop_below(start);
+            let checkpoint = Checkpoint {
+                recovery_point: s.recovery_point,
+                log_start_offset: s.log_start_offset,
+                next_offset: s.next_offset,
+                clean: false,
+            };
+            (removed, checkpoint)
+        };
+        checkpoint.write(&self.inner.dir).await?;
+        for segment in removed {
+            outcome.segments_deleted += 1;
+            outcome.bytes_deleted += segment.size;
+            let base = segment.base_offset;
+            drop(segment);
+            Segment::remove_files(&self.inner.dir, base).await?;
+            info!(dir = %self.inner.dir.display(), base_offset = base, "deleted segment");
+        }
+        file::sync_dir(&self.inner.dir).await?;
+        Ok(outcome)
+    }
+
+    /// Writes and syncs everything, stops the writer, writes the indexes of
+    /// the active segment and a clean checkpoint, so the next open scans
+    /// nothing. Further calls on any clone fail with `Closed`.
+    pub async fn close(&self) -> Result<()> {
+        let _permit = self
+            .inner
+            .append_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| StorageError::Closed {
+                path: self.inner.dir.clone(),
+            })?;
+        if self.inner.state.borrow().closed {
+            return Ok(());
+        }
+        let flushed = self.flush().await;
+        self.inner.state.borrow_mut().closing = true;
+        self.inner.changed.notify_all();
+        let writer = self.inner.writer.borrow_mut().take();
+        if let Some(writer) = writer {
+            writer.await;
+        }
+        flushed?;
+        self.check_failure()?;
+        let job = self
+            .inner
+            .state
+            .borrow_mut()
+            .active_mut()
+            .prepare_seal(&self.inner.dir);
+        let sealed = job.run().await;
+        let checkpoint = {
+            let mut s = self.inner.state.borrow_mut();
+            s.closed = true;
+            Checkpoint {
+                recovery_point: s.next_offset,
+                log_start_offset: s.log_start_offset,
+                next_offset: s.next_offset,
+                clean: true,
+            }
+        };
+        self.inner.changed.notify_all();
+        sealed?;
+        checkpoint.write(&self.inner.dir).await?;
+        self.inner.append_lock.close();
+        info!(dir = %self.inner.dir.display(), next_offset = checkpoint.next_offset, "log closed cleanly");
+        Ok(())
+    }
+
+    /// Stops the log and removes its directory with every file in it.
+    pub async fn delete(&self) -> Result<()> {
+        {
+            let mut s = self.inner.state.borrow_mut();
+            s.closing = true;
+            s.cache.clear();
+        }
+        self.inner.append_lock.close();
+        self.inner.changed.notify_all();
+        let writer = self.inner.writer.borrow_mut().take();
+        if let Some(writer) = writer {
+            writer.await;
+        }
+        self.inner.state.borrow_mut().closed = true;
+        let dir = self.inner.dir.clone();
+        std::fs::remove_dir_all(&dir).ctx("remove directory", &dir, 0)?;
+        info!(dir = %dir.display(), "log deleted");
+        Ok(())
+    }
+}
+
+fn list_segments(dir: &Path) -> Result<Vec<u64>> {
+    let mut bases = Vec::new();
+    let entries = std::fs::read_dir(dir).ctx("list directory", dir, 0)?;
+    for entry in entries {
+        let entry = entry.ctx("list directory", dir, 0)?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.ends_with(".tmp") {
+            let _ = std::fs::remove_file(entry.path());
+        } else if let Some(base) = segment::parse_base_offset(name, "log") {
+            bases.push(base);
+        }
+    }
+    // Index files without a log file are leftovers of a deletion.
+    let entries = std::fs::read_dir(dir).ctx("list directory", dir, 0)?;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let base = segment::parse_base_offset(name, "index")
+            .or_else(|| segment::parse_base_offset(name, "timeindex"));
+        if base.is_some_and(|b| !bases.contains(&b)) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+    Ok(bases)
+}
+
+enum SegmentRead {
+    Found(ReadResult),
+    /// Reached `upper_bound`.
+    Stop,
+    /// Nothing at or after `from` in this segment.
+    Exhausted,
+}
+
+/// Reads whole batches from one segment file, starting the scan at
+/// `position` (from the sparse index) and skipping batches below `from`.
+/// Every batch returned has had its CRC checked.
+async fn read_segment(
+    file: &glommio::io::DmaFile,
+    path: &Path,
+    mut position: u64,
+    limit: u64,
+    from: u64,
+    max_bytes: usize,
+    upper: u64,
+) -> Result<SegmentRead> {
+    let window_len = max_bytes.saturating_add(READ_SLACK_BYTES).min(64 << 20);
+    loop {
+        if position + HEADER_LEN as u64 > limit {
+            return Ok(SegmentRead::Exhausted);
+        }
+        let want = (limit - position).min(window_len as u64) as usize;
+        let data = file
+            .read_at(position, want)
+            .await
+            .ctx("read", path, position)?;
+        let mut offset = 0usize;
+        let mut first: Option<usize> = None;
+        let mut end = 0usize;
+        let mut next_offset = from;
+        let corrupt = |at: usize, reason: String| StorageError::Corrupt {
+            path: path.to_path_buf(),
+            position: position + at as u64,
+            reason,
+        };
+        while offset + HEADER_LEN <= data.len() {
+            let header = batch::BatchHeader::parse(&data[offset..])
+                .map_err(|e| corrupt(offset, e.to_string()))?;
+            let size = header.size();
+            if (header.last_offset() as u64) < from {
+                offset += size;
+                continue;
+            }
+            if header.base_offset as u64 >= upper {
+                return Ok(match first {
+                    Some(f) => SegmentRead::Found(ReadResult {
+                        bytes: Bytes::copy_from_slice(&data[f..end]),
+                        next_offset,
+                    }),
+                    None => SegmentRead::Stop,
+                });
+            }
+            if offset + size > data.len() {
+                if first.is_none() {
+                    let at = position + offset as u64;
+                    let whole = file.read_at(at, size).await.ctx("read", path, at)?;
+                    batch::validate(&whole).map_err(|e| corrupt(offset, e.to_string()))?;
+                    return Ok(SegmentRead::Found(ReadResult {
+                        bytes: Bytes::copy_from_slice(&whole),
+                        next_offset: header.last_offset() as u64 + 1,
+                    }));
+                }
+                break;
+            }
+            if let Some(f) = first {
+                if end - f + size > max_bytes {
+                    break;
+                }
+            }
+            batch::validate(&data[offset..offset + size])
+                .map_err(|e| corrupt(offset, e.to_string()))?;
+            first.get_or_insert(offset);
+            end = offset + size;
+            next_offset = header.last_offset() as u64 + 1;
+            offset += size;
+        }
+        if let Some(f) = first {
+            return Ok(SegmentRead::Found(ReadResult {
+                bytes: Bytes::copy_from_slice(&data[f..end]),
+                next_offset,
+            }));
+        }
+        if offset == 0 {
+            return Ok(SegmentRead::Exhausted);
+        }
+        position += offset as u64;
+    }
+}
+
+struct CutSearch {
+    file: Rc<glommio::io::DmaFile>,
+    path: PathBuf,
+    base_offset: u64,
+    start_position: u64,
+    written_size: u64,
+}
+
+/// Where a truncation cuts a segment: before the batch holding the target.
+struct CutPoint {
+    position: u64,
+    new_end: u64,
+    /// Max timestamp among the scanned batches kept before the cut.
+    max_timestamp: i64,
+    offset_of_max_timestamp: u64,
+}
+
+async fn find_cut(search: &CutSearch, target: u64) -> Result<Option<CutPoint>> {
+    let mut position = search.start_position;
+    let mut max_timestamp = -1i64;
+    let mut offset_of_max_timestamp = search.base_offset;
+    // Bounded by the segment size: each step moves past one batch.
+    while position + HEADER_LEN as u64 <= search.written_size {
+        let header_bytes =
+            search
+                .file
+                .read_at(position, HEADER_LEN)
+                .await
+                .ctx("read", &search.path, position)?;
+        let header =
+            batch::BatchHeader::parse(&header_bytes).map_err(|e| StorageError::Corrupt {
+                path: search.path.clone(),
+                position,
+                reason: e.to_string(),
+            })?;
+        if header.last_offset() as u64 >= target {
+            return Ok(Some(CutPoint {
+                position,
+                new_end: (header.base_offset as u64).max(search.base_offset),
+                max_timestamp,
+                offset_of_max_timestamp,
+            }));
+        }
+        if header.max_timestamp > max_timestamp {
+            max_timestamp = header.max_timestamp;
+            offset_of_max_timestamp = header.last_offset() as u64;
+        }
+        position += header.size() as u64;
+    }
+    Ok(None)
+}
+
+fn apply_cut(segment: &mut Segment, cut: &CutPoint) {
+    segment.size = cut.position;
+    segment.written_size = cut.position;
+    segment.allocated = cut.position;
+    segment.next_offset = cut.new_end;
+    segment.index.truncate_to_position(cut.position);
+    let relative_end = segment.relative(cut.new_end);
+    segment.time_index.truncate_to_offset(relative_end);
+    match segment.time_index.last() {
+        Some(entry) if entry.timestamp >= cut.max_timestamp => {
+            segment.max_timestamp = entry.timestamp;
+            segment.offset_of_max_timestamp =
+                segment.base_offset + u64::from(entry.relative_offset);
+        }
+        _ => {
+            segment.max_timestamp = cut.max_timestamp;
+            segment.offset_of_max_timestamp = cut.offset_of_max_timestamp;
+        }
+    }
+    if cut.position == 0 {
+        segment.first_timestamp = None;
+        segment.max_timestamp = -1;
+    }
+    segment.bytes_since_index = 0;
+}
+
+fn fence_inner(inner: &Inner, reason: String) {
+    let mut state = inner.state.borrow_mut();
+    if state.failure.is_none() {
+        error!(dir = %inner.dir.display(), %reason, "log fenced: refusing further appends and acknowledgements");
+        state.failure = Some(reason);
+    }
+    drop(state);
+    inner.changed.notify_all();
+}
+
+/// What the writer should do next.
+fn writer_work(state: &State, config: &LogConfig, now: Instant) -> (bool, bool, Option<Duration>) {
+    let unwritten = state.written_offset < state.next_offset;
+    let unsynced = state.durable_offset < state.written_offset;
+    let requested =
+        state.sync_requested > state.durable_offset && state.durable_offset < state.written_offset;
+    let mut wait = None;
+    let sync = unsynced
+        && (requested
+            || match config.flush {
+                FlushPolicy::Always => true,
+                FlushPolicy::Never => false,
+                FlushPolicy::Interval { ms, bytes } => {
+                    let by_bytes = bytes.is_some_and(|b| state.unsynced_bytes >= b);
+                    let by_time = match (ms, state.unsynced_since) {
+                        (Some(ms), Some(since)) => {
+                            let due = since + Duration::from_millis(ms);
+                            if now >= due {
+                                true
+                            } else {
+                                wait = Some(due - now);
+                                false
+                            }
+                        }
+                        _ => false,
+                    };
+                    by_bytes || by_time
+                }
+            });
+    (unwritten, sync, wait)
+}
+
+async fn writer_loop(inner: Rc<Inner>) {
+    loop {
+        let mut timeout = None;
+        inner
+            .changed
+            .wait_until(|| {
+                let state = inner.state.borrow();
+                if state.failure.is_some() || state.closing {
+                    return true;
+                }
+                let (unwritten, sync, wait) =
+                    writer_work(&state, &inner.config.borrow(), Instant::now());
+                timeout = wait;
+                unwritten || sync || wait.is_some()
+            })
+            .await;
+        if let Some(wait) = timeout {
+            // Only an interval deadline is pending: sleep until it or until
+            // new work arrives, whichever is first.
+            let idle = {
+                let state = inner.state.borrow();
+                let (unwritten, sync, _) =
+                    writer_work(&state, &inner.config.borrow(), Instant::now());
+                !unwritten && !sync && !state.closing && state.failure.is_none()
+            };
+            if idle {
+                futures_lite::future::or(
+                    glommio::timer::sleep(wait),
+                    inner.changed.wait_until(|| {
+                        let state = inner.state.borrow();
+                        state.written_offset < state.next_offset
+                            || state.closing
+                            || state.sync_requested > state.durable_offset
+                    }),
+                )
+                .await;
+            }
+        }
+        let (unwritten, sync, closing, failed) = {
+            let state = inner.state.borrow();
+            let (unwritten, sync, _) = writer_work(&state, &inner.config.borrow(), Instant::now());
+            (unwritten, sync, state.closing, state.failure.is_some())
+        };
+        if failed {
+            return;
+        }
+        if unwritten {
+            if let Err(e) = write_round(&inner).await {
+                fence_inner(&inner, e.to_string());
+                return;
+            }
+        }
+        let sync = sync || {
+            let state = inner.state.borrow();
+            writer_work(&state, &inner.config.borrow(), Instant::now()).1
+        };
+        if sync {
+            if let Err(e) = sync_round(&inner).await {
+                fence_inner(&inner, e.to_string());
+                return;
+            }
+        }
+        if closing && !unwritten && !sync {
+            let state = inner.state.borrow();
+            if state.written_offset == state.next_offset
+                && state.sync_requested <= state.durable_offset
+            {
+                return;
+            }
+        }
+    }
+}
+
+/// Coalesces unwritten batches of the active segment into one aligned
+/// write that starts with the partial tail page.
+async fn write_round(inner: &Inner) -> Result<()> {
+    let write_bytes_max = inner.config.borrow().write_bytes_max;
+    let preallocate = inner.config.borrow().preallocate_bytes;
+    let (file, path, aligned_position, buffer, data_len, end_offset, new_tail, grow_to) = {
+        let state = inner.state.borrow();
+        let active = state.active();
+        let mut data_len = 0usize;
+        let mut end_offset = state.written_offset;
+        let mut batches = Vec::new();
+        for cached in state.cache.iter_from(state.written_offset) {
+            if !batches.is_empty() && data_len + cached.bytes.len() > write_bytes_max {
+                break;
+            }
+            assert_eq!(
+                cached.position,
+                active.written_size + data_len as u64,
+                "unwritten batches are contiguous in the active segment"
+            );
+            data_len += cached.bytes.len();
+            end_offset = cached.last_offset + 1;
+            batches.push(cached.bytes.clone());
+        }
+        assert!(
+            !batches.is_empty(),
+            "write_round called with nothing to write"
+        );
+        let tail_len = state.tail.len();
+        let aligned_position = active.written_size - tail_len as u64;
+        assert_eq!(aligned_position % PAGE, 0);
+        let total = tail_len + data_len;
+        let padded = file::align_up(total as u64) as usize;
+        let mut buffer = active.file.alloc_dma_buffer(padded);
+        let out = buffer.as_bytes_mut();
+        out[..tail_len].copy_from_slice(&state.tail);
+        let mut at = tail_len;
+        for bytes in &batches {
+            out[at..at + bytes.len()].copy_from_slice(bytes);
+            at += bytes.len();
+        }
+        out[total..].fill(0);
+        let new_tail_start = file::align_down(total as u64) as usize;
+        let new_tail = out[new_tail_start..total].to_vec();
+        let end = aligned_position + padded as u64;
+        let grow_to = (end > active.allocated).then(|| end.div_ceil(preallocate) * preallocate);
+        (
+            active.file.clone(),
+            active.path.clone(),
+            aligned_position,
+            buffer,
+            data_len,
+            end_offset,
+            new_tail,
+            grow_to,
+        )
+    };
+    let padded = buffer.len();
+    if let Some(size) = grow_to {
+        file.pre_allocate(size, false)
+            .await
+            .ctx("fallocate", &path, size)?;
+    }
+    let written =
+        file.write_at(buffer, aligned_position)
+            .await
+            .ctx("write", &path, aligned_position)?;
+    if written != padded {
+        return Err(StorageError::io(
+            "write",
+            &path,
+            aligned_position + written as u64,
+            std::io::Error::new(std::io::ErrorKind::WriteZero, "short O_DIRECT write"),
+        ));
+    }
+    let mut state = inner.state.borrow_mut();
+    let cache_max = inner.config.borrow().cache_bytes_max;
+    let active = state.active_mut();
+    if let Some(size) = grow_to {
+        active.allocated = active.allocated.max(size);
+    }
+    active.written_size += data_len as u64;
+    state.tail = new_tail;
+    state.written_offset = end_offset;
+    state.pending_bytes -= data_len;
+    state.unsynced_bytes += data_len as u64;
+    state.unsynced_since.get_or_insert_with(Instant::now);
+    let written_offset = state.written_offset;
+    state.cache.evict(cache_max, written_offset);
+    drop(state);
+    inner.changed.notify_all();
+    Ok(())
+}
+
+/// One fdatasync covering everything written so far (group commit).
+async fn sync_round(inner: &Inner) -> Result<()> {
+    let (file, path, target, bytes) = {
+        let state = inner.state.borrow();
+        let active = state.active();
+        (
+            active.file.clone(),
+            active.path.clone(),
+            state.written_offset,
+            state.unsynced_bytes,
+        )
+    };
+    file.fdatasync().await.ctx("fdatasync", &path, 0)?;
+    let mut state = inner.state.borrow_mut();
+    state.durable_offset = state.durable_offset.max(target);
+    state.unsynced_bytes = state.unsynced_bytes.saturating_sub(bytes);
+    if state.durable_offset >= state.written_offset {
+        state.unsynced_since = None;
+    }
+    drop(state);
+    inner.changed.notify_all();
+    Ok(())
+}
