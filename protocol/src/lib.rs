@@ -4,3 +4,9 @@
 //! broker or storage; it turns bytes into typed views and back.
 
 pub mod batch;
+pub mod codec;
+pub mod frame;
+
+/// The `kafka-protocol` crate this crate builds on, re-exported so that
+/// users name the same version.
+pub use kafka_protocol;

@@ -1,0 +1,509 @@
+//! Broker configuration: embedded defaults, then a TOML file, then command
+//! line flags, each overriding the one before. Keys use Kafka's names for
+//! Kafka's settings. Every problem is reported naming the key, before
+//! anything is opened.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+
+use crate::limits::FRAME_OVERHEAD_BYTES;
+use crate::topic_config::{topic_key_for_broker_key, TopicDefaults};
+
+/// Where a setting came from, for error messages.
+#[derive(Debug, Clone)]
+pub enum Source {
+    File(PathBuf),
+    Flag,
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::File(path) => write!(f, "in {}", path.display()),
+            Source::Flag => write!(f, "on the command line"),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {error}")]
+    Read {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("config file {path} is not valid TOML: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("unknown config key `{key}` ({origin})")]
+    UnknownKey { key: String, origin: Source },
+    #[error("invalid value {value:?} for `{key}` ({origin}): {reason}")]
+    InvalidValue {
+        key: String,
+        value: String,
+        origin: Source,
+        reason: String,
+    },
+}
+
+/// Settings given on the command line; `None` leaves the file or default.
+#[derive(Debug, Clone, Default)]
+pub struct Flags {
+    pub config_file: Option<PathBuf>,
+    pub data_dir: Option<PathBuf>,
+    pub listen: Option<String>,
+    pub advertise: Option<String>,
+    pub node_id: Option<String>,
+    pub cores: Option<String>,
+    /// `--set key=value` pairs, in Kafka's names.
+    pub settings: Vec<(String, String)>,
+}
+
+/// The validated configuration the broker runs with.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    pub node_id: i32,
+    pub listen: SocketAddr,
+    pub advertise_host: String,
+    pub advertise_port: u16,
+    pub data_dir: PathBuf,
+    pub cores: usize,
+    pub auto_create_topics: bool,
+    pub num_partitions: i32,
+    pub delete_topic_enable: bool,
+    pub message_max_bytes: u32,
+    /// Largest request frame accepted, checked before allocating it.
+    pub frame_bytes_max: usize,
+    /// glommio io_memory per executor, if set (`strom.io.memory.bytes`).
+    pub io_memory_bytes: Option<usize>,
+    pub topic_defaults: TopicDefaults,
+}
+
+pub const LISTEN_DEFAULT: &str = "127.0.0.1:9092";
+pub const DATA_DIR_DEFAULT: &str = "./strom-data";
+
+/// Online cores, the default executor count.
+pub fn online_cores() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+struct Builder {
+    node_id: i32,
+    listen: SocketAddr,
+    advertise: Option<(String, u16)>,
+    data_dir: PathBuf,
+    cores: usize,
+    auto_create_topics: bool,
+    num_partitions: i32,
+    delete_topic_enable: bool,
+    message_max_bytes: u32,
+    frame_bytes_max: Option<usize>,
+    io_memory_bytes: Option<usize>,
+    topic_defaults: TopicDefaults,
+    retention_ms: Option<(i64, u8)>,
+    roll_ms: Option<(i64, u8)>,
+}
+
+fn parse_value<T: std::str::FromStr>(
+    key: &str,
+    value: &str,
+    source: &Source,
+) -> Result<T, ConfigError>
+where
+    T::Err: std::fmt::Display,
+{
+    value
+        .trim()
+        .parse::<T>()
+        .map_err(|e| ConfigError::InvalidValue {
+            key: key.to_string(),
+            value: value.to_string(),
+            origin: source.clone(),
+            reason: e.to_string(),
+        })
+}
+
+fn invalid(key: &str, value: &str, source: &Source, reason: impl Into<String>) -> ConfigError {
+    ConfigError::InvalidValue {
+        key: key.to_string(),
+        value: value.to_string(),
+        origin: source.clone(),
+        reason: reason.into(),
+    }
+}
+
+fn parse_host_port(key: &str, value: &str, source: &Source) -> Result<(String, u16), ConfigError> {
+    let value_trimmed = value.trim();
+    let address = value_trimmed
+        .strip_prefix("PLAINTEXT://")
+        .unwrap_or(value_trimmed);
+    let Some((host, port)) = address.rsplit_once(':') else {
+        return Err(invalid(key, value, source, "expected HOST:PORT"));
+    };
+    let port: u16 = parse_value(key, port, source)?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(invalid(
+            key,
+            value,
+            source,
+            "expected HOST:PORT with a host",
+        ));
+    }
+    Ok((host.to_string(), port))
+}
+
+impl Builder {
+    fn new() -> Self {
+        Self {
+            node_id: 0,
+            listen: LISTEN_DEFAULT
+                .parse()
+                .expect("default listen address parses"),
+            advertise: None,
+            data_dir: PathBuf::from(DATA_DIR_DEFAULT),
+            cores: online_cores(),
+            auto_create_topics: true,
+            num_partitions: 1,
+            delete_topic_enable: true,
+            message_max_bytes: 1_048_588,
+            frame_bytes_max: None,
+            io_memory_bytes: None,
+            topic_defaults: TopicDefaults::new(),
+            retention_ms: None,
+            roll_ms: None,
+        }
+    }
+
+    /// Applies one setting. Time settings in several units keep the most
+    /// precise one given, whatever the order, as Kafka does.
+    fn apply(&mut self, key: &str, value: &str, source: &Source) -> Result<(), ConfigError> {
+        match key {
+            "node.id" | "broker.id" => {
+                self.node_id = parse_value(key, value, source)?;
+                if self.node_id < 0 {
+                    return Err(invalid(key, value, source, "must be 0 or more"));
+                }
+            }
+            "listen" | "listeners" => {
+                let (host, port) = parse_host_port(key, value, source)?;
+                let resolved = (host.as_str(), port)
+                    .to_socket_addrs()
+                    .map_err(|e| invalid(key, value, source, e.to_string()))?
+                    .next()
+                    .ok_or_else(|| invalid(key, value, source, "resolves to no address"))?;
+                self.listen = resolved;
+            }
+            "advertise" | "advertised.listeners" => {
+                self.advertise = Some(parse_host_port(key, value, source)?);
+            }
+            "data.dir" | "log.dir" | "log.dirs" => {
+                if value.contains(',') {
+                    return Err(invalid(
+                        key,
+                        value,
+                        source,
+                        "only one data directory is supported",
+                    ));
+                }
+                if value.trim().is_empty() {
+                    return Err(invalid(key, value, source, "must not be empty"));
+                }
+                self.data_dir = PathBuf::from(value.trim());
+            }
+            "cores" => {
+                self.cores = parse_value(key, value, source)?;
+                if self.cores == 0 || self.cores > 1024 {
+                    return Err(invalid(key, value, source, "must be between 1 and 1024"));
+                }
+            }
+            "auto.create.topics.enable" => {
+                self.auto_create_topics = parse_value(key, value, source)?
+            }
+            "delete.topic.enable" => self.delete_topic_enable = parse_value(key, value, source)?,
+            "num.partitions" => {
+                self.num_partitions = parse_value(key, value, source)?;
+                if self.num_partitions < 1
+                    || self.num_partitions > crate::limits::TOPIC_PARTITIONS_MAX
+                {
+                    return Err(invalid(key, value, source, "must be between 1 and 10000"));
+                }
+            }
+            "default.replication.factor" | "offsets.topic.replication.factor" => {
+                let factor: i16 = parse_value(key, value, source)?;
+                if factor != 1 {
+                    return Err(invalid(
+                        key,
+                        value,
+                        source,
+                        "a single node supports replication factor 1 only",
+                    ));
+                }
+            }
+            "socket.request.max.bytes" => {
+                let bytes: usize = parse_value(key, value, source)?;
+                if bytes < 1024 {
+                    return Err(invalid(key, value, source, "must be at least 1024"));
+                }
+                self.frame_bytes_max = Some(bytes);
+            }
+            "strom.io.memory.bytes" => {
+                self.io_memory_bytes = Some(parse_value(key, value, source)?)
+            }
+            "log.retention.ms" | "log.retention.minutes" | "log.retention.hours" => {
+                let (factor, precision) = match key {
+                    "log.retention.ms" => (1, 3),
+                    "log.retention.minutes" => (60_000, 2),
+                    _ => (3_600_000, 1),
+                };
+                let amount: i64 = parse_value(key, value, source)?;
+                let ms = if amount < 0 {
+                    -1
+                } else {
+                    amount.saturating_mul(factor)
+                };
+                if self.retention_ms.is_none_or(|(_, p)| precision >= p) {
+                    self.retention_ms = Some((ms, precision));
+                }
+            }
+            "log.roll.ms" | "log.roll.hours" => {
+                let (factor, precision) = if key == "log.roll.ms" {
+                    (1, 2)
+                } else {
+                    (3_600_000, 1)
+                };
+                let amount: i64 = parse_value(key, value, source)?;
+                if amount < 1 {
+                    return Err(invalid(key, value, source, "must be positive"));
+                }
+                if self.roll_ms.is_none_or(|(_, p)| precision >= p) {
+                    self.roll_ms = Some((amount.saturating_mul(factor), precision));
+                }
+            }
+            _ => {
+                let Some(topic_key) = topic_key_for_broker_key(key) else {
+                    return Err(ConfigError::UnknownKey {
+                        key: key.to_string(),
+                        origin: source.clone(),
+                    });
+                };
+                self.topic_defaults
+                    .set(topic_key, value.trim())
+                    .map_err(|reason| invalid(key, value, source, reason))?;
+                if key == "message.max.bytes" {
+                    self.message_max_bytes = parse_value(key, value, source)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<BrokerConfig, ConfigError> {
+        let source = Source::Flag;
+        if let Some((ms, _)) = self.retention_ms {
+            self.topic_defaults
+                .set("retention.ms", &ms.to_string())
+                .map_err(|reason| invalid("log.retention.ms", &ms.to_string(), &source, reason))?;
+        }
+        if let Some((ms, _)) = self.roll_ms {
+            self.topic_defaults
+                .set("segment.ms", &ms.to_string())
+                .map_err(|reason| invalid("log.roll.ms", &ms.to_string(), &source, reason))?;
+        }
+        let (advertise_host, advertise_port) = match self.advertise {
+            Some(address) => address,
+            None => {
+                let ip = self.listen.ip();
+                let host = if ip.is_unspecified() {
+                    "127.0.0.1".to_string()
+                } else {
+                    ip.to_string()
+                };
+                (host, self.listen.port())
+            }
+        };
+        let frame_bytes_max = self
+            .frame_bytes_max
+            .unwrap_or(FRAME_OVERHEAD_BYTES + self.message_max_bytes as usize);
+        Ok(BrokerConfig {
+            node_id: self.node_id,
+            listen: self.listen,
+            advertise_host,
+            advertise_port,
+            data_dir: self.data_dir,
+            cores: self.cores,
+            auto_create_topics: self.auto_create_topics,
+            num_partitions: self.num_partitions,
+            delete_topic_enable: self.delete_topic_enable,
+            message_max_bytes: self.message_max_bytes,
+            frame_bytes_max,
+            io_memory_bytes: self.io_memory_bytes,
+            topic_defaults: self.topic_defaults,
+        })
+    }
+}
+
+/// Flattens a TOML table into dotted keys: `log.retention.hours = 1`,
+/// `[log.retention] hours = 1` and `"log.retention.hours" = 1` are the same.
+fn flatten(
+    prefix: &str,
+    table: &toml::Table,
+    path: &Path,
+    out: &mut Vec<(String, String)>,
+) -> Result<(), ConfigError> {
+    for (key, value) in table {
+        let full = if prefix.is_empty() {
+            key.clone()
+        } else {
+            format!("{prefix}.{key}")
+        };
+        let text = match value {
+            toml::Value::Table(inner) => {
+                flatten(&full, inner, path, out)?;
+                continue;
+            }
+            toml::Value::String(s) => s.clone(),
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            toml::Value::Float(f) => f.to_string(),
+            other => {
+                return Err(ConfigError::InvalidValue {
+                    key: full,
+                    value: other.to_string(),
+                    origin: Source::File(path.to_path_buf()),
+                    reason: "expected a string, number or boolean".to_string(),
+                })
+            }
+        };
+        out.push((full, text));
+    }
+    Ok(())
+}
+
+/// Reads the settings of a TOML config file as dotted keys and strings.
+pub fn read_file(path: &Path) -> Result<Vec<(String, String)>, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+        path: path.to_path_buf(),
+        error,
+    })?;
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+    let mut out = Vec::new();
+    flatten("", &table, path, &mut out)?;
+    Ok(out)
+}
+
+/// Builds the configuration: defaults, then the file, then the flags.
+pub fn load(flags: &Flags) -> Result<BrokerConfig, ConfigError> {
+    let mut builder = Builder::new();
+    if let Some(path) = &flags.config_file {
+        let source = Source::File(path.clone());
+        for (key, value) in read_file(path)? {
+            builder.apply(&key, &value, &source)?;
+        }
+    }
+    let source = Source::Flag;
+    let named = [
+        (
+            "data.dir",
+            flags.data_dir.as_ref().map(|p| p.display().to_string()),
+        ),
+        ("listen", flags.listen.clone()),
+        ("advertise", flags.advertise.clone()),
+        ("node.id", flags.node_id.clone()),
+        ("cores", flags.cores.clone()),
+    ];
+    for (key, value) in named {
+        if let Some(value) = value {
+            builder.apply(key, &value, &source)?;
+        }
+    }
+    for (key, value) in &flags.settings {
+        builder.apply(key, value, &source)?;
+    }
+    builder.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags_with(settings: &[(&str, &str)]) -> Flags {
+        Flags {
+            settings: settings
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Flags::default()
+        }
+    }
+
+    #[test]
+    fn defaults_start_a_single_node() {
+        let config = load(&Flags::default()).unwrap();
+        assert_eq!(config.listen.to_string(), LISTEN_DEFAULT);
+        assert_eq!(config.advertise_port, 9092);
+        assert_eq!(config.data_dir, PathBuf::from(DATA_DIR_DEFAULT));
+        assert!(config.auto_create_topics);
+        assert_eq!(config.num_partitions, 1);
+        assert_eq!(config.frame_bytes_max, FRAME_OVERHEAD_BYTES + 1_048_588);
+    }
+
+    #[test]
+    fn file_then_flags_override() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("strom.toml");
+        std::fs::write(
+            &path,
+            "listen = \"127.0.0.1:19092\"\nnum.partitions = 4\n\"auto.create.topics.enable\" = false\n[log.retention]\nhours = 2\n",
+        )
+        .unwrap();
+        let mut flags = flags_with(&[("num.partitions", "6")]);
+        flags.config_file = Some(path);
+        flags.node_id = Some("7".to_string());
+        let config = load(&flags).unwrap();
+        assert_eq!(config.listen.port(), 19092);
+        assert_eq!(config.num_partitions, 6);
+        assert_eq!(config.node_id, 7);
+        assert!(!config.auto_create_topics);
+        assert_eq!(config.topic_defaults.get("retention.ms"), Some("7200000"));
+    }
+
+    #[test]
+    fn retention_ms_beats_hours_in_any_order() {
+        let config = load(&flags_with(&[
+            ("log.retention.ms", "1234"),
+            ("log.retention.hours", "5"),
+        ]))
+        .unwrap();
+        assert_eq!(config.topic_defaults.get("retention.ms"), Some("1234"));
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let error = load(&flags_with(&[("no.such.thing", "1")]))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("no.such.thing"), "{error}");
+        let error = load(&flags_with(&[("num.partitions", "many")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("num.partitions") && error.contains("many"),
+            "{error}"
+        );
+        let error = load(&flags_with(&[("log.segment.bytes", "-5")]))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("log.segment.bytes"), "{error}");
+        let error = load(&flags_with(&[("listen", "nowhere")]))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("listen"), "{error}");
+    }
+}

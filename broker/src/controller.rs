@@ -1,0 +1,357 @@
+//! The controller: the only writer of the metadata log. It runs on core 0
+//! (other cores hop there), validates a change, opens or removes the
+//! partitions on their owning cores, then commits the change so every core
+//! sees it. One change at a time, under `Shard::controller_lock`.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use crate::errors;
+use crate::limits::{PRODUCER_ID_BLOCK, TOPIC_PARTITIONS_MAX};
+use crate::metadata::{
+    place_partitions, topic_id_from, validate_topic_name, MetadataRecord, TopicMeta,
+};
+use crate::partition::Partition;
+use crate::shard::Shard;
+use crate::topic_config;
+
+pub const CONTROLLER_CORE: usize = 0;
+
+/// A topic to create.
+#[derive(Debug, Clone)]
+pub struct TopicSpec {
+    pub name: String,
+    pub partitions: i32,
+    pub replication_factor: i16,
+    pub configs: BTreeMap<String, String>,
+}
+
+/// A refused change: Kafka error code and a message for the client.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    pub error_code: i16,
+    pub message: String,
+}
+
+impl Refusal {
+    fn new(error_code: i16, message: impl Into<String>) -> Self {
+        Self {
+            error_code,
+            message: message.into(),
+        }
+    }
+}
+
+pub type Outcome = Result<(), Refusal>;
+
+/// Opens partitions `first..first + cores.len()` of `topic` on their owners.
+async fn open_partitions(
+    shard: &Rc<Shard>,
+    topic: &str,
+    first: i32,
+    cores: &[u32],
+    configs: &BTreeMap<String, String>,
+) -> Outcome {
+    let effective = shard.config.topic_defaults.effective(configs);
+    for (offset, &core) in cores.iter().enumerate() {
+        let index = first + offset as i32;
+        let topic_name = topic.to_string();
+        let effective = effective.clone();
+        let result = shard
+            .run_on(core as usize % shard.cores, move |owner| async move {
+                let partition =
+                    Partition::open(&owner.config.data_dir, &topic_name, index, &effective)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                owner
+                    .partitions
+                    .borrow_mut()
+                    .entry(topic_name)
+                    .or_default()
+                    .insert(index, partition);
+                Ok::<(), String>(())
+            })
+            .await;
+        if let Err(message) = result {
+            tracing::error!(topic, partition = index, error = %message, "opening partition failed");
+            return Err(Refusal::new(errors::KAFKA_STORAGE_ERROR, message));
+        }
+    }
+    Ok(())
+}
+
+/// Removes partitions of `topic` from their owners and deletes their data.
+async fn delete_partitions(shard: &Rc<Shard>, topic: &str, cores: &[u32]) {
+    let mut owners: Vec<usize> = cores.iter().map(|&c| c as usize % shard.cores).collect();
+    owners.sort_unstable();
+    owners.dedup();
+    for core in owners {
+        let topic_name = topic.to_string();
+        shard
+            .run_on(core, move |owner| async move {
+                let removed = owner.partitions.borrow_mut().remove(&topic_name);
+                for (_, partition) in removed.into_iter().flatten() {
+                    partition.delete().await;
+                }
+            })
+            .await;
+    }
+}
+
+fn check_configs(configs: &BTreeMap<String, String>) -> Outcome {
+    for (key, value) in configs {
+        topic_config::validate(key, value)
+            .map_err(|message| Refusal::new(errors::INVALID_CONFIG, message))?;
+    }
+    Ok(())
+}
+
+/// Creates topics (or only validates them); one outcome per spec, in order.
+pub async fn create_topics(
+    shard: &Rc<Shard>,
+    specs: Vec<TopicSpec>,
+    validate_only: bool,
+) -> Vec<Outcome> {
+    shard
+        .run_on(CONTROLLER_CORE, move |controller| async move {
+            let _lock = controller
+                .controller_lock
+                .acquire_permit(1)
+                .await
+                .expect("controller lock is never closed");
+            let mut outcomes = Vec::with_capacity(specs.len());
+            for spec in specs {
+                outcomes.push(create_topic(&controller, spec, validate_only).await);
+            }
+            outcomes
+        })
+        .await
+}
+
+async fn create_topic(controller: &Rc<Shard>, spec: TopicSpec, validate_only: bool) -> Outcome {
+    validate_topic_name(&spec.name)
+        .map_err(|m| Refusal::new(errors::INVALID_TOPIC_EXCEPTION, m))?;
+    let image = controller.metadata.image();
+    if image.topics.contains_key(&spec.name) {
+        return Err(Refusal::new(
+            errors::TOPIC_ALREADY_EXISTS,
+            format!("topic {} already exists", spec.name),
+        ));
+    }
+    let partitions = if spec.partitions == -1 {
+        controller.config.num_partitions
+    } else {
+        spec.partitions
+    };
+    if !(1..=TOPIC_PARTITIONS_MAX).contains(&partitions) {
+        return Err(Refusal::new(
+            errors::INVALID_PARTITIONS,
+            format!("partition count {partitions} is not between 1 and {TOPIC_PARTITIONS_MAX}"),
+        ));
+    }
+    if spec.replication_factor != -1 && spec.replication_factor != 1 {
+        return Err(Refusal::new(
+            errors::INVALID_REPLICATION_FACTOR,
+            format!(
+                "replication factor {} is larger than the 1 available broker",
+                spec.replication_factor
+            ),
+        ));
+    }
+    check_configs(&spec.configs)?;
+    if validate_only {
+        return Ok(());
+    }
+    let mut counts = image.partitions_per_core(controller.cores);
+    let cores = place_partitions(&mut counts, partitions as usize);
+    open_partitions(controller, &spec.name, 0, &cores, &spec.configs).await?;
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let topic = TopicMeta {
+        name: spec.name.clone(),
+        topic_id: topic_id_from(seed ^ (spec.name.len() as u128) << 100),
+        partition_cores: cores.clone(),
+        configs: spec.configs,
+    };
+    if let Err(error) = controller
+        .metadata
+        .commit(&[MetadataRecord::TopicCreated(topic)])
+    {
+        tracing::error!(%error, "metadata log append failed");
+        delete_partitions(controller, &spec.name, &cores).await;
+        return Err(Refusal::new(errors::KAFKA_STORAGE_ERROR, error.to_string()));
+    }
+    tracing::info!(topic = %spec.name, partitions, "topic created");
+    Ok(())
+}
+
+/// Deletes topics by name; one outcome per name, in order.
+pub async fn delete_topics(shard: &Rc<Shard>, names: Vec<String>) -> Vec<Outcome> {
+    shard
+        .run_on(CONTROLLER_CORE, move |controller| async move {
+            let _lock = controller
+                .controller_lock
+                .acquire_permit(1)
+                .await
+                .expect("controller lock is never closed");
+            let mut outcomes = Vec::with_capacity(names.len());
+            for name in names {
+                outcomes.push(delete_topic(&controller, name).await);
+            }
+            outcomes
+        })
+        .await
+}
+
+async fn delete_topic(controller: &Rc<Shard>, name: String) -> Outcome {
+    if !controller.config.delete_topic_enable {
+        return Err(Refusal::new(
+            errors::TOPIC_DELETION_DISABLED,
+            "delete.topic.enable is false",
+        ));
+    }
+    let image = controller.metadata.image();
+    let Some(topic) = image.topics.get(&name).cloned() else {
+        return Err(Refusal::new(
+            errors::UNKNOWN_TOPIC_OR_PARTITION,
+            format!("topic {name} does not exist"),
+        ));
+    };
+    controller
+        .metadata
+        .commit(&[MetadataRecord::TopicDeleted { name: name.clone() }])
+        .map_err(|e| Refusal::new(errors::KAFKA_STORAGE_ERROR, e.to_string()))?;
+    delete_partitions(controller, &name, &topic.partition_cores).await;
+    tracing::info!(topic = %name, "topic deleted");
+    Ok(())
+}
+
+/// Grows a topic to `count` partitions.
+pub async fn create_partitions(
+    shard: &Rc<Shard>,
+    name: String,
+    count: i32,
+    validate_only: bool,
+) -> Outcome {
+    shard
+        .run_on(CONTROLLER_CORE, move |controller| async move {
+            let _lock = controller.controller_lock.acquire_permit(1).await.expect("controller lock is never closed");
+            let image = controller.metadata.image();
+            let Some(topic) = image.topics.get(&name).cloned() else {
+                return Err(Refusal::new(errors::UNKNOWN_TOPIC_OR_PARTITION, format!("topic {name} does not exist")));
+            };
+            let current = topic.partition_cores.len() as i32;
+            if count <= current {
+                return Err(Refusal::new(errors::INVALID_PARTITIONS, format!("topic {name} has {current} partitions; the new count must be larger, not {count}")));
+            }
+            if count > TOPIC_PARTITIONS_MAX {
+                return Err(Refusal::new(errors::INVALID_PARTITIONS, format!("partition count {count} is above {TOPIC_PARTITIONS_MAX}")));
+            }
+            if validate_only {
+                return Ok(());
+            }
+            let mut counts = image.partitions_per_core(controller.cores);
+            let cores = place_partitions(&mut counts, (count - current) as usize);
+            open_partitions(&controller, &name, current, &cores, &topic.configs).await?;
+            controller
+                .metadata
+                .commit(&[MetadataRecord::PartitionsAdded { name: name.clone(), cores }])
+                .map_err(|e| Refusal::new(errors::KAFKA_STORAGE_ERROR, e.to_string()))?;
+            tracing::info!(topic = %name, partitions = count, "partitions added");
+            Ok(())
+        })
+        .await
+}
+
+/// Replaces a topic's config overrides and applies them live.
+pub async fn set_topic_configs(
+    shard: &Rc<Shard>,
+    name: String,
+    configs: BTreeMap<String, String>,
+    validate_only: bool,
+) -> Outcome {
+    shard
+        .run_on(CONTROLLER_CORE, move |controller| async move {
+            let _lock = controller
+                .controller_lock
+                .acquire_permit(1)
+                .await
+                .expect("controller lock is never closed");
+            let image = controller.metadata.image();
+            let Some(topic) = image.topics.get(&name).cloned() else {
+                return Err(Refusal::new(
+                    errors::UNKNOWN_TOPIC_OR_PARTITION,
+                    format!("topic {name} does not exist"),
+                ));
+            };
+            check_configs(&configs)?;
+            if validate_only {
+                return Ok(());
+            }
+            controller
+                .metadata
+                .commit(&[MetadataRecord::TopicConfigsSet {
+                    name: name.clone(),
+                    configs: configs.clone(),
+                }])
+                .map_err(|e| Refusal::new(errors::KAFKA_STORAGE_ERROR, e.to_string()))?;
+            let effective = controller.config.topic_defaults.effective(&configs);
+            let mut owners: Vec<usize> = topic
+                .partition_cores
+                .iter()
+                .map(|&c| c as usize % controller.cores)
+                .collect();
+            owners.sort_unstable();
+            owners.dedup();
+            for core in owners {
+                let effective = effective.clone();
+                let name = name.clone();
+                controller
+                    .run_on(core, move |owner| async move {
+                        for partition in owner
+                            .partitions
+                            .borrow()
+                            .get(&name)
+                            .into_iter()
+                            .flat_map(|p| p.values())
+                        {
+                            partition.apply_config(&effective);
+                        }
+                    })
+                    .await;
+            }
+            tracing::info!(topic = %name, "topic configs changed");
+            Ok(())
+        })
+        .await
+}
+
+/// Hands out a new producer id, taking a new block from the metadata log
+/// when the current one is used up.
+pub async fn allocate_producer_id(shard: &Rc<Shard>) -> Result<i64, Refusal> {
+    shard
+        .run_on(CONTROLLER_CORE, move |controller| async move {
+            let _lock = controller
+                .controller_lock
+                .acquire_permit(1)
+                .await
+                .expect("controller lock is never closed");
+            let (next, end) = controller.producer_ids.get();
+            let (next, end) = if next < end {
+                (next, end)
+            } else {
+                let start = controller.metadata.image().producer_ids_end.max(next);
+                let end = start + PRODUCER_ID_BLOCK;
+                controller
+                    .metadata
+                    .commit(&[MetadataRecord::ProducerIdsAllocated { end }])
+                    .map_err(|e| Refusal::new(errors::KAFKA_STORAGE_ERROR, e.to_string()))?;
+                (start, end)
+            };
+            controller.producer_ids.set((next + 1, end));
+            Ok(next)
+        })
+        .await
+}

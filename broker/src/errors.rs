@@ -1,0 +1,47 @@
+//! The one place that maps internal errors to Kafka error codes.
+
+use kafka_protocol::ResponseError;
+use protocol::batch::BatchError;
+
+use crate::storage::StorageError;
+
+pub const NONE: i16 = 0;
+pub const OFFSET_OUT_OF_RANGE: i16 = ResponseError::OffsetOutOfRange.code();
+pub const CORRUPT_MESSAGE: i16 = ResponseError::CorruptMessage.code();
+pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = ResponseError::UnknownTopicOrPartition.code();
+pub const NOT_LEADER_OR_FOLLOWER: i16 = ResponseError::NotLeaderOrFollower.code();
+pub const MESSAGE_TOO_LARGE: i16 = ResponseError::MessageTooLarge.code();
+pub const INVALID_TOPIC_EXCEPTION: i16 = ResponseError::InvalidTopicException.code();
+pub const INVALID_REQUIRED_ACKS: i16 = ResponseError::InvalidRequiredAcks.code();
+pub const TOPIC_ALREADY_EXISTS: i16 = ResponseError::TopicAlreadyExists.code();
+pub const INVALID_PARTITIONS: i16 = ResponseError::InvalidPartitions.code();
+pub const INVALID_REPLICATION_FACTOR: i16 = ResponseError::InvalidReplicationFactor.code();
+pub const INVALID_REPLICA_ASSIGNMENT: i16 = ResponseError::InvalidReplicaAssignment.code();
+pub const INVALID_CONFIG: i16 = ResponseError::InvalidConfig.code();
+pub const INVALID_REQUEST: i16 = ResponseError::InvalidRequest.code();
+pub const UNSUPPORTED_VERSION: i16 = ResponseError::UnsupportedVersion.code();
+pub const INVALID_RECORD: i16 = ResponseError::InvalidRecord.code();
+pub const KAFKA_STORAGE_ERROR: i16 = ResponseError::KafkaStorageError.code();
+pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = ResponseError::OutOfOrderSequenceNumber.code();
+pub const DUPLICATE_SEQUENCE_NUMBER: i16 = ResponseError::DuplicateSequenceNumber.code();
+pub const INVALID_PRODUCER_EPOCH: i16 = ResponseError::InvalidProducerEpoch.code();
+pub const TOPIC_DELETION_DISABLED: i16 = ResponseError::TopicDeletionDisabled.code();
+pub const POLICY_VIOLATION: i16 = ResponseError::PolicyViolation.code();
+pub const UNKNOWN_SERVER_ERROR: i16 = ResponseError::UnknownServerError.code();
+pub const INVALID_TXN_STATE: i16 = ResponseError::InvalidTxnState.code();
+
+/// A record batch that failed validation.
+pub fn batch_error_code(error: &BatchError) -> i16 {
+    match error {
+        BatchError::CrcMismatch { .. } => CORRUPT_MESSAGE,
+        _ => INVALID_RECORD,
+    }
+}
+
+/// A storage failure as the client sees it.
+pub fn storage_error_code(error: &StorageError) -> i16 {
+    match error {
+        StorageError::OffsetOutOfRange { .. } => OFFSET_OUT_OF_RANGE,
+        _ => KAFKA_STORAGE_ERROR,
+    }
+}

@@ -1,0 +1,200 @@
+//! Fetch (1), versions 4–12 (12 is what librdkafka and Java use without
+//! topic ids). Sessions are declined (session id 0: every fetch is full).
+//!
+//! Path: group partitions by owning core, read on each owner in parallel,
+//! gather. Until `min_bytes` are there or `max_wait_ms` passes, wait for an
+//! append to any of the partitions (woken by the log, no polling loop) and
+//! read again. `max_bytes` is applied over the gathered answer in request
+//! order; the first non-empty partition is always kept whole.
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse};
+
+use crate::errors;
+use crate::limits::FETCH_WAIT_MS_MAX;
+use crate::partition::FetchOutcome;
+use crate::shard::Shard;
+use crate::sync::{join_all, select_first};
+
+pub const VERSION_MIN: i16 = 4;
+pub const VERSION_MAX: i16 = 12;
+
+#[derive(Clone)]
+struct Wanted {
+    slot: usize,
+    topic: String,
+    partition: i32,
+    fetch_offset: i64,
+    partition_max_bytes: usize,
+}
+
+type BoxFuture<'a, T> = Pin<Box<dyn std::future::Future<Output = T> + 'a>>;
+
+async fn read_all(
+    shard: &Rc<Shard>,
+    by_core: &BTreeMap<usize, Vec<Wanted>>,
+    max_bytes: usize,
+) -> Vec<(usize, FetchOutcome)> {
+    let hops: Vec<BoxFuture<'_, Vec<(usize, FetchOutcome)>>> = by_core
+        .iter()
+        .map(|(&core, wanted)| {
+            let wanted = wanted.clone();
+            Box::pin(shard.run_on(core, move |owner| async move {
+                let mut budget = max_bytes;
+                let mut results = Vec::with_capacity(wanted.len());
+                for w in wanted {
+                    let outcome = match owner.partition(&w.topic, w.partition) {
+                        Some(partition) => {
+                            partition
+                                .read(w.fetch_offset, w.partition_max_bytes.min(budget.max(1)))
+                                .await
+                        }
+                        None => FetchOutcome::error(errors::NOT_LEADER_OR_FOLLOWER),
+                    };
+                    budget = budget.saturating_sub(outcome.records.len());
+                    results.push((w.slot, outcome));
+                }
+                results
+            })) as BoxFuture<'_, _>
+        })
+        .collect();
+    join_all(hops).await.into_iter().flatten().collect()
+}
+
+/// Waits until any wanted partition grows past its fetch offset, or the
+/// deadline passes.
+async fn wait_for_data(
+    shard: &Rc<Shard>,
+    by_core: &BTreeMap<usize, Vec<Wanted>>,
+    deadline: Instant,
+) {
+    let waits: Vec<BoxFuture<'_, ()>> = by_core
+        .iter()
+        .map(|(&core, wanted)| {
+            let wanted: Vec<(String, i32, i64)> = wanted
+                .iter()
+                .map(|w| (w.topic.clone(), w.partition, w.fetch_offset))
+                .collect();
+            Box::pin(shard.run_on(core, move |owner| async move {
+                let mut waits: Vec<BoxFuture<'static, ()>> = Vec::new();
+                for (topic, index, offset) in wanted {
+                    if let Some(partition) = owner.partition(&topic, index) {
+                        waits.push(Box::pin(
+                            async move { partition.wait_for_append(offset).await },
+                        ));
+                    }
+                }
+                let timeout = deadline.saturating_duration_since(Instant::now());
+                waits.push(Box::pin(glommio::timer::sleep(timeout)));
+                select_first(waits).await;
+            })) as BoxFuture<'_, ()>
+        })
+        .collect();
+    let mut waits = waits;
+    let timeout = deadline.saturating_duration_since(Instant::now());
+    waits.push(Box::pin(glommio::timer::sleep(timeout)));
+    waits.push(Box::pin(shard.stopping.wait()));
+    select_first(waits).await;
+}
+
+pub async fn handle(shard: &Rc<Shard>, request: FetchRequest) -> FetchResponse {
+    let image = shard.metadata.image();
+    let max_wait =
+        Duration::from_millis(request.max_wait_ms.clamp(0, FETCH_WAIT_MS_MAX as i32) as u64);
+    let deadline = Instant::now() + max_wait;
+    let min_bytes = request.min_bytes.max(0) as usize;
+    let max_bytes = if request.max_bytes <= 0 {
+        i32::MAX as usize
+    } else {
+        request.max_bytes as usize
+    };
+
+    let mut outcomes: Vec<FetchOutcome> = Vec::new();
+    let mut by_core: BTreeMap<usize, Vec<Wanted>> = BTreeMap::new();
+    for topic in &request.topics {
+        let name = topic.topic.0.as_str();
+        let meta = image.topics.get(name);
+        for p in &topic.partitions {
+            let slot = outcomes.len();
+            outcomes.push(FetchOutcome::error(errors::NONE));
+            let core = meta.and_then(|m| image.owner_core(m, p.partition, shard.cores));
+            match core {
+                None => outcomes[slot] = FetchOutcome::error(errors::UNKNOWN_TOPIC_OR_PARTITION),
+                Some(core) => by_core.entry(core).or_default().push(Wanted {
+                    slot,
+                    topic: name.to_string(),
+                    partition: p.partition,
+                    fetch_offset: p.fetch_offset,
+                    partition_max_bytes: p.partition_max_bytes.max(0) as usize,
+                }),
+            }
+        }
+    }
+    loop {
+        let mut total = 0usize;
+        let mut failed = false;
+        for (slot, outcome) in read_all(shard, &by_core, max_bytes).await {
+            total += outcome.records.len();
+            failed |= outcome.error_code != errors::NONE;
+            outcomes[slot] = outcome;
+        }
+        let expired = Instant::now() >= deadline;
+        if total >= min_bytes
+            || failed
+            || expired
+            || by_core.is_empty()
+            || shard.stopping.is_raised()
+        {
+            break;
+        }
+        wait_for_data(shard, &by_core, deadline).await;
+    }
+    // Apply max_bytes across partitions in request order.
+    let mut used = 0usize;
+    for outcome in outcomes.iter_mut() {
+        let len = outcome.records.len();
+        if len == 0 {
+            continue;
+        }
+        if used > 0 && used + len > max_bytes {
+            outcome.records = Bytes::new();
+        } else {
+            used += len;
+        }
+    }
+    let mut outcomes = outcomes.into_iter();
+    let responses = request
+        .topics
+        .iter()
+        .map(|topic| {
+            let partitions = topic
+                .partitions
+                .iter()
+                .map(|p| {
+                    let outcome = outcomes.next().expect("one outcome per partition");
+                    PartitionData::default()
+                        .with_partition_index(p.partition)
+                        .with_error_code(outcome.error_code)
+                        .with_high_watermark(outcome.high_watermark)
+                        .with_last_stable_offset(outcome.high_watermark)
+                        .with_log_start_offset(outcome.log_start_offset)
+                        .with_aborted_transactions(Some(Vec::new()))
+                        .with_preferred_read_replica(BrokerId(-1))
+                        .with_records(Some(outcome.records))
+                })
+                .collect();
+            FetchableTopicResponse::default()
+                .with_topic(topic.topic.clone())
+                .with_partitions(partitions)
+        })
+        .collect();
+    FetchResponse::default()
+        .with_session_id(0)
+        .with_responses(responses)
+}

@@ -1,0 +1,40 @@
+//! InitProducerId (22), versions 0–4, for idempotent producers. A request
+//! naming an existing producer id bumps its epoch (KIP-360); transactional
+//! ids are refused until transactions exist.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
+
+use crate::controller;
+use crate::errors;
+use crate::shard::Shard;
+
+pub const VERSION_MIN: i16 = 0;
+pub const VERSION_MAX: i16 = 4;
+
+pub async fn handle(shard: &Rc<Shard>, request: InitProducerIdRequest) -> InitProducerIdResponse {
+    let refused = |code| {
+        InitProducerIdResponse::default()
+            .with_error_code(code)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1)
+    };
+    if request.transactional_id.is_some() {
+        return refused(errors::UNSUPPORTED_VERSION);
+    }
+    if request.producer_id.0 >= 0
+        && request.producer_epoch >= 0
+        && request.producer_epoch < i16::MAX - 1
+    {
+        return InitProducerIdResponse::default()
+            .with_producer_id(request.producer_id)
+            .with_producer_epoch(request.producer_epoch + 1);
+    }
+    match controller::allocate_producer_id(shard).await {
+        Ok(id) => InitProducerIdResponse::default()
+            .with_producer_id(ProducerId(id))
+            .with_producer_epoch(0),
+        Err(refusal) => refused(refusal.error_code),
+    }
+}

@@ -1,0 +1,130 @@
+//! Metadata (3), versions 0–12. Lists all topics (v0 empty list, v1+ null)
+//! or the requested ones, creating missing ones when auto-create is on.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::controller::{self, TopicSpec};
+use crate::errors;
+use crate::metadata::{validate_topic_name, TopicMeta};
+use crate::shard::Shard;
+
+pub const VERSION_MIN: i16 = 0;
+pub const VERSION_MAX: i16 = 12;
+
+/// Leader epochs are not tracked on a single node yet; -1 tells clients to
+/// skip epoch validation (OffsetForLeaderEpoch) rather than see an epoch
+/// that could later go down.
+pub const LEADER_EPOCH: i32 = -1;
+
+pub fn topic_response(node_id: i32, topic: &TopicMeta) -> MetadataResponseTopic {
+    let partitions = (0..topic.partition_cores.len() as i32)
+        .map(|index| {
+            MetadataResponsePartition::default()
+                .with_partition_index(index)
+                .with_leader_id(BrokerId(node_id))
+                .with_leader_epoch(LEADER_EPOCH)
+                .with_replica_nodes(vec![BrokerId(node_id)])
+                .with_isr_nodes(vec![BrokerId(node_id)])
+        })
+        .collect();
+    MetadataResponseTopic::default()
+        .with_name(Some(TopicName(StrBytes::from_string(topic.name.clone()))))
+        .with_partitions(partitions)
+}
+
+fn error_topic(name: &str, error_code: i16) -> MetadataResponseTopic {
+    MetadataResponseTopic::default()
+        .with_name(Some(TopicName(StrBytes::from_string(name.to_string()))))
+        .with_error_code(error_code)
+}
+
+pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -> MetadataResponse {
+    let config = &shard.config;
+    let requested: Option<Vec<String>> = match request.topics {
+        None => None,
+        Some(topics) if topics.is_empty() && version == 0 => None,
+        Some(topics) => Some(
+            topics
+                .into_iter()
+                .filter_map(|t| t.name.map(|n| n.0.to_string()))
+                .collect(),
+        ),
+    };
+    let mut image = shard.metadata.image();
+    let mut refused: BTreeMap<String, i16> = BTreeMap::new();
+    if let Some(names) = &requested {
+        let allow_create =
+            config.auto_create_topics && (version < 4 || request.allow_auto_topic_creation);
+        let missing: Vec<String> = names
+            .iter()
+            .filter(|n| !image.topics.contains_key(*n))
+            .cloned()
+            .collect();
+        let mut to_create = Vec::new();
+        for name in missing {
+            if validate_topic_name(&name).is_err() {
+                refused.insert(name, errors::INVALID_TOPIC_EXCEPTION);
+            } else if allow_create {
+                to_create.push(name);
+            } else {
+                refused.insert(name, errors::UNKNOWN_TOPIC_OR_PARTITION);
+            }
+        }
+        if !to_create.is_empty() {
+            let specs = to_create
+                .iter()
+                .map(|name| TopicSpec {
+                    name: name.clone(),
+                    partitions: config.num_partitions,
+                    replication_factor: -1,
+                    configs: BTreeMap::new(),
+                })
+                .collect();
+            let outcomes = controller::create_topics(shard, specs, false).await;
+            for (name, outcome) in to_create.into_iter().zip(outcomes) {
+                // Another request may have created it meanwhile: that is fine.
+                if let Err(refusal) = outcome {
+                    if refusal.error_code != errors::TOPIC_ALREADY_EXISTS {
+                        refused.insert(name, refusal.error_code);
+                    }
+                }
+            }
+            image = shard.metadata.image();
+        }
+    }
+    let topics = match &requested {
+        None => image
+            .topics
+            .values()
+            .map(|t| topic_response(config.node_id, t))
+            .collect(),
+        Some(names) => names
+            .iter()
+            .map(|name| match image.topics.get(name) {
+                Some(topic) => topic_response(config.node_id, topic),
+                None => error_topic(
+                    name,
+                    refused
+                        .get(name)
+                        .copied()
+                        .unwrap_or(errors::UNKNOWN_TOPIC_OR_PARTITION),
+                ),
+            })
+            .collect(),
+    };
+    MetadataResponse::default()
+        .with_brokers(vec![MetadataResponseBroker::default()
+            .with_node_id(BrokerId(config.node_id))
+            .with_host(StrBytes::from_string(config.advertise_host.clone()))
+            .with_port(i32::from(config.advertise_port))])
+        .with_cluster_id(Some(StrBytes::from_string(image.cluster_id.clone())))
+        .with_controller_id(BrokerId(config.node_id))
+        .with_topics(topics)
+}

@@ -1,0 +1,267 @@
+//! Produce (0), versions 0–9 advertised; 3–9 served. v0–2 (which old
+//! librdkafka needs to see advertised) are answered UNSUPPORTED_VERSION per
+//! partition, as Kafka 4 does.
+//!
+//! Path: validate each partition's batch here (size, CRC, one v2 batch),
+//! group partitions by owning core, hop there with the `Bytes` (no copy),
+//! append (and with acks=all wait until durable), gather the answers.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use protocol::batch::BatchHeader;
+use protocol::codec::RequestFrame;
+
+use crate::controller::{self, TopicSpec};
+use crate::errors;
+use crate::metadata::{validate_topic_name, MetadataImage};
+use crate::partition::ProduceOutcome;
+use crate::shard::Shard;
+use crate::sync::join_all;
+
+pub const VERSION_MIN: i16 = 0;
+pub const VERSION_MAX: i16 = 9;
+/// Lowest version whose body the codec decodes.
+pub const VERSION_SERVED_MIN: i16 = 3;
+
+/// One partition's batch, validated, on its way to the owning core.
+struct Routed {
+    slot: usize,
+    topic: String,
+    partition: i32,
+    batch: Bytes,
+    header: BatchHeader,
+}
+
+/// Creates the topics a produce request names that do not exist yet, when
+/// auto-create is on.
+async fn auto_create(shard: &Rc<Shard>, request: &ProduceRequest, image: &MetadataImage) -> bool {
+    if !shard.config.auto_create_topics {
+        return false;
+    }
+    let missing: Vec<String> = request
+        .topic_data
+        .iter()
+        .map(|t| t.name.0.to_string())
+        .filter(|n| !image.topics.contains_key(n) && validate_topic_name(n).is_ok())
+        .collect();
+    if missing.is_empty() {
+        return false;
+    }
+    let specs = missing
+        .into_iter()
+        .map(|name| TopicSpec {
+            name,
+            partitions: shard.config.num_partitions,
+            replication_factor: -1,
+            configs: BTreeMap::new(),
+        })
+        .collect();
+    controller::create_topics(shard, specs, false).await;
+    true
+}
+
+/// The largest batch a topic accepts.
+fn max_message_bytes(shard: &Shard, configs: &BTreeMap<String, String>) -> usize {
+    configs
+        .get("max.message.bytes")
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(shard.config.message_max_bytes as usize)
+}
+
+pub async fn handle(
+    shard: &Rc<Shard>,
+    request: ProduceRequest,
+    _version: i16,
+) -> Option<ProduceResponse> {
+    let acks = request.acks;
+    let mut image = shard.metadata.image();
+    if auto_create(shard, &request, &image).await {
+        image = shard.metadata.image();
+    }
+    // One outcome slot per partition, in request order.
+    let mut outcomes: Vec<ProduceOutcome> = Vec::new();
+    let mut by_core: BTreeMap<usize, Vec<Routed>> = BTreeMap::new();
+    for topic_data in &request.topic_data {
+        let name = topic_data.name.0.as_str();
+        let topic = image.topics.get(name);
+        for partition_data in &topic_data.partition_data {
+            let slot = outcomes.len();
+            outcomes.push(ProduceOutcome::error(errors::NONE));
+            let outcome = &mut outcomes[slot];
+            if !matches!(acks, -1..=1) {
+                *outcome = ProduceOutcome::error(errors::INVALID_REQUIRED_ACKS);
+                continue;
+            }
+            let Some(topic) = topic else {
+                let code = if validate_topic_name(name).is_err() {
+                    errors::INVALID_TOPIC_EXCEPTION
+                } else {
+                    errors::UNKNOWN_TOPIC_OR_PARTITION
+                };
+                *outcome = ProduceOutcome::error(code);
+                continue;
+            };
+            let Some(core) = image.owner_core(topic, partition_data.index, shard.cores) else {
+                *outcome = ProduceOutcome::error(errors::UNKNOWN_TOPIC_OR_PARTITION);
+                continue;
+            };
+            let Some(records) = partition_data.records.clone() else {
+                *outcome = ProduceOutcome::error(errors::INVALID_RECORD);
+                continue;
+            };
+            if records.len() > max_message_bytes(shard, &topic.configs) {
+                *outcome = ProduceOutcome::error(errors::MESSAGE_TOO_LARGE);
+                continue;
+            }
+            let header = match protocol::batch::validate(&records) {
+                Ok(header) => header,
+                Err(error) => {
+                    tracing::debug!(topic = name, partition = partition_data.index, %error, "rejected batch");
+                    *outcome = ProduceOutcome::error(errors::batch_error_code(&error));
+                    continue;
+                }
+            };
+            by_core.entry(core).or_default().push(Routed {
+                slot,
+                topic: name.to_string(),
+                partition: partition_data.index,
+                batch: records,
+                header,
+            });
+        }
+    }
+    let hops = by_core
+        .into_iter()
+        .map(|(core, routed)| {
+            Box::pin(shard.run_on(core, move |owner| async move {
+                let appends = routed
+                    .into_iter()
+                    .map(|r| {
+                        let partition = owner.partition(&r.topic, r.partition);
+                        Box::pin(async move {
+                            let outcome = match partition {
+                                Some(partition) => partition.produce(r.batch, r.header, acks).await,
+                                None => ProduceOutcome::error(errors::NOT_LEADER_OR_FOLLOWER),
+                            };
+                            (r.slot, outcome)
+                        })
+                            as std::pin::Pin<Box<dyn std::future::Future<Output = _>>>
+                    })
+                    .collect();
+                join_all(appends).await
+            })) as std::pin::Pin<Box<dyn std::future::Future<Output = _>>>
+        })
+        .collect();
+    for results in join_all(hops).await {
+        for (slot, outcome) in results {
+            outcomes[slot] = outcome;
+        }
+    }
+    if acks == 0 {
+        return None;
+    }
+    let mut outcomes = outcomes.into_iter();
+    let responses = request
+        .topic_data
+        .iter()
+        .map(|topic_data| {
+            let partition_responses = topic_data
+                .partition_data
+                .iter()
+                .map(|p| {
+                    let outcome = outcomes.next().expect("one outcome per partition");
+                    PartitionProduceResponse::default()
+                        .with_index(p.index)
+                        .with_error_code(outcome.error_code)
+                        .with_base_offset(outcome.base_offset)
+                        .with_log_append_time_ms(outcome.log_append_time_ms)
+                        .with_log_start_offset(outcome.log_start_offset)
+                })
+                .collect();
+            TopicProduceResponse::default()
+                .with_name(topic_data.name.clone())
+                .with_partition_responses(partition_responses)
+        })
+        .collect();
+    Some(ProduceResponse::default().with_responses(responses))
+}
+
+/// Answers a v0–2 produce request, which the codec cannot decode, with
+/// UNSUPPORTED_VERSION for every partition. Parsed by hand with every count
+/// bounded by the bytes left; a malformed body gets no answer (`None` would
+/// look like acks=0, so it gets an empty response list instead).
+pub fn answer_old_version(request: &RequestFrame) -> Option<Bytes> {
+    let version = request.api_version;
+    let mut body = request.body.clone();
+    let mut topics: Vec<(Bytes, Vec<i32>)> = Vec::new();
+    let mut acks = 1i16;
+    let parsed = (|| -> Option<()> {
+        if body.remaining() < 10 {
+            return None;
+        }
+        acks = body.get_i16();
+        let _timeout = body.get_i32();
+        let topic_count = body.get_i32();
+        if topic_count < 0 || topic_count as usize > body.remaining() / 6 {
+            return None;
+        }
+        for _ in 0..topic_count {
+            if body.remaining() < 2 {
+                return None;
+            }
+            let name_len = body.get_i16();
+            if name_len < 0 || name_len as usize + 4 > body.remaining() {
+                return None;
+            }
+            let name = body.split_to(name_len as usize);
+            let partition_count = body.get_i32();
+            if partition_count < 0 || partition_count as usize > body.remaining() / 8 {
+                return None;
+            }
+            let mut partitions = Vec::with_capacity(partition_count as usize);
+            for _ in 0..partition_count {
+                if body.remaining() < 8 {
+                    return None;
+                }
+                partitions.push(body.get_i32());
+                let set_len = body.get_i32();
+                if set_len < 0 || set_len as usize > body.remaining() {
+                    return None;
+                }
+                body.advance(set_len as usize);
+            }
+            topics.push((name, partitions));
+        }
+        Some(())
+    })();
+    if parsed.is_some() && acks == 0 {
+        return None;
+    }
+    let mut out = BytesMut::new();
+    out.put_i32(0);
+    out.put_i32(request.correlation_id);
+    out.put_i32(topics.len() as i32);
+    for (name, partitions) in &topics {
+        out.put_i16(name.len() as i16);
+        out.put_slice(name);
+        out.put_i32(partitions.len() as i32);
+        for &partition in partitions {
+            out.put_i32(partition);
+            out.put_i16(errors::UNSUPPORTED_VERSION);
+            out.put_i64(-1);
+            if version >= 2 {
+                out.put_i64(-1);
+            }
+        }
+    }
+    if version >= 1 {
+        out.put_i32(0);
+    }
+    let length = (out.len() - 4) as i32;
+    out[..4].copy_from_slice(&length.to_be_bytes());
+    Some(out.freeze())
+}

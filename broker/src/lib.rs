@@ -1,0 +1,21 @@
+//! The Strom broker: thread-per-core runtime, listeners, request handlers
+//! and the single-node controller. See `docs/broker.md`.
+
+pub mod config;
+pub mod controller;
+pub mod errors;
+pub mod handlers;
+pub mod limits;
+pub mod metadata;
+pub mod partition;
+pub mod producer_state;
+pub mod runtime;
+pub mod server;
+pub mod shard;
+pub mod sync;
+pub mod topic_config;
+
+#[allow(dead_code)]
+mod memlog;
+/// The storage log the broker runs on.
+pub(crate) use memlog as storage;

@@ -1,0 +1,107 @@
+//! `strom`: the broker binary.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Exit code for configuration errors (bad flag, key or value).
+const EXIT_CONFIG: u8 = 2;
+/// Exit code for failures at start-up or while running.
+const EXIT_RUNTIME: u8 = 1;
+
+#[derive(Parser)]
+#[command(
+    name = "strom",
+    version,
+    about = "Strom: a Kafka-compatible thread-per-core broker"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start a broker (the default when no command is given).
+    Start(StartArgs),
+}
+
+#[derive(Args, Default)]
+struct StartArgs {
+    /// TOML config file; Kafka's names for Kafka's settings.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Directory for partition logs and the metadata log [default: ./strom-data].
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Address to listen on for clients [default: 127.0.0.1:9092].
+    #[arg(long, value_name = "HOST:PORT")]
+    listen: Option<String>,
+    /// Address clients are told to connect to [default: the listen address].
+    #[arg(long, value_name = "HOST:PORT")]
+    advertise: Option<String>,
+    /// This broker's node id [default: 0].
+    #[arg(long, value_name = "N")]
+    node_id: Option<String>,
+    /// Executors (one per core) [default: every online core].
+    #[arg(long, value_name = "N")]
+    cores: Option<String>,
+    /// Any other setting, in Kafka's names (repeatable), e.g. --set num.partitions=3.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    settings: Vec<String>,
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("STROM_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+fn start(args: StartArgs) -> ExitCode {
+    let mut settings = Vec::with_capacity(args.settings.len());
+    for setting in &args.settings {
+        let Some((key, value)) = setting.split_once('=') else {
+            eprintln!("strom: --set expects KEY=VALUE, got {setting:?}");
+            return ExitCode::from(EXIT_CONFIG);
+        };
+        settings.push((key.trim().to_string(), value.to_string()));
+    }
+    let flags = broker::config::Flags {
+        config_file: args.config,
+        data_dir: args.data_dir,
+        listen: args.listen,
+        advertise: args.advertise,
+        node_id: args.node_id,
+        cores: args.cores,
+        settings,
+    };
+    let config = match broker::config::load(&flags) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("strom: configuration error: {error}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    init_logging();
+    match broker::runtime::run(config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!("{error:#}");
+            eprintln!("strom: {error:#}");
+            ExitCode::from(EXIT_RUNTIME)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Start(args)) => start(args),
+        None => start(StartArgs::default()),
+    }
+}

@@ -1,0 +1,563 @@
+//! Cluster metadata for a single node: topics, their partitions' owning
+//! cores (the shard table), topic configs and producer id blocks. Changes
+//! are records appended to an on-disk metadata log (`__metadata/metadata.log`
+//! in the data dir) and synced before they take effect; start-up replays
+//! the log into an immutable [`MetadataImage`] that every core reads.
+//!
+//! This is the single-node form of the controller's replicated metadata
+//! log: the records are the same, only the replication is missing.
+//!
+//! Record framing: `len u32 | crc32 u32 (crc32fast of payload) | payload`.
+//! A torn or corrupt tail (a crash during an append) is truncated at start.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+
+use crate::limits::METADATA_RECORD_BYTES_MAX;
+
+pub const METADATA_DIR: &str = "__metadata";
+const METADATA_FILE: &str = "metadata.log";
+
+#[derive(Debug, thiserror::Error)]
+pub enum MetadataError {
+    #[error("metadata log {path}: {op}: {error}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("metadata log {path}: record at byte {position} is not understood: {reason}")]
+    Corrupt {
+        path: PathBuf,
+        position: u64,
+        reason: String,
+    },
+}
+
+/// A topic as the metadata log knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicMeta {
+    pub name: String,
+    pub topic_id: u128,
+    /// The owning core of each partition, by partition index: the shard table.
+    pub partition_cores: Vec<u32>,
+    /// Topic config overrides, in topic key names.
+    pub configs: BTreeMap<String, String>,
+}
+
+/// One change to the metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MetadataRecord {
+    ClusterId(String),
+    TopicCreated(TopicMeta),
+    TopicDeleted {
+        name: String,
+    },
+    PartitionsAdded {
+        name: String,
+        cores: Vec<u32>,
+    },
+    TopicConfigsSet {
+        name: String,
+        configs: BTreeMap<String, String>,
+    },
+    ProducerIdsAllocated {
+        end: i64,
+    },
+}
+
+/// Everything the metadata log says, at one point.
+#[derive(Debug, Clone, Default)]
+pub struct MetadataImage {
+    pub cluster_id: String,
+    pub topics: BTreeMap<String, Arc<TopicMeta>>,
+    /// Producer ids below this were handed out (or reserved) already.
+    pub producer_ids_end: i64,
+}
+
+impl MetadataImage {
+    pub fn apply(&mut self, record: &MetadataRecord) {
+        match record {
+            MetadataRecord::ClusterId(id) => self.cluster_id = id.clone(),
+            MetadataRecord::TopicCreated(topic) => {
+                self.topics
+                    .insert(topic.name.clone(), Arc::new(topic.clone()));
+            }
+            MetadataRecord::TopicDeleted { name } => {
+                self.topics.remove(name);
+            }
+            MetadataRecord::PartitionsAdded { name, cores } => {
+                if let Some(topic) = self.topics.get_mut(name) {
+                    Arc::make_mut(topic)
+                        .partition_cores
+                        .extend_from_slice(cores);
+                }
+            }
+            MetadataRecord::TopicConfigsSet { name, configs } => {
+                if let Some(topic) = self.topics.get_mut(name) {
+                    Arc::make_mut(topic).configs = configs.clone();
+                }
+            }
+            MetadataRecord::ProducerIdsAllocated { end } => {
+                self.producer_ids_end = self.producer_ids_end.max(*end);
+            }
+        }
+    }
+
+    /// The core that owns a partition, mapped into the running core count
+    /// (the count may have changed since the topic was created).
+    pub fn owner_core(&self, topic: &TopicMeta, partition: i32, cores: usize) -> Option<usize> {
+        let index = usize::try_from(partition).ok()?;
+        topic
+            .partition_cores
+            .get(index)
+            .map(|&core| core as usize % cores)
+    }
+
+    /// Partitions per core, to place new ones on the least loaded core.
+    pub fn partitions_per_core(&self, cores: usize) -> Vec<usize> {
+        let mut counts = vec![0usize; cores];
+        for topic in self.topics.values() {
+            for &core in &topic.partition_cores {
+                counts[core as usize % cores] += 1;
+            }
+        }
+        counts
+    }
+}
+
+/// Picks owning cores for `count` new partitions: each goes to the core
+/// with the fewest partitions (lowest index on ties), so cores stay balanced.
+pub fn place_partitions(counts: &mut [usize], count: usize) -> Vec<u32> {
+    (0..count)
+        .map(|_| {
+            let (core, _) = counts
+                .iter()
+                .enumerate()
+                .min_by_key(|&(core, &n)| (n, core))
+                .expect("at least one core");
+            counts[core] += 1;
+            core as u32
+        })
+        .collect()
+}
+
+// Record encoding: a type byte, then fields; strings and lists are
+// u32-length prefixed. Decoding bounds every length by the bytes left.
+const TYPE_CLUSTER_ID: u8 = 1;
+const TYPE_TOPIC_CREATED: u8 = 2;
+const TYPE_TOPIC_DELETED: u8 = 3;
+const TYPE_PARTITIONS_ADDED: u8 = 4;
+const TYPE_TOPIC_CONFIGS_SET: u8 = 5;
+const TYPE_PRODUCER_IDS: u8 = 6;
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as u32).to_be_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn put_cores(out: &mut Vec<u8>, cores: &[u32]) {
+    out.extend_from_slice(&(cores.len() as u32).to_be_bytes());
+    for core in cores {
+        out.extend_from_slice(&core.to_be_bytes());
+    }
+}
+
+fn put_configs(out: &mut Vec<u8>, configs: &BTreeMap<String, String>) {
+    out.extend_from_slice(&(configs.len() as u32).to_be_bytes());
+    for (key, value) in configs {
+        put_str(out, key);
+        put_str(out, value);
+    }
+}
+
+impl MetadataRecord {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        match self {
+            MetadataRecord::ClusterId(id) => {
+                out.push(TYPE_CLUSTER_ID);
+                put_str(&mut out, id);
+            }
+            MetadataRecord::TopicCreated(topic) => {
+                out.push(TYPE_TOPIC_CREATED);
+                put_str(&mut out, &topic.name);
+                out.extend_from_slice(&topic.topic_id.to_be_bytes());
+                put_cores(&mut out, &topic.partition_cores);
+                put_configs(&mut out, &topic.configs);
+            }
+            MetadataRecord::TopicDeleted { name } => {
+                out.push(TYPE_TOPIC_DELETED);
+                put_str(&mut out, name);
+            }
+            MetadataRecord::PartitionsAdded { name, cores } => {
+                out.push(TYPE_PARTITIONS_ADDED);
+                put_str(&mut out, name);
+                put_cores(&mut out, cores);
+            }
+            MetadataRecord::TopicConfigsSet { name, configs } => {
+                out.push(TYPE_TOPIC_CONFIGS_SET);
+                put_str(&mut out, name);
+                put_configs(&mut out, configs);
+            }
+            MetadataRecord::ProducerIdsAllocated { end } => {
+                out.push(TYPE_PRODUCER_IDS);
+                out.extend_from_slice(&end.to_be_bytes());
+            }
+        }
+        out
+    }
+
+    pub fn decode(mut buf: &[u8]) -> Result<Self, String> {
+        let record = match take_u8(&mut buf)? {
+            TYPE_CLUSTER_ID => MetadataRecord::ClusterId(take_str(&mut buf)?),
+            TYPE_TOPIC_CREATED => {
+                let name = take_str(&mut buf)?;
+                let topic_id = u128::from_be_bytes(take::<16>(&mut buf)?);
+                let partition_cores = take_cores(&mut buf)?;
+                let configs = take_configs(&mut buf)?;
+                MetadataRecord::TopicCreated(TopicMeta {
+                    name,
+                    topic_id,
+                    partition_cores,
+                    configs,
+                })
+            }
+            TYPE_TOPIC_DELETED => MetadataRecord::TopicDeleted {
+                name: take_str(&mut buf)?,
+            },
+            TYPE_PARTITIONS_ADDED => MetadataRecord::PartitionsAdded {
+                name: take_str(&mut buf)?,
+                cores: take_cores(&mut buf)?,
+            },
+            TYPE_TOPIC_CONFIGS_SET => MetadataRecord::TopicConfigsSet {
+                name: take_str(&mut buf)?,
+                configs: take_configs(&mut buf)?,
+            },
+            TYPE_PRODUCER_IDS => MetadataRecord::ProducerIdsAllocated {
+                end: i64::from_be_bytes(take::<8>(&mut buf)?),
+            },
+            other => return Err(format!("unknown record type {other}")),
+        };
+        if !buf.is_empty() {
+            return Err(format!("{} trailing bytes", buf.len()));
+        }
+        Ok(record)
+    }
+}
+
+fn take<const N: usize>(buf: &mut &[u8]) -> Result<[u8; N], String> {
+    if buf.len() < N {
+        return Err("truncated field".to_string());
+    }
+    let (head, rest) = buf.split_at(N);
+    *buf = rest;
+    Ok(head.try_into().expect("N bytes"))
+}
+
+fn take_u8(buf: &mut &[u8]) -> Result<u8, String> {
+    Ok(take::<1>(buf)?[0])
+}
+
+fn take_len(buf: &mut &[u8], element_bytes: usize) -> Result<usize, String> {
+    let len = u32::from_be_bytes(take::<4>(buf)?) as usize;
+    if len.saturating_mul(element_bytes) > buf.len() {
+        return Err("length beyond the record".to_string());
+    }
+    Ok(len)
+}
+
+fn take_str(buf: &mut &[u8]) -> Result<String, String> {
+    let len = take_len(buf, 1)?;
+    let (head, rest) = buf.split_at(len);
+    *buf = rest;
+    String::from_utf8(head.to_vec()).map_err(|_| "string is not UTF-8".to_string())
+}
+
+fn take_cores(buf: &mut &[u8]) -> Result<Vec<u32>, String> {
+    let len = take_len(buf, 4)?;
+    (0..len)
+        .map(|_| Ok(u32::from_be_bytes(take::<4>(buf)?)))
+        .collect()
+}
+
+fn take_configs(buf: &mut &[u8]) -> Result<BTreeMap<String, String>, String> {
+    let len = take_len(buf, 8)?;
+    let mut configs = BTreeMap::new();
+    for _ in 0..len {
+        let key = take_str(buf)?;
+        let value = take_str(buf)?;
+        configs.insert(key, value);
+    }
+    Ok(configs)
+}
+
+/// The append-only metadata log file.
+pub struct MetadataLog {
+    file: File,
+    path: PathBuf,
+}
+
+impl MetadataLog {
+    /// Opens (or creates) the log in `data_dir`, replays it and truncates a
+    /// torn tail. A new log gets a fresh cluster id as its first record.
+    pub fn open(data_dir: &Path) -> Result<(MetadataLog, MetadataImage), MetadataError> {
+        let dir = data_dir.join(METADATA_DIR);
+        let path = dir.join(METADATA_FILE);
+        let io = |op: &'static str, path: &Path| {
+            let path = path.to_path_buf();
+            move |error| MetadataError::Io { op, path, error }
+        };
+        std::fs::create_dir_all(&dir).map_err(io("create directory", &dir))?;
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io("open", &path))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(io("read", &path))?;
+        let mut image = MetadataImage::default();
+        let mut position = 0usize;
+        while bytes.len() - position >= 8 {
+            let len = u32::from_be_bytes(bytes[position..position + 4].try_into().expect("4 bytes"))
+                as usize;
+            let crc = u32::from_be_bytes(
+                bytes[position + 4..position + 8]
+                    .try_into()
+                    .expect("4 bytes"),
+            );
+            if len > METADATA_RECORD_BYTES_MAX || bytes.len() - position - 8 < len {
+                break;
+            }
+            let payload = &bytes[position + 8..position + 8 + len];
+            if crc32fast::hash(payload) != crc {
+                break;
+            }
+            let record =
+                MetadataRecord::decode(payload).map_err(|reason| MetadataError::Corrupt {
+                    path: path.clone(),
+                    position: position as u64,
+                    reason,
+                })?;
+            image.apply(&record);
+            position += 8 + len;
+        }
+        if position != bytes.len() {
+            tracing::warn!(path = %path.display(), valid_bytes = position, file_bytes = bytes.len(), "truncating torn metadata log tail");
+            file.set_len(position as u64)
+                .map_err(io("truncate", &path))?;
+            file.sync_all().map_err(io("sync", &path))?;
+        }
+        file.seek(SeekFrom::End(0)).map_err(io("seek", &path))?;
+        let mut log = MetadataLog { file, path };
+        if image.cluster_id.is_empty() {
+            let record = MetadataRecord::ClusterId(new_cluster_id());
+            log.append(&record)?;
+            image.apply(&record);
+            File::open(&dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io("sync directory", &dir))?;
+        }
+        Ok((log, image))
+    }
+
+    /// Appends a record and syncs it before returning.
+    pub fn append(&mut self, record: &MetadataRecord) -> Result<(), MetadataError> {
+        let payload = record.encode();
+        let mut frame = Vec::with_capacity(8 + payload.len());
+        frame.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+        frame.extend_from_slice(&crc32fast::hash(&payload).to_be_bytes());
+        frame.extend_from_slice(&payload);
+        let path = self.path.clone();
+        self.file
+            .write_all(&frame)
+            .and_then(|()| self.file.sync_data())
+            .map_err(|error| MetadataError::Io {
+                op: "append",
+                path,
+                error,
+            })
+    }
+}
+
+/// A cluster id in Kafka's form: 16 bytes, URL-safe base64 without padding.
+fn new_cluster_id() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let seed = nanos ^ (u128::from(std::process::id()) << 64);
+    let bytes = topic_id_from(seed).to_be_bytes();
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    let mut bits = 0u32;
+    let mut acc = 0u32;
+    for byte in bytes {
+        acc = (acc << 8) | u32::from(byte);
+        bits += 8;
+        while bits >= 6 {
+            bits -= 6;
+            out.push(ALPHABET[((acc >> bits) & 0x3f) as usize] as char);
+        }
+    }
+    if bits > 0 {
+        out.push(ALPHABET[((acc << (6 - bits)) & 0x3f) as usize] as char);
+    }
+    out
+}
+
+/// Mixes a seed into a 128-bit id (splitmix-style), for topic and cluster ids.
+pub fn topic_id_from(seed: u128) -> u128 {
+    let mut x = seed.wrapping_add(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C834);
+    x = (x ^ (x >> 67)).wrapping_mul(0xBF58_476D_1CE4_E5B9_94D0_49BB_1331_11EB);
+    x ^ (x >> 61)
+}
+
+/// The metadata every core shares: the log (written by the controller core
+/// only) and the current image (read by every core per request).
+pub struct MetadataStore {
+    log: Mutex<MetadataLog>,
+    image: RwLock<Arc<MetadataImage>>,
+}
+
+impl MetadataStore {
+    pub fn new(log: MetadataLog, image: MetadataImage) -> Self {
+        Self {
+            log: Mutex::new(log),
+            image: RwLock::new(Arc::new(image)),
+        }
+    }
+
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.image.read().expect("metadata image lock").clone()
+    }
+
+    /// Makes a change durable, then visible. Only the controller core calls
+    /// this, so changes are serialized by construction; the mutex makes the
+    /// store `Sync`, it is never contended.
+    pub fn commit(&self, records: &[MetadataRecord]) -> Result<Arc<MetadataImage>, MetadataError> {
+        let mut log = self.log.lock().expect("metadata log lock");
+        for record in records {
+            log.append(record)?;
+        }
+        let mut image = (*self.image()).clone();
+        for record in records {
+            image.apply(record);
+        }
+        let image = Arc::new(image);
+        *self.image.write().expect("metadata image lock") = image.clone();
+        Ok(image)
+    }
+}
+
+/// Checks a topic name the way Kafka does.
+pub fn validate_topic_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("topic name is empty".to_string());
+    }
+    if name == "." || name == ".." {
+        return Err(format!("topic name {name:?} is not allowed"));
+    }
+    if name.len() > 249 {
+        return Err(format!(
+            "topic name is {} characters, more than 249",
+            name.len()
+        ));
+    }
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(format!("topic name {name:?} contains {bad:?}; only ASCII letters, digits, '.', '_' and '-' are allowed"));
+    }
+    if name == METADATA_DIR {
+        return Err(format!("topic name {name:?} is reserved"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn topic(name: &str, cores: &[u32]) -> MetadataRecord {
+        MetadataRecord::TopicCreated(TopicMeta {
+            name: name.to_string(),
+            topic_id: 42,
+            partition_cores: cores.to_vec(),
+            configs: BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]),
+        })
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let records = [
+            MetadataRecord::ClusterId("abc".to_string()),
+            topic("t", &[0, 1, 0]),
+            MetadataRecord::TopicDeleted {
+                name: "t".to_string(),
+            },
+            MetadataRecord::PartitionsAdded {
+                name: "t".to_string(),
+                cores: vec![1],
+            },
+            MetadataRecord::TopicConfigsSet {
+                name: "t".to_string(),
+                configs: BTreeMap::new(),
+            },
+            MetadataRecord::ProducerIdsAllocated { end: 1000 },
+        ];
+        for record in records {
+            assert_eq!(MetadataRecord::decode(&record.encode()).unwrap(), record);
+        }
+        assert!(MetadataRecord::decode(&[2, 0xff, 0xff, 0xff, 0xff]).is_err());
+    }
+
+    #[test]
+    fn log_replays_and_truncates_a_torn_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, image) = MetadataLog::open(dir.path()).unwrap();
+        let cluster_id = image.cluster_id.clone();
+        assert_eq!(cluster_id.len(), 22);
+        log.append(&topic("a", &[0, 1])).unwrap();
+        log.append(&MetadataRecord::PartitionsAdded {
+            name: "a".to_string(),
+            cores: vec![0],
+        })
+        .unwrap();
+        drop(log);
+        let path = dir.path().join(METADATA_DIR).join(METADATA_FILE);
+        let full = std::fs::read(&path).unwrap();
+        let mut torn = full.clone();
+        torn.extend_from_slice(&[0, 0, 0, 50, 1, 2]);
+        std::fs::write(&path, &torn).unwrap();
+        let (_, image) = MetadataLog::open(dir.path()).unwrap();
+        assert_eq!(image.cluster_id, cluster_id);
+        assert_eq!(image.topics["a"].partition_cores, vec![0, 1, 0]);
+        assert_eq!(std::fs::read(&path).unwrap(), full);
+    }
+
+    #[test]
+    fn placement_balances_cores() {
+        let mut counts = vec![0, 0, 0];
+        assert_eq!(
+            place_partitions(&mut counts, 10),
+            vec![0, 1, 2, 0, 1, 2, 0, 1, 2, 0]
+        );
+        let mut counts = vec![3, 0];
+        assert_eq!(place_partitions(&mut counts, 4), vec![1, 1, 1, 0]);
+    }
+
+    #[test]
+    fn topic_names_follow_kafka_rules() {
+        assert!(validate_topic_name("orders.v1_x-y").is_ok());
+        for bad in ["", ".", "..", "a/b", "ä", &"x".repeat(250)] {
+            assert!(validate_topic_name(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,302 @@
+//! A partition on its owning core: the storage log plus what the broker
+//! adds around it (idempotent producer state, timestamp type). Everything
+//! here runs on the owning core; results are plain `Send` values that hop
+//! back to the core serving the connection.
+
+use std::cell::{Cell, RefCell};
+use std::path::Path;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use protocol::batch::BatchHeader;
+
+use crate::errors;
+use crate::producer_state::{last_sequence, ProducerTable, SequenceCheck};
+use crate::storage::{AppendOptions, Log, StorageError};
+use crate::topic_config::{EffectiveConfig, TimestampType};
+
+/// Kafka's ListOffsets special timestamps.
+pub const LATEST_TIMESTAMP: i64 = -1;
+pub const EARLIEST_TIMESTAMP: i64 = -2;
+pub const MAX_TIMESTAMP: i64 = -3;
+
+pub struct Partition {
+    pub topic: String,
+    pub index: i32,
+    log: Log,
+    producers: RefCell<ProducerTable>,
+    timestamp_type: Cell<TimestampType>,
+}
+
+/// The answer for one partition of a produce request.
+#[derive(Debug, Clone, Copy)]
+pub struct ProduceOutcome {
+    pub error_code: i16,
+    pub base_offset: i64,
+    pub log_append_time_ms: i64,
+    pub log_start_offset: i64,
+}
+
+impl ProduceOutcome {
+    pub fn error(error_code: i16) -> Self {
+        Self {
+            error_code,
+            base_offset: -1,
+            log_append_time_ms: -1,
+            log_start_offset: -1,
+        }
+    }
+}
+
+/// The answer for one partition of a fetch.
+#[derive(Debug, Clone)]
+pub struct FetchOutcome {
+    pub error_code: i16,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    pub records: Bytes,
+}
+
+impl FetchOutcome {
+    pub fn error(error_code: i16) -> Self {
+        Self {
+            error_code,
+            high_watermark: -1,
+            log_start_offset: -1,
+            records: Bytes::new(),
+        }
+    }
+}
+
+/// The answer for one partition of a ListOffsets request.
+#[derive(Debug, Clone, Copy)]
+pub struct OffsetOutcome {
+    pub error_code: i16,
+    pub timestamp: i64,
+    pub offset: i64,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl Partition {
+    /// Opens the partition's log in `<data_dir>/<topic>-<index>`.
+    pub async fn open(
+        data_dir: &Path,
+        topic: &str,
+        index: i32,
+        config: &EffectiveConfig,
+    ) -> Result<Rc<Partition>, StorageError> {
+        let dir = data_dir.join(format!("{topic}-{index}"));
+        let log = Log::open(dir, config.log.clone()).await?;
+        Ok(Rc::new(Partition {
+            topic: topic.to_string(),
+            index,
+            log,
+            producers: RefCell::new(ProducerTable::default()),
+            timestamp_type: Cell::new(config.timestamp_type),
+        }))
+    }
+
+    pub fn apply_config(&self, config: &EffectiveConfig) {
+        self.log.set_config(config.log.clone());
+        self.timestamp_type.set(config.timestamp_type);
+    }
+
+    pub fn high_watermark(&self) -> i64 {
+        self.log.next_offset() as i64
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.log.start_offset() as i64
+    }
+
+    /// Appends one validated batch; with `acks == -1` returns once durable.
+    pub async fn produce(&self, batch: Bytes, header: BatchHeader, acks: i16) -> ProduceOutcome {
+        let idempotent = header.producer_id >= 0 && !header.is_transactional();
+        let first_sequence = header.base_sequence;
+        let last_seq = last_sequence(first_sequence, header.last_offset_delta);
+        let mut reservation = None;
+        if idempotent {
+            let check = self.producers.borrow_mut().check(
+                header.producer_id,
+                header.producer_epoch,
+                first_sequence,
+                last_seq,
+            );
+            match check {
+                SequenceCheck::Append {
+                    previous_last_sequence,
+                } => reservation = Some(previous_last_sequence),
+                SequenceCheck::Duplicate {
+                    base_offset,
+                    log_append_time_ms,
+                } => {
+                    return ProduceOutcome {
+                        error_code: errors::NONE,
+                        base_offset,
+                        log_append_time_ms,
+                        log_start_offset: self.log_start_offset(),
+                    }
+                }
+                SequenceCheck::Reject(code) => return ProduceOutcome::error(code),
+            }
+        } else if header.is_transactional() {
+            return ProduceOutcome::error(errors::INVALID_TXN_STATE);
+        }
+        let log_append_time_ms = match self.timestamp_type.get() {
+            TimestampType::LogAppendTime => Some(now_ms()),
+            TimestampType::CreateTime => None,
+        };
+        let options = AppendOptions {
+            log_append_time_ms,
+            ..AppendOptions::default()
+        };
+        // No await between the sequence check and the append call: appends
+        // of one partition are ordered as they are called.
+        let appended = self.log.append(batch, options).await;
+        let info = match appended {
+            Ok(info) => info,
+            Err(error) => {
+                if let Some(previous) = reservation {
+                    self.producers.borrow_mut().append_failed(
+                        header.producer_id,
+                        last_seq,
+                        previous,
+                    );
+                }
+                tracing::warn!(topic = %self.topic, partition = self.index, %error, "append failed");
+                return ProduceOutcome::error(errors::storage_error_code(&error));
+            }
+        };
+        let log_append_time_ms = info.log_append_time_ms.unwrap_or(-1);
+        if reservation.is_some() {
+            self.producers.borrow_mut().appended(
+                header.producer_id,
+                first_sequence,
+                last_seq,
+                info.base_offset as i64,
+                log_append_time_ms,
+            );
+        }
+        if acks == -1 {
+            if let Err(error) = self.log.wait_durable(info.last_offset).await {
+                tracing::error!(topic = %self.topic, partition = self.index, %error, "sync failed");
+                return ProduceOutcome::error(errors::storage_error_code(&error));
+            }
+        }
+        ProduceOutcome {
+            error_code: errors::NONE,
+            base_offset: info.base_offset as i64,
+            log_append_time_ms,
+            log_start_offset: self.log_start_offset(),
+        }
+    }
+
+    /// Reads up to `max_bytes` (the first batch whole even if larger) from
+    /// `fetch_offset`, up to the high watermark.
+    pub async fn read(&self, fetch_offset: i64, max_bytes: usize) -> FetchOutcome {
+        let high_watermark = self.high_watermark();
+        let log_start_offset = self.log_start_offset();
+        if fetch_offset < log_start_offset || fetch_offset > high_watermark {
+            return FetchOutcome {
+                error_code: errors::OFFSET_OUT_OF_RANGE,
+                high_watermark,
+                log_start_offset,
+                records: Bytes::new(),
+            };
+        }
+        if fetch_offset == high_watermark {
+            return FetchOutcome {
+                error_code: errors::NONE,
+                high_watermark,
+                log_start_offset,
+                records: Bytes::new(),
+            };
+        }
+        match self
+            .log
+            .read(fetch_offset as u64, max_bytes, high_watermark as u64)
+            .await
+        {
+            Ok(result) => FetchOutcome {
+                error_code: errors::NONE,
+                high_watermark,
+                log_start_offset,
+                records: result.bytes,
+            },
+            Err(error) => FetchOutcome {
+                error_code: errors::storage_error_code(&error),
+                high_watermark,
+                log_start_offset,
+                records: Bytes::new(),
+            },
+        }
+    }
+
+    /// Resolves once the log holds an offset past `offset`.
+    pub async fn wait_for_append(&self, offset: i64) {
+        self.log.wait_for_append(offset.max(0) as u64).await
+    }
+
+    pub async fn list_offset(&self, timestamp: i64) -> OffsetOutcome {
+        let ok = |timestamp, offset| OffsetOutcome {
+            error_code: errors::NONE,
+            timestamp,
+            offset,
+        };
+        match timestamp {
+            LATEST_TIMESTAMP => ok(-1, self.high_watermark()),
+            EARLIEST_TIMESTAMP => ok(-1, self.log_start_offset()),
+            MAX_TIMESTAMP => match self.log.max_timestamp() {
+                Some((timestamp, offset)) => ok(timestamp, offset as i64),
+                None => ok(-1, -1),
+            },
+            t if t >= 0 => match self.log.offset_for_timestamp(t).await {
+                Ok(Some(offset)) => ok(t, offset as i64),
+                Ok(None) => ok(-1, -1),
+                Err(error) => OffsetOutcome {
+                    error_code: errors::storage_error_code(&error),
+                    timestamp: -1,
+                    offset: -1,
+                },
+            },
+            _ => OffsetOutcome {
+                error_code: errors::INVALID_REQUEST,
+                timestamp: -1,
+                offset: -1,
+            },
+        }
+    }
+
+    pub async fn close(self: Rc<Self>) {
+        let topic = self.topic.clone();
+        let index = self.index;
+        match Rc::try_unwrap(self) {
+            Ok(partition) => {
+                if let Err(error) = partition.log.close().await {
+                    tracing::error!(%topic, partition = index, %error, "closing log failed");
+                }
+            }
+            Err(shared) => {
+                if let Err(error) = shared.log.flush().await {
+                    tracing::error!(%topic, partition = index, %error, "flushing log failed");
+                }
+            }
+        }
+    }
+
+    pub async fn delete(self: Rc<Self>) {
+        let topic = self.topic.clone();
+        let index = self.index;
+        let log = self.log.clone();
+        drop(self);
+        if let Err(error) = log.delete().await {
+            tracing::error!(%topic, partition = index, %error, "deleting log failed");
+        }
+    }
+}

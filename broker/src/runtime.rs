@@ -1,0 +1,339 @@
+//! Start-up and shutdown: one glommio executor per core (pinned, spinning
+//! before parking), the cross-core mesh, a signal thread, and the stop
+//! sequence (stop accepting, drain connections, close logs).
+//!
+//! | thread | runs | lifetime |
+//! |---|---|---|
+//! | main | config, metadata log replay, then waits for events | whole process |
+//! | `strom-signals` | `sigwait` for SIGINT/SIGTERM, forwards them | whole process |
+//! | `strom-core-N` (one per core) | listener, connections, owned partitions, jobs from other cores | start to stop |
+//!
+//! The main thread and the cores talk over small bounded flume channels
+//! (never on the data path).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use glommio::{LocalExecutorBuilder, Placement};
+
+use crate::config::{online_cores, BrokerConfig};
+use crate::limits::{DRAIN_MS_MAX, SHUTDOWN_MS_MAX, SPIN_BEFORE_PARK_US};
+use crate::metadata::{MetadataLog, MetadataStore};
+use crate::partition::Partition;
+use crate::server;
+use crate::shard::{build_mesh, MeshEnds, Shard};
+
+/// What cores and the signal thread tell the main thread.
+#[derive(Debug)]
+enum Event {
+    Ready {
+        core: usize,
+    },
+    Fatal {
+        core: usize,
+        message: String,
+    },
+    Drained {
+        core: usize,
+        connections_left: usize,
+    },
+    Closed {
+        core: usize,
+    },
+    Signal {
+        signal: i32,
+    },
+}
+
+/// What the main thread tells each core.
+#[derive(Debug)]
+enum Control {
+    Stop,
+    Close,
+}
+
+fn check_data_dir(config: &BrokerConfig) -> anyhow::Result<()> {
+    let dir = &config.data_dir;
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create data dir {}", dir.display()))?;
+    let probe = dir.join(".strom-write-probe");
+    std::fs::write(&probe, b"probe")
+        .with_context(|| format!("data dir {} is not writable", dir.display()))?;
+    std::fs::remove_file(&probe)
+        .with_context(|| format!("data dir {} is not writable", dir.display()))?;
+    Ok(())
+}
+
+/// glommio registers io memory with io_uring, which counts against the
+/// memlock limit unless the process has CAP_IPC_LOCK (root has it).
+fn check_memlock(config: &BrokerConfig) {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we pass.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) } == 0;
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let wanted = config.io_memory_bytes.unwrap_or(10 << 20) as u64 * config.cores as u64;
+    if ok && !root && limit.rlim_cur != libc::RLIM_INFINITY && limit.rlim_cur < wanted {
+        tracing::warn!(
+            memlock_limit_bytes = limit.rlim_cur,
+            io_memory_wanted_bytes = wanted,
+            "the memlock limit is below the io memory the executors ask for and the process is not root: \
+             raise `ulimit -l`, run with CAP_IPC_LOCK, or set strom.io.memory.bytes to 1048576 or less"
+        );
+    }
+}
+
+fn block_stop_signals() -> libc::sigset_t {
+    // SAFETY: the set is initialised by sigemptyset before use and only
+    // passed to signal functions; blocking here is inherited by every
+    // thread spawned afterwards, so only the signal thread receives them.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+fn spawn_signal_thread(set: libc::sigset_t, events: flume::Sender<Event>) -> anyhow::Result<()> {
+    std::thread::Builder::new()
+        .name("strom-signals".to_string())
+        .spawn(move || loop {
+            let mut signal: libc::c_int = 0;
+            // SAFETY: `set` is a valid signal set and `signal` a valid out pointer.
+            let rc = unsafe { libc::sigwait(&set, &mut signal) };
+            if rc == 0 && events.send(Event::Signal { signal }).is_err() {
+                return;
+            }
+        })
+        .context("cannot start the signal thread")?;
+    Ok(())
+}
+
+async fn core_main(
+    core: usize,
+    config: Arc<BrokerConfig>,
+    metadata: Arc<MetadataStore>,
+    ends: MeshEnds,
+    control: flume::Receiver<Control>,
+    events: flume::Sender<Event>,
+) {
+    let shard = Shard::new(core, config.cores, config.clone(), metadata.clone());
+    shard.connect_mesh(ends).await;
+
+    let image = metadata.image();
+    for topic in image.topics.values() {
+        let effective = config.topic_defaults.effective(&topic.configs);
+        for index in 0..topic.partition_cores.len() as i32 {
+            if image.owner_core(topic, index, config.cores) != Some(core) {
+                continue;
+            }
+            match Partition::open(&config.data_dir, &topic.name, index, &effective).await {
+                Ok(partition) => {
+                    shard
+                        .partitions
+                        .borrow_mut()
+                        .entry(topic.name.clone())
+                        .or_default()
+                        .insert(index, partition);
+                }
+                Err(error) => {
+                    let message = format!("cannot open partition {}-{index}: {error}", topic.name);
+                    let _ = events.send(Event::Fatal { core, message });
+                    return;
+                }
+            }
+        }
+    }
+
+    let listener = match server::bind(config.listen) {
+        Ok(listener) => listener,
+        Err(error) => {
+            let message = format!("cannot listen on {}: {error}", config.listen);
+            let _ = events.send(Event::Fatal { core, message });
+            return;
+        }
+    };
+    let _ = events.send(Event::Ready { core });
+    let accept = glommio::spawn_local(server::accept_loop(shard.clone(), listener));
+
+    // Stop (or the main thread gone) ends accepting and reading.
+    let _ = control.recv_async().await;
+    shard.stopping.raise();
+    accept.await;
+    futures_lite::future::or(
+        shard.connections.wait_empty(),
+        glommio::timer::sleep(Duration::from_millis(DRAIN_MS_MAX)),
+    )
+    .await;
+    let _ = events.send(Event::Drained {
+        core,
+        connections_left: shard.connections.count(),
+    });
+
+    // Close only when every core has drained, so no hop arrives after.
+    let _ = control.recv_async().await;
+    let partitions: Vec<Rc<Partition>> = shard
+        .partitions
+        .borrow_mut()
+        .drain()
+        .flat_map(|(_, by_index)| by_index.into_values())
+        .collect();
+    for partition in partitions {
+        partition.close().await;
+    }
+    let _ = events.send(Event::Closed { core });
+}
+
+use std::rc::Rc;
+
+/// Runs the broker until SIGINT/SIGTERM or a fatal start-up error.
+pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
+    check_data_dir(&config)?;
+    check_memlock(&config);
+    let (log, image) =
+        MetadataLog::open(&config.data_dir).context("cannot open the metadata log")?;
+    let topics = image.topics.len();
+    let metadata = Arc::new(MetadataStore::new(log, image));
+    let config = Arc::new(config);
+    let cores = config.cores;
+
+    let signals = block_stop_signals();
+    let (events_tx, events_rx) = flume::bounded::<Event>(4 * cores + 16);
+    spawn_signal_thread(signals, events_tx.clone())?;
+
+    let online = online_cores();
+    let mut controls = Vec::with_capacity(cores);
+    let mut handles = Vec::with_capacity(cores);
+    for (core, ends) in build_mesh(cores).into_iter().enumerate() {
+        let (control_tx, control_rx) = flume::bounded::<Control>(2);
+        controls.push(control_tx);
+        let mut builder = LocalExecutorBuilder::new(Placement::Fixed(core % online))
+            .spin_before_park(Duration::from_micros(SPIN_BEFORE_PARK_US))
+            .name(&format!("strom-core-{core}"));
+        if let Some(bytes) = config.io_memory_bytes {
+            builder = builder.io_memory(bytes);
+        }
+        let (config, metadata, events) = (config.clone(), metadata.clone(), events_tx.clone());
+        let handle = builder
+            .spawn(move || core_main(core, config, metadata, ends, control_rx, events))
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot start the executor for core {core} (is io_uring available?): {e}"
+                )
+            })?;
+        handles.push(handle);
+    }
+    drop(events_tx);
+
+    let mut ready = 0;
+    let mut failure: Option<String> = None;
+    while ready < cores && failure.is_none() {
+        match events_rx.recv() {
+            Ok(Event::Ready { core }) => {
+                tracing::debug!(core, "core ready");
+                ready += 1;
+            }
+            Ok(Event::Fatal { core, message }) => failure = Some(format!("core {core}: {message}")),
+            Ok(Event::Signal { signal }) => {
+                failure = Some(format!("signal {signal} during start-up"))
+            }
+            Ok(other) => tracing::debug!(?other, "unexpected event during start-up"),
+            Err(_) => failure = Some("every core stopped during start-up".to_string()),
+        }
+    }
+    if failure.is_none() {
+        tracing::info!(
+            listen = %config.listen,
+            advertise = %format!("{}:{}", config.advertise_host, config.advertise_port),
+            data_dir = %config.data_dir.display(),
+            cores,
+            topics,
+            node_id = config.node_id,
+            "strom started"
+        );
+        loop {
+            match events_rx.recv() {
+                Ok(Event::Signal { signal }) => {
+                    tracing::info!(signal, "stopping");
+                    break;
+                }
+                Ok(Event::Fatal { core, message }) => {
+                    failure = Some(format!("core {core}: {message}"));
+                    break;
+                }
+                Ok(other) => tracing::debug!(?other, "event"),
+                Err(_) => {
+                    failure = Some("every core stopped".to_string());
+                    break;
+                }
+            }
+        }
+    }
+
+    let deadline = Instant::now() + Duration::from_millis(SHUTDOWN_MS_MAX);
+    let stop_started = Instant::now();
+    for control in &controls {
+        let _ = control.send(Control::Stop);
+    }
+    let mut drained = 0;
+    while drained < cores {
+        match events_rx.recv_deadline(deadline) {
+            Ok(Event::Drained {
+                core,
+                connections_left,
+            }) => {
+                if connections_left > 0 {
+                    tracing::warn!(
+                        core,
+                        connections_left,
+                        "connections still open after the drain time"
+                    );
+                }
+                drained += 1;
+            }
+            Ok(Event::Ready { .. }) | Ok(Event::Signal { .. }) => {}
+            Ok(other) => tracing::debug!(?other, "event while draining"),
+            Err(_) => break,
+        }
+    }
+    for control in &controls {
+        let _ = control.send(Control::Close);
+    }
+    let mut closed = 0;
+    while closed < cores {
+        match events_rx.recv_deadline(deadline) {
+            Ok(Event::Closed { core }) => {
+                tracing::debug!(core, "core closed");
+                closed += 1;
+            }
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    if closed < cores {
+        bail!(
+            "{} of {cores} cores did not stop within {SHUTDOWN_MS_MAX} ms",
+            cores - closed
+        );
+    }
+    for handle in handles {
+        if handle.join().is_err() {
+            tracing::error!("an executor thread panicked");
+        }
+    }
+    if let Some(message) = failure {
+        bail!(message);
+    }
+    tracing::info!(
+        elapsed_ms = stop_started.elapsed().as_millis() as u64,
+        "strom stopped"
+    );
+    Ok(())
+}

@@ -1,0 +1,181 @@
+//! The client listener of one core and the connections it accepts.
+//!
+//! Each connection is served on the core that accepted it: a reader task
+//! decodes frames and spawns one handler task per request; a writer task
+//! awaits those tasks in request order and writes their responses, so a
+//! slow request (a long-polling Fetch) is never overtaken. At most
+//! [`CONNECTION_IN_FLIGHT_MAX`] requests are in flight; beyond that the
+//! reader stops reading the socket.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+use bytes::{Bytes, BytesMut};
+use futures_lite::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use glommio::channels::local_channel;
+use glommio::net::{TcpListener, TcpStream};
+use glommio::task::JoinHandle;
+use protocol::frame::{request_frame_length, LENGTH_PREFIX_BYTES};
+
+use crate::handlers;
+use crate::limits::CONNECTION_IN_FLIGHT_MAX;
+use crate::shard::Shard;
+
+const SOCKET_BUFFER_BYTES: usize = 64 << 10;
+
+/// Why a connection was closed by the broker.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectionError {
+    #[error("bad frame: {0}")]
+    Frame(#[from] protocol::frame::FrameError),
+    #[error("bad request: {0}")]
+    Codec(#[from] protocol::codec::CodecError),
+    #[error("{api_key:?} v{api_version} is not supported")]
+    UnsupportedVersion {
+        api_key: kafka_protocol::messages::ApiKey,
+        api_version: i16,
+    },
+    #[error("{api_key:?} is not supported")]
+    UnsupportedApi {
+        api_key: kafka_protocol::messages::ApiKey,
+    },
+    #[error("request handler failed")]
+    HandlerGone,
+}
+
+/// Binds this core's listener (`SO_REUSEPORT`, so every core binds the
+/// same address) and accepts until the shard is stopping.
+pub fn bind(address: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(address).map_err(|e| std::io::Error::other(e.to_string()))
+}
+
+pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
+    loop {
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            shard.stopping.wait().await;
+            None
+        })
+        .await;
+        let stream = match accepted {
+            None => break,
+            Some(Ok(stream)) => stream,
+            Some(Err(error)) => {
+                tracing::warn!(core = shard.id, %error, "accept failed");
+                continue;
+            }
+        };
+        let peer = stream.peer_addr().ok();
+        let _ = stream.set_nodelay(true);
+        let guard = shard.connections.enter();
+        let shard = shard.clone();
+        glommio::spawn_local(async move {
+            serve(shard.clone(), stream, peer).await;
+            drop(guard);
+        })
+        .detach();
+    }
+    tracing::debug!(core = shard.id, "listener closed");
+}
+
+type Pending = JoinHandle<Result<Option<Bytes>, ConnectionError>>;
+
+async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: Option<SocketAddr>) {
+    let (read_half, write_half) = futures_lite::io::split(stream);
+    let (queue_tx, queue_rx) = local_channel::new_bounded::<Pending>(CONNECTION_IN_FLIGHT_MAX);
+    let peer_text = peer
+        .map(|p| p.to_string())
+        .unwrap_or_else(|| "unknown".to_string());
+    // Requests queued for the writer; it flushes when none are left.
+    let queued = Rc::new(std::cell::Cell::new(0usize));
+
+    let writer = glommio::spawn_local({
+        let peer_text = peer_text.clone();
+        let queued = queued.clone();
+        async move {
+            let mut writer = BufWriter::with_capacity(SOCKET_BUFFER_BYTES, write_half);
+            while let Some(pending) = queue_rx.recv().await {
+                queued.set(queued.get() - 1);
+                let outcome = pending.await.unwrap_or(Err(ConnectionError::HandlerGone));
+                match outcome {
+                    Ok(Some(response)) => {
+                        if let Err(error) = writer.write_all(&response).await {
+                            tracing::debug!(peer = %peer_text, %error, "write failed");
+                            return;
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(error) => {
+                        tracing::warn!(peer = %peer_text, %error, "closing connection");
+                        let _ = writer.flush().await;
+                        return;
+                    }
+                }
+                if queued.get() == 0 {
+                    if let Err(error) = writer.flush().await {
+                        tracing::debug!(peer = %peer_text, %error, "flush failed");
+                        return;
+                    }
+                }
+            }
+            let _ = writer.flush().await;
+            let _ = writer.close().await;
+        }
+    });
+
+    let mut reader = BufReader::with_capacity(SOCKET_BUFFER_BYTES, read_half);
+    loop {
+        let next = futures_lite::future::or(
+            read_frame(&mut reader, shard.config.frame_bytes_max),
+            async {
+                shard.stopping.wait().await;
+                Ok(None)
+            },
+        )
+        .await;
+        let frame = match next {
+            Ok(Some(frame)) => frame,
+            Ok(None) => break,
+            Err(ReadError::Io(error)) => {
+                tracing::debug!(peer = %peer_text, %error, "connection closed");
+                break;
+            }
+            Err(ReadError::Frame(error)) => {
+                tracing::warn!(peer = %peer_text, %error, "closing connection: bad frame");
+                break;
+            }
+        };
+        let task = glommio::spawn_local(handlers::handle(shard.clone(), frame)).detach();
+        queued.set(queued.get() + 1);
+        if queue_tx.send(task).await.is_err() {
+            // The writer stopped (client gone or a request closed the connection).
+            break;
+        }
+    }
+    drop(queue_tx);
+    writer.await;
+}
+
+enum ReadError {
+    Io(std::io::Error),
+    Frame(protocol::frame::FrameError),
+}
+
+/// Reads one frame; `Ok(None)` at a clean end of stream between frames.
+async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
+    reader: &mut R,
+    frame_bytes_max: usize,
+) -> Result<Option<Bytes>, ReadError> {
+    let mut prefix = [0u8; LENGTH_PREFIX_BYTES];
+    let first = reader.read(&mut prefix[..1]).await.map_err(ReadError::Io)?;
+    if first == 0 {
+        return Ok(None);
+    }
+    reader
+        .read_exact(&mut prefix[1..])
+        .await
+        .map_err(ReadError::Io)?;
+    let length = request_frame_length(prefix, frame_bytes_max).map_err(ReadError::Frame)?;
+    let mut frame = BytesMut::zeroed(length);
+    reader.read_exact(&mut frame).await.map_err(ReadError::Io)?;
+    Ok(Some(frame.freeze()))
+}

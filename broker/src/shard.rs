@@ -1,0 +1,254 @@
+//! One shard per core: the partitions it owns and the mesh of bounded
+//! cross-core channels through which any core runs work on any other.
+//!
+//! A hop is a job (a `Send` closure that builds a local future on the
+//! target core) sent over that pair's job channel; the target spawns it,
+//! and sends the result back over the reply channel. Record data crosses as
+//! `Bytes`, never copied. The channels are glommio `shared_channel`s with
+//! capacity [`SHARD_CHANNEL_CAPACITY`]; a full channel makes the sender
+//! wait (backpressure).
+
+use std::any::Any;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use glommio::channels::local_channel;
+use glommio::channels::shared_channel::{
+    self, ConnectedReceiver, ConnectedSender, SharedReceiver, SharedSender,
+};
+
+use crate::config::BrokerConfig;
+use crate::limits::SHARD_CHANNEL_CAPACITY;
+use crate::metadata::MetadataStore;
+use crate::partition::Partition;
+use crate::sync::{Gate, Notify};
+
+type AnyReply = Box<dyn Any + Send>;
+type LocalFuture = Pin<Box<dyn Future<Output = AnyReply>>>;
+type Job = Box<dyn FnOnce(Rc<Shard>) -> LocalFuture + Send>;
+
+pub struct JobMessage {
+    origin: usize,
+    id: u64,
+    job: Job,
+}
+
+pub struct ReplyMessage {
+    id: u64,
+    value: AnyReply,
+}
+
+/// The channel ends one core gets from [`build_mesh`].
+pub struct MeshEnds {
+    job_senders: Vec<Option<SharedSender<JobMessage>>>,
+    job_receivers: Vec<SharedReceiver<JobMessage>>,
+    reply_senders: Vec<Option<SharedSender<ReplyMessage>>>,
+    reply_receivers: Vec<SharedReceiver<ReplyMessage>>,
+}
+
+/// Creates the full mesh of job and reply channels for `cores` cores.
+pub fn build_mesh(cores: usize) -> Vec<MeshEnds> {
+    let mut ends: Vec<MeshEnds> = (0..cores)
+        .map(|_| MeshEnds {
+            job_senders: (0..cores).map(|_| None).collect(),
+            job_receivers: Vec::new(),
+            reply_senders: (0..cores).map(|_| None).collect(),
+            reply_receivers: Vec::new(),
+        })
+        .collect();
+    for from in 0..cores {
+        for to in 0..cores {
+            if from == to {
+                continue;
+            }
+            let (job_tx, job_rx) = shared_channel::new_bounded(SHARD_CHANNEL_CAPACITY);
+            ends[from].job_senders[to] = Some(job_tx);
+            ends[to].job_receivers.push(job_rx);
+            let (reply_tx, reply_rx) = shared_channel::new_bounded(SHARD_CHANNEL_CAPACITY);
+            ends[to].reply_senders[from] = Some(reply_tx);
+            ends[from].reply_receivers.push(reply_rx);
+        }
+    }
+    ends
+}
+
+/// The state of one core.
+pub struct Shard {
+    pub id: usize,
+    pub cores: usize,
+    pub config: Arc<BrokerConfig>,
+    pub metadata: Arc<MetadataStore>,
+    /// Partitions this core owns, by topic then partition index.
+    pub partitions: RefCell<HashMap<String, HashMap<i32, Rc<Partition>>>>,
+    job_senders: RefCell<Vec<Option<Rc<ConnectedSender<JobMessage>>>>>,
+    reply_senders: RefCell<Vec<Option<Rc<ConnectedSender<ReplyMessage>>>>>,
+    pending: RefCell<HashMap<u64, local_channel::LocalSender<AnyReply>>>,
+    next_job_id: Cell<u64>,
+    /// Raised when the broker stops: listeners stop accepting, connections
+    /// stop reading new requests.
+    pub stopping: Notify,
+    /// Counts live connections; closing drains them.
+    pub connections: Rc<Gate>,
+    /// Producer ids handed out on the controller core: (next, block end).
+    pub producer_ids: Cell<(i64, i64)>,
+    /// Serializes metadata changes on the controller core.
+    pub controller_lock: glommio::sync::Semaphore,
+}
+
+impl Shard {
+    pub fn new(
+        id: usize,
+        cores: usize,
+        config: Arc<BrokerConfig>,
+        metadata: Arc<MetadataStore>,
+    ) -> Rc<Self> {
+        Rc::new(Self {
+            id,
+            cores,
+            config,
+            metadata,
+            partitions: RefCell::new(HashMap::new()),
+            job_senders: RefCell::new(Vec::new()),
+            reply_senders: RefCell::new(Vec::new()),
+            pending: RefCell::new(HashMap::new()),
+            next_job_id: Cell::new(0),
+            stopping: Notify::default(),
+            connections: Rc::new(Gate::default()),
+            producer_ids: Cell::new((0, 0)),
+            controller_lock: glommio::sync::Semaphore::new(1),
+        })
+    }
+
+    /// Connects this core's ends of the mesh and starts serving jobs and
+    /// replies. Every core must call it; connecting waits for the peers.
+    pub async fn connect_mesh(self: &Rc<Self>, ends: MeshEnds) {
+        // Every end waits for its peer, so all ends connect concurrently.
+        let job_senders: Vec<_> = ends
+            .job_senders
+            .into_iter()
+            .map(|sender| {
+                glommio::spawn_local(async move { Some(Rc::new(sender?.connect().await)) })
+            })
+            .collect();
+        let reply_senders: Vec<_> = ends
+            .reply_senders
+            .into_iter()
+            .map(|sender| {
+                glommio::spawn_local(async move { Some(Rc::new(sender?.connect().await)) })
+            })
+            .collect();
+        let job_receivers: Vec<_> = ends
+            .job_receivers
+            .into_iter()
+            .map(|receiver| glommio::spawn_local(receiver.connect()))
+            .collect();
+        let reply_receivers: Vec<_> = ends
+            .reply_receivers
+            .into_iter()
+            .map(|receiver| glommio::spawn_local(receiver.connect()))
+            .collect();
+        let mut connected = Vec::new();
+        for task in job_senders {
+            connected.push(task.await);
+        }
+        *self.job_senders.borrow_mut() = connected;
+        let mut connected = Vec::new();
+        for task in reply_senders {
+            connected.push(task.await);
+        }
+        *self.reply_senders.borrow_mut() = connected;
+        for task in job_receivers {
+            let receiver = task.await;
+            glommio::spawn_local(serve_jobs(self.clone(), receiver)).detach();
+        }
+        for task in reply_receivers {
+            let receiver = task.await;
+            glommio::spawn_local(serve_replies(self.clone(), receiver)).detach();
+        }
+    }
+
+    /// Runs `work` on core `core` and returns its result here. On this core
+    /// it runs directly, without a hop.
+    pub async fn run_on<R, F, Fut>(self: &Rc<Self>, core: usize, work: F) -> R
+    where
+        R: Send + 'static,
+        F: FnOnce(Rc<Shard>) -> Fut + Send + 'static,
+        Fut: Future<Output = R> + 'static,
+    {
+        if core == self.id {
+            return work(self.clone()).await;
+        }
+        let id = self.next_job_id.get();
+        self.next_job_id.set(id + 1);
+        let (reply_tx, reply_rx) = local_channel::new_bounded(1);
+        self.pending.borrow_mut().insert(id, reply_tx);
+        let job: Job = Box::new(move |shard| {
+            Box::pin(async move {
+                let value: AnyReply = Box::new(work(shard).await);
+                value
+            })
+        });
+        let sender = self.job_senders.borrow()[core]
+            .clone()
+            .expect("mesh connected to every other core");
+        if sender
+            .send(JobMessage {
+                origin: self.id,
+                id,
+                job,
+            })
+            .await
+            .is_err()
+        {
+            panic!(
+                "core {core} stopped serving jobs while core {} still runs",
+                self.id
+            );
+        }
+        let value = reply_rx.recv().await.expect("every job is answered");
+        *value.downcast::<R>().expect("reply has the job's type")
+    }
+
+    /// The partition `topic`/`partition` if this core owns it and has it open.
+    pub fn partition(&self, topic: &str, partition: i32) -> Option<Rc<Partition>> {
+        self.partitions
+            .borrow()
+            .get(topic)?
+            .get(&partition)
+            .cloned()
+    }
+}
+
+async fn serve_jobs(shard: Rc<Shard>, receiver: ConnectedReceiver<JobMessage>) {
+    while let Some(message) = receiver.recv().await {
+        let shard = shard.clone();
+        glommio::spawn_local(async move {
+            let value = (message.job)(shard.clone()).await;
+            let sender = shard.reply_senders.borrow()[message.origin]
+                .clone()
+                .expect("mesh connected to every other core");
+            // The origin only goes away after every core stopped sending jobs.
+            let _ = sender
+                .send(ReplyMessage {
+                    id: message.id,
+                    value,
+                })
+                .await;
+        })
+        .detach();
+    }
+}
+
+async fn serve_replies(shard: Rc<Shard>, receiver: ConnectedReceiver<ReplyMessage>) {
+    while let Some(message) = receiver.recv().await {
+        let waiter = shard.pending.borrow_mut().remove(&message.id);
+        if let Some(waiter) = waiter {
+            // The waiter may have been dropped (its request was cancelled).
+            let _ = waiter.try_send(message.value);
+        }
+    }
+}
