@@ -18,5 +18,7 @@ mod signal;
 
 pub use config::{ConfigError, FlushPolicy, LogConfig, LOG_CONFIG_KEYS};
 pub use error::{Result, StorageError};
-pub use log::{AppendInfo, AppendOptions, Log, ReadResult, RecoveryReport, RetentionOutcome};
+pub use log::{
+    AppendInfo, AppendOptions, Log, LogStats, ReadResult, RecoveryReport, RetentionOutcome,
+};
 pub use segment::Cut;

@@ -65,6 +65,16 @@ pub struct ReadResult {
     pub next_offset: u64,
 }
 
+/// Counters of one log's I/O, for metrics and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogStats {
+    pub writes: u64,
+    pub bytes_written: u64,
+    pub syncs: u64,
+    /// Appended bytes not yet written (bounded by `strom.pending.bytes`).
+    pub pending_bytes: usize,
+}
+
 /// What `open` found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecoveryReport {
@@ -121,6 +131,7 @@ struct State {
     failure: Option<String>,
     closing: bool,
     closed: bool,
+    stats: LogStats,
 }
 
 impl State {
@@ -291,6 +302,7 @@ impl Log {
             failure: None,
             closing: false,
             closed: false,
+            stats: LogStats::default(),
         };
         // From here until a clean close, the next open must not trust the
         // active segment's (absent or stale) index files.
@@ -361,6 +373,14 @@ impl Log {
     /// Offsets below this are written to their segment file.
     pub fn written_offset(&self) -> u64 {
         self.inner.state.borrow().written_offset
+    }
+
+    pub fn stats(&self) -> LogStats {
+        let state = self.inner.state.borrow();
+        LogStats {
+            pending_bytes: state.pending_bytes,
+            ..state.stats
+        }
     }
 
     /// Bytes in all segments.
@@ -500,9 +520,7 @@ impl Log {
             || (active.index.len() as u64 + 1) * 8 > config.segment_index_bytes
             || (active.time_index.entries().len() as u64 + 1) * 12 > config.segment_index_bytes
             || last_relative > i32::MAX as u64
-            || active
-                .first_timestamp
-                .is_some_and(|first| now.saturating_sub(first) > config.segment_ms as i64)
+            || segment_age_ms(active, header.max_timestamp, now) > config.segment_ms as i64
     }
 
     /// Seals the active segment and starts a new one at the log end. The
@@ -1245,6 +1263,16 @@ fn apply_cut(segment: &mut Segment, cut: &CutPoint) {
     segment.bytes_since_index = 0;
 }
 
+/// How old the active segment is for `segment.ms`, as Kafka measures it:
+/// from its first batch's timestamp to the new batch's, or by the wall clock
+/// since it was opened when it has no timestamps.
+fn segment_age_ms(segment: &Segment, new_timestamp: i64, now_ms: i64) -> i64 {
+    match segment.first_timestamp {
+        Some(first) if first >= 0 && new_timestamp >= 0 => new_timestamp.saturating_sub(first),
+        _ => now_ms.saturating_sub(segment.opened_ms),
+    }
+}
+
 fn fence_inner(inner: &Inner, reason: String) {
     let mut state = inner.state.borrow_mut();
     if state.failure.is_none() {
@@ -1445,6 +1473,8 @@ async fn write_round(inner: &Inner) -> Result<()> {
     state.tail = new_tail;
     state.written_offset = end_offset;
     state.pending_bytes -= data_len;
+    state.stats.writes += 1;
+    state.stats.bytes_written += padded as u64;
     state.unsynced_bytes += data_len as u64;
     state.unsynced_since.get_or_insert_with(Instant::now);
     let written_offset = state.written_offset;
@@ -1469,6 +1499,7 @@ async fn sync_round(inner: &Inner) -> Result<()> {
     file.fdatasync().await.ctx("fdatasync", &path, 0)?;
     let mut state = inner.state.borrow_mut();
     state.durable_offset = state.durable_offset.max(target);
+    state.stats.syncs += 1;
     state.unsynced_bytes = state.unsynced_bytes.saturating_sub(bytes);
     if state.durable_offset >= state.written_offset {
         state.unsynced_since = None;

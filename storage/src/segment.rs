@@ -51,6 +51,8 @@ pub(crate) struct Segment {
     pub offset_of_max_timestamp: u64,
     /// Max timestamp of the first batch; segment.ms counts from it.
     pub first_timestamp: Option<i64>,
+    /// Wall-clock time (ms) the segment was created or opened.
+    pub opened_ms: i64,
 }
 
 impl Segment {
@@ -89,6 +91,9 @@ impl Segment {
             max_timestamp: -1,
             offset_of_max_timestamp: base_offset,
             first_timestamp: None,
+            opened_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64),
         }
     }
 

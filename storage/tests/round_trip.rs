@@ -245,3 +245,68 @@ fn truncate_and_start_offset_move_the_log_ends() {
         log.close().await.unwrap();
     });
 }
+
+#[test]
+fn segments_roll_by_size_by_time_and_by_index_size() {
+    let dir = common::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut config = config(1 << 30);
+        config.segment_ms = 1000;
+        let log = Log::open(&path, config.clone()).await.unwrap();
+        let at = |seed: u64, ts: i64| {
+            let mut spec = Spec::new(seed, 1, 10);
+            spec.timestamp = ts;
+            spec.bytes()
+        };
+        let t = common::BASE_TIMESTAMP;
+        log.append(at(0, t), AppendOptions::default())
+            .await
+            .unwrap();
+        log.append(at(1, t + 900), AppendOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(
+            log.segment_count(),
+            1,
+            "within segment.ms of the first batch"
+        );
+        log.append(at(2, t + 1500), AppendOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(log.segment_base_offsets(), vec![0, 2], "rolled by time");
+
+        config.segment_ms = u64::MAX >> 2;
+        config.segment_bytes = 2000;
+        log.set_config(config.clone());
+        let size = Spec::new(3, 1, 300).bytes().len() as u64;
+        for i in 3..20 {
+            log.append(Spec::new(i, 1, 300).bytes(), AppendOptions::default())
+                .await
+                .unwrap();
+        }
+        let per_segment = 2000 / size;
+        // Batches 2..20 (18 of equal size) fill segments of `per_segment`
+        // batches each, after the first segment [0, 2).
+        assert_eq!(
+            log.segment_count() as u64,
+            1 + 18u64.div_ceil(per_segment),
+            "rolled by size"
+        );
+
+        config.segment_bytes = 1 << 30;
+        config.segment_index_bytes = 16; // two entries
+        config.index_interval_bytes = 1;
+        log.set_config(config);
+        let before = log.segment_count();
+        for i in 20..26 {
+            log.append(Spec::new(i, 1, 300).bytes(), AppendOptions::default())
+                .await
+                .unwrap();
+        }
+        assert!(log.segment_count() >= before + 2, "rolled by a full index");
+        log.flush().await.unwrap();
+        assert_eq!(read_all(&log, 1 << 20).await.len(), 26);
+        log.close().await.unwrap();
+    });
+}

@@ -1,0 +1,202 @@
+//! Flush policies, group commit, backpressure and append notifications.
+
+mod common;
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use common::{run, Spec};
+use storage::{AppendOptions, FlushPolicy, Log};
+
+/// Polls `done` on the executor until it holds or `limit` passes.
+async fn eventually(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        glommio::yield_if_needed().await;
+        glommio::timer::Timer::new(Duration::from_millis(2)).await;
+    }
+    done()
+}
+
+#[test]
+fn always_shares_one_fdatasync_among_waiting_appenders() {
+    let dir = common::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let log = Log::open(&path, common::config(1 << 30)).await.unwrap();
+        let appenders: Vec<_> = (0..64u64)
+            .map(|i| {
+                let log = log.clone();
+                glommio::spawn_local(async move {
+                    let info = log
+                        .append(Spec::new(i, 2, 4000).bytes(), AppendOptions::default())
+                        .await
+                        .unwrap();
+                    log.wait_durable(info.last_offset).await.unwrap();
+                    assert!(log.durable_offset() > info.last_offset);
+                })
+            })
+            .collect();
+        for task in appenders {
+            task.await;
+        }
+        let stats = log.stats();
+        assert_eq!(log.durable_offset(), 128);
+        assert!(
+            stats.syncs < 64,
+            "group commit: {} syncs for 64 appends",
+            stats.syncs
+        );
+        assert!(stats.writes < 64, "coalesced writes: {}", stats.writes);
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn interval_syncs_by_time_and_by_bytes() {
+    let dir = common::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut config = common::config(1 << 30);
+        config.flush = FlushPolicy::Interval {
+            ms: Some(50),
+            bytes: None,
+        };
+        let log = Log::open(&path, config.clone()).await.unwrap();
+        let info = log
+            .append(Spec::new(1, 1, 100).bytes(), AppendOptions::default())
+            .await
+            .unwrap();
+        // Under interval, durable for acks means written.
+        log.wait_durable(info.last_offset).await.unwrap();
+        assert!(log.written_offset() > info.last_offset);
+        assert!(
+            eventually(Duration::from_secs(10), || log.durable_offset()
+                > info.last_offset)
+            .await,
+            "the interval timer synced"
+        );
+
+        config.flush = FlushPolicy::Interval {
+            ms: None,
+            bytes: Some(20_000),
+        };
+        log.set_config(config);
+        let syncs = log.stats().syncs;
+        let small = log
+            .append(Spec::new(2, 1, 5_000).bytes(), AppendOptions::default())
+            .await
+            .unwrap();
+        log.wait_durable(small.last_offset).await.unwrap();
+        assert_eq!(
+            log.stats().syncs,
+            syncs,
+            "below the byte threshold: no sync"
+        );
+        assert!(log.durable_offset() <= small.last_offset);
+        let mut last = small.last_offset;
+        for i in 3..8 {
+            last = log
+                .append(Spec::new(i, 1, 5_000).bytes(), AppendOptions::default())
+                .await
+                .unwrap()
+                .last_offset;
+        }
+        assert!(
+            eventually(Duration::from_secs(10), || log.durable_offset() > last - 2).await,
+            "the byte threshold synced"
+        );
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn never_syncs_only_on_flush() {
+    let dir = common::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut config = common::config(1 << 30);
+        config.flush = FlushPolicy::Never;
+        let log = Log::open(&path, config).await.unwrap();
+        let mut last = 0;
+        for i in 0..20 {
+            let info = log
+                .append(Spec::new(i, 1, 3000).bytes(), AppendOptions::default())
+                .await
+                .unwrap();
+            last = info.last_offset;
+        }
+        log.wait_durable(last).await.unwrap();
+        assert_eq!(log.written_offset(), 20);
+        assert_eq!(log.stats().syncs, 0);
+        assert_eq!(log.durable_offset(), 0);
+        log.flush().await.unwrap();
+        assert_eq!(log.durable_offset(), 20);
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn pending_bytes_stay_bounded_under_a_burst() {
+    let dir = common::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut config = common::config(1 << 30);
+        config.pending_bytes_max = 64 << 10;
+        config.write_bytes_max = 16 << 10;
+        let batch_bytes = Spec::new(0, 1, 8000).bytes().len();
+        let log = Log::open(&path, config).await.unwrap();
+        let peak = Rc::new(Cell::new(0usize));
+        let tasks: Vec<_> = (0..200u64)
+            .map(|i| {
+                let (log, peak) = (log.clone(), peak.clone());
+                glommio::spawn_local(async move {
+                    log.append(Spec::new(i, 1, 8000).bytes(), AppendOptions::default())
+                        .await
+                        .unwrap();
+                    peak.set(peak.get().max(log.stats().pending_bytes));
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await;
+        }
+        assert!(
+            peak.get() <= (64 << 10) + batch_bytes,
+            "peak pending {}",
+            peak.get()
+        );
+        log.flush().await.unwrap();
+        assert_eq!(log.next_offset(), 200);
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn wait_for_append_wakes_on_the_next_append() {
+    let dir = common::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let log = Log::open(&path, common::config(1 << 30)).await.unwrap();
+        let woke = Rc::new(Cell::new(false));
+        let waiter = {
+            let (log, woke) = (log.clone(), woke.clone());
+            glommio::spawn_local(async move {
+                log.wait_for_append(0).await;
+                woke.set(true);
+            })
+        };
+        glommio::yield_if_needed().await;
+        assert!(!woke.get());
+        log.append(Spec::new(1, 1, 10).bytes(), AppendOptions::default())
+            .await
+            .unwrap();
+        waiter.await;
+        assert!(woke.get());
+        log.close().await.unwrap();
+    });
+}
