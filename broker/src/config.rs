@@ -75,6 +75,8 @@ pub struct BrokerConfig {
     pub frame_bytes_max: usize,
     /// glommio io_memory per executor, if set (`strom.io.memory.bytes`).
     pub io_memory_bytes: Option<usize>,
+    /// How often each core applies retention to its partitions.
+    pub retention_check_interval_ms: u64,
     pub topic_defaults: TopicDefaults,
 }
 
@@ -100,6 +102,7 @@ struct Builder {
     message_max_bytes: u32,
     frame_bytes_max: Option<usize>,
     io_memory_bytes: Option<usize>,
+    retention_check_interval_ms: u64,
     topic_defaults: TopicDefaults,
     retention_ms: Option<(i64, u8)>,
     roll_ms: Option<(i64, u8)>,
@@ -170,6 +173,7 @@ impl Builder {
             message_max_bytes: 1_048_588,
             frame_bytes_max: None,
             io_memory_bytes: None,
+            retention_check_interval_ms: 300_000,
             topic_defaults: TopicDefaults::new(),
             retention_ms: None,
             roll_ms: None,
@@ -250,6 +254,12 @@ impl Builder {
             }
             "strom.io.memory.bytes" => {
                 self.io_memory_bytes = Some(parse_value(key, value, source)?)
+            }
+            "log.retention.check.interval.ms" => {
+                self.retention_check_interval_ms = parse_value(key, value, source)?;
+                if self.retention_check_interval_ms == 0 {
+                    return Err(invalid(key, value, source, "must be positive"));
+                }
             }
             "log.retention.ms" | "log.retention.minutes" | "log.retention.hours" => {
                 let (factor, precision) = match key {
@@ -339,6 +349,7 @@ impl Builder {
             message_max_bytes: self.message_max_bytes,
             frame_bytes_max,
             io_memory_bytes: self.io_memory_bytes,
+            retention_check_interval_ms: self.retention_check_interval_ms,
             topic_defaults: self.topic_defaults,
         })
     }
@@ -471,7 +482,10 @@ mod tests {
         assert_eq!(config.num_partitions, 6);
         assert_eq!(config.node_id, 7);
         assert!(!config.auto_create_topics);
-        assert_eq!(config.topic_defaults.get("retention.ms"), Some("7200000"));
+        assert_eq!(
+            config.topic_defaults.get("retention.ms").as_deref(),
+            Some("7200000")
+        );
     }
 
     #[test]
@@ -481,7 +495,10 @@ mod tests {
             ("log.retention.hours", "5"),
         ]))
         .unwrap();
-        assert_eq!(config.topic_defaults.get("retention.ms"), Some("1234"));
+        assert_eq!(
+            config.topic_defaults.get("retention.ms").as_deref(),
+            Some("1234")
+        );
     }
 
     #[test]

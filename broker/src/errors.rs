@@ -3,7 +3,7 @@
 use kafka_protocol::ResponseError;
 use protocol::batch::BatchError;
 
-use crate::storage::StorageError;
+use storage::StorageError;
 
 pub const NONE: i16 = 0;
 pub const OFFSET_OUT_OF_RANGE: i16 = ResponseError::OffsetOutOfRange.code();
@@ -42,6 +42,9 @@ pub fn batch_error_code(error: &BatchError) -> i16 {
 pub fn storage_error_code(error: &StorageError) -> i16 {
     match error {
         StorageError::OffsetOutOfRange { .. } => OFFSET_OUT_OF_RANGE,
+        StorageError::BatchTooLarge { .. } => MESSAGE_TOO_LARGE,
+        StorageError::InvalidBatch(batch) => batch_error_code(batch),
+        StorageError::Closed { .. } => NOT_LEADER_OR_FOLLOWER,
         _ => KAFKA_STORAGE_ERROR,
     }
 }

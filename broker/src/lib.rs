@@ -14,8 +14,3 @@ pub mod server;
 pub mod shard;
 pub mod sync;
 pub mod topic_config;
-
-#[allow(dead_code)]
-mod memlog;
-/// The storage log the broker runs on.
-pub(crate) use memlog as storage;

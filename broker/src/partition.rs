@@ -12,8 +12,8 @@ use protocol::batch::BatchHeader;
 
 use crate::errors;
 use crate::producer_state::{last_sequence, ProducerTable, SequenceCheck};
-use crate::storage::{AppendOptions, Log, StorageError};
 use crate::topic_config::{EffectiveConfig, TimestampType};
+use storage::{AppendOptions, Log, StorageError};
 
 /// Kafka's ListOffsets special timestamps.
 pub const LATEST_TIMESTAMP: i64 = -1;
@@ -76,7 +76,7 @@ pub struct OffsetOutcome {
     pub offset: i64,
 }
 
-fn now_ms() -> i64 {
+pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
@@ -273,30 +273,31 @@ impl Partition {
         }
     }
 
-    pub async fn close(self: Rc<Self>) {
-        let topic = self.topic.clone();
-        let index = self.index;
-        match Rc::try_unwrap(self) {
-            Ok(partition) => {
-                if let Err(error) = partition.log.close().await {
-                    tracing::error!(%topic, partition = index, %error, "closing log failed");
-                }
-            }
-            Err(shared) => {
-                if let Err(error) = shared.log.flush().await {
-                    tracing::error!(%topic, partition = index, %error, "flushing log failed");
-                }
-            }
+    /// Closes the log cleanly (synced and checkpointed, so the next start
+    /// scans nothing).
+    pub async fn close(&self) {
+        if let Err(error) = self.log.close().await {
+            tracing::error!(topic = %self.topic, partition = self.index, %error, "closing log failed");
         }
     }
 
-    pub async fn delete(self: Rc<Self>) {
-        let topic = self.topic.clone();
-        let index = self.index;
-        let log = self.log.clone();
-        drop(self);
-        if let Err(error) = log.delete().await {
-            tracing::error!(%topic, partition = index, %error, "deleting log failed");
+    /// Stops the log and removes its directory.
+    pub async fn delete(&self) {
+        if let Err(error) = self.log.delete().await {
+            tracing::error!(topic = %self.topic, partition = self.index, %error, "deleting log failed");
+        }
+    }
+
+    /// Deletes segments past the retention limits.
+    pub async fn enforce_retention(&self, now_ms: i64) {
+        match self.log.enforce_retention(now_ms).await {
+            Ok(outcome) if outcome.segments_deleted > 0 => {
+                tracing::info!(topic = %self.topic, partition = self.index, segments = outcome.segments_deleted, bytes = outcome.bytes_deleted, "retention deleted segments");
+            }
+            Ok(_) => {}
+            Err(error) => {
+                tracing::error!(topic = %self.topic, partition = self.index, %error, "retention failed")
+            }
         }
     }
 }

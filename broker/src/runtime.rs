@@ -11,6 +11,7 @@
 //! The main thread and the cores talk over small bounded flume channels
 //! (never on the data path).
 
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -162,6 +163,7 @@ async fn core_main(
     };
     let _ = events.send(Event::Ready { core });
     let accept = glommio::spawn_local(server::accept_loop(shard.clone(), listener));
+    glommio::spawn_local(retention_loop(shard.clone())).detach();
 
     // Stop (or the main thread gone) ends accepting and reading.
     let _ = control.recv_async().await;
@@ -191,7 +193,37 @@ async fn core_main(
     let _ = events.send(Event::Closed { core });
 }
 
-use std::rc::Rc;
+/// Applies retention to this core's partitions every
+/// `log.retention.check.interval.ms`, until the broker stops.
+async fn retention_loop(shard: Rc<Shard>) {
+    let interval = Duration::from_millis(shard.config.retention_check_interval_ms);
+    loop {
+        let stopped = futures_lite::future::or(
+            async {
+                glommio::timer::sleep(interval).await;
+                false
+            },
+            async {
+                shard.stopping.wait().await;
+                true
+            },
+        )
+        .await;
+        if stopped {
+            return;
+        }
+        let partitions: Vec<Rc<Partition>> = shard
+            .partitions
+            .borrow()
+            .values()
+            .flat_map(|by_index| by_index.values().cloned())
+            .collect();
+        let now = crate::partition::now_ms();
+        for partition in partitions {
+            partition.enforce_retention(now).await;
+        }
+    }
+}
 
 /// Runs the broker until SIGINT/SIGTERM or a fatal start-up error.
 pub fn run(config: BrokerConfig) -> anyhow::Result<()> {

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::storage::{FlushPolicy, LogConfig};
+use storage::{LogConfig, LOG_CONFIG_KEYS};
 
 /// How a topic's record timestamps are set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,118 +13,84 @@ pub enum TimestampType {
     LogAppendTime,
 }
 
-/// Who applies a topic key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Applier {
-    /// Passed to `LogConfig::set` under the same name.
-    Storage,
-    /// Applied by the broker itself.
-    Broker,
-}
-
-/// A topic config key and the broker key that sets its default.
-struct TopicKey {
+/// A topic config key the broker applies itself (storage applies the keys
+/// in `storage::LOG_CONFIG_KEYS`), and the broker-level key that sets its
+/// default.
+struct BrokerKey {
     name: &'static str,
     broker_name: &'static str,
-    applier: Applier,
 }
 
-const TOPIC_KEYS: &[TopicKey] = &[
-    TopicKey {
+const BROKER_KEYS: &[BrokerKey] = &[
+    BrokerKey {
         name: "cleanup.policy",
         broker_name: "log.cleanup.policy",
-        applier: Applier::Broker,
     },
-    TopicKey {
+    BrokerKey {
         name: "compression.type",
         broker_name: "compression.type",
-        applier: Applier::Broker,
     },
-    TopicKey {
-        name: "flush.messages",
-        broker_name: "log.flush.interval.messages",
-        applier: Applier::Storage,
-    },
-    TopicKey {
-        name: "flush.ms",
-        broker_name: "log.flush.interval.ms",
-        applier: Applier::Storage,
-    },
-    TopicKey {
-        name: "flush.policy",
-        broker_name: "log.flush.policy",
-        applier: Applier::Storage,
-    },
-    TopicKey {
-        name: "index.interval.bytes",
-        broker_name: "log.index.interval.bytes",
-        applier: Applier::Storage,
-    },
-    TopicKey {
-        name: "max.message.bytes",
-        broker_name: "message.max.bytes",
-        applier: Applier::Storage,
-    },
-    TopicKey {
+    BrokerKey {
         name: "message.timestamp.type",
         broker_name: "log.message.timestamp.type",
-        applier: Applier::Broker,
     },
-    TopicKey {
+    BrokerKey {
         name: "min.insync.replicas",
         broker_name: "min.insync.replicas",
-        applier: Applier::Broker,
-    },
-    TopicKey {
-        name: "retention.bytes",
-        broker_name: "log.retention.bytes",
-        applier: Applier::Storage,
-    },
-    TopicKey {
-        name: "retention.ms",
-        broker_name: "log.retention.ms",
-        applier: Applier::Storage,
-    },
-    TopicKey {
-        name: "segment.bytes",
-        broker_name: "log.segment.bytes",
-        applier: Applier::Storage,
-    },
-    TopicKey {
-        name: "segment.ms",
-        broker_name: "log.roll.ms",
-        applier: Applier::Storage,
     },
 ];
 
-fn topic_key(name: &str) -> Option<&'static TopicKey> {
-    TOPIC_KEYS.iter().find(|k| k.name == name)
+/// Broker-level names of the storage keys, where Kafka's differ.
+const STORAGE_BROKER_NAMES: &[(&str, &str)] = &[
+    ("log.segment.bytes", "segment.bytes"),
+    ("log.index.size.max.bytes", "segment.index.bytes"),
+    ("log.index.interval.bytes", "index.interval.bytes"),
+    ("log.retention.bytes", "retention.bytes"),
+    ("message.max.bytes", "max.message.bytes"),
+    ("log.flush.policy", "flush.policy"),
+    ("log.flush.interval.ms", "flush.ms"),
+    ("log.flush.interval.messages", "flush.messages"),
+    ("log.flush.interval.bytes", "flush.bytes"),
+];
+
+fn is_storage_key(name: &str) -> bool {
+    LOG_CONFIG_KEYS.contains(&name)
 }
 
 /// The topic key a broker-level key sets the default of, if any.
 pub fn topic_key_for_broker_key(broker_name: &str) -> Option<&'static str> {
-    TOPIC_KEYS
+    if let Some(key) = BROKER_KEYS.iter().find(|k| k.broker_name == broker_name) {
+        return Some(key.name);
+    }
+    if let Some((_, name)) = STORAGE_BROKER_NAMES.iter().find(|(b, _)| *b == broker_name) {
+        return Some(name);
+    }
+    // Strom's own storage keys have the same name at both levels.
+    LOG_CONFIG_KEYS
         .iter()
-        .find(|k| k.broker_name == broker_name)
-        .map(|k| k.name)
+        .copied()
+        .find(|k| k.starts_with("strom.") && *k == broker_name)
 }
 
-/// Every topic key, sorted.
+/// Every topic key.
 pub fn topic_keys() -> impl Iterator<Item = &'static str> {
-    TOPIC_KEYS.iter().map(|k| k.name)
+    LOG_CONFIG_KEYS
+        .iter()
+        .copied()
+        .chain(BROKER_KEYS.iter().map(|k| k.name))
 }
 
 /// Checks one topic config entry; the error names the key and says why.
 pub fn validate(name: &str, value: &str) -> Result<(), String> {
-    let Some(key) = topic_key(name) else {
-        return Err(format!("unknown topic config {name}"));
-    };
-    match key.applier {
-        Applier::Storage => LogConfig::default()
+    if is_storage_key(name) {
+        return LogConfig::default()
             .set(name, value)
-            .map_err(|e| e.to_string()),
-        Applier::Broker => validate_broker_applied(name, value),
+            .map_err(|e| e.to_string());
     }
+    if BROKER_KEYS.iter().any(|k| k.name == name) {
+        return validate_broker_applied(name, value);
+    }
+    Err(format!("unknown topic config {name}"))
 }
 
 fn validate_broker_applied(name: &str, value: &str) -> Result<(), String> {
@@ -136,21 +102,20 @@ fn validate_broker_applied(name: &str, value: &str) -> Result<(), String> {
         _ => false,
     };
     if ok {
-        Ok(())
-    } else {
-        let expected = match name {
-            "cleanup.policy" => "delete (compaction is not supported yet)",
-            "compression.type" => {
-                "producer (the broker stores batches as the producer compressed them)"
-            }
-            "message.timestamp.type" => "CreateTime or LogAppendTime",
-            "min.insync.replicas" => "1 on a single node",
-            _ => "a known value",
-        };
-        Err(format!(
-            "invalid value {value:?} for {name}: expected {expected}"
-        ))
+        return Ok(());
     }
+    let expected = match name {
+        "cleanup.policy" => "delete (compaction is not supported yet)",
+        "compression.type" => {
+            "producer (the broker stores batches as the producer compressed them)"
+        }
+        "message.timestamp.type" => "CreateTime or LogAppendTime",
+        "min.insync.replicas" => "1 on a single node",
+        _ => "a known value",
+    };
+    Err(format!(
+        "invalid value {value:?} for {name}: expected {expected}"
+    ))
 }
 
 /// The settings a partition runs with, derived from the broker defaults
@@ -161,82 +126,83 @@ pub struct EffectiveConfig {
     pub timestamp_type: TimestampType,
 }
 
-/// Topic-level defaults as set by the broker configuration, as strings in
-/// topic key names.
-#[derive(Debug, Clone, Default)]
+/// Topic-level defaults as the broker configuration sets them.
+#[derive(Debug, Clone)]
 pub struct TopicDefaults {
-    values: BTreeMap<String, String>,
+    log: LogConfig,
+    broker: BTreeMap<String, String>,
+}
+
+impl Default for TopicDefaults {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl TopicDefaults {
-    /// Kafka's defaults for the keys storage does not own.
+    /// Kafka's defaults.
     pub fn new() -> Self {
-        let log = LogConfig::default();
-        let mut values = BTreeMap::new();
-        for (key, value) in [
-            ("cleanup.policy", "delete".to_string()),
-            ("compression.type", "producer".to_string()),
-            ("message.timestamp.type", "CreateTime".to_string()),
-            ("min.insync.replicas", "1".to_string()),
-            ("segment.bytes", log.segment_bytes.to_string()),
-            ("segment.ms", log.segment_ms.to_string()),
-            ("retention.ms", log.retention_ms.to_string()),
-            ("retention.bytes", log.retention_bytes.to_string()),
-            ("index.interval.bytes", log.index_interval_bytes.to_string()),
-            ("max.message.bytes", log.max_message_bytes.to_string()),
-            ("flush.policy", flush_policy_name(&log.flush).to_string()),
-        ] {
-            values.insert(key.to_string(), value);
+        let broker = [
+            ("cleanup.policy", "delete"),
+            ("compression.type", "producer"),
+            ("message.timestamp.type", "CreateTime"),
+            ("min.insync.replicas", "1"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        Self {
+            log: LogConfig::default(),
+            broker,
         }
-        Self { values }
     }
 
     /// Sets a default after validating it; `name` is a topic key.
     pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
+        if is_storage_key(name) {
+            return self.log.set(name, value).map_err(|e| e.to_string());
+        }
         validate(name, value)?;
-        self.values.insert(name.to_string(), value.to_string());
+        self.broker.insert(name.to_string(), value.to_string());
         Ok(())
     }
 
-    pub fn get(&self, name: &str) -> Option<&str> {
-        self.values.get(name).map(String::as_str)
+    pub fn get(&self, name: &str) -> Option<String> {
+        if is_storage_key(name) {
+            return self.log.get(name);
+        }
+        self.broker.get(name).cloned()
     }
 
     /// The configuration of a topic with `overrides` over these defaults.
     /// Overrides were validated when they were accepted.
     pub fn effective(&self, overrides: &BTreeMap<String, String>) -> EffectiveConfig {
-        let mut log = LogConfig::default();
-        let mut timestamp_type = TimestampType::CreateTime;
-        let merged = self.values.iter().chain(overrides.iter());
-        for (name, value) in merged {
-            match topic_key(name).map(|k| k.applier) {
-                Some(Applier::Storage) => {
-                    if let Err(e) = log.set(name, value) {
-                        tracing::warn!(key = %name, %value, error = %e, "ignoring topic config storage refused");
-                    }
+        let mut log = self.log.clone();
+        let mut timestamp_type = match self
+            .broker
+            .get("message.timestamp.type")
+            .map(String::as_str)
+        {
+            Some("LogAppendTime") => TimestampType::LogAppendTime,
+            _ => TimestampType::CreateTime,
+        };
+        for (name, value) in overrides {
+            if is_storage_key(name) {
+                if let Err(e) = log.set(name, value) {
+                    tracing::warn!(key = %name, %value, error = %e, "ignoring a topic config storage refused");
                 }
-                Some(Applier::Broker) if name == "message.timestamp.type" => {
-                    timestamp_type = if value == "LogAppendTime" {
-                        TimestampType::LogAppendTime
-                    } else {
-                        TimestampType::CreateTime
-                    };
-                }
-                _ => {}
+            } else if name == "message.timestamp.type" {
+                timestamp_type = if value == "LogAppendTime" {
+                    TimestampType::LogAppendTime
+                } else {
+                    TimestampType::CreateTime
+                };
             }
         }
         EffectiveConfig {
             log,
             timestamp_type,
         }
-    }
-}
-
-fn flush_policy_name(policy: &FlushPolicy) -> &'static str {
-    match policy {
-        FlushPolicy::Always => "always",
-        FlushPolicy::Interval { .. } => "interval",
-        FlushPolicy::Never => "never",
     }
 }
 

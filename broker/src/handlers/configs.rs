@@ -81,7 +81,7 @@ pub fn describe(
                                 None => config
                                     .topic_defaults
                                     .get(name)
-                                    .map(|value| entry(name, value, SOURCE_DEFAULT, false)),
+                                    .map(|value| entry(name, &value, SOURCE_DEFAULT, false)),
                             })
                             .collect();
                         result.with_configs(configs)
