@@ -1,0 +1,223 @@
+//! Starts the real `strom` binary on a free loopback port with a temporary
+//! data dir, and runs client programs against it with deadlines.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a broker may take to start listening.
+pub const START_DEADLINE: Duration = Duration::from_secs(30);
+/// How long a graceful stop may take (the broker promises 10 s).
+pub const STOP_DEADLINE: Duration = Duration::from_secs(10);
+/// Interval between checks of a condition polled with a deadline.
+const POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub struct Broker {
+    pub port: u16,
+    pub data_dir: PathBuf,
+    _temp: Option<tempfile::TempDir>,
+    log_path: PathBuf,
+    extra_args: Vec<String>,
+    child: Option<Child>,
+}
+
+impl Broker {
+    /// Starts a broker with 2 cores and `extra_args` (e.g. `--set k=v`).
+    pub fn start(extra_args: &[&str]) -> Broker {
+        let temp = tempfile::tempdir().unwrap();
+        let data_dir = temp.path().join("data");
+        let log_path = temp.path().join("strom.log");
+        let mut broker = Broker {
+            port: free_port(),
+            data_dir,
+            _temp: Some(temp),
+            log_path,
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            child: None,
+        };
+        broker.spawn();
+        broker
+    }
+
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn address(&self) -> SocketAddr {
+        self.bootstrap().parse().unwrap()
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_strom"))
+            .arg("start")
+            .arg("--listen")
+            .arg(self.bootstrap())
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .arg("--cores")
+            .arg("2")
+            .args(&self.extra_args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("strom binary starts");
+        self.child = Some(child);
+        let deadline = Instant::now() + START_DEADLINE;
+        loop {
+            if TcpStream::connect(self.address()).is_ok() {
+                return;
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!(
+                    "strom exited with {status} before listening:\n{}",
+                    self.log()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "strom did not listen within {START_DEADLINE:?}:\n{}",
+                self.log()
+            );
+            std::thread::sleep(POLL_INTERVAL);
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM and waits for a clean exit within the stop deadline.
+    pub fn stop(&mut self) -> Duration {
+        let mut child = self.child.take().expect("broker running");
+        let started = Instant::now();
+        // SAFETY: kill with a pid of our own child process.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let status = wait_deadline(&mut child, STOP_DEADLINE).unwrap_or_else(|| {
+            let _ = child.kill();
+            panic!(
+                "strom did not stop within {STOP_DEADLINE:?}:\n{}",
+                self.log()
+            )
+        });
+        assert!(
+            status.success(),
+            "strom exited with {status}:\n{}",
+            self.log()
+        );
+        started.elapsed()
+    }
+
+    /// Stops cleanly and starts again on the same port and data dir.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Waits for a child with a deadline; `None` if it is still running.
+pub fn wait_deadline(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    }
+}
+
+/// Runs a command with optional stdin, killing it at the deadline.
+pub fn run(command: &mut Command, stdin: Option<&[u8]>, limit: Duration) -> Output {
+    let mut child = command
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
+    let writer = stdin.map(|input| {
+        let mut pipe = child.stdin.take().unwrap();
+        let input = input.to_vec();
+        std::thread::spawn(move || {
+            let _ = pipe.write_all(&input);
+        })
+    });
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let out_reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = stdout.read_to_end(&mut buf);
+        buf
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = stderr.read_to_end(&mut buf);
+        buf
+    });
+    let status = match wait_deadline(&mut child, limit) {
+        Some(status) => status,
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            let err = String::from_utf8_lossy(&err_reader.join().unwrap()).to_string();
+            panic!("{command:?} did not finish within {limit:?}; stderr:\n{err}");
+        }
+    };
+    if let Some(writer) = writer {
+        writer.join().unwrap();
+    }
+    Output {
+        status,
+        stdout: out_reader.join().unwrap(),
+        stderr: err_reader.join().unwrap(),
+    }
+}
+
+/// Runs a Python client script from `tests/clients/` against the broker;
+/// panics with its output unless it exits 0.
+pub fn run_python(script: &str, args: &[&str], limit: Duration) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/clients")
+        .join(script);
+    let output = run(Command::new("python3").arg(&path).args(args), None, limit);
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "{script} failed ({}); needs `pip install confluent-kafka kafka-python`\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        output.status
+    );
+    stdout
+}

@@ -1,0 +1,83 @@
+//! confluent-kafka and kafka-python against a real strom process, through
+//! the scripts in `tests/clients/`. Needs
+//! `pip install confluent-kafka kafka-python`.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{run_python, Broker};
+
+const SCRIPT_DEADLINE: Duration = Duration::from_secs(240);
+
+fn confluent(broker: &Broker, args: &[&str]) -> String {
+    let mut all = vec![broker.bootstrap()];
+    all.extend(args.iter().map(|s| s.to_string()));
+    let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+    run_python("confluent_check.py", &refs, SCRIPT_DEADLINE)
+}
+
+#[test]
+fn confluent_admin_creates_describes_alters_and_deletes_topics() {
+    let broker = Broker::start(&[]);
+    let out = confluent(&broker, &["admin"]);
+    assert!(out.contains("admin: ok"), "{out}");
+}
+
+#[test]
+fn confluent_idempotent_acks_all_producer_with_every_compression() {
+    let broker = Broker::start(&[]);
+    let out = confluent(&broker, &["compression"]);
+    for codec in ["gzip", "snappy", "lz4", "zstd"] {
+        assert!(out.contains(&format!("{codec}: ok")), "{out}");
+    }
+}
+
+#[test]
+fn confluent_hundred_thousand_messages_over_eight_partitions() {
+    let broker = Broker::start(&[]);
+    let out = confluent(&broker, &["many", "100000"]);
+    assert!(out.contains("many: 100000 ok"), "{out}");
+}
+
+#[test]
+fn confluent_consumer_assign_seek_and_offsets_for_times() {
+    let broker = Broker::start(&[]);
+    let out = confluent(&broker, &["seek"]);
+    assert!(out.contains("seek: ok"), "{out}");
+}
+
+#[test]
+fn confluent_acks_zero_and_one_producers() {
+    let broker = Broker::start(&[]);
+    let out = confluent(&broker, &["acks"]);
+    assert!(
+        out.contains("acks=0: ok") && out.contains("acks=1: ok"),
+        "{out}"
+    );
+}
+
+#[test]
+fn data_and_topic_configs_survive_a_restart() {
+    let mut broker = Broker::start(&[]);
+    confluent(&broker, &["restart-write"]);
+    broker.restart();
+    let out = confluent(&broker, &["restart-read"]);
+    assert!(out.contains("read back"), "{out}");
+    assert!(
+        broker.log().contains("clean=true"),
+        "a clean stop leaves nothing to scan:\n{}",
+        broker.log()
+    );
+}
+
+#[test]
+fn kafka_python_round_trip() {
+    let broker = Broker::start(&[]);
+    let out = run_python(
+        "kafka_python_check.py",
+        &[&broker.bootstrap()],
+        SCRIPT_DEADLINE,
+    );
+    assert!(out.contains("kafka-python: ok"), "{out}");
+}
