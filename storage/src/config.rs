@@ -36,6 +36,8 @@ pub struct LogConfig {
     pub cache_bytes_max: usize,
     /// `strom.write.bytes`: the largest single write the log submits.
     pub write_bytes_max: usize,
+    /// `strom.writes.inflight`: O_DIRECT writes in flight at once per log.
+    pub writes_in_flight_max: usize,
     /// `strom.pending.bytes`: appended but unwritten bytes before appends wait.
     pub pending_bytes_max: usize,
     /// `strom.preallocate.bytes`: how far ahead of the writer files are grown.
@@ -54,7 +56,8 @@ impl Default for LogConfig {
             max_message_bytes: 1_048_588,
             flush: FlushPolicy::Always,
             cache_bytes_max: 8 << 20,
-            write_bytes_max: 4 << 20,
+            write_bytes_max: 1 << 20,
+            writes_in_flight_max: 4,
             pending_bytes_max: 32 << 20,
             preallocate_bytes: 64 << 20,
         }
@@ -88,6 +91,7 @@ pub const LOG_CONFIG_KEYS: &[&str] = &[
     "flush.bytes",
     "strom.cache.bytes",
     "strom.write.bytes",
+    "strom.writes.inflight",
     "strom.pending.bytes",
     "strom.preallocate.bytes",
 ];
@@ -196,6 +200,13 @@ impl LogConfig {
                 }
                 self.write_bytes_max = v as usize;
             }
+            "strom.writes.inflight" => {
+                let v = positive()?;
+                if v > 64 {
+                    return Err(invalid("must be between 1 and 64"));
+                }
+                self.writes_in_flight_max = v as usize;
+            }
             "strom.pending.bytes" => self.pending_bytes_max = positive()? as usize,
             "strom.preallocate.bytes" => {
                 let v = positive()?;
@@ -254,6 +265,7 @@ impl LogConfig {
             },
             "strom.cache.bytes" => self.cache_bytes_max.to_string(),
             "strom.write.bytes" => self.write_bytes_max.to_string(),
+            "strom.writes.inflight" => self.writes_in_flight_max.to_string(),
             "strom.pending.bytes" => self.pending_bytes_max.to_string(),
             "strom.preallocate.bytes" => self.preallocate_bytes.to_string(),
             _ => return None,
@@ -266,6 +278,7 @@ impl LogConfig {
         // A single write must fit under the pending bound or appends of one
         // write's worth would wait forever.
         config.pending_bytes_max = config.pending_bytes_max.max(config.write_bytes_max);
+        config.writes_in_flight_max = config.writes_in_flight_max.max(1);
         config
     }
 }

@@ -4,8 +4,8 @@
 //! A `Log` lives on one glommio executor. Appends are assigned offsets and
 //! made visible to readers synchronously (through the batch cache); one
 //! writer task per log coalesces unwritten batches into large O_DIRECT
-//! writes (one in flight at a time, so the rewritten tail page is never
-//! written twice concurrently) and calls fdatasync per the flush policy.
+//! writes, a bounded number in flight (page-aligned, so concurrent writes
+//! never share a page), and calls fdatasync per the flush policy.
 //! Everyone waiting for durability while a sync runs is covered by the next
 //! one: group commit.
 
@@ -125,8 +125,13 @@ struct State {
     pending_bytes: usize,
     unsynced_bytes: u64,
     unsynced_since: Option<Instant>,
-    /// The partial last page of the active segment's written data.
+    /// Active segment bytes copied into submitted writes.
+    submitted_position: u64,
+    /// The partial page at `submitted_position`, which the next write
+    /// starts with (empty when that position is page-aligned).
     tail: Vec<u8>,
+    in_flight: std::collections::VecDeque<InFlightWrite>,
+    next_write_id: u64,
     cache: BatchCache,
     failure: Option<String>,
     closing: bool,
@@ -169,6 +174,8 @@ impl Log {
     pub async fn open(dir: impl Into<PathBuf>, config: LogConfig) -> Result<Log> {
         let dir = dir.into();
         std::fs::create_dir_all(&dir).ctx("create directory", &dir, 0)?;
+        // glommio resolves relative paths against no directory at all.
+        let dir = std::fs::canonicalize(&dir).ctx("resolve directory", &dir, 0)?;
         file::probe_device(&dir).await?;
         let config = config.effective();
         let checkpoint = Checkpoint::read(&dir).await?;
@@ -285,6 +292,7 @@ impl Log {
                 .ctx("fdatasync", &active.path, active.size)?;
         }
         let tail = active.read_tail_page().await?;
+        let submitted_position = active.written_size;
         let recovery_point = active.base_offset;
         let state = State {
             segments,
@@ -297,7 +305,10 @@ impl Log {
             pending_bytes: 0,
             unsynced_bytes: 0,
             unsynced_since: None,
+            submitted_position,
             tail,
+            in_flight: std::collections::VecDeque::new(),
+            next_write_id: 0,
             cache: BatchCache::default(),
             failure: None,
             closing: false,
@@ -550,6 +561,7 @@ impl Log {
             state.durable_offset = state.durable_offset.max(next_offset);
             state.segments.push(segment);
             state.tail.clear();
+            state.submitted_position = 0;
             state.recovery_point = next_offset;
             state.unsynced_bytes = 0;
             state.unsynced_since = None;
@@ -817,6 +829,10 @@ impl Log {
                 .drain(index + 1..)
                 .map(|seg| seg.base_offset)
                 .collect();
+            // Nothing for the writer to do on this segment until the cut is
+            // applied below.
+            s.submitted_position = s.active().size;
+            s.tail.clear();
             let seg = s.active();
             let relative = target
                 .saturating_sub(seg.base_offset)
@@ -868,6 +884,7 @@ impl Log {
         let checkpoint = {
             let mut s = self.inner.state.borrow_mut();
             s.tail = tail;
+            s.submitted_position = s.active().written_size;
             s.next_offset = new_end;
             s.written_offset = new_end;
             s.durable_offset = new_end;
@@ -1049,7 +1066,10 @@ impl Log {
         {
             let mut s = self.inner.state.borrow_mut();
             s.closing = true;
+            // Unwritten batches are discarded with the log.
             s.cache.clear();
+            s.submitted_position = s.active().size;
+            s.tail.clear();
         }
         self.inner.append_lock.close();
         self.inner.changed.notify_all();
@@ -1283,12 +1303,17 @@ fn fence_inner(inner: &Inner, reason: String) {
     inner.changed.notify_all();
 }
 
-/// What the writer should do next.
+/// What the writer should do next: (submit a write, sync, wake-up delay
+/// for an interval sync).
 fn writer_work(state: &State, config: &LogConfig, now: Instant) -> (bool, bool, Option<Duration>) {
-    let unwritten = state.written_offset < state.next_offset;
+    let submittable = state.submitted_position < state.active().size
+        && state.in_flight.len() < config.writes_in_flight_max
+        // A write that rewrites the partial page of an earlier write waits
+        // until that write completes, so the page is never written twice
+        // concurrently.
+        && (state.tail.is_empty() || state.in_flight.is_empty());
     let unsynced = state.durable_offset < state.written_offset;
-    let requested =
-        state.sync_requested > state.durable_offset && state.durable_offset < state.written_offset;
+    let requested = state.sync_requested > state.durable_offset;
     let mut wait = None;
     let sync = unsynced
         && (requested
@@ -1312,9 +1337,12 @@ fn writer_work(state: &State, config: &LogConfig, now: Instant) -> (bool, bool, 
                     by_bytes || by_time
                 }
             });
-    (unwritten, sync, wait)
+    (submittable, sync, wait)
 }
 
+/// The writer task of one log: submits coalesced O_DIRECT writes (up to
+/// `strom.writes.inflight` at once) and syncs per the flush policy. It exits
+/// when the log closes (after draining) or is fenced.
 async fn writer_loop(inner: Rc<Inner>) {
     loop {
         let mut timeout = None;
@@ -1325,163 +1353,221 @@ async fn writer_loop(inner: Rc<Inner>) {
                 if state.failure.is_some() || state.closing {
                     return true;
                 }
-                let (unwritten, sync, wait) =
+                let (submit, sync, wait) =
                     writer_work(&state, &inner.config.borrow(), Instant::now());
                 timeout = wait;
-                unwritten || sync || wait.is_some()
+                submit || sync || wait.is_some()
             })
             .await;
-        if let Some(wait) = timeout {
-            // Only an interval deadline is pending: sleep until it or until
-            // new work arrives, whichever is first.
-            let idle = {
-                let state = inner.state.borrow();
-                let (unwritten, sync, _) =
-                    writer_work(&state, &inner.config.borrow(), Instant::now());
-                !unwritten && !sync && !state.closing && state.failure.is_none()
-            };
-            if idle {
-                futures_lite::future::or(
-                    glommio::timer::sleep(wait),
-                    inner.changed.wait_until(|| {
-                        let state = inner.state.borrow();
-                        state.written_offset < state.next_offset
-                            || state.closing
-                            || state.sync_requested > state.durable_offset
-                    }),
-                )
-                .await;
-            }
-        }
-        let (unwritten, sync, closing, failed) = {
+        let (submit, sync, wait, closing, failed, drained) = {
             let state = inner.state.borrow();
-            let (unwritten, sync, _) = writer_work(&state, &inner.config.borrow(), Instant::now());
-            (unwritten, sync, state.closing, state.failure.is_some())
+            let (submit, sync, wait) = writer_work(&state, &inner.config.borrow(), Instant::now());
+            let drained = state.written_offset == state.next_offset
+                && state.in_flight.is_empty()
+                && state.sync_requested <= state.durable_offset;
+            (
+                submit,
+                sync,
+                wait,
+                state.closing,
+                state.failure.is_some(),
+                drained,
+            )
         };
         if failed {
             return;
         }
-        if unwritten {
-            if let Err(e) = write_round(&inner).await {
+        if submit {
+            if let Err(e) = submit_write(&inner).await {
                 fence_inner(&inner, e.to_string());
                 return;
             }
+            continue;
         }
-        let sync = sync || {
-            let state = inner.state.borrow();
-            writer_work(&state, &inner.config.borrow(), Instant::now()).1
-        };
         if sync {
             if let Err(e) = sync_round(&inner).await {
                 fence_inner(&inner, e.to_string());
                 return;
             }
+            continue;
         }
-        if closing && !unwritten && !sync {
-            let state = inner.state.borrow();
-            if state.written_offset == state.next_offset
-                && state.sync_requested <= state.durable_offset
-            {
-                return;
-            }
+        if closing && drained {
+            return;
+        }
+        if let (Some(wait), None) = (wait.or(timeout), closing.then_some(())) {
+            // Only an interval deadline is pending: sleep until it, or until
+            // anything else needs the writer.
+            futures_lite::future::or(
+                glommio::timer::sleep(wait),
+                inner.changed.wait_until(|| {
+                    let state = inner.state.borrow();
+                    let (submit, sync, _) =
+                        writer_work(&state, &inner.config.borrow(), Instant::now());
+                    submit || sync || state.closing || state.failure.is_some()
+                }),
+            )
+            .await;
+        } else if closing {
+            // Closing with writes still in flight: wait for them to land.
+            inner
+                .changed
+                .wait_until(|| {
+                    let state = inner.state.borrow();
+                    state.in_flight.is_empty() || state.failure.is_some()
+                })
+                .await;
         }
     }
 }
 
-/// Coalesces unwritten batches of the active segment into one aligned
-/// write that starts with the partial tail page.
-async fn write_round(inner: &Inner) -> Result<()> {
-    let write_bytes_max = inner.config.borrow().write_bytes_max;
-    let preallocate = inner.config.borrow().preallocate_bytes;
-    let (file, path, aligned_position, buffer, data_len, end_offset, new_tail, grow_to) = {
-        let state = inner.state.borrow();
-        let active = state.active();
-        let mut data_len = 0usize;
-        let mut end_offset = state.written_offset;
-        let mut batches = Vec::new();
-        for cached in state.cache.iter_from(state.written_offset) {
-            if !batches.is_empty() && data_len + cached.bytes.len() > write_bytes_max {
-                break;
-            }
-            assert_eq!(
-                cached.position,
-                active.written_size + data_len as u64,
-                "unwritten batches are contiguous in the active segment"
-            );
-            data_len += cached.bytes.len();
-            end_offset = cached.last_offset + 1;
-            batches.push(cached.bytes.clone());
+/// One write in flight, in submission (= file position) order.
+pub(crate) struct InFlightWrite {
+    id: u64,
+    /// Data bytes of the segment that are on disk once this write and all
+    /// earlier ones complete.
+    end_position: u64,
+    done: bool,
+}
+
+/// Copies the next run of unwritten bytes (after the partial tail page, if
+/// any) into an aligned buffer and submits it as one O_DIRECT write. While
+/// more data follows, writes end on a page boundary so that concurrent
+/// writes never share a page; only the last write of a burst carries a
+/// partial page, which the next write rewrites after it completes.
+async fn submit_write(inner: &Rc<Inner>) -> Result<()> {
+    let (write_bytes_max, preallocate) = {
+        let config = inner.config.borrow();
+        (config.write_bytes_max as u64, config.preallocate_bytes)
+    };
+    let (file, path, aligned_start, buffer, end, id, grow_to) = {
+        let mut state = inner.state.borrow_mut();
+        let start = state.submitted_position;
+        let data_end = state.active().size;
+        let aligned_start = start - state.tail.len() as u64;
+        assert_eq!(aligned_start % PAGE, 0, "writes start on a page");
+        let mut end = data_end.min(aligned_start + write_bytes_max);
+        if end < data_end {
+            // More follows: stop on a page boundary and leave the rest for
+            // the next write.
+            end = file::align_down(end).max(start.min(end));
         }
-        assert!(
-            !batches.is_empty(),
-            "write_round called with nothing to write"
-        );
-        let tail_len = state.tail.len();
-        let aligned_position = active.written_size - tail_len as u64;
-        assert_eq!(aligned_position % PAGE, 0);
-        let total = tail_len + data_len;
-        let padded = file::align_up(total as u64) as usize;
+        assert!(end > start, "submit_write called with nothing to write");
+        let padded = file::align_up(end - aligned_start) as usize;
+        let active = state.active();
         let mut buffer = active.file.alloc_dma_buffer(padded);
         let out = buffer.as_bytes_mut();
+        let tail_len = state.tail.len();
         out[..tail_len].copy_from_slice(&state.tail);
+        // Copy [start, end) out of the cached batches holding it.
         let mut at = tail_len;
-        for bytes in &batches {
-            out[at..at + bytes.len()].copy_from_slice(bytes);
-            at += bytes.len();
+        let mut position = start;
+        for cached in state.cache.iter_from(state.written_offset) {
+            let batch_end = cached.position + cached.bytes.len() as u64;
+            if batch_end <= position {
+                continue;
+            }
+            if cached.position >= end {
+                break;
+            }
+            assert!(
+                cached.position <= position,
+                "unwritten bytes are contiguous in the cache"
+            );
+            let from = (position - cached.position) as usize;
+            let to = (end.min(batch_end) - cached.position) as usize;
+            out[at..at + to - from].copy_from_slice(&cached.bytes[from..to]);
+            at += to - from;
+            position = cached.position + to as u64;
         }
-        out[total..].fill(0);
-        let new_tail_start = file::align_down(total as u64) as usize;
-        let new_tail = out[new_tail_start..total].to_vec();
-        let end = aligned_position + padded as u64;
-        let grow_to = (end > active.allocated).then(|| end.div_ceil(preallocate) * preallocate);
-        (
-            active.file.clone(),
-            active.path.clone(),
-            aligned_position,
-            buffer,
-            data_len,
-            end_offset,
-            new_tail,
-            grow_to,
-        )
+        assert_eq!(position, end, "the cache holds every unwritten byte");
+        out[at..].fill(0);
+        let new_tail = if end.is_multiple_of(PAGE) {
+            Vec::new()
+        } else {
+            let tail_start = (file::align_down(end) - aligned_start) as usize;
+            out[tail_start..at].to_vec()
+        };
+        let write_end = aligned_start + padded as u64;
+        let grow_to =
+            (write_end > active.allocated).then(|| write_end.div_ceil(preallocate) * preallocate);
+        let (file, path) = (active.file.clone(), active.path.clone());
+        state.tail = new_tail;
+        state.submitted_position = end;
+        let id = state.next_write_id;
+        state.next_write_id += 1;
+        state.in_flight.push_back(InFlightWrite {
+            id,
+            end_position: end,
+            done: false,
+        });
+        (file, path, aligned_start, buffer, end, id, grow_to)
     };
-    let padded = buffer.len();
     if let Some(size) = grow_to {
         file.pre_allocate(size, false)
             .await
             .ctx("fallocate", &path, size)?;
-    }
-    let written =
-        file.write_at(buffer, aligned_position)
-            .await
-            .ctx("write", &path, aligned_position)?;
-    if written != padded {
-        return Err(StorageError::io(
-            "write",
-            &path,
-            aligned_position + written as u64,
-            std::io::Error::new(std::io::ErrorKind::WriteZero, "short O_DIRECT write"),
-        ));
-    }
-    let mut state = inner.state.borrow_mut();
-    let cache_max = inner.config.borrow().cache_bytes_max;
-    let active = state.active_mut();
-    if let Some(size) = grow_to {
+        let mut state = inner.state.borrow_mut();
+        let active = state.active_mut();
         active.allocated = active.allocated.max(size);
     }
-    active.written_size += data_len as u64;
-    state.tail = new_tail;
-    state.written_offset = end_offset;
-    state.pending_bytes -= data_len;
+    let task_inner = inner.clone();
+    glommio::spawn_local(async move {
+        let padded = buffer.len();
+        let result = file.write_at(buffer, aligned_start).await;
+        let outcome = match result {
+            Ok(written) if written == padded => Ok(()),
+            Ok(written) => Err(StorageError::io(
+                "write",
+                &path,
+                aligned_start + written as u64,
+                std::io::Error::new(std::io::ErrorKind::WriteZero, "short O_DIRECT write"),
+            )),
+            Err(e) => Err(StorageError::io("write", &path, aligned_start, e)),
+        };
+        match outcome {
+            Ok(()) => complete_write(&task_inner, id, padded as u64, end),
+            Err(e) => fence_inner(&task_inner, e.to_string()),
+        }
+    })
+    .detach();
+    Ok(())
+}
+
+/// Marks a write done and advances the written frontier over every write
+/// completed in order.
+fn complete_write(inner: &Inner, id: u64, padded: u64, _end: u64) {
+    let mut state = inner.state.borrow_mut();
+    if let Some(slot) = state.in_flight.iter_mut().find(|w| w.id == id) {
+        slot.done = true;
+    }
     state.stats.writes += 1;
-    state.stats.bytes_written += padded as u64;
-    state.unsynced_bytes += data_len as u64;
-    state.unsynced_since.get_or_insert_with(Instant::now);
-    let written_offset = state.written_offset;
-    state.cache.evict(cache_max, written_offset);
+    state.stats.bytes_written += padded;
+    let mut written_size = state.active().written_size;
+    while state.in_flight.front().is_some_and(|w| w.done) {
+        let write = state.in_flight.pop_front().expect("front");
+        written_size = written_size.max(write.end_position);
+    }
+    state.active_mut().written_size = written_size;
+    // Batches wholly on disk are written.
+    let mut written_offset = state.written_offset;
+    let mut released = 0usize;
+    for cached in state.cache.iter_from(written_offset) {
+        if cached.position + cached.bytes.len() as u64 > written_size {
+            break;
+        }
+        written_offset = cached.last_offset + 1;
+        released += cached.bytes.len();
+    }
+    if written_offset > state.written_offset {
+        state.written_offset = written_offset;
+        state.pending_bytes -= released;
+        state.unsynced_bytes += released as u64;
+        state.unsynced_since.get_or_insert_with(Instant::now);
+        let cache_max = inner.config.borrow().cache_bytes_max;
+        state.cache.evict(cache_max, written_offset);
+    }
     drop(state);
     inner.changed.notify_all();
-    Ok(())
 }
 
 /// One fdatasync covering everything written so far (group commit).

@@ -79,6 +79,8 @@ proptest! {
     fn random_batches_round_trip_across_segments(
         shapes in proptest::collection::vec((1usize..12, 0usize..3000, 0i64..40), 1..60),
         segment_kib in 4u64..64,
+        write_pages in 1usize..20,
+        writes_in_flight in 1usize..6,
     ) {
         let dir = common::tempdir().unwrap();
         let path = dir.path().join("topic-0");
@@ -92,7 +94,11 @@ proptest! {
             .map(|i| common::BASE_TIMESTAMP + i * 10 + 3)
             .collect();
         run(move || async move {
-            let log = Log::open(&path, config(segment_kib * 1024)).await.unwrap();
+            // Small writes and several in flight exercise page-aligned cuts.
+            let mut cfg = config(segment_kib * 1024);
+            cfg.write_bytes_max = write_pages * 4096;
+            cfg.writes_in_flight_max = writes_in_flight;
+            let log = Log::open(&path, cfg).await.unwrap();
             let mut model = Model { batches: Vec::new() };
             for spec in &specs {
                 let info = log.append(spec.bytes(), AppendOptions::default()).await.unwrap();

@@ -1,0 +1,253 @@
+//! Sequential append throughput of the storage crate alone, next to fio's
+//! sequential O_DIRECT write bandwidth on the same filesystem, measured in
+//! the same run. Prints a markdown table of medians (and each run).
+//!
+//! ```text
+//! cargo run --release -p strom-benches --bin storage-append -- --dir target/bench --runs 3
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use bytes::Bytes;
+use clap::Parser;
+use protocol::batch::build;
+use storage::{AppendOptions, FlushPolicy, Log, LogConfig};
+
+#[derive(Parser, Debug)]
+#[command(about = "Storage append throughput next to fio's O_DIRECT write limit")]
+struct Args {
+    /// Directory on the filesystem to measure (created; emptied per run).
+    #[arg(long, default_value = "target/bench")]
+    dir: PathBuf,
+    /// Runs per configuration; the table shows the median.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Bytes each run appends (and fio writes).
+    #[arg(long, default_value_t = 1 << 30)]
+    bytes: u64,
+    /// Concurrent appenders for the `always` cases (group commit).
+    #[arg(long, default_value_t = 16)]
+    appenders: usize,
+    /// Extra log settings, `key=value` (e.g. `strom.write.bytes=1048576`).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    settings: Vec<String>,
+    /// Only run the cases whose name contains this text.
+    #[arg(long)]
+    only: Option<String>,
+    /// Skip fio (its figure is then reported as 0).
+    #[arg(long)]
+    no_fio: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    name: &'static str,
+    batch_bytes: usize,
+    flush: FlushPolicy,
+    appenders: usize,
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    std::fs::create_dir_all(&args.dir)
+        .with_context(|| format!("creating {}", args.dir.display()))?;
+    let cases = [
+        Case {
+            name: "never, 1 MiB batches, 1 appender",
+            batch_bytes: 1 << 20,
+            flush: FlushPolicy::Never,
+            appenders: 1,
+        },
+        Case {
+            name: "never, 16 KiB batches, 1 appender",
+            batch_bytes: 16 << 10,
+            flush: FlushPolicy::Never,
+            appenders: 1,
+        },
+        Case {
+            name: "always, 1 MiB batches",
+            batch_bytes: 1 << 20,
+            flush: FlushPolicy::Always,
+            appenders: args.appenders,
+        },
+        Case {
+            name: "always, 16 KiB batches",
+            batch_bytes: 16 << 10,
+            flush: FlushPolicy::Always,
+            appenders: args.appenders,
+        },
+    ];
+    let cases: Vec<Case> = cases
+        .into_iter()
+        .filter(|c| {
+            args.only
+                .as_deref()
+                .is_none_or(|only| c.name.contains(only))
+        })
+        .collect();
+    let mut settings = Vec::new();
+    for setting in &args.settings {
+        let (key, value) = setting
+            .split_once('=')
+            .with_context(|| format!("--set {setting}: expected KEY=VALUE"))?;
+        LogConfig::default().set(key, value)?;
+        settings.push((key.to_string(), value.to_string()));
+    }
+    let mut fio_runs = Vec::new();
+    let mut case_runs: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
+    // Interleave fio and the cases in every round, so each ratio compares
+    // figures taken under the same background load.
+    for round in 0..args.runs {
+        fio_runs.push(if args.no_fio {
+            0.0
+        } else {
+            fio_write_mb_s(&args.dir, args.bytes)?
+        });
+        for (i, case) in cases.iter().enumerate() {
+            let mb_s = run_case(&args.dir, *case, args.bytes, &settings)?;
+            eprintln!(
+                "round {round}: {} -> {mb_s:.0} MB/s (fio {:.0})",
+                case.name, fio_runs[round]
+            );
+            case_runs[i].push(mb_s);
+        }
+    }
+    let fio = median(&fio_runs);
+    println!(
+        "| case | appenders | MB/s (median of {}) | runs | ratio to fio |",
+        args.runs
+    );
+    println!("|---|---|---|---|---|");
+    println!(
+        "| fio seq write, 1 MiB, QD1, O_DIRECT, new file | 1 | {fio:.0} | {} | 1.00 |",
+        fmt_runs(&fio_runs)
+    );
+    for (case, runs) in cases.iter().zip(&case_runs) {
+        let m = median(runs);
+        println!(
+            "| {} | {} | {m:.0} | {} | {:.2} |",
+            case.name,
+            case.appenders,
+            fmt_runs(runs),
+            m / fio
+        );
+    }
+    Ok(())
+}
+
+fn fmt_runs(runs: &[f64]) -> String {
+    runs.iter()
+        .map(|r| format!("{r:.0}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(|a, b| a.total_cmp(b));
+    sorted[sorted.len() / 2]
+}
+
+/// fio's sequential O_DIRECT write of a new file, 1 MiB blocks, QD1.
+fn fio_write_mb_s(dir: &Path, bytes: u64) -> Result<f64> {
+    let file = dir.join("fio.dat");
+    let _ = std::fs::remove_file(&file);
+    let output = Command::new("fio")
+        .args([
+            "--name=seqwrite",
+            "--rw=write",
+            "--bs=1M",
+            "--iodepth=1",
+            "--direct=1",
+            "--ioengine=psync",
+            "--end_fsync=1",
+            "--output-format=terse",
+            "--terse-version=3",
+        ])
+        .arg(format!("--filename={}", file.display()))
+        .arg(format!("--size={bytes}"))
+        .output()
+        .context("running fio (install it: apt-get install fio)")?;
+    let _ = std::fs::remove_file(&file);
+    if !output.status.success() {
+        bail!("fio failed: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    // Terse v3: field 48 (0-based 47) is the write bandwidth in KiB/s.
+    let text = String::from_utf8(output.stdout)?;
+    let fields: Vec<&str> = text.trim().split(';').collect();
+    let kib_s: f64 = fields
+        .get(47)
+        .context("fio terse output too short")?
+        .parse()
+        .context("fio write bandwidth")?;
+    Ok(kib_s * 1024.0 / 1e6)
+}
+
+fn run_case(
+    dir: &Path,
+    case: Case,
+    total_bytes: u64,
+    settings: &[(String, String)],
+) -> Result<f64> {
+    let log_dir = dir.join("bench-0");
+    let settings = settings.to_vec();
+    let _ = std::fs::remove_dir_all(&log_dir);
+    let result = glommio::LocalExecutorBuilder::default()
+        .spawn(move || async move { append_for(log_dir, case, total_bytes, settings).await })
+        .map_err(|e| anyhow::anyhow!("starting executor: {e}"))?
+        .join()
+        .map_err(|e| anyhow::anyhow!("executor: {e:?}"))?;
+    let _ = std::fs::remove_dir_all(dir.join("bench-0"));
+    result
+}
+
+async fn append_for(
+    dir: PathBuf,
+    case: Case,
+    total_bytes: u64,
+    settings: Vec<(String, String)>,
+) -> Result<f64> {
+    let mut config = LogConfig::default();
+    for (key, value) in &settings {
+        config.set(key, value)?;
+    }
+    config.flush = case.flush;
+    config.max_message_bytes = (case.batch_bytes + 4096) as u32;
+    let log = Log::open(&dir, config).await?;
+    // One record per batch, its value sized so the batch is batch_bytes.
+    let probe = build::patterned(0, 1, 0, 1).len();
+    let batch = Bytes::from(build::patterned(
+        1_700_000_000_000,
+        1,
+        case.batch_bytes - probe - 8,
+        7,
+    ));
+    let per_appender = (total_bytes / batch.len() as u64 / case.appenders as u64).max(1);
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..case.appenders)
+        .map(|_| {
+            let (log, batch) = (log.clone(), batch.clone());
+            glommio::spawn_local(async move {
+                for _ in 0..per_appender {
+                    let info = log.append(batch.clone(), AppendOptions::default()).await?;
+                    if case.flush == FlushPolicy::Always {
+                        log.wait_durable(info.last_offset).await?;
+                    }
+                }
+                Ok::<_, storage::StorageError>(())
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await?;
+    }
+    // Everything on disk (and synced) before the clock stops.
+    log.flush().await?;
+    let elapsed = start.elapsed().as_secs_f64();
+    let bytes = per_appender * case.appenders as u64 * batch.len() as u64;
+    log.close().await?;
+    Ok(bytes as f64 / elapsed / 1e6)
+}
