@@ -13,6 +13,11 @@ pub const CONNECTION_IN_FLIGHT_MAX: usize = 64;
 /// topic names and the other fields of a produce request.
 pub const FRAME_OVERHEAD_BYTES: usize = 100 << 20;
 
+/// Largest frame of any request but Produce. The decoders build a struct
+/// per array element, several times the element's wire size, so only
+/// Produce (whose bulk is record bytes) gets the full frame limit.
+pub const NON_PRODUCE_FRAME_BYTES_MAX: usize = 8 << 20;
+
 /// Longest a Fetch may wait for data, whatever the client asks.
 pub const FETCH_WAIT_MS_MAX: u64 = 5_000;
 

@@ -39,6 +39,13 @@ pub enum ConnectionError {
     UnsupportedApi {
         api_key: kafka_protocol::messages::ApiKey,
     },
+    #[error(
+        "{api_key:?} request of {frame_bytes} bytes exceeds the limit for non-produce requests"
+    )]
+    RequestTooLarge {
+        api_key: kafka_protocol::messages::ApiKey,
+        frame_bytes: usize,
+    },
     #[error("request handler failed")]
     HandlerGone,
 }
@@ -87,11 +94,15 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: Option<SocketAddr>) {
         .unwrap_or_else(|| "unknown".to_string());
     // Requests queued for the writer; it flushes when none are left.
     let queued = Rc::new(std::cell::Cell::new(0usize));
+    // Raised when the writer stops, so the reader stops waiting for frames.
+    let writer_done = Rc::new(crate::sync::Notify::default());
 
     let writer = glommio::spawn_local({
         let peer_text = peer_text.clone();
         let queued = queued.clone();
+        let writer_done = writer_done.clone();
         async move {
+            let _done = RaiseOnDrop(writer_done);
             let mut writer = BufWriter::with_capacity(SOCKET_BUFFER_BYTES, write_half);
             while let Some(pending) = queue_rx.recv().await {
                 queued.set(queued.get() - 1);
@@ -124,14 +135,13 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: Option<SocketAddr>) {
 
     let mut reader = BufReader::with_capacity(SOCKET_BUFFER_BYTES, read_half);
     loop {
-        let next = futures_lite::future::or(
-            read_frame(&mut reader, shard.config.frame_bytes_max),
-            async {
-                shard.stopping.wait().await;
-                Ok(None)
-            },
-        )
-        .await;
+        let stop = async {
+            futures_lite::future::or(shard.stopping.wait(), writer_done.wait()).await;
+            Ok(None)
+        };
+        let next =
+            futures_lite::future::or(read_frame(&mut reader, shard.config.frame_bytes_max), stop)
+                .await;
         let frame = match next {
             Ok(Some(frame)) => frame,
             Ok(None) => break,
@@ -153,6 +163,14 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: Option<SocketAddr>) {
     }
     drop(queue_tx);
     writer.await;
+}
+
+struct RaiseOnDrop(Rc<crate::sync::Notify>);
+
+impl Drop for RaiseOnDrop {
+    fn drop(&mut self) {
+        self.0.raise();
+    }
 }
 
 enum ReadError {

@@ -8,6 +8,7 @@ use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiKey, RequestKind};
 use protocol::codec::{self, RequestFrame};
 
+use crate::limits::NON_PRODUCE_FRAME_BYTES_MAX;
 use crate::server::ConnectionError;
 use crate::shard::Shard;
 
@@ -107,9 +108,16 @@ fn supported_range(api_key: ApiKey) -> Option<(i16, i16)> {
 /// Handles one request frame. `Ok(None)` sends nothing (acks=0 produce);
 /// an error closes the connection after the responses before it.
 pub async fn handle(shard: Rc<Shard>, frame: Bytes) -> Result<Option<Bytes>, ConnectionError> {
+    let frame_bytes = frame.len();
     let request = codec::decode_header(frame)?;
     let api_key = request.api_key;
     let version = request.api_version;
+    if api_key != ApiKey::Produce && frame_bytes > NON_PRODUCE_FRAME_BYTES_MAX {
+        return Err(ConnectionError::RequestTooLarge {
+            api_key,
+            frame_bytes,
+        });
+    }
     let Some((min, max)) = supported_range(api_key) else {
         return Err(ConnectionError::UnsupportedApi { api_key });
     };

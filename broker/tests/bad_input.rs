@@ -1,0 +1,293 @@
+//! Hostile and malformed input: each gets Kafka's error code or a closed
+//! connection, and the broker keeps serving everyone else.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use common::Broker;
+use protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use protocol::kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse,
+    ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+};
+use protocol::kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+
+const IO_TIMEOUT: Duration = Duration::from_secs(20);
+
+fn connect(broker: &Broker) -> TcpStream {
+    let stream = TcpStream::connect(broker.address())
+        .unwrap_or_else(|e| panic!("connect: {e}\nbroker log:\n{}", broker.log()));
+    stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    stream.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
+    stream
+}
+
+fn request_frame<T: Encodable>(api_key: ApiKey, version: i16, body: &T) -> Vec<u8> {
+    let header = RequestHeader::default()
+        .with_request_api_key(api_key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(42)
+        .with_client_id(Some(StrBytes::from_static_str("bad-input-test")));
+    let mut payload = BytesMut::new();
+    header
+        .encode(&mut payload, api_key.request_header_version(version))
+        .unwrap();
+    body.encode(&mut payload, version).unwrap();
+    let mut frame = (payload.len() as i32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&payload);
+    frame
+}
+
+fn read_response(stream: &mut TcpStream) -> Bytes {
+    let mut length = [0u8; 4];
+    stream.read_exact(&mut length).expect("a response");
+    let mut body = vec![0u8; i32::from_be_bytes(length) as usize];
+    stream.read_exact(&mut body).unwrap();
+    Bytes::from(body)
+}
+
+fn call<Req: Encodable, Resp: Decodable + HeaderVersion>(
+    broker: &Broker,
+    api_key: ApiKey,
+    version: i16,
+    body: &Req,
+) -> Resp {
+    let mut stream = connect(broker);
+    stream
+        .write_all(&request_frame(api_key, version, body))
+        .unwrap();
+    let mut response = read_response(&mut stream);
+    let header = ResponseHeader::decode(&mut response, Resp::header_version(version)).unwrap();
+    assert_eq!(header.correlation_id, 42);
+    Resp::decode(&mut response, version).unwrap()
+}
+
+/// The broker closes this connection: a read sees end of stream (or reset).
+fn assert_closed(mut stream: TcpStream) {
+    let mut buf = [0u8; 64];
+    match stream.read(&mut buf) {
+        Ok(0) | Err(_) => {}
+        Ok(n) => panic!("expected a closed connection, got {n} bytes"),
+    }
+}
+
+fn assert_still_serving(broker: &Broker) {
+    let response: ApiVersionsResponse = call(
+        broker,
+        ApiKey::ApiVersions,
+        3,
+        &ApiVersionsRequest::default(),
+    );
+    assert_eq!(response.error_code, 0);
+    assert!(response
+        .api_keys
+        .iter()
+        .any(|k| k.api_key == ApiKey::Produce as i16));
+}
+
+#[test]
+fn garbage_oversized_truncated_and_unknown_requests_close_only_their_connection() {
+    let broker = Broker::start(&[]);
+    let idle = connect(&broker);
+
+    let mut garbage = connect(&broker);
+    garbage
+        .write_all(&[
+            0, 0, 0, 16, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
+        ])
+        .unwrap();
+    assert_closed(garbage);
+
+    let mut oversized = connect(&broker);
+    oversized.write_all(&i32::MAX.to_be_bytes()).unwrap();
+    assert_closed(oversized);
+
+    let mut negative = connect(&broker);
+    negative.write_all(&(-5i32).to_be_bytes()).unwrap();
+    assert_closed(negative);
+
+    let mut truncated = connect(&broker);
+    let frame = request_frame(ApiKey::Metadata, 9, &MetadataRequest::default());
+    truncated.write_all(&frame[..frame.len() - 3]).unwrap();
+    truncated.shutdown(std::net::Shutdown::Write).unwrap();
+    assert_closed(truncated);
+
+    let mut unknown_key = connect(&broker);
+    unknown_key
+        .write_all(&[0, 0, 0, 10, 0x27, 0x0f, 0, 0, 0, 0, 0, 1, 0xff, 0xff])
+        .unwrap();
+    assert_closed(unknown_key);
+
+    let mut unsupported = connect(&broker);
+    unsupported
+        .write_all(&request_frame(
+            ApiKey::Metadata,
+            13,
+            &MetadataRequest::default(),
+        ))
+        .unwrap();
+    assert_closed(unsupported);
+
+    // A Metadata v1 request claiming 2^31 - 1 topics in a 20-byte frame.
+    let mut huge_count = connect(&broker);
+    let mut frame = request_frame(
+        ApiKey::Metadata,
+        1,
+        &MetadataRequest::default().with_topics(Some(vec![])),
+    );
+    let len = frame.len();
+    frame[len - 4..].copy_from_slice(&i32::MAX.to_be_bytes());
+    huge_count.write_all(&frame).unwrap();
+    assert_closed(huge_count);
+
+    assert_still_serving(&broker);
+    drop(idle);
+    assert!(
+        broker.log().contains("closing connection"),
+        "one log line per closed connection:\n{}",
+        broker.log()
+    );
+}
+
+#[test]
+fn api_versions_at_an_unsupported_version_gets_the_v0_answer() {
+    let broker = Broker::start(&[]);
+    let mut stream = connect(&broker);
+    stream
+        .write_all(&request_frame(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())[..])
+        .unwrap();
+    let _ = read_response(&mut stream);
+    // Same request bytes, version patched to 99: the body is not parsed.
+    let mut frame = request_frame(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default());
+    frame[6..8].copy_from_slice(&99i16.to_be_bytes());
+    stream.write_all(&frame).unwrap();
+    let mut response = read_response(&mut stream);
+    assert_eq!(
+        response.get_i32(),
+        42,
+        "response header v0: correlation id only"
+    );
+    let body = ApiVersionsResponse::decode(&mut response, 0).unwrap();
+    assert_eq!(body.error_code, 35);
+    let own = body
+        .api_keys
+        .iter()
+        .find(|k| k.api_key == ApiKey::ApiVersions as i16)
+        .expect("ApiVersions listed");
+    assert_eq!((own.min_version, own.max_version), (0, 3));
+}
+
+fn produce(topic: &str, partition: i32, records: Bytes) -> ProduceRequest {
+    ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(records))])])
+}
+
+fn produce_error(broker: &Broker, request: &ProduceRequest) -> i16 {
+    let response: ProduceResponse = call(broker, ApiKey::Produce, 9, request);
+    response.responses[0].partition_responses[0].error_code
+}
+
+#[test]
+fn bad_batches_unknown_topics_and_partitions_get_kafka_error_codes() {
+    let broker = Broker::start(&[
+        "--set",
+        "auto.create.topics.enable=false",
+        "--set",
+        "message.max.bytes=2000",
+    ]);
+    let batch = protocol::batch::build::patterned(1_700_000_000_000, 5, 50, 7);
+
+    // Unknown topic with auto-create off, in Metadata and Produce.
+    let metadata: MetadataResponse = call(
+        &broker,
+        ApiKey::Metadata,
+        12,
+        &MetadataRequest::default().with_topics(Some(vec![
+            protocol::kafka_protocol::messages::metadata_request::MetadataRequestTopic::default()
+                .with_name(Some(TopicName(StrBytes::from_static_str("nowhere")))),
+        ])),
+    );
+    assert_eq!(metadata.topics[0].error_code, 3);
+    assert_eq!(
+        produce_error(&broker, &produce("nowhere", 0, Bytes::from(batch.clone()))),
+        3
+    );
+
+    // Create the topic through CreateTopics, then the good batch works.
+    let created: protocol::kafka_protocol::messages::CreateTopicsResponse = call(
+        &broker,
+        ApiKey::CreateTopics,
+        7,
+        &protocol::kafka_protocol::messages::CreateTopicsRequest::default().with_topics(vec![
+            protocol::kafka_protocol::messages::create_topics_request::CreatableTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("strict")))
+                .with_num_partitions(2)
+                .with_replication_factor(1),
+        ]),
+    );
+    assert_eq!(created.topics[0].error_code, 0);
+    assert_eq!(
+        produce_error(&broker, &produce("strict", 0, Bytes::from(batch.clone()))),
+        0
+    );
+
+    // Negative and missing partitions.
+    assert_eq!(
+        produce_error(&broker, &produce("strict", -1, Bytes::from(batch.clone()))),
+        3
+    );
+    assert_eq!(
+        produce_error(&broker, &produce("strict", 2, Bytes::from(batch.clone()))),
+        3
+    );
+
+    // A flipped byte under the CRC.
+    let mut corrupt = batch.clone();
+    *corrupt.last_mut().unwrap() ^= 0x55;
+    assert_eq!(
+        produce_error(&broker, &produce("strict", 0, Bytes::from(corrupt))),
+        2
+    );
+
+    // Not a v2 batch at all.
+    assert_eq!(
+        produce_error(
+            &broker,
+            &produce("strict", 0, Bytes::from_static(&[1, 2, 3]))
+        ),
+        87
+    );
+
+    // Over message.max.bytes.
+    let large = protocol::batch::build::patterned(1_700_000_000_000, 10, 300, 9);
+    assert!(large.len() > 2000);
+    assert_eq!(
+        produce_error(&broker, &produce("strict", 0, Bytes::from(large))),
+        10
+    );
+
+    // Nothing stored was touched: the good batch is still the only one.
+    let listed: protocol::kafka_protocol::messages::ListOffsetsResponse = call(
+        &broker,
+        ApiKey::ListOffsets,
+        7,
+        &protocol::kafka_protocol::messages::ListOffsetsRequest::default().with_topics(vec![
+            protocol::kafka_protocol::messages::list_offsets_request::ListOffsetsTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("strict")))
+                .with_partitions(vec![protocol::kafka_protocol::messages::list_offsets_request::ListOffsetsPartition::default()
+                    .with_partition_index(0)
+                    .with_timestamp(-1)]),
+        ]),
+    );
+    assert_eq!(listed.topics[0].partitions[0].offset, 5);
+}
