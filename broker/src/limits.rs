@@ -39,6 +39,11 @@ pub const PRODUCER_ID_BLOCK: i64 = 1000;
 /// a retried batch is answered with its original offsets.
 pub const PRODUCER_BATCHES_KEPT: usize = 5;
 
+/// Offsets at the end of each log scanned at start-up to rebuild
+/// idempotent producer state, and the bytes read per step.
+pub const PRODUCER_RECOVERY_OFFSETS: u64 = 100_000;
+pub const PRODUCER_RECOVERY_READ_BYTES: usize = 4 << 20;
+
 /// Largest partition count a topic may have.
 pub const TOPIC_PARTITIONS_MAX: i32 = 10_000;
 

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use protocol::batch::BatchHeader;
 
 use crate::errors;
+use crate::limits::{PRODUCER_RECOVERY_OFFSETS, PRODUCER_RECOVERY_READ_BYTES};
 use crate::producer_state::{last_sequence, ProducerTable, SequenceCheck};
 use crate::topic_config::{EffectiveConfig, TimestampType};
 use storage::{AppendOptions, Log, StorageError};
@@ -83,6 +84,48 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// Rebuilds idempotent producer state from the log's last
+/// `PRODUCER_RECOVERY_OFFSETS` offsets, so a producer retrying across a
+/// restart is still recognised. Only batch headers are read.
+async fn recover_producers(log: &Log) -> Result<ProducerTable, StorageError> {
+    let mut table = ProducerTable::default();
+    let end = log.next_offset();
+    let mut from = end
+        .saturating_sub(PRODUCER_RECOVERY_OFFSETS)
+        .max(log.start_offset());
+    while from < end {
+        let result = log.read(from, PRODUCER_RECOVERY_READ_BYTES, end).await?;
+        let mut bytes = &result.bytes[..];
+        while let Ok(header) = BatchHeader::parse(bytes) {
+            if header.producer_id >= 0 && !header.is_control() && !header.is_transactional() {
+                let last = last_sequence(header.base_sequence, header.last_offset_delta);
+                let append_time = if header.is_log_append_time() {
+                    header.max_timestamp
+                } else {
+                    -1
+                };
+                table.recover(
+                    header.producer_id,
+                    header.producer_epoch,
+                    header.base_sequence,
+                    last,
+                    header.base_offset,
+                    append_time,
+                );
+            }
+            if header.size() > bytes.len() {
+                break;
+            }
+            bytes = &bytes[header.size()..];
+        }
+        if result.next_offset <= from {
+            break;
+        }
+        from = result.next_offset;
+    }
+    Ok(table)
+}
+
 impl Partition {
     /// Opens the partition's log in `<data_dir>/<topic>-<index>`.
     pub async fn open(
@@ -93,11 +136,12 @@ impl Partition {
     ) -> Result<Rc<Partition>, StorageError> {
         let dir = data_dir.join(format!("{topic}-{index}"));
         let log = Log::open(dir, config.log.clone()).await?;
+        let producers = recover_producers(&log).await?;
         Ok(Rc::new(Partition {
             topic: topic.to_string(),
             index,
             log,
-            producers: RefCell::new(ProducerTable::default()),
+            producers: RefCell::new(producers),
             timestamp_type: Cell::new(config.timestamp_type),
         }))
     }

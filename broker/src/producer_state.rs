@@ -119,6 +119,37 @@ impl ProducerTable {
         }
     }
 
+    /// Rebuilds state from a batch read back from the log at start-up.
+    pub fn recover(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+        first_sequence: i32,
+        last_sequence: i32,
+        base_offset: i64,
+        log_append_time_ms: i64,
+    ) {
+        let entry = self.producers.entry(producer_id).or_insert(ProducerEntry {
+            epoch,
+            last_sequence,
+            batches: VecDeque::new(),
+        });
+        if epoch != entry.epoch {
+            entry.epoch = epoch;
+            entry.batches.clear();
+        }
+        entry.last_sequence = last_sequence;
+        if entry.batches.len() == PRODUCER_BATCHES_KEPT {
+            entry.batches.pop_front();
+        }
+        entry.batches.push_back(BatchRecord {
+            first_sequence,
+            last_sequence,
+            base_offset,
+            log_append_time_ms,
+        });
+    }
+
     /// Records an appended batch so a retry of it is recognised.
     pub fn appended(
         &mut self,
@@ -212,6 +243,28 @@ mod tests {
         ));
         assert_eq!(
             table.check(7, 0, 1, 1),
+            SequenceCheck::Reject(errors::INVALID_PRODUCER_EPOCH)
+        );
+    }
+
+    #[test]
+    fn recovered_state_recognises_retries_and_continues() {
+        let mut table = ProducerTable::default();
+        table.recover(3, 2, 0, 9, 40, -1);
+        table.recover(3, 2, 10, 19, 50, -1);
+        assert_eq!(
+            table.check(3, 2, 10, 19),
+            SequenceCheck::Duplicate {
+                base_offset: 50,
+                log_append_time_ms: -1
+            }
+        );
+        assert!(matches!(
+            table.check(3, 2, 20, 20),
+            SequenceCheck::Append { .. }
+        ));
+        assert_eq!(
+            table.check(3, 1, 0, 0),
             SequenceCheck::Reject(errors::INVALID_PRODUCER_EPOCH)
         );
     }

@@ -266,6 +266,8 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
 
     let mut ready = 0;
     let mut failure: Option<String> = None;
+    // A stop signal during start-up is a normal stop once the cores are up.
+    let mut stop_requested = false;
     while ready < cores && failure.is_none() {
         match events_rx.recv() {
             Ok(Event::Ready { core }) => {
@@ -274,7 +276,8 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
             }
             Ok(Event::Fatal { core, message }) => failure = Some(format!("core {core}: {message}")),
             Ok(Event::Signal { signal }) => {
-                failure = Some(format!("signal {signal} during start-up"))
+                tracing::info!(signal, "stop requested during start-up");
+                stop_requested = true;
             }
             Ok(other) => tracing::debug!(?other, "unexpected event during start-up"),
             Err(_) => failure = Some("every core stopped during start-up".to_string()),
@@ -290,7 +293,9 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
             node_id = config.node_id,
             "strom started"
         );
-        loop {
+        // Until a stop signal or a fatal error; each arm that ends it breaks.
+        #[allow(clippy::while_immutable_condition)]
+        while !stop_requested {
             match events_rx.recv() {
                 Ok(Event::Signal { signal }) => {
                     tracing::info!(signal, "stopping");
