@@ -8,13 +8,39 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
+/// The first bytes of a batch that the log rewrites: base offset, batch
+/// length (unchanged) and partition leader epoch.
+pub(crate) const HEAD_LEN: usize = 16;
+
 #[derive(Debug, Clone)]
 pub(crate) struct CachedBatch {
     pub base_offset: u64,
     pub last_offset: u64,
     /// Byte position of the batch in its segment's file.
     pub position: u64,
+    /// The batch as received, or already rewritten when `head` is `None`.
     pub bytes: Bytes,
+    /// The rewritten first bytes, when `bytes` is shared with the caller
+    /// and was not copied just to stamp 16 bytes: applied whenever the
+    /// batch is copied out (to the disk write, to a reader).
+    pub head: Option<[u8; HEAD_LEN]>,
+}
+
+impl CachedBatch {
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Copies `bytes[from..to]` of the stored form into `out`.
+    pub fn copy_range(&self, out: &mut [u8], from: usize, to: usize) {
+        out[..to - from].copy_from_slice(&self.bytes[from..to]);
+        if let Some(head) = &self.head {
+            if from < HEAD_LEN {
+                let end = to.min(HEAD_LEN);
+                out[..end - from].copy_from_slice(&head[from..end]);
+            }
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -23,9 +49,9 @@ pub(crate) struct BatchCache {
     bytes: usize,
 }
 
-/// Batches served from the cache.
+/// Batches served from the cache, in their stored form.
 pub(crate) struct CacheRead {
-    pub chunks: Vec<Bytes>,
+    pub bytes: Bytes,
     pub next_offset: u64,
 }
 
@@ -94,24 +120,36 @@ impl BatchCache {
         if from < first.base_offset {
             return None;
         }
-        let mut chunks = Vec::new();
         let mut total = 0usize;
+        let mut count = 0usize;
         let mut next_offset = from;
-        for batch in self.batches.range(self.index_of(from)..) {
+        let start = self.index_of(from);
+        for batch in self.batches.range(start..) {
             if batch.base_offset >= upper_bound {
                 break;
             }
-            if !chunks.is_empty() && total + batch.bytes.len() > max_bytes {
+            if count > 0 && total + batch.len() > max_bytes {
                 break;
             }
-            total += batch.bytes.len();
+            total += batch.len();
+            count += 1;
             next_offset = batch.last_offset + 1;
-            chunks.push(batch.bytes.clone());
         }
-        Some(CacheRead {
-            chunks,
-            next_offset,
-        })
+        let selected = self.batches.range(start..start + count);
+        let bytes = match (count, self.batches.get(start)) {
+            (0, _) => Bytes::new(),
+            (1, Some(only)) if only.head.is_none() => only.bytes.clone(),
+            _ => {
+                let mut out = vec![0u8; total];
+                let mut at = 0;
+                for batch in selected {
+                    batch.copy_range(&mut out[at..at + batch.len()], 0, batch.len());
+                    at += batch.len();
+                }
+                Bytes::from(out)
+            }
+        };
+        Some(CacheRead { bytes, next_offset })
     }
 
     /// Batches at or above `from` in order, for the writer.

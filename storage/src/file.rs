@@ -37,10 +37,25 @@ pub async fn probe_device(dir: &Path) -> Result<()> {
     if PROBED.with(|p| p.borrow().contains(&device)) {
         return Ok(());
     }
-    let path = dir.join(".strom-probe.tmp");
-    std::fs::write(&path, [0u8; PAGE as usize]).ctx("write", &path, 0)?;
+    // Any existing file of at least a block will do (and needs no space,
+    // which matters when reopening on a full disk); else write one.
+    let existing = std::fs::read_dir(dir)
+        .ctx("list directory", dir, 0)?
+        .flatten()
+        .find(|e| e.metadata().is_ok_and(|m| m.is_file() && m.len() >= PAGE))
+        .map(|e| e.path());
+    let (path, temporary) = match existing {
+        Some(path) => (path, false),
+        None => {
+            let path = dir.join(".strom-probe.tmp");
+            std::fs::write(&path, [0u8; PAGE as usize]).ctx("write", &path, 0)?;
+            (path, true)
+        }
+    };
     let opened = OpenOptions::new().read(true).dma_open(&path).await;
-    let _ = std::fs::remove_file(&path);
+    if temporary {
+        let _ = std::fs::remove_file(&path);
+    }
     let file = opened.map_err(|e| {
         crate::StorageError::io(
             "open with O_DIRECT (the data directory's filesystem must support it)",

@@ -19,7 +19,7 @@ use glommio::sync::Semaphore;
 use protocol::batch::{self, HEADER_LEN};
 use tracing::{error, info, warn};
 
-use crate::cache::{BatchCache, CachedBatch};
+use crate::cache::{BatchCache, CachedBatch, HEAD_LEN};
 use crate::checkpoint::Checkpoint;
 use crate::config::{FlushPolicy, LogConfig};
 use crate::error::{IoContext, Result, StorageError};
@@ -108,6 +108,9 @@ struct Inner {
     changed: Signal,
     writer: RefCell<Option<glommio::Task<()>>>,
     recovery: RecoveryReport,
+    /// Set by `inject_sync_failure`: the next fdatasync reports EIO.
+    #[cfg(feature = "fault-injection")]
+    fail_next_sync: std::cell::Cell<bool>,
 }
 
 struct State {
@@ -270,8 +273,12 @@ impl Log {
         // rebuilt indexes so the next open trusts it.
         for &r in &rebuilt {
             if r + 1 < segments.len() {
-                segments[r].write_indexes(&dir).await?;
                 report.indexes_rebuilt += 1;
+                // Best effort: on a full disk the rebuilt index stays in
+                // memory and the next open rebuilds it again.
+                if let Err(e) = segments[r].write_indexes(&dir).await {
+                    warn!(dir = %dir.display(), error = %e, "could not write a rebuilt index");
+                }
             }
         }
 
@@ -317,14 +324,18 @@ impl Log {
         };
         // From here until a clean close, the next open must not trust the
         // active segment's (absent or stale) index files.
-        Checkpoint {
+        let checkpoint = Checkpoint {
             recovery_point,
             log_start_offset,
             next_offset,
             clean: false,
+        };
+        if let Err(e) = checkpoint.write(&dir).await {
+            // A full disk must not keep the log from opening for reads. With
+            // no checkpoint at all the next open trusts nothing and scans.
+            warn!(dir = %dir.display(), error = %e, "could not write the checkpoint; removing it");
+            file::remove(&dir.join(crate::checkpoint::FILE_NAME)).await?;
         }
-        .write(&dir)
-        .await?;
         info!(
             dir = %dir.display(),
             clean,
@@ -342,6 +353,8 @@ impl Log {
             changed: Signal::default(),
             writer: RefCell::new(None),
             recovery: report,
+            #[cfg(feature = "fault-injection")]
+            fail_next_sync: std::cell::Cell::new(false),
         });
         let writer = glommio::spawn_local(writer_loop(inner.clone()));
         *inner.writer.borrow_mut() = Some(writer);
@@ -392,6 +405,13 @@ impl Log {
             pending_bytes: state.pending_bytes,
             ..state.stats
         }
+    }
+
+    /// Makes the next fdatasync of this log fail with EIO, as a dying disk
+    /// would. For tests of the fencing behaviour only.
+    #[cfg(feature = "fault-injection")]
+    pub fn inject_sync_failure(&self) {
+        self.inner.fail_next_sync.set(true);
     }
 
     /// Bytes in all segments.
@@ -483,19 +503,15 @@ impl Log {
             self.roll().await?;
         }
 
-        let mut bytes = batch
-            .try_into_mut()
-            .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
         let mut state = self.inner.state.borrow_mut();
         let base_offset = state.next_offset;
-        batch::set_base_offset(&mut bytes, base_offset as i64);
-        batch::set_partition_leader_epoch(&mut bytes, options.leader_epoch);
+        let (bytes, head) = stamp(batch, base_offset, &options);
+        let last_offset = base_offset + header.last_offset_delta as u64;
+        let mut header = header;
+        header.base_offset = base_offset as i64;
         if let Some(ts) = options.log_append_time_ms {
-            batch::set_log_append_time(&mut bytes, ts);
+            header.max_timestamp = ts;
         }
-        let bytes = bytes.freeze();
-        let header = batch::BatchHeader::parse(&bytes)?;
-        let last_offset = header.last_offset() as u64;
         let interval = u64::from(self.inner.config.borrow().index_interval_bytes);
         let active = state.active_mut();
         let position = active.size;
@@ -505,6 +521,7 @@ impl Log {
             last_offset,
             position,
             bytes,
+            head,
         });
         state.next_offset = last_offset + 1;
         state.pending_bytes += size;
@@ -689,12 +706,8 @@ impl Log {
             .cache
             .read(from_offset, max_bytes, upper)
         {
-            let bytes = match hit.chunks.len() {
-                1 => hit.chunks.into_iter().next().expect("one chunk"),
-                _ => hit.chunks.concat().into(),
-            };
             return Ok(ReadResult {
-                bytes,
+                bytes: hit.bytes,
                 next_offset: hit.next_offset.max(from_offset),
             });
         }
@@ -1283,6 +1296,43 @@ fn apply_cut(segment: &mut Segment, cut: &CutPoint) {
     segment.bytes_since_index = 0;
 }
 
+/// Stamps base offset and leader epoch (and LogAppendTime) on a batch.
+/// A batch the caller no longer shares is rewritten in place; a shared one
+/// is left as is, with its rewritten first 16 bytes returned separately and
+/// applied when the batch is copied out, so an append copies nothing.
+fn stamp(
+    batch: Bytes,
+    base_offset: u64,
+    options: &AppendOptions,
+) -> (Bytes, Option<[u8; HEAD_LEN]>) {
+    let rewrite = |bytes: &mut [u8]| {
+        batch::set_base_offset(bytes, base_offset as i64);
+        batch::set_partition_leader_epoch(bytes, options.leader_epoch);
+    };
+    match batch.try_into_mut() {
+        Ok(mut owned) => {
+            rewrite(&mut owned);
+            if let Some(ts) = options.log_append_time_ms {
+                batch::set_log_append_time(&mut owned, ts);
+            }
+            (owned.freeze(), None)
+        }
+        Err(shared) if options.log_append_time_ms.is_some() => {
+            // LogAppendTime rewrites the CRC too: take a copy.
+            let mut owned = BytesMut::from(&shared[..]);
+            rewrite(&mut owned);
+            batch::set_log_append_time(&mut owned, options.log_append_time_ms.expect("checked"));
+            (owned.freeze(), None)
+        }
+        Err(shared) => {
+            let mut head = [0u8; HEAD_LEN];
+            head.copy_from_slice(&shared[..HEAD_LEN]);
+            rewrite(&mut head);
+            (shared, Some(head))
+        }
+    }
+}
+
 /// How old the active segment is for `segment.ms`, as Kafka measures it:
 /// from its first batch's timestamp to the new batch's, or by the wall clock
 /// since it was opened when it has no timestamps.
@@ -1475,7 +1525,7 @@ async fn submit_write(inner: &Rc<Inner>) -> Result<()> {
             );
             let from = (position - cached.position) as usize;
             let to = (end.min(batch_end) - cached.position) as usize;
-            out[at..at + to - from].copy_from_slice(&cached.bytes[from..to]);
+            cached.copy_range(&mut out[at..at + to - from], from, to);
             at += to - from;
             position = cached.position + to as u64;
         }
@@ -1582,6 +1632,15 @@ async fn sync_round(inner: &Inner) -> Result<()> {
             state.unsynced_bytes,
         )
     };
+    #[cfg(feature = "fault-injection")]
+    if inner.fail_next_sync.replace(false) {
+        return Err(StorageError::io(
+            "fdatasync",
+            &path,
+            0,
+            std::io::Error::from_raw_os_error(libc::EIO),
+        ));
+    }
     file.fdatasync().await.ctx("fdatasync", &path, 0)?;
     let mut state = inner.state.borrow_mut();
     state.durable_offset = state.durable_offset.max(target);

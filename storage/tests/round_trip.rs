@@ -100,8 +100,15 @@ proptest! {
             cfg.writes_in_flight_max = writes_in_flight;
             let log = Log::open(&path, cfg).await.unwrap();
             let mut model = Model { batches: Vec::new() };
-            for spec in &specs {
-                let info = log.append(spec.bytes(), AppendOptions::default()).await.unwrap();
+            for (i, spec) in specs.iter().enumerate() {
+                // Every other batch stays shared with the caller, whose bytes
+                // the log must not change (it stamps a copy of the header).
+                let bytes = spec.bytes();
+                let kept = (i % 2 == 1).then(|| bytes.clone());
+                let info = log.append(bytes, AppendOptions::default()).await.unwrap();
+                if let Some(kept) = kept {
+                    assert_eq!(&kept[..], &spec.bytes()[..], "the caller's batch is untouched");
+                }
                 assert_eq!(info.last_offset - info.base_offset + 1, spec.count as u64);
                 model.batches.push((info.base_offset, *spec));
             }

@@ -1,0 +1,174 @@
+//! Disk failures: a failed fdatasync fences the log (no more appends or
+//! acknowledgements, reads of durable data continue), and a full disk fails
+//! appends cleanly without losing what was acknowledged.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{read_all, run, Spec};
+use storage::{AppendOptions, Log, StorageError};
+
+#[test]
+fn failed_fdatasync_fences_the_log() {
+    let dir = common::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    let p = path.clone();
+    run(move || async move {
+        let log = Log::open(&p, common::config(1 << 20)).await.unwrap();
+        let first = log
+            .append(Spec::new(1, 2, 100).bytes(), AppendOptions::default())
+            .await
+            .unwrap();
+        log.wait_durable(first.last_offset).await.unwrap();
+
+        log.inject_sync_failure();
+        let second = log
+            .append(Spec::new(2, 2, 100).bytes(), AppendOptions::default())
+            .await
+            .unwrap();
+        let err = log.wait_durable(second.last_offset).await.unwrap_err();
+        assert!(matches!(err, StorageError::Fenced { .. }), "{err}");
+        assert!(err.to_string().contains("fdatasync"), "{err}");
+        assert!(
+            log.durable_offset() <= second.base_offset,
+            "never acknowledged"
+        );
+        let refused = log
+            .append(Spec::new(3, 1, 10).bytes(), AppendOptions::default())
+            .await;
+        assert!(matches!(refused, Err(StorageError::Fenced { .. })));
+        assert!(matches!(
+            log.flush().await,
+            Err(StorageError::Fenced { .. })
+        ));
+        // What was durable still reads back.
+        let read = log.read(0, 1 << 20, first.last_offset + 1).await.unwrap();
+        assert_eq!(&read.bytes[..], &Spec::new(1, 2, 100).stored(0)[..]);
+        assert!(
+            log.close().await.is_err(),
+            "a fenced log does not close cleanly"
+        );
+    });
+    run(move || async move {
+        // A restart recovers by scanning; the acknowledged batch is there.
+        let log = Log::open(&path, common::config(1 << 20)).await.unwrap();
+        assert!(!log.recovery_report().clean);
+        let all = read_all(&log, 1 << 20).await;
+        assert_eq!(all[0].1, Spec::new(1, 2, 100).stored(0));
+        log.close().await.unwrap();
+    });
+}
+
+/// A small ext4 filesystem on a loop device, unmounted on drop.
+struct SmallFilesystem {
+    mount_point: PathBuf,
+}
+
+impl SmallFilesystem {
+    fn new(root: &Path, megabytes: u64) -> Self {
+        let image = root.join("fs.img");
+        let mount_point = root.join("mnt");
+        std::fs::create_dir_all(&mount_point).unwrap();
+        std::fs::File::create(&image)
+            .unwrap()
+            .set_len(megabytes << 20)
+            .unwrap();
+        let mkfs = Command::new("mkfs.ext4")
+            .args(["-q", "-F"])
+            .arg(&image)
+            .status()
+            .unwrap();
+        assert!(mkfs.success(), "mkfs.ext4 failed");
+        let mount = Command::new("mount")
+            .args(["-o", "loop"])
+            .arg(&image)
+            .arg(&mount_point)
+            .status()
+            .unwrap();
+        assert!(
+            mount.success(),
+            "mount -o loop failed (the test needs root and loop devices)"
+        );
+        Self { mount_point }
+    }
+}
+
+impl Drop for SmallFilesystem {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(&self.mount_point)
+            .status();
+    }
+}
+
+#[test]
+fn full_disk_fails_appends_and_keeps_acknowledged_data() {
+    let dir = common::tempdir().unwrap();
+    let fs = SmallFilesystem::new(dir.path(), 24);
+    let path = fs.mount_point.join("t-0");
+    let p = path.clone();
+    let acknowledged = run(move || async move {
+        let mut config = common::config(1 << 30);
+        config.max_message_bytes = 2 << 20;
+        config.preallocate_bytes = 1 << 20;
+        let log = Log::open(&p, config).await.unwrap();
+        let mut acknowledged = Vec::new();
+        let mut failure = None;
+        // 24 MiB cannot hold 128 batches of ~300 KB.
+        for i in 0..128u64 {
+            let spec = Spec::new(i, 1, 300_000);
+            let appended = log.append(spec.bytes(), AppendOptions::default()).await;
+            let result = match appended {
+                Ok(info) => log.wait_durable(info.last_offset).await.map(|_| info),
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(info) => acknowledged.push((info.base_offset, spec)),
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        let failure = failure.expect("the disk filled up");
+        assert!(
+            matches!(
+                failure,
+                StorageError::Fenced { .. } | StorageError::Io { .. }
+            ),
+            "{failure}"
+        );
+        assert!(
+            failure.to_string().contains("t-0"),
+            "the error names the file: {failure}"
+        );
+        assert!(acknowledged.len() > 10, "some appends succeeded first");
+        assert!(log
+            .append(Spec::new(99, 1, 10).bytes(), AppendOptions::default())
+            .await
+            .is_err());
+        // Acknowledged data still reads back.
+        for (base, spec) in &acknowledged {
+            let read = log.read(*base, 1, base + 1).await.unwrap();
+            assert_eq!(&read.bytes[..], &spec.stored(*base)[..]);
+        }
+        acknowledged
+    });
+    run(move || async move {
+        let mut config = common::config(1 << 30);
+        config.max_message_bytes = 2 << 20;
+        let log = Log::open(&path, config)
+            .await
+            .expect("reopen on the full disk");
+        let all = read_all(&log, 4 << 20).await;
+        assert!(all.len() >= acknowledged.len());
+        for ((base, bytes), (ack_base, spec)) in all.iter().zip(&acknowledged) {
+            assert_eq!(base, ack_base);
+            assert_eq!(bytes, &spec.stored(*base));
+        }
+    });
+    drop(fs);
+}
