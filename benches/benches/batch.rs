@@ -14,6 +14,7 @@ fn batch_validation(c: &mut Criterion) {
             b.iter(|| batch::validate(black_box(&bytes)).unwrap())
         });
         let mut owned = bytes.clone();
+        group.throughput(Throughput::Elements(1));
         group.bench_function(format!("assign_offset_{name}"), |b| {
             let mut offset = 0i64;
             b.iter(|| {
