@@ -142,6 +142,12 @@ pub async fn write_whole(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// Cuts a file to `size` bytes and syncs the cut.
+pub async fn truncate_and_sync(file: &DmaFile, path: &Path, size: u64) -> Result<()> {
+    file.truncate(size).await.ctx("truncate", path, size)?;
+    file.fdatasync().await.ctx("fdatasync", path, size)
+}
+
 /// Syncs a directory so that created, renamed and removed entries persist.
 pub async fn sync_dir(dir: &Path) -> Result<()> {
     let handle = glommio::io::Directory::open(dir)

@@ -449,6 +449,18 @@ impl Log {
             })
     }
 
+    /// Takes the append lock, which serialises appends with rolls,
+    /// truncation and close.
+    async fn lock_appends(&self) -> Result<glommio::sync::Permit<'_>> {
+        self.inner
+            .append_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| StorageError::Closed {
+                path: self.inner.dir.clone(),
+            })
+    }
+
     fn check_writable(&self, state: &State) -> Result<()> {
         if let Some(reason) = &state.failure {
             return Err(StorageError::Fenced {
@@ -474,14 +486,7 @@ impl Log {
         if size > max as usize {
             return Err(StorageError::BatchTooLarge { size, max });
         }
-        let _permit = self
-            .inner
-            .append_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|_| StorageError::Closed {
-                path: self.inner.dir.clone(),
-            })?;
+        let _permit = self.lock_appends().await?;
         self.check_writable(&self.inner.state.borrow())?;
 
         // Backpressure: bounded memory of unwritten batches.
@@ -815,14 +820,7 @@ impl Log {
     /// it), e.g. for a follower diverged from its leader. Returns the new
     /// log end offset.
     pub async fn truncate_to(&self, offset: u64) -> Result<u64> {
-        let _permit = self
-            .inner
-            .append_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|_| StorageError::Closed {
-                path: self.inner.dir.clone(),
-            })?;
+        let _permit = self.lock_appends().await?;
         self.check_writable(&self.inner.state.borrow())?;
         self.wait_written(self.next_offset()).await?;
         let dir = self.inner.dir.clone();
@@ -863,21 +861,17 @@ impl Log {
             Ok(cut) => cut,
             Err(e) => return Err(self.fence(e)),
         };
-        let synced = async {
-            if let Some(cut) = &cut {
-                snapshot.file.truncate(cut.position).await.ctx(
-                    "truncate",
-                    &snapshot.path,
-                    cut.position,
-                )?;
+        let synced = match &cut {
+            Some(cut) => {
+                file::truncate_and_sync(&snapshot.file, &snapshot.path, cut.position).await
             }
-            snapshot
+            None => snapshot
                 .file
                 .fdatasync()
                 .await
-                .ctx("fdatasync", &snapshot.path, 0)
+                .ctx("fdatasync", &snapshot.path, 0),
         };
-        if let Err(e) = synced.await {
+        if let Err(e) = synced {
             return Err(self.fence(e));
         }
         let new_end = {
@@ -1029,14 +1023,7 @@ impl Log {
     /// the active segment and a clean checkpoint, so the next open scans
     /// nothing. Further calls on any clone fail with `Closed`.
     pub async fn close(&self) -> Result<()> {
-        let _permit = self
-            .inner
-            .append_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|_| StorageError::Closed {
-                path: self.inner.dir.clone(),
-            })?;
+        let _permit = self.lock_appends().await?;
         if self.inner.state.borrow().closed {
             return Ok(());
         }

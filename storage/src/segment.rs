@@ -348,14 +348,7 @@ impl Segment {
             .await
             .ctx("read", &self.path, self.size)?;
         let zero_filled = tail.iter().all(|&b| b == 0);
-        self.file
-            .truncate(self.size)
-            .await
-            .ctx("truncate", &self.path, self.size)?;
-        self.file
-            .fdatasync()
-            .await
-            .ctx("fdatasync", &self.path, self.size)?;
+        file::truncate_and_sync(&self.file, &self.path, self.size).await?;
         let cut = Cut {
             offset: self.next_offset,
             position: self.size,
@@ -412,14 +405,7 @@ pub(crate) struct SealJob {
 
 impl SealJob {
     pub async fn run(self) -> Result<()> {
-        self.file
-            .truncate(self.size)
-            .await
-            .ctx("truncate", &self.path, self.size)?;
-        self.file
-            .fdatasync()
-            .await
-            .ctx("fdatasync", &self.path, self.size)?;
+        file::truncate_and_sync(&self.file, &self.path, self.size).await?;
         file::write_whole(&self.index_path, &self.index).await?;
         file::write_whole(&self.time_path, &self.time_index).await
     }
