@@ -5,6 +5,8 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+mod cli;
+
 #[global_allocator]
 static ALLOCATOR: broker::alloc::BrokerAllocator = broker::alloc::BrokerAllocator;
 
@@ -28,6 +30,12 @@ struct Cli {
 enum Command {
     /// Start a broker (the default when no command is given).
     Start(StartArgs),
+    /// Create, list, describe, alter and delete topics.
+    Topic(cli::topic::TopicArgs),
+    /// Write stdin lines as records to a topic.
+    Produce(cli::produce::ProduceArgs),
+    /// Print a topic's records to stdout.
+    Consume(cli::consume::ConsumeArgs),
 }
 
 #[derive(Args, Default)]
@@ -105,6 +113,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Start(args)) => start(args),
+        Some(Command::Topic(args)) => cli::run("topic", cli::topic::run(args)),
+        Some(Command::Produce(args)) => cli::run("produce", cli::produce::run(args)),
+        Some(Command::Consume(args)) => cli::run("consume", cli::consume::run(args)),
         None => start(StartArgs::default()),
     }
 }

@@ -1,9 +1,13 @@
 //! Kafka wire protocol pieces for Strom.
 //!
-//! Architecture invariant: this crate does no I/O and knows nothing of the
-//! broker or storage; it turns bytes into typed views and back.
+//! Architecture invariant: this crate knows nothing of the broker or
+//! storage; it turns bytes into typed views and back. The only I/O is the
+//! client connection (`client`, feature `client`), which works against any
+//! Kafka broker.
 
 pub mod batch;
+#[cfg(feature = "client")]
+pub mod client;
 pub mod codec;
 pub mod frame;
 

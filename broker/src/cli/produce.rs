@@ -1,0 +1,355 @@
+//! `strom produce TOPIC`: one record per stdin line, sent in v2 batches.
+//!
+//! Lines are read as bytes (any encoding; only `\n` ends a line). Records
+//! are batched while more input is already buffered, so piped input goes in
+//! large batches and typed input goes out line by line. A record's
+//! partition is `--partition`, else the Java client's murmur2 hash of its
+//! key, else round-robin per batch. Up to [`PRODUCE_IN_FLIGHT_MAX`]
+//! requests are pipelined on the one connection, which keeps per-partition
+//! order.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{BufRead, BufReader};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context};
+use bytes::Bytes;
+use clap::{Args, ValueEnum};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
+use protocol::batch::build::{self, NewRecord};
+use protocol::client::{check_error, Connection, Pending};
+
+use super::{key_value, partitions, topic_name, ConnectArgs};
+
+const PRODUCE_VERSIONS: std::ops::RangeInclusive<i16> = 3..=9;
+/// Requests awaiting their response before the next is sent.
+pub const PRODUCE_IN_FLIGHT_MAX: usize = 5;
+/// A request is sent when it holds this many records or bytes.
+const REQUEST_RECORDS_MAX: usize = 10_000;
+const REQUEST_BYTES_MAX: usize = 1 << 20;
+const STDIN_BUFFER_BYTES: usize = 1 << 16;
+/// How long the broker may take to acknowledge.
+const PRODUCE_TIMEOUT_MS: i32 = 30_000;
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Acks {
+    /// No acknowledgement: nothing is known about delivery.
+    #[value(name = "0")]
+    None,
+    /// The leader has appended the records.
+    #[value(name = "1")]
+    Leader,
+    /// Every in-sync replica has the records (durable per the flush policy).
+    #[value(name = "all", alias = "-1")]
+    All,
+}
+
+impl Acks {
+    fn wire(self) -> i16 {
+        match self {
+            Acks::None => 0,
+            Acks::Leader => 1,
+            Acks::All => -1,
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct ProduceArgs {
+    /// Topic to write to (created if the broker auto-creates topics).
+    topic: String,
+    /// Split each line at the first SEP into key and value; a line without
+    /// SEP is sent with a null key and the whole line as value.
+    #[arg(long, value_name = "SEP")]
+    key_separator: Option<String>,
+    /// Acknowledgement to wait for: 0 (none), 1 (leader), all (in-sync replicas).
+    #[arg(long, value_enum, default_value = "all")]
+    acks: Acks,
+    /// Write every record to this partition instead of choosing by key hash.
+    #[arg(long, value_name = "N")]
+    partition: Option<i32>,
+    /// Header added to every record, e.g. --header source=cli (repeatable).
+    #[arg(long = "header", value_name = "KEY=VALUE", value_parser = key_value)]
+    headers: Vec<(String, String)>,
+    #[command(flatten)]
+    connect: ConnectArgs,
+}
+
+/// One line turned into a record, waiting for its batch.
+struct Line {
+    key: Option<Vec<u8>>,
+    value: Vec<u8>,
+    timestamp_ms: i64,
+}
+
+pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
+    let mut connection = args.connect.connect().await?;
+    let version = connection.version::<ProduceRequest>(PRODUCE_VERSIONS)?;
+    let partition_ids = partitions(&mut connection, &args.topic, true).await?;
+    if let Some(partition) = args.partition {
+        if !partition_ids.contains(&partition) {
+            bail!(
+                "topic {} has no partition {partition} (it has {})",
+                args.topic,
+                partition_ids.len()
+            );
+        }
+    }
+    let headers: Vec<(Vec<u8>, Option<Vec<u8>>)> = args
+        .headers
+        .iter()
+        .map(|(k, v)| (k.as_bytes().to_vec(), Some(v.as_bytes().to_vec())))
+        .collect();
+    let separator = args.key_separator.as_deref().map(str::as_bytes);
+    if separator == Some(b"") {
+        bail!("--key-separator must not be empty");
+    }
+
+    let mut producer = Producer {
+        connection: &mut connection,
+        topic: args.topic.clone(),
+        version,
+        acks: args.acks,
+        in_flight: VecDeque::new(),
+    };
+    let mut stdin = BufReader::with_capacity(STDIN_BUFFER_BYTES, std::io::stdin());
+    let mut lines: Vec<Line> = Vec::new();
+    let mut buffered_bytes = 0usize;
+    let mut round_robin = 0usize;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let read = stdin
+            .read_until(b'\n', &mut line)
+            .context("cannot read stdin")?;
+        let at_end = read == 0;
+        if !at_end {
+            if line.last() == Some(&b'\n') {
+                line.pop();
+            }
+            let (key, value) = split_line(&line, separator);
+            buffered_bytes += value.len() + key.as_ref().map_or(0, Vec::len);
+            lines.push(Line {
+                key,
+                value,
+                timestamp_ms: now_ms(),
+            });
+        }
+        let input_waits = stdin.buffer().is_empty();
+        let full = lines.len() >= REQUEST_RECORDS_MAX || buffered_bytes >= REQUEST_BYTES_MAX;
+        if !lines.is_empty() && (at_end || input_waits || full) {
+            let by_partition = assign(
+                std::mem::take(&mut lines),
+                args.partition,
+                &partition_ids,
+                &mut round_robin,
+            );
+            producer.send(by_partition, &headers).await?;
+            buffered_bytes = 0;
+        }
+        if at_end {
+            break;
+        }
+    }
+    producer.finish().await
+}
+
+fn split_line(line: &[u8], separator: Option<&[u8]>) -> (Option<Vec<u8>>, Vec<u8>) {
+    if let Some(separator) = separator {
+        if let Some(at) = line
+            .windows(separator.len())
+            .position(|window| window == separator)
+        {
+            return (
+                Some(line[..at].to_vec()),
+                line[at + separator.len()..].to_vec(),
+            );
+        }
+    }
+    (None, line.to_vec())
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Groups lines by partition: the fixed one, else murmur2 of the key, else
+/// one partition per batch in turn (sticky, like the Java client).
+fn assign(
+    lines: Vec<Line>,
+    fixed: Option<i32>,
+    partition_ids: &[i32],
+    round_robin: &mut usize,
+) -> BTreeMap<i32, Vec<Line>> {
+    let sticky = partition_ids[*round_robin % partition_ids.len()];
+    *round_robin = round_robin.wrapping_add(1);
+    let mut by_partition: BTreeMap<i32, Vec<Line>> = BTreeMap::new();
+    for line in lines {
+        let partition = match (fixed, &line.key) {
+            (Some(partition), _) => partition,
+            (None, Some(key)) => {
+                let hash = (murmur2(key) & 0x7fff_ffff) as usize;
+                partition_ids[hash % partition_ids.len()]
+            }
+            (None, None) => sticky,
+        };
+        by_partition.entry(partition).or_default().push(line);
+    }
+    by_partition
+}
+
+/// The 32-bit murmur2 hash with the seed the Java client's default
+/// partitioner uses, so keyed records land where Java would put them.
+pub fn murmur2(data: &[u8]) -> i32 {
+    const SEED: u32 = 0x9747_b28c;
+    const M: u32 = 0x5bd1_e995;
+    const R: u32 = 24;
+    let length = data.len();
+    let mut h: u32 = SEED ^ length as u32;
+    let mut chunks = data.chunks_exact(4);
+    for chunk in &mut chunks {
+        let mut k = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+        k = k.wrapping_mul(M);
+        k ^= k >> R;
+        k = k.wrapping_mul(M);
+        h = h.wrapping_mul(M);
+        h ^= k;
+    }
+    let tail = chunks.remainder();
+    if tail.len() >= 3 {
+        h ^= u32::from(tail[2]) << 16;
+    }
+    if tail.len() >= 2 {
+        h ^= u32::from(tail[1]) << 8;
+    }
+    if !tail.is_empty() {
+        h ^= u32::from(tail[0]);
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(M);
+    h ^= h >> 15;
+    h as i32
+}
+
+struct Producer<'a> {
+    connection: &'a mut Connection,
+    topic: String,
+    version: i16,
+    acks: Acks,
+    in_flight: VecDeque<Pending<ProduceResponse>>,
+}
+
+impl Producer<'_> {
+    async fn send(
+        &mut self,
+        by_partition: BTreeMap<i32, Vec<Line>>,
+        headers: &[(Vec<u8>, Option<Vec<u8>>)],
+    ) -> anyhow::Result<()> {
+        let partition_data = by_partition
+            .into_iter()
+            .map(|(partition, lines)| {
+                let base_timestamp = lines.first().map_or(0, |l| l.timestamp_ms);
+                let records: Vec<NewRecord> = lines
+                    .into_iter()
+                    .map(|line| NewRecord {
+                        key: line.key,
+                        value: Some(line.value),
+                        headers: headers.to_vec(),
+                        timestamp_delta: line.timestamp_ms - base_timestamp,
+                    })
+                    .collect();
+                PartitionProduceData::default()
+                    .with_index(partition)
+                    .with_records(Some(Bytes::from(build::batch(base_timestamp, &records))))
+            })
+            .collect();
+        let request = ProduceRequest::default()
+            .with_acks(self.acks.wire())
+            .with_timeout_ms(PRODUCE_TIMEOUT_MS)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(topic_name(&self.topic))
+                .with_partition_data(partition_data)]);
+        if let Acks::None = self.acks {
+            self.connection
+                .send_without_response(&request, self.version)
+                .await?;
+            return Ok(());
+        }
+        while self.in_flight.len() >= PRODUCE_IN_FLIGHT_MAX {
+            self.receive_oldest().await?;
+        }
+        let pending = self.connection.send(&request, self.version).await?;
+        self.in_flight.push_back(pending);
+        Ok(())
+    }
+
+    async fn receive_oldest(&mut self) -> anyhow::Result<()> {
+        let Some(pending) = self.in_flight.pop_front() else {
+            return Ok(());
+        };
+        let response = self.connection.receive(pending).await?;
+        for topic in &response.responses {
+            for partition in &topic.partition_responses {
+                check_error(
+                    ApiKey::Produce,
+                    partition.error_code,
+                    partition.error_message.as_ref().map(|m| m.as_str()),
+                )
+                .with_context(|| {
+                    format!(
+                        "cannot produce to {}-{}",
+                        topic.name.0.as_str(),
+                        partition.index
+                    )
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn finish(mut self) -> anyhow::Result<()> {
+        while !self.in_flight.is_empty() {
+            self.receive_oldest().await?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn murmur2_matches_the_java_client() {
+        // Values from the Java client's Utils.murmur2 test vectors.
+        let check = |input: &str, expected: i32| assert_eq!(murmur2(input.as_bytes()), expected);
+        check("21", -973932308);
+        check("foobar", -790332482);
+        check("a-little-bit-long-string", -985981536);
+        check("a-little-bit-longer-string", -1486304829);
+        check(
+            "lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8",
+            -58897971,
+        );
+        check("abc", 479470107);
+    }
+
+    #[test]
+    fn lines_split_at_the_first_separator() {
+        assert_eq!(
+            split_line(b"k::v::w", Some(b"::")),
+            (Some(b"k".to_vec()), b"v::w".to_vec())
+        );
+        assert_eq!(
+            split_line(b"no-sep", Some(b"::")),
+            (None, b"no-sep".to_vec())
+        );
+        assert_eq!(split_line(b"k:v", None), (None, b"k:v".to_vec()));
+        assert_eq!(split_line(b":v", Some(b":")), (Some(vec![]), b"v".to_vec()));
+    }
+}

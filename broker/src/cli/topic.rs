@@ -1,0 +1,402 @@
+//! `strom topic create|list|describe|alter|delete`: topic administration
+//! with CreateTopics, Metadata, DescribeConfigs, IncrementalAlterConfigs,
+//! CreatePartitions and DeleteTopics.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig,
+};
+use kafka_protocol::messages::{
+    ApiKey, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest,
+    DescribeConfigsRequest, IncrementalAlterConfigsRequest,
+};
+use kafka_protocol::protocol::StrBytes;
+use protocol::client::{check_error, Connection};
+
+use super::{key_value, metadata, topic_name, ConnectArgs};
+
+const CREATE_TOPICS_VERSIONS: std::ops::RangeInclusive<i16> = 2..=7;
+const DELETE_TOPICS_VERSIONS: std::ops::RangeInclusive<i16> = 1..=6;
+const CREATE_PARTITIONS_VERSIONS: std::ops::RangeInclusive<i16> = 0..=3;
+const DESCRIBE_CONFIGS_VERSIONS: std::ops::RangeInclusive<i16> = 1..=4;
+const INCREMENTAL_ALTER_VERSIONS: std::ops::RangeInclusive<i16> = 0..=1;
+/// How long the broker may take to apply an admin change.
+const ADMIN_TIMEOUT_MS: i32 = 30_000;
+const RESOURCE_TOPIC: i8 = 2;
+const CONFIG_SOURCE_DYNAMIC_TOPIC: i8 = 1;
+const OP_SET: i8 = 0;
+const OP_DELETE: i8 = 1;
+
+#[derive(Args, Debug)]
+pub struct TopicArgs {
+    #[command(subcommand)]
+    command: TopicCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum TopicCommand {
+    /// Create a topic.
+    Create(CreateArgs),
+    /// List the names of all topics, one per line.
+    List(ListArgs),
+    /// Show partitions (leader, replicas, in-sync replicas) and configs of topics.
+    Describe(DescribeArgs),
+    /// Change topic configs or add partitions.
+    Alter(AlterArgs),
+    /// Delete topics and all their data.
+    Delete(DeleteArgs),
+}
+
+#[derive(Args, Debug)]
+struct CreateArgs {
+    /// Name of the topic to create.
+    topic: String,
+    /// Number of partitions [default: the broker's num.partitions].
+    #[arg(long, value_name = "N")]
+    partitions: Option<i32>,
+    /// Replication factor [default: the broker's default.replication.factor].
+    #[arg(long, value_name = "N")]
+    replication_factor: Option<i16>,
+    /// Topic config override, e.g. --config retention.ms=60000 (repeatable).
+    #[arg(long = "config", value_name = "KEY=VALUE", value_parser = key_value)]
+    configs: Vec<(String, String)>,
+    /// Only check that the broker would accept the topic; create nothing.
+    #[arg(long)]
+    validate_only: bool,
+    #[command(flatten)]
+    connect: ConnectArgs,
+}
+
+#[derive(Args, Debug)]
+struct ListArgs {
+    #[command(flatten)]
+    connect: ConnectArgs,
+}
+
+#[derive(Args, Debug)]
+struct DescribeArgs {
+    /// Topics to describe [default: every topic].
+    topics: Vec<String>,
+    /// Show every config with its value, not only the topic's overrides.
+    #[arg(long)]
+    all_configs: bool,
+    #[command(flatten)]
+    connect: ConnectArgs,
+}
+
+#[derive(Args, Debug)]
+struct AlterArgs {
+    /// Name of the topic to change.
+    topic: String,
+    /// Set a topic config, e.g. --config retention.ms=60000 (repeatable).
+    #[arg(long = "config", value_name = "KEY=VALUE", value_parser = key_value)]
+    configs: Vec<(String, String)>,
+    /// Remove a topic config override, back to the broker default (repeatable).
+    #[arg(long = "delete-config", value_name = "KEY")]
+    delete_configs: Vec<String>,
+    /// Grow the topic to this many partitions (partitions can only be added).
+    #[arg(long, value_name = "N")]
+    partitions: Option<i32>,
+    #[command(flatten)]
+    connect: ConnectArgs,
+}
+
+#[derive(Args, Debug)]
+struct DeleteArgs {
+    /// Topics to delete.
+    #[arg(required = true)]
+    topics: Vec<String>,
+    #[command(flatten)]
+    connect: ConnectArgs,
+}
+
+pub async fn run(args: TopicArgs) -> anyhow::Result<()> {
+    match args.command {
+        TopicCommand::Create(args) => create(args).await,
+        TopicCommand::List(args) => list(args).await,
+        TopicCommand::Describe(args) => describe(args).await,
+        TopicCommand::Alter(args) => alter(args).await,
+        TopicCommand::Delete(args) => delete(args).await,
+    }
+}
+
+fn text(value: &str) -> StrBytes {
+    StrBytes::from_string(value.to_string())
+}
+
+fn message(value: &Option<StrBytes>) -> Option<&str> {
+    value.as_ref().map(|m| m.as_str())
+}
+
+async fn create(args: CreateArgs) -> anyhow::Result<()> {
+    let mut connection = args.connect.connect().await?;
+    let version = connection.version::<CreateTopicsRequest>(CREATE_TOPICS_VERSIONS)?;
+    // v4+ accepts -1 for "the broker's default".
+    let default_allowed = version >= 4;
+    let partitions = match args.partitions {
+        Some(n) if n <= 0 => bail!("--partitions must be at least 1"),
+        Some(n) => n,
+        None if default_allowed => -1,
+        None => bail!("this broker needs --partitions (CreateTopics v{version})"),
+    };
+    let replication_factor = match args.replication_factor {
+        Some(n) if n <= 0 => bail!("--replication-factor must be at least 1"),
+        Some(n) => n,
+        None if default_allowed => -1,
+        None => 1,
+    };
+    let topic = CreatableTopic::default()
+        .with_name(topic_name(&args.topic))
+        .with_num_partitions(partitions)
+        .with_replication_factor(replication_factor)
+        .with_configs(
+            args.configs
+                .iter()
+                .map(|(key, value)| {
+                    CreatableTopicConfig::default()
+                        .with_name(text(key))
+                        .with_value(Some(text(value)))
+                })
+                .collect(),
+        );
+    let request = CreateTopicsRequest::default()
+        .with_topics(vec![topic])
+        .with_timeout_ms(ADMIN_TIMEOUT_MS)
+        .with_validate_only(args.validate_only);
+    let response = connection.call(&request, version).await?;
+    for result in &response.topics {
+        check_error(
+            ApiKey::CreateTopics,
+            result.error_code,
+            message(&result.error_message),
+        )
+        .with_context(|| format!("cannot create topic {}", args.topic))?;
+    }
+    if args.validate_only {
+        println!("Topic {} would be created.", args.topic);
+    } else {
+        println!("Created topic {}.", args.topic);
+    }
+    Ok(())
+}
+
+async fn list(args: ListArgs) -> anyhow::Result<()> {
+    let mut connection = args.connect.connect().await?;
+    let response = metadata(&mut connection, None, false).await?;
+    let mut names: Vec<&str> = response
+        .topics
+        .iter()
+        .filter_map(|t| t.name.as_ref().map(|n| n.0.as_str()))
+        .collect();
+    names.sort_unstable();
+    let mut out = String::new();
+    for name in names {
+        let _ = writeln!(out, "{name}");
+    }
+    print!("{out}");
+    Ok(())
+}
+
+async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
+    let mut connection = args.connect.connect().await?;
+    let wanted = (!args.topics.is_empty()).then_some(&args.topics[..]);
+    let response = metadata(&mut connection, wanted, false).await?;
+    let mut topics: Vec<_> = response.topics.iter().collect();
+    topics.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut out = String::new();
+    for topic in topics {
+        let name = topic.name.as_ref().map(|n| n.0.as_str()).unwrap_or("");
+        check_error(ApiKey::Metadata, topic.error_code, None)
+            .with_context(|| format!("cannot describe topic {name}"))?;
+        let configs = describe_configs(&mut connection, name, args.all_configs).await?;
+        let replication_factor = topic
+            .partitions
+            .iter()
+            .map(|p| p.replica_nodes.len())
+            .max()
+            .unwrap_or(0);
+        let configs_text: Vec<String> = configs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let _ = writeln!(
+            out,
+            "Topic: {name}\tPartitionCount: {}\tReplicationFactor: {replication_factor}\tConfigs: {}",
+            topic.partitions.len(),
+            configs_text.join(",")
+        );
+        let mut partitions: Vec<_> = topic.partitions.iter().collect();
+        partitions.sort_by_key(|p| p.partition_index);
+        for partition in partitions {
+            let ids = |nodes: &[kafka_protocol::messages::BrokerId]| {
+                nodes
+                    .iter()
+                    .map(|n| n.0.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            let _ = write!(
+                out,
+                "\tTopic: {name}\tPartition: {}\tLeader: {}\tReplicas: {}\tIsr: {}",
+                partition.partition_index,
+                if partition.leader_id.0 < 0 {
+                    "none".to_string()
+                } else {
+                    partition.leader_id.0.to_string()
+                },
+                ids(&partition.replica_nodes),
+                ids(&partition.isr_nodes),
+            );
+            if partition.error_code != 0 {
+                let _ = write!(
+                    out,
+                    "\tError: {}",
+                    protocol::client::error_name(partition.error_code)
+                );
+            }
+            out.push('\n');
+        }
+    }
+    print!("{out}");
+    Ok(())
+}
+
+/// The topic's config overrides (or every config with `all`), by name.
+async fn describe_configs(
+    connection: &mut Connection,
+    topic: &str,
+    all: bool,
+) -> anyhow::Result<BTreeMap<String, String>> {
+    let version = connection.version::<DescribeConfigsRequest>(DESCRIBE_CONFIGS_VERSIONS)?;
+    let request =
+        DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+            .with_resource_type(RESOURCE_TOPIC)
+            .with_resource_name(text(topic))
+            .with_configuration_keys(None)]);
+    let response = connection.call(&request, version).await?;
+    let mut configs = BTreeMap::new();
+    for result in &response.results {
+        check_error(
+            ApiKey::DescribeConfigs,
+            result.error_code,
+            message(&result.error_message),
+        )
+        .with_context(|| format!("cannot describe configs of topic {topic}"))?;
+        for config in &result.configs {
+            if !all && config.config_source != CONFIG_SOURCE_DYNAMIC_TOPIC {
+                continue;
+            }
+            let value = if config.is_sensitive {
+                "(sensitive)".to_string()
+            } else {
+                config
+                    .value
+                    .as_ref()
+                    .map(|v| v.as_str().to_string())
+                    .unwrap_or_else(|| "null".to_string())
+            };
+            configs.insert(config.name.as_str().to_string(), value);
+        }
+    }
+    Ok(configs)
+}
+
+async fn alter(args: AlterArgs) -> anyhow::Result<()> {
+    if args.configs.is_empty() && args.delete_configs.is_empty() && args.partitions.is_none() {
+        bail!("nothing to change: give --config, --delete-config or --partitions");
+    }
+    let mut connection = args.connect.connect().await?;
+    if !args.configs.is_empty() || !args.delete_configs.is_empty() {
+        let version =
+            connection.version::<IncrementalAlterConfigsRequest>(INCREMENTAL_ALTER_VERSIONS)?;
+        let mut changes: Vec<AlterableConfig> = args
+            .configs
+            .iter()
+            .map(|(key, value)| {
+                AlterableConfig::default()
+                    .with_name(text(key))
+                    .with_config_operation(OP_SET)
+                    .with_value(Some(text(value)))
+            })
+            .collect();
+        changes.extend(args.delete_configs.iter().map(|key| {
+            AlterableConfig::default()
+                .with_name(text(key))
+                .with_config_operation(OP_DELETE)
+                .with_value(None)
+        }));
+        let request = IncrementalAlterConfigsRequest::default().with_resources(vec![
+            AlterConfigsResource::default()
+                .with_resource_type(RESOURCE_TOPIC)
+                .with_resource_name(text(&args.topic))
+                .with_configs(changes),
+        ]);
+        let response = connection.call(&request, version).await?;
+        for result in &response.responses {
+            check_error(
+                ApiKey::IncrementalAlterConfigs,
+                result.error_code,
+                message(&result.error_message),
+            )
+            .with_context(|| format!("cannot change configs of topic {}", args.topic))?;
+        }
+        println!("Updated configs of topic {}.", args.topic);
+    }
+    if let Some(count) = args.partitions {
+        let version = connection.version::<CreatePartitionsRequest>(CREATE_PARTITIONS_VERSIONS)?;
+        let request = CreatePartitionsRequest::default()
+            .with_topics(vec![CreatePartitionsTopic::default()
+                .with_name(topic_name(&args.topic))
+                .with_count(count)
+                .with_assignments(None)])
+            .with_timeout_ms(ADMIN_TIMEOUT_MS);
+        let response = connection.call(&request, version).await?;
+        for result in &response.results {
+            check_error(
+                ApiKey::CreatePartitions,
+                result.error_code,
+                message(&result.error_message),
+            )
+            .with_context(|| format!("cannot add partitions to topic {}", args.topic))?;
+        }
+        println!("Topic {} now has {count} partitions.", args.topic);
+    }
+    Ok(())
+}
+
+async fn delete(args: DeleteArgs) -> anyhow::Result<()> {
+    let mut connection = args.connect.connect().await?;
+    let version = connection.version::<DeleteTopicsRequest>(DELETE_TOPICS_VERSIONS)?;
+    let mut request = DeleteTopicsRequest::default().with_timeout_ms(ADMIN_TIMEOUT_MS);
+    if version >= 6 {
+        request.topics = args
+            .topics
+            .iter()
+            .map(|name| DeleteTopicState::default().with_name(Some(topic_name(name))))
+            .collect();
+    } else {
+        request.topic_names = args.topics.iter().map(|name| topic_name(name)).collect();
+    }
+    let response = connection.call(&request, version).await?;
+    let mut failures = Vec::new();
+    for result in &response.responses {
+        let name = result.name.as_ref().map(|n| n.0.as_str()).unwrap_or("?");
+        match check_error(
+            ApiKey::DeleteTopics,
+            result.error_code,
+            message(&result.error_message),
+        ) {
+            Ok(()) => println!("Deleted topic {name}."),
+            Err(error) => failures.push(format!("cannot delete topic {name}: {error}")),
+        }
+    }
+    if !failures.is_empty() {
+        bail!("{}", failures.join("; "));
+    }
+    Ok(())
+}

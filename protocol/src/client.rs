@@ -1,0 +1,726 @@
+//! A small async Kafka client connection on glommio: connect with a
+//! deadline, negotiate versions with ApiVersions, and exchange requests for
+//! their correlated responses, pipelined or one at a time.
+//!
+//! Nothing here is Strom-specific: the admin CLI and the load generator use
+//! it against any Kafka broker. One [`Connection`] lives on one executor;
+//! `send` writes a request and returns a [`Pending`] token, `receive` waits
+//! for that request's response. Kafka answers a connection's requests in
+//! order, so any number of requests may be in flight and received in any
+//! order (responses read ahead for a later token are kept until asked for).
+//!
+//! A timeout or I/O failure in the middle of a frame leaves the stream at an
+//! unknown position, so the connection is then marked broken and every
+//! later call fails with [`ClientError::Broken`].
+
+use std::collections::{HashMap, VecDeque};
+use std::marker::PhantomData;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::ops::RangeInclusive;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures_lite::io::{AsyncReadExt, AsyncWriteExt, BufReader, ReadHalf, WriteHalf};
+use glommio::net::TcpStream;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+
+use crate::frame::LENGTH_PREFIX_BYTES;
+
+/// The ApiVersions versions this client speaks (v3 is the first flexible).
+pub const API_VERSIONS_VERSION_MAX: i16 = 3;
+/// Kafka's UNSUPPORTED_VERSION error code.
+const UNSUPPORTED_VERSION: i16 = 35;
+const READ_BUFFER_BYTES: usize = 64 << 10;
+
+/// How a connection is opened and bounded.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Sent in every request header.
+    pub client_id: String,
+    /// Name and version sent in ApiVersions v3+ (KIP-511).
+    pub software_name: String,
+    pub software_version: String,
+    pub connect_timeout: Duration,
+    /// How long `receive` waits for one response.
+    pub request_timeout: Duration,
+    /// Largest response frame accepted; larger closes the connection.
+    pub response_bytes_max: usize,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            client_id: "strom-client".to_string(),
+            software_name: "strom-client".to_string(),
+            software_version: env!("CARGO_PKG_VERSION").to_string(),
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(30),
+            response_bytes_max: 256 << 20,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot resolve broker address {address}: {message}")]
+    Resolve { address: String, message: String },
+    #[error("broker {address} is unreachable")]
+    Unreachable {
+        address: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("connecting to broker {address} timed out after {timeout_ms} ms")]
+    ConnectTimeout { address: String, timeout_ms: u128 },
+    #[error("no response from broker {address} to {api_key:?} within {timeout_ms} ms")]
+    Timeout {
+        address: String,
+        api_key: ApiKey,
+        timeout_ms: u128,
+    },
+    #[error("connection to broker {address} failed")]
+    Io {
+        address: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("broker {address} closed the connection")]
+    Closed { address: String },
+    #[error("connection to broker {address} is unusable after an earlier failure")]
+    Broken { address: String },
+    #[error(
+        "broker {address} does not support {api_key:?} v{ours_min}..=v{ours_max} (it supports {})",
+        match broker { Some((min, max)) => format!("v{min}..=v{max}"), None => "none".to_string() }
+    )]
+    UnsupportedVersion {
+        address: String,
+        api_key: ApiKey,
+        ours_min: i16,
+        ours_max: i16,
+        broker: Option<(i16, i16)>,
+    },
+    #[error("{api_key:?} failed: {}{}", error_name(*code), message.as_ref().map(|m| format!(": {m}")).unwrap_or_default())]
+    Kafka {
+        api_key: ApiKey,
+        code: i16,
+        message: Option<String>,
+    },
+    #[error("bad {api_key:?} v{version} response from broker {address}: {message}")]
+    Decode {
+        address: String,
+        api_key: ApiKey,
+        version: i16,
+        message: String,
+    },
+    #[error("cannot encode {api_key:?} v{version} request: {message}")]
+    Encode {
+        api_key: ApiKey,
+        version: i16,
+        message: String,
+    },
+    #[error("response frame of {length} bytes from broker {address} exceeds the limit of {limit}")]
+    FrameTooLarge {
+        address: String,
+        length: i64,
+        limit: usize,
+    },
+    #[error("broker {address} answered correlation id {got}, expected {expected}")]
+    Correlation {
+        address: String,
+        expected: i32,
+        got: i32,
+    },
+    #[error("{api_key:?} v{version} was sent without expecting a response")]
+    NoResponseExpected { api_key: ApiKey, version: i16 },
+}
+
+/// Kafka's name for an error code, as the Java client prints it
+/// (`TOPIC_ALREADY_EXISTS`); `NONE` for 0, `UNKNOWN_ERROR_CODE_<n>` for
+/// codes this crate does not know.
+pub fn error_name(code: i16) -> String {
+    let Some(error) = ResponseError::try_from_code(code) else {
+        return "NONE".to_string();
+    };
+    if let ResponseError::Unknown(code) = error {
+        return format!("UNKNOWN_ERROR_CODE_{code}");
+    }
+    let camel = format!("{error:?}");
+    let mut name = String::with_capacity(camel.len() + 8);
+    for (i, c) in camel.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            name.push('_');
+        }
+        name.push(c.to_ascii_uppercase());
+    }
+    name
+}
+
+/// `Ok` for error code 0, else [`ClientError::Kafka`].
+pub fn check_error(api_key: ApiKey, code: i16, message: Option<&str>) -> Result<(), ClientError> {
+    if code == 0 {
+        return Ok(());
+    }
+    Err(ClientError::Kafka {
+        api_key,
+        code,
+        message: message.map(str::to_string).filter(|m| !m.is_empty()),
+    })
+}
+
+/// The version ranges a broker advertised in ApiVersions.
+#[derive(Debug, Clone, Default)]
+pub struct BrokerVersions {
+    ranges: HashMap<i16, (i16, i16)>,
+}
+
+impl BrokerVersions {
+    pub fn from_response(response: &ApiVersionsResponse) -> Self {
+        BrokerVersions {
+            ranges: response
+                .api_keys
+                .iter()
+                .map(|k| (k.api_key, (k.min_version, k.max_version)))
+                .collect(),
+        }
+    }
+
+    pub fn range(&self, api_key: ApiKey) -> Option<(i16, i16)> {
+        self.ranges.get(&(api_key as i16)).copied()
+    }
+
+    /// The highest version in both `ours` and the broker's range.
+    pub fn highest_common(&self, api_key: ApiKey, ours: RangeInclusive<i16>) -> Option<i16> {
+        let (min, max) = self.range(api_key)?;
+        let high = max.min(*ours.end());
+        (high >= min.max(*ours.start())).then_some(high)
+    }
+}
+
+/// A request written to the connection whose response `T` is still to be
+/// received with [`Connection::receive`].
+#[must_use = "a pending response must be received, or the connection dropped"]
+#[derive(Debug)]
+pub struct Pending<T> {
+    correlation_id: i32,
+    api_key: ApiKey,
+    version: i16,
+    _response: PhantomData<fn() -> T>,
+}
+
+impl<T> Pending<T> {
+    pub fn correlation_id(&self) -> i32 {
+        self.correlation_id
+    }
+}
+
+/// One connection to one Kafka broker.
+pub struct Connection {
+    address: String,
+    config: ClientConfig,
+    reader: BufReader<ReadHalf<TcpStream>>,
+    writer: WriteHalf<TcpStream>,
+    next_correlation_id: i32,
+    /// Correlation ids of requests whose responses were not read yet, in
+    /// the order they were sent (the order the broker answers in).
+    in_flight: VecDeque<i32>,
+    /// Responses read while waiting for a later one, by correlation id.
+    arrived: HashMap<i32, Bytes>,
+    broken: bool,
+    versions: BrokerVersions,
+}
+
+impl Connection {
+    /// Connects to `address` (`host:port`) within the connect timeout and
+    /// negotiates versions with ApiVersions.
+    pub async fn connect(address: &str, config: ClientConfig) -> Result<Self, ClientError> {
+        let candidates: Vec<SocketAddr> = address
+            .to_socket_addrs()
+            .map_err(|e| ClientError::Resolve {
+                address: address.to_string(),
+                message: e.to_string(),
+            })?
+            .collect();
+        if candidates.is_empty() {
+            return Err(ClientError::Resolve {
+                address: address.to_string(),
+                message: "no addresses".to_string(),
+            });
+        }
+        let mut last_error = None;
+        for candidate in candidates {
+            match Self::connect_one(address, candidate, &config).await {
+                Ok(stream) => {
+                    let mut connection = Self::over(address, stream, config);
+                    connection.negotiate().await?;
+                    return Ok(connection);
+                }
+                Err(error) => last_error = Some(error),
+            }
+        }
+        Err(last_error.expect("at least one candidate was tried"))
+    }
+
+    async fn connect_one(
+        address: &str,
+        candidate: SocketAddr,
+        config: &ClientConfig,
+    ) -> Result<TcpStream, ClientError> {
+        let timeout = config.connect_timeout.max(Duration::from_millis(1));
+        match TcpStream::connect_timeout(candidate, timeout).await {
+            Ok(stream) => {
+                let _ = stream.set_nodelay(true);
+                Ok(stream)
+            }
+            Err(error) => {
+                let error: std::io::Error = error.into();
+                if error.kind() == std::io::ErrorKind::TimedOut {
+                    Err(ClientError::ConnectTimeout {
+                        address: address.to_string(),
+                        timeout_ms: timeout.as_millis(),
+                    })
+                } else {
+                    Err(ClientError::Unreachable {
+                        address: address.to_string(),
+                        source: error,
+                    })
+                }
+            }
+        }
+    }
+
+    fn over(address: &str, stream: TcpStream, config: ClientConfig) -> Self {
+        let (read_half, write_half) = futures_lite::io::split(stream);
+        Connection {
+            address: address.to_string(),
+            config,
+            reader: BufReader::with_capacity(READ_BUFFER_BYTES, read_half),
+            writer: write_half,
+            next_correlation_id: 1,
+            in_flight: VecDeque::new(),
+            arrived: HashMap::new(),
+            broken: false,
+            versions: BrokerVersions::default(),
+        }
+    }
+
+    /// ApiVersions at our highest version; a broker that does not know it
+    /// answers a v0 body with UNSUPPORTED_VERSION and its own range, and we
+    /// ask again at the highest version both know.
+    async fn negotiate(&mut self) -> Result<(), ClientError> {
+        let mut version = API_VERSIONS_VERSION_MAX;
+        for _ in 0..2 {
+            let request = ApiVersionsRequest::default()
+                .with_client_software_name(StrBytes::from_string(self.config.software_name.clone()))
+                .with_client_software_version(StrBytes::from_string(
+                    self.config.software_version.clone(),
+                ));
+            let pending = self.send(&request, version).await?;
+            let body = self.receive_frame(&pending).await?;
+            let error_code = match body.get(..2) {
+                Some(code) => i16::from_be_bytes([code[0], code[1]]),
+                None => {
+                    return Err(self.decode_error(ApiKey::ApiVersions, version, "empty body"));
+                }
+            };
+            let decode_version = if error_code == UNSUPPORTED_VERSION {
+                0
+            } else {
+                version
+            };
+            let response =
+                self.decode_body::<ApiVersionsResponse>(body, ApiKey::ApiVersions, decode_version)?;
+            self.versions = BrokerVersions::from_response(&response);
+            if error_code == UNSUPPORTED_VERSION {
+                match self
+                    .versions
+                    .highest_common(ApiKey::ApiVersions, 0..=API_VERSIONS_VERSION_MAX)
+                {
+                    Some(lower) if lower < version => {
+                        version = lower;
+                        continue;
+                    }
+                    _ => {
+                        return Err(ClientError::UnsupportedVersion {
+                            address: self.address.clone(),
+                            api_key: ApiKey::ApiVersions,
+                            ours_min: 0,
+                            ours_max: API_VERSIONS_VERSION_MAX,
+                            broker: self.versions.range(ApiKey::ApiVersions),
+                        })
+                    }
+                }
+            }
+            return check_error(ApiKey::ApiVersions, error_code, None);
+        }
+        Err(self.decode_error(
+            ApiKey::ApiVersions,
+            version,
+            "broker refused every ApiVersions version",
+        ))
+    }
+
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    pub fn broker_versions(&self) -> &BrokerVersions {
+        &self.versions
+    }
+
+    /// Requests sent whose responses were not received yet.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len() + self.arrived.len()
+    }
+
+    /// The highest version of `R` that both this caller (`ours`) and the
+    /// broker support.
+    pub fn version<R: Request>(&self, ours: RangeInclusive<i16>) -> Result<i16, ClientError> {
+        let api_key = api_key_of::<R>();
+        self.versions
+            .highest_common(api_key, ours.clone())
+            .ok_or_else(|| ClientError::UnsupportedVersion {
+                address: self.address.clone(),
+                api_key,
+                ours_min: *ours.start(),
+                ours_max: *ours.end(),
+                broker: self.versions.range(api_key),
+            })
+    }
+
+    /// Sends a request and waits for its response.
+    pub async fn call<R: Request>(
+        &mut self,
+        request: &R,
+        version: i16,
+    ) -> Result<R::Response, ClientError> {
+        let pending = self.send(request, version).await?;
+        self.receive(pending).await
+    }
+
+    /// Writes a request; its response is received with `receive`.
+    pub async fn send<R: Request>(
+        &mut self,
+        request: &R,
+        version: i16,
+    ) -> Result<Pending<R::Response>, ClientError> {
+        let correlation_id = self.write_request(request, version).await?;
+        self.in_flight.push_back(correlation_id);
+        Ok(Pending {
+            correlation_id,
+            api_key: api_key_of::<R>(),
+            version,
+            _response: PhantomData,
+        })
+    }
+
+    /// Writes a request the broker does not answer (Produce with acks=0).
+    pub async fn send_without_response<R: Request>(
+        &mut self,
+        request: &R,
+        version: i16,
+    ) -> Result<(), ClientError> {
+        self.write_request(request, version).await.map(|_| ())
+    }
+
+    /// Waits for the response to `pending`, within the request timeout.
+    pub async fn receive<T: Decodable + HeaderVersion>(
+        &mut self,
+        pending: Pending<T>,
+    ) -> Result<T, ClientError> {
+        let body = self.receive_frame(&pending).await?;
+        self.decode_body(body, pending.api_key, pending.version)
+    }
+
+    async fn write_request<R: Request>(
+        &mut self,
+        request: &R,
+        version: i16,
+    ) -> Result<i32, ClientError> {
+        self.usable()?;
+        let api_key = api_key_of::<R>();
+        let correlation_id = self.next_correlation_id;
+        self.next_correlation_id = self.next_correlation_id.wrapping_add(1).max(1);
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(StrBytes::from_string(self.config.client_id.clone())));
+        let encode_error = |e: anyhow::Error| ClientError::Encode {
+            api_key,
+            version,
+            message: e.to_string(),
+        };
+        let mut frame = BytesMut::with_capacity(256);
+        frame.extend_from_slice(&[0; LENGTH_PREFIX_BYTES]);
+        header
+            .encode(&mut frame, R::header_version(version))
+            .map_err(encode_error)?;
+        request.encode(&mut frame, version).map_err(encode_error)?;
+        let length =
+            i32::try_from(frame.len() - LENGTH_PREFIX_BYTES).map_err(|_| ClientError::Encode {
+                api_key,
+                version,
+                message: format!("{} bytes do not fit a frame", frame.len()),
+            })?;
+        frame[..LENGTH_PREFIX_BYTES].copy_from_slice(&length.to_be_bytes());
+        let written = async {
+            self.writer.write_all(&frame).await?;
+            self.writer.flush().await
+        };
+        match with_timeout(self.config.request_timeout, written).await {
+            Some(Ok(())) => Ok(correlation_id),
+            Some(Err(source)) => {
+                self.broken = true;
+                Err(ClientError::Io {
+                    address: self.address.clone(),
+                    source,
+                })
+            }
+            None => {
+                self.broken = true;
+                Err(ClientError::Timeout {
+                    address: self.address.clone(),
+                    api_key,
+                    timeout_ms: self.config.request_timeout.as_millis(),
+                })
+            }
+        }
+    }
+
+    /// Reads frames until the one for `pending` arrives; returns its body
+    /// (after the response header, which depends on the type).
+    async fn receive_frame<T: HeaderVersion>(
+        &mut self,
+        pending: &Pending<T>,
+    ) -> Result<Bytes, ClientError> {
+        let wanted = pending.correlation_id;
+        let mut frame = match self.arrived.remove(&wanted) {
+            Some(frame) => frame,
+            None => {
+                if !self.in_flight.contains(&wanted) {
+                    return Err(ClientError::Correlation {
+                        address: self.address.clone(),
+                        expected: wanted,
+                        got: wanted,
+                    });
+                }
+                let deadline = self.config.request_timeout;
+                let read = async {
+                    loop {
+                        let frame = self.read_frame().await?;
+                        let got = frame_correlation_id(&frame);
+                        let expected = self.in_flight.pop_front().expect("a request is in flight");
+                        if got != Some(expected) {
+                            self.broken = true;
+                            return Err(ClientError::Correlation {
+                                address: self.address.clone(),
+                                expected,
+                                got: got.unwrap_or(-1),
+                            });
+                        }
+                        if expected == wanted {
+                            return Ok(frame);
+                        }
+                        self.arrived.insert(expected, frame);
+                    }
+                };
+                match with_timeout(deadline, read).await {
+                    Some(result) => result?,
+                    None => {
+                        self.broken = true;
+                        return Err(ClientError::Timeout {
+                            address: self.address.clone(),
+                            api_key: pending.api_key,
+                            timeout_ms: deadline.as_millis(),
+                        });
+                    }
+                }
+            }
+        };
+        // Correlation id, then a tagged-field byte in header v1.
+        let header_bytes = 4 + usize::from(T::header_version(pending.version) >= 1);
+        if frame.len() < header_bytes {
+            return Err(self.decode_error(pending.api_key, pending.version, "short header"));
+        }
+        if header_bytes == 5 && frame[4] != 0 {
+            // Tagged fields in the header: decode them properly.
+            let mut header = frame.clone();
+            kafka_protocol::messages::ResponseHeader::decode(&mut header, 1)
+                .map_err(|e| self.decode_error(pending.api_key, pending.version, &e.to_string()))?;
+            return Ok(header);
+        }
+        let _ = frame.split_to(header_bytes);
+        Ok(frame)
+    }
+
+    async fn read_frame(&mut self) -> Result<Bytes, ClientError> {
+        let io_error = |this: &mut Self, source: std::io::Error| {
+            this.broken = true;
+            if source.kind() == std::io::ErrorKind::UnexpectedEof {
+                ClientError::Closed {
+                    address: this.address.clone(),
+                }
+            } else {
+                ClientError::Io {
+                    address: this.address.clone(),
+                    source,
+                }
+            }
+        };
+        let mut prefix = [0u8; LENGTH_PREFIX_BYTES];
+        if let Err(e) = self.reader.read_exact(&mut prefix).await {
+            return Err(io_error(self, e));
+        }
+        let length = i32::from_be_bytes(prefix);
+        if length < 4 || length as usize > self.config.response_bytes_max {
+            self.broken = true;
+            return Err(ClientError::FrameTooLarge {
+                address: self.address.clone(),
+                length: length.into(),
+                limit: self.config.response_bytes_max,
+            });
+        }
+        let mut frame = BytesMut::zeroed(length as usize);
+        if let Err(e) = self.reader.read_exact(&mut frame).await {
+            return Err(io_error(self, e));
+        }
+        Ok(frame.freeze())
+    }
+
+    fn decode_body<T: Decodable>(
+        &self,
+        mut body: Bytes,
+        api_key: ApiKey,
+        version: i16,
+    ) -> Result<T, ClientError> {
+        T::decode(&mut body, version)
+            .map_err(|e| self.decode_error(api_key, version, &e.to_string()))
+    }
+
+    fn decode_error(&self, api_key: ApiKey, version: i16, message: &str) -> ClientError {
+        ClientError::Decode {
+            address: self.address.clone(),
+            api_key,
+            version,
+            message: message.to_string(),
+        }
+    }
+
+    fn usable(&self) -> Result<(), ClientError> {
+        if self.broken {
+            return Err(ClientError::Broken {
+                address: self.address.clone(),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn api_key_of<R: Request>() -> ApiKey {
+    ApiKey::try_from(R::KEY).expect("every Request type has a known api key")
+}
+
+fn frame_correlation_id(frame: &[u8]) -> Option<i32> {
+    frame
+        .get(..4)
+        .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// Runs `future` with a deadline on the current glommio executor; `None`
+/// when the deadline passed first.
+async fn with_timeout<T>(
+    limit: Duration,
+    future: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    futures_lite::future::or(async { Some(future.await) }, async {
+        glommio::timer::sleep(limit).await;
+        None
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_names_are_kafkas() {
+        assert_eq!(error_name(0), "NONE");
+        assert_eq!(error_name(36), "TOPIC_ALREADY_EXISTS");
+        assert_eq!(error_name(3), "UNKNOWN_TOPIC_OR_PARTITION");
+        assert_eq!(error_name(35), "UNSUPPORTED_VERSION");
+        assert_eq!(error_name(-1), "UNKNOWN_SERVER_ERROR");
+        assert_eq!(error_name(9999), "UNKNOWN_ERROR_CODE_9999");
+    }
+
+    #[test]
+    fn highest_common_version() {
+        let response = ApiVersionsResponse::default().with_api_keys(vec![
+            kafka_protocol::messages::api_versions_response::ApiVersion::default()
+                .with_api_key(ApiKey::Fetch as i16)
+                .with_min_version(4)
+                .with_max_version(12),
+        ]);
+        let versions = BrokerVersions::from_response(&response);
+        assert_eq!(versions.highest_common(ApiKey::Fetch, 0..=17), Some(12));
+        assert_eq!(versions.highest_common(ApiKey::Fetch, 4..=4), Some(4));
+        assert_eq!(versions.highest_common(ApiKey::Fetch, 0..=3), None);
+        assert_eq!(versions.highest_common(ApiKey::Produce, 0..=9), None);
+    }
+
+    fn run<T>(future: impl std::future::Future<Output = T>) -> T {
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .io_memory(1 << 20)
+            .make()
+            .expect("executor")
+            .run(future)
+    }
+
+    #[test]
+    fn refused_connection_is_unreachable() {
+        // Bind then drop a listener so the port is very likely closed.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let address = format!("127.0.0.1:{port}");
+        let error = run(Connection::connect(&address, ClientConfig::default()))
+            .err()
+            .expect("nothing listens");
+        assert!(
+            matches!(error, ClientError::Unreachable { .. }),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("unreachable"), "{error}");
+    }
+
+    #[test]
+    fn silent_peer_times_out() {
+        // A listener that accepts (kernel backlog) but never answers.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let config = ClientConfig {
+            request_timeout: Duration::from_millis(200),
+            ..ClientConfig::default()
+        };
+        let error = run(Connection::connect(&address, config))
+            .err()
+            .expect("no answer");
+        assert!(matches!(error, ClientError::Timeout { .. }), "{error:?}");
+        drop(listener);
+    }
+
+    #[test]
+    fn bad_resolution_is_reported() {
+        let error = run(Connection::connect(
+            "no-such-host.invalid:9092",
+            ClientConfig::default(),
+        ))
+        .err()
+        .expect("cannot resolve");
+        assert!(matches!(error, ClientError::Resolve { .. }), "{error:?}");
+    }
+}
