@@ -78,6 +78,8 @@ pub struct BrokerConfig {
     /// How often each core applies retention to its partitions.
     pub retention_check_interval_ms: u64,
     pub topic_defaults: TopicDefaults,
+    /// Consumer group settings (`group.*`, `offsets.*`).
+    pub groups: crate::group::GroupConfig,
 }
 
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:9092";
@@ -106,6 +108,7 @@ struct Builder {
     topic_defaults: TopicDefaults,
     retention_ms: Option<(i64, u8)>,
     roll_ms: Option<(i64, u8)>,
+    groups: crate::group::GroupConfig,
 }
 
 fn parse_value<T: std::str::FromStr>(
@@ -177,6 +180,7 @@ impl Builder {
             topic_defaults: TopicDefaults::new(),
             retention_ms: None,
             roll_ms: None,
+            groups: crate::group::GroupConfig::default(),
         }
     }
 
@@ -291,6 +295,10 @@ impl Builder {
                     self.roll_ms = Some((amount.saturating_mul(factor), precision));
                 }
             }
+            _ if crate::group::GROUP_CONFIG_KEYS.contains(&key) => self
+                .groups
+                .set(key, value)
+                .map_err(|reason| invalid(key, value, source, reason))?,
             _ => {
                 let Some(topic_key) = topic_key_for_broker_key(key) else {
                     return Err(ConfigError::UnknownKey {
@@ -351,6 +359,7 @@ impl Builder {
             io_memory_bytes: self.io_memory_bytes,
             retention_check_interval_ms: self.retention_check_interval_ms,
             topic_defaults: self.topic_defaults,
+            groups: self.groups,
         })
     }
 }

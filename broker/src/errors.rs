@@ -48,3 +48,22 @@ pub fn storage_error_code(error: &StorageError) -> i16 {
         _ => KAFKA_STORAGE_ERROR,
     }
 }
+
+// Consumer groups (`group/`).
+pub const OFFSET_METADATA_TOO_LARGE: i16 = ResponseError::OffsetMetadataTooLarge.code();
+pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = ResponseError::CoordinatorLoadInProgress.code();
+pub const COORDINATOR_NOT_AVAILABLE: i16 = ResponseError::CoordinatorNotAvailable.code();
+pub const NOT_COORDINATOR: i16 = ResponseError::NotCoordinator.code();
+pub const ILLEGAL_GENERATION: i16 = ResponseError::IllegalGeneration.code();
+pub const INCONSISTENT_GROUP_PROTOCOL: i16 = ResponseError::InconsistentGroupProtocol.code();
+pub const INVALID_GROUP_ID: i16 = ResponseError::InvalidGroupId.code();
+pub const UNKNOWN_MEMBER_ID: i16 = ResponseError::UnknownMemberId.code();
+pub const INVALID_SESSION_TIMEOUT: i16 = ResponseError::InvalidSessionTimeout.code();
+pub const REBALANCE_IN_PROGRESS: i16 = ResponseError::RebalanceInProgress.code();
+pub const INVALID_COMMIT_OFFSET_SIZE: i16 = ResponseError::InvalidCommitOffsetSize.code();
+pub const NON_EMPTY_GROUP: i16 = ResponseError::NonEmptyGroup.code();
+pub const GROUP_ID_NOT_FOUND: i16 = ResponseError::GroupIdNotFound.code();
+pub const MEMBER_ID_REQUIRED: i16 = ResponseError::MemberIdRequired.code();
+pub const GROUP_MAX_SIZE_REACHED: i16 = ResponseError::GroupMaxSizeReached.code();
+pub const FENCED_INSTANCE_ID: i16 = ResponseError::FencedInstanceId.code();
+pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = ResponseError::GroupSubscribedToTopic.code();

@@ -5,6 +5,7 @@ pub mod alloc;
 pub mod config;
 pub mod controller;
 pub mod errors;
+pub mod group;
 pub mod handlers;
 pub mod limits;
 pub mod metadata;

@@ -282,6 +282,24 @@ impl Partition {
         }
     }
 
+    /// Resolves once every offset up to `last_offset` is durable (the
+    /// group coordinator answers commits only then).
+    pub async fn wait_durable(&self, last_offset: i64) -> Result<(), i16> {
+        self.log
+            .wait_durable(last_offset.max(0) as u64)
+            .await
+            .map_err(|error| errors::storage_error_code(&error))
+    }
+
+    /// Moves the log start offset forward; segments wholly below it go.
+    pub async fn advance_start_offset(&self, offset: i64) -> Result<(), i16> {
+        self.log
+            .advance_start_offset(offset.max(0) as u64)
+            .await
+            .map(|_| ())
+            .map_err(|error| errors::storage_error_code(&error))
+    }
+
     /// Resolves once the log holds an offset past `offset`.
     pub async fn wait_for_append(&self, offset: i64) {
         self.log.wait_for_append(offset.max(0) as u64).await

@@ -97,6 +97,8 @@ pub struct Shard {
     pub producer_ids: Cell<(i64, i64)>,
     /// Serializes metadata changes on the controller core.
     pub controller_lock: glommio::sync::Semaphore,
+    /// The consumer groups this core coordinates.
+    pub groups: crate::group::manager::GroupManager,
 }
 
 impl Shard {
@@ -120,6 +122,7 @@ impl Shard {
             connections: Rc::new(Gate::default()),
             producer_ids: Cell::new((0, 0)),
             controller_lock: glommio::sync::Semaphore::new(1),
+            groups: Default::default(),
         })
     }
 

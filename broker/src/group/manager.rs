@@ -1,0 +1,504 @@
+//! The runtime edge of the group coordinator on one core: routes a group's
+//! requests to the core that owns its `__consumer_offsets` partition,
+//! loads that partition's offsets on first use, parks JoinGroup and
+//! SyncGroup requests on local channels, runs the deadline tick, and
+//! writes offset records (durable before a commit is answered).
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::future::Future;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use glommio::channels::local_channel::{self, LocalSender};
+use protocol::batch::build::{self, NewRecord};
+use protocol::batch::{split_batches, BatchHeader};
+
+use crate::controller::{self, TopicSpec};
+use crate::errors;
+use crate::group::coordinator::{
+    Answer, Coordinator, DroppedOffset, JoinRequest, JoinResponse, Replies, Reply, SyncRequest,
+    SyncResponse, WaiterId,
+};
+use crate::group::records::{self, OffsetsKey};
+use crate::group::{offsets_partition_for, OFFSETS_TOPIC};
+use crate::limits::{
+    GROUP_TICK_MS, OFFSETS_BATCH_BYTES_MAX, OFFSETS_COMPACT_SLACK_RECORDS, OFFSETS_LOAD_READ_BYTES,
+};
+use crate::partition::{now_ms, Partition};
+use crate::shard::Shard;
+use crate::sync::Notify;
+
+/// One core's groups: the plain coordinator plus what runs it.
+#[derive(Default)]
+pub struct GroupManager {
+    coordinator: RefCell<Option<Coordinator>>,
+    /// `__consumer_offsets` partitions whose offsets are in the coordinator.
+    loaded: RefCell<HashSet<i32>>,
+    loading: RefCell<HashMap<i32, Rc<Notify>>>,
+    waiters: RefCell<HashMap<WaiterId, LocalSender<Reply>>>,
+    next_waiter: Cell<WaiterId>,
+    ticking: Cell<bool>,
+    /// Serialises appends per offsets partition, so the log holds commits
+    /// in the order the coordinator applied them.
+    write_locks: RefCell<HashMap<i32, Rc<glommio::sync::Semaphore>>>,
+}
+
+/// Where a group lives.
+#[derive(Debug, Clone, Copy)]
+pub struct Placement {
+    pub partition: i32,
+    pub core: usize,
+}
+
+/// Creates `__consumer_offsets` if missing (as Kafka does on the first
+/// FindCoordinator) and returns the group's placement.
+pub async fn place(shard: &Rc<Shard>, group_id: &str) -> Result<Placement, i16> {
+    let mut image = shard.metadata.image();
+    if !image.topics.contains_key(OFFSETS_TOPIC) {
+        let configs: BTreeMap<String, String> = [
+            ("retention.ms", "-1"),
+            ("segment.bytes", "104857600"),
+            ("strom.preallocate.bytes", "1048576"),
+            ("strom.cache.bytes", "1048576"),
+            ("max.message.bytes", "1048588"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let spec = TopicSpec {
+            name: OFFSETS_TOPIC.to_string(),
+            partitions: shard.config.groups.offsets_partitions,
+            replication_factor: 1,
+            configs,
+        };
+        let outcome = controller::create_topics(shard, vec![spec], false).await;
+        if let Some(Err(refusal)) = outcome.first() {
+            if refusal.error_code != errors::TOPIC_ALREADY_EXISTS {
+                tracing::error!(message = %refusal.message, "cannot create {OFFSETS_TOPIC}");
+                return Err(errors::COORDINATOR_NOT_AVAILABLE);
+            }
+        }
+        image = shard.metadata.image();
+    }
+    let topic = image
+        .topics
+        .get(OFFSETS_TOPIC)
+        .ok_or(errors::COORDINATOR_NOT_AVAILABLE)?;
+    let partition = offsets_partition_for(group_id, topic.partition_cores.len() as i32);
+    let core = image
+        .owner_core(topic, partition, shard.cores)
+        .ok_or(errors::COORDINATOR_NOT_AVAILABLE)?;
+    Ok(Placement { partition, core })
+}
+
+/// Runs `work` on the core that coordinates `group_id`, after that core
+/// has loaded the group's offsets partition.
+pub async fn on_coordinator<R, F, Fut>(shard: &Rc<Shard>, group_id: &str, work: F) -> Result<R, i16>
+where
+    R: Send + 'static,
+    F: FnOnce(Rc<Shard>, i32) -> Fut + Send + 'static,
+    Fut: Future<Output = R> + 'static,
+{
+    let placement = place(shard, group_id).await?;
+    shard
+        .run_on(placement.core, move |owner| async move {
+            ensure_loaded(&owner, placement.partition).await?;
+            Ok(work(owner.clone(), placement.partition).await)
+        })
+        .await
+}
+
+/// Loads one offsets partition into this core's coordinator, once.
+async fn ensure_loaded(shard: &Rc<Shard>, partition: i32) -> Result<(), i16> {
+    let manager = &shard.groups;
+    start_ticking(shard);
+    loop {
+        if manager.loaded.borrow().contains(&partition) {
+            return Ok(());
+        }
+        let in_progress = manager.loading.borrow().get(&partition).cloned();
+        if let Some(notify) = in_progress {
+            notify.wait().await;
+            continue;
+        }
+        let notify = Rc::new(Notify::default());
+        manager
+            .loading
+            .borrow_mut()
+            .insert(partition, notify.clone());
+        let result = load(shard, partition).await;
+        manager.loading.borrow_mut().remove(&partition);
+        if result.is_ok() {
+            manager.loaded.borrow_mut().insert(partition);
+        }
+        notify.raise();
+        return result;
+    }
+}
+
+fn offsets_partition(shard: &Shard, partition: i32) -> Result<Rc<Partition>, i16> {
+    shard
+        .partition(OFFSETS_TOPIC, partition)
+        .ok_or(errors::NOT_COORDINATOR)
+}
+
+async fn load(shard: &Rc<Shard>, partition: i32) -> Result<(), i16> {
+    let log = offsets_partition(shard, partition)?;
+    let end = log.high_watermark();
+    let mut from = log.log_start_offset();
+    let mut records_loaded = 0u64;
+    while from < end {
+        let read = log.read(from, OFFSETS_LOAD_READ_BYTES).await;
+        if read.error_code != errors::NONE {
+            tracing::error!(
+                partition,
+                from,
+                code = read.error_code,
+                "cannot load offsets"
+            );
+            return Err(errors::COORDINATOR_LOAD_IN_PROGRESS);
+        }
+        let mut next = from;
+        for batch in split_batches(read.records) {
+            let Ok(batch) = batch else { break };
+            next = batch.header().last_offset() + 1;
+            let Ok(batch_records) = batch.records() else {
+                continue;
+            };
+            for record in batch_records.flatten() {
+                let Some(key) = record.key.as_deref().and_then(records::parse_key) else {
+                    continue;
+                };
+                if let OffsetsKey::Offset {
+                    group_id,
+                    topic,
+                    partition: index,
+                } = key
+                {
+                    let value = record.value.as_deref().and_then(records::parse_value);
+                    with_coordinator(shard, |c| c.load_offset(&group_id, &topic, index, value));
+                    records_loaded += 1;
+                }
+            }
+        }
+        if next <= from {
+            break;
+        }
+        from = next;
+    }
+    tracing::info!(
+        partition,
+        records = records_loaded,
+        "loaded {OFFSETS_TOPIC} partition"
+    );
+    Ok(())
+}
+
+/// Runs `f` on this core's coordinator (created on first use).
+pub fn with_coordinator<R>(shard: &Shard, f: impl FnOnce(&mut Coordinator) -> R) -> R {
+    let mut slot = shard.groups.coordinator.borrow_mut();
+    let coordinator = slot.get_or_insert_with(|| {
+        let seed = now_ms() as u64 ^ ((shard.id as u64) << 56);
+        Coordinator::new(shard.config.groups.clone(), seed)
+    });
+    f(coordinator)
+}
+
+fn dispatch(shard: &Shard, replies: Replies) {
+    let mut waiters = shard.groups.waiters.borrow_mut();
+    for (waiter, reply) in replies {
+        if let Some(sender) = waiters.remove(&waiter) {
+            // The request may have been dropped with its connection.
+            let _ = sender.try_send(reply);
+        }
+    }
+}
+
+fn new_waiter(shard: &Shard) -> (WaiterId, local_channel::LocalReceiver<Reply>) {
+    let id = shard.groups.next_waiter.get() + 1;
+    shard.groups.next_waiter.set(id);
+    let (sender, receiver) = local_channel::new_bounded(1);
+    shard.groups.waiters.borrow_mut().insert(id, sender);
+    (id, receiver)
+}
+
+/// JoinGroup on the coordinator core; resolves when the join phase ends.
+pub async fn join(shard: &Rc<Shard>, request: JoinRequest) -> JoinResponse {
+    let member_id = request.member_id.clone();
+    let (waiter, receiver) = new_waiter(shard);
+    let mut replies = Vec::new();
+    let answer = with_coordinator(shard, |c| {
+        c.join(now_ms() as u64, request, waiter, &mut replies)
+    });
+    dispatch(shard, replies);
+    match answer {
+        Answer::Now(response) => {
+            shard.groups.waiters.borrow_mut().remove(&waiter);
+            response
+        }
+        Answer::Parked => match receiver.recv().await {
+            Some(Reply::Join(response)) => response,
+            _ => JoinResponse::error(errors::UNKNOWN_SERVER_ERROR, &member_id),
+        },
+    }
+}
+
+/// SyncGroup on the coordinator core; resolves when the leader assigned.
+pub async fn sync(shard: &Rc<Shard>, request: SyncRequest) -> SyncResponse {
+    let (waiter, receiver) = new_waiter(shard);
+    let mut replies = Vec::new();
+    let answer = with_coordinator(shard, |c| {
+        c.sync(now_ms() as u64, request, waiter, &mut replies)
+    });
+    dispatch(shard, replies);
+    match answer {
+        Answer::Now(response) => {
+            shard.groups.waiters.borrow_mut().remove(&waiter);
+            response
+        }
+        Answer::Parked => match receiver.recv().await {
+            Some(Reply::Sync(response)) => response,
+            _ => SyncResponse::error(errors::UNKNOWN_SERVER_ERROR),
+        },
+    }
+}
+
+/// LeaveGroup on the coordinator core.
+pub fn leave(
+    shard: &Shard,
+    group_id: &str,
+    members: &[(String, Option<String>)],
+) -> Result<Vec<i16>, i16> {
+    let mut replies = Vec::new();
+    let result = with_coordinator(shard, |c| {
+        c.leave(now_ms() as u64, group_id, members, &mut replies)
+    });
+    dispatch(shard, replies);
+    result
+}
+
+/// A record for `__consumer_offsets`: key and value (None: tombstone).
+pub type OffsetsRecord = (Vec<u8>, Option<Vec<u8>>);
+
+pub fn tombstones(dropped: &[DroppedOffset]) -> Vec<OffsetsRecord> {
+    dropped
+        .iter()
+        .map(|d| {
+            (
+                records::offset_key(&d.group_id, &d.topic, d.partition),
+                None,
+            )
+        })
+        .collect()
+}
+
+/// Takes the partition's write lock. Callers apply their change to the
+/// coordinator while holding it, then `append` before releasing it.
+pub async fn write_lock(shard: &Shard, partition: i32) -> glommio::sync::StaticPermit {
+    let lock = shard
+        .groups
+        .write_locks
+        .borrow_mut()
+        .entry(partition)
+        .or_insert_with(|| Rc::new(glommio::sync::Semaphore::new(1)))
+        .clone();
+    lock.acquire_static_permit(1)
+        .await
+        .expect("write locks are never closed")
+}
+
+/// Appends records to an offsets partition (in batches of at most
+/// `OFFSETS_BATCH_BYTES_MAX`) and returns the last offset written.
+/// Call with the partition's write lock held.
+pub async fn append(
+    shard: &Shard,
+    partition: i32,
+    entries: Vec<OffsetsRecord>,
+) -> Result<Option<i64>, i16> {
+    let log = offsets_partition(shard, partition)?;
+    let mut last = None;
+    let timestamp = now_ms();
+    let mut batch: Vec<NewRecord> = Vec::new();
+    let mut batch_bytes = 0usize;
+    let mut pending: Vec<Vec<NewRecord>> = Vec::new();
+    for (key, value) in entries {
+        let size = key.len() + value.as_ref().map_or(0, Vec::len) + 32;
+        if !batch.is_empty() && batch_bytes + size > OFFSETS_BATCH_BYTES_MAX {
+            pending.push(std::mem::take(&mut batch));
+            batch_bytes = 0;
+        }
+        batch_bytes += size;
+        batch.push(NewRecord {
+            key: Some(key),
+            value,
+            headers: Vec::new(),
+            timestamp_delta: 0,
+        });
+    }
+    if !batch.is_empty() {
+        pending.push(batch);
+    }
+    for records in pending {
+        let bytes = Bytes::from(build::batch(timestamp, &records));
+        let header = BatchHeader::parse(&bytes).map_err(|_| errors::UNKNOWN_SERVER_ERROR)?;
+        let outcome = log.produce(bytes, header, 1).await;
+        if outcome.error_code != errors::NONE {
+            tracing::error!(
+                partition,
+                code = outcome.error_code,
+                "offsets append failed"
+            );
+            return Err(errors::COORDINATOR_NOT_AVAILABLE);
+        }
+        last = Some(outcome.base_offset + records.len() as i64 - 1);
+    }
+    Ok(last)
+}
+
+/// Waits until the partition holds `last_offset` durably.
+pub async fn wait_durable(shard: &Shard, partition: i32, last_offset: i64) -> Result<(), i16> {
+    let log = offsets_partition(shard, partition)?;
+    log.wait_durable(last_offset).await.map_err(|code| {
+        tracing::error!(partition, code, "offsets sync failed");
+        errors::COORDINATOR_NOT_AVAILABLE
+    })
+}
+
+/// Appends `entries` under the write lock and waits until durable.
+pub async fn write_durably(
+    shard: &Rc<Shard>,
+    partition: i32,
+    entries: Vec<OffsetsRecord>,
+) -> Result<(), i16> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let last = {
+        let _lock = write_lock(shard, partition).await;
+        append(shard, partition, entries).await?
+    };
+    if let Some(last) = last {
+        wait_durable(shard, partition, last).await?;
+    }
+    maybe_compact(shard, partition).await;
+    Ok(())
+}
+
+/// Compaction by snapshot: once a partition holds far more records than
+/// live offsets, rewrite the live offsets of its groups at the end and
+/// move the log start past everything before them. A crash in between
+/// replays old records and then the snapshot: the same state.
+async fn maybe_compact(shard: &Rc<Shard>, partition: i32) {
+    let Ok(log) = offsets_partition(shard, partition) else {
+        return;
+    };
+    let partitions = shard
+        .metadata
+        .image()
+        .topics
+        .get(OFFSETS_TOPIC)
+        .map_or(1, |t| t.partition_cores.len() as i32);
+    let live: Vec<OffsetsRecord> = with_coordinator(shard, |c| {
+        c.groups()
+            .filter(|g| offsets_partition_for(g.id(), partitions) == partition)
+            .flat_map(|g| {
+                g.offsets().iter().map(|((topic, index), offset)| {
+                    (
+                        records::offset_key(g.id(), topic, *index),
+                        Some(records::offset_value(offset)),
+                    )
+                })
+            })
+            .collect()
+    });
+    let held = (log.high_watermark() - log.log_start_offset()).max(0) as u64;
+    if held <= 2 * live.len() as u64 + OFFSETS_COMPACT_SLACK_RECORDS {
+        return;
+    }
+    // Hold the write lock from snapshot to append, so no commit lands
+    // between the state read and the records that carry it.
+    let lock = write_lock(shard, partition).await;
+    let live: Vec<OffsetsRecord> = with_coordinator(shard, |c| {
+        c.groups()
+            .filter(|g| offsets_partition_for(g.id(), partitions) == partition)
+            .flat_map(|g| {
+                g.offsets().iter().map(|((topic, index), offset)| {
+                    (
+                        records::offset_key(g.id(), topic, *index),
+                        Some(records::offset_value(offset)),
+                    )
+                })
+            })
+            .collect()
+    });
+    let snapshot_start = log.high_watermark();
+    let result = append(shard, partition, live).await;
+    drop(lock);
+    let Ok(last) = result else { return };
+    if let Some(last) = last {
+        if wait_durable(shard, partition, last).await.is_err() {
+            return;
+        }
+    }
+    match log.advance_start_offset(snapshot_start).await {
+        Ok(()) => tracing::info!(partition, start = snapshot_start, "compacted offsets"),
+        Err(code) => tracing::warn!(partition, code, "offsets compaction failed"),
+    }
+}
+
+/// Starts this core's deadline tick once.
+fn start_ticking(shard: &Rc<Shard>) {
+    if shard.groups.ticking.replace(true) {
+        return;
+    }
+    let shard = shard.clone();
+    glommio::spawn_local(async move {
+        loop {
+            let stopped = futures_lite::future::or(
+                async {
+                    glommio::timer::sleep(Duration::from_millis(GROUP_TICK_MS)).await;
+                    false
+                },
+                async {
+                    shard.stopping.wait().await;
+                    true
+                },
+            )
+            .await;
+            if stopped {
+                return;
+            }
+            let mut replies = Vec::new();
+            let dropped = with_coordinator(&shard, |c| c.tick(now_ms() as u64, &mut replies));
+            dispatch(&shard, replies);
+            if !dropped.is_empty() {
+                write_dropped(&shard, dropped).await;
+            }
+        }
+    })
+    .detach();
+}
+
+/// Writes tombstones for dropped offsets, each to its group's partition.
+pub async fn write_dropped(shard: &Rc<Shard>, dropped: Vec<DroppedOffset>) {
+    let partitions = shard
+        .metadata
+        .image()
+        .topics
+        .get(OFFSETS_TOPIC)
+        .map_or(1, |t| t.partition_cores.len() as i32);
+    let mut by_partition: BTreeMap<i32, Vec<DroppedOffset>> = BTreeMap::new();
+    for d in dropped {
+        by_partition
+            .entry(offsets_partition_for(&d.group_id, partitions))
+            .or_default()
+            .push(d);
+    }
+    for (partition, dropped) in by_partition {
+        if let Err(code) = write_durably(shard, partition, tombstones(&dropped)).await {
+            tracing::warn!(partition, code, "cannot write offset tombstones");
+        }
+    }
+}

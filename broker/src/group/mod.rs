@@ -1,0 +1,53 @@
+//! Consumer groups: the classic group protocol and committed offsets.
+//!
+//! A group belongs to one partition of the internal `__consumer_offsets`
+//! topic (Kafka's placement: the Java `String.hashCode` of the group id,
+//! made non-negative, modulo the partition count), and the core that owns
+//! that partition coordinates it. `coordinator` is the plain state
+//! machine, `records` the on-disk formats, `manager` the runtime edge.
+
+pub mod coordinator;
+pub mod manager;
+pub mod records;
+
+pub use coordinator::{GroupConfig, GROUP_CONFIG_KEYS};
+
+/// The internal topic that holds committed offsets.
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+/// Java's `String.hashCode` (over UTF-16 code units).
+pub fn java_string_hash(value: &str) -> i32 {
+    value.encode_utf16().fold(0i32, |hash, unit| {
+        hash.wrapping_mul(31).wrapping_add(i32::from(unit))
+    })
+}
+
+/// The `__consumer_offsets` partition of a group, as Kafka computes it
+/// (`Utils.abs(groupId.hashCode) % partitions`, where `abs(MIN)` is 0).
+pub fn offsets_partition_for(group_id: &str, partitions: i32) -> i32 {
+    let hash = java_string_hash(group_id);
+    let positive = if hash == i32::MIN { 0 } else { hash.abs() };
+    positive % partitions.max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placement_matches_kafka() {
+        // Values of Java's "...".hashCode().
+        assert_eq!(java_string_hash(""), 0);
+        assert_eq!(java_string_hash("a"), 97);
+        assert_eq!(java_string_hash("hello"), 99_162_322);
+        assert_eq!(java_string_hash("polygenelubricants"), i32::MIN);
+        assert_eq!(offsets_partition_for("polygenelubricants", 50), 0);
+        assert_eq!(offsets_partition_for("hello", 50), 99_162_322 % 50);
+        // A negative hash: "console-consumer-1" style ids often are.
+        let h = java_string_hash("zzzzzzzz");
+        assert!(h < 0);
+        assert_eq!(offsets_partition_for("zzzzzzzz", 50), h.abs() % 50);
+        // Non-ASCII counts UTF-16 units: "é" is 0xE9.
+        assert_eq!(java_string_hash("é"), 0xE9);
+    }
+}
