@@ -1,0 +1,571 @@
+//! The Kafka side of the load generator, on `protocol::client`: topic
+//! admin, leader lookup, record batch encoding, produce and fetch. Nothing
+//! here is Strom-specific.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    BrokerId, CreateTopicsRequest, DeleteTopicsRequest, FetchRequest, FetchResponse,
+    InitProducerIdRequest, ListOffsetsRequest, MetadataRequest, MetadataResponse, ProduceRequest,
+    ProduceResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::{
+    Compression as KafkaCompression, Record, RecordBatchDecoder, RecordBatchEncoder,
+    RecordEncodeOptions, TimestampType,
+};
+use protocol::client::{error_name, ClientConfig, Connection};
+
+use crate::workload::Compression;
+
+pub fn client_config(timeout: Duration) -> ClientConfig {
+    ClientConfig {
+        client_id: "strom-loadgen".into(),
+        software_name: "strom-loadgen".into(),
+        request_timeout: timeout,
+        ..ClientConfig::default()
+    }
+}
+
+pub async fn connect(address: &str) -> Result<Connection> {
+    Connection::connect(address, client_config(Duration::from_secs(30)))
+        .await
+        .with_context(|| format!("connecting to {address}"))
+}
+
+fn topic_name(name: &str) -> TopicName {
+    TopicName(StrBytes::from_string(name.to_string()))
+}
+
+/// Where each partition's leader is.
+#[derive(Debug, Clone, Default)]
+pub struct Leaders {
+    pub brokers: HashMap<i32, String>,
+    /// (topic, partition) → broker address.
+    pub partitions: HashMap<(String, i32), String>,
+}
+
+pub async fn metadata(
+    conn: &mut Connection,
+    topics: Option<&[String]>,
+) -> Result<MetadataResponse> {
+    let version = conn.version::<MetadataRequest>(1..=12)?;
+    let request = MetadataRequest::default()
+        .with_topics(topics.map(|names| {
+            names
+                .iter()
+                .map(|n| MetadataRequestTopic::default().with_name(Some(topic_name(n))))
+                .collect()
+        }))
+        .with_allow_auto_topic_creation(false);
+    Ok(conn.call(&request, version).await?)
+}
+
+pub async fn leaders(conn: &mut Connection, topics: &[String]) -> Result<Leaders> {
+    let response = metadata(conn, Some(topics)).await?;
+    let mut leaders = Leaders::default();
+    for broker in &response.brokers {
+        leaders
+            .brokers
+            .insert(broker.node_id.0, format!("{}:{}", broker.host, broker.port));
+    }
+    for topic in &response.topics {
+        let name = topic
+            .name
+            .as_ref()
+            .map(|n| n.0.to_string())
+            .unwrap_or_default();
+        if topic.error_code != 0 {
+            bail!(
+                "metadata for topic `{name}`: {}",
+                error_name(topic.error_code)
+            );
+        }
+        for partition in &topic.partitions {
+            let leader = partition.leader_id.0;
+            let Some(address) = leaders.brokers.get(&leader) else {
+                bail!(
+                    "topic `{name}` partition {} has no live leader ({leader})",
+                    partition.partition_index
+                );
+            };
+            leaders
+                .partitions
+                .insert((name.clone(), partition.partition_index), address.clone());
+        }
+    }
+    Ok(leaders)
+}
+
+/// Creates topics through the controller; waits until every partition has
+/// a leader. A refused creation is an error naming the topic and reason.
+pub async fn create_topics(
+    bootstrap: &str,
+    names: &[String],
+    partitions: usize,
+    configs: &[(String, String)],
+) -> Result<Leaders> {
+    let mut conn = connect(bootstrap).await?;
+    let meta = metadata(&mut conn, Some(&[])).await?;
+    let controller = meta
+        .brokers
+        .iter()
+        .find(|b| b.node_id == meta.controller_id)
+        .map(|b| format!("{}:{}", b.host, b.port))
+        .unwrap_or_else(|| bootstrap.to_string());
+    let mut admin = if controller == bootstrap {
+        conn
+    } else {
+        connect(&controller).await?
+    };
+    let version = admin.version::<CreateTopicsRequest>(2..=7)?;
+    let topics = names
+        .iter()
+        .map(|name| {
+            CreatableTopic::default()
+                .with_name(topic_name(name))
+                .with_num_partitions(partitions as i32)
+                .with_replication_factor(-1)
+                .with_configs(
+                    configs
+                        .iter()
+                        .map(|(k, v)| {
+                            CreatableTopicConfig::default()
+                                .with_name(StrBytes::from_string(k.clone()))
+                                .with_value(Some(StrBytes::from_string(v.clone())))
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    let request = CreateTopicsRequest::default()
+        .with_topics(topics)
+        .with_timeout_ms(30_000);
+    let response = admin.call(&request, version).await?;
+    for topic in &response.topics {
+        if topic.error_code != 0 {
+            let message = topic
+                .error_message
+                .as_ref()
+                .map(|m| m.to_string())
+                .unwrap_or_default();
+            bail!(
+                "the broker refused to create topic `{}`: {} {message}",
+                topic.name.0,
+                error_name(topic.error_code)
+            );
+        }
+    }
+    // Bounded wait for every partition to have a leader.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut conn = connect(bootstrap).await?;
+    loop {
+        match leaders(&mut conn, names).await {
+            Ok(found) if found.partitions.len() == names.len() * partitions => return Ok(found),
+            Ok(_) | Err(_) if Instant::now() < deadline => {
+                glommio::timer::sleep(Duration::from_millis(50)).await;
+            }
+            Ok(found) => bail!(
+                "only {} partitions have leaders after 30 s",
+                found.partitions.len()
+            ),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+pub async fn delete_topics(bootstrap: &str, names: &[String]) -> Result<()> {
+    let mut conn = connect(bootstrap).await?;
+    let meta = metadata(&mut conn, Some(&[])).await?;
+    let controller = meta
+        .brokers
+        .iter()
+        .find(|b| b.node_id == meta.controller_id)
+        .map(|b| format!("{}:{}", b.host, b.port))
+        .unwrap_or_else(|| bootstrap.to_string());
+    let mut admin = if controller == bootstrap {
+        conn
+    } else {
+        connect(&controller).await?
+    };
+    let version = admin.version::<DeleteTopicsRequest>(1..=6)?;
+    let mut request = DeleteTopicsRequest::default().with_timeout_ms(30_000);
+    if version >= 6 {
+        request = request.with_topics(
+            names
+                .iter()
+                .map(|n| DeleteTopicState::default().with_name(Some(topic_name(n))))
+                .collect(),
+        );
+    } else {
+        request = request.with_topic_names(names.iter().map(|n| topic_name(n)).collect());
+    }
+    let response = admin.call(&request, version).await?;
+    for topic in &response.responses {
+        if topic.error_code != 0 {
+            bail!(
+                "deleting topic `{}`: {}",
+                topic
+                    .name
+                    .as_ref()
+                    .map(|n| n.0.to_string())
+                    .unwrap_or_default(),
+                error_name(topic.error_code)
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The log end (or start) offset of each partition: ListOffsets -1 / -2.
+pub async fn offsets(
+    conn: &mut Connection,
+    partitions: &[(String, i32)],
+    timestamp: i64,
+) -> Result<HashMap<(String, i32), i64>> {
+    let version = conn.version::<ListOffsetsRequest>(1..=7)?;
+    let mut by_topic: HashMap<&str, Vec<i32>> = HashMap::new();
+    for (topic, partition) in partitions {
+        by_topic.entry(topic).or_default().push(*partition);
+    }
+    let request = ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_topics(
+            by_topic
+                .iter()
+                .map(|(topic, parts)| {
+                    ListOffsetsTopic::default()
+                        .with_name(topic_name(topic))
+                        .with_partitions(
+                            parts
+                                .iter()
+                                .map(|p| {
+                                    ListOffsetsPartition::default()
+                                        .with_partition_index(*p)
+                                        .with_timestamp(timestamp)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        );
+    let response = conn.call(&request, version).await?;
+    let mut out = HashMap::new();
+    for topic in &response.topics {
+        for p in &topic.partitions {
+            if p.error_code != 0 {
+                bail!(
+                    "ListOffsets {}-{}: {}",
+                    topic.name.0,
+                    p.partition_index,
+                    error_name(p.error_code)
+                );
+            }
+            out.insert((topic.name.0.to_string(), p.partition_index), p.offset);
+        }
+    }
+    Ok(out)
+}
+
+/// Producer id and epoch for an idempotent producer.
+pub async fn init_producer_id(conn: &mut Connection) -> Result<(i64, i16)> {
+    let version = conn.version::<InitProducerIdRequest>(0..=4)?;
+    let request = InitProducerIdRequest::default()
+        .with_transaction_timeout_ms(60_000)
+        .with_producer_id(kafka_protocol::messages::ProducerId(-1))
+        .with_producer_epoch(-1);
+    let response = conn.call(&request, version).await?;
+    if response.error_code != 0 {
+        bail!("InitProducerId: {}", error_name(response.error_code));
+    }
+    Ok((response.producer_id.0, response.producer_epoch))
+}
+
+fn kafka_compression(c: Compression) -> KafkaCompression {
+    match c {
+        Compression::None => KafkaCompression::None,
+        Compression::Gzip => KafkaCompression::Gzip,
+        Compression::Snappy => KafkaCompression::Snappy,
+        Compression::Lz4 => KafkaCompression::Lz4,
+        Compression::Zstd => KafkaCompression::Zstd,
+    }
+}
+
+/// Encodes one record batch. `first_sequence` is the batch's base
+/// sequence for an idempotent producer (-1 producer id otherwise).
+pub fn encode_batch(
+    values: Vec<Bytes>,
+    keys: Vec<Option<Bytes>>,
+    timestamp_ms: i64,
+    producer: (i64, i16),
+    first_sequence: i32,
+    compression: Compression,
+) -> Result<Bytes> {
+    let records: Vec<Record> = values
+        .into_iter()
+        .zip(keys)
+        .enumerate()
+        .map(|(i, (value, key))| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: producer.0,
+            producer_epoch: producer.1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            // The encoder starts a new batch whenever offset - sequence
+            // changes, so sequences follow offsets even without idempotence.
+            sequence: first_sequence.max(0).wrapping_add(i as i32),
+            timestamp: timestamp_ms,
+            key,
+            value: Some(value),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: kafka_compression(compression),
+        },
+    )
+    .map_err(|e| anyhow!("encoding a record batch: {e}"))?;
+    Ok(buf.freeze())
+}
+
+pub fn produce_request(acks: i16, batches: &[(String, i32, Bytes)]) -> ProduceRequest {
+    let mut topics: Vec<TopicProduceData> = Vec::new();
+    for (topic, partition, records) in batches {
+        let data = PartitionProduceData::default()
+            .with_index(*partition)
+            .with_records(Some(records.clone()));
+        match topics.iter_mut().find(|t| t.name.0.as_str() == topic) {
+            Some(t) => t.partition_data.push(data),
+            None => topics.push(
+                TopicProduceData::default()
+                    .with_name(topic_name(topic))
+                    .with_partition_data(vec![data]),
+            ),
+        }
+    }
+    ProduceRequest::default()
+        .with_acks(acks)
+        .with_timeout_ms(30_000)
+        .with_topic_data(topics)
+}
+
+/// Per-partition outcome of a produce response: error name or success.
+pub fn produce_errors(response: &ProduceResponse) -> HashMap<(String, i32), Option<String>> {
+    let mut out = HashMap::new();
+    for topic in &response.responses {
+        for p in &topic.partition_responses {
+            let error = (p.error_code != 0).then(|| error_name(p.error_code));
+            out.insert((topic.name.0.to_string(), p.index), error);
+        }
+    }
+    out
+}
+
+pub fn fetch_request(
+    partitions: &[((String, i32), i64)],
+    max_wait: Duration,
+    partition_bytes_max: i32,
+    bytes_max: i32,
+) -> FetchRequest {
+    let mut topics: Vec<FetchTopic> = Vec::new();
+    for ((topic, partition), offset) in partitions {
+        let p = FetchPartition::default()
+            .with_partition(*partition)
+            .with_fetch_offset(*offset)
+            .with_partition_max_bytes(partition_bytes_max)
+            .with_current_leader_epoch(-1)
+            .with_log_start_offset(-1);
+        match topics.iter_mut().find(|t| t.topic.0.as_str() == topic) {
+            Some(t) => t.partitions.push(p),
+            None => topics.push(
+                FetchTopic::default()
+                    .with_topic(topic_name(topic))
+                    .with_partitions(vec![p]),
+            ),
+        }
+    }
+    FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(max_wait.as_millis() as i32)
+        .with_min_bytes(1)
+        .with_max_bytes(bytes_max)
+        .with_isolation_level(0)
+        .with_session_id(0)
+        .with_session_epoch(-1)
+        .with_topics(topics)
+}
+
+/// A record as the consumer sees it.
+pub struct Consumed {
+    pub value: Bytes,
+}
+
+/// Decodes the record batches of one fetched partition (any compression),
+/// calling `each` for every record at or after `from`. Returns the offset
+/// after the last batch.
+pub fn decode_records(
+    mut records: Bytes,
+    from: i64,
+    mut each: impl FnMut(Consumed),
+) -> Result<Option<i64>> {
+    let mut next = None;
+    while records.len() >= protocol::batch::LOG_OVERHEAD {
+        let Some(size) = protocol::batch::batch_size(&records) else {
+            break;
+        };
+        if size > records.len() {
+            // A partial batch at the end of a fetch response is normal.
+            break;
+        }
+        let mut batch = records.split_to(size);
+        let header = protocol::batch::validate(&batch).context("fetched batch")?;
+        next = Some(header.last_offset() + 1);
+        if header.is_control() {
+            continue;
+        }
+        if header.compression() == protocol::batch::Compression::None {
+            let view = protocol::batch::RecordBatch::new(batch)?;
+            for record in view.records()? {
+                let record = record?;
+                if record.offset >= from {
+                    each(Consumed {
+                        value: record.value.unwrap_or_default(),
+                    });
+                }
+            }
+        } else {
+            let set = RecordBatchDecoder::decode(&mut batch)
+                .map_err(|e| anyhow!("decoding a batch: {e}"))?;
+            for record in set.records {
+                if record.offset >= from {
+                    each(Consumed {
+                        value: record.value.unwrap_or_default(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(next)
+}
+
+pub fn fetch_partitions(response: &FetchResponse) -> Vec<((String, i32), i16, Option<Bytes>)> {
+    let mut out = Vec::new();
+    for topic in &response.responses {
+        for p in &topic.partitions {
+            out.push((
+                (topic.topic.0.to_string(), p.partition_index),
+                p.error_code,
+                p.records.clone(),
+            ));
+        }
+    }
+    out
+}
+
+/// Kafka's default partitioner hash (murmur2, as the Java client): keyed
+/// records land where a Java producer would put them.
+pub fn murmur2(data: &[u8]) -> u32 {
+    const SEED: u32 = 0x9747_b28c;
+    const M: u32 = 0x5bd1_e995;
+    const R: u32 = 24;
+    let length = data.len();
+    let mut h = SEED ^ length as u32;
+    let chunks = data.chunks_exact(4);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        let mut k = u32::from_le_bytes(chunk.try_into().expect("4 bytes"));
+        k = k.wrapping_mul(M);
+        k ^= k >> R;
+        k = k.wrapping_mul(M);
+        h = h.wrapping_mul(M);
+        h ^= k;
+    }
+    match tail.len() {
+        3 => {
+            h ^= u32::from(tail[2]) << 16;
+            h ^= u32::from(tail[1]) << 8;
+            h ^= u32::from(tail[0]);
+            h = h.wrapping_mul(M);
+        }
+        2 => {
+            h ^= u32::from(tail[1]) << 8;
+            h ^= u32::from(tail[0]);
+            h = h.wrapping_mul(M);
+        }
+        1 => {
+            h ^= u32::from(tail[0]);
+            h = h.wrapping_mul(M);
+        }
+        _ => {}
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(M);
+    h ^= h >> 15;
+    h
+}
+
+/// The partition the Java client's default partitioner picks for `key`.
+pub fn partition_for_key(key: &[u8], partitions: usize) -> i32 {
+    ((murmur2(key) & 0x7fff_ffff) as usize % partitions) as i32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn murmur2_matches_the_java_client() {
+        // Values from the Java client's Utils.murmur2 test vectors.
+        assert_eq!(murmur2(b"21") as i32, -973_932_308);
+        assert_eq!(murmur2(b"foobar") as i32, -790_332_482);
+        assert_eq!(murmur2(b"a-little-bit-long-string") as i32, -985_981_536);
+        assert_eq!(
+            murmur2(b"a-little-bit-longer-string") as i32,
+            -1_486_304_829
+        );
+        assert_eq!(
+            murmur2(b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8") as i32,
+            -58_897_971
+        );
+        assert_eq!(murmur2(b"abc") as i32, 479_470_107);
+    }
+
+    #[test]
+    fn encoded_batches_decode_back() {
+        let values: Vec<Bytes> = (0..5).map(|i| Bytes::from(vec![i as u8; 40])).collect();
+        let keys: Vec<_> = (0..5).map(|i| Some(Bytes::from(format!("k{i}")))).collect();
+        for compression in [Compression::None, Compression::Lz4, Compression::Zstd] {
+            let batch = encode_batch(
+                values.clone(),
+                keys.clone(),
+                1_700_000_000_000,
+                (-1, -1),
+                -1,
+                compression,
+            )
+            .unwrap();
+            protocol::batch::validate(&batch).expect("one valid batch");
+            let mut seen = Vec::new();
+            let next = decode_records(batch, 2, |c| seen.push(c.value)).unwrap();
+            assert_eq!(next, Some(5));
+            assert_eq!(seen, values[2..].to_vec());
+        }
+    }
+}

@@ -1,0 +1,515 @@
+//! `strom-loadgen`: measures throughput and latency of any Kafka-compatible
+//! broker with open-loop producers (no coordinated omission), consumers and
+//! end-to-end accounting of every record.
+
+mod e2e;
+mod kafka;
+mod rate;
+mod report;
+mod run;
+mod stats;
+mod workload;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use bytes::Bytes;
+use clap::{Args, Parser, Subcommand};
+
+use crate::e2e::{Acknowledged, Tracker};
+use crate::report::{RunReport, Second};
+use crate::run::{Control, Message, Mode, Plan};
+use crate::stats::Recorder;
+use crate::workload::{Compression, KeyDistributor, Workload};
+
+#[derive(Parser)]
+#[command(
+    name = "strom-loadgen",
+    version,
+    about = "Throughput and tail latency of any Kafka-compatible broker, without coordinated omission",
+    long_about = "Runs producers and/or consumers against a Kafka-compatible broker and reports \
+throughput and latency percentiles. Producers are open-loop: each send is due at a time set by the \
+target rate, and latency counts from that time, so a stalled broker shows as latency. In e2e mode \
+every record carries its producer, sequence and due time, and the consumers report loss, \
+duplicates and reordering."
+)]
+struct Cli {
+    #[command(subcommand)]
+    mode: ModeArg,
+}
+
+#[derive(Subcommand)]
+enum ModeArg {
+    /// Produce only; reports publish latency (due time to acknowledgement).
+    Produce(RunArgs),
+    /// Consume existing data (`--topic`) or data produced first; reports consume throughput.
+    Consume(RunArgs),
+    /// Produce and consume at once; reports publish and end-to-end latency and record integrity.
+    E2e(RunArgs),
+}
+
+#[derive(Args, Clone)]
+struct RunArgs {
+    /// Broker address to bootstrap from.
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    bootstrap: String,
+    /// OpenMessaging Benchmark workload YAML; flags below override its fields.
+    #[arg(long, value_name = "FILE")]
+    workload: Option<PathBuf>,
+    /// Topics to create (OMB `topics`).
+    #[arg(long)]
+    topics: Option<usize>,
+    /// Partitions per topic (OMB `partitionsPerTopic`).
+    #[arg(long)]
+    partitions: Option<usize>,
+    /// Record value size in bytes (OMB `messageSize`).
+    #[arg(long)]
+    message_size: Option<usize>,
+    /// File whose bytes are the record value (OMB `payloadFile`).
+    #[arg(long)]
+    payload_file: Option<PathBuf>,
+    /// Producers per topic (OMB `producersPerTopic`).
+    #[arg(long)]
+    producers: Option<usize>,
+    /// Subscriptions per topic (OMB `subscriptionsPerTopic`).
+    #[arg(long)]
+    subscriptions: Option<usize>,
+    /// Consumers per subscription (OMB `consumerPerSubscription`).
+    #[arg(long)]
+    consumers: Option<usize>,
+    /// Records per second over all producers; 0 = as fast as acknowledged (OMB `producerRate`).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// NO_KEY, KEY_ROUND_ROBIN or RANDOM_NANO (OMB `keyDistributor`).
+    #[arg(long)]
+    key_distributor: Option<String>,
+    /// Measured duration in seconds (OMB `testDurationMinutes` × 60).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Warm-up in seconds, not counted (OMB `warmupDurationMinutes` × 60).
+    #[arg(long)]
+    warmup: Option<f64>,
+    /// Producer acks: all, 1 or 0.
+    #[arg(long)]
+    acks: Option<String>,
+    /// Producer linger in milliseconds.
+    #[arg(long)]
+    linger_ms: Option<u64>,
+    /// Producer batch size in bytes per partition.
+    #[arg(long)]
+    batch_size: Option<usize>,
+    /// none, gzip, snappy, lz4 or zstd.
+    #[arg(long)]
+    compression: Option<String>,
+    /// Idempotent producers (needs acks=all).
+    #[arg(long)]
+    idempotence: bool,
+    /// Produce requests in flight per producer and broker.
+    #[arg(long)]
+    in_flight: Option<usize>,
+    /// Topic config set at creation, KEY=VALUE (repeatable).
+    #[arg(long = "topic-config", value_name = "KEY=VALUE")]
+    topic_configs: Vec<String>,
+    /// Use this existing topic instead of creating topics (repeatable); never deleted.
+    #[arg(long = "topic", value_name = "NAME")]
+    existing_topics: Vec<String>,
+    /// Executors (one per core) for producers and consumers [default: every online core].
+    #[arg(long)]
+    cores: Option<usize>,
+    /// How long consumers may take to catch up after producers stop, in seconds.
+    #[arg(long, default_value_t = 10.0)]
+    drain_timeout: f64,
+    /// Keep the created topics afterwards.
+    #[arg(long)]
+    keep: bool,
+    /// Write every figure and the per-second series as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write an HDR histogram interval log (publish and e2e, per second).
+    #[arg(long, value_name = "FILE")]
+    hdr_log: Option<PathBuf>,
+    /// Draw latency by percentile and throughput over time as SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+    /// Exit non-zero when any record was lost, duplicated or reordered (e2e) or any request failed.
+    #[arg(long)]
+    strict: bool,
+}
+
+fn workload_from(args: &RunArgs) -> Result<Workload> {
+    let mut w = match &args.workload {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading workload {}", path.display()))?;
+            Workload::from_yaml(&text).with_context(|| format!("workload {}", path.display()))?
+        }
+        None => Workload::default(),
+    };
+    if let Some(v) = args.topics {
+        w.topics = v;
+    }
+    if let Some(v) = args.partitions {
+        w.partitions_per_topic = v;
+    }
+    if let Some(v) = args.message_size {
+        w.message_size = v;
+    }
+    if let Some(v) = &args.payload_file {
+        w.payload_file = Some(v.clone());
+    }
+    if let Some(v) = args.producers {
+        w.producers_per_topic = v;
+    }
+    if let Some(v) = args.subscriptions {
+        w.subscriptions_per_topic = v;
+    }
+    if let Some(v) = args.consumers {
+        w.consumer_per_subscription = v;
+    }
+    if let Some(v) = args.rate {
+        w.producer_rate = v;
+    }
+    if let Some(v) = &args.key_distributor {
+        w.key_distributor = KeyDistributor::parse(v)?;
+    }
+    if let Some(v) = args.duration {
+        w.test_duration = Duration::try_from_secs_f64(v).context("--duration")?;
+    }
+    if let Some(v) = args.warmup {
+        w.warmup_duration = Duration::try_from_secs_f64(v).context("--warmup")?;
+    }
+    if let Some(v) = &args.acks {
+        w.set_producer("acks", v)?;
+    }
+    if let Some(v) = args.linger_ms {
+        w.producer.linger = Duration::from_millis(v);
+    }
+    if let Some(v) = args.batch_size {
+        w.set_producer("batch.size", &v.to_string())?;
+    }
+    if let Some(v) = &args.compression {
+        w.producer.compression = Compression::parse(v)?;
+    }
+    if args.idempotence {
+        w.producer.idempotence = true;
+    }
+    if let Some(v) = args.in_flight {
+        w.set_producer("max.in.flight.requests.per.connection", &v.to_string())?;
+    }
+    for pair in &args.topic_configs {
+        let (k, v) = pair
+            .split_once('=')
+            .with_context(|| format!("--topic-config {pair}: expected KEY=VALUE"))?;
+        w.topic_configs.push((k.to_string(), v.to_string()));
+    }
+    w.validate()?;
+    Ok(w)
+}
+
+fn payload(w: &Workload) -> Result<Bytes> {
+    match &w.payload_file {
+        Some(path) => {
+            let bytes = std::fs::read(path)
+                .with_context(|| format!("reading payload file {}", path.display()))?;
+            if bytes.is_empty() {
+                bail!("payload file {} is empty", path.display());
+            }
+            Ok(Bytes::from(bytes))
+        }
+        None => Ok(Bytes::from(protocol::batch::build::pattern(
+            7,
+            w.message_size,
+        ))),
+    }
+}
+
+/// Runs `f` on a one-off executor (admin calls before and after the run).
+fn on_executor<T: Send + 'static, F: std::future::Future<Output = Result<T>> + 'static>(
+    f: impl FnOnce() -> F + Send + 'static,
+) -> Result<T> {
+    glommio::LocalExecutorBuilder::default()
+        .spawn(f)
+        .map_err(|e| anyhow::anyhow!("starting an executor: {e}"))?
+        .join()
+        .map_err(|e| anyhow::anyhow!("executor failed: {e:?}"))?
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("STROM_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match run_mode(cli.mode) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("strom-loadgen: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Returns whether the run was clean (for `--strict`).
+fn run_mode(mode: ModeArg) -> Result<bool> {
+    let (mode, args) = match mode {
+        ModeArg::Produce(a) => (Mode::Produce, a),
+        ModeArg::Consume(a) => (Mode::Consume, a),
+        ModeArg::E2e(a) => (Mode::EndToEnd, a),
+    };
+    let mut workload = workload_from(&args)?;
+    let payload = payload(&workload)?;
+    let cores = args
+        .cores
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    let bootstrap = args.bootstrap.clone();
+
+    // Topics: existing ones, or fresh ones named after this run.
+    let created = args.existing_topics.is_empty();
+    let topics: Vec<String> = if created {
+        let tag = run::unix_us_now() % 1_000_000_000;
+        (0..workload.topics)
+            .map(|i| format!("loadgen-{tag}-{i}"))
+            .collect()
+    } else {
+        args.existing_topics.clone()
+    };
+    let setup = {
+        let (bootstrap, topics, w) = (bootstrap.clone(), topics.clone(), workload.clone());
+        on_executor(move || async move {
+            let leaders = if created {
+                kafka::create_topics(
+                    &bootstrap,
+                    &topics,
+                    w.partitions_per_topic,
+                    &w.topic_configs,
+                )
+                .await?
+            } else {
+                let mut conn = kafka::connect(&bootstrap).await?;
+                kafka::leaders(&mut conn, &topics).await?
+            };
+            Ok(leaders)
+        })
+    };
+    let leaders = setup?;
+    if !created {
+        // Partition counts come from the broker for existing topics.
+        let counts: Vec<usize> = topics
+            .iter()
+            .map(|t| {
+                leaders
+                    .partitions
+                    .keys()
+                    .filter(|(name, _)| name == t)
+                    .count()
+            })
+            .collect();
+        workload.partitions_per_topic = counts.iter().copied().min().unwrap_or(0);
+        if workload.partitions_per_topic == 0 {
+            bail!("topic(s) {topics:?} not found on {bootstrap}");
+        }
+    }
+    let all_partitions: Vec<(String, i32)> = leaders.partitions.keys().cloned().collect();
+    let (start_offsets, end_offsets) = {
+        let (leaders, all) = (leaders.clone(), all_partitions.clone());
+        on_executor(move || async move {
+            let mut start = std::collections::HashMap::new();
+            let mut end = std::collections::HashMap::new();
+            let mut by_leader: std::collections::HashMap<String, Vec<(String, i32)>> =
+                Default::default();
+            for tp in &all {
+                by_leader
+                    .entry(leaders.partitions[tp].clone())
+                    .or_default()
+                    .push(tp.clone());
+            }
+            for (leader, tps) in by_leader {
+                let mut conn = kafka::connect(&leader).await?;
+                let latest = kafka::offsets(&mut conn, &tps, -1).await?;
+                let earliest = kafka::offsets(&mut conn, &tps, -2).await?;
+                if mode == Mode::Consume {
+                    start.extend(earliest);
+                } else {
+                    start.extend(latest.clone());
+                }
+                end.extend(latest);
+            }
+            Ok((start, end))
+        })?
+    };
+    if mode == Mode::Consume && end_offsets.values().all(|&o| o == 0) {
+        bail!("consume mode needs existing data: the topic(s) {topics:?} are empty (produce with --keep first)");
+    }
+
+    let start = Instant::now() + Duration::from_millis(200);
+    let plan = Plan {
+        mode,
+        workload: workload.clone(),
+        topics: topics.clone(),
+        leaders,
+        start_offsets,
+        end_offsets,
+        payload,
+        cores,
+        start,
+        start_unix_us: run::unix_us_now() + 200_000,
+        drain_timeout: Duration::try_from_secs_f64(args.drain_timeout)
+            .context("--drain-timeout")?,
+    };
+    let control = Arc::new(Control {
+        stop: AtomicBool::new(false),
+        producers_running: AtomicUsize::new(0),
+        consumers_done: AtomicUsize::new(0),
+    });
+
+    let warmup_s = workload.warmup_duration.as_secs_f64();
+    let end_s = warmup_s + workload.test_duration.as_secs_f64();
+    let mut pending: BTreeMap<u64, (usize, Recorder)> = BTreeMap::new();
+    let mut total = Recorder::default();
+    let mut run_so_far = Recorder::default();
+    let mut series: Vec<Second> = Vec::new();
+    let mut tracker = Tracker::default();
+    let mut acknowledged: Acknowledged = Default::default();
+    let mut done = 0usize;
+    let mut failures: Vec<String> = Vec::new();
+    let mut hdr_buf: Vec<u8> = Vec::new();
+    let mut hdr_serializer = hdrhistogram::serialization::V2DeflateSerializer::new();
+    let mut hdr_writer = hdrhistogram::serialization::interval_log::IntervalLogWriterBuilder::new()
+        .with_max_value_divisor(1000.0)
+        .add_comment("strom-loadgen latency in microseconds; tags: publish, e2e")
+        .begin_log_with(&mut hdr_buf, &mut hdr_serializer)
+        .context("HDR log")?;
+    let stop_at = start + Duration::from_secs_f64(end_s);
+    let control_for_timer = control.clone();
+    // A timer thread ends the measured window.
+    std::thread::spawn(move || {
+        let now = Instant::now();
+        if stop_at > now {
+            std::thread::sleep(stop_at - now);
+        }
+        control_for_timer.stop.store(true, Ordering::SeqCst);
+    });
+
+    run::execute(plan, control.clone(), |message| {
+        match message {
+            Message::Interval { second, recorder } => {
+                let entry = pending
+                    .entry(second)
+                    .or_insert_with(|| (0, Recorder::default()));
+                entry.0 += 1;
+                entry.1.merge(&recorder);
+                // A second is complete when every executor reported it.
+                while let Some((&s, (count, _))) = pending.iter().next() {
+                    if *count < cores {
+                        break;
+                    }
+                    let (_, interval) = pending.remove(&s).expect("present");
+                    let warmup = (s as f64) < warmup_s;
+                    let second = Second::of(s, warmup, &interval);
+                    if !warmup {
+                        total.merge(&interval);
+                        run_so_far.merge(&interval);
+                        let tag = hdrhistogram::serialization::interval_log::Tag::new("publish");
+                        hdr_writer.write_histogram(
+                            &interval.publish_us,
+                            Duration::from_secs(s),
+                            Duration::from_secs(1),
+                            tag,
+                        )?;
+                        if mode == Mode::EndToEnd {
+                            let tag = hdrhistogram::serialization::interval_log::Tag::new("e2e");
+                            hdr_writer.write_histogram(
+                                &interval.end_to_end_us,
+                                Duration::from_secs(s),
+                                Duration::from_secs(1),
+                                tag,
+                            )?;
+                        }
+                    }
+                    let run_p99 = if run_so_far.publish_us.is_empty() {
+                        0.0
+                    } else {
+                        run_so_far.publish_us.value_at_percentile(99.0) as f64 / 1000.0
+                    };
+                    eprintln!(
+                        "{}",
+                        second.progress_line(run_so_far.error_count(), run_p99)
+                    );
+                    series.push(second);
+                }
+            }
+            Message::Done {
+                tracker: t,
+                acknowledged: a,
+                last,
+            } => {
+                done += 1;
+                tracker.merge(t);
+                for (k, v) in a {
+                    acknowledged.entry(k).or_default().extend(v);
+                }
+                // The drain after the window: counted, not shown as a second.
+                total.merge(&last);
+                for (_, (_, interval)) in std::mem::take(&mut pending) {
+                    total.merge(&interval);
+                }
+            }
+            Message::Failed(e) => failures.push(e),
+        }
+        Ok(())
+    })?;
+    drop(hdr_writer);
+    let _ = done;
+
+    if created && !args.keep {
+        let (bootstrap, topics) = (bootstrap.clone(), topics.clone());
+        if let Err(e) =
+            on_executor(move || async move { kafka::delete_topics(&bootstrap, &topics).await })
+        {
+            eprintln!("strom-loadgen: could not delete the topics: {e:#}");
+        }
+    } else if created {
+        eprintln!("kept topics: {}", topics.join(", "));
+    }
+
+    let integrity = (mode == Mode::EndToEnd).then(|| tracker.finish(&acknowledged));
+    let measured = workload.test_duration.as_secs_f64();
+    let report = RunReport::new(
+        &workload.name,
+        mode.name(),
+        &bootstrap,
+        measured,
+        &total,
+        integrity.clone(),
+        series,
+    );
+    println!("{}", report.table());
+    if let Some(path) = &args.json {
+        report.write_json(path)?;
+    }
+    if let Some(path) = &args.hdr_log {
+        std::fs::write(path, &hdr_buf).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &args.plot {
+        report::write_svg(path, &report, &total.publish_us, &total.end_to_end_us)?;
+    }
+    for failure in &failures {
+        eprintln!("strom-loadgen: {failure}");
+    }
+    if !failures.is_empty() {
+        bail!("{} executor(s) failed", failures.len());
+    }
+    let clean = total.error_count() == 0
+        && integrity.is_none_or(|i| i.lost == 0 && i.duplicates == 0 && i.reordered == 0);
+    Ok(clean || !args.strict)
+}

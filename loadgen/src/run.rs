@@ -1,0 +1,762 @@
+//! Running a workload: producers and consumers spread over one glommio
+//! executor per core, each executor shipping its measurements to the main
+//! thread once a second.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result};
+use bytes::{Bytes, BytesMut};
+use glommio::{LocalExecutorPoolBuilder, PoolPlacement};
+use protocol::client::Connection;
+
+use crate::e2e::{self, Acknowledged, Tracker};
+use crate::kafka;
+use crate::rate::Schedule;
+use crate::stats::Recorder;
+use crate::workload::{KeyDistributor, Workload};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Produce,
+    Consume,
+    EndToEnd,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Produce => "produce",
+            Mode::Consume => "consume",
+            Mode::EndToEnd => "e2e",
+        }
+    }
+}
+
+/// Everything the executors need, shared read-only.
+pub struct Plan {
+    pub mode: Mode,
+    pub workload: Workload,
+    pub topics: Vec<String>,
+    pub leaders: kafka::Leaders,
+    /// Where consumers start, per partition.
+    pub start_offsets: HashMap<(String, i32), i64>,
+    /// Where consume mode stops, per partition (the log end at start).
+    pub end_offsets: HashMap<(String, i32), i64>,
+    pub payload: Bytes,
+    pub cores: usize,
+    pub start: Instant,
+    pub start_unix_us: u64,
+    pub drain_timeout: Duration,
+}
+
+impl Plan {
+    fn unix_us(&self, at: Instant) -> u64 {
+        self.start_unix_us + at.saturating_duration_since(self.start).as_micros() as u64
+    }
+}
+
+/// Shared run state across executors.
+pub struct Control {
+    pub stop: AtomicBool,
+    pub producers_running: AtomicUsize,
+    pub consumers_done: AtomicUsize,
+}
+
+/// What executors send to the main thread.
+pub enum Message {
+    Interval {
+        second: u64,
+        recorder: Box<Recorder>,
+    },
+    Done {
+        tracker: Tracker,
+        acknowledged: Acknowledged,
+        last: Box<Recorder>,
+    },
+    Failed(String),
+}
+
+pub fn unix_us_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// One producer's share: which topic, at what rate.
+#[derive(Clone)]
+struct ProducerJob {
+    id: u32,
+    topic: String,
+    rate: f64,
+}
+
+#[derive(Clone)]
+struct ConsumerJob {
+    partitions: Vec<(String, i32)>,
+}
+
+fn jobs(plan: &Plan) -> (Vec<ProducerJob>, Vec<ConsumerJob>) {
+    let w = &plan.workload;
+    let mut producers = Vec::new();
+    if plan.mode != Mode::Consume {
+        let total = plan.topics.len() * w.producers_per_topic;
+        for topic in &plan.topics {
+            for _ in 0..w.producers_per_topic {
+                producers.push(ProducerJob {
+                    id: producers.len() as u32,
+                    topic: topic.clone(),
+                    rate: w.producer_rate / total as f64,
+                });
+            }
+        }
+    }
+    let mut consumers = Vec::new();
+    if plan.mode != Mode::Produce {
+        for topic in &plan.topics {
+            for _ in 0..w.subscriptions_per_topic {
+                let n = w.consumer_per_subscription.max(1);
+                for c in 0..n {
+                    let partitions: Vec<(String, i32)> = (0..w.partitions_per_topic)
+                        .filter(|p| p % n == c)
+                        .map(|p| (topic.clone(), p as i32))
+                        .collect();
+                    if !partitions.is_empty() {
+                        consumers.push(ConsumerJob { partitions });
+                    }
+                }
+            }
+        }
+    }
+    (producers, consumers)
+}
+
+/// Runs the plan on `plan.cores` executors; `on_message` sees every message
+/// on the calling thread until all executors are done.
+pub fn execute(
+    plan: Plan,
+    control: Arc<Control>,
+    mut on_message: impl FnMut(Message) -> Result<()>,
+) -> Result<()> {
+    let plan = Arc::new(plan);
+    let (producers, consumers) = jobs(&plan);
+    control
+        .producers_running
+        .store(producers.len(), Ordering::SeqCst);
+    let (tx, rx) = flume::unbounded::<Message>();
+    let next_core = Arc::new(AtomicUsize::new(0));
+    let cores = plan.cores;
+    let handles = {
+        let (plan, control) = (plan.clone(), control.clone());
+        LocalExecutorPoolBuilder::new(PoolPlacement::MaxSpread(cores, None))
+            .spin_before_park(Duration::from_micros(200))
+            .on_all_shards(move || {
+                let core = next_core.fetch_add(1, Ordering::SeqCst);
+                let mine_p: Vec<ProducerJob> = producers
+                    .iter()
+                    .filter(|j| j.id as usize % cores == core)
+                    .cloned()
+                    .collect();
+                let mine_c: Vec<ConsumerJob> = consumers
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| i % cores == core)
+                    .map(|(_, j)| j.clone())
+                    .collect();
+                async move {
+                    if let Err(e) = core_main(plan, control, mine_p, mine_c, tx.clone()).await {
+                        let _ = tx.send(Message::Failed(format!("{e:#}")));
+                    }
+                }
+            })
+            .map_err(|e| anyhow::anyhow!("starting executors: {e}"))?
+    };
+    let mut result = Ok(());
+    for message in rx.iter() {
+        if let Err(e) = on_message(message) {
+            result = Err(e);
+            control.stop.store(true, Ordering::SeqCst);
+        }
+    }
+    handles.join_all();
+    result
+}
+
+async fn core_main(
+    plan: Arc<Plan>,
+    control: Arc<Control>,
+    producers: Vec<ProducerJob>,
+    consumers: Vec<ConsumerJob>,
+    tx: flume::Sender<Message>,
+) -> Result<()> {
+    let recorder = Rc::new(RefCell::new(Recorder::default()));
+    let tracker = Rc::new(RefCell::new(Tracker::default()));
+    let acknowledged: Rc<RefCell<Acknowledged>> = Rc::default();
+    let finished = Rc::new(std::cell::Cell::new(false));
+
+    // Ship an interval every second, aligned to the run's start.
+    let reporter = {
+        let (plan, recorder, tx, finished) =
+            (plan.clone(), recorder.clone(), tx.clone(), finished.clone());
+        glommio::spawn_local(async move {
+            let mut second = 0u64;
+            while !finished.get() {
+                let due = plan.start + Duration::from_secs(second + 1);
+                let now = Instant::now();
+                if due > now {
+                    glommio::timer::sleep(due - now).await;
+                }
+                let interval = std::mem::take(&mut *recorder.borrow_mut());
+                if tx
+                    .send(Message::Interval {
+                        second,
+                        recorder: Box::new(interval),
+                    })
+                    .is_err()
+                {
+                    break;
+                }
+                second += 1;
+            }
+        })
+    };
+
+    let mut tasks = Vec::new();
+    for job in producers {
+        let ctx = (
+            plan.clone(),
+            control.clone(),
+            recorder.clone(),
+            acknowledged.clone(),
+        );
+        tasks.push(glommio::spawn_local(async move {
+            let result = produce(job, ctx.0.clone(), ctx.1.clone(), ctx.2.clone(), ctx.3).await;
+            ctx.1.producers_running.fetch_sub(1, Ordering::SeqCst);
+            if let Err(e) = &result {
+                ctx.2.borrow_mut().error(format!("producer failed: {e:#}"));
+            }
+            result
+        }));
+    }
+    for job in consumers {
+        let ctx = (
+            plan.clone(),
+            control.clone(),
+            recorder.clone(),
+            tracker.clone(),
+        );
+        tasks.push(glommio::spawn_local(async move {
+            let result = consume(job, ctx.0, ctx.1.clone(), ctx.2.clone(), ctx.3).await;
+            ctx.1.consumers_done.fetch_add(1, Ordering::SeqCst);
+            if let Err(e) = &result {
+                ctx.2.borrow_mut().error(format!("consumer failed: {e:#}"));
+            }
+            result
+        }));
+    }
+    let mut first_error = None;
+    for task in tasks {
+        if let Err(e) = task.await {
+            first_error.get_or_insert(e);
+        }
+    }
+    finished.set(true);
+    reporter.cancel().await;
+    let last = std::mem::take(&mut *recorder.borrow_mut());
+    let tracker = std::mem::take(&mut *tracker.borrow_mut());
+    let acknowledged = std::mem::take(&mut *acknowledged.borrow_mut());
+    let _ = tx.send(Message::Done {
+        tracker,
+        acknowledged,
+        last: Box::new(last),
+    });
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// A batch on its way to a lane.
+struct Outgoing {
+    topic: String,
+    partition: i32,
+    bytes: Bytes,
+    records: u64,
+    value_bytes: u64,
+    /// The due time of the batch's oldest record.
+    first_due: Instant,
+    /// e2e sequences the batch carries.
+    sequences: std::ops::Range<u64>,
+}
+
+/// Records waiting to become a batch for one partition.
+#[derive(Default)]
+struct Accumulator {
+    values: Vec<Bytes>,
+    keys: Vec<Option<Bytes>>,
+    bytes: usize,
+    first_due: Option<Instant>,
+    first_sequence: u64,
+}
+
+async fn produce(
+    job: ProducerJob,
+    plan: Arc<Plan>,
+    control: Arc<Control>,
+    recorder: Rc<RefCell<Recorder>>,
+    acknowledged: Rc<RefCell<Acknowledged>>,
+) -> Result<()> {
+    let w = &plan.workload;
+    let settings = w.producer.clone();
+    let partitions = w.partitions_per_topic;
+    // One lane (connection, one request in flight) per partition group per
+    // leader: a partition always uses the same lane, so its batches stay in
+    // order, and `in_flight_max` lanes give that many requests in flight.
+    let lanes_per_leader = settings.in_flight_max;
+    let mut lane_tx: HashMap<(String, usize), flume::Sender<Outgoing>> = HashMap::new();
+    let mut lane_tasks = Vec::new();
+    let mut producer_ids: HashMap<String, (i64, i16)> = HashMap::new();
+    for p in 0..partitions {
+        let address = plan
+            .leaders
+            .partitions
+            .get(&(job.topic.clone(), p as i32))
+            .with_context(|| format!("no leader for {}-{p}", job.topic))?
+            .clone();
+        let key = (address.clone(), p % lanes_per_leader);
+        if lane_tx.contains_key(&key) {
+            continue;
+        }
+        let mut conn = kafka::connect(&address).await?;
+        if settings.idempotence && !producer_ids.contains_key(&address) {
+            producer_ids.insert(address.clone(), kafka::init_producer_id(&mut conn).await?);
+        }
+        let (tx, rx) = flume::bounded(2);
+        lane_tx.insert(key, tx);
+        let (recorder, acknowledged, acks) =
+            (recorder.clone(), acknowledged.clone(), settings.acks);
+        let producer = job.id;
+        lane_tasks.push(glommio::spawn_local(lane(
+            conn,
+            rx,
+            acks,
+            producer,
+            recorder,
+            acknowledged,
+        )));
+    }
+    let producer_id = |p: usize| -> (i64, i16) {
+        let address = &plan.leaders.partitions[&(job.topic.clone(), p as i32)];
+        producer_ids.get(address).copied().unwrap_or((-1, -1))
+    };
+
+    let mut accumulators: Vec<Accumulator> =
+        (0..partitions).map(|_| Accumulator::default()).collect();
+    let mut next_sequence = vec![0u64; partitions];
+    let mut idempotent_sequence = vec![0i32; partitions];
+    let mut schedule = Schedule::new(job.rate, plan.start);
+    let mut sticky = (job.id as usize) % partitions;
+    let mut key_counter = 0u64;
+    let value_len = plan.payload.len();
+    let records_per_batch = (settings.batch_bytes / value_len.max(1)).max(1);
+
+    // Encodes partition `p`'s accumulated records and hands them to its lane.
+    let flush = |p: usize,
+                 acc: &mut Accumulator,
+                 idempotent_sequence: &mut Vec<i32>,
+                 lane_tx: &HashMap<(String, usize), flume::Sender<Outgoing>>| {
+        let values = std::mem::take(&mut acc.values);
+        let keys = std::mem::take(&mut acc.keys);
+        let count = values.len();
+        let value_bytes = acc.bytes as u64;
+        acc.bytes = 0;
+        let first_due = acc
+            .first_due
+            .take()
+            .expect("a non-empty accumulator has a due time");
+        let pid = producer_id(p);
+        let base_sequence = if pid.0 >= 0 {
+            idempotent_sequence[p]
+        } else {
+            -1
+        };
+        if pid.0 >= 0 {
+            idempotent_sequence[p] = idempotent_sequence[p].wrapping_add(count as i32);
+        }
+        let timestamp_ms = (plan.unix_us(first_due) / 1000) as i64;
+        let bytes = kafka::encode_batch(
+            values,
+            keys,
+            timestamp_ms,
+            pid,
+            base_sequence,
+            settings.compression,
+        );
+        let address = &plan.leaders.partitions[&(job.topic.clone(), p as i32)];
+        let sender = &lane_tx[&(address.clone(), p % lanes_per_leader)];
+        let outgoing = bytes.map(|bytes| Outgoing {
+            topic: job.topic.clone(),
+            partition: p as i32,
+            bytes,
+            records: count as u64,
+            value_bytes,
+            first_due,
+            sequences: acc.first_sequence..acc.first_sequence + count as u64,
+        });
+        (outgoing, sender.clone())
+    };
+
+    loop {
+        if control.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let now = Instant::now();
+        let due_now = if schedule.is_open_loop() {
+            schedule.due_count(now).min(10_000)
+        } else {
+            records_per_batch as u64
+        };
+        for _ in 0..due_now {
+            let due = schedule.next_due(now);
+            let (partition, key) = match w.key_distributor {
+                KeyDistributor::NoKey => (sticky, None),
+                KeyDistributor::KeyRoundRobin => {
+                    key_counter += 1;
+                    let key = Bytes::from(format!("key-{}", key_counter % 1024));
+                    (
+                        kafka::partition_for_key(&key, partitions) as usize,
+                        Some(key),
+                    )
+                }
+                KeyDistributor::RandomNano => {
+                    let key = Bytes::from(format!("{}", plan.unix_us(now) * 1000 + key_counter));
+                    key_counter += 1;
+                    (
+                        kafka::partition_for_key(&key, partitions) as usize,
+                        Some(key),
+                    )
+                }
+            };
+            let sequence = next_sequence[partition];
+            next_sequence[partition] += 1;
+            let mut value = BytesMut::from(&plan.payload[..]);
+            if value.len() >= e2e::HEADER_LEN {
+                e2e::write_header(&mut value, job.id, sequence, plan.unix_us(due));
+            }
+            let acc = &mut accumulators[partition];
+            if acc.values.is_empty() {
+                acc.first_due = Some(due);
+                acc.first_sequence = sequence;
+            }
+            acc.bytes += value.len();
+            acc.values.push(value.freeze());
+            acc.keys.push(key);
+            recorder
+                .borrow_mut()
+                .sent(1, now.saturating_duration_since(due).as_micros() as u64);
+            if acc.bytes >= settings.batch_bytes {
+                let (outgoing, sender) = flush(partition, acc, &mut idempotent_sequence, &lane_tx);
+                sender
+                    .send_async(outgoing?)
+                    .await
+                    .map_err(|_| anyhow::anyhow!("lane closed"))?;
+                if w.key_distributor == KeyDistributor::NoKey {
+                    sticky = (sticky + 1) % partitions;
+                }
+            }
+        }
+        // Batches whose oldest record has lingered long enough go now.
+        let now = Instant::now();
+        let mut next_deadline: Option<Instant> = None;
+        for (p, acc) in accumulators.iter_mut().enumerate() {
+            let Some(first_due) = acc.first_due else {
+                continue;
+            };
+            let deadline = first_due + settings.linger;
+            if deadline <= now || !schedule.is_open_loop() {
+                let (outgoing, sender) = flush(p, acc, &mut idempotent_sequence, &lane_tx);
+                sender
+                    .send_async(outgoing?)
+                    .await
+                    .map_err(|_| anyhow::anyhow!("lane closed"))?;
+                if w.key_distributor == KeyDistributor::NoKey && p == sticky {
+                    sticky = (sticky + 1) % partitions;
+                }
+            } else {
+                next_deadline = Some(next_deadline.map_or(deadline, |d: Instant| d.min(deadline)));
+            }
+        }
+        if schedule.is_open_loop() {
+            let mut peek = schedule.clone();
+            let next_due = peek.next_due(now);
+            let wake = next_deadline.map_or(next_due, |d| d.min(next_due));
+            let now = Instant::now();
+            if wake > now {
+                glommio::timer::sleep((wake - now).max(Duration::from_micros(20))).await;
+            }
+        } else {
+            glommio::yield_if_needed().await;
+        }
+    }
+    // Send what is left, then let the lanes finish their in-flight requests.
+    for (p, acc) in accumulators.iter_mut().enumerate() {
+        if acc.first_due.is_some() {
+            let (outgoing, sender) = flush(p, acc, &mut idempotent_sequence, &lane_tx);
+            sender
+                .send_async(outgoing?)
+                .await
+                .map_err(|_| anyhow::anyhow!("lane closed"))?;
+        }
+    }
+    drop(lane_tx);
+    for task in lane_tasks {
+        task.await;
+    }
+    Ok(())
+}
+
+/// One connection sending one produce request at a time: everything queued
+/// for it (one batch per partition) goes in the next request.
+async fn lane(
+    mut conn: Connection,
+    rx: flume::Receiver<Outgoing>,
+    acks: i16,
+    producer: u32,
+    recorder: Rc<RefCell<Recorder>>,
+    acknowledged: Rc<RefCell<Acknowledged>>,
+) {
+    let version = match conn.version::<kafka_protocol::messages::ProduceRequest>(3..=9) {
+        Ok(v) => v,
+        Err(e) => {
+            recorder.borrow_mut().error(format!("produce version: {e}"));
+            return;
+        }
+    };
+    while let Ok(first) = rx.recv_async().await {
+        let mut outgoing = vec![first];
+        let mut request_bytes = outgoing[0].bytes.len();
+        while request_bytes < 8 << 20 {
+            // One batch per partition per request.
+            let Ok(next) = rx.try_recv() else { break };
+            let repeat = outgoing
+                .iter()
+                .any(|o| o.topic == next.topic && o.partition == next.partition);
+            request_bytes += next.bytes.len();
+            outgoing.push(next);
+            if repeat {
+                break;
+            }
+        }
+        // A repeated partition goes in a request of its own, after.
+        let mut rounds: Vec<Vec<Outgoing>> = Vec::new();
+        for o in outgoing {
+            match rounds.iter_mut().find(|r| {
+                !r.iter()
+                    .any(|x| x.topic == o.topic && x.partition == o.partition)
+            }) {
+                Some(round) => round.push(o),
+                None => rounds.push(vec![o]),
+            }
+        }
+        for round in rounds {
+            let batches: Vec<(String, i32, Bytes)> = round
+                .iter()
+                .map(|o| (o.topic.clone(), o.partition, o.bytes.clone()))
+                .collect();
+            let request = kafka::produce_request(acks, &batches);
+            if acks == 0 {
+                let sent = conn.send_without_response(&request, version).await;
+                let now = Instant::now();
+                let mut recorder = recorder.borrow_mut();
+                match sent {
+                    Ok(()) => {
+                        for o in &round {
+                            recorder.publish(
+                                o.records,
+                                o.value_bytes,
+                                now.saturating_duration_since(o.first_due).as_micros() as u64,
+                            );
+                        }
+                    }
+                    Err(e) => recorder.error(format!("produce: {}", short(&e.to_string()))),
+                }
+                continue;
+            }
+            let response = conn.call(&request, version).await;
+            let now = Instant::now();
+            match response {
+                Ok(response) => {
+                    let outcome = kafka::produce_errors(&response);
+                    let mut recorder = recorder.borrow_mut();
+                    let mut acknowledged = acknowledged.borrow_mut();
+                    for o in round {
+                        match outcome.get(&(o.topic.clone(), o.partition)) {
+                            Some(None) => {
+                                let latency =
+                                    now.saturating_duration_since(o.first_due).as_micros() as u64;
+                                recorder.publish(o.records, o.value_bytes, latency);
+                                acknowledged
+                                    .entry((o.topic.clone(), o.partition, producer))
+                                    .or_default()
+                                    .push(o.sequences);
+                            }
+                            Some(Some(error)) => recorder.error(error.clone()),
+                            None => recorder.error("partition missing from produce response"),
+                        }
+                    }
+                }
+                Err(e) => {
+                    let mut recorder = recorder.borrow_mut();
+                    for _ in &round {
+                        recorder.error(format!("produce: {}", short(&e.to_string())));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The error kind without addresses and numbers, for counting by kind.
+fn short(message: &str) -> String {
+    message
+        .split(':')
+        .next()
+        .unwrap_or(message)
+        .trim()
+        .to_string()
+}
+
+async fn consume(
+    job: ConsumerJob,
+    plan: Arc<Plan>,
+    control: Arc<Control>,
+    recorder: Rc<RefCell<Recorder>>,
+    tracker: Rc<RefCell<Tracker>>,
+) -> Result<()> {
+    // One connection per leader broker.
+    let mut by_leader: HashMap<String, Vec<(String, i32)>> = HashMap::new();
+    for tp in &job.partitions {
+        let leader = plan
+            .leaders
+            .partitions
+            .get(tp)
+            .with_context(|| format!("no leader for {}-{}", tp.0, tp.1))?;
+        by_leader
+            .entry(leader.clone())
+            .or_default()
+            .push(tp.clone());
+    }
+    let mut tasks = Vec::new();
+    for (leader, partitions) in by_leader {
+        let ctx = (
+            plan.clone(),
+            control.clone(),
+            recorder.clone(),
+            tracker.clone(),
+        );
+        tasks.push(glommio::spawn_local(async move {
+            fetch_loop(leader, partitions, ctx.0, ctx.1, ctx.2, ctx.3).await
+        }));
+    }
+    for task in tasks {
+        task.await?;
+    }
+    Ok(())
+}
+
+async fn fetch_loop(
+    leader: String,
+    partitions: Vec<(String, i32)>,
+    plan: Arc<Plan>,
+    control: Arc<Control>,
+    recorder: Rc<RefCell<Recorder>>,
+    tracker: Rc<RefCell<Tracker>>,
+) -> Result<()> {
+    let mut conn = kafka::connect(&leader).await?;
+    let version = conn.version::<kafka_protocol::messages::FetchRequest>(4..=12)?;
+    let mut offsets: HashMap<(String, i32), i64> = partitions
+        .iter()
+        .map(|tp| (tp.clone(), plan.start_offsets.get(tp).copied().unwrap_or(0)))
+        .collect();
+    let mut drain_deadline: Option<Instant> = None;
+    let mut empty_after_stop = 0;
+    loop {
+        if plan.mode == Mode::Consume {
+            let done = offsets
+                .iter()
+                .all(|(tp, o)| plan.end_offsets.get(tp).is_none_or(|end| o >= end));
+            if done || control.stop.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+        } else if control.stop.load(Ordering::Relaxed)
+            && control.producers_running.load(Ordering::SeqCst) == 0
+        {
+            let deadline =
+                *drain_deadline.get_or_insert_with(|| Instant::now() + plan.drain_timeout);
+            if Instant::now() >= deadline || empty_after_stop >= 3 {
+                return Ok(());
+            }
+        }
+        let mut wanted: Vec<((String, i32), i64)> =
+            offsets.iter().map(|(tp, o)| (tp.clone(), *o)).collect();
+        wanted.sort();
+        let request = kafka::fetch_request(&wanted, Duration::from_millis(100), 8 << 20, 64 << 20);
+        let response = match conn.call(&request, version).await {
+            Ok(r) => r,
+            Err(e) => {
+                recorder
+                    .borrow_mut()
+                    .error(format!("fetch: {}", short(&e.to_string())));
+                if control.stop.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+                glommio::timer::sleep(Duration::from_millis(100)).await;
+                conn = kafka::connect(&leader).await?;
+                continue;
+            }
+        };
+        if response.error_code != 0 {
+            recorder
+                .borrow_mut()
+                .error(protocol::client::error_name(response.error_code));
+        }
+        let mut any = false;
+        for (tp, error, records) in kafka::fetch_partitions(&response) {
+            if error != 0 {
+                recorder
+                    .borrow_mut()
+                    .error(protocol::client::error_name(error));
+                continue;
+            }
+            let Some(records) = records else { continue };
+            let from = offsets[&tp];
+            let now_us = plan.unix_us(Instant::now());
+            let mut recorder = recorder.borrow_mut();
+            let mut tracker = tracker.borrow_mut();
+            let next = kafka::decode_records(records, from, |record| {
+                any = true;
+                let due_us = if plan.mode == Mode::EndToEnd {
+                    tracker.observe(&tp.0, tp.1, &record.value)
+                } else {
+                    None
+                };
+                recorder.consumed(
+                    record.value.len() as u64,
+                    due_us.map(|d| now_us.saturating_sub(d)),
+                );
+            })?;
+            if let Some(next) = next {
+                if next > from {
+                    offsets.insert(tp.clone(), next);
+                }
+            }
+        }
+        if control.stop.load(Ordering::Relaxed) {
+            empty_after_stop = if any { 0 } else { empty_after_stop + 1 };
+        }
+    }
+}
