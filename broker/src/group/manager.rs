@@ -111,7 +111,7 @@ where
 }
 
 /// Loads one offsets partition into this core's coordinator, once.
-async fn ensure_loaded(shard: &Rc<Shard>, partition: i32) -> Result<(), i16> {
+pub async fn ensure_loaded(shard: &Rc<Shard>, partition: i32) -> Result<(), i16> {
     let manager = &shard.groups;
     start_ticking(shard);
     loop {
@@ -390,7 +390,7 @@ pub async fn write_durably(
 /// live offsets, rewrite the live offsets of its groups at the end and
 /// move the log start past everything before them. A crash in between
 /// replays old records and then the snapshot: the same state.
-async fn maybe_compact(shard: &Rc<Shard>, partition: i32) {
+pub async fn maybe_compact(shard: &Rc<Shard>, partition: i32) {
     let Ok(log) = offsets_partition(shard, partition) else {
         return;
     };
@@ -501,4 +501,40 @@ pub async fn write_dropped(shard: &Rc<Shard>, dropped: Vec<DroppedOffset>) {
             tracing::warn!(partition, code, "cannot write offset tombstones");
         }
     }
+}
+
+/// Loads every offsets partition this core owns (ListGroups must see
+/// groups whose partitions no request has touched since start).
+pub async fn load_owned(shard: &Rc<Shard>) -> Result<(), i16> {
+    let image = shard.metadata.image();
+    let Some(topic) = image.topics.get(OFFSETS_TOPIC) else {
+        return Ok(());
+    };
+    for partition in 0..topic.partition_cores.len() as i32 {
+        if image.owner_core(topic, partition, shard.cores) == Some(shard.id) {
+            ensure_loaded(shard, partition).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs `work` on every core after it loaded its offsets partitions;
+/// results in core order.
+pub async fn on_every_coordinator<R, F>(shard: &Rc<Shard>, work: F) -> Vec<Result<R, i16>>
+where
+    R: Send + 'static,
+    F: Fn(&Coordinator) -> R + Send + Clone + 'static,
+{
+    let mut results = Vec::with_capacity(shard.cores);
+    for core in 0..shard.cores {
+        let work = work.clone();
+        let result = shard
+            .run_on(core, move |owner| async move {
+                load_owned(&owner).await?;
+                Ok(with_coordinator(&owner, |c| work(c)))
+            })
+            .await;
+        results.push(result);
+    }
+    results
 }

@@ -16,13 +16,24 @@ pub mod api_versions;
 pub mod configs;
 pub mod create_partitions;
 pub mod create_topics;
+pub mod delete_groups;
 pub mod delete_topics;
 pub mod describe_cluster;
+pub mod describe_groups;
 pub mod fetch;
+pub mod find_coordinator;
+pub mod heartbeat;
 pub mod init_producer_id;
+pub mod join_group;
+pub mod leave_group;
+pub mod list_groups;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offset_commit;
+pub mod offset_delete;
+pub mod offset_fetch;
 pub mod produce;
+pub mod sync_group;
 
 /// Every API the broker answers, with the versions it advertises.
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
@@ -82,6 +93,62 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
         ApiKey::DescribeCluster,
         describe_cluster::VERSION_MIN,
         describe_cluster::VERSION_MAX,
+    ),
+    // Consumer groups.
+    (
+        ApiKey::OffsetCommit,
+        offset_commit::VERSION_MIN,
+        offset_commit::VERSION_MAX,
+    ),
+    (
+        ApiKey::OffsetFetch,
+        offset_fetch::VERSION_MIN,
+        offset_fetch::VERSION_MAX,
+    ),
+    (
+        ApiKey::FindCoordinator,
+        find_coordinator::VERSION_MIN,
+        find_coordinator::VERSION_MAX,
+    ),
+    (
+        ApiKey::JoinGroup,
+        join_group::VERSION_MIN,
+        join_group::VERSION_MAX,
+    ),
+    (
+        ApiKey::Heartbeat,
+        heartbeat::VERSION_MIN,
+        heartbeat::VERSION_MAX,
+    ),
+    (
+        ApiKey::LeaveGroup,
+        leave_group::VERSION_MIN,
+        leave_group::VERSION_MAX,
+    ),
+    (
+        ApiKey::SyncGroup,
+        sync_group::VERSION_MIN,
+        sync_group::VERSION_MAX,
+    ),
+    (
+        ApiKey::DescribeGroups,
+        describe_groups::VERSION_MIN,
+        describe_groups::VERSION_MAX,
+    ),
+    (
+        ApiKey::ListGroups,
+        list_groups::VERSION_MIN,
+        list_groups::VERSION_MAX,
+    ),
+    (
+        ApiKey::DeleteGroups,
+        delete_groups::VERSION_MIN,
+        delete_groups::VERSION_MAX,
+    ),
+    (
+        ApiKey::OffsetDelete,
+        offset_delete::VERSION_MIN,
+        offset_delete::VERSION_MAX,
     ),
 ];
 
@@ -197,6 +264,56 @@ async fn dispatch(
         }
         RequestKind::InitProducerId(body) => {
             codec::encode_response(id, version, &init_producer_id::handle(&shard, body).await)
+        }
+        RequestKind::FindCoordinator(body) => codec::encode_response(
+            id,
+            version,
+            &find_coordinator::handle(&shard, body, version).await,
+        ),
+        RequestKind::JoinGroup(body) => {
+            let client_id = request
+                .client_id
+                .as_ref()
+                .map(|c| c.to_string())
+                .unwrap_or_default();
+            codec::encode_response(
+                id,
+                version,
+                &join_group::handle(&shard, body, version, client_id).await,
+            )
+        }
+        RequestKind::SyncGroup(body) => {
+            codec::encode_response(id, version, &sync_group::handle(&shard, body).await)
+        }
+        RequestKind::Heartbeat(body) => {
+            codec::encode_response(id, version, &heartbeat::handle(&shard, body).await)
+        }
+        RequestKind::LeaveGroup(body) => codec::encode_response(
+            id,
+            version,
+            &leave_group::handle(&shard, body, version).await,
+        ),
+        RequestKind::OffsetCommit(body) => codec::encode_response(
+            id,
+            version,
+            &offset_commit::handle(&shard, body, version).await,
+        ),
+        RequestKind::OffsetFetch(body) => codec::encode_response(
+            id,
+            version,
+            &offset_fetch::handle(&shard, body, version).await,
+        ),
+        RequestKind::OffsetDelete(body) => {
+            codec::encode_response(id, version, &offset_delete::handle(&shard, body).await)
+        }
+        RequestKind::DescribeGroups(body) => {
+            codec::encode_response(id, version, &describe_groups::handle(&shard, body).await)
+        }
+        RequestKind::ListGroups(body) => {
+            codec::encode_response(id, version, &list_groups::handle(&shard, body).await)
+        }
+        RequestKind::DeleteGroups(body) => {
+            codec::encode_response(id, version, &delete_groups::handle(&shard, body).await)
         }
         _ => {
             return Err(ConnectionError::UnsupportedApi {

@@ -1,0 +1,47 @@
+//! DeleteGroups (42), versions 0–2: an empty group and its committed
+//! offsets go (tombstones, durable before the answer); a group with
+//! members gets NON_EMPTY_GROUP, an unknown one GROUP_ID_NOT_FOUND.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse};
+
+use crate::errors;
+use crate::group::manager;
+use crate::shard::Shard;
+
+pub const VERSION_MIN: i16 = 0;
+pub const VERSION_MAX: i16 = 2;
+
+pub async fn handle(shard: &Rc<Shard>, request: DeleteGroupsRequest) -> DeleteGroupsResponse {
+    let mut results = Vec::with_capacity(request.groups_names.len());
+    for group_id in request.groups_names {
+        let id = group_id.0.to_string();
+        let code = if id.is_empty() {
+            errors::INVALID_GROUP_ID
+        } else {
+            manager::on_coordinator(shard, &id.clone(), move |owner, partition| async move {
+                let lock = manager::write_lock(&owner, partition).await;
+                let mut dropped = Vec::new();
+                let code = manager::with_coordinator(&owner, |c| c.delete_group(&id, &mut dropped));
+                let last =
+                    manager::append(&owner, partition, manager::tombstones(&dropped)).await?;
+                drop(lock);
+                if let Some(last) = last {
+                    manager::wait_durable(&owner, partition, last).await?;
+                }
+                Ok::<i16, i16>(code)
+            })
+            .await
+            .and_then(|inner| inner)
+            .unwrap_or_else(|code| code)
+        };
+        results.push(
+            DeletableGroupResult::default()
+                .with_group_id(group_id)
+                .with_error_code(code),
+        );
+    }
+    DeleteGroupsResponse::default().with_results(results)
+}

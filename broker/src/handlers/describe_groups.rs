@@ -1,0 +1,57 @@
+//! DescribeGroups (15), versions 0–5: state, protocol and members (with
+//! metadata and assignment when Stable); an unknown group is Dead.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::errors;
+use crate::group::manager;
+use crate::shard::Shard;
+
+pub const VERSION_MIN: i16 = 0;
+pub const VERSION_MAX: i16 = 5;
+
+pub async fn handle(shard: &Rc<Shard>, request: DescribeGroupsRequest) -> DescribeGroupsResponse {
+    let mut groups = Vec::with_capacity(request.groups.len());
+    for group_id in request.groups {
+        let id = group_id.0.to_string();
+        let described = if id.is_empty() {
+            Err(errors::INVALID_GROUP_ID)
+        } else {
+            manager::on_coordinator(shard, &id.clone(), move |owner, _| async move {
+                manager::with_coordinator(&owner, |c| c.describe(&id))
+            })
+            .await
+        };
+        let group = match described {
+            Ok(d) => DescribedGroup::default()
+                .with_group_state(StrBytes::from_static_str(d.state.name()))
+                .with_protocol_type(StrBytes::from_string(d.protocol_type))
+                .with_protocol_data(StrBytes::from_string(d.protocol_name))
+                .with_members(
+                    d.members
+                        .into_iter()
+                        .map(|m| {
+                            DescribedGroupMember::default()
+                                .with_member_id(StrBytes::from_string(m.member_id))
+                                .with_group_instance_id(
+                                    m.group_instance_id.map(StrBytes::from_string),
+                                )
+                                .with_client_id(StrBytes::from_string(m.client_id))
+                                .with_client_host(StrBytes::from_string(m.client_host))
+                                .with_member_metadata(m.metadata)
+                                .with_member_assignment(m.assignment)
+                        })
+                        .collect(),
+                ),
+            Err(code) => DescribedGroup::default()
+                .with_error_code(code)
+                .with_group_state(StrBytes::from_static_str("Dead")),
+        };
+        groups.push(group.with_group_id(group_id));
+    }
+    DescribeGroupsResponse::default().with_groups(groups)
+}

@@ -1,0 +1,143 @@
+//! OffsetCommit (8), versions 2–8. Members commit with their generation;
+//! `assign()` consumers with generation -1 and an empty member id (allowed
+//! while the group has no members). Accepted offsets are appended to the
+//! group's `__consumer_offsets` partition and answered once durable.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
+
+use crate::errors;
+use crate::group::coordinator::{CommitPartition, CommittedOffset, Committer};
+use crate::group::{manager, records};
+use crate::partition::now_ms;
+use crate::shard::Shard;
+
+pub const VERSION_MIN: i16 = 2;
+pub const VERSION_MAX: i16 = 8;
+
+pub async fn handle(
+    shard: &Rc<Shard>,
+    request: OffsetCommitRequest,
+    version: i16,
+) -> OffsetCommitResponse {
+    let group_id = request.group_id.0.to_string();
+    let image = shard.metadata.image();
+    let now = now_ms();
+    let mut codes: Vec<i16> = Vec::new();
+    let mut valid: Vec<(usize, CommitPartition)> = Vec::new();
+    for topic in &request.topics {
+        let name = topic.name.0.as_str();
+        let count = image
+            .topics
+            .get(name)
+            .map_or(0, |t| t.partition_cores.len() as i32);
+        for p in &topic.partitions {
+            let slot = codes.len();
+            if (0..count).contains(&p.partition_index) {
+                codes.push(errors::NONE);
+                valid.push((
+                    slot,
+                    CommitPartition {
+                        topic: name.to_string(),
+                        partition: p.partition_index,
+                        offset: CommittedOffset {
+                            offset: p.committed_offset,
+                            leader_epoch: if version >= 6 {
+                                p.committed_leader_epoch
+                            } else {
+                                -1
+                            },
+                            metadata: p
+                                .committed_metadata
+                                .as_ref()
+                                .map(|m| m.to_string())
+                                .unwrap_or_default(),
+                            commit_timestamp_ms: now,
+                        },
+                    },
+                ));
+            } else {
+                codes.push(errors::UNKNOWN_TOPIC_OR_PARTITION);
+            }
+        }
+    }
+    let committer = Committer {
+        group_id: group_id.clone(),
+        generation_id: request.generation_id_or_member_epoch,
+        member_id: request.member_id.to_string(),
+        group_instance_id: request.group_instance_id.as_ref().map(|i| i.to_string()),
+    };
+    let slots: Vec<usize> = valid.iter().map(|(slot, _)| *slot).collect();
+    let parts: Vec<CommitPartition> = valid.into_iter().map(|(_, p)| p).collect();
+    let result = manager::on_coordinator(shard, &group_id, move |owner, partition| async move {
+        commit_on_owner(&owner, partition, committer, parts).await
+    })
+    .await
+    .and_then(|inner| inner);
+    match result {
+        Ok(results) => {
+            for (slot, code) in slots.into_iter().zip(results) {
+                codes[slot] = code;
+            }
+        }
+        Err(code) => {
+            for slot in slots {
+                codes[slot] = code;
+            }
+        }
+    }
+    let mut codes = codes.into_iter();
+    let topics = request
+        .topics
+        .iter()
+        .map(|topic| {
+            OffsetCommitResponseTopic::default()
+                .with_name(topic.name.clone())
+                .with_partitions(
+                    topic
+                        .partitions
+                        .iter()
+                        .map(|p| {
+                            OffsetCommitResponsePartition::default()
+                                .with_partition_index(p.partition_index)
+                                .with_error_code(codes.next().expect("one code per partition"))
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    OffsetCommitResponse::default().with_topics(topics)
+}
+
+async fn commit_on_owner(
+    owner: &Rc<Shard>,
+    partition: i32,
+    committer: Committer,
+    parts: Vec<CommitPartition>,
+) -> Result<Vec<i16>, i16> {
+    let lock = manager::write_lock(owner, partition).await;
+    let codes =
+        manager::with_coordinator(owner, |c| c.commit(now_ms() as u64, &committer, &parts))?;
+    let entries: Vec<manager::OffsetsRecord> = parts
+        .iter()
+        .zip(&codes)
+        .filter(|(_, code)| **code == errors::NONE)
+        .map(|(p, _)| {
+            (
+                records::offset_key(&committer.group_id, &p.topic, p.partition),
+                Some(records::offset_value(&p.offset)),
+            )
+        })
+        .collect();
+    let last = manager::append(owner, partition, entries).await?;
+    drop(lock);
+    if let Some(last) = last {
+        manager::wait_durable(owner, partition, last).await?;
+        manager::maybe_compact(owner, partition).await;
+    }
+    Ok(codes)
+}

@@ -1,0 +1,161 @@
+//! OffsetFetch (9), versions 1–8: the committed offsets of the partitions
+//! asked, or of every partition with null topics (v2+); -1 where nothing
+//! is committed. v8 asks for several groups at once (`groups[]`).
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::{GroupId, OffsetFetchRequest, OffsetFetchResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::errors;
+use crate::group::coordinator::CommittedOffset;
+use crate::group::manager;
+use crate::shard::Shard;
+
+pub const VERSION_MIN: i16 = 1;
+pub const VERSION_MAX: i16 = 8;
+
+/// Per topic, in the order asked (or by name): partition and offset.
+type Fetched = Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>;
+
+async fn fetch_group(
+    shard: &Rc<Shard>,
+    group_id: String,
+    topics: Option<Vec<(String, Vec<i32>)>>,
+) -> Result<Fetched, i16> {
+    if group_id.is_empty() {
+        return Err(errors::INVALID_GROUP_ID);
+    }
+    manager::on_coordinator(shard, &group_id.clone(), move |owner, _| async move {
+        manager::with_coordinator(&owner, |c| match topics {
+            Some(topics) => topics
+                .into_iter()
+                .map(|(topic, partitions)| {
+                    let wanted: Vec<(String, i32)> =
+                        partitions.iter().map(|&p| (topic.clone(), p)).collect();
+                    let found = c
+                        .fetch_offsets(&group_id, Some(&wanted))
+                        .into_iter()
+                        .map(|((_, p), offset)| (p, offset))
+                        .collect();
+                    (topic, found)
+                })
+                .collect(),
+            None => {
+                let mut by_topic: BTreeMap<String, Vec<(i32, Option<CommittedOffset>)>> =
+                    BTreeMap::new();
+                for ((topic, p), offset) in c.fetch_offsets(&group_id, None) {
+                    by_topic.entry(topic).or_default().push((p, offset));
+                }
+                by_topic.into_iter().collect()
+            }
+        })
+    })
+    .await
+}
+
+fn parts(offset: Option<CommittedOffset>) -> (i64, i32, StrBytes) {
+    match offset {
+        Some(o) => (o.offset, o.leader_epoch, StrBytes::from_string(o.metadata)),
+        None => (-1, -1, StrBytes::default()),
+    }
+}
+
+pub async fn handle(
+    shard: &Rc<Shard>,
+    request: OffsetFetchRequest,
+    version: i16,
+) -> OffsetFetchResponse {
+    if version >= 8 {
+        let mut groups = Vec::with_capacity(request.groups.len());
+        for group in request.groups {
+            let topics = group.topics.map(|topics| {
+                topics
+                    .into_iter()
+                    .map(|t| (t.name.0.to_string(), t.partition_indexes))
+                    .collect()
+            });
+            let result = fetch_group(shard, group.group_id.0.to_string(), topics).await;
+            let response = match result {
+                Ok(fetched) => OffsetFetchResponseGroup::default().with_topics(
+                    fetched
+                        .into_iter()
+                        .map(|(topic, partitions)| {
+                            OffsetFetchResponseTopics::default()
+                                .with_name(TopicName(StrBytes::from_string(topic)))
+                                .with_partitions(
+                                    partitions
+                                        .into_iter()
+                                        .map(|(index, offset)| {
+                                            let (offset, epoch, metadata) = parts(offset);
+                                            OffsetFetchResponsePartitions::default()
+                                                .with_partition_index(index)
+                                                .with_committed_offset(offset)
+                                                .with_committed_leader_epoch(epoch)
+                                                .with_metadata(Some(metadata))
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect(),
+                ),
+                Err(code) => OffsetFetchResponseGroup::default().with_error_code(code),
+            };
+            groups.push(response.with_group_id(GroupId(group.group_id.0)));
+        }
+        return OffsetFetchResponse::default().with_groups(groups);
+    }
+    let asked: Option<Vec<(String, Vec<i32>)>> = request.topics.map(|topics| {
+        topics
+            .into_iter()
+            .map(|t| (t.name.0.to_string(), t.partition_indexes))
+            .collect()
+    });
+    let result = fetch_group(shard, request.group_id.0.to_string(), asked.clone()).await;
+    let (fetched, error_code) = match result {
+        Ok(fetched) => (fetched, errors::NONE),
+        // Without a top-level error (v1), each partition carries it.
+        Err(code) => (
+            asked
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(t, ps)| (t, ps.into_iter().map(|p| (p, None)).collect()))
+                .collect(),
+            code,
+        ),
+    };
+    let partition_code = if version < 2 {
+        error_code
+    } else {
+        errors::NONE
+    };
+    let topics = fetched
+        .into_iter()
+        .map(|(topic, partitions)| {
+            OffsetFetchResponseTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic)))
+                .with_partitions(
+                    partitions
+                        .into_iter()
+                        .map(|(index, offset)| {
+                            let (offset, epoch, metadata) = parts(offset);
+                            OffsetFetchResponsePartition::default()
+                                .with_partition_index(index)
+                                .with_committed_offset(offset)
+                                .with_committed_leader_epoch(epoch)
+                                .with_metadata(Some(metadata))
+                                .with_error_code(partition_code)
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    OffsetFetchResponse::default()
+        .with_topics(topics)
+        .with_error_code(error_code)
+}
