@@ -63,6 +63,8 @@ pub struct Integrity {
     pub reordered: u64,
     pub lost: u64,
     pub foreign: u64,
+    /// Records whose payload after the header differs from what was sent.
+    pub corrupt: u64,
 }
 
 /// The consumer side's record of every stream.
@@ -73,12 +75,22 @@ pub struct Tracker {
 }
 
 impl Tracker {
-    /// Accounts one consumed record value; returns its intended send time.
-    pub fn observe(&mut self, topic: &str, partition: i32, value: &[u8]) -> Option<u64> {
+    /// Accounts one consumed record value, checking every payload byte
+    /// after the header against `payload`; returns its intended send time.
+    pub fn observe(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        value: &[u8],
+        payload: &[u8],
+    ) -> Option<u64> {
         let Some((producer, sequence, due_us)) = read_header(value) else {
             self.integrity.foreign += 1;
             return None;
         };
+        if value.len() != payload.len() || value[HEADER_LEN..] != payload[HEADER_LEN..] {
+            self.integrity.corrupt += 1;
+        }
         let stream = self
             .streams
             .entry((topic.to_string(), partition, producer))
@@ -124,6 +136,7 @@ impl Tracker {
         self.integrity.duplicates += other.integrity.duplicates;
         self.integrity.reordered += other.integrity.reordered;
         self.integrity.foreign += other.integrity.foreign;
+        self.integrity.corrupt += other.integrity.corrupt;
     }
 }
 
@@ -140,20 +153,25 @@ mod tests {
     #[test]
     fn loss_duplicates_and_reordering_are_counted() {
         let mut tracker = Tracker::default();
+        let payload = vec![0u8; 32];
         for seq in [0, 1, 2, 2, 4, 3, 6] {
-            tracker.observe("t", 0, &value(7, seq));
+            tracker.observe("t", 0, &value(7, seq), &payload);
         }
-        tracker.observe("t", 0, b"short");
+        tracker.observe("t", 0, b"short", &payload);
+        let mut damaged = value(7, 8);
+        damaged[31] = 1;
+        tracker.observe("t", 1, &damaged, &payload);
         let acknowledged = HashMap::from([(("t".to_string(), 0, 7), vec![0..3, 3..8])]);
         let result = tracker.finish(&acknowledged);
         assert_eq!(
             result,
             Integrity {
-                received: 7,
+                received: 8,
                 duplicates: 1,
                 reordered: 1,
                 lost: 2, // 5 and 7
                 foreign: 1,
+                corrupt: 1,
             }
         );
     }

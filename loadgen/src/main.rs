@@ -410,7 +410,8 @@ fn run_mode(mode: ModeArg) -> Result<bool> {
                 entry.1.merge(&recorder);
                 // A second is complete when every executor reported it.
                 while let Some((&s, (count, _))) = pending.iter().next() {
-                    if *count < cores {
+                    // Executors that finished count as reported.
+                    if *count + done < cores {
                         break;
                     }
                     let (_, interval) = pending.remove(&s).expect("present");
@@ -458,10 +459,13 @@ fn run_mode(mode: ModeArg) -> Result<bool> {
                 for (k, v) in a {
                     acknowledged.entry(k).or_default().extend(v);
                 }
-                // The drain after the window: counted, not shown as a second.
+                // What the executor measured after its last full second
+                // (the drain after the window) counts in the totals.
                 total.merge(&last);
-                for (_, (_, interval)) in std::mem::take(&mut pending) {
-                    total.merge(&interval);
+                if done == cores {
+                    for (_, (_, interval)) in std::mem::take(&mut pending) {
+                        total.merge(&interval);
+                    }
                 }
             }
             Message::Failed(e) => failures.push(e),
@@ -469,7 +473,6 @@ fn run_mode(mode: ModeArg) -> Result<bool> {
         Ok(())
     })?;
     drop(hdr_writer);
-    let _ = done;
 
     if created && !args.keep {
         let (bootstrap, topics) = (bootstrap.clone(), topics.clone());
@@ -510,6 +513,8 @@ fn run_mode(mode: ModeArg) -> Result<bool> {
         bail!("{} executor(s) failed", failures.len());
     }
     let clean = total.error_count() == 0
-        && integrity.is_none_or(|i| i.lost == 0 && i.duplicates == 0 && i.reordered == 0);
+        && integrity
+            .as_ref()
+            .is_none_or(|i| i.lost == 0 && i.duplicates == 0 && i.reordered == 0 && i.corrupt == 0);
     Ok(clean || !args.strict)
 }

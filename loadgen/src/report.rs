@@ -188,8 +188,8 @@ impl RunReport {
         if let Some(i) = &self.integrity {
             let _ = writeln!(
                 out,
-                "integrity: received {}, lost {}, duplicates {}, reordered {}, foreign {}",
-                i.received, i.lost, i.duplicates, i.reordered, i.foreign
+                "integrity: received {}, lost {}, duplicates {}, reordered {}, corrupt {}, foreign {}",
+                i.received, i.lost, i.duplicates, i.reordered, i.corrupt, i.foreign
             );
         }
         out

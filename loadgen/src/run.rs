@@ -161,10 +161,12 @@ pub fn execute(
                     .filter(|j| j.id as usize % cores == core)
                     .cloned()
                     .collect();
+                // Consumers start on the cores after the producers'.
+                let offset = producers.len();
                 let mine_c: Vec<ConsumerJob> = consumers
                     .iter()
                     .enumerate()
-                    .filter(|(i, _)| i % cores == core)
+                    .filter(|(i, _)| (i + offset) % cores == core)
                     .map(|(_, j)| j.clone())
                     .collect();
                 async move {
@@ -740,7 +742,7 @@ async fn fetch_loop(
             let next = kafka::decode_records(records, from, |record| {
                 any = true;
                 let due_us = if plan.mode == Mode::EndToEnd {
-                    tracker.observe(&tp.0, tp.1, &record.value)
+                    tracker.observe(&tp.0, tp.1, &record.value, &plan.payload)
                 } else {
                     None
                 };

@@ -1,0 +1,321 @@
+//! strom-loadgen against a real `strom` process: an end-to-end run counts
+//! every record with nothing lost, duplicated, reordered or corrupt;
+//! topics are created and deleted (or kept); consume mode reads kept data
+//! back; bad input gets a clear error and exit code 2.
+//!
+//! The `strom` binary comes from the same target directory (built by
+//! `cargo test --workspace`, which builds the broker's integration tests).
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const LOADGEN: &str = env!("CARGO_BIN_EXE_strom-loadgen");
+
+fn strom_binary() -> PathBuf {
+    let path = PathBuf::from(LOADGEN).with_file_name("strom");
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build -p strom-broker --bin strom` (cargo test --workspace does)",
+        path.display()
+    );
+    path
+}
+
+struct Broker {
+    port: u16,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Broker {
+    fn start() -> Broker {
+        let dir = tempfile::tempdir().unwrap();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(strom_binary())
+            .args([
+                "start",
+                "--cores",
+                "1",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("strom.log")).unwrap())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "strom did not start listening");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Broker {
+            port,
+            child,
+            _dir: dir,
+        }
+    }
+
+    fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn loadgen(args: &[&str]) -> Output {
+    let mut child = Command::new(LOADGEN)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("strom-loadgen {args:?} ran past its deadline");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn json(path: &std::path::Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn topics_on(broker: &Broker) -> String {
+    let out = Command::new(strom_binary())
+        .args(["topic", "list", "--bootstrap", &broker.bootstrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn e2e_counts_every_record_and_cleans_up() {
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.json");
+    let plot = dir.path().join("plot.svg");
+    let hdr = dir.path().join("latency.hlog");
+    let out = loadgen(&[
+        "e2e",
+        "--bootstrap",
+        &broker.bootstrap(),
+        "--partitions",
+        "4",
+        "--message-size",
+        "300",
+        "--rate",
+        "3000",
+        "--duration",
+        "3",
+        "--cores",
+        "2",
+        "--key-distributor",
+        "KEY_ROUND_ROBIN",
+        "--strict",
+        "--json",
+        report.to_str().unwrap(),
+        "--plot",
+        plot.to_str().unwrap(),
+        "--hdr-log",
+        hdr.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        stderr.contains("produce") && stderr.contains("p99"),
+        "progress lines: {stderr}"
+    );
+    assert!(
+        stdout.contains("| publish |") && stdout.contains("p99.99"),
+        "{stdout}"
+    );
+
+    let r = json(&report);
+    let produced = r["produce"]["records"].as_u64().unwrap();
+    let integrity = &r["integrity"];
+    // 3 s at 3000 records/s, open loop: the schedule, not the broker, sets it.
+    assert!((8_000..=10_000).contains(&produced), "produced {produced}");
+    assert_eq!(
+        integrity["received"].as_u64(),
+        Some(produced),
+        "{integrity}"
+    );
+    for field in ["lost", "duplicates", "reordered", "corrupt", "foreign"] {
+        assert_eq!(integrity[field].as_u64(), Some(0), "{field}: {integrity}");
+    }
+    assert_eq!(r["consume"]["bytes"].as_u64(), Some(produced * 300));
+    assert!(
+        r["publish_latency"]["percentiles_ms"]["p99"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    assert!(r["end_to_end_latency"]["count"].as_u64().unwrap() == produced);
+    assert!(r["series"].as_array().unwrap().len() >= 3);
+    assert!(r["errors"].as_object().unwrap().is_empty());
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.contains("polyline") && svg.trim_end().ends_with("</svg>")
+    );
+    let log = std::fs::read_to_string(&hdr).unwrap();
+    assert!(
+        log.contains("Tag=publish") && log.contains("Tag=e2e"),
+        "{log}"
+    );
+    // The run's topic is gone afterwards.
+    assert!(
+        !topics_on(&broker).contains("loadgen-"),
+        "{}",
+        topics_on(&broker)
+    );
+}
+
+#[test]
+fn kept_topics_are_consumed_back_in_consume_mode() {
+    let broker = Broker::start();
+    let out = loadgen(&[
+        "produce",
+        "--bootstrap",
+        &broker.bootstrap(),
+        "--partitions",
+        "2",
+        "--message-size",
+        "1000",
+        "--rate",
+        "0",
+        "--duration",
+        "1",
+        "--cores",
+        "1",
+        "--keep",
+        "--strict",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let topic = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("kept topics: "))
+        .unwrap_or_else(|| panic!("no kept topic in {stderr}"))
+        .trim()
+        .to_string();
+    assert!(topics_on(&broker).contains(&topic));
+    let produced: u64 = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.starts_with("| produced"))
+        .and_then(|l| l.split('|').nth(4))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("produced count in the table");
+    assert!(produced > 0);
+
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("consume.json");
+    let out = loadgen(&[
+        "consume",
+        "--bootstrap",
+        &broker.bootstrap(),
+        "--topic",
+        &topic,
+        "--duration",
+        "30",
+        "--cores",
+        "1",
+        "--json",
+        report.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = json(&report);
+    assert_eq!(r["consume"]["records"].as_u64(), Some(produced));
+    assert_eq!(r["consume"]["bytes"].as_u64(), Some(produced * 1000));
+    // An existing topic is never deleted.
+    assert!(topics_on(&broker).contains(&topic));
+}
+
+#[test]
+fn bad_input_gets_a_clear_error() {
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().unwrap();
+    let workload = dir.path().join("w.yaml");
+    std::fs::write(&workload, "topics: 1\npartitionsPerTopc: 3\n").unwrap();
+    let unreachable = format!(
+        "127.0.0.1:{}",
+        TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    );
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec![
+                "produce".into(),
+                "--bootstrap".into(),
+                unreachable.clone(),
+                "--duration".into(),
+                "1".into(),
+            ],
+            unreachable.as_str(),
+        ),
+        (
+            vec![
+                "produce".into(),
+                "--workload".into(),
+                workload.to_str().unwrap().into(),
+                "--bootstrap".into(),
+                broker.bootstrap(),
+            ],
+            "partitionsPerTopc",
+        ),
+        (
+            vec![
+                "produce".into(),
+                "--bootstrap".into(),
+                broker.bootstrap(),
+                "--topic-config".into(),
+                "retention.ms=soon".into(),
+                "--duration".into(),
+                "1".into(),
+            ],
+            "refused to create topic",
+        ),
+        (vec!["e2e".into(), "--acks".into(), "most".into()], "acks"),
+    ];
+    for (args, needle) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = loadgen(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(needle),
+            "{args:?}: expected `{needle}` in: {stderr}"
+        );
+    }
+}
