@@ -381,6 +381,7 @@ fn run_mode(mode: ModeArg) -> Result<bool> {
     let mut tracker = Tracker::default();
     let mut acknowledged: Acknowledged = Default::default();
     let mut done = 0usize;
+    let mut finished_at: Option<Instant> = None;
     let mut failures: Vec<String> = Vec::new();
     let mut hdr_buf: Vec<u8> = Vec::new();
     let mut hdr_serializer = hdrhistogram::serialization::V2DeflateSerializer::new();
@@ -455,6 +456,9 @@ fn run_mode(mode: ModeArg) -> Result<bool> {
                 last,
             } => {
                 done += 1;
+                if done == cores {
+                    finished_at = Some(Instant::now());
+                }
                 tracker.merge(t);
                 for (k, v) in a {
                     acknowledged.entry(k).or_default().extend(v);
@@ -486,7 +490,11 @@ fn run_mode(mode: ModeArg) -> Result<bool> {
     }
 
     let integrity = (mode == Mode::EndToEnd).then(|| tracker.finish(&acknowledged));
-    let measured = workload.test_duration.as_secs_f64();
+    // The window ends at the duration, or earlier when producers (backlog)
+    // or consumers (consume mode) finished first.
+    let window_start = start + workload.warmup_duration;
+    let window_end = stop_at.min(finished_at.unwrap_or(stop_at));
+    let measured = window_end.saturating_duration_since(window_start).as_secs_f64();
     let report = RunReport::new(
         &workload.name,
         mode.name(),

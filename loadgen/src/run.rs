@@ -93,6 +93,8 @@ struct ProducerJob {
     id: u32,
     topic: String,
     rate: f64,
+    /// Bytes after which this producer stops (0: no limit).
+    byte_budget: u64,
 }
 
 #[derive(Clone)]
@@ -111,6 +113,7 @@ fn jobs(plan: &Plan) -> (Vec<ProducerJob>, Vec<ConsumerJob>) {
                     id: producers.len() as u32,
                     topic: topic.clone(),
                     rate: w.producer_rate / total as f64,
+                    byte_budget: w.backlog_bytes.div_ceil(total as u64),
                 });
             }
         }
@@ -412,8 +415,9 @@ async fn produce(
         (outgoing, sender.clone())
     };
 
+    let mut sent_bytes = 0u64;
     loop {
-        if control.stop.load(Ordering::Relaxed) {
+        if control.stop.load(Ordering::Relaxed) || (job.byte_budget > 0 && sent_bytes >= job.byte_budget) {
             break;
         }
         let now = Instant::now();
@@ -455,6 +459,7 @@ async fn produce(
                 acc.first_sequence = sequence;
             }
             acc.bytes += value.len();
+            sent_bytes += value.len() as u64;
             acc.values.push(value.freeze());
             acc.keys.push(key);
             recorder

@@ -102,9 +102,10 @@ pub struct Workload {
     /// Topic configs set at creation (`retention.ms`, `flush.policy`, ...).
     pub topic_configs: Vec<(String, String)>,
     pub producer: ProducerSettings,
-    /// Records to consume from existing data in `consume` mode (0: until
-    /// the test duration ends).
-    pub consume_bytes: u64,
+    /// OMB's `consumerBacklogSizeGB`: in produce mode, producers stop once
+    /// they have sent this many bytes (0: produce for the whole duration),
+    /// building a backlog for a later consume run.
+    pub backlog_bytes: u64,
 }
 
 impl Default for Workload {
@@ -124,7 +125,7 @@ impl Default for Workload {
             warmup_duration: Duration::ZERO,
             topic_configs: Vec::new(),
             producer: ProducerSettings::default(),
-            consume_bytes: 0,
+            backlog_bytes: 0,
         }
     }
 }
@@ -201,7 +202,7 @@ impl Workload {
             "keyDistributor" => self.key_distributor = KeyDistributor::parse(&text(value, key)?)?,
             "testDurationMinutes" => self.test_duration = minutes(number(value, key)?, key)?,
             "warmupDurationMinutes" => self.warmup_duration = minutes(number(value, key)?, key)?,
-            "consumerBacklogSizeGB" => self.consume_bytes = (number(value, key)? * 1e9) as u64,
+            "consumerBacklogSizeGB" => self.backlog_bytes = (number(value, key)? * 1e9) as u64,
             // OMB fields this runner accepts and does not need.
             "useRandomizedPayloads"
             | "randomBytesRatio"

@@ -1,0 +1,504 @@
+//! The end-to-end benchmark matrix (issue 5): measures the machine's limits
+//! (fio O_DIRECT write and read on the data dir's filesystem, iperf3 on
+//! loopback, memcpy), starts `strom` on a fresh data dir (or uses another
+//! Kafka-compatible broker given by `--bootstrap`), runs each workload file
+//! of `benches/workloads/` with `strom-loadgen`, samples the broker's CPU
+//! time and RSS, and writes a markdown and a JSON table: each figure, its
+//! ratio to the limit, and the broker's CPU seconds per GB.
+//!
+//! ```text
+//! cargo build --release -p strom-broker -p strom-loadgen
+//! cargo run --release -p strom-benches --bin matrix -- --runs 3 --out target/matrix
+//! ```
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+
+#[derive(Parser, Debug)]
+#[command(about = "Run the end-to-end benchmark matrix next to the machine's measured limits")]
+struct Args {
+    /// Where data, reports and the result tables go.
+    #[arg(long, default_value = "target/matrix")]
+    out: PathBuf,
+    /// Runs of each case; the table shows medians.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Only cases whose file name contains this (e.g. `a-`).
+    #[arg(long)]
+    only: Option<String>,
+    /// Benchmark another broker at this address instead of starting strom
+    /// (its CPU and RSS are sampled only with --broker-pid).
+    #[arg(long)]
+    bootstrap: Option<String>,
+    /// Process id of the external broker, for CPU and RSS sampling.
+    #[arg(long)]
+    broker_pid: Option<u32>,
+    /// The strom binary.
+    #[arg(long, default_value = "target/release/strom")]
+    strom: PathBuf,
+    /// The strom-loadgen binary.
+    #[arg(long, default_value = "target/release/strom-loadgen")]
+    loadgen: PathBuf,
+    /// Workload files.
+    #[arg(long, default_value = "benches/workloads")]
+    workloads: PathBuf,
+    /// Executors the broker runs (the rest of the machine runs the load).
+    #[arg(long, default_value_t = 1)]
+    broker_cores: usize,
+    /// Executors strom-loadgen runs.
+    #[arg(long, default_value_t = 1)]
+    loadgen_cores: usize,
+}
+
+#[derive(Debug, Default, Clone, serde::Serialize)]
+struct Limits {
+    fio_write_mb_s: f64,
+    fio_read_mb_s: f64,
+    loopback_mb_s: f64,
+    memcpy_mb_s: f64,
+}
+
+#[derive(Debug, Default, Clone, serde::Serialize)]
+struct CaseRun {
+    produce_mb_s: f64,
+    produce_records_s: f64,
+    consume_mb_s: f64,
+    publish_p99_ms: f64,
+    publish_p999_ms: f64,
+    e2e_p99_ms: f64,
+    broker_cpu_s: f64,
+    broker_rss_mb: f64,
+    gb_moved: f64,
+    errors: u64,
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    std::fs::create_dir_all(&args.out)?;
+    let out = std::fs::canonicalize(&args.out)?;
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&args.workloads)
+        .with_context(|| format!("listing {}", args.workloads.display()))?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    cases.retain(|p| p.extension().is_some_and(|e| e == "yaml"));
+    cases.retain(|p| {
+        args.only
+            .as_deref()
+            .is_none_or(|o| p.file_name().unwrap().to_string_lossy().contains(o))
+    });
+    cases.sort();
+    if cases.is_empty() {
+        bail!("no workload files selected");
+    }
+    let mut limit_runs: Vec<Limits> = Vec::new();
+    let mut results: BTreeMap<String, Vec<CaseRun>> = BTreeMap::new();
+    for round in 0..args.runs {
+        let limits = measure_limits(&out)?;
+        eprintln!("round {round}: limits {limits:?}");
+        limit_runs.push(limits);
+        for case in &cases {
+            let name = case.file_stem().unwrap().to_string_lossy().to_string();
+            let run = run_case(&args, &out, case, round).with_context(|| format!("case {name}"))?;
+            eprintln!("round {round}: {name}: {run:?}");
+            results.entry(name).or_default().push(run);
+        }
+    }
+    let limits = Limits {
+        fio_write_mb_s: median(limit_runs.iter().map(|l| l.fio_write_mb_s)),
+        fio_read_mb_s: median(limit_runs.iter().map(|l| l.fio_read_mb_s)),
+        loopback_mb_s: median(limit_runs.iter().map(|l| l.loopback_mb_s)),
+        memcpy_mb_s: median(limit_runs.iter().map(|l| l.memcpy_mb_s)),
+    };
+    let table = markdown(&limits, &results, args.runs);
+    println!("{table}");
+    std::fs::write(out.join("matrix.md"), &table)?;
+    let json = serde_json::json!({ "limits": limits, "limit_runs": limit_runs, "cases": results });
+    std::fs::write(
+        out.join("matrix.json"),
+        serde_json::to_string_pretty(&json)?,
+    )?;
+    Ok(())
+}
+
+fn median(values: impl Iterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = values.collect();
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn markdown(limits: &Limits, results: &BTreeMap<String, Vec<CaseRun>>, runs: usize) -> String {
+    let mut s = String::new();
+    s.push_str(&format!(
+        "Limits (median of {runs}): fio write {:.0} MB/s, fio read {:.0} MB/s, loopback TCP {:.0} MB/s, memcpy {:.0} MB/s\n\n",
+        limits.fio_write_mb_s, limits.fio_read_mb_s, limits.loopback_mb_s, limits.memcpy_mb_s
+    ));
+    s.push_str("| case | produce MB/s | records/s | consume MB/s | ratio to disk limit | publish p99 / p99.9 ms | e2e p99 ms | broker CPU s/GB | broker RSS MB | errors |\n");
+    s.push_str("|---|---|---|---|---|---|---|---|---|---|\n");
+    for (name, runs) in results {
+        let m = |f: fn(&CaseRun) -> f64| median(runs.iter().map(f));
+        let produce = m(|r| r.produce_mb_s);
+        let consume = m(|r| r.consume_mb_s);
+        let ratio = if produce > 0.0 && !name.starts_with('c') {
+            produce / limits.fio_write_mb_s
+        } else {
+            consume / limits.fio_read_mb_s
+        };
+        let cpu_per_gb = median(runs.iter().map(|r| {
+            if r.gb_moved > 0.0 {
+                r.broker_cpu_s / r.gb_moved
+            } else {
+                0.0
+            }
+        }));
+        s.push_str(&format!(
+            "| {name} | {produce:.0} | {:.0} | {consume:.0} | {ratio:.2} | {:.2} / {:.2} | {:.2} | {cpu_per_gb:.2} | {:.0} | {} |\n",
+            m(|r| r.produce_records_s),
+            m(|r| r.publish_p99_ms),
+            m(|r| r.publish_p999_ms),
+            m(|r| r.e2e_p99_ms),
+            m(|r| r.broker_rss_mb),
+            runs.iter().map(|r| r.errors).sum::<u64>()
+        ));
+    }
+    s
+}
+
+fn measure_limits(out: &Path) -> Result<Limits> {
+    let file = out.join("fio.dat");
+    let fio = |rw: &str, depth: &str| -> Result<f64> {
+        let output = Command::new("fio")
+            .args([
+                "--name=limit",
+                "--bs=1M",
+                "--direct=1",
+                "--size=1G",
+                "--output-format=json",
+            ])
+            .arg(format!("--rw={rw}"))
+            .arg(format!("--iodepth={depth}"))
+            .arg(if depth == "1" {
+                "--ioengine=psync"
+            } else {
+                "--ioengine=io_uring"
+            })
+            .arg("--end_fsync=1")
+            .arg(format!("--filename={}", file.display()))
+            .output()
+            .context("running fio (apt-get install fio)")?;
+        if !output.status.success() {
+            bail!("fio: {}", String::from_utf8_lossy(&output.stderr));
+        }
+        let v: serde_json::Value = serde_json::from_slice(&output.stdout)?;
+        let job = &v["jobs"][0];
+        let side = if rw == "write" { "write" } else { "read" };
+        Ok(job[side]["bw_bytes"].as_f64().context("fio bandwidth")? / 1e6)
+    };
+    let _ = std::fs::remove_file(&file);
+    let fio_write_mb_s = fio("write", "1")?;
+    let fio_read_mb_s = fio("read", "8")?;
+    let _ = std::fs::remove_file(&file);
+
+    let port = free_port();
+    let mut server = Command::new("iperf3")
+        .args(["-s", "-1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("running iperf3 (apt-get install iperf3)")?;
+    wait_listening(port, Duration::from_secs(10))?;
+    let output = Command::new("iperf3")
+        .args(["-c", "127.0.0.1", "-p", &port.to_string(), "-t", "3", "-J"])
+        .output()?;
+    let _ = server.wait();
+    let v: serde_json::Value = serde_json::from_slice(&output.stdout).context("iperf3 JSON")?;
+    let loopback_mb_s = v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .context("iperf3 result")?
+        / 8e6;
+
+    // memcpy: copy 256 MiB eight times.
+    let src = vec![7u8; 256 << 20];
+    let mut dst = vec![0u8; 256 << 20];
+    let started = Instant::now();
+    for _ in 0..8 {
+        dst.copy_from_slice(std::hint::black_box(&src));
+    }
+    std::hint::black_box(&dst);
+    let memcpy_mb_s = (8u64 * (256 << 20)) as f64 / started.elapsed().as_secs_f64() / 1e6;
+    Ok(Limits {
+        fio_write_mb_s,
+        fio_read_mb_s,
+        loopback_mb_s,
+        memcpy_mb_s,
+    })
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_listening(port: u16, limit: Duration) -> Result<()> {
+    let deadline = Instant::now() + limit;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            bail!("nothing listens on port {port}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+struct StartedBroker {
+    child: Child,
+    bootstrap: String,
+}
+
+fn start_strom(args: &Args, data: &Path) -> Result<StartedBroker> {
+    let _ = std::fs::remove_dir_all(data);
+    let port = free_port();
+    let log = std::fs::File::create(data.with_extension("log"))?;
+    let child = Command::new(&args.strom)
+        .args([
+            "start",
+            "--cores",
+            &args.broker_cores.to_string(),
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .arg("--data-dir")
+        .arg(data)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("starting {}", args.strom.display()))?;
+    wait_listening(port, Duration::from_secs(30))?;
+    Ok(StartedBroker {
+        child,
+        bootstrap: format!("127.0.0.1:{port}"),
+    })
+}
+
+fn stop(mut broker: StartedBroker) {
+    // SIGTERM for a clean stop, bounded.
+    // SAFETY: kill(2) on a child process id we own.
+    unsafe {
+        libc::kill(broker.child.id() as i32, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = broker.child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = broker.child.kill();
+    let _ = broker.child.wait();
+}
+
+/// CPU seconds (user + system) and RSS of a process, from /proc.
+fn sample(pid: u32) -> Option<(f64, f64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = 100.0; // USER_HZ on Linux
+    let cpu = (fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?) / ticks;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let rss_kb: f64 = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some((cpu, rss_kb / 1024.0))
+}
+
+fn loadgen(
+    args: &Args,
+    mode: &str,
+    bootstrap: &str,
+    workload: &Path,
+    extra: &[&str],
+    report: &Path,
+) -> Result<serde_json::Value> {
+    let output = Command::new(&args.loadgen)
+        .arg(mode)
+        .args([
+            "--bootstrap",
+            bootstrap,
+            "--cores",
+            &args.loadgen_cores.to_string(),
+        ])
+        .arg("--workload")
+        .arg(workload)
+        .arg("--json")
+        .arg(report)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {}", args.loadgen.display()))?;
+    if !output.status.success() {
+        bail!(
+            "strom-loadgen {mode} failed: {}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+    }
+    Ok(serde_json::from_str(&std::fs::read_to_string(report)?)?)
+}
+
+fn run_case(args: &Args, out: &Path, workload: &Path, round: usize) -> Result<CaseRun> {
+    let name = workload.file_stem().unwrap().to_string_lossy().to_string();
+    let data = out.join(format!("data-{name}-{round}"));
+    let mut broker: (String, Option<u32>) = match &args.bootstrap {
+        Some(b) => (b.clone(), args.broker_pid),
+        None => {
+            let started = start_strom(args, &data)?;
+            let pid = started.child.id();
+            let bootstrap = started.bootstrap.clone();
+            STARTED.with(|s| *s.borrow_mut() = Some(started));
+            (bootstrap, Some(pid))
+        }
+    };
+    let report = out.join(format!("{name}-{round}.json"));
+    let consume_case = name.starts_with("c-");
+    let mut run = CaseRun::default();
+    let r = if consume_case {
+        // Build the backlog, restart the broker (its caches start cold), consume.
+        loadgen(
+            args,
+            "produce",
+            &broker.0,
+            workload,
+            &["--keep"],
+            &out.join(format!("{name}-{round}-backlog.json")),
+        )?;
+        let topic = backlog_topic(&broker.0, args)?;
+        if args.bootstrap.is_none() {
+            let previous = STARTED
+                .with(|s| s.borrow_mut().take())
+                .expect("started broker");
+            stop(previous);
+            let port = broker.0.rsplit(':').next().unwrap().to_string();
+            let log = std::fs::File::create(data.with_extension("restart.log"))?;
+            let child = Command::new(&args.strom)
+                .args([
+                    "start",
+                    "--cores",
+                    &args.broker_cores.to_string(),
+                    "--listen",
+                    &format!("127.0.0.1:{port}"),
+                ])
+                .arg("--data-dir")
+                .arg(&data)
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()?;
+            wait_listening(port.parse()?, Duration::from_secs(60))?;
+            broker.1 = Some(child.id());
+            STARTED.with(|s| {
+                *s.borrow_mut() = Some(StartedBroker {
+                    child,
+                    bootstrap: broker.0.clone(),
+                })
+            });
+        }
+        let before = broker.1.and_then(sample);
+        let r = loadgen(
+            args,
+            "consume",
+            &broker.0,
+            workload,
+            &["--topic", &topic],
+            &report,
+        )?;
+        let after = broker.1.and_then(sample);
+        if let (Some(b), Some(a)) = (before, after) {
+            run.broker_cpu_s = a.0 - b.0;
+            run.broker_rss_mb = a.1;
+        }
+        r
+    } else {
+        let mode = if name.starts_with("d-") {
+            "e2e"
+        } else {
+            "produce"
+        };
+        let before = broker.1.and_then(sample);
+        let r = loadgen(args, mode, &broker.0, workload, &[], &report)?;
+        let after = broker.1.and_then(sample);
+        if let (Some(b), Some(a)) = (before, after) {
+            run.broker_cpu_s = a.0 - b.0;
+            run.broker_rss_mb = a.1;
+        }
+        r
+    };
+    if let Some(started) = STARTED.with(|s| s.borrow_mut().take()) {
+        stop(started);
+        let _ = std::fs::remove_dir_all(&data);
+    }
+    let f = |path: &[&str]| -> f64 {
+        let mut v = &r;
+        for p in path {
+            v = &v[*p];
+        }
+        v.as_f64().unwrap_or(0.0)
+    };
+    run.produce_mb_s = f(&["produce", "mb_per_s"]);
+    run.produce_records_s = f(&["produce", "records_per_s"]);
+    run.consume_mb_s = f(&["consume", "mb_per_s"]);
+    run.publish_p99_ms = f(&["publish_latency", "percentiles_ms", "p99"]);
+    run.publish_p999_ms = f(&["publish_latency", "percentiles_ms", "p99.9"]);
+    run.e2e_p99_ms = f(&["end_to_end_latency", "percentiles_ms", "p99"]);
+    // Bytes moved through the broker during the measured run (produced,
+    // or consumed for the consume case).
+    run.gb_moved = if consume_case {
+        f(&["consume", "bytes"]) / 1e9
+    } else {
+        f(&["produce", "bytes"]) / 1e9
+    };
+    run.errors = r["errors"]
+        .as_object()
+        .map_or(0, |m| m.values().filter_map(|v| v.as_u64()).sum());
+    Ok(run)
+}
+
+thread_local! {
+    static STARTED: std::cell::RefCell<Option<StartedBroker>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The topic a `--keep` produce run left behind (the newest loadgen topic).
+fn backlog_topic(bootstrap: &str, args: &Args) -> Result<String> {
+    let output = Command::new(&args.strom)
+        .args(["topic", "list", "--bootstrap", bootstrap])
+        .output()?;
+    if !output.status.success() {
+        bail!(
+            "listing topics: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let text = String::from_utf8(output.stdout)?;
+    let mut topics: Vec<&str> = text
+        .split_whitespace()
+        .filter(|t| t.starts_with("loadgen-"))
+        .collect();
+    topics.sort();
+    topics
+        .last()
+        .map(|t| t.to_string())
+        .context("no loadgen topic after the backlog run")
+}
