@@ -1,9 +1,9 @@
 //! The Strom broker: thread-per-core runtime, listeners, request handlers
 //! and the single-node controller. See `docs/broker.md`.
 
-pub mod alloc;
 pub mod config;
 pub mod controller;
+pub mod environment;
 pub mod errors;
 pub mod group;
 pub mod handlers;

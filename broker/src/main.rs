@@ -7,9 +7,6 @@ use clap::{Args, Parser, Subcommand};
 
 mod cli;
 
-#[global_allocator]
-static ALLOCATOR: broker::alloc::BrokerAllocator = broker::alloc::BrokerAllocator;
-
 /// Exit code for configuration errors (bad flag, key or value).
 const EXIT_CONFIG: u8 = 2;
 /// Exit code for failures at start-up or while running.

@@ -54,40 +54,6 @@ enum Control {
     Close,
 }
 
-fn check_data_dir(config: &BrokerConfig) -> anyhow::Result<()> {
-    let dir = &config.data_dir;
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("cannot create data dir {}", dir.display()))?;
-    let probe = dir.join(".strom-write-probe");
-    std::fs::write(&probe, b"probe")
-        .with_context(|| format!("data dir {} is not writable", dir.display()))?;
-    std::fs::remove_file(&probe)
-        .with_context(|| format!("data dir {} is not writable", dir.display()))?;
-    Ok(())
-}
-
-/// glommio registers io memory with io_uring, which counts against the
-/// memlock limit unless the process has CAP_IPC_LOCK (root has it).
-fn check_memlock(config: &BrokerConfig) {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the struct we pass.
-    let ok = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) } == 0;
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let wanted = config.io_memory_bytes.unwrap_or(10 << 20) as u64 * config.cores as u64;
-    if ok && !root && limit.rlim_cur != libc::RLIM_INFINITY && limit.rlim_cur < wanted {
-        tracing::warn!(
-            memlock_limit_bytes = limit.rlim_cur,
-            io_memory_wanted_bytes = wanted,
-            "the memlock limit is below the io memory the executors ask for and the process is not root: \
-             raise `ulimit -l`, run with CAP_IPC_LOCK, or set strom.io.memory.bytes to 1048576 or less"
-        );
-    }
-}
-
 fn block_stop_signals() -> libc::sigset_t {
     // SAFETY: the set is initialised by sigemptyset before use and only
     // passed to signal functions; blocking here is inherited by every
@@ -227,8 +193,7 @@ async fn retention_loop(shard: Rc<Shard>) {
 
 /// Runs the broker until SIGINT/SIGTERM or a fatal start-up error.
 pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
-    check_data_dir(&config)?;
-    check_memlock(&config);
+    let config = crate::environment::check(config)?;
     let (log, image) =
         MetadataLog::open(&config.data_dir).context("cannot open the metadata log")?;
     let topics = image.topics.len();

@@ -144,11 +144,37 @@ fn garbage_oversized_truncated_and_unknown_requests_close_only_their_connection(
     huge_count.write_all(&frame).unwrap();
     assert_closed(huge_count);
 
+    // The same in a flexible version: a compact (varint) count of 2^31.
+    let mut huge_compact = connect(&broker);
+    let mut frame = request_frame(
+        ApiKey::Metadata,
+        12,
+        &MetadataRequest::default().with_topics(Some(vec![])),
+    );
+    let header_end = frame.len() - 4; // topics count, 3 bools/tags
+    frame.truncate(header_end);
+    frame.extend_from_slice(&[0x81, 0x80, 0x80, 0x80, 0x08, 1, 0, 0]);
+    let len = (frame.len() - 4) as i32;
+    frame[..4].copy_from_slice(&len.to_be_bytes());
+    huge_compact.write_all(&frame).unwrap();
+    assert_closed(huge_compact);
+
     assert_still_serving(&broker);
     drop(idle);
     assert!(
         broker.log().contains("closing connection"),
         "one log line per closed connection:\n{}",
+        broker.log()
+    );
+    // Refused by the shape check, before the decoders allocate from the count.
+    assert!(
+        broker.log().contains("array of 2147483647 elements"),
+        "{}",
+        broker.log()
+    );
+    assert!(
+        broker.log().contains("array of 2147483648 elements"),
+        "{}",
         broker.log()
     );
 }

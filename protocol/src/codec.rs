@@ -4,7 +4,8 @@
 //! 4-byte length and the right response header version.
 //!
 //! The caller bounds the frame size (see [`crate::frame`]) before handing a
-//! frame here.
+//! frame here; [`decode_body`] checks every array count against the body's
+//! bytes ([`crate::shape`]) before the decoders reserve memory for it.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
@@ -30,6 +31,12 @@ pub enum CodecError {
         api_key: ApiKey,
         api_version: i16,
         message: String,
+    },
+    #[error("refused {api_key:?} v{api_version} request body: {error}")]
+    Shape {
+        api_key: ApiKey,
+        api_version: i16,
+        error: crate::shape::ShapeError,
     },
     #[error("cannot encode {what} v{api_version}: {message}")]
     Encode {
@@ -79,8 +86,17 @@ pub fn decode_header(mut frame: Bytes) -> Result<RequestFrame, CodecError> {
     })
 }
 
-/// Decodes the body of a request whose version the caller has checked.
+/// Decodes the body of a request whose version the caller has checked,
+/// after checking its shape: an array count its bytes cannot hold is
+/// refused before anything is allocated for it.
 pub fn decode_body(frame: &RequestFrame) -> Result<RequestKind, CodecError> {
+    crate::shape::check_request(frame.api_key, frame.api_version, &frame.body).map_err(
+        |error| CodecError::Shape {
+            api_key: frame.api_key,
+            api_version: frame.api_version,
+            error,
+        },
+    )?;
     let mut body = frame.body.clone();
     RequestKind::decode(frame.api_key, &mut body, frame.api_version).map_err(|e| CodecError::Body {
         api_key: frame.api_key,
@@ -179,6 +195,26 @@ mod tests {
         assert!(decode_header(Bytes::from_static(&[0, 3, 0])).is_err());
         // Metadata v9 header claims a client id longer than the frame.
         assert!(decode_header(Bytes::from_static(&[0, 3, 0, 9, 0, 0, 0, 1, 0x7f, 0x00])).is_err());
+    }
+
+    #[test]
+    fn array_counts_beyond_the_body_are_refused_before_decoding() {
+        let mut frame = request_bytes(
+            ApiKey::Metadata,
+            1,
+            &MetadataRequest::default().with_topics(Some(vec![])),
+        )
+        .to_vec();
+        let len = frame.len();
+        frame[len - 4..].copy_from_slice(&(1i32 << 30).to_be_bytes());
+        let request = decode_header(Bytes::from(frame)).unwrap();
+        assert!(matches!(
+            decode_body(&request),
+            Err(CodecError::Shape {
+                error: crate::shape::ShapeError::Count { .. },
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod batch;
 pub mod client;
 pub mod codec;
 pub mod frame;
+pub mod shape;
 
 /// The `kafka-protocol` crate this crate builds on, re-exported so that
 /// users name the same version.
