@@ -13,6 +13,7 @@ crate's own encoder.
 import glob
 import os
 import re
+import subprocess
 import sys
 
 # Api keys whose request shapes are generated: every API the broker serves
@@ -302,6 +303,7 @@ def main():
     os.makedirs(os.path.dirname(target), exist_ok=True)
     with open(target, "w") as f:
         f.write("\n".join(out) + "\n")
+    subprocess.run(["rustfmt", "--edition", "2021", target], check=True)
     print(f"wrote {os.path.normpath(target)}: {len(top)} requests")
 
 
