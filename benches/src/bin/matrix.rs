@@ -214,16 +214,23 @@ fn measure_limits(out: &Path) -> Result<Limits> {
         .stderr(Stdio::null())
         .spawn()
         .context("running iperf3 (apt-get install iperf3)")?;
-    wait_listening(port, Duration::from_secs(10))?;
-    let output = Command::new("iperf3")
-        .args(["-c", "127.0.0.1", "-p", &port.to_string(), "-t", "3", "-J"])
-        .output()?;
+    // The server serves one test (-1); a probe connection would use it up,
+    // so the client retries until the server is up.
+    let mut loopback_mb_s = None;
+    for _ in 0..100 {
+        let output = Command::new("iperf3")
+            .args(["-c", "127.0.0.1", "-p", &port.to_string(), "-t", "3", "-J"])
+            .output()?;
+        let v: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
+        if let Some(bps) = v["end"]["sum_received"]["bits_per_second"].as_f64() {
+            loopback_mb_s = Some(bps / 8e6);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = server.kill();
     let _ = server.wait();
-    let v: serde_json::Value = serde_json::from_slice(&output.stdout).context("iperf3 JSON")?;
-    let loopback_mb_s = v["end"]["sum_received"]["bits_per_second"]
-        .as_f64()
-        .context("iperf3 result")?
-        / 8e6;
+    let loopback_mb_s = loopback_mb_s.context("iperf3 gave no result")?;
 
     // memcpy: copy 256 MiB eight times.
     let src = vec![7u8; 256 << 20];
