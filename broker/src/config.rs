@@ -54,6 +54,7 @@ pub struct Flags {
     pub advertise: Option<String>,
     pub node_id: Option<String>,
     pub cores: Option<String>,
+    pub admin_listen: Option<String>,
     /// `--set key=value` pairs, in Kafka's names.
     pub settings: Vec<(String, String)>,
 }
@@ -78,12 +79,20 @@ pub struct BrokerConfig {
     /// How often each core applies retention to its partitions.
     pub retention_check_interval_ms: u64,
     pub topic_defaults: TopicDefaults,
+    /// The admin HTTP listener (metrics, health, status); `None` when off.
+    pub admin_listen: Option<SocketAddr>,
+    /// Whether `admin.listen` was set explicitly: then failing to bind it
+    /// stops the broker; the default address only logs a warning.
+    pub admin_listen_required: bool,
+    /// What was taken from `io-properties.toml` (`strom-tune iotune`).
+    pub io_properties: Option<crate::io_properties::Applied>,
     /// Consumer group settings (`group.*`, `offsets.*`).
     pub groups: crate::group::GroupConfig,
 }
 
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:9092";
 pub const DATA_DIR_DEFAULT: &str = "./strom-data";
+pub const ADMIN_LISTEN_DEFAULT: &str = "127.0.0.1:9644";
 
 /// Online cores, the default executor count.
 pub fn online_cores() -> usize {
@@ -108,6 +117,10 @@ struct Builder {
     topic_defaults: TopicDefaults,
     retention_ms: Option<(i64, u8)>,
     roll_ms: Option<(i64, u8)>,
+    admin_listen: Option<SocketAddr>,
+    admin_listen_required: bool,
+    io_properties_path: Option<PathBuf>,
+    io_properties: Option<crate::io_properties::Applied>,
     groups: crate::group::GroupConfig,
 }
 
@@ -180,6 +193,14 @@ impl Builder {
             topic_defaults: TopicDefaults::new(),
             retention_ms: None,
             roll_ms: None,
+            admin_listen: Some(
+                ADMIN_LISTEN_DEFAULT
+                    .parse()
+                    .expect("default admin address parses"),
+            ),
+            admin_listen_required: false,
+            io_properties_path: None,
+            io_properties: None,
             groups: crate::group::GroupConfig::default(),
         }
     }
@@ -202,6 +223,26 @@ impl Builder {
                     .next()
                     .ok_or_else(|| invalid(key, value, source, "resolves to no address"))?;
                 self.listen = resolved;
+            }
+            "admin.listen" => {
+                self.admin_listen_required = true;
+                self.admin_listen = if value.trim() == "off" {
+                    None
+                } else {
+                    let (host, port) = parse_host_port(key, value, source)?;
+                    let resolved = (host.as_str(), port)
+                        .to_socket_addrs()
+                        .map_err(|e| invalid(key, value, source, e.to_string()))?
+                        .next()
+                        .ok_or_else(|| invalid(key, value, source, "resolves to no address"))?;
+                    Some(resolved)
+                };
+            }
+            crate::io_properties::PATH_KEY => {
+                if value.trim().is_empty() {
+                    return Err(invalid(key, value, source, "must not be empty"));
+                }
+                self.io_properties_path = Some(PathBuf::from(value.trim()));
             }
             "advertise" | "advertised.listeners" => {
                 self.advertise = Some(parse_host_port(key, value, source)?);
@@ -317,6 +358,39 @@ impl Builder {
         Ok(())
     }
 
+    /// Takes the `[io]` settings of the io properties file as defaults for
+    /// every key the config did not set (`explicit`).
+    fn apply_io_properties(&mut self, explicit: &[String]) -> Result<(), ConfigError> {
+        let configured = self.io_properties_path.clone();
+        let Some(path) = crate::io_properties::locate(configured.as_deref(), &self.data_dir) else {
+            return Ok(());
+        };
+        let source = Source::File(path.clone());
+        let settings = crate::io_properties::read(&path).map_err(|reason| {
+            invalid(
+                crate::io_properties::PATH_KEY,
+                &path.display().to_string(),
+                &source,
+                reason,
+            )
+        })?;
+        let mut applied = crate::io_properties::Applied {
+            path,
+            used: Vec::new(),
+            overridden: Vec::new(),
+        };
+        for (key, value) in settings {
+            if explicit.contains(&key) {
+                applied.overridden.push(key);
+                continue;
+            }
+            self.apply(&key, &value, &source)?;
+            applied.used.push((key, value));
+        }
+        self.io_properties = Some(applied);
+        Ok(())
+    }
+
     fn finish(mut self) -> Result<BrokerConfig, ConfigError> {
         let source = Source::Flag;
         if let Some((ms, _)) = self.retention_ms {
@@ -359,6 +433,9 @@ impl Builder {
             io_memory_bytes: self.io_memory_bytes,
             retention_check_interval_ms: self.retention_check_interval_ms,
             topic_defaults: self.topic_defaults,
+            admin_listen: self.admin_listen,
+            admin_listen_required: self.admin_listen_required,
+            io_properties: self.io_properties,
             groups: self.groups,
         })
     }
@@ -421,10 +498,13 @@ pub fn read_file(path: &Path) -> Result<Vec<(String, String)>, ConfigError> {
 /// Builds the configuration: defaults, then the file, then the flags.
 pub fn load(flags: &Flags) -> Result<BrokerConfig, ConfigError> {
     let mut builder = Builder::new();
+    // Keys set by the file or flags, which io-properties.toml must not override.
+    let mut explicit: Vec<String> = flags.settings.iter().map(|(k, _)| k.clone()).collect();
     if let Some(path) = &flags.config_file {
         let source = Source::File(path.clone());
         for (key, value) in read_file(path)? {
             builder.apply(&key, &value, &source)?;
+            explicit.push(key);
         }
     }
     let source = Source::Flag;
@@ -437,6 +517,7 @@ pub fn load(flags: &Flags) -> Result<BrokerConfig, ConfigError> {
         ("advertise", flags.advertise.clone()),
         ("node.id", flags.node_id.clone()),
         ("cores", flags.cores.clone()),
+        ("admin.listen", flags.admin_listen.clone()),
     ];
     for (key, value) in named {
         if let Some(value) = value {
@@ -446,6 +527,7 @@ pub fn load(flags: &Flags) -> Result<BrokerConfig, ConfigError> {
     for (key, value) in &flags.settings {
         builder.apply(key, value, &source)?;
     }
+    builder.apply_io_properties(&explicit)?;
     builder.finish()
 }
 

@@ -1,14 +1,18 @@
 //! The Strom broker: thread-per-core runtime, listeners, request handlers
 //! and the single-node controller. See `docs/broker.md`.
 
+pub mod admin_http;
 pub mod config;
+pub mod config_reference;
 pub mod controller;
 pub mod environment;
 pub mod errors;
 pub mod group;
 pub mod handlers;
+pub mod io_properties;
 pub mod limits;
 pub mod metadata;
+pub mod metrics;
 pub mod partition;
 pub mod producer_state;
 pub mod runtime;

@@ -33,6 +33,10 @@ enum Command {
     Produce(cli::produce::ProduceArgs),
     /// Print a topic's records to stdout.
     Consume(cli::consume::ConsumeArgs),
+    /// One-screen summary of a running broker (from its admin listener).
+    Status(cli::status::StatusArgs),
+    /// Print the configuration reference (Markdown), generated from the code.
+    ConfigReference,
 }
 
 #[derive(Args, Default)]
@@ -55,6 +59,9 @@ struct StartArgs {
     /// Executors (one per core) [default: every online core].
     #[arg(long, value_name = "N")]
     cores: Option<String>,
+    /// Admin HTTP listener: /metrics, /health, /ready, /status; `off` for none [default: 127.0.0.1:9644].
+    #[arg(long, value_name = "HOST:PORT")]
+    admin_listen: Option<String>,
     /// Any other setting, in Kafka's names (repeatable), e.g. --set num.partitions=3.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     settings: Vec<String>,
@@ -86,6 +93,7 @@ fn start(args: StartArgs) -> ExitCode {
         advertise: args.advertise,
         node_id: args.node_id,
         cores: args.cores,
+        admin_listen: args.admin_listen,
         settings,
     };
     let config = match broker::config::load(&flags) {
@@ -113,6 +121,11 @@ fn main() -> ExitCode {
         Some(Command::Topic(args)) => cli::run("topic", cli::topic::run(args)),
         Some(Command::Produce(args)) => cli::run("produce", cli::produce::run(args)),
         Some(Command::Consume(args)) => cli::run("consume", cli::consume::run(args)),
+        Some(Command::Status(args)) => cli::status::run(args),
+        Some(Command::ConfigReference) => {
+            print!("{}", broker::config_reference::render());
+            ExitCode::SUCCESS
+        }
         None => start(StartArgs::default()),
     }
 }

@@ -151,6 +151,11 @@ impl Partition {
         self.timestamp_type.set(config.timestamp_type);
     }
 
+    /// The partition's log, for metrics.
+    pub fn log(&self) -> &Log {
+        &self.log
+    }
+
     pub fn high_watermark(&self) -> i64 {
         self.log.next_offset() as i64
     }

@@ -90,6 +90,7 @@ async fn core_main(
     ends: MeshEnds,
     control: flume::Receiver<Control>,
     events: flume::Sender<Event>,
+    scrapes: flume::Receiver<crate::metrics::ScrapeRequest>,
 ) {
     let shard = Shard::new(core, config.cores, config.clone(), metadata.clone());
     shard.connect_mesh(ends).await;
@@ -127,6 +128,7 @@ async fn core_main(
             return;
         }
     };
+    glommio::spawn_local(crate::metrics::serve_scrapes(shard.clone(), scrapes)).detach();
     let _ = events.send(Event::Ready { core });
     let accept = glommio::spawn_local(server::accept_loop(shard.clone(), listener));
     glommio::spawn_local(retention_loop(shard.clone())).detach();
@@ -194,6 +196,7 @@ async fn retention_loop(shard: Rc<Shard>) {
 /// Runs the broker until SIGINT/SIGTERM or a fatal start-up error.
 pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     let config = crate::environment::check(config)?;
+    crate::io_properties::log_use(&config);
     let (log, image) =
         MetadataLog::open(&config.data_dir).context("cannot open the metadata log")?;
     let topics = image.topics.len();
@@ -204,6 +207,8 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     let signals = block_stop_signals();
     let (events_tx, events_rx) = flume::bounded::<Event>(4 * cores + 16);
     spawn_signal_thread(signals, events_tx.clone())?;
+    let (admin, scrape_receivers) = crate::admin_http::start(config.clone(), metadata.clone())?;
+    let mut scrape_receivers = scrape_receivers.into_iter();
 
     let online = online_cores();
     let mut controls = Vec::with_capacity(cores);
@@ -218,8 +223,11 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
             builder = builder.io_memory(bytes);
         }
         let (config, metadata, events) = (config.clone(), metadata.clone(), events_tx.clone());
+        let scrapes = scrape_receivers
+            .next()
+            .expect("one scrape receiver per core");
         let handle = builder
-            .spawn(move || core_main(core, config, metadata, ends, control_rx, events))
+            .spawn(move || core_main(core, config, metadata, ends, control_rx, events, scrapes))
             .map_err(|e| {
                 anyhow::anyhow!(
                     "cannot start the executor for core {core} (is io_uring available?): {e}"
@@ -249,6 +257,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         }
     }
     if failure.is_none() {
+        admin.set_ready();
         tracing::info!(
             listen = %config.listen,
             advertise = %format!("{}:{}", config.advertise_host, config.advertise_port),
@@ -279,6 +288,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         }
     }
 
+    admin.set_stopping();
     let deadline = Instant::now() + Duration::from_millis(SHUTDOWN_MS_MAX);
     let stop_started = Instant::now();
     for control in &controls {

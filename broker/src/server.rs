@@ -154,7 +154,9 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: Option<SocketAddr>) {
                 break;
             }
         };
-        let task = glommio::spawn_local(handlers::handle(shard.clone(), frame)).detach();
+        let request = crate::metrics::RequestStart::of(&frame);
+        let task =
+            glommio::spawn_local(request.observe(handlers::handle(shard.clone(), frame))).detach();
         queued.set(queued.get() + 1);
         if queue_tx.send(task).await.is_err() {
             // The writer stopped (client gone or a request closed the connection).

@@ -185,6 +185,7 @@ impl Shard {
         if core == self.id {
             return work(self.clone()).await;
         }
+        crate::metrics::record_hop();
         let id = self.next_job_id.get();
         self.next_job_id.set(id + 1);
         let (reply_tx, reply_rx) = local_channel::new_bounded(1);
@@ -214,6 +215,11 @@ impl Shard {
         }
         let value = reply_rx.recv().await.expect("every job is answered");
         *value.downcast::<R>().expect("reply has the job's type")
+    }
+
+    /// Hops from this core still waiting for their reply.
+    pub fn hops_in_flight(&self) -> usize {
+        self.pending.borrow().len()
     }
 
     /// The partition `topic`/`partition` if this core owns it and has it open.

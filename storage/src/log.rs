@@ -65,12 +65,26 @@ pub struct ReadResult {
     pub next_offset: u64,
 }
 
+/// Upper bounds (inclusive, microseconds) of the fdatasync latency
+/// buckets in [`LogStats::sync_latency_buckets`]; the last bucket counts
+/// everything slower.
+pub const SYNC_LATENCY_BOUNDS_US: [u64; 12] = [
+    50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 500_000,
+];
+
 /// Counters of one log's I/O, for metrics and tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LogStats {
     pub writes: u64,
     pub bytes_written: u64,
     pub syncs: u64,
+    /// Time spent in fdatasync, summed over `syncs`.
+    pub sync_latency_us_total: u64,
+    /// fdatasync count per latency bucket ([`SYNC_LATENCY_BOUNDS_US`], then slower).
+    pub sync_latency_buckets: [u64; SYNC_LATENCY_BOUNDS_US.len() + 1],
+    /// Reads answered from the batch cache, and from the segment files.
+    pub reads_cached: u64,
+    pub reads_disk: u64,
     /// Appended bytes not yet written (bounded by `strom.pending.bytes`).
     pub pending_bytes: usize,
 }
@@ -704,18 +718,20 @@ impl Log {
         if from_offset >= upper {
             return Ok(empty);
         }
-        if let Some(hit) = self
+        let cached = self
             .inner
             .state
             .borrow()
             .cache
-            .read(from_offset, max_bytes, upper)
-        {
+            .read(from_offset, max_bytes, upper);
+        if let Some(hit) = cached {
+            self.inner.state.borrow_mut().stats.reads_cached += 1;
             return Ok(ReadResult {
                 bytes: hit.bytes,
                 next_offset: hit.next_offset.max(from_offset),
             });
         }
+        self.inner.state.borrow_mut().stats.reads_disk += 1;
         let mut from = from_offset;
         let mut index = self.inner.state.borrow().segment_for(from);
         loop {
@@ -1628,10 +1644,15 @@ async fn sync_round(inner: &Inner) -> Result<()> {
             std::io::Error::from_raw_os_error(libc::EIO),
         ));
     }
+    let sync_started = Instant::now();
     file.fdatasync().await.ctx("fdatasync", &path, 0)?;
+    let sync_us = sync_started.elapsed().as_micros() as u64;
     let mut state = inner.state.borrow_mut();
     state.durable_offset = state.durable_offset.max(target);
     state.stats.syncs += 1;
+    state.stats.sync_latency_us_total += sync_us;
+    let bucket = SYNC_LATENCY_BOUNDS_US.partition_point(|bound| *bound < sync_us);
+    state.stats.sync_latency_buckets[bucket] += 1;
     state.unsynced_bytes = state.unsynced_bytes.saturating_sub(bytes);
     if state.durable_offset >= state.written_offset {
         state.unsynced_since = None;

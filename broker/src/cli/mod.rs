@@ -5,6 +5,7 @@
 
 pub mod consume;
 pub mod produce;
+pub mod status;
 pub mod topic;
 
 use std::future::Future;

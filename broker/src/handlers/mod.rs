@@ -233,11 +233,16 @@ async fn dispatch(
             codec::encode_response(id, version, &create_topics::handle(&shard, body).await)
         }
         RequestKind::Produce(body) => match produce::handle(&shard, body, version).await {
-            Some(response) => codec::encode_response(id, version, &response),
+            Some(response) => {
+                crate::metrics::record_produce_errors(&response);
+                codec::encode_response(id, version, &response)
+            }
             None => return Ok(None),
         },
         RequestKind::Fetch(body) => {
-            codec::encode_response(id, version, &fetch::handle(&shard, body).await)
+            let response = fetch::handle(&shard, body).await;
+            crate::metrics::record_fetch_errors(&response);
+            codec::encode_response(id, version, &response)
         }
         RequestKind::ListOffsets(body) => {
             codec::encode_response(id, version, &list_offsets::handle(&shard, body).await)

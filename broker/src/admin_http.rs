@@ -1,0 +1,691 @@
+//! The admin HTTP listener (`admin.listen`, default 127.0.0.1:9644) on its
+//! own thread, `strom-admin`, off the data path:
+//!
+//! | path | answer |
+//! |---|---|
+//! | `GET /metrics` | Prometheus text, per shard (`shard="N"`) and in total (`shard="all"`) |
+//! | `GET /health` | 200 while the process runs |
+//! | `GET /ready` | 200 once every core has recovered its partitions and listens, 503 before and while stopping |
+//! | `GET /status` | JSON summary for `strom status` |
+//!
+//! A scrape asks every core for a [`ShardSnapshot`] over a bounded flume
+//! channel and waits at most [`SCRAPE_MS_MAX`]; a core that does not
+//! answer in time is left out (and counted in
+//! `strom_scrape_shards_missing`). Connections are served one at a time,
+//! each bounded by [`ADMIN_IO_MS_MAX`]: this is for monitoring, not load.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+use crate::config::BrokerConfig;
+use crate::metadata::MetadataStore;
+use crate::metrics::{self, ScrapeRequest, ShardSnapshot, LATENCY_BOUNDS_US};
+
+/// Longest a scrape waits for the cores' snapshots.
+pub const SCRAPE_MS_MAX: u64 = 2_000;
+/// Longest one admin connection may take to send its request or read the answer.
+pub const ADMIN_IO_MS_MAX: u64 = 5_000;
+/// Largest request head read; anything longer is refused.
+pub const REQUEST_HEAD_BYTES_MAX: usize = 8 << 10;
+/// Scrape requests queued per core.
+const SCRAPE_QUEUE_PER_CORE: usize = 4;
+
+/// What the admin thread knows of the broker.
+pub struct AdminState {
+    ready: AtomicBool,
+    stopping: AtomicBool,
+    started: Instant,
+    started_unix_ms: u64,
+    config: Arc<BrokerConfig>,
+    metadata: Arc<MetadataStore>,
+    scrapers: Vec<flume::Sender<ScrapeRequest>>,
+    /// Where the listener is bound, if it is.
+    pub address: Option<SocketAddr>,
+}
+
+impl AdminState {
+    /// Every core has opened its partitions and listens.
+    pub fn set_ready(&self) {
+        self.ready.store(true, Ordering::Release);
+    }
+
+    /// The broker is stopping: no longer ready.
+    pub fn set_stopping(&self) {
+        self.stopping.store(true, Ordering::Release);
+    }
+
+    fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire) && !self.stopping.load(Ordering::Acquire)
+    }
+
+    /// Asks every core for its snapshot; cores that do not answer within
+    /// [`SCRAPE_MS_MAX`] are missing from the result.
+    fn scrape(&self) -> Vec<ShardSnapshot> {
+        if !self.ready.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let deadline = Instant::now() + Duration::from_millis(SCRAPE_MS_MAX);
+        let (reply_tx, reply_rx) = flume::bounded(self.scrapers.len().max(1));
+        let mut asked = 0;
+        for scraper in &self.scrapers {
+            let request = ScrapeRequest {
+                reply: reply_tx.clone(),
+            };
+            if scraper.try_send(request).is_ok() {
+                asked += 1;
+            }
+        }
+        drop(reply_tx);
+        let mut snapshots = Vec::with_capacity(asked);
+        while snapshots.len() < asked {
+            match reply_rx.recv_deadline(deadline) {
+                Ok(snapshot) => snapshots.push(snapshot),
+                Err(_) => break,
+            }
+        }
+        snapshots.sort_by_key(|s| s.shard);
+        snapshots
+    }
+}
+
+/// Creates the admin state and binds the listener (before the cores start,
+/// so a bad address fails the start). Returns one scrape receiver per core,
+/// for [`metrics::serve_scrapes`].
+pub fn start(
+    config: Arc<BrokerConfig>,
+    metadata: Arc<MetadataStore>,
+) -> anyhow::Result<(Arc<AdminState>, Vec<flume::Receiver<ScrapeRequest>>)> {
+    let (scrapers, receivers): (Vec<_>, Vec<_>) = (0..config.cores)
+        .map(|_| flume::bounded(SCRAPE_QUEUE_PER_CORE))
+        .unzip();
+    let listener = match config.admin_listen {
+        None => None,
+        Some(address) => match TcpListener::bind(address) {
+            Ok(listener) => Some(listener),
+            Err(error) if config.admin_listen_required => {
+                return Err(error)
+                    .with_context(|| format!("cannot listen on admin.listen {address}"));
+            }
+            Err(error) => {
+                tracing::warn!(%address, %error, "admin listener not started (set --admin-listen to another address, or off)");
+                None
+            }
+        },
+    };
+    let address = listener.as_ref().and_then(|l| l.local_addr().ok());
+    let state = Arc::new(AdminState {
+        ready: AtomicBool::new(false),
+        stopping: AtomicBool::new(false),
+        started: Instant::now(),
+        started_unix_ms: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0),
+        config,
+        metadata,
+        scrapers,
+        address,
+    });
+    if let Some(listener) = listener {
+        let serving = state.clone();
+        std::thread::Builder::new()
+            .name("strom-admin".to_string())
+            .spawn(move || serve(serving, listener))
+            .context("cannot start the admin thread")?;
+        tracing::info!(address = ?state.address, "admin listener: /metrics /health /ready /status");
+    }
+    Ok((state, receivers))
+}
+
+fn serve(state: Arc<AdminState>, listener: TcpListener) {
+    for stream in listener.incoming() {
+        match stream {
+            Ok(stream) => {
+                if let Err(error) = answer(&state, stream) {
+                    tracing::debug!(%error, "admin connection");
+                }
+            }
+            Err(error) => tracing::debug!(%error, "admin accept failed"),
+        }
+    }
+}
+
+fn answer(state: &AdminState, mut stream: TcpStream) -> std::io::Result<()> {
+    let limit = Some(Duration::from_millis(ADMIN_IO_MS_MAX));
+    stream.set_read_timeout(limit)?;
+    stream.set_write_timeout(limit)?;
+    let mut head = Vec::with_capacity(1024);
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
+        if head.len() > REQUEST_HEAD_BYTES_MAX {
+            return respond(&mut stream, 431, "text/plain", "request head too large\n");
+        }
+    }
+    let head = String::from_utf8_lossy(&head);
+    let mut parts = head.lines().next().unwrap_or("").split_whitespace();
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    if method != "GET" {
+        return respond(&mut stream, 405, "text/plain", "only GET\n");
+    }
+    match path {
+        "/health" => respond(&mut stream, 200, "text/plain", "ok\n"),
+        "/ready" if state.is_ready() => respond(&mut stream, 200, "text/plain", "ready\n"),
+        "/ready" => respond(&mut stream, 503, "text/plain", "not ready\n"),
+        "/metrics" => {
+            let body = render_metrics(state, &state.scrape());
+            respond(
+                &mut stream,
+                200,
+                "text/plain; version=0.0.4; charset=utf-8",
+                &body,
+            )
+        }
+        "/status" => {
+            let status = status(state, &state.scrape());
+            let body = serde_json::to_string_pretty(&status).expect("status serializes");
+            respond(&mut stream, 200, "application/json", &body)
+        }
+        _ => respond(&mut stream, 404, "text/plain", "not found\n"),
+    }
+}
+
+fn respond(
+    stream: &mut TcpStream,
+    code: u16,
+    content_type: &str,
+    body: &str,
+) -> std::io::Result<()> {
+    let reason = match code {
+        200 => "OK",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        431 => "Request Header Fields Too Large",
+        _ => "Service Unavailable",
+    };
+    let head = format!(
+        "HTTP/1.1 {code} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(body.as_bytes())?;
+    stream.flush()
+}
+
+/// Prometheus text exposition: a family's HELP and TYPE once, then samples.
+struct Exposition {
+    out: String,
+}
+
+impl Exposition {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        self.out
+            .push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
+        self.out.push_str(name);
+        if !labels.is_empty() {
+            self.out.push('{');
+            for (i, (key, label)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                let escaped = label
+                    .replace('\\', "\\\\")
+                    .replace('"', "\\\"")
+                    .replace('\n', "\\n");
+                self.out.push_str(&format!("{key}=\"{escaped}\""));
+            }
+            self.out.push('}');
+        }
+        self.out.push_str(&format!(" {value}\n"));
+    }
+
+    /// A histogram from non-cumulative bucket counts with `bounds_us` upper
+    /// bounds (then +Inf), exposed in seconds.
+    fn histogram(
+        &mut self,
+        name: &str,
+        labels: &[(&str, &str)],
+        bounds_us: &[u64],
+        buckets: &[u64],
+        sum_us: u64,
+    ) {
+        let mut cumulative = 0u64;
+        for (i, count) in buckets.iter().enumerate() {
+            cumulative += count;
+            let le = match bounds_us.get(i) {
+                Some(bound) => format!("{}", *bound as f64 / 1e6),
+                None => "+Inf".to_string(),
+            };
+            let mut with_le = labels.to_vec();
+            with_le.push(("le", &le));
+            self.sample(&format!("{name}_bucket"), &with_le, cumulative);
+        }
+        self.sample(&format!("{name}_sum"), labels, sum_us as f64 / 1e6);
+        self.sample(&format!("{name}_count"), labels, cumulative);
+    }
+}
+
+/// Sums shard snapshots into the `shard="all"` figures.
+fn total(snapshots: &[ShardSnapshot]) -> ShardSnapshot {
+    let mut all = ShardSnapshot::default();
+    all.storage.sync_latency_buckets = vec![0; storage::SYNC_LATENCY_BOUNDS_US.len() + 1];
+    for s in snapshots {
+        for api in &s.apis {
+            match all.apis.iter_mut().find(|a| a.api_key == api.api_key) {
+                Some(sum) => {
+                    sum.requests += api.requests;
+                    sum.latency_us_total += api.latency_us_total;
+                    sum.bytes_in += api.bytes_in;
+                    sum.bytes_out += api.bytes_out;
+                    for (t, c) in sum.latency_buckets.iter_mut().zip(&api.latency_buckets) {
+                        *t += c;
+                    }
+                }
+                None => all.apis.push(api.clone()),
+            }
+        }
+        for (key, label, count) in &s.errors {
+            match all
+                .errors
+                .iter_mut()
+                .find(|(k, l, _)| k == key && l == label)
+            {
+                Some(sum) => sum.2 += count,
+                None => all.errors.push((*key, label.clone(), *count)),
+            }
+        }
+        all.hops += s.hops;
+        all.hops_in_flight += s.hops_in_flight;
+        all.connections += s.connections;
+        all.partitions += s.partitions;
+        all.leaders += s.leaders;
+        let (t, x) = (&mut all.storage, &s.storage);
+        t.log_size_bytes += x.log_size_bytes;
+        t.writes += x.writes;
+        t.bytes_written += x.bytes_written;
+        t.pending_bytes += x.pending_bytes;
+        t.syncs += x.syncs;
+        t.sync_latency_us_total += x.sync_latency_us_total;
+        for (total, count) in t
+            .sync_latency_buckets
+            .iter_mut()
+            .zip(&x.sync_latency_buckets)
+        {
+            *total += count;
+        }
+        t.reads_cached += x.reads_cached;
+        t.reads_disk += x.reads_disk;
+    }
+    all.apis.sort_by_key(|a| a.api_key);
+    all.errors.sort();
+    all
+}
+
+/// A per-shard figure: metric name, help text, and how to read it.
+type ShardFigure = (&'static str, &'static str, fn(&ShardSnapshot) -> u64);
+
+/// The `/metrics` page.
+pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String {
+    let mut e = Exposition { out: String::new() };
+    e.family(
+        "strom_build_info",
+        "gauge",
+        "Version of the running broker.",
+    );
+    e.sample(
+        "strom_build_info",
+        &[("version", env!("CARGO_PKG_VERSION"))],
+        1,
+    );
+    e.family(
+        "strom_uptime_seconds",
+        "gauge",
+        "Seconds since the broker process started.",
+    );
+    e.sample(
+        "strom_uptime_seconds",
+        &[],
+        state.started.elapsed().as_secs_f64(),
+    );
+    e.family(
+        "strom_ready",
+        "gauge",
+        "1 once every core has recovered its partitions and accepts clients.",
+    );
+    e.sample("strom_ready", &[], u8::from(state.is_ready()));
+    e.family("strom_cores", "gauge", "Executors (shards) configured.");
+    e.sample("strom_cores", &[], state.config.cores);
+    e.family(
+        "strom_scrape_shards_missing",
+        "gauge",
+        "Shards that did not answer this scrape in time.",
+    );
+    let missing = if state.ready.load(Ordering::Acquire) {
+        state.config.cores.saturating_sub(snapshots.len())
+    } else {
+        state.config.cores
+    };
+    e.sample("strom_scrape_shards_missing", &[], missing);
+    let image = state.metadata.image();
+    e.family("strom_topics", "gauge", "Topics in the metadata.");
+    e.sample("strom_topics", &[], image.topics.len());
+
+    let all = total(snapshots);
+    let mut rows: Vec<(String, &ShardSnapshot)> =
+        snapshots.iter().map(|s| (s.shard.to_string(), s)).collect();
+    rows.push(("all".to_string(), &all));
+
+    e.family(
+        "strom_requests_total",
+        "counter",
+        "Requests handled, by API.",
+    );
+    for (shard, s) in &rows {
+        for api in &s.apis {
+            let name = metrics::api_name(api.api_key);
+            e.sample(
+                "strom_requests_total",
+                &[("shard", shard), ("api", &name)],
+                api.requests,
+            );
+        }
+    }
+    e.family(
+        "strom_request_errors_total",
+        "counter",
+        "Kafka error codes in responses (per partition for Produce and Fetch), and requests that closed their connection (error=\"connection_closed\").",
+    );
+    for (shard, s) in &rows {
+        for (key, label, count) in &s.errors {
+            let name = metrics::api_name(*key);
+            e.sample(
+                "strom_request_errors_total",
+                &[("shard", shard), ("api", &name), ("error", label)],
+                count,
+            );
+        }
+    }
+    e.family(
+        "strom_request_latency_seconds",
+        "histogram",
+        "Time from a request's decoding to its response being ready, by API.",
+    );
+    for (shard, s) in &rows {
+        for api in &s.apis {
+            let name = metrics::api_name(api.api_key);
+            e.histogram(
+                "strom_request_latency_seconds",
+                &[("shard", shard), ("api", &name)],
+                &LATENCY_BOUNDS_US,
+                &api.latency_buckets,
+                api.latency_us_total,
+            );
+        }
+    }
+    let counters: [ShardFigure; 5] = [
+        (
+            "strom_request_bytes_total",
+            "Bytes of request frames received (after the length prefix).",
+            |s| s.apis.iter().map(|a| a.bytes_in).sum(),
+        ),
+        (
+            "strom_response_bytes_total",
+            "Bytes of responses sent (with their length prefix).",
+            |s| s.apis.iter().map(|a| a.bytes_out).sum(),
+        ),
+        (
+            "strom_cross_core_hops_total",
+            "Work sent to the core that owns a partition.",
+            |s| s.hops,
+        ),
+        (
+            "strom_log_writes_total",
+            "O_DIRECT writes submitted by the partition logs.",
+            |s| s.storage.writes,
+        ),
+        (
+            "strom_log_written_bytes_total",
+            "Bytes written by the partition logs (page-aligned, tails rewritten).",
+            |s| s.storage.bytes_written,
+        ),
+    ];
+    for (name, help, value) in counters {
+        e.family(name, "counter", help);
+        for (shard, s) in &rows {
+            e.sample(name, &[("shard", shard)], value(s));
+        }
+    }
+    e.family(
+        "strom_batch_cache_reads_total",
+        "counter",
+        "Log reads served from the batch cache (source=\"cache\") or the segment files (source=\"disk\").",
+    );
+    for (shard, s) in &rows {
+        e.sample(
+            "strom_batch_cache_reads_total",
+            &[("shard", shard), ("source", "cache")],
+            s.storage.reads_cached,
+        );
+        e.sample(
+            "strom_batch_cache_reads_total",
+            &[("shard", shard), ("source", "disk")],
+            s.storage.reads_disk,
+        );
+    }
+    e.family(
+        "strom_batch_cache_hit_ratio",
+        "gauge",
+        "Share of log reads served from the batch cache since start (NaN before any read).",
+    );
+    for (shard, s) in &rows {
+        let reads = s.storage.reads_cached + s.storage.reads_disk;
+        let ratio = if reads == 0 {
+            f64::NAN
+        } else {
+            s.storage.reads_cached as f64 / reads as f64
+        };
+        e.sample("strom_batch_cache_hit_ratio", &[("shard", shard)], ratio);
+    }
+    e.family(
+        "strom_fdatasync_latency_seconds",
+        "histogram",
+        "fdatasync calls of the partition logs and their latency.",
+    );
+    for (shard, s) in &rows {
+        e.histogram(
+            "strom_fdatasync_latency_seconds",
+            &[("shard", shard)],
+            &storage::SYNC_LATENCY_BOUNDS_US,
+            &s.storage.sync_latency_buckets,
+            s.storage.sync_latency_us_total,
+        );
+    }
+    let gauges: [ShardFigure; 7] = [
+        (
+            "strom_partitions",
+            "Partitions a shard owns.",
+            |s| s.partitions,
+        ),
+        (
+            "strom_partition_leaders",
+            "Partitions a shard leads.",
+            |s| s.leaders,
+        ),
+        (
+            "strom_connections",
+            "Open client connections.",
+            |s| s.connections,
+        ),
+        (
+            "strom_cross_core_hops_in_flight",
+            "Hops sent to other cores still waiting for a reply (the shard's cross-core queue depth).",
+            |s| s.hops_in_flight,
+        ),
+        (
+            "strom_log_pending_bytes",
+            "Appended bytes not yet written (bounded by strom.pending.bytes per log).",
+            |s| s.storage.pending_bytes,
+        ),
+        (
+            "strom_log_size_bytes",
+            "Bytes in the segments of the partition logs.",
+            |s| s.storage.log_size_bytes,
+        ),
+        (
+            "strom_fdatasync_total",
+            "fdatasync calls of the partition logs (a counter; also the histogram's _count).",
+            |s| s.storage.syncs,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        let kind = if name.ends_with("_total") {
+            "counter"
+        } else {
+            "gauge"
+        };
+        e.family(name, kind, help);
+        for (shard, s) in &rows {
+            e.sample(name, &[("shard", shard)], value(s));
+        }
+    }
+    e.out
+}
+
+/// The `/status` answer, read by `strom status`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Status {
+    pub version: String,
+    pub node_id: i32,
+    pub ready: bool,
+    pub uptime_ms: u64,
+    pub started_at_unix_ms: u64,
+    pub listen: String,
+    pub advertise: String,
+    pub data_dir: String,
+    pub cores: usize,
+    pub io_properties: Option<String>,
+    pub topics: Vec<TopicStatus>,
+    pub shards: Vec<ShardStatus>,
+    pub totals: ShardStatus,
+    pub disk: DiskStatus,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TopicStatus {
+    pub name: String,
+    pub partitions: usize,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ShardStatus {
+    /// The shard, or `None` for the totals.
+    pub shard: Option<usize>,
+    pub partitions: u64,
+    pub connections: u64,
+    pub requests: u64,
+    pub produce_requests: u64,
+    pub fetch_requests: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub log_size_bytes: u64,
+    pub log_written_bytes: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct DiskStatus {
+    /// Bytes in the partition logs.
+    pub log_bytes: u64,
+    /// The data directory's filesystem.
+    pub filesystem_bytes: u64,
+    pub filesystem_free_bytes: u64,
+}
+
+fn shard_status(shard: Option<usize>, s: &ShardSnapshot) -> ShardStatus {
+    let requests_of = |key: kafka_protocol::messages::ApiKey| {
+        s.apis
+            .iter()
+            .filter(|a| a.api_key == key as i16)
+            .map(|a| a.requests)
+            .sum()
+    };
+    ShardStatus {
+        shard,
+        partitions: s.partitions,
+        connections: s.connections,
+        requests: s.apis.iter().map(|a| a.requests).sum(),
+        produce_requests: requests_of(kafka_protocol::messages::ApiKey::Produce),
+        fetch_requests: requests_of(kafka_protocol::messages::ApiKey::Fetch),
+        bytes_in: s.apis.iter().map(|a| a.bytes_in).sum(),
+        bytes_out: s.apis.iter().map(|a| a.bytes_out).sum(),
+        log_size_bytes: s.storage.log_size_bytes,
+        log_written_bytes: s.storage.bytes_written,
+    }
+}
+
+fn filesystem(dir: &std::path::Path) -> (u64, u64) {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return (0, 0);
+    };
+    // SAFETY: statvfs writes into the zeroed struct; the path is a valid C string.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
+        return (0, 0);
+    }
+    let block = stat.f_frsize as u64;
+    (stat.f_blocks as u64 * block, stat.f_bavail as u64 * block)
+}
+
+fn status(state: &AdminState, snapshots: &[ShardSnapshot]) -> Status {
+    let config = &state.config;
+    let image = state.metadata.image();
+    let all = total(snapshots);
+    let (filesystem_bytes, filesystem_free_bytes) = filesystem(&config.data_dir);
+    Status {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        node_id: config.node_id,
+        ready: state.is_ready(),
+        uptime_ms: state.started.elapsed().as_millis() as u64,
+        started_at_unix_ms: state.started_unix_ms,
+        listen: config.listen.to_string(),
+        advertise: format!("{}:{}", config.advertise_host, config.advertise_port),
+        data_dir: config.data_dir.display().to_string(),
+        cores: config.cores,
+        io_properties: config
+            .io_properties
+            .as_ref()
+            .map(|a| a.path.display().to_string()),
+        topics: image
+            .topics
+            .values()
+            .map(|t| TopicStatus {
+                name: t.name.clone(),
+                partitions: t.partition_cores.len(),
+            })
+            .collect(),
+        shards: snapshots
+            .iter()
+            .map(|s| shard_status(Some(s.shard), s))
+            .collect(),
+        totals: shard_status(None, &all),
+        disk: DiskStatus {
+            log_bytes: all.storage.log_size_bytes,
+            filesystem_bytes,
+            filesystem_free_bytes,
+        },
+    }
+}

@@ -1,0 +1,486 @@
+//! The configuration reference, generated from the code: the broker
+//! settings `config::load` accepts, every topic key (storage's
+//! `LOG_CONFIG_KEYS` and the broker-applied ones) with its broker-level
+//! name and the default the broker runs with, and the consumer group
+//! settings. `strom config-reference` prints it; `docs/operations.md`
+//! holds a copy that a test keeps identical, and other tests check that
+//! every key the code accepts is described here and that the defaults
+//! written here are the code's.
+
+use crate::config::{self, Flags};
+
+/// How a default is given.
+pub enum Default {
+    /// A value `config::load` accepts and that leaves the defaults unchanged.
+    Value(&'static str),
+    /// Computed or special; described in words.
+    Described(&'static str),
+}
+
+/// A broker-level setting.
+pub struct Setting {
+    /// The key, then accepted aliases.
+    pub keys: &'static [&'static str],
+    /// The command line flag that sets it too, if any.
+    pub flag: Option<&'static str>,
+    pub default: Default,
+    pub meaning: &'static str,
+}
+
+pub const BROKER_SETTINGS: &[Setting] = &[
+    Setting {
+        keys: &["node.id", "broker.id"],
+        flag: Some("--node-id"),
+        default: Default::Value("0"),
+        meaning: "This broker's id.",
+    },
+    Setting {
+        keys: &["listen", "listeners"],
+        flag: Some("--listen"),
+        default: Default::Value(config::LISTEN_DEFAULT),
+        meaning: "Client listener `HOST:PORT` (`PLAINTEXT://` accepted); every core listens on it with SO_REUSEPORT.",
+    },
+    Setting {
+        keys: &["advertise", "advertised.listeners"],
+        flag: Some("--advertise"),
+        default: Default::Described("the listen address (127.0.0.1 when it is 0.0.0.0)"),
+        meaning: "Address given to clients in Metadata responses.",
+    },
+    Setting {
+        keys: &["admin.listen"],
+        flag: Some("--admin-listen"),
+        default: Default::Described("`127.0.0.1:9644` (if taken: a warning, no admin listener)"),
+        meaning: "Admin HTTP listener (`/metrics`, `/health`, `/ready`, `/status`), or `off`. Set explicitly, failing to bind it stops the start.",
+    },
+    Setting {
+        keys: &["data.dir", "log.dir", "log.dirs"],
+        flag: Some("--data-dir"),
+        default: Default::Value(config::DATA_DIR_DEFAULT),
+        meaning: "Data directory (one): partition logs, the metadata log, `io-properties.toml`.",
+    },
+    Setting {
+        keys: &["cores"],
+        flag: Some("--cores"),
+        default: Default::Described("every online CPU"),
+        meaning: "Executors, one per core, pinned to CPUs 0..N.",
+    },
+    Setting {
+        keys: &["auto.create.topics.enable"],
+        flag: None,
+        default: Default::Value("true"),
+        meaning: "Create a topic when a client produces to or asks metadata for one that does not exist.",
+    },
+    Setting {
+        keys: &["num.partitions"],
+        flag: None,
+        default: Default::Value("1"),
+        meaning: "Partitions of an auto-created topic.",
+    },
+    Setting {
+        keys: &["delete.topic.enable"],
+        flag: None,
+        default: Default::Value("true"),
+        meaning: "Whether DeleteTopics is allowed.",
+    },
+    Setting {
+        keys: &["default.replication.factor", "offsets.topic.replication.factor"],
+        flag: None,
+        default: Default::Value("1"),
+        meaning: "Must be 1 on a single node.",
+    },
+    Setting {
+        keys: &["socket.request.max.bytes"],
+        flag: None,
+        default: Default::Described("100 MiB + `message.max.bytes`"),
+        meaning: "Largest request frame, checked before it is read (other requests than Produce: 8 MiB).",
+    },
+    Setting {
+        keys: &["strom.io.memory.bytes"],
+        flag: None,
+        default: Default::Described("glommio's 10 MiB"),
+        meaning: "io_uring registered memory per executor; counts against RLIMIT_MEMLOCK without CAP_IPC_LOCK (keep it at least 1 MiB).",
+    },
+    Setting {
+        keys: &[crate::io_properties::PATH_KEY],
+        flag: None,
+        default: Default::Described("`<data dir>/io-properties.toml` when it exists"),
+        meaning: "The file from `strom-tune iotune` whose `[io]` table sets `strom.write.bytes` and `strom.writes.inflight` unless the config does.",
+    },
+    Setting {
+        keys: &["log.retention.check.interval.ms"],
+        flag: None,
+        default: Default::Value("300000"),
+        meaning: "How often each core applies retention to its partitions.",
+    },
+    Setting {
+        keys: &["log.retention.ms", "log.retention.minutes", "log.retention.hours"],
+        flag: None,
+        default: Default::Value("604800000"),
+        meaning: "Default `retention.ms` (the most precise unit given wins; negative keeps everything).",
+    },
+    Setting {
+        keys: &["log.roll.ms", "log.roll.hours"],
+        flag: None,
+        default: Default::Value("604800000"),
+        meaning: "Default `segment.ms` (the most precise unit given wins).",
+    },
+];
+
+/// A topic key, the broker-level key that sets its default, and what it is.
+pub struct TopicSetting {
+    pub topic_key: &'static str,
+    pub broker_key: &'static str,
+    pub meaning: &'static str,
+}
+
+pub const TOPIC_SETTINGS: &[TopicSetting] = &[
+    TopicSetting {
+        topic_key: "segment.bytes",
+        broker_key: "log.segment.bytes",
+        meaning: "Roll the active segment past this size.",
+    },
+    TopicSetting {
+        topic_key: "segment.ms",
+        broker_key: "log.roll.ms",
+        meaning: "Roll once the active segment's first record is this old (by record time).",
+    },
+    TopicSetting {
+        topic_key: "segment.index.bytes",
+        broker_key: "log.index.size.max.bytes",
+        meaning: "Roll when the offset index reaches this size.",
+    },
+    TopicSetting {
+        topic_key: "index.interval.bytes",
+        broker_key: "log.index.interval.bytes",
+        meaning: "Bytes between sparse index entries.",
+    },
+    TopicSetting {
+        topic_key: "retention.ms",
+        broker_key: "log.retention.ms",
+        meaning: "Delete whole segments whose newest record is older; -1 keeps all.",
+    },
+    TopicSetting {
+        topic_key: "retention.bytes",
+        broker_key: "log.retention.bytes",
+        meaning: "Delete the oldest segments while the log is larger; -1 keeps all.",
+    },
+    TopicSetting {
+        topic_key: "max.message.bytes",
+        broker_key: "message.max.bytes",
+        meaning: "Largest record batch accepted.",
+    },
+    TopicSetting {
+        topic_key: "flush.policy",
+        broker_key: "log.flush.policy",
+        meaning: "`always`: fdatasync before acknowledging acks=all (group commit); `interval`: by `flush.ms`/`flush.bytes`; `never`: on roll and close only.",
+    },
+    TopicSetting {
+        topic_key: "flush.ms",
+        broker_key: "log.flush.interval.ms",
+        meaning: "Sync when the oldest unsynced append is this old (0: every append).",
+    },
+    TopicSetting {
+        topic_key: "flush.messages",
+        broker_key: "log.flush.interval.messages",
+        meaning: "1 (or 0): sync every append; larger values keep the current policy.",
+    },
+    TopicSetting {
+        topic_key: "flush.bytes",
+        broker_key: "log.flush.interval.bytes",
+        meaning: "Sync when this many bytes are unsynced (0: every append).",
+    },
+    TopicSetting {
+        topic_key: "strom.cache.bytes",
+        broker_key: "strom.cache.bytes",
+        meaning: "Recent batches kept in memory per partition for tailing readers.",
+    },
+    TopicSetting {
+        topic_key: "strom.write.bytes",
+        broker_key: "strom.write.bytes",
+        meaning: "Largest single O_DIRECT write (a multiple of 4096); `io-properties.toml` may set the default.",
+    },
+    TopicSetting {
+        topic_key: "strom.writes.inflight",
+        broker_key: "strom.writes.inflight",
+        meaning: "O_DIRECT writes in flight at once per partition (1 to 64); `io-properties.toml` may set the default.",
+    },
+    TopicSetting {
+        topic_key: "strom.pending.bytes",
+        broker_key: "strom.pending.bytes",
+        meaning: "Appended but unwritten bytes per partition before appends wait (backpressure).",
+    },
+    TopicSetting {
+        topic_key: "strom.preallocate.bytes",
+        broker_key: "strom.preallocate.bytes",
+        meaning: "How far ahead of the writer segment files are grown with fallocate.",
+    },
+    TopicSetting {
+        topic_key: "cleanup.policy",
+        broker_key: "log.cleanup.policy",
+        meaning: "`delete` (compaction is not supported yet).",
+    },
+    TopicSetting {
+        topic_key: "compression.type",
+        broker_key: "compression.type",
+        meaning: "`producer`: batches are stored as the producer compressed them.",
+    },
+    TopicSetting {
+        topic_key: "message.timestamp.type",
+        broker_key: "log.message.timestamp.type",
+        meaning: "`CreateTime` or `LogAppendTime`.",
+    },
+    TopicSetting {
+        topic_key: "min.insync.replicas",
+        broker_key: "min.insync.replicas",
+        meaning: "1 on a single node.",
+    },
+];
+
+/// A consumer group setting (`crate::group::GROUP_CONFIG_KEYS`).
+pub struct GroupSetting {
+    pub key: &'static str,
+    pub default: &'static str,
+    pub meaning: &'static str,
+}
+
+pub const GROUP_SETTINGS: &[GroupSetting] = &[
+    GroupSetting {
+        key: "group.initial.rebalance.delay.ms",
+        default: "3000",
+        meaning: "How long the first rebalance of an empty group waits for more members.",
+    },
+    GroupSetting {
+        key: "group.max.size",
+        default: "1000",
+        meaning: "Most members in one group.",
+    },
+    GroupSetting {
+        key: "group.min.session.timeout.ms",
+        default: "6000",
+        meaning: "Shortest session timeout a member may ask for.",
+    },
+    GroupSetting {
+        key: "group.max.session.timeout.ms",
+        default: "1800000",
+        meaning: "Longest session timeout a member may ask for.",
+    },
+    GroupSetting {
+        key: "offsets.topic.num.partitions",
+        default: "50",
+        meaning:
+            "Partitions of `__consumer_offsets` (groups are spread over them, and so over cores).",
+    },
+    GroupSetting {
+        key: "offsets.retention.minutes",
+        default: "10080",
+        meaning: "How long committed offsets of an empty group are kept.",
+    },
+];
+
+fn cell(text: &str) -> String {
+    text.replace('|', "\\|")
+}
+
+/// The reference as Markdown (the generated part of docs/operations.md).
+pub fn render() -> String {
+    let defaults = config::load(&Flags::default())
+        .expect("the embedded defaults are a valid configuration")
+        .topic_defaults;
+    let mut out = String::new();
+    out.push_str("### Broker settings\n\n");
+    out.push_str("| key | flag | default | meaning |\n|---|---|---|---|\n");
+    for setting in BROKER_SETTINGS {
+        let keys: Vec<String> = setting.keys.iter().map(|k| format!("`{k}`")).collect();
+        let default = match setting.default {
+            Default::Value(value) => format!("`{value}`"),
+            Default::Described(text) => text.to_string(),
+        };
+        out.push_str(&format!(
+            "| {} | {} | {} | {} |\n",
+            keys.join(", "),
+            setting.flag.map_or(String::new(), |f| format!("`{f}`")),
+            cell(&default),
+            cell(setting.meaning)
+        ));
+    }
+    out.push_str("\n### Topic settings\n\n");
+    out.push_str(
+        "Per topic (CreateTopics, AlterConfigs, IncrementalAlterConfigs) by the topic key; \
+         the broker key sets the default for every topic.\n\n",
+    );
+    out.push_str("| topic key | broker key | default | meaning |\n|---|---|---|---|\n");
+    for setting in TOPIC_SETTINGS {
+        let default = defaults.get(setting.topic_key).unwrap_or_default();
+        out.push_str(&format!(
+            "| `{}` | `{}` | `{}` | {} |\n",
+            setting.topic_key,
+            setting.broker_key,
+            default,
+            cell(setting.meaning)
+        ));
+    }
+    out.push_str("\n### Consumer groups\n\n");
+    out.push_str("| key | default | meaning |\n|---|---|---|\n");
+    for setting in GROUP_SETTINGS {
+        out.push_str(&format!(
+            "| `{}` | `{}` | {} |\n",
+            setting.key,
+            setting.default,
+            cell(setting.meaning)
+        ));
+    }
+    out
+}
+
+/// Every key a reader of the reference may set at broker level.
+pub fn documented_broker_keys() -> Vec<&'static str> {
+    let mut keys: Vec<&'static str> = BROKER_SETTINGS
+        .iter()
+        .flat_map(|s| s.keys.iter().copied())
+        .collect();
+    keys.extend(TOPIC_SETTINGS.iter().map(|s| s.broker_key));
+    keys.extend(GROUP_SETTINGS.iter().map(|s| s.key));
+    keys
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(settings: &[(&str, &str)]) -> Result<config::BrokerConfig, config::ConfigError> {
+        config::load(&Flags {
+            settings: settings
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Flags::default()
+        })
+    }
+
+    #[test]
+    fn every_topic_key_is_documented_once_with_its_broker_name() {
+        let mut documented: Vec<&str> = TOPIC_SETTINGS.iter().map(|s| s.topic_key).collect();
+        let mut code: Vec<&str> = crate::topic_config::topic_keys().collect();
+        documented.sort_unstable();
+        code.sort_unstable();
+        assert_eq!(documented, code, "TOPIC_SETTINGS must list every topic key");
+        for setting in TOPIC_SETTINGS {
+            let mapped = crate::topic_config::topic_key_for_broker_key(setting.broker_key);
+            // Time keys in several units are handled by config.rs itself.
+            let special = matches!(setting.broker_key, "log.roll.ms" | "log.retention.ms");
+            assert!(
+                mapped == Some(setting.topic_key) || special,
+                "{} does not set {}",
+                setting.broker_key,
+                setting.topic_key
+            );
+            load(&[(
+                setting.broker_key,
+                &crate::topic_config::TopicDefaults::new()
+                    .get(setting.topic_key)
+                    .unwrap(),
+            )])
+            .unwrap_or_else(|e| panic!("{}: {e}", setting.broker_key));
+        }
+    }
+
+    #[test]
+    fn documented_broker_defaults_are_the_code_defaults() {
+        let defaults = format!("{:?}", load(&[]).unwrap());
+        for setting in BROKER_SETTINGS {
+            // Aliases may be in other units (log.retention.hours): the
+            // default is written for the first key.
+            let key = setting.keys[0];
+            if let Default::Value(value) = setting.default {
+                let config = load(&[(key, value)]).unwrap_or_else(|e| panic!("{key}: {e}"));
+                assert_eq!(
+                    format!("{config:?}"),
+                    defaults,
+                    "{key}={value} is not the default"
+                );
+            }
+            for alias in setting.keys {
+                assert!(
+                    !matches!(
+                        load(&[(alias, "")]),
+                        Err(config::ConfigError::UnknownKey { .. })
+                    ),
+                    "{alias} is documented but unknown"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn documented_group_defaults_are_the_code_defaults() {
+        let mut keys: Vec<&str> = GROUP_SETTINGS.iter().map(|s| s.key).collect();
+        let mut code = crate::group::GROUP_CONFIG_KEYS.to_vec();
+        keys.sort_unstable();
+        code.sort_unstable();
+        assert_eq!(keys, code, "GROUP_SETTINGS must list every group key");
+        for setting in GROUP_SETTINGS {
+            let mut config = crate::group::GroupConfig::default();
+            config.set(setting.key, setting.default).unwrap();
+            assert_eq!(
+                config,
+                crate::group::GroupConfig::default(),
+                "{}={} is not the default",
+                setting.key,
+                setting.default
+            );
+        }
+    }
+
+    /// The keys named in `Builder::apply`'s match arms, read from the
+    /// source, so a key added there without documentation fails here.
+    #[test]
+    fn every_key_config_rs_accepts_is_documented() {
+        let source = include_str!("config.rs");
+        let start = source.find("fn apply(").expect("Builder::apply");
+        let end = source[start..]
+            .find("\n    fn ")
+            .map_or(source.len(), |e| start + e);
+        let body = &source[start..end];
+        let documented = documented_broker_keys();
+        let mut found = 0;
+        for (i, _) in body.match_indices('"') {
+            // A string literal followed by `=>` or `|` is a match arm key.
+            let Some(close) = body[i + 1..].find('"') else {
+                break;
+            };
+            let literal = &body[i + 1..i + 1 + close];
+            let after = body[i + 2 + close..].trim_start();
+            let is_key = !literal.is_empty()
+                && literal
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '_')
+                && (after.starts_with("=>") || after.starts_with('|'));
+            if is_key {
+                found += 1;
+                assert!(
+                    documented.contains(&literal),
+                    "config.rs accepts `{literal}` but config_reference.rs does not document it"
+                );
+            }
+        }
+        assert!(
+            found >= 20,
+            "the scan found only {found} keys: has config.rs changed shape?"
+        );
+    }
+
+    #[test]
+    fn the_operations_doc_holds_the_generated_reference() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/operations.md");
+        let doc = std::fs::read_to_string(path).expect("docs/operations.md");
+        let begin = "<!-- BEGIN config-reference: generated by `strom config-reference` -->\n";
+        let end = "<!-- END config-reference -->";
+        let from = doc.find(begin).expect("begin marker") + begin.len();
+        let to = doc.find(end).expect("end marker");
+        assert!(
+            doc[from..to] == render(),
+            "docs/operations.md differs from the code: regenerate it with\n  \
+             cargo run --bin strom -- config-reference\nand paste it between the markers"
+        );
+    }
+}

@@ -1,0 +1,293 @@
+//! Per-core metrics (the broker's `_probe`). Every executor thread keeps
+//! its own counters in thread-local `Cell`s: recording is a few plain adds,
+//! no atomics, no locks, nothing shared between cores. The admin thread
+//! asks each core for a [`ShardSnapshot`] over a flume channel when it is
+//! scraped; the core answers from its counters plus what it owns
+//! (partitions, their `storage::LogStats`, connections, hops in flight).
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::rc::Rc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::server::ConnectionError;
+use crate::shard::Shard;
+
+/// Upper bounds (inclusive, microseconds) of the request latency buckets;
+/// the last bucket counts everything slower.
+pub const LATENCY_BOUNDS_US: [u64; 14] = [
+    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000, 5_000_000,
+];
+const LATENCY_BUCKETS: usize = LATENCY_BOUNDS_US.len() + 1;
+
+/// Api keys are below this (Kafka's highest is in the 70s); larger keys
+/// are counted under the last slot.
+const API_KEY_SLOTS: usize = 128;
+
+/// The error label of a request that closed its connection.
+pub const CONNECTION_CLOSED: &str = "connection_closed";
+
+#[derive(Default)]
+struct ApiCounters {
+    requests: Cell<u64>,
+    latency_us_total: Cell<u64>,
+    latency_buckets: [Cell<u64>; LATENCY_BUCKETS],
+    bytes_in: Cell<u64>,
+    bytes_out: Cell<u64>,
+}
+
+struct Probe {
+    apis: Vec<ApiCounters>,
+    /// (api key, error label) -> count. Errors are the rare path.
+    errors: RefCell<BTreeMap<(i16, String), u64>>,
+    hops: Cell<u64>,
+}
+
+impl Probe {
+    fn new() -> Self {
+        Self {
+            apis: (0..API_KEY_SLOTS).map(|_| ApiCounters::default()).collect(),
+            errors: RefCell::new(BTreeMap::new()),
+            hops: Cell::new(0),
+        }
+    }
+}
+
+thread_local! {
+    static PROBE: Probe = Probe::new();
+}
+
+fn bump(cell: &Cell<u64>, by: u64) {
+    cell.set(cell.get().wrapping_add(by));
+}
+
+fn slot(api_key: i16) -> usize {
+    (api_key.max(0) as usize).min(API_KEY_SLOTS - 1)
+}
+
+/// Counts one hop of work to another core.
+pub fn record_hop() {
+    PROBE.with(|p| bump(&p.hops, 1));
+}
+
+/// Counts a Kafka error code in a response (0 is not an error).
+pub fn record_error_code(api_key: i16, error_code: i16) {
+    if error_code == 0 {
+        return;
+    }
+    record_error(api_key, error_name(error_code));
+}
+
+fn record_error(api_key: i16, label: String) {
+    PROBE.with(|p| *p.errors.borrow_mut().entry((api_key, label)).or_default() += 1);
+}
+
+/// Kafka's name of an error code (`UnknownTopicOrPartition`), else the number.
+pub fn error_name(error_code: i16) -> String {
+    match kafka_protocol::error::ResponseError::try_from_code(error_code) {
+        Some(error) => format!("{error:?}"),
+        None => format!("error_{error_code}"),
+    }
+}
+
+/// Kafka's name of an api key, else the number.
+pub fn api_name(api_key: i16) -> String {
+    match kafka_protocol::messages::ApiKey::try_from(api_key) {
+        Ok(key) => format!("{key:?}"),
+        Err(_) => format!("api_{api_key}"),
+    }
+}
+
+/// A request about to be handled: its api key and size, and when it started.
+pub struct RequestStart {
+    api_key: i16,
+    frame_bytes: usize,
+    started: Instant,
+}
+
+impl RequestStart {
+    /// Reads the api key from the frame (its first two bytes).
+    pub fn of(frame: &Bytes) -> Self {
+        let api_key = match frame.get(..2) {
+            Some(b) => i16::from_be_bytes([b[0], b[1]]),
+            None => -1,
+        };
+        Self {
+            api_key,
+            frame_bytes: frame.len(),
+            started: Instant::now(),
+        }
+    }
+
+    /// Runs the handler and counts the request, its latency and its bytes.
+    pub async fn observe<F>(self, handler: F) -> Result<Option<Bytes>, ConnectionError>
+    where
+        F: Future<Output = Result<Option<Bytes>, ConnectionError>>,
+    {
+        let outcome = handler.await;
+        let latency_us = self.started.elapsed().as_micros() as u64;
+        let bytes_out = match &outcome {
+            Ok(Some(response)) => response.len() as u64,
+            _ => 0,
+        };
+        PROBE.with(|p| {
+            let api = &p.apis[slot(self.api_key)];
+            bump(&api.requests, 1);
+            bump(&api.latency_us_total, latency_us);
+            let bucket = LATENCY_BOUNDS_US.partition_point(|bound| *bound < latency_us);
+            bump(&api.latency_buckets[bucket], 1);
+            bump(&api.bytes_in, self.frame_bytes as u64);
+            bump(&api.bytes_out, bytes_out);
+        });
+        if outcome.is_err() {
+            record_error(self.api_key, CONNECTION_CLOSED.to_string());
+        }
+        outcome
+    }
+}
+
+/// One API's figures on one shard.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiSnapshot {
+    pub api_key: i16,
+    pub requests: u64,
+    pub latency_us_total: u64,
+    /// Count per bucket of [`LATENCY_BOUNDS_US`], then slower (not cumulative).
+    pub latency_buckets: Vec<u64>,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+}
+
+/// Storage figures summed over a shard's partitions.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StorageSnapshot {
+    pub log_size_bytes: u64,
+    pub writes: u64,
+    pub bytes_written: u64,
+    pub pending_bytes: u64,
+    pub syncs: u64,
+    pub sync_latency_us_total: u64,
+    /// Count per bucket of `storage::SYNC_LATENCY_BOUNDS_US`, then slower.
+    pub sync_latency_buckets: Vec<u64>,
+    pub reads_cached: u64,
+    pub reads_disk: u64,
+}
+
+/// Everything one core reports when scraped.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardSnapshot {
+    pub shard: usize,
+    pub apis: Vec<ApiSnapshot>,
+    /// (api key, error label, count).
+    pub errors: Vec<(i16, String, u64)>,
+    pub hops: u64,
+    pub hops_in_flight: u64,
+    pub connections: u64,
+    pub partitions: u64,
+    /// Partitions this shard leads (every one it owns on a single node).
+    pub leaders: u64,
+    pub storage: StorageSnapshot,
+}
+
+/// This core's snapshot; runs on the core.
+pub fn snapshot(shard: &Shard) -> ShardSnapshot {
+    let (apis, errors, hops) = PROBE.with(|p| {
+        let apis = p
+            .apis
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.requests.get() > 0)
+            .map(|(key, a)| ApiSnapshot {
+                api_key: key as i16,
+                requests: a.requests.get(),
+                latency_us_total: a.latency_us_total.get(),
+                latency_buckets: a.latency_buckets.iter().map(Cell::get).collect(),
+                bytes_in: a.bytes_in.get(),
+                bytes_out: a.bytes_out.get(),
+            })
+            .collect();
+        let errors = p
+            .errors
+            .borrow()
+            .iter()
+            .map(|((key, label), count)| (*key, label.clone(), *count))
+            .collect();
+        (apis, errors, p.hops.get())
+    });
+    let mut storage = StorageSnapshot {
+        sync_latency_buckets: vec![0; storage::SYNC_LATENCY_BOUNDS_US.len() + 1],
+        ..StorageSnapshot::default()
+    };
+    let mut partitions = 0u64;
+    for by_index in shard.partitions.borrow().values() {
+        for partition in by_index.values() {
+            partitions += 1;
+            let log = partition.log();
+            let stats = log.stats();
+            storage.log_size_bytes += log.size_bytes();
+            storage.writes += stats.writes;
+            storage.bytes_written += stats.bytes_written;
+            storage.pending_bytes += stats.pending_bytes as u64;
+            storage.syncs += stats.syncs;
+            storage.sync_latency_us_total += stats.sync_latency_us_total;
+            for (total, count) in storage
+                .sync_latency_buckets
+                .iter_mut()
+                .zip(stats.sync_latency_buckets)
+            {
+                *total += count;
+            }
+            storage.reads_cached += stats.reads_cached;
+            storage.reads_disk += stats.reads_disk;
+        }
+    }
+    ShardSnapshot {
+        shard: shard.id,
+        apis,
+        errors,
+        hops,
+        hops_in_flight: shard.hops_in_flight() as u64,
+        connections: shard.connections.count() as u64,
+        partitions,
+        leaders: partitions,
+        storage,
+    }
+}
+
+/// A scrape request from the admin thread to one core.
+pub struct ScrapeRequest {
+    pub reply: flume::Sender<ShardSnapshot>,
+}
+
+/// Answers scrape requests on this core until the admin side goes away.
+pub async fn serve_scrapes(shard: Rc<Shard>, requests: flume::Receiver<ScrapeRequest>) {
+    while let Ok(request) = requests.recv_async().await {
+        let _ = request.reply.try_send(snapshot(&shard));
+    }
+}
+
+/// Counts the partition error codes of a produce response.
+pub fn record_produce_errors(response: &kafka_protocol::messages::ProduceResponse) {
+    let key = kafka_protocol::messages::ApiKey::Produce as i16;
+    for topic in &response.responses {
+        for partition in &topic.partition_responses {
+            record_error_code(key, partition.error_code);
+        }
+    }
+}
+
+/// Counts the error codes (top level and per partition) of a fetch response.
+pub fn record_fetch_errors(response: &kafka_protocol::messages::FetchResponse) {
+    let key = kafka_protocol::messages::ApiKey::Fetch as i16;
+    record_error_code(key, response.error_code);
+    for topic in &response.responses {
+        for partition in &topic.partitions {
+            record_error_code(key, partition.error_code);
+        }
+    }
+}
