@@ -6,6 +6,17 @@ use std::future::poll_fn;
 use std::rc::Rc;
 use std::task::{Poll, Waker};
 
+/// Adds `waker` unless the same task is already registered. A waiter that
+/// is polled again and again (a connection races every read against the
+/// stop notification) must not add a waker each time: the list would grow
+/// without bound and glommio aborts once a task's waker count overflows.
+fn register(waiters: &RefCell<Vec<Waker>>, waker: &Waker) {
+    let mut waiters = waiters.borrow_mut();
+    if !waiters.iter().any(|w| w.will_wake(waker)) {
+        waiters.push(waker.clone());
+    }
+}
+
 /// A flag that, once raised, stays raised and wakes every waiter.
 #[derive(Default)]
 pub struct Notify {
@@ -30,7 +41,7 @@ impl Notify {
             if self.raised.get() {
                 Poll::Ready(())
             } else {
-                self.waiters.borrow_mut().push(cx.waker().clone());
+                register(&self.waiters, cx.waker());
                 Poll::Pending
             }
         })
@@ -65,7 +76,7 @@ impl Gate {
             if self.count.get() == 0 {
                 Poll::Ready(())
             } else {
-                self.empty.borrow_mut().push(cx.waker().clone());
+                register(&self.empty, cx.waker());
                 Poll::Pending
             }
         })
@@ -133,4 +144,35 @@ pub async fn select_first<T>(
         Poll::Pending
     })
     .await
+}
+
+#[cfg(test)]
+mod wake_tests {
+    use super::*;
+    use std::future::Future;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::{Context, Wake};
+
+    struct Count(AtomicUsize);
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn repeated_polls_register_one_waker() {
+        let notify = Notify::default();
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        for _ in 0..100_000 {
+            let mut wait = std::pin::pin!(notify.wait());
+            assert!(wait.as_mut().poll(&mut cx).is_pending());
+        }
+        assert_eq!(notify.waiters.borrow().len(), 1);
+        notify.raise();
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+    }
 }
