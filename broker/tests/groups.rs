@@ -1,0 +1,458 @@
+//! Consumer groups against a real strom process: confluent-kafka,
+//! kafka-python and kcat group consumers (scripts in
+//! `tests/clients/groups_check.py`), and raw requests for Kafka's error
+//! codes on bad input.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use common::{run, run_python, Broker};
+use protocol::kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+use protocol::kafka_protocol::messages::leave_group_request::MemberIdentity;
+use protocol::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use protocol::kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use protocol::kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
+use protocol::kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+use protocol::kafka_protocol::messages::{
+    ApiKey, DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest,
+    DescribeGroupsResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
+    HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
+    LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, MetadataRequest, MetadataResponse,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
+    RequestHeader, ResponseHeader, SyncGroupRequest, SyncGroupResponse, TopicName,
+};
+use protocol::kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+
+const SCRIPT_DEADLINE: Duration = Duration::from_secs(180);
+const IO_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Short rebalances: no initial delay; tests use 6 s sessions.
+const BROKER_ARGS: &[&str] = &["--set", "group.initial.rebalance.delay.ms=0"];
+
+fn groups(broker: &Broker, args: &[&str]) -> String {
+    let mut all = vec![broker.bootstrap()];
+    all.extend(args.iter().map(|s| s.to_string()));
+    let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+    run_python("groups_check.py", &refs, SCRIPT_DEADLINE)
+}
+
+#[test]
+fn confluent_three_members_split_six_partitions_and_consume_every_message_once() {
+    let broker = Broker::start(BROKER_ARGS);
+    let out = groups(&broker, &["balance"]);
+    assert!(out.contains("balance: ok"), "{out}");
+}
+
+#[test]
+fn confluent_cooperative_sticky_assignor() {
+    let broker = Broker::start(BROKER_ARGS);
+    let out = groups(&broker, &["cooperative"]);
+    assert!(out.contains("cooperative: ok"), "{out}");
+}
+
+#[test]
+fn confluent_member_killed_without_leaving_loses_its_partitions_after_the_session_timeout() {
+    let broker = Broker::start(BROKER_ARGS);
+    let out = groups(&broker, &["kill"]);
+    assert!(out.contains("kill: ok"), "{out}");
+}
+
+#[test]
+fn confluent_static_member_restarted_within_the_session_timeout_causes_no_rebalance() {
+    let broker = Broker::start(BROKER_ARGS);
+    let out = groups(&broker, &["static"]);
+    assert!(out.contains("static: ok"), "{out}");
+}
+
+#[test]
+fn committed_offsets_survive_a_broker_restart() {
+    let mut broker = Broker::start(BROKER_ARGS);
+    let out = groups(&broker, &["restart-write"]);
+    assert!(out.contains("restart-write: ok"), "{out}");
+    broker.restart();
+    let out = groups(&broker, &["restart-read"]);
+    assert!(out.contains("restart-read: ok"), "{out}");
+    assert!(
+        broker.log().contains("loaded __consumer_offsets partition"),
+        "{}",
+        broker.log()
+    );
+}
+
+#[test]
+fn kafka_python_group_consumers_split_partitions_and_commit() {
+    let broker = Broker::start(BROKER_ARGS);
+    let out = groups(&broker, &["kafka-python"]);
+    assert!(out.contains("kafka-python: ok"), "{out}");
+}
+
+#[test]
+fn kcat_balanced_consumer_reads_everything_and_commits() {
+    let broker = Broker::start(BROKER_ARGS);
+    groups(&broker, &["produce", "kcat-topic", "4", "25"]);
+    let output = run(
+        Command::new("kcat")
+            .args(["-b", &broker.bootstrap(), "-G", "kcat-group"])
+            .args(["-X", "auto.offset.reset=earliest", "-c", "100"])
+            .args(["-f", "%p %o %k %s\n", "kcat-topic"]),
+        None,
+        SCRIPT_DEADLINE,
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "kcat: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut seen = std::collections::BTreeSet::new();
+    for line in stdout.lines() {
+        let fields: Vec<&str> = line.splitn(4, ' ').collect();
+        let (partition, offset): (i32, i64) =
+            (fields[0].parse().unwrap(), fields[1].parse().unwrap());
+        assert_eq!(fields[2], format!("{partition}-{offset}"), "{line}");
+        // groups_check.py's value_of(partition, index).
+        let value = format!("value-{partition}-{offset}-").repeat(1 + offset as usize % 7);
+        assert_eq!(fields[3], value, "{line}");
+        assert!(seen.insert((partition, offset)), "{line} twice");
+    }
+    assert_eq!(seen.len(), 100, "{stdout}");
+    // kcat commits what it consumed when it closes.
+    groups(
+        &broker,
+        &["committed", "kcat-group", "kcat-topic", "4", "25"],
+    );
+}
+
+struct Connection {
+    stream: TcpStream,
+    correlation_id: i32,
+}
+
+impl Connection {
+    fn open(broker: &Broker) -> Self {
+        let stream = TcpStream::connect(broker.address()).unwrap();
+        stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        stream.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
+        Self {
+            stream,
+            correlation_id: 0,
+        }
+    }
+
+    fn call<Req: Encodable, Resp: Decodable + HeaderVersion>(
+        &mut self,
+        api_key: ApiKey,
+        version: i16,
+        body: &Req,
+    ) -> Resp {
+        self.correlation_id += 1;
+        let header = RequestHeader::default()
+            .with_request_api_key(api_key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(self.correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str("groups-test")));
+        let mut payload = BytesMut::new();
+        header
+            .encode(&mut payload, api_key.request_header_version(version))
+            .unwrap();
+        body.encode(&mut payload, version).unwrap();
+        let mut frame = (payload.len() as i32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&payload);
+        self.stream.write_all(&frame).unwrap();
+        let mut length = [0u8; 4];
+        self.stream.read_exact(&mut length).expect("a response");
+        let mut body = vec![0u8; i32::from_be_bytes(length) as usize];
+        self.stream.read_exact(&mut body).unwrap();
+        let mut body = Bytes::from(body);
+        let header = ResponseHeader::decode(&mut body, Resp::header_version(version)).unwrap();
+        assert_eq!(header.correlation_id, self.correlation_id);
+        Resp::decode(&mut body, version).unwrap()
+    }
+}
+
+fn text(value: &str) -> StrBytes {
+    StrBytes::from_string(value.to_string())
+}
+
+fn join_request(group: &str, member_id: &str, metadata: Bytes) -> JoinGroupRequest {
+    JoinGroupRequest::default()
+        .with_group_id(GroupId(text(group)))
+        .with_session_timeout_ms(6_000)
+        .with_rebalance_timeout_ms(10_000)
+        .with_member_id(text(member_id))
+        .with_protocol_type(text("consumer"))
+        .with_protocols(vec![JoinGroupRequestProtocol::default()
+            .with_name(text("range"))
+            .with_metadata(metadata)])
+}
+
+fn join(conn: &mut Connection, group: &str, member_id: &str) -> JoinGroupResponse {
+    conn.call(
+        ApiKey::JoinGroup,
+        7,
+        &join_request(group, member_id, Bytes::from_static(b"meta")),
+    )
+}
+
+fn heartbeat(conn: &mut Connection, group: &str, generation: i32, member: &str) -> i16 {
+    let response: HeartbeatResponse = conn.call(
+        ApiKey::Heartbeat,
+        4,
+        &HeartbeatRequest::default()
+            .with_group_id(GroupId(text(group)))
+            .with_generation_id(generation)
+            .with_member_id(text(member)),
+    );
+    response.error_code
+}
+
+fn sync(
+    conn: &mut Connection,
+    generation: i32,
+    member: &str,
+    assignment: Bytes,
+) -> SyncGroupResponse {
+    conn.call(
+        ApiKey::SyncGroup,
+        5,
+        &SyncGroupRequest::default()
+            .with_group_id(GroupId(text("bad")))
+            .with_generation_id(generation)
+            .with_member_id(text(member))
+            .with_protocol_type(Some(text("consumer")))
+            .with_protocol_name(Some(text("range")))
+            .with_assignments(vec![SyncGroupRequestAssignment::default()
+                .with_member_id(text(member))
+                .with_assignment(assignment)]),
+    )
+}
+
+fn commit(
+    conn: &mut Connection,
+    generation: i32,
+    member: &str,
+    topic: &str,
+    metadata: &str,
+) -> i16 {
+    let response: OffsetCommitResponse = conn.call(
+        ApiKey::OffsetCommit,
+        8,
+        &OffsetCommitRequest::default()
+            .with_group_id(GroupId(text("bad")))
+            .with_generation_id_or_member_epoch(generation)
+            .with_member_id(text(member))
+            .with_topics(vec![OffsetCommitRequestTopic::default()
+                .with_name(TopicName(text(topic)))
+                .with_partitions(vec![OffsetCommitRequestPartition::default()
+                    .with_partition_index(0)
+                    .with_committed_offset(7)
+                    .with_committed_leader_epoch(-1)
+                    .with_committed_metadata(Some(text(metadata)))])]),
+    );
+    response.topics[0].partitions[0].error_code
+}
+
+#[test]
+fn bad_group_input_gets_kafkas_error_codes_and_limits_hold() {
+    let broker = Broker::start(&[
+        "--set",
+        "group.initial.rebalance.delay.ms=0",
+        "--set",
+        "group.max.size=3",
+    ]);
+    let mut conn = Connection::open(&broker);
+
+    // Batched FindCoordinator names this node for every key.
+    let found: FindCoordinatorResponse = conn.call(
+        ApiKey::FindCoordinator,
+        4,
+        &FindCoordinatorRequest::default().with_coordinator_keys(vec![text("a"), text("bad")]),
+    );
+    assert_eq!(found.coordinators.len(), 2);
+    for c in &found.coordinators {
+        assert_eq!(
+            (c.error_code, c.node_id.0, c.port),
+            (0, 0, broker.port as i32),
+            "{c:?}"
+        );
+    }
+    let refused: FindCoordinatorResponse = conn.call(
+        ApiKey::FindCoordinator,
+        3,
+        &FindCoordinatorRequest::default()
+            .with_key(text("a"))
+            .with_key_type(7),
+    );
+    assert_eq!(
+        refused.error_code, 42,
+        "INVALID_REQUEST for an unknown key type"
+    );
+
+    // A topic to commit to.
+    let _: MetadataResponse = conn.call(
+        ApiKey::Metadata,
+        9,
+        &MetadataRequest::default()
+            .with_topics(Some(vec![
+                MetadataRequestTopic::default().with_name(Some(TopicName(text("commits"))))
+            ]))
+            .with_allow_auto_topic_creation(true),
+    );
+
+    assert_eq!(join(&mut conn, "", "").error_code, 24, "INVALID_GROUP_ID");
+    let first = join(&mut conn, "bad", "");
+    assert_eq!(first.error_code, 79, "MEMBER_ID_REQUIRED");
+    let member = first.member_id.to_string();
+    assert!(member.starts_with("groups-test-"), "{member}");
+    let joined = join(&mut conn, "bad", &member);
+    assert_eq!((joined.error_code, joined.generation_id), (0, 1));
+    assert_eq!(joined.leader.to_string(), member);
+    assert_eq!(
+        joined.protocol_name.as_ref().map(|p| p.to_string()),
+        Some("range".into())
+    );
+    assert_eq!(joined.members.len(), 1);
+    assert_eq!(
+        join(&mut conn, "bad", "ghost").error_code,
+        25,
+        "UNKNOWN_MEMBER_ID"
+    );
+
+    let assignment = Bytes::from_static(b"\x00\x01assignment");
+    assert_eq!(
+        sync(&mut conn, 9, &member, assignment.clone()).error_code,
+        22,
+        "ILLEGAL_GENERATION"
+    );
+    assert_eq!(
+        sync(&mut conn, 1, "ghost", assignment.clone()).error_code,
+        25
+    );
+    let synced = sync(&mut conn, 1, &member, assignment.clone());
+    assert_eq!((synced.error_code, synced.assignment), (0, assignment));
+
+    assert_eq!(heartbeat(&mut conn, "bad", 1, "ghost"), 25);
+    assert_eq!(heartbeat(&mut conn, "bad", 2, &member), 22);
+    assert_eq!(heartbeat(&mut conn, "bad", 1, &member), 0);
+    assert_eq!(heartbeat(&mut conn, "", 1, &member), 24);
+
+    assert_eq!(commit(&mut conn, 1, "ghost", "commits", ""), 25);
+    assert_eq!(commit(&mut conn, 0, &member, "commits", ""), 22);
+    assert_eq!(commit(&mut conn, 1, &member, "no-such-topic", ""), 3);
+    assert_eq!(
+        commit(&mut conn, 1, &member, "commits", &"m".repeat(4097)),
+        12,
+        "OFFSET_METADATA_TOO_LARGE"
+    );
+    assert_eq!(commit(&mut conn, 1, &member, "commits", "kept"), 0);
+    let fetched: OffsetFetchResponse = conn.call(
+        ApiKey::OffsetFetch,
+        8,
+        &OffsetFetchRequest::default().with_groups(vec![
+            OffsetFetchRequestGroup::default()
+                .with_group_id(GroupId(text("bad")))
+                .with_topics(None),
+            OffsetFetchRequestGroup::default()
+                .with_group_id(GroupId(text("never")))
+                .with_topics(None),
+        ]),
+    );
+    let bad = &fetched.groups[0];
+    assert_eq!(bad.topics.len(), 1);
+    let p = &bad.topics[0].partitions[0];
+    assert_eq!(
+        (
+            p.committed_offset,
+            p.metadata.as_ref().map(|m| m.to_string())
+        ),
+        (7, Some("kept".into()))
+    );
+    assert!(fetched.groups[1].topics.is_empty());
+
+    // Oversized member metadata is refused before anything is kept.
+    let oversized = Bytes::from(vec![7u8; (1 << 20) + 1]);
+    let response: JoinGroupResponse =
+        conn.call(ApiKey::JoinGroup, 7, &join_request("big", "", oversized));
+    assert_eq!(response.error_code, 42, "INVALID_REQUEST");
+
+    // group.max.size bounds a flood of new members (pending ids count).
+    let mut codes = Vec::new();
+    for _ in 0..200 {
+        codes.push(join(&mut conn, "flood", "").error_code);
+    }
+    assert!(codes[..3].iter().all(|&c| c == 79), "{codes:?}");
+    assert!(
+        codes[3..].iter().all(|&c| c == 81),
+        "GROUP_MAX_SIZE_REACHED: {codes:?}"
+    );
+
+    let deleted: DeleteGroupsResponse = conn.call(
+        ApiKey::DeleteGroups,
+        2,
+        &DeleteGroupsRequest::default()
+            .with_groups_names(vec![GroupId(text("bad")), GroupId(text("nope"))]),
+    );
+    let codes: Vec<i16> = deleted.results.iter().map(|r| r.error_code).collect();
+    assert_eq!(codes, vec![68, 69], "NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND");
+
+    let described: DescribeGroupsResponse = conn.call(
+        ApiKey::DescribeGroups,
+        5,
+        &DescribeGroupsRequest::default()
+            .with_groups(vec![GroupId(text("bad")), GroupId(text("nope"))]),
+    );
+    assert_eq!(described.groups[0].group_state.to_string(), "Stable");
+    assert_eq!(described.groups[0].members.len(), 1);
+    assert_eq!(
+        described.groups[0].members[0].client_id.to_string(),
+        "groups-test"
+    );
+    assert_eq!(described.groups[1].group_state.to_string(), "Dead");
+
+    let listed: ListGroupsResponse =
+        conn.call(ApiKey::ListGroups, 4, &ListGroupsRequest::default());
+    let mut names: Vec<String> = listed
+        .groups
+        .iter()
+        .map(|g| g.group_id.0.to_string())
+        .collect();
+    names.sort();
+    assert_eq!(names, vec!["bad", "flood"]);
+
+    let left: LeaveGroupResponse = conn.call(
+        ApiKey::LeaveGroup,
+        4,
+        &LeaveGroupRequest::default()
+            .with_group_id(GroupId(text("bad")))
+            .with_members(vec![
+                MemberIdentity::default().with_member_id(text(&member)),
+                MemberIdentity::default().with_member_id(text("ghost")),
+            ]),
+    );
+    let codes: Vec<i16> = left.members.iter().map(|m| m.error_code).collect();
+    assert_eq!((left.error_code, codes), (0, vec![0, 25]));
+    let deleted: DeleteGroupsResponse = conn.call(
+        ApiKey::DeleteGroups,
+        2,
+        &DeleteGroupsRequest::default().with_groups_names(vec![GroupId(text("bad"))]),
+    );
+    assert_eq!(deleted.results[0].error_code, 0);
+    let fetched: OffsetFetchResponse = conn.call(
+        ApiKey::OffsetFetch,
+        7,
+        &OffsetFetchRequest::default()
+            .with_group_id(GroupId(text("bad")))
+            .with_topics(None),
+    );
+    assert!(
+        fetched.topics.is_empty(),
+        "offsets deleted with the group: {fetched:?}"
+    );
+}
