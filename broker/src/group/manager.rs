@@ -227,6 +227,9 @@ fn new_waiter(shard: &Shard) -> (WaiterId, local_channel::LocalReceiver<Reply>) 
 /// JoinGroup on the coordinator core; resolves when the join phase ends.
 pub async fn join(shard: &Rc<Shard>, request: JoinRequest) -> JoinResponse {
     let member_id = request.member_id.clone();
+    if shard.stopping.is_raised() {
+        return JoinResponse::error(errors::NOT_COORDINATOR, &member_id);
+    }
     let (waiter, receiver) = new_waiter(shard);
     let mut replies = Vec::new();
     let answer = with_coordinator(shard, |c| {
@@ -240,13 +243,16 @@ pub async fn join(shard: &Rc<Shard>, request: JoinRequest) -> JoinResponse {
         }
         Answer::Parked => match receiver.recv().await {
             Some(Reply::Join(response)) => response,
-            _ => JoinResponse::error(errors::UNKNOWN_SERVER_ERROR, &member_id),
+            _ => JoinResponse::error(errors::NOT_COORDINATOR, &member_id),
         },
     }
 }
 
 /// SyncGroup on the coordinator core; resolves when the leader assigned.
 pub async fn sync(shard: &Rc<Shard>, request: SyncRequest) -> SyncResponse {
+    if shard.stopping.is_raised() {
+        return SyncResponse::error(errors::NOT_COORDINATOR);
+    }
     let (waiter, receiver) = new_waiter(shard);
     let mut replies = Vec::new();
     let answer = with_coordinator(shard, |c| {
@@ -260,7 +266,7 @@ pub async fn sync(shard: &Rc<Shard>, request: SyncRequest) -> SyncResponse {
         }
         Answer::Parked => match receiver.recv().await {
             Some(Reply::Sync(response)) => response,
-            _ => SyncResponse::error(errors::UNKNOWN_SERVER_ERROR),
+            _ => SyncResponse::error(errors::NOT_COORDINATOR),
         },
     }
 }
@@ -468,6 +474,9 @@ fn start_ticking(shard: &Rc<Shard>) {
             )
             .await;
             if stopped {
+                // Parked JoinGroup and SyncGroup requests answer
+                // NOT_COORDINATOR now instead of holding up the drain.
+                shard.groups.waiters.borrow_mut().clear();
                 return;
             }
             let mut replies = Vec::new();
