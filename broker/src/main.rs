@@ -33,6 +33,8 @@ enum Command {
     Produce(cli::produce::ProduceArgs),
     /// Print a topic's records to stdout.
     Consume(cli::consume::ConsumeArgs),
+    /// List, describe, reset the offsets of and delete consumer groups.
+    Group(cli::group::GroupArgs),
     /// One-screen summary of a running broker (from its admin listener).
     Status(cli::status::StatusArgs),
     /// Print the configuration reference (Markdown), generated from the code.
@@ -121,6 +123,7 @@ fn main() -> ExitCode {
         Some(Command::Topic(args)) => cli::run("topic", cli::topic::run(args)),
         Some(Command::Produce(args)) => cli::run("produce", cli::produce::run(args)),
         Some(Command::Consume(args)) => cli::run("consume", cli::consume::run(args)),
+        Some(Command::Group(args)) => cli::run("group", cli::group::run(args)),
         Some(Command::Status(args)) => cli::status::run(args),
         Some(Command::ConfigReference) => {
             print!("{}", broker::config_reference::render());

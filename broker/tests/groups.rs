@@ -456,3 +456,203 @@ fn bad_group_input_gets_kafkas_error_codes_and_limits_hold() {
         "offsets deleted with the group: {fetched:?}"
     );
 }
+
+fn strom(broker: &Broker, args: &[&str]) -> std::process::Output {
+    run(
+        Command::new(env!("CARGO_BIN_EXE_strom"))
+            .args(args)
+            .args(["--bootstrap", &broker.bootstrap()]),
+        None,
+        SCRIPT_DEADLINE,
+    )
+}
+
+fn strom_ok(broker: &Broker, args: &[&str]) -> String {
+    let output = strom(broker, args);
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(
+        output.status.success(),
+        "strom {args:?}: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+/// `Partition:P\tOffset:O\tVALUE` lines of `strom consume`, checked
+/// against groups_check.py's values.
+fn consumed(stdout: &str) -> Vec<(i32, i64)> {
+    stdout
+        .lines()
+        .map(|line| {
+            let fields: Vec<&str> = line.splitn(3, '\t').collect();
+            let p: i32 = fields[0]
+                .strip_prefix("Partition:")
+                .unwrap()
+                .parse()
+                .unwrap();
+            let o: i64 = fields[1].strip_prefix("Offset:").unwrap().parse().unwrap();
+            let value = format!("value-{p}-{o}-").repeat(1 + o as usize % 7);
+            assert_eq!(fields[2], value, "{line}");
+            (p, o)
+        })
+        .collect()
+}
+
+#[test]
+fn strom_consume_group_and_group_admin_commands() {
+    let broker = Broker::start(BROKER_ARGS);
+    groups(&broker, &["produce", "cli-topic", "3", "10"]);
+    let print = ["--print-partition", "--print-offset"];
+    let first = strom_ok(
+        &broker,
+        &[
+            &[
+                "consume",
+                "cli-topic",
+                "--group",
+                "cli-g",
+                "--from-beginning",
+                "--max-messages",
+                "12",
+            ][..],
+            &print,
+        ]
+        .concat(),
+    );
+    let second = strom_ok(
+        &broker,
+        &[
+            &["consume", "cli-topic", "--group", "cli-g", "-e"][..],
+            &print,
+        ]
+        .concat(),
+    );
+    let mut all = consumed(&first);
+    assert_eq!(all.len(), 12);
+    all.extend(consumed(&second));
+    all.sort();
+    let expected: Vec<(i32, i64)> = (0..3).flat_map(|p| (0..10).map(move |o| (p, o))).collect();
+    assert_eq!(
+        all, expected,
+        "the second member resumed at the committed offsets"
+    );
+
+    let listed = strom_ok(&broker, &["group", "list"]);
+    assert!(listed.contains("cli-g\tEmpty"), "{listed}");
+    let described = strom_ok(&broker, &["group", "describe", "cli-g"]);
+    assert!(described.contains("STATE Empty"), "{described}");
+    for p in 0..3 {
+        assert!(
+            described.contains(&format!("cli-topic\t{p}\t10\t10\t0\t-")),
+            "{described}"
+        );
+    }
+
+    let reset = strom_ok(
+        &broker,
+        &[
+            "group",
+            "reset-offsets",
+            "cli-g",
+            "--topic",
+            "cli-topic",
+            "--to-offset",
+            "4",
+        ],
+    );
+    assert!(reset.contains("cli-topic\t2\t4"), "{reset}");
+    strom_ok(
+        &broker,
+        &[
+            "group",
+            "reset-offsets",
+            "cli-g",
+            "--topic",
+            "cli-topic",
+            "--to-earliest",
+        ],
+    );
+    let described = strom_ok(&broker, &["group", "describe", "cli-g"]);
+    assert!(
+        described.contains("cli-topic\t1\t0\t10\t10\t-"),
+        "{described}"
+    );
+    strom_ok(
+        &broker,
+        &[
+            "group",
+            "reset-offsets",
+            "cli-g",
+            "--topic",
+            "cli-topic",
+            "--to-datetime",
+            "2100-01-01T00:00:00",
+        ],
+    );
+    let described = strom_ok(&broker, &["group", "describe", "cli-g"]);
+    assert!(
+        described.contains("cli-topic\t1\t10\t10\t0\t-"),
+        "no record that late: latest\n{described}"
+    );
+
+    // A running member: reset and delete are refused with a clear message.
+    let mut member = Command::new(env!("CARGO_BIN_EXE_strom"))
+        .args([
+            "consume",
+            "cli-topic",
+            "--group",
+            "cli-g",
+            "--bootstrap",
+            &broker.bootstrap(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !strom_ok(&broker, &["group", "describe", "cli-g"]).contains("MEMBERS 1") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the member never joined"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let refused = strom(
+        &broker,
+        &[
+            "group",
+            "reset-offsets",
+            "cli-g",
+            "--topic",
+            "cli-topic",
+            "--to-earliest",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        stderr.contains("group cli-g has 1 active member(s)")
+            && stderr.contains("stop its consumers"),
+        "{stderr}"
+    );
+    let refused = strom(&broker, &["group", "delete", "cli-g"]);
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("has active members"));
+    member.kill().unwrap();
+    member.wait().unwrap();
+
+    strom_ok(
+        &broker,
+        &[
+            "consume",
+            "cli-topic",
+            "--group",
+            "other",
+            "-e",
+            "--from-beginning",
+        ],
+    );
+    assert!(strom_ok(&broker, &["group", "list"]).contains("other\tEmpty"));
+    assert!(strom_ok(&broker, &["group", "delete", "other"]).contains("deleted group other"));
+    assert!(!strom_ok(&broker, &["group", "list"]).contains("other"));
+    let missing = strom(&broker, &["group", "delete", "other"]);
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("there is no group other"));
+}

@@ -2,8 +2,11 @@
 //! to stdout, the value as raw bytes, optionally preceded by partition,
 //! offset, timestamp, headers and key (in Kafka's console-consumer format).
 //!
-//! Offsets are the tool's own (no consumer group): `--offset`, the start of
-//! the log (`--from-beginning`) or its end (default). Compressed batches
+//! Offsets are the tool's own: `--offset`, the start of the log
+//! (`--from-beginning`) or its end (default). With `--group` the tool is a
+//! group member instead (`cli::group::GroupMember`): the group assigns the
+//! partitions and the committed offsets are where it starts and what it
+//! advances. Compressed batches
 //! are decompressed; control batches (transaction markers) are skipped.
 
 use std::collections::BTreeMap;
@@ -19,6 +22,7 @@ use kafka_protocol::records::RecordBatchDecoder;
 use protocol::batch::{self, Compression, RecordBatch};
 use protocol::client::{check_error, Connection};
 
+use super::group::GroupMember;
 use super::{partitions, topic_name, ConnectArgs};
 
 const FETCH_VERSIONS: std::ops::RangeInclusive<i16> = 4..=12;
@@ -43,6 +47,11 @@ pub struct ConsumeArgs {
     /// Start at this offset (in every partition read).
     #[arg(long, value_name = "N")]
     offset: Option<i64>,
+    /// Consume as a member of this consumer group: read the partitions the
+    /// group assigns, start from its committed offsets, commit as records
+    /// are printed.
+    #[arg(long, value_name = "GROUP", conflicts_with_all = ["offset", "partition"])]
+    group: Option<String>,
     /// Exit after printing this many records.
     #[arg(long, value_name = "N")]
     max_messages: Option<u64>,
@@ -87,7 +96,14 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
         bail!("--offset must be 0 or more");
     }
     let mut connection = args.connect.connect().await?;
-    let all = partitions(&mut connection, &args.topic, false).await?;
+    let mut member = match &args.group {
+        Some(group) => Some(GroupMember::join(&args.connect, group, &args.topic).await?),
+        None => None,
+    };
+    let all = match &member {
+        Some(member) => member.assigned().to_vec(),
+        None => partitions(&mut connection, &args.topic, false).await?,
+    };
     let chosen = match args.partition {
         Some(partition) if all.contains(&partition) => vec![partition],
         Some(partition) => bail!(
@@ -97,9 +113,10 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
         ),
         None => all,
     };
-    let mut positions: BTreeMap<i32, i64> = match args.offset {
-        Some(offset) => chosen.iter().map(|&p| (p, offset)).collect(),
-        None => {
+    let mut positions: BTreeMap<i32, i64> = match (args.offset, member.as_mut()) {
+        (_, Some(member)) => member.start_positions(args.from_beginning).await?,
+        (Some(offset), None) => chosen.iter().map(|&p| (p, offset)).collect(),
+        (None, None) => {
             let timestamp = if args.from_beginning {
                 LIST_OFFSETS_EARLIEST
             } else {
@@ -176,6 +193,9 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
                         printed += 1;
                         if args.max_messages.is_some_and(|max| printed >= max) {
                             out.flush().context("cannot write to stdout")?;
+                            if let Some(member) = member.take() {
+                                member.finish(&positions).await?;
+                            }
                             return Ok(());
                         }
                     }
@@ -185,8 +205,19 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
             }
         }
         out.flush().context("cannot write to stdout")?;
+        if let Some(member) = member.as_mut() {
+            member.commit(&positions).await?;
+        }
         if args.exit_at_end && at_end.values().all(|&end| end) {
+            if let Some(member) = member.take() {
+                member.finish(&positions).await?;
+            }
             return Ok(());
+        }
+        if let Some(member) = member.as_mut().filter(|m| m.rebalance_needed()) {
+            member.rejoin().await?;
+            positions = member.start_positions(args.from_beginning).await?;
+            at_end = positions.keys().map(|&p| (p, false)).collect();
         }
     }
 }

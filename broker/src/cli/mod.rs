@@ -4,6 +4,7 @@
 //! calling thread; a failure prints one line on stderr and exits 1.
 
 pub mod consume;
+pub mod group;
 pub mod produce;
 pub mod status;
 pub mod topic;
