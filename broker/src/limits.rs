@@ -98,7 +98,7 @@ pub const OFFSETS_BATCH_BYTES_MAX: usize = 512 << 10;
 /// Records a `__consumer_offsets` partition may hold beyond twice its live
 /// offsets before the coordinator rewrites the live ones and drops the
 /// rest (compaction by snapshot).
-pub const OFFSETS_COMPACT_SLACK_RECORDS: u64 = 100_000;
+pub const OFFSETS_COMPACT_SLACK_RECORDS: u64 = 10_000;
 
 const _: () = assert!(GROUP_MEMBERS_MAX * MEMBER_NAME_BYTES_MAX * 4 <= GROUP_MEMBER_BYTES_MAX);
 const _: () = assert!(MEMBER_BYTES_MAX <= GROUP_MEMBER_BYTES_MAX);

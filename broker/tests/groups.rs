@@ -656,3 +656,97 @@ fn strom_consume_group_and_group_admin_commands() {
     let missing = strom(&broker, &["group", "delete", "other"]);
     assert!(String::from_utf8_lossy(&missing.stderr).contains("there is no group other"));
 }
+
+fn commit_all(conn: &mut Connection, topic: &str, partitions: i32, offset: i64) {
+    let response: OffsetCommitResponse = conn.call(
+        ApiKey::OffsetCommit,
+        8,
+        &OffsetCommitRequest::default()
+            .with_group_id(GroupId(text("compacted")))
+            .with_generation_id_or_member_epoch(-1)
+            .with_topics(vec![OffsetCommitRequestTopic::default()
+                .with_name(TopicName(text(topic)))
+                .with_partitions(
+                    (0..partitions)
+                        .map(|p| {
+                            OffsetCommitRequestPartition::default()
+                                .with_partition_index(p)
+                                .with_committed_offset(offset + i64::from(p))
+                                .with_committed_leader_epoch(-1)
+                                .with_committed_metadata(Some(text("x")))
+                        })
+                        .collect(),
+                )]),
+    );
+    for p in &response.topics[0].partitions {
+        assert_eq!(p.error_code, 0, "{p:?}");
+    }
+}
+
+fn loaded_records(log: &str) -> Vec<u64> {
+    log.lines()
+        .filter(|l| l.contains("loaded __consumer_offsets partition"))
+        .filter_map(|l| l.split("records=").nth(1))
+        .map(|n| n.trim().parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn offsets_log_is_compacted_to_live_offsets_and_reloads_after_restart() {
+    // One offsets partition, so every commit lands in the same log.
+    let mut broker = Broker::start(&[
+        "--set",
+        "offsets.topic.num.partitions=1",
+        "--set",
+        "num.partitions=100",
+        "--set",
+        "strom.preallocate.bytes=4096",
+    ]);
+    let mut conn = Connection::open(&broker);
+    let _: MetadataResponse = conn.call(
+        ApiKey::Metadata,
+        9,
+        &MetadataRequest::default()
+            .with_topics(Some(vec![
+                MetadataRequestTopic::default().with_name(Some(TopicName(text("wide"))))
+            ]))
+            .with_allow_auto_topic_creation(true),
+    );
+    // 110 commits of 100 partitions: 11,000 records, more than twice the
+    // 100 live offsets plus the 10,000 slack.
+    for round in 0..110 {
+        commit_all(&mut conn, "wide", 100, round * 1000);
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !broker.log().contains("compacted offsets") {
+        assert!(std::time::Instant::now() < deadline, "{}", broker.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(conn);
+    broker.restart();
+    let loaded = loaded_records(&broker.log());
+    let mut conn = Connection::open(&broker);
+    let fetched: OffsetFetchResponse = conn.call(
+        ApiKey::OffsetFetch,
+        7,
+        &OffsetFetchRequest::default()
+            .with_group_id(GroupId(text("compacted")))
+            .with_topics(None),
+    );
+    let partitions = &fetched.topics[0].partitions;
+    assert_eq!(partitions.len(), 100);
+    for p in partitions {
+        assert_eq!(
+            p.committed_offset,
+            109_000 + i64::from(p.partition_index),
+            "{p:?}"
+        );
+        assert_eq!(p.metadata.as_ref().map(|m| m.to_string()), Some("x".into()));
+    }
+    let after_restart = loaded_records(&broker.log())[loaded.len()..].to_vec();
+    assert_eq!(after_restart.len(), 1, "{}", broker.log());
+    assert!(
+        after_restart[0] < 2_000,
+        "the reload reads the snapshot and what followed, not all 11,000 records: {after_restart:?}"
+    );
+}
