@@ -106,14 +106,8 @@ pub async fn leaders(conn: &mut Connection, topics: &[String]) -> Result<Leaders
     Ok(leaders)
 }
 
-/// Creates topics through the controller; waits until every partition has
-/// a leader. A refused creation is an error naming the topic and reason.
-pub async fn create_topics(
-    bootstrap: &str,
-    names: &[String],
-    partitions: usize,
-    configs: &[(String, String)],
-) -> Result<Leaders> {
+/// A connection to the controller (admin requests go there).
+async fn connect_controller(bootstrap: &str) -> Result<Connection> {
     let mut conn = connect(bootstrap).await?;
     let meta = metadata(&mut conn, Some(&[])).await?;
     let controller = meta
@@ -122,11 +116,22 @@ pub async fn create_topics(
         .find(|b| b.node_id == meta.controller_id)
         .map(|b| format!("{}:{}", b.host, b.port))
         .unwrap_or_else(|| bootstrap.to_string());
-    let mut admin = if controller == bootstrap {
-        conn
+    if controller == bootstrap {
+        Ok(conn)
     } else {
-        connect(&controller).await?
-    };
+        connect(&controller).await
+    }
+}
+
+/// Creates topics through the controller; waits until every partition has
+/// a leader. A refused creation is an error naming the topic and reason.
+pub async fn create_topics(
+    bootstrap: &str,
+    names: &[String],
+    partitions: usize,
+    configs: &[(String, String)],
+) -> Result<Leaders> {
+    let mut admin = connect_controller(bootstrap).await?;
     let version = admin.version::<CreateTopicsRequest>(2..=7)?;
     let topics = names
         .iter()
@@ -184,19 +189,7 @@ pub async fn create_topics(
 }
 
 pub async fn delete_topics(bootstrap: &str, names: &[String]) -> Result<()> {
-    let mut conn = connect(bootstrap).await?;
-    let meta = metadata(&mut conn, Some(&[])).await?;
-    let controller = meta
-        .brokers
-        .iter()
-        .find(|b| b.node_id == meta.controller_id)
-        .map(|b| format!("{}:{}", b.host, b.port))
-        .unwrap_or_else(|| bootstrap.to_string());
-    let mut admin = if controller == bootstrap {
-        conn
-    } else {
-        connect(&controller).await?
-    };
+    let mut admin = connect_controller(bootstrap).await?;
     let version = admin.version::<DeleteTopicsRequest>(1..=6)?;
     let mut request = DeleteTopicsRequest::default().with_timeout_ms(30_000);
     if version >= 6 {

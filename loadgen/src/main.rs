@@ -369,7 +369,6 @@ fn run_mode(mode: ModeArg) -> Result<bool> {
     let control = Arc::new(Control {
         stop: AtomicBool::new(false),
         producers_running: AtomicUsize::new(0),
-        consumers_done: AtomicUsize::new(0),
     });
 
     let warmup_s = workload.warmup_duration.as_secs_f64();
@@ -494,7 +493,9 @@ fn run_mode(mode: ModeArg) -> Result<bool> {
     // or consumers (consume mode) finished first.
     let window_start = start + workload.warmup_duration;
     let window_end = stop_at.min(finished_at.unwrap_or(stop_at));
-    let measured = window_end.saturating_duration_since(window_start).as_secs_f64();
+    let measured = window_end
+        .saturating_duration_since(window_start)
+        .as_secs_f64();
     let report = RunReport::new(
         &workload.name,
         mode.name(),

@@ -64,7 +64,6 @@ impl Plan {
 pub struct Control {
     pub stop: AtomicBool,
     pub producers_running: AtomicUsize,
-    pub consumers_done: AtomicUsize,
 }
 
 /// What executors send to the main thread.
@@ -255,8 +254,7 @@ async fn core_main(
             tracker.clone(),
         );
         tasks.push(glommio::spawn_local(async move {
-            let result = consume(job, ctx.0, ctx.1.clone(), ctx.2.clone(), ctx.3).await;
-            ctx.1.consumers_done.fetch_add(1, Ordering::SeqCst);
+            let result = consume(job, ctx.0, ctx.1, ctx.2.clone(), ctx.3).await;
             if let Err(e) = &result {
                 ctx.2.borrow_mut().error(format!("consumer failed: {e:#}"));
             }
@@ -417,7 +415,9 @@ async fn produce(
 
     let mut sent_bytes = 0u64;
     loop {
-        if control.stop.load(Ordering::Relaxed) || (job.byte_budget > 0 && sent_bytes >= job.byte_budget) {
+        if control.stop.load(Ordering::Relaxed)
+            || (job.byte_budget > 0 && sent_bytes >= job.byte_budget)
+        {
             break;
         }
         let now = Instant::now();
