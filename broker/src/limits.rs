@@ -105,7 +105,6 @@ const _: () = assert!(MEMBER_BYTES_MAX <= GROUP_MEMBER_BYTES_MAX);
 const _: () = assert!(GROUP_MEMBER_BYTES_MAX <= CORE_MEMBER_BYTES_MAX);
 const _: () = assert!(GROUP_OFFSETS_MAX <= CORE_OFFSETS_MAX);
 const _: () = assert!(
-    OFFSETS_BATCH_BYTES_MAX
-        >= 2 * (GROUP_ID_BYTES_MAX + 249 + OFFSET_METADATA_BYTES_MAX + 64),
+    OFFSETS_BATCH_BYTES_MAX >= 2 * (GROUP_ID_BYTES_MAX + 249 + OFFSET_METADATA_BYTES_MAX + 64),
     "one offset record always fits in a batch"
 );
