@@ -33,8 +33,14 @@ use protocol::kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, St
 const SCRIPT_DEADLINE: Duration = Duration::from_secs(180);
 const IO_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// Short rebalances: no initial delay; tests use 6 s sessions.
-const BROKER_ARGS: &[&str] = &["--set", "group.initial.rebalance.delay.ms=0"];
+/// Short rebalances: no initial delay; tests use 6 s sessions. Small
+/// preallocation: these tests write little and share the disk.
+const BROKER_ARGS: &[&str] = &[
+    "--set",
+    "group.initial.rebalance.delay.ms=0",
+    "--set",
+    "strom.preallocate.bytes=1048576",
+];
 
 fn groups(broker: &Broker, args: &[&str]) -> String {
     let mut all = vec![broker.bootstrap()];
@@ -266,6 +272,8 @@ fn bad_group_input_gets_kafkas_error_codes_and_limits_hold() {
         "group.initial.rebalance.delay.ms=0",
         "--set",
         "group.max.size=3",
+        "--set",
+        "strom.preallocate.bytes=1048576",
     ]);
     let mut conn = Connection::open(&broker);
 

@@ -43,6 +43,18 @@ pub struct GroupManager {
     /// Serialises appends per offsets partition, so the log holds commits
     /// in the order the coordinator applied them.
     write_locks: RefCell<HashMap<i32, Rc<glommio::sync::Semaphore>>>,
+    /// Per offsets partition: records held above which compaction is
+    /// considered again (twice the live offsets last counted, plus slack).
+    compact_check_at: RefCell<HashMap<i32, u64>>,
+}
+
+fn offsets_partition_count(shard: &Shard) -> i32 {
+    shard
+        .metadata
+        .image()
+        .topics
+        .get(OFFSETS_TOPIC)
+        .map_or(1, |t| t.partition_cores.len() as i32)
 }
 
 /// Where a group lives.
@@ -60,7 +72,7 @@ pub async fn place(shard: &Rc<Shard>, group_id: &str) -> Result<Placement, i16> 
         let configs: BTreeMap<String, String> = [
             ("retention.ms", "-1"),
             ("segment.bytes", "104857600"),
-            ("strom.preallocate.bytes", "1048576"),
+            ("strom.preallocate.bytes", "65536"),
             ("strom.cache.bytes", "1048576"),
             ("max.message.bytes", "1048588"),
         ]
@@ -400,27 +412,33 @@ pub async fn maybe_compact(shard: &Rc<Shard>, partition: i32) {
     let Ok(log) = offsets_partition(shard, partition) else {
         return;
     };
-    let partitions = shard
-        .metadata
-        .image()
-        .topics
-        .get(OFFSETS_TOPIC)
-        .map_or(1, |t| t.partition_cores.len() as i32);
-    let live: Vec<OffsetsRecord> = with_coordinator(shard, |c| {
+    let held = (log.high_watermark() - log.log_start_offset()).max(0) as u64;
+    // Counting live offsets walks the core's groups: only when the log
+    // has grown past the bound the last count set.
+    let check_at = shard
+        .groups
+        .compact_check_at
+        .borrow()
+        .get(&partition)
+        .copied()
+        .unwrap_or(OFFSETS_COMPACT_SLACK_RECORDS);
+    if held <= check_at {
+        return;
+    }
+    let partitions = offsets_partition_count(shard);
+    let live_count = with_coordinator(shard, |c| {
         c.groups()
             .filter(|g| offsets_partition_for(g.id(), partitions) == partition)
-            .flat_map(|g| {
-                g.offsets().iter().map(|((topic, index), offset)| {
-                    (
-                        records::offset_key(g.id(), topic, *index),
-                        Some(records::offset_value(offset)),
-                    )
-                })
-            })
-            .collect()
+            .map(|g| g.offsets().len() as u64)
+            .sum::<u64>()
     });
-    let held = (log.high_watermark() - log.log_start_offset()).max(0) as u64;
-    if held <= 2 * live.len() as u64 + OFFSETS_COMPACT_SLACK_RECORDS {
+    let bound = 2 * live_count + OFFSETS_COMPACT_SLACK_RECORDS;
+    if held <= bound {
+        shard
+            .groups
+            .compact_check_at
+            .borrow_mut()
+            .insert(partition, bound);
         return;
     }
     // Hold the write lock from snapshot to append, so no commit lands
@@ -439,6 +457,10 @@ pub async fn maybe_compact(shard: &Rc<Shard>, partition: i32) {
             })
             .collect()
     });
+    shard.groups.compact_check_at.borrow_mut().insert(
+        partition,
+        2 * live.len() as u64 + OFFSETS_COMPACT_SLACK_RECORDS,
+    );
     let snapshot_start = log.high_watermark();
     let result = append(shard, partition, live).await;
     drop(lock);
@@ -492,12 +514,7 @@ fn start_ticking(shard: &Rc<Shard>) {
 
 /// Writes tombstones for dropped offsets, each to its group's partition.
 pub async fn write_dropped(shard: &Rc<Shard>, dropped: Vec<DroppedOffset>) {
-    let partitions = shard
-        .metadata
-        .image()
-        .topics
-        .get(OFFSETS_TOPIC)
-        .map_or(1, |t| t.partition_cores.len() as i32);
+    let partitions = offsets_partition_count(shard);
     let mut by_partition: BTreeMap<i32, Vec<DroppedOffset>> = BTreeMap::new();
     for d in dropped {
         by_partition
