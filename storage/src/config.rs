@@ -40,7 +40,8 @@ pub struct LogConfig {
     pub writes_in_flight_max: usize,
     /// `strom.pending.bytes`: appended but unwritten bytes before appends wait.
     pub pending_bytes_max: usize,
-    /// `strom.preallocate.bytes`: how far ahead of the writer files are grown.
+    /// `strom.preallocate.bytes`: how far ahead of the writer files are
+    /// grown (so at most this much unused space per active partition).
     pub preallocate_bytes: u64,
 }
 
@@ -59,7 +60,7 @@ impl Default for LogConfig {
             write_bytes_max: 1 << 20,
             writes_in_flight_max: 4,
             pending_bytes_max: 32 << 20,
-            preallocate_bytes: 64 << 20,
+            preallocate_bytes: 8 << 20,
         }
     }
 }

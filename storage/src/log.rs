@@ -299,7 +299,7 @@ impl Log {
         let mut log_start_offset = checkpoint.map_or(0, |c| c.log_start_offset);
         if segments.is_empty() {
             let base = log_start_offset;
-            segments.push(Segment::create(&dir, base, config.preallocate_bytes).await?);
+            segments.push(Segment::create(&dir, base).await?);
         }
         log_start_offset = log_start_offset.max(segments[0].base_offset);
         let active = segments.last().expect("at least one segment");
@@ -574,10 +574,7 @@ impl Log {
     /// caller holds the append lock.
     async fn roll(&self) -> Result<()> {
         self.wait_written(self.next_offset()).await?;
-        let (dir, preallocate) = (
-            self.inner.dir.clone(),
-            self.inner.config.borrow().preallocate_bytes,
-        );
+        let dir = self.inner.dir.clone();
         // The writer is idle (everything is written and appends are held);
         // the segment stays listed for readers while its seal runs.
         let (job, next_offset) = {
@@ -588,7 +585,7 @@ impl Log {
         if let Err(e) = job.run().await {
             return Err(self.fence(e));
         }
-        let segment = match Segment::create(&dir, next_offset, preallocate).await {
+        let segment = match Segment::create(&dir, next_offset).await {
             Ok(segment) => segment,
             Err(e) => return Err(self.fence(e)),
         };

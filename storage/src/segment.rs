@@ -60,20 +60,14 @@ impl Segment {
         ["log", "index", "timeindex"].map(|ext| dir.join(file_name(base_offset, ext)))
     }
 
-    pub async fn create(dir: &Path, base_offset: u64, preallocate_bytes: u64) -> Result<Self> {
+    /// Creates an empty segment file. Space is preallocated by the writer
+    /// on its first write, so idle partitions take no disk space.
+    pub async fn create(dir: &Path, base_offset: u64) -> Result<Self> {
         let path = dir.join(file_name(base_offset, "log"));
         let file = file::open_rw(&path).await?;
         file.truncate(0).await.ctx("truncate", &path, 0)?;
-        file.pre_allocate(preallocate_bytes, false)
-            .await
-            .ctx("fallocate", &path, 0)?;
         file::sync_dir(dir).await?;
-        Ok(Self::empty(
-            Rc::new(file),
-            path,
-            base_offset,
-            preallocate_bytes,
-        ))
+        Ok(Self::empty(Rc::new(file), path, base_offset, 0))
     }
 
     fn empty(file: Rc<DmaFile>, path: PathBuf, base_offset: u64, allocated: u64) -> Self {

@@ -7,7 +7,7 @@ mod common;
 use common::{config, read_all, run, Spec};
 use proptest::prelude::*;
 use protocol::batch::{self, RecordBatch};
-use storage::{AppendOptions, Log, StorageError};
+use storage::{AppendOptions, Log, LogConfig, StorageError};
 
 /// The model: each batch's spec and base offset, in order.
 struct Model {
@@ -320,6 +320,37 @@ fn segments_roll_by_size_by_time_and_by_index_size() {
         assert!(log.segment_count() >= before + 2, "rolled by a full index");
         log.flush().await.unwrap();
         assert_eq!(read_all(&log, 1 << 20).await.len(), 26);
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn idle_logs_take_no_disk_space_and_active_ones_little() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = common::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    let p = path.clone();
+    run(move || async move {
+        let log = Log::open(&p, LogConfig::default()).await.unwrap();
+        let file = common::segment_files(&p, "log").pop().unwrap();
+        let meta = std::fs::metadata(&file).unwrap();
+        assert_eq!(
+            (meta.len(), meta.blocks()),
+            (0, 0),
+            "an idle partition allocates nothing"
+        );
+        log.append(Spec::new(1, 1, 100).bytes(), AppendOptions::default())
+            .await
+            .unwrap();
+        log.flush().await.unwrap();
+        let meta = std::fs::metadata(&file).unwrap();
+        let preallocate = LogConfig::default().preallocate_bytes;
+        assert!(
+            meta.len() <= preallocate,
+            "grown {} past one step",
+            meta.len()
+        );
+        assert!(meta.blocks() * 512 <= preallocate + 4096);
         log.close().await.unwrap();
     });
 }
