@@ -91,6 +91,9 @@ pub const OFFSET_METADATA_BYTES_MAX: usize = 4_096;
 /// How often each core's coordinator checks session, join, sync and
 /// offset-retention deadlines.
 pub const GROUP_TICK_MS: u64 = 50;
+/// How often each core expires committed offsets of empty groups
+/// (Kafka's `offsets.retention.check.interval.ms` is 600000).
+pub const OFFSETS_RETENTION_CHECK_MS: u64 = 60_000;
 /// Bytes read per step when loading a `__consumer_offsets` partition.
 pub const OFFSETS_LOAD_READ_BYTES: usize = 4 << 20;
 /// Largest record batch the coordinator writes to `__consumer_offsets`.

@@ -892,7 +892,11 @@ impl Coordinator {
         if let Err(code) = Self::check_group_id(group_id) {
             return code;
         }
-        self.with_group(group_id, |group| {
+        // No bytes or offsets change and no group empties: no accounting.
+        let Some(group) = self.groups.get_mut(group_id) else {
+            return errors::UNKNOWN_MEMBER_ID;
+        };
+        {
             if group.fenced(member_id, group_instance_id) {
                 return errors::FENCED_INSTANCE_ID;
             }
@@ -912,8 +916,7 @@ impl Coordinator {
                     errors::NONE
                 }
             }
-        })
-        .unwrap_or(errors::UNKNOWN_MEMBER_ID)
+        }
     }
 
     /// LeaveGroup: one error code per member given as (member id, group
@@ -969,13 +972,15 @@ impl Coordinator {
             .unwrap_or(unknown))
     }
 
-    /// Checks deadlines: pending member ids, sessions, the join phase,
-    /// the sync phase and offset retention. Returns offsets dropped by
-    /// retention (the caller writes tombstones).
-    pub fn tick(&mut self, now_ms: u64, replies: &mut Replies) -> Vec<DroppedOffset> {
-        let retention_ms = self.config.offsets_retention_ms;
-        let ids: Vec<String> = self.groups.keys().cloned().collect();
-        let mut dropped = Vec::new();
+    /// Checks the deadlines of groups with members or pending ids:
+    /// pending ids, sessions, the join phase and the sync phase.
+    pub fn tick(&mut self, now_ms: u64, replies: &mut Replies) {
+        let ids: Vec<String> = self
+            .groups
+            .values()
+            .filter(|g| !g.members.is_empty() || !g.pending.is_empty())
+            .map(|g| g.id.clone())
+            .collect();
         for id in ids {
             self.with_group(&id, |group| {
                 let before = group.pending.len();
@@ -1010,22 +1015,39 @@ impl Coordinator {
                 } else {
                     group.try_complete_join(now_ms, replies);
                 }
-                if group.state == GroupState::Empty {
-                    let now = now_ms as i64;
-                    let empty_since = group.empty_since_ms.map(|ms| ms as i64);
-                    group.offsets.retain(|(topic, partition), offset| {
-                        let base = empty_since.unwrap_or(offset.commit_timestamp_ms);
-                        let keep = now < base.saturating_add(retention_ms as i64);
-                        if !keep {
-                            dropped.push(DroppedOffset {
-                                group_id: group.id.clone(),
-                                topic: topic.clone(),
-                                partition: *partition,
-                            });
-                        }
-                        keep
-                    });
-                }
+            });
+        }
+    }
+
+    /// Offset retention: the offsets of Empty groups expire
+    /// `offsets.retention.minutes` after the group became empty (after
+    /// their commit when that is unknown, as after a restart). Returns them
+    /// for tombstones; a group left with nothing goes.
+    pub fn expire_offsets(&mut self, now_ms: u64) -> Vec<DroppedOffset> {
+        let retention_ms = self.config.offsets_retention_ms as i64;
+        let ids: Vec<String> = self
+            .groups
+            .values()
+            .filter(|g| g.state == GroupState::Empty && !g.offsets.is_empty())
+            .map(|g| g.id.clone())
+            .collect();
+        let mut dropped = Vec::new();
+        let now = now_ms as i64;
+        for id in ids {
+            self.with_group(&id, |group| {
+                let empty_since = group.empty_since_ms.map(|ms| ms as i64);
+                group.offsets.retain(|(topic, partition), offset| {
+                    let base = empty_since.unwrap_or(offset.commit_timestamp_ms);
+                    let keep = now < base.saturating_add(retention_ms);
+                    if !keep {
+                        dropped.push(DroppedOffset {
+                            group_id: group.id.clone(),
+                            topic: topic.clone(),
+                            partition: *partition,
+                        });
+                    }
+                    keep
+                });
             });
         }
         dropped
@@ -1698,9 +1720,9 @@ mod tests {
         fn tick(&mut self, advance_ms: u64) -> Vec<DroppedOffset> {
             self.now_ms += advance_ms;
             let mut replies = Vec::new();
-            let dropped = self.coordinator.tick(self.now_ms, &mut replies);
+            self.coordinator.tick(self.now_ms, &mut replies);
             self.absorb(replies);
-            dropped
+            self.coordinator.expire_offsets(self.now_ms)
         }
 
         fn join_reply(&self, waiter: WaiterId) -> JoinResponse {

@@ -25,6 +25,7 @@ use crate::group::records::{self, OffsetsKey};
 use crate::group::{offsets_partition_for, OFFSETS_TOPIC};
 use crate::limits::{
     GROUP_TICK_MS, OFFSETS_BATCH_BYTES_MAX, OFFSETS_COMPACT_SLACK_RECORDS, OFFSETS_LOAD_READ_BYTES,
+    OFFSETS_RETENTION_CHECK_MS,
 };
 use crate::partition::{now_ms, Partition};
 use crate::shard::Shard;
@@ -483,6 +484,7 @@ fn start_ticking(shard: &Rc<Shard>) {
     }
     let shard = shard.clone();
     glommio::spawn_local(async move {
+        let mut next_expiry_ms = 0;
         loop {
             let stopped = futures_lite::future::or(
                 async {
@@ -502,10 +504,15 @@ fn start_ticking(shard: &Rc<Shard>) {
                 return;
             }
             let mut replies = Vec::new();
-            let dropped = with_coordinator(&shard, |c| c.tick(now_ms() as u64, &mut replies));
+            let now = now_ms() as u64;
+            with_coordinator(&shard, |c| c.tick(now, &mut replies));
             dispatch(&shard, replies);
-            if !dropped.is_empty() {
-                write_dropped(&shard, dropped).await;
+            if now >= next_expiry_ms {
+                next_expiry_ms = now + OFFSETS_RETENTION_CHECK_MS;
+                let dropped = with_coordinator(&shard, |c| c.expire_offsets(now));
+                if !dropped.is_empty() {
+                    write_dropped(&shard, dropped).await;
+                }
             }
         }
     })

@@ -388,46 +388,73 @@ def mode_restart_read(bootstrap):
 
 
 def mode_kafka_python(bootstrap):
-    """Two kafka-python group consumers split four partitions and consume
-    every message with commits. A commit racing a rebalance gets
-    REBALANCE_IN_PROGRESS (as from Kafka); only then may records that were
-    consumed but not committed come again."""
+    """Two kafka-python group consumers, each in its own thread as
+    applications run them, split four partitions and consume every message
+    with commits. A commit racing a rebalance gets REBALANCE_IN_PROGRESS (as
+    from Kafka); only then may records consumed but not committed come
+    again."""
     from kafka import KafkaConsumer
     from kafka.errors import CommitFailedError, RebalanceInProgressError
 
     topic, group, per = "kp-topic", "kp-group", 40
     create_topic(bootstrap, topic, 4)
     produce(bootstrap, topic, 4, per)
-    consumers = [KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
-                               auto_offset_reset="earliest", enable_auto_commit=False,
-                               session_timeout_ms=SESSION_MS, heartbeat_interval_ms=500)
-                 for _ in range(2)]
+    lock = threading.Lock()
     seen = set()
-    commits_failed = 0
-    deadline = time.monotonic() + DEADLINE_S
+    state = {"commits_failed": 0}
+    stop = threading.Event()
 
-    def assigned(c):
-        return sorted(tp.partition for tp in c.assignment())
+    class KpMember(threading.Thread):
+        def __init__(self):
+            super().__init__(daemon=True)
+            self.consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
+                                          auto_offset_reset="earliest", enable_auto_commit=False,
+                                          session_timeout_ms=SESSION_MS, heartbeat_interval_ms=500)
+            self.current = []
+            self.error = None
+            self.start()
 
-    while len(seen) < 4 * per or not all(len(assigned(c)) == 2 for c in consumers):
-        check(time.monotonic() < deadline, f"kafka-python: {len(seen)} consumed, {[assigned(c) for c in consumers]}")
-        for c in consumers:
-            for tp, records in c.poll(timeout_ms=50).items():
-                for r in records:
-                    key = (r.partition, r.offset)
-                    check(key not in seen or commits_failed > 0, f"{key} consumed twice")
-                    seen.add(key)
-                    check(r.value == value_of(r.partition, r.offset), f"value at {key}")
+        def run(self):
             try:
-                c.commit()
-            except (CommitFailedError, RebalanceInProgressError):
-                commits_failed += 1
-    parts = [assigned(c) for c in consumers]
-    check(sorted(parts[0] + parts[1]) == [0, 1, 2, 3], f"split {parts}")
-    for c in consumers:
-        c.close()
+                while not stop.is_set():
+                    for tp, records in self.consumer.poll(timeout_ms=200).items():
+                        for r in records:
+                            key = (r.partition, r.offset)
+                            with lock:
+                                check(key not in seen or state["commits_failed"] > 0, f"{key} consumed twice")
+                                seen.add(key)
+                            check(r.value == value_of(r.partition, r.offset), f"value at {key}")
+                    try:
+                        self.consumer.commit()
+                    except (CommitFailedError, RebalanceInProgressError):
+                        with lock:
+                            state["commits_failed"] += 1
+                    self.current = sorted(tp.partition for tp in self.consumer.assignment())
+            except BaseException as error:  # reported by the main thread
+                self.error = error
+
+    members = [KpMember() for _ in range(2)]
+
+    def done():
+        for m in members:
+            check(m.error is None and m.is_alive(), f"kafka-python member failed: {m.error!r}")
+        with lock:
+            count = len(seen)
+        return count == 4 * per and sorted(members[0].current + members[1].current) == [0, 1, 2, 3] \
+            and all(len(m.current) == 2 for m in members)
+
+    deadline = time.monotonic() + DEADLINE_S
+    while not done():
+        check(time.monotonic() < deadline, f"kafka-python: {len(seen)} consumed, {[m.current for m in members]}")
+        time.sleep(0.05)
+    parts = [m.current for m in members]
+    stop.set()
+    for m in members:
+        m.join(timeout=DEADLINE_S)
+        check(not m.is_alive(), "kafka-python member did not stop")
+        m.consumer.close()
     check_committed(bootstrap, group, topic, 4, {p: per for p in range(4)})
-    print(f"kafka-python: ok {parts}, {commits_failed} commits refused during a rebalance")
+    print(f"kafka-python: ok {parts}, {state['commits_failed']} commits refused during a rebalance")
 
 
 def mode_produce(bootstrap, topic, partitions, per):
