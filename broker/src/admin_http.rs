@@ -407,7 +407,7 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
     e.family(
         "strom_request_errors_total",
         "counter",
-        "Kafka error codes in responses (per partition for Produce and Fetch), and requests that closed their connection (error=\"connection_closed\").",
+        "Kafka error codes in responses of every API (top level and per topic, partition, resource, group or member), and requests that closed their connection (error=\"connection_closed\").",
     );
     for (shard, s) in &rows {
         for (key, label, count) in &s.errors {

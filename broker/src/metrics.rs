@@ -41,11 +41,38 @@ struct ApiCounters {
     bytes_out: Cell<u64>,
 }
 
+/// What a counted error is; named only when scraped, so counting one
+/// never allocates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum ErrorLabel {
+    Code(i16),
+    ConnectionClosed,
+}
+
+impl ErrorLabel {
+    fn name(self) -> String {
+        match self {
+            ErrorLabel::Code(code) => error_name(code),
+            ErrorLabel::ConnectionClosed => CONNECTION_CLOSED.to_string(),
+        }
+    }
+}
+
 struct Probe {
     apis: Vec<ApiCounters>,
-    /// (api key, error label) -> count. Errors are the rare path.
-    errors: RefCell<BTreeMap<(i16, String), u64>>,
+    /// (api key, error) -> count. Errors are the rare path.
+    errors: RefCell<BTreeMap<(i16, ErrorLabel), u64>>,
     hops: Cell<u64>,
+}
+
+impl Probe {
+    fn count_error(&self, api_key: i16, label: ErrorLabel) {
+        *self
+            .errors
+            .borrow_mut()
+            .entry((api_key, label))
+            .or_default() += 1;
+    }
 }
 
 impl Probe {
@@ -80,11 +107,20 @@ pub fn record_error_code(api_key: i16, error_code: i16) {
     if error_code == 0 {
         return;
     }
-    record_error(api_key, error_name(error_code));
+    PROBE.with(|p| p.count_error(api_key, ErrorLabel::Code(error_code)));
 }
 
-fn record_error(api_key: i16, label: String) {
-    PROBE.with(|p| *p.errors.borrow_mut().entry((api_key, label)).or_default() += 1);
+/// Counts every error code `response` carries at `version` (see
+/// [`ErrorCodes`]) under `api_key`: one walk over the response, no allocation unless a code is
+/// counted under this api for the first time.
+pub fn record_response_errors<R: ErrorCodes>(api_key: i16, version: i16, response: &R) {
+    PROBE.with(|p| {
+        response.each_error_code(version, &mut |code| {
+            if code != 0 {
+                p.count_error(api_key, ErrorLabel::Code(code));
+            }
+        })
+    });
 }
 
 /// Kafka's name of an error code (`UnknownTopicOrPartition`), else the number.
@@ -145,7 +181,7 @@ impl RequestStart {
             bump(&api.bytes_out, bytes_out);
         });
         if outcome.is_err() {
-            record_error(self.api_key, CONNECTION_CLOSED.to_string());
+            PROBE.with(|p| p.count_error(self.api_key, ErrorLabel::ConnectionClosed));
         }
         outcome
     }
@@ -215,7 +251,7 @@ pub fn snapshot(shard: &Shard) -> ShardSnapshot {
             .errors
             .borrow()
             .iter()
-            .map(|((key, label), count)| (*key, label.clone(), *count))
+            .map(|((key, label), count)| (*key, label.name(), *count))
             .collect();
         (apis, errors, p.hops.get())
     });
@@ -271,23 +307,280 @@ pub async fn serve_scrapes(shard: Rc<Shard>, requests: flume::Receiver<ScrapeReq
     }
 }
 
-/// Counts the partition error codes of a produce response.
-pub fn record_produce_errors(response: &kafka_protocol::messages::ProduceResponse) {
-    let key = kafka_protocol::messages::ApiKey::Produce as i16;
-    for topic in &response.responses {
-        for partition in &topic.partition_responses {
-            record_error_code(key, partition.error_code);
+/// A response whose Kafka error codes are counted: top level and per
+/// topic, partition, resource, group or member.
+pub trait ErrorCodes {
+    /// Calls `each` with every error code the response carries at
+    /// `version` (0 included); fields the version does not encode are
+    /// skipped.
+    fn each_error_code(&self, version: i16, each: &mut impl FnMut(i16));
+}
+
+mod error_codes {
+    use kafka_protocol::messages::*;
+
+    use super::ErrorCodes;
+
+    impl ErrorCodes for ProduceResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            for topic in &self.responses {
+                for partition in &topic.partition_responses {
+                    each(partition.error_code);
+                }
+            }
+        }
+    }
+
+    impl ErrorCodes for FetchResponse {
+        fn each_error_code(&self, version: i16, each: &mut impl FnMut(i16)) {
+            if version >= 7 {
+                each(self.error_code);
+            }
+            for topic in &self.responses {
+                for partition in &topic.partitions {
+                    each(partition.error_code);
+                }
+            }
+        }
+    }
+
+    impl ErrorCodes for ListOffsetsResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            for topic in &self.topics {
+                for partition in &topic.partitions {
+                    each(partition.error_code);
+                }
+            }
+        }
+    }
+
+    impl ErrorCodes for MetadataResponse {
+        fn each_error_code(&self, version: i16, each: &mut impl FnMut(i16)) {
+            if version >= 13 {
+                each(self.error_code);
+            }
+            for topic in &self.topics {
+                each(topic.error_code);
+                for partition in &topic.partitions {
+                    each(partition.error_code);
+                }
+            }
+        }
+    }
+
+    impl ErrorCodes for ApiVersionsResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            each(self.error_code);
+        }
+    }
+
+    impl ErrorCodes for CreateTopicsResponse {
+        fn each_error_code(&self, version: i16, each: &mut impl FnMut(i16)) {
+            for topic in &self.topics {
+                each(topic.error_code);
+                if version >= 5 {
+                    each(topic.topic_config_error_code);
+                }
+            }
+        }
+    }
+
+    impl ErrorCodes for DeleteTopicsResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            for topic in &self.responses {
+                each(topic.error_code);
+            }
+        }
+    }
+
+    impl ErrorCodes for CreatePartitionsResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            for topic in &self.results {
+                each(topic.error_code);
+            }
+        }
+    }
+
+    impl ErrorCodes for InitProducerIdResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            each(self.error_code);
+        }
+    }
+
+    impl ErrorCodes for DescribeConfigsResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            for resource in &self.results {
+                each(resource.error_code);
+            }
+        }
+    }
+
+    impl ErrorCodes for AlterConfigsResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            for resource in &self.responses {
+                each(resource.error_code);
+            }
+        }
+    }
+
+    impl ErrorCodes for IncrementalAlterConfigsResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            for resource in &self.responses {
+                each(resource.error_code);
+            }
+        }
+    }
+
+    impl ErrorCodes for DescribeClusterResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            each(self.error_code);
+        }
+    }
+
+    impl ErrorCodes for FindCoordinatorResponse {
+        fn each_error_code(&self, version: i16, each: &mut impl FnMut(i16)) {
+            if version >= 4 {
+                for coordinator in &self.coordinators {
+                    each(coordinator.error_code);
+                }
+            } else {
+                each(self.error_code);
+            }
+        }
+    }
+
+    impl ErrorCodes for JoinGroupResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            each(self.error_code);
+        }
+    }
+
+    impl ErrorCodes for SyncGroupResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            each(self.error_code);
+        }
+    }
+
+    impl ErrorCodes for HeartbeatResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            each(self.error_code);
+        }
+    }
+
+    impl ErrorCodes for LeaveGroupResponse {
+        fn each_error_code(&self, version: i16, each: &mut impl FnMut(i16)) {
+            each(self.error_code);
+            if version >= 3 {
+                for member in &self.members {
+                    each(member.error_code);
+                }
+            }
+        }
+    }
+
+    impl ErrorCodes for OffsetCommitResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            for topic in &self.topics {
+                for partition in &topic.partitions {
+                    each(partition.error_code);
+                }
+            }
+        }
+    }
+
+    impl ErrorCodes for OffsetFetchResponse {
+        fn each_error_code(&self, version: i16, each: &mut impl FnMut(i16)) {
+            if version >= 8 {
+                for group in &self.groups {
+                    each(group.error_code);
+                    for topic in &group.topics {
+                        for partition in &topic.partitions {
+                            each(partition.error_code);
+                        }
+                    }
+                }
+                return;
+            }
+            // v0-1 carry a group error on each partition only.
+            if version >= 2 {
+                each(self.error_code);
+            }
+            for topic in &self.topics {
+                for partition in &topic.partitions {
+                    each(partition.error_code);
+                }
+            }
+        }
+    }
+
+    impl ErrorCodes for OffsetDeleteResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            each(self.error_code);
+            for topic in &self.topics {
+                for partition in &topic.partitions {
+                    each(partition.error_code);
+                }
+            }
+        }
+    }
+
+    impl ErrorCodes for DescribeGroupsResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            for group in &self.groups {
+                each(group.error_code);
+            }
+        }
+    }
+
+    impl ErrorCodes for ListGroupsResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            each(self.error_code);
+        }
+    }
+
+    impl ErrorCodes for DeleteGroupsResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            for group in &self.results {
+                each(group.error_code);
+            }
         }
     }
 }
 
-/// Counts the error codes (top level and per partition) of a fetch response.
-pub fn record_fetch_errors(response: &kafka_protocol::messages::FetchResponse) {
-    let key = kafka_protocol::messages::ApiKey::Fetch as i16;
-    record_error_code(key, response.error_code);
-    for topic in &response.responses {
-        for partition in &topic.partitions {
-            record_error_code(key, partition.error_code);
-        }
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::messages::find_coordinator_response::Coordinator;
+    use kafka_protocol::messages::offset_fetch_response::{
+        OffsetFetchResponsePartition, OffsetFetchResponseTopic,
+    };
+    use kafka_protocol::messages::{FindCoordinatorResponse, OffsetFetchResponse};
+
+    use super::ErrorCodes;
+
+    fn codes<R: ErrorCodes>(response: &R, version: i16) -> Vec<i16> {
+        let mut codes = Vec::new();
+        response.each_error_code(version, &mut |code| codes.push(code));
+        codes
+    }
+
+    #[test]
+    fn only_the_codes_a_version_encodes_are_counted() {
+        // OffsetFetch v1 has no top-level error: each partition carries it.
+        let fetched = OffsetFetchResponse::default()
+            .with_error_code(16)
+            .with_topics(vec![OffsetFetchResponseTopic::default().with_partitions(
+                vec![OffsetFetchResponsePartition::default().with_error_code(16); 2],
+            )]);
+        assert_eq!(codes(&fetched, 1), [16, 16]);
+        assert_eq!(codes(&fetched, 2), [16, 16, 16]);
+        // FindCoordinator v4 answers per key.
+        let found = FindCoordinatorResponse::default()
+            .with_error_code(15)
+            .with_coordinators(vec![
+                Coordinator::default().with_error_code(15),
+                Coordinator::default(),
+            ]);
+        assert_eq!(codes(&found, 3), [15]);
+        assert_eq!(codes(&found, 4), [15, 0]);
     }
 }

@@ -12,9 +12,13 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use common::{free_port, run, Broker};
+use protocol::kafka_protocol::messages::create_topics_request::CreatableTopic;
+use protocol::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use protocol::kafka_protocol::messages::{
-    ApiKey, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+    ApiKey, CreateTopicsRequest, CreateTopicsResponse, DeleteGroupsRequest, DeleteGroupsResponse,
+    GroupId, HeartbeatRequest, HeartbeatResponse, MetadataRequest, MetadataResponse,
+    ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
 };
 use protocol::kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 
@@ -316,6 +320,156 @@ fn metrics_move_by_exactly_what_was_produced() {
         &[("shard", "all"), ("api", "Fetch"), ("le", "+Inf")],
     );
     assert_eq!(count, inf);
+}
+
+/// Sends one request and decodes its response.
+fn call<Req: Encodable, Resp: Decodable + HeaderVersion>(
+    stream: &mut TcpStream,
+    api_key: ApiKey,
+    version: i16,
+    request: &Req,
+    correlation_id: i32,
+) -> Resp {
+    let header = RequestHeader::default()
+        .with_request_api_key(api_key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(StrBytes::from_static_str("operations-test")));
+    let mut payload = BytesMut::new();
+    header
+        .encode(&mut payload, api_key.request_header_version(version))
+        .unwrap();
+    request.encode(&mut payload, version).unwrap();
+    stream
+        .write_all(&(payload.len() as i32).to_be_bytes())
+        .unwrap();
+    stream.write_all(&payload).unwrap();
+    let mut length = [0u8; 4];
+    stream.read_exact(&mut length).unwrap();
+    let mut body = vec![0u8; i32::from_be_bytes(length) as usize];
+    stream.read_exact(&mut body).unwrap();
+    let mut response = Bytes::from(body);
+    let header = ResponseHeader::decode(&mut response, Resp::header_version(version)).unwrap();
+    assert_eq!(header.correlation_id, correlation_id);
+    Resp::decode(&mut response, version).unwrap()
+}
+
+/// Every answered API counts the error codes of its responses (top level,
+/// per topic, per group) under its own name, and nothing else moves.
+#[test]
+fn metrics_count_the_error_codes_of_every_api() {
+    let (broker, admin) = Admin::start(&["--set", "auto.create.topics.enable=false"]);
+    let mut stream = TcpStream::connect(broker.address()).unwrap();
+    stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    let error_total = |m: &Metrics| -> f64 {
+        m.samples
+            .iter()
+            .filter(|(k, _)| k.starts_with("strom_request_errors_total{shard=\"all\","))
+            .map(|(_, v)| v)
+            .sum()
+    };
+    let error = |m: &Metrics, api: &str, error: &str| {
+        m.get(
+            "strom_request_errors_total",
+            &[("shard", "all"), ("api", api), ("error", error)],
+        )
+    };
+    let before = admin.scrape();
+
+    // Metadata for two unknown topics, auto-creation off: one error each.
+    let topic = |name: &str| {
+        MetadataRequestTopic::default()
+            .with_name(Some(TopicName(StrBytes::from_string(name.to_string()))))
+    };
+    let metadata: MetadataResponse = call(
+        &mut stream,
+        ApiKey::Metadata,
+        12,
+        &MetadataRequest::default()
+            .with_topics(Some(vec![topic("missing-a"), topic("missing-b")]))
+            .with_allow_auto_topic_creation(false),
+        1,
+    );
+    let codes: Vec<i16> = metadata.topics.iter().map(|t| t.error_code).collect();
+    assert_eq!(codes, [3, 3], "UNKNOWN_TOPIC_OR_PARTITION");
+
+    // CreateTopics: created (0), then the same topic again (36).
+    let create = CreateTopicsRequest::default()
+        .with_topics(vec![CreatableTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("dup")))
+            .with_num_partitions(1)
+            .with_replication_factor(1)])
+        .with_timeout_ms(10_000);
+    for (correlation_id, expected) in [(2, 0), (3, 36)] {
+        let created: CreateTopicsResponse = call(
+            &mut stream,
+            ApiKey::CreateTopics,
+            7,
+            &create,
+            correlation_id,
+        );
+        let codes: Vec<i16> = created.topics.iter().map(|t| t.error_code).collect();
+        assert_eq!(codes, [expected], "{created:?}");
+    }
+
+    // Heartbeat from a member of no group: UNKNOWN_MEMBER_ID (25), twice.
+    for correlation_id in [4, 5] {
+        let heartbeat: HeartbeatResponse = call(
+            &mut stream,
+            ApiKey::Heartbeat,
+            4,
+            &HeartbeatRequest::default()
+                .with_group_id(GroupId(StrBytes::from_static_str("no-such-group")))
+                .with_generation_id(1)
+                .with_member_id(StrBytes::from_static_str("nobody")),
+            correlation_id,
+        );
+        assert_eq!(heartbeat.error_code, 25);
+    }
+
+    // DeleteGroups of three unknown groups: GROUP_ID_NOT_FOUND (69) each.
+    let deleted: DeleteGroupsResponse = call(
+        &mut stream,
+        ApiKey::DeleteGroups,
+        2,
+        &DeleteGroupsRequest::default().with_groups_names(
+            ["gone-1", "gone-2", "gone-3"]
+                .map(|g| GroupId(StrBytes::from_static_str(g)))
+                .to_vec(),
+        ),
+        6,
+    );
+    let codes: Vec<i16> = deleted.results.iter().map(|r| r.error_code).collect();
+    assert_eq!(codes, [69, 69, 69]);
+
+    let after = admin.scrape();
+    let delta = |f: &dyn Fn(&Metrics) -> f64| f(&after) - f(&before);
+    for (api, requests) in [
+        ("Metadata", 1.0),
+        ("CreateTopics", 2.0),
+        ("Heartbeat", 2.0),
+        ("DeleteGroups", 1.0),
+    ] {
+        assert_eq!(delta(&|m| m.api("strom_requests_total", api)), requests);
+    }
+    let counted = [
+        ("Metadata", "UnknownTopicOrPartition", 2.0),
+        ("CreateTopics", "TopicAlreadyExists", 1.0),
+        ("Heartbeat", "UnknownMemberId", 2.0),
+        ("DeleteGroups", "GroupIdNotFound", 3.0),
+    ];
+    for (api, code, count) in counted {
+        assert_eq!(
+            delta(&|m| error(m, api, code)),
+            count,
+            "{api} {code}:\n{}",
+            after.body
+        );
+    }
+    // Nothing else was counted: successes (code 0) are not errors.
+    let expected: f64 = counted.iter().map(|(_, _, count)| count).sum();
+    assert_eq!(delta(&error_total), expected, "{}", after.body);
+    drop(stream);
 }
 
 #[test]

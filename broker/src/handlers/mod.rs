@@ -6,9 +6,11 @@ use std::rc::Rc;
 use bytes::Bytes;
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiKey, RequestKind};
+use kafka_protocol::protocol::{Encodable, HeaderVersion};
 use protocol::codec::{self, RequestFrame};
 
 use crate::limits::NON_PRODUCE_FRAME_BYTES_MAX;
+use crate::metrics::{self, ErrorCodes};
 use crate::server::ConnectionError;
 use crate::shard::Shard;
 
@@ -189,6 +191,7 @@ pub async fn handle(shard: Rc<Shard>, frame: Bytes) -> Result<Option<Bytes>, Con
         return Err(ConnectionError::UnsupportedApi { api_key });
     };
     if api_key == ApiKey::ApiVersions && version > max {
+        metrics::record_error_code(ApiKey::ApiVersions as i16, codec::UNSUPPORTED_VERSION);
         return Ok(Some(codec::api_versions_unsupported(
             request.correlation_id,
             advertised(),
@@ -222,104 +225,65 @@ async fn dispatch(
     request: &RequestFrame,
     body: RequestKind,
 ) -> Result<Option<Bytes>, ConnectionError> {
+    let out = Respond {
+        api_key: request.api_key as i16,
+        id: request.correlation_id,
+        version: request.api_version,
+    };
     let version = request.api_version;
-    let id = request.correlation_id;
     let encoded = match body {
-        RequestKind::ApiVersions(_) => codec::encode_response(id, version, &api_versions::handle()),
-        RequestKind::Metadata(body) => {
-            codec::encode_response(id, version, &metadata::handle(&shard, body, version).await)
-        }
-        RequestKind::CreateTopics(body) => {
-            codec::encode_response(id, version, &create_topics::handle(&shard, body).await)
-        }
+        RequestKind::ApiVersions(_) => out.encode(&api_versions::handle()),
+        RequestKind::Metadata(body) => out.encode(&metadata::handle(&shard, body, version).await),
+        RequestKind::CreateTopics(body) => out.encode(&create_topics::handle(&shard, body).await),
         RequestKind::Produce(body) => match produce::handle(&shard, body, version).await {
-            Some(response) => {
-                crate::metrics::record_produce_errors(&response);
-                codec::encode_response(id, version, &response)
-            }
+            Some(response) => out.encode(&response),
             None => return Ok(None),
         },
-        RequestKind::Fetch(body) => {
-            let response = fetch::handle(&shard, body).await;
-            crate::metrics::record_fetch_errors(&response);
-            codec::encode_response(id, version, &response)
+        RequestKind::Fetch(body) => out.encode(&fetch::handle(&shard, body).await),
+        RequestKind::ListOffsets(body) => out.encode(&list_offsets::handle(&shard, body).await),
+        RequestKind::DeleteTopics(body) => {
+            out.encode(&delete_topics::handle(&shard, body, version).await)
         }
-        RequestKind::ListOffsets(body) => {
-            codec::encode_response(id, version, &list_offsets::handle(&shard, body).await)
-        }
-        RequestKind::DeleteTopics(body) => codec::encode_response(
-            id,
-            version,
-            &delete_topics::handle(&shard, body, version).await,
-        ),
         RequestKind::CreatePartitions(body) => {
-            codec::encode_response(id, version, &create_partitions::handle(&shard, body).await)
+            out.encode(&create_partitions::handle(&shard, body).await)
         }
-        RequestKind::DescribeConfigs(body) => {
-            codec::encode_response(id, version, &configs::describe(&shard, body, version))
-        }
-        RequestKind::AlterConfigs(body) => {
-            codec::encode_response(id, version, &configs::alter(&shard, body).await)
-        }
+        RequestKind::DescribeConfigs(body) => out.encode(&configs::describe(&shard, body, version)),
+        RequestKind::AlterConfigs(body) => out.encode(&configs::alter(&shard, body).await),
         RequestKind::IncrementalAlterConfigs(body) => {
-            codec::encode_response(id, version, &configs::incremental_alter(&shard, body).await)
+            out.encode(&configs::incremental_alter(&shard, body).await)
         }
-        RequestKind::DescribeCluster(body) => {
-            codec::encode_response(id, version, &describe_cluster::handle(&shard, body))
-        }
+        RequestKind::DescribeCluster(body) => out.encode(&describe_cluster::handle(&shard, body)),
         RequestKind::InitProducerId(body) => {
-            codec::encode_response(id, version, &init_producer_id::handle(&shard, body).await)
+            out.encode(&init_producer_id::handle(&shard, body).await)
         }
-        RequestKind::FindCoordinator(body) => codec::encode_response(
-            id,
-            version,
-            &find_coordinator::handle(&shard, body, version).await,
-        ),
+        RequestKind::FindCoordinator(body) => {
+            out.encode(&find_coordinator::handle(&shard, body, version).await)
+        }
         RequestKind::JoinGroup(body) => {
             let client_id = request
                 .client_id
                 .as_ref()
                 .map(|c| c.to_string())
                 .unwrap_or_default();
-            codec::encode_response(
-                id,
-                version,
-                &join_group::handle(&shard, body, version, client_id).await,
-            )
+            out.encode(&join_group::handle(&shard, body, version, client_id).await)
         }
-        RequestKind::SyncGroup(body) => {
-            codec::encode_response(id, version, &sync_group::handle(&shard, body).await)
+        RequestKind::SyncGroup(body) => out.encode(&sync_group::handle(&shard, body).await),
+        RequestKind::Heartbeat(body) => out.encode(&heartbeat::handle(&shard, body).await),
+        RequestKind::LeaveGroup(body) => {
+            out.encode(&leave_group::handle(&shard, body, version).await)
         }
-        RequestKind::Heartbeat(body) => {
-            codec::encode_response(id, version, &heartbeat::handle(&shard, body).await)
+        RequestKind::OffsetCommit(body) => {
+            out.encode(&offset_commit::handle(&shard, body, version).await)
         }
-        RequestKind::LeaveGroup(body) => codec::encode_response(
-            id,
-            version,
-            &leave_group::handle(&shard, body, version).await,
-        ),
-        RequestKind::OffsetCommit(body) => codec::encode_response(
-            id,
-            version,
-            &offset_commit::handle(&shard, body, version).await,
-        ),
-        RequestKind::OffsetFetch(body) => codec::encode_response(
-            id,
-            version,
-            &offset_fetch::handle(&shard, body, version).await,
-        ),
-        RequestKind::OffsetDelete(body) => {
-            codec::encode_response(id, version, &offset_delete::handle(&shard, body).await)
+        RequestKind::OffsetFetch(body) => {
+            out.encode(&offset_fetch::handle(&shard, body, version).await)
         }
+        RequestKind::OffsetDelete(body) => out.encode(&offset_delete::handle(&shard, body).await),
         RequestKind::DescribeGroups(body) => {
-            codec::encode_response(id, version, &describe_groups::handle(&shard, body).await)
+            out.encode(&describe_groups::handle(&shard, body).await)
         }
-        RequestKind::ListGroups(body) => {
-            codec::encode_response(id, version, &list_groups::handle(&shard, body).await)
-        }
-        RequestKind::DeleteGroups(body) => {
-            codec::encode_response(id, version, &delete_groups::handle(&shard, body).await)
-        }
+        RequestKind::ListGroups(body) => out.encode(&list_groups::handle(&shard, body).await),
+        RequestKind::DeleteGroups(body) => out.encode(&delete_groups::handle(&shard, body).await),
         _ => {
             return Err(ConnectionError::UnsupportedApi {
                 api_key: request.api_key,
@@ -327,6 +291,25 @@ async fn dispatch(
         }
     };
     Ok(Some(encoded?))
+}
+
+/// Encodes a handler's response, then counts its error codes: every
+/// answered API goes through here.
+struct Respond {
+    api_key: i16,
+    id: i32,
+    version: i16,
+}
+
+impl Respond {
+    fn encode<R>(&self, response: &R) -> Result<Bytes, codec::CodecError>
+    where
+        R: Encodable + HeaderVersion + ErrorCodes,
+    {
+        let encoded = codec::encode_response(self.id, self.version, response)?;
+        metrics::record_response_errors(self.api_key, self.version, response);
+        Ok(encoded)
+    }
 }
 
 #[cfg(test)]

@@ -252,6 +252,10 @@ pub fn answer_old_version(request: &RequestFrame) -> Option<Bytes> {
         for &partition in partitions {
             out.put_i32(partition);
             out.put_i16(errors::UNSUPPORTED_VERSION);
+            crate::metrics::record_error_code(
+                kafka_protocol::messages::ApiKey::Produce as i16,
+                errors::UNSUPPORTED_VERSION,
+            );
             out.put_i64(-1);
             if version >= 2 {
                 out.put_i64(-1);
