@@ -19,6 +19,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 DEADLINE_S = 60
 SESSION_MS = 6000
+# Static members get a longer session: the restart (a new Python process
+# and librdkafka instance) must fit in it even on a loaded machine.
+STATIC_SESSION_MS = 10000
 
 
 def fail(message):
@@ -250,7 +253,7 @@ def member_partitions(lines, current):
 
 def mode_member(bootstrap, group, topic, instance=None):
     """A child group member that reports its assignment until killed."""
-    extra = {"group.instance.id": instance} if instance else {}
+    extra = {"group.instance.id": instance, "session.timeout.ms": STATIC_SESSION_MS} if instance else {}
     c = consumer(bootstrap, group, extra)
     c.subscribe([topic])
     last = None
@@ -301,7 +304,7 @@ def mode_static(bootstrap):
     events = []
 
     def tracked(instance):
-        c = consumer(bootstrap, group, {"group.instance.id": instance})
+        c = consumer(bootstrap, group, {"group.instance.id": instance, "session.timeout.ms": STATIC_SESSION_MS})
         c.subscribe([topic],
                      on_assign=lambda _c, parts: events.append((instance, "assign", len(parts))),
                      on_revoke=lambda _c, parts: events.append((instance, "revoke", len(parts))))
@@ -331,10 +334,10 @@ def mode_static(bootstrap):
         again = member_partitions(lines, again)
         return len(again) == 2
 
-    poll_until(parents, child_back, "restarted static member assigned", deadline_s=SESSION_MS / 1000 - 1)
+    poll_until(parents, child_back, "restarted static member assigned", deadline_s=STATIC_SESSION_MS / 1000 - 1)
     check(sorted(again) == sorted(child_parts), f"restarted member got {again}, had {child_parts}")
     # Past the old session timeout: nothing may have rebalanced.
-    quiet_until = time.monotonic() + SESSION_MS / 1000 + 2
+    quiet_until = time.monotonic() + STATIC_SESSION_MS / 1000 + 2
     while time.monotonic() < quiet_until:
         for c in parents:
             c.poll(0.05)
