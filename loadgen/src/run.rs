@@ -12,7 +12,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result};
 use bytes::{Bytes, BytesMut};
 use glommio::{LocalExecutorPoolBuilder, PoolPlacement};
-use protocol::client::Connection;
+use std::collections::VecDeque;
+
+use kafka_protocol::messages::ProduceResponse;
+use protocol::client::{Connection, Pending};
 
 use crate::e2e::{self, Acknowledged, Tracker};
 use crate::kafka;
@@ -316,10 +319,9 @@ async fn produce(
     let w = &plan.workload;
     let settings = w.producer.clone();
     let partitions = w.partitions_per_topic;
-    // One lane (connection, one request in flight) per partition group per
-    // leader: a partition always uses the same lane, so its batches stay in
-    // order, and `in_flight_max` lanes give that many requests in flight.
-    let lanes_per_leader = settings.in_flight_max;
+    // One lane (a connection pipelining up to `in_flight_max` requests) per
+    // leader; its queue holds up to one ready batch per partition.
+    let lanes_per_leader = 1;
     let mut lane_tx: HashMap<(String, usize), flume::Sender<Outgoing>> = HashMap::new();
     let mut lane_tasks = Vec::new();
     let mut producer_ids: HashMap<String, (i64, i16)> = HashMap::new();
@@ -338,7 +340,7 @@ async fn produce(
         if settings.idempotence && !producer_ids.contains_key(&address) {
             producer_ids.insert(address.clone(), kafka::init_producer_id(&mut conn).await?);
         }
-        let (tx, rx) = flume::bounded(2);
+        let (tx, rx) = flume::bounded(partitions.max(4));
         lane_tx.insert(key, tx);
         let (recorder, acknowledged, acks) =
             (recorder.clone(), acknowledged.clone(), settings.acks);
@@ -347,6 +349,7 @@ async fn produce(
             conn,
             rx,
             acks,
+            settings.in_flight_max,
             producer,
             recorder,
             acknowledged,
@@ -526,12 +529,16 @@ async fn produce(
     Ok(())
 }
 
-/// One connection sending one produce request at a time: everything queued
-/// for it (one batch per partition) goes in the next request.
+/// One connection per producer and leader, pipelining up to
+/// `in_flight_max` produce requests (as Kafka clients do with
+/// `max.in.flight.requests.per.connection`). Each request takes what is
+/// queued, at most one batch per partition; requests on one connection are
+/// answered in order, so a partition's batches stay in order.
 async fn lane(
     mut conn: Connection,
     rx: flume::Receiver<Outgoing>,
     acks: i16,
+    in_flight_max: usize,
     producer: u32,
     recorder: Rc<RefCell<Recorder>>,
     acknowledged: Rc<RefCell<Acknowledged>>,
@@ -543,33 +550,43 @@ async fn lane(
             return;
         }
     };
-    while let Ok(first) = rx.recv_async().await {
-        let mut outgoing = vec![first];
-        let mut request_bytes = outgoing[0].bytes.len();
-        while request_bytes < 8 << 20 {
-            // One batch per partition per request.
-            let Ok(next) = rx.try_recv() else { break };
-            let repeat = outgoing
-                .iter()
-                .any(|o| o.topic == next.topic && o.partition == next.partition);
-            request_bytes += next.bytes.len();
-            outgoing.push(next);
-            if repeat {
-                break;
+    let mut in_flight: VecDeque<(Pending<ProduceResponse>, Vec<Outgoing>)> = VecDeque::new();
+    let mut queued: VecDeque<Outgoing> = VecDeque::new();
+    let mut closed = false;
+    loop {
+        // Send while below the bound and batches are ready; wait for one
+        // only when nothing is in flight.
+        while in_flight.len() < in_flight_max {
+            if queued.is_empty() {
+                let next = if in_flight.is_empty() && !closed {
+                    rx.recv_async().await.ok()
+                } else {
+                    rx.try_recv().ok()
+                };
+                match next {
+                    Some(o) => queued.push_back(o),
+                    None => {
+                        closed |= rx.is_disconnected() && rx.is_empty();
+                        break;
+                    }
+                }
             }
-        }
-        // A repeated partition goes in a request of its own, after.
-        let mut rounds: Vec<Vec<Outgoing>> = Vec::new();
-        for o in outgoing {
-            match rounds.iter_mut().find(|r| {
-                !r.iter()
+            let mut round: Vec<Outgoing> = Vec::new();
+            let mut request_bytes = 0usize;
+            while request_bytes < 8 << 20 {
+                let Some(o) = queued.pop_front().or_else(|| rx.try_recv().ok()) else {
+                    break;
+                };
+                if round
+                    .iter()
                     .any(|x| x.topic == o.topic && x.partition == o.partition)
-            }) {
-                Some(round) => round.push(o),
-                None => rounds.push(vec![o]),
+                {
+                    queued.push_front(o);
+                    break;
+                }
+                request_bytes += o.bytes.len();
+                round.push(o);
             }
-        }
-        for round in rounds {
             let batches: Vec<(String, i32, Bytes)> = round
                 .iter()
                 .map(|o| (o.topic.clone(), o.partition, o.bytes.clone()))
@@ -593,34 +610,48 @@ async fn lane(
                 }
                 continue;
             }
-            let response = conn.call(&request, version).await;
-            let now = Instant::now();
-            match response {
-                Ok(response) => {
-                    let outcome = kafka::produce_errors(&response);
-                    let mut recorder = recorder.borrow_mut();
-                    let mut acknowledged = acknowledged.borrow_mut();
-                    for o in round {
-                        match outcome.get(&(o.topic.clone(), o.partition)) {
-                            Some(None) => {
-                                let latency =
-                                    now.saturating_duration_since(o.first_due).as_micros() as u64;
-                                recorder.publish(o.records, o.value_bytes, latency);
-                                acknowledged
-                                    .entry((o.topic.clone(), o.partition, producer))
-                                    .or_default()
-                                    .push(o.sequences);
-                            }
-                            Some(Some(error)) => recorder.error(error.clone()),
-                            None => recorder.error("partition missing from produce response"),
-                        }
-                    }
-                }
+            match conn.send(&request, version).await {
+                Ok(pending) => in_flight.push_back((pending, round)),
                 Err(e) => {
                     let mut recorder = recorder.borrow_mut();
                     for _ in &round {
                         recorder.error(format!("produce: {}", short(&e.to_string())));
                     }
+                }
+            }
+        }
+        let Some((pending, round)) = in_flight.pop_front() else {
+            if closed && queued.is_empty() {
+                return;
+            }
+            continue;
+        };
+        let response = conn.receive(pending).await;
+        let now = Instant::now();
+        let mut recorder = recorder.borrow_mut();
+        match response {
+            Ok(response) => {
+                let outcome = kafka::produce_errors(&response);
+                let mut acknowledged = acknowledged.borrow_mut();
+                for o in round {
+                    match outcome.get(&(o.topic.clone(), o.partition)) {
+                        Some(None) => {
+                            let latency =
+                                now.saturating_duration_since(o.first_due).as_micros() as u64;
+                            recorder.publish(o.records, o.value_bytes, latency);
+                            acknowledged
+                                .entry((o.topic.clone(), o.partition, producer))
+                                .or_default()
+                                .push(o.sequences);
+                        }
+                        Some(Some(error)) => recorder.error(error.clone()),
+                        None => recorder.error("partition missing from produce response"),
+                    }
+                }
+            }
+            Err(e) => {
+                for _ in &round {
+                    recorder.error(format!("produce: {}", short(&e.to_string())));
                 }
             }
         }

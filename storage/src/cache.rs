@@ -103,6 +103,10 @@ impl BatchCache {
         }
     }
 
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
     pub fn clear(&mut self) {
         self.batches.clear();
         self.bytes = 0;

@@ -20,6 +20,6 @@ pub use config::{ConfigError, FlushPolicy, LogConfig, LOG_CONFIG_KEYS};
 pub use error::{Result, StorageError};
 pub use log::{
     AppendInfo, AppendOptions, Log, LogStats, ReadResult, RecoveryReport, RetentionOutcome,
-    SYNC_LATENCY_BOUNDS_US,
+    SHARD_CACHE_BYTES_MAX, SYNC_LATENCY_BOUNDS_US,
 };
 pub use segment::Cut;

@@ -87,6 +87,9 @@ pub struct LogStats {
     pub reads_disk: u64,
     /// Appended bytes not yet written (bounded by `strom.pending.bytes`).
     pub pending_bytes: usize,
+    /// Bytes in the batch cache (bounded by `strom.cache.bytes` and this
+    /// log's share of `SHARD_CACHE_BYTES_MAX`, plus what is unwritten).
+    pub cached_bytes: usize,
 }
 
 /// What `open` found and did.
@@ -122,6 +125,7 @@ struct Inner {
     changed: Signal,
     writer: RefCell<Option<glommio::Task<()>>>,
     recovery: RecoveryReport,
+    _open: OpenLogGuard,
     /// Set by `inject_sync_failure`: the next fdatasync reports EIO.
     #[cfg(feature = "fault-injection")]
     fail_next_sync: std::cell::Cell<bool>,
@@ -367,6 +371,7 @@ impl Log {
             changed: Signal::default(),
             writer: RefCell::new(None),
             recovery: report,
+            _open: OpenLogGuard::new(),
             #[cfg(feature = "fault-injection")]
             fail_next_sync: std::cell::Cell::new(false),
         });
@@ -417,6 +422,7 @@ impl Log {
         let state = self.inner.state.borrow();
         LogStats {
             pending_bytes: state.pending_bytes,
+            cached_bytes: state.cache.bytes(),
             ..state.stats
         }
     }
@@ -1296,6 +1302,38 @@ fn apply_cut(segment: &mut Segment, cut: &CutPoint) {
     segment.bytes_since_index = 0;
 }
 
+/// Recent batches cached by all the logs of one executor (shard) together:
+/// each log keeps at most its fair share of this (and at most its own
+/// `strom.cache.bytes`), so a shard with many partitions stays bounded.
+pub const SHARD_CACHE_BYTES_MAX: usize = 256 << 20;
+
+thread_local! {
+    /// Logs open on this executor.
+    static OPEN_LOGS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// The cache bound of one log on this executor now.
+fn cache_bytes_max(config: &LogConfig) -> usize {
+    let open = OPEN_LOGS.with(|n| n.get()).max(1);
+    config.cache_bytes_max.min(SHARD_CACHE_BYTES_MAX / open)
+}
+
+/// Counts a log as open on this executor while it lives.
+struct OpenLogGuard;
+
+impl OpenLogGuard {
+    fn new() -> Self {
+        OPEN_LOGS.with(|n| n.set(n.get() + 1));
+        OpenLogGuard
+    }
+}
+
+impl Drop for OpenLogGuard {
+    fn drop(&mut self) {
+        OPEN_LOGS.with(|n| n.set(n.get().saturating_sub(1)));
+    }
+}
+
 /// Stamps base offset and leader epoch (and LogAppendTime) on a batch.
 /// A batch the caller no longer shares is rewritten in place; a shared one
 /// is left as is, with its rewritten first 16 bytes returned separately and
@@ -1613,7 +1651,7 @@ fn complete_write(inner: &Inner, id: u64, padded: u64, _end: u64) {
         state.pending_bytes -= released;
         state.unsynced_bytes += released as u64;
         state.unsynced_since.get_or_insert_with(Instant::now);
-        let cache_max = inner.config.borrow().cache_bytes_max;
+        let cache_max = cache_bytes_max(&inner.config.borrow());
         state.cache.evict(cache_max, written_offset);
     }
     drop(state);

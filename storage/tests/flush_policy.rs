@@ -200,3 +200,35 @@ fn wait_for_append_wakes_on_the_next_append() {
         log.close().await.unwrap();
     });
 }
+
+#[test]
+fn many_logs_on_one_executor_share_a_bounded_cache() {
+    let dir = common::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    run(move || async move {
+        let logs_open = 128;
+        let mut logs = Vec::new();
+        for i in 0..logs_open {
+            logs.push(
+                Log::open(root.join(format!("t-{i}")), common::config(1 << 30))
+                    .await
+                    .unwrap(),
+            );
+        }
+        let share = storage::SHARD_CACHE_BYTES_MAX / logs_open;
+        assert!(share < storage::LogConfig::default().cache_bytes_max);
+        let log = &logs[0];
+        for i in 0..200 {
+            log.append(Spec::new(i, 1, 40_000).bytes(), AppendOptions::default())
+                .await
+                .unwrap();
+        }
+        log.flush().await.unwrap();
+        let cached = log.stats().cached_bytes;
+        assert!(cached <= share, "cached {cached} above the share {share}");
+        assert!(cached > 0, "recent batches stay cached");
+        for log in logs {
+            log.close().await.unwrap();
+        }
+    });
+}
