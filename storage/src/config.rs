@@ -40,8 +40,9 @@ pub struct LogConfig {
     pub writes_in_flight_max: usize,
     /// `strom.pending.bytes`: appended but unwritten bytes before appends wait.
     pub pending_bytes_max: usize,
-    /// `strom.preallocate.bytes`: how far ahead of the writer files are
-    /// grown (so at most this much unused space per active partition).
+    /// `strom.preallocate.bytes`: the smallest step by which files are grown
+    /// ahead of the writer; the step grows with the segment up to 8 times
+    /// this, which bounds the unused space of an active partition.
     pub preallocate_bytes: u64,
 }
 

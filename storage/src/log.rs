@@ -1576,8 +1576,11 @@ async fn submit_write(inner: &Rc<Inner>) -> Result<()> {
             out[tail_start..at].to_vec()
         };
         let write_end = aligned_start + padded as u64;
-        let grow_to =
-            (write_end > active.allocated).then(|| write_end.div_ceil(preallocate) * preallocate);
+        // The step grows with the segment (a quarter of what it holds, up
+        // to 8 steps), so a busy partition calls fallocate rarely while an
+        // idle one keeps at most one small step of slack.
+        let step = file::align_up((active.written_size / 4).clamp(preallocate, 8 * preallocate));
+        let grow_to = (write_end > active.allocated).then(|| write_end.div_ceil(step) * step);
         let (file, path) = (active.file.clone(), active.path.clone());
         state.tail = new_tail;
         state.submitted_position = end;
