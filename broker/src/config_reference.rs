@@ -212,7 +212,7 @@ pub const TOPIC_SETTINGS: &[TopicSetting] = &[
     TopicSetting {
         topic_key: "strom.preallocate.bytes",
         broker_key: "strom.preallocate.bytes",
-        meaning: "How far ahead of the writer segment files are grown with fallocate.",
+        meaning: "Smallest step by which segment files are grown with fallocate ahead of the writer; the step grows with the segment up to 8 times this.",
     },
     TopicSetting {
         topic_key: "cleanup.policy",
