@@ -4,6 +4,7 @@
 //! sees it. One change at a time, under `Shard::controller_lock`.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::rc::Rc;
 
 use crate::errors;
@@ -106,12 +107,14 @@ fn check_configs(configs: &BTreeMap<String, String>) -> Outcome {
     Ok(())
 }
 
-/// Creates topics (or only validates them); one outcome per spec, in order.
-pub async fn create_topics(
-    shard: &Rc<Shard>,
-    specs: Vec<TopicSpec>,
-    validate_only: bool,
-) -> Vec<Outcome> {
+/// Runs `work` on the controller core while holding the controller lock, so
+/// that metadata changes are applied one at a time.
+async fn on_controller<R, F, Fut>(shard: &Rc<Shard>, work: F) -> R
+where
+    R: Send + 'static,
+    F: FnOnce(Rc<Shard>) -> Fut + Send + 'static,
+    Fut: Future<Output = R> + 'static,
+{
     shard
         .run_on(CONTROLLER_CORE, move |controller| async move {
             let _lock = controller
@@ -119,13 +122,25 @@ pub async fn create_topics(
                 .acquire_permit(1)
                 .await
                 .expect("controller lock is never closed");
-            let mut outcomes = Vec::with_capacity(specs.len());
-            for spec in specs {
-                outcomes.push(create_topic(&controller, spec, validate_only).await);
-            }
-            outcomes
+            work(controller.clone()).await
         })
         .await
+}
+
+/// Creates topics (or only validates them); one outcome per spec, in order.
+pub async fn create_topics(
+    shard: &Rc<Shard>,
+    specs: Vec<TopicSpec>,
+    validate_only: bool,
+) -> Vec<Outcome> {
+    on_controller(shard, move |controller| async move {
+        let mut outcomes = Vec::with_capacity(specs.len());
+        for spec in specs {
+            outcomes.push(create_topic(&controller, spec, validate_only).await);
+        }
+        outcomes
+    })
+    .await
 }
 
 async fn create_topic(controller: &Rc<Shard>, spec: TopicSpec, validate_only: bool) -> Outcome {
@@ -189,20 +204,14 @@ async fn create_topic(controller: &Rc<Shard>, spec: TopicSpec, validate_only: bo
 
 /// Deletes topics by name; one outcome per name, in order.
 pub async fn delete_topics(shard: &Rc<Shard>, names: Vec<String>) -> Vec<Outcome> {
-    shard
-        .run_on(CONTROLLER_CORE, move |controller| async move {
-            let _lock = controller
-                .controller_lock
-                .acquire_permit(1)
-                .await
-                .expect("controller lock is never closed");
-            let mut outcomes = Vec::with_capacity(names.len());
-            for name in names {
-                outcomes.push(delete_topic(&controller, name).await);
-            }
-            outcomes
-        })
-        .await
+    on_controller(shard, move |controller| async move {
+        let mut outcomes = Vec::with_capacity(names.len());
+        for name in names {
+            outcomes.push(delete_topic(&controller, name).await);
+        }
+        outcomes
+    })
+    .await
 }
 
 async fn delete_topic(controller: &Rc<Shard>, name: String) -> Outcome {
@@ -235,34 +244,32 @@ pub async fn create_partitions(
     count: i32,
     validate_only: bool,
 ) -> Outcome {
-    shard
-        .run_on(CONTROLLER_CORE, move |controller| async move {
-            let _lock = controller.controller_lock.acquire_permit(1).await.expect("controller lock is never closed");
-            let image = controller.metadata.image();
-            let Some(topic) = image.topics.get(&name).cloned() else {
-                return Err(Refusal::new(errors::UNKNOWN_TOPIC_OR_PARTITION, format!("topic {name} does not exist")));
-            };
-            let current = topic.partition_cores.len() as i32;
-            if count <= current {
-                return Err(Refusal::new(errors::INVALID_PARTITIONS, format!("topic {name} has {current} partitions; the new count must be larger, not {count}")));
-            }
-            if count > TOPIC_PARTITIONS_MAX {
-                return Err(Refusal::new(errors::INVALID_PARTITIONS, format!("partition count {count} is above {TOPIC_PARTITIONS_MAX}")));
-            }
-            if validate_only {
-                return Ok(());
-            }
-            let mut counts = image.partitions_per_core(controller.cores);
-            let cores = place_partitions(&mut counts, (count - current) as usize);
-            open_partitions(&controller, &name, current, &cores, &topic.configs).await?;
-            controller
-                .metadata
-                .commit(&[MetadataRecord::PartitionsAdded { name: name.clone(), cores }])
-                .map_err(|e| Refusal::new(errors::KAFKA_STORAGE_ERROR, e.to_string()))?;
-            tracing::info!(topic = %name, partitions = count, "partitions added");
-            Ok(())
-        })
-        .await
+    on_controller(shard, move |controller| async move {
+        let image = controller.metadata.image();
+        let Some(topic) = image.topics.get(&name).cloned() else {
+            return Err(Refusal::new(errors::UNKNOWN_TOPIC_OR_PARTITION, format!("topic {name} does not exist")));
+        };
+        let current = topic.partition_cores.len() as i32;
+        if count <= current {
+            return Err(Refusal::new(errors::INVALID_PARTITIONS, format!("topic {name} has {current} partitions; the new count must be larger, not {count}")));
+        }
+        if count > TOPIC_PARTITIONS_MAX {
+            return Err(Refusal::new(errors::INVALID_PARTITIONS, format!("partition count {count} is above {TOPIC_PARTITIONS_MAX}")));
+        }
+        if validate_only {
+            return Ok(());
+        }
+        let mut counts = image.partitions_per_core(controller.cores);
+        let cores = place_partitions(&mut counts, (count - current) as usize);
+        open_partitions(&controller, &name, current, &cores, &topic.configs).await?;
+        controller
+            .metadata
+            .commit(&[MetadataRecord::PartitionsAdded { name: name.clone(), cores }])
+            .map_err(|e| Refusal::new(errors::KAFKA_STORAGE_ERROR, e.to_string()))?;
+        tracing::info!(topic = %name, partitions = count, "partitions added");
+        Ok(())
+    })
+    .await
 }
 
 /// Replaces a topic's config overrides and applies them live.
@@ -272,86 +279,74 @@ pub async fn set_topic_configs(
     configs: BTreeMap<String, String>,
     validate_only: bool,
 ) -> Outcome {
-    shard
-        .run_on(CONTROLLER_CORE, move |controller| async move {
-            let _lock = controller
-                .controller_lock
-                .acquire_permit(1)
-                .await
-                .expect("controller lock is never closed");
-            let image = controller.metadata.image();
-            let Some(topic) = image.topics.get(&name).cloned() else {
-                return Err(Refusal::new(
-                    errors::UNKNOWN_TOPIC_OR_PARTITION,
-                    format!("topic {name} does not exist"),
-                ));
-            };
-            check_configs(&configs)?;
-            if validate_only {
-                return Ok(());
-            }
+    on_controller(shard, move |controller| async move {
+        let image = controller.metadata.image();
+        let Some(topic) = image.topics.get(&name).cloned() else {
+            return Err(Refusal::new(
+                errors::UNKNOWN_TOPIC_OR_PARTITION,
+                format!("topic {name} does not exist"),
+            ));
+        };
+        check_configs(&configs)?;
+        if validate_only {
+            return Ok(());
+        }
+        controller
+            .metadata
+            .commit(&[MetadataRecord::TopicConfigsSet {
+                name: name.clone(),
+                configs: configs.clone(),
+            }])
+            .map_err(|e| Refusal::new(errors::KAFKA_STORAGE_ERROR, e.to_string()))?;
+        let effective = controller.config.topic_defaults.effective(&configs);
+        let mut owners: Vec<usize> = topic
+            .partition_cores
+            .iter()
+            .map(|&c| c as usize % controller.cores)
+            .collect();
+        owners.sort_unstable();
+        owners.dedup();
+        for core in owners {
+            let effective = effective.clone();
+            let name = name.clone();
             controller
-                .metadata
-                .commit(&[MetadataRecord::TopicConfigsSet {
-                    name: name.clone(),
-                    configs: configs.clone(),
-                }])
-                .map_err(|e| Refusal::new(errors::KAFKA_STORAGE_ERROR, e.to_string()))?;
-            let effective = controller.config.topic_defaults.effective(&configs);
-            let mut owners: Vec<usize> = topic
-                .partition_cores
-                .iter()
-                .map(|&c| c as usize % controller.cores)
-                .collect();
-            owners.sort_unstable();
-            owners.dedup();
-            for core in owners {
-                let effective = effective.clone();
-                let name = name.clone();
-                controller
-                    .run_on(core, move |owner| async move {
-                        for partition in owner
-                            .partitions
-                            .borrow()
-                            .get(&name)
-                            .into_iter()
-                            .flat_map(|p| p.values())
-                        {
-                            partition.apply_config(&effective);
-                        }
-                    })
-                    .await;
-            }
-            tracing::info!(topic = %name, "topic configs changed");
-            Ok(())
-        })
-        .await
+                .run_on(core, move |owner| async move {
+                    for partition in owner
+                        .partitions
+                        .borrow()
+                        .get(&name)
+                        .into_iter()
+                        .flat_map(|p| p.values())
+                    {
+                        partition.apply_config(&effective);
+                    }
+                })
+                .await;
+        }
+        tracing::info!(topic = %name, "topic configs changed");
+        Ok(())
+    })
+    .await
 }
 
 /// Hands out a new producer id, taking a new block from the metadata log
 /// when the current one is used up.
 pub async fn allocate_producer_id(shard: &Rc<Shard>) -> Result<i64, Refusal> {
-    shard
-        .run_on(CONTROLLER_CORE, move |controller| async move {
-            let _lock = controller
-                .controller_lock
-                .acquire_permit(1)
-                .await
-                .expect("controller lock is never closed");
-            let (next, end) = controller.producer_ids.get();
-            let (next, end) = if next < end {
-                (next, end)
-            } else {
-                let start = controller.metadata.image().producer_ids_end.max(next);
-                let end = start + PRODUCER_ID_BLOCK;
-                controller
-                    .metadata
-                    .commit(&[MetadataRecord::ProducerIdsAllocated { end }])
-                    .map_err(|e| Refusal::new(errors::KAFKA_STORAGE_ERROR, e.to_string()))?;
-                (start, end)
-            };
-            controller.producer_ids.set((next + 1, end));
-            Ok(next)
-        })
-        .await
+    on_controller(shard, move |controller| async move {
+        let (next, end) = controller.producer_ids.get();
+        let (next, end) = if next < end {
+            (next, end)
+        } else {
+            let start = controller.metadata.image().producer_ids_end.max(next);
+            let end = start + PRODUCER_ID_BLOCK;
+            controller
+                .metadata
+                .commit(&[MetadataRecord::ProducerIdsAllocated { end }])
+                .map_err(|e| Refusal::new(errors::KAFKA_STORAGE_ERROR, e.to_string()))?;
+            (start, end)
+        };
+        controller.producer_ids.set((next + 1, end));
+        Ok(next)
+    })
+    .await
 }
