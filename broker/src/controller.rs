@@ -6,11 +6,12 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use crate::errors;
 use crate::limits::{PRODUCER_ID_BLOCK, TOPIC_PARTITIONS_MAX};
 use crate::metadata::{
-    place_partitions, topic_id_from, validate_topic_name, MetadataRecord, TopicMeta,
+    place_partitions, topic_id_from, validate_topic_name, MetadataImage, MetadataRecord, TopicMeta,
 };
 use crate::partition::Partition;
 use crate::shard::Shard;
@@ -105,6 +106,16 @@ fn check_configs(configs: &BTreeMap<String, String>) -> Outcome {
             .map_err(|message| Refusal::new(errors::INVALID_CONFIG, message))?;
     }
     Ok(())
+}
+
+/// The topic named `name`, or the refusal every change to a missing topic gets.
+fn existing_topic(image: &MetadataImage, name: &str) -> Result<Arc<TopicMeta>, Refusal> {
+    image.topics.get(name).cloned().ok_or_else(|| {
+        Refusal::new(
+            errors::UNKNOWN_TOPIC_OR_PARTITION,
+            format!("topic {name} does not exist"),
+        )
+    })
 }
 
 /// Runs `work` on the controller core while holding the controller lock, so
@@ -222,12 +233,7 @@ async fn delete_topic(controller: &Rc<Shard>, name: String) -> Outcome {
         ));
     }
     let image = controller.metadata.image();
-    let Some(topic) = image.topics.get(&name).cloned() else {
-        return Err(Refusal::new(
-            errors::UNKNOWN_TOPIC_OR_PARTITION,
-            format!("topic {name} does not exist"),
-        ));
-    };
+    let topic = existing_topic(&image, &name)?;
     controller
         .metadata
         .commit(&[MetadataRecord::TopicDeleted { name: name.clone() }])
@@ -246,9 +252,7 @@ pub async fn create_partitions(
 ) -> Outcome {
     on_controller(shard, move |controller| async move {
         let image = controller.metadata.image();
-        let Some(topic) = image.topics.get(&name).cloned() else {
-            return Err(Refusal::new(errors::UNKNOWN_TOPIC_OR_PARTITION, format!("topic {name} does not exist")));
-        };
+        let topic = existing_topic(&image, &name)?;
         let current = topic.partition_cores.len() as i32;
         if count <= current {
             return Err(Refusal::new(errors::INVALID_PARTITIONS, format!("topic {name} has {current} partitions; the new count must be larger, not {count}")));
@@ -281,12 +285,7 @@ pub async fn set_topic_configs(
 ) -> Outcome {
     on_controller(shard, move |controller| async move {
         let image = controller.metadata.image();
-        let Some(topic) = image.topics.get(&name).cloned() else {
-            return Err(Refusal::new(
-                errors::UNKNOWN_TOPIC_OR_PARTITION,
-                format!("topic {name} does not exist"),
-            ));
-        };
+        let topic = existing_topic(&image, &name)?;
         check_configs(&configs)?;
         if validate_only {
             return Ok(());
