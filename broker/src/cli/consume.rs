@@ -16,17 +16,15 @@ use anyhow::{bail, Context};
 use bytes::Bytes;
 use clap::Args;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, ListOffsetsRequest};
+use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest};
 use kafka_protocol::records::RecordBatchDecoder;
 use protocol::batch::{self, Compression, RecordBatch};
-use protocol::client::{check_error, Connection};
+use protocol::client::check_error;
 
 use super::group::GroupMember;
-use super::{partitions, topic_name, ConnectArgs};
+use super::{list_offsets, partitions, topic_name, ConnectArgs};
 
 const FETCH_VERSIONS: std::ops::RangeInclusive<i16> = 4..=12;
-const LIST_OFFSETS_VERSIONS: std::ops::RangeInclusive<i16> = 1..=7;
 /// Long-poll wait per fetch; bounded by the connection's request timeout.
 const FETCH_WAIT_MS_MAX: i32 = 500;
 const FETCH_BYTES_MAX: i32 = 50 << 20;
@@ -220,50 +218,6 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
             at_end = positions.keys().map(|&p| (p, false)).collect();
         }
     }
-}
-
-async fn list_offsets(
-    connection: &mut Connection,
-    topic: &str,
-    partitions: &[i32],
-    timestamp: i64,
-) -> anyhow::Result<BTreeMap<i32, i64>> {
-    let version = connection.version::<ListOffsetsRequest>(LIST_OFFSETS_VERSIONS)?;
-    let request = ListOffsetsRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_isolation_level(0)
-        .with_topics(vec![ListOffsetsTopic::default()
-            .with_name(topic_name(topic))
-            .with_partitions(
-                partitions
-                    .iter()
-                    .map(|&partition| {
-                        ListOffsetsPartition::default()
-                            .with_partition_index(partition)
-                            .with_current_leader_epoch(-1)
-                            .with_timestamp(timestamp)
-                    })
-                    .collect(),
-            )]);
-    let response = connection.call(&request, version).await?;
-    let mut offsets = BTreeMap::new();
-    for listed in &response.topics {
-        for partition in &listed.partitions {
-            check_error(ApiKey::ListOffsets, partition.error_code, None).with_context(|| {
-                format!(
-                    "cannot list offsets of {topic}-{}",
-                    partition.partition_index
-                )
-            })?;
-            offsets.insert(partition.partition_index, partition.offset);
-        }
-    }
-    for partition in partitions {
-        if !offsets.contains_key(partition) {
-            bail!("the broker listed no offset for {topic}-{partition}");
-        }
-    }
-    Ok(offsets)
 }
 
 /// The records of one batch, decompressing when needed.

@@ -15,21 +15,20 @@ use bytes::{BufMut, Bytes, BytesMut};
 use clap::{Args, Subcommand};
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
-use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
 };
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, DeleteGroupsRequest, DescribeGroupsRequest, FindCoordinatorRequest, GroupId,
-    HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest,
-    OffsetCommitRequest, OffsetFetchRequest, SyncGroupRequest,
+    ApiKey, DeleteGroupsRequest, DescribeGroupsRequest, FindCoordinatorRequest, GroupId,
+    HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, OffsetCommitRequest,
+    OffsetFetchRequest, SyncGroupRequest,
 };
 use kafka_protocol::protocol::StrBytes;
 use protocol::client::{check_error, error_name, Connection};
 
-use super::{partitions, topic_name, ConnectArgs};
+use super::{list_offsets, partitions, topic_name, ConnectArgs};
 use broker::group::coordinator::consumer_subscription_topics;
 
 const FIND_COORDINATOR_VERSIONS: std::ops::RangeInclusive<i16> = 1..=3;
@@ -38,7 +37,6 @@ const DESCRIBE_GROUPS_VERSIONS: std::ops::RangeInclusive<i16> = 0..=5;
 const DELETE_GROUPS_VERSIONS: std::ops::RangeInclusive<i16> = 0..=2;
 const OFFSET_FETCH_VERSIONS: std::ops::RangeInclusive<i16> = 1..=7;
 const OFFSET_COMMIT_VERSIONS: std::ops::RangeInclusive<i16> = 2..=8;
-const LIST_OFFSETS_VERSIONS: std::ops::RangeInclusive<i16> = 1..=7;
 const JOIN_GROUP_VERSIONS: std::ops::RangeInclusive<i16> = 0..=7;
 const SYNC_GROUP_VERSIONS: std::ops::RangeInclusive<i16> = 0..=5;
 const HEARTBEAT_VERSIONS: std::ops::RangeInclusive<i16> = 0..=4;
@@ -283,47 +281,6 @@ async fn committed(
                 .entry(t.name.0.to_string())
                 .or_default()
                 .insert(p.partition_index, p.committed_offset);
-        }
-    }
-    Ok(offsets)
-}
-
-/// ListOffsets for every partition of `topic` at `timestamp` (-1 latest,
-/// -2 earliest, else the first offset at or after it; -1 if none).
-async fn list_offsets(
-    connection: &mut Connection,
-    topic: &str,
-    partitions: &[i32],
-    timestamp: i64,
-) -> anyhow::Result<BTreeMap<i32, i64>> {
-    let version = connection.version::<ListOffsetsRequest>(LIST_OFFSETS_VERSIONS)?;
-    let request = ListOffsetsRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_topics(vec![ListOffsetsTopic::default()
-            .with_name(topic_name(topic))
-            .with_partitions(
-                partitions
-                    .iter()
-                    .map(|&p| {
-                        ListOffsetsPartition::default()
-                            .with_partition_index(p)
-                            .with_current_leader_epoch(-1)
-                            .with_timestamp(timestamp)
-                    })
-                    .collect(),
-            )]);
-    let response = connection.call(&request, version).await?;
-    let mut offsets = BTreeMap::new();
-    for t in &response.topics {
-        for p in &t.partitions {
-            check_error(ApiKey::ListOffsets, p.error_code, None)
-                .with_context(|| format!("cannot list offsets of {topic}-{}", p.partition_index))?;
-            offsets.insert(p.partition_index, p.offset);
-        }
-    }
-    for p in partitions {
-        if !offsets.contains_key(p) {
-            bail!("the broker listed no offset for {topic}-{p}");
         }
     }
     Ok(offsets)

@@ -9,14 +9,18 @@ pub mod produce;
 pub mod status;
 pub mod topic;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Args;
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::{MetadataRequest, MetadataResponse, TopicName};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, ListOffsetsRequest, MetadataRequest, MetadataResponse, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 use protocol::client::{self, ClientConfig, Connection};
 
@@ -27,6 +31,9 @@ pub const EXIT_FAILURE: u8 = 1;
 const IO_MEMORY_BYTES: usize = 1 << 20;
 
 /// Metadata versions the tools speak (v1+: a null topic list means all).
+/// The ListOffsets versions the tools speak.
+const LIST_OFFSETS_VERSIONS: std::ops::RangeInclusive<i16> = 1..=7;
+
 pub const METADATA_VERSIONS: std::ops::RangeInclusive<i16> = 1..=12;
 
 #[derive(Args, Clone, Debug)]
@@ -127,6 +134,47 @@ pub async fn partitions(
         bail!("topic {topic} has no partitions");
     }
     Ok(ids)
+}
+
+/// ListOffsets for every partition of `topic` at `timestamp` (-1 latest,
+/// -2 earliest, else the first offset at or after it; -1 if none).
+pub async fn list_offsets(
+    connection: &mut Connection,
+    topic: &str,
+    partitions: &[i32],
+    timestamp: i64,
+) -> anyhow::Result<BTreeMap<i32, i64>> {
+    let version = connection.version::<ListOffsetsRequest>(LIST_OFFSETS_VERSIONS)?;
+    let request = ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_topics(vec![ListOffsetsTopic::default()
+            .with_name(topic_name(topic))
+            .with_partitions(
+                partitions
+                    .iter()
+                    .map(|&p| {
+                        ListOffsetsPartition::default()
+                            .with_partition_index(p)
+                            .with_current_leader_epoch(-1)
+                            .with_timestamp(timestamp)
+                    })
+                    .collect(),
+            )]);
+    let response = connection.call(&request, version).await?;
+    let mut offsets = BTreeMap::new();
+    for t in &response.topics {
+        for p in &t.partitions {
+            client::check_error(ApiKey::ListOffsets, p.error_code, None)
+                .with_context(|| format!("cannot list offsets of {topic}-{}", p.partition_index))?;
+            offsets.insert(p.partition_index, p.offset);
+        }
+    }
+    for p in partitions {
+        if !offsets.contains_key(p) {
+            bail!("the broker listed no offset for {topic}-{p}");
+        }
+    }
+    Ok(offsets)
 }
 
 /// Parses `KEY=VALUE` (clap value parser).
