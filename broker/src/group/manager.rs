@@ -237,28 +237,45 @@ fn new_waiter(shard: &Shard) -> (WaiterId, local_channel::LocalReceiver<Reply>) 
     (id, receiver)
 }
 
+/// Puts a JoinGroup or SyncGroup to the coordinator with a waiter ready.
+/// An answer given now is returned at once; a parked call resolves when
+/// `dispatch` hands the waiter its reply, which `from_reply` unpacks. None
+/// when the waiter was dropped or got the other kind of reply.
+async fn ask_or_park<T>(
+    shard: &Rc<Shard>,
+    ask: impl FnOnce(&mut Coordinator, WaiterId, &mut Replies) -> Answer<T>,
+    from_reply: impl FnOnce(Reply) -> Option<T>,
+) -> Option<T> {
+    let (waiter, receiver) = new_waiter(shard);
+    let mut replies = Vec::new();
+    let answer = with_coordinator(shard, |c| ask(c, waiter, &mut replies));
+    dispatch(shard, replies);
+    match answer {
+        Answer::Now(response) => {
+            // An answered call's waiter gets no reply; drop it so it does not linger.
+            shard.groups.waiters.borrow_mut().remove(&waiter);
+            Some(response)
+        }
+        Answer::Parked => receiver.recv().await.and_then(from_reply),
+    }
+}
+
 /// JoinGroup on the coordinator core; resolves when the join phase ends.
 pub async fn join(shard: &Rc<Shard>, request: JoinRequest) -> JoinResponse {
     let member_id = request.member_id.clone();
     if shard.stopping.is_raised() {
         return JoinResponse::error(errors::NOT_COORDINATOR, &member_id);
     }
-    let (waiter, receiver) = new_waiter(shard);
-    let mut replies = Vec::new();
-    let answer = with_coordinator(shard, |c| {
-        c.join(now_ms() as u64, request, waiter, &mut replies)
-    });
-    dispatch(shard, replies);
-    match answer {
-        Answer::Now(response) => {
-            shard.groups.waiters.borrow_mut().remove(&waiter);
-            response
-        }
-        Answer::Parked => match receiver.recv().await {
-            Some(Reply::Join(response)) => response,
-            _ => JoinResponse::error(errors::NOT_COORDINATOR, &member_id),
+    let answer = ask_or_park(
+        shard,
+        |c, waiter, replies| c.join(now_ms() as u64, request, waiter, replies),
+        |reply| match reply {
+            Reply::Join(response) => Some(response),
+            _ => None,
         },
-    }
+    )
+    .await;
+    answer.unwrap_or_else(|| JoinResponse::error(errors::NOT_COORDINATOR, &member_id))
 }
 
 /// SyncGroup on the coordinator core; resolves when the leader assigned.
@@ -266,22 +283,16 @@ pub async fn sync(shard: &Rc<Shard>, request: SyncRequest) -> SyncResponse {
     if shard.stopping.is_raised() {
         return SyncResponse::error(errors::NOT_COORDINATOR);
     }
-    let (waiter, receiver) = new_waiter(shard);
-    let mut replies = Vec::new();
-    let answer = with_coordinator(shard, |c| {
-        c.sync(now_ms() as u64, request, waiter, &mut replies)
-    });
-    dispatch(shard, replies);
-    match answer {
-        Answer::Now(response) => {
-            shard.groups.waiters.borrow_mut().remove(&waiter);
-            response
-        }
-        Answer::Parked => match receiver.recv().await {
-            Some(Reply::Sync(response)) => response,
-            _ => SyncResponse::error(errors::NOT_COORDINATOR),
+    let answer = ask_or_park(
+        shard,
+        |c, waiter, replies| c.sync(now_ms() as u64, request, waiter, replies),
+        |reply| match reply {
+            Reply::Sync(response) => Some(response),
+            _ => None,
         },
-    }
+    )
+    .await;
+    answer.unwrap_or_else(|| SyncResponse::error(errors::NOT_COORDINATOR))
 }
 
 /// LeaveGroup on the coordinator core.
