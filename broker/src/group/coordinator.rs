@@ -823,11 +823,9 @@ impl Coordinator {
             if !request.member_id.is_empty() {
                 return fail(errors::UNKNOWN_MEMBER_ID);
             }
-            if self.groups.len() >= GROUPS_PER_CORE_MAX {
-                return fail(errors::COORDINATOR_NOT_AVAILABLE);
+            if let Err(code) = self.add_group(&request.group_id) {
+                return fail(code);
             }
-            self.groups
-                .insert(request.group_id.clone(), Group::new(&request.group_id));
         }
         let core_bytes_left = CORE_MEMBER_BYTES_MAX.saturating_sub(self.member_bytes);
         let config = self.config.clone();
@@ -1053,6 +1051,17 @@ impl Coordinator {
         dropped
     }
 
+    /// Adds an empty group for a join or commit that names a new one, unless
+    /// this core already holds as many groups as it may.
+    fn add_group(&mut self, group_id: &str) -> Result<(), i16> {
+        if self.groups.len() >= GROUPS_PER_CORE_MAX {
+            return Err(errors::COORDINATOR_NOT_AVAILABLE);
+        }
+        self.groups
+            .insert(group_id.to_string(), Group::new(group_id));
+        Ok(())
+    }
+
     /// OffsetCommit: checks the committer, then applies every partition
     /// it may commit. Returns one error code per partition (in order).
     pub fn commit(
@@ -1066,11 +1075,7 @@ impl Coordinator {
             if committer.generation_id >= 0 {
                 return Err(errors::ILLEGAL_GENERATION);
             }
-            if self.groups.len() >= GROUPS_PER_CORE_MAX {
-                return Err(errors::COORDINATOR_NOT_AVAILABLE);
-            }
-            self.groups
-                .insert(committer.group_id.clone(), Group::new(&committer.group_id));
+            self.add_group(&committer.group_id)?;
         }
         let core_offsets_left = CORE_OFFSETS_MAX.saturating_sub(self.offsets_count);
         self.with_group(&committer.group_id, |group| {
