@@ -166,18 +166,7 @@ async fn core_main(
 async fn retention_loop(shard: Rc<Shard>) {
     let interval = Duration::from_millis(shard.config.retention_check_interval_ms);
     loop {
-        let stopped = futures_lite::future::or(
-            async {
-                glommio::timer::sleep(interval).await;
-                false
-            },
-            async {
-                shard.stopping.wait().await;
-                true
-            },
-        )
-        .await;
-        if stopped {
+        if shard.stopping.sleep_unless_raised(interval).await {
             return;
         }
         let partitions: Vec<Rc<Partition>> = shard

@@ -5,6 +5,7 @@ use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
 use std::rc::Rc;
 use std::task::{Poll, Waker};
+use std::time::Duration;
 
 /// Adds `waker` unless the same task is already registered. A waiter that
 /// is polled again and again (a connection races every read against the
@@ -45,6 +46,22 @@ impl Notify {
                 Poll::Pending
             }
         })
+        .await
+    }
+
+    /// Sleeps for `duration`, cut short when the flag is raised: for loops
+    /// that tick until the broker stops. True when the flag ended the sleep.
+    pub async fn sleep_unless_raised(&self, duration: Duration) -> bool {
+        futures_lite::future::or(
+            async {
+                glommio::timer::sleep(duration).await;
+                false
+            },
+            async {
+                self.wait().await;
+                true
+            },
+        )
         .await
     }
 }

@@ -497,18 +497,8 @@ fn start_ticking(shard: &Rc<Shard>) {
     glommio::spawn_local(async move {
         let mut next_expiry_ms = 0;
         loop {
-            let stopped = futures_lite::future::or(
-                async {
-                    glommio::timer::sleep(Duration::from_millis(GROUP_TICK_MS)).await;
-                    false
-                },
-                async {
-                    shard.stopping.wait().await;
-                    true
-                },
-            )
-            .await;
-            if stopped {
+            let tick = Duration::from_millis(GROUP_TICK_MS);
+            if shard.stopping.sleep_unless_raised(tick).await {
                 // Parked JoinGroup and SyncGroup requests answer
                 // NOT_COORDINATOR now instead of holding up the drain.
                 shard.groups.waiters.borrow_mut().clear();
