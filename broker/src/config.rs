@@ -531,19 +531,22 @@ pub fn load(flags: &Flags) -> Result<BrokerConfig, ConfigError> {
     builder.finish()
 }
 
+/// Default flags plus `--set KEY=VALUE` settings; for this module's tests and
+/// the config reference's.
+#[cfg(test)]
+pub(crate) fn flags_with(settings: &[(&str, &str)]) -> Flags {
+    Flags {
+        settings: settings
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..Flags::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn flags_with(settings: &[(&str, &str)]) -> Flags {
-        Flags {
-            settings: settings
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            ..Flags::default()
-        }
-    }
 
     #[test]
     fn defaults_start_a_single_node() {

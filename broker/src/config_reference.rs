@@ -348,13 +348,7 @@ mod tests {
     use super::*;
 
     fn load(settings: &[(&str, &str)]) -> Result<config::BrokerConfig, config::ConfigError> {
-        config::load(&Flags {
-            settings: settings
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            ..Flags::default()
-        })
+        config::load(&config::flags_with(settings))
     }
 
     #[test]
