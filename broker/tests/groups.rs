@@ -31,7 +31,9 @@ use protocol::kafka_protocol::messages::{
 use protocol::kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 
 const SCRIPT_DEADLINE: Duration = Duration::from_secs(180);
-const IO_TIMEOUT: Duration = Duration::from_secs(20);
+/// A parked JoinGroup may wait out a 10 s rebalance timeout; the bound
+/// leaves room for a loaded 2-core machine (a run once took 26 s at 20).
+const IO_TIMEOUT: Duration = Duration::from_secs(45);
 
 /// Short rebalances: no initial delay; tests use 6 s sessions. Small
 /// preallocation: these tests write little and share the disk.
