@@ -113,29 +113,90 @@ impl Drop for GateGuard {
     }
 }
 
+/// Which children of a `join_all` were woken since the parent last ran.
+struct JoinWakes {
+    woken: std::sync::Mutex<Vec<usize>>,
+    parent: std::sync::Mutex<Option<Waker>>,
+}
+
+/// The waker of one child of a `join_all`: records the child's index and
+/// wakes the parent, so the parent polls only the children that can move.
+struct ChildWaker {
+    index: usize,
+    wakes: std::sync::Arc<JoinWakes>,
+}
+
+impl std::task::Wake for ChildWaker {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &std::sync::Arc<Self>) {
+        self.wakes
+            .woken
+            .lock()
+            .expect("join wakes")
+            .push(self.index);
+        if let Some(parent) = self.wakes.parent.lock().expect("join parent").as_ref() {
+            parent.wake_by_ref();
+        }
+    }
+}
+
 /// Polls every future to completion and returns their outputs in order.
+/// Each child has its own waker, so a wake-up polls only the children that
+/// were woken: a produce or fetch over 1,000 partitions costs O(wake-ups),
+/// not O(partitions) per wake-up.
 pub async fn join_all<T>(
     futures: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = T> + '_>>>,
 ) -> Vec<T> {
+    let count = futures.len();
     let mut futures: Vec<_> = futures.into_iter().map(Some).collect();
     let mut outputs: Vec<Option<T>> = futures.iter().map(|_| None).collect();
+    let wakes = std::sync::Arc::new(JoinWakes {
+        // Every child is polled once at first.
+        woken: std::sync::Mutex::new((0..count).collect()),
+        parent: std::sync::Mutex::new(None),
+    });
+    let wakers: Vec<Waker> = (0..count)
+        .map(|index| {
+            Waker::from(std::sync::Arc::new(ChildWaker {
+                index,
+                wakes: wakes.clone(),
+            }))
+        })
+        .collect();
+    let mut remaining = count;
     poll_fn(|cx| {
-        let mut pending = false;
-        for (slot, output) in futures.iter_mut().zip(outputs.iter_mut()) {
-            if let Some(future) = slot {
-                match future.as_mut().poll(cx) {
-                    Poll::Ready(value) => {
-                        *output = Some(value);
-                        *slot = None;
-                    }
-                    Poll::Pending => pending = true,
+        {
+            let mut parent = wakes.parent.lock().expect("join parent");
+            if !parent.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *parent = Some(cx.waker().clone());
+            }
+        }
+        // Bounded: each round takes what was woken; a child woken while
+        // being polled is taken in the next round of this same loop.
+        loop {
+            let woken = std::mem::take(&mut *wakes.woken.lock().expect("join wakes"));
+            if woken.is_empty() {
+                break;
+            }
+            for index in woken {
+                let Some(future) = futures[index].as_mut() else {
+                    continue;
+                };
+                let mut child_cx = std::task::Context::from_waker(&wakers[index]);
+                if let Poll::Ready(value) = future.as_mut().poll(&mut child_cx) {
+                    outputs[index] = Some(value);
+                    futures[index] = None;
+                    remaining -= 1;
                 }
             }
         }
-        if pending {
-            Poll::Pending
-        } else {
+        if remaining == 0 {
             Poll::Ready(())
+        } else {
+            Poll::Pending
         }
     })
     .await;
@@ -191,5 +252,71 @@ mod wake_tests {
         assert_eq!(notify.waiters.borrow().len(), 1);
         notify.raise();
         assert_eq!(count.0.load(Ordering::SeqCst), 1);
+    }
+}
+
+#[cfg(test)]
+mod join_tests {
+    use super::*;
+    use std::future::Future;
+    use std::task::{Context, Wake};
+
+    struct Noop;
+    impl Wake for Noop {
+        fn wake(self: std::sync::Arc<Self>) {}
+    }
+
+    /// A future that is ready after `n` polls, counting every poll.
+    struct Countdown {
+        left: usize,
+        polls: Rc<Cell<usize>>,
+        waker: Rc<RefCell<Option<Waker>>>,
+    }
+
+    impl Future for Countdown {
+        type Output = usize;
+        fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<usize> {
+            self.polls.set(self.polls.get() + 1);
+            if self.left == 0 {
+                return Poll::Ready(self.polls.get());
+            }
+            self.left -= 1;
+            *self.waker.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+
+    #[test]
+    fn only_woken_children_are_polled_and_outputs_keep_their_order() {
+        let polls = Rc::new(Cell::new(0));
+        let wakers: Vec<Rc<RefCell<Option<Waker>>>> = (0..100).map(|_| Rc::default()).collect();
+        let futures = (0..100)
+            .map(|i| {
+                Box::pin(Countdown {
+                    left: 1,
+                    polls: polls.clone(),
+                    waker: wakers[i].clone(),
+                }) as std::pin::Pin<Box<dyn Future<Output = usize>>>
+            })
+            .collect();
+        let mut join = std::pin::pin!(join_all(futures));
+        let noop = Waker::from(std::sync::Arc::new(Noop));
+        let mut cx = Context::from_waker(&noop);
+        assert!(join.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(polls.get(), 100, "each child polled once at first");
+        // Waking one child polls that child only.
+        wakers[7].borrow_mut().take().unwrap().wake();
+        assert!(join.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(polls.get(), 101);
+        for (i, waker) in wakers.iter().enumerate() {
+            if i != 7 {
+                waker.borrow_mut().take().unwrap().wake();
+            }
+        }
+        let Poll::Ready(outputs) = join.as_mut().poll(&mut cx) else {
+            panic!("all children are done");
+        };
+        assert_eq!(polls.get(), 200);
+        assert_eq!(outputs.len(), 100);
     }
 }
