@@ -54,24 +54,6 @@ fn strom_fails(broker: &Broker, args: &[&str], stdin: Option<&[u8]>) -> String {
     String::from_utf8(output.stderr).unwrap()
 }
 
-fn kcat(broker: &Broker, args: &[&str], stdin: Option<&[u8]>) -> Vec<u8> {
-    let output = run(
-        Command::new("kcat")
-            .arg("-b")
-            .arg(broker.bootstrap())
-            .args(args),
-        stdin,
-        TOOL_DEADLINE,
-    );
-    assert!(
-        output.status.success(),
-        "kcat {args:?} failed ({}): {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output.stdout
-}
-
 #[test]
 fn topic_create_list_describe_alter_delete() {
     let broker = Broker::start(&["--set", "num.partitions=2"]);
@@ -532,7 +514,7 @@ fn strom_and_kcat_read_each_others_records() {
         ],
         Some(input.as_bytes()),
     );
-    let read = kcat(
+    let read = common::kcat(
         &broker,
         &["-C", "-t", "cross", "-e", "-q", "-f", "%p|%k|%s|%h\n"],
         None,
@@ -556,7 +538,7 @@ fn strom_and_kcat_read_each_others_records() {
         &["topic", "create", "back", "--partitions", "4"],
         None,
     );
-    kcat(
+    common::kcat(
         &broker,
         &[
             "-P",

@@ -5,30 +5,11 @@
 mod common;
 
 use std::collections::HashMap;
-use std::process::Command;
-use std::time::Duration;
 
-use common::{run, Broker};
-
-const KCAT_DEADLINE: Duration = Duration::from_secs(120);
+use common::Broker;
 
 fn kcat(broker: &Broker, args: &[&str], stdin: Option<&[u8]>) -> String {
-    let output = run(
-        Command::new("kcat")
-            .arg("-b")
-            .arg(broker.bootstrap())
-            .args(args),
-        stdin,
-        KCAT_DEADLINE,
-    );
-    assert!(
-        output.status.success(),
-        "kcat {args:?} failed ({}): {}\nbroker log:\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr),
-        broker.log()
-    );
-    String::from_utf8(output.stdout).unwrap()
+    String::from_utf8(common::kcat(broker, args, stdin)).unwrap()
 }
 
 fn value_for(i: usize) -> String {

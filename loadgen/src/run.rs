@@ -232,36 +232,37 @@ async fn core_main(
         })
     };
 
+    // A failed producer or consumer is also counted as an error of the run.
+    let reported = |what: &'static str, recorder: Rc<RefCell<Recorder>>, result: Result<()>| {
+        if let Err(e) = &result {
+            recorder.borrow_mut().error(format!("{what} failed: {e:#}"));
+        }
+        result
+    };
     let mut tasks = Vec::new();
     for job in producers {
-        let ctx = (
+        let (plan, control, recorder, acknowledged) = (
             plan.clone(),
             control.clone(),
             recorder.clone(),
             acknowledged.clone(),
         );
         tasks.push(glommio::spawn_local(async move {
-            let result = produce(job, ctx.0.clone(), ctx.1.clone(), ctx.2.clone(), ctx.3).await;
-            ctx.1.producers_running.fetch_sub(1, Ordering::SeqCst);
-            if let Err(e) = &result {
-                ctx.2.borrow_mut().error(format!("producer failed: {e:#}"));
-            }
-            result
+            let result = produce(job, plan, control.clone(), recorder.clone(), acknowledged).await;
+            control.producers_running.fetch_sub(1, Ordering::SeqCst);
+            reported("producer", recorder, result)
         }));
     }
     for job in consumers {
-        let ctx = (
+        let (plan, control, recorder, tracker) = (
             plan.clone(),
             control.clone(),
             recorder.clone(),
             tracker.clone(),
         );
         tasks.push(glommio::spawn_local(async move {
-            let result = consume(job, ctx.0, ctx.1, ctx.2.clone(), ctx.3).await;
-            if let Err(e) = &result {
-                ctx.2.borrow_mut().error(format!("consumer failed: {e:#}"));
-            }
-            result
+            let result = consume(job, plan, control, recorder.clone(), tracker).await;
+            reported("consumer", recorder, result)
         }));
     }
     let mut first_error = None;

@@ -207,6 +207,30 @@ pub fn run(command: &mut Command, stdin: Option<&[u8]>, limit: Duration) -> Outp
 
 /// Runs a Python client script from `tests/clients/` against the broker;
 /// panics with its output unless it exits 0.
+/// How long one kcat invocation may take.
+pub const KCAT_DEADLINE: Duration = Duration::from_secs(120);
+
+/// Runs kcat against `broker`, failing the test (with the broker's log)
+/// when kcat fails; returns its stdout.
+pub fn kcat(broker: &Broker, args: &[&str], stdin: Option<&[u8]>) -> Vec<u8> {
+    let output = run(
+        Command::new("kcat")
+            .arg("-b")
+            .arg(broker.bootstrap())
+            .args(args),
+        stdin,
+        KCAT_DEADLINE,
+    );
+    assert!(
+        output.status.success(),
+        "kcat {args:?} failed ({}): {}\nbroker log:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr),
+        broker.log()
+    );
+    output.stdout
+}
+
 pub fn run_python(script: &str, args: &[&str], limit: Duration) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/clients")
