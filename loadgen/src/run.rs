@@ -621,10 +621,34 @@ async fn lane(
                 }
             }
         }
-        let Some((pending, round)) = in_flight.pop_front() else {
+        if in_flight.is_empty() {
             if closed && queued.is_empty() {
                 return;
             }
+            continue;
+        }
+        // Room for more requests: take new batches as they come until a
+        // response arrives, so the connection keeps up to `in_flight_max`
+        // requests in flight instead of refilling only on responses.
+        if in_flight.len() < in_flight_max && !closed {
+            let batch = futures_lite::future::or(
+                async { Some(rx.recv_async().await) },
+                async {
+                    conn.readable().await;
+                    None
+                },
+            )
+            .await;
+            match batch {
+                Some(Ok(o)) => {
+                    queued.push_back(o);
+                    continue;
+                }
+                Some(Err(_)) => closed = true,
+                None => {}
+            }
+        }
+        let Some((pending, round)) = in_flight.pop_front() else {
             continue;
         };
         let response = conn.receive(pending).await;

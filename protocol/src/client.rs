@@ -20,7 +20,7 @@ use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use futures_lite::io::{AsyncReadExt, AsyncWriteExt, BufReader, ReadHalf, WriteHalf};
+use futures_lite::io::{AsyncBufRead, AsyncReadExt, AsyncWriteExt, BufReader, ReadHalf, WriteHalf};
 use glommio::net::TcpStream;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader};
@@ -422,6 +422,23 @@ impl Connection {
         version: i16,
     ) -> Result<(), ClientError> {
         self.write_request(request, version).await.map(|_| ())
+    }
+
+    /// Resolves once response bytes are waiting to be read (or the stream
+    /// ended or failed, which the next `receive` reports). Cancel-safe:
+    /// bytes read stay buffered, so a caller can race this against other
+    /// work (new requests to send) and call `receive` when it wins.
+    pub async fn readable(&mut self) {
+        if !self.arrived.is_empty() {
+            return;
+        }
+        let reader = &mut self.reader;
+        futures_lite::future::poll_fn(|cx| {
+            std::pin::Pin::new(&mut *reader)
+                .poll_fill_buf(cx)
+                .map(|_| ())
+        })
+        .await
     }
 
     /// Waits for the response to `pending`, within the request timeout.
