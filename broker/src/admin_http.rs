@@ -503,7 +503,7 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
     e.family(
         "strom_fdatasync_latency_seconds",
         "histogram",
-        "fdatasync calls of the partition logs and their latency.",
+        "Syncs of the partition logs (fdatasync, or the wait for the shared syncfs under strom.flush.scope=filesystem) and their latency.",
     );
     for (shard, s) in &rows {
         e.histogram(
@@ -547,7 +547,7 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
         ),
         (
             "strom_fdatasync_total",
-            "fdatasync calls of the partition logs (a counter; also the histogram's _count).",
+            "Syncs of the partition logs (a counter; also the histogram's _count).",
             |s| s.storage.syncs,
         ),
     ];

@@ -76,6 +76,9 @@ pub struct BrokerConfig {
     pub frame_bytes_max: usize,
     /// glommio io_memory per executor, if set (`strom.io.memory.bytes`).
     pub io_memory_bytes: Option<usize>,
+    /// How long an idle executor polls before it parks
+    /// (`strom.spin.before.park.us`).
+    pub spin_before_park_us: u64,
     /// How often each core applies retention to its partitions.
     pub retention_check_interval_ms: u64,
     pub topic_defaults: TopicDefaults,
@@ -113,6 +116,7 @@ struct Builder {
     message_max_bytes: u32,
     frame_bytes_max: Option<usize>,
     io_memory_bytes: Option<usize>,
+    spin_before_park_us: u64,
     retention_check_interval_ms: u64,
     topic_defaults: TopicDefaults,
     retention_ms: Option<(i64, u8)>,
@@ -189,6 +193,7 @@ impl Builder {
             message_max_bytes: 1_048_588,
             frame_bytes_max: None,
             io_memory_bytes: None,
+            spin_before_park_us: crate::limits::SPIN_BEFORE_PARK_US_DEFAULT,
             retention_check_interval_ms: 300_000,
             topic_defaults: TopicDefaults::new(),
             retention_ms: None,
@@ -299,6 +304,13 @@ impl Builder {
             }
             "strom.io.memory.bytes" => {
                 self.io_memory_bytes = Some(parse_value(key, value, source)?)
+            }
+            "strom.spin.before.park.us" => {
+                let us: u64 = parse_value(key, value, source)?;
+                if us > crate::limits::SPIN_BEFORE_PARK_US_MAX {
+                    return Err(invalid(key, value, source, "must be at most 10000"));
+                }
+                self.spin_before_park_us = us;
             }
             "log.retention.check.interval.ms" => {
                 self.retention_check_interval_ms = parse_value(key, value, source)?;
@@ -431,6 +443,7 @@ impl Builder {
             message_max_bytes: self.message_max_bytes,
             frame_bytes_max,
             io_memory_bytes: self.io_memory_bytes,
+            spin_before_park_us: self.spin_before_park_us,
             retention_check_interval_ms: self.retention_check_interval_ms,
             topic_defaults: self.topic_defaults,
             admin_listen: self.admin_listen,

@@ -101,6 +101,12 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         meaning: "io_uring registered memory per executor; counts against RLIMIT_MEMLOCK without CAP_IPC_LOCK (keep it at least 1 MiB).",
     },
     Setting {
+        keys: &["strom.spin.before.park.us"],
+        flag: None,
+        default: Default::Value("0"),
+        meaning: "Microseconds an idle executor keeps polling before it parks (0 to 10000): spinning trades CPU time for the wake-up latency of a parked core.",
+    },
+    Setting {
         keys: &[crate::io_properties::PATH_KEY],
         flag: None,
         default: Default::Described("`<data dir>/io-properties.toml` when it exists"),
@@ -172,7 +178,7 @@ pub const TOPIC_SETTINGS: &[TopicSetting] = &[
     TopicSetting {
         topic_key: "flush.policy",
         broker_key: "log.flush.policy",
-        meaning: "`always`: fdatasync before acknowledging acks=all (group commit); `interval`: by `flush.ms`/`flush.bytes`; `never`: on roll and close only.",
+        meaning: "`always`: sync (see `strom.flush.scope`) before acknowledging acks=all (group commit); `interval`: by `flush.ms`/`flush.bytes`; `never`: on roll and close only.",
     },
     TopicSetting {
         topic_key: "flush.ms",
@@ -188,6 +194,11 @@ pub const TOPIC_SETTINGS: &[TopicSetting] = &[
         topic_key: "flush.bytes",
         broker_key: "log.flush.interval.bytes",
         meaning: "Sync when this many bytes are unsynced (0: every append).",
+    },
+    TopicSetting {
+        topic_key: "strom.flush.scope",
+        broker_key: "strom.flush.scope",
+        meaning: "How a sync is done: `filesystem` (one `syncfs` shared by every partition of a core on that filesystem, so many partitions cost one device flush per round; it also writes back anything else dirty on that filesystem: give the data dir its own) or `file` (fdatasync of each partition's segment).",
     },
     TopicSetting {
         topic_key: "strom.cache.bytes",

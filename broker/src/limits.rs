@@ -28,9 +28,12 @@ pub const SHUTDOWN_MS_MAX: u64 = 10_000;
 /// for closing the logs.
 pub const DRAIN_MS_MAX: u64 = 6_000;
 
-/// How long an executor spins before parking; cross-core wake-ups of a
-/// parked executor cost milliseconds on VMs.
-pub const SPIN_BEFORE_PARK_US: u64 = 200;
+/// How long an idle executor polls for work before parking
+/// (`strom.spin.before.park.us`). Spinning saves the wake-up of a parked
+/// executor (tens of microseconds, milliseconds on a busy VM) at the price
+/// of CPU time burnt while idle; see docs/benchmarks.md for both sides.
+pub const SPIN_BEFORE_PARK_US_DEFAULT: u64 = 0;
+pub const SPIN_BEFORE_PARK_US_MAX: u64 = 10_000;
 
 /// Producer ids taken from the metadata log per allocation.
 pub const PRODUCER_ID_BLOCK: i64 = 1000;

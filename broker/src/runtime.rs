@@ -19,7 +19,7 @@ use anyhow::{bail, Context};
 use glommio::{LocalExecutorBuilder, Placement};
 
 use crate::config::{online_cores, BrokerConfig};
-use crate::limits::{DRAIN_MS_MAX, SHUTDOWN_MS_MAX, SPIN_BEFORE_PARK_US};
+use crate::limits::{DRAIN_MS_MAX, SHUTDOWN_MS_MAX};
 use crate::metadata::{MetadataLog, MetadataStore};
 use crate::partition::Partition;
 use crate::server;
@@ -206,7 +206,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         let (control_tx, control_rx) = flume::bounded::<Control>(2);
         controls.push(control_tx);
         let mut builder = LocalExecutorBuilder::new(Placement::Fixed(core % online))
-            .spin_before_park(Duration::from_micros(SPIN_BEFORE_PARK_US))
+            .spin_before_park(Duration::from_micros(config.spin_before_park_us))
             .name(&format!("strom-core-{core}"));
         if let Some(bytes) = config.io_memory_bytes {
             builder = builder.io_memory(bytes);

@@ -631,13 +631,10 @@ async fn lane(
         // response arrives, so the connection keeps up to `in_flight_max`
         // requests in flight instead of refilling only on responses.
         if in_flight.len() < in_flight_max && !closed {
-            let batch = futures_lite::future::or(
-                async { Some(rx.recv_async().await) },
-                async {
-                    conn.readable().await;
-                    None
-                },
-            )
+            let batch = futures_lite::future::or(async { Some(rx.recv_async().await) }, async {
+                conn.readable().await;
+                None
+            })
             .await;
             match batch {
                 Some(Ok(o)) => {

@@ -13,6 +13,18 @@ pub enum FlushPolicy {
     Never,
 }
 
+/// What one sync of the log flushes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlushScope {
+    /// fdatasync of the log's active segment: the log's own device flush.
+    File,
+    /// One `syncfs` shared by every log of the thread on the same
+    /// filesystem: a core with many partitions flushes the device once per
+    /// round instead of once per partition. It also writes back anything
+    /// else dirty on that filesystem, so it suits a dedicated data disk.
+    Filesystem,
+}
+
 /// Limits and policies of one partition log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogConfig {
@@ -32,6 +44,8 @@ pub struct LogConfig {
     pub max_message_bytes: u32,
     /// `flush.policy` (Strom), `flush.ms`, `flush.messages`, `flush.bytes`.
     pub flush: FlushPolicy,
+    /// `strom.flush.scope`: how a sync is done (`file` or `filesystem`).
+    pub flush_scope: FlushScope,
     /// `strom.cache.bytes`: recent batches kept in memory for tailing readers.
     pub cache_bytes_max: usize,
     /// `strom.write.bytes`: the largest single write the log submits.
@@ -57,6 +71,7 @@ impl Default for LogConfig {
             retention_bytes: -1,
             max_message_bytes: 1_048_588,
             flush: FlushPolicy::Always,
+            flush_scope: FlushScope::Filesystem,
             cache_bytes_max: 8 << 20,
             write_bytes_max: 1 << 20,
             writes_in_flight_max: 4,
@@ -91,6 +106,7 @@ pub const LOG_CONFIG_KEYS: &[&str] = &[
     "flush.ms",
     "flush.messages",
     "flush.bytes",
+    "strom.flush.scope",
     "strom.cache.bytes",
     "strom.write.bytes",
     "strom.writes.inflight",
@@ -194,6 +210,13 @@ impl LogConfig {
                     self.flush = FlushPolicy::Interval { ms, bytes };
                 }
             }
+            "strom.flush.scope" => {
+                self.flush_scope = match value.trim() {
+                    "file" => FlushScope::File,
+                    "filesystem" => FlushScope::Filesystem,
+                    _ => return Err(invalid("must be file or filesystem")),
+                }
+            }
             "strom.cache.bytes" => self.cache_bytes_max = int()?.max(0) as usize,
             "strom.write.bytes" => {
                 let v = positive()?;
@@ -265,6 +288,11 @@ impl LogConfig {
                 FlushPolicy::Always => "1".to_string(),
                 _ => i64::MAX.to_string(),
             },
+            "strom.flush.scope" => match self.flush_scope {
+                FlushScope::File => "file",
+                FlushScope::Filesystem => "filesystem",
+            }
+            .to_string(),
             "strom.cache.bytes" => self.cache_bytes_max.to_string(),
             "strom.write.bytes" => self.write_bytes_max.to_string(),
             "strom.writes.inflight" => self.writes_in_flight_max.to_string(),

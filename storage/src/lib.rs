@@ -11,13 +11,15 @@ pub mod checkpoint;
 pub mod config;
 mod error;
 mod file;
+mod fs_sync;
 pub mod index;
 mod log;
 mod segment;
 mod signal;
 
-pub use config::{ConfigError, FlushPolicy, LogConfig, LOG_CONFIG_KEYS};
+pub use config::{ConfigError, FlushPolicy, FlushScope, LogConfig, LOG_CONFIG_KEYS};
 pub use error::{Result, StorageError};
+pub use fs_sync::filesystem_syncs;
 pub use log::{
     AppendInfo, AppendOptions, Log, LogStats, ReadResult, RecoveryReport, RetentionOutcome,
     SHARD_CACHE_BYTES_MAX, SYNC_LATENCY_BOUNDS_US,

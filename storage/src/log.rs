@@ -21,9 +21,10 @@ use tracing::{error, info, warn};
 
 use crate::cache::{BatchCache, CachedBatch, HEAD_LEN};
 use crate::checkpoint::Checkpoint;
-use crate::config::{FlushPolicy, LogConfig};
+use crate::config::{FlushPolicy, FlushScope, LogConfig};
 use crate::error::{IoContext, Result, StorageError};
 use crate::file::{self, PAGE};
+use crate::fs_sync::FsSync;
 use crate::segment::{self, Cut, Segment};
 use crate::signal::Signal;
 
@@ -126,6 +127,8 @@ struct Inner {
     writer: RefCell<Option<glommio::Task<()>>>,
     recovery: RecoveryReport,
     _open: OpenLogGuard,
+    /// The thread's filesystem-wide sync, looked up on first use.
+    fs_sync: std::cell::OnceCell<Rc<FsSync>>,
     /// Set by `inject_sync_failure`: the next fdatasync reports EIO.
     #[cfg(feature = "fault-injection")]
     fail_next_sync: std::cell::Cell<bool>,
@@ -372,6 +375,7 @@ impl Log {
             writer: RefCell::new(None),
             recovery: report,
             _open: OpenLogGuard::new(),
+            fs_sync: std::cell::OnceCell::new(),
             #[cfg(feature = "fault-injection")]
             fail_next_sync: std::cell::Cell::new(false),
         });
@@ -1533,7 +1537,19 @@ async fn submit_write(inner: &Rc<Inner>) -> Result<()> {
         let data_end = state.active().size;
         let aligned_start = start - state.tail.len() as u64;
         assert_eq!(aligned_start % PAGE, 0, "writes start on a page");
-        let mut end = data_end.min(aligned_start + write_bytes_max);
+        // A write that rewrites the partial tail page covers that page
+        // alone: the page is written (not preallocated), so the write is a
+        // pure overwrite, and the bytes after it fall in preallocated
+        // extents only. A write mixing both kinds of extent needs the
+        // inode lock exclusively, which io_uring cannot take without
+        // blocking, so the kernel hands it to a worker thread (a context
+        // switch per write); two writes of one kind each are issued inline.
+        let write_max = if state.tail.is_empty() {
+            write_bytes_max
+        } else {
+            PAGE
+        };
+        let mut end = data_end.min(aligned_start + write_max);
         if end < data_end {
             // More follows: stop on a page boundary and leave the rest for
             // the next write.
@@ -1683,7 +1699,20 @@ async fn sync_round(inner: &Inner) -> Result<()> {
         ));
     }
     let sync_started = Instant::now();
-    file.fdatasync().await.ctx("fdatasync", &path, 0)?;
+    let scope = inner.config.borrow().flush_scope;
+    match scope {
+        FlushScope::File => file.fdatasync().await.ctx("fdatasync", &path, 0)?,
+        FlushScope::Filesystem => {
+            let group = match inner.fs_sync.get() {
+                Some(group) => group.clone(),
+                None => {
+                    let group = FsSync::for_dir(&inner.dir).ctx("open", &inner.dir, 0)?;
+                    inner.fs_sync.get_or_init(|| group).clone()
+                }
+            };
+            group.sync().await.ctx("syncfs", &inner.dir, 0)?;
+        }
+    }
     let sync_us = sync_started.elapsed().as_micros() as u64;
     let mut state = inner.state.borrow_mut();
     state.durable_offset = state.durable_offset.max(target);

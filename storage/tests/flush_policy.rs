@@ -7,7 +7,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use common::{run, Spec};
-use storage::{AppendOptions, FlushPolicy, Log};
+use storage::{AppendOptions, FlushPolicy, FlushScope, Log};
 
 /// Polls `done` on the executor until it holds or `limit` passes.
 async fn eventually(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
@@ -27,7 +27,9 @@ fn always_shares_one_fdatasync_among_waiting_appenders() {
     let dir = common::tempdir().unwrap();
     let path = dir.path().join("t-0");
     run(move || async move {
-        let log = Log::open(&path, common::config(1 << 30)).await.unwrap();
+        let mut config = common::config(1 << 30);
+        config.flush_scope = FlushScope::File;
+        let log = Log::open(&path, config).await.unwrap();
         let appenders: Vec<_> = (0..64u64)
             .map(|i| {
                 let log = log.clone();
@@ -53,6 +55,91 @@ fn always_shares_one_fdatasync_among_waiting_appenders() {
         );
         assert!(stats.writes < 64, "coalesced writes: {}", stats.writes);
         log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn filesystem_scope_shares_one_syncfs_among_the_logs_of_a_thread() {
+    let dir = common::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    let appended = run(move || async move {
+        let appended = Rc::new(std::cell::RefCell::new(Vec::new()));
+        let mut config = common::config(1 << 30);
+        config.flush_scope = FlushScope::Filesystem;
+        let mut logs = Vec::new();
+        for p in 0..16 {
+            logs.push(
+                Log::open(&root.join(format!("t-{p}")), config.clone())
+                    .await
+                    .unwrap(),
+            );
+        }
+        let before = storage::filesystem_syncs();
+        let mut appenders = Vec::new();
+        for (p, log) in logs.iter().enumerate() {
+            for i in 0..8u64 {
+                let log = log.clone();
+                let appended = appended.clone();
+                appenders.push(glommio::spawn_local(async move {
+                    for round in 0..4u64 {
+                        let seed = p as u64 * 1000 + i * 10 + round;
+                        let spec = Spec::new(seed, 3, 900);
+                        let info = log
+                            .append(spec.bytes(), AppendOptions::default())
+                            .await
+                            .unwrap();
+                        appended.borrow_mut().push((p, info.base_offset, seed));
+                        log.wait_durable(info.last_offset).await.unwrap();
+                        assert!(log.durable_offset() > info.last_offset);
+                    }
+                }));
+            }
+        }
+        for task in appenders {
+            task.await;
+        }
+        let syncfs_calls = storage::filesystem_syncs() - before;
+        let log_rounds: u64 = logs.iter().map(|log| log.stats().syncs).sum();
+        for log in &logs {
+            // 8 appenders x 4 rounds x 3 records, all durable.
+            assert_eq!(log.durable_offset(), 96);
+        }
+        assert!(syncfs_calls > 0, "the logs synced through syncfs");
+        assert!(
+            syncfs_calls * 2 <= log_rounds,
+            "{syncfs_calls} syncfs calls served {log_rounds} sync rounds of 16 logs: \
+             rounds of different logs should share them"
+        );
+        for log in logs {
+            log.close().await.unwrap();
+        }
+        let appended = appended.borrow().clone();
+        appended
+    });
+    // Reopened, every batch is there byte for byte.
+    let root = dir.path().to_path_buf();
+    run(move || async move {
+        for p in 0..16 {
+            let log = Log::open(&root.join(format!("t-{p}")), common::config(1 << 30))
+                .await
+                .unwrap();
+            assert_eq!(log.next_offset(), 96);
+            let read = common::read_all(&log, 1 << 20).await;
+            assert_eq!(read.len(), 32);
+            for (base, bytes) in read {
+                let seed = appended
+                    .iter()
+                    .find(|(q, b, _)| *q == p && *b == base)
+                    .map(|(_, _, seed)| *seed)
+                    .expect("every batch read was appended");
+                assert_eq!(
+                    bytes,
+                    Spec::new(seed, 3, 900).stored(base),
+                    "t-{p} @ {base}"
+                );
+            }
+            log.close().await.unwrap();
+        }
     });
 }
 
