@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::server::ConnectionError;
 use crate::shard::Shard;
+use protocol::codec::Encoded;
 
 /// Upper bounds (inclusive, microseconds) of the request latency buckets;
 /// the last bucket counts everything slower.
@@ -161,9 +162,9 @@ impl RequestStart {
     }
 
     /// Runs the handler and counts the request, its latency and its bytes.
-    pub async fn observe<F>(self, handler: F) -> Result<Option<Bytes>, ConnectionError>
+    pub async fn observe<F>(self, handler: F) -> Result<Option<Encoded>, ConnectionError>
     where
-        F: Future<Output = Result<Option<Bytes>, ConnectionError>>,
+        F: Future<Output = Result<Option<Encoded>, ConnectionError>>,
     {
         let outcome = handler.await;
         let latency_us = self.started.elapsed().as_micros() as u64;

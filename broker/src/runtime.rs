@@ -182,8 +182,35 @@ async fn retention_loop(shard: Rc<Shard>) {
     }
 }
 
+/// Keeps large buffers (fetch responses, read windows, request frames of
+/// several MiB) in the heap instead of a fresh mmap each: glibc maps every
+/// allocation above its (adaptive) threshold and unmaps it on free, so each
+/// fetch paid page faults and the kernel zeroing its pages. Measured on
+/// matrix case (c): broker system CPU 2.2 s -> 1.0 s for 2 GiB consumed.
+/// Freed memory above the trim threshold still goes back to the system.
+fn keep_large_buffers_in_the_heap() {
+    #[cfg(target_env = "gnu")]
+    {
+        // glibc accepts at most 32 MiB (half its heap size) here.
+        const MMAP_THRESHOLD: libc::c_int = 32 << 20;
+        const TRIM_THRESHOLD: libc::c_int = 512 << 20;
+        // SAFETY: mallopt only changes allocator parameters; called
+        // before the executors start allocating.
+        let set = unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
+                && libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
+        };
+        if !set {
+            tracing::warn!(
+                "mallopt refused the allocator settings; large buffers are mapped per use"
+            );
+        }
+    }
+}
+
 /// Runs the broker until SIGINT/SIGTERM or a fatal start-up error.
 pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
+    keep_large_buffers_in_the_heap();
     let config = crate::environment::check(config)?;
     crate::io_properties::log_use(&config);
     let (log, image) =

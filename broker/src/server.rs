@@ -15,6 +15,7 @@ use futures_lite::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use glommio::channels::local_channel;
 use glommio::net::{TcpListener, TcpStream};
 use glommio::task::JoinHandle;
+use protocol::codec::Encoded;
 use protocol::frame::{request_frame_length, LENGTH_PREFIX_BYTES};
 
 use crate::handlers;
@@ -84,7 +85,7 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
     tracing::debug!(core = shard.id, "listener closed");
 }
 
-type Pending = JoinHandle<Result<Option<Bytes>, ConnectionError>>;
+type Pending = JoinHandle<Result<Option<Encoded>, ConnectionError>>;
 
 async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: Option<SocketAddr>) {
     let (read_half, write_half) = futures_lite::io::split(stream);
@@ -109,9 +110,11 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: Option<SocketAddr>) {
                 let outcome = pending.await.unwrap_or(Err(ConnectionError::HandlerGone));
                 match outcome {
                     Ok(Some(response)) => {
-                        if let Err(error) = writer.write_all(&response).await {
-                            tracing::debug!(peer = %peer_text, %error, "write failed");
-                            return;
+                        for part in response.parts() {
+                            if let Err(error) = writer.write_all(part).await {
+                                tracing::debug!(peer = %peer_text, %error, "write failed");
+                                return;
+                            }
                         }
                     }
                     Ok(None) => {}

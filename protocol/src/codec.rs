@@ -105,6 +105,186 @@ pub fn decode_body(frame: &RequestFrame) -> Result<RequestKind, CodecError> {
     })
 }
 
+/// An encoded response frame as the byte runs to send in order. Byte
+/// fields handed to [`encode_response_sharing`] (fetched record batches)
+/// are their own runs, sharing the caller's buffers instead of being copied
+/// into the frame.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Encoded {
+    parts: Vec<Bytes>,
+}
+
+impl Encoded {
+    /// Bytes of the whole frame, length prefix included.
+    pub fn len(&self) -> usize {
+        self.parts.iter().map(Bytes::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The runs of the frame, in order.
+    pub fn parts(&self) -> &[Bytes] {
+        &self.parts
+    }
+
+    /// The frame in one buffer (a copy when it has several runs).
+    pub fn to_bytes(&self) -> Bytes {
+        match self.parts.as_slice() {
+            [] => Bytes::new(),
+            [one] => one.clone(),
+            many => {
+                let mut out = BytesMut::with_capacity(self.len());
+                for part in many {
+                    out.extend_from_slice(part);
+                }
+                out.freeze()
+            }
+        }
+    }
+}
+
+impl From<Bytes> for Encoded {
+    fn from(bytes: Bytes) -> Self {
+        Encoded { parts: vec![bytes] }
+    }
+}
+
+/// Byte fields at least this long are shared rather than copied; shorter
+/// ones cost less to copy than a separate write.
+const SHARE_BYTES_MIN: usize = 16 << 10;
+
+/// The encoder's buffer: copies what it is given, except slices that lie
+/// inside one of `shared`, which become runs of their own (a `Bytes` view
+/// of the same memory, found with `Bytes::slice_ref`).
+struct Gather<'a> {
+    shared: &'a [Bytes],
+    done: Vec<Bytes>,
+    done_len: usize,
+    current: BytesMut,
+}
+
+impl Gather<'_> {
+    fn owner_of(&self, src: &[u8]) -> Option<&Bytes> {
+        let start = src.as_ptr() as usize;
+        let end = start + src.len();
+        self.shared.iter().find(|b| {
+            let b_start = b.as_ptr() as usize;
+            b_start <= start && end <= b_start + b.len()
+        })
+    }
+}
+
+// SAFETY: every method forwards to the `BytesMut` being filled, which
+// upholds `BufMut`'s contract; `put_slice` only adds whole runs in front of
+// it, which never exposes uninitialised memory.
+unsafe impl BufMut for Gather<'_> {
+    fn remaining_mut(&self) -> usize {
+        self.current.remaining_mut()
+    }
+
+    unsafe fn advance_mut(&mut self, cnt: usize) {
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { self.current.advance_mut(cnt) }
+    }
+
+    fn chunk_mut(&mut self) -> &mut bytes::buf::UninitSlice {
+        self.current.chunk_mut()
+    }
+
+    fn put_slice(&mut self, src: &[u8]) {
+        if src.len() >= SHARE_BYTES_MIN {
+            if let Some(owner) = self.owner_of(src) {
+                let run = owner.slice_ref(src);
+                let head = self.current.split().freeze();
+                self.done_len += head.len() + run.len();
+                if !head.is_empty() {
+                    self.done.push(head);
+                }
+                self.done.push(run);
+                return;
+            }
+        }
+        self.current.extend_from_slice(src);
+    }
+}
+
+impl kafka_protocol::protocol::buf::ByteBufMut for Gather<'_> {
+    fn offset(&self) -> usize {
+        self.done_len + self.current.len()
+    }
+
+    fn seek(&mut self, offset: usize) {
+        let local = offset
+            .checked_sub(self.done_len)
+            .expect("response encoders do not seek back over a shared run");
+        self.current.resize(local, 0);
+    }
+
+    fn range(&mut self, r: std::ops::Range<usize>) -> &mut [u8] {
+        let start = r
+            .start
+            .checked_sub(self.done_len)
+            .expect("response encoders do not revisit a shared run");
+        &mut self.current[start..r.end - self.done_len]
+    }
+}
+
+/// Encodes a response like [`encode_response`], except that byte fields
+/// which are slices of `shared` (at least 16 KiB) are not copied: they
+/// become runs of the result that share those buffers.
+pub fn encode_response_sharing<T: Encodable + HeaderVersion>(
+    correlation_id: i32,
+    api_version: i16,
+    body: &T,
+    shared: &[Bytes],
+) -> Result<Encoded, CodecError> {
+    let encode_error = |e: anyhow::Error| CodecError::Encode {
+        what: "response body",
+        api_version,
+        message: e.to_string(),
+    };
+    let size = body.compute_size(api_version).map_err(encode_error)?;
+    let length = i32::try_from(size + 4 + usize::from(T::header_version(api_version) >= 1))
+        .map_err(|_| CodecError::Encode {
+            what: "response body",
+            api_version,
+            message: format!("{size} bytes do not fit a frame"),
+        })?;
+    let shared_len: usize = shared.iter().map(Bytes::len).sum();
+    let mut out = Gather {
+        shared,
+        done: Vec::new(),
+        done_len: 0,
+        current: BytesMut::with_capacity((4 + 5 + size).saturating_sub(shared_len).max(64)),
+    };
+    out.put_i32(length);
+    out.put_i32(correlation_id);
+    if T::header_version(api_version) >= 1 {
+        // No tagged fields in the response header.
+        out.put_u8(0);
+    }
+    body.encode(&mut out, api_version).map_err(encode_error)?;
+    let mut parts = out.done;
+    if !out.current.is_empty() {
+        parts.push(out.current.freeze());
+    }
+    let encoded = Encoded { parts };
+    if encoded.len() != length as usize + 4 {
+        return Err(CodecError::Encode {
+            what: "response body",
+            api_version,
+            message: format!(
+                "encoded {} bytes, computed {}",
+                encoded.len(),
+                length as usize + 4
+            ),
+        });
+    }
+    Ok(encoded)
+}
+
 /// Encodes a response with its length prefix and response header.
 pub fn encode_response<T: Encodable + HeaderVersion>(
     correlation_id: i32,
@@ -164,6 +344,49 @@ mod tests {
             .unwrap();
         body.encode(&mut out, version).unwrap();
         out.freeze()
+    }
+
+    #[test]
+    fn sharing_encoder_writes_the_same_frame_without_copying_large_records() {
+        use kafka_protocol::messages::fetch_response::{
+            FetchResponse, FetchableTopicResponse, PartitionData,
+        };
+        use kafka_protocol::messages::TopicName;
+        let big = Bytes::from((0..100_000u32).map(|i| (i % 251) as u8).collect::<Vec<_>>());
+        let small = Bytes::from_static(b"a small record set");
+        let partitions = vec![
+            PartitionData::default()
+                .with_partition_index(0)
+                .with_high_watermark(9)
+                .with_records(Some(big.slice(10..90_010))),
+            PartitionData::default()
+                .with_partition_index(1)
+                .with_records(Some(small.clone())),
+            PartitionData::default()
+                .with_partition_index(2)
+                .with_records(Some(big.clone())),
+        ];
+        let body = FetchResponse::default().with_responses(vec![FetchableTopicResponse::default()
+            .with_topic(TopicName(StrBytes::from_static_str("t")))
+            .with_partitions(partitions)]);
+        let shared = [big.slice(10..90_010), small.clone(), big.clone()];
+        for version in [4, 11, 12] {
+            let copied = encode_response(5, version, &body).unwrap();
+            let sharing = encode_response_sharing(5, version, &body, &shared).unwrap();
+            assert_eq!(sharing.to_bytes(), copied, "v{version}");
+            assert_eq!(sharing.len(), copied.len());
+            // The two large record sets are runs of their own, pointing
+            // into `big`; the small one was copied.
+            let big_runs: Vec<&Bytes> = sharing
+                .parts()
+                .iter()
+                .filter(|p| p.len() >= 90_000)
+                .collect();
+            assert_eq!(big_runs.len(), 2, "v{version}");
+            assert_eq!(big_runs[0].as_ptr(), big[10..].as_ptr());
+            assert_eq!(big_runs[1].as_ptr(), big.as_ptr());
+            assert!(sharing.parts().iter().all(|p| p.as_ptr() != small.as_ptr()));
+        }
     }
 
     #[test]

@@ -32,6 +32,52 @@ use crate::signal::Signal;
 /// sparse index makes it skip.
 const READ_SLACK_BYTES: usize = 64 << 10;
 
+/// Bytes read ahead at most at once on one thread (over all its logs).
+pub const READ_AHEAD_BYTES_MAX: usize = 256 << 20;
+
+/// How much one read from a segment file asks for.
+fn read_window_len(max_bytes: usize) -> usize {
+    max_bytes.saturating_add(READ_SLACK_BYTES).min(64 << 20)
+}
+
+/// A window being read ahead of a reader: the read after `offset` starts
+/// at `position` of the segment based at `segment_base`. Dropping it
+/// cancels the read and returns its bytes to the thread's budget.
+struct ReadAhead {
+    segment_base: u64,
+    /// `Inner::truncations` when the window was read.
+    truncations: u64,
+    offset: u64,
+    position: u64,
+    window_len: usize,
+    data: glommio::Task<Result<glommio::io::ReadResult>>,
+    _budget: ReadAheadBudget,
+}
+
+thread_local! {
+    static READ_AHEAD_BYTES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Bytes of the thread's read-ahead budget held by one window.
+struct ReadAheadBudget(usize);
+
+impl ReadAheadBudget {
+    fn take(bytes: usize) -> Option<Self> {
+        READ_AHEAD_BYTES.with(|used| {
+            (used.get() + bytes <= READ_AHEAD_BYTES_MAX).then(|| {
+                used.set(used.get() + bytes);
+                ReadAheadBudget(bytes)
+            })
+        })
+    }
+}
+
+impl Drop for ReadAheadBudget {
+    fn drop(&mut self) {
+        READ_AHEAD_BYTES.with(|used| used.set(used.get() - self.0));
+    }
+}
+
 /// How the caller wants an append stamped.
 #[derive(Debug, Clone, Copy)]
 pub struct AppendOptions {
@@ -86,6 +132,8 @@ pub struct LogStats {
     /// Reads answered from the batch cache, and from the segment files.
     pub reads_cached: u64,
     pub reads_disk: u64,
+    /// Disk reads served (in part) by a window read ahead.
+    pub reads_ahead_used: u64,
     /// Appended bytes not yet written (bounded by `strom.pending.bytes`).
     pub pending_bytes: usize,
     /// Bytes in the batch cache (bounded by `strom.cache.bytes` and this
@@ -129,6 +177,10 @@ struct Inner {
     _open: OpenLogGuard,
     /// The thread's filesystem-wide sync, looked up on first use.
     fs_sync: std::cell::OnceCell<Rc<FsSync>>,
+    /// The next window of a reader going through the segment files.
+    read_ahead: RefCell<Option<ReadAhead>>,
+    /// Bumped by every truncation: windows read ahead before it are stale.
+    truncations: std::cell::Cell<u64>,
     /// Set by `inject_sync_failure`: the next fdatasync reports EIO.
     #[cfg(feature = "fault-injection")]
     fail_next_sync: std::cell::Cell<bool>,
@@ -376,6 +428,8 @@ impl Log {
             recovery: report,
             _open: OpenLogGuard::new(),
             fs_sync: std::cell::OnceCell::new(),
+            read_ahead: RefCell::new(None),
+            truncations: std::cell::Cell::new(0),
             #[cfg(feature = "fault-injection")]
             fail_next_sync: std::cell::Cell::new(false),
         });
@@ -739,10 +793,24 @@ impl Log {
             });
         }
         self.inner.state.borrow_mut().stats.reads_disk += 1;
+        let window_len = read_window_len(max_bytes);
+        let truncations = self.inner.truncations.get();
         let mut from = from_offset;
         let mut index = self.inner.state.borrow().segment_for(from);
+        // The window read ahead after the previous read, if this read
+        // continues exactly where that one ended.
+        let mut ahead = {
+            let taken = self.inner.read_ahead.borrow_mut().take();
+            let s = self.inner.state.borrow();
+            taken.filter(|ahead| {
+                ahead.offset == from
+                    && ahead.truncations == truncations
+                    && ahead.window_len == window_len
+                    && s.segments.get(index).map(|seg| seg.base_offset) == Some(ahead.segment_base)
+            })
+        };
         loop {
-            let (file, path, start_position, limit, next_base) = {
+            let (file, path, base_offset, mut start_position, limit, next_base) = {
                 let s = self.inner.state.borrow();
                 let Some(seg) = s.segments.get(index) else {
                     return Ok(empty);
@@ -753,13 +821,40 @@ impl Log {
                 (
                     seg.file.clone(),
                     seg.path.clone(),
+                    seg.base_offset,
                     u64::from(seg.index.lookup(relative)),
                     seg.written_size,
                     s.segments.get(index + 1).map(|n| n.base_offset),
                 )
             };
-            match read_segment(&file, &path, start_position, limit, from, max_bytes, upper).await? {
-                SegmentRead::Found(result) => return Ok(result),
+            let mut first_window = None;
+            if let Some(ahead) = ahead.take() {
+                // A failed read-ahead is retried as an ordinary read, which
+                // reports the error if it persists.
+                if let Ok(data) = ahead.data.await {
+                    start_position = ahead.position;
+                    first_window = Some(data);
+                    self.inner.state.borrow_mut().stats.reads_ahead_used += 1;
+                }
+            }
+            let read = read_segment(
+                (&file, &path),
+                (start_position, limit),
+                from,
+                max_bytes,
+                upper,
+                first_window,
+            )
+            .await?;
+            match read {
+                SegmentRead::Found(result, end_position) => {
+                    if self.inner.truncations.get() == truncations {
+                        let at = (base_offset, truncations);
+                        let span = (end_position, limit);
+                        self.read_ahead(file, path, at, &result, span, window_len);
+                    }
+                    return Ok(result);
+                }
                 SegmentRead::Stop => return Ok(empty),
                 SegmentRead::Exhausted => match next_base {
                     Some(next) if next < upper => {
@@ -770,6 +865,42 @@ impl Log {
                 },
             }
         }
+    }
+
+    /// Starts reading the window after a read from disk, so that a reader
+    /// going through the log finds its next window read (or being read)
+    /// while it handles this one. At most `READ_AHEAD_BYTES_MAX` per thread
+    /// are read ahead; one window per log.
+    fn read_ahead(
+        &self,
+        file: Rc<glommio::io::DmaFile>,
+        path: PathBuf,
+        (segment_base, truncations): (u64, u64),
+        result: &ReadResult,
+        (position, limit): (u64, u64),
+        window_len: usize,
+    ) {
+        if position + HEADER_LEN as u64 > limit {
+            return;
+        }
+        let want = (limit - position).min(window_len as u64) as usize;
+        let Some(budget) = ReadAheadBudget::take(want) else {
+            return;
+        };
+        let data = glommio::spawn_local(async move {
+            file.read_at(position, want)
+                .await
+                .ctx("read", &path, position)
+        });
+        *self.inner.read_ahead.borrow_mut() = Some(ReadAhead {
+            segment_base,
+            truncations,
+            offset: result.next_offset,
+            position,
+            window_len,
+            data,
+            _budget: budget,
+        });
     }
 
     /// The first offset whose record timestamp is at or above `timestamp`,
@@ -844,6 +975,10 @@ impl Log {
     /// log end offset.
     pub async fn truncate_to(&self, offset: u64) -> Result<u64> {
         let _permit = self.lock_appends().await?;
+        // Bytes read ahead may be cut and written again: reads in progress
+        // see the bump and neither use nor start a window.
+        self.inner.truncations.set(self.inner.truncations.get() + 1);
+        self.inner.read_ahead.borrow_mut().take();
         self.check_writable(&self.inner.state.borrow())?;
         self.wait_written(self.next_offset()).await?;
         let dir = self.inner.dir.clone();
@@ -934,6 +1069,9 @@ impl Log {
             Segment::remove_files(&dir, base).await?;
         }
         file::sync_dir(&dir).await?;
+        // Again for reads that started while the cut was being made.
+        self.inner.truncations.set(self.inner.truncations.get() + 1);
+        self.inner.read_ahead.borrow_mut().take();
         self.inner.changed.notify_all();
         info!(dir = %dir.display(), requested = offset, next_offset = new_end, "log truncated");
         Ok(new_end)
@@ -1136,7 +1274,8 @@ fn list_segments(dir: &Path) -> Result<Vec<u64>> {
 }
 
 enum SegmentRead {
-    Found(ReadResult),
+    /// Batches found, and the file position just after the last one.
+    Found(ReadResult, u64),
     /// Reached `upper_bound`.
     Stop,
     /// Nothing at or after `from` in this segment.
@@ -1147,24 +1286,26 @@ enum SegmentRead {
 /// `position` (from the sparse index) and skipping batches below `from`.
 /// Every batch returned has had its CRC checked.
 async fn read_segment(
-    file: &glommio::io::DmaFile,
-    path: &Path,
-    mut position: u64,
-    limit: u64,
+    (file, path): (&glommio::io::DmaFile, &Path),
+    (mut position, limit): (u64, u64),
     from: u64,
     max_bytes: usize,
     upper: u64,
+    mut first_window: Option<glommio::io::ReadResult>,
 ) -> Result<SegmentRead> {
-    let window_len = max_bytes.saturating_add(READ_SLACK_BYTES).min(64 << 20);
+    let window_len = read_window_len(max_bytes);
     loop {
         if position + HEADER_LEN as u64 > limit {
             return Ok(SegmentRead::Exhausted);
         }
         let want = (limit - position).min(window_len as u64) as usize;
-        let data = file
-            .read_at(position, want)
-            .await
-            .ctx("read", path, position)?;
+        let data = match first_window.take() {
+            Some(data) => data,
+            None => file
+                .read_at(position, want)
+                .await
+                .ctx("read", path, position)?,
+        };
         let mut offset = 0usize;
         let mut first: Option<usize> = None;
         let mut end = 0usize;
@@ -1184,10 +1325,13 @@ async fn read_segment(
             }
             if header.base_offset as u64 >= upper {
                 return Ok(match first {
-                    Some(f) => SegmentRead::Found(ReadResult {
-                        bytes: Bytes::copy_from_slice(&data[f..end]),
-                        next_offset,
-                    }),
+                    Some(f) => SegmentRead::Found(
+                        ReadResult {
+                            bytes: Bytes::copy_from_slice(&data[f..end]),
+                            next_offset,
+                        },
+                        position + end as u64,
+                    ),
                     None => SegmentRead::Stop,
                 });
             }
@@ -1196,10 +1340,13 @@ async fn read_segment(
                     let at = position + offset as u64;
                     let whole = file.read_at(at, size).await.ctx("read", path, at)?;
                     batch::validate(&whole).map_err(|e| corrupt(offset, e.to_string()))?;
-                    return Ok(SegmentRead::Found(ReadResult {
-                        bytes: Bytes::copy_from_slice(&whole),
-                        next_offset: header.last_offset() as u64 + 1,
-                    }));
+                    return Ok(SegmentRead::Found(
+                        ReadResult {
+                            bytes: Bytes::copy_from_slice(&whole),
+                            next_offset: header.last_offset() as u64 + 1,
+                        },
+                        at + size as u64,
+                    ));
                 }
                 break;
             }
@@ -1216,10 +1363,13 @@ async fn read_segment(
             offset += size;
         }
         if let Some(f) = first {
-            return Ok(SegmentRead::Found(ReadResult {
-                bytes: Bytes::copy_from_slice(&data[f..end]),
-                next_offset,
-            }));
+            return Ok(SegmentRead::Found(
+                ReadResult {
+                    bytes: Bytes::copy_from_slice(&data[f..end]),
+                    next_offset,
+                },
+                position + end as u64,
+            ));
         }
         if offset == 0 {
             return Ok(SegmentRead::Exhausted);

@@ -5,9 +5,10 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::FetchResponse;
 use kafka_protocol::messages::{ApiKey, RequestKind};
 use kafka_protocol::protocol::{Encodable, HeaderVersion};
-use protocol::codec::{self, RequestFrame};
+use protocol::codec::{self, Encoded, RequestFrame};
 
 use crate::limits::NON_PRODUCE_FRAME_BYTES_MAX;
 use crate::metrics::{self, ErrorCodes};
@@ -176,7 +177,7 @@ fn supported_range(api_key: ApiKey) -> Option<(i16, i16)> {
 
 /// Handles one request frame. `Ok(None)` sends nothing (acks=0 produce);
 /// an error closes the connection after the responses before it.
-pub async fn handle(shard: Rc<Shard>, frame: Bytes) -> Result<Option<Bytes>, ConnectionError> {
+pub async fn handle(shard: Rc<Shard>, frame: Bytes) -> Result<Option<Encoded>, ConnectionError> {
     let frame_bytes = frame.len();
     let request = codec::decode_header(frame)?;
     let api_key = request.api_key;
@@ -192,14 +193,13 @@ pub async fn handle(shard: Rc<Shard>, frame: Bytes) -> Result<Option<Bytes>, Con
     };
     if api_key == ApiKey::ApiVersions && version > max {
         metrics::record_error_code(ApiKey::ApiVersions as i16, codec::UNSUPPORTED_VERSION);
-        return Ok(Some(codec::api_versions_unsupported(
-            request.correlation_id,
-            advertised(),
-        )));
+        return Ok(Some(
+            codec::api_versions_unsupported(request.correlation_id, advertised()).into(),
+        ));
     }
     if version < min || version > max || !api_key.valid_versions().contains(version) {
         if api_key == ApiKey::Produce && (0..min).contains(&version) {
-            return Ok(produce::answer_old_version(&request));
+            return Ok(produce::answer_old_version(&request).map(Encoded::from));
         }
         return Err(ConnectionError::UnsupportedVersion {
             api_key,
@@ -224,7 +224,7 @@ async fn dispatch(
     shard: Rc<Shard>,
     request: &RequestFrame,
     body: RequestKind,
-) -> Result<Option<Bytes>, ConnectionError> {
+) -> Result<Option<Encoded>, ConnectionError> {
     let out = Respond {
         api_key: request.api_key as i16,
         id: request.correlation_id,
@@ -239,7 +239,7 @@ async fn dispatch(
             Some(response) => out.encode(&response),
             None => return Ok(None),
         },
-        RequestKind::Fetch(body) => out.encode(&fetch::handle(&shard, body).await),
+        RequestKind::Fetch(body) => out.encode_fetch(&fetch::handle(&shard, body).await),
         RequestKind::ListOffsets(body) => out.encode(&list_offsets::handle(&shard, body).await),
         RequestKind::DeleteTopics(body) => {
             out.encode(&delete_topics::handle(&shard, body, version).await)
@@ -302,11 +302,25 @@ struct Respond {
 }
 
 impl Respond {
-    fn encode<R>(&self, response: &R) -> Result<Bytes, codec::CodecError>
+    fn encode<R>(&self, response: &R) -> Result<Encoded, codec::CodecError>
     where
         R: Encodable + HeaderVersion + ErrorCodes,
     {
         let encoded = codec::encode_response(self.id, self.version, response)?;
+        metrics::record_response_errors(self.api_key, self.version, response);
+        Ok(encoded.into())
+    }
+
+    /// A fetch response: its record sets are sent from the buffers they
+    /// were read into, not copied into the frame.
+    fn encode_fetch(&self, response: &FetchResponse) -> Result<Encoded, codec::CodecError> {
+        let records: Vec<Bytes> = response
+            .responses
+            .iter()
+            .flat_map(|topic| topic.partitions.iter())
+            .filter_map(|partition| partition.records.clone())
+            .collect();
+        let encoded = codec::encode_response_sharing(self.id, self.version, response, &records)?;
         metrics::record_response_errors(self.api_key, self.version, response);
         Ok(encoded)
     }
