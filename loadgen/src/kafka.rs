@@ -458,6 +458,25 @@ pub fn decode_records(
     Ok(next)
 }
 
+/// The offset after the last whole batch of a fetched record set (`None`
+/// when it holds none), read from the batch headers only: enough to ask
+/// for the next records before these are decoded.
+pub fn next_fetch_offset(records: &Bytes) -> Option<i64> {
+    let mut at = 0usize;
+    let mut next = None;
+    while records.len() - at >= protocol::batch::LOG_OVERHEAD {
+        let rest = &records[at..];
+        let size = protocol::batch::batch_size(rest)?;
+        if size > rest.len() {
+            break;
+        }
+        let header = protocol::batch::BatchHeader::parse(rest).ok()?;
+        next = Some(header.last_offset() + 1);
+        at += size;
+    }
+    next
+}
+
 pub fn fetch_partitions(response: &FetchResponse) -> Vec<((String, i32), i16, Option<Bytes>)> {
     let mut out = Vec::new();
     for topic in &response.responses {

@@ -744,6 +744,17 @@ async fn fetch_loop(
         .collect();
     let mut drain_deadline: Option<Instant> = None;
     let mut empty_after_stop = 0;
+    // The next fetch is sent as soon as a response arrives, before its
+    // records are decoded (its offsets come from the batch headers), so the
+    // broker prepares the next response while this one is checked, as
+    // Kafka's consumers prefetch.
+    let mut pending = None;
+    let fetch = |offsets: &HashMap<(String, i32), i64>| {
+        let mut wanted: Vec<((String, i32), i64)> =
+            offsets.iter().map(|(tp, o)| (tp.clone(), *o)).collect();
+        wanted.sort();
+        kafka::fetch_request(&wanted, Duration::from_millis(100), 8 << 20, 64 << 20)
+    };
     loop {
         if plan.mode == Mode::Consume {
             let done = offsets
@@ -761,11 +772,15 @@ async fn fetch_loop(
                 return Ok(());
             }
         }
-        let mut wanted: Vec<((String, i32), i64)> =
-            offsets.iter().map(|(tp, o)| (tp.clone(), *o)).collect();
-        wanted.sort();
-        let request = kafka::fetch_request(&wanted, Duration::from_millis(100), 8 << 20, 64 << 20);
-        let response = match conn.call(&request, version).await {
+        let sent = match pending.take() {
+            Some(sent) => Ok(sent),
+            None => conn.send(&fetch(&offsets), version).await,
+        };
+        let received = match sent {
+            Ok(sent) => conn.receive(sent).await,
+            Err(e) => Err(e),
+        };
+        let response = match received {
             Ok(r) => r,
             Err(e) => {
                 recorder
@@ -779,6 +794,22 @@ async fn fetch_loop(
                 continue;
             }
         };
+        let mut ahead = offsets.clone();
+        for (tp, error, records) in kafka::fetch_partitions(&response) {
+            if let (0, Some(next)) = (error, records.as_ref().and_then(kafka::next_fetch_offset)) {
+                if ahead.get(&tp).is_some_and(|&from| next > from) {
+                    ahead.insert(tp, next);
+                }
+            }
+        }
+        let finished = plan.mode == Mode::Consume
+            && ahead
+                .iter()
+                .all(|(tp, o)| plan.end_offsets.get(tp).is_none_or(|end| o >= end));
+        if !finished && !control.stop.load(Ordering::Relaxed) {
+            // A failed send is made again, and reported, next time round.
+            pending = conn.send(&fetch(&ahead), version).await.ok();
+        }
         if response.error_code != 0 {
             recorder
                 .borrow_mut()
