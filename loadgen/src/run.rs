@@ -157,7 +157,7 @@ pub fn execute(
     let cores = plan.cores;
     let handles = {
         let (plan, control) = (plan.clone(), control.clone());
-        LocalExecutorPoolBuilder::new(PoolPlacement::MaxSpread(cores, None))
+        LocalExecutorPoolBuilder::new(PoolPlacement::MaxSpread(cores, allowed_cpus()))
             .spin_before_park(Duration::from_micros(200))
             .on_all_shards(move || {
                 let core = next_core.fetch_add(1, Ordering::SeqCst);
@@ -678,6 +678,26 @@ async fn lane(
             }
         }
     }
+}
+
+/// The CPUs this process may run on (`taskset`, cgroups), for placing the
+/// executors: glommio otherwise spreads them over every online CPU, so
+/// `taskset -c 1 strom-loadgen` would still put its executor on CPU 0,
+/// next to a broker pinned there.
+fn allowed_cpus() -> Option<glommio::CpuSet> {
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set, which
+    // sched_getaffinity fills for this process.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: `set` is a valid cpu_set_t of `size` bytes.
+    if unsafe { libc::sched_getaffinity(0, size, &mut set) } != 0 {
+        return None;
+    }
+    let online = glommio::CpuSet::online().ok()?;
+    // SAFETY: CPU_ISSET reads a bit of the set for ids below its capacity.
+    let allowed = online
+        .filter(|l| l.cpu < libc::CPU_SETSIZE as usize && unsafe { libc::CPU_ISSET(l.cpu, &set) });
+    (!allowed.is_empty()).then_some(allowed)
 }
 
 /// The error kind without addresses and numbers, for counting by kind.

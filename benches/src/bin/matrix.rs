@@ -333,6 +333,36 @@ fn sample(pid: u32) -> Option<(f64, f64)> {
     Some((cpu, rss_kb / 1024.0))
 }
 
+/// Runs the load generator on the CPUs after the first `broker_cores`,
+/// where the broker's executors are pinned (`Placement::Fixed`): left to
+/// itself, strom-loadgen places its executor on the first CPU as well and
+/// both would share one core while the other idles. The broker's helper
+/// threads (io_uring workers, the syncfs thread) stay free to run anywhere.
+fn load_on_other_cpus(command: &mut Command, broker_cores: usize) {
+    use std::os::unix::process::CommandExt;
+    let online = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if online <= broker_cores {
+        return;
+    }
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for cpu in broker_cores..online {
+        // SAFETY: `cpu` is below the number of online CPUs, well inside
+        // the set's capacity.
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
+    // SAFETY: the closure runs in the child between fork and exec and only
+    // makes the sched_setaffinity system call, which is async-signal-safe.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 fn loadgen(
     args: &Args,
     mode: &str,
@@ -341,7 +371,11 @@ fn loadgen(
     extra: &[&str],
     report: &Path,
 ) -> Result<serde_json::Value> {
-    let output = Command::new(&args.loadgen)
+    let mut command = Command::new(&args.loadgen);
+    if args.bootstrap.is_none() {
+        load_on_other_cpus(&mut command, args.broker_cores);
+    }
+    let output = command
         .arg(mode)
         .args([
             "--bootstrap",
