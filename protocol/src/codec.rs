@@ -252,7 +252,12 @@ pub fn encode_response_sharing<T: Encodable + HeaderVersion>(
             api_version,
             message: format!("{size} bytes do not fit a frame"),
         })?;
-    let shared_len: usize = shared.iter().map(Bytes::len).sum();
+    // Only the runs that will be shared stay out of the copied buffer.
+    let shared_len: usize = shared
+        .iter()
+        .map(Bytes::len)
+        .filter(|len| *len >= SHARE_BYTES_MIN)
+        .sum();
     let mut out = Gather {
         shared,
         done: Vec::new(),
