@@ -98,6 +98,9 @@ impl FsSync {
                 state.started += 1;
                 state.started
             };
+            // Should this future be dropped while its syncfs runs, the
+            // others must not wait for a finish nobody will record.
+            let mut running = RunningGuard(Some(self));
             // `self` (and so the open directory) outlives this await; only
             // the raw descriptor crosses to the blocking thread.
             let fd = self.dir.as_raw_fd();
@@ -113,6 +116,7 @@ impl FsSync {
                     }
                 })
                 .await;
+            running.0 = None;
             let mut state = self.state.borrow_mut();
             state.running = false;
             state.finished = generation;
@@ -122,5 +126,45 @@ impl FsSync {
             drop(state);
             self.changed.notify_all();
         }
+    }
+}
+
+/// Clears `running` if the sync that set it is abandoned before it ends.
+struct RunningGuard<'a>(Option<&'a FsSync>);
+
+impl Drop for RunningGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(sync) = self.0 {
+            sync.state.borrow_mut().running = false;
+            sync.changed.notify_all();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn an_abandoned_sync_does_not_stall_the_next_ones() {
+        let dir = std::env::current_dir().unwrap();
+        glommio::LocalExecutor::default().run(async move {
+            let sync = FsSync::for_dir(&dir).unwrap();
+            let before = filesystem_syncs();
+            // Poll once: this caller starts a syncfs, then gives up on it.
+            let first = futures_lite::future::poll_once(Box::pin(sync.sync())).await;
+            assert!(first.is_none(), "a syncfs cannot finish within one poll");
+            let next = futures_lite::future::or(async { Some(sync.sync().await) }, async {
+                glommio::timer::sleep(Duration::from_secs(20)).await;
+                None
+            })
+            .await;
+            assert!(
+                matches!(next, Some(Ok(()))),
+                "the next sync finished: {next:?}"
+            );
+            assert!(filesystem_syncs() > before);
+        });
     }
 }
