@@ -275,8 +275,19 @@ struct StartedBroker {
 
 fn start_strom(args: &Args, data: &Path) -> Result<StartedBroker> {
     let _ = std::fs::remove_dir_all(data);
-    let port = free_port();
-    let log = std::fs::File::create(data.with_extension("log"))?;
+    spawn_strom(args, data, free_port(), "log", Duration::from_secs(30))
+}
+
+/// Starts `strom` on `data` (kept as it is) listening on `port`, its log in
+/// `data` with `log_extension`, and waits until it accepts connections.
+fn spawn_strom(
+    args: &Args,
+    data: &Path,
+    port: u16,
+    log_extension: &str,
+    timeout: Duration,
+) -> Result<StartedBroker> {
+    let log = std::fs::File::create(data.with_extension(log_extension))?;
     let child = Command::new(&args.strom)
         .args([
             "start",
@@ -291,7 +302,7 @@ fn start_strom(args: &Args, data: &Path) -> Result<StartedBroker> {
         .stderr(log)
         .spawn()
         .with_context(|| format!("starting {}", args.strom.display()))?;
-    wait_listening(port, Duration::from_secs(30))?;
+    wait_listening(port, timeout)?;
     Ok(StartedBroker {
         child,
         bootstrap: format!("127.0.0.1:{port}"),
@@ -433,29 +444,10 @@ fn run_case(args: &Args, out: &Path, workload: &Path, round: usize) -> Result<Ca
                 .with(|s| s.borrow_mut().take())
                 .expect("started broker");
             stop(previous);
-            let port = broker.0.rsplit(':').next().unwrap().to_string();
-            let log = std::fs::File::create(data.with_extension("restart.log"))?;
-            let child = Command::new(&args.strom)
-                .args([
-                    "start",
-                    "--cores",
-                    &args.broker_cores.to_string(),
-                    "--listen",
-                    &format!("127.0.0.1:{port}"),
-                ])
-                .arg("--data-dir")
-                .arg(&data)
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()?;
-            wait_listening(port.parse()?, Duration::from_secs(60))?;
-            broker.1 = Some(child.id());
-            STARTED.with(|s| {
-                *s.borrow_mut() = Some(StartedBroker {
-                    child,
-                    bootstrap: broker.0.clone(),
-                })
-            });
+            let port: u16 = broker.0.rsplit(':').next().unwrap().parse()?;
+            let restarted = spawn_strom(args, &data, port, "restart.log", Duration::from_secs(60))?;
+            broker.1 = Some(restarted.child.id());
+            STARTED.with(|s| *s.borrow_mut() = Some(restarted));
         }
         // Cold: a restarted broker has empty caches; drop the kernel's too
         // (as root; the log reads bypass it with O_DIRECT anyway).
