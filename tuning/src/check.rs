@@ -367,7 +367,7 @@ fn governor(host: &Host) -> Finding {
         },
         distinct.join(","),
         GOVERNOR_RECOMMENDED,
-        "executors spin before parking; powersave and ondemand add wake-up latency and lower throughput",
+        "executors park and wake on every I/O completion; powersave and ondemand add wake-up latency and lower throughput",
     )
 }
 
