@@ -413,21 +413,31 @@ pub struct Consumed {
 /// Decodes the record batches of one fetched partition (any compression),
 /// calling `each` for every record at or after `from`. Returns the offset
 /// after the last batch.
+/// The whole batches at the start of a fetched record set, in order; a
+/// partial batch at the end of a fetch response is normal and left out.
+fn whole_batches(records: &Bytes) -> impl Iterator<Item = Bytes> + '_ {
+    let mut at = 0usize;
+    std::iter::from_fn(move || {
+        let rest = records.get(at..)?;
+        if rest.len() < protocol::batch::LOG_OVERHEAD {
+            return None;
+        }
+        let size = protocol::batch::batch_size(rest)?;
+        if size > rest.len() {
+            return None;
+        }
+        at += size;
+        Some(records.slice(at - size..at))
+    })
+}
+
 pub fn decode_records(
-    mut records: Bytes,
+    records: Bytes,
     from: i64,
     mut each: impl FnMut(Consumed),
 ) -> Result<Option<i64>> {
     let mut next = None;
-    while records.len() >= protocol::batch::LOG_OVERHEAD {
-        let Some(size) = protocol::batch::batch_size(&records) else {
-            break;
-        };
-        if size > records.len() {
-            // A partial batch at the end of a fetch response is normal.
-            break;
-        }
-        let mut batch = records.split_to(size);
+    for mut batch in whole_batches(&records) {
         let header = protocol::batch::validate(&batch).context("fetched batch")?;
         next = Some(header.last_offset() + 1);
         if header.is_control() {
@@ -462,19 +472,10 @@ pub fn decode_records(
 /// when it holds none), read from the batch headers only: enough to ask
 /// for the next records before these are decoded.
 pub fn next_fetch_offset(records: &Bytes) -> Option<i64> {
-    let mut at = 0usize;
-    let mut next = None;
-    while records.len() - at >= protocol::batch::LOG_OVERHEAD {
-        let rest = &records[at..];
-        let size = protocol::batch::batch_size(rest)?;
-        if size > rest.len() {
-            break;
-        }
-        let header = protocol::batch::BatchHeader::parse(rest).ok()?;
-        next = Some(header.last_offset() + 1);
-        at += size;
-    }
-    next
+    whole_batches(records)
+        .last()
+        .and_then(|batch| protocol::batch::BatchHeader::parse(&batch).ok())
+        .map(|header| header.last_offset() + 1)
 }
 
 pub fn fetch_partitions(response: &FetchResponse) -> Vec<((String, i32), i16, Option<Bytes>)> {
@@ -579,5 +580,38 @@ mod tests {
             assert_eq!(next, Some(5));
             assert_eq!(seen, values[2..].to_vec());
         }
+    }
+
+    #[test]
+    fn the_next_fetch_offset_skips_a_partial_last_batch() {
+        let values: Vec<Bytes> = (0..3).map(|i| Bytes::from(vec![i as u8; 40])).collect();
+        let batch = |base: i64| {
+            let mut bytes = encode_batch(
+                values.clone(),
+                vec![None; 3],
+                1_700_000_000_000,
+                (-1, -1),
+                -1,
+                Compression::None,
+            )
+            .unwrap()
+            .to_vec();
+            protocol::batch::set_base_offset(&mut bytes, base);
+            bytes
+        };
+        let mut set = batch(10);
+        set.extend_from_slice(&batch(13));
+        let whole = Bytes::from(set.clone());
+        assert_eq!(next_fetch_offset(&whole), Some(16));
+        // A fetch may end inside a batch: only whole batches count, and
+        // decoding agrees with the headers.
+        let third = batch(16);
+        set.extend_from_slice(&third[..third.len() / 2]);
+        let cut = Bytes::from(set);
+        assert_eq!(next_fetch_offset(&cut), Some(16));
+        let mut seen = 0;
+        assert_eq!(decode_records(cut, 0, |_| seen += 1).unwrap(), Some(16));
+        assert_eq!(seen, 6);
+        assert_eq!(next_fetch_offset(&Bytes::new()), None);
     }
 }
