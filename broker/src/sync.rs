@@ -7,14 +7,88 @@ use std::rc::Rc;
 use std::task::{Poll, Waker};
 use std::time::Duration;
 
-/// Adds `waker` unless the same task is already registered. A waiter that
-/// is polled again and again (a connection races every read against the
-/// stop notification) must not add a waker each time: the list would grow
-/// without bound and glommio aborts once a task's waker count overflows.
-fn register(waiters: &RefCell<Vec<Waker>>, waker: &Waker) {
-    let mut waiters = waiters.borrow_mut();
-    if !waiters.iter().any(|w| w.will_wake(waker)) {
-        waiters.push(waker.clone());
+/// The tasks waiting on a [`Notify`] or a [`Gate`]. Each waiting future
+/// holds a slot from its first poll until it is dropped, so a waiter polled
+/// again and again (a connection races every read against the stop
+/// notification) keeps one slot, and a waiter that gives up (a fetch whose
+/// data arrived first) leaves nothing behind. Registering and leaving cost
+/// O(1) however many tasks ever waited.
+#[derive(Default)]
+struct Waiters {
+    /// `None` in a held slot: its waiter was woken or has not parked yet.
+    slots: RefCell<Vec<Option<Waker>>>,
+    /// Slots whose waiters were dropped, for reuse.
+    free: RefCell<Vec<usize>>,
+}
+
+impl Waiters {
+    /// Parks `waker` in the slot `key` holds, taking a slot on first use.
+    fn park(&self, key: &mut Option<usize>, waker: &Waker) {
+        let mut slots = self.slots.borrow_mut();
+        let index = *key.get_or_insert_with(|| match self.free.borrow_mut().pop() {
+            Some(index) => index,
+            None => {
+                slots.push(None);
+                slots.len() - 1
+            }
+        });
+        match &mut slots[index] {
+            Some(parked) if parked.will_wake(waker) => {}
+            slot => *slot = Some(waker.clone()),
+        }
+    }
+
+    /// Gives the slot back (the waiting future is gone).
+    fn leave(&self, key: usize) {
+        self.slots.borrow_mut()[key] = None;
+        self.free.borrow_mut().push(key);
+    }
+
+    fn wake_all(&self) {
+        let woken: Vec<Waker> = self
+            .slots
+            .borrow_mut()
+            .iter_mut()
+            .filter_map(Option::take)
+            .collect();
+        for waker in woken {
+            waker.wake();
+        }
+    }
+
+    /// Slots held by waiting futures.
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        self.slots.borrow().len() - self.free.borrow().len()
+    }
+}
+
+/// A future that is ready once `ready()` holds, parked in `waiters` until
+/// then and out of them once dropped.
+struct WaitFor<'a, F: Fn() -> bool> {
+    waiters: &'a Waiters,
+    ready: F,
+    key: Option<usize>,
+}
+
+impl<F: Fn() -> bool + Unpin> std::future::Future for WaitFor<'_, F> {
+    type Output = ();
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        if (this.ready)() {
+            return Poll::Ready(());
+        }
+        this.waiters.park(&mut this.key, cx.waker());
+        Poll::Pending
+    }
+}
+
+impl<F: Fn() -> bool> Drop for WaitFor<'_, F> {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            self.waiters.leave(key);
+        }
     }
 }
 
@@ -22,15 +96,13 @@ fn register(waiters: &RefCell<Vec<Waker>>, waker: &Waker) {
 #[derive(Default)]
 pub struct Notify {
     raised: Cell<bool>,
-    waiters: RefCell<Vec<Waker>>,
+    waiters: Waiters,
 }
 
 impl Notify {
     pub fn raise(&self) {
         self.raised.set(true);
-        for waker in self.waiters.borrow_mut().drain(..) {
-            waker.wake();
-        }
+        self.waiters.wake_all();
     }
 
     pub fn is_raised(&self) -> bool {
@@ -38,14 +110,11 @@ impl Notify {
     }
 
     pub async fn wait(&self) {
-        poll_fn(|cx| {
-            if self.raised.get() {
-                Poll::Ready(())
-            } else {
-                register(&self.waiters, cx.waker());
-                Poll::Pending
-            }
-        })
+        WaitFor {
+            waiters: &self.waiters,
+            ready: || self.raised.get(),
+            key: None,
+        }
         .await
     }
 
@@ -70,7 +139,7 @@ impl Notify {
 #[derive(Default)]
 pub struct Gate {
     count: Cell<usize>,
-    empty: RefCell<Vec<Waker>>,
+    empty: Waiters,
 }
 
 /// Held while a connection lives; dropping it leaves the gate.
@@ -89,14 +158,11 @@ impl Gate {
     }
 
     pub async fn wait_empty(&self) {
-        poll_fn(|cx| {
-            if self.count.get() == 0 {
-                Poll::Ready(())
-            } else {
-                register(&self.empty, cx.waker());
-                Poll::Pending
-            }
-        })
+        WaitFor {
+            waiters: &self.empty,
+            ready: || self.count.get() == 0,
+            key: None,
+        }
         .await
     }
 }
@@ -106,9 +172,7 @@ impl Drop for GateGuard {
         let count = self.gate.count.get() - 1;
         self.gate.count.set(count);
         if count == 0 {
-            for waker in self.gate.empty.borrow_mut().drain(..) {
-                waker.wake();
-            }
+            self.gate.empty.wake_all();
         }
     }
 }
@@ -245,13 +309,69 @@ mod wake_tests {
         let count = Arc::new(Count(AtomicUsize::new(0)));
         let waker = Waker::from(count.clone());
         let mut cx = Context::from_waker(&waker);
+        let mut wait = std::pin::pin!(notify.wait());
         for _ in 0..100_000 {
-            let mut wait = std::pin::pin!(notify.wait());
             assert!(wait.as_mut().poll(&mut cx).is_pending());
         }
-        assert_eq!(notify.waiters.borrow().len(), 1);
+        assert_eq!(notify.waiters.held(), 1);
+        assert_eq!(notify.waiters.slots.borrow().len(), 1);
         notify.raise();
         assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        assert!(wait.as_mut().poll(&mut cx).is_ready());
+    }
+
+    /// Every long-polling fetch races its wait against the stop flag; the
+    /// fetches that end (their data came) must leave no waker behind, or the
+    /// list grows with every fetch the broker ever served.
+    #[test]
+    fn dropped_waiters_leave_nothing_behind() {
+        let notify = Notify::default();
+        let gate = Rc::new(Gate::default());
+        let guard = gate.enter();
+        let counts: Vec<Arc<Count>> = (0..3)
+            .map(|_| Arc::new(Count(AtomicUsize::new(0))))
+            .collect();
+        for round in 0..10_000 {
+            // A distinct task each time, as each fetch is its own task.
+            let waker = Waker::from(Arc::new(Count(AtomicUsize::new(0))));
+            let mut cx = Context::from_waker(&waker);
+            let mut wait = Box::pin(notify.wait());
+            assert!(wait.as_mut().poll(&mut cx).is_pending());
+            let mut empty = Box::pin(gate.wait_empty());
+            assert!(empty.as_mut().poll(&mut cx).is_pending());
+            assert_eq!(notify.waiters.held(), 1, "round {round}");
+            drop(wait);
+            drop(empty);
+        }
+        assert_eq!(notify.waiters.held(), 0);
+        assert_eq!(gate.empty.held(), 0);
+        assert!(notify.waiters.slots.borrow().len() <= 1, "slots are reused");
+
+        // Waiters still parked are all woken, each once.
+        let mut waits: Vec<_> = counts
+            .iter()
+            .map(|count| {
+                let waker = Waker::from(count.clone());
+                let mut wait = Box::pin(notify.wait());
+                assert!(wait
+                    .as_mut()
+                    .poll(&mut Context::from_waker(&waker))
+                    .is_pending());
+                wait
+            })
+            .collect();
+        notify.raise();
+        for count in &counts {
+            assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        }
+        let waker = Waker::from(counts[0].clone());
+        for wait in waits.iter_mut() {
+            assert!(wait
+                .as_mut()
+                .poll(&mut Context::from_waker(&waker))
+                .is_ready());
+        }
+        drop(guard);
     }
 }
 
