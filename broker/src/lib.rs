@@ -2,6 +2,7 @@
 //! and the single-node controller. See `docs/broker.md`.
 
 pub mod admin_http;
+pub mod allocator;
 pub mod config;
 pub mod config_reference;
 pub mod controller;

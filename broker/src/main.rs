@@ -7,6 +7,9 @@ use clap::{Args, Parser, Subcommand};
 
 mod cli;
 
+#[global_allocator]
+static ALLOCATOR: broker::allocator::Split = broker::allocator::Split;
+
 /// Exit code for configuration errors (bad flag, key or value).
 const EXIT_CONFIG: u8 = 2;
 /// Exit code for failures at start-up or while running.
