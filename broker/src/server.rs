@@ -85,7 +85,8 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
     tracing::debug!(core = shard.id, "listener closed");
 }
 
-type Pending = JoinHandle<Result<Option<Encoded>, ConnectionError>>;
+type Outcome = Result<Option<Encoded>, ConnectionError>;
+type Pending = JoinHandle<Outcome>;
 
 async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: Option<SocketAddr>) {
     let (read_half, write_half) = futures_lite::io::split(stream);
@@ -93,21 +94,25 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: Option<SocketAddr>) {
     let peer_text = peer
         .map(|p| p.to_string())
         .unwrap_or_else(|| "unknown".to_string());
-    // Requests queued for the writer; it flushes when none are left.
-    let queued = Rc::new(std::cell::Cell::new(0usize));
     // Raised when the writer stops, so the reader stops waiting for frames.
     let writer_done = Rc::new(crate::sync::Notify::default());
 
     let writer = glommio::spawn_local({
         let peer_text = peer_text.clone();
-        let queued = queued.clone();
         let writer_done = writer_done.clone();
         async move {
             let _done = RaiseOnDrop(writer_done);
             let mut writer = BufWriter::with_capacity(SOCKET_BUFFER_BYTES, write_half);
-            while let Some(pending) = queue_rx.recv().await {
-                queued.set(queued.get() - 1);
-                let outcome = pending.await.unwrap_or(Err(ConnectionError::HandlerGone));
+            // A response already finished, to be written without waiting.
+            let mut done: Option<Outcome> = None;
+            loop {
+                let outcome = match done.take() {
+                    Some(outcome) => outcome,
+                    None => match queue_rx.recv().await {
+                        Some(pending) => pending.await.unwrap_or(Err(ConnectionError::HandlerGone)),
+                        None => break,
+                    },
+                };
                 match outcome {
                     Ok(Some(response)) => {
                         for part in response.parts() {
@@ -124,11 +129,29 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: Option<SocketAddr>) {
                         return;
                     }
                 }
-                if queued.get() == 0 {
+                // The next response shares this write only if it is already
+                // done. Otherwise this one is flushed now: a produce answer
+                // must not sit in the buffer while the request behind it
+                // waits for its own sync round (with five requests in
+                // flight the queue was never empty, and answers went out
+                // only when the buffer filled).
+                if let Some(Some(mut pending)) =
+                    futures_lite::future::poll_once(queue_rx.recv()).await
+                {
+                    if let Some(outcome) = futures_lite::future::poll_once(&mut pending).await {
+                        done = Some(outcome.unwrap_or(Err(ConnectionError::HandlerGone)));
+                        continue;
+                    }
                     if let Err(error) = writer.flush().await {
                         tracing::debug!(peer = %peer_text, %error, "flush failed");
                         return;
                     }
+                    done = Some(pending.await.unwrap_or(Err(ConnectionError::HandlerGone)));
+                    continue;
+                }
+                if let Err(error) = writer.flush().await {
+                    tracing::debug!(peer = %peer_text, %error, "flush failed");
+                    return;
                 }
             }
             let _ = writer.flush().await;
@@ -160,7 +183,6 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: Option<SocketAddr>) {
         let request = crate::metrics::RequestStart::of(&frame);
         let task =
             glommio::spawn_local(request.observe(handlers::handle(shard.clone(), frame))).detach();
-        queued.set(queued.get() + 1);
         if queue_tx.send(task).await.is_err() {
             // The writer stopped (client gone or a request closed the connection).
             break;
