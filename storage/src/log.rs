@@ -184,6 +184,8 @@ struct Inner {
     /// Set by `inject_sync_failure`: the next fdatasync reports EIO.
     #[cfg(feature = "fault-injection")]
     fail_next_sync: std::cell::Cell<bool>,
+    #[cfg(feature = "fault-injection")]
+    sync_hold: std::cell::RefCell<SyncHold>,
 }
 
 struct State {
@@ -207,6 +209,9 @@ struct State {
     /// starts with (empty when that position is page-aligned).
     tail: Vec<u8>,
     in_flight: std::collections::VecDeque<InFlightWrite>,
+    /// A sync round is running; writes go on beside it, and the next round
+    /// starts when it ends.
+    sync_running: bool,
     next_write_id: u64,
     cache: BatchCache,
     failure: Option<String>,
@@ -388,6 +393,7 @@ impl Log {
             submitted_position,
             tail,
             in_flight: std::collections::VecDeque::new(),
+            sync_running: false,
             next_write_id: 0,
             cache: BatchCache::default(),
             failure: None,
@@ -432,6 +438,8 @@ impl Log {
             truncations: std::cell::Cell::new(0),
             #[cfg(feature = "fault-injection")]
             fail_next_sync: std::cell::Cell::new(false),
+            #[cfg(feature = "fault-injection")]
+            sync_hold: std::cell::RefCell::new(SyncHold::default()),
         });
         let writer = glommio::spawn_local(writer_loop(inner.clone()));
         *inner.writer.borrow_mut() = Some(writer);
@@ -490,6 +498,35 @@ impl Log {
     #[cfg(feature = "fault-injection")]
     pub fn inject_sync_failure(&self) {
         self.inner.fail_next_sync.set(true);
+    }
+
+    /// Holds every sync round that finishes from now on before it marks
+    /// anything durable, until [`Log::release_one_sync`] lets one through
+    /// or [`Log::release_syncs`] ends the hold: a slow device, for tests of
+    /// what goes on while a round runs.
+    #[cfg(feature = "fault-injection")]
+    pub fn hold_syncs(&self) {
+        self.inner.sync_hold.borrow_mut().holding = true;
+    }
+
+    /// Lets one held sync round finish.
+    #[cfg(feature = "fault-injection")]
+    pub fn release_one_sync(&self) {
+        self.inner.sync_hold.borrow_mut().passes += 1;
+        self.inner.changed.notify_all();
+    }
+
+    /// Ends the hold; held rounds finish.
+    #[cfg(feature = "fault-injection")]
+    pub fn release_syncs(&self) {
+        self.inner.sync_hold.borrow_mut().holding = false;
+        self.inner.changed.notify_all();
+    }
+
+    /// Sync rounds waiting in a hold.
+    #[cfg(feature = "fault-injection")]
+    pub fn held_syncs(&self) -> u32 {
+        self.inner.sync_hold.borrow().waiting
     }
 
     /// Bytes in all segments.
@@ -1557,7 +1594,8 @@ fn writer_work(state: &State, config: &LogConfig, now: Instant) -> (bool, bool, 
     let unsynced = state.durable_offset < state.written_offset;
     let requested = state.sync_requested > state.durable_offset;
     let mut wait = None;
-    let sync = unsynced
+    let sync = !state.sync_running
+        && unsynced
         && (requested
             || match config.flush {
                 FlushPolicy::Always => true,
@@ -1606,6 +1644,7 @@ async fn writer_loop(inner: Rc<Inner>) {
             let (submit, sync, wait) = writer_work(&state, &inner.config.borrow(), Instant::now());
             let drained = state.written_offset == state.next_offset
                 && state.in_flight.is_empty()
+                && !state.sync_running
                 && state.sync_requested <= state.durable_offset;
             (
                 submit,
@@ -1627,10 +1666,7 @@ async fn writer_loop(inner: Rc<Inner>) {
             continue;
         }
         if sync {
-            if let Err(e) = sync_round(&inner).await {
-                fence_inner(&inner, e.to_string());
-                return;
-            }
+            start_sync_round(&inner);
             continue;
         }
         if closing && drained {
@@ -1650,12 +1686,12 @@ async fn writer_loop(inner: Rc<Inner>) {
             )
             .await;
         } else if closing {
-            // Closing with writes still in flight: wait for them to land.
+            // Closing with writes or a sync still in flight: wait for them.
             inner
                 .changed
                 .wait_until(|| {
                     let state = inner.state.borrow();
-                    state.in_flight.is_empty() || state.failure.is_some()
+                    (state.in_flight.is_empty() && !state.sync_running) || state.failure.is_some()
                 })
                 .await;
         }
@@ -1827,7 +1863,35 @@ fn complete_write(inner: &Inner, id: u64, padded: u64, _end: u64) {
     inner.changed.notify_all();
 }
 
-/// One fdatasync covering everything written so far (group commit).
+/// Sync rounds held by a test (see [`Log::hold_syncs`]).
+#[cfg(feature = "fault-injection")]
+#[derive(Default)]
+struct SyncHold {
+    holding: bool,
+    /// Held rounds allowed to finish.
+    passes: u64,
+    waiting: u32,
+}
+
+/// Starts a sync round as its own task, so the writer goes on submitting
+/// the appends that arrive meanwhile: when the round ends, their writes
+/// have landed and the next round can start at once.
+fn start_sync_round(inner: &Rc<Inner>) {
+    inner.state.borrow_mut().sync_running = true;
+    let inner = inner.clone();
+    glommio::spawn_local(async move {
+        let outcome = sync_round(&inner).await;
+        inner.state.borrow_mut().sync_running = false;
+        match outcome {
+            Ok(()) => inner.changed.notify_all(),
+            Err(e) => fence_inner(&inner, e.to_string()),
+        }
+    })
+    .detach();
+}
+
+/// One fdatasync (or shared syncfs) covering everything written when it
+/// starts (group commit).
 async fn sync_round(inner: &Inner) -> Result<()> {
     let (file, path, target, bytes) = {
         let state = inner.state.borrow();
@@ -1849,6 +1913,9 @@ async fn sync_round(inner: &Inner) -> Result<()> {
         ));
     }
     let sync_started = Instant::now();
+    // A truncation during the round sets the durable offset itself (it
+    // syncs the cut); offsets past the cut may be new, unsynced appends.
+    let truncations = inner.truncations.get();
     let scope = inner.config.borrow().flush_scope;
     match scope {
         FlushScope::File => file.fdatasync().await.ctx("fdatasync", &path, 0)?,
@@ -1863,9 +1930,25 @@ async fn sync_round(inner: &Inner) -> Result<()> {
             group.sync().await.ctx("syncfs", &inner.dir, 0)?;
         }
     }
+    #[cfg(feature = "fault-injection")]
+    if inner.sync_hold.borrow().holding {
+        inner.sync_hold.borrow_mut().waiting += 1;
+        inner
+            .changed
+            .wait_until(|| {
+                let hold = inner.sync_hold.borrow();
+                !hold.holding || hold.passes > 0
+            })
+            .await;
+        let mut hold = inner.sync_hold.borrow_mut();
+        hold.waiting -= 1;
+        hold.passes = hold.passes.saturating_sub(1);
+    }
     let sync_us = sync_started.elapsed().as_micros() as u64;
     let mut state = inner.state.borrow_mut();
-    state.durable_offset = state.durable_offset.max(target);
+    if inner.truncations.get() == truncations {
+        state.durable_offset = state.durable_offset.max(target);
+    }
     state.stats.syncs += 1;
     state.stats.sync_latency_us_total += sync_us;
     let bucket = SYNC_LATENCY_BOUNDS_US.partition_point(|bound| *bound < sync_us);

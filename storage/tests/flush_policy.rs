@@ -319,3 +319,65 @@ fn many_logs_on_one_executor_share_a_bounded_cache() {
         }
     });
 }
+
+/// Appends that arrive while a sync round runs are written during it, so
+/// the next round can start the moment this one ends; and a truncation
+/// during a round keeps that round from vouching for what is appended
+/// after the cut.
+#[test]
+fn writes_go_on_while_a_sync_round_runs() {
+    let dir = common::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut config = common::config(1 << 30);
+        config.flush_scope = FlushScope::File;
+        let log = Log::open(&path, config).await.unwrap();
+        log.hold_syncs();
+        let limit = Duration::from_secs(10);
+
+        // A (offset 0) is written and its round is held.
+        log.append(Spec::new(0, 1, 3000).bytes(), AppendOptions::default())
+            .await
+            .unwrap();
+        assert!(eventually(limit, || log.held_syncs() == 1).await);
+        assert_eq!(log.written_offset(), 1);
+        // B (offset 1) is written while that round is still held.
+        log.append(Spec::new(1, 1, 3000).bytes(), AppendOptions::default())
+            .await
+            .unwrap();
+        assert!(
+            eventually(limit, || log.written_offset() == 2).await,
+            "B was not written while the round ran"
+        );
+        assert_eq!(log.durable_offset(), 0);
+        assert_eq!(log.held_syncs(), 1, "one round at a time");
+        log.release_one_sync();
+        assert!(eventually(limit, || log.durable_offset() == 1).await);
+        // The next round (for B) starts at once, and is held.
+        assert!(eventually(limit, || log.held_syncs() == 1).await);
+
+        // Cut B off while its round is held, and append C at offset 1.
+        assert_eq!(log.truncate_to(1).await.unwrap(), 1);
+        log.append(Spec::new(2, 1, 3000).bytes(), AppendOptions::default())
+            .await
+            .unwrap();
+        assert!(eventually(limit, || log.written_offset() == 2).await);
+        // B's round ends: it synced before C was written, so C is not
+        // durable by it.
+        let rounds = log.stats().syncs;
+        log.release_one_sync();
+        assert!(eventually(limit, || log.stats().syncs == rounds + 1).await);
+        assert_eq!(log.durable_offset(), 1, "a round vouched for C");
+        assert!(eventually(limit, || log.held_syncs() == 1).await);
+        log.release_syncs();
+        assert!(eventually(limit, || log.durable_offset() == 2).await);
+        log.close().await.unwrap();
+
+        // C, not B, is what the log holds.
+        let log = Log::open(&path, common::config(1 << 30)).await.unwrap();
+        let read = log.read(1, 1 << 20, log.next_offset()).await.unwrap();
+        assert_eq!(&read.bytes[..], &Spec::new(2, 1, 3000).stored(1)[..]);
+        assert_eq!(read.next_offset, 2);
+        log.close().await.unwrap();
+    });
+}
