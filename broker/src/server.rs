@@ -130,28 +130,29 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: Option<SocketAddr>) {
                     }
                 }
                 // The next response shares this write only if it is already
-                // done. Otherwise this one is flushed now: a produce answer
-                // must not sit in the buffer while the request behind it
-                // waits for its own sync round (with five requests in
-                // flight the queue was never empty, and answers went out
-                // only when the buffer filled).
+                // done. Otherwise this one is flushed now: an answer must not
+                // sit in the buffer while a request behind it still runs
+                // (with five produce requests in flight the queue was rarely
+                // empty, and answers went out in bursts when the last of
+                // them was done).
+                let mut waiting = None;
                 if let Some(Some(mut pending)) =
                     futures_lite::future::poll_once(queue_rx.recv()).await
                 {
-                    if let Some(outcome) = futures_lite::future::poll_once(&mut pending).await {
-                        done = Some(outcome.unwrap_or(Err(ConnectionError::HandlerGone)));
-                        continue;
+                    match futures_lite::future::poll_once(&mut pending).await {
+                        Some(outcome) => {
+                            done = Some(outcome.unwrap_or(Err(ConnectionError::HandlerGone)));
+                            continue;
+                        }
+                        None => waiting = Some(pending),
                     }
-                    if let Err(error) = writer.flush().await {
-                        tracing::debug!(peer = %peer_text, %error, "flush failed");
-                        return;
-                    }
-                    done = Some(pending.await.unwrap_or(Err(ConnectionError::HandlerGone)));
-                    continue;
                 }
                 if let Err(error) = writer.flush().await {
                     tracing::debug!(peer = %peer_text, %error, "flush failed");
                     return;
+                }
+                if let Some(pending) = waiting {
+                    done = Some(pending.await.unwrap_or(Err(ConnectionError::HandlerGone)));
                 }
             }
             let _ = writer.flush().await;
