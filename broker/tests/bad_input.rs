@@ -5,49 +5,21 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
 
-use bytes::{Buf, Bytes, BytesMut};
-use common::Broker;
+use bytes::{Buf, Bytes};
+use common::{raw, Broker};
 use protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use protocol::kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse,
-    ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+    ProduceRequest, ProduceResponse, TopicName,
 };
 use protocol::kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 
-const IO_TIMEOUT: Duration = Duration::from_secs(20);
-
-fn connect(broker: &Broker) -> TcpStream {
-    let stream = TcpStream::connect(broker.address())
-        .unwrap_or_else(|e| panic!("connect: {e}\nbroker log:\n{}", broker.log()));
-    stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-    stream.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
-    stream
-}
+const CLIENT_ID: &str = "bad-input-test";
+const CORRELATION_ID: i32 = 42;
 
 fn request_frame<T: Encodable>(api_key: ApiKey, version: i16, body: &T) -> Vec<u8> {
-    let header = RequestHeader::default()
-        .with_request_api_key(api_key as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(42)
-        .with_client_id(Some(StrBytes::from_static_str("bad-input-test")));
-    let mut payload = BytesMut::new();
-    header
-        .encode(&mut payload, api_key.request_header_version(version))
-        .unwrap();
-    body.encode(&mut payload, version).unwrap();
-    let mut frame = (payload.len() as i32).to_be_bytes().to_vec();
-    frame.extend_from_slice(&payload);
-    frame
-}
-
-fn read_response(stream: &mut TcpStream) -> Bytes {
-    let mut length = [0u8; 4];
-    stream.read_exact(&mut length).expect("a response");
-    let mut body = vec![0u8; i32::from_be_bytes(length) as usize];
-    stream.read_exact(&mut body).unwrap();
-    Bytes::from(body)
+    raw::frame(api_key, version, CORRELATION_ID, CLIENT_ID, body)
 }
 
 fn call<Req: Encodable, Resp: Decodable + HeaderVersion>(
@@ -56,14 +28,15 @@ fn call<Req: Encodable, Resp: Decodable + HeaderVersion>(
     version: i16,
     body: &Req,
 ) -> Resp {
-    let mut stream = connect(broker);
-    stream
-        .write_all(&request_frame(api_key, version, body))
-        .unwrap();
-    let mut response = read_response(&mut stream);
-    let header = ResponseHeader::decode(&mut response, Resp::header_version(version)).unwrap();
-    assert_eq!(header.correlation_id, 42);
-    Resp::decode(&mut response, version).unwrap()
+    let mut stream = raw::connect(broker);
+    raw::call(
+        &mut stream,
+        api_key,
+        version,
+        CORRELATION_ID,
+        CLIENT_ID,
+        body,
+    )
 }
 
 /// The broker closes this connection: a read sees end of stream (or reset).
@@ -92,9 +65,9 @@ fn assert_still_serving(broker: &Broker) {
 #[test]
 fn garbage_oversized_truncated_and_unknown_requests_close_only_their_connection() {
     let broker = Broker::start(&[]);
-    let idle = connect(&broker);
+    let idle = raw::connect(&broker);
 
-    let mut garbage = connect(&broker);
+    let mut garbage = raw::connect(&broker);
     garbage
         .write_all(&[
             0, 0, 0, 16, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
@@ -102,27 +75,27 @@ fn garbage_oversized_truncated_and_unknown_requests_close_only_their_connection(
         .unwrap();
     assert_closed(garbage);
 
-    let mut oversized = connect(&broker);
+    let mut oversized = raw::connect(&broker);
     oversized.write_all(&i32::MAX.to_be_bytes()).unwrap();
     assert_closed(oversized);
 
-    let mut negative = connect(&broker);
+    let mut negative = raw::connect(&broker);
     negative.write_all(&(-5i32).to_be_bytes()).unwrap();
     assert_closed(negative);
 
-    let mut truncated = connect(&broker);
+    let mut truncated = raw::connect(&broker);
     let frame = request_frame(ApiKey::Metadata, 9, &MetadataRequest::default());
     truncated.write_all(&frame[..frame.len() - 3]).unwrap();
     truncated.shutdown(std::net::Shutdown::Write).unwrap();
     assert_closed(truncated);
 
-    let mut unknown_key = connect(&broker);
+    let mut unknown_key = raw::connect(&broker);
     unknown_key
         .write_all(&[0, 0, 0, 10, 0x27, 0x0f, 0, 0, 0, 0, 0, 1, 0xff, 0xff])
         .unwrap();
     assert_closed(unknown_key);
 
-    let mut unsupported = connect(&broker);
+    let mut unsupported = raw::connect(&broker);
     unsupported
         .write_all(&request_frame(
             ApiKey::Metadata,
@@ -133,7 +106,7 @@ fn garbage_oversized_truncated_and_unknown_requests_close_only_their_connection(
     assert_closed(unsupported);
 
     // A Metadata v1 request claiming 2^31 - 1 topics in a 20-byte frame.
-    let mut huge_count = connect(&broker);
+    let mut huge_count = raw::connect(&broker);
     let mut frame = request_frame(
         ApiKey::Metadata,
         1,
@@ -145,7 +118,7 @@ fn garbage_oversized_truncated_and_unknown_requests_close_only_their_connection(
     assert_closed(huge_count);
 
     // The same in a flexible version: a compact (varint) count of 2^31.
-    let mut huge_compact = connect(&broker);
+    let mut huge_compact = raw::connect(&broker);
     let mut frame = request_frame(
         ApiKey::Metadata,
         12,
@@ -182,16 +155,16 @@ fn garbage_oversized_truncated_and_unknown_requests_close_only_their_connection(
 #[test]
 fn api_versions_at_an_unsupported_version_gets_the_v0_answer() {
     let broker = Broker::start(&[]);
-    let mut stream = connect(&broker);
+    let mut stream = raw::connect(&broker);
     stream
         .write_all(&request_frame(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())[..])
         .unwrap();
-    let _ = read_response(&mut stream);
+    let _ = raw::read_frame(&mut stream);
     // Same request bytes, version patched to 99: the body is not parsed.
     let mut frame = request_frame(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default());
     frame[6..8].copy_from_slice(&99i16.to_be_bytes());
     stream.write_all(&frame).unwrap();
-    let mut response = read_response(&mut stream);
+    let mut response = raw::read_frame(&mut stream);
     assert_eq!(
         response.get_i32(),
         42,

@@ -5,12 +5,11 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Command;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use common::{run, run_python, Broker};
 use protocol::kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use protocol::kafka_protocol::messages::leave_group_request::MemberIdentity;
@@ -26,7 +25,7 @@ use protocol::kafka_protocol::messages::{
     HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
     LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, MetadataRequest, MetadataResponse,
     OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
-    RequestHeader, ResponseHeader, SyncGroupRequest, SyncGroupResponse, TopicName,
+    SyncGroupRequest, SyncGroupResponse, TopicName,
 };
 use protocol::kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 
@@ -161,27 +160,14 @@ impl Connection {
         body: &Req,
     ) -> Resp {
         self.correlation_id += 1;
-        let header = RequestHeader::default()
-            .with_request_api_key(api_key as i16)
-            .with_request_api_version(version)
-            .with_correlation_id(self.correlation_id)
-            .with_client_id(Some(StrBytes::from_static_str("groups-test")));
-        let mut payload = BytesMut::new();
-        header
-            .encode(&mut payload, api_key.request_header_version(version))
-            .unwrap();
-        body.encode(&mut payload, version).unwrap();
-        let mut frame = (payload.len() as i32).to_be_bytes().to_vec();
-        frame.extend_from_slice(&payload);
-        self.stream.write_all(&frame).unwrap();
-        let mut length = [0u8; 4];
-        self.stream.read_exact(&mut length).expect("a response");
-        let mut body = vec![0u8; i32::from_be_bytes(length) as usize];
-        self.stream.read_exact(&mut body).unwrap();
-        let mut body = Bytes::from(body);
-        let header = ResponseHeader::decode(&mut body, Resp::header_version(version)).unwrap();
-        assert_eq!(header.correlation_id, self.correlation_id);
-        Resp::decode(&mut body, version).unwrap()
+        common::raw::call(
+            &mut self.stream,
+            api_key,
+            version,
+            self.correlation_id,
+            "groups-test",
+            body,
+        )
     }
 }
 

@@ -330,28 +330,14 @@ fn call<Req: Encodable, Resp: Decodable + HeaderVersion>(
     request: &Req,
     correlation_id: i32,
 ) -> Resp {
-    let header = RequestHeader::default()
-        .with_request_api_key(api_key as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(correlation_id)
-        .with_client_id(Some(StrBytes::from_static_str("operations-test")));
-    let mut payload = BytesMut::new();
-    header
-        .encode(&mut payload, api_key.request_header_version(version))
-        .unwrap();
-    request.encode(&mut payload, version).unwrap();
-    stream
-        .write_all(&(payload.len() as i32).to_be_bytes())
-        .unwrap();
-    stream.write_all(&payload).unwrap();
-    let mut length = [0u8; 4];
-    stream.read_exact(&mut length).unwrap();
-    let mut body = vec![0u8; i32::from_be_bytes(length) as usize];
-    stream.read_exact(&mut body).unwrap();
-    let mut response = Bytes::from(body);
-    let header = ResponseHeader::decode(&mut response, Resp::header_version(version)).unwrap();
-    assert_eq!(header.correlation_id, correlation_id);
-    Resp::decode(&mut response, version).unwrap()
+    common::raw::call(
+        stream,
+        api_key,
+        version,
+        correlation_id,
+        "operations-test",
+        request,
+    )
 }
 
 /// Every answered API counts the error codes of its responses (top level,

@@ -4,68 +4,28 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use common::raw::{self, frame as raw_frame, read_response};
 use common::Broker;
 use protocol::kafka_protocol::messages::create_topics_request::CreatableTopic;
 use protocol::kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use protocol::kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, CreateTopicsRequest, CreateTopicsResponse,
-    FetchRequest, FetchResponse, RequestHeader, ResponseHeader, TopicName,
+    FetchRequest, FetchResponse, TopicName,
 };
-use protocol::kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+use protocol::kafka_protocol::protocol::StrBytes;
 
-const IO_TIMEOUT: Duration = Duration::from_secs(20);
+const CLIENT_ID: &str = "pipelining-test";
 /// How long the trailing fetch waits for data that never comes.
 const FETCH_WAIT_MS: i32 = 3_000;
-
-fn frame<T: Encodable>(api_key: ApiKey, version: i16, correlation_id: i32, body: &T) -> Vec<u8> {
-    let header = RequestHeader::default()
-        .with_request_api_key(api_key as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(correlation_id)
-        .with_client_id(Some(StrBytes::from_static_str("pipelining-test")));
-    let mut payload = BytesMut::new();
-    header
-        .encode(&mut payload, api_key.request_header_version(version))
-        .unwrap();
-    body.encode(&mut payload, version).unwrap();
-    let mut out = (payload.len() as i32).to_be_bytes().to_vec();
-    out.extend_from_slice(&payload);
-    out
-}
-
-fn read_response<R: Decodable + HeaderVersion>(
-    stream: &mut TcpStream,
-    version: i16,
-    correlation_id: i32,
-) -> R {
-    let mut length = [0u8; 4];
-    stream.read_exact(&mut length).expect("a response");
-    let mut body = vec![0u8; i32::from_be_bytes(length) as usize];
-    stream.read_exact(&mut body).unwrap();
-    let mut body = Bytes::from(body);
-    let header = ResponseHeader::decode(&mut body, R::header_version(version)).unwrap();
-    assert_eq!(header.correlation_id, correlation_id);
-    R::decode(&mut body, version).unwrap()
-}
-
-fn connect(broker: &Broker) -> TcpStream {
-    let stream = TcpStream::connect(broker.address())
-        .unwrap_or_else(|e| panic!("connect: {e}\nbroker log:\n{}", broker.log()));
-    stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-    stream.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
-    stream
-}
 
 #[test]
 fn an_answer_is_not_held_back_by_a_long_poll_behind_it() {
     let broker = Broker::start(&[]);
     let topic = "pipelined";
-    let mut stream = connect(&broker);
+    let mut stream = raw::connect(&broker);
     let create = CreateTopicsRequest::default()
         .with_topics(vec![CreatableTopic::default()
             .with_name(TopicName(StrBytes::from_static_str(topic)))
@@ -73,7 +33,7 @@ fn an_answer_is_not_held_back_by_a_long_poll_behind_it() {
             .with_replication_factor(1)])
         .with_timeout_ms(10_000);
     stream
-        .write_all(&frame(ApiKey::CreateTopics, 5, 1, &create))
+        .write_all(&raw_frame(ApiKey::CreateTopics, 5, 1, CLIENT_ID, &create))
         .unwrap();
     let created: CreateTopicsResponse = read_response(&mut stream, 5, 1);
     assert_eq!(created.topics[0].error_code, 0, "{:?}", created.topics[0]);
@@ -91,8 +51,14 @@ fn an_answer_is_not_held_back_by_a_long_poll_behind_it() {
                 .with_partition(0)
                 .with_fetch_offset(0)
                 .with_partition_max_bytes(1 << 20)])]);
-    let mut both = frame(ApiKey::ApiVersions, 0, 2, &ApiVersionsRequest::default());
-    both.extend(frame(ApiKey::Fetch, 4, 3, &fetch));
+    let mut both = raw_frame(
+        ApiKey::ApiVersions,
+        0,
+        2,
+        CLIENT_ID,
+        &ApiVersionsRequest::default(),
+    );
+    both.extend(raw_frame(ApiKey::Fetch, 4, 3, CLIENT_ID, &fetch));
     let sent = Instant::now();
     stream.write_all(&both).unwrap();
 
