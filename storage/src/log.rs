@@ -1882,6 +1882,8 @@ fn start_sync_round(inner: &Rc<Inner>) {
     glommio::spawn_local(async move {
         let outcome = sync_round(&inner).await;
         inner.state.borrow_mut().sync_running = false;
+        // One wake-up for both what the round made durable and the writer,
+        // which may start the next round.
         match outcome {
             Ok(()) => inner.changed.notify_all(),
             Err(e) => fence_inner(&inner, e.to_string()),
@@ -1957,7 +1959,5 @@ async fn sync_round(inner: &Inner) -> Result<()> {
     if state.durable_offset >= state.written_offset {
         state.unsynced_since = None;
     }
-    drop(state);
-    inner.changed.notify_all();
     Ok(())
 }

@@ -22,14 +22,19 @@ async fn eventually(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
     done()
 }
 
+/// One 1 GiB segment synced by fdatasync of its own file.
+fn file_scoped() -> storage::LogConfig {
+    let mut config = common::config(1 << 30);
+    config.flush_scope = FlushScope::File;
+    config
+}
+
 #[test]
 fn always_shares_one_fdatasync_among_waiting_appenders() {
     let dir = common::tempdir().unwrap();
     let path = dir.path().join("t-0");
     run(move || async move {
-        let mut config = common::config(1 << 30);
-        config.flush_scope = FlushScope::File;
-        let log = Log::open(&path, config).await.unwrap();
+        let log = Log::open(&path, file_scoped()).await.unwrap();
         let appenders: Vec<_> = (0..64u64)
             .map(|i| {
                 let log = log.clone();
@@ -329,9 +334,7 @@ fn writes_go_on_while_a_sync_round_runs() {
     let dir = common::tempdir().unwrap();
     let path = dir.path().join("t-0");
     run(move || async move {
-        let mut config = common::config(1 << 30);
-        config.flush_scope = FlushScope::File;
-        let log = Log::open(&path, config).await.unwrap();
+        let log = Log::open(&path, file_scoped()).await.unwrap();
         log.hold_syncs();
         let limit = Duration::from_secs(10);
 
