@@ -18,12 +18,27 @@ pub const STOP_DEADLINE: Duration = Duration::from_secs(10);
 /// Interval between checks of a condition polled with a deadline.
 const POLL_INTERVAL: Duration = Duration::from_millis(20);
 
+/// Ports handed out in this test process.
+static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// A loopback port no listener holds and no other test of this process was
+/// given. The broker binds with `SO_REUSEPORT`, so two brokers given the
+/// same port (the kernel may hand a just-released port out again) would
+/// both start and split its connections, and one stopping would refuse
+/// the other's clients.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    for _ in 0..1_000 {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if HANDED_OUT.lock().unwrap().insert(port) {
+            return port;
+        }
+    }
+    panic!("no port that was not handed out already after 1,000 tries");
 }
 
 pub struct Broker {
