@@ -537,7 +537,7 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
         ),
         (
             "strom_log_pending_bytes",
-            "Appended bytes not yet written (bounded by strom.pending.bytes per log).",
+            "Appended bytes not yet written to their segment file (bounded by strom.pending.bytes per log; under the journal, small durable appends wait here for a larger write).",
             |s| s.storage.pending_bytes,
         ),
         (

@@ -226,6 +226,11 @@ pub const TOPIC_SETTINGS: &[TopicSetting] = &[
         meaning: "Smallest step by which segment files are grown with fallocate ahead of the writer; the step grows with the segment up to 8 times this.",
     },
     TopicSetting {
+        topic_key: "strom.journal.bytes",
+        broker_key: "strom.journal.bytes",
+        meaning: "Under `flush.policy=always`, a partition with fewer unwritten bytes than this (0 to 8 MiB; 0 = off) makes them durable through its core's journal, one write per sync round for all such partitions, and writes its segment file later in larger writes.",
+    },
+    TopicSetting {
         topic_key: "cleanup.policy",
         broker_key: "log.cleanup.policy",
         meaning: "`delete` (compaction is not supported yet).",

@@ -274,7 +274,11 @@ fn metrics_move_by_exactly_what_was_produced() {
         after.get("strom_fdatasync_total", &[("shard", "0")])
             + after.get("strom_fdatasync_total", &[("shard", "1")])
     );
-    assert_eq!(after.all("strom_log_pending_bytes"), 0.0);
+    // Acknowledged small appends may wait in memory for their segment
+    // write (the journal holds them): at most strom.journal.bytes (64 KiB
+    // by default) per partition.
+    let pending = after.all("strom_log_pending_bytes");
+    assert!(pending <= 2.0 * 65536.0, "{pending} pending bytes");
     drop(stream);
 
     // A real client reads everything back: fetches are counted and served

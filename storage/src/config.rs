@@ -58,6 +58,12 @@ pub struct LogConfig {
     /// ahead of the writer; the step grows with the segment up to 8 times
     /// this, which bounds the unused space of an active partition.
     pub preallocate_bytes: u64,
+    /// `strom.journal.bytes`: under `flush.policy=always`, a partition whose
+    /// unwritten bytes stay below this makes them durable through its
+    /// core's journal (one write per sync round for all such partitions)
+    /// and writes its segment file later, in larger writes; 0 turns the
+    /// journal off.
+    pub journal_bytes: u64,
 }
 
 impl Default for LogConfig {
@@ -77,9 +83,14 @@ impl Default for LogConfig {
             writes_in_flight_max: 4,
             pending_bytes_max: 32 << 20,
             preallocate_bytes: 8 << 20,
+            journal_bytes: 64 << 10,
         }
     }
 }
+
+/// Largest `strom.journal.bytes`: a round's record must fit well inside a
+/// journal chunk.
+const JOURNAL_BYTES_MAX: i64 = 8 << 20;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
@@ -112,6 +123,7 @@ pub const LOG_CONFIG_KEYS: &[&str] = &[
     "strom.writes.inflight",
     "strom.pending.bytes",
     "strom.preallocate.bytes",
+    "strom.journal.bytes",
 ];
 
 impl LogConfig {
@@ -240,6 +252,13 @@ impl LogConfig {
                 }
                 self.preallocate_bytes = v;
             }
+            "strom.journal.bytes" => {
+                let v = int()?;
+                if !(0..=JOURNAL_BYTES_MAX).contains(&v) {
+                    return Err(invalid("must be between 0 and 8388608"));
+                }
+                self.journal_bytes = v as u64;
+            }
             _ => {
                 return Err(ConfigError::UnknownKey {
                     key: key.to_string(),
@@ -298,6 +317,7 @@ impl LogConfig {
             "strom.writes.inflight" => self.writes_in_flight_max.to_string(),
             "strom.pending.bytes" => self.pending_bytes_max.to_string(),
             "strom.preallocate.bytes" => self.preallocate_bytes.to_string(),
+            "strom.journal.bytes" => self.journal_bytes.to_string(),
             _ => return None,
         })
     }
@@ -309,6 +329,10 @@ impl LogConfig {
         // write's worth would wait forever.
         config.pending_bytes_max = config.pending_bytes_max.max(config.write_bytes_max);
         config.writes_in_flight_max = config.writes_in_flight_max.max(1);
+        // Journaled bytes wait in memory: keep them well under the bound.
+        config.journal_bytes = config
+            .journal_bytes
+            .min(config.pending_bytes_max as u64 / 2);
         config
     }
 }

@@ -13,6 +13,7 @@ mod error;
 mod file;
 mod fs_sync;
 pub mod index;
+pub mod journal;
 mod log;
 mod segment;
 mod signal;

@@ -25,6 +25,7 @@ use crate::config::{FlushPolicy, FlushScope, LogConfig};
 use crate::error::{IoContext, Result, StorageError};
 use crate::file::{self, PAGE};
 use crate::fs_sync::FsSync;
+use crate::journal::{self, Journal, Record};
 use crate::segment::{self, Cut, Segment};
 use crate::signal::Signal;
 
@@ -177,6 +178,8 @@ struct Inner {
     _open: OpenLogGuard,
     /// The thread's filesystem-wide sync, looked up on first use.
     fs_sync: std::cell::OnceCell<Rc<FsSync>>,
+    /// The thread's journal for the data directory, looked up on first use.
+    journal: std::cell::OnceCell<Rc<Journal>>,
     /// The next window of a reader going through the segment files.
     read_ahead: RefCell<Option<ReadAhead>>,
     /// Bumped by every truncation: windows read ahead before it are stale.
@@ -197,6 +200,13 @@ struct State {
     written_offset: u64,
     /// Offsets below this are synced.
     durable_offset: u64,
+    /// Bytes of the active segment below this are durable, in the segment
+    /// file or in the journal.
+    durable_position: u64,
+    /// The writer writes out everything up to this offset even when the
+    /// journal would let it wait (rolls, backpressure, journal chunks being
+    /// retired).
+    write_out_to: u64,
     recovery_point: u64,
     /// `flush()` asks for a sync up to here regardless of policy.
     sync_requested: u64,
@@ -258,6 +268,11 @@ impl Log {
         // glommio resolves relative paths against no directory at all.
         let dir = std::fs::canonicalize(&dir).ctx("resolve directory", &dir, 0)?;
         file::probe_device(&dir).await?;
+        // Journaled bytes go back into the segment files before any log of
+        // the data directory is recovered.
+        if let Some(data_dir) = dir.parent() {
+            journal::replay_unless_live(data_dir)?;
+        }
         let config = config.effective();
         let checkpoint = Checkpoint::read(&dir).await?;
         let mut bases = list_segments(&dir)?;
@@ -378,6 +393,7 @@ impl Log {
         }
         let tail = active.read_tail_page().await?;
         let submitted_position = active.written_size;
+        let durable_position = active.size;
         let recovery_point = active.base_offset;
         let state = State {
             segments,
@@ -385,6 +401,8 @@ impl Log {
             next_offset,
             written_offset: next_offset,
             durable_offset: next_offset,
+            durable_position,
+            write_out_to: 0,
             recovery_point,
             sync_requested: next_offset,
             pending_bytes: 0,
@@ -434,6 +452,7 @@ impl Log {
             recovery: report,
             _open: OpenLogGuard::new(),
             fs_sync: std::cell::OnceCell::new(),
+            journal: std::cell::OnceCell::new(),
             read_ahead: RefCell::new(None),
             truncations: std::cell::Cell::new(0),
             #[cfg(feature = "fault-injection")]
@@ -606,6 +625,14 @@ impl Log {
 
         // Backpressure: bounded memory of unwritten batches.
         let pending_max = self.inner.config.borrow().pending_bytes_max;
+        let next = {
+            let s = self.inner.state.borrow();
+            (s.pending_bytes != 0 && s.pending_bytes + size > pending_max).then_some(s.next_offset)
+        };
+        if let Some(next) = next {
+            // Journaled bytes would otherwise wait for more appends.
+            request_write_out(&self.inner, next);
+        }
         self.inner
             .changed
             .wait_until(|| {
@@ -696,6 +723,7 @@ impl Log {
             state.segments.push(segment);
             state.tail.clear();
             state.submitted_position = 0;
+            state.durable_position = 0;
             state.recovery_point = next_offset;
             state.unsynced_bytes = 0;
             state.unsynced_since = None;
@@ -719,6 +747,7 @@ impl Log {
     }
 
     async fn wait_written(&self, offset: u64) -> Result<()> {
+        request_write_out(&self.inner, offset);
         self.inner
             .changed
             .wait_until(|| {
@@ -1019,6 +1048,21 @@ impl Log {
         self.check_writable(&self.inner.state.borrow())?;
         self.wait_written(self.next_offset()).await?;
         let dir = self.inner.dir.clone();
+        // Journal records past the cut must not come back at the next
+        // start: with every byte in the segment file and synced, a
+        // tombstone voids this log's records before the cut is made.
+        if self.inner.journal.get().is_some() {
+            let (file, path) = {
+                let s = self.inner.state.borrow();
+                (s.active().file.clone(), s.active().path.clone())
+            };
+            if let Err(e) = file.fdatasync().await.ctx("fdatasync", &path, 0) {
+                return Err(self.fence(e));
+            }
+            if let Err(e) = journal_tombstone(&self.inner).await {
+                return Err(self.fence(e));
+            }
+        }
         let (target, index) = {
             let s = self.inner.state.borrow();
             if offset >= s.next_offset {
@@ -1090,6 +1134,8 @@ impl Log {
             s.next_offset = new_end;
             s.written_offset = new_end;
             s.durable_offset = new_end;
+            s.durable_position = s.active().written_size;
+            s.write_out_to = s.write_out_to.min(new_end);
             s.sync_requested = s.sync_requested.min(new_end);
             s.cache.drop_from(new_end);
             s.log_start_offset = s.log_start_offset.min(new_end);
@@ -1130,7 +1176,9 @@ impl Log {
                 return Ok(s.log_start_offset);
             }
             s.log_start_offset = offset;
-            s.cache.drop_below(offset);
+            // Unwritten batches stay: the writer still owes them to the file.
+            let keep_from = offset.min(s.written_offset);
+            s.cache.drop_below(keep_from);
             Checkpoint {
                 recovery_point: s.recovery_point,
                 log_start_offset: offset,
@@ -1195,7 +1243,8 @@ impl Log {
             let new_start = s.segments[0].base_offset;
             s.log_start_offset = s.log_start_offset.max(new_start);
             let start = s.log_start_offset;
-            s.cache.drop_below(start);
+            let keep_from = start.min(s.written_offset);
+            s.cache.drop_below(keep_from);
             let checkpoint = Checkpoint {
                 recovery_point: s.recovery_point,
                 log_start_offset: s.log_start_offset,
@@ -1264,10 +1313,13 @@ impl Log {
         {
             let mut s = self.inner.state.borrow_mut();
             s.closing = true;
-            // Unwritten batches are discarded with the log.
+            // Unwritten batches are discarded with the log: the writer has
+            // nothing left to drain.
             s.cache.clear();
             s.submitted_position = s.active().size;
             s.tail.clear();
+            s.written_offset = s.next_offset;
+            s.pending_bytes = 0;
         }
         self.inner.append_lock.close();
         self.inner.changed.notify_all();
@@ -1277,6 +1329,11 @@ impl Log {
         }
         self.inner.state.borrow_mut().closed = true;
         let dir = self.inner.dir.clone();
+        // A topic created again under this name must not receive this
+        // log's journal records at the next start.
+        if self.inner.journal.get().is_some() {
+            journal_tombstone(&self.inner).await?;
+        }
         std::fs::remove_dir_all(&dir).ctx("remove directory", &dir, 0)?;
         info!(dir = %dir.display(), "log deleted");
         Ok(())
@@ -1585,13 +1642,21 @@ fn fence_inner(inner: &Inner, reason: String) {
 /// What the writer should do next: (submit a write, sync, wake-up delay
 /// for an interval sync).
 fn writer_work(state: &State, config: &LogConfig, now: Instant) -> (bool, bool, Option<Duration>) {
-    let submittable = state.submitted_position < state.active().size
+    // Under the journal, a few unwritten bytes wait for more (the journal
+    // makes them durable) unless something needs them in the file.
+    let defer = journal_on(config)
+        && !state.closing
+        && state.write_out_to <= state.written_offset
+        && state.active().size - state.submitted_position < config.journal_bytes;
+    let submittable = !defer
+        && state.submitted_position < state.active().size
         && state.in_flight.len() < config.writes_in_flight_max
         // A write that rewrites the partial page of an earlier write waits
         // until that write completes, so the page is never written twice
         // concurrently.
         && (state.tail.is_empty() || state.in_flight.is_empty());
-    let unsynced = state.durable_offset < state.written_offset;
+    let unsynced =
+        state.durable_offset < state.written_offset || journal_round(state, config).is_some();
     let requested = state.sync_requested > state.durable_offset;
     let mut wait = None;
     let sync = !state.sync_running
@@ -1863,6 +1928,189 @@ fn complete_write(inner: &Inner, id: u64, padded: u64, _end: u64) {
     inner.changed.notify_all();
 }
 
+/// Whether the log makes small appends durable through its core's journal.
+fn journal_on(config: &LogConfig) -> bool {
+    config.flush == FlushPolicy::Always && config.journal_bytes > 0
+}
+
+/// The byte range of the active segment a sync round would hand to the
+/// journal, if it can go that way: appends wait to be made durable, no
+/// write is in flight (its bytes would be neither on disk nor in the
+/// record), the bytes are few, and the cache still holds them all.
+fn journal_round(state: &State, config: &LogConfig) -> Option<(u64, u64)> {
+    if !journal_on(config)
+        || state.durable_offset >= state.next_offset
+        || !state.in_flight.is_empty()
+        || state.failure.is_some()
+    {
+        return None;
+    }
+    let (from, to) = (state.durable_position, state.active().size);
+    let few = state.active().size - state.submitted_position < config.journal_bytes
+        && to - from <= (2 * config.journal_bytes).min(journal::record_bytes_max());
+    if !few || from >= to {
+        return None;
+    }
+    let first = state
+        .cache
+        .iter_from(state.durable_offset)
+        .find(|c| c.position + c.bytes.len() as u64 > from)?;
+    (first.position <= from).then_some((from, to))
+}
+
+/// Asks the writer to write out everything up to `offset`, journal or not.
+fn request_write_out(inner: &Inner, offset: u64) {
+    let mut state = inner.state.borrow_mut();
+    if offset > state.write_out_to {
+        state.write_out_to = offset;
+        drop(state);
+        inner.changed.notify_all();
+    }
+}
+
+impl journal::Participant for Inner {
+    fn write_out(self: Rc<Self>, offset: u64) -> futures_lite::future::BoxedLocal<()> {
+        Box::pin(async move {
+            request_write_out(&self, offset);
+            let truncations = self.truncations.get();
+            self.changed
+                .wait_until(|| {
+                    let s = self.state.borrow();
+                    s.written_offset >= offset.min(s.next_offset)
+                        || s.failure.is_some()
+                        || s.closed
+                        || self.truncations.get() != truncations
+                })
+                .await;
+        })
+    }
+}
+
+/// The thread's journal for this log's data directory.
+async fn journal_of(inner: &Inner) -> Result<Rc<Journal>> {
+    if let Some(journal) = inner.journal.get() {
+        return Ok(journal.clone());
+    }
+    let data_dir = inner.dir.parent().unwrap_or(&inner.dir);
+    let journal = Journal::for_data_dir(data_dir).await?;
+    Ok(inner.journal.get_or_init(|| journal).clone())
+}
+
+/// Voids this log's earlier journal records (before a truncation or a
+/// delete) once the tombstone is durable.
+async fn journal_tombstone(inner: &Inner) -> Result<()> {
+    let journal = journal_of(inner).await?;
+    let Some(dir) = journal.relative(&inner.dir) else {
+        return Ok(());
+    };
+    journal
+        .commit(Record::Tombstone { dir }, None)
+        .await
+        .ctx("journal write", &inner.dir, 0)
+}
+
+/// A sync round through the journal: the bytes of the active segment not
+/// yet durable go into one record of the core's next journal write.
+async fn journal_sync_round(
+    inner: &Rc<Inner>,
+    journal: &Rc<Journal>,
+    from: u64,
+    to: u64,
+) -> Result<()> {
+    let started = Instant::now();
+    let (data, path, base, target) = {
+        let state = inner.state.borrow();
+        let active = state.active();
+        let mut data = vec![0u8; (to - from) as usize];
+        let mut at = 0usize;
+        let mut position = from;
+        for cached in state.cache.iter_from(state.durable_offset) {
+            let batch_end = cached.position + cached.bytes.len() as u64;
+            if batch_end <= position {
+                continue;
+            }
+            if cached.position >= to {
+                break;
+            }
+            let a = (position - cached.position) as usize;
+            let b = (to.min(batch_end) - cached.position) as usize;
+            cached.copy_range(&mut data[at..at + b - a], a, b);
+            at += b - a;
+            position = cached.position + b as u64;
+        }
+        assert_eq!(
+            position, to,
+            "the cache holds every byte a journal round needs"
+        );
+        (
+            data,
+            active.path.clone(),
+            active.base_offset,
+            state.next_offset,
+        )
+    };
+    let truncations = inner.truncations.get();
+    let Some(relative) = journal.relative(&path) else {
+        return Err(StorageError::io(
+            "journal",
+            &path,
+            from,
+            std::io::Error::other("segment file outside the data directory"),
+        ));
+    };
+    let participant: std::rc::Weak<dyn journal::Participant> = Rc::downgrade(inner) as _;
+    journal
+        .commit(
+            Record::Data {
+                path: relative,
+                position: from,
+                bytes: &[&data],
+            },
+            Some((participant, target)),
+        )
+        .await
+        .ctx("journal write", &path, from)?;
+    held_by_test(inner).await;
+    let sync_us = started.elapsed().as_micros() as u64;
+    let mut state = inner.state.borrow_mut();
+    if inner.truncations.get() == truncations && state.active().base_offset == base {
+        state.durable_offset = state.durable_offset.max(target);
+        state.durable_position = state.durable_position.max(to);
+    }
+    record_sync(&mut state, sync_us);
+    if state.durable_offset >= state.written_offset {
+        state.unsynced_since = None;
+    }
+    Ok(())
+}
+
+/// Holds a finished round before it takes effect while a test asks (see
+/// [`Log::hold_syncs`]).
+async fn held_by_test(_inner: &Inner) {
+    #[cfg(feature = "fault-injection")]
+    if _inner.sync_hold.borrow().holding {
+        let inner = _inner;
+        inner.sync_hold.borrow_mut().waiting += 1;
+        inner
+            .changed
+            .wait_until(|| {
+                let hold = inner.sync_hold.borrow();
+                !hold.holding || hold.passes > 0
+            })
+            .await;
+        let mut hold = inner.sync_hold.borrow_mut();
+        hold.waiting -= 1;
+        hold.passes = hold.passes.saturating_sub(1);
+    }
+}
+
+fn record_sync(state: &mut State, sync_us: u64) {
+    state.stats.syncs += 1;
+    state.stats.sync_latency_us_total += sync_us;
+    let bucket = SYNC_LATENCY_BOUNDS_US.partition_point(|bound| *bound < sync_us);
+    state.stats.sync_latency_buckets[bucket] += 1;
+}
+
 /// Sync rounds held by a test (see [`Log::hold_syncs`]).
 #[cfg(feature = "fault-injection")]
 #[derive(Default)]
@@ -1893,20 +2141,11 @@ fn start_sync_round(inner: &Rc<Inner>) {
 }
 
 /// One fdatasync (or shared syncfs) covering everything written when it
-/// starts (group commit).
-async fn sync_round(inner: &Inner) -> Result<()> {
-    let (file, path, target, bytes) = {
-        let state = inner.state.borrow();
-        let active = state.active();
-        (
-            active.file.clone(),
-            active.path.clone(),
-            state.written_offset,
-            state.unsynced_bytes,
-        )
-    };
+/// starts (group commit), or a journal round when that can serve.
+async fn sync_round(inner: &Rc<Inner>) -> Result<()> {
     #[cfg(feature = "fault-injection")]
     if inner.fail_next_sync.replace(false) {
+        let path = inner.state.borrow().active().path.clone();
         return Err(StorageError::io(
             "fdatasync",
             &path,
@@ -1914,6 +2153,26 @@ async fn sync_round(inner: &Inner) -> Result<()> {
             std::io::Error::from_raw_os_error(libc::EIO),
         ));
     }
+    if journal_round(&inner.state.borrow(), &inner.config.borrow()).is_some() {
+        let journal = journal_of(inner).await?;
+        // Looked at again: the journal's creation may have let a roll in.
+        let journaled = journal_round(&inner.state.borrow(), &inner.config.borrow());
+        if let Some((from, to)) = journaled {
+            return journal_sync_round(inner, &journal, from, to).await;
+        }
+    }
+    let (file, path, target, bytes, position, base) = {
+        let state = inner.state.borrow();
+        let active = state.active();
+        (
+            active.file.clone(),
+            active.path.clone(),
+            state.written_offset,
+            state.unsynced_bytes,
+            active.written_size,
+            active.base_offset,
+        )
+    };
     let sync_started = Instant::now();
     // A truncation during the round sets the durable offset itself (it
     // syncs the cut); offsets past the cut may be new, unsynced appends.
@@ -1932,29 +2191,16 @@ async fn sync_round(inner: &Inner) -> Result<()> {
             group.sync().await.ctx("syncfs", &inner.dir, 0)?;
         }
     }
-    #[cfg(feature = "fault-injection")]
-    if inner.sync_hold.borrow().holding {
-        inner.sync_hold.borrow_mut().waiting += 1;
-        inner
-            .changed
-            .wait_until(|| {
-                let hold = inner.sync_hold.borrow();
-                !hold.holding || hold.passes > 0
-            })
-            .await;
-        let mut hold = inner.sync_hold.borrow_mut();
-        hold.waiting -= 1;
-        hold.passes = hold.passes.saturating_sub(1);
-    }
+    held_by_test(inner).await;
     let sync_us = sync_started.elapsed().as_micros() as u64;
     let mut state = inner.state.borrow_mut();
     if inner.truncations.get() == truncations {
         state.durable_offset = state.durable_offset.max(target);
+        if state.active().base_offset == base {
+            state.durable_position = state.durable_position.max(position);
+        }
     }
-    state.stats.syncs += 1;
-    state.stats.sync_latency_us_total += sync_us;
-    let bucket = SYNC_LATENCY_BOUNDS_US.partition_point(|bound| *bound < sync_us);
-    state.stats.sync_latency_buckets[bucket] += 1;
+    record_sync(&mut state, sync_us);
     state.unsynced_bytes = state.unsynced_bytes.saturating_sub(bytes);
     if state.durable_offset >= state.written_offset {
         state.unsynced_since = None;

@@ -15,6 +15,15 @@ use common::{read_all, run, segment_files, Spec};
 use rand::Rng;
 use storage::{AppendOptions, Log, StorageError};
 
+/// These tests damage segment files the way a crash or a bad disk would, so
+/// every byte goes to the segment file: with the journal (off here), replay
+/// would put acknowledged bytes back over the damage.
+fn segment_only() -> storage::LogConfig {
+    let mut config = common::config(64 << 10);
+    config.journal_bytes = 0;
+    config
+}
+
 /// Writes `count` batches, waits until durable, and abandons the log
 /// without closing (as a crash would). Returns (base offset, byte position
 /// in the last segment, size) of the batches in the last segment, and the
@@ -22,7 +31,7 @@ use storage::{AppendOptions, Log, StorageError};
 fn crashed_log(path: &Path, count: u64) -> (Vec<(u64, u64, u64)>, usize) {
     let path = path.to_path_buf();
     run(move || async move {
-        let log = Log::open(&path, common::config(64 << 10)).await.unwrap();
+        let log = Log::open(&path, segment_only()).await.unwrap();
         for i in 0..count {
             let info = log
                 .append(Spec::new(i, 3, 700).bytes(), AppendOptions::default())
@@ -51,7 +60,7 @@ fn crashed_log(path: &Path, count: u64) -> (Vec<(u64, u64, u64)>, usize) {
 fn check_recovered(path: &Path, keep: usize) {
     let path = path.to_path_buf();
     run(move || async move {
-        let log = Log::open(&path, common::config(64 << 10)).await.unwrap();
+        let log = Log::open(&path, segment_only()).await.unwrap();
         assert!(!log.recovery_report().clean);
         let all = read_all(&log, 1 << 20).await;
         assert_eq!(all.len(), keep, "batches kept");
@@ -159,7 +168,7 @@ fn corruption_after_a_clean_close_is_never_served() {
     let p = path.clone();
     run(move || async move {
         // A clean open/close cycle so the next open trusts the files.
-        let log = Log::open(&p, common::config(64 << 10)).await.unwrap();
+        let log = Log::open(&p, segment_only()).await.unwrap();
         log.close().await.unwrap();
     });
     let &(base, position, _) = in_last.last().unwrap();
@@ -170,7 +179,7 @@ fn corruption_after_a_clean_close_is_never_served() {
         .unwrap();
     file.write_all_at(&[0xAB], position + 70).unwrap();
     run(move || async move {
-        let log = Log::open(&path, common::config(64 << 10)).await.unwrap();
+        let log = Log::open(&path, segment_only()).await.unwrap();
         assert!(log.recovery_report().clean);
         match log.read(base, 1 << 20, u64::MAX).await {
             Err(StorageError::Corrupt { .. }) => {}

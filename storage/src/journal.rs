@@ -1,0 +1,800 @@
+//! The core's journal: one O_DIRECT write and one `fdatasync` per sync round
+//! make the small appends of every partition on a thread durable, instead
+//! of one write per partition into its segment file.
+//!
+//! A log under `flush.policy=always` whose unwritten bytes stay under
+//! `strom.journal.bytes` leaves them in memory (the batch cache serves
+//! readers) and, at its sync round, hands them to its thread's journal as a
+//! record: segment path, file position, bytes. The journal groups the
+//! records of every log that asks while a write runs into the next write
+//! (group commit). The segment files are written later, in large writes,
+//! when a log has gathered enough, rolls, closes, or the journal needs the
+//! space back.
+//!
+//! On disk a journal is two chunk files, `__journal/<n>-0.journal` and
+//! `<n>-1.journal`, used in turn. Each starts with a header page holding the
+//! chunk's sequence number; records follow, each carrying that number and a
+//! CRC. When the active chunk is full the journal moves to the other one,
+//! which must be *retired* first: every log with records in it has written
+//! those bytes to its segment file and a `syncfs` made them durable. The
+//! chunk just left is retired in the background at once, so appends only
+//! wait for it when a whole chunk fills before that finishes.
+//!
+//! At start, before any log of a data directory opens, [`replay_unless_live`]
+//! applies every valid record of every journal found there to its segment
+//! file (in chunk order; a *tombstone* record, written before a log is
+//! deleted or truncated, cancels its earlier records) and then removes the
+//! journals. Segment recovery then scans the files as after any crash:
+//! replay only puts back bytes that were acknowledged.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::io::{Read, Seek, SeekFrom, Write};
+
+use std::path::{Path, PathBuf};
+use std::rc::{Rc, Weak};
+use std::sync::Mutex;
+
+use glommio::io::DmaFile;
+use tracing::{info, warn};
+
+use crate::error::{IoContext, Result, StorageError};
+use crate::file::{self, PAGE};
+use crate::fs_sync::FsSync;
+use crate::signal::Signal;
+
+/// Directory of the journals inside a data directory.
+pub const DIR_NAME: &str = "__journal";
+const MAGIC: &[u8; 8] = b"STROMJNL";
+const VERSION: u32 = 1;
+/// Record frame: length, CRC, chunk sequence, kind, path length.
+const RECORD_HEAD: usize = 4 + 4 + 8 + 1 + 2;
+const KIND_DATA: u8 = 1;
+const KIND_TOMBSTONE: u8 = 2;
+/// Bytes of each of a journal's two chunk files by default.
+pub const CHUNK_BYTES_DEFAULT: u64 = 128 << 20;
+/// No record is longer than a chunk may be.
+const CHUNK_BYTES_MAX: u64 = 1 << 32;
+
+thread_local! {
+    static JOURNALS: RefCell<HashMap<PathBuf, Rc<Journal>>> = RefCell::new(HashMap::new());
+    /// Data directories whose journal a task of this thread is creating;
+    /// `CREATED` wakes the tasks that wait for it.
+    static CREATING: RefCell<HashSet<PathBuf>> = RefCell::new(HashSet::new());
+    static CREATED: Rc<Signal> = Rc::new(Signal::default());
+    /// Ends the data directories' liveness with the thread (its journals
+    /// may outlive the executor in leaked tasks).
+    static THREAD_LIVE: ThreadLive = const { ThreadLive(RefCell::new(Vec::new())) };
+    static CHUNK_BYTES: std::cell::Cell<u64> = const { std::cell::Cell::new(CHUNK_BYTES_DEFAULT) };
+}
+
+/// Journal numbers handed out in this process (file names stay unique when
+/// several threads journal into one data directory).
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Data directories where this process keeps a journal: their journal
+/// files are live and must not be replayed.
+static LIVE: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
+
+/// Records and writes of this thread's journals so far.
+pub fn thread_counts() -> (u64, u64) {
+    JOURNALS.with(|m| {
+        m.borrow().values().fold((0, 0), |(r, w), j| {
+            let s = j.state.borrow();
+            (r + s.records, w + s.writes)
+        })
+    })
+}
+
+/// Sets the chunk size of the journals this thread creates from now on
+/// (rounded up to a page, at least 1 MiB).
+pub fn set_chunk_bytes(bytes: u64) {
+    CHUNK_BYTES.with(|c| c.set(file::align_up(bytes.max(1 << 20))));
+}
+
+/// The largest record a log may hand over in one round: a quarter of a
+/// chunk, so a record always fits in an empty one.
+pub(crate) fn record_bytes_max() -> u64 {
+    CHUNK_BYTES.with(|c| c.get()) / 4
+}
+
+/// A log with records in a chunk, and what retiring the chunk needs of it.
+pub(crate) trait Participant {
+    /// Resolves once every byte up to `offset` is written to the log's
+    /// segment files (or the log no longer needs it: closed, truncated,
+    /// deleted, failed).
+    fn write_out(self: Rc<Self>, offset: u64) -> futures_lite::future::BoxedLocal<()>;
+}
+
+struct Chunk {
+    file: Rc<DmaFile>,
+    path: PathBuf,
+    capacity: u64,
+    /// Sequence number in the header; 0 before first use.
+    seq: u64,
+    /// Next record position.
+    end: u64,
+    /// Bytes of the partial page at `align_down(end)`.
+    tail: Vec<u8>,
+    /// Logs with records here, and the offset each must have written out.
+    participants: Vec<(Weak<dyn Participant>, u64)>,
+    /// Free: nothing here is needed any more (or never was).
+    free: bool,
+}
+
+struct State {
+    chunks: [Chunk; 2],
+    active: usize,
+    next_seq: u64,
+    /// Encoded records waiting for the next write, and where each starts.
+    pending: Vec<u8>,
+    starts: Vec<usize>,
+    pending_participants: Vec<(Weak<dyn Participant>, u64)>,
+    /// Generations: the last write started and finished.
+    started: u64,
+    finished: u64,
+    running: bool,
+    failed: Option<String>,
+    records: u64,
+    writes: u64,
+}
+
+/// One thread's journal for one data directory.
+pub(crate) struct Journal {
+    data_dir: PathBuf,
+    state: RefCell<State>,
+    changed: Signal,
+}
+
+/// A record of one log for the next journal write.
+pub(crate) enum Record<'a> {
+    /// `bytes` belong at `position` in the segment file `path` (relative to
+    /// the data directory).
+    Data {
+        path: &'a str,
+        position: u64,
+        bytes: &'a [&'a [u8]],
+    },
+    /// Earlier records for files under `dir` are void.
+    Tombstone { dir: &'a str },
+}
+
+impl Record<'_> {
+    fn encode(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        let (kind, path) = match self {
+            Record::Data { path, .. } => (KIND_DATA, *path),
+            Record::Tombstone { dir } => (KIND_TOMBSTONE, *dir),
+        };
+        out.extend_from_slice(&[0u8; 16]); // length, CRC, seq: filled in later
+        out.push(kind);
+        out.extend_from_slice(&(path.len() as u16).to_le_bytes());
+        out.extend_from_slice(path.as_bytes());
+        if let Record::Data {
+            position, bytes, ..
+        } = self
+        {
+            out.extend_from_slice(&position.to_le_bytes());
+            for part in bytes.iter() {
+                out.extend_from_slice(part);
+            }
+        }
+        let len = (out.len() - start) as u32;
+        out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    }
+}
+
+fn header_page(seq: u64) -> Vec<u8> {
+    let mut page = vec![0u8; PAGE as usize];
+    page[..8].copy_from_slice(MAGIC);
+    page[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    page[12..20].copy_from_slice(&seq.to_le_bytes());
+    let crc = crc32fast::hash(&page[..20]);
+    page[20..24].copy_from_slice(&crc.to_le_bytes());
+    page
+}
+
+fn parse_header(page: &[u8]) -> Option<u64> {
+    if page.len() < 24 || &page[..8] != MAGIC {
+        return None;
+    }
+    let crc = u32::from_le_bytes(page[20..24].try_into().ok()?);
+    if crc != crc32fast::hash(&page[..20]) {
+        return None;
+    }
+    if u32::from_le_bytes(page[8..12].try_into().ok()?) != VERSION {
+        return None;
+    }
+    Some(u64::from_le_bytes(page[12..20].try_into().ok()?))
+}
+
+impl Journal {
+    /// The thread's journal for `data_dir`, created on first use.
+    pub(crate) async fn for_data_dir(data_dir: &Path) -> Result<Rc<Journal>> {
+        let created = CREATED.with(|c| c.clone());
+        created
+            .wait_until(|| CREATING.with(|c| !c.borrow().contains(data_dir)))
+            .await;
+        if let Some(found) = JOURNALS.with(|m| m.borrow().get(data_dir).cloned()) {
+            return Ok(found);
+        }
+        CREATING.with(|c| c.borrow_mut().insert(data_dir.to_path_buf()));
+        let result = Self::create(data_dir).await;
+        CREATING.with(|c| c.borrow_mut().remove(data_dir));
+        created.notify_all();
+        result
+    }
+
+    async fn create(data_dir: &Path) -> Result<Rc<Journal>> {
+        let dir = data_dir.join(DIR_NAME);
+        // Noted before the files exist, so a log opening on another thread
+        // never replays (and removes) them.
+        LIVE.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert_with(HashSet::new)
+            .insert(data_dir.to_path_buf());
+        THREAD_LIVE.with(|t| t.0.borrow_mut().push(data_dir.to_path_buf()));
+        std::fs::create_dir_all(&dir).ctx("create directory", &dir, 0)?;
+        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let capacity = CHUNK_BYTES.with(|c| c.get());
+        let mut chunks = Vec::with_capacity(2);
+        for k in 0..2 {
+            let path = dir.join(format!("{id}-{k}.journal"));
+            let file = file::open_rw(&path).await?;
+            file.truncate(0).await.ctx("truncate", &path, 0)?;
+            // Reserve the space now: a journal write never fails for want
+            // of it. An empty header marks the chunk unused.
+            file.pre_allocate(capacity, false)
+                .await
+                .ctx("fallocate", &path, capacity)?;
+            // Chunk 1 starts as the active one, unused: the first write
+            // moves to chunk 0 and writes its header.
+            chunks.push(Chunk {
+                file: Rc::new(file),
+                path,
+                capacity,
+                seq: 0,
+                end: PAGE,
+                tail: Vec::new(),
+                participants: Vec::new(),
+                free: true,
+            });
+        }
+        file::sync_dir(&dir).await?;
+        let [a, b]: [Chunk; 2] = chunks.try_into().ok().expect("two chunks");
+        let journal = Rc::new(Journal {
+            data_dir: data_dir.to_path_buf(),
+            state: RefCell::new(State {
+                chunks: [a, b],
+                active: 1,
+                next_seq: 1,
+                pending: Vec::new(),
+                starts: Vec::new(),
+                pending_participants: Vec::new(),
+                started: 0,
+                finished: 0,
+                running: false,
+                failed: None,
+                records: 0,
+                writes: 0,
+            }),
+            changed: Signal::default(),
+        });
+        JOURNALS.with(|m| {
+            m.borrow_mut()
+                .insert(data_dir.to_path_buf(), journal.clone())
+        });
+        info!(dir = %dir.display(), id, chunk_bytes = capacity, "journal created");
+        Ok(journal)
+    }
+
+    /// Path of a log's file relative to the data directory.
+    pub(crate) fn relative<'p>(&self, path: &'p Path) -> Option<&'p str> {
+        path.strip_prefix(&self.data_dir).ok()?.to_str()
+    }
+
+    /// Adds `record` to the next write and resolves once a write holding it
+    /// is durable. `participant` must then write out up to `offset` before
+    /// the chunk holding the record can be reused.
+    pub(crate) async fn commit(
+        self: &Rc<Self>,
+        record: Record<'_>,
+        participant: Option<(Weak<dyn Participant>, u64)>,
+    ) -> std::io::Result<()> {
+        let need = {
+            let mut state = self.state.borrow_mut();
+            if let Some(message) = &state.failed {
+                return Err(std::io::Error::other(message.clone()));
+            }
+            let start = state.pending.len();
+            state.starts.push(start);
+            record.encode(&mut state.pending);
+            if let Some(p) = participant {
+                state.pending_participants.push(p);
+            }
+            state.started + 1
+        };
+        loop {
+            {
+                let state = self.state.borrow();
+                if let Some(message) = &state.failed {
+                    return Err(std::io::Error::other(message.clone()));
+                }
+                if state.finished >= need {
+                    return Ok(());
+                }
+            }
+            if self.state.borrow().running {
+                self.changed
+                    .wait_until(|| {
+                        let s = self.state.borrow();
+                        !s.running || s.finished >= need || s.failed.is_some()
+                    })
+                    .await;
+                continue;
+            }
+            let generation = {
+                let mut state = self.state.borrow_mut();
+                state.running = true;
+                state.started += 1;
+                state.started
+            };
+            let mut guard = RunningGuard(Some(self));
+            let result = self.write_pending().await;
+            guard.0 = None;
+            let mut state = self.state.borrow_mut();
+            state.running = false;
+            state.finished = generation;
+            if let Err(e) = &result {
+                state.failed = Some(format!("journal write failed: {e}"));
+            }
+            drop(state);
+            self.changed.notify_all();
+        }
+    }
+
+    /// Writes every pending record (moving to the other chunk when the
+    /// active one is full) and syncs.
+    async fn write_pending(self: &Rc<Self>) -> std::io::Result<()> {
+        let (mut pending, starts, participants) = {
+            let mut state = self.state.borrow_mut();
+            (
+                std::mem::take(&mut state.pending),
+                std::mem::take(&mut state.starts),
+                std::mem::take(&mut state.pending_participants),
+            )
+        };
+        // Whoever has records in a chunk must write them out before it is
+        // reused; a write that moves on to the other chunk notes its
+        // participants on both.
+        {
+            let mut state = self.state.borrow_mut();
+            let active = state.active;
+            if state.chunks[active].seq != 0 {
+                state.chunks[active]
+                    .participants
+                    .extend(participants.iter().cloned());
+            }
+        }
+        let mut next = 0; // index into `starts`
+        while next < starts.len() {
+            // How many records fit in the active chunk.
+            let (room, active) = {
+                let state = self.state.borrow();
+                let chunk = &state.chunks[state.active];
+                let room = if chunk.seq == 0 {
+                    0
+                } else {
+                    chunk.capacity - chunk.end
+                };
+                (room, state.active)
+            };
+            let from = starts[next];
+            let mut upto = next;
+            while upto < starts.len() {
+                let end = starts.get(upto + 1).copied().unwrap_or(pending.len());
+                if (end - from) as u64 > room {
+                    break;
+                }
+                upto += 1;
+            }
+            if upto == next {
+                let len = starts.get(next + 1).copied().unwrap_or(pending.len()) - from;
+                let capacity = self.state.borrow().chunks[active].capacity;
+                if len as u64 > capacity - PAGE {
+                    return Err(std::io::Error::other(format!(
+                        "a journal record of {len} bytes does not fit in a chunk of {capacity}"
+                    )));
+                }
+                self.switch_chunk().await?;
+                let mut state = self.state.borrow_mut();
+                let active = state.active;
+                state.chunks[active]
+                    .participants
+                    .extend(participants.iter().cloned());
+                continue;
+            }
+            let to = starts.get(upto).copied().unwrap_or(pending.len());
+            self.write_records(&mut pending[from..to], &starts[next..upto], from)
+                .await?;
+            next = upto;
+        }
+        Ok(())
+    }
+
+    /// Writes records `bytes` (starting at `starts[i] - base` each) at the
+    /// active chunk's end, then syncs the chunk.
+    async fn write_records(
+        &self,
+        bytes: &mut [u8],
+        starts: &[usize],
+        base: usize,
+    ) -> std::io::Result<()> {
+        let (file, path, position, buffer, new_end, new_tail) = {
+            let state = self.state.borrow();
+            let chunk = &state.chunks[state.active];
+            let seq = chunk.seq;
+            for (i, &s) in starts.iter().enumerate() {
+                let s = s - base;
+                let e = starts.get(i + 1).map_or(bytes.len(), |&n| n - base);
+                let record = &mut bytes[s..e];
+                record[8..16].copy_from_slice(&seq.to_le_bytes());
+                let crc = crc32fast::hash(&record[8..]);
+                record[4..8].copy_from_slice(&crc.to_le_bytes());
+            }
+            let position = file::align_down(chunk.end);
+            let new_end = chunk.end + bytes.len() as u64;
+            let padded = (file::align_up(new_end) - position) as usize;
+            let mut buffer = chunk.file.alloc_dma_buffer(padded);
+            let out = buffer.as_bytes_mut();
+            let tail_len = chunk.tail.len();
+            out[..tail_len].copy_from_slice(&chunk.tail);
+            out[tail_len..tail_len + bytes.len()].copy_from_slice(bytes);
+            out[tail_len + bytes.len()..].fill(0);
+            let tail_start = (file::align_down(new_end) - position) as usize;
+            let new_tail = out[tail_start..tail_len + bytes.len()].to_vec();
+            (
+                chunk.file.clone(),
+                chunk.path.clone(),
+                position,
+                buffer,
+                new_end,
+                new_tail,
+            )
+        };
+        let padded = buffer.len();
+        let written = file.write_at(buffer, position).await?;
+        if written != padded {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::WriteZero,
+                format!("short journal write to {}", path.display()),
+            ));
+        }
+        file.fdatasync().await?;
+        let mut state = self.state.borrow_mut();
+        state.writes += 1;
+        state.records += starts.len() as u64;
+        let active = state.active;
+        let chunk = &mut state.chunks[active];
+        chunk.end = new_end;
+        chunk.tail = new_tail;
+        Ok(())
+    }
+
+    /// Moves to the other chunk once it is retired, writes its new header,
+    /// and starts retiring the one left.
+    async fn switch_chunk(self: &Rc<Self>) -> std::io::Result<()> {
+        let other = 1 - self.state.borrow().active;
+        self.changed
+            .wait_until(|| {
+                let s = self.state.borrow();
+                s.chunks[other].free || s.failed.is_some()
+            })
+            .await;
+        let (left, seq, file, path) = {
+            let mut state = self.state.borrow_mut();
+            if let Some(message) = &state.failed {
+                return Err(std::io::Error::other(message.clone()));
+            }
+            let seq = state.next_seq;
+            state.next_seq += 1;
+            let left = state.active;
+            state.active = other;
+            let chunk = &mut state.chunks[other];
+            chunk.seq = seq;
+            chunk.end = PAGE;
+            chunk.tail = Vec::new();
+            chunk.free = false;
+            chunk.participants.clear();
+            (left, seq, chunk.file.clone(), chunk.path.clone())
+        };
+        // The header goes out before any record of the new sequence; the
+        // records' write syncs both. Until then the chunk's old records
+        // (all retired) fail the sequence check.
+        let mut buffer = file.alloc_dma_buffer(PAGE as usize);
+        buffer.as_bytes_mut().copy_from_slice(&header_page(seq));
+        let written = file.write_at(buffer, 0).await?;
+        if written != PAGE as usize {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::WriteZero,
+                format!("short journal header write to {}", path.display()),
+            ));
+        }
+        let journal = self.clone();
+        glommio::spawn_local(async move {
+            journal.retire(left).await;
+        })
+        .detach();
+        Ok(())
+    }
+
+    /// Waits until every log with records in chunk `k` has written them to
+    /// its segment, syncs the filesystem, and marks `k` free.
+    async fn retire(&self, k: usize) {
+        let participants = std::mem::take(&mut self.state.borrow_mut().chunks[k].participants);
+        // One entry per log: the highest offset it must write out.
+        let mut by_log: HashMap<*const (), (Rc<dyn Participant>, u64)> = HashMap::new();
+        for (weak, offset) in participants {
+            let Some(log) = weak.upgrade() else { continue };
+            let key = Rc::as_ptr(&log) as *const ();
+            let entry = by_log.entry(key).or_insert((log, offset));
+            entry.1 = entry.1.max(offset);
+        }
+        let waits: Vec<_> = by_log
+            .values()
+            .map(|(log, offset)| log.clone().write_out(*offset))
+            .collect();
+        for wait in waits {
+            wait.await;
+        }
+        drop(by_log);
+        let result = match FsSync::for_dir(&self.data_dir) {
+            Ok(sync) => sync.sync().await,
+            Err(e) => Err(e),
+        };
+        let mut state = self.state.borrow_mut();
+        match result {
+            Ok(()) => state.chunks[k].free = true,
+            Err(e) => {
+                warn!(error = %e, "journal: could not sync the filesystem to retire a chunk");
+                state.failed = Some(format!("syncfs failed while retiring a journal chunk: {e}"));
+            }
+        }
+        drop(state);
+        self.changed.notify_all();
+    }
+}
+
+/// The data directories this thread journals in.
+struct ThreadLive(RefCell<Vec<PathBuf>>);
+
+impl Drop for ThreadLive {
+    /// The thread is gone: its journal files are a crashed process's now,
+    /// for the next log opening there to replay.
+    fn drop(&mut self) {
+        if let Some(set) = LIVE.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            for dir in self.0.borrow().iter() {
+                set.remove(dir);
+            }
+        }
+    }
+}
+
+/// Clears `running` if the write that set it is abandoned.
+struct RunningGuard<'a>(Option<&'a Journal>);
+
+impl Drop for RunningGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(journal) = self.0 {
+            let mut state = journal.state.borrow_mut();
+            state.running = false;
+            // What was taken for the abandoned write is lost with it: the
+            // journal cannot know what reached the disk, so it fails.
+            state.failed = Some("a journal write was abandoned".into());
+            drop(state);
+            journal.changed.notify_all();
+        }
+    }
+}
+
+/// What replaying a data directory's journals did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ReplayReport {
+    pub journals: usize,
+    pub records: u64,
+    pub bytes: u64,
+    /// Records whose segment file no longer exists (deleted by retention).
+    pub skipped: u64,
+}
+
+/// Replays the journals of `data_dir` before a log there opens, unless this
+/// process journals there itself (then they are its own, live journals, and
+/// every earlier one was replayed before the first was created).
+pub(crate) fn replay_unless_live(data_dir: &Path) -> Result<()> {
+    let live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    if live.as_ref().is_some_and(|set| set.contains(data_dir)) {
+        return Ok(());
+    }
+    let report = replay(data_dir)?;
+    if report.journals > 0 {
+        info!(
+            data_dir = %data_dir.display(),
+            journals = report.journals,
+            records = report.records,
+            bytes = report.bytes,
+            skipped = report.skipped,
+            "journal replayed into the segment files"
+        );
+    }
+    drop(live);
+    Ok(())
+}
+
+enum Op {
+    Data {
+        path: String,
+        position: u64,
+        bytes: Vec<u8>,
+    },
+    Tombstone {
+        dir: String,
+    },
+}
+
+/// Reads one chunk file: its sequence number and valid records, up to the
+/// first record that is torn, of another sequence, or not there.
+fn read_chunk(path: &Path) -> Result<Option<(u64, Vec<Op>)>> {
+    let file = std::fs::File::open(path).ctx("open", path, 0)?;
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
+    let mut header = vec![0u8; PAGE as usize];
+    if reader.read_exact(&mut header).is_err() {
+        return Ok(None);
+    }
+    let Some(seq) = parse_header(&header) else {
+        return Ok(None);
+    };
+    let mut ops = Vec::new();
+    let mut position = PAGE;
+    loop {
+        let mut len = [0u8; 4];
+        if reader.read_exact(&mut len).is_err() {
+            break;
+        }
+        let len = u32::from_le_bytes(len) as usize;
+        if len < RECORD_HEAD || len as u64 > CHUNK_BYTES_MAX {
+            break;
+        }
+        let mut record = vec![0u8; len];
+        record[..4].copy_from_slice(&(len as u32).to_le_bytes());
+        if reader.read_exact(&mut record[4..]).is_err() {
+            break;
+        }
+        let crc = u32::from_le_bytes(record[4..8].try_into().expect("4 bytes"));
+        if crc != crc32fast::hash(&record[8..])
+            || u64::from_le_bytes(record[8..16].try_into().expect("8 bytes")) != seq
+        {
+            break;
+        }
+        let kind = record[16];
+        let path_len = u16::from_le_bytes(record[17..19].try_into().expect("2 bytes")) as usize;
+        if RECORD_HEAD + path_len > len {
+            break;
+        }
+        let Ok(name) = std::str::from_utf8(&record[19..19 + path_len]) else {
+            break;
+        };
+        let rest = &record[19 + path_len..];
+        match kind {
+            KIND_DATA if rest.len() >= 8 => ops.push(Op::Data {
+                path: name.to_string(),
+                position: u64::from_le_bytes(rest[..8].try_into().expect("8 bytes")),
+                bytes: rest[8..].to_vec(),
+            }),
+            KIND_TOMBSTONE => ops.push(Op::Tombstone {
+                dir: name.to_string(),
+            }),
+            _ => break,
+        }
+        position += len as u64;
+    }
+    tracing::debug!(path = %path.display(), seq, records = ops.len(), end = position, "journal chunk read");
+    Ok(Some((seq, ops)))
+}
+
+/// Applies every journal of `data_dir` to its segment files, syncs them and
+/// removes the journals.
+pub fn replay(data_dir: &Path) -> Result<ReplayReport> {
+    let dir = data_dir.join(DIR_NAME);
+    let mut report = ReplayReport::default();
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(report),
+        Err(e) => return Err(StorageError::io("list", &dir, 0, e)),
+    };
+    // Journal number → its chunk files.
+    let mut journals: HashMap<String, Vec<PathBuf>> = HashMap::new();
+    let mut files = Vec::new();
+    for entry in entries {
+        let entry = entry.ctx("list", &dir, 0)?;
+        let path = entry.path();
+        files.push(path.clone());
+        let name = entry.file_name().to_string_lossy().to_string();
+        if let Some(stem) = name.strip_suffix(".journal") {
+            if let Some((id, _)) = stem.rsplit_once('-') {
+                journals.entry(id.to_string()).or_default().push(path);
+            }
+        }
+    }
+    let mut touched: HashMap<PathBuf, std::fs::File> = HashMap::new();
+    for chunks in journals.values() {
+        report.journals += 1;
+        let mut read = Vec::new();
+        for path in chunks {
+            if let Some(chunk) = read_chunk(path)? {
+                read.push(chunk);
+            }
+        }
+        read.sort_by_key(|(seq, _)| *seq);
+        let ops: Vec<Op> = read.into_iter().flat_map(|(_, ops)| ops).collect();
+        // A tombstone voids the records before it under its directory.
+        let mut live = vec![true; ops.len()];
+        for (i, op) in ops.iter().enumerate() {
+            if let Op::Tombstone { dir } = op {
+                let prefix = format!("{dir}/");
+                for (j, earlier) in ops[..i].iter().enumerate() {
+                    if let Op::Data { path, .. } = earlier {
+                        if path.starts_with(&prefix) {
+                            live[j] = false;
+                        }
+                    }
+                }
+            }
+        }
+        for (op, live) in ops.into_iter().zip(live) {
+            let Op::Data {
+                path,
+                position,
+                bytes,
+            } = op
+            else {
+                continue;
+            };
+            if !live {
+                continue;
+            }
+            let target = data_dir.join(&path);
+            if !touched.contains_key(&target) {
+                match std::fs::OpenOptions::new().write(true).open(&target) {
+                    Ok(f) => {
+                        touched.insert(target.clone(), f);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        report.skipped += 1;
+                        continue;
+                    }
+                    Err(e) => return Err(StorageError::io("open", &target, 0, e)),
+                }
+            }
+            let f = touched.get_mut(&target).expect("opened above");
+            f.seek(SeekFrom::Start(position))
+                .and_then(|_| f.write_all(&bytes))
+                .ctx("write", &target, position)?;
+            report.records += 1;
+            report.bytes += bytes.len() as u64;
+        }
+    }
+    for (path, f) in &touched {
+        f.sync_data().ctx("fdatasync", path, 0)?;
+    }
+    // Only now may the journals go: their records are in the segments.
+    for path in files {
+        if let Err(e) = std::fs::remove_file(&path) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                return Err(StorageError::io("remove", &path, 0, e));
+            }
+        }
+    }
+    if let Ok(handle) = std::fs::File::open(&dir) {
+        handle.sync_all().ctx("fsync directory", &dir, 0)?;
+    }
+    Ok(report)
+}
