@@ -20,23 +20,12 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::rc::Rc;
 
-use crate::signal::Signal;
+use crate::group_commit::GroupCommit;
 
 pub(crate) struct FsSync {
     /// An open directory of the filesystem, the handle `syncfs` takes.
     dir: std::fs::File,
-    state: RefCell<FsSyncState>,
-    changed: Signal,
-}
-
-#[derive(Default)]
-struct FsSyncState {
-    /// Generation of the last sync started; generations run one at a time.
-    started: u64,
-    /// Generation of the last sync finished.
-    finished: u64,
-    running: bool,
-    failed: Option<String>,
+    group: GroupCommit,
 }
 
 thread_local! {
@@ -45,12 +34,7 @@ thread_local! {
 
 /// `syncfs` calls finished on this thread, over every filesystem.
 pub fn filesystem_syncs() -> u64 {
-    BY_DEVICE.with(|map| {
-        map.borrow()
-            .values()
-            .map(|s| s.state.borrow().finished)
-            .sum()
-    })
+    BY_DEVICE.with(|map| map.borrow().values().map(|s| s.group.finished()).sum())
 }
 
 impl FsSync {
@@ -62,8 +46,8 @@ impl FsSync {
         }
         let sync = Rc::new(FsSync {
             dir: std::fs::File::open(dir)?,
-            state: RefCell::new(FsSyncState::default()),
-            changed: Signal::default(),
+            // An abandoned syncfs only did not finish: the next one repeats it.
+            group: GroupCommit::new("syncfs", false),
         });
         BY_DEVICE.with(|map| map.borrow_mut().insert(device, sync.clone()));
         Ok(sync)
@@ -72,40 +56,13 @@ impl FsSync {
     /// Returns once a `syncfs` that started after this call has finished:
     /// every write completed before the call is then durable.
     pub(crate) async fn sync(&self) -> std::io::Result<()> {
-        let need = self.state.borrow().started + 1;
-        loop {
-            {
-                let state = self.state.borrow();
-                if let Some(message) = &state.failed {
-                    return Err(std::io::Error::other(message.clone()));
-                }
-                if state.finished >= need {
-                    return Ok(());
-                }
-            }
-            if self.state.borrow().running {
-                self.changed
-                    .wait_until(|| {
-                        let state = self.state.borrow();
-                        !state.running || state.finished >= need || state.failed.is_some()
-                    })
-                    .await;
-                continue;
-            }
-            let generation = {
-                let mut state = self.state.borrow_mut();
-                state.running = true;
-                state.started += 1;
-                state.started
-            };
-            // Should this future be dropped while its syncfs runs, the
-            // others must not wait for a finish nobody will record.
-            let mut running = RunningGuard(Some(self));
-            // `self` (and so the open directory) outlives this await; only
-            // the raw descriptor crosses to the blocking thread.
-            let fd = self.dir.as_raw_fd();
-            let result = glommio::executor()
-                .spawn_blocking(move || {
+        let need = self.group.next_round()?;
+        self.group
+            .wait_for(need, || {
+                // `self` (and so the open directory) outlives the round;
+                // only the raw descriptor crosses to the blocking thread.
+                let fd = self.dir.as_raw_fd();
+                glommio::executor().spawn_blocking(move || {
                     // SAFETY: plain FFI call on a descriptor that stays open
                     // until the call returns (see above).
                     let rc = unsafe { libc::syncfs(fd) };
@@ -115,29 +72,8 @@ impl FsSync {
                         Err(std::io::Error::last_os_error())
                     }
                 })
-                .await;
-            running.0 = None;
-            let mut state = self.state.borrow_mut();
-            state.running = false;
-            state.finished = generation;
-            if let Err(e) = &result {
-                state.failed = Some(format!("syncfs failed: {e}"));
-            }
-            drop(state);
-            self.changed.notify_all();
-        }
-    }
-}
-
-/// Clears `running` if the sync that set it is abandoned before it ends.
-struct RunningGuard<'a>(Option<&'a FsSync>);
-
-impl Drop for RunningGuard<'_> {
-    fn drop(&mut self) {
-        if let Some(sync) = self.0 {
-            sync.state.borrow_mut().running = false;
-            sync.changed.notify_all();
-        }
+            })
+            .await
     }
 }
 

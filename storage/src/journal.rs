@@ -41,6 +41,7 @@ use tracing::{info, warn};
 use crate::error::{IoContext, Result, StorageError};
 use crate::file::{self, PAGE};
 use crate::fs_sync::FsSync;
+use crate::group_commit::GroupCommit;
 use crate::signal::Signal;
 
 /// Directory of the journals inside a data directory.
@@ -129,11 +130,6 @@ struct State {
     pending: Vec<u8>,
     starts: Vec<usize>,
     pending_participants: Vec<(Weak<dyn Participant>, u64)>,
-    /// Generations: the last write started and finished.
-    started: u64,
-    finished: u64,
-    running: bool,
-    failed: Option<String>,
     records: u64,
     writes: u64,
 }
@@ -142,7 +138,9 @@ struct State {
 pub(crate) struct Journal {
     data_dir: PathBuf,
     state: RefCell<State>,
-    changed: Signal,
+    /// One write (with its sync) at a time; its signal also tells of
+    /// chunks retired.
+    group: GroupCommit,
 }
 
 /// A record of one log for the next journal write.
@@ -270,14 +268,12 @@ impl Journal {
                 pending: Vec::new(),
                 starts: Vec::new(),
                 pending_participants: Vec::new(),
-                started: 0,
-                finished: 0,
-                running: false,
-                failed: None,
                 records: 0,
                 writes: 0,
             }),
-            changed: Signal::default(),
+            // A write abandoned half way took records nobody can account
+            // for: the journal fails rather than guess.
+            group: GroupCommit::new("journal write", true),
         });
         JOURNALS.with(|m| {
             m.borrow_mut()
@@ -300,56 +296,17 @@ impl Journal {
         record: Record<'_>,
         participant: Option<(Weak<dyn Participant>, u64)>,
     ) -> std::io::Result<()> {
-        let need = {
+        let need = self.group.next_round()?;
+        {
             let mut state = self.state.borrow_mut();
-            if let Some(message) = &state.failed {
-                return Err(std::io::Error::other(message.clone()));
-            }
             let start = state.pending.len();
             state.starts.push(start);
             record.encode(&mut state.pending);
             if let Some(p) = participant {
                 state.pending_participants.push(p);
             }
-            state.started + 1
-        };
-        loop {
-            {
-                let state = self.state.borrow();
-                if let Some(message) = &state.failed {
-                    return Err(std::io::Error::other(message.clone()));
-                }
-                if state.finished >= need {
-                    return Ok(());
-                }
-            }
-            if self.state.borrow().running {
-                self.changed
-                    .wait_until(|| {
-                        let s = self.state.borrow();
-                        !s.running || s.finished >= need || s.failed.is_some()
-                    })
-                    .await;
-                continue;
-            }
-            let generation = {
-                let mut state = self.state.borrow_mut();
-                state.running = true;
-                state.started += 1;
-                state.started
-            };
-            let mut guard = RunningGuard(Some(self));
-            let result = self.write_pending().await;
-            guard.0 = None;
-            let mut state = self.state.borrow_mut();
-            state.running = false;
-            state.finished = generation;
-            if let Err(e) = &result {
-                state.failed = Some(format!("journal write failed: {e}"));
-            }
-            drop(state);
-            self.changed.notify_all();
         }
+        self.group.wait_for(need, || self.write_pending()).await
     }
 
     /// Writes every pending record (moving to the other chunk when the
@@ -484,17 +441,15 @@ impl Journal {
     /// and starts retiring the one left.
     async fn switch_chunk(self: &Rc<Self>) -> std::io::Result<()> {
         let other = 1 - self.state.borrow().active;
-        self.changed
-            .wait_until(|| {
-                let s = self.state.borrow();
-                s.chunks[other].free || s.failed.is_some()
-            })
+        self.group
+            .signal()
+            .wait_until(|| self.state.borrow().chunks[other].free || self.group.failure().is_some())
             .await;
         let (left, seq, file, path) = {
-            let mut state = self.state.borrow_mut();
-            if let Some(message) = &state.failed {
-                return Err(std::io::Error::other(message.clone()));
+            if let Some(message) = self.group.failure() {
+                return Err(std::io::Error::other(message));
             }
+            let mut state = self.state.borrow_mut();
             let seq = state.next_seq;
             state.next_seq += 1;
             let left = state.active;
@@ -551,16 +506,17 @@ impl Journal {
             Ok(sync) => sync.sync().await,
             Err(e) => Err(e),
         };
-        let mut state = self.state.borrow_mut();
         match result {
-            Ok(()) => state.chunks[k].free = true,
+            Ok(()) => {
+                self.state.borrow_mut().chunks[k].free = true;
+                self.group.signal().notify_all();
+            }
             Err(e) => {
                 warn!(error = %e, "journal: could not sync the filesystem to retire a chunk");
-                state.failed = Some(format!("syncfs failed while retiring a journal chunk: {e}"));
+                self.group
+                    .fail(format!("syncfs failed while retiring a journal chunk: {e}"));
             }
         }
-        drop(state);
-        self.changed.notify_all();
     }
 }
 
@@ -575,23 +531,6 @@ impl Drop for ThreadLive {
             for dir in self.0.borrow().iter() {
                 set.remove(dir);
             }
-        }
-    }
-}
-
-/// Clears `running` if the write that set it is abandoned.
-struct RunningGuard<'a>(Option<&'a Journal>);
-
-impl Drop for RunningGuard<'_> {
-    fn drop(&mut self) {
-        if let Some(journal) = self.0 {
-            let mut state = journal.state.borrow_mut();
-            state.running = false;
-            // What was taken for the abandoned write is lost with it: the
-            // journal cannot know what reached the disk, so it fails.
-            state.failed = Some("a journal write was abandoned".into());
-            drop(state);
-            journal.changed.notify_all();
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod config;
 mod error;
 mod file;
 mod fs_sync;
+mod group_commit;
 pub mod index;
 pub mod journal;
 mod log;

@@ -1813,27 +1813,14 @@ async fn submit_write(inner: &Rc<Inner>) -> Result<()> {
         let out = buffer.as_bytes_mut();
         let tail_len = state.tail.len();
         out[..tail_len].copy_from_slice(&state.tail);
-        // Copy [start, end) out of the cached batches holding it.
-        let mut at = tail_len;
-        let mut position = start;
-        for cached in state.cache.iter_from(state.written_offset) {
-            let batch_end = cached.position + cached.bytes.len() as u64;
-            if batch_end <= position {
-                continue;
-            }
-            if cached.position >= end {
-                break;
-            }
-            assert!(
-                cached.position <= position,
-                "unwritten bytes are contiguous in the cache"
-            );
-            let from = (position - cached.position) as usize;
-            let to = (end.min(batch_end) - cached.position) as usize;
-            cached.copy_range(&mut out[at..at + to - from], from, to);
-            at += to - from;
-            position = cached.position + to as u64;
-        }
+        let position = copy_cached(
+            &state.cache,
+            state.written_offset,
+            start,
+            end,
+            &mut out[tail_len..],
+        );
+        let at = tail_len + (position - start) as usize;
         assert_eq!(position, end, "the cache holds every unwritten byte");
         out[at..].fill(0);
         let new_tail = if end.is_multiple_of(PAGE) {
@@ -1889,6 +1876,34 @@ async fn submit_write(inner: &Rc<Inner>) -> Result<()> {
     })
     .detach();
     Ok(())
+}
+
+/// Copies the active segment's bytes `[from, to)` out of the cached
+/// batches holding them (searched from `first_offset`) into the start of
+/// `out`; returns the position the copy reached (`to` unless the cache
+/// lacks some).
+fn copy_cached(cache: &BatchCache, first_offset: u64, from: u64, to: u64, out: &mut [u8]) -> u64 {
+    let mut at = 0usize;
+    let mut position = from;
+    for cached in cache.iter_from(first_offset) {
+        let batch_end = cached.position + cached.bytes.len() as u64;
+        if batch_end <= position {
+            continue;
+        }
+        if cached.position >= to {
+            break;
+        }
+        assert!(
+            cached.position <= position,
+            "the bytes copied are contiguous in the cache"
+        );
+        let a = (position - cached.position) as usize;
+        let b = (to.min(batch_end) - cached.position) as usize;
+        cached.copy_range(&mut out[at..at + b - a], a, b);
+        at += b - a;
+        position = cached.position + b as u64;
+    }
+    position
 }
 
 /// Marks a write done and advances the written frontier over every write
@@ -2022,22 +2037,7 @@ async fn journal_sync_round(
         let state = inner.state.borrow();
         let active = state.active();
         let mut data = vec![0u8; (to - from) as usize];
-        let mut at = 0usize;
-        let mut position = from;
-        for cached in state.cache.iter_from(state.durable_offset) {
-            let batch_end = cached.position + cached.bytes.len() as u64;
-            if batch_end <= position {
-                continue;
-            }
-            if cached.position >= to {
-                break;
-            }
-            let a = (position - cached.position) as usize;
-            let b = (to.min(batch_end) - cached.position) as usize;
-            cached.copy_range(&mut data[at..at + b - a], a, b);
-            at += b - a;
-            position = cached.position + b as u64;
-        }
+        let position = copy_cached(&state.cache, state.durable_offset, from, to, &mut data);
         assert_eq!(
             position, to,
             "the cache holds every byte a journal round needs"
