@@ -100,9 +100,9 @@ pub(crate) fn record_bytes_max() -> u64 {
 
 /// A log with records in a chunk, and what retiring the chunk needs of it.
 pub(crate) trait Participant {
-    /// Resolves once every byte up to `offset` is written to the log's
-    /// segment files (or the log no longer needs it: closed, truncated,
-    /// deleted, failed).
+    /// Asks the log at once to write out every byte up to `offset` to its
+    /// segment files; the future resolves when it has (or the log no longer
+    /// needs it: closed, truncated, deleted, failed).
     fn write_out(self: Rc<Self>, offset: u64) -> futures_lite::future::BoxedLocal<()>;
 }
 
@@ -144,22 +144,33 @@ pub(crate) struct Journal {
 }
 
 /// A record of one log for the next journal write.
-pub(crate) enum Record<'a> {
-    /// `bytes` belong at `position` in the segment file `path` (relative to
-    /// the data directory).
+pub(crate) enum Record<'a, F: FnOnce(&mut [u8])> {
+    /// `len` bytes, which `fill` writes, belong at `position` in the segment
+    /// file `path` (relative to the data directory).
     Data {
         path: &'a str,
         position: u64,
-        bytes: &'a [&'a [u8]],
+        len: usize,
+        fill: F,
     },
     /// Earlier records for files under `dir` are void.
     Tombstone { dir: &'a str },
 }
 
-impl Record<'_> {
-    fn encode(&self, out: &mut Vec<u8>) {
+/// A tombstone's type: it has no bytes to fill.
+pub(crate) type NoFill = fn(&mut [u8]);
+
+impl<'a> Record<'a, NoFill> {
+    pub(crate) fn tombstone(dir: &'a str) -> Self {
+        Record::Tombstone { dir }
+    }
+}
+
+impl<F: FnOnce(&mut [u8])> Record<'_, F> {
+    /// Appends the record to `out`, its bytes written in place.
+    fn encode(self, out: &mut Vec<u8>) {
         let start = out.len();
-        let (kind, path) = match self {
+        let (kind, path) = match &self {
             Record::Data { path, .. } => (KIND_DATA, *path),
             Record::Tombstone { dir } => (KIND_TOMBSTONE, *dir),
         };
@@ -168,13 +179,16 @@ impl Record<'_> {
         out.extend_from_slice(&(path.len() as u16).to_le_bytes());
         out.extend_from_slice(path.as_bytes());
         if let Record::Data {
-            position, bytes, ..
+            position,
+            len,
+            fill,
+            ..
         } = self
         {
             out.extend_from_slice(&position.to_le_bytes());
-            for part in bytes.iter() {
-                out.extend_from_slice(part);
-            }
+            let at = out.len();
+            out.resize(at + len, 0);
+            fill(&mut out[at..]);
         }
         let len = (out.len() - start) as u32;
         out[start..start + 4].copy_from_slice(&len.to_le_bytes());
@@ -288,24 +302,29 @@ impl Journal {
         path.strip_prefix(&self.data_dir).ok()?.to_str()
     }
 
-    /// Adds `record` to the next write and resolves once a write holding it
-    /// is durable. `participant` must then write out up to `offset` before
-    /// the chunk holding the record can be reused.
-    pub(crate) async fn commit(
-        self: &Rc<Self>,
-        record: Record<'_>,
+    /// Adds `record` to the next write; [`Journal::durable`] with the
+    /// returned round resolves once a write holding it is durable.
+    /// `participant` must write out up to its offset before the chunk
+    /// holding the record can be reused.
+    pub(crate) fn enqueue<F: FnOnce(&mut [u8])>(
+        &self,
+        record: Record<'_, F>,
         participant: Option<(Weak<dyn Participant>, u64)>,
-    ) -> std::io::Result<()> {
+    ) -> std::io::Result<u64> {
         let need = self.group.next_round()?;
-        {
-            let mut state = self.state.borrow_mut();
-            let start = state.pending.len();
-            state.starts.push(start);
-            record.encode(&mut state.pending);
-            if let Some(p) = participant {
-                state.pending_participants.push(p);
-            }
+        let mut state = self.state.borrow_mut();
+        let start = state.pending.len();
+        state.starts.push(start);
+        record.encode(&mut state.pending);
+        if let Some(p) = participant {
+            state.pending_participants.push(p);
         }
+        Ok(need)
+    }
+
+    /// Resolves once write round `need` (from [`Journal::enqueue`]) is
+    /// durable.
+    pub(crate) async fn durable(self: &Rc<Self>, need: u64) -> std::io::Result<()> {
         self.group.wait_for(need, || self.write_pending()).await
     }
 

@@ -1985,8 +1985,10 @@ fn request_write_out(inner: &Inner, offset: u64) {
 
 impl journal::Participant for Inner {
     fn write_out(self: Rc<Self>, offset: u64) -> futures_lite::future::BoxedLocal<()> {
+        // Asked now, not on first poll: a retiring chunk asks all its logs
+        // before it waits for any.
+        request_write_out(&self, offset);
         Box::pin(async move {
-            request_write_out(&self, offset);
             let truncations = self.truncations.get();
             self.changed
                 .wait_until(|| {
@@ -2018,8 +2020,12 @@ async fn journal_tombstone(inner: &Inner) -> Result<()> {
     let Some(dir) = journal.relative(&inner.dir) else {
         return Ok(());
     };
+    let write =
+        journal
+            .enqueue(Record::tombstone(dir), None)
+            .ctx("journal write", &inner.dir, 0)?;
     journal
-        .commit(Record::Tombstone { dir }, None)
+        .durable(write)
         .await
         .ctx("journal write", &inner.dir, 0)
 }
@@ -2033,41 +2039,45 @@ async fn journal_sync_round(
     to: u64,
 ) -> Result<()> {
     let started = Instant::now();
-    let (data, path, base, target) = {
+    let truncations = inner.truncations.get();
+    // The bytes go straight from the cache into the journal's next write.
+    let (path, base, target, write) = {
         let state = inner.state.borrow();
         let active = state.active();
-        let mut data = vec![0u8; (to - from) as usize];
-        let position = copy_cached(&state.cache, state.durable_offset, from, to, &mut data);
-        assert_eq!(
-            position, to,
-            "the cache holds every byte a journal round needs"
-        );
+        let Some(relative) = journal.relative(&active.path) else {
+            return Err(StorageError::io(
+                "journal",
+                &active.path,
+                from,
+                std::io::Error::other("segment file outside the data directory"),
+            ));
+        };
+        let participant: std::rc::Weak<dyn journal::Participant> = Rc::downgrade(inner) as _;
+        let fill = |out: &mut [u8]| {
+            let position = copy_cached(&state.cache, state.durable_offset, from, to, out);
+            assert_eq!(
+                position, to,
+                "the cache holds every byte a journal round needs"
+            );
+        };
+        let record = Record::Data {
+            path: relative,
+            position: from,
+            len: (to - from) as usize,
+            fill,
+        };
+        let write = journal
+            .enqueue(record, Some((participant, state.next_offset)))
+            .ctx("journal write", &active.path, from)?;
         (
-            data,
             active.path.clone(),
             active.base_offset,
             state.next_offset,
+            write,
         )
     };
-    let truncations = inner.truncations.get();
-    let Some(relative) = journal.relative(&path) else {
-        return Err(StorageError::io(
-            "journal",
-            &path,
-            from,
-            std::io::Error::other("segment file outside the data directory"),
-        ));
-    };
-    let participant: std::rc::Weak<dyn journal::Participant> = Rc::downgrade(inner) as _;
     journal
-        .commit(
-            Record::Data {
-                path: relative,
-                position: from,
-                bytes: &[&data],
-            },
-            Some((participant, target)),
-        )
+        .durable(write)
         .await
         .ctx("journal write", &path, from)?;
     held_by_test(inner).await;
