@@ -211,6 +211,7 @@ fn keep_large_buffers_in_the_heap() {
 /// Runs the broker until SIGINT/SIGTERM or a fatal start-up error.
 pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     keep_large_buffers_in_the_heap();
+    crate::allocator::keep_small_blocks_mapped();
     let config = crate::environment::check(config)?;
     crate::io_properties::log_use(&config);
     let (log, image) =

@@ -1943,9 +1943,10 @@ fn complete_write(inner: &Inner, id: u64, padded: u64, _end: u64) {
     inner.changed.notify_all();
 }
 
-/// Whether the log makes small appends durable through its core's journal.
+/// Whether the log makes small appends durable through its core's journal
+/// now: it is configured to, and the journal's next write has room.
 fn journal_on(config: &LogConfig) -> bool {
-    config.flush == FlushPolicy::Always && config.journal_bytes > 0
+    config.flush == FlushPolicy::Always && config.journal_bytes > 0 && journal::has_room()
 }
 
 /// The byte range of the active segment a sync round would hand to the
