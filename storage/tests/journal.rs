@@ -66,6 +66,14 @@ async fn append_durably_sized(
     all
 }
 
+async fn open_logs(root: &Path, names: &[String]) -> Vec<Log> {
+    let mut logs = Vec::new();
+    for name in names {
+        logs.push(Log::open(root.join(name), config()).await.unwrap());
+    }
+    logs
+}
+
 async fn check_logs(root: &Path, names: &[String], expected: &[(usize, u64, Spec)]) {
     for (p, name) in names.iter().enumerate() {
         let log = Log::open(root.join(name), config()).await.unwrap();
@@ -91,10 +99,7 @@ fn small_durable_appends_live_in_the_journal_until_replayed() {
     let (expected, journal_writes, rounds) = {
         let (root, names) = (root.clone(), names.clone());
         run(move || async move {
-            let mut logs = Vec::new();
-            for name in &names {
-                logs.push(Log::open(root.join(name), config()).await.unwrap());
-            }
+            let logs = open_logs(&root, &names).await;
             let expected = append_durably(&logs, 40, 0).await;
             let (records, writes) = storage::journal::thread_counts();
             let rounds: u64 = logs.iter().map(|l| l.stats().syncs).sum();
@@ -139,10 +144,7 @@ fn a_full_journal_write_sends_further_logs_to_their_segments() {
     let expected = {
         let (root, names) = (root.clone(), names.clone());
         run(move || async move {
-            let mut logs = Vec::new();
-            for name in &names {
-                logs.push(Log::open(root.join(name), config()).await.unwrap());
-            }
+            let logs = open_logs(&root, &names).await;
             let expected = append_durably_sized(&logs, 2, 0, 12_000).await;
             let (records, _) = storage::journal::thread_counts();
             let writing = logs.iter().filter(|l| l.stats().writes > 0).count();
@@ -188,10 +190,7 @@ fn chunks_are_reused_once_their_logs_wrote_them_out() {
         run(move || async move {
             // 1 MiB chunks: ~2.6 MB of appends cross them several times.
             storage::journal::set_chunk_bytes(1 << 20);
-            let mut logs = Vec::new();
-            for name in &names {
-                logs.push(Log::open(root.join(name), config()).await.unwrap());
-            }
+            let logs = open_logs(&root, &names).await;
             let expected = append_durably(&logs, 1000, 0).await;
             let written: u64 = logs.iter().map(|l| l.stats().writes).sum();
             assert!(written > 0, "retiring chunks made the logs write out");
