@@ -79,7 +79,7 @@ thread_local! {
 /// with several KiB each (1,000 partitions at full rate) already makes
 /// writes the device serves in parallel, and journaling them as well would
 /// move every byte twice (through the journal and into the segment),
-/// serially: (f) of the benchmark matrix ran ~12% slower journaled.
+/// serially: (f) of the benchmark matrix ran ~28% slower journaled.
 pub const QUEUED_BYTES_MAX: usize = 1 << 20;
 
 /// Whether this thread's next journal write has room for more records
