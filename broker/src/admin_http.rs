@@ -329,6 +329,9 @@ fn total(snapshots: &[ShardSnapshot]) -> ShardSnapshot {
         }
         t.reads_cached += x.reads_cached;
         t.reads_disk += x.reads_disk;
+        t.journal_writes += x.journal_writes;
+        t.journal_records += x.journal_records;
+        t.journal_bytes += x.journal_bytes;
     }
     all.apis.sort_by_key(|a| a.api_key);
     all.errors.sort();
@@ -514,7 +517,7 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
             s.storage.sync_latency_us_total,
         );
     }
-    let gauges: [ShardFigure; 7] = [
+    let gauges: [ShardFigure; 10] = [
         (
             "strom_partitions",
             "Partitions a shard owns.",
@@ -549,6 +552,21 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
             "strom_fdatasync_total",
             "Syncs of the partition logs (a counter; also the histogram's _count).",
             |s| s.storage.syncs,
+        ),
+        (
+            "strom_journal_writes_total",
+            "Writes of the core's journal, each followed by an fdatasync: one per sync round for the small durable appends of all its partitions.",
+            |s| s.storage.journal_writes,
+        ),
+        (
+            "strom_journal_records_total",
+            "Records written to the core's journal (one per partition per round, and tombstones).",
+            |s| s.storage.journal_records,
+        ),
+        (
+            "strom_journal_bytes_total",
+            "Record bytes written to the core's journal (written again to the segment files later).",
+            |s| s.storage.journal_bytes,
         ),
     ];
     for (name, help, value) in gauges {

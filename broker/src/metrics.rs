@@ -213,6 +213,14 @@ pub struct StorageSnapshot {
     pub sync_latency_buckets: Vec<u64>,
     pub reads_cached: u64,
     pub reads_disk: u64,
+    /// The core's journal: writes, records and record bytes (absent in
+    /// snapshots of brokers from before the journal).
+    #[serde(default)]
+    pub journal_writes: u64,
+    #[serde(default)]
+    pub journal_records: u64,
+    #[serde(default)]
+    pub journal_bytes: u64,
 }
 
 /// Everything one core reports when scraped.
@@ -283,6 +291,10 @@ pub fn snapshot(shard: &Shard) -> ShardSnapshot {
             storage.reads_disk += stats.reads_disk;
         }
     }
+    let journal = storage::journal::thread_counts();
+    storage.journal_writes = journal.writes;
+    storage.journal_records = journal.records;
+    storage.journal_bytes = journal.bytes;
     ShardSnapshot {
         shard: shard.id,
         apis,

@@ -279,6 +279,19 @@ fn metrics_move_by_exactly_what_was_produced() {
     // by default) per partition.
     let pending = after.all("strom_log_pending_bytes");
     assert!(pending <= 2.0 * 65536.0, "{pending} pending bytes");
+    // Those small durable appends went through the cores' journals: each
+    // journal write carries at least one record, and the records at least
+    // the bytes of one batch.
+    let journal_writes = delta(&|m| m.all("strom_journal_writes_total"));
+    let journal_records = delta(&|m| m.all("strom_journal_records_total"));
+    let journal_bytes = delta(&|m| m.all("strom_journal_bytes_total"));
+    assert!(journal_writes >= 1.0, "{}", after.body);
+    assert!(journal_records >= journal_writes, "{}", after.body);
+    assert!(
+        journal_bytes >= journal_records * batch.len() as f64,
+        "{}",
+        after.body
+    );
     drop(stream);
 
     // A real client reads everything back: fetches are counted and served

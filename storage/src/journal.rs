@@ -95,12 +95,27 @@ static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new
 /// files are live and must not be replayed.
 static LIVE: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
 
-/// Records and writes of this thread's journals so far.
-pub fn thread_counts() -> (u64, u64) {
+/// What this thread's journals did so far.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    /// Records (one per log per round, and tombstones) written.
+    pub records: u64,
+    /// Writes, each followed by an `fdatasync`.
+    pub writes: u64,
+    /// Record bytes written.
+    pub bytes: u64,
+}
+
+/// What this thread's journals did so far.
+pub fn thread_counts() -> Counts {
     JOURNALS.with(|m| {
-        m.borrow().values().fold((0, 0), |(r, w), j| {
+        m.borrow().values().fold(Counts::default(), |c, j| {
             let s = j.state.borrow();
-            (r + s.records, w + s.writes)
+            Counts {
+                records: c.records + s.records,
+                writes: c.writes + s.writes,
+                bytes: c.bytes + s.bytes,
+            }
         })
     })
 }
@@ -154,6 +169,7 @@ struct State {
     pending_participants: Vec<(Weak<dyn Participant>, u64)>,
     records: u64,
     writes: u64,
+    bytes: u64,
 }
 
 /// One thread's journal for one data directory.
@@ -307,6 +323,7 @@ impl Journal {
                 pending_participants: Vec::new(),
                 records: 0,
                 writes: 0,
+                bytes: 0,
             }),
             // A write abandoned half way took records nobody can account
             // for: the journal fails rather than guess.
@@ -481,6 +498,7 @@ impl Journal {
         let mut state = self.state.borrow_mut();
         state.writes += 1;
         state.records += starts.len() as u64;
+        state.bytes += bytes.len() as u64;
         let active = state.active;
         let chunk = &mut state.chunks[active];
         chunk.end = new_end;
