@@ -1647,7 +1647,7 @@ fn writer_work(state: &State, config: &LogConfig, now: Instant) -> (bool, bool, 
     let defer = journal_on(config)
         && !state.closing
         && state.write_out_to <= state.written_offset
-        && state.active().size - state.submitted_position < config.journal_bytes;
+        && unwritten_is_small(state, config);
     let submittable = !defer
         && state.submitted_position < state.active().size
         && state.in_flight.len() < config.writes_in_flight_max
@@ -1949,6 +1949,13 @@ fn journal_on(config: &LogConfig) -> bool {
     config.flush == FlushPolicy::Always && config.journal_bytes > 0 && journal::has_room()
 }
 
+/// Whether the active segment's bytes not yet submitted for writing stay
+/// below the journal threshold: the writer defers them, the journal takes
+/// them.
+fn unwritten_is_small(state: &State, config: &LogConfig) -> bool {
+    state.active().size - state.submitted_position < config.journal_bytes
+}
+
 /// The byte range of the active segment a sync round would hand to the
 /// journal, if it can go that way: appends wait to be made durable, no
 /// write is in flight (its bytes would be neither on disk nor in the
@@ -1962,7 +1969,7 @@ fn journal_round(state: &State, config: &LogConfig) -> Option<(u64, u64)> {
         return None;
     }
     let (from, to) = (state.durable_position, state.active().size);
-    let few = state.active().size - state.submitted_position < config.journal_bytes
+    let few = unwritten_is_small(state, config)
         && to - from <= (2 * config.journal_bytes).min(journal::record_bytes_max());
     if !few || from >= to {
         return None;
