@@ -2,7 +2,7 @@
 //! executor per core, each executor shipping its measurements to the main
 //! thread once a second.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -300,6 +300,52 @@ struct Outgoing {
     sequences: std::ops::Range<u64>,
 }
 
+/// Batches handed to a lane but not yet put into a request, per partition,
+/// shared by a producer and its lanes. While one waits, the partition's
+/// next batch stays open and keeps taking records, as the Kafka clients'
+/// accumulators do: with `linger.ms=0` and the in-flight window full, they
+/// grow one batch per partition instead of queueing a batch of a record or
+/// two per send loop (which made requests of one tiny batch each, and the
+/// producer stall behind its own queue).
+struct Waiting {
+    per_partition: Vec<Cell<u32>>,
+    /// Raised by a lane when it takes a partition's last waiting batch.
+    drained: glommio::sync::Semaphore,
+}
+
+impl Waiting {
+    fn new(partitions: usize) -> Waiting {
+        Waiting {
+            per_partition: (0..partitions).map(|_| Cell::new(0)).collect(),
+            drained: glommio::sync::Semaphore::new(0),
+        }
+    }
+
+    fn queued(&self, partition: usize) {
+        let count = &self.per_partition[partition];
+        count.set(count.get() + 1);
+    }
+
+    fn taken(&self, partition: usize) {
+        let count = &self.per_partition[partition];
+        count.set(count.get().saturating_sub(1));
+        if count.get() == 0 && self.drained.available() == 0 {
+            self.drained.signal(1);
+        }
+    }
+
+    fn any_waiting(&self, partition: usize) -> bool {
+        self.per_partition[partition].get() > 0
+    }
+}
+
+/// What a lane sends: the batches its producer queued, and the count of
+/// them per partition it lowers as it takes them.
+struct LaneQueue {
+    rx: flume::Receiver<Outgoing>,
+    waiting: Rc<Waiting>,
+}
+
 /// Records waiting to become a batch for one partition.
 #[derive(Default)]
 struct Accumulator {
@@ -325,6 +371,7 @@ async fn produce(
     let lanes_per_leader = 1;
     let mut lane_tx: HashMap<(String, usize), flume::Sender<Outgoing>> = HashMap::new();
     let mut lane_tasks = Vec::new();
+    let waiting = Rc::new(Waiting::new(partitions));
     let mut producer_ids: HashMap<String, (i64, i16)> = HashMap::new();
     for p in 0..partitions {
         let address = plan
@@ -348,7 +395,10 @@ async fn produce(
         let producer = job.id;
         lane_tasks.push(glommio::spawn_local(lane(
             conn,
-            rx,
+            LaneQueue {
+                rx,
+                waiting: waiting.clone(),
+            },
             acks,
             settings.in_flight_max,
             producer,
@@ -414,6 +464,9 @@ async fn produce(
             first_due,
             sequences: acc.first_sequence..acc.first_sequence + count as u64,
         });
+        if outgoing.is_ok() {
+            waiting.queued(p);
+        }
         (outgoing, sender.clone())
     };
 
@@ -480,15 +533,23 @@ async fn produce(
                 }
             }
         }
-        // Batches whose oldest record has lingered long enough go now.
+        // Batches whose oldest record has lingered long enough go now,
+        // unless an earlier batch of their partition still waits for its
+        // request: then they stay open (see `Waiting`).
         let now = Instant::now();
         let mut next_deadline: Option<Instant> = None;
+        let mut held = false;
         for (p, acc) in accumulators.iter_mut().enumerate() {
             let Some(first_due) = acc.first_due else {
                 continue;
             };
             let deadline = first_due + settings.linger;
-            if deadline <= now || !schedule.is_open_loop() {
+            let due = deadline <= now;
+            if due && waiting.any_waiting(p) && schedule.is_open_loop() {
+                held = true;
+                continue;
+            }
+            if due || !schedule.is_open_loop() {
                 let (outgoing, sender) = flush(p, acc, &mut idempotent_sequence, &lane_tx);
                 sender
                     .send_async(outgoing?)
@@ -506,8 +567,20 @@ async fn produce(
             let next_due = peek.next_due(now);
             let wake = next_deadline.map_or(next_due, |d| d.min(next_due));
             let now = Instant::now();
-            if wake > now {
-                glommio::timer::sleep((wake - now).max(Duration::from_micros(20))).await;
+            if wake > now || held {
+                let nap = glommio::timer::sleep(
+                    wake.saturating_duration_since(now)
+                        .max(Duration::from_micros(20)),
+                );
+                if held {
+                    // A lane taking a waiting batch frees the held ones.
+                    futures_lite::future::or(nap, async {
+                        let _ = waiting.drained.acquire(1).await;
+                    })
+                    .await;
+                } else {
+                    nap.await;
+                }
             }
         } else {
             glommio::yield_if_needed().await;
@@ -537,13 +610,14 @@ async fn produce(
 /// answered in order, so a partition's batches stay in order.
 async fn lane(
     mut conn: Connection,
-    rx: flume::Receiver<Outgoing>,
+    queue: LaneQueue,
     acks: i16,
     in_flight_max: usize,
     producer: u32,
     recorder: Rc<RefCell<Recorder>>,
     acknowledged: Rc<RefCell<Acknowledged>>,
 ) {
+    let LaneQueue { rx, waiting } = queue;
     let version = match conn.version::<kafka_protocol::messages::ProduceRequest>(3..=9) {
         Ok(v) => v,
         Err(e) => {
@@ -586,6 +660,7 @@ async fn lane(
                     break;
                 }
                 request_bytes += o.bytes.len();
+                waiting.taken(o.partition as usize);
                 round.push(o);
             }
             let batches: Vec<(String, i32, Bytes)> = round
