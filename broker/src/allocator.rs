@@ -12,12 +12,19 @@
 //! was faulted in and zeroed again (a quarter of the broker's samples in a
 //! cold consume).
 //!
-//! mimalloc itself is told to keep freed pages mapped
-//! ([`keep_small_blocks_mapped`]): by default it gives pages idle for a
-//! second back to the kernel, and the 4–64 KiB O_DIRECT buffers of small
-//! segment writes, allocated and freed at tens of thousands a second with
-//! 1,000 partitions, then faulted in (and zeroed) whole huge pages again:
-//! 6% of the broker's samples.
+//! [`configure`] sets two things at start:
+//! - mimalloc keeps freed pages mapped: by default it gives pages idle for
+//!   a second back to the kernel, and the 4–64 KiB O_DIRECT buffers of
+//!   small segment writes, allocated and freed at tens of thousands a
+//!   second with 1,000 partitions, then faulted in (and zeroed) whole huge
+//!   pages again: 6% of the broker's samples.
+//! - No transparent huge pages for the process. mimalloc asks for them on
+//!   its arenas (`MADV_HUGEPAGE`), so each first touch of a 2 MiB region
+//!   faulted in and cleared all of it inside whatever allocation asked,
+//!   on the core's only thread: runs of 10–26 ms without a switch, 85% of
+//!   them clearing pages, while mimalloc's footprint grew to its peak. In
+//!   (d) (50 MB/s end to end) publish p99 fell from 37 to 9–14 ms and
+//!   end-to-end p99 from 30 to 4–7 ms without them (docs/benchmarks.md).
 //!
 //! `dealloc` and `realloc` are told the layout the block was allocated
 //! with, so the size alone says which allocator owns a block.
@@ -31,20 +38,43 @@ pub const LARGE_BYTES: usize = 64 << 10;
 
 pub struct Split;
 
-/// Tells mimalloc never to return freed pages to the kernel, unless the
-/// environment chose (`MIMALLOC_PURGE_DELAY`). Its footprint is then the
-/// high-water mark of small blocks in use, which the broker bounds (batch
-/// cache, in-flight writes, connections).
-pub fn keep_small_blocks_mapped() {
+/// Tells mimalloc never to return freed pages to the kernel, and turns
+/// transparent huge pages off for the process (see the module's
+/// documentation), each unless the environment chose otherwise
+/// (`MIMALLOC_PURGE_DELAY`, `MIMALLOC_ALLOW_THP`). mimalloc's footprint is
+/// then the high-water mark of small blocks in use, which the broker
+/// bounds (batch cache, in-flight writes, connections). Returns whether
+/// huge pages are off.
+pub fn configure() -> bool {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
         // SAFETY: sets an allocator option; safe at any time.
         unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
     }
+    if std::env::var_os("MIMALLOC_ALLOW_THP").is_some() {
+        // mimalloc read it at its start and acted on it.
+        return thp_disabled();
+    }
+    // SAFETY: sets an allocator option; safe at any time. Arenas reserved
+    // from now on are not advised as huge.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_ALLOW_THP, 0) };
+    // Arenas reserved before (mimalloc starts with the process) were; the
+    // process flag is checked at every fault, so it covers them too.
+    // SAFETY: prctl with integer arguments changes only this process's flag.
+    unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+    thp_disabled()
 }
 
-/// `mi_option_purge_delay` (milliseconds; -1: never purge), which
-/// `libmimalloc-sys` does not name.
+/// Whether transparent huge pages are off for this process.
+pub fn thp_disabled() -> bool {
+    // SAFETY: prctl with integer arguments only reads this process's flag.
+    unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) == 1 }
+}
+
+/// mimalloc options `libmimalloc-sys` does not name: `purge_delay`
+/// (milliseconds; -1: never purge) and `allow_thp` (0: never advise huge
+/// pages), by their place in `mi_option_t`.
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+const MI_OPTION_ALLOW_THP: libmimalloc_sys::mi_option_t = 43;
 
 fn is_large(size: usize) -> bool {
     size >= LARGE_BYTES

@@ -211,7 +211,7 @@ fn keep_large_buffers_in_the_heap() {
 /// Runs the broker until SIGINT/SIGTERM or a fatal start-up error.
 pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     keep_large_buffers_in_the_heap();
-    crate::allocator::keep_small_blocks_mapped();
+    let huge_pages_off = crate::allocator::configure();
     let config = crate::environment::check(config)?;
     crate::io_properties::log_use(&config);
     let (log, image) =
@@ -282,6 +282,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
             cores,
             topics,
             node_id = config.node_id,
+            transparent_huge_pages = if huge_pages_off { "off" } else { "on" },
             "strom started"
         );
         // Until a stop signal or a fatal error; each arm that ends it breaks.

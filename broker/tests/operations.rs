@@ -552,6 +552,27 @@ fn health_ready_status_and_the_status_command() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("cannot reach"));
 }
 
+/// The broker runs without transparent huge pages (see
+/// `broker::allocator::configure`): the kernel's flag on the process, and
+/// the start line says so.
+#[test]
+fn the_broker_runs_without_transparent_huge_pages() {
+    let (mut broker, _admin) = Admin::start(&[]);
+    let pid = broker.pid();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("THP_enabled:"))
+        .unwrap_or_else(|| panic!("no THP_enabled in /proc/{pid}/status:\n{status}"));
+    assert_eq!(line.split_whitespace().nth(1), Some("0"), "{line}");
+    let log = broker.log();
+    assert!(
+        log.contains("strom started") && log.contains("transparent_huge_pages=\"off\""),
+        "{log}"
+    );
+    broker.stop();
+}
+
 #[test]
 fn io_properties_size_the_writes_and_are_logged() {
     let dir = tempfile::tempdir().unwrap();

@@ -117,6 +117,11 @@ impl Broker {
         }
     }
 
+    /// The running broker's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("broker running").id()
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
