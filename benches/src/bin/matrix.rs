@@ -76,6 +76,9 @@ struct CaseRun {
     broker_rss_mb: f64,
     gb_moved: f64,
     errors: u64,
+    /// Share of the machine's CPU time the hypervisor took for other
+    /// guests during the load (the `steal` column of /proc/stat), in %.
+    stolen_pct: f64,
 }
 
 fn main() -> Result<()> {
@@ -141,8 +144,8 @@ fn markdown(limits: &Limits, results: &BTreeMap<String, Vec<CaseRun>>, runs: usi
         "Limits (median of {runs}): fio write {:.0} MB/s, fio read {:.0} MB/s, loopback TCP {:.0} MB/s, memcpy {:.0} MB/s\n\n",
         limits.fio_write_mb_s, limits.fio_read_mb_s, limits.loopback_mb_s, limits.memcpy_mb_s
     ));
-    s.push_str("| case | produce MB/s | records/s | consume MB/s | ratio to disk limit | publish p99 / p99.9 ms | e2e p99 ms | broker CPU s/GB | broker RSS MB | errors |\n");
-    s.push_str("|---|---|---|---|---|---|---|---|---|---|\n");
+    s.push_str("| case | produce MB/s | records/s | consume MB/s | ratio to disk limit | publish p99 / p99.9 ms | e2e p99 ms | broker CPU s/GB | broker RSS MB | errors | CPU stolen % (max) |\n");
+    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (name, runs) in results {
         let m = |f: fn(&CaseRun) -> f64| median(runs.iter().map(f));
         let produce = m(|r| r.produce_mb_s);
@@ -160,13 +163,15 @@ fn markdown(limits: &Limits, results: &BTreeMap<String, Vec<CaseRun>>, runs: usi
             }
         }));
         s.push_str(&format!(
-            "| {name} | {produce:.0} | {:.0} | {consume:.0} | {ratio:.2} | {:.2} / {:.2} | {:.2} | {cpu_per_gb:.2} | {:.0} | {} |\n",
+            "| {name} | {produce:.0} | {:.0} | {consume:.0} | {ratio:.2} | {:.2} / {:.2} | {:.2} | {cpu_per_gb:.2} | {:.0} | {} | {:.1} ({:.1}) |\n",
             m(|r| r.produce_records_s),
             m(|r| r.publish_p99_ms),
             m(|r| r.publish_p999_ms),
             m(|r| r.e2e_p99_ms),
             m(|r| r.broker_rss_mb),
-            runs.iter().map(|r| r.errors).sum::<u64>()
+            runs.iter().map(|r| r.errors).sum::<u64>(),
+            m(|r| r.stolen_pct),
+            runs.iter().map(|r| r.stolen_pct).fold(0.0, f64::max),
         ));
     }
     s
@@ -326,6 +331,44 @@ fn stop(mut broker: StartedBroker) {
     let _ = broker.child.wait();
 }
 
+/// Runs `load`, sampling the broker's CPU time and RSS (when its pid is
+/// known) and the host's stolen CPU time around it.
+fn measured<T>(run: &mut CaseRun, pid: Option<u32>, load: impl FnOnce() -> Result<T>) -> Result<T> {
+    let before = pid.and_then(sample);
+    let machine_before = std::fs::read_to_string("/proc/stat").ok();
+    let result = load()?;
+    let after = pid.and_then(sample);
+    if let (Some(b), Some(a)) = (before, after) {
+        run.broker_cpu_s = a.0 - b.0;
+        run.broker_rss_mb = a.1;
+    }
+    let machine_after = std::fs::read_to_string("/proc/stat").ok();
+    if let (Some(b), Some(a)) = (machine_before, machine_after) {
+        run.stolen_pct = stolen_pct(&b, &a).unwrap_or(0.0);
+    }
+    Ok(result)
+}
+
+/// The share of all CPU time between two reads of /proc/stat that was
+/// stolen (its aggregate `cpu` line: user nice system idle iowait irq
+/// softirq steal ...), in %.
+fn stolen_pct(before: &str, after: &str) -> Option<f64> {
+    let times = |stat: &str| -> Option<(u64, u64)> {
+        let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+        let fields: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .take(8)
+            .map(|f| f.parse().ok())
+            .collect::<Option<_>>()?;
+        (fields.len() == 8).then(|| (fields.iter().sum(), fields[7]))
+    };
+    let (total_b, steal_b) = times(before)?;
+    let (total_a, steal_a) = times(after)?;
+    let total = total_a.checked_sub(total_b)?;
+    (total > 0).then(|| 100.0 * steal_a.saturating_sub(steal_b) as f64 / total as f64)
+}
+
 /// CPU seconds (user + system) and RSS of a process, from /proc.
 fn sample(pid: u32) -> Option<(f64, f64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -452,35 +495,25 @@ fn run_case(args: &Args, out: &Path, workload: &Path, round: usize) -> Result<Ca
         // Cold: a restarted broker has empty caches; drop the kernel's too
         // (as root; the log reads bypass it with O_DIRECT anyway).
         let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
-        let before = broker.1.and_then(sample);
-        let r = loadgen(
-            args,
-            "consume",
-            &broker.0,
-            workload,
-            &["--topic", &topic],
-            &report,
-        )?;
-        let after = broker.1.and_then(sample);
-        if let (Some(b), Some(a)) = (before, after) {
-            run.broker_cpu_s = a.0 - b.0;
-            run.broker_rss_mb = a.1;
-        }
-        r
+        measured(&mut run, broker.1, || {
+            loadgen(
+                args,
+                "consume",
+                &broker.0,
+                workload,
+                &["--topic", &topic],
+                &report,
+            )
+        })?
     } else {
         let mode = if name.starts_with("d-") {
             "e2e"
         } else {
             "produce"
         };
-        let before = broker.1.and_then(sample);
-        let r = loadgen(args, mode, &broker.0, workload, &[], &report)?;
-        let after = broker.1.and_then(sample);
-        if let (Some(b), Some(a)) = (before, after) {
-            run.broker_cpu_s = a.0 - b.0;
-            run.broker_rss_mb = a.1;
-        }
-        r
+        measured(&mut run, broker.1, || {
+            loadgen(args, mode, &broker.0, workload, &[], &report)
+        })?
     };
     if let Some(started) = STARTED.with(|s| s.borrow_mut().take()) {
         stop(started);
@@ -542,4 +575,20 @@ fn backlog_topic(bootstrap: &str, args: &Args) -> Result<String> {
         .last()
         .map(|t| t.to_string())
         .context("no loadgen topic after the backlog run")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stolen_pct;
+
+    #[test]
+    fn stolen_share_is_steal_over_all_cpu_time_between_two_reads() {
+        let before = "cpu  100 0 50 800 10 0 5 35 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n";
+        // +1000 ticks in all, of which steal +50.
+        let after = "cpu  400 0 150 1330 20 0 15 85 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n";
+        assert_eq!(stolen_pct(before, after), Some(5.0));
+        assert_eq!(stolen_pct(before, before), None);
+        assert_eq!(stolen_pct("intr 1 2\n", after), None);
+        assert_eq!(stolen_pct("cpu  1 2 3\n", after), None);
+    }
 }
