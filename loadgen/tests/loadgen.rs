@@ -26,7 +26,7 @@ fn strom_binary() -> PathBuf {
 struct Broker {
     port: u16,
     child: Child,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Broker {
@@ -56,11 +56,7 @@ impl Broker {
             assert!(Instant::now() < deadline, "strom did not start listening");
             std::thread::sleep(Duration::from_millis(20));
         }
-        Broker {
-            port,
-            child,
-            _dir: dir,
-        }
+        Broker { port, child, dir }
     }
 
     fn bootstrap(&self) -> String {
@@ -309,7 +305,21 @@ fn a_stalled_broker_shows_in_publish_latency_not_in_late_sends() {
             .unwrap();
         assert!(status.success(), "kill {name}");
     };
-    std::thread::sleep(Duration::from_millis(2_000));
+    // Mid-run: a second after the run's topic exists (its first partition's
+    // log directory), so setup is over whatever the machine's speed.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let topic_created = || {
+        std::fs::read_dir(broker.dir.path().join("data"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with("loadgen-"))
+    };
+    while !topic_created() {
+        assert!(Instant::now() < deadline, "no topic created within 30 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(1_000));
     signal("-STOP");
     std::thread::sleep(Duration::from_millis(1_000));
     signal("-CONT");
