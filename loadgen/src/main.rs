@@ -121,6 +121,11 @@ struct RunArgs {
     /// Executors (one per core) for producers and consumers [default: every online core].
     #[arg(long)]
     cores: Option<usize>,
+    /// Microseconds an idle executor polls before it sleeps. Spinning wakes
+    /// it a little sooner but keeps its CPU busy, delaying the kernel's
+    /// work for a broker on the same machine (disk completions, softirqs).
+    #[arg(long, value_name = "MICROSECONDS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(..=100_000))]
+    spin_us: u64,
     /// How long consumers may take to catch up after producers stop, in seconds.
     #[arg(long, default_value_t = 10.0)]
     drain_timeout: f64,
@@ -383,6 +388,7 @@ fn run_mode(mode: ModeArg) -> Result<bool> {
         end_offsets,
         payload,
         cores,
+        spin: Duration::from_micros(args.spin_us),
         start,
         start_unix_us: run::unix_us_now() + 200_000,
         drain_timeout: Duration::try_from_secs_f64(args.drain_timeout)

@@ -52,6 +52,8 @@ pub struct Plan {
     pub end_offsets: HashMap<(String, i32), i64>,
     pub payload: Bytes,
     pub cores: usize,
+    /// How long an idle executor polls before it parks.
+    pub spin: Duration,
     pub start: Instant,
     pub start_unix_us: u64,
     pub drain_timeout: Duration,
@@ -158,7 +160,7 @@ pub fn execute(
     let handles = {
         let (plan, control) = (plan.clone(), control.clone());
         LocalExecutorPoolBuilder::new(PoolPlacement::MaxSpread(cores, allowed_cpus()))
-            .spin_before_park(Duration::from_micros(200))
+            .spin_before_park(plan.spin)
             .on_all_shards(move || {
                 let core = next_core.fetch_add(1, Ordering::SeqCst);
                 let mine_p: Vec<ProducerJob> = producers

@@ -398,6 +398,10 @@ fn bad_input_gets_a_clear_error() {
             "refused to create topic",
         ),
         (vec!["e2e".into(), "--acks".into(), "most".into()], "acks"),
+        (
+            vec!["produce".into(), "--spin-us".into(), "1000000".into()],
+            "--spin-us",
+        ),
     ];
     for (args, needle) in cases {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
