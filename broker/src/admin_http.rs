@@ -281,8 +281,10 @@ impl Exposition {
 
 /// Sums shard snapshots into the `shard="all"` figures.
 fn total(snapshots: &[ShardSnapshot]) -> ShardSnapshot {
-    let mut all = ShardSnapshot::default();
-    all.storage.sync_latency_buckets = vec![0; storage::SYNC_LATENCY_BOUNDS_US.len() + 1];
+    let mut all = ShardSnapshot {
+        storage: crate::metrics::empty_storage(),
+        ..ShardSnapshot::default()
+    };
     for s in snapshots {
         for api in &s.apis {
             match all.apis.iter_mut().find(|a| a.api_key == api.api_key) {
@@ -313,25 +315,7 @@ fn total(snapshots: &[ShardSnapshot]) -> ShardSnapshot {
         all.connections += s.connections;
         all.partitions += s.partitions;
         all.leaders += s.leaders;
-        let (t, x) = (&mut all.storage, &s.storage);
-        t.log_size_bytes += x.log_size_bytes;
-        t.writes += x.writes;
-        t.bytes_written += x.bytes_written;
-        t.pending_bytes += x.pending_bytes;
-        t.syncs += x.syncs;
-        t.sync_latency_us_total += x.sync_latency_us_total;
-        for (total, count) in t
-            .sync_latency_buckets
-            .iter_mut()
-            .zip(&x.sync_latency_buckets)
-        {
-            *total += count;
-        }
-        t.reads_cached += x.reads_cached;
-        t.reads_disk += x.reads_disk;
-        t.journal_writes += x.journal_writes;
-        t.journal_records += x.journal_records;
-        t.journal_bytes += x.journal_bytes;
+        all.storage.add(&s.storage);
     }
     all.apis.sort_by_key(|a| a.api_key);
     all.errors.sort();

@@ -93,6 +93,10 @@ async fn delete_partitions(shard: &Rc<Shard>, topic: &str, cores: &[u32]) {
             .run_on(core, move |owner| async move {
                 let removed = owner.partitions.borrow_mut().remove(&topic_name);
                 for (_, partition) in removed.into_iter().flatten() {
+                    crate::metrics::add_log_counters(
+                        &mut owner.retired_logs.borrow_mut(),
+                        &partition.log().stats(),
+                    );
                     partition.delete().await;
                 }
             })

@@ -239,6 +239,57 @@ pub struct ShardSnapshot {
     pub storage: StorageSnapshot,
 }
 
+/// Storage counters of a shard before any log was counted: zero, with a
+/// bucket per sync latency bound.
+pub fn empty_storage() -> StorageSnapshot {
+    StorageSnapshot {
+        sync_latency_buckets: vec![0; storage::SYNC_LATENCY_BOUNDS_US.len() + 1],
+        ..StorageSnapshot::default()
+    }
+}
+
+/// Adds a log's counters (not its gauges: size, pending bytes) to `storage`.
+pub fn add_log_counters(storage: &mut StorageSnapshot, stats: &storage::LogStats) {
+    storage.add(&StorageSnapshot {
+        writes: stats.writes,
+        bytes_written: stats.bytes_written,
+        syncs: stats.syncs,
+        sync_latency_us_total: stats.sync_latency_us_total,
+        sync_latency_buckets: stats.sync_latency_buckets.to_vec(),
+        reads_cached: stats.reads_cached,
+        reads_disk: stats.reads_disk,
+        ..StorageSnapshot::default()
+    });
+}
+
+impl StorageSnapshot {
+    /// Adds every figure of `other` to this one.
+    pub fn add(&mut self, other: &StorageSnapshot) {
+        self.log_size_bytes += other.log_size_bytes;
+        self.writes += other.writes;
+        self.bytes_written += other.bytes_written;
+        self.pending_bytes += other.pending_bytes;
+        self.syncs += other.syncs;
+        self.sync_latency_us_total += other.sync_latency_us_total;
+        if self.sync_latency_buckets.len() < other.sync_latency_buckets.len() {
+            self.sync_latency_buckets
+                .resize(other.sync_latency_buckets.len(), 0);
+        }
+        for (total, count) in self
+            .sync_latency_buckets
+            .iter_mut()
+            .zip(&other.sync_latency_buckets)
+        {
+            *total += count;
+        }
+        self.reads_cached += other.reads_cached;
+        self.reads_disk += other.reads_disk;
+        self.journal_writes += other.journal_writes;
+        self.journal_records += other.journal_records;
+        self.journal_bytes += other.journal_bytes;
+    }
+}
+
 /// This core's snapshot; runs on the core.
 pub fn snapshot(shard: &Shard) -> ShardSnapshot {
     let (apis, errors, hops) = PROBE.with(|p| {
@@ -264,10 +315,9 @@ pub fn snapshot(shard: &Shard) -> ShardSnapshot {
             .collect();
         (apis, errors, p.hops.get())
     });
-    let mut storage = StorageSnapshot {
-        sync_latency_buckets: vec![0; storage::SYNC_LATENCY_BOUNDS_US.len() + 1],
-        ..StorageSnapshot::default()
-    };
+    // Counters start from the logs this core deleted, so they never go
+    // back when a topic goes (Prometheus would read that as a reset).
+    let mut storage = shard.retired_logs.borrow().clone();
     let mut partitions = 0u64;
     for by_index in shard.partitions.borrow().values() {
         for partition in by_index.values() {
@@ -275,20 +325,8 @@ pub fn snapshot(shard: &Shard) -> ShardSnapshot {
             let log = partition.log();
             let stats = log.stats();
             storage.log_size_bytes += log.size_bytes();
-            storage.writes += stats.writes;
-            storage.bytes_written += stats.bytes_written;
             storage.pending_bytes += stats.pending_bytes as u64;
-            storage.syncs += stats.syncs;
-            storage.sync_latency_us_total += stats.sync_latency_us_total;
-            for (total, count) in storage
-                .sync_latency_buckets
-                .iter_mut()
-                .zip(stats.sync_latency_buckets)
-            {
-                *total += count;
-            }
-            storage.reads_cached += stats.reads_cached;
-            storage.reads_disk += stats.reads_disk;
+            add_log_counters(&mut storage, &stats);
         }
     }
     let journal = storage::journal::thread_counts();

@@ -99,6 +99,9 @@ pub struct Shard {
     pub controller_lock: glommio::sync::Semaphore,
     /// The consumer groups this core coordinates.
     pub groups: crate::group::manager::GroupManager,
+    /// Counters of the logs this core deleted, kept so the metrics' sums
+    /// never go back (see `metrics::snapshot`).
+    pub retired_logs: RefCell<crate::metrics::StorageSnapshot>,
 }
 
 impl Shard {
@@ -123,6 +126,7 @@ impl Shard {
             producer_ids: Cell::new((0, 0)),
             controller_lock: glommio::sync::Semaphore::new(1),
             groups: Default::default(),
+            retired_logs: RefCell::new(crate::metrics::empty_storage()),
         })
     }
 

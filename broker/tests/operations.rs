@@ -337,6 +337,54 @@ fn metrics_move_by_exactly_what_was_produced() {
         &[("shard", "all"), ("api", "Fetch"), ("le", "+Inf")],
     );
     assert_eq!(count, inf);
+
+    // Deleting the topic takes its partitions and their bytes away, but no
+    // counter goes back: a scraper would read that as a restart.
+    let deleted = run(
+        Command::new(env!("CARGO_BIN_EXE_strom")).args([
+            "topic",
+            "delete",
+            "ops",
+            "--bootstrap",
+            &broker.bootstrap(),
+        ]),
+        None,
+        IO_TIMEOUT,
+    );
+    assert!(
+        deleted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&deleted.stderr)
+    );
+    let gone = admin.scrape();
+    assert_eq!(gone.all("strom_partitions"), 0.0, "{}", gone.body);
+    assert_eq!(gone.all("strom_log_size_bytes"), 0.0, "{}", gone.body);
+    for counter in [
+        "strom_fdatasync_total",
+        "strom_fdatasync_latency_seconds_count",
+        "strom_fdatasync_latency_seconds_sum",
+        "strom_log_writes_total",
+        "strom_log_written_bytes_total",
+    ] {
+        assert!(
+            gone.all(counter) >= consumed.all(counter),
+            "{counter}: {} after the delete, {} before",
+            gone.all(counter),
+            consumed.all(counter)
+        );
+    }
+    assert!(
+        consumed.all("strom_fdatasync_total") >= 1.0,
+        "{}",
+        consumed.body
+    );
+    let cache_reads = |m: &Metrics| {
+        m.get(
+            "strom_batch_cache_reads_total",
+            &[("shard", "all"), ("source", "cache")],
+        )
+    };
+    assert!(cache_reads(&gone) >= cache_reads(&consumed) && cache_reads(&gone) >= 2.0);
 }
 
 /// Sends one request and decodes its response.
