@@ -72,7 +72,8 @@ pub fn thp_disabled() -> bool {
 
 /// mimalloc options `libmimalloc-sys` does not name: `purge_delay`
 /// (milliseconds; -1: never purge) and `allow_thp` (0: never advise huge
-/// pages), by their place in `mi_option_t`.
+/// pages), by their place in `mi_option_t` (mimalloc v3; a test reads
+/// their defaults back, so a reordered enum fails it).
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 const MI_OPTION_ALLOW_THP: libmimalloc_sys::mi_option_t = 43;
 
@@ -138,6 +139,27 @@ unsafe impl GlobalAlloc for Split {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The option numbers name the options meant: their defaults (purge
+    /// delay 1000 ms, huge pages allowed) differ from their neighbours'
+    /// (1 and 0 around the first, 32 and 0 around the second).
+    #[test]
+    fn the_option_numbers_are_mimallocs_purge_delay_and_allow_thp() {
+        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some()
+            || std::env::var_os("MIMALLOC_ALLOW_THP").is_some()
+        {
+            return;
+        }
+        // SAFETY: reads allocator options.
+        let (purge_delay, allow_thp) = unsafe {
+            (
+                libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY),
+                libmimalloc_sys::mi_option_get(MI_OPTION_ALLOW_THP),
+            )
+        };
+        assert_eq!(purge_delay, 1000);
+        assert_eq!(allow_thp, 1);
+    }
 
     /// Blocks grown and shrunk across the threshold keep their bytes and
     /// are freed by the allocator that owns them (a mismatch would crash).
