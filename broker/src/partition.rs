@@ -8,7 +8,7 @@ use std::path::Path;
 use std::rc::Rc;
 
 use bytes::Bytes;
-use protocol::batch::BatchHeader;
+use protocol::batch::{BatchHeader, RecordBatch};
 
 use crate::errors;
 use crate::limits::{PRODUCER_RECOVERY_OFFSETS, PRODUCER_RECOVERY_READ_BYTES};
@@ -165,7 +165,8 @@ impl Partition {
     }
 
     /// Appends one validated batch; with `acks == -1` returns once durable.
-    pub async fn produce(&self, batch: Bytes, header: BatchHeader, acks: i16) -> ProduceOutcome {
+    pub async fn produce(&self, batch: RecordBatch, acks: i16) -> ProduceOutcome {
+        let header = *batch.header();
         let idempotent = header.producer_id >= 0 && !header.is_transactional();
         let first_sequence = header.base_sequence;
         let last_seq = last_sequence(first_sequence, header.last_offset_delta);
@@ -207,7 +208,7 @@ impl Partition {
         };
         // No await between the sequence check and the append call: appends
         // of one partition are ordered as they are called.
-        let appended = self.log.append(batch, options).await;
+        let appended = self.log.append_batch(batch, options).await;
         let info = match appended {
             Ok(info) => info,
             Err(error) => {

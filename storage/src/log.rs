@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use glommio::sync::Semaphore;
-use protocol::batch::{self, HEADER_LEN};
+use protocol::batch::{self, RecordBatch, HEADER_LEN};
 use tracing::{error, info, warn};
 
 use crate::cache::{BatchCache, CachedBatch, HEAD_LEN};
@@ -614,7 +614,19 @@ impl Log {
     /// visible to readers. Returns before the batch is durable; see
     /// [`Log::wait_durable`]. An invalid batch changes nothing.
     pub async fn append(&self, batch: Bytes, options: AppendOptions) -> Result<AppendInfo> {
-        let header = batch::validate(&batch)?;
+        self.append_batch(RecordBatch::new(batch)?, options).await
+    }
+
+    /// [`Log::append`] of a batch already validated (its CRC checked once,
+    /// where it was received): the same, without a second pass over the
+    /// bytes.
+    pub async fn append_batch(
+        &self,
+        batch: RecordBatch,
+        options: AppendOptions,
+    ) -> Result<AppendInfo> {
+        let header = *batch.header();
+        let batch = batch.into_bytes();
         let size = batch.len();
         let max = self.inner.config.borrow().max_message_bytes;
         if size > max as usize {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use glommio::channels::local_channel::{self, LocalSender};
 use protocol::batch::build::{self, NewRecord};
-use protocol::batch::{split_batches, BatchHeader};
+use protocol::batch::{split_batches, RecordBatch};
 
 use crate::controller::{self, TopicSpec};
 use crate::errors;
@@ -372,8 +372,8 @@ pub async fn append(
     }
     for records in pending {
         let bytes = Bytes::from(build::batch(timestamp, &records));
-        let header = BatchHeader::parse(&bytes).map_err(|_| errors::UNKNOWN_SERVER_ERROR)?;
-        let outcome = log.produce(bytes, header, 1).await;
+        let batch = RecordBatch::new(bytes).map_err(|_| errors::UNKNOWN_SERVER_ERROR)?;
+        let outcome = log.produce(batch, 1).await;
         if outcome.error_code != errors::NONE {
             tracing::error!(
                 partition,

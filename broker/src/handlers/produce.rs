@@ -12,7 +12,7 @@ use std::rc::Rc;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
-use protocol::batch::BatchHeader;
+use protocol::batch::RecordBatch;
 use protocol::codec::RequestFrame;
 
 use crate::controller::{self, TopicSpec};
@@ -32,8 +32,7 @@ struct Routed {
     slot: usize,
     topic: String,
     partition: i32,
-    batch: Bytes,
-    header: BatchHeader,
+    batch: RecordBatch,
 }
 
 /// Creates the topics a produce request names that do not exist yet, when
@@ -117,8 +116,8 @@ pub async fn handle(
                 *outcome = ProduceOutcome::error(errors::MESSAGE_TOO_LARGE);
                 continue;
             }
-            let header = match protocol::batch::validate(&records) {
-                Ok(header) => header,
+            let batch = match RecordBatch::new(records) {
+                Ok(batch) => batch,
                 Err(error) => {
                     tracing::debug!(topic = name, partition = partition_data.index, %error, "rejected batch");
                     *outcome = ProduceOutcome::error(errors::batch_error_code(&error));
@@ -129,8 +128,7 @@ pub async fn handle(
                 slot,
                 topic: name.to_string(),
                 partition: partition_data.index,
-                batch: records,
-                header,
+                batch,
             });
         }
     }
@@ -144,7 +142,7 @@ pub async fn handle(
                         let partition = owner.partition(&r.topic, r.partition);
                         Box::pin(async move {
                             let outcome = match partition {
-                                Some(partition) => partition.produce(r.batch, r.header, acks).await,
+                                Some(partition) => partition.produce(r.batch, acks).await,
                                 None => ProduceOutcome::error(errors::NOT_LEADER_OR_FOLLOWER),
                             };
                             (r.slot, outcome)
