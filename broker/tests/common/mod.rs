@@ -19,7 +19,7 @@ pub const STOP_DEADLINE: Duration = Duration::from_secs(10);
 const POLL_INTERVAL: Duration = Duration::from_millis(20);
 
 /// What the broker logs once every core is ready (and listening).
-const STARTED_LINE: &str = "strom started";
+pub const STARTED_LINE: &str = "strom started";
 
 /// Ports handed out in this test process.
 static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
@@ -120,7 +120,7 @@ impl Broker {
             }
             assert!(
                 Instant::now() < deadline,
-                "strom did not listen within {START_DEADLINE:?}:\n{}",
+                "strom did not log its start line and listen within {START_DEADLINE:?}:\n{}",
                 self.log()
             );
             std::thread::sleep(POLL_INTERVAL);
