@@ -132,7 +132,52 @@ fn small_durable_appends_live_in_the_journal_until_replayed() {
     run(move || async move { check_logs(&root, &names, &expected).await });
 }
 
-/// Once a megabyte of records waits for the journal's next write, further
+/// A log whose unwritten bytes pass its journal threshold writes them out
+/// in whole pages only: the partial last page stays in memory, made
+/// durable by the journal, instead of being written now and written again
+/// when it fills. No page goes to the segment file twice, so the bytes
+/// written never exceed the bytes appended; after a crash the journal puts
+/// the last pages back.
+#[test]
+fn a_log_past_its_journal_threshold_writes_whole_pages_only() {
+    let dir = common::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    let names = vec!["t-0".to_string()];
+    let expected = {
+        let (root, names) = (root.clone(), names.clone());
+        run(move || async move {
+            let logs = open_logs(&root, &names).await;
+            // 48 batches of ~8 KiB, one durable at a time: the 64 KiB
+            // threshold is passed about five times.
+            let expected = append_durably_sized(&logs, 48, 0, 4_000).await;
+            let appended: u64 = expected
+                .iter()
+                .map(|(_, _, s)| s.bytes().len() as u64)
+                .sum();
+            let stats = logs[0].stats();
+            // One write per pass of the threshold; two (the last page
+            // alone, then the rest) when each write-out ended in a partial
+            // page to be rewritten.
+            let passes = appended / (64 << 10);
+            assert!(
+                (passes.saturating_sub(1)..=passes + 1).contains(&stats.writes),
+                "the log passed its threshold {passes} times and wrote {} times",
+                stats.writes
+            );
+            assert!(
+                stats.bytes_written <= appended,
+                "{} bytes written for {appended} appended: a page went out twice",
+                stats.bytes_written
+            );
+            // A crash: the log is dropped unclosed, its last page only in
+            // the journal.
+            expected
+        })
+    };
+    run(move || async move { check_logs(&root, &names, &expected).await });
+}
+
+/// Once enough records wait for the journal's next write, further
 /// logs write their small appends to their segment files (journaling them
 /// too would move every byte twice); whichever way each went, a crash
 /// loses nothing.
@@ -140,12 +185,15 @@ fn small_durable_appends_live_in_the_journal_until_replayed() {
 fn a_full_journal_write_sends_further_logs_to_their_segments() {
     let dir = common::tempdir().unwrap();
     let root = dir.path().to_path_buf();
-    // 64 logs x ~24 KiB per round: ~1.5 MiB a round, each log far below
-    // its own 64 KiB threshold (two batches, 48 KiB, in all).
+    // 64 logs x ~24 KiB per round: ~1.5 MiB a round against a 1 MiB
+    // bound, each log far below its own 64 KiB threshold (two batches,
+    // 48 KiB, in all).
+    const QUEUED_MAX: usize = 1 << 20;
     let names: Vec<String> = (0..64).map(|p| format!("t-{p}")).collect();
     let expected = {
         let (root, names) = (root.clone(), names.clone());
         run(move || async move {
+            storage::journal::set_queued_bytes_max(QUEUED_MAX);
             let logs = open_logs(&root, &names).await;
             let expected = append_durably_sized(&logs, 2, 0, 12_000).await;
             let records = storage::journal::thread_counts().records;
@@ -153,8 +201,7 @@ fn a_full_journal_write_sends_further_logs_to_their_segments() {
             assert!(records > 0, "the journal served some rounds");
             assert!(
                 writing > 0,
-                "no log wrote its segment although rounds queued more than {} bytes",
-                storage::journal::QUEUED_BYTES_MAX
+                "no log wrote its segment although rounds queued more than {QUEUED_MAX} bytes"
             );
             expected
         })
