@@ -79,13 +79,17 @@ thread_local! {
 /// default; see [`set_queued_bytes_max`]). The journal replaces many small
 /// writes by one, at the price of moving each byte twice (into the
 /// journal, later into its segment). With 1,000 partitions at full rate
-/// (~8 KiB per partition and round, 8 MiB a round) journaling all of it
-/// beat two segment writes per partition and round: (f) of the benchmark
-/// matrix went from 366/406/393 to 405/423/436 MB/s in alternating runs,
-/// and 14% less broker CPU per GB (medians). (It lost by 28% when a log
-/// writing out its journaled bytes also wrote its partial last page, and
-/// rewrote that page alone in its next write.)
-pub const QUEUED_BYTES_MAX_DEFAULT: usize = 16 << 20;
+/// (~8 KiB per partition and request, 8 MiB per request, several requests
+/// in flight) journaling all of it beats two segment writes per partition
+/// and round. (f) of the benchmark matrix, alternating runs: a 1 MiB bound
+/// gave 366/406/393 MB/s, 16 MiB 405/423/436 with 14% less broker CPU per
+/// GB; in a second series 16 MiB gave 395/390/384 and 32 MiB 409/453/438.
+/// (Journaling those rounds lost 28% when a log writing out its journaled
+/// bytes also wrote its partial last page, and rewrote that page alone in
+/// its next write.) A larger bound lets a round hold its appends back for
+/// longer (32 MiB is ~30 ms of this machine's disk) and takes a chunk
+/// faster.
+pub const QUEUED_BYTES_MAX_DEFAULT: usize = 32 << 20;
 
 /// Sets how many record bytes may wait for this thread's next journal
 /// write before its logs write small appends to their segments (see
