@@ -14,7 +14,10 @@
 //! On disk a journal is two chunk files, `__journal/<n>-0.journal` and
 //! `<n>-1.journal`, used in turn. Each starts with a header page holding the
 //! chunk's sequence number; records follow, each carrying that number and a
-//! CRC. When the active chunk is full the journal moves to the other one,
+//! CRC. Every write ends on a page boundary (a padding record fills the
+//! rest of its last page), so the next write starts on a fresh page and
+//! the records of a round go out from the buffer they were encoded into.
+//! When the active chunk is full the journal moves to the other one,
 //! which must be *retired* first: every log with records in it has written
 //! those bytes to its segment file and a `syncfs` made them durable. The
 //! chunk just left is retired in the background at once, so appends only
@@ -35,7 +38,7 @@ use std::path::{Path, PathBuf};
 use std::rc::{Rc, Weak};
 use std::sync::Mutex;
 
-use glommio::io::DmaFile;
+use glommio::io::{DmaBuffer, DmaFile};
 use tracing::{info, warn};
 
 use crate::error::{IoContext, Result, StorageError};
@@ -47,15 +50,23 @@ use crate::signal::Signal;
 /// Directory of the journals inside a data directory.
 pub const DIR_NAME: &str = "__journal";
 const MAGIC: &[u8; 8] = b"STROMJNL";
-const VERSION: u32 = 1;
+/// Version 2 added padding records (version 1 journals are still read).
+const VERSION: u32 = 2;
 /// Record frame: length, CRC, chunk sequence, kind, path length.
 const RECORD_HEAD: usize = 4 + 4 + 8 + 1 + 2;
 const KIND_DATA: u8 = 1;
 const KIND_TOMBSTONE: u8 = 2;
+/// Fills the rest of a write's last page; replay skips it.
+const KIND_PAD: u8 = 3;
+/// The most a padding record takes: the rest of a page, or a page more
+/// when that rest is shorter than a record's head.
+const PAD_MAX: usize = PAGE as usize + RECORD_HEAD;
+/// Capacity of the buffers a round's records are encoded into: each is
+/// one write. Kept under glibc's mmap threshold (32 MiB), so freed
+/// buffers are reused from the heap instead of mapped and faulted in anew.
+const BUFFER_BYTES: usize = 4 << 20;
 /// Bytes of each of a journal's two chunk files by default.
 pub const CHUNK_BYTES_DEFAULT: u64 = 128 << 20;
-/// A write buffer larger than this is freed after its write, not kept.
-const SPARE_BYTES_MAX: usize = 64 << 20;
 /// No record is longer than a chunk may be.
 const CHUNK_BYTES_MAX: u64 = 1 << 32;
 
@@ -164,8 +175,6 @@ struct Chunk {
     seq: u64,
     /// Next record position.
     end: u64,
-    /// Bytes of the partial page at `align_down(end)`.
-    tail: Vec<u8>,
     /// Logs with records here, and the offset each must have written out.
     participants: Vec<(Weak<dyn Participant>, u64)>,
     /// Free: nothing here is needed any more (or never was).
@@ -176,12 +185,8 @@ struct State {
     chunks: [Chunk; 2],
     active: usize,
     next_seq: u64,
-    /// Encoded records waiting for the next write, and where each starts.
-    pending: Vec<u8>,
-    /// The buffer of the last write, emptied, for the next records (so a
-    /// round's records do not fault in fresh memory).
-    spare: Vec<u8>,
-    starts: Vec<usize>,
+    /// Encoded records waiting for the next write.
+    pending: Pending,
     pending_participants: Vec<(Weak<dyn Participant>, u64)>,
     records: u64,
     writes: u64,
@@ -221,32 +226,127 @@ impl<'a> Record<'a, NoFill> {
 }
 
 impl<F: FnOnce(&mut [u8])> Record<'_, F> {
-    /// Appends the record to `out`, its bytes written in place.
-    fn encode(self, out: &mut Vec<u8>) {
-        let start = out.len();
+    /// Bytes the record takes.
+    fn encoded_len(&self) -> usize {
+        match self {
+            Record::Data { path, len, .. } => RECORD_HEAD + path.len() + 8 + len,
+            Record::Tombstone { dir } => RECORD_HEAD + dir.len(),
+        }
+    }
+
+    /// Writes the record into `out` (exactly [`Record::encoded_len`]
+    /// bytes), its bytes filled in place; CRC and sequence are set when it
+    /// is written ([`seal`]).
+    fn encode(self, out: &mut [u8]) {
         let (kind, path) = match &self {
             Record::Data { path, .. } => (KIND_DATA, *path),
             Record::Tombstone { dir } => (KIND_TOMBSTONE, *dir),
         };
-        out.extend_from_slice(&[0u8; 16]); // length, CRC, seq: filled in later
-        out.push(kind);
-        out.extend_from_slice(&(path.len() as u16).to_le_bytes());
-        out.extend_from_slice(path.as_bytes());
-        if let Record::Data {
-            position,
-            len,
-            fill,
-            ..
-        } = self
-        {
-            out.extend_from_slice(&position.to_le_bytes());
-            let at = out.len();
-            out.resize(at + len, 0);
-            fill(&mut out[at..]);
+        encode_head(out, kind, path);
+        if let Record::Data { position, fill, .. } = self {
+            let at = RECORD_HEAD + path.len();
+            out[at..at + 8].copy_from_slice(&position.to_le_bytes());
+            fill(&mut out[at + 8..]);
         }
-        let len = (out.len() - start) as u32;
-        out[start..start + 4].copy_from_slice(&len.to_le_bytes());
     }
+}
+
+/// A record's head: length (all of `out`), CRC and sequence (zero until
+/// [`seal`]), kind, path.
+fn encode_head(out: &mut [u8], kind: u8, path: &str) {
+    let len = out.len() as u32;
+    out[..4].copy_from_slice(&len.to_le_bytes());
+    out[4..16].fill(0);
+    out[16] = kind;
+    out[17..19].copy_from_slice(&(path.len() as u16).to_le_bytes());
+    out[RECORD_HEAD..RECORD_HEAD + path.len()].copy_from_slice(path.as_bytes());
+}
+
+/// Stamps an encoded record with its chunk's sequence and its CRC.
+fn seal(record: &mut [u8], seq: u64) {
+    record[8..16].copy_from_slice(&seq.to_le_bytes());
+    let crc = crc32fast::hash(&record[8..]);
+    record[4..8].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Bytes a write of `len` record bytes takes on disk: up to the next page,
+/// or a page more when the rest is too short for a padding record.
+fn padded_len(len: usize) -> usize {
+    let padded = file::align_up(len as u64) as usize;
+    if padded > len && padded - len < RECORD_HEAD {
+        padded + PAGE as usize
+    } else {
+        padded
+    }
+}
+
+/// Seals the records of `buffer[..len]` (starting at `starts`) and pads
+/// them to [`padded_len`] with a padding record; returns that length.
+fn seal_all(buffer: &mut DmaBuffer, len: usize, starts: &[usize], seq: u64) -> usize {
+    let out = buffer.as_bytes_mut();
+    for (i, &start) in starts.iter().enumerate() {
+        let end = starts.get(i + 1).copied().unwrap_or(len);
+        seal(&mut out[start..end], seq);
+    }
+    let padded = padded_len(len);
+    if padded > len {
+        let pad = &mut out[len..padded];
+        encode_head(pad, KIND_PAD, "");
+        pad[RECORD_HEAD..].fill(0);
+        seal(pad, seq);
+    }
+    padded
+}
+
+/// Records waiting for the next write, encoded straight into memory that
+/// write can send as it is (aligned for O_DIRECT): a round's bytes are
+/// copied once, from the logs' caches into these buffers.
+#[derive(Default)]
+struct Pending {
+    buffers: Vec<RecordBuffer>,
+    /// Record bytes in all of them.
+    len: usize,
+}
+
+/// Encoded records in one buffer, written as one O_DIRECT write.
+struct RecordBuffer {
+    buffer: DmaBuffer,
+    /// Bytes the records take.
+    len: usize,
+    /// Where each record starts.
+    starts: Vec<usize>,
+}
+
+impl Pending {
+    /// `n` more bytes, for a record to be encoded into: at the end of the
+    /// last buffer, or in a new one. A buffer keeps room for a padding
+    /// record after its records.
+    fn extend(&mut self, n: usize) -> &mut [u8] {
+        let fits = self
+            .buffers
+            .last()
+            .is_some_and(|b| b.len + n + PAD_MAX <= b.buffer.len());
+        if !fits {
+            let capacity = (n + PAD_MAX).max(buffer_bytes());
+            self.buffers.push(RecordBuffer {
+                buffer: glommio::allocate_dma_buffer(file::align_up(capacity as u64) as usize),
+                len: 0,
+                starts: Vec::new(),
+            });
+        }
+        self.len += n;
+        let last = self.buffers.last_mut().expect("pushed above");
+        let at = last.len;
+        last.starts.push(at);
+        last.len += n;
+        &mut last.buffer.as_bytes_mut()[at..at + n]
+    }
+}
+
+/// Capacity of a record buffer: [`BUFFER_BYTES`], or less with small
+/// chunks (a buffer is written into one chunk).
+fn buffer_bytes() -> usize {
+    BUFFER_BYTES.min((record_bytes_max() as usize).max(PAGE as usize))
 }
 
 fn header_page(seq: u64) -> Vec<u8> {
@@ -267,7 +367,7 @@ fn parse_header(page: &[u8]) -> Option<u64> {
     if crc != crc32fast::hash(&page[..20]) {
         return None;
     }
-    if u32::from_le_bytes(page[8..12].try_into().ok()?) != VERSION {
+    if !(1..=VERSION).contains(&u32::from_le_bytes(page[8..12].try_into().ok()?)) {
         return None;
     }
     Some(u64::from_le_bytes(page[12..20].try_into().ok()?))
@@ -320,7 +420,6 @@ impl Journal {
                 capacity,
                 seq: 0,
                 end: PAGE,
-                tail: Vec::new(),
                 participants: Vec::new(),
                 free: true,
             });
@@ -333,9 +432,7 @@ impl Journal {
                 chunks: [a, b],
                 active: 1,
                 next_seq: 1,
-                pending: Vec::new(),
-                spare: Vec::new(),
-                starts: Vec::new(),
+                pending: Pending::default(),
                 pending_participants: Vec::new(),
                 records: 0,
                 writes: 0,
@@ -369,10 +466,8 @@ impl Journal {
     ) -> std::io::Result<u64> {
         let need = self.group.next_round()?;
         let mut state = self.state.borrow_mut();
-        let start = state.pending.len();
-        state.starts.push(start);
-        record.encode(&mut state.pending);
-        let added = state.pending.len() - start;
+        let added = record.encoded_len();
+        record.encode(state.pending.extend(added));
         QUEUED.with(|q| q.set(q.get() + added));
         if let Some(p) = participant {
             state.pending_participants.push(p);
@@ -389,16 +484,11 @@ impl Journal {
     /// Writes every pending record (moving to the other chunk when the
     /// active one is full) and syncs.
     async fn write_pending(self: &Rc<Self>) -> std::io::Result<()> {
-        let (mut pending, starts, participants) = {
+        let (pending, participants) = {
             let mut state = self.state.borrow_mut();
-            let spare = std::mem::take(&mut state.spare);
-            let taken = state.pending.len();
-            QUEUED.with(|q| q.set(q.get().saturating_sub(taken)));
-            (
-                std::mem::replace(&mut state.pending, spare),
-                std::mem::take(&mut state.starts),
-                std::mem::take(&mut state.pending_participants),
-            )
+            let pending = std::mem::take(&mut state.pending);
+            QUEUED.with(|q| q.set(q.get().saturating_sub(pending.len)));
+            (pending, std::mem::take(&mut state.pending_participants))
         };
         // Whoever has records in a chunk must write them out before it is
         // reused; a write that moves on to the other chunk notes its
@@ -412,10 +502,11 @@ impl Journal {
                     .extend(participants.iter().cloned());
             }
         }
-        let mut next = 0; // index into `starts`
-        while next < starts.len() {
-            // How many records fit in the active chunk.
-            let (room, active) = {
+        let mut buffers = pending.buffers.into_iter().peekable();
+        while buffers.peek().is_some() {
+            // The buffers that fit in the active chunk, each padded to a
+            // page, go out together, then one sync.
+            let (mut room, capacity) = {
                 let state = self.state.borrow();
                 let chunk = &state.chunks[state.active];
                 let room = if chunk.seq == 0 {
@@ -423,23 +514,22 @@ impl Journal {
                 } else {
                     chunk.capacity - chunk.end
                 };
-                (room, state.active)
+                (room, chunk.capacity)
             };
-            let from = starts[next];
-            let mut upto = next;
-            while upto < starts.len() {
-                let end = starts.get(upto + 1).copied().unwrap_or(pending.len());
-                if (end - from) as u64 > room {
+            let mut batch = Vec::new();
+            while let Some(next) = buffers.peek() {
+                let padded = padded_len(next.len) as u64;
+                if padded > room {
                     break;
                 }
-                upto += 1;
+                room -= padded;
+                batch.push(buffers.next().expect("peeked"));
             }
-            if upto == next {
-                let len = starts.get(next + 1).copied().unwrap_or(pending.len()) - from;
-                let capacity = self.state.borrow().chunks[active].capacity;
-                if len as u64 > capacity - PAGE {
+            if batch.is_empty() {
+                let len = buffers.peek().map_or(0, |b| b.len);
+                if padded_len(len) as u64 > capacity - PAGE {
                     return Err(std::io::Error::other(format!(
-                        "a journal record of {len} bytes does not fit in a chunk of {capacity}"
+                        "{len} bytes of journal records do not fit in a chunk of {capacity}"
                     )));
                 }
                 self.switch_chunk().await?;
@@ -450,75 +540,71 @@ impl Journal {
                     .extend(participants.iter().cloned());
                 continue;
             }
-            let to = starts.get(upto).copied().unwrap_or(pending.len());
-            self.write_records(&mut pending[from..to], &starts[next..upto], from)
-                .await?;
-            next = upto;
-        }
-        if pending.capacity() <= SPARE_BYTES_MAX {
-            pending.clear();
-            self.state.borrow_mut().spare = pending;
+            self.write_records(batch).await?;
         }
         Ok(())
     }
 
-    /// Writes records `bytes` (starting at `starts[i] - base` each) at the
-    /// active chunk's end, then syncs the chunk.
-    async fn write_records(
-        &self,
-        bytes: &mut [u8],
-        starts: &[usize],
-        base: usize,
-    ) -> std::io::Result<()> {
-        let (file, path, position, buffer, new_end, new_tail) = {
+    /// Writes `buffers` one after the other at the active chunk's end, each
+    /// padded to a page (all submitted at once), then syncs the chunk.
+    async fn write_records(&self, buffers: Vec<RecordBuffer>) -> std::io::Result<()> {
+        let (file, path, start, writes) = {
             let state = self.state.borrow();
             let chunk = &state.chunks[state.active];
-            let seq = chunk.seq;
-            for (i, &s) in starts.iter().enumerate() {
-                let s = s - base;
-                let e = starts.get(i + 1).map_or(bytes.len(), |&n| n - base);
-                let record = &mut bytes[s..e];
-                record[8..16].copy_from_slice(&seq.to_le_bytes());
-                let crc = crc32fast::hash(&record[8..]);
-                record[4..8].copy_from_slice(&crc.to_le_bytes());
+            debug_assert_eq!(chunk.end % PAGE, 0, "journal writes start on a page");
+            let mut position = chunk.end;
+            let mut writes = Vec::with_capacity(buffers.len());
+            for RecordBuffer {
+                mut buffer,
+                len,
+                starts,
+            } in buffers
+            {
+                let padded = seal_all(&mut buffer, len, &starts, chunk.seq);
+                buffer.trim_to_size(padded);
+                writes.push((position, buffer, len, starts.len()));
+                position += padded as u64;
             }
-            let position = file::align_down(chunk.end);
-            let new_end = chunk.end + bytes.len() as u64;
-            let padded = (file::align_up(new_end) - position) as usize;
-            let mut buffer = chunk.file.alloc_dma_buffer(padded);
-            let out = buffer.as_bytes_mut();
-            let tail_len = chunk.tail.len();
-            out[..tail_len].copy_from_slice(&chunk.tail);
-            out[tail_len..tail_len + bytes.len()].copy_from_slice(bytes);
-            out[tail_len + bytes.len()..].fill(0);
-            let tail_start = (file::align_down(new_end) - position) as usize;
-            let new_tail = out[tail_start..tail_len + bytes.len()].to_vec();
-            (
-                chunk.file.clone(),
-                chunk.path.clone(),
-                position,
-                buffer,
-                new_end,
-                new_tail,
-            )
+            (chunk.file.clone(), chunk.path.clone(), chunk.end, writes)
         };
-        let padded = buffer.len();
-        let written = file.write_at(buffer, position).await?;
-        if written != padded {
+        let mut tasks = Vec::with_capacity(writes.len());
+        let (mut end, mut records, mut bytes) = (start, 0, 0);
+        for (position, buffer, len, count) in writes {
+            let padded = buffer.len();
+            end = position + padded as u64;
+            records += count as u64;
+            bytes += len as u64;
+            let file = file.clone();
+            tasks.push(glommio::spawn_local(async move {
+                match file.write_at(buffer, position).await {
+                    Ok(written) if written == padded => Ok(()),
+                    Ok(_) => Err(std::io::Error::new(
+                        std::io::ErrorKind::WriteZero,
+                        "short journal write",
+                    )),
+                    Err(e) => Err(e.into()),
+                }
+            }));
+        }
+        let mut failure = None;
+        for task in tasks {
+            if let Err(e) = task.await {
+                failure.get_or_insert(e);
+            }
+        }
+        if let Some(e) = failure {
             return Err(std::io::Error::new(
-                std::io::ErrorKind::WriteZero,
-                format!("short journal write to {}", path.display()),
+                e.kind(),
+                format!("journal write to {}: {e}", path.display()),
             ));
         }
         file.fdatasync().await?;
         let mut state = self.state.borrow_mut();
         state.writes += 1;
-        state.records += starts.len() as u64;
-        state.bytes += bytes.len() as u64;
+        state.records += records;
+        state.bytes += bytes;
         let active = state.active;
-        let chunk = &mut state.chunks[active];
-        chunk.end = new_end;
-        chunk.tail = new_tail;
+        state.chunks[active].end = end;
         Ok(())
     }
 
@@ -542,7 +628,6 @@ impl Journal {
             let chunk = &mut state.chunks[other];
             chunk.seq = seq;
             chunk.end = PAGE;
-            chunk.tail = Vec::new();
             chunk.free = false;
             chunk.participants.clear();
             (left, seq, chunk.file.clone(), chunk.path.clone())
@@ -611,7 +696,7 @@ struct ThreadLive(RefCell<Vec<PathBuf>>);
 impl Drop for Journal {
     /// Records never written no longer count against the thread's room.
     fn drop(&mut self) {
-        let queued = self.state.get_mut().pending.len();
+        let queued = self.state.get_mut().pending.len;
         // The thread-local is gone when the journal drops with the thread.
         let _ = QUEUED.try_with(|q| q.set(q.get().saturating_sub(queued)));
     }
@@ -725,6 +810,7 @@ fn read_chunk(path: &Path) -> Result<Option<(u64, Vec<Op>)>> {
             KIND_TOMBSTONE => ops.push(Op::Tombstone {
                 dir: name.to_string(),
             }),
+            KIND_PAD => {}
             _ => break,
         }
         position += len as u64;
@@ -830,4 +916,121 @@ pub fn replay(data_dir: &Path) -> Result<ReplayReport> {
         handle.sync_all().ctx("fsync directory", &dir, 0)?;
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(seq: u64, version: u32) -> Vec<u8> {
+        let mut page = header_page(seq);
+        page[8..12].copy_from_slice(&version.to_le_bytes());
+        let crc = crc32fast::hash(&page[..20]);
+        page[20..24].copy_from_slice(&crc.to_le_bytes());
+        page
+    }
+
+    fn data(path: &str, position: u64, bytes: &[u8], seq: u64) -> Vec<u8> {
+        let record = Record::Data {
+            path,
+            position,
+            len: bytes.len(),
+            fill: |out: &mut [u8]| out.copy_from_slice(bytes),
+        };
+        let mut out = vec![0u8; record.encoded_len()];
+        record.encode(&mut out);
+        seal(&mut out, seq);
+        out
+    }
+
+    fn pad(len: usize, seq: u64) -> Vec<u8> {
+        let mut out = vec![0u8; len];
+        encode_head(&mut out, KIND_PAD, "");
+        seal(&mut out, seq);
+        out
+    }
+
+    fn read(chunk: &[u8]) -> Option<(u64, Vec<Op>)> {
+        let dir = std::env::temp_dir().join(format!(
+            "strom-journal-unit-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("0-0.journal");
+        std::fs::write(&path, chunk).unwrap();
+        let read = read_chunk(&path).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        read
+    }
+
+    fn data_ops(ops: &[Op]) -> Vec<(String, u64, Vec<u8>)> {
+        ops.iter()
+            .map(|op| match op {
+                Op::Data {
+                    path,
+                    position,
+                    bytes,
+                } => (path.clone(), *position, bytes.clone()),
+                Op::Tombstone { dir } => panic!("unexpected tombstone for {dir}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn padding_records_are_skipped_and_the_records_after_them_read() {
+        let mut chunk = header(7, VERSION);
+        chunk.extend(data("t-0/0.log", 100, b"first", 7));
+        let len = chunk.len() - PAGE as usize;
+        let padded = padded_len(len);
+        assert_eq!(padded % PAGE as usize, 0);
+        chunk.extend(pad(padded - len, 7));
+        chunk.extend(data("t-1/0.log", 200, b"second", 7));
+        // A record of an older sequence ends the chunk.
+        chunk.extend(data("t-2/0.log", 300, b"stale", 6));
+        let (seq, ops) = read(&chunk).expect("a valid chunk");
+        assert_eq!(seq, 7);
+        assert_eq!(
+            data_ops(&ops),
+            vec![
+                ("t-0/0.log".to_string(), 100, b"first".to_vec()),
+                ("t-1/0.log".to_string(), 200, b"second".to_vec()),
+            ]
+        );
+    }
+
+    #[test]
+    fn version_1_chunks_are_read_and_unknown_versions_ignored() {
+        let mut chunk = header(3, 1);
+        chunk.extend(data("t-0/0.log", 0, b"old format", 3));
+        let (_, ops) = read(&chunk).expect("a version 1 chunk");
+        assert_eq!(
+            data_ops(&ops),
+            vec![("t-0/0.log".to_string(), 0, b"old format".to_vec())]
+        );
+        let mut future = header(3, VERSION + 1);
+        future.extend(data("t-0/0.log", 0, b"new format", 3));
+        assert!(read(&future).is_none());
+    }
+
+    #[test]
+    fn a_padding_record_fills_at_least_its_head() {
+        for len in [
+            1,
+            100,
+            4096 - RECORD_HEAD,
+            4096 - RECORD_HEAD + 1,
+            4095,
+            4096,
+            4097,
+        ] {
+            let padded = padded_len(len);
+            assert_eq!(padded % PAGE as usize, 0, "{len}");
+            assert!(
+                padded == len || padded - len >= RECORD_HEAD,
+                "{len} -> {padded}"
+            );
+            assert!(padded - len < PAD_MAX, "{len} -> {padded}");
+        }
+    }
 }
