@@ -1785,7 +1785,8 @@ pub(crate) struct InFlightWrite {
 /// any) into an aligned buffer and submits it as one O_DIRECT write. While
 /// more data follows, writes end on a page boundary so that concurrent
 /// writes never share a page; only the last write of a burst carries a
-/// partial page, which the next write rewrites after it completes.
+/// partial page, which the next write rewrites after it completes (none
+/// does while the journal keeps the log's last bytes: see [`write_end`]).
 async fn submit_write(inner: &Rc<Inner>) -> Result<()> {
     let (file, path, aligned_start, buffer, end, id, grow_to) = {
         let config = inner.config.borrow();
@@ -1968,7 +1969,7 @@ fn unwritten_is_small(state: &State, config: &LogConfig) -> bool {
 /// Whether every byte of the active segment not yet durable fits in one
 /// journal record, so a journal round can make them all durable.
 fn journal_can_take(state: &State, config: &LogConfig) -> bool {
-    state.active().size - state.durable_position
+    state.active().size.saturating_sub(state.durable_position)
         <= (2 * config.journal_bytes).min(journal::record_bytes_max())
 }
 
