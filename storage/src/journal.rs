@@ -290,12 +290,29 @@ fn seal_all(buffer: &mut DmaBuffer, len: usize, starts: &[usize], seq: u64) -> u
     }
     let padded = padded_len(len);
     if padded > len {
-        let pad = &mut out[len..padded];
-        encode_head(pad, KIND_PAD, "");
-        pad[RECORD_HEAD..].fill(0);
-        seal(pad, seq);
+        encode_pad(&mut out[len..padded], seq);
     }
     padded
+}
+
+/// Writes all of `buffer` at `position`.
+async fn write_whole(file: Rc<DmaFile>, buffer: DmaBuffer, position: u64) -> std::io::Result<()> {
+    let padded = buffer.len();
+    match file.write_at(buffer, position).await {
+        Ok(written) if written == padded => Ok(()),
+        Ok(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::WriteZero,
+            "short journal write",
+        )),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A sealed padding record filling all of `out` (at least a record head).
+fn encode_pad(out: &mut [u8], seq: u64) {
+    encode_head(out, KIND_PAD, "");
+    out[RECORD_HEAD..].fill(0);
+    seal(out, seq);
 }
 
 /// Records waiting for the next write, encoded straight into memory that
@@ -567,37 +584,34 @@ impl Journal {
             }
             (chunk.file.clone(), chunk.path.clone(), chunk.end, writes)
         };
-        let mut tasks = Vec::with_capacity(writes.len());
         let (mut end, mut records, mut bytes) = (start, 0, 0);
-        for (position, buffer, len, count) in writes {
-            let padded = buffer.len();
-            end = position + padded as u64;
-            records += count as u64;
-            bytes += len as u64;
-            let file = file.clone();
-            tasks.push(glommio::spawn_local(async move {
-                match file.write_at(buffer, position).await {
-                    Ok(written) if written == padded => Ok(()),
-                    Ok(_) => Err(std::io::Error::new(
-                        std::io::ErrorKind::WriteZero,
-                        "short journal write",
-                    )),
-                    Err(e) => Err(e.into()),
-                }
-            }));
+        for (position, buffer, len, count) in &writes {
+            end = position + buffer.len() as u64;
+            records += *count as u64;
+            bytes += *len as u64;
         }
-        let mut failure = None;
+        // A round's buffers go out side by side: all but the last from
+        // tasks of their own, the last (usually the only one) from here.
+        let mut writes = writes
+            .into_iter()
+            .map(|(position, buffer, _, _)| (position, buffer));
+        let last = writes.next_back().expect("write_records gets a buffer");
+        let tasks: Vec<_> = writes
+            .map(|(position, buffer)| {
+                glommio::spawn_local(write_whole(file.clone(), buffer, position))
+            })
+            .collect();
+        let mut outcome = write_whole(file.clone(), last.1, last.0).await;
         for task in tasks {
-            if let Err(e) = task.await {
-                failure.get_or_insert(e);
-            }
+            let other = task.await;
+            outcome = outcome.and(other);
         }
-        if let Some(e) = failure {
-            return Err(std::io::Error::new(
+        outcome.map_err(|e| {
+            std::io::Error::new(
                 e.kind(),
                 format!("journal write to {}: {e}", path.display()),
-            ));
-        }
+            )
+        })?;
         file.fdatasync().await?;
         let mut state = self.state.borrow_mut();
         state.writes += 1;
@@ -945,8 +959,7 @@ mod tests {
 
     fn pad(len: usize, seq: u64) -> Vec<u8> {
         let mut out = vec![0u8; len];
-        encode_head(&mut out, KIND_PAD, "");
-        seal(&mut out, seq);
+        encode_pad(&mut out, seq);
         out
     }
 
