@@ -165,6 +165,17 @@ pub(crate) trait Participant {
     /// segment files; the future resolves when it has (or the log no longer
     /// needs it: closed, truncated, deleted, failed).
     fn write_out(self: Rc<Self>, offset: u64) -> futures_lite::future::BoxedLocal<()>;
+
+    /// Called as a round starts, for a log that asked with
+    /// [`Journal::want`]: puts every byte of the log not yet durable into
+    /// this round (through [`Journal::enqueue`]) and returns true, or
+    /// returns false when it cannot (the log then syncs its own way).
+    fn capture(self: Rc<Self>, journal: &Journal) -> bool;
+
+    /// The round that took what `capture` put in has ended: its records
+    /// are durable, or the round failed with this message. Also told to a
+    /// log that asked for a round the journal can no longer run.
+    fn round_ended(&self, outcome: std::result::Result<(), &str>);
 }
 
 struct Chunk {
@@ -188,6 +199,10 @@ struct State {
     /// Encoded records waiting for the next write.
     pending: Pending,
     pending_participants: Vec<(Weak<dyn Participant>, u64)>,
+    /// Logs whose bytes the next round takes as it starts.
+    wanted: Vec<Weak<dyn Participant>>,
+    /// A task runs rounds while logs want them.
+    driving: bool,
     records: u64,
     writes: u64,
     bytes: u64,
@@ -397,7 +412,7 @@ impl Journal {
         created
             .wait_until(|| CREATING.with(|c| !c.borrow().contains(data_dir)))
             .await;
-        if let Some(found) = JOURNALS.with(|m| m.borrow().get(data_dir).cloned()) {
+        if let Some(found) = Self::existing(data_dir) {
             return Ok(found);
         }
         CREATING.with(|c| c.borrow_mut().insert(data_dir.to_path_buf()));
@@ -405,6 +420,11 @@ impl Journal {
         CREATING.with(|c| c.borrow_mut().remove(data_dir));
         created.notify_all();
         result
+    }
+
+    /// The thread's journal for `data_dir`, if one was created.
+    pub(crate) fn existing(data_dir: &Path) -> Option<Rc<Journal>> {
+        JOURNALS.with(|m| m.borrow().get(data_dir).cloned())
     }
 
     async fn create(data_dir: &Path) -> Result<Rc<Journal>> {
@@ -451,6 +471,8 @@ impl Journal {
                 next_seq: 1,
                 pending: Pending::default(),
                 pending_participants: Vec::new(),
+                wanted: Vec::new(),
+                driving: false,
                 records: 0,
                 writes: 0,
                 bytes: 0,
@@ -498,9 +520,75 @@ impl Journal {
         self.group.wait_for(need, || self.write_pending()).await
     }
 
+    /// Asks for `log`'s bytes to go into the next round, which takes them
+    /// as it starts ([`Participant::capture`]) and tells the log when they
+    /// are durable ([`Participant::round_ended`]). Nobody waits for the
+    /// round here: a task of the journal runs rounds while logs want them.
+    /// Bytes appended while a round runs so go into the very next one; a
+    /// log that handed over a record when its own sync round started
+    /// (see [`Journal::enqueue`]) often missed it, as that start came
+    /// only after the previous round had woken it.
+    pub(crate) fn want(self: &Rc<Self>, log: Weak<dyn Participant>) -> std::io::Result<()> {
+        self.group.next_round()?;
+        let start = {
+            let mut state = self.state.borrow_mut();
+            state.wanted.push(log);
+            !std::mem::replace(&mut state.driving, true)
+        };
+        if start {
+            // glommio runs a spawned task's first poll at once.
+            glommio::spawn_local(self.clone().drive()).detach();
+        }
+        Ok(())
+    }
+
+    /// Runs rounds until no log wants one. Each round starts once every
+    /// task ready to run has run: the other partitions of the request
+    /// being appended, and requests that arrived meanwhile, join it.
+    async fn drive(self: Rc<Self>) {
+        loop {
+            futures_lite::future::yield_now().await;
+            if self.state.borrow().wanted.is_empty() {
+                self.state.borrow_mut().driving = false;
+                return;
+            }
+            let outcome = match self.group.next_round() {
+                Ok(need) => self.durable(need).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = outcome {
+                // The group failed: no round will take what is wanted.
+                let wanted = std::mem::take(&mut self.state.borrow_mut().wanted);
+                let message = e.to_string();
+                for log in wanted.iter().filter_map(Weak::upgrade) {
+                    log.round_ended(Err(&message));
+                }
+            }
+        }
+    }
+
+    /// Writes every pending record (moving to the other chunk when the
+    /// active one is full) and syncs, after taking the bytes of the logs
+    /// that want this round; tells those logs how it ended.
+    async fn write_pending(self: &Rc<Self>) -> std::io::Result<()> {
+        let wanted = std::mem::take(&mut self.state.borrow_mut().wanted);
+        let mut captured = Captured(Vec::with_capacity(wanted.len()));
+        for log in wanted.iter().filter_map(Weak::upgrade) {
+            if log.clone().capture(self) {
+                captured.0.push(log);
+            }
+        }
+        let outcome = self.write_queued().await;
+        let message = outcome.as_ref().err().map(|e| e.to_string());
+        for log in std::mem::take(&mut captured.0) {
+            log.round_ended(message.as_deref().map_or(Ok(()), Err));
+        }
+        outcome
+    }
+
     /// Writes every pending record (moving to the other chunk when the
     /// active one is full) and syncs.
-    async fn write_pending(self: &Rc<Self>) -> std::io::Result<()> {
+    async fn write_queued(self: &Rc<Self>) -> std::io::Result<()> {
         let (pending, participants) = {
             let mut state = self.state.borrow_mut();
             let pending = std::mem::take(&mut state.pending);
@@ -700,6 +788,18 @@ impl Journal {
                 self.group
                     .fail(format!("syncfs failed while retiring a journal chunk: {e}"));
             }
+        }
+    }
+}
+
+/// The logs whose bytes a running round took: told the round failed
+/// should it be abandoned before it ends.
+struct Captured(Vec<Rc<dyn Participant>>);
+
+impl Drop for Captured {
+    fn drop(&mut self) {
+        for log in self.0.drain(..) {
+            log.round_ended(Err("a journal write was abandoned"));
         }
     }
 }

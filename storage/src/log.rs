@@ -222,6 +222,14 @@ struct State {
     /// A sync round is running; writes go on beside it, and the next round
     /// starts when it ends.
     sync_running: bool,
+    /// The log asked its journal for the next round (see
+    /// [`Journal::want`]); the writer starts no sync round meanwhile.
+    journal_wanted: bool,
+    /// What a running journal round took of this log.
+    journal_capture: Option<JournalCapture>,
+    /// A truncation is under way: no journal round takes the log's bytes
+    /// (a record after its tombstone would bring cut bytes back).
+    truncating: bool,
     next_write_id: u64,
     cache: BatchCache,
     failure: Option<String>,
@@ -412,6 +420,9 @@ impl Log {
             tail,
             in_flight: std::collections::VecDeque::new(),
             sync_running: false,
+            journal_wanted: false,
+            journal_capture: None,
+            truncating: false,
             next_write_id: 0,
             cache: BatchCache::default(),
             failure: None,
@@ -685,6 +696,7 @@ impl Log {
         state.next_offset = last_offset + 1;
         state.pending_bytes += size;
         drop(state);
+        want_journal(&self.inner);
         self.inner.changed.notify_all();
         Ok(AppendInfo {
             base_offset,
@@ -1058,6 +1070,7 @@ impl Log {
         self.inner.truncations.set(self.inner.truncations.get() + 1);
         self.inner.read_ahead.borrow_mut().take();
         self.check_writable(&self.inner.state.borrow())?;
+        let _truncating = Truncating::new(&self.inner);
         self.wait_written(self.next_offset()).await?;
         let dir = self.inner.dir.clone();
         // Journal records past the cut must not come back at the next
@@ -1668,7 +1681,11 @@ fn writer_work(state: &State, config: &LogConfig, now: Instant) -> (bool, bool, 
         state.durable_offset < state.written_offset || journal_round(state, config).is_some();
     let requested = state.sync_requested > state.durable_offset;
     let mut wait = None;
+    // A journal round the log asked for makes its bytes durable; while
+    // closing the writer syncs whatever the journal does.
+    let journaling = (state.journal_wanted || state.journal_capture.is_some()) && !state.closing;
     let sync = !state.sync_running
+        && !journaling
         && unsynced
         && (requested
             || match config.flush {
@@ -2010,6 +2027,7 @@ fn journal_round(state: &State, config: &LogConfig) -> Option<(u64, u64)> {
         || state.durable_offset >= state.next_offset
         || !state.in_flight.is_empty()
         || state.failure.is_some()
+        || state.truncating
     {
         return None;
     }
@@ -2036,6 +2054,47 @@ fn request_write_out(inner: &Inner, offset: u64) {
 }
 
 impl journal::Participant for Inner {
+    fn capture(self: Rc<Self>, journal: &Journal) -> bool {
+        let range = {
+            let mut state = self.state.borrow_mut();
+            state.journal_wanted = false;
+            let range = journal_round(&state, &self.config.borrow());
+            range.filter(|_| !state.closing && state.journal_capture.is_none())
+        };
+        let captured = match range {
+            Some((from, to)) => match enqueue_journal_record(&self, journal, from, to) {
+                Ok((_, capture)) => {
+                    self.state.borrow_mut().journal_capture = Some(capture);
+                    true
+                }
+                Err(_) => false,
+            },
+            None => false,
+        };
+        if !captured {
+            // The writer syncs the log its own way.
+            self.changed.notify_all();
+        }
+        captured
+    }
+
+    fn round_ended(&self, outcome: std::result::Result<(), &str>) {
+        let capture = {
+            let mut state = self.state.borrow_mut();
+            state.journal_wanted = false;
+            state.journal_capture.take()
+        };
+        match outcome {
+            Ok(()) => {
+                if let Some(capture) = capture {
+                    apply_journaled(self, capture);
+                }
+                self.changed.notify_all();
+            }
+            Err(message) => fence_inner(self, format!("journal write failed: {message}")),
+        }
+    }
+
     fn write_out(self: Rc<Self>, offset: u64) -> futures_lite::future::BoxedLocal<()> {
         // Asked now, not on first poll: a retiring chunk asks all its logs
         // before it waits for any.
@@ -2082,6 +2141,114 @@ async fn journal_tombstone(inner: &Inner) -> Result<()> {
         .ctx("journal write", &inner.dir, 0)
 }
 
+/// Asks the journal's next round to take this log's bytes not yet durable,
+/// when a round can: right after an append, so that a round starting while
+/// the produce request waits takes them.
+fn want_journal(inner: &Rc<Inner>) {
+    let journal = match inner.journal.get() {
+        Some(journal) => journal,
+        None => {
+            // The thread's first sync round through a journal creates it.
+            let data_dir = inner.dir.parent().unwrap_or(&inner.dir);
+            let Some(journal) = Journal::existing(data_dir) else {
+                return;
+            };
+            inner.journal.get_or_init(|| journal)
+        }
+    };
+    {
+        let mut state = inner.state.borrow_mut();
+        if state.journal_wanted || journal_round(&state, &inner.config.borrow()).is_none() {
+            return;
+        }
+        // Rounds a test holds or fails are the log's own sync rounds.
+        #[cfg(feature = "fault-injection")]
+        if inner.fail_next_sync.get() || inner.sync_hold.borrow().holding {
+            return;
+        }
+        state.journal_wanted = true;
+    }
+    let participant: std::rc::Weak<dyn journal::Participant> = Rc::downgrade(inner) as _;
+    if journal.want(participant).is_err() {
+        // The journal failed; the log's own sync round reports it.
+        inner.state.borrow_mut().journal_wanted = false;
+    }
+}
+
+/// What a journal record of a log's bytes makes durable once its round
+/// ends.
+struct JournalCapture {
+    /// Every offset below this was appended when the bytes were taken.
+    target: u64,
+    /// The active segment's bytes below this position were taken.
+    to: u64,
+    /// The active segment then, and the truncations made before.
+    base: u64,
+    truncations: u64,
+    started: Instant,
+}
+
+/// Puts the active segment's bytes `from..to`, straight from the cache,
+/// into the journal's next write as one record; returns the write's round.
+fn enqueue_journal_record(
+    inner: &Rc<Inner>,
+    journal: &Journal,
+    from: u64,
+    to: u64,
+) -> Result<(u64, JournalCapture)> {
+    let started = Instant::now();
+    let state = inner.state.borrow();
+    let active = state.active();
+    let Some(relative) = journal.relative(&active.path) else {
+        return Err(StorageError::io(
+            "journal",
+            &active.path,
+            from,
+            std::io::Error::other("segment file outside the data directory"),
+        ));
+    };
+    let participant: std::rc::Weak<dyn journal::Participant> = Rc::downgrade(inner) as _;
+    let fill = |out: &mut [u8]| {
+        let position = copy_cached(&state.cache, state.durable_offset, from, to, out);
+        assert_eq!(
+            position, to,
+            "the cache holds every byte a journal round needs"
+        );
+    };
+    let record = Record::Data {
+        path: relative,
+        position: from,
+        len: (to - from) as usize,
+        fill,
+    };
+    let write = journal
+        .enqueue(record, Some((participant, state.next_offset)))
+        .ctx("journal write", &active.path, from)?;
+    let capture = JournalCapture {
+        target: state.next_offset,
+        to,
+        base: active.base_offset,
+        truncations: inner.truncations.get(),
+        started,
+    };
+    Ok((write, capture))
+}
+
+/// Makes what a journal round took durable in the log's state, unless a
+/// truncation or a roll has come between.
+fn apply_journaled(inner: &Inner, capture: JournalCapture) {
+    let mut state = inner.state.borrow_mut();
+    if inner.truncations.get() == capture.truncations && state.active().base_offset == capture.base
+    {
+        state.durable_offset = state.durable_offset.max(capture.target);
+        state.durable_position = state.durable_position.max(capture.to);
+    }
+    record_sync(&mut state, capture.started.elapsed().as_micros() as u64);
+    if state.durable_offset >= state.written_offset {
+        state.unsynced_since = None;
+    }
+}
+
 /// A sync round through the journal: the bytes of the active segment not
 /// yet durable go into one record of the core's next journal write.
 async fn journal_sync_round(
@@ -2090,60 +2257,32 @@ async fn journal_sync_round(
     from: u64,
     to: u64,
 ) -> Result<()> {
-    let started = Instant::now();
-    let truncations = inner.truncations.get();
-    // The bytes go straight from the cache into the journal's next write.
-    let (path, base, target, write) = {
-        let state = inner.state.borrow();
-        let active = state.active();
-        let Some(relative) = journal.relative(&active.path) else {
-            return Err(StorageError::io(
-                "journal",
-                &active.path,
-                from,
-                std::io::Error::other("segment file outside the data directory"),
-            ));
-        };
-        let participant: std::rc::Weak<dyn journal::Participant> = Rc::downgrade(inner) as _;
-        let fill = |out: &mut [u8]| {
-            let position = copy_cached(&state.cache, state.durable_offset, from, to, out);
-            assert_eq!(
-                position, to,
-                "the cache holds every byte a journal round needs"
-            );
-        };
-        let record = Record::Data {
-            path: relative,
-            position: from,
-            len: (to - from) as usize,
-            fill,
-        };
-        let write = journal
-            .enqueue(record, Some((participant, state.next_offset)))
-            .ctx("journal write", &active.path, from)?;
-        (
-            active.path.clone(),
-            active.base_offset,
-            state.next_offset,
-            write,
-        )
-    };
+    let path = inner.state.borrow().active().path.clone();
+    let (write, capture) = enqueue_journal_record(inner, journal, from, to)?;
     journal
         .durable(write)
         .await
         .ctx("journal write", &path, from)?;
     held_by_test(inner).await;
-    let sync_us = started.elapsed().as_micros() as u64;
-    let mut state = inner.state.borrow_mut();
-    if inner.truncations.get() == truncations && state.active().base_offset == base {
-        state.durable_offset = state.durable_offset.max(target);
-        state.durable_position = state.durable_position.max(to);
-    }
-    record_sync(&mut state, sync_us);
-    if state.durable_offset >= state.written_offset {
-        state.unsynced_since = None;
-    }
+    apply_journaled(inner, capture);
     Ok(())
+}
+
+/// Marks a truncation under way for as long as it lives.
+struct Truncating<'a>(&'a Inner);
+
+impl<'a> Truncating<'a> {
+    fn new(inner: &'a Inner) -> Self {
+        inner.state.borrow_mut().truncating = true;
+        Self(inner)
+    }
+}
+
+impl Drop for Truncating<'_> {
+    fn drop(&mut self) {
+        self.0.state.borrow_mut().truncating = false;
+        self.0.changed.notify_all();
+    }
 }
 
 /// Holds a finished round before it takes effect while a test asks (see

@@ -132,6 +132,51 @@ fn small_durable_appends_live_in_the_journal_until_replayed() {
     run(move || async move { check_logs(&root, &names, &expected).await });
 }
 
+/// The appends of one produce request reach many logs at once: one
+/// journal write makes them all durable, as the round starts only once
+/// the appends made alongside the first are in. (When each log handed its
+/// record over from a sync round of its own, the first of them started a
+/// write alone and the others waited for the next.) A crash then loses
+/// none of it.
+#[test]
+fn appends_to_many_logs_at_once_share_one_journal_write() {
+    let dir = common::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    let names: Vec<String> = (0..16).map(|p| format!("t-{p}")).collect();
+    let expected = {
+        let (root, names) = (root.clone(), names.clone());
+        run(move || async move {
+            let logs = open_logs(&root, &names).await;
+            // The first durable append creates the thread's journal.
+            let mut expected = append_durably(&logs[..1], 1, 0).await;
+            for round in 0..3u64 {
+                let before = storage::journal::thread_counts();
+                let mut last = Vec::new();
+                for (p, log) in logs.iter().enumerate() {
+                    let spec = Spec::new(100 + round * 100 + p as u64, 2, 300);
+                    let info = log
+                        .append(spec.bytes(), AppendOptions::default())
+                        .await
+                        .unwrap();
+                    expected.push((p, info.base_offset, spec));
+                    last.push(info.last_offset);
+                }
+                for (log, last) in logs.iter().zip(last) {
+                    log.wait_durable(last).await.unwrap();
+                }
+                let after = storage::journal::thread_counts();
+                assert_eq!(
+                    (after.writes - before.writes, after.records - before.records),
+                    (1, 16),
+                    "round {round}: journal writes and records for one append to each of 16 logs"
+                );
+            }
+            expected
+        })
+    };
+    run(move || async move { check_logs(&root, &names, &expected).await });
+}
+
 /// A log whose unwritten bytes pass its journal threshold writes them out
 /// in whole pages only: the partial last page stays in memory, made
 /// durable by the journal, instead of being written now and written again
