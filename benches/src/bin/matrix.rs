@@ -1,6 +1,6 @@
 //! The end-to-end benchmark matrix (issue 5): measures the machine's limits
-//! (fio O_DIRECT write and read on the data dir's filesystem, iperf3 on
-//! loopback, memcpy), starts `strom` on a fresh data dir (or uses another
+//! (fio O_DIRECT write and read on the data dir's filesystem, the latency
+//! of one durable write there, iperf3 on loopback, memcpy), starts `strom` on a fresh data dir (or uses another
 //! Kafka-compatible broker given by `--bootstrap`), runs each workload file
 //! of `benches/workloads/` with `strom-loadgen`, samples the broker's CPU
 //! time and RSS, and writes a markdown and a JSON table: each figure, its
@@ -60,6 +60,13 @@ struct Args {
 struct Limits {
     fio_write_mb_s: f64,
     fio_read_mb_s: f64,
+    /// One durable write at a time (fio, 64 KiB O_DIRECT + O_DSYNC over
+    /// written blocks: a write and a cache flush, what one journal round
+    /// costs the device), latency percentiles in ms: no acks=all publish
+    /// can beat them.
+    durable_write_p50_ms: f64,
+    durable_write_p99_ms: f64,
+    durable_write_p999_ms: f64,
     loopback_mb_s: f64,
     memcpy_mb_s: f64,
 }
@@ -115,6 +122,9 @@ fn main() -> Result<()> {
     let limits = Limits {
         fio_write_mb_s: median(limit_runs.iter().map(|l| l.fio_write_mb_s)),
         fio_read_mb_s: median(limit_runs.iter().map(|l| l.fio_read_mb_s)),
+        durable_write_p50_ms: median(limit_runs.iter().map(|l| l.durable_write_p50_ms)),
+        durable_write_p99_ms: median(limit_runs.iter().map(|l| l.durable_write_p99_ms)),
+        durable_write_p999_ms: median(limit_runs.iter().map(|l| l.durable_write_p999_ms)),
         loopback_mb_s: median(limit_runs.iter().map(|l| l.loopback_mb_s)),
         memcpy_mb_s: median(limit_runs.iter().map(|l| l.memcpy_mb_s)),
     };
@@ -141,11 +151,17 @@ fn median(values: impl Iterator<Item = f64>) -> f64 {
 fn markdown(limits: &Limits, results: &BTreeMap<String, Vec<CaseRun>>, runs: usize) -> String {
     let mut s = String::new();
     s.push_str(&format!(
-        "Limits (median of {runs}): fio write {:.0} MB/s, fio read {:.0} MB/s, loopback TCP {:.0} MB/s, memcpy {:.0} MB/s\n\n",
-        limits.fio_write_mb_s, limits.fio_read_mb_s, limits.loopback_mb_s, limits.memcpy_mb_s
+        "Limits (median of {runs}): fio write {:.0} MB/s, fio read {:.0} MB/s, one durable 64 KiB write (QD1) p50 / p99 / p99.9 {:.2} / {:.2} / {:.2} ms, loopback TCP {:.0} MB/s, memcpy {:.0} MB/s\n\n",
+        limits.fio_write_mb_s,
+        limits.fio_read_mb_s,
+        limits.durable_write_p50_ms,
+        limits.durable_write_p99_ms,
+        limits.durable_write_p999_ms,
+        limits.loopback_mb_s,
+        limits.memcpy_mb_s
     ));
-    s.push_str("| case | produce MB/s | records/s | consume MB/s | ratio to disk limit | publish p99 / p99.9 ms | e2e p99 ms | broker CPU s/GB | broker RSS MB | errors | CPU stolen % (max) |\n");
-    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    s.push_str("| case | produce MB/s | records/s | consume MB/s | ratio to disk limit | publish p99 / p99.9 ms | ratio to durable write p99 / p99.9 | e2e p99 ms | broker CPU s/GB | broker RSS MB | errors | CPU stolen % (max) |\n");
+    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (name, runs) in results {
         let m = |f: fn(&CaseRun) -> f64| median(runs.iter().map(f));
         let produce = m(|r| r.produce_mb_s);
@@ -162,11 +178,12 @@ fn markdown(limits: &Limits, results: &BTreeMap<String, Vec<CaseRun>>, runs: usi
                 0.0
             }
         }));
+        let (p99, p999) = (m(|r| r.publish_p99_ms), m(|r| r.publish_p999_ms));
         s.push_str(&format!(
-            "| {name} | {produce:.0} | {:.0} | {consume:.0} | {ratio:.2} | {:.2} / {:.2} | {:.2} | {cpu_per_gb:.2} | {:.0} | {} | {:.1} ({:.1}) |\n",
+            "| {name} | {produce:.0} | {:.0} | {consume:.0} | {ratio:.2} | {p99:.2} / {p999:.2} | {:.1} / {:.1} | {:.2} | {cpu_per_gb:.2} | {:.0} | {} | {:.1} ({:.1}) |\n",
             m(|r| r.produce_records_s),
-            m(|r| r.publish_p99_ms),
-            m(|r| r.publish_p999_ms),
+            p99 / limits.durable_write_p99_ms,
+            p999 / limits.durable_write_p999_ms,
             m(|r| r.e2e_p99_ms),
             m(|r| r.broker_rss_mb),
             runs.iter().map(|r| r.errors).sum::<u64>(),
@@ -211,6 +228,9 @@ fn measure_limits(out: &Path) -> Result<Limits> {
     let fio_write_mb_s = fio("write", "1")?;
     let fio_read_mb_s = fio("read", "8")?;
     let _ = std::fs::remove_file(&file);
+    let (durable_write_p50_ms, durable_write_p99_ms, durable_write_p999_ms) =
+        durable_write_latency(&file)?;
+    let _ = std::fs::remove_file(&file);
 
     let port = free_port();
     let mut server = Command::new("iperf3")
@@ -249,9 +269,53 @@ fn measure_limits(out: &Path) -> Result<Limits> {
     Ok(Limits {
         fio_write_mb_s,
         fio_read_mb_s,
+        durable_write_p50_ms,
+        durable_write_p99_ms,
+        durable_write_p999_ms,
         loopback_mb_s,
         memcpy_mb_s,
     })
+}
+
+/// Latency percentiles (p50, p99, p99.9, ms) of durable writes made one
+/// at a time for 8 s: fio writes 64 KiB with O_DIRECT and O_DSYNC into a
+/// 256 MiB file it has written once (`--overwrite=1`), so each write is
+/// the data and a cache flush, as a journal round over its reused chunk.
+fn durable_write_latency(file: &Path) -> Result<(f64, f64, f64)> {
+    let output = Command::new("fio")
+        .args([
+            "--name=durable",
+            "--rw=write",
+            "--bs=64k",
+            "--direct=1",
+            "--sync=dsync",
+            "--ioengine=psync",
+            "--size=256M",
+            "--overwrite=1",
+            "--time_based",
+            "--runtime=8",
+            "--output-format=json",
+        ])
+        .arg(format!("--filename={}", file.display()))
+        .output()
+        .context("running fio (apt-get install fio)")?;
+    if !output.status.success() {
+        bail!("fio: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&output.stdout)?;
+    durable_write_percentiles(&v)
+}
+
+/// p50, p99 and p99.9 (ms) of the write completion latency in fio's JSON.
+fn durable_write_percentiles(v: &serde_json::Value) -> Result<(f64, f64, f64)> {
+    let percentiles = &v["jobs"][0]["write"]["clat_ns"]["percentile"];
+    let at = |p: &str| {
+        percentiles[p]
+            .as_f64()
+            .map(|ns| ns / 1e6)
+            .with_context(|| format!("fio gave no p{p} write latency"))
+    };
+    Ok((at("50.000000")?, at("99.000000")?, at("99.900000")?))
 }
 
 fn free_port() -> u16 {
@@ -579,7 +643,20 @@ fn backlog_topic(bootstrap: &str, args: &Args) -> Result<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::stolen_pct;
+    use super::{durable_write_percentiles, stolen_pct};
+
+    #[test]
+    fn durable_write_percentiles_come_from_fio_s_write_completion_latency() {
+        let v = serde_json::json!({"jobs": [{"write": {"clat_ns": {"percentile": {
+            "50.000000": 150_000, "99.000000": 1_600_000, "99.900000": 6_000_000
+        }}}}]});
+        assert_eq!(durable_write_percentiles(&v).unwrap(), (0.15, 1.6, 6.0));
+        let v = serde_json::json!({"jobs": [{"write": {"clat_ns": {"percentile": {
+            "50.000000": 150_000, "99.000000": 1_600_000
+        }}}}]});
+        let error = durable_write_percentiles(&v).unwrap_err().to_string();
+        assert!(error.contains("p99.900000"), "{error}");
+    }
 
     #[test]
     fn stolen_share_is_steal_over_all_cpu_time_between_two_reads() {
