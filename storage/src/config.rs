@@ -61,8 +61,9 @@ pub struct LogConfig {
     /// `strom.journal.bytes`: under `flush.policy=always`, a partition whose
     /// unwritten bytes stay below this makes them durable through its
     /// core's journal (one write per sync round for all such partitions)
-    /// and writes its segment file later, in larger writes; 0 turns the
-    /// journal off.
+    /// and writes its segment file later, in larger writes, once four
+    /// times this is unwritten (less with many partitions on a core: see
+    /// `log::journal_keep_bytes`); 0 turns the journal off.
     pub journal_bytes: u64,
 }
 

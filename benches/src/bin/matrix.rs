@@ -179,11 +179,18 @@ fn markdown(limits: &Limits, results: &BTreeMap<String, Vec<CaseRun>>, runs: usi
             }
         }));
         let (p99, p999) = (m(|r| r.publish_p99_ms), m(|r| r.publish_p999_ms));
+        let to_durable_write = if p99 > 0.0 {
+            format!(
+                "{:.1} / {:.1}",
+                p99 / limits.durable_write_p99_ms,
+                p999 / limits.durable_write_p999_ms
+            )
+        } else {
+            String::new()
+        };
         s.push_str(&format!(
-            "| {name} | {produce:.0} | {:.0} | {consume:.0} | {ratio:.2} | {p99:.2} / {p999:.2} | {:.1} / {:.1} | {:.2} | {cpu_per_gb:.2} | {:.0} | {} | {:.1} ({:.1}) |\n",
+            "| {name} | {produce:.0} | {:.0} | {consume:.0} | {ratio:.2} | {p99:.2} / {p999:.2} | {to_durable_write} | {:.2} | {cpu_per_gb:.2} | {:.0} | {} | {:.1} ({:.1}) |\n",
             m(|r| r.produce_records_s),
-            p99 / limits.durable_write_p99_ms,
-            p999 / limits.durable_write_p999_ms,
             m(|r| r.e2e_p99_ms),
             m(|r| r.broker_rss_mb),
             runs.iter().map(|r| r.errors).sum::<u64>(),
