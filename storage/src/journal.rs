@@ -2,14 +2,15 @@
 //! make the small appends of every partition on a thread durable, instead
 //! of one write per partition into its segment file.
 //!
-//! A log under `flush.policy=always` whose unwritten bytes stay under
-//! `strom.journal.bytes` leaves them in memory (the batch cache serves
-//! readers) and, at its sync round, hands them to its thread's journal as a
-//! record: segment path, file position, bytes. The journal groups the
-//! records of every log that asks while a write runs into the next write
-//! (group commit). The segment files are written later, in large writes,
-//! when a log has gathered enough, rolls, closes, or the journal needs the
-//! space back.
+//! A log under `flush.policy=always` whose appends stay small leaves them
+//! in memory (the batch cache serves readers) and, with each append, asks
+//! its thread's journal for the next round ([`Journal::want`]); the round
+//! takes the bytes of every log that asked as it starts, each as a record:
+//! segment path, file position, bytes (group commit: appends made while a
+//! round runs go into the next one). A log a round cannot take hands its
+//! record over from a sync round of its own ([`Journal::enqueue`]). The
+//! segment files are written later, in large writes, when a log has
+//! gathered enough, rolls, closes, or the journal needs the space back.
 //!
 //! On disk a journal is two chunk files, `__journal/<n>-0.journal` and
 //! `<n>-1.journal`, used in turn. Each starts with a header page holding the

@@ -2094,7 +2094,13 @@ impl journal::Participant for Inner {
             None => false,
         };
         if !captured {
-            // The writer syncs the log its own way.
+            // A full round: the log writes its segment file, as a log does
+            // whose record would find the next write full (see
+            // `journal::has_room`). Otherwise the writer syncs it its own way.
+            if !journal::has_room() {
+                let next = self.state.borrow().next_offset;
+                request_write_out(&self, next);
+            }
             self.changed.notify_all();
         }
         captured

@@ -241,7 +241,23 @@ fn a_full_journal_write_sends_further_logs_to_their_segments() {
         run(move || async move {
             storage::journal::set_queued_bytes_max(QUEUED_MAX);
             let logs = open_logs(&root, &names).await;
-            let expected = append_durably_sized(&logs, 2, 0, 12_000).await;
+            let mut expected = append_durably_sized(&logs, 1, 0, 12_000).await;
+            // Then one batch to every log at once: the next round takes
+            // logs until its records pass the bound, and the others write
+            // their segments.
+            let mut last = Vec::new();
+            for (p, log) in logs.iter().enumerate() {
+                let spec = Spec::new(1_000_000 + p as u64, 2, 12_000);
+                let info = log
+                    .append(spec.bytes(), AppendOptions::default())
+                    .await
+                    .unwrap();
+                expected.push((p, info.base_offset, spec));
+                last.push(info.last_offset);
+            }
+            for (log, last) in logs.iter().zip(last) {
+                log.wait_durable(last).await.unwrap();
+            }
             let records = storage::journal::thread_counts().records;
             let writing = logs.iter().filter(|l| l.stats().writes > 0).count();
             assert!(records > 0, "the journal served some rounds");

@@ -204,32 +204,25 @@ fn markdown(limits: &Limits, results: &BTreeMap<String, Vec<CaseRun>>, runs: usi
 fn measure_limits(out: &Path) -> Result<Limits> {
     let file = out.join("fio.dat");
     let fio = |rw: &str, depth: &str| -> Result<f64> {
-        let output = Command::new("fio")
-            .args([
+        let engine = if depth == "1" { "psync" } else { "io_uring" };
+        let v = fio_json(
+            &file,
+            &[
                 "--name=limit",
                 "--bs=1M",
                 "--direct=1",
                 "--size=1G",
-                "--output-format=json",
-            ])
-            .arg(format!("--rw={rw}"))
-            .arg(format!("--iodepth={depth}"))
-            .arg(if depth == "1" {
-                "--ioengine=psync"
-            } else {
-                "--ioengine=io_uring"
-            })
-            .arg("--end_fsync=1")
-            .arg(format!("--filename={}", file.display()))
-            .output()
-            .context("running fio (apt-get install fio)")?;
-        if !output.status.success() {
-            bail!("fio: {}", String::from_utf8_lossy(&output.stderr));
-        }
-        let v: serde_json::Value = serde_json::from_slice(&output.stdout)?;
-        let job = &v["jobs"][0];
+                &format!("--rw={rw}"),
+                &format!("--iodepth={depth}"),
+                &format!("--ioengine={engine}"),
+                "--end_fsync=1",
+            ],
+        )?;
         let side = if rw == "write" { "write" } else { "read" };
-        Ok(job[side]["bw_bytes"].as_f64().context("fio bandwidth")? / 1e6)
+        Ok(v["jobs"][0][side]["bw_bytes"]
+            .as_f64()
+            .context("fio bandwidth")?
+            / 1e6)
     };
     let _ = std::fs::remove_file(&file);
     let fio_write_mb_s = fio("write", "1")?;
@@ -289,8 +282,9 @@ fn measure_limits(out: &Path) -> Result<Limits> {
 /// 256 MiB file it has written once (`--overwrite=1`), so each write is
 /// the data and a cache flush, as a journal round over its reused chunk.
 fn durable_write_latency(file: &Path) -> Result<(f64, f64, f64)> {
-    let output = Command::new("fio")
-        .args([
+    let v = fio_json(
+        file,
+        &[
             "--name=durable",
             "--rw=write",
             "--bs=64k",
@@ -301,16 +295,23 @@ fn durable_write_latency(file: &Path) -> Result<(f64, f64, f64)> {
             "--overwrite=1",
             "--time_based",
             "--runtime=8",
-            "--output-format=json",
-        ])
+        ],
+    )?;
+    durable_write_percentiles(&v)
+}
+
+/// Runs fio on `file` with `args` and returns its JSON report.
+fn fio_json(file: &Path, args: &[&str]) -> Result<serde_json::Value> {
+    let output = Command::new("fio")
+        .args(args)
+        .arg("--output-format=json")
         .arg(format!("--filename={}", file.display()))
         .output()
         .context("running fio (apt-get install fio)")?;
     if !output.status.success() {
         bail!("fio: {}", String::from_utf8_lossy(&output.stderr));
     }
-    let v: serde_json::Value = serde_json::from_slice(&output.stdout)?;
-    durable_write_percentiles(&v)
+    Ok(serde_json::from_slice(&output.stdout)?)
 }
 
 /// p50, p99 and p99.9 (ms) of the write completion latency in fio's JSON.
