@@ -66,6 +66,32 @@ async fn append_durably_sized(
     all
 }
 
+/// Appends one batch of two `value_len`-byte records to every log, one
+/// after the other with no wait between (as a produce request reaches its
+/// partitions), then waits until all are durable; returns (log, base
+/// offset, spec) of each.
+async fn append_to_all_at_once(
+    logs: &[Log],
+    seed_base: u64,
+    value_len: usize,
+) -> Vec<(usize, u64, Spec)> {
+    let mut appended = Vec::new();
+    let mut last = Vec::new();
+    for (p, log) in logs.iter().enumerate() {
+        let spec = Spec::new(seed_base + p as u64, 2, value_len);
+        let info = log
+            .append(spec.bytes(), AppendOptions::default())
+            .await
+            .unwrap();
+        appended.push((p, info.base_offset, spec));
+        last.push(info.last_offset);
+    }
+    for (log, last) in logs.iter().zip(last) {
+        log.wait_durable(last).await.unwrap();
+    }
+    appended
+}
+
 async fn open_logs(root: &Path, names: &[String]) -> Vec<Log> {
     let mut logs = Vec::new();
     for name in names {
@@ -151,19 +177,7 @@ fn appends_to_many_logs_at_once_share_one_journal_write() {
             let mut expected = append_durably(&logs[..1], 1, 0).await;
             for round in 0..3u64 {
                 let before = storage::journal::thread_counts();
-                let mut last = Vec::new();
-                for (p, log) in logs.iter().enumerate() {
-                    let spec = Spec::new(100 + round * 100 + p as u64, 2, 300);
-                    let info = log
-                        .append(spec.bytes(), AppendOptions::default())
-                        .await
-                        .unwrap();
-                    expected.push((p, info.base_offset, spec));
-                    last.push(info.last_offset);
-                }
-                for (log, last) in logs.iter().zip(last) {
-                    log.wait_durable(last).await.unwrap();
-                }
+                expected.extend(append_to_all_at_once(&logs, 100 + round * 100, 300).await);
                 let after = storage::journal::thread_counts();
                 assert_eq!(
                     (after.writes - before.writes, after.records - before.records),
@@ -246,19 +260,7 @@ fn a_full_journal_write_sends_further_logs_to_their_segments() {
             // Then one batch to every log at once: the next round takes
             // logs until its records pass the bound, and the others write
             // their segments.
-            let mut last = Vec::new();
-            for (p, log) in logs.iter().enumerate() {
-                let spec = Spec::new(1_000_000 + p as u64, 2, 12_000);
-                let info = log
-                    .append(spec.bytes(), AppendOptions::default())
-                    .await
-                    .unwrap();
-                expected.push((p, info.base_offset, spec));
-                last.push(info.last_offset);
-            }
-            for (log, last) in logs.iter().zip(last) {
-                log.wait_durable(last).await.unwrap();
-            }
+            expected.extend(append_to_all_at_once(&logs, 1_000_000, 12_000).await);
             let records = storage::journal::thread_counts().records;
             let writing = logs.iter().filter(|l| l.stats().writes > 0).count();
             assert!(records > 0, "the journal served some rounds");
