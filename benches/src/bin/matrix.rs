@@ -1,10 +1,12 @@
 //! The end-to-end benchmark matrix (issue 5): measures the machine's limits
 //! (fio O_DIRECT write and read on the data dir's filesystem, the latency
-//! of one durable write there, iperf3 on loopback, memcpy), starts `strom` on a fresh data dir (or uses another
-//! Kafka-compatible broker given by `--bootstrap`), runs each workload file
-//! of `benches/workloads/` with `strom-loadgen`, samples the broker's CPU
-//! time and RSS, and writes a markdown and a JSON table: each figure, its
-//! ratio to the limit, and the broker's CPU seconds per GB.
+//! of one durable write there, iperf3 on loopback, memcpy, and the CPU time
+//! fio and iperf3's receiver spend per GB), starts `strom` on a fresh data
+//! dir (or uses another Kafka-compatible broker given by `--bootstrap`),
+//! runs each workload file of `benches/workloads/` with `strom-loadgen`,
+//! samples the broker's CPU time and RSS, and writes a markdown and a JSON
+//! table: each figure, its ratio to the limit, and the broker's CPU seconds
+//! per GB next to the machine's own for receiving and writing a GB.
 //!
 //! ```text
 //! cargo build --release -p strom-broker -p strom-loadgen
@@ -69,6 +71,19 @@ struct Limits {
     durable_write_p999_ms: f64,
     loopback_mb_s: f64,
     memcpy_mb_s: f64,
+    /// CPU seconds the machine spends per GB on the least any produce path
+    /// must do with each byte: receive it over loopback TCP (iperf3's
+    /// receiving process) and write it with O_DIRECT (fio's 1 MiB writes),
+    /// nothing else. No broker's CPU per GB ingested can be lower.
+    receive_cpu_s_per_gb: f64,
+    write_cpu_s_per_gb: f64,
+}
+
+impl Limits {
+    /// The machine's floor of CPU seconds per GB ingested (receive + write).
+    fn ingest_cpu_s_per_gb(&self) -> f64 {
+        self.receive_cpu_s_per_gb + self.write_cpu_s_per_gb
+    }
 }
 
 #[derive(Debug, Default, Clone, serde::Serialize)]
@@ -127,6 +142,8 @@ fn main() -> Result<()> {
         durable_write_p999_ms: median(limit_runs.iter().map(|l| l.durable_write_p999_ms)),
         loopback_mb_s: median(limit_runs.iter().map(|l| l.loopback_mb_s)),
         memcpy_mb_s: median(limit_runs.iter().map(|l| l.memcpy_mb_s)),
+        receive_cpu_s_per_gb: median(limit_runs.iter().map(|l| l.receive_cpu_s_per_gb)),
+        write_cpu_s_per_gb: median(limit_runs.iter().map(|l| l.write_cpu_s_per_gb)),
     };
     let table = markdown(&limits, &results, args.runs);
     println!("{table}");
@@ -151,17 +168,20 @@ fn median(values: impl Iterator<Item = f64>) -> f64 {
 fn markdown(limits: &Limits, results: &BTreeMap<String, Vec<CaseRun>>, runs: usize) -> String {
     let mut s = String::new();
     s.push_str(&format!(
-        "Limits (median of {runs}): fio write {:.0} MB/s, fio read {:.0} MB/s, one durable 64 KiB write (QD1) p50 / p99 / p99.9 {:.2} / {:.2} / {:.2} ms, loopback TCP {:.0} MB/s, memcpy {:.0} MB/s\n\n",
+        "Limits (median of {runs}): fio write {:.0} MB/s, fio read {:.0} MB/s, one durable 64 KiB write (QD1) p50 / p99 / p99.9 {:.2} / {:.2} / {:.2} ms, loopback TCP {:.0} MB/s, memcpy {:.0} MB/s, CPU to receive and write a GB {:.2} s ({:.2} receive + {:.2} write)\n\n",
         limits.fio_write_mb_s,
         limits.fio_read_mb_s,
         limits.durable_write_p50_ms,
         limits.durable_write_p99_ms,
         limits.durable_write_p999_ms,
         limits.loopback_mb_s,
-        limits.memcpy_mb_s
+        limits.memcpy_mb_s,
+        limits.ingest_cpu_s_per_gb(),
+        limits.receive_cpu_s_per_gb,
+        limits.write_cpu_s_per_gb,
     ));
-    s.push_str("| case | produce MB/s | records/s | consume MB/s | ratio to disk limit | publish p99 / p99.9 ms | ratio to durable write p99 / p99.9 | e2e p99 ms | broker CPU s/GB | broker RSS MB | errors | CPU stolen % (max) |\n");
-    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    s.push_str("| case | produce MB/s | records/s | consume MB/s | ratio to disk limit | publish p99 / p99.9 ms | ratio to durable write p99 / p99.9 | e2e p99 ms | broker CPU s/GB | ratio to CPU floor | broker RSS MB | errors | CPU stolen % (max) |\n");
+    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (name, runs) in results {
         let m = |f: fn(&CaseRun) -> f64| median(runs.iter().map(f));
         let produce = m(|r| r.produce_mb_s);
@@ -188,8 +208,14 @@ fn markdown(limits: &Limits, results: &BTreeMap<String, Vec<CaseRun>>, runs: usi
         } else {
             String::new()
         };
+        let floor = limits.ingest_cpu_s_per_gb();
+        let to_cpu_floor = if produce > 0.0 && !name.starts_with('c') && floor > 0.0 {
+            format!("{:.1}", cpu_per_gb / floor)
+        } else {
+            String::new()
+        };
         s.push_str(&format!(
-            "| {name} | {produce:.0} | {:.0} | {consume:.0} | {ratio:.2} | {p99:.2} / {p999:.2} | {to_durable_write} | {:.2} | {cpu_per_gb:.2} | {:.0} | {} | {:.1} ({:.1}) |\n",
+            "| {name} | {produce:.0} | {:.0} | {consume:.0} | {ratio:.2} | {p99:.2} / {p999:.2} | {to_durable_write} | {:.2} | {cpu_per_gb:.2} | {to_cpu_floor} | {:.0} | {} | {:.1} ({:.1}) |\n",
             m(|r| r.produce_records_s),
             m(|r| r.e2e_p99_ms),
             m(|r| r.broker_rss_mb),
@@ -203,7 +229,8 @@ fn markdown(limits: &Limits, results: &BTreeMap<String, Vec<CaseRun>>, runs: usi
 
 fn measure_limits(out: &Path) -> Result<Limits> {
     let file = out.join("fio.dat");
-    let fio = |rw: &str, depth: &str| -> Result<f64> {
+    // (MB/s, CPU seconds per GB) of 1 MiB O_DIRECT transfers.
+    let fio = |rw: &str, depth: &str| -> Result<(f64, f64)> {
         let engine = if depth == "1" { "psync" } else { "io_uring" };
         let v = fio_json(
             &file,
@@ -219,14 +246,11 @@ fn measure_limits(out: &Path) -> Result<Limits> {
             ],
         )?;
         let side = if rw == "write" { "write" } else { "read" };
-        Ok(v["jobs"][0][side]["bw_bytes"]
-            .as_f64()
-            .context("fio bandwidth")?
-            / 1e6)
+        fio_rate_and_cpu(&v, side)
     };
     let _ = std::fs::remove_file(&file);
-    let fio_write_mb_s = fio("write", "1")?;
-    let fio_read_mb_s = fio("read", "8")?;
+    let (fio_write_mb_s, write_cpu_s_per_gb) = fio("write", "1")?;
+    let (fio_read_mb_s, _) = fio("read", "8")?;
     let _ = std::fs::remove_file(&file);
     let (durable_write_p50_ms, durable_write_p99_ms, durable_write_p999_ms) =
         durable_write_latency(&file)?;
@@ -241,21 +265,21 @@ fn measure_limits(out: &Path) -> Result<Limits> {
         .context("running iperf3 (apt-get install iperf3)")?;
     // The server serves one test (-1); a probe connection would use it up,
     // so the client retries until the server is up.
-    let mut loopback_mb_s = None;
+    let mut loopback = None;
     for _ in 0..100 {
         let output = Command::new("iperf3")
             .args(["-c", "127.0.0.1", "-p", &port.to_string(), "-t", "3", "-J"])
             .output()?;
         let v: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
-        if let Some(bps) = v["end"]["sum_received"]["bits_per_second"].as_f64() {
-            loopback_mb_s = Some(bps / 8e6);
+        if let Ok(measured) = loopback_rate_and_receive_cpu(&v) {
+            loopback = Some(measured);
             break;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
     let _ = server.kill();
     let _ = server.wait();
-    let loopback_mb_s = loopback_mb_s.context("iperf3 gave no result")?;
+    let (loopback_mb_s, receive_cpu_s_per_gb) = loopback.context("iperf3 gave no result")?;
 
     // memcpy: copy 256 MiB eight times.
     let src = vec![7u8; 256 << 20];
@@ -274,7 +298,39 @@ fn measure_limits(out: &Path) -> Result<Limits> {
         durable_write_p999_ms,
         loopback_mb_s,
         memcpy_mb_s,
+        receive_cpu_s_per_gb,
+        write_cpu_s_per_gb,
     })
+}
+
+/// MB/s and CPU seconds per GB (fio's user + system time over the bytes
+/// moved) of one side (`write` or `read`) of a fio JSON report.
+fn fio_rate_and_cpu(v: &serde_json::Value, side: &str) -> Result<(f64, f64)> {
+    let job = &v["jobs"][0];
+    let bytes_s = job[side]["bw_bytes"].as_f64().context("fio bandwidth")?;
+    let cpu_pct = job["usr_cpu"].as_f64().context("fio usr_cpu")?
+        + job["sys_cpu"].as_f64().context("fio sys_cpu")?;
+    if bytes_s <= 0.0 {
+        bail!("fio moved no bytes");
+    }
+    Ok((bytes_s / 1e6, cpu_pct / 100.0 / (bytes_s / 1e9)))
+}
+
+/// MB/s received and the receiving process's CPU seconds per GB of an
+/// iperf3 client's JSON report (the server receives; iperf3 reports its
+/// CPU use as `remote_total`, in % of one CPU over the test).
+fn loopback_rate_and_receive_cpu(v: &serde_json::Value) -> Result<(f64, f64)> {
+    let bits_s = v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .context("iperf3 gave no received rate")?;
+    let cpu_pct = v["end"]["cpu_utilization_percent"]["remote_total"]
+        .as_f64()
+        .context("iperf3 gave no receiver CPU")?;
+    if bits_s <= 0.0 {
+        bail!("iperf3 received nothing");
+    }
+    let bytes_s = bits_s / 8.0;
+    Ok((bytes_s / 1e6, cpu_pct / 100.0 / (bytes_s / 1e9)))
 }
 
 /// Latency percentiles (p50, p99, p99.9, ms) of durable writes made one
@@ -651,7 +707,29 @@ fn backlog_topic(bootstrap: &str, args: &Args) -> Result<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{durable_write_percentiles, stolen_pct};
+    use super::{
+        durable_write_percentiles, fio_rate_and_cpu, loopback_rate_and_receive_cpu, stolen_pct,
+    };
+
+    #[test]
+    fn cpu_per_gb_is_cpu_share_over_gb_per_second() {
+        // 1 GB/s written with 15% + 5% of a CPU: 0.2 CPU s per GB.
+        let v = serde_json::json!({"jobs": [{"usr_cpu": 5.0, "sys_cpu": 15.0,
+            "write": {"bw_bytes": 1_000_000_000u64}}]});
+        let (mb_s, cpu) = fio_rate_and_cpu(&v, "write").unwrap();
+        assert_eq!(mb_s, 1000.0);
+        assert!((cpu - 0.2).abs() < 1e-9, "{cpu}");
+        assert!(fio_rate_and_cpu(&v, "read").is_err());
+        // 2 GB/s (16 Gbit/s) received with 50% of a CPU: 0.25 s per GB.
+        let v = serde_json::json!({"end": {
+            "sum_received": {"bits_per_second": 16e9},
+            "cpu_utilization_percent": {"host_total": 90.0, "remote_total": 50.0}}});
+        let (mb_s, cpu) = loopback_rate_and_receive_cpu(&v).unwrap();
+        assert_eq!(mb_s, 2000.0);
+        assert!((cpu - 0.25).abs() < 1e-9, "{cpu}");
+        let v = serde_json::json!({"end": {"sum_received": {"bits_per_second": 16e9}}});
+        assert!(loopback_rate_and_receive_cpu(&v).is_err());
+    }
 
     #[test]
     fn durable_write_percentiles_come_from_fio_s_write_completion_latency() {
