@@ -72,9 +72,10 @@ struct Limits {
     loopback_mb_s: f64,
     memcpy_mb_s: f64,
     /// CPU seconds the machine spends per GB on the least any produce path
-    /// must do with each byte: receive it over loopback TCP (iperf3's
-    /// receiving process) and write it with O_DIRECT (fio's 1 MiB writes),
-    /// nothing else. No broker's CPU per GB ingested can be lower.
+    /// must do with each byte: receive it over loopback TCP (a bare
+    /// receiving thread, or iperf3's receiver if it did better) and write
+    /// it with O_DIRECT (fio's 1 MiB writes), nothing else. No broker's CPU
+    /// per GB ingested can be lower.
     receive_cpu_s_per_gb: f64,
     write_cpu_s_per_gb: f64,
 }
@@ -279,7 +280,10 @@ fn measure_limits(out: &Path) -> Result<Limits> {
     }
     let _ = server.kill();
     let _ = server.wait();
-    let (loopback_mb_s, receive_cpu_s_per_gb) = loopback.context("iperf3 gave no result")?;
+    let (loopback_mb_s, iperf3_receive_cpu_s_per_gb) = loopback.context("iperf3 gave no result")?;
+    // iperf3's receiver does more than receive (its loop, timers, JSON);
+    // the floor is the least of it and a bare receiving thread.
+    let receive_cpu_s_per_gb = bare_receive_cpu_s_per_gb(4 << 30)?.min(iperf3_receive_cpu_s_per_gb);
 
     // memcpy: copy 256 MiB eight times.
     let src = vec![7u8; 256 << 20];
@@ -301,6 +305,74 @@ fn measure_limits(out: &Path) -> Result<Limits> {
         receive_cpu_s_per_gb,
         write_cpu_s_per_gb,
     })
+}
+
+/// CPU seconds per GB a thread spends doing nothing but receive `bytes`
+/// over loopback TCP into one reused 1 MiB buffer (the sender on another
+/// CPU when there is one, as strom-loadgen is): the kernel's receive path
+/// and copy, the least any broker pays to take in a byte.
+fn bare_receive_cpu_s_per_gb(bytes: u64) -> Result<f64> {
+    use std::io::{Read, Write};
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let address = listener.local_addr()?;
+    let online = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let sender = std::thread::spawn(move || -> std::io::Result<()> {
+        pin_this_thread(online - 1);
+        let mut stream = std::net::TcpStream::connect(address)?;
+        let chunk = vec![0x5au8; 1 << 20];
+        let mut left = bytes;
+        while left > 0 {
+            let n = left.min(chunk.len() as u64) as usize;
+            stream.write_all(&chunk[..n])?;
+            left -= n as u64;
+        }
+        Ok(())
+    });
+    let receiver = std::thread::spawn(move || -> std::io::Result<(u64, f64)> {
+        pin_this_thread(0);
+        let (mut stream, _) = listener.accept()?;
+        let mut buffer = vec![0u8; 1 << 20];
+        let started = thread_cpu_s();
+        let mut received = 0u64;
+        loop {
+            match stream.read(&mut buffer)? {
+                0 => break,
+                n => received += n as u64,
+            }
+        }
+        Ok((received, thread_cpu_s() - started))
+    });
+    let (received, cpu_s) = receiver
+        .join()
+        .map_err(|_| anyhow::anyhow!("receiving thread panicked"))??;
+    sender
+        .join()
+        .map_err(|_| anyhow::anyhow!("sending thread panicked"))??;
+    if received != bytes {
+        bail!("received {received} of {bytes} bytes over loopback");
+    }
+    Ok(cpu_s / (received as f64 / 1e9))
+}
+
+/// Pins the calling thread to `cpu` (best effort: a benchmark still runs
+/// where pinning is not allowed).
+fn pin_this_thread(cpu: usize) {
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` is below the number of online CPUs, inside the set.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: sets the calling thread's affinity from a valid set.
+    unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+}
+
+/// CPU seconds (user + system) the calling thread has used.
+fn thread_cpu_s() -> f64 {
+    // SAFETY: rusage is plain data, filled by getrusage for this thread.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to an rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
 
 /// MB/s and CPU seconds per GB (fio's user + system time over the bytes
@@ -710,6 +782,17 @@ mod tests {
     use super::{
         durable_write_percentiles, fio_rate_and_cpu, loopback_rate_and_receive_cpu, stolen_pct,
     };
+
+    #[test]
+    fn a_bare_receiver_takes_every_byte_and_reports_its_cpu() {
+        let cpu_s_per_gb = super::bare_receive_cpu_s_per_gb(256 << 20).unwrap();
+        // Receiving cannot be free, nor cost more than a second per 256 MiB
+        // on any machine that runs this suite.
+        assert!(
+            cpu_s_per_gb.is_finite() && (0.0..4.0).contains(&cpu_s_per_gb),
+            "{cpu_s_per_gb}"
+        );
+    }
 
     #[test]
     fn cpu_per_gb_is_cpu_share_over_gb_per_second() {
