@@ -12,6 +12,9 @@ use std::time::Duration;
 use common::{read_all, run, Spec};
 use storage::{AppendOptions, Log, LogConfig};
 
+/// Batches made durable: (log, base offset, spec).
+type Durable = Vec<(usize, u64, Spec)>;
+
 fn config() -> LogConfig {
     common::config(1 << 30)
 }
@@ -28,7 +31,7 @@ fn segment_file_bytes(dir: &Path) -> u64 {
 
 /// Appends `per_log` batches to each log from concurrent tasks, waiting
 /// for each to be durable; returns (log, base offset, spec) of each.
-async fn append_durably(logs: &[Log], per_log: u64, seed_base: u64) -> Vec<(usize, u64, Spec)> {
+async fn append_durably(logs: &[Log], per_log: u64, seed_base: u64) -> Durable {
     append_durably_sized(logs, per_log, seed_base, 300).await
 }
 
@@ -38,7 +41,7 @@ async fn append_durably_sized(
     per_log: u64,
     seed_base: u64,
     value_len: usize,
-) -> Vec<(usize, u64, Spec)> {
+) -> Durable {
     let tasks: Vec<_> = logs
         .iter()
         .enumerate()
@@ -70,11 +73,7 @@ async fn append_durably_sized(
 /// after the other with no wait between (as a produce request reaches its
 /// partitions), then waits until all are durable; returns (log, base
 /// offset, spec) of each.
-async fn append_to_all_at_once(
-    logs: &[Log],
-    seed_base: u64,
-    value_len: usize,
-) -> Vec<(usize, u64, Spec)> {
+async fn append_to_all_at_once(logs: &[Log], seed_base: u64, value_len: usize) -> Durable {
     let mut appended = Vec::new();
     let mut last = Vec::new();
     for (p, log) in logs.iter().enumerate() {
@@ -117,45 +116,61 @@ async fn check_logs(root: &Path, names: &[String], expected: &[(usize, u64, Spec
     }
 }
 
-#[test]
-fn small_durable_appends_live_in_the_journal_until_replayed() {
+/// The shape of most tests here: `body` runs on an executor of its own
+/// with a fresh directory and the names of `count` logs (`t-0`, ...),
+/// appends, and returns what it made durable; the executor then ends
+/// without closing a log (a crash). Every log is opened again on a new
+/// executor and must hold exactly those batches. Returns how long that
+/// took (opening replays the journal).
+fn crash_and_check<F, Fut>(count: usize, body: F) -> Duration
+where
+    F: FnOnce(std::path::PathBuf, Vec<String>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Durable> + 'static,
+{
     let dir = common::tempdir().unwrap();
     let root = dir.path().to_path_buf();
-    let names: Vec<String> = (0..8).map(|p| format!("t-{p}")).collect();
-    let (expected, journal_writes, rounds) = {
+    let names: Vec<String> = (0..count).map(|p| format!("t-{p}")).collect();
+    let expected = {
         let (root, names) = (root.clone(), names.clone());
-        run(move || async move {
-            let logs = open_logs(&root, &names).await;
-            let expected = append_durably(&logs, 40, 0).await;
-            let storage::journal::Counts {
-                records, writes, ..
-            } = storage::journal::thread_counts();
-            let rounds: u64 = logs.iter().map(|l| l.stats().syncs).sum();
-            assert!(
-                records >= rounds / 2,
-                "{records} records for {rounds} rounds"
-            );
-            // A crash: the logs are dropped unclosed.
-            for log in &logs {
-                assert_eq!(
-                    log.stats().writes,
-                    0,
-                    "no segment write for small appends: {:?}",
-                    log.stats()
-                );
-            }
-            (expected, writes, rounds)
-        })
+        run(move || body(root, names))
     };
-    assert!(
-        journal_writes * 2 <= rounds,
-        "{journal_writes} journal writes served {rounds} rounds of 8 logs: they should share"
-    );
-    // Nothing of it is in the segment files; all of it is in the journal.
-    for name in &names {
-        assert_eq!(segment_file_bytes(&root.join(name)), 0, "{name}");
-    }
+    let started = std::time::Instant::now();
     run(move || async move { check_logs(&root, &names, &expected).await });
+    let checked_in = started.elapsed();
+    drop(dir);
+    checked_in
+}
+
+#[test]
+fn small_durable_appends_live_in_the_journal_until_replayed() {
+    crash_and_check(8, |root, names| async move {
+        let logs = open_logs(&root, &names).await;
+        let expected = append_durably(&logs, 40, 0).await;
+        let storage::journal::Counts {
+            records, writes, ..
+        } = storage::journal::thread_counts();
+        let rounds: u64 = logs.iter().map(|l| l.stats().syncs).sum();
+        assert!(
+            records >= rounds / 2,
+            "{records} records for {rounds} rounds"
+        );
+        assert!(
+            writes * 2 <= rounds,
+            "{writes} journal writes served {rounds} rounds of 8 logs: they should share"
+        );
+        // Nothing of it is in the segment files; all of it is in the
+        // journal, for the crash to leave there.
+        for (log, name) in logs.iter().zip(&names) {
+            assert_eq!(
+                log.stats().writes,
+                0,
+                "no segment write for small appends: {:?}",
+                log.stats()
+            );
+            assert_eq!(segment_file_bytes(&root.join(name)), 0, "{name}");
+        }
+        expected
+    });
 }
 
 /// The appends of one produce request reach many logs at once: one
@@ -166,29 +181,22 @@ fn small_durable_appends_live_in_the_journal_until_replayed() {
 /// none of it.
 #[test]
 fn appends_to_many_logs_at_once_share_one_journal_write() {
-    let dir = common::tempdir().unwrap();
-    let root = dir.path().to_path_buf();
-    let names: Vec<String> = (0..16).map(|p| format!("t-{p}")).collect();
-    let expected = {
-        let (root, names) = (root.clone(), names.clone());
-        run(move || async move {
-            let logs = open_logs(&root, &names).await;
-            // The first durable append creates the thread's journal.
-            let mut expected = append_durably(&logs[..1], 1, 0).await;
-            for round in 0..3u64 {
-                let before = storage::journal::thread_counts();
-                expected.extend(append_to_all_at_once(&logs, 100 + round * 100, 300).await);
-                let after = storage::journal::thread_counts();
-                assert_eq!(
-                    (after.writes - before.writes, after.records - before.records),
-                    (1, 16),
-                    "round {round}: journal writes and records for one append to each of 16 logs"
-                );
-            }
-            expected
-        })
-    };
-    run(move || async move { check_logs(&root, &names, &expected).await });
+    crash_and_check(16, |root, names| async move {
+        let logs = open_logs(&root, &names).await;
+        // The first durable append creates the thread's journal.
+        let mut expected = append_durably(&logs[..1], 1, 0).await;
+        for round in 0..3u64 {
+            let before = storage::journal::thread_counts();
+            expected.extend(append_to_all_at_once(&logs, 100 + round * 100, 300).await);
+            let after = storage::journal::thread_counts();
+            assert_eq!(
+                (after.writes - before.writes, after.records - before.records),
+                (1, 16),
+                "round {round}: journal writes and records for one append to each of 16 logs"
+            );
+        }
+        expected
+    });
 }
 
 /// A log whose unwritten bytes pass its journal threshold writes them out
@@ -199,42 +207,34 @@ fn appends_to_many_logs_at_once_share_one_journal_write() {
 /// the last pages back.
 #[test]
 fn a_log_past_its_journal_threshold_writes_whole_pages_only() {
-    let dir = common::tempdir().unwrap();
-    let root = dir.path().to_path_buf();
-    let names = vec!["t-0".to_string()];
-    let expected = {
-        let (root, names) = (root.clone(), names.clone());
-        run(move || async move {
-            let logs = open_logs(&root, &names).await;
-            // 160 batches of ~8 KiB, one durable at a time: the 256 KiB a
-            // lone log keeps unwritten (four times its 64 KiB threshold)
-            // are passed about five times.
-            let expected = append_durably_sized(&logs, 160, 0, 4_000).await;
-            let appended: u64 = expected
-                .iter()
-                .map(|(_, _, s)| s.bytes().len() as u64)
-                .sum();
-            let stats = logs[0].stats();
-            // One write per pass of the threshold; two (the last page
-            // alone, then the rest) when each write-out ended in a partial
-            // page to be rewritten.
-            let passes = appended / (256 << 10);
-            assert!(
-                (passes.saturating_sub(1)..=passes + 1).contains(&stats.writes),
-                "the log passed its threshold {passes} times and wrote {} times",
-                stats.writes
-            );
-            assert!(
-                stats.bytes_written <= appended,
-                "{} bytes written for {appended} appended: a page went out twice",
-                stats.bytes_written
-            );
-            // A crash: the log is dropped unclosed, its last page only in
-            // the journal.
-            expected
-        })
-    };
-    run(move || async move { check_logs(&root, &names, &expected).await });
+    crash_and_check(1, |root, names| async move {
+        let logs = open_logs(&root, &names).await;
+        // 160 batches of ~8 KiB, one durable at a time: the 256 KiB a
+        // lone log keeps unwritten (four times its 64 KiB threshold) are
+        // passed about five times.
+        let expected = append_durably_sized(&logs, 160, 0, 4_000).await;
+        let appended: u64 = expected
+            .iter()
+            .map(|(_, _, s)| s.bytes().len() as u64)
+            .sum();
+        let stats = logs[0].stats();
+        // One write per pass of the threshold; two (the last page alone,
+        // then the rest) when each write-out ended in a partial page to be
+        // rewritten.
+        let passes = appended / (256 << 10);
+        assert!(
+            (passes.saturating_sub(1)..=passes + 1).contains(&stats.writes),
+            "the log passed its threshold {passes} times and wrote {} times",
+            stats.writes
+        );
+        assert!(
+            stats.bytes_written <= appended,
+            "{} bytes written for {appended} appended: a page went out twice",
+            stats.bytes_written
+        );
+        // The crash leaves the log's last page only in the journal.
+        expected
+    });
 }
 
 /// Once enough records wait for the journal's next write, further
@@ -243,79 +243,57 @@ fn a_log_past_its_journal_threshold_writes_whole_pages_only() {
 /// loses nothing.
 #[test]
 fn a_full_journal_write_sends_further_logs_to_their_segments() {
-    let dir = common::tempdir().unwrap();
-    let root = dir.path().to_path_buf();
     // 64 logs x ~24 KiB per round: ~1.5 MiB a round against a 1 MiB
     // bound, each log far below its own 64 KiB threshold (two batches,
     // 48 KiB, in all).
     const QUEUED_MAX: usize = 1 << 20;
-    let names: Vec<String> = (0..64).map(|p| format!("t-{p}")).collect();
-    let expected = {
-        let (root, names) = (root.clone(), names.clone());
-        run(move || async move {
-            storage::journal::set_queued_bytes_max(QUEUED_MAX);
-            let logs = open_logs(&root, &names).await;
-            // The first durable append creates the thread's journal.
-            let mut expected = append_durably_sized(&logs[..1], 1, 0, 12_000).await;
-            // Then one batch to every log at once: the next round takes
-            // logs until its records pass the bound, and the others write
-            // their segments.
-            expected.extend(append_to_all_at_once(&logs, 1_000_000, 12_000).await);
-            let records = storage::journal::thread_counts().records;
-            let writing = logs.iter().filter(|l| l.stats().writes > 0).count();
-            assert!(records > 0, "the journal served some rounds");
-            assert!(
-                writing > 0,
-                "no log wrote its segment although rounds queued more than {QUEUED_MAX} bytes"
-            );
-            expected
-        })
-    };
-    run(move || async move { check_logs(&root, &names, &expected).await });
+    crash_and_check(64, |root, names| async move {
+        storage::journal::set_queued_bytes_max(QUEUED_MAX);
+        let logs = open_logs(&root, &names).await;
+        // The first durable append creates the thread's journal.
+        let mut expected = append_durably_sized(&logs[..1], 1, 0, 12_000).await;
+        // Then one batch to every log at once: the next round takes logs
+        // until its records pass the bound, and the others write their
+        // segments.
+        expected.extend(append_to_all_at_once(&logs, 1_000_000, 12_000).await);
+        let records = storage::journal::thread_counts().records;
+        let writing = logs.iter().filter(|l| l.stats().writes > 0).count();
+        assert!(records > 0, "the journal served some rounds");
+        assert!(
+            writing > 0,
+            "no log wrote its segment although rounds queued more than {QUEUED_MAX} bytes"
+        );
+        expected
+    });
 }
 
 #[test]
 fn a_deleted_log_s_records_never_reach_a_new_log_of_its_name() {
-    let dir = common::tempdir().unwrap();
-    let root = dir.path().to_path_buf();
-    let names = vec!["t-0".to_string()];
-    let expected = {
-        let root = root.clone();
-        run(move || async move {
-            let old = Log::open(root.join("t-0"), config()).await.unwrap();
-            append_durably(std::slice::from_ref(&old), 30, 0).await;
-            old.delete().await.unwrap();
-            let new = Log::open(root.join("t-0"), config()).await.unwrap();
-            // Fewer, different batches: replaying the old records would
-            // show up as extra or different ones.
-            append_durably(std::slice::from_ref(&new), 5, 500_000).await
-        })
-    };
-    run(move || async move { check_logs(&root, &names, &expected).await });
+    crash_and_check(1, |root, _| async move {
+        let old = Log::open(root.join("t-0"), config()).await.unwrap();
+        append_durably(std::slice::from_ref(&old), 30, 0).await;
+        old.delete().await.unwrap();
+        let new = Log::open(root.join("t-0"), config()).await.unwrap();
+        // Fewer, different batches: replaying the old records would show
+        // up as extra or different ones.
+        append_durably(std::slice::from_ref(&new), 5, 500_000).await
+    });
 }
 
 #[test]
 fn chunks_are_reused_once_their_logs_wrote_them_out() {
-    let dir = common::tempdir().unwrap();
-    let root = dir.path().to_path_buf();
-    let names: Vec<String> = (0..4).map(|p| format!("t-{p}")).collect();
-    let expected = {
-        let (root, names) = (root.clone(), names.clone());
-        run(move || async move {
-            // 1 MiB chunks: ~2.6 MB of appends cross them several times.
-            storage::journal::set_chunk_bytes(1 << 20);
-            let logs = open_logs(&root, &names).await;
-            let expected = append_durably(&logs, 1000, 0).await;
-            let written: u64 = logs.iter().map(|l| l.stats().writes).sum();
-            assert!(written > 0, "retiring chunks made the logs write out");
-            let chunks = std::fs::read_dir(root.join(storage::journal::DIR_NAME))
-                .unwrap()
-                .count();
-            assert_eq!(chunks, 2, "one journal of two chunks");
-            expected
-        })
-    };
-    let started = std::time::Instant::now();
-    run(move || async move { check_logs(&root, &names, &expected).await });
-    assert!(started.elapsed() < Duration::from_secs(60));
+    let replayed_in = crash_and_check(4, |root, names| async move {
+        // 1 MiB chunks: ~2.6 MB of appends cross them several times.
+        storage::journal::set_chunk_bytes(1 << 20);
+        let logs = open_logs(&root, &names).await;
+        let expected = append_durably(&logs, 1000, 0).await;
+        let written: u64 = logs.iter().map(|l| l.stats().writes).sum();
+        assert!(written > 0, "retiring chunks made the logs write out");
+        let chunks = std::fs::read_dir(root.join(storage::journal::DIR_NAME))
+            .unwrap()
+            .count();
+        assert_eq!(chunks, 2, "one journal of two chunks");
+        expected
+    });
+    assert!(replayed_in < Duration::from_secs(60), "{replayed_in:?}");
 }
