@@ -295,6 +295,9 @@ fn kafka_compression(c: Compression) -> KafkaCompression {
 
 /// Encodes one record batch. `first_sequence` is the batch's base
 /// sequence for an idempotent producer (-1 producer id otherwise).
+/// A record batch's header (v2), before its records.
+const BATCH_HEAD_BYTES: usize = 61;
+
 pub fn encode_batch(
     values: Vec<Bytes>,
     keys: Vec<Option<Bytes>>,
@@ -303,6 +306,12 @@ pub fn encode_batch(
     first_sequence: i32,
     compression: Compression,
 ) -> Result<Bytes> {
+    // Sized up front (each record adds at most ~32 bytes of framing to its
+    // key and value): a batch grown from an empty buffer copies itself
+    // once per doubling.
+    let payload: usize = values.iter().map(Bytes::len).sum::<usize>()
+        + keys.iter().flatten().map(Bytes::len).sum::<usize>();
+    let capacity = BATCH_HEAD_BYTES + payload + 32 * values.len();
     let records: Vec<Record> = values
         .into_iter()
         .zip(keys)
@@ -325,7 +334,7 @@ pub fn encode_batch(
             headers: Default::default(),
         })
         .collect();
-    let mut buf = BytesMut::new();
+    let mut buf = BytesMut::with_capacity(capacity);
     RecordBatchEncoder::encode(
         &mut buf,
         &records,

@@ -351,12 +351,18 @@ struct LaneQueue {
 /// Records waiting to become a batch for one partition.
 #[derive(Default)]
 struct Accumulator {
+    /// Where the next records' values are written: one allocation holds
+    /// many values (each a slice of it), not one per record.
+    arena: BytesMut,
     values: Vec<Bytes>,
     keys: Vec<Option<Bytes>>,
     bytes: usize,
     first_due: Option<Instant>,
     first_sequence: u64,
 }
+
+/// The most one accumulator's arena allocates at once.
+const ARENA_BYTES_MAX: usize = 1 << 20;
 
 async fn produce(
     job: ProducerJob,
@@ -508,11 +514,16 @@ async fn produce(
             };
             let sequence = next_sequence[partition];
             next_sequence[partition] += 1;
-            let mut value = BytesMut::from(&plan.payload[..]);
+            let acc = &mut accumulators[partition];
+            if acc.arena.capacity() < value_len {
+                acc.arena
+                    .reserve(settings.batch_bytes.max(value_len).min(ARENA_BYTES_MAX));
+            }
+            acc.arena.extend_from_slice(&plan.payload);
+            let mut value = acc.arena.split();
             if value.len() >= e2e::HEADER_LEN {
                 e2e::write_header(&mut value, job.id, sequence, plan.unix_us(due));
             }
-            let acc = &mut accumulators[partition];
             if acc.values.is_empty() {
                 acc.first_due = Some(due);
                 acc.first_sequence = sequence;

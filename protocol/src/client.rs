@@ -469,7 +469,13 @@ impl Connection {
             version,
             message: e.to_string(),
         };
-        let mut frame = BytesMut::with_capacity(256);
+        // Sized up front: a produce request grown from a small buffer
+        // copies its batches once per doubling.
+        let size = header
+            .compute_size(R::header_version(version))
+            .and_then(|h| Ok(h + request.compute_size(version)?))
+            .map_err(encode_error)?;
+        let mut frame = BytesMut::with_capacity(LENGTH_PREFIX_BYTES + size);
         frame.extend_from_slice(&[0; LENGTH_PREFIX_BYTES]);
         header
             .encode(&mut frame, R::header_version(version))
