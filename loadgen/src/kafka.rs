@@ -293,11 +293,11 @@ fn kafka_compression(c: Compression) -> KafkaCompression {
     }
 }
 
-/// Encodes one record batch. `first_sequence` is the batch's base
-/// sequence for an idempotent producer (-1 producer id otherwise).
 /// A record batch's header (v2), before its records.
 const BATCH_HEAD_BYTES: usize = 61;
 
+/// Encodes one record batch. `first_sequence` is the batch's base
+/// sequence for an idempotent producer (-1 producer id otherwise).
 pub fn encode_batch(
     values: Vec<Bytes>,
     keys: Vec<Option<Bytes>>,
