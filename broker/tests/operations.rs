@@ -8,10 +8,10 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use common::{free_port, run, Broker};
+use common::{free_port, poll_until, run, Broker};
 use protocol::kafka_protocol::messages::create_topics_request::CreatableTopic;
 use protocol::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
@@ -59,24 +59,19 @@ impl Admin {
     }
 
     fn wait_ready(&self, broker: &Broker) {
-        let deadline = Instant::now() + READY_DEADLINE;
-        loop {
-            if let Ok(mut stream) = TcpStream::connect(self.address()) {
-                stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-                let _ = write!(stream, "GET /ready HTTP/1.1\r\n\r\n");
-                let mut response = String::new();
-                let _ = stream.read_to_string(&mut response);
-                if response.starts_with("HTTP/1.1 200") {
-                    return;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "not ready within {READY_DEADLINE:?}:\n{}",
-                broker.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let ready = poll_until(READY_DEADLINE, || {
+            let mut stream = TcpStream::connect(self.address()).ok()?;
+            stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+            let _ = write!(stream, "GET /ready HTTP/1.1\r\n\r\n");
+            let mut response = String::new();
+            let _ = stream.read_to_string(&mut response);
+            response.starts_with("HTTP/1.1 200").then_some(())
+        });
+        assert!(
+            ready.is_some(),
+            "not ready within {READY_DEADLINE:?}:\n{}",
+            broker.log()
+        );
     }
 
     /// Every sample of /metrics, by `name{labels}` as exposed.

@@ -101,8 +101,7 @@ impl Broker {
             .spawn()
             .expect("strom binary starts");
         self.child = Some(child);
-        let deadline = Instant::now() + START_DEADLINE;
-        loop {
+        let listening = poll_until(START_DEADLINE, || {
             // Ready once every core listens: the first core's listener can
             // accept while the broker is still starting, and a client that
             // connected then was refused moments later (seen in CI, not
@@ -110,7 +109,7 @@ impl Broker {
             if self.log().matches(STARTED_LINE).count() > started_before
                 && TcpStream::connect(self.address()).is_ok()
             {
-                return;
+                return Some(());
             }
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!(
@@ -118,13 +117,13 @@ impl Broker {
                     self.log()
                 );
             }
-            assert!(
-                Instant::now() < deadline,
-                "strom did not log its start line and listen within {START_DEADLINE:?}:\n{}",
-                self.log()
-            );
-            std::thread::sleep(POLL_INTERVAL);
-        }
+            None
+        });
+        assert!(
+            listening.is_some(),
+            "strom did not log its start line and listen within {START_DEADLINE:?}:\n{}",
+            self.log()
+        );
     }
 
     /// The running broker's process id.
@@ -173,18 +172,25 @@ impl Drop for Broker {
     }
 }
 
-/// Waits for a child with a deadline; `None` if it is still running.
-pub fn wait_deadline(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+/// Asks `check` every `POLL_INTERVAL` until it gives a value or `limit`
+/// has passed (`None`); it is asked at least once, and once more at the
+/// deadline.
+pub fn poll_until<T>(limit: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = Instant::now() + limit;
     loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return Some(status);
+        if let Some(value) = check() {
+            return Some(value);
         }
         if Instant::now() >= deadline {
             return None;
         }
         std::thread::sleep(POLL_INTERVAL);
     }
+}
+
+/// Waits for a child with a deadline; `None` if it is still running.
+pub fn wait_deadline(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    poll_until(limit, || child.try_wait().unwrap())
 }
 
 /// Runs a command with optional stdin, killing it at the deadline.
