@@ -92,6 +92,20 @@ async fn core_main(
     events: flume::Sender<Event>,
     scrapes: flume::Receiver<crate::metrics::ScrapeRequest>,
 ) {
+    // Lives as long as the core: see `protocol::watchdog` for the glommio
+    // hang it bounds.
+    let _watchdog = match protocol::watchdog::start(
+        &format!("strom-core-{core}"),
+        protocol::watchdog::PERIOD,
+        protocol::watchdog::STALL_WARNING,
+    ) {
+        Ok(watchdog) => watchdog,
+        Err(error) => {
+            let message = format!("cannot start the core's watchdog thread: {error}");
+            let _ = events.send(Event::Fatal { core, message });
+            return;
+        }
+    };
     let shard = Shard::new(core, config.cores, config.clone(), metadata.clone());
     shard.connect_mesh(ends).await;
 

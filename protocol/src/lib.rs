@@ -11,6 +11,8 @@ pub mod client;
 pub mod codec;
 pub mod frame;
 pub mod shape;
+#[cfg(feature = "client")]
+pub mod watchdog;
 
 /// The `kafka-protocol` crate this crate builds on, re-exported so that
 /// users name the same version.
