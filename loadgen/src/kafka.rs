@@ -296,6 +296,17 @@ fn kafka_compression(c: Compression) -> KafkaCompression {
 /// A record batch's header (v2), before its records.
 const BATCH_HEAD_BYTES: usize = 61;
 
+/// The most framing one record (v2) adds to its key and value: length,
+/// attributes, timestamp and offset deltas, key and value lengths, header
+/// count, as varints.
+const RECORD_FRAMING_MAX: usize = 32;
+
+/// The most bytes an uncompressed batch of `records` records holding
+/// `payload` key and value bytes encodes to.
+pub fn batch_bytes_bound(payload: usize, records: usize) -> usize {
+    BATCH_HEAD_BYTES + payload + RECORD_FRAMING_MAX * records
+}
+
 /// Encodes one record batch. `first_sequence` is the batch's base
 /// sequence for an idempotent producer (-1 producer id otherwise).
 pub fn encode_batch(
@@ -306,12 +317,11 @@ pub fn encode_batch(
     first_sequence: i32,
     compression: Compression,
 ) -> Result<Bytes> {
-    // Sized up front (each record adds at most ~32 bytes of framing to its
-    // key and value): a batch grown from an empty buffer copies itself
+    // Sized up front: a batch grown from an empty buffer copies itself
     // once per doubling.
     let payload: usize = values.iter().map(Bytes::len).sum::<usize>()
         + keys.iter().flatten().map(Bytes::len).sum::<usize>();
-    let capacity = BATCH_HEAD_BYTES + payload + 32 * values.len();
+    let capacity = batch_bytes_bound(payload, values.len());
     let records: Vec<Record> = values
         .into_iter()
         .zip(keys)
@@ -567,6 +577,45 @@ mod tests {
             -58_897_971
         );
         assert_eq!(murmur2(b"abc") as i32, 479_470_107);
+    }
+
+    /// The bound a producer fills batches by is never below what they
+    /// encode to, whatever the record count and sizes (records past 2^14
+    /// take 3-byte offset deltas; values past 2^13 take 3-byte lengths).
+    #[test]
+    fn batches_encode_within_their_bound() {
+        for (records, value_len, keyed) in [
+            (1, 0, false),
+            (1, 1_000_000, true),
+            (100, 100, true),
+            (20_000, 100, false),
+            (20_000, 10, true),
+            (3, 70_000, true),
+        ] {
+            let values: Vec<Bytes> = (0..records)
+                .map(|i| Bytes::from(vec![i as u8; value_len]))
+                .collect();
+            let keys: Vec<Option<Bytes>> = (0..records)
+                .map(|i| keyed.then(|| Bytes::from(format!("key-{}", i % 1024))))
+                .collect();
+            let payload = values.iter().map(Bytes::len).sum::<usize>()
+                + keys.iter().flatten().map(Bytes::len).sum::<usize>();
+            let batch = encode_batch(
+                values,
+                keys,
+                1_700_000_000_000,
+                (7, 0),
+                5,
+                Compression::None,
+            )
+            .unwrap();
+            let bound = batch_bytes_bound(payload, records);
+            assert!(
+                batch.len() <= bound,
+                "{records} records of {value_len} bytes: {} > {bound}",
+                batch.len()
+            );
+        }
     }
 
     #[test]

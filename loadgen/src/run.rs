@@ -202,6 +202,14 @@ async fn core_main(
     consumers: Vec<ConsumerJob>,
     tx: flume::Sender<Message>,
 ) -> Result<()> {
+    // A parked executor with runnable tasks would show as latency the
+    // broker never caused: see `protocol::watchdog`.
+    let _watchdog = protocol::watchdog::start(
+        &format!("strom-loadgen-{}", glommio::executor().id()),
+        protocol::watchdog::PERIOD,
+        protocol::watchdog::STALL_WARNING,
+    )
+    .context("starting the executor's watchdog thread")?;
     let recorder = Rc::new(RefCell::new(Recorder::default()));
     let tracker = Rc::new(RefCell::new(Tracker::default()));
     let acknowledged: Rc<RefCell<Acknowledged>> = Rc::default();
@@ -356,7 +364,9 @@ struct Accumulator {
     arena: BytesMut,
     values: Vec<Bytes>,
     keys: Vec<Option<Bytes>>,
+    /// Value bytes, and key bytes.
     bytes: usize,
+    key_bytes: usize,
     first_due: Option<Instant>,
     first_sequence: u64,
 }
@@ -439,6 +449,7 @@ async fn produce(
         let count = values.len();
         let value_bytes = acc.bytes as u64;
         acc.bytes = 0;
+        acc.key_bytes = 0;
         let first_due = acc
             .first_due
             .take()
@@ -528,14 +539,25 @@ async fn produce(
                 acc.first_due = Some(due);
                 acc.first_sequence = sequence;
             }
+            let record_bytes = value.len() + key.as_ref().map_or(0, Bytes::len);
             acc.bytes += value.len();
+            acc.key_bytes += record_bytes - value.len();
             sent_bytes += value.len() as u64;
             acc.values.push(value.freeze());
             acc.keys.push(key);
             recorder
                 .borrow_mut()
                 .sent(1, now.saturating_duration_since(due).as_micros() as u64);
-            if acc.bytes >= settings.batch_bytes {
+            // Full when one more record like this one would take the
+            // encoded batch past the batch size, as Kafka's producer
+            // decides: a batch of values alone up to the batch size, plus
+            // the records' framing, could pass the broker's message size
+            // limit (MESSAGE_TOO_LARGE) when a stalled broker lets one fill.
+            let full = kafka::batch_bytes_bound(
+                acc.bytes + acc.key_bytes + record_bytes,
+                acc.values.len() + 1,
+            ) > settings.batch_bytes;
+            if full {
                 let (outgoing, sender) = flush(partition, acc, &mut idempotent_sequence, &lane_tx);
                 sender
                     .send_async(outgoing?)

@@ -259,7 +259,10 @@ fn kept_topics_are_consumed_back_in_consume_mode() {
 /// partition's open batch growing instead of queueing a batch per send
 /// loop behind the full in-flight window, so it keeps taking records on
 /// schedule (send delay stays small) while the stall shows in full in the
-/// publish latency, counted from each record's due time.
+/// publish latency, counted from each record's due time. (This test once
+/// hung: glommio parked the broker's core with the produce requests
+/// runnable after the SIGCONT, until the client gave up 30 s later; the
+/// core's watchdog now wakes it.)
 #[test]
 fn a_stalled_broker_shows_in_publish_latency_not_in_late_sends() {
     let broker = Broker::start();
@@ -325,7 +328,13 @@ fn a_stalled_broker_shows_in_publish_latency_not_in_late_sends() {
     signal("-CONT");
     let out = run.join().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let broker_log = || std::fs::read_to_string(broker.dir.path().join("strom.log")).unwrap();
+    assert!(
+        out.status.success(),
+        "{stderr}\nstdout:\n{}\nbroker log:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        broker_log()
+    );
 
     let r = json(&report);
     assert!(
@@ -348,6 +357,20 @@ fn a_stalled_broker_shows_in_publish_latency_not_in_late_sends() {
         "send delay p99 {send_delay_p99} ms: {}",
         r["send_delay"]
     );
+    // The broker's core says it did not run for about the second it was
+    // stopped (its watchdog; see `protocol::watchdog`).
+    let log = broker_log();
+    let stall = log
+        .lines()
+        .find(|l| l.contains("executor did not run for a while"))
+        .unwrap_or_else(|| panic!("no stall logged:\n{log}"));
+    let stalled_ms: u64 = stall
+        .split("stalled_ms=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or_else(|| panic!("no stalled_ms in {stall}"));
+    assert!((900..5_000).contains(&stalled_ms), "{stall}");
 }
 
 #[test]
