@@ -315,6 +315,7 @@ fn total(snapshots: &[ShardSnapshot]) -> ShardSnapshot {
         all.connections += s.connections;
         all.partitions += s.partitions;
         all.leaders += s.leaders;
+        all.stalls += s.stalls;
         all.storage.add(&s.storage);
     }
     all.apis.sort_by_key(|a| a.api_key);
@@ -501,7 +502,7 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
             s.storage.sync_latency_us_total,
         );
     }
-    let gauges: [ShardFigure; 10] = [
+    let gauges: [ShardFigure; 11] = [
         (
             "strom_partitions",
             "Partitions a shard owns.",
@@ -546,6 +547,11 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
             "strom_journal_records_total",
             "Records written to the core's journal (one per partition per round, and tombstones).",
             |s| s.storage.journal_records,
+        ),
+        (
+            "strom_core_stalls_total",
+            "Times the core went 500 ms or more without running its tasks: the process was stopped, starved of CPU, or a task ran without yielding (each also logged, with its length).",
+            |s| s.stalls,
         ),
         (
             "strom_journal_bytes_total",

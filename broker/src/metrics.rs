@@ -237,6 +237,9 @@ pub struct ShardSnapshot {
     /// Partitions this shard leads (every one it owns on a single node).
     pub leaders: u64,
     pub storage: StorageSnapshot,
+    /// Times the core went 500 ms or more without running (its watchdog).
+    #[serde(default)]
+    pub stalls: u64,
 }
 
 /// Storage counters of a shard before any log was counted: zero, with a
@@ -343,6 +346,7 @@ pub fn snapshot(shard: &Shard) -> ShardSnapshot {
         partitions,
         leaders: partitions,
         storage,
+        stalls: protocol::watchdog::this_thread_stalls(),
     }
 }
 

@@ -402,6 +402,64 @@ fn call<Req: Encodable, Resp: Decodable + HeaderVersion>(
 
 /// Every answered API counts the error codes of its responses (top level,
 /// per topic, per group) under its own name, and nothing else moves.
+/// A broker stopped for a second (SIGSTOP, as a debugger or an overloaded
+/// host would) counts one stall on each core, logs it, and answers again.
+#[test]
+fn a_stopped_broker_counts_and_logs_one_stall_per_core() {
+    let (broker, admin) = Admin::start(&[]);
+    let before = admin.scrape();
+    assert_eq!(
+        before.all("strom_core_stalls_total"),
+        0.0,
+        "{}",
+        before.body
+    );
+    let signal = |signal| {
+        // SAFETY: kill with a pid of our own child process.
+        assert_eq!(unsafe { libc::kill(broker.pid() as i32, signal) }, 0);
+    };
+    signal(libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(1_000));
+    signal(libc::SIGCONT);
+    // Each core's watchdog runs within its period of the continue.
+    let stalls = poll_until(Duration::from_secs(10), || {
+        let m = admin.scrape();
+        (m.all("strom_core_stalls_total") >= 2.0).then_some(m)
+    })
+    .unwrap_or_else(|| panic!("no stalls counted:\n{}", admin.scrape().body));
+    assert_eq!(
+        stalls.all("strom_core_stalls_total"),
+        2.0,
+        "{}",
+        stalls.body
+    );
+    assert_eq!(
+        stalls.get("strom_core_stalls_total", &[("shard", "0")]),
+        1.0
+    );
+    assert_eq!(
+        stalls.get("strom_core_stalls_total", &[("shard", "1")]),
+        1.0
+    );
+    let log = broker.log();
+    for core in 0..2 {
+        let name = format!("executor=strom-core-{core}");
+        let line = log
+            .lines()
+            .find(|l| l.contains("executor did not run for a while") && l.contains(&name))
+            .unwrap_or_else(|| panic!("no stall logged for core {core}:\n{log}"));
+        let ms: u64 = line
+            .split("stalled_ms=")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|ms| ms.parse().ok())
+            .unwrap_or_else(|| panic!("no stalled_ms in {line}"));
+        assert!((900..10_000).contains(&ms), "{line}");
+    }
+    let (code, _) = admin.get("/ready");
+    assert_eq!(code, 200);
+}
+
 #[test]
 fn metrics_count_the_error_codes_of_every_api() {
     let (broker, admin) = Admin::start(&["--set", "auto.create.topics.enable=false"]);

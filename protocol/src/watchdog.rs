@@ -52,6 +52,21 @@ struct Shared {
     longest_stall_us: AtomicU64,
 }
 
+thread_local! {
+    /// The watchdog of this thread's executor, for [`this_thread_stalls`].
+    static CURRENT: std::cell::RefCell<Option<Arc<Shared>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Stalls counted by the watchdog of the calling thread's executor (0
+/// without one): for metrics gathered on the executor.
+pub fn this_thread_stalls() -> u64 {
+    CURRENT.with(|c| {
+        c.borrow()
+            .as_ref()
+            .map_or(0, |s| s.stalls.load(Ordering::Relaxed))
+    })
+}
+
 /// Starts a watchdog for the executor of the calling thread, which must be
 /// inside a glommio executor. `name` names the thread and the log lines.
 pub fn start(name: &str, period: Duration, stall_warning: Duration) -> std::io::Result<Watchdog> {
@@ -100,6 +115,7 @@ pub fn start(name: &str, period: Duration, stall_warning: Duration) -> std::io::
                 }
             }
         })?;
+    CURRENT.with(|c| *c.borrow_mut() = Some(shared.clone()));
     Ok(Watchdog {
         stop: Some(stop),
         thread: Some(thread),
@@ -126,6 +142,15 @@ impl Watchdog {
 
 impl Drop for Watchdog {
     fn drop(&mut self) {
+        CURRENT.with(|c| {
+            let mut current = c.borrow_mut();
+            if current
+                .as_ref()
+                .is_some_and(|s| Arc::ptr_eq(s, &self.shared))
+            {
+                *current = None;
+            }
+        });
         self.shared.stopping.store(true, Ordering::Relaxed);
         drop(self.stop.take());
         if let Some(thread) = self.thread.take() {
@@ -216,11 +241,13 @@ mod tests {
             std::thread::sleep(Duration::from_millis(400));
             // The watchdog's task runs in the passes that follow.
             glommio::timer::sleep(Duration::from_millis(50)).await;
-            (before, watchdog.stalls(), watchdog.longest_stall())
+            let seen = this_thread_stalls();
+            (before, watchdog.stalls(), watchdog.longest_stall(), seen)
         });
-        let (before, after, longest) = outcome.expect("the executor finished");
+        let (before, after, longest, seen) = outcome.expect("the executor finished");
         assert_eq!(before, 0);
         assert_eq!(after, 1);
+        assert_eq!(seen, 1);
         assert!(longest >= Duration::from_millis(400), "longest {longest:?}");
     }
 
