@@ -357,20 +357,13 @@ fn a_stalled_broker_shows_in_publish_latency_not_in_late_sends() {
         "send delay p99 {send_delay_p99} ms: {}",
         r["send_delay"]
     );
-    // The broker's core says it did not run for about the second it was
-    // stopped (its watchdog; see `protocol::watchdog`).
+    // The broker's core says it did not run while it was stopped (its
+    // watchdog; operations.rs checks the count and length).
     let log = broker_log();
-    let stall = log
-        .lines()
-        .find(|l| l.contains("executor did not run for a while"))
-        .unwrap_or_else(|| panic!("no stall logged:\n{log}"));
-    let stalled_ms: u64 = stall
-        .split("stalled_ms=")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|ms| ms.parse().ok())
-        .unwrap_or_else(|| panic!("no stalled_ms in {stall}"));
-    assert!((900..5_000).contains(&stalled_ms), "{stall}");
+    assert!(
+        log.contains("executor did not run for a while"),
+        "no stall logged:\n{log}"
+    );
 }
 
 #[test]

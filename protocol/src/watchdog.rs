@@ -103,7 +103,7 @@ pub fn start(name: &str, period: Duration, stall_warning: Duration) -> std::io::
     glommio::spawn_local(task).detach();
     let (stop, stopped) = mpsc::channel::<()>();
     let thread = std::thread::Builder::new()
-        .name(format!("{name}-watchdog"))
+        .name(format!("{name}-wd"))
         .spawn({
             let shared = shared.clone();
             move || {
