@@ -408,12 +408,7 @@ fn call<Req: Encodable, Resp: Decodable + HeaderVersion>(
 fn a_stopped_broker_counts_and_logs_one_stall_per_core() {
     let (broker, admin) = Admin::start(&[]);
     let before = admin.scrape();
-    assert_eq!(
-        before.all("strom_core_stalls_total"),
-        0.0,
-        "{}",
-        before.body
-    );
+    let stalls = |m: &Metrics, shard: &str| m.get("strom_core_stalls_total", &[("shard", shard)]);
     let signal = |signal| {
         // SAFETY: kill with a pid of our own child process.
         assert_eq!(unsafe { libc::kill(broker.pid() as i32, signal) }, 0);
@@ -421,40 +416,41 @@ fn a_stopped_broker_counts_and_logs_one_stall_per_core() {
     signal(libc::SIGSTOP);
     std::thread::sleep(Duration::from_millis(1_000));
     signal(libc::SIGCONT);
-    // Each core's watchdog runs within its period of the continue.
-    let stalls = poll_until(Duration::from_secs(10), || {
+    // Each core's watchdog runs within its period of the continue. (A
+    // loaded machine may starve a core past 500 ms at other times too:
+    // the counts grow by at least the stop.)
+    let after = poll_until(Duration::from_secs(10), || {
         let m = admin.scrape();
-        (m.all("strom_core_stalls_total") >= 2.0).then_some(m)
+        ["0", "1"]
+            .iter()
+            .all(|shard| stalls(&m, shard) > stalls(&before, shard))
+            .then_some(m)
     })
-    .unwrap_or_else(|| panic!("no stalls counted:\n{}", admin.scrape().body));
+    .unwrap_or_else(|| panic!("no stall counted on each core:\n{}", admin.scrape().body));
     assert_eq!(
-        stalls.all("strom_core_stalls_total"),
-        2.0,
-        "{}",
-        stalls.body
+        after.all("strom_core_stalls_total"),
+        stalls(&after, "0") + stalls(&after, "1")
     );
-    assert_eq!(
-        stalls.get("strom_core_stalls_total", &[("shard", "0")]),
-        1.0
-    );
-    assert_eq!(
-        stalls.get("strom_core_stalls_total", &[("shard", "1")]),
-        1.0
-    );
+    let stalled_ms = |line: &str| -> Option<u64> {
+        line.split("stalled_ms=")
+            .nth(1)?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    };
     let log = broker.log();
     for core in 0..2 {
         let name = format!("executor=strom-core-{core}");
-        let line = log
+        let logged = log
             .lines()
-            .find(|l| l.contains("executor did not run for a while") && l.contains(&name))
-            .unwrap_or_else(|| panic!("no stall logged for core {core}:\n{log}"));
-        let ms: u64 = line
-            .split("stalled_ms=")
-            .nth(1)
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|ms| ms.parse().ok())
-            .unwrap_or_else(|| panic!("no stalled_ms in {line}"));
-        assert!((900..10_000).contains(&ms), "{line}");
+            .filter(|l| l.contains("executor did not run for a while") && l.contains(&name))
+            .filter_map(stalled_ms)
+            .any(|ms| (900..10_000).contains(&ms));
+        assert!(
+            logged,
+            "no stall of about 1 s logged for core {core}:\n{log}"
+        );
     }
     let (code, _) = admin.get("/ready");
     assert_eq!(code, 200);

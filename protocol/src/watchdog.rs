@@ -245,9 +245,10 @@ mod tests {
             (before, watchdog.stalls(), watchdog.longest_stall(), seen)
         });
         let (before, after, longest, seen) = outcome.expect("the executor finished");
-        assert_eq!(before, 0);
-        assert_eq!(after, 1);
-        assert_eq!(seen, 1);
+        // One more than before (a loaded machine may have starved the
+        // thread before the block, too).
+        assert_eq!(after, before + 1);
+        assert_eq!(seen, after);
         assert!(longest >= Duration::from_millis(400), "longest {longest:?}");
     }
 
