@@ -307,6 +307,13 @@ pub fn batch_bytes_bound(payload: usize, records: usize) -> usize {
     BATCH_HEAD_BYTES + payload + RECORD_FRAMING_MAX * records
 }
 
+/// How many records of `record_payload` key and value bytes each fill an
+/// uncompressed batch of at most `batch_bytes` (at least one): the inverse
+/// of [`batch_bytes_bound`].
+pub fn records_per_batch(batch_bytes: usize, record_payload: usize) -> usize {
+    (batch_bytes.saturating_sub(BATCH_HEAD_BYTES) / (record_payload + RECORD_FRAMING_MAX)).max(1)
+}
+
 /// Encodes one record batch. `first_sequence` is the batch's base
 /// sequence for an idempotent producer (-1 producer id otherwise).
 pub fn encode_batch(
@@ -616,6 +623,31 @@ mod tests {
                 batch.len()
             );
         }
+    }
+
+    /// As many records as the bound lets into a batch, and not one more:
+    /// a closed-loop producer that takes that many per round sends one
+    /// full batch per partition, not a full one and a straggler.
+    #[test]
+    fn records_per_batch_fill_a_batch_exactly() {
+        for (batch_bytes, payload) in [
+            (131_072, 1024),
+            (16_384, 100),
+            (1 << 20, 108),
+            (65_536, 65_000),
+        ] {
+            let n = records_per_batch(batch_bytes, payload);
+            assert!(
+                batch_bytes_bound(n * payload, n) <= batch_bytes,
+                "{batch_bytes} / {payload}: {n}"
+            );
+            assert!(
+                batch_bytes_bound((n + 1) * payload, n + 1) > batch_bytes,
+                "{batch_bytes} / {payload}: {n}"
+            );
+        }
+        // A record larger than the batch still goes, alone.
+        assert_eq!(records_per_batch(1024, 4096), 1);
     }
 
     #[test]
