@@ -302,16 +302,49 @@ const BATCH_HEAD_BYTES: usize = 61;
 const RECORD_FRAMING_MAX: usize = 32;
 
 /// The most bytes an uncompressed batch of `records` records holding
-/// `payload` key and value bytes encodes to.
+/// `payload` key and value bytes encodes to (to size its buffer).
 pub fn batch_bytes_bound(payload: usize, records: usize) -> usize {
     BATCH_HEAD_BYTES + payload + RECORD_FRAMING_MAX * records
 }
 
-/// How many records of `record_payload` key and value bytes each fill an
-/// uncompressed batch of at most `batch_bytes` (at least one): the inverse
-/// of [`batch_bytes_bound`].
-pub fn records_per_batch(batch_bytes: usize, record_payload: usize) -> usize {
-    (batch_bytes.saturating_sub(BATCH_HEAD_BYTES) / (record_payload + RECORD_FRAMING_MAX)).max(1)
+/// Bytes of a zigzag varint.
+fn varint_len(value: i64) -> usize {
+    let zigzag = ((value << 1) ^ (value >> 63)) as u64;
+    (64 - zigzag.max(1).leading_zeros() as usize).div_ceil(7)
+}
+
+/// The exact bytes record `index` of a batch from [`encode_batch`] takes
+/// (v2, uncompressed: the batch's timestamp, no headers), as Kafka's
+/// producer sizes a record to decide whether it still fits a batch.
+pub fn record_bytes(index: usize, key_len: Option<usize>, value_len: usize) -> usize {
+    let key = key_len.map_or(varint_len(-1), |len| varint_len(len as i64) + len);
+    let body = 1 // attributes
+        + varint_len(0) // timestamp delta
+        + varint_len(index as i64) // offset delta
+        + key
+        + varint_len(value_len as i64)
+        + value_len
+        + varint_len(0); // header count
+    varint_len(body as i64) + body
+}
+
+/// The bytes of a batch's header, before its first record.
+pub const fn batch_head_bytes() -> usize {
+    BATCH_HEAD_BYTES
+}
+
+/// How many records with keys of `key_len` and values of `value_len` bytes
+/// fill an uncompressed batch of at most `batch_bytes` (at least one).
+pub fn records_per_batch(batch_bytes: usize, key_len: Option<usize>, value_len: usize) -> usize {
+    let mut size = BATCH_HEAD_BYTES;
+    let mut count = 0;
+    loop {
+        size += record_bytes(count, key_len, value_len);
+        if size > batch_bytes {
+            return count.max(1);
+        }
+        count += 1;
+    }
 }
 
 /// Encodes one record batch. `first_sequence` is the batch's base
@@ -586,11 +619,12 @@ mod tests {
         assert_eq!(murmur2(b"abc") as i32, 479_470_107);
     }
 
-    /// The bound a producer fills batches by is never below what they
-    /// encode to, whatever the record count and sizes (records past 2^14
-    /// take 3-byte offset deltas; values past 2^13 take 3-byte lengths).
+    /// A batch encodes to exactly its header and the records' sizes as
+    /// `record_bytes` counts them, whatever the record count and sizes
+    /// (offset deltas of 1 to 3 bytes, keyed or not, large values), and
+    /// never past the buffer's bound.
     #[test]
-    fn batches_encode_within_their_bound() {
+    fn record_bytes_counts_what_the_encoder_writes() {
         for (records, value_len, keyed) in [
             (1, 0, false),
             (1, 1_000_000, true),
@@ -605,6 +639,12 @@ mod tests {
             let keys: Vec<Option<Bytes>> = (0..records)
                 .map(|i| keyed.then(|| Bytes::from(format!("key-{}", i % 1024))))
                 .collect();
+            let expected = batch_head_bytes()
+                + keys
+                    .iter()
+                    .enumerate()
+                    .map(|(i, k)| record_bytes(i, k.as_ref().map(Bytes::len), value_len))
+                    .sum::<usize>();
             let payload = values.iter().map(Bytes::len).sum::<usize>()
                 + keys.iter().flatten().map(Bytes::len).sum::<usize>();
             let batch = encode_batch(
@@ -616,38 +656,39 @@ mod tests {
                 Compression::None,
             )
             .unwrap();
-            let bound = batch_bytes_bound(payload, records);
-            assert!(
-                batch.len() <= bound,
-                "{records} records of {value_len} bytes: {} > {bound}",
-                batch.len()
+            assert_eq!(
+                batch.len(),
+                expected,
+                "{records} records of {value_len} bytes"
             );
+            assert!(batch.len() <= batch_bytes_bound(payload, records));
         }
     }
 
-    /// As many records as the bound lets into a batch, and not one more:
-    /// a closed-loop producer that takes that many per round sends one
-    /// full batch per partition, not a full one and a straggler.
+    /// As many records as fit a batch, and not one more: a closed-loop
+    /// producer that takes that many per round sends one full batch per
+    /// partition, not a full one and a straggler.
     #[test]
     fn records_per_batch_fill_a_batch_exactly() {
-        for (batch_bytes, payload) in [
-            (131_072, 1024),
-            (16_384, 100),
-            (1 << 20, 108),
-            (65_536, 65_000),
+        for (batch_bytes, key_len, value_len) in [
+            (131_072, None, 1024),
+            (131_072, None, 100),
+            (16_384, Some(8), 100),
+            (1 << 20, None, 108),
+            (65_536, None, 65_000),
         ] {
-            let n = records_per_batch(batch_bytes, payload);
-            assert!(
-                batch_bytes_bound(n * payload, n) <= batch_bytes,
-                "{batch_bytes} / {payload}: {n}"
-            );
-            assert!(
-                batch_bytes_bound((n + 1) * payload, n + 1) > batch_bytes,
-                "{batch_bytes} / {payload}: {n}"
-            );
+            let n = records_per_batch(batch_bytes, key_len, value_len);
+            let size = |count: usize| {
+                batch_head_bytes()
+                    + (0..count)
+                        .map(|i| record_bytes(i, key_len, value_len))
+                        .sum::<usize>()
+            };
+            assert!(size(n) <= batch_bytes, "{batch_bytes}: {n}");
+            assert!(size(n + 1) > batch_bytes, "{batch_bytes}: {n}");
         }
         // A record larger than the batch still goes, alone.
-        assert_eq!(records_per_batch(1024, 4096), 1);
+        assert_eq!(records_per_batch(1024, None, 4096), 1);
     }
 
     #[test]

@@ -364,9 +364,9 @@ struct Accumulator {
     arena: BytesMut,
     values: Vec<Bytes>,
     keys: Vec<Option<Bytes>>,
-    /// Value bytes, and key bytes.
+    /// Value bytes, and the batch's encoded size so far.
     bytes: usize,
-    key_bytes: usize,
+    encoded: usize,
     first_due: Option<Instant>,
     first_sequence: u64,
 }
@@ -437,17 +437,17 @@ async fn produce(
     let mut sticky = (job.id as usize) % partitions;
     let mut key_counter = 0u64;
     let value_len = plan.payload.len();
-    // A closed-loop round takes one batch's worth: as many records as the
-    // fullness rule below lets into a batch (keys at their longest), so a
+    // A closed-loop round takes one batch's worth: as many records as fit
+    // a batch by the fullness rule below (keys at their longest), so a
     // round sends one full batch, not a full one and a straggler of a few
     // records (which took (a) from ~12,000 to ~19,000 produce requests and
     // cost it a fifth of its throughput).
     let key_len_max = match w.key_distributor {
-        KeyDistributor::NoKey => 0,
-        KeyDistributor::KeyRoundRobin => "key-1023".len(),
-        KeyDistributor::RandomNano => u64::MAX.to_string().len(),
+        KeyDistributor::NoKey => None,
+        KeyDistributor::KeyRoundRobin => Some("key-1023".len()),
+        KeyDistributor::RandomNano => Some(u64::MAX.to_string().len()),
     };
-    let records_per_batch = kafka::records_per_batch(settings.batch_bytes, value_len + key_len_max);
+    let records_per_batch = kafka::records_per_batch(settings.batch_bytes, key_len_max, value_len);
 
     // Encodes partition `p`'s accumulated records and hands them to its lane.
     let flush = |p: usize,
@@ -459,7 +459,7 @@ async fn produce(
         let count = values.len();
         let value_bytes = acc.bytes as u64;
         acc.bytes = 0;
-        acc.key_bytes = 0;
+        acc.encoded = 0;
         let first_due = acc
             .first_due
             .take()
@@ -549,9 +549,12 @@ async fn produce(
                 acc.first_due = Some(due);
                 acc.first_sequence = sequence;
             }
-            let record_bytes = value.len() + key.as_ref().map_or(0, Bytes::len);
+            let key_len = key.as_ref().map(Bytes::len);
+            if acc.values.is_empty() {
+                acc.encoded = kafka::batch_head_bytes();
+            }
+            acc.encoded += kafka::record_bytes(acc.values.len(), key_len, value.len());
             acc.bytes += value.len();
-            acc.key_bytes += record_bytes - value.len();
             sent_bytes += value.len() as u64;
             acc.values.push(value.freeze());
             acc.keys.push(key);
@@ -560,13 +563,12 @@ async fn produce(
                 .sent(1, now.saturating_duration_since(due).as_micros() as u64);
             // Full when one more record like this one would take the
             // encoded batch past the batch size, as Kafka's producer
-            // decides: a batch of values alone up to the batch size, plus
-            // the records' framing, could pass the broker's message size
-            // limit (MESSAGE_TOO_LARGE) when a stalled broker lets one fill.
-            let full = kafka::batch_bytes_bound(
-                acc.bytes + acc.key_bytes + record_bytes,
-                acc.values.len() + 1,
-            ) > settings.batch_bytes;
+            // decides (it sizes each record exactly): values alone up to
+            // the batch size, plus the records' framing, could pass the
+            // broker's message size limit (MESSAGE_TOO_LARGE) when a
+            // stalled broker lets a batch fill.
+            let full = acc.encoded + kafka::record_bytes(acc.values.len(), key_len, value_len)
+                > settings.batch_bytes;
             if full {
                 let (outgoing, sender) = flush(partition, acc, &mut idempotent_sequence, &lane_tx);
                 sender
