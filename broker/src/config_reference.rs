@@ -228,7 +228,7 @@ pub const TOPIC_SETTINGS: &[TopicSetting] = &[
     TopicSetting {
         topic_key: "strom.journal.bytes",
         broker_key: "strom.journal.bytes",
-        meaning: "Under `flush.policy=always`, a partition with fewer unwritten bytes than this (0 to 8 MiB; 0 = off) makes them durable through its core's journal, one write per sync round for all such partitions, and writes its segment file later in larger writes, once four times this is unwritten (with many partitions on a core, once its share of 16 MiB is, but at least this).",
+        meaning: "Under `flush.policy=always`, a partition with at most twice this not yet durable (0 to 8 MiB; 0 = off) makes those bytes durable through its core's journal, one write per sync round for all such partitions, and writes its segment file later in larger writes, once four times this is unwritten (with many partitions on a core, once its share of 16 MiB is, but at least this).",
     },
     TopicSetting {
         topic_key: "cleanup.policy",

@@ -58,9 +58,9 @@ pub struct LogConfig {
     /// ahead of the writer; the step grows with the segment up to 8 times
     /// this, which bounds the unused space of an active partition.
     pub preallocate_bytes: u64,
-    /// `strom.journal.bytes`: under `flush.policy=always`, a partition whose
-    /// unwritten bytes stay below this makes them durable through its
-    /// core's journal (one write per sync round for all such partitions)
+    /// `strom.journal.bytes`: under `flush.policy=always`, a partition with
+    /// at most twice this not yet durable makes those bytes durable through
+    /// its core's journal (one write per sync round for all such partitions)
     /// and writes its segment file later, in larger writes, once four
     /// times this is unwritten (less with many partitions on a core: see
     /// `log::journal_keep_bytes`); 0 turns the journal off.
