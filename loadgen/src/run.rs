@@ -367,6 +367,10 @@ struct Accumulator {
     /// Value bytes, and the batch's encoded size so far.
     bytes: usize,
     encoded: usize,
+    /// The key length and encoded size of a next record with that key,
+    /// worked out by the fullness check: the next append with the same
+    /// key length takes it instead of sizing its record again.
+    next_record: Option<(Option<usize>, usize)>,
     first_due: Option<Instant>,
     first_sequence: u64,
 }
@@ -545,15 +549,18 @@ async fn produce(
             if value.len() >= e2e::HEADER_LEN {
                 e2e::write_header(&mut value, job.id, sequence, plan.unix_us(due));
             }
-            if acc.values.is_empty() {
+            let index = acc.values.len();
+            let key_len = key.as_ref().map(Bytes::len);
+            let record_bytes = match acc.next_record {
+                Some((k, bytes)) if index > 0 && k == key_len => bytes,
+                _ => kafka::record_bytes(index, key_len, value_len),
+            };
+            if index == 0 {
                 acc.first_due = Some(due);
                 acc.first_sequence = sequence;
-            }
-            let key_len = key.as_ref().map(Bytes::len);
-            if acc.values.is_empty() {
                 acc.encoded = kafka::batch_head_bytes();
             }
-            acc.encoded += kafka::record_bytes(acc.values.len(), key_len, value.len());
+            acc.encoded += record_bytes;
             acc.bytes += value.len();
             sent_bytes += value.len() as u64;
             acc.values.push(value.freeze());
@@ -567,8 +574,9 @@ async fn produce(
             // the batch size, plus the records' framing, could pass the
             // broker's message size limit (MESSAGE_TOO_LARGE) when a
             // stalled broker lets a batch fill.
-            let full = acc.encoded + kafka::record_bytes(acc.values.len(), key_len, value_len)
-                > settings.batch_bytes;
+            let next = kafka::record_bytes(index + 1, key_len, value_len);
+            acc.next_record = Some((key_len, next));
+            let full = acc.encoded + next > settings.batch_bytes;
             if full {
                 let (outgoing, sender) = flush(partition, acc, &mut idempotent_sequence, &lane_tx);
                 sender

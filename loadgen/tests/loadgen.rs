@@ -6,10 +6,16 @@
 //! The `strom` binary comes from the same target directory (built by
 //! `cargo test --workspace`, which builds the broker's integration tests).
 
+#[allow(dead_code)]
+#[path = "../../broker/tests/common/process.rs"]
+mod process;
+
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use process::poll_until;
 
 const LOADGEN: &str = env!("CARGO_BIN_EXE_strom-loadgen");
 
@@ -51,11 +57,10 @@ impl Broker {
             .stderr(std::fs::File::create(dir.path().join("strom.log")).unwrap())
             .spawn()
             .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "strom did not start listening");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let listening = poll_until(Duration::from_secs(30), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+        });
+        assert!(listening.is_some(), "strom did not start listening");
         Broker { port, child, dir }
     }
 
@@ -72,23 +77,11 @@ impl Drop for Broker {
 }
 
 fn loadgen(args: &[&str]) -> Output {
-    let mut child = Command::new(LOADGEN)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("strom-loadgen {args:?} ran past its deadline");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    process::run(
+        Command::new(LOADGEN).args(args),
+        None,
+        Duration::from_secs(120),
+    )
 }
 
 fn json(path: &std::path::Path) -> serde_json::Value {
@@ -310,18 +303,15 @@ fn a_stalled_broker_shows_in_publish_latency_not_in_late_sends() {
     };
     // Mid-run: a second after the run's topic exists (its first partition's
     // log directory), so setup is over whatever the machine's speed.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let topic_created = || {
+    let topic_created = poll_until(Duration::from_secs(30), || {
         std::fs::read_dir(broker.dir.path().join("data"))
             .into_iter()
             .flatten()
             .flatten()
             .any(|e| e.file_name().to_string_lossy().starts_with("loadgen-"))
-    };
-    while !topic_created() {
-        assert!(Instant::now() < deadline, "no topic created within 30 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+            .then_some(())
+    });
+    assert!(topic_created.is_some(), "no topic created within 30 s");
     std::thread::sleep(Duration::from_millis(1_000));
     signal("-STOP");
     std::thread::sleep(Duration::from_millis(1_000));
