@@ -316,6 +316,12 @@ fn total(snapshots: &[ShardSnapshot]) -> ShardSnapshot {
         all.partitions += s.partitions;
         all.leaders += s.leaders;
         all.stalls += s.stalls;
+        all.queued_request_bytes += s.queued_request_bytes;
+        all.queued_request_bytes_peak += s.queued_request_bytes_peak;
+        all.queued_response_bytes += s.queued_response_bytes;
+        all.queued_response_bytes_peak += s.queued_response_bytes_peak;
+        all.connections_closed_idle += s.connections_closed_idle;
+        all.connections_closed_receive_timeout += s.connections_closed_receive_timeout;
         all.storage.add(&s.storage);
     }
     all.apis.sort_by_key(|a| a.api_key);
@@ -502,7 +508,7 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
             s.storage.sync_latency_us_total,
         );
     }
-    let gauges: [ShardFigure; 11] = [
+    let gauges: [ShardFigure; 17] = [
         (
             "strom_partitions",
             "Partitions a shard owns.",
@@ -552,6 +558,36 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
             "strom_core_stalls_total",
             "Times the core went 500 ms or more without running its tasks: the process was stopped, starved of CPU, or a task ran without yielding (each also logged, with its length).",
             |s| s.stalls,
+        ),
+        (
+            "strom_queued_request_bytes",
+            "Request bytes held in the core's share of queued.max.request.bytes: frames being received and handled.",
+            |s| s.queued_request_bytes,
+        ),
+        (
+            "strom_queued_request_bytes_peak",
+            "The most request bytes the core has held at once since start.",
+            |s| s.queued_request_bytes_peak,
+        ),
+        (
+            "strom_queued_response_bytes",
+            "Response bytes waiting to be written on the core (its share of strom.queued.max.response.bytes).",
+            |s| s.queued_response_bytes,
+        ),
+        (
+            "strom_queued_response_bytes_peak",
+            "The most response bytes waiting to be written on the core at once since start.",
+            |s| s.queued_response_bytes_peak,
+        ),
+        (
+            "strom_connections_closed_idle_total",
+            "Connections closed after connections.max.idle.ms without a byte in either direction.",
+            |s| s.connections_closed_idle,
+        ),
+        (
+            "strom_connections_closed_receive_timeout_total",
+            "Connections closed because an admitted request did not arrive within strom.request.receive.timeout.ms.",
+            |s| s.connections_closed_receive_timeout,
         ),
         (
             "strom_journal_bytes_total",

@@ -74,6 +74,21 @@ pub struct BrokerConfig {
     pub message_max_bytes: u32,
     /// Largest request frame accepted, checked before allocating it.
     pub frame_bytes_max: usize,
+    /// Request bytes the broker buffers at once, received or being handled
+    /// (`queued.max.request.bytes`), shared out evenly among the cores.
+    pub queued_request_bytes_max: usize,
+    /// Response bytes waiting to be written, for the whole broker
+    /// (`strom.queued.max.response.bytes`), shared out evenly among the cores.
+    pub queued_response_bytes_max: usize,
+    /// Response bytes waiting to be written on one connection
+    /// (`strom.connection.queued.max.response.bytes`).
+    pub connection_response_bytes_max: usize,
+    /// A connection that neither sends nor takes a byte for this long is
+    /// closed (`connections.max.idle.ms`).
+    pub connections_max_idle_ms: u64,
+    /// A request whose frame is not all received this long after it was
+    /// admitted closes its connection (`strom.request.receive.timeout.ms`).
+    pub request_receive_timeout_ms: u64,
     /// glommio io_memory per executor, if set (`strom.io.memory.bytes`).
     pub io_memory_bytes: Option<usize>,
     /// How long an idle executor polls before it parks
@@ -115,6 +130,11 @@ struct Builder {
     delete_topic_enable: bool,
     message_max_bytes: u32,
     frame_bytes_max: Option<usize>,
+    queued_request_bytes_max: usize,
+    queued_response_bytes_max: usize,
+    connection_response_bytes_max: usize,
+    connections_max_idle_ms: u64,
+    request_receive_timeout_ms: u64,
     io_memory_bytes: Option<usize>,
     spin_before_park_us: u64,
     retention_check_interval_ms: u64,
@@ -145,6 +165,26 @@ where
             origin: source.clone(),
             reason: e.to_string(),
         })
+}
+
+/// A byte count of at least `min` (the budgets: a smaller one would admit
+/// requests one at a time).
+fn parse_at_least(
+    key: &str,
+    value: &str,
+    source: &Source,
+    min: usize,
+) -> Result<usize, ConfigError> {
+    let bytes: usize = parse_value(key, value, source)?;
+    if bytes < min {
+        return Err(invalid(
+            key,
+            value,
+            source,
+            format!("must be at least {min} bytes"),
+        ));
+    }
+    Ok(bytes)
 }
 
 fn invalid(key: &str, value: &str, source: &Source, reason: impl Into<String>) -> ConfigError {
@@ -192,6 +232,11 @@ impl Builder {
             delete_topic_enable: true,
             message_max_bytes: 1_048_588,
             frame_bytes_max: None,
+            queued_request_bytes_max: crate::limits::QUEUED_REQUEST_BYTES_DEFAULT,
+            queued_response_bytes_max: crate::limits::QUEUED_RESPONSE_BYTES_DEFAULT,
+            connection_response_bytes_max: crate::limits::CONNECTION_RESPONSE_BYTES_DEFAULT,
+            connections_max_idle_ms: crate::limits::CONNECTION_IDLE_MS_DEFAULT,
+            request_receive_timeout_ms: crate::limits::REQUEST_RECEIVE_TIMEOUT_MS_DEFAULT,
             io_memory_bytes: None,
             spin_before_park_us: crate::limits::SPIN_BEFORE_PARK_US_DEFAULT,
             retention_check_interval_ms: 300_000,
@@ -301,6 +346,30 @@ impl Builder {
                     return Err(invalid(key, value, source, "must be at least 1024"));
                 }
                 self.frame_bytes_max = Some(bytes);
+            }
+            "queued.max.request.bytes" => {
+                self.queued_request_bytes_max =
+                    parse_at_least(key, value, source, crate::limits::QUEUED_BYTES_MIN)?;
+            }
+            "strom.queued.max.response.bytes" => {
+                self.queued_response_bytes_max =
+                    parse_at_least(key, value, source, crate::limits::QUEUED_BYTES_MIN)?;
+            }
+            "strom.connection.queued.max.response.bytes" => {
+                self.connection_response_bytes_max =
+                    parse_at_least(key, value, source, crate::limits::QUEUED_BYTES_MIN)?;
+            }
+            "connections.max.idle.ms" => {
+                self.connections_max_idle_ms = parse_value(key, value, source)?;
+                if self.connections_max_idle_ms == 0 {
+                    return Err(invalid(key, value, source, "must be positive"));
+                }
+            }
+            "strom.request.receive.timeout.ms" => {
+                self.request_receive_timeout_ms = parse_value(key, value, source)?;
+                if self.request_receive_timeout_ms == 0 {
+                    return Err(invalid(key, value, source, "must be positive"));
+                }
             }
             "strom.io.memory.bytes" => {
                 self.io_memory_bytes = Some(parse_value(key, value, source)?)
@@ -442,6 +511,11 @@ impl Builder {
             delete_topic_enable: self.delete_topic_enable,
             message_max_bytes: self.message_max_bytes,
             frame_bytes_max,
+            queued_request_bytes_max: self.queued_request_bytes_max,
+            queued_response_bytes_max: self.queued_response_bytes_max,
+            connection_response_bytes_max: self.connection_response_bytes_max,
+            connections_max_idle_ms: self.connections_max_idle_ms,
+            request_receive_timeout_ms: self.request_receive_timeout_ms,
             io_memory_bytes: self.io_memory_bytes,
             spin_before_park_us: self.spin_before_park_us,
             retention_check_interval_ms: self.retention_check_interval_ms,

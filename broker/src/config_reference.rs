@@ -95,6 +95,36 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         meaning: "Largest request frame, checked before it is read (other requests than Produce: 8 MiB).",
     },
     Setting {
+        keys: &["queued.max.request.bytes"],
+        flag: None,
+        default: Default::Value("268435456"),
+        meaning: "Request bytes the broker buffers at once, being received or handled (a share per core). A connection whose next request does not fit waits, reading nothing; one frame larger than a core's share is admitted when that share is unused, and frames up to 64 KiB are admitted beyond it, one per connection. Kafka's default is unbounded.",
+    },
+    Setting {
+        keys: &["strom.queued.max.response.bytes"],
+        flag: None,
+        default: Default::Value("268435456"),
+        meaning: "Response bytes waiting to be written, for the whole broker (a share per core). While a core's share is used up, each of its connections reads a request only when it has no response waiting, and Fetch answers shrink to one batch.",
+    },
+    Setting {
+        keys: &["strom.connection.queued.max.response.bytes"],
+        flag: None,
+        default: Default::Value("67108864"),
+        meaning: "Response bytes waiting to be written on one connection. Past it the connection reads no more requests until the client takes its answers; Fetch answers are sized to what it may still hold.",
+    },
+    Setting {
+        keys: &["connections.max.idle.ms"],
+        flag: None,
+        default: Default::Value("600000"),
+        meaning: "A connection that neither sends nor takes a byte for this long is closed.",
+    },
+    Setting {
+        keys: &["strom.request.receive.timeout.ms"],
+        flag: None,
+        default: Default::Value("30000"),
+        meaning: "A request whose frame has not all arrived this long after it was admitted closes its connection (stalled or trickled frames give their budget back).",
+    },
+    Setting {
         keys: &["strom.io.memory.bytes"],
         flag: None,
         default: Default::Described("glommio's 10 MiB"),

@@ -12,6 +12,7 @@ pub mod group;
 pub mod handlers;
 pub mod io_properties;
 pub mod limits;
+pub mod memory;
 pub mod metadata;
 pub mod metrics;
 pub mod partition;

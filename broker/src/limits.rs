@@ -13,6 +13,26 @@ pub const CONNECTION_IN_FLIGHT_MAX: usize = 64;
 /// topic names and the other fields of a produce request.
 pub const FRAME_OVERHEAD_BYTES: usize = 100 << 20;
 
+/// Defaults of the connection memory budgets (docs/broker.md, "Memory
+/// under hostile clients"). Kafka's `queued.max.request.bytes` is unbounded
+/// by default; Strom bounds it, and bounds responses as well.
+pub const QUEUED_REQUEST_BYTES_DEFAULT: usize = 256 << 20;
+pub const QUEUED_RESPONSE_BYTES_DEFAULT: usize = 256 << 20;
+pub const CONNECTION_RESPONSE_BYTES_DEFAULT: usize = 64 << 20;
+/// Smallest budget accepted for any of them.
+pub const QUEUED_BYTES_MIN: usize = 1 << 20;
+/// Frames up to this size are admitted beyond a full request budget, one
+/// per connection, so that heartbeats, metadata and small produce requests
+/// are still served while large frames wait for budget.
+pub const SMALL_FRAME_BYTES_MAX: usize = 64 << 10;
+/// A frame is received into memory this much at a time, so a frame that
+/// was announced but not sent costs its budget, not its memory.
+pub const FRAME_RECEIVE_STEP_BYTES: usize = 64 << 10;
+/// Kafka's `connections.max.idle.ms` default.
+pub const CONNECTION_IDLE_MS_DEFAULT: u64 = 600_000;
+/// How long a request's frame may take to arrive once it is admitted.
+pub const REQUEST_RECEIVE_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+
 /// Largest frame of any request but Produce. The decoders build a struct
 /// per array element, several times the element's wire size, so only
 /// Produce (whose bulk is record bytes) gets the full frame limit.
@@ -60,6 +80,12 @@ const _: () = assert!(
     "librdkafka pipelines 5 produce requests per partition"
 );
 const _: () = assert!(FETCH_WAIT_MS_MAX < DRAIN_MS_MAX);
+const _: () = assert!(SMALL_FRAME_BYTES_MAX < QUEUED_BYTES_MIN);
+const _: () = assert!(CONNECTION_RESPONSE_BYTES_DEFAULT <= QUEUED_RESPONSE_BYTES_DEFAULT);
+const _: () = assert!(
+    FETCH_WAIT_MS_MAX < CONNECTION_IDLE_MS_DEFAULT,
+    "a long-polling fetch never looks idle"
+);
 
 // Consumer groups (`group/`). Every per-group and per-member structure is
 // bounded; together they bound a core's coordinator memory.

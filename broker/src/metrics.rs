@@ -64,6 +64,8 @@ struct Probe {
     /// (api key, error) -> count. Errors are the rare path.
     errors: RefCell<BTreeMap<(i16, ErrorLabel), u64>>,
     hops: Cell<u64>,
+    closed_idle: Cell<u64>,
+    closed_receive_timeout: Cell<u64>,
 }
 
 impl Probe {
@@ -82,6 +84,8 @@ impl Probe {
             apis: (0..API_KEY_SLOTS).map(|_| ApiCounters::default()).collect(),
             errors: RefCell::new(BTreeMap::new()),
             hops: Cell::new(0),
+            closed_idle: Cell::new(0),
+            closed_receive_timeout: Cell::new(0),
         }
     }
 }
@@ -96,6 +100,21 @@ fn bump(cell: &Cell<u64>, by: u64) {
 
 fn slot(api_key: i16) -> usize {
     (api_key.max(0) as usize).min(API_KEY_SLOTS - 1)
+}
+
+/// Counts a connection the broker closed for idling (`idle`) or for a
+/// request not received in time.
+pub fn record_connection_closed(idle: bool) {
+    PROBE.with(|p| {
+        bump(
+            if idle {
+                &p.closed_idle
+            } else {
+                &p.closed_receive_timeout
+            },
+            1,
+        )
+    });
 }
 
 /// Counts one hop of work to another core.
@@ -240,6 +259,21 @@ pub struct ShardSnapshot {
     /// Times the core went 500 ms or more without running (its watchdog).
     #[serde(default)]
     pub stalls: u64,
+    /// Request bytes held in the core's request budget now, and at most.
+    #[serde(default)]
+    pub queued_request_bytes: u64,
+    #[serde(default)]
+    pub queued_request_bytes_peak: u64,
+    /// Response bytes waiting to be written on the core now, and at most.
+    #[serde(default)]
+    pub queued_response_bytes: u64,
+    #[serde(default)]
+    pub queued_response_bytes_peak: u64,
+    /// Connections closed for idling and for a request not received in time.
+    #[serde(default)]
+    pub connections_closed_idle: u64,
+    #[serde(default)]
+    pub connections_closed_receive_timeout: u64,
 }
 
 /// Storage counters of a shard before any log was counted: zero, with a
@@ -347,6 +381,12 @@ pub fn snapshot(shard: &Shard) -> ShardSnapshot {
         leaders: partitions,
         storage,
         stalls: protocol::watchdog::this_thread_stalls(),
+        queued_request_bytes: shard.request_pool.used() as u64,
+        queued_request_bytes_peak: shard.request_pool.peak() as u64,
+        queued_response_bytes: shard.response_pool.used() as u64,
+        queued_response_bytes_peak: shard.response_pool.peak() as u64,
+        connections_closed_idle: PROBE.with(|p| p.closed_idle.get()),
+        connections_closed_receive_timeout: PROBE.with(|p| p.closed_receive_timeout.get()),
     }
 }
 

@@ -7,11 +7,13 @@
 //! [`CONNECTION_IN_FLIGHT_MAX`] requests are in flight; beyond that the
 //! reader stops reading the socket.
 
+use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use futures_lite::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use futures_lite::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter, WriteHalf};
 use glommio::channels::local_channel;
 use glommio::net::{TcpListener, TcpStream};
 use glommio::task::JoinHandle;
@@ -19,10 +21,19 @@ use protocol::codec::Encoded;
 use protocol::frame::{request_frame_length, LENGTH_PREFIX_BYTES};
 
 use crate::handlers;
-use crate::limits::CONNECTION_IN_FLIGHT_MAX;
+use kafka_protocol::messages::ApiKey;
+
+use crate::limits::{
+    CONNECTION_IN_FLIGHT_MAX, FRAME_RECEIVE_STEP_BYTES, NON_PRODUCE_FRAME_BYTES_MAX,
+    SMALL_FRAME_BYTES_MAX,
+};
+use crate::memory::{Lease, MemoryPool, ResponseBudget};
 use crate::shard::Shard;
+use crate::sync::Notify;
 
 const SOCKET_BUFFER_BYTES: usize = 64 << 10;
+/// A request's api key: the first field after the length prefix.
+const API_KEY_BYTES: usize = 2;
 
 /// Why a connection was closed by the broker.
 #[derive(Debug, thiserror::Error)]
@@ -41,12 +52,9 @@ pub enum ConnectionError {
         api_key: kafka_protocol::messages::ApiKey,
     },
     #[error(
-        "{api_key:?} request of {frame_bytes} bytes exceeds the limit for non-produce requests"
+        "request of api key {api_key} and {frame_bytes} bytes exceeds the limit for non-produce requests"
     )]
-    RequestTooLarge {
-        api_key: kafka_protocol::messages::ApiKey,
-        frame_bytes: usize,
-    },
+    RequestTooLarge { api_key: i16, frame_bytes: usize },
     #[error("request handler failed")]
     HandlerGone,
 }
@@ -86,104 +94,112 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
 }
 
 type Outcome = Result<Option<Encoded>, ConnectionError>;
-type Pending = JoinHandle<Outcome>;
+/// A request's handler task: its outcome and the response budget its
+/// answer holds until it is written.
+type Pending = JoinHandle<(Outcome, ResponseBudget)>;
+
+/// Why the broker closed a connection that broke no rule of the protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CloseReason {
+    /// No byte in either direction and no request in flight for
+    /// `connections.max.idle.ms`.
+    Idle,
+    /// An admitted frame did not arrive within `strom.request.receive.timeout.ms`.
+    ReceiveTimeout,
+}
+
+/// What the reader, the writer and the timer of one connection share.
+struct Connection {
+    peer: String,
+    /// This connection's answers made and not yet written.
+    responses: Rc<MemoryPool>,
+    /// Requests read and not yet handled.
+    requests_in_flight: Cell<usize>,
+    /// When a byte last moved in either direction.
+    last_activity: Cell<Instant>,
+    /// Since when the frame being read has been coming, while one is (not
+    /// counting a wait for request budget).
+    receiving_since: Cell<Option<Instant>>,
+    /// Bytes of the frame being read so far, and its length.
+    receiving: Cell<(usize, usize)>,
+    /// Raised when the connection is to close, by either half or the timer.
+    closing: Notify,
+}
+
+impl Connection {
+    fn touch(&self) {
+        self.last_activity.set(Instant::now());
+    }
+}
 
 async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: Option<SocketAddr>) {
     let (read_half, write_half) = futures_lite::io::split(stream);
     let (queue_tx, queue_rx) = local_channel::new_bounded::<Pending>(CONNECTION_IN_FLIGHT_MAX);
-    let peer_text = peer
-        .map(|p| p.to_string())
-        .unwrap_or_else(|| "unknown".to_string());
-    // Raised when the writer stops, so the reader stops waiting for frames.
-    let writer_done = Rc::new(crate::sync::Notify::default());
-
-    let writer = glommio::spawn_local({
-        let peer_text = peer_text.clone();
-        let writer_done = writer_done.clone();
-        async move {
-            let _done = RaiseOnDrop(writer_done);
-            let mut writer = BufWriter::with_capacity(SOCKET_BUFFER_BYTES, write_half);
-            // A response already finished, to be written without waiting.
-            let mut done: Option<Outcome> = None;
-            loop {
-                let outcome = match done.take() {
-                    Some(outcome) => outcome,
-                    None => match queue_rx.recv().await {
-                        Some(pending) => pending.await.unwrap_or(Err(ConnectionError::HandlerGone)),
-                        None => break,
-                    },
-                };
-                match outcome {
-                    Ok(Some(response)) => {
-                        for part in response.parts() {
-                            if let Err(error) = writer.write_all(part).await {
-                                tracing::debug!(peer = %peer_text, %error, "write failed");
-                                return;
-                            }
-                        }
-                    }
-                    Ok(None) => {}
-                    Err(error) => {
-                        tracing::warn!(peer = %peer_text, %error, "closing connection");
-                        let _ = writer.flush().await;
-                        return;
-                    }
-                }
-                // The next response shares this write only if it is already
-                // done. Otherwise this one is flushed now: an answer must not
-                // sit in the buffer while a request behind it still runs
-                // (with five produce requests in flight the queue was rarely
-                // empty, and answers went out in bursts when the last of
-                // them was done).
-                let mut waiting = None;
-                if let Some(Some(mut pending)) =
-                    futures_lite::future::poll_once(queue_rx.recv()).await
-                {
-                    match futures_lite::future::poll_once(&mut pending).await {
-                        Some(outcome) => {
-                            done = Some(outcome.unwrap_or(Err(ConnectionError::HandlerGone)));
-                            continue;
-                        }
-                        None => waiting = Some(pending),
-                    }
-                }
-                if let Err(error) = writer.flush().await {
-                    tracing::debug!(peer = %peer_text, %error, "flush failed");
-                    return;
-                }
-                if let Some(pending) = waiting {
-                    done = Some(pending.await.unwrap_or(Err(ConnectionError::HandlerGone)));
-                }
-            }
-            let _ = writer.flush().await;
-            let _ = writer.close().await;
-        }
+    let connection = Rc::new(Connection {
+        peer: peer
+            .map(|p| p.to_string())
+            .unwrap_or_else(|| "unknown".to_string()),
+        responses: MemoryPool::new(shard.config.connection_response_bytes_max),
+        requests_in_flight: Cell::new(0),
+        last_activity: Cell::new(Instant::now()),
+        receiving_since: Cell::new(None),
+        receiving: Cell::new((0, 0)),
+        closing: Notify::default(),
     });
 
+    let timer = glommio::spawn_local(close_when_stalled(shard.clone(), connection.clone()));
+    let writer = glommio::spawn_local(write_responses(connection.clone(), write_half, queue_rx));
+
     let mut reader = BufReader::with_capacity(SOCKET_BUFFER_BYTES, read_half);
+    let limits = FrameLimits {
+        frame_bytes_max: shard.config.frame_bytes_max,
+        non_produce_frame_bytes_max: NON_PRODUCE_FRAME_BYTES_MAX,
+    };
     loop {
-        let stop = async {
-            futures_lite::future::or(shard.stopping.wait(), writer_done.wait()).await;
-            Ok(None)
-        };
-        let next =
-            futures_lite::future::or(read_frame(&mut reader, shard.config.frame_bytes_max), stop)
-                .await;
-        let frame = match next {
-            Ok(Some(frame)) => frame,
+        if !responses_allow_reading(&shard, &connection).await {
+            break;
+        }
+        let next = read_frame(&shard, &connection, &mut reader, &limits).await;
+        let (frame, request_lease) = match next {
+            Ok(Some(read)) => read,
             Ok(None) => break,
             Err(ReadError::Io(error)) => {
-                tracing::debug!(peer = %peer_text, %error, "connection closed");
+                tracing::debug!(peer = %connection.peer, %error, "connection closed");
                 break;
             }
             Err(ReadError::Frame(error)) => {
-                tracing::warn!(peer = %peer_text, %error, "closing connection: bad frame");
+                tracing::warn!(peer = %connection.peer, %error, "closing connection: bad frame");
+                break;
+            }
+            Err(ReadError::TooLarge(error)) => {
+                tracing::warn!(peer = %connection.peer, %error, "closing connection");
                 break;
             }
         };
+        let mut budget = ResponseBudget::new(&connection.responses, &shard.response_pool);
         let request = crate::metrics::RequestStart::of(&frame);
-        let task =
-            glommio::spawn_local(request.observe(handlers::handle(shard.clone(), frame))).detach();
+        connection
+            .requests_in_flight
+            .set(connection.requests_in_flight.get() + 1);
+        let task = glommio::spawn_local({
+            let shard = shard.clone();
+            let connection = connection.clone();
+            async move {
+                let outcome = request
+                    .observe(handlers::handle(shard, frame, &mut budget))
+                    .await;
+                drop(request_lease);
+                connection
+                    .requests_in_flight
+                    .set(connection.requests_in_flight.get() - 1);
+                match &outcome {
+                    Ok(Some(response)) => budget.hold(response.len()),
+                    _ => budget.hold(0),
+                }
+                (outcome, budget)
+            }
+        })
+        .detach();
         if queue_tx.send(task).await.is_err() {
             // The writer stopped (client gone or a request closed the connection).
             break;
@@ -191,37 +207,306 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: Option<SocketAddr>) {
     }
     drop(queue_tx);
     writer.await;
+    connection.closing.raise();
+    timer.await;
 }
 
-struct RaiseOnDrop(Rc<crate::sync::Notify>);
+/// Waits until this connection may read its next request: its answers
+/// waiting to be written are within its bound and, while the core's
+/// response budget is used up, it has none waiting (so every connection
+/// still gets one answer at a time). False when the connection is to close.
+async fn responses_allow_reading(shard: &Rc<Shard>, connection: &Rc<Connection>) -> bool {
+    let core = &shard.response_pool;
+    let own = &connection.responses;
+    let ready = || own.used() < own.capacity() && (own.used() == 0 || !core.is_exhausted());
+    if ready() {
+        return true;
+    }
+    let admitted = futures_lite::future::or(
+        async {
+            futures_lite::future::or(own.wait_until(ready), core.wait_until(ready)).await;
+            true
+        },
+        async {
+            stopped(shard, connection).await;
+            false
+        },
+    )
+    .await;
+    admitted && !connection.closing.is_raised()
+}
+
+/// `work`'s outcome, or `None` if the broker stops or the connection is to
+/// close first.
+async fn until_stopped<T>(
+    shard: &Shard,
+    connection: &Connection,
+    work: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    futures_lite::future::or(async { Some(work.await) }, async {
+        stopped(shard, connection).await;
+        None
+    })
+    .await
+}
+
+/// Resolves when the broker stops or the connection is to close.
+async fn stopped(shard: &Shard, connection: &Connection) {
+    futures_lite::future::or(shard.stopping.wait(), connection.closing.wait()).await
+}
+
+/// Writes the answers in request order, each as soon as it is done, and
+/// gives back the response budget each held.
+async fn write_responses(
+    connection: Rc<Connection>,
+    write_half: WriteHalf<TcpStream>,
+    queue_rx: local_channel::LocalReceiver<Pending>,
+) {
+    let _done = RaiseOnDrop(connection.clone());
+    let mut writer = BufWriter::with_capacity(SOCKET_BUFFER_BYTES, write_half);
+    let closed = |outcome: Option<(Outcome, ResponseBudget)>| {
+        outcome.unwrap_or_else(|| {
+            (
+                Err(ConnectionError::HandlerGone),
+                ResponseBudget::new(&connection.responses, &connection.responses),
+            )
+        })
+    };
+    // A response already finished, to be written without waiting.
+    let mut done: Option<(Outcome, ResponseBudget)> = None;
+    loop {
+        let (outcome, budget) = match done.take() {
+            Some(finished) => finished,
+            None => match queue_rx.recv().await {
+                Some(pending) => closed(pending.await),
+                None => break,
+            },
+        };
+        match outcome {
+            Ok(Some(response)) => {
+                for part in response.parts() {
+                    if let Err(error) = write_or_close(&connection, writer.write_all(part)).await {
+                        tracing::debug!(peer = %connection.peer, %error, "write failed");
+                        return;
+                    }
+                    connection.touch();
+                }
+            }
+            Ok(None) => {}
+            Err(error) => {
+                tracing::warn!(peer = %connection.peer, %error, "closing connection");
+                let _ = write_or_close(&connection, writer.flush()).await;
+                return;
+            }
+        }
+        // The next response shares this write only if it is already
+        // done. Otherwise this one is flushed now: an answer must not
+        // sit in the buffer while a request behind it still runs
+        // (with five produce requests in flight the queue was rarely
+        // empty, and answers went out in bursts when the last of
+        // them was done).
+        let mut waiting = None;
+        if let Some(Some(mut pending)) = futures_lite::future::poll_once(queue_rx.recv()).await {
+            match futures_lite::future::poll_once(&mut pending).await {
+                Some(outcome) => {
+                    done = Some(closed(outcome));
+                    // What is in the write buffer is copied out of the
+                    // answer, so its budget can go.
+                    drop(budget);
+                    continue;
+                }
+                None => waiting = Some(pending),
+            }
+        }
+        if let Err(error) = write_or_close(&connection, writer.flush()).await {
+            tracing::debug!(peer = %connection.peer, %error, "flush failed");
+            return;
+        }
+        connection.touch();
+        drop(budget);
+        if let Some(pending) = waiting {
+            done = Some(closed(pending.await));
+        }
+    }
+    let _ = write_or_close(&connection, writer.flush()).await;
+    let _ = writer.close().await;
+}
+
+/// A socket write that ends when the connection is to close: a client
+/// that never reads must not hold the writer (and its answers' memory).
+async fn write_or_close<F: std::future::Future<Output = std::io::Result<()>>>(
+    connection: &Connection,
+    write: F,
+) -> std::io::Result<()> {
+    futures_lite::future::or(write, async {
+        connection.closing.wait().await;
+        Err(std::io::Error::other("connection closed by the broker"))
+    })
+    .await
+}
+
+/// Closes the connection once it has been idle for `connections.max.idle.ms`
+/// or an admitted frame has been coming for longer than
+/// `strom.request.receive.timeout.ms`; ends when the connection closes.
+async fn close_when_stalled(shard: Rc<Shard>, connection: Rc<Connection>) {
+    let idle = Duration::from_millis(shard.config.connections_max_idle_ms);
+    let receive = Duration::from_millis(shard.config.request_receive_timeout_ms);
+    loop {
+        let now = Instant::now();
+        let idle_at = connection.last_activity.get() + idle;
+        let receive_at = connection
+            .receiving_since
+            .get()
+            .map(|since| since + receive);
+        let reason = match receive_at {
+            Some(at) if now >= at => Some(CloseReason::ReceiveTimeout),
+            _ if now >= idle_at && connection.requests_in_flight.get() == 0 => {
+                Some(CloseReason::Idle)
+            }
+            _ => None,
+        };
+        if let Some(reason) = reason {
+            let (received, length) = connection.receiving.get();
+            match reason {
+                CloseReason::Idle => tracing::info!(
+                    peer = %connection.peer,
+                    idle_ms = idle.as_millis() as u64,
+                    "closing idle connection (connections.max.idle.ms)"
+                ),
+                CloseReason::ReceiveTimeout => tracing::warn!(
+                    peer = %connection.peer,
+                    received,
+                    length,
+                    timeout_ms = receive.as_millis() as u64,
+                    "closing connection: request not received in time (strom.request.receive.timeout.ms)"
+                ),
+            }
+            crate::metrics::record_connection_closed(reason == CloseReason::Idle);
+            connection.closing.raise();
+            return;
+        }
+        // An idle connection with a request in flight is looked at again
+        // within a second of its request ending.
+        let next = receive_at
+            .map_or(idle_at, |at| at.min(idle_at))
+            .max(now + Duration::from_millis(10))
+            .min(now + Duration::from_secs(1).max(idle.min(Duration::from_secs(60))));
+        if connection
+            .closing
+            .sleep_unless_raised(next.saturating_duration_since(now))
+            .await
+        {
+            return;
+        }
+    }
+}
+
+/// Marks the connection closing when the writer ends, so the reader stops
+/// waiting for frames.
+struct RaiseOnDrop(Rc<Connection>);
 
 impl Drop for RaiseOnDrop {
     fn drop(&mut self) {
-        self.0.raise();
+        self.0.closing.raise();
     }
 }
 
 enum ReadError {
     Io(std::io::Error),
     Frame(protocol::frame::FrameError),
+    TooLarge(ConnectionError),
 }
 
-/// Reads one frame; `Ok(None)` at a clean end of stream between frames.
-async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
-    reader: &mut R,
+struct FrameLimits {
     frame_bytes_max: usize,
-) -> Result<Option<Bytes>, ReadError> {
+    non_produce_frame_bytes_max: usize,
+}
+
+/// Reads one frame, with the request budget it holds until handled;
+/// `Ok(None)` at a clean end of stream between frames or when the
+/// connection is to close.
+///
+/// The length and api key are read first; then the frame waits for request
+/// budget (reading nothing more meanwhile), and is received into memory a
+/// step at a time, so a frame announced but never sent holds budget, not
+/// memory.
+async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
+    shard: &Rc<Shard>,
+    connection: &Rc<Connection>,
+    reader: &mut R,
+    limits: &FrameLimits,
+) -> Result<Option<(Bytes, Lease)>, ReadError> {
     let mut prefix = [0u8; LENGTH_PREFIX_BYTES];
-    let first = reader.read(&mut prefix[..1]).await.map_err(ReadError::Io)?;
+    let first = match until_stopped(shard, connection, reader.read(&mut prefix[..1])).await {
+        None => return Ok(None),
+        Some(read) => read.map_err(ReadError::Io)?,
+    };
     if first == 0 {
         return Ok(None);
     }
-    reader
-        .read_exact(&mut prefix[1..])
-        .await
-        .map_err(ReadError::Io)?;
-    let length = request_frame_length(prefix, frame_bytes_max).map_err(ReadError::Frame)?;
-    let mut frame = BytesMut::zeroed(length);
-    reader.read_exact(&mut frame).await.map_err(ReadError::Io)?;
-    Ok(Some(frame.freeze()))
+    connection.touch();
+    connection.receiving_since.set(Some(Instant::now()));
+    match until_stopped(shard, connection, reader.read_exact(&mut prefix[1..])).await {
+        None => return Ok(None),
+        Some(read) => read.map_err(ReadError::Io)?,
+    }
+    let length = request_frame_length(prefix, limits.frame_bytes_max).map_err(ReadError::Frame)?;
+    let mut api_key = [0u8; API_KEY_BYTES];
+    match until_stopped(shard, connection, reader.read_exact(&mut api_key)).await {
+        None => return Ok(None),
+        Some(read) => read.map_err(ReadError::Io)?,
+    }
+    connection.touch();
+    let api_key_code = i16::from_be_bytes(api_key);
+    if api_key_code != ApiKey::Produce as i16 && length > limits.non_produce_frame_bytes_max {
+        return Err(ReadError::TooLarge(ConnectionError::RequestTooLarge {
+            api_key: api_key_code,
+            frame_bytes: length,
+        }));
+    }
+
+    // Admission. A small frame is admitted beyond the budget when this
+    // connection has nothing else in flight: a flood of large frames waiting
+    // for budget must not starve heartbeats and metadata requests.
+    connection.receiving_since.set(None);
+    let pool = &shard.request_pool;
+    let admitted = || {
+        pool.admits(length)
+            || (length <= SMALL_FRAME_BYTES_MAX && connection.requests_in_flight.get() == 0)
+    };
+    if !admitted() {
+        let waited = futures_lite::future::or(
+            async {
+                pool.wait_until(admitted).await;
+                true
+            },
+            async {
+                stopped(shard, connection).await;
+                false
+            },
+        )
+        .await;
+        if !waited {
+            return Ok(None);
+        }
+    }
+    let lease = pool.take_now(length);
+    connection.receiving_since.set(Some(Instant::now()));
+
+    let mut frame = BytesMut::with_capacity(length);
+    frame.extend_from_slice(&api_key);
+    while frame.len() < length {
+        let filled = frame.len();
+        connection.receiving.set((filled, length));
+        let step = (length - filled).min(FRAME_RECEIVE_STEP_BYTES);
+        frame.resize(filled + step, 0);
+        match until_stopped(shard, connection, reader.read_exact(&mut frame[filled..])).await {
+            None => return Ok(None),
+            Some(read) => read.map_err(ReadError::Io)?,
+        }
+        connection.touch();
+    }
+    connection.receiving_since.set(None);
+    connection.receiving.set((0, 0));
+    Ok(Some((frame.freeze(), lease)))
 }

@@ -23,6 +23,7 @@ use glommio::channels::shared_channel::{
 
 use crate::config::BrokerConfig;
 use crate::limits::SHARD_CHANNEL_CAPACITY;
+use crate::memory::MemoryPool;
 use crate::metadata::MetadataStore;
 use crate::partition::Partition;
 use crate::sync::{Gate, Notify};
@@ -93,6 +94,12 @@ pub struct Shard {
     pub stopping: Notify,
     /// Counts live connections; closing drains them.
     pub connections: Rc<Gate>,
+    /// This core's share of `queued.max.request.bytes`: frames being
+    /// received and handled.
+    pub request_pool: Rc<MemoryPool>,
+    /// This core's share of `strom.queued.max.response.bytes`: responses
+    /// waiting to be written.
+    pub response_pool: Rc<MemoryPool>,
     /// Producer ids handed out on the controller core: (next, block end).
     pub producer_ids: Cell<(i64, i64)>,
     /// Serializes metadata changes on the controller core.
@@ -111,9 +118,12 @@ impl Shard {
         config: Arc<BrokerConfig>,
         metadata: Arc<MetadataStore>,
     ) -> Rc<Self> {
+        let share = |bytes: usize| (bytes / cores.max(1)).max(1);
         Rc::new(Self {
             id,
             cores,
+            request_pool: MemoryPool::new(share(config.queued_request_bytes_max)),
+            response_pool: MemoryPool::new(share(config.queued_response_bytes_max)),
             config,
             metadata,
             partitions: RefCell::new(HashMap::new()),

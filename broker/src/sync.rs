@@ -135,6 +135,29 @@ impl Notify {
     }
 }
 
+/// Tasks waiting for a condition on shared state to hold; whoever changes
+/// that state calls [`Condition::notify_all`] and each waiter checks again.
+#[derive(Default)]
+pub struct Condition {
+    waiters: Waiters,
+}
+
+impl Condition {
+    pub fn notify_all(&self) {
+        self.waiters.wake_all();
+    }
+
+    /// Resolves once `ready()` holds, checked now and after each notification.
+    pub async fn wait_until<F: Fn() -> bool + Unpin>(&self, ready: F) {
+        WaitFor {
+            waiters: &self.waiters,
+            ready,
+            key: None,
+        }
+        .await
+    }
+}
+
 /// Counts holders; `wait_empty` resolves when none are left.
 #[derive(Default)]
 pub struct Gate {

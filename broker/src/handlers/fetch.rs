@@ -18,6 +18,7 @@ use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse};
 
 use crate::errors;
 use crate::limits::FETCH_WAIT_MS_MAX;
+use crate::memory::ResponseBudget;
 use crate::partition::FetchOutcome;
 use crate::shard::Shard;
 use crate::sync::{join_all, select_first};
@@ -103,17 +104,25 @@ async fn wait_for_data(
     select_first(waits).await;
 }
 
-pub async fn handle(shard: &Rc<Shard>, request: FetchRequest) -> FetchResponse {
+/// `budget` bounds the answer: `max_bytes` is cut to what the connection and
+/// the core may still hold of responses waiting to be written (at least the
+/// first batch is always sent, as Kafka does).
+pub async fn handle(
+    shard: &Rc<Shard>,
+    request: FetchRequest,
+    budget: &mut ResponseBudget,
+) -> FetchResponse {
     let image = shard.metadata.image();
     let max_wait =
         Duration::from_millis(request.max_wait_ms.clamp(0, FETCH_WAIT_MS_MAX as i32) as u64);
     let deadline = Instant::now() + max_wait;
     let min_bytes = request.min_bytes.max(0) as usize;
-    let max_bytes = if request.max_bytes <= 0 {
+    let asked = if request.max_bytes <= 0 {
         i32::MAX as usize
     } else {
         request.max_bytes as usize
     };
+    let max_bytes = budget.reserve_up_to(asked);
 
     let mut outcomes: Vec<FetchOutcome> = Vec::new();
     let mut by_core: BTreeMap<usize, Vec<Wanted>> = BTreeMap::new();

@@ -10,7 +10,7 @@ use kafka_protocol::messages::{ApiKey, RequestKind};
 use kafka_protocol::protocol::{Encodable, HeaderVersion};
 use protocol::codec::{self, Encoded, RequestFrame};
 
-use crate::limits::NON_PRODUCE_FRAME_BYTES_MAX;
+use crate::memory::ResponseBudget;
 use crate::metrics::{self, ErrorCodes};
 use crate::server::ConnectionError;
 use crate::shard::Shard;
@@ -177,17 +177,17 @@ fn supported_range(api_key: ApiKey) -> Option<(i16, i16)> {
 
 /// Handles one request frame. `Ok(None)` sends nothing (acks=0 produce);
 /// an error closes the connection after the responses before it.
-pub async fn handle(shard: Rc<Shard>, frame: Bytes) -> Result<Option<Encoded>, ConnectionError> {
-    let frame_bytes = frame.len();
+/// Frames of other requests than Produce above `NON_PRODUCE_FRAME_BYTES_MAX`
+/// are refused by the server before they are read. `budget` is what the
+/// response may hold of its connection's memory; Fetch sizes its answer by it.
+pub async fn handle(
+    shard: Rc<Shard>,
+    frame: Bytes,
+    budget: &mut ResponseBudget,
+) -> Result<Option<Encoded>, ConnectionError> {
     let request = codec::decode_header(frame)?;
     let api_key = request.api_key;
     let version = request.api_version;
-    if api_key != ApiKey::Produce && frame_bytes > NON_PRODUCE_FRAME_BYTES_MAX {
-        return Err(ConnectionError::RequestTooLarge {
-            api_key,
-            frame_bytes,
-        });
-    }
     let Some((min, max)) = supported_range(api_key) else {
         return Err(ConnectionError::UnsupportedApi { api_key });
     };
@@ -207,7 +207,7 @@ pub async fn handle(shard: Rc<Shard>, frame: Bytes) -> Result<Option<Encoded>, C
         });
     }
     let body = codec::decode_body(&request)?;
-    dispatch(shard, &request, body).await
+    dispatch(shard, &request, body, budget).await
 }
 
 trait VersionContains {
@@ -224,6 +224,7 @@ async fn dispatch(
     shard: Rc<Shard>,
     request: &RequestFrame,
     body: RequestKind,
+    budget: &mut ResponseBudget,
 ) -> Result<Option<Encoded>, ConnectionError> {
     let out = Respond {
         api_key: request.api_key as i16,
@@ -239,7 +240,7 @@ async fn dispatch(
             Some(response) => out.encode(&response),
             None => return Ok(None),
         },
-        RequestKind::Fetch(body) => out.encode_fetch(&fetch::handle(&shard, body).await),
+        RequestKind::Fetch(body) => out.encode_fetch(&fetch::handle(&shard, body, budget).await),
         RequestKind::ListOffsets(body) => out.encode(&list_offsets::handle(&shard, body).await),
         RequestKind::DeleteTopics(body) => {
             out.encode(&delete_topics::handle(&shard, body, version).await)
