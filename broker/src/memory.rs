@@ -157,9 +157,12 @@ impl ResponseBudget {
     pub fn reserve_up_to(&mut self, wanted: usize) -> usize {
         let room = (self.connection.pool.available() + self.connection.bytes)
             .min(self.core.pool.available() + self.core.bytes);
-        let bytes = wanted.min(room);
+        // Never nothing: a held byte is what tells the connection's reader
+        // that an answer is on its way, and the answer takes what it needs
+        // when it is made.
+        let bytes = wanted.min(room).max(1);
         self.hold(bytes);
-        bytes.max(1)
+        bytes
     }
 
     /// Holds exactly `bytes` (the encoded response) from now on.
@@ -231,7 +234,9 @@ mod tests {
         assert_eq!((connection.used(), core.used()), (75, 95));
         let mut second = ResponseBudget::new(&connection, &core);
         assert_eq!(second.reserve_up_to(50), 1, "nothing left: one batch");
+        assert_eq!((connection.used(), core.used()), (76, 96));
         drop(budget);
+        drop(second);
         assert_eq!((connection.used(), core.used()), (0, 20));
     }
 

@@ -177,6 +177,12 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: Option<SocketAddr>) {
             }
         };
         let mut budget = ResponseBudget::new(&connection.responses, &shard.response_pool);
+        if frame[..API_KEY_BYTES] == (ApiKey::Fetch as i16).to_be_bytes() {
+            // Held from now, not from when the handler first runs: the
+            // reader must see it before it reads the next request. The
+            // handler gives back what its max_bytes does not need.
+            budget.reserve_up_to(usize::MAX);
+        }
         let request = crate::metrics::RequestStart::of(&frame);
         connection
             .requests_in_flight
@@ -192,6 +198,9 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: Option<SocketAddr>) {
                 connection
                     .requests_in_flight
                     .set(connection.requests_in_flight.get() - 1);
+                // The idle clock starts again when a request ends, so its
+                // answer is written before the connection can look idle.
+                connection.touch();
                 match &outcome {
                     Ok(Some(response)) => budget.hold(response.len()),
                     _ => budget.hold(0),
@@ -385,12 +394,13 @@ async fn close_when_stalled(shard: Rc<Shard>, connection: Rc<Connection>) {
             connection.closing.raise();
             return;
         }
-        // An idle connection with a request in flight is looked at again
-        // within a second of its request ending.
+        // Deadlines move as bytes arrive and frames start, unseen by this
+        // task: it looks again every tick (a quarter of the shorter limit,
+        // 10 ms to 1 s), or at the next deadline if that is sooner.
+        let tick = (idle.min(receive) / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
         let next = receive_at
             .map_or(idle_at, |at| at.min(idle_at))
-            .max(now + Duration::from_millis(10))
-            .min(now + Duration::from_secs(1).max(idle.min(Duration::from_secs(60))));
+            .clamp(now + Duration::from_millis(10), now + tick);
         if connection
             .closing
             .sleep_unless_raised(next.saturating_duration_since(now))
@@ -465,48 +475,63 @@ async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
         }));
     }
 
-    // Admission. A small frame is admitted beyond the budget when this
-    // connection has nothing else in flight: a flood of large frames waiting
-    // for budget must not starve heartbeats and metadata requests.
+    // The first step is read before the frame asks for budget, on the
+    // receive clock: a frame announced and never sent holds no budget and
+    // is closed at the deadline. (The buffer is only reserved address
+    // space until bytes land in it.)
+    let mut frame = BytesMut::with_capacity(length);
+    frame.extend_from_slice(&api_key);
+    receive_step(shard, connection, reader, &mut frame, length).await?;
+    if frame.is_empty() {
+        return Ok(None);
+    }
+
+    // Admission, off the receive clock. A small frame is admitted beyond
+    // the budget when this connection has nothing else in flight: large
+    // frames waiting for budget must not starve heartbeats and metadata.
     connection.receiving_since.set(None);
     let pool = &shard.request_pool;
     let admitted = || {
         pool.admits(length)
             || (length <= SMALL_FRAME_BYTES_MAX && connection.requests_in_flight.get() == 0)
     };
-    if !admitted() {
-        let waited = futures_lite::future::or(
-            async {
-                pool.wait_until(admitted).await;
-                true
-            },
-            async {
-                stopped(shard, connection).await;
-                false
-            },
-        )
-        .await;
-        if !waited {
-            return Ok(None);
-        }
+    if !admitted()
+        && until_stopped(shard, connection, pool.wait_until(admitted))
+            .await
+            .is_none()
+    {
+        return Ok(None);
     }
     let lease = pool.take_now(length);
     connection.receiving_since.set(Some(Instant::now()));
-
-    let mut frame = BytesMut::with_capacity(length);
-    frame.extend_from_slice(&api_key);
     while frame.len() < length {
-        let filled = frame.len();
-        connection.receiving.set((filled, length));
-        let step = (length - filled).min(FRAME_RECEIVE_STEP_BYTES);
-        frame.resize(filled + step, 0);
-        match until_stopped(shard, connection, reader.read_exact(&mut frame[filled..])).await {
-            None => return Ok(None),
-            Some(read) => read.map_err(ReadError::Io)?,
+        receive_step(shard, connection, reader, &mut frame, length).await?;
+        if frame.is_empty() {
+            return Ok(None);
         }
-        connection.touch();
     }
     connection.receiving_since.set(None);
     connection.receiving.set((0, 0));
     Ok(Some((frame.freeze(), lease)))
+}
+
+/// Receives up to [`FRAME_RECEIVE_STEP_BYTES`] more of a frame of `length`
+/// bytes into `frame`; leaves it empty when the connection is to close.
+async fn receive_step<R: futures_lite::AsyncRead + Unpin>(
+    shard: &Rc<Shard>,
+    connection: &Rc<Connection>,
+    reader: &mut R,
+    frame: &mut BytesMut,
+    length: usize,
+) -> Result<(), ReadError> {
+    let filled = frame.len();
+    connection.receiving.set((filled, length));
+    let step = (length - filled).min(FRAME_RECEIVE_STEP_BYTES);
+    frame.resize(filled + step, 0);
+    match until_stopped(shard, connection, reader.read_exact(&mut frame[filled..])).await {
+        None => frame.clear(),
+        Some(read) => read.map_err(ReadError::Io)?,
+    }
+    connection.touch();
+    Ok(())
 }

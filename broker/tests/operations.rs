@@ -48,14 +48,7 @@ impl Admin {
 
     /// GET `path`: (status code, body).
     fn get(&self, path: &str) -> (u16, String) {
-        let mut stream = TcpStream::connect(self.address()).expect("admin listener");
-        stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-        write!(stream, "GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
-        let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-        (code, body.to_string())
+        common::http_get(&self.address(), path)
     }
 
     fn wait_ready(&self, broker: &Broker) {

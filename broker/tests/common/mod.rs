@@ -71,6 +71,12 @@ impl Broker {
         broker
     }
 
+    /// The value given after `flag` at start, if it was given.
+    pub fn arg(&self, flag: &str) -> Option<&str> {
+        let at = self.extra_args.iter().position(|a| a == flag)?;
+        self.extra_args.get(at + 1).map(String::as_str)
+    }
+
     pub fn bootstrap(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
@@ -211,4 +217,19 @@ pub fn run_python(script: &str, args: &[&str], limit: Duration) -> String {
         output.status
     );
     stdout
+}
+
+/// GET `path` from an HTTP listener (the admin listener): (status, body).
+pub fn http_get(address: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = TcpStream::connect(address).expect("admin listener");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (code, body.to_string())
 }
