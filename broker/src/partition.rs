@@ -193,6 +193,10 @@ async fn recover_producers(log: &Log, dir: &Path) -> Result<ProducerTable, Stora
     let replay_from = snapshot.unwrap_or(0).max(log.start_offset());
     let mut from = replay_from;
     let mut batches = 0u64;
+    // Idle time is the broker's clock: a CreateTime batch's timestamps are
+    // the client's (possibly far in the past), so a replayed batch counts
+    // as seen now; a LogAppendTime batch carries the broker's append time.
+    let now = now_ms();
     while from < end {
         let result = log.read(from, PRODUCER_RECOVERY_READ_BYTES, end).await?;
         let mut bytes = &result.bytes[..];
@@ -210,7 +214,11 @@ async fn recover_producers(log: &Log, dir: &Path) -> Result<ProducerTable, Stora
                     last_sequence: last_sequence(header.base_sequence, header.last_offset_delta),
                     base_offset: header.base_offset,
                     log_append_time_ms,
-                    max_timestamp_ms: header.max_timestamp,
+                    max_timestamp_ms: if header.is_log_append_time() {
+                        header.max_timestamp
+                    } else {
+                        now
+                    },
                 });
                 batches += 1;
             }

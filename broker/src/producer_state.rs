@@ -32,9 +32,12 @@ struct ProducerEntry {
     last_sequence: i32,
     /// Appended batches, oldest first, at most `PRODUCER_BATCHES_KEPT`.
     batches: VecDeque<BatchRecord>,
-    /// When the producer last appended (the broker's clock for live
-    /// appends, the batch's max timestamp for batches re-read at start-up,
-    /// as Kafka does); `producer.id.expiration.ms` counts from here.
+    /// When the producer last appended, by the broker's clock (batches
+    /// re-read at start-up count as seen then, unless they carry a log
+    /// append time); `producer.id.expiration.ms` counts from here. Kafka
+    /// takes the batch's max timestamp, which is the client's clock for
+    /// CreateTime topics: a producer with a clock behind would expire at
+    /// once.
     last_timestamp_ms: i64,
 }
 
