@@ -238,11 +238,49 @@ fn a_retry_after_a_clean_stop_is_answered_with_its_offset() {
         "one snapshot, at the log end"
     );
     assert!(
-        broker.log().contains("snapshot=Some(160010)"),
+        broker
+            .log()
+            .contains("snapshot=Some(160010) replayed_from=160010"),
         "state rebuilt from the snapshot:\n{}",
         broker.log()
     );
+    // A snapshot past the log end (as a log cut back at recovery leaves)
+    // is deleted at the next start, not trusted.
+    let beyond = dir.join(format!("{:020}.snapshot", 999_999_999u64));
+    std::fs::copy(dir.join(&names[0]), &beyond).unwrap();
+    broker.crash_and_restart();
+    assert!(!beyond.exists(), "the snapshot past the log end is deleted");
+    assert!(broker.log().contains("snapshot past the log end"));
+    assert_eq!(snapshots(&dir).len(), 1);
     assert_retry_is_a_duplicate(&broker, expected, &first);
+}
+
+/// `producer.id.expiration.ms`: an idle producer is dropped from state, so
+/// continuing its sequence is then refused as an unknown producer.
+#[test]
+fn an_idle_producer_expires() {
+    let broker = Broker::start(&[
+        "--set",
+        "producer.id.expiration.ms=1000",
+        "--set",
+        "log.retention.check.interval.ms=100",
+    ]);
+    let mut stream = raw::connect(&broker);
+    let first = idempotent_batch(8, 4, 9_001, 0, 0);
+    assert_eq!(produce(&mut stream, 9, TOPIC, &first), (0, 0));
+    let expired = common::poll_until(std::time::Duration::from_secs(20), || {
+        broker
+            .log()
+            .contains("expired idle producers")
+            .then_some(())
+    });
+    assert!(expired.is_some(), "no expiry logged:\n{}", broker.log());
+    let next = idempotent_batch(9, 1, 9_001, 0, 4);
+    assert_eq!(
+        produce(&mut stream, 9, TOPIC, &next),
+        (UNKNOWN_PRODUCER_ID, -1)
+    );
+    assert_holds_exactly(&mut stream, &records_of(8, 4, 16));
 }
 
 /// 1 MiB segments roll about four times: a snapshot per roll (the newest
