@@ -39,6 +39,8 @@ const FETCH_ROUNDS_MAX: usize = 1_000;
 
 /// The expected content of one record: key and value.
 type Expected = (Vec<u8>, Vec<u8>);
+/// A record read back: offset, key, value.
+type ReadRecord = (i64, Vec<u8>, Vec<u8>);
 
 fn records_of(seed: u64, count: usize, value_len: usize) -> Vec<Expected> {
     (0..count)
@@ -86,7 +88,7 @@ fn produce(stream: &mut TcpStream, version: i16, topic: &str, batch: &Bytes) -> 
 
 /// Reads the whole partition back: (high watermark, (offset, key, value)
 /// of every record in order).
-fn read_all(stream: &mut TcpStream, topic: &str) -> (i64, Vec<(i64, Vec<u8>, Vec<u8>)>) {
+fn read_all(stream: &mut TcpStream, topic: &str) -> (i64, Vec<ReadRecord>) {
     let mut records = Vec::new();
     let mut offset = 0i64;
     for round in 0..FETCH_ROUNDS_MAX {
