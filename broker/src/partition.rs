@@ -38,6 +38,31 @@ pub struct Partition {
     snapshot_lock: glommio::sync::Semaphore,
 }
 
+/// An append between its call and its recorded outcome. Dropping it (also
+/// when the append's future is dropped midway) ends it, so it cannot hold
+/// snapshot offsets back for ever.
+struct InFlightAppend<'a> {
+    snapshots: &'a RefCell<SnapshotState>,
+    id: u64,
+}
+
+impl<'a> InFlightAppend<'a> {
+    fn begin(snapshots: &'a RefCell<SnapshotState>, log_end: u64) -> Self {
+        let mut state = snapshots.borrow_mut();
+        let id = state.next_append;
+        state.next_append += 1;
+        state.in_flight.insert(id, log_end);
+        drop(state);
+        Self { snapshots, id }
+    }
+}
+
+impl Drop for InFlightAppend<'_> {
+    fn drop(&mut self) {
+        self.snapshots.borrow_mut().in_flight.remove(&self.id);
+    }
+}
+
 /// What naming a snapshot needs: the log end at the start of each append in
 /// flight, whose batch may already be in the log but not yet in the state.
 #[derive(Default)]
@@ -380,18 +405,12 @@ impl Partition {
         };
         // No await between the sequence check and the append call: appends
         // of one partition are ordered as they are called.
-        let append_id = {
-            let mut snapshots = self.snapshots.borrow_mut();
-            let id = snapshots.next_append;
-            snapshots.next_append += 1;
-            snapshots.in_flight.insert(id, self.log.next_offset());
-            id
-        };
+        let in_flight = InFlightAppend::begin(&self.snapshots, self.log.next_offset());
         let appended = self.log.append_batch(batch, options).await;
         let info = match appended {
             Ok(info) => info,
             Err(error) => {
-                self.snapshots.borrow_mut().in_flight.remove(&append_id);
+                drop(in_flight);
                 if let Some(previous) = reservation {
                     self.producers.borrow_mut().append_failed(
                         header.producer_id,
@@ -414,9 +433,9 @@ impl Partition {
                 now_ms(),
             );
         }
+        drop(in_flight);
         let rolled = {
             let mut snapshots = self.snapshots.borrow_mut();
-            snapshots.in_flight.remove(&append_id);
             let segments = self.log.segment_count();
             let rolled = segments > snapshots.segments;
             snapshots.segments = segments;
