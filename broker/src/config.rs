@@ -96,6 +96,9 @@ pub struct BrokerConfig {
     pub spin_before_park_us: u64,
     /// How often each core applies retention to its partitions.
     pub retention_check_interval_ms: u64,
+    /// Producers idle this long are dropped from partitions' idempotence
+    /// state (`producer.id.expiration.ms`).
+    pub producer_id_expiration_ms: i64,
     pub topic_defaults: TopicDefaults,
     /// The admin HTTP listener (metrics, health, status); `None` when off.
     pub admin_listen: Option<SocketAddr>,
@@ -138,6 +141,7 @@ struct Builder {
     io_memory_bytes: Option<usize>,
     spin_before_park_us: u64,
     retention_check_interval_ms: u64,
+    producer_id_expiration_ms: i64,
     topic_defaults: TopicDefaults,
     retention_ms: Option<(i64, u8)>,
     roll_ms: Option<(i64, u8)>,
@@ -240,6 +244,7 @@ impl Builder {
             io_memory_bytes: None,
             spin_before_park_us: crate::limits::SPIN_BEFORE_PARK_US_DEFAULT,
             retention_check_interval_ms: 300_000,
+            producer_id_expiration_ms: crate::limits::PRODUCER_ID_EXPIRATION_MS_DEFAULT,
             topic_defaults: TopicDefaults::new(),
             retention_ms: None,
             roll_ms: None,
@@ -381,6 +386,13 @@ impl Builder {
                 }
                 self.spin_before_park_us = us;
             }
+            "producer.id.expiration.ms" => {
+                let ms: i64 = parse_value(key, value, source)?;
+                if ms < 1 {
+                    return Err(invalid(key, value, source, "must be at least 1"));
+                }
+                self.producer_id_expiration_ms = ms;
+            }
             "log.retention.check.interval.ms" => {
                 self.retention_check_interval_ms = parse_value(key, value, source)?;
                 if self.retention_check_interval_ms == 0 {
@@ -519,6 +531,7 @@ impl Builder {
             io_memory_bytes: self.io_memory_bytes,
             spin_before_park_us: self.spin_before_park_us,
             retention_check_interval_ms: self.retention_check_interval_ms,
+            producer_id_expiration_ms: self.producer_id_expiration_ms,
             topic_defaults: self.topic_defaults,
             admin_listen: self.admin_listen,
             admin_listen_required: self.admin_listen_required,

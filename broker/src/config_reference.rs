@@ -149,6 +149,12 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         meaning: "How often each core applies retention to its partitions.",
     },
     Setting {
+        keys: &["producer.id.expiration.ms"],
+        flag: None,
+        default: Default::Value("86400000"),
+        meaning: "How long a producer may stay idle before a partition drops its idempotence state (then a batch continuing its sequence gets UNKNOWN_PRODUCER_ID). State survives restarts in `.snapshot` files.",
+    },
+    Setting {
         keys: &["log.retention.ms", "log.retention.minutes", "log.retention.hours"],
         flag: None,
         default: Default::Value("604800000"),

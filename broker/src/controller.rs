@@ -61,10 +61,15 @@ async fn open_partitions(
         let effective = effective.clone();
         let result = shard
             .run_on(core as usize % shard.cores, move |owner| async move {
-                let partition =
-                    Partition::open(&owner.config.data_dir, &topic_name, index, &effective)
-                        .await
-                        .map_err(|e| e.to_string())?;
+                let partition = Partition::open(
+                    &owner.config.data_dir,
+                    &topic_name,
+                    index,
+                    &effective,
+                    owner.config.producer_id_expiration_ms,
+                )
+                .await
+                .map_err(|e| e.to_string())?;
                 owner
                     .partitions
                     .borrow_mut()

@@ -62,9 +62,9 @@ pub const PRODUCER_ID_BLOCK: i64 = 1000;
 /// a retried batch is answered with its original offsets.
 pub const PRODUCER_BATCHES_KEPT: usize = 5;
 
-/// Offsets at the end of each log scanned at start-up to rebuild
-/// idempotent producer state, and the bytes read per step.
-pub const PRODUCER_RECOVERY_OFFSETS: u64 = 100_000;
+/// Bytes read per step when the log after the newest producer-state
+/// snapshot (or the whole log, without one) is replayed at start-up: the
+/// replay is unbounded in offsets, bounded in memory by this.
 pub const PRODUCER_RECOVERY_READ_BYTES: usize = 4 << 20;
 
 /// Largest partition count a topic may have.
@@ -140,3 +140,19 @@ const _: () = assert!(
     OFFSETS_BATCH_BYTES_MAX >= 2 * (GROUP_ID_BYTES_MAX + 249 + OFFSET_METADATA_BYTES_MAX + 64),
     "one offset record always fits in a batch"
 );
+
+// Producer-state snapshots (`partition.rs`).
+
+/// Producer-state snapshots kept per partition (one is written at each
+/// segment roll and at a clean stop). More than one, so a damaged newest
+/// snapshot falls back to an older one instead of a whole-log replay.
+pub const PRODUCER_SNAPSHOTS_KEPT: usize = 3;
+/// `producer.id.expiration.ms` default (Kafka's): producers idle this long
+/// are dropped from a partition's state.
+pub const PRODUCER_ID_EXPIRATION_MS_DEFAULT: i64 = 86_400_000;
+/// Largest producer-state snapshot read back: the state of 1M producers;
+/// a larger file is taken as damaged rather than loaded into memory.
+pub const PRODUCER_SNAPSHOT_BYTES_MAX: u64 = 1 << 30;
+
+const _: () = assert!(PRODUCER_SNAPSHOTS_KEPT >= 2);
+const _: () = assert!(PRODUCER_BATCHES_KEPT <= u8::MAX as usize);

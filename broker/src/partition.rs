@@ -4,17 +4,20 @@
 //! back to the core serving the connection.
 
 use std::cell::{Cell, RefCell};
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use bytes::Bytes;
 use protocol::batch::{BatchHeader, RecordBatch};
 
 use crate::errors;
-use crate::limits::{PRODUCER_RECOVERY_OFFSETS, PRODUCER_RECOVERY_READ_BYTES};
-use crate::producer_state::{last_sequence, ProducerTable, SequenceCheck};
+use crate::limits::{
+    PRODUCER_RECOVERY_READ_BYTES, PRODUCER_SNAPSHOTS_KEPT, PRODUCER_SNAPSHOT_BYTES_MAX,
+};
+use crate::producer_state::{last_sequence, ProducerTable, RecoveredBatch, SequenceCheck};
 use crate::topic_config::{EffectiveConfig, TimestampType};
-use storage::{AppendOptions, Log, StorageError};
+use storage::{small_file, AppendOptions, Log, StorageError};
 
 /// Kafka's ListOffsets special timestamps.
 pub const LATEST_TIMESTAMP: i64 = -1;
@@ -25,8 +28,49 @@ pub struct Partition {
     pub topic: String,
     pub index: i32,
     log: Log,
+    dir: PathBuf,
     producers: RefCell<ProducerTable>,
     timestamp_type: Cell<TimestampType>,
+    /// `producer.id.expiration.ms`.
+    producer_id_expiration_ms: i64,
+    snapshots: RefCell<SnapshotState>,
+    /// One snapshot write at a time (a roll's and the stop's may overlap).
+    snapshot_lock: glommio::sync::Semaphore,
+}
+
+/// An append between its call and its recorded outcome. Dropping it (also
+/// when the append's future is dropped midway) ends it, so it cannot hold
+/// snapshot offsets back for ever.
+struct InFlightAppend<'a> {
+    snapshots: &'a RefCell<SnapshotState>,
+    id: u64,
+}
+
+impl<'a> InFlightAppend<'a> {
+    fn begin(snapshots: &'a RefCell<SnapshotState>, log_end: u64) -> Self {
+        let mut state = snapshots.borrow_mut();
+        let id = state.next_append;
+        state.next_append += 1;
+        state.in_flight.insert(id, log_end);
+        drop(state);
+        Self { snapshots, id }
+    }
+}
+
+impl Drop for InFlightAppend<'_> {
+    fn drop(&mut self) {
+        self.snapshots.borrow_mut().in_flight.remove(&self.id);
+    }
+}
+
+/// What naming a snapshot needs: the log end at the start of each append in
+/// flight, whose batch may already be in the log but not yet in the state.
+#[derive(Default)]
+struct SnapshotState {
+    next_append: u64,
+    in_flight: BTreeMap<u64, u64>,
+    /// Segment count after the last append, to notice a roll.
+    segments: usize,
 }
 
 /// The answer for one partition of a produce request.
@@ -84,34 +128,124 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// Rebuilds idempotent producer state from the log's last
-/// `PRODUCER_RECOVERY_OFFSETS` offsets, so a producer retrying across a
-/// restart is still recognised. Only batch headers are read.
-async fn recover_producers(log: &Log) -> Result<ProducerTable, StorageError> {
-    let mut table = ProducerTable::default();
+fn io_error(op: &'static str, path: &Path, error: impl Into<std::io::Error>) -> StorageError {
+    StorageError::Io {
+        op,
+        path: path.to_path_buf(),
+        position: 0,
+        source: error.into(),
+    }
+}
+
+/// Snapshot files are named by the offset their state covers, zero-padded
+/// to 20 digits as Kafka names its `.snapshot` files.
+fn snapshot_file_name(offset: u64) -> String {
+    format!("{offset:020}.snapshot")
+}
+
+fn parse_snapshot_file_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(".snapshot")?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// The partition directory's snapshots, newest first.
+fn list_snapshots(dir: &Path) -> Result<Vec<u64>, StorageError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| io_error("list directory", dir, e))?;
+    let mut offsets: Vec<u64> = entries
+        .flatten()
+        .filter_map(|entry| {
+            entry
+                .file_name()
+                .to_str()
+                .and_then(parse_snapshot_file_name)
+        })
+        .collect();
+    offsets.sort_unstable_by(|a, b| b.cmp(a));
+    Ok(offsets)
+}
+
+/// Loads the newest snapshot at or below the log end that is intact;
+/// damaged ones are reported loudly and skipped, ones past the log end (a
+/// log cut back at recovery) are deleted.
+async fn load_newest_snapshot(
+    log: &Log,
+    dir: &Path,
+) -> Result<Option<(u64, ProducerTable)>, StorageError> {
     let end = log.next_offset();
-    let mut from = end
-        .saturating_sub(PRODUCER_RECOVERY_OFFSETS)
-        .max(log.start_offset());
+    for offset in list_snapshots(dir)? {
+        let path = dir.join(snapshot_file_name(offset));
+        if offset > end {
+            tracing::warn!(path = %path.display(), log_end = end, "deleting producer state snapshot past the log end");
+            small_file::remove(&path).await?;
+            continue;
+        }
+        let size = std::fs::metadata(&path)
+            .map_err(|e| io_error("stat", &path, e))?
+            .len();
+        if size > PRODUCER_SNAPSHOT_BYTES_MAX {
+            tracing::error!(path = %path.display(), size, "producer state snapshot larger than any written; not trusted, trying an older one");
+            continue;
+        }
+        let Some(bytes) = small_file::read_whole(&path).await? else {
+            continue;
+        };
+        match ProducerTable::decode_snapshot(&bytes) {
+            Ok((stored, table)) if stored == offset => return Ok(Some((offset, table))),
+            Ok((stored, _)) => {
+                tracing::error!(path = %path.display(), stored, "producer state snapshot names another offset than its file; not trusted, trying an older one");
+            }
+            Err(error) => {
+                tracing::error!(path = %path.display(), %error, "producer state snapshot damaged; not trusted, trying an older one");
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Rebuilds idempotent producer state: the newest intact snapshot, then
+/// every batch after it (or, without a snapshot, the whole log). Only
+/// batch headers are kept; the log is read in steps of
+/// `PRODUCER_RECOVERY_READ_BYTES`.
+async fn recover_producers(log: &Log, dir: &Path) -> Result<ProducerTable, StorageError> {
+    let end = log.next_offset();
+    let (mut table, snapshot) = match load_newest_snapshot(log, dir).await? {
+        Some((offset, table)) => (table, Some(offset)),
+        None => (ProducerTable::default(), None),
+    };
+    let replay_from = snapshot.unwrap_or(0).max(log.start_offset());
+    let mut from = replay_from;
+    let mut batches = 0u64;
+    // Idle time is the broker's clock: a CreateTime batch's timestamps are
+    // the client's (possibly far in the past), so a replayed batch counts
+    // as seen now; a LogAppendTime batch carries the broker's append time.
+    let now = now_ms();
     while from < end {
         let result = log.read(from, PRODUCER_RECOVERY_READ_BYTES, end).await?;
         let mut bytes = &result.bytes[..];
         while let Ok(header) = BatchHeader::parse(bytes) {
             if header.producer_id >= 0 && !header.is_control() && !header.is_transactional() {
-                let last = last_sequence(header.base_sequence, header.last_offset_delta);
-                let append_time = if header.is_log_append_time() {
+                let log_append_time_ms = if header.is_log_append_time() {
                     header.max_timestamp
                 } else {
                     -1
                 };
-                table.recover(
-                    header.producer_id,
-                    header.producer_epoch,
-                    header.base_sequence,
-                    last,
-                    header.base_offset,
-                    append_time,
-                );
+                table.recover(RecoveredBatch {
+                    producer_id: header.producer_id,
+                    epoch: header.producer_epoch,
+                    first_sequence: header.base_sequence,
+                    last_sequence: last_sequence(header.base_sequence, header.last_offset_delta),
+                    base_offset: header.base_offset,
+                    log_append_time_ms,
+                    max_timestamp_ms: if header.is_log_append_time() {
+                        header.max_timestamp
+                    } else {
+                        now
+                    },
+                });
+                batches += 1;
             }
             if header.size() > bytes.len() {
                 break;
@@ -123,7 +257,27 @@ async fn recover_producers(log: &Log) -> Result<ProducerTable, StorageError> {
         }
         from = result.next_offset;
     }
+    tracing::info!(dir = %dir.display(), snapshot = ?snapshot, replayed_from = replay_from, log_end = end, idempotent_batches = batches, producers = table.len(), "producer state rebuilt");
     Ok(table)
+}
+
+/// Writes `bytes` as the snapshot at `offset` durably (temporary file,
+/// sync, rename, sync the directory) and keeps the newest
+/// `PRODUCER_SNAPSHOTS_KEPT`.
+async fn write_snapshot(dir: &Path, offset: u64, bytes: &[u8]) -> Result<(), StorageError> {
+    let path = dir.join(snapshot_file_name(offset));
+    let tmp = dir.join(format!("{}.tmp", snapshot_file_name(offset)));
+    small_file::write_whole(&tmp, bytes).await?;
+    glommio::io::rename(&tmp, &path)
+        .await
+        .map_err(|e| io_error("rename", &path, e))?;
+    for old in list_snapshots(dir)?
+        .into_iter()
+        .skip(PRODUCER_SNAPSHOTS_KEPT)
+    {
+        small_file::remove(&dir.join(snapshot_file_name(old))).await?;
+    }
+    small_file::sync_dir(dir).await
 }
 
 impl Partition {
@@ -133,17 +287,60 @@ impl Partition {
         topic: &str,
         index: i32,
         config: &EffectiveConfig,
+        producer_id_expiration_ms: i64,
     ) -> Result<Rc<Partition>, StorageError> {
         let dir = data_dir.join(format!("{topic}-{index}"));
         let log = Log::open(dir, config.log.clone()).await?;
-        let producers = recover_producers(&log).await?;
+        let dir = log.dir().to_path_buf();
+        let mut producers = recover_producers(&log, &dir).await?;
+        let expired = producers.expire(now_ms(), producer_id_expiration_ms);
+        if expired > 0 {
+            tracing::info!(topic, partition = index, expired, "expired idle producers");
+        }
+        let segments = log.segment_count();
         Ok(Rc::new(Partition {
             topic: topic.to_string(),
             index,
             log,
+            dir,
             producers: RefCell::new(producers),
             timestamp_type: Cell::new(config.timestamp_type),
+            producer_id_expiration_ms,
+            snapshots: RefCell::new(SnapshotState {
+                segments,
+                ..SnapshotState::default()
+            }),
+            snapshot_lock: glommio::sync::Semaphore::new(1),
         }))
+    }
+
+    /// Writes a producer-state snapshot. Its offset is the log end, or the
+    /// log end when the oldest append still in flight began if that is
+    /// lower: every batch below it is in the state.
+    async fn snapshot_producers(&self) {
+        let Ok(_permit) = self.snapshot_lock.acquire_permit(1).await else {
+            return;
+        };
+        let (offset, bytes) = {
+            let snapshots = self.snapshots.borrow();
+            let offset = snapshots
+                .in_flight
+                .values()
+                .copied()
+                .min()
+                .unwrap_or(u64::MAX)
+                .min(self.log.next_offset());
+            (offset, self.producers.borrow().encode_snapshot(offset))
+        };
+        match write_snapshot(&self.dir, offset, &bytes).await {
+            Ok(()) => {
+                tracing::debug!(topic = %self.topic, partition = self.index, offset, bytes = bytes.len(), "producer state snapshot written")
+            }
+            Err(error) => {
+                // The log is intact; the next start replays more of it.
+                tracing::error!(topic = %self.topic, partition = self.index, offset, %error, "writing producer state snapshot failed")
+            }
+        }
     }
 
     pub fn apply_config(&self, config: &EffectiveConfig) {
@@ -208,10 +405,12 @@ impl Partition {
         };
         // No await between the sequence check and the append call: appends
         // of one partition are ordered as they are called.
+        let in_flight = InFlightAppend::begin(&self.snapshots, self.log.next_offset());
         let appended = self.log.append_batch(batch, options).await;
         let info = match appended {
             Ok(info) => info,
             Err(error) => {
+                drop(in_flight);
                 if let Some(previous) = reservation {
                     self.producers.borrow_mut().append_failed(
                         header.producer_id,
@@ -231,7 +430,21 @@ impl Partition {
                 last_seq,
                 info.base_offset as i64,
                 log_append_time_ms,
+                now_ms(),
             );
+        }
+        drop(in_flight);
+        let rolled = {
+            let mut snapshots = self.snapshots.borrow_mut();
+            let segments = self.log.segment_count();
+            let rolled = segments > snapshots.segments;
+            snapshots.segments = segments;
+            rolled
+        };
+        if rolled {
+            // A snapshot per segment, as Kafka keeps: a restart replays at
+            // most about a segment of log.
+            self.snapshot_producers().await;
         }
         if acks == -1 {
             if let Err(error) = self.log.wait_durable(info.last_offset).await {
@@ -346,7 +559,10 @@ impl Partition {
     pub async fn close(&self) {
         if let Err(error) = self.log.close().await {
             tracing::error!(topic = %self.topic, partition = self.index, %error, "closing log failed");
+            return;
         }
+        // At the log end, so the next start replays nothing.
+        self.snapshot_producers().await;
     }
 
     /// Stops the log and removes its directory.
@@ -357,7 +573,15 @@ impl Partition {
     }
 
     /// Deletes segments past the retention limits.
+    /// Also drops producers idle past `producer.id.expiration.ms`.
     pub async fn enforce_retention(&self, now_ms: i64) {
+        let expired = self
+            .producers
+            .borrow_mut()
+            .expire(now_ms, self.producer_id_expiration_ms);
+        if expired > 0 {
+            tracing::info!(topic = %self.topic, partition = self.index, expired, "expired idle producers");
+        }
         match self.log.enforce_retention(now_ms).await {
             Ok(outcome) if outcome.segments_deleted > 0 => {
                 tracing::info!(topic = %self.topic, partition = self.index, segments = outcome.segments_deleted, bytes = outcome.bytes_deleted, "retention deleted segments");

@@ -116,7 +116,15 @@ async fn core_main(
             if image.owner_core(topic, index, config.cores) != Some(core) {
                 continue;
             }
-            match Partition::open(&config.data_dir, &topic.name, index, &effective).await {
+            match Partition::open(
+                &config.data_dir,
+                &topic.name,
+                index,
+                &effective,
+                config.producer_id_expiration_ms,
+            )
+            .await
+            {
                 Ok(partition) => {
                     shard
                         .partitions

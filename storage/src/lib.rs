@@ -27,3 +27,11 @@ pub use log::{
     SHARD_CACHE_BYTES_MAX, SYNC_LATENCY_BOUNDS_US,
 };
 pub use segment::Cut;
+
+/// Whole-file helpers for small files a log's owner keeps beside the
+/// segments (the broker's producer-state snapshots): read, write and sync,
+/// sync the directory, remove. `.tmp` files in a log directory are removed
+/// when the log opens.
+pub mod small_file {
+    pub use crate::file::{read_whole, remove, sync_dir, write_whole};
+}

@@ -74,7 +74,7 @@ fn max_message_bytes(shard: &Shard, configs: &BTreeMap<String, String>) -> usize
 pub async fn handle(
     shard: &Rc<Shard>,
     request: ProduceRequest,
-    _version: i16,
+    version: i16,
 ) -> Option<ProduceResponse> {
     let acks = request.acks;
     let mut image = shard.metadata.image();
@@ -174,7 +174,7 @@ pub async fn handle(
                     let outcome = outcomes.next().expect("one outcome per partition");
                     PartitionProduceResponse::default()
                         .with_index(p.index)
-                        .with_error_code(outcome.error_code)
+                        .with_error_code(error_code_for_version(outcome.error_code, version))
                         .with_base_offset(outcome.base_offset)
                         .with_log_append_time_ms(outcome.log_append_time_ms)
                         .with_log_start_offset(outcome.log_start_offset)
@@ -186,6 +186,17 @@ pub async fn handle(
         })
         .collect();
     Some(ProduceResponse::default().with_responses(responses))
+}
+
+/// UNKNOWN_PRODUCER_ID came with produce v5, beside the log start offset a
+/// client compares its last acknowledged offset with to act on it; v3–4
+/// clients know no such code and get OUT_OF_ORDER_SEQUENCE_NUMBER.
+fn error_code_for_version(code: i16, version: i16) -> i16 {
+    if code == crate::producer_state::UNKNOWN_PRODUCER_ID && version < 5 {
+        errors::OUT_OF_ORDER_SEQUENCE_NUMBER
+    } else {
+        code
+    }
 }
 
 /// Answers a v0–2 produce request, which the codec cannot decode, with

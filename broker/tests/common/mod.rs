@@ -167,6 +167,16 @@ impl Broker {
         self.stop();
         self.spawn();
     }
+
+    /// Kills the broker with SIGKILL (a crash: nothing closed, nothing
+    /// flushed beyond what was acknowledged) and starts it again on the
+    /// same port and data dir.
+    pub fn crash_and_restart(&mut self) {
+        let mut child = self.child.take().expect("broker running");
+        child.kill().expect("SIGKILL the broker");
+        wait_deadline(&mut child, STOP_DEADLINE).expect("a killed broker exits");
+        self.spawn();
+    }
 }
 
 impl Drop for Broker {
