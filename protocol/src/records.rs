@@ -707,6 +707,30 @@ mod tests {
     }
 
     #[test]
+    fn a_complete_compressed_stream_with_too_few_or_too_many_records_is_invalid() {
+        let (body, _) = build::records_body(&records(2));
+        for codec in [
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
+            let attributes = build::codec_attributes(codec);
+            let compressed = build::compress(codec, &body);
+            assert_eq!(
+                malformed(check(&with(3, 2, attributes, &compressed))),
+                (2, "record truncated"),
+                "{codec:?}"
+            );
+            assert_eq!(
+                check(&with(1, 0, attributes, &compressed)),
+                Err(BatchError::TrailingBytes { record_count: 1 }),
+                "{codec:?}"
+            );
+        }
+    }
+
+    #[test]
     fn a_decompression_bomb_stops_at_the_bound() {
         // ~1 MiB of gzip expanding to 1 GiB.
         let body = build::gzip_bomb_body(1 << 30);
