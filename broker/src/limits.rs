@@ -156,3 +156,16 @@ pub const PRODUCER_SNAPSHOT_BYTES_MAX: u64 = 1 << 30;
 
 const _: () = assert!(PRODUCER_SNAPSHOTS_KEPT >= 2);
 const _: () = assert!(PRODUCER_BATCHES_KEPT <= u8::MAX as usize);
+
+// Record validation on the produce path (`handlers/produce.rs`).
+
+/// A compressed batch may expand to this many times the topic's
+/// `max.message.bytes` (1 MiB by default: 32 MiB). No client batches more
+/// than `max.message.bytes` of records before compressing them except for
+/// extremely compressible values; the bound stops a decompression bomb after
+/// at most this much work, on the core that received it.
+pub const DECOMPRESSION_RATIO_MAX: usize = 32;
+/// Ceiling of that bound whatever `max.message.bytes` is set to.
+pub const DECOMPRESSED_BATCH_BYTES_MAX: usize = 256 << 20;
+
+const _: () = assert!(DECOMPRESSION_RATIO_MAX >= 1);

@@ -290,3 +290,271 @@ fn bad_batches_unknown_topics_and_partitions_get_kafka_error_codes() {
     );
     assert_eq!(listed.topics[0].partitions[0].offset, 5);
 }
+
+// Batches Kafka's LogValidator refuses record by record. Each test starts
+// its own broker, stores a good batch, sends one bad shape and checks the
+// exact error code, that the log end offset did not move, and that a good
+// batch sent afterwards (its base offset forged) is stored at the log end
+// and read back byte for byte.
+
+use protocol::batch::build::{self, NewRecord};
+use protocol::batch::{Compression, HEADER_LEN};
+use protocol::kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use protocol::kafka_protocol::messages::{FetchRequest, FetchResponse};
+
+const INVALID_RECORD: i16 = 87;
+const CORRUPT_MESSAGE: i16 = 2;
+const MESSAGE_TOO_LARGE: i16 = 10;
+const TS: i64 = 1_700_000_000_000;
+const TOPIC: &str = "validated";
+
+fn create_topic(broker: &Broker, name: &str) {
+    let created: protocol::kafka_protocol::messages::CreateTopicsResponse = call(
+        broker,
+        ApiKey::CreateTopics,
+        7,
+        &protocol::kafka_protocol::messages::CreateTopicsRequest::default().with_topics(vec![
+            protocol::kafka_protocol::messages::create_topics_request::CreatableTopic::default()
+                .with_name(TopicName(StrBytes::from_string(name.to_string())))
+                .with_num_partitions(1)
+                .with_replication_factor(1),
+        ]),
+    );
+    assert_eq!(created.topics[0].error_code, 0);
+}
+
+fn log_end(broker: &Broker, topic: &str) -> i64 {
+    use protocol::kafka_protocol::messages::list_offsets_request::{
+        ListOffsetsPartition, ListOffsetsTopic,
+    };
+    let listed: protocol::kafka_protocol::messages::ListOffsetsResponse = call(
+        broker,
+        ApiKey::ListOffsets,
+        7,
+        &protocol::kafka_protocol::messages::ListOffsetsRequest::default().with_topics(vec![
+            ListOffsetsTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_partitions(vec![ListOffsetsPartition::default()
+                    .with_partition_index(0)
+                    .with_timestamp(-1)]),
+        ]),
+    );
+    let partition = &listed.topics[0].partitions[0];
+    assert_eq!(partition.error_code, 0);
+    partition.offset
+}
+
+/// The record bytes a Fetch at `offset` returns (no wait: the data is
+/// durable once acks=all answered).
+fn fetch(broker: &Broker, topic: &str, offset: i64) -> Bytes {
+    let request = FetchRequest::default()
+        .with_replica_id(protocol::kafka_protocol::messages::BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_min_bytes(1)
+        .with_max_bytes(8 << 20)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(8 << 20)])]);
+    let response: FetchResponse = call(broker, ApiKey::Fetch, 12, &request);
+    assert_eq!(response.error_code, 0);
+    let partition = &response.responses[0].partitions[0];
+    assert_eq!(partition.error_code, 0);
+    partition.records.clone().unwrap_or_default()
+}
+
+/// Produces `good` (whose base offset is forged to 1,000,000) and checks it
+/// is stored at `expected_offset` exactly: the bytes read back are the bytes
+/// sent but for the base offset and partition leader epoch the broker sets.
+fn produce_and_read_back(broker: &Broker, good: &[u8], expected_offset: i64) {
+    let mut sent = good.to_vec();
+    protocol::batch::set_base_offset(&mut sent, 1_000_000);
+    let response: ProduceResponse = call(
+        broker,
+        ApiKey::Produce,
+        9,
+        &produce(TOPIC, 0, Bytes::from(sent.clone())),
+    );
+    let partition = &response.responses[0].partition_responses[0];
+    assert_eq!(partition.error_code, 0, "{}", broker.log());
+    assert_eq!(partition.base_offset, expected_offset);
+    let stored = fetch(broker, TOPIC, expected_offset);
+    assert_eq!(
+        stored.len(),
+        sent.len(),
+        "exactly the one batch is returned"
+    );
+    assert_eq!(&stored[..8], &expected_offset.to_be_bytes()[..]);
+    assert_eq!(&stored[8..12], &sent[8..12]);
+    assert_eq!(
+        &stored[16..],
+        &sent[16..],
+        "every byte under the CRC as sent"
+    );
+}
+
+/// A good batch, then `bad` refused with `code`, the log end unmoved, then
+/// `after` stored at the log end and read back exactly.
+fn assert_refused(extra_args: &[&str], bad: Vec<u8>, code: i16, after: &[u8]) {
+    let broker = Broker::start(extra_args);
+    create_topic(&broker, TOPIC);
+    let first = build::patterned(TS, 5, 50, 7);
+    produce_and_read_back(&broker, &first, 0);
+    assert_eq!(log_end(&broker, TOPIC), 5);
+
+    assert_eq!(
+        produce_error(&broker, &produce(TOPIC, 0, Bytes::from(bad))),
+        code,
+        "{}",
+        broker.log()
+    );
+    assert_eq!(
+        log_end(&broker, TOPIC),
+        5,
+        "the refused batch moved the log end"
+    );
+
+    produce_and_read_back(&broker, after, 5);
+    let count = protocol::batch::BatchHeader::parse(after)
+        .unwrap()
+        .record_count;
+    assert_eq!(log_end(&broker, TOPIC), 5 + i64::from(count));
+    // The first batch is untouched.
+    let stored = fetch(&broker, TOPIC, 0);
+    assert_eq!(&stored[16..first.len()], &first[16..]);
+}
+
+fn three_records() -> Vec<u8> {
+    build::records_body(&[
+        NewRecord {
+            value: Some(b"one".to_vec()),
+            ..Default::default()
+        },
+        NewRecord {
+            value: Some(b"two".to_vec()),
+            timestamp_delta: 1,
+            ..Default::default()
+        },
+        NewRecord {
+            value: Some(b"three".to_vec()),
+            timestamp_delta: 2,
+            ..Default::default()
+        },
+    ])
+    .0
+}
+
+fn good_after() -> Vec<u8> {
+    build::patterned(TS, 3, 200, 11)
+}
+
+#[test]
+fn a_record_count_of_zero_over_three_records_is_invalid_record() {
+    let bad = build::with_body(TS, TS + 2, 0, 2, 0, &three_records());
+    assert_refused(&[], bad, INVALID_RECORD, &good_after());
+}
+
+#[test]
+fn a_last_offset_delta_of_a_million_over_three_records_is_invalid_record() {
+    let bad = build::with_body(TS, TS + 2, 3, 1_000_000, 0, &three_records());
+    assert_refused(&[], bad, INVALID_RECORD, &good_after());
+}
+
+#[test]
+fn a_record_length_of_two_to_the_31_is_invalid_record() {
+    let body = three_records();
+    // The first record's length varint (1 byte) replaced by zigzag(2^31).
+    let mut forged = vec![0x80, 0x80, 0x80, 0x80, 0x10];
+    forged.extend_from_slice(&body[1..]);
+    let bad = build::with_body(TS, TS + 2, 3, 2, 0, &forged);
+    assert_refused(&[], bad, INVALID_RECORD, &good_after());
+}
+
+#[test]
+fn a_value_length_of_minus_five_is_invalid_record() {
+    let mut body = three_records();
+    // First record: length, attributes, ts delta, offset delta, null key,
+    // then the value length (zigzag 3 = 6) at byte 5.
+    assert_eq!(body[5], 6);
+    body[5] = 9; // zigzag -5
+    let bad = build::with_body(TS, TS + 2, 3, 2, 0, &body);
+    assert_refused(&[], bad, INVALID_RECORD, &good_after());
+}
+
+#[test]
+fn an_offset_delta_out_of_sequence_is_invalid_record() {
+    let mut body = three_records();
+    assert_eq!(body[3], 0);
+    body[3] = 4; // offset delta 2 for the first record
+    let bad = build::with_body(TS, TS + 2, 3, 2, 0, &body);
+    assert_refused(&[], bad, INVALID_RECORD, &good_after());
+}
+
+#[test]
+fn bytes_after_the_declared_records_are_invalid_record() {
+    let mut body = three_records();
+    body.extend_from_slice(&three_records()[..12]);
+    let bad = build::with_body(TS, TS + 2, 3, 2, 0, &body);
+    assert_refused(&[], bad, INVALID_RECORD, &good_after());
+}
+
+fn garbage_refused(codec: Compression) {
+    let garbage = build::pattern(5, 2_000);
+    let bad = build::with_body(TS, TS + 2, 3, 2, build::codec_attributes(codec), &garbage);
+    let values: Vec<NewRecord> = (0..4)
+        .map(|i| NewRecord {
+            key: Some(vec![b'k', i]),
+            value: Some(build::pattern(u64::from(i), 3_000)),
+            timestamp_delta: i64::from(i),
+            ..Default::default()
+        })
+        .collect();
+    let after = build::compressed(codec, TS, &values);
+    assert_eq!(
+        &after[HEADER_LEN - 40..HEADER_LEN - 38],
+        &build::codec_attributes(codec).to_be_bytes()
+    );
+    assert_refused(&[], bad, CORRUPT_MESSAGE, &after);
+}
+
+#[test]
+fn garbage_gzip_is_corrupt_message() {
+    garbage_refused(Compression::Gzip);
+}
+
+#[test]
+fn garbage_snappy_is_corrupt_message() {
+    garbage_refused(Compression::Snappy);
+}
+
+#[test]
+fn garbage_lz4_is_corrupt_message() {
+    garbage_refused(Compression::Lz4);
+}
+
+#[test]
+fn garbage_zstd_is_corrupt_message() {
+    garbage_refused(Compression::Zstd);
+}
+
+#[test]
+fn a_one_megabyte_gzip_expanding_to_a_gibibyte_is_message_too_large() {
+    let body = build::gzip_bomb_body(1 << 30);
+    assert!(body.len() < 1_200_000, "{}", body.len());
+    let bad = build::with_body(TS, TS, 1, 0, 1, &body);
+    // The bomb is under max.message.bytes on the wire, so only the
+    // decompression bound (32 x 1.5 MB = 48 MB) can refuse it.
+    let started = std::time::Instant::now();
+    assert_refused(
+        &["--set", "message.max.bytes=1500000"],
+        bad,
+        MESSAGE_TOO_LARGE,
+        &good_after(),
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "decompression stopped at the bound"
+    );
+}

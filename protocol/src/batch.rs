@@ -74,6 +74,12 @@ pub enum BatchError {
     MalformedRecord { index: usize, reason: &'static str },
     #[error("records are compressed with {codec:?}; decompress before iterating")]
     Compressed { codec: Compression },
+    #[error("record batch holds bytes after its {record_count} records")]
+    TrailingBytes { record_count: i32 },
+    #[error("records compressed with {codec:?} do not decompress: {reason}")]
+    CorruptCompressed { codec: Compression, reason: String },
+    #[error("records decompress to more than the {limit_bytes} bytes allowed")]
+    DecompressedTooLarge { limit_bytes: usize },
 }
 
 /// Compression codec from the low three attribute bits.
@@ -520,11 +526,11 @@ pub mod build {
         }
     }
 
-    /// Encodes an uncompressed batch with base offset 0, the given base
-    /// timestamp and producer fields set to "none" (-1).
-    pub fn batch(base_timestamp: i64, records: &[NewRecord]) -> Vec<u8> {
+    /// Encodes the record section (the bytes after the header) of an
+    /// uncompressed batch; returns it with the largest timestamp delta.
+    pub fn records_body(records: &[NewRecord]) -> (Vec<u8>, i64) {
         let mut body = Vec::new();
-        let mut max_timestamp = base_timestamp;
+        let mut max_delta = 0i64;
         for (i, record) in records.iter().enumerate() {
             let mut rec = vec![0u8]; // attributes
             put_varlong(&mut rec, record.timestamp_delta);
@@ -538,25 +544,148 @@ pub mod build {
             }
             put_varlong(&mut body, rec.len() as i64);
             body.extend_from_slice(&rec);
-            max_timestamp = max_timestamp.max(base_timestamp + record.timestamp_delta);
+            max_delta = max_delta.max(record.timestamp_delta);
         }
+        (body, max_delta)
+    }
+
+    /// Encodes a batch around a record section given as bytes, with the
+    /// header fields that describe it given explicitly (so tests can forge
+    /// them) and a correct length and CRC. `attributes` carries the codec.
+    pub fn with_body(
+        base_timestamp: i64,
+        max_timestamp: i64,
+        record_count: i32,
+        last_offset_delta: i32,
+        attributes: i16,
+        body: &[u8],
+    ) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEADER_LEN + body.len());
         out.extend_from_slice(&0i64.to_be_bytes());
         out.extend_from_slice(&((HEADER_LEN - LOG_OVERHEAD + body.len()) as i32).to_be_bytes());
         out.extend_from_slice(&(-1i32).to_be_bytes());
         out.push(MAGIC_V2 as u8);
         out.extend_from_slice(&0u32.to_be_bytes()); // crc, set below
-        out.extend_from_slice(&0i16.to_be_bytes());
-        out.extend_from_slice(&(records.len().max(1) as i32 - 1).to_be_bytes());
+        out.extend_from_slice(&attributes.to_be_bytes());
+        out.extend_from_slice(&last_offset_delta.to_be_bytes());
         out.extend_from_slice(&base_timestamp.to_be_bytes());
         out.extend_from_slice(&max_timestamp.to_be_bytes());
         out.extend_from_slice(&(-1i64).to_be_bytes());
         out.extend_from_slice(&(-1i16).to_be_bytes());
         out.extend_from_slice(&(-1i32).to_be_bytes());
-        out.extend_from_slice(&(records.len() as i32).to_be_bytes());
-        out.extend_from_slice(&body);
+        out.extend_from_slice(&record_count.to_be_bytes());
+        out.extend_from_slice(body);
         let crc = compute_crc(&out);
         out[OFFSET_CRC..OFFSET_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+        out
+    }
+
+    /// Encodes an uncompressed batch with base offset 0, the given base
+    /// timestamp and producer fields set to "none" (-1).
+    pub fn batch(base_timestamp: i64, records: &[NewRecord]) -> Vec<u8> {
+        let (body, max_delta) = records_body(records);
+        let count = records.len() as i32;
+        with_body(
+            base_timestamp,
+            base_timestamp + max_delta,
+            count,
+            count.max(1) - 1,
+            0,
+            &body,
+        )
+    }
+
+    /// Compresses a record section as Kafka's clients do for `codec`
+    /// (snappy in snappy-java's framing), with kafka-protocol's codecs.
+    pub fn compress(codec: Compression, body: &[u8]) -> Vec<u8> {
+        use bytes::BufMut;
+        use kafka_protocol::compression::{Compressor, Gzip, Lz4, Snappy, Zstd};
+        let mut out: Vec<u8> = Vec::new();
+        let result = match codec {
+            Compression::None => {
+                out.extend_from_slice(body);
+                Ok(())
+            }
+            Compression::Gzip => Gzip::compress(&mut out, |b| {
+                b.put_slice(body);
+                Ok(())
+            }),
+            Compression::Snappy => Snappy::compress(&mut out, |b| {
+                b.put_slice(body);
+                Ok(())
+            }),
+            Compression::Lz4 => Lz4::compress(&mut out, |b| {
+                b.put_slice(body);
+                Ok(())
+            }),
+            Compression::Zstd => Zstd::compress(&mut out, |b| {
+                b.put_slice(body);
+                Ok(())
+            }),
+        };
+        result.expect("compressing into memory does not fail");
+        out
+    }
+
+    /// The attribute bits of `codec`.
+    pub fn codec_attributes(codec: Compression) -> i16 {
+        match codec {
+            Compression::None => 0,
+            Compression::Gzip => 1,
+            Compression::Snappy => 2,
+            Compression::Lz4 => 3,
+            Compression::Zstd => 4,
+        }
+    }
+
+    /// Encodes a batch of `records` compressed with `codec`.
+    pub fn compressed(codec: Compression, base_timestamp: i64, records: &[NewRecord]) -> Vec<u8> {
+        let (body, max_delta) = records_body(records);
+        let count = records.len() as i32;
+        with_body(
+            base_timestamp,
+            base_timestamp + max_delta,
+            count,
+            count.max(1) - 1,
+            codec_attributes(codec),
+            &compress(codec, &body),
+        )
+    }
+
+    /// A gzip record section that expands to `expanded_bytes_min` bytes or
+    /// a little more: one record whose value is that many zero bytes. Made
+    /// of concatenated gzip members (which gzip readers, Java's included,
+    /// read as one stream) of 1 MiB of zeros each, so building it costs
+    /// one small compression; each member is about 1 KiB.
+    pub fn gzip_bomb_body(expanded_bytes_min: usize) -> Vec<u8> {
+        use std::io::Write;
+        const MEMBER_BYTES: usize = 1 << 20;
+        let members = expanded_bytes_min.div_ceil(MEMBER_BYTES).max(1);
+        let value_len = members * MEMBER_BYTES;
+        let gzip = |data: &[u8]| {
+            let mut encoder =
+                flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+            encoder.write_all(data).expect("in memory");
+            encoder.finish().expect("in memory")
+        };
+        // The record's fields before its value: attributes, timestamp and
+        // offset deltas, null key, value length.
+        let mut fields = vec![0u8];
+        put_varlong(&mut fields, 0);
+        put_varlong(&mut fields, 0);
+        put_varlong(&mut fields, -1);
+        put_varlong(&mut fields, value_len as i64);
+        // + the header count after the value.
+        let mut head = Vec::new();
+        put_varlong(&mut head, (fields.len() + value_len + 1) as i64);
+        head.extend_from_slice(&fields);
+        let zeros = vec![0u8; MEMBER_BYTES];
+        let mut out = gzip(&head);
+        let member = gzip(&zeros);
+        for _ in 0..members {
+            out.extend_from_slice(&member);
+        }
+        out.extend_from_slice(&gzip(&[0u8])); // header count 0
         out
     }
 

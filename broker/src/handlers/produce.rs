@@ -2,21 +2,26 @@
 //! librdkafka needs to see advertised) are answered UNSUPPORTED_VERSION per
 //! partition, as Kafka 4 does.
 //!
-//! Path: validate each partition's batch here (size, CRC, one v2 batch),
-//! group partitions by owning core, hop there with the `Bytes` (no copy),
+//! Path: validate each partition's batch here (size, CRC, one v2 batch,
+//! then every record as Kafka's LogValidator does: the offset range against
+//! the count, lengths, varints, offset deltas, timestamps, headers, through
+//! bounded streaming decompression when compressed; walked in place, no
+//! copy), group partitions by owning core, hop there with the `Bytes` (no copy),
 //! append (and with acks=all wait until durable), gather the answers.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
-use protocol::batch::RecordBatch;
+use protocol::batch::{BatchError, RecordBatch};
 use protocol::codec::RequestFrame;
 
 use crate::controller::{self, TopicSpec};
 use crate::errors;
+use crate::limits::{DECOMPRESSED_BATCH_BYTES_MAX, DECOMPRESSION_RATIO_MAX};
 use crate::metadata::{validate_topic_name, MetadataImage};
 use crate::partition::ProduceOutcome;
 use crate::shard::Shard;
@@ -71,6 +76,43 @@ fn max_message_bytes(shard: &Shard, configs: &BTreeMap<String, String>) -> usize
         .unwrap_or(shard.config.message_max_bytes as usize)
 }
 
+thread_local! {
+    /// Each core's buffer for decompressed record chunks, reused by every
+    /// compressed batch the core validates.
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Bytes a compressed batch of a topic with this `max.message.bytes` may
+/// decompress to.
+fn decompressed_bytes_max(max_message_bytes: usize) -> usize {
+    max_message_bytes
+        .saturating_mul(DECOMPRESSION_RATIO_MAX)
+        .min(DECOMPRESSED_BATCH_BYTES_MAX)
+}
+
+/// Validates a client's batch fully: header, CRC, then every record.
+fn validate_batch(records: Bytes, max_message_bytes: usize) -> Result<RecordBatch, BatchError> {
+    let batch = RecordBatch::new(records)?;
+    let bound = decompressed_bytes_max(max_message_bytes);
+    SCRATCH.with_borrow_mut(|scratch| {
+        protocol::records::validate_producer_batch(batch.bytes(), batch.header(), bound, scratch)
+    })?;
+    Ok(batch)
+}
+
+/// The Kafka error code for a batch refused here. Kafka answers an
+/// undecodable compressed stream with CORRUPT_MESSAGE; a stream over the
+/// decompression bound gets MESSAGE_TOO_LARGE, on which Java producers
+/// split the batch and retry; the rest is INVALID_RECORD (or CORRUPT_MESSAGE
+/// for a CRC mismatch) as for any bad batch.
+fn rejected_code(error: &BatchError) -> i16 {
+    match error {
+        BatchError::CorruptCompressed { .. } => errors::CORRUPT_MESSAGE,
+        BatchError::DecompressedTooLarge { .. } => errors::MESSAGE_TOO_LARGE,
+        other => errors::batch_error_code(other),
+    }
+}
+
 pub async fn handle(
     shard: &Rc<Shard>,
     request: ProduceRequest,
@@ -112,15 +154,16 @@ pub async fn handle(
                 *outcome = ProduceOutcome::error(errors::INVALID_RECORD);
                 continue;
             };
-            if records.len() > max_message_bytes(shard, &topic.configs) {
+            let max_bytes = max_message_bytes(shard, &topic.configs);
+            if records.len() > max_bytes {
                 *outcome = ProduceOutcome::error(errors::MESSAGE_TOO_LARGE);
                 continue;
             }
-            let batch = match RecordBatch::new(records) {
+            let batch = match validate_batch(records, max_bytes) {
                 Ok(batch) => batch,
                 Err(error) => {
                     tracing::debug!(topic = name, partition = partition_data.index, %error, "rejected batch");
-                    *outcome = ProduceOutcome::error(errors::batch_error_code(&error));
+                    *outcome = ProduceOutcome::error(rejected_code(&error));
                     continue;
                 }
             };
