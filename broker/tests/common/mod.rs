@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod hostile;
 pub mod process;
 pub mod raw;
 
@@ -172,9 +173,15 @@ impl Broker {
     /// flushed beyond what was acknowledged) and starts it again on the
     /// same port and data dir.
     pub fn crash_and_restart(&mut self) {
+        self.crash_and_restart_with(|_| {});
+    }
+
+    /// SIGKILLs the broker, does `damage` to its data dir, starts it again.
+    pub fn crash_and_restart_with(&mut self, damage: impl FnOnce(&Path)) {
         let mut child = self.child.take().expect("broker running");
         child.kill().expect("SIGKILL the broker");
         wait_deadline(&mut child, STOP_DEADLINE).expect("a killed broker exits");
+        damage(&self.data_dir);
         self.spawn();
     }
 }
