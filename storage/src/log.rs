@@ -192,6 +192,9 @@ struct Inner {
     /// Set by `inject_sync_failure`: the next fdatasync reports EIO.
     #[cfg(feature = "fault-injection")]
     fail_next_sync: std::cell::Cell<bool>,
+    /// Set by `inject_space_failure`: the next segment write finds no space.
+    #[cfg(feature = "fault-injection")]
+    fail_next_space: std::cell::Cell<bool>,
     #[cfg(feature = "fault-injection")]
     sync_hold: std::cell::RefCell<SyncHold>,
 }
@@ -478,6 +481,8 @@ impl Log {
             #[cfg(feature = "fault-injection")]
             fail_next_sync: std::cell::Cell::new(false),
             #[cfg(feature = "fault-injection")]
+            fail_next_space: std::cell::Cell::new(false),
+            #[cfg(feature = "fault-injection")]
             sync_hold: std::cell::RefCell::new(SyncHold::default()),
         });
         let writer = glommio::spawn_local(writer_loop(inner.clone()));
@@ -537,6 +542,14 @@ impl Log {
     #[cfg(feature = "fault-injection")]
     pub fn inject_sync_failure(&self) {
         self.inner.fail_next_sync.set(true);
+    }
+
+    /// Makes the next segment write of this log fail with ENOSPC before
+    /// anything of it is submitted, as a full disk would. For tests of the
+    /// out-of-space behaviour only.
+    #[cfg(feature = "fault-injection")]
+    pub fn inject_space_failure(&self) {
+        self.inner.fail_next_space.set(true);
     }
 
     /// Holds every sync round that finishes from now on before it marks
@@ -638,8 +651,15 @@ impl Log {
             None => return Ok(()),
             Some(reason) => reason.clone(),
         };
+        // What the writer must still allocate: the unwritten bytes it holds
+        // and this batch, past the active segment's preallocated end.
+        let needed = {
+            let state = self.inner.state.borrow();
+            let active = state.active();
+            (active.size + size as u64).saturating_sub(active.allocated)
+        };
         let room = file::free_bytes(&self.inner.dir)
-            .is_some_and(|free| free >= file::SPACE_RESERVE_BYTES + size as u64);
+            .is_some_and(|free| free >= file::SPACE_RESERVE_BYTES + needed);
         if room {
             self.inner.state.borrow_mut().no_space = None;
             self.inner.changed.notify_all();
@@ -2028,13 +2048,12 @@ async fn submit_write(inner: &Rc<Inner>) -> Result<()> {
         });
         (file, path, aligned_start, buffer, end, id, grow_to, undo)
     };
-    if let Some(want) = grow_to {
-        // Sized to the space there is, down to what this write needs.
-        let sized = file::preallocation_size(&path, undo.allocated, undo.write_end, want);
-        let allocated = match sized {
+    // Sized to the space there is, down to what this write needs.
+    let allocated = match grow_to {
+        Some(want) => match file::preallocation_size(&path, undo.allocated, undo.write_end, want) {
             Some(size) => file::preallocate(&file, &path, undo.allocated, size)
                 .await
-                .map(|()| size),
+                .map(|()| Some(size)),
             None => Err(StorageError::io(
                 "fallocate",
                 &path,
@@ -2047,8 +2066,21 @@ async fn submit_write(inner: &Rc<Inner>) -> Result<()> {
                     ),
                 ),
             )),
-        };
-        if let Err(e) = allocated {
+        },
+        None => Ok(None),
+    };
+    #[cfg(feature = "fault-injection")]
+    let allocated = match inner.fail_next_space.replace(false) {
+        true => Err(StorageError::io(
+            "fallocate",
+            &path,
+            undo.write_end,
+            std::io::Error::from_raw_os_error(libc::ENOSPC),
+        )),
+        false => allocated,
+    };
+    match allocated {
+        Err(e) => {
             // Nothing of this write went out: the state goes back to before
             // it, so the next attempt writes the same bytes at the same
             // place (and the written frontier never passes what is on disk).
@@ -2060,10 +2092,12 @@ async fn submit_write(inner: &Rc<Inner>) -> Result<()> {
             inner.changed.notify_all();
             return Err(e);
         }
-        let size = allocated.expect("failures returned above");
-        let mut state = inner.state.borrow_mut();
-        let active = state.active_mut();
-        active.allocated = active.allocated.max(size);
+        Ok(Some(size)) => {
+            let mut state = inner.state.borrow_mut();
+            let active = state.active_mut();
+            active.allocated = active.allocated.max(size);
+        }
+        Ok(None) => {}
     }
     let task_inner = inner.clone();
     glommio::spawn_local(async move {
