@@ -33,7 +33,7 @@ pub fn free_bytes(path: &Path) -> Option<u64> {
     }
     // SAFETY: statvfs returned 0, so it filled `stat`.
     let stat = unsafe { stat.assume_init() };
-    Some((stat.f_bavail as u64).saturating_mul(stat.f_frsize as u64))
+    Some(stat.f_bavail.saturating_mul(stat.f_frsize))
 }
 
 /// How far to preallocate a file that holds `allocated` bytes and needs
@@ -62,10 +62,8 @@ pub async fn preallocate(file: &DmaFile, path: &Path, keep: u64, size: u64) -> R
         Err(e) => {
             let e: std::io::Error = e.into();
             let error = crate::StorageError::io("fallocate", path, size, e);
-            if error.is_out_of_space() {
-                if file.file_size().await.is_ok_and(|now| now >= keep) {
-                    let _ = file.truncate(keep).await;
-                }
+            if error.is_out_of_space() && file.file_size().await.is_ok_and(|now| now >= keep) {
+                let _ = file.truncate(keep).await;
             }
             Err(error)
         }
