@@ -104,10 +104,29 @@ fn check_data_dir(dir: &Path) -> anyhow::Result<()> {
         anyhow::anyhow!("cannot create data dir {}: {error}{hint}", dir.display())
     })?;
     let probe = dir.join(PROBE_FILE);
-    std::fs::write(&probe, b"probe").map_err(unwritable)?;
+    let full = |error: &std::io::Error| {
+        matches!(
+            error.raw_os_error(),
+            Some(libc::ENOSPC) | Some(libc::EDQUOT)
+        )
+    };
+    // A full disk is no reason to stay down: the logs open, serve reads
+    // and refuse writes until space returns (docs/broker.md, "Full disk").
+    if let Err(error) = std::fs::write(&probe, b"probe") {
+        let _ = std::fs::remove_file(&probe);
+        if full(&error) {
+            tracing::warn!(dir = %dir.display(), %error, "data dir is full: starting; writes are refused until space returns");
+            return Ok(());
+        }
+        return Err(unwritable(error));
+    }
     let direct = direct_write(&probe);
     let _ = std::fs::remove_file(&probe);
     if let Err(error) = direct {
+        if full(&error) {
+            tracing::warn!(dir = %dir.display(), %error, "data dir is full: starting; writes are refused until space returns");
+            return Ok(());
+        }
         let filesystem = filesystem_name(dir);
         if error.raw_os_error() == Some(libc::EINVAL) {
             bail!(

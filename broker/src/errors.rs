@@ -45,6 +45,9 @@ pub fn storage_error_code(error: &StorageError) -> i16 {
         StorageError::BatchTooLarge { .. } => MESSAGE_TOO_LARGE,
         StorageError::InvalidBatch(batch) => batch_error_code(batch),
         StorageError::Closed { .. } => NOT_LEADER_OR_FOLLOWER,
+        // A full disk: Kafka's clients retry KAFKA_STORAGE_ERROR, and the
+        // log takes writes again once space returns.
+        StorageError::NoSpace { .. } => KAFKA_STORAGE_ERROR,
         _ => KAFKA_STORAGE_ERROR,
     }
 }

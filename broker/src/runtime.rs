@@ -328,6 +328,10 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         }
     }
 
+    if let Some(message) = &failure {
+        // Logged now: a stop that then times out must not hide the cause.
+        tracing::error!(%message, "stopping after a fatal error");
+    }
     admin.set_stopping();
     let deadline = Instant::now() + Duration::from_millis(SHUTDOWN_MS_MAX);
     let stop_started = Instant::now();

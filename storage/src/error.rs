@@ -34,6 +34,18 @@ pub enum StorageError {
     Fenced { path: PathBuf, reason: String },
     #[error("log {path} is closed")]
     Closed { path: PathBuf },
+    /// The filesystem has no room (ENOSPC, or EDQUOT for a quota): nothing
+    /// was lost and the log is not fenced. The append or write is refused,
+    /// what was acknowledged stays, and the log takes writes again once
+    /// space returns.
+    #[error("{op} failed on {path} at byte {position}: no space left: {source}")]
+    NoSpace {
+        op: &'static str,
+        path: PathBuf,
+        position: u64,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
@@ -45,13 +57,35 @@ impl StorageError {
         position: u64,
         source: impl Into<std::io::Error>,
     ) -> Self {
+        let source = source.into();
+        if is_out_of_space(&source) {
+            return Self::NoSpace {
+                op,
+                path: path.into(),
+                position,
+                source,
+            };
+        }
         Self::Io {
             op,
             path: path.into(),
             position,
-            source: source.into(),
+            source,
         }
     }
+
+    /// Whether this failure is the filesystem being full (which passes
+    /// once space returns), not a broken disk.
+    pub fn is_out_of_space(&self) -> bool {
+        matches!(self, Self::NoSpace { .. })
+    }
+}
+
+/// ENOSPC and EDQUOT: the write may succeed later, nothing is broken.
+pub(crate) fn is_out_of_space(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+        || e.kind() == std::io::ErrorKind::StorageFull
+        || e.kind() == std::io::ErrorKind::QuotaExceeded
 }
 
 /// Attaches operation, path and position to a glommio or std I/O result.

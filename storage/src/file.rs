@@ -10,6 +10,66 @@ use crate::error::{IoContext, Result};
 /// The alignment of every O_DIRECT write: the disk's physical block.
 pub const PAGE: u64 = 4096;
 
+/// Space the logs leave free on their filesystem: a segment write that
+/// would take the filesystem below it is refused for want of space (as
+/// Redpanda's `storage_min_free_bytes` does). What is kept is what the
+/// broker needs to stop and start again on a full disk: checkpoints and
+/// index files at close, and the segment bytes a journal replay writes at
+/// start (ext4 refuses even writes into preallocated extents when no block
+/// at all is free).
+pub const SPACE_RESERVE_BYTES: u64 = 4 << 20;
+
+/// Bytes an unprivileged writer may still allocate on the filesystem
+/// holding `path` (`statvfs`'s available blocks), `None` when unknown.
+pub fn free_bytes(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let name = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `name` is a NUL-terminated path and `stat` a buffer of the
+    // type statvfs fills; it is read only when the call succeeded.
+    let rc = unsafe { libc::statvfs(name.as_ptr(), stat.as_mut_ptr()) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: statvfs returned 0, so it filled `stat`.
+    let stat = unsafe { stat.assume_init() };
+    Some(stat.f_bavail.saturating_mul(stat.f_frsize))
+}
+
+/// How far to preallocate a file that holds `allocated` bytes and needs
+/// `need`: `want` when the filesystem has room for it beside
+/// [`SPACE_RESERVE_BYTES`], less when it has not, never less than `need`;
+/// `None` when even `need` would take the filesystem into the reserve.
+pub fn preallocation_size(path: &Path, allocated: u64, need: u64, want: u64) -> Option<u64> {
+    let want = want.max(need);
+    let Some(free) = free_bytes(path) else {
+        return Some(want);
+    };
+    let room = allocated.saturating_add(free.saturating_sub(SPACE_RESERVE_BYTES));
+    if room < need {
+        return None;
+    }
+    Some(align_down(room).clamp(need, want))
+}
+
+/// Preallocates `file` to `size` bytes. A failure for space (ENOSPC may
+/// still have allocated part of the range) cuts the file back to `keep`
+/// bytes, its size before, so that a full disk is not made fuller by the
+/// failed attempt.
+pub async fn preallocate(file: &DmaFile, path: &Path, keep: u64, size: u64) -> Result<()> {
+    match file.pre_allocate(size, false).await {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let e: std::io::Error = e.into();
+            let error = crate::StorageError::io("fallocate", path, size, e);
+            if error.is_out_of_space() && file.file_size().await.is_ok_and(|now| now >= keep) {
+                let _ = file.truncate(keep).await;
+            }
+            Err(error)
+        }
+    }
+}
+
 pub fn align_down(v: u64) -> u64 {
     v & !(PAGE - 1)
 }

@@ -84,7 +84,17 @@ thread_local! {
     /// Record bytes queued for the next writes of this thread's journals.
     static QUEUED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     static QUEUED_MAX: std::cell::Cell<usize> = const { std::cell::Cell::new(QUEUED_BYTES_MAX_DEFAULT) };
+    /// Until then this thread makes no journal: the last attempt found too
+    /// little space, and logs sync their own segment files meanwhile.
+    static SKIPPED_UNTIL: std::cell::Cell<Option<std::time::Instant>> = const { std::cell::Cell::new(None) };
 }
+
+/// The smallest chunk a journal is made with when space is short; with
+/// less room than two of these the journal is skipped.
+const CHUNK_BYTES_MIN: u64 = 1 << 20;
+/// How long a thread goes without a journal after finding too little
+/// space for one, before it tries again.
+const SKIP_MS: u64 = 10_000;
 
 /// Once this many record bytes wait for a thread's next journal write, its
 /// logs write their small appends to their segment files instead (by
@@ -113,7 +123,19 @@ pub fn set_queued_bytes_max(bytes: usize) {
 /// Whether this thread's next journal write has room for more records
 /// (see [`QUEUED_BYTES_MAX_DEFAULT`]).
 pub(crate) fn has_room() -> bool {
-    QUEUED.with(|q| q.get()) < QUEUED_MAX.with(|m| m.get())
+    QUEUED.with(|q| q.get()) < QUEUED_MAX.with(|m| m.get()) && !skipped()
+}
+
+/// Whether this thread has no journal for want of space, for now.
+fn skipped() -> bool {
+    SKIPPED_UNTIL.with(|s| match s.get() {
+        Some(until) if std::time::Instant::now() < until => true,
+        Some(_) => {
+            s.set(None);
+            false
+        }
+        None => false,
+    })
 }
 
 /// Journal numbers handed out in this process (file names stay unique when
@@ -406,6 +428,26 @@ fn parse_header(page: &[u8]) -> Option<u64> {
     Some(u64::from_le_bytes(page[12..20].try_into().ok()?))
 }
 
+/// Notes that this thread goes without a journal for [`SKIP_MS`], and the
+/// error saying why.
+fn skip(data_dir: &Path, free: u64) -> StorageError {
+    SKIPPED_UNTIL.with(|s| {
+        s.set(Some(
+            std::time::Instant::now() + std::time::Duration::from_millis(SKIP_MS),
+        ))
+    });
+    warn!(dir = %data_dir.display(), free_bytes = free, "journal skipped: too little space; logs sync their own segments");
+    StorageError::NoSpace {
+        op: "create journal",
+        path: data_dir.join(DIR_NAME),
+        position: 0,
+        source: std::io::Error::new(
+            std::io::ErrorKind::StorageFull,
+            format!("{free} bytes free, too few for two journal chunks"),
+        ),
+    }
+}
+
 impl Journal {
     /// The thread's journal for `data_dir`, created on first use.
     pub(crate) async fn for_data_dir(data_dir: &Path) -> Result<Rc<Journal>> {
@@ -415,6 +457,9 @@ impl Journal {
             .await;
         if let Some(found) = Self::existing(data_dir) {
             return Ok(found);
+        }
+        if skipped() {
+            return Err(skip(data_dir, file::free_bytes(data_dir).unwrap_or(0)));
         }
         CREATING.with(|c| c.borrow_mut().insert(data_dir.to_path_buf()));
         let result = Self::create(data_dir).await;
@@ -437,9 +482,17 @@ impl Journal {
             .get_or_insert_with(HashSet::new)
             .insert(data_dir.to_path_buf());
         THREAD_LIVE.with(|t| t.0.borrow_mut().push(data_dir.to_path_buf()));
-        std::fs::create_dir_all(&dir).ctx("create directory", &dir, 0)?;
         let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let capacity = CHUNK_BYTES.with(|c| c.get());
+        // The two chunks take at most a quarter of what is free beside the
+        // reserve, or none is made: a journal must not be what fills the
+        // disk, and the segments it is written out to need the rest.
+        let free = file::free_bytes(data_dir).unwrap_or(u64::MAX);
+        let fits = file::align_down(free.saturating_sub(file::SPACE_RESERVE_BYTES) / 8);
+        let capacity = CHUNK_BYTES.with(|c| c.get()).min(fits);
+        if capacity < CHUNK_BYTES_MIN {
+            return Err(skip(data_dir, free));
+        }
+        std::fs::create_dir_all(&dir).ctx("create directory", &dir, 0)?;
         let mut chunks = Vec::with_capacity(2);
         for k in 0..2 {
             let path = dir.join(format!("{id}-{k}.journal"));
@@ -447,9 +500,20 @@ impl Journal {
             file.truncate(0).await.ctx("truncate", &path, 0)?;
             // Reserve the space now: a journal write never fails for want
             // of it. An empty header marks the chunk unused.
-            file.pre_allocate(capacity, false)
-                .await
-                .ctx("fallocate", &path, capacity)?;
+            if let Err(e) = file::preallocate(&file, &path, 0, capacity).await {
+                if e.is_out_of_space() {
+                    let _ = file.close().await;
+                    for k in 0..2 {
+                        let _ = std::fs::remove_file(dir.join(format!("{id}-{k}.journal")));
+                    }
+                    SKIPPED_UNTIL.with(|s| {
+                        s.set(Some(
+                            std::time::Instant::now() + std::time::Duration::from_millis(SKIP_MS),
+                        ))
+                    });
+                }
+                return Err(e);
+            }
             // Chunk 1 starts as the active one, unused: the first write
             // moves to chunk 0 and writes its header.
             chunks.push(Chunk {

@@ -32,6 +32,11 @@ use crate::signal::Signal;
 /// Bytes a disk read asks for beyond `max_bytes`, to cover the batches the
 /// sparse index makes it skip.
 const READ_SLACK_BYTES: usize = 64 << 10;
+/// How often a log whose write failed for want of space tries it again
+/// (appends also retry at once when `statvfs` shows room): a full disk
+/// costs one failed fallocate a second, and writes resume within a second
+/// of space returning.
+const SPACE_RETRY_MS: u64 = 1_000;
 
 /// Bytes read ahead at most at once on one thread (over all its logs).
 pub const READ_AHEAD_BYTES_MAX: usize = 256 << 20;
@@ -187,6 +192,9 @@ struct Inner {
     /// Set by `inject_sync_failure`: the next fdatasync reports EIO.
     #[cfg(feature = "fault-injection")]
     fail_next_sync: std::cell::Cell<bool>,
+    /// Set by `inject_space_failure`: the next segment write finds no space.
+    #[cfg(feature = "fault-injection")]
+    fail_next_space: std::cell::Cell<bool>,
     #[cfg(feature = "fault-injection")]
     sync_hold: std::cell::RefCell<SyncHold>,
 }
@@ -233,6 +241,9 @@ struct State {
     next_write_id: u64,
     cache: BatchCache,
     failure: Option<String>,
+    /// The last write failed for want of space (see [`SPACE_RETRY_MS`]):
+    /// appends are refused until space returns, nothing is fenced.
+    no_space: Option<String>,
     closing: bool,
     closed: bool,
     stats: LogStats,
@@ -426,6 +437,7 @@ impl Log {
             next_write_id: 0,
             cache: BatchCache::default(),
             failure: None,
+            no_space: None,
             closing: false,
             closed: false,
             stats: LogStats::default(),
@@ -468,6 +480,8 @@ impl Log {
             truncations: std::cell::Cell::new(0),
             #[cfg(feature = "fault-injection")]
             fail_next_sync: std::cell::Cell::new(false),
+            #[cfg(feature = "fault-injection")]
+            fail_next_space: std::cell::Cell::new(false),
             #[cfg(feature = "fault-injection")]
             sync_hold: std::cell::RefCell::new(SyncHold::default()),
         });
@@ -528,6 +542,14 @@ impl Log {
     #[cfg(feature = "fault-injection")]
     pub fn inject_sync_failure(&self) {
         self.inner.fail_next_sync.set(true);
+    }
+
+    /// Makes the next segment write of this log fail with ENOSPC before
+    /// anything of it is submitted, as a full disk would. For tests of the
+    /// out-of-space behaviour only.
+    #[cfg(feature = "fault-injection")]
+    pub fn inject_space_failure(&self) {
+        self.inner.fail_next_space.set(true);
     }
 
     /// Holds every sync round that finishes from now on before it marks
@@ -621,6 +643,54 @@ impl Log {
         Ok(())
     }
 
+    /// Refuses an append of `size` bytes while the log's last write failed
+    /// for want of space, unless the filesystem now has room for it (then
+    /// the writer retries at once).
+    fn check_space(&self, size: usize) -> Result<()> {
+        let reason = match &self.inner.state.borrow().no_space {
+            None => return Ok(()),
+            Some(reason) => reason.clone(),
+        };
+        // What the writer must still allocate: the unwritten bytes it holds
+        // and this batch, past the active segment's preallocated end.
+        let needed = {
+            let state = self.inner.state.borrow();
+            let active = state.active();
+            (active.size + size as u64).saturating_sub(active.allocated)
+        };
+        let room = file::free_bytes(&self.inner.dir)
+            .is_some_and(|free| free >= file::SPACE_RESERVE_BYTES + needed);
+        if room {
+            self.inner.state.borrow_mut().no_space = None;
+            self.inner.changed.notify_all();
+            return Ok(());
+        }
+        Err(self.space_error(reason))
+    }
+
+    fn space_error(&self, reason: String) -> StorageError {
+        StorageError::NoSpace {
+            op: "append",
+            path: self.inner.dir.clone(),
+            position: self.inner.state.borrow().next_offset,
+            source: std::io::Error::new(std::io::ErrorKind::StorageFull, reason),
+        }
+    }
+
+    /// A waiter's answer once its condition or a failure came: fenced,
+    /// out of space (when `reached` is false), or fine.
+    fn check_failure_or_space(&self, reached: bool) -> Result<()> {
+        self.check_failure()?;
+        if reached {
+            return Ok(());
+        }
+        let reason = self.inner.state.borrow().no_space.clone();
+        match reason {
+            Some(reason) => Err(self.space_error(reason)),
+            None => Ok(()),
+        }
+    }
+
     /// Validates one v2 record batch, assigns its offsets and makes it
     /// visible to readers. Returns before the batch is durable; see
     /// [`Log::wait_durable`]. An invalid batch changes nothing.
@@ -645,6 +715,7 @@ impl Log {
         }
         let _permit = self.lock_appends().await?;
         self.check_writable(&self.inner.state.borrow())?;
+        self.check_space(size)?;
 
         // Backpressure: bounded memory of unwritten batches.
         let pending_max = self.inner.config.borrow().pending_bytes_max;
@@ -663,10 +734,12 @@ impl Log {
                 s.pending_bytes == 0
                     || s.pending_bytes + size <= pending_max
                     || s.failure.is_some()
+                    || s.no_space.is_some()
                     || s.closing
             })
             .await;
         self.check_writable(&self.inner.state.borrow())?;
+        self.check_space(size)?;
 
         let now = now_ms();
         if self.needs_roll(&header, size, now) {
@@ -734,12 +807,14 @@ impl Log {
             let active = state.active_mut();
             (active.prepare_seal(&dir), active.next_offset)
         };
+        // A roll that fails for space leaves the active segment as it was
+        // (sealing again is harmless): the append is refused, nothing fenced.
         if let Err(e) = job.run().await {
-            return Err(self.fence(e));
+            return Err(self.fence_unless_space(e));
         }
         let segment = match Segment::create(&dir, next_offset).await {
             Ok(segment) => segment,
-            Err(e) => return Err(self.fence(e)),
+            Err(e) => return Err(self.fence_unless_space(e)),
         };
         let checkpoint = {
             let mut state = self.inner.state.borrow_mut();
@@ -770,16 +845,26 @@ impl Log {
         e
     }
 
+    /// [`Log::fence`], except for a failure for space, which refuses only
+    /// the operation at hand.
+    fn fence_unless_space(&self, e: StorageError) -> StorageError {
+        if e.is_out_of_space() {
+            return e;
+        }
+        self.fence(e)
+    }
+
     async fn wait_written(&self, offset: u64) -> Result<()> {
         request_write_out(&self.inner, offset);
         self.inner
             .changed
             .wait_until(|| {
                 let s = self.inner.state.borrow();
-                s.written_offset >= offset || s.failure.is_some()
+                s.written_offset >= offset || s.failure.is_some() || s.no_space.is_some()
             })
             .await;
-        self.check_failure()
+        let reached = self.inner.state.borrow().written_offset >= offset;
+        self.check_failure_or_space(reached)
     }
 
     fn check_failure(&self) -> Result<()> {
@@ -805,10 +890,18 @@ impl Log {
                 } else {
                     s.written_offset
                 };
-                reached > last_offset || s.failure.is_some()
+                reached > last_offset || s.failure.is_some() || s.no_space.is_some()
             })
             .await;
-        self.check_failure()
+        let reached = {
+            let s = self.inner.state.borrow();
+            if always {
+                s.durable_offset > last_offset
+            } else {
+                s.written_offset > last_offset
+            }
+        };
+        self.check_failure_or_space(reached)
     }
 
     /// Writes and syncs everything appended so far, whatever the policy.
@@ -823,10 +916,11 @@ impl Log {
             .changed
             .wait_until(|| {
                 let s = self.inner.state.borrow();
-                s.durable_offset >= target || s.failure.is_some()
+                s.durable_offset >= target || s.failure.is_some() || s.no_space.is_some()
             })
             .await;
-        self.check_failure()
+        let reached = self.inner.state.borrow().durable_offset >= target;
+        self.check_failure_or_space(reached)
     }
 
     /// Resolves once the log end passes `offset` (a record at `offset`
@@ -1772,9 +1866,17 @@ async fn writer_loop(inner: Rc<Inner>) {
             return;
         }
         if submit {
-            if let Err(e) = submit_write(&inner).await {
-                fence_inner(&inner, e.to_string());
-                return;
+            match submit_write(&inner).await {
+                Ok(()) => {}
+                Err(e) if e.is_out_of_space() => {
+                    if !wait_for_space(&inner, e.to_string()).await {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    fence_inner(&inner, e.to_string());
+                    return;
+                }
             }
             continue;
         }
@@ -1811,6 +1913,43 @@ async fn writer_loop(inner: Rc<Inner>) {
     }
 }
 
+/// After a write failed for want of space (nothing of it was submitted):
+/// refuses appends and unblocks their waiters, then waits until an append
+/// saw room or [`SPACE_RETRY_MS`] passed. Returns false when the writer
+/// should stop instead of retrying (the log is closing or fenced): what it
+/// could not write was either never acknowledged or is in the journal.
+async fn wait_for_space(inner: &Rc<Inner>, reason: String) -> bool {
+    {
+        let mut state = inner.state.borrow_mut();
+        if state.no_space.is_none() {
+            warn!(dir = %inner.dir.display(), %reason, "log out of space: refusing appends until space returns");
+        }
+        state.no_space = Some(reason);
+    }
+    inner.changed.notify_all();
+    if inner.state.borrow().closing {
+        return false;
+    }
+    futures_lite::future::or(
+        glommio::timer::sleep(Duration::from_millis(SPACE_RETRY_MS)),
+        inner.changed.wait_until(|| {
+            let state = inner.state.borrow();
+            state.no_space.is_none() || state.closing || state.failure.is_some()
+        }),
+    )
+    .await;
+    let mut state = inner.state.borrow_mut();
+    if state.closing || state.failure.is_some() {
+        return false;
+    }
+    // Retried now: the write's next attempt sets it again if space is
+    // still short.
+    if state.no_space.take().is_some() {
+        info!(dir = %inner.dir.display(), "log retrying a write that failed for space");
+    }
+    true
+}
+
 /// One write in flight, in submission (= file position) order.
 pub(crate) struct InFlightWrite {
     id: u64,
@@ -1827,7 +1966,14 @@ pub(crate) struct InFlightWrite {
 /// partial page, which the next write rewrites after it completes (none
 /// does while the journal keeps the log's last bytes: see [`write_end`]).
 async fn submit_write(inner: &Rc<Inner>) -> Result<()> {
-    let (file, path, aligned_start, buffer, end, id, grow_to) = {
+    /// What a write that cannot get its space puts back.
+    struct Undo {
+        tail: Vec<u8>,
+        submitted_position: u64,
+        allocated: u64,
+        write_end: u64,
+    }
+    let (file, path, aligned_start, buffer, end, id, grow_to, undo) = {
         let config = inner.config.borrow();
         let (write_bytes_max, preallocate) =
             (config.write_bytes_max as u64, config.preallocate_bytes);
@@ -1885,7 +2031,13 @@ async fn submit_write(inner: &Rc<Inner>) -> Result<()> {
         let step = file::align_up((active.written_size / 4).clamp(preallocate, 8 * preallocate));
         let grow_to = (write_end > active.allocated).then(|| write_end.div_ceil(step) * step);
         let (file, path) = (active.file.clone(), active.path.clone());
-        state.tail = new_tail;
+        let allocated = active.allocated;
+        let undo = Undo {
+            tail: std::mem::replace(&mut state.tail, new_tail),
+            submitted_position: start,
+            allocated,
+            write_end,
+        };
         state.submitted_position = end;
         let id = state.next_write_id;
         state.next_write_id += 1;
@@ -1894,15 +2046,58 @@ async fn submit_write(inner: &Rc<Inner>) -> Result<()> {
             end_position: end,
             done: false,
         });
-        (file, path, aligned_start, buffer, end, id, grow_to)
+        (file, path, aligned_start, buffer, end, id, grow_to, undo)
     };
-    if let Some(size) = grow_to {
-        file.pre_allocate(size, false)
-            .await
-            .ctx("fallocate", &path, size)?;
-        let mut state = inner.state.borrow_mut();
-        let active = state.active_mut();
-        active.allocated = active.allocated.max(size);
+    // Sized to the space there is, down to what this write needs.
+    let allocated = match grow_to {
+        Some(want) => match file::preallocation_size(&path, undo.allocated, undo.write_end, want) {
+            Some(size) => file::preallocate(&file, &path, undo.allocated, size)
+                .await
+                .map(|()| Some(size)),
+            None => Err(StorageError::io(
+                "fallocate",
+                &path,
+                undo.write_end,
+                std::io::Error::new(
+                    std::io::ErrorKind::StorageFull,
+                    format!(
+                        "the write would leave less than {} bytes free",
+                        file::SPACE_RESERVE_BYTES
+                    ),
+                ),
+            )),
+        },
+        None => Ok(None),
+    };
+    #[cfg(feature = "fault-injection")]
+    let allocated = match inner.fail_next_space.replace(false) {
+        true => Err(StorageError::io(
+            "fallocate",
+            &path,
+            undo.write_end,
+            std::io::Error::from_raw_os_error(libc::ENOSPC),
+        )),
+        false => allocated,
+    };
+    match allocated {
+        Err(e) => {
+            // Nothing of this write went out: the state goes back to before
+            // it, so the next attempt writes the same bytes at the same
+            // place (and the written frontier never passes what is on disk).
+            let mut state = inner.state.borrow_mut();
+            state.in_flight.retain(|w| w.id != id);
+            state.submitted_position = undo.submitted_position;
+            state.tail = undo.tail;
+            drop(state);
+            inner.changed.notify_all();
+            return Err(e);
+        }
+        Ok(Some(size)) => {
+            let mut state = inner.state.borrow_mut();
+            let active = state.active_mut();
+            active.allocated = active.allocated.max(size);
+        }
+        Ok(None) => {}
     }
     let task_inner = inner.clone();
     glommio::spawn_local(async move {
@@ -2383,11 +2578,22 @@ async fn sync_round(inner: &Rc<Inner>) -> Result<()> {
         ));
     }
     if journal_round(&inner.state.borrow(), &inner.config.borrow()).is_some() {
-        let journal = journal_of(inner).await?;
-        // Looked at again: the journal's creation may have let a roll in.
-        let journaled = journal_round(&inner.state.borrow(), &inner.config.borrow());
-        if let Some((from, to)) = journaled {
-            return journal_sync_round(inner, &journal, from, to).await;
+        match journal_of(inner).await {
+            Ok(journal) => {
+                // Looked at again: the journal's creation may have let a
+                // roll in.
+                let journaled = journal_round(&inner.state.borrow(), &inner.config.borrow());
+                if let Some((from, to)) = journaled {
+                    return journal_sync_round(inner, &journal, from, to).await;
+                }
+            }
+            // Too little space for a journal: the log syncs its segment
+            // file, and its writer (no longer deferring to a journal, see
+            // `journal::has_room`) writes what the journal would have held.
+            Err(e) if e.is_out_of_space() => {
+                inner.changed.notify_all();
+            }
+            Err(e) => return Err(e),
         }
     }
     let (file, path, target, bytes, position, base) = {

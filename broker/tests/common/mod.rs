@@ -78,6 +78,21 @@ impl Broker {
         self.extra_args.get(at + 1).map(String::as_str)
     }
 
+    /// Starts a broker with 2 cores whose data dir is `data_dir` (which
+    /// the caller owns), logging to `log_path`.
+    pub fn start_in(data_dir: &Path, log_path: &Path, extra_args: &[&str]) -> Broker {
+        let mut broker = Broker {
+            port: free_port(),
+            data_dir: data_dir.to_path_buf(),
+            _temp: None,
+            log_path: log_path.to_path_buf(),
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            child: None,
+        };
+        broker.spawn();
+        broker
+    }
+
     pub fn bootstrap(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
@@ -161,6 +176,12 @@ impl Broker {
             self.log()
         );
         started.elapsed()
+    }
+
+    /// Starts again, after [`Broker::stop`], on the same port and data dir.
+    pub fn start_again(&mut self) {
+        assert!(self.child.is_none(), "the broker is stopped");
+        self.spawn();
     }
 
     /// Stops cleanly and starts again on the same port and data dir.
