@@ -667,6 +667,54 @@ impl MetadataStore {
     }
 }
 
+/// Directories of `data_dir` that look like partition directories
+/// (`<topic>-<index>`) but that no topic of `image` names: data the
+/// metadata does not know, reported at start and never adopted or
+/// deleted silently. Names starting with `__` are the broker's own.
+pub fn unnamed_partition_dirs(
+    data_dir: &Path,
+    image: &MetadataImage,
+) -> std::io::Result<Vec<PathBuf>> {
+    let mut unnamed = Vec::new();
+    for entry in std::fs::read_dir(data_dir)? {
+        let entry = entry?;
+        if !entry.file_type()?.is_dir() {
+            continue;
+        }
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else {
+            unnamed.push(entry.path());
+            continue;
+        };
+        if name.starts_with("__") {
+            continue;
+        }
+        let named = name.rsplit_once('-').is_some_and(|(topic, index)| {
+            index.parse::<usize>().is_ok_and(|index| {
+                image
+                    .topics
+                    .get(topic)
+                    .is_some_and(|t| index < t.partition_cores.len())
+            })
+        });
+        if !named {
+            unnamed.push(entry.path());
+        }
+    }
+    unnamed.sort();
+    Ok(unnamed)
+}
+
+/// Whether a partition directory exists and holds any bytes (a topic
+/// created over it adopts them).
+pub fn partition_dir_holds_data(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|e| e.metadata().is_ok_and(|m| m.is_file() && m.len() > 0))
+    })
+}
+
 /// Checks a topic name the way Kafka does.
 pub fn validate_topic_name(name: &str) -> Result<(), String> {
     if name.is_empty() {
@@ -832,6 +880,35 @@ mod tests {
             "{error}"
         );
         assert_eq!(std::fs::read(&path).unwrap(), bytes);
+    }
+
+    #[test]
+    fn partition_dirs_the_metadata_does_not_name_are_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, mut image) = MetadataLog::open(dir.path()).unwrap();
+        let record = topic("orders", &[0, 1]);
+        log.append(&record).unwrap();
+        image.apply(&record);
+        for name in [
+            "orders-0",
+            "orders-1",
+            "orders-2",
+            "gone-0",
+            "__journal",
+            "odd",
+        ] {
+            std::fs::create_dir(dir.path().join(name)).unwrap();
+        }
+        std::fs::write(dir.path().join("strom.lock"), b"").unwrap();
+        let unnamed = unnamed_partition_dirs(dir.path(), &image).unwrap();
+        let names: Vec<_> = unnamed
+            .iter()
+            .map(|p| p.file_name().unwrap().to_str().unwrap())
+            .collect();
+        assert_eq!(names, vec!["gone-0", "odd", "orders-2"]);
+        assert!(!partition_dir_holds_data(&dir.path().join("gone-0")));
+        std::fs::write(dir.path().join("gone-0").join("x.log"), b"1").unwrap();
+        assert!(partition_dir_holds_data(&dir.path().join("gone-0")));
     }
 
     #[test]

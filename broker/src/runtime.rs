@@ -20,7 +20,7 @@ use glommio::{LocalExecutorBuilder, Placement};
 
 use crate::config::{online_cores, BrokerConfig};
 use crate::limits::{DRAIN_MS_MAX, SHUTDOWN_MS_MAX};
-use crate::metadata::{MetadataLog, MetadataStore};
+use crate::metadata::{MetadataImage, MetadataLog, MetadataStore};
 use crate::partition::Partition;
 use crate::server;
 use crate::shard::{build_mesh, MeshEnds, Shard};
@@ -179,6 +179,29 @@ async fn core_main(
     let _ = events.send(Event::Closed { core });
 }
 
+/// Warns about each partition directory the metadata does not name: its
+/// data is not served, and it is left as it is for the operator (a
+/// damaged or repaired metadata log may have lost its topic).
+fn report_unnamed_partition_dirs(data_dir: &std::path::Path, image: &MetadataImage) {
+    match crate::metadata::unnamed_partition_dirs(data_dir, image) {
+        Ok(dirs) => {
+            for dir in dirs {
+                tracing::warn!(
+                    dir = %dir.display(),
+                    holds_data = crate::metadata::partition_dir_holds_data(&dir),
+                    "directory in the data dir that the metadata log names no partition for: \
+                     not served, left untouched"
+                );
+            }
+        }
+        Err(error) => tracing::warn!(
+            data_dir = %data_dir.display(),
+            %error,
+            "cannot list the data dir for directories the metadata does not name"
+        ),
+    }
+}
+
 /// The command that repairs what a partition's open refused to, if any.
 fn repair_hint(error: &storage::StorageError) -> String {
     match error {
@@ -248,6 +271,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     let (log, image) =
         MetadataLog::open(&config.data_dir).context("cannot open the metadata log")?;
     let topics = image.topics.len();
+    report_unnamed_partition_dirs(&config.data_dir, &image);
     let metadata = Arc::new(MetadataStore::new(log, image));
     let config = Arc::new(config);
     let cores = config.cores;

@@ -365,3 +365,163 @@ fn a_flipped_byte_in_a_sealed_segment_stops_start_up_naming_the_file_and_the_rep
     assert_eq!(consume(&restarted, topic), expected);
     drop(restarted);
 }
+
+/// One flipped byte in the middle of `__metadata/metadata.log` once made
+/// every topic vanish (the whole log was cut as a torn tail). Now start-up
+/// refuses with the byte position and the repair command; the repair drops
+/// only the damaged record, and start-up then names the partition
+/// directory the metadata no longer knows instead of adopting it.
+#[test]
+fn a_damaged_metadata_record_in_the_middle_stops_start_up_and_is_repaired() {
+    let mut broker = Broker::start(&[]);
+    let topics = ["meta-a", "meta-b", "meta-c"];
+    let mut lines = Vec::new();
+    for topic in topics {
+        create_topic(&broker, topic, 1);
+        lines.push(produce(&broker, topic, 0, 50));
+    }
+    broker.stop();
+    let path = broker.data_dir.join("__metadata").join("metadata.log");
+    let original = std::fs::read(&path).unwrap();
+    let flip = original
+        .windows(topics[1].len())
+        .position(|w| w == topics[1].as_bytes())
+        .expect("topic b's record");
+    let mut damaged = original.clone();
+    damaged[flip] ^= 0x20;
+    std::fs::write(&path, &damaged).unwrap();
+
+    let stderr = start_fails(&broker.data_dir);
+    let position = number_after(&stderr, "--drop-damaged-at");
+    assert!(
+        position < flip as u64,
+        "the record's start: {position} {stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "strom repair metadata --data-dir {} --drop-damaged-at {position}",
+            broker.data_dir.display()
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains(&format!("byte {position}")), "{stderr}");
+    assert!(!stderr.contains("did not stop"), "{stderr}");
+    assert_eq!(std::fs::read(&path).unwrap(), damaged, "nothing touched");
+
+    let output = run(
+        Command::new(strom())
+            .args(["repair", "metadata", "--data-dir"])
+            .arg(&broker.data_dir)
+            .arg("--drop-damaged-at")
+            .arg(position.to_string()),
+        None,
+        TOOL_DEADLINE,
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let backup = std::fs::read_dir(broker.data_dir.join("__metadata"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(".before-repair"))
+        .expect("a copy of the damaged log");
+    assert_eq!(std::fs::read(&backup).unwrap(), damaged);
+    assert!(stdout.contains(&backup.display().to_string()), "{stdout}");
+
+    let log_path = broker.data_dir.with_file_name("after-repair.log");
+    let restarted = Restarted::start(&broker.data_dir, log_path);
+    assert_eq!(consume(&restarted, topics[0]), lines[0]);
+    assert_eq!(consume(&restarted, topics[2]), lines[2]);
+    let orphan = broker.data_dir.join(format!("{}-0", topics[1]));
+    let log = restarted.log();
+    assert!(
+        log.lines().any(|l| l.contains("WARN")
+            && l.contains("names no partition")
+            && l.contains(&orphan.display().to_string())),
+        "start-up names the directory the metadata lost:\n{log}"
+    );
+    // Creating the topic again takes the directory over, with a warning,
+    // and keeps its records.
+    create_topic(&restarted, topics[1], 1);
+    assert_eq!(consume(&restarted, topics[1]), lines[1]);
+    assert!(
+        restarted
+            .log()
+            .lines()
+            .any(|l| l.contains("takes over a directory that already holds data")),
+        "{}",
+        restarted.log()
+    );
+    assert!(orphan.is_dir());
+    drop(restarted);
+}
+
+/// The repair commands refuse what they cannot do, with a message and
+/// exit 1, and change nothing.
+#[test]
+fn repairs_refuse_positions_that_are_not_damaged() {
+    let mut broker = Broker::start(&[]);
+    create_topic(&broker, "healthy", 1);
+    let lines = produce(&broker, "healthy", 0, 20);
+    broker.stop();
+    let path = broker.data_dir.join("__metadata").join("metadata.log");
+    let before = std::fs::read(&path).unwrap();
+    let segment = segments(&broker.data_dir.join("healthy-0")).remove(0);
+    let segment_before = std::fs::read(&segment).unwrap();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec![
+                "metadata".into(),
+                "--data-dir".into(),
+                broker.data_dir.display().to_string(),
+                "--drop-damaged-at".into(),
+                "0".into(),
+            ],
+            "every record",
+        ),
+        (
+            vec![
+                "segment".into(),
+                "--file".into(),
+                path.display().to_string(),
+                "--truncate-at".into(),
+                "0".into(),
+            ],
+            "is not a segment file",
+        ),
+        (
+            vec![
+                "segment".into(),
+                "--file".into(),
+                segment.display().to_string(),
+                "--truncate-at".into(),
+                (1u64 << 40).to_string(),
+            ],
+            "nothing at byte",
+        ),
+    ];
+    for (args, expected) in cases {
+        let output = run(
+            Command::new(strom()).arg("repair").args(&args),
+            None,
+            TOOL_DEADLINE,
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with("strom repair: ") && stderr.contains(expected),
+            "{args:?}: {stderr}"
+        );
+    }
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    assert_eq!(std::fs::read(&segment).unwrap(), segment_before);
+    assert!(!broker.data_dir.join("__repair").exists());
+    let restarted = Restarted::start(
+        &broker.data_dir,
+        broker.data_dir.with_file_name("after.log"),
+    );
+    assert_eq!(consume(&restarted, "healthy"), lines);
+}
