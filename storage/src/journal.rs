@@ -990,7 +990,7 @@ fn read_chunk(path: &Path) -> Result<Option<ChunkRead>> {
         }
         let len = u32::from_le_bytes(len) as usize;
         if len < RECORD_HEAD || len as u64 > CHUNK_BYTES_MAX {
-            if len != 0 && position % PAGE != 0 {
+            if len != 0 && !position.is_multiple_of(PAGE) {
                 damage = Some(format!("record length {len} is not possible"));
             }
             break;
@@ -1006,7 +1006,7 @@ fn read_chunk(path: &Path) -> Result<Option<ChunkRead>> {
         let crc = u32::from_le_bytes(record[4..8].try_into().expect("4 bytes"));
         let record_seq = u64::from_le_bytes(record[8..16].try_into().expect("8 bytes"));
         if crc != crc32fast::hash(&record[8..]) {
-            if record_seq == seq || position % PAGE != 0 {
+            if record_seq == seq || !position.is_multiple_of(PAGE) {
                 damage = Some("record CRC does not match".to_string());
             }
             break;
@@ -1048,7 +1048,7 @@ fn read_chunk(path: &Path) -> Result<Option<ChunkRead>> {
     }
     // Every version 2 write ends on a page: valid records that end inside
     // one were cut short (torn) or damaged.
-    if damage.is_none() && version >= 2 && position % PAGE != 0 && position < file_bytes {
+    if damage.is_none() && version >= 2 && !position.is_multiple_of(PAGE) && position < file_bytes {
         damage = Some("the records end inside a page".to_string());
     }
     // A valid record of this sequence at a later page is a later write:
@@ -1354,7 +1354,7 @@ mod tests {
         damaged[first + 30] ^= 0x01;
         let read = read_checked(&damaged).unwrap().unwrap();
         assert_eq!(read.valid_after, Some(second as u64));
-        let error = check_chunks(&[read]).err().expect("refused");
+        let error = check_chunks(&[read]).expect_err("refused");
         assert!(
             error.to_string().contains(&format!("byte {first}")),
             "{error}"
