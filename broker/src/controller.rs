@@ -57,6 +57,18 @@ async fn open_partitions(
     let effective = shard.config.topic_defaults.effective(configs);
     for (offset, &core) in cores.iter().enumerate() {
         let index = first + offset as i32;
+        let dir = shard.config.data_dir.join(format!("{topic}-{index}"));
+        if crate::metadata::partition_dir_holds_data(&dir) {
+            // Left from a topic the metadata lost (or deleted while the
+            // broker was down): served as this partition's log from now
+            // on, so the operator must hear of it.
+            tracing::warn!(
+                dir = %dir.display(),
+                topic,
+                partition = index,
+                "a new partition takes over a directory that already holds data"
+            );
+        }
         let topic_name = topic.to_string();
         let effective = effective.clone();
         let result = shard

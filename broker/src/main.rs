@@ -40,6 +40,8 @@ enum Command {
     Group(cli::group::GroupArgs),
     /// One-screen summary of a running broker (from its admin listener).
     Status(cli::status::StatusArgs),
+    /// Offline repairs start-up names when it refuses to drop data.
+    Repair(cli::repair::RepairArgs),
     /// Print the configuration reference (Markdown), generated from the code.
     ConfigReference,
 }
@@ -128,6 +130,13 @@ fn main() -> ExitCode {
         Some(Command::Consume(args)) => cli::run("consume", cli::consume::run(args)),
         Some(Command::Group(args)) => cli::run("group", cli::group::run(args)),
         Some(Command::Status(args)) => cli::status::run(args),
+        Some(Command::Repair(args)) => match cli::repair::run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("strom repair: {error:#}");
+                ExitCode::from(EXIT_RUNTIME)
+            }
+        },
         Some(Command::ConfigReference) => {
             print!("{}", broker::config_reference::render());
             ExitCode::SUCCESS

@@ -8,7 +8,11 @@
 //! log: the records are the same, only the replication is missing.
 //!
 //! Record framing: `len u32 | crc32 u32 (crc32fast of payload) | payload`.
-//! A torn or corrupt tail (a crash during an append) is truncated at start.
+//! A torn tail (a damaged record with no valid record after it: a crash
+//! during an append) is truncated at start, with a warning. A damaged
+//! record with valid records after it is not a torn write: those records
+//! were committed, so start-up refuses with the byte position and the
+//! repair command ([`repair`]) instead of dropping them.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -31,6 +35,27 @@ pub enum MetadataError {
     },
     #[error("metadata log {path}: record at byte {position} is not understood: {reason}")]
     Corrupt {
+        path: PathBuf,
+        position: u64,
+        reason: String,
+    },
+    #[error(
+        "metadata log {path}: the record at byte {position} is damaged ({reason}) but valid \
+         records follow from byte {next_valid}, so it is not a torn write and committed \
+         metadata would be lost by cutting the log there; the broker does not start. \
+         To drop only the damaged record (a copy of the file is kept): \
+         strom repair metadata --data-dir {data_dir} --drop-damaged-at {position}",
+        data_dir = data_dir.display()
+    )]
+    Damaged {
+        path: PathBuf,
+        data_dir: PathBuf,
+        position: u64,
+        next_valid: u64,
+        reason: String,
+    },
+    #[error("metadata log {path}: no damaged record at byte {position}: {reason}")]
+    NothingToRepair {
         path: PathBuf,
         position: u64,
         reason: String,
@@ -295,6 +320,187 @@ fn take_configs(buf: &mut &[u8]) -> Result<BTreeMap<String, String>, String> {
     Ok(configs)
 }
 
+/// A record frame at `position` that is not valid, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Damage {
+    position: usize,
+    reason: String,
+    /// Start of the first valid record after the damage, if any: with
+    /// none, the damage is a torn tail.
+    next_valid: Option<usize>,
+    /// The frame's CRC matched but its payload is not understood (a
+    /// newer version wrote it, or a bug): never a torn write.
+    crc_valid: bool,
+}
+
+/// What reading a metadata log's bytes found.
+struct Replayed {
+    image: MetadataImage,
+    /// The valid records, each with its byte position.
+    records: Vec<(usize, MetadataRecord)>,
+    /// End of the valid records before the first damaged one.
+    valid_end: usize,
+    damage: Option<Damage>,
+}
+
+/// Why no record is framed at a position: the reason, and whether the
+/// frame's CRC matched (its payload is then not understood).
+type FrameError = (String, bool);
+
+/// The record framed at `position`, or why there is none.
+fn frame_at(bytes: &[u8], position: usize) -> Result<(MetadataRecord, usize), FrameError> {
+    let rest = &bytes[position..];
+    if rest.len() < 8 {
+        return Err((
+            format!("{} bytes, too short for a record head", rest.len()),
+            false,
+        ));
+    }
+    let len = u32::from_be_bytes(rest[..4].try_into().expect("4 bytes")) as usize;
+    let crc = u32::from_be_bytes(rest[4..8].try_into().expect("4 bytes"));
+    if len > METADATA_RECORD_BYTES_MAX {
+        return Err((
+            format!("length {len} above the {METADATA_RECORD_BYTES_MAX}-byte record limit"),
+            false,
+        ));
+    }
+    if rest.len() - 8 < len {
+        return Err((
+            format!(
+                "length {len} runs past the end of the file ({} bytes left)",
+                rest.len() - 8
+            ),
+            false,
+        ));
+    }
+    let payload = &rest[8..8 + len];
+    if crc32fast::hash(payload) != crc {
+        return Err(("CRC mismatch".to_string(), false));
+    }
+    let record = MetadataRecord::decode(payload).map_err(|reason| (reason, true))?;
+    Ok((record, 8 + len))
+}
+
+/// Replays `bytes` up to the first damaged record, and looks past it for
+/// a valid record (at any byte: the damaged length says nothing).
+fn replay_bytes(bytes: &[u8]) -> Replayed {
+    let mut image = MetadataImage::default();
+    let mut records = Vec::new();
+    let mut position = 0usize;
+    let mut damage = None;
+    while position < bytes.len() {
+        match frame_at(bytes, position) {
+            Ok((record, len)) => {
+                image.apply(&record);
+                records.push((position, record));
+                position += len;
+            }
+            Err((reason, crc_valid)) => {
+                let next_valid = (position + 1..bytes.len()).find(|&q| frame_at(bytes, q).is_ok());
+                damage = Some(Damage {
+                    position,
+                    reason,
+                    next_valid,
+                    crc_valid,
+                });
+                break;
+            }
+        }
+    }
+    Replayed {
+        image,
+        records,
+        valid_end: position,
+        damage,
+    }
+}
+
+/// What [`repair`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepairReport {
+    /// The copy of the log as it was before the repair.
+    pub backup: PathBuf,
+    /// Bytes removed: `[position, position + removed_bytes)`.
+    pub position: u64,
+    pub removed_bytes: u64,
+    /// Valid records kept after the removed bytes.
+    pub records_after: usize,
+}
+
+/// Removes the damaged record at byte `position` of `data_dir`'s metadata
+/// log: the bytes up to the next valid record (or to the end for a torn
+/// tail). A copy of the original file is kept next to it first. Refuses
+/// unless `position` is where the first damaged record starts.
+pub fn repair(data_dir: &Path, position: u64) -> Result<RepairReport, MetadataError> {
+    let path = data_dir.join(METADATA_DIR).join(METADATA_FILE);
+    let io = |op: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |error| MetadataError::Io { op, path, error }
+    };
+    let bytes = std::fs::read(&path).map_err(io("read", &path))?;
+    let replayed = replay_bytes(&bytes);
+    let nothing = |reason: String| MetadataError::NothingToRepair {
+        path: path.clone(),
+        position,
+        reason,
+    };
+    let Some(damage) = replayed.damage else {
+        return Err(nothing(format!(
+            "every record of the {} bytes is valid",
+            bytes.len()
+        )));
+    };
+    if damage.position as u64 != position {
+        return Err(nothing(format!(
+            "the first damaged record starts at byte {}",
+            damage.position
+        )));
+    }
+    let resume = damage.next_valid.unwrap_or(bytes.len());
+    let mut repaired = bytes[..damage.position].to_vec();
+    repaired.extend_from_slice(&bytes[resume..]);
+    let after = replay_bytes(&repaired);
+    if let Some(later) = after.damage {
+        // Repaired one at a time, so each removal is the operator's choice.
+        tracing::warn!(
+            position = later.position,
+            reason = %later.reason,
+            "another damaged record follows; run the repair again for it"
+        );
+    }
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let backup = path.with_file_name(format!("{METADATA_FILE}.{stamp}.before-repair"));
+    std::fs::copy(&path, &backup).map_err(io("copy to a backup", &backup))?;
+    File::open(&backup)
+        .and_then(|f| f.sync_all())
+        .map_err(io("sync", &backup))?;
+    // Written aside and renamed over, so a crash leaves one whole file.
+    let staged = path.with_file_name(format!("{METADATA_FILE}.repairing"));
+    std::fs::write(&staged, &repaired).map_err(io("write", &staged))?;
+    File::open(&staged)
+        .and_then(|f| f.sync_all())
+        .map_err(io("sync", &staged))?;
+    std::fs::rename(&staged, &path).map_err(io("rename", &path))?;
+    let dir = data_dir.join(METADATA_DIR);
+    File::open(&dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io("sync directory", &dir))?;
+    let records_after = after
+        .records
+        .iter()
+        .filter(|(at, _)| *at >= damage.position)
+        .count();
+    Ok(RepairReport {
+        backup,
+        position,
+        removed_bytes: (resume - damage.position) as u64,
+        records_after,
+    })
+}
+
 /// The append-only metadata log file.
 pub struct MetadataLog {
     file: File,
@@ -321,37 +527,43 @@ impl MetadataLog {
             .map_err(io("open", &path))?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).map_err(io("read", &path))?;
-        let mut image = MetadataImage::default();
-        let mut position = 0usize;
-        while bytes.len() - position >= 8 {
-            let len = u32::from_be_bytes(bytes[position..position + 4].try_into().expect("4 bytes"))
-                as usize;
-            let crc = u32::from_be_bytes(
-                bytes[position + 4..position + 8]
-                    .try_into()
-                    .expect("4 bytes"),
-            );
-            if len > METADATA_RECORD_BYTES_MAX || bytes.len() - position - 8 < len {
-                break;
+        let Replayed {
+            mut image,
+            valid_end,
+            damage,
+            ..
+        } = replay_bytes(&bytes);
+        if let Some(damage) = damage {
+            if damage.crc_valid {
+                return Err(MetadataError::Corrupt {
+                    path,
+                    position: damage.position as u64,
+                    reason: damage.reason,
+                });
             }
-            let payload = &bytes[position + 8..position + 8 + len];
-            if crc32fast::hash(payload) != crc {
-                break;
+            match damage.next_valid {
+                Some(next_valid) => {
+                    return Err(MetadataError::Damaged {
+                        path,
+                        data_dir: data_dir.to_path_buf(),
+                        position: damage.position as u64,
+                        next_valid: next_valid as u64,
+                        reason: damage.reason,
+                    })
+                }
+                None => {
+                    tracing::warn!(
+                        path = %path.display(),
+                        valid_bytes = valid_end,
+                        file_bytes = bytes.len(),
+                        reason = %damage.reason,
+                        "truncating torn metadata log tail (no valid record after it)"
+                    );
+                    file.set_len(valid_end as u64)
+                        .map_err(io("truncate", &path))?;
+                    file.sync_all().map_err(io("sync", &path))?;
+                }
             }
-            let record =
-                MetadataRecord::decode(payload).map_err(|reason| MetadataError::Corrupt {
-                    path: path.clone(),
-                    position: position as u64,
-                    reason,
-                })?;
-            image.apply(&record);
-            position += 8 + len;
-        }
-        if position != bytes.len() {
-            tracing::warn!(path = %path.display(), valid_bytes = position, file_bytes = bytes.len(), "truncating torn metadata log tail");
-            file.set_len(position as u64)
-                .map_err(io("truncate", &path))?;
-            file.sync_all().map_err(io("sync", &path))?;
         }
         file.seek(SeekFrom::End(0)).map_err(io("seek", &path))?;
         let mut log = MetadataLog { file, path };
@@ -455,6 +667,54 @@ impl MetadataStore {
     }
 }
 
+/// Directories of `data_dir` that look like partition directories
+/// (`<topic>-<index>`) but that no topic of `image` names: data the
+/// metadata does not know, reported at start and never adopted or
+/// deleted silently. Names starting with `__` are the broker's own.
+pub fn unnamed_partition_dirs(
+    data_dir: &Path,
+    image: &MetadataImage,
+) -> std::io::Result<Vec<PathBuf>> {
+    let mut unnamed = Vec::new();
+    for entry in std::fs::read_dir(data_dir)? {
+        let entry = entry?;
+        if !entry.file_type()?.is_dir() {
+            continue;
+        }
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else {
+            unnamed.push(entry.path());
+            continue;
+        };
+        if name.starts_with("__") {
+            continue;
+        }
+        let named = name.rsplit_once('-').is_some_and(|(topic, index)| {
+            index.parse::<usize>().is_ok_and(|index| {
+                image
+                    .topics
+                    .get(topic)
+                    .is_some_and(|t| index < t.partition_cores.len())
+            })
+        });
+        if !named {
+            unnamed.push(entry.path());
+        }
+    }
+    unnamed.sort();
+    Ok(unnamed)
+}
+
+/// Whether a partition directory exists and holds any bytes (a topic
+/// created over it adopts them).
+pub fn partition_dir_holds_data(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|e| e.metadata().is_ok_and(|m| m.is_file() && m.len() > 0))
+    })
+}
+
 /// Checks a topic name the way Kafka does.
 pub fn validate_topic_name(name: &str) -> Result<(), String> {
     if name.is_empty() {
@@ -540,6 +800,115 @@ mod tests {
         assert_eq!(image.cluster_id, cluster_id);
         assert_eq!(image.topics["a"].partition_cores, vec![0, 1, 0]);
         assert_eq!(std::fs::read(&path).unwrap(), full);
+    }
+
+    /// A log of a cluster id and topics `a`, `b`, `c`; returns its path and
+    /// the byte position of each topic's record.
+    fn three_topics(dir: &Path) -> (PathBuf, Vec<u64>) {
+        let (mut log, _) = MetadataLog::open(dir).unwrap();
+        let path = dir.join(METADATA_DIR).join(METADATA_FILE);
+        let mut positions = Vec::new();
+        for name in ["a", "b", "c"] {
+            positions.push(std::fs::metadata(&path).unwrap().len());
+            log.append(&topic(name, &[0])).unwrap();
+        }
+        (path, positions)
+    }
+
+    #[test]
+    fn a_damaged_record_with_valid_records_after_it_refuses_to_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, positions) = three_topics(dir.path());
+        let mut bytes = std::fs::read(&path).unwrap();
+        // One flipped byte in the payload of topic `b`'s record.
+        bytes[positions[1] as usize + 12] ^= 0x01;
+        std::fs::write(&path, &bytes).unwrap();
+        let error = MetadataLog::open(dir.path()).err().expect("refused");
+        let message = error.to_string();
+        assert!(
+            matches!(error, MetadataError::Damaged { position, next_valid, .. }
+                if position == positions[1] && next_valid == positions[2]),
+            "{message}"
+        );
+        assert!(message.contains(&format!("--drop-damaged-at {}", positions[1])));
+        assert_eq!(std::fs::read(&path).unwrap(), bytes, "nothing was touched");
+
+        // A repair elsewhere than the damage is refused; at it, only the
+        // damaged record goes and a copy of the original stays.
+        assert!(matches!(
+            repair(dir.path(), positions[2]),
+            Err(MetadataError::NothingToRepair { .. })
+        ));
+        let report = repair(dir.path(), positions[1]).unwrap();
+        assert_eq!(report.records_after, 1);
+        assert_eq!(report.removed_bytes, positions[2] - positions[1]);
+        assert_eq!(std::fs::read(&report.backup).unwrap(), bytes);
+        let (_, image) = MetadataLog::open(dir.path()).unwrap();
+        assert_eq!(
+            image.topics.keys().collect::<Vec<_>>(),
+            vec!["a", "c"],
+            "the topics of valid records are all kept"
+        );
+    }
+
+    #[test]
+    fn a_damaged_last_record_is_a_torn_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, positions) = three_topics(dir.path());
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[positions[2] as usize + 12] ^= 0x01;
+        std::fs::write(&path, &bytes).unwrap();
+        let (_, image) = MetadataLog::open(dir.path()).unwrap();
+        assert_eq!(image.topics.keys().collect::<Vec<_>>(), vec!["a", "b"]);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), positions[2]);
+    }
+
+    #[test]
+    fn a_valid_record_that_is_not_understood_is_never_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, _) = three_topics(dir.path());
+        let mut bytes = std::fs::read(&path).unwrap();
+        let before = bytes.len();
+        let payload = [99u8, 1, 2, 3];
+        bytes.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+        bytes.extend_from_slice(&crc32fast::hash(&payload).to_be_bytes());
+        bytes.extend_from_slice(&payload);
+        std::fs::write(&path, &bytes).unwrap();
+        let error = MetadataLog::open(dir.path()).err().expect("refused");
+        assert!(
+            matches!(error, MetadataError::Corrupt { position, .. } if position == before as u64),
+            "{error}"
+        );
+        assert_eq!(std::fs::read(&path).unwrap(), bytes);
+    }
+
+    #[test]
+    fn partition_dirs_the_metadata_does_not_name_are_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, mut image) = MetadataLog::open(dir.path()).unwrap();
+        let record = topic("orders", &[0, 1]);
+        log.append(&record).unwrap();
+        image.apply(&record);
+        for name in [
+            "orders-0",
+            "orders-1",
+            "orders-2",
+            "gone-0",
+            "__journal",
+            "odd",
+        ] {
+            std::fs::create_dir(dir.path().join(name)).unwrap();
+        }
+        std::fs::write(dir.path().join("strom.lock"), b"").unwrap();
+        let unnamed = unnamed_partition_dirs(dir.path(), &image).unwrap();
+        let names: Vec<_> = unnamed
+            .iter()
+            .map(|p| p.file_name().unwrap().to_str().unwrap())
+            .collect();
+        assert_eq!(names, vec!["gone-0", "odd", "orders-2"]);
+        assert!(!partition_dir_holds_data(&dir.path().join("gone-0")));
+        std::fs::write(dir.path().join("gone-0").join("x.log"), b"1").unwrap();
+        assert!(partition_dir_holds_data(&dir.path().join("gone-0")));
     }
 
     #[test]

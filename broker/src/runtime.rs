@@ -20,7 +20,7 @@ use glommio::{LocalExecutorBuilder, Placement};
 
 use crate::config::{online_cores, BrokerConfig};
 use crate::limits::{DRAIN_MS_MAX, SHUTDOWN_MS_MAX};
-use crate::metadata::{MetadataLog, MetadataStore};
+use crate::metadata::{MetadataImage, MetadataLog, MetadataStore};
 use crate::partition::Partition;
 use crate::server;
 use crate::shard::{build_mesh, MeshEnds, Shard};
@@ -134,7 +134,11 @@ async fn core_main(
                         .insert(index, partition);
                 }
                 Err(error) => {
-                    let message = format!("cannot open partition {}-{index}: {error}", topic.name);
+                    let message = format!(
+                        "cannot open partition {}-{index}: {error}{}",
+                        topic.name,
+                        repair_hint(&error)
+                    );
                     let _ = events.send(Event::Fatal { core, message });
                     return;
                 }
@@ -181,6 +185,42 @@ async fn core_main(
         partition.close().await;
     }
     let _ = events.send(Event::Closed { core });
+}
+
+/// Warns about each partition directory the metadata does not name: its
+/// data is not served, and it is left as it is for the operator (a
+/// damaged or repaired metadata log may have lost its topic).
+fn report_unnamed_partition_dirs(data_dir: &std::path::Path, image: &MetadataImage) {
+    match crate::metadata::unnamed_partition_dirs(data_dir, image) {
+        Ok(dirs) => {
+            for dir in dirs {
+                tracing::warn!(
+                    dir = %dir.display(),
+                    holds_data = crate::metadata::partition_dir_holds_data(&dir),
+                    "directory in the data dir that the metadata log names no partition for: \
+                     not served, left untouched"
+                );
+            }
+        }
+        Err(error) => tracing::warn!(
+            data_dir = %data_dir.display(),
+            %error,
+            "cannot list the data dir for directories the metadata does not name"
+        ),
+    }
+}
+
+/// The command that repairs what a partition's open refused to, if any.
+fn repair_hint(error: &storage::StorageError) -> String {
+    match error {
+        storage::StorageError::CorruptSealed { path, position, .. } => format!(
+            ". The broker does not start rather than drop acknowledged records. To cut the \
+             log at the corruption (everything cut is kept in the data dir's __repair \
+             directory): strom repair segment --file {} --truncate-at {position}",
+            path.display()
+        ),
+        _ => String::new(),
+    }
 }
 
 /// Applies retention to this core's partitions every
@@ -239,6 +279,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     let (log, image) =
         MetadataLog::open(&config.data_dir).context("cannot open the metadata log")?;
     let topics = image.topics.len();
+    report_unnamed_partition_dirs(&config.data_dir, &image);
     let metadata = Arc::new(MetadataStore::new(log, image));
     let config = Arc::new(config);
     let cores = config.cores;
@@ -278,6 +319,9 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
 
     let mut ready = 0;
     let mut failure: Option<String> = None;
+    // A core that reported a fatal error has returned: it neither drains
+    // nor closes, so the stop sequence must not wait for it.
+    let mut gone = 0;
     // A stop signal during start-up is a normal stop once the cores are up.
     let mut stop_requested = false;
     while ready < cores && failure.is_none() {
@@ -286,7 +330,13 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
                 tracing::debug!(core, "core ready");
                 ready += 1;
             }
-            Ok(Event::Fatal { core, message }) => failure = Some(format!("core {core}: {message}")),
+            Ok(Event::Fatal { core, message }) => {
+                // Logged at once: the cause must reach the operator even
+                // if stopping the other cores goes wrong.
+                tracing::error!(core, "start-up failed: {message}");
+                gone += 1;
+                failure = Some(format!("core {core}: {message}"));
+            }
             Ok(Event::Signal { signal }) => {
                 tracing::info!(signal, "stop requested during start-up");
                 stop_requested = true;
@@ -316,6 +366,8 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
                     break;
                 }
                 Ok(Event::Fatal { core, message }) => {
+                    tracing::error!(core, "{message}");
+                    gone += 1;
                     failure = Some(format!("core {core}: {message}"));
                     break;
                 }
@@ -338,7 +390,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     for control in &controls {
         let _ = control.send(Control::Stop);
     }
-    let mut drained = 0;
+    let mut drained = gone;
     while drained < cores {
         match events_rx.recv_deadline(deadline) {
             Ok(Event::Drained {
@@ -355,6 +407,14 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
                 drained += 1;
             }
             Ok(Event::Ready { .. }) | Ok(Event::Signal { .. }) => {}
+            Ok(Event::Fatal { core, message }) => {
+                // Another core failed while this one was failing: it is
+                // gone too, and its cause is kept.
+                tracing::error!(core, "start-up failed: {message}");
+                gone += 1;
+                drained += 1;
+                failure.get_or_insert(format!("core {core}: {message}"));
+            }
             Ok(other) => tracing::debug!(?other, "event while draining"),
             Err(_) => break,
         }
@@ -362,7 +422,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     for control in &controls {
         let _ = control.send(Control::Close);
     }
-    let mut closed = 0;
+    let mut closed = gone;
     while closed < cores {
         match events_rx.recv_deadline(deadline) {
             Ok(Event::Closed { core }) => {
@@ -374,10 +434,16 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         }
     }
     if closed < cores {
-        bail!(
+        let stuck = format!(
             "{} of {cores} cores did not stop within {SHUTDOWN_MS_MAX} ms",
             cores - closed
         );
+        // The first failure is the cause; the cores that did not stop
+        // are a consequence and come second.
+        match failure {
+            Some(message) => bail!("{message} (then {stuck})"),
+            None => bail!(stuck),
+        }
     }
     for handle in handles {
         if handle.join().is_err() {

@@ -27,6 +27,20 @@ pub enum StorageError {
         position: u64,
         reason: String,
     },
+    /// A corrupt batch with acknowledged records after it (in a later
+    /// segment): cutting the log there, as after a torn write, would drop
+    /// them silently, so the log does not open.
+    #[error(
+        "corrupt batch in {path} at byte {position} (offset {offset}): {reason}; \
+         {later_segments} later segments hold records, so the log is not cut there"
+    )]
+    CorruptSealed {
+        path: PathBuf,
+        position: u64,
+        offset: u64,
+        later_segments: usize,
+        reason: String,
+    },
     /// After a failed fdatasync the kernel may have dropped the dirty pages
     /// and cleared the error, so a retry could report success for data that
     /// never reached the disk. The log stops accepting and acknowledging.

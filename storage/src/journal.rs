@@ -414,20 +414,6 @@ fn header_page(seq: u64) -> Vec<u8> {
     page
 }
 
-fn parse_header(page: &[u8]) -> Option<u64> {
-    if page.len() < 24 || &page[..8] != MAGIC {
-        return None;
-    }
-    let crc = u32::from_le_bytes(page[20..24].try_into().ok()?);
-    if crc != crc32fast::hash(&page[..20]) {
-        return None;
-    }
-    if !(1..=VERSION).contains(&u32::from_le_bytes(page[8..12].try_into().ok()?)) {
-        return None;
-    }
-    Some(u64::from_le_bytes(page[12..20].try_into().ok()?))
-}
-
 /// Notes that this thread goes without a journal for [`SKIP_MS`], and the
 /// error saying why.
 fn skip(data_dir: &Path, free: u64) -> StorageError {
@@ -937,20 +923,130 @@ enum Op {
     },
 }
 
-/// Reads one chunk file: its sequence number and valid records, up to the
-/// first record that is torn, of another sequence, or not there.
-fn read_chunk(path: &Path) -> Result<Option<(u64, Vec<Op>)>> {
-    let file = std::fs::File::open(path).ctx("open", path, 0)?;
-    let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
-    let mut header = vec![0u8; PAGE as usize];
-    if reader.read_exact(&mut header).is_err() {
+/// One chunk file as replay read it.
+struct ChunkRead {
+    path: PathBuf,
+    seq: u64,
+    version: u32,
+    ops: Vec<Op>,
+    /// End of the valid records.
+    end: u64,
+    /// Why the records end at `end` when that is not a clean end (a
+    /// write that did not end on a page, a damaged record of this
+    /// chunk's sequence), and whether a valid record of the sequence
+    /// follows at a later page (a later write: then the damage is not a
+    /// torn tail).
+    damage: Option<String>,
+    valid_after: Option<u64>,
+}
+
+/// Why a chunk's header page is not a valid header, or `Ok(None)` for a
+/// chunk never used (all zeros).
+fn check_header(page: &[u8]) -> std::result::Result<Option<(u64, u32)>, String> {
+    if page.iter().all(|&b| b == 0) {
         return Ok(None);
     }
-    let Some(seq) = parse_header(&header) else {
-        return Ok(None);
+    if &page[..8] != MAGIC {
+        return Err("the header page has no journal magic".to_string());
+    }
+    let crc = u32::from_le_bytes(page[20..24].try_into().expect("4 bytes"));
+    if crc != crc32fast::hash(&page[..20]) {
+        return Err("the header's CRC does not match".to_string());
+    }
+    let version = u32::from_le_bytes(page[8..12].try_into().expect("4 bytes"));
+    if !(1..=VERSION).contains(&version) {
+        return Err(format!(
+            "journal version {version} is not known (this build reads 1 to {VERSION})"
+        ));
+    }
+    let seq = u64::from_le_bytes(page[12..20].try_into().expect("8 bytes"));
+    Ok(Some((seq, version)))
+}
+
+/// The record at `position` of `file` if it is a valid one of sequence
+/// `seq` (checked with its CRC).
+fn valid_record_at(file: &std::fs::File, position: u64, seq: u64) -> bool {
+    use std::os::unix::fs::FileExt;
+    let mut head = [0u8; RECORD_HEAD];
+    if file.read_exact_at(&mut head, position).is_err() {
+        return false;
+    }
+    let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
+    if len < RECORD_HEAD
+        || len as u64 > CHUNK_BYTES_MAX
+        || u64::from_le_bytes(head[8..16].try_into().expect("8 bytes")) != seq
+    {
+        return false;
+    }
+    let mut record = vec![0u8; len];
+    if file.read_exact_at(&mut record, position).is_err() {
+        return false;
+    }
+    let crc = u32::from_le_bytes(record[4..8].try_into().expect("4 bytes"));
+    crc == crc32fast::hash(&record[8..])
+}
+
+/// Reads one chunk file: its sequence number and valid records, up to the
+/// first record that is torn, damaged, of another sequence, or not there.
+/// `None` for a chunk never used; an error for a damaged header, which
+/// may stand before acknowledged records.
+fn read_chunk(path: &Path) -> Result<Option<ChunkRead>> {
+    let file = std::fs::File::open(path).ctx("open", path, 0)?;
+    let file_bytes = file.metadata().ctx("stat", path, 0)?.len();
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
+    let corrupt = |position: u64, reason: String| StorageError::Corrupt {
+        path: path.to_path_buf(),
+        position,
+        reason,
+    };
+    let mut header = vec![0u8; PAGE as usize];
+    let header_bytes = (file_bytes as usize).min(PAGE as usize);
+    reader
+        .read_exact(&mut header[..header_bytes])
+        .ctx("read", path, 0)?;
+    if header_bytes < PAGE as usize {
+        // Created but never written (the header goes out as a whole page).
+        if header[..header_bytes].iter().all(|&b| b == 0) {
+            return Ok(None);
+        }
+        return Err(corrupt(
+            0,
+            format!("journal chunk of {file_bytes} bytes, shorter than its header page"),
+        ));
+    }
+    let (seq, version) = match check_header(&header) {
+        Ok(Some(header)) => header,
+        Ok(None) => {
+            // A chunk never used is all zeros: records after a blank
+            // header mean the header was lost.
+            let mut first = [0u8; 4];
+            let blank = match reader.read_exact(&mut first) {
+                Ok(()) => first == [0; 4],
+                Err(_) => true,
+            };
+            if blank {
+                return Ok(None);
+            }
+            return Err(corrupt(
+                0,
+                "the header page is blank but records follow it; acknowledged records may \
+                 be in this chunk"
+                    .to_string(),
+            ));
+        }
+        Err(reason) => {
+            return Err(corrupt(
+                0,
+                format!(
+                    "{reason}; acknowledged records may be in this chunk, so it is not skipped"
+                ),
+            ))
+        }
     };
     let mut ops = Vec::new();
     let mut position = PAGE;
+    // Why the records stopped, when the stop is not a clean end.
+    let mut damage: Option<String> = None;
     loop {
         let mut len = [0u8; 4];
         if reader.read_exact(&mut len).is_err() {
@@ -958,25 +1054,39 @@ fn read_chunk(path: &Path) -> Result<Option<(u64, Vec<Op>)>> {
         }
         let len = u32::from_le_bytes(len) as usize;
         if len < RECORD_HEAD || len as u64 > CHUNK_BYTES_MAX {
+            if len != 0 && !position.is_multiple_of(PAGE) {
+                damage = Some(format!("record length {len} is not possible"));
+            }
             break;
         }
         let mut record = vec![0u8; len];
         record[..4].copy_from_slice(&(len as u32).to_le_bytes());
         if reader.read_exact(&mut record[4..]).is_err() {
+            damage = Some(format!(
+                "record of {len} bytes runs past the end of the file"
+            ));
             break;
         }
         let crc = u32::from_le_bytes(record[4..8].try_into().expect("4 bytes"));
-        if crc != crc32fast::hash(&record[8..])
-            || u64::from_le_bytes(record[8..16].try_into().expect("8 bytes")) != seq
-        {
+        let record_seq = u64::from_le_bytes(record[8..16].try_into().expect("8 bytes"));
+        if crc != crc32fast::hash(&record[8..]) {
+            if record_seq == seq || !position.is_multiple_of(PAGE) {
+                damage = Some("record CRC does not match".to_string());
+            }
+            break;
+        }
+        if record_seq != seq {
+            // A record of the chunk's earlier use: the end of this one's.
             break;
         }
         let kind = record[16];
         let path_len = u16::from_le_bytes(record[17..19].try_into().expect("2 bytes")) as usize;
         if RECORD_HEAD + path_len > len {
+            damage = Some(format!("path of {path_len} bytes runs past the record"));
             break;
         }
         let Ok(name) = std::str::from_utf8(&record[19..19 + path_len]) else {
+            damage = Some("path is not UTF-8".to_string());
             break;
         };
         let rest = &record[19 + path_len..];
@@ -990,12 +1100,76 @@ fn read_chunk(path: &Path) -> Result<Option<(u64, Vec<Op>)>> {
                 dir: name.to_string(),
             }),
             KIND_PAD => {}
-            _ => break,
+            _ => {
+                // Its CRC matched: written so by a build that knows more.
+                return Err(corrupt(
+                    position,
+                    format!("record kind {kind} is not known"),
+                ));
+            }
         }
         position += len as u64;
     }
+    // Every version 2 write ends on a page: valid records that end inside
+    // one were cut short (torn) or damaged.
+    if damage.is_none() && version >= 2 && !position.is_multiple_of(PAGE) && position < file_bytes {
+        damage = Some("the records end inside a page".to_string());
+    }
+    // A valid record of this sequence at a later page is a later write:
+    // the records before it were acknowledged.
+    let file = reader.get_ref();
+    let first_page = (position / PAGE + 1) * PAGE;
+    let valid_after = (first_page..file_bytes)
+        .step_by(PAGE as usize)
+        .find(|&q| valid_record_at(file, q, seq));
     tracing::debug!(path = %path.display(), seq, records = ops.len(), end = position, "journal chunk read");
-    Ok(Some((seq, ops)))
+    Ok(Some(ChunkRead {
+        path: path.to_path_buf(),
+        seq,
+        version,
+        ops,
+        end: position,
+        damage,
+        valid_after,
+    }))
+}
+
+/// Checks the chunks of one journal (sorted by sequence): the records of
+/// each must end cleanly, except a torn tail of the last one (a write
+/// that was never acknowledged), which is cut with a warning.
+fn check_chunks(chunks: &[ChunkRead]) -> Result<()> {
+    let last_seq = chunks.iter().map(|c| c.seq).max();
+    for chunk in chunks {
+        let corrupt = |reason: String| StorageError::Corrupt {
+            path: chunk.path.clone(),
+            position: chunk.end,
+            reason,
+        };
+        if let Some(later) = chunk.valid_after {
+            return Err(corrupt(format!(
+                "{}; valid records of the chunk follow at byte {later}, so this is not a torn \
+                 write and acknowledged records would be lost by skipping it",
+                chunk.damage.as_deref().unwrap_or("the records stop")
+            )));
+        }
+        let Some(damage) = &chunk.damage else {
+            continue;
+        };
+        if Some(chunk.seq) != last_seq {
+            return Err(corrupt(format!(
+                "{damage}; the journal moved on to a later chunk, so every write to this one \
+                 completed and was acknowledged"
+            )));
+        }
+        warn!(
+            path = %chunk.path.display(),
+            position = chunk.end,
+            version = chunk.version,
+            reason = %damage,
+            "journal: cutting a torn tail (the last write, never acknowledged)"
+        );
+    }
+    Ok(())
 }
 
 /// Applies every journal of `data_dir` to its segment files, syncs them and
@@ -1022,17 +1196,24 @@ pub fn replay(data_dir: &Path) -> Result<ReplayReport> {
             }
         }
     }
-    let mut touched: HashMap<PathBuf, std::fs::File> = HashMap::new();
+    // Every chunk is read and checked before any record is applied: a
+    // damaged journal leaves the segment files as they were.
+    let mut read_journals = Vec::with_capacity(journals.len());
     for chunks in journals.values() {
-        report.journals += 1;
         let mut read = Vec::new();
         for path in chunks {
             if let Some(chunk) = read_chunk(path)? {
                 read.push(chunk);
             }
         }
-        read.sort_by_key(|(seq, _)| *seq);
-        let ops: Vec<Op> = read.into_iter().flat_map(|(_, ops)| ops).collect();
+        read.sort_by_key(|chunk| chunk.seq);
+        check_chunks(&read)?;
+        read_journals.push(read);
+    }
+    let mut touched: HashMap<PathBuf, std::fs::File> = HashMap::new();
+    for read in read_journals {
+        report.journals += 1;
+        let ops: Vec<Op> = read.into_iter().flat_map(|chunk| chunk.ops).collect();
         // A tombstone voids the records before it under its directory.
         let mut live = vec![true; ops.len()];
         for (i, op) in ops.iter().enumerate() {
@@ -1129,6 +1310,12 @@ mod tests {
     }
 
     fn read(chunk: &[u8]) -> Option<(u64, Vec<Op>)> {
+        read_checked(chunk)
+            .unwrap()
+            .map(|chunk| (chunk.seq, chunk.ops))
+    }
+
+    fn read_checked(chunk: &[u8]) -> Result<Option<ChunkRead>> {
         let dir = std::env::temp_dir().join(format!(
             "strom-journal-unit-{}-{:?}",
             std::process::id(),
@@ -1137,7 +1324,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("0-0.journal");
         std::fs::write(&path, chunk).unwrap();
-        let read = read_chunk(&path).unwrap();
+        let read = read_chunk(&path);
         std::fs::remove_dir_all(&dir).unwrap();
         read
     }
@@ -1178,7 +1365,7 @@ mod tests {
     }
 
     #[test]
-    fn version_1_chunks_are_read_and_unknown_versions_ignored() {
+    fn version_1_chunks_are_read_and_unknown_versions_refused() {
         let mut chunk = header(3, 1);
         chunk.extend(data("t-0/0.log", 0, b"old format", 3));
         let (_, ops) = read(&chunk).expect("a version 1 chunk");
@@ -1186,9 +1373,63 @@ mod tests {
             data_ops(&ops),
             vec![("t-0/0.log".to_string(), 0, b"old format".to_vec())]
         );
+        // A newer build's journal may hold acknowledged records: never
+        // skipped.
         let mut future = header(3, VERSION + 1);
         future.extend(data("t-0/0.log", 0, b"new format", 3));
-        assert!(read(&future).is_none());
+        let error = read_checked(&future).err().expect("refused");
+        assert!(error.to_string().contains("version 3"), "{error}");
+    }
+
+    #[test]
+    fn damaged_headers_are_errors_and_blank_ones_unused_chunks() {
+        let mut chunk = header(5, VERSION);
+        chunk.extend(data("t-0/0.log", 0, b"acknowledged", 5));
+        for flipped in [0, 9, 13, 21] {
+            let mut damaged = chunk.clone();
+            damaged[flipped] ^= 0x10;
+            let error = read_checked(&damaged).err().expect("refused");
+            assert!(error.to_string().contains("0-0.journal"), "{error}");
+        }
+        let mut blank = vec![0u8; 2 * PAGE as usize];
+        assert!(read(&blank).is_none(), "a chunk never used");
+        blank[PAGE as usize..PAGE as usize + 16]
+            .copy_from_slice(&chunk[PAGE as usize..PAGE as usize + 16]);
+        assert!(
+            read_checked(&blank).is_err(),
+            "records after a blank header"
+        );
+    }
+
+    #[test]
+    fn a_damaged_record_before_a_later_write_is_an_error_and_a_torn_last_write_is_cut() {
+        let mut chunk = header(5, VERSION);
+        let first = chunk.len();
+        chunk.extend(data("t-0/0.log", 0, b"first write", 5));
+        let len = chunk.len() - PAGE as usize;
+        chunk.extend(pad(padded_len(len) - len, 5));
+        let second = chunk.len();
+        chunk.extend(data("t-0/0.log", 11, b"second write", 5));
+        let len = chunk.len() - PAGE as usize;
+        chunk.extend(pad(padded_len(len) - len, 5));
+        chunk.extend(vec![0u8; PAGE as usize]);
+
+        let mut damaged = chunk.clone();
+        damaged[first + 30] ^= 0x01;
+        let read = read_checked(&damaged).unwrap().unwrap();
+        assert_eq!(read.valid_after, Some(second as u64));
+        let error = check_chunks(&[read]).expect_err("refused");
+        assert!(
+            error.to_string().contains(&format!("byte {first}")),
+            "{error}"
+        );
+
+        let mut torn = chunk.clone();
+        torn[second + 30] ^= 0x01;
+        let read = read_checked(&torn).unwrap().unwrap();
+        assert!(read.damage.is_some() && read.valid_after.is_none());
+        assert_eq!(read.ops.len(), 1, "the first write is kept");
+        check_chunks(&[read]).expect("the last chunk's torn tail is cut");
     }
 
     #[test]

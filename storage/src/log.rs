@@ -10,6 +10,7 @@
 //! one: group commit.
 
 use std::cell::RefCell;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -276,6 +277,40 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// How many of the segments at `bases` hold any bytes: a segment created
+/// by a roll just before a crash holds none (or only preallocated zeros).
+fn segments_holding_data(dir: &Path, bases: &[u64]) -> Result<usize> {
+    // A batch header starts with its base offset and length, never all
+    // zeros in a written batch.
+    const PROBE_BYTES: usize = 64;
+    let mut holding = 0;
+    for &base in bases {
+        let path = dir.join(crate::segment::file_name(base, "log"));
+        let mut head = [0u8; PROBE_BYTES];
+        let read = match std::fs::File::open(&path) {
+            Ok(mut f) => {
+                let mut filled = 0;
+                loop {
+                    match f.read(&mut head[filled..]) {
+                        Ok(0) => break filled,
+                        Ok(n) => filled += n,
+                        Err(e) => return Err(StorageError::io("read", &path, 0, e)),
+                    }
+                    if filled == PROBE_BYTES {
+                        break filled;
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(StorageError::io("open", &path, 0, e)),
+        };
+        if head[..read].iter().any(|&b| b != 0) {
+            holding += 1;
+        }
+    }
+    Ok(holding)
+}
+
 impl Log {
     /// Opens the log in `dir` (created if missing), recovering it: after a
     /// clean close nothing is scanned; otherwise every segment from the
@@ -341,7 +376,23 @@ impl Log {
                 Some(segment) => segment,
                 None => {
                     report.segments_scanned += 1;
-                    let (mut segment, cut) = Segment::scan(&dir, base, interval).await?;
+                    let (mut segment, cut) = Segment::scan_uncut(&dir, base, interval).await?;
+                    if let Some(cut) = &cut {
+                        // A torn write can only be the log's last: corrupt
+                        // bytes with records after them were acknowledged
+                        // once, and so were the records after them.
+                        let holding = segments_holding_data(&dir, &bases[i + 1..])?;
+                        if !cut.zero_filled && holding > 0 {
+                            return Err(StorageError::CorruptSealed {
+                                path: segment.path.clone(),
+                                position: cut.position,
+                                offset: cut.offset,
+                                later_segments: holding,
+                                reason: cut.reason.clone(),
+                            });
+                        }
+                        segment.apply_cut(cut).await?;
+                    }
                     if let Some(previous) = segments.last() {
                         if segment.size > 0 && segment.base_offset < previous.next_offset {
                             return Err(StorageError::Corrupt {

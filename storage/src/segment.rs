@@ -224,9 +224,10 @@ impl Segment {
     }
 
     /// Scans the log file batch by batch from the start, rebuilding indexes
-    /// and stopping at the first invalid batch, which is cut off with the
-    /// rest of the file. `expected_offset` is the least valid base offset.
-    pub async fn scan(
+    /// and stopping at the first invalid batch; the returned cut says what
+    /// is invalid from there on, and nothing is cut yet (the caller decides
+    /// whether it may be: see [`Segment::apply_cut`]).
+    pub async fn scan_uncut(
         dir: &Path,
         base_offset: u64,
         index_interval_bytes: u64,
@@ -305,7 +306,7 @@ impl Segment {
         segment.written_size = segment.size;
         let cut = match cut_reason {
             None => None,
-            Some(reason) => Some(segment.cut_tail(reason, file_size).await?),
+            Some(reason) => Some(segment.probe_tail(reason, file_size).await?),
         };
         segment.allocated = segment.size;
         Ok((segment, cut))
@@ -333,7 +334,8 @@ impl Segment {
     }
 
     /// Truncates the file after the last valid batch and reports what went.
-    async fn cut_tail(&mut self, reason: String, file_size: u64) -> Result<Cut> {
+    /// What cutting the file after the valid batches would remove.
+    async fn probe_tail(&self, reason: String, file_size: u64) -> Result<Cut> {
         let cut_bytes = file_size - self.size;
         let probe = (cut_bytes as usize).min(TAIL_PROBE_BYTES);
         let tail = self
@@ -342,15 +344,19 @@ impl Segment {
             .await
             .ctx("read", &self.path, self.size)?;
         let zero_filled = tail.iter().all(|&b| b == 0);
-        file::truncate_and_sync(&self.file, &self.path, self.size).await?;
-        let cut = Cut {
+        Ok(Cut {
             offset: self.next_offset,
             position: self.size,
             bytes: cut_bytes,
             zero_filled,
             reason,
-        };
-        if zero_filled {
+        })
+    }
+
+    /// Cuts the file at `cut` (found by [`Segment::scan_uncut`]), and logs it.
+    pub async fn apply_cut(&self, cut: &Cut) -> Result<()> {
+        file::truncate_and_sync(&self.file, &self.path, cut.position).await?;
+        if cut.zero_filled {
             info!(
                 segment = %self.path.display(),
                 offset = cut.offset,
@@ -368,7 +374,7 @@ impl Segment {
                 "recovery: truncated torn or corrupt tail"
             );
         }
-        Ok(cut)
+        Ok(())
     }
 
     /// Reads the partial last page of written data, which the next O_DIRECT

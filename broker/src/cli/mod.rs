@@ -6,6 +6,7 @@
 pub mod consume;
 pub mod group;
 pub mod produce;
+pub mod repair;
 pub mod status;
 pub mod topic;
 
