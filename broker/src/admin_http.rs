@@ -374,6 +374,14 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
         state.config.cores
     };
     e.sample("strom_scrape_shards_missing", &[], missing);
+    e.family(
+        "strom_data_dir_disk_bytes",
+        "gauge",
+        "Bytes the data dir takes on disk (allocated blocks: preallocated segment space and journal chunks included), by kind.",
+    );
+    for (kind, bytes) in crate::disk_usage::measure(&state.config.data_dir).by_kind() {
+        e.sample("strom_data_dir_disk_bytes", &[("kind", kind)], bytes);
+    }
     let image = state.metadata.image();
     e.family("strom_topics", "gauge", "Topics in the metadata.");
     e.sample("strom_topics", &[], image.topics.len());
@@ -653,6 +661,9 @@ pub struct ShardStatus {
 pub struct DiskStatus {
     /// Bytes in the partition logs.
     pub log_bytes: u64,
+    /// What the data dir takes on disk, by kind.
+    #[serde(default)]
+    pub on_disk: crate::disk_usage::DiskUsage,
     /// The data directory's filesystem.
     pub filesystem_bytes: u64,
     pub filesystem_free_bytes: u64,
@@ -728,6 +739,7 @@ fn status(state: &AdminState, snapshots: &[ShardSnapshot]) -> Status {
         totals: shard_status(None, &all),
         disk: DiskStatus {
             log_bytes: all.storage.log_size_bytes,
+            on_disk: crate::disk_usage::measure(&config.data_dir),
             filesystem_bytes,
             filesystem_free_bytes,
         },

@@ -94,6 +94,9 @@ pub struct BrokerConfig {
     /// How long an idle executor polls before it parks
     /// (`strom.spin.before.park.us`).
     pub spin_before_park_us: u64,
+    /// The most each of a core's two journal chunks grows to
+    /// (`strom.journal.chunk.bytes.max`).
+    pub journal_chunk_bytes_max: u64,
     /// How often each core applies retention to its partitions.
     pub retention_check_interval_ms: u64,
     /// Producers idle this long are dropped from partitions' idempotence
@@ -140,6 +143,7 @@ struct Builder {
     request_receive_timeout_ms: u64,
     io_memory_bytes: Option<usize>,
     spin_before_park_us: u64,
+    journal_chunk_bytes_max: u64,
     retention_check_interval_ms: u64,
     producer_id_expiration_ms: i64,
     topic_defaults: TopicDefaults,
@@ -243,6 +247,7 @@ impl Builder {
             request_receive_timeout_ms: crate::limits::REQUEST_RECEIVE_TIMEOUT_MS_DEFAULT,
             io_memory_bytes: None,
             spin_before_park_us: crate::limits::SPIN_BEFORE_PARK_US_DEFAULT,
+            journal_chunk_bytes_max: storage::journal::CHUNK_BYTES_DEFAULT,
             retention_check_interval_ms: 300_000,
             producer_id_expiration_ms: crate::limits::PRODUCER_ID_EXPIRATION_MS_DEFAULT,
             topic_defaults: TopicDefaults::new(),
@@ -385,6 +390,21 @@ impl Builder {
                     return Err(invalid(key, value, source, "must be at most 10000"));
                 }
                 self.spin_before_park_us = us;
+            }
+            "strom.journal.chunk.bytes.max" => {
+                let bytes: u64 = parse_value(key, value, source)?;
+                if !(crate::limits::JOURNAL_CHUNK_BYTES_MIN
+                    ..=crate::limits::JOURNAL_CHUNK_BYTES_MAX)
+                    .contains(&bytes)
+                {
+                    return Err(invalid(
+                        key,
+                        value,
+                        source,
+                        "must be between 1 MiB and 1 GiB",
+                    ));
+                }
+                self.journal_chunk_bytes_max = bytes;
             }
             "producer.id.expiration.ms" => {
                 let ms: i64 = parse_value(key, value, source)?;
@@ -530,6 +550,7 @@ impl Builder {
             request_receive_timeout_ms: self.request_receive_timeout_ms,
             io_memory_bytes: self.io_memory_bytes,
             spin_before_park_us: self.spin_before_park_us,
+            journal_chunk_bytes_max: self.journal_chunk_bytes_max,
             retention_check_interval_ms: self.retention_check_interval_ms,
             producer_id_expiration_ms: self.producer_id_expiration_ms,
             topic_defaults: self.topic_defaults,

@@ -137,6 +137,12 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         meaning: "Microseconds an idle executor keeps polling before it parks (0 to 10000): spinning trades CPU time for the wake-up latency of a parked core.",
     },
     Setting {
+        keys: &["strom.journal.chunk.bytes.max"],
+        flag: None,
+        default: Default::Value("134217728"),
+        meaning: "The most each of a core's two journal chunk files grows to (1 MiB to 1 GiB). A journal starts with 4 MiB chunks and doubles the next chunk whenever one fills within 10 s, so an idle broker keeps 8 MiB of journal per core on disk and a busy one up to twice this.",
+    },
+    Setting {
         keys: &[crate::io_properties::PATH_KEY],
         flag: None,
         default: Default::Described("`<data dir>/io-properties.toml` when it exists"),
@@ -259,7 +265,7 @@ pub const TOPIC_SETTINGS: &[TopicSetting] = &[
     TopicSetting {
         topic_key: "strom.preallocate.bytes",
         broker_key: "strom.preallocate.bytes",
-        meaning: "Smallest step by which segment files are grown with fallocate ahead of the writer; the step grows with the segment up to 8 times this.",
+        meaning: "Smallest step by which segment files are grown with fallocate ahead of the writer; the step is a quarter of what the segment holds, between this and 64 MiB.",
     },
     TopicSetting {
         topic_key: "strom.journal.bytes",

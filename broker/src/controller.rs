@@ -11,7 +11,8 @@ use std::sync::Arc;
 use crate::errors;
 use crate::limits::{PRODUCER_ID_BLOCK, TOPIC_PARTITIONS_MAX};
 use crate::metadata::{
-    place_partitions, topic_id_from, validate_topic_name, MetadataImage, MetadataRecord, TopicMeta,
+    is_internal_topic, place_partitions, topic_id_from, validate_topic_name, MetadataImage,
+    MetadataRecord, TopicMeta,
 };
 use crate::partition::Partition;
 use crate::shard::Shard;
@@ -139,6 +140,19 @@ fn existing_topic(image: &MetadataImage, name: &str) -> Result<Arc<TopicMeta>, R
     })
 }
 
+/// Internal topics keep the shape the broker gave them: deleting
+/// `__consumer_offsets` loses every group's offsets, and changing its
+/// partition count moves groups to partitions that do not hold them.
+fn refuse_internal(name: &str, what: &str) -> Outcome {
+    if is_internal_topic(name) {
+        return Err(Refusal::new(
+            errors::INVALID_TOPIC_EXCEPTION,
+            format!("{name} is an internal topic and cannot be {what}"),
+        ));
+    }
+    Ok(())
+}
+
 /// Runs `work` on the controller core while holding the controller lock, so
 /// that metadata changes are applied one at a time.
 async fn on_controller<R, F, Fut>(shard: &Rc<Shard>, work: F) -> R
@@ -255,6 +269,7 @@ async fn delete_topic(controller: &Rc<Shard>, name: String) -> Outcome {
     }
     let image = controller.metadata.image();
     let topic = existing_topic(&image, &name)?;
+    refuse_internal(&name, "deleted")?;
     controller
         .metadata
         .commit(&[MetadataRecord::TopicDeleted { name: name.clone() }])
@@ -274,6 +289,7 @@ pub async fn create_partitions(
     on_controller(shard, move |controller| async move {
         let image = controller.metadata.image();
         let topic = existing_topic(&image, &name)?;
+        refuse_internal(&name, "repartitioned")?;
         let current = topic.partition_cores.len() as i32;
         if count <= current {
             return Err(Refusal::new(errors::INVALID_PARTITIONS, format!("topic {name} has {current} partitions; the new count must be larger, not {count}")));

@@ -55,6 +55,11 @@ pub const DRAIN_MS_MAX: u64 = 6_000;
 pub const SPIN_BEFORE_PARK_US_DEFAULT: u64 = 0;
 pub const SPIN_BEFORE_PARK_US_MAX: u64 = 10_000;
 
+/// Bounds of `strom.journal.chunk.bytes.max`: a chunk holds records of up
+/// to a quarter of it, and two of them sit on disk per core.
+pub const JOURNAL_CHUNK_BYTES_MIN: u64 = 1 << 20;
+pub const JOURNAL_CHUNK_BYTES_MAX: u64 = 1 << 30;
+
 /// Producer ids taken from the metadata log per allocation.
 pub const PRODUCER_ID_BLOCK: i64 = 1000;
 
@@ -169,3 +174,7 @@ pub const DECOMPRESSION_RATIO_MAX: usize = 32;
 pub const DECOMPRESSED_BATCH_BYTES_MAX: usize = 256 << 20;
 
 const _: () = assert!(DECOMPRESSION_RATIO_MAX >= 1);
+
+/// Most directory entries one disk-usage measurement visits (a data dir
+/// of 10,000 partitions has ~60,000).
+pub const DISK_USAGE_ENTRIES_MAX: usize = 1_000_000;

@@ -23,6 +23,14 @@ use std::sync::{Arc, Mutex, RwLock};
 use crate::limits::METADATA_RECORD_BYTES_MAX;
 
 pub const METADATA_DIR: &str = "__metadata";
+/// Topics the broker writes itself: clients may read them, but not write,
+/// delete or repartition them (Kafka's `Topic.isInternal`).
+pub fn is_internal_topic(name: &str) -> bool {
+    name == crate::group::OFFSETS_TOPIC
+}
+
+/// Where `strom repair` keeps what it cut from a partition log.
+pub const REPAIR_DIR: &str = "__repair";
 const METADATA_FILE: &str = "metadata.log";
 
 #[derive(Debug, thiserror::Error)]
@@ -686,7 +694,7 @@ pub fn unnamed_partition_dirs(
             unnamed.push(entry.path());
             continue;
         };
-        if name.starts_with("__") {
+        if [METADATA_DIR, storage::journal::DIR_NAME, REPAIR_DIR].contains(&name) {
             continue;
         }
         let named = name.rsplit_once('-').is_some_and(|(topic, index)| {
@@ -895,17 +903,22 @@ mod tests {
             "orders-2",
             "gone-0",
             "__journal",
+            "__repair",
+            "__consumer_offsets-0",
             "odd",
         ] {
             std::fs::create_dir(dir.path().join(name)).unwrap();
         }
-        std::fs::write(dir.path().join("strom.lock"), b"").unwrap();
+        std::fs::write(dir.path().join(crate::exclusive::LOCK_FILE), b"").unwrap();
         let unnamed = unnamed_partition_dirs(dir.path(), &image).unwrap();
         let names: Vec<_> = unnamed
             .iter()
             .map(|p| p.file_name().unwrap().to_str().unwrap())
             .collect();
-        assert_eq!(names, vec!["gone-0", "odd", "orders-2"]);
+        assert_eq!(
+            names,
+            vec!["__consumer_offsets-0", "gone-0", "odd", "orders-2"]
+        );
         assert!(!partition_dir_holds_data(&dir.path().join("gone-0")));
         std::fs::write(dir.path().join("gone-0").join("x.log"), b"1").unwrap();
         assert!(partition_dir_holds_data(&dir.path().join("gone-0")));

@@ -106,6 +106,7 @@ async fn core_main(
             return;
         }
     };
+    storage::journal::set_chunk_bytes(config.journal_chunk_bytes_max);
     let shard = Shard::new(core, config.cores, config.clone(), metadata.clone());
     shard.connect_mesh(ends).await;
 
@@ -275,6 +276,9 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     keep_large_buffers_in_the_heap();
     let huge_pages_off = crate::allocator::configure();
     let config = crate::environment::check(config)?;
+    // Held until this function returns, so for the process's whole life.
+    let _data_dir_lock = crate::exclusive::DataDirLock::acquire(&config.data_dir)?;
+    let _address_guard = crate::exclusive::claim_listen_address(config.listen)?;
     crate::io_properties::log_use(&config);
     let (log, image) =
         MetadataLog::open(&config.data_dir).context("cannot open the metadata log")?;

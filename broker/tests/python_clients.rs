@@ -81,3 +81,40 @@ fn kafka_python_round_trip() {
     );
     assert!(out.contains("kafka-python: ok"), "{out}");
 }
+
+#[test]
+fn internal_topics_are_marked_and_cannot_be_deleted_repartitioned_or_written() {
+    let broker = Broker::start(&[]);
+    let output = run_python(
+        "internal_topics_check.py",
+        &[&broker.bootstrap()],
+        SCRIPT_DEADLINE,
+    );
+    for refusal in ["delete refused", "create partitions refused"] {
+        assert!(output.contains(refusal), "{output}");
+    }
+    assert!(output.trim_end().ends_with("OK"), "{output}");
+    // librdkafka sends it; the broker refuses it with Kafka's error.
+    let output = common::run(
+        std::process::Command::new("kcat").args([
+            "-b",
+            &broker.bootstrap(),
+            "-P",
+            "-t",
+            "__consumer_offsets",
+            "-p",
+            "0",
+            "-X",
+            "message.send.max.retries=0",
+        ]),
+        Some(b"not an offset commit\n"),
+        SCRIPT_DEADLINE,
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success(),
+        "the produce was accepted: {stderr}"
+    );
+    assert!(stderr.contains("Invalid topic"), "{stderr}");
+    assert!(!broker.log().contains("topic deleted"), "{}", broker.log());
+}

@@ -55,8 +55,9 @@ pub struct LogConfig {
     /// `strom.pending.bytes`: appended but unwritten bytes before appends wait.
     pub pending_bytes_max: usize,
     /// `strom.preallocate.bytes`: the smallest step by which files are grown
-    /// ahead of the writer; the step grows with the segment up to 8 times
-    /// this, which bounds the unused space of an active partition.
+    /// ahead of the writer; the step grows with the segment up to
+    /// [`PREALLOCATE_STEP_MAX`], which bounds the unused space of an active
+    /// partition (and this that of a small one).
     pub preallocate_bytes: u64,
     /// `strom.journal.bytes`: under `flush.policy=always`, a partition with
     /// at most twice this not yet durable makes those bytes durable through
@@ -83,11 +84,15 @@ impl Default for LogConfig {
             write_bytes_max: 1 << 20,
             writes_in_flight_max: 4,
             pending_bytes_max: 32 << 20,
-            preallocate_bytes: 8 << 20,
+            preallocate_bytes: 1 << 20,
             journal_bytes: 64 << 10,
         }
     }
 }
+
+/// The largest step by which a segment file is grown ahead of its writer
+/// (reached once it holds four times this).
+pub const PREALLOCATE_STEP_MAX: u64 = 64 << 20;
 
 /// Largest `strom.journal.bytes`: a round's record must fit well inside a
 /// journal chunk.

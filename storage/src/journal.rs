@@ -66,8 +66,17 @@ const PAD_MAX: usize = PAGE as usize + RECORD_HEAD;
 /// one write. Kept under glibc's mmap threshold (32 MiB), so freed
 /// buffers are reused from the heap instead of mapped and faulted in anew.
 const BUFFER_BYTES: usize = 4 << 20;
-/// Bytes of each of a journal's two chunk files by default.
+/// The most each of a journal's two chunk files grows to by default
+/// (`strom.journal.chunk.bytes.max`).
 pub const CHUNK_BYTES_DEFAULT: u64 = 128 << 20;
+/// Bytes of each chunk when a journal is made: an idle or lightly used
+/// broker keeps 2 x 4 MiB per core on disk, not 2 x 128 MiB.
+pub const CHUNK_BYTES_START: u64 = 4 << 20;
+/// A chunk that fills within this long of being started makes the next
+/// chunk twice as large (up to the maximum): the journal grows to what
+/// the write rate needs, and a chunk lasts at least this long at the
+/// rates it grew for.
+const CHUNK_GROW_WITHIN_MS: u128 = 10_000;
 /// No record is longer than a chunk may be.
 const CHUNK_BYTES_MAX: u64 = 1 << 32;
 
@@ -81,6 +90,9 @@ thread_local! {
     /// may outlive the executor in leaked tasks).
     static THREAD_LIVE: ThreadLive = const { ThreadLive(RefCell::new(Vec::new())) };
     static CHUNK_BYTES: std::cell::Cell<u64> = const { std::cell::Cell::new(CHUNK_BYTES_DEFAULT) };
+    /// The smaller chunk of this thread's journal, or the size its next
+    /// journal starts with: what bounds a record.
+    static CHUNK_BYTES_NOW: std::cell::Cell<u64> = const { std::cell::Cell::new(CHUNK_BYTES_START) };
     /// Record bytes queued for the next writes of this thread's journals.
     static QUEUED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     static QUEUED_MAX: std::cell::Cell<usize> = const { std::cell::Cell::new(QUEUED_BYTES_MAX_DEFAULT) };
@@ -170,16 +182,18 @@ pub fn thread_counts() -> Counts {
     })
 }
 
-/// Sets the chunk size of the journals this thread creates from now on
-/// (rounded up to a page, at least 1 MiB).
+/// Sets the size the chunks of this thread's journals may grow to, for
+/// journals created from now on (rounded up to a page, at least 1 MiB).
 pub fn set_chunk_bytes(bytes: u64) {
-    CHUNK_BYTES.with(|c| c.set(file::align_up(bytes.max(1 << 20))));
+    let bytes = file::align_up(bytes.max(CHUNK_BYTES_MIN));
+    CHUNK_BYTES.with(|c| c.set(bytes));
+    CHUNK_BYTES_NOW.with(|c| c.set(bytes.min(CHUNK_BYTES_START)));
 }
 
-/// The largest record a log may hand over in one round: a quarter of a
-/// chunk, so a record always fits in an empty one.
+/// The largest record a log may hand over in one round: a quarter of the
+/// smaller chunk, so a record always fits in an empty one.
 pub(crate) fn record_bytes_max() -> u64 {
-    CHUNK_BYTES.with(|c| c.get()) / 4
+    CHUNK_BYTES_NOW.with(|c| c.get()) / 4
 }
 
 /// A log with records in a chunk, and what retiring the chunk needs of it.
@@ -213,6 +227,8 @@ struct Chunk {
     participants: Vec<(Weak<dyn Participant>, u64)>,
     /// Free: nothing here is needed any more (or never was).
     free: bool,
+    /// When the chunk was last started (its header written).
+    started: std::time::Instant,
 }
 
 struct State {
@@ -474,7 +490,7 @@ impl Journal {
         // disk, and the segments it is written out to need the rest.
         let free = file::free_bytes(data_dir).unwrap_or(u64::MAX);
         let fits = file::align_down(free.saturating_sub(file::SPACE_RESERVE_BYTES) / 8);
-        let capacity = CHUNK_BYTES.with(|c| c.get()).min(fits);
+        let capacity = CHUNK_BYTES_NOW.with(|c| c.get()).min(fits);
         if capacity < CHUNK_BYTES_MIN {
             return Err(skip(data_dir, free));
         }
@@ -510,9 +526,11 @@ impl Journal {
                 end: PAGE,
                 participants: Vec::new(),
                 free: true,
+                started: std::time::Instant::now(),
             });
         }
         file::sync_dir(&dir).await?;
+        CHUNK_BYTES_NOW.with(|c| c.set(capacity));
         let [a, b]: [Chunk; 2] = chunks.try_into().ok().expect("two chunks");
         let journal = Rc::new(Journal {
             data_dir: data_dir.to_path_buf(),
@@ -769,6 +787,7 @@ impl Journal {
             .signal()
             .wait_until(|| self.state.borrow().chunks[other].free || self.group.failure().is_some())
             .await;
+        self.grow_before_use(other).await;
         let (left, seq, file, path) = {
             if let Some(message) = self.group.failure() {
                 return Err(std::io::Error::other(message));
@@ -783,6 +802,7 @@ impl Journal {
             chunk.end = PAGE;
             chunk.free = false;
             chunk.participants.clear();
+            chunk.started = std::time::Instant::now();
             (left, seq, chunk.file.clone(), chunk.path.clone())
         };
         // The header goes out before any record of the new sequence; the
@@ -803,6 +823,40 @@ impl Journal {
         })
         .detach();
         Ok(())
+    }
+
+    /// Doubles free chunk `k` (up to the thread's maximum, and as space
+    /// allows) when the active chunk filled within [`CHUNK_GROW_WITHIN_MS`]
+    /// of its start. A chunk that cannot grow stays as it is.
+    async fn grow_before_use(&self, k: usize) {
+        let (file, path, capacity, want) = {
+            let state = self.state.borrow();
+            let filled = &state.chunks[state.active];
+            let chunk = &state.chunks[k];
+            let want = (2 * filled.capacity.max(chunk.capacity)).min(CHUNK_BYTES.with(|c| c.get()));
+            if want <= chunk.capacity
+                || filled.seq == 0
+                || filled.started.elapsed().as_millis() >= CHUNK_GROW_WITHIN_MS
+            {
+                return;
+            }
+            (chunk.file.clone(), chunk.path.clone(), chunk.capacity, want)
+        };
+        let Some(size) = file::preallocation_size(&path, capacity, capacity, want) else {
+            return;
+        };
+        if size <= capacity
+            || file::preallocate(&file, &path, capacity, size)
+                .await
+                .is_err()
+        {
+            return;
+        }
+        let mut state = self.state.borrow_mut();
+        state.chunks[k].capacity = size;
+        let smaller = state.chunks[0].capacity.min(state.chunks[1].capacity);
+        CHUNK_BYTES_NOW.with(|c| c.set(smaller));
+        info!(path = %path.display(), chunk_bytes = size, "journal chunk grown");
     }
 
     /// Waits until every log with records in chunk `k` has written them to

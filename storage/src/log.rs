@@ -22,7 +22,7 @@ use tracing::{error, info, warn};
 
 use crate::cache::{BatchCache, CachedBatch, HEAD_LEN};
 use crate::checkpoint::Checkpoint;
-use crate::config::{FlushPolicy, FlushScope, LogConfig};
+use crate::config::{FlushPolicy, FlushScope, LogConfig, PREALLOCATE_STEP_MAX};
 use crate::error::{IoContext, Result, StorageError};
 use crate::file::{self, PAGE};
 use crate::fs_sync::FsSync;
@@ -2077,9 +2077,11 @@ async fn submit_write(inner: &Rc<Inner>) -> Result<()> {
         };
         let write_end = aligned_start + padded as u64;
         // The step grows with the segment (a quarter of what it holds, up
-        // to 8 steps), so a busy partition calls fallocate rarely while an
-        // idle one keeps at most one small step of slack.
-        let step = file::align_up((active.written_size / 4).clamp(preallocate, 8 * preallocate));
+        // to PREALLOCATE_STEP_MAX), so a busy partition calls fallocate
+        // rarely while a small one keeps at most one small step of slack.
+        let step = file::align_up(
+            (active.written_size / 4).clamp(preallocate, PREALLOCATE_STEP_MAX.max(preallocate)),
+        );
         let grow_to = (write_end > active.allocated).then(|| write_end.div_ceil(step) * step);
         let (file, path) = (active.file.clone(), active.path.clone());
         let allocated = active.allocated;

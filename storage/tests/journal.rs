@@ -298,6 +298,42 @@ fn chunks_are_reused_once_their_logs_wrote_them_out() {
     assert!(replayed_in < Duration::from_secs(60), "{replayed_in:?}");
 }
 
+/// Lengths of the journal's chunk files under `root`.
+fn chunk_lengths(root: &Path) -> Vec<u64> {
+    std::fs::read_dir(root.join(storage::journal::DIR_NAME))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .collect()
+}
+
+/// A journal of two 128 MiB chunks per core once took 513 MB of disk for a
+/// broker holding 4 KB of records. Now a journal starts with small chunks
+/// and grows them only while chunks fill fast.
+#[test]
+fn the_journal_starts_small_and_grows_with_the_write_rate() {
+    crash_and_check(4, |root, names| async move {
+        let max = 16 << 20;
+        storage::journal::set_chunk_bytes(max);
+        let logs = open_logs(&root, &names).await;
+        let mut expected = append_durably(&logs, 10, 0).await;
+        let start = storage::journal::CHUNK_BYTES_START;
+        assert_eq!(chunk_lengths(&root), vec![start, start], "a new journal");
+        // 4 logs x 300 batches of 2 x 16 KiB: ~39 MB through 4 MiB chunks
+        // fills one in a fraction of the 10 s that makes the next grow.
+        expected.extend(append_durably_sized(&logs, 300, 100_000, 16 << 10).await);
+        let lengths = chunk_lengths(&root);
+        assert!(
+            lengths.iter().any(|&l| l > start),
+            "chunks never grew: {lengths:?}"
+        );
+        assert!(
+            lengths.iter().all(|&l| l <= max),
+            "chunks grew past the maximum: {lengths:?}"
+        );
+        expected
+    });
+}
+
 /// The chunk files of the journal under `root` that hold a header.
 fn used_chunks(root: &Path) -> Vec<std::path::PathBuf> {
     let mut used: Vec<_> = std::fs::read_dir(root.join(storage::journal::DIR_NAME))

@@ -7,10 +7,6 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 
-/// Where repairs keep what they remove, inside the data dir (names that
-/// start with `__` are never partition directories).
-pub const BACKUP_DIR: &str = "__repair";
-
 #[derive(Args, Debug)]
 pub struct RepairArgs {
     #[command(subcommand)]
@@ -48,6 +44,7 @@ pub fn run(args: RepairArgs) -> anyhow::Result<()> {
             data_dir,
             drop_damaged_at,
         } => {
+            let _lock = broker::exclusive::DataDirLock::acquire(&data_dir)?;
             let report = broker::metadata::repair(&data_dir, drop_damaged_at)?;
             println!(
                 "removed {} bytes at byte {} of the metadata log; {} valid records after them kept; \
@@ -104,6 +101,8 @@ fn repair_segment(file: &Path, truncate_at: u64) -> anyhow::Result<()> {
     let data_dir = partition
         .parent()
         .context("the segment's directory has no parent (the data dir)")?;
+    // Never under a running broker: it holds the data dir's lock.
+    let _lock = broker::exclusive::DataDirLock::acquire(data_dir)?;
     let name = partition
         .file_name()
         .and_then(|n| n.to_str())
@@ -112,7 +111,9 @@ fn repair_segment(file: &Path, truncate_at: u64) -> anyhow::Result<()> {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let backup = data_dir.join(BACKUP_DIR).join(format!("{name}-{stamp}"));
+    let backup = data_dir
+        .join(broker::metadata::REPAIR_DIR)
+        .join(format!("{name}-{stamp}"));
     std::fs::create_dir_all(&backup)
         .with_context(|| format!("cannot create {}", backup.display()))?;
 

@@ -155,10 +155,17 @@ pub fn render(before: &Status, now: &Status, seconds: f64) -> String {
     out.push_str(&format!(
         "throughput over {seconds:.1}s: in {mb_in:.2} MB/s, out {mb_out:.2} MB/s, {requests:.0} requests/s (produce {produce:.0}/s, fetch {fetch:.0}/s)\n"
     ));
+    let on_disk = &now.disk.on_disk;
     out.push_str(&format!(
-        "disk: {} in logs under {}; filesystem {} free of {}\n",
+        "disk: {} in logs under {}, {} on disk (segments {}, indexes {}, journal {}, metadata {}, other {}); filesystem {} free of {}\n",
         human_bytes(now.disk.log_bytes),
         now.data_dir,
+        human_bytes(on_disk.total()),
+        human_bytes(on_disk.segments),
+        human_bytes(on_disk.indexes),
+        human_bytes(on_disk.journal),
+        human_bytes(on_disk.metadata),
+        human_bytes(on_disk.other),
         human_bytes(now.disk.filesystem_free_bytes),
         human_bytes(now.disk.filesystem_bytes)
     ));

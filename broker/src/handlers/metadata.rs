@@ -36,7 +36,7 @@ pub fn topic_response(node_id: i32, topic: &TopicMeta) -> MetadataResponseTopic 
         .collect();
     MetadataResponseTopic::default()
         .with_name(Some(TopicName(StrBytes::from_string(topic.name.clone()))))
-        .with_is_internal(topic.name == crate::group::OFFSETS_TOPIC)
+        .with_is_internal(crate::metadata::is_internal_topic(&topic.name))
         .with_partitions(partitions)
 }
 

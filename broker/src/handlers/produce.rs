@@ -146,6 +146,12 @@ pub async fn handle(
                 *outcome = ProduceOutcome::error(code);
                 continue;
             };
+            if crate::metadata::is_internal_topic(name) {
+                // Kafka: "Cannot append to internal topic"; only the
+                // broker's own coordinators write there.
+                *outcome = ProduceOutcome::error(errors::INVALID_TOPIC_EXCEPTION);
+                continue;
+            }
             let Some(core) = image.owner_core(topic, partition_data.index, shard.cores) else {
                 *outcome = ProduceOutcome::error(errors::UNKNOWN_TOPIC_OR_PARTITION);
                 continue;
