@@ -220,7 +220,7 @@ async fn session(
         Some(group) => Some(GroupMember::join(&args.connect, group, &args.topic).await?),
         None => None,
     };
-    let mut positions: BTreeMap<i32, i64> = match (progress.positions.take(), member.as_mut()) {
+    let mut positions: BTreeMap<i32, i64> = match (progress.positions.clone(), member.as_mut()) {
         (_, Some(member)) => member.start_positions(args.from_beginning).await?,
         (Some(positions), None) => positions,
         (None, None) => {
