@@ -21,12 +21,12 @@ const LEAVE_DEADLINE: Duration = Duration::from_secs(5);
 const _: () = assert!(LEAVE_DEADLINE.as_secs() < SESSION_TIMEOUT.as_secs());
 const GROUP_ARGS: &[&str] = &["--set", "group.initial.rebalance.delay.ms=0"];
 
-/// Runs `strom ARGS` (the broker given with `-b`, unless `bootstrap` is None).
+/// Runs `strom ARGS` (the broker given with `--bootstrap`, unless `bootstrap` is None).
 fn strom_with(bootstrap: Option<&str>, args: &[&str], stdin: Option<&[u8]>) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_strom"));
     command.args(args).env_remove("STROM_BOOTSTRAP");
     if let Some(bootstrap) = bootstrap {
-        command.args(["-b", bootstrap]);
+        command.args(["--bootstrap", bootstrap]);
     }
     run(&mut command, stdin, TOOL_DEADLINE)
 }
@@ -55,7 +55,7 @@ fn produce(broker: &Broker, topic: &str, lines: &str) {
 fn spawn_strom(broker: &Broker, args: &[&str], stdout: Stdio) -> Child {
     Command::new(env!("CARGO_BIN_EXE_strom"))
         .args(args)
-        .args(["-b", &broker.bootstrap()])
+        .args(["--bootstrap", &broker.bootstrap()])
         .env_remove("STROM_BOOTSTRAP")
         .stdin(Stdio::null())
         .stdout(stdout)
@@ -101,7 +101,14 @@ fn a_closed_stdout_ends_every_printing_tool_quietly() {
     produce(&broker, "piped", "a\nb\nc\n");
     strom_ok(
         &broker,
-        &["consume", "piped", "--group", "seen", "--from-beginning", "-e"],
+        &[
+            "consume",
+            "piped",
+            "--group",
+            "seen",
+            "--from-beginning",
+            "-e",
+        ],
     );
     let bootstrap = broker.bootstrap();
     let cases: &[&[&str]] = &[
@@ -112,7 +119,14 @@ fn a_closed_stdout_ends_every_printing_tool_quietly() {
         &["topic", "alter", "piped", "--config", "retention.ms=600000"],
         &["group", "list"],
         &["group", "describe", "seen"],
-        &["group", "reset-offsets", "seen", "--topic", "piped", "--to-earliest"],
+        &[
+            "group",
+            "reset-offsets",
+            "seen",
+            "--topic",
+            "piped",
+            "--to-earliest",
+        ],
         &["config", "describe", "--broker"],
         &["consume", "piped", "--from-beginning", "-e"],
         &["consume", "piped", "--group", "piper", "--from-beginning"],
@@ -126,7 +140,7 @@ fn a_closed_stdout_ends_every_printing_tool_quietly() {
         drop(reader);
         let mut child = Command::new(env!("CARGO_BIN_EXE_strom"))
             .args(*args)
-            .args(["-b", &bootstrap])
+            .args(["--bootstrap", &bootstrap])
             .stdin(Stdio::null())
             .stdout(writer)
             .stderr(Stdio::piped())
@@ -165,13 +179,22 @@ fn a_closed_stdout_ends_every_printing_tool_quietly() {
 #[test]
 fn sigterm_and_sigint_make_a_group_consumer_commit_and_leave_at_once() {
     let broker = Broker::start(GROUP_ARGS);
-    strom_ok(&broker, &["topic", "create", "stoppable", "--partitions", "1"]);
+    strom_ok(
+        &broker,
+        &["topic", "create", "stoppable", "--partitions", "1"],
+    );
     produce(&broker, "stoppable", "1\n2\n3\n");
     for (signal_number, name) in [(libc::SIGTERM, "SIGTERM"), (libc::SIGINT, "SIGINT")] {
         let group = format!("stopped-by-{name}");
         let mut member = spawn_strom(
             &broker,
-            &["consume", "stoppable", "--group", &group, "--from-beginning"],
+            &[
+                "consume",
+                "stoppable",
+                "--group",
+                &group,
+                "--from-beginning",
+            ],
             Stdio::null(),
         );
         describe_until(&broker, &group, "MEMBERS 1", TOOL_DEADLINE);
@@ -279,8 +302,11 @@ fn topic_create_if_not_exists_and_describe_shows_partition_offsets() {
     produce(&broker, "kept", "x\ny\nz\n");
     let described = strom_ok(&broker, &["topic", "describe", "kept"]);
     assert!(
-        described.contains("Partition: 0\tLeader: 0\tReplicas: 0\tIsr: 0\tStartOffset: 0\tEndOffset: 3\n")
-            && described.contains("Partition: 1\tLeader: 0\tReplicas: 0\tIsr: 0\tStartOffset: 0\tEndOffset: 0\n"),
+        described.contains(
+            "Partition: 0\tLeader: 0\tReplicas: 0\tIsr: 0\tStartOffset: 0\tEndOffset: 3\n"
+        ) && described.contains(
+            "Partition: 1\tLeader: 0\tReplicas: 0\tIsr: 0\tStartOffset: 0\tEndOffset: 0\n"
+        ),
         "{described}"
     );
 }
@@ -326,14 +352,24 @@ fn reset_offsets_dry_runs_unless_executed_and_shifts_by_time_and_topics() {
     let state = || strom_ok(&broker, &["group", "describe", "rg"]);
 
     // Without --execute (or with --dry-run) nothing changes.
-    for dry in [&["--topic", "ra", "--to-earliest"][..], &["--topic", "ra", "--to-earliest", "--dry-run"]] {
+    for dry in [
+        &["--topic", "ra", "--to-earliest"][..],
+        &["--topic", "ra", "--to-earliest", "--dry-run"],
+    ] {
         let plan = reset(dry);
         assert_eq!(plan, "GROUP\tTOPIC\tPARTITION\tNEW-OFFSET\nrg\tra\t0\t0\n");
         assert_eq!(committed(&state(), "ra", 0), 10);
     }
     let dry = strom_with(
         Some(&broker.bootstrap()),
-        &["group", "reset-offsets", "rg", "--topic", "ra", "--to-latest"],
+        &[
+            "group",
+            "reset-offsets",
+            "rg",
+            "--topic",
+            "ra",
+            "--to-latest",
+        ],
         None,
     );
     assert!(
@@ -342,7 +378,16 @@ fn reset_offsets_dry_runs_unless_executed_and_shifts_by_time_and_topics() {
     );
     let conflicting = strom_with(
         Some(&broker.bootstrap()),
-        &["group", "reset-offsets", "rg", "--topic", "ra", "--to-latest", "--dry-run", "--execute"],
+        &[
+            "group",
+            "reset-offsets",
+            "rg",
+            "--topic",
+            "ra",
+            "--to-latest",
+            "--dry-run",
+            "--execute",
+        ],
         None,
     );
     assert_eq!(conflicting.status.code(), Some(2));
@@ -363,13 +408,33 @@ fn reset_offsets_dry_runs_unless_executed_and_shifts_by_time_and_topics() {
     let middle_text = middle.to_string();
     reset(&["--topic", "ra", "--to-datetime", &middle_text, "--execute"]);
     assert_eq!(committed(&state(), "ra", 0), 5);
-    reset(&["--topic", "ra", "--to-datetime", "2001-01-01T02:00:00+02:00", "--execute"]);
+    reset(&[
+        "--topic",
+        "ra",
+        "--to-datetime",
+        "2001-01-01T02:00:00+02:00",
+        "--execute",
+    ]);
     assert_eq!(committed(&state(), "ra", 0), 0);
-    reset(&["--topic", "ra", "--to-datetime", "2100-01-01T00:00:00.000Z", "--execute"]);
+    reset(&[
+        "--topic",
+        "ra",
+        "--to-datetime",
+        "2100-01-01T00:00:00.000Z",
+        "--execute",
+    ]);
     assert_eq!(committed(&state(), "ra", 0), 10);
     let bad = strom_with(
         Some(&broker.bootstrap()),
-        &["group", "reset-offsets", "rg", "--topic", "ra", "--to-datetime", "yesterday"],
+        &[
+            "group",
+            "reset-offsets",
+            "rg",
+            "--topic",
+            "ra",
+            "--to-datetime",
+            "yesterday",
+        ],
         None,
     );
     assert_eq!(bad.status.code(), Some(1));
@@ -377,7 +442,15 @@ fn reset_offsets_dry_runs_unless_executed_and_shifts_by_time_and_topics() {
     // A partition without a committed offset cannot be shifted.
     let unshiftable = strom_with(
         Some(&broker.bootstrap()),
-        &["group", "reset-offsets", "fresh", "--topic", "ra", "--shift-by", "1"],
+        &[
+            "group",
+            "reset-offsets",
+            "fresh",
+            "--topic",
+            "ra",
+            "--shift-by",
+            "1",
+        ],
         None,
     );
     assert_eq!(unshiftable.status.code(), Some(1));
@@ -415,7 +488,10 @@ fn receive(lines: &mpsc::Receiver<String>, count: usize) -> Vec<String> {
 #[test]
 fn consume_reconnects_after_a_broker_restart() {
     let mut broker = Broker::start(GROUP_ARGS);
-    strom_ok(&broker, &["topic", "create", "restarted", "--partitions", "1"]);
+    strom_ok(
+        &broker,
+        &["topic", "create", "restarted", "--partitions", "1"],
+    );
     produce(&broker, "restarted", "before-1\nbefore-2\n");
     let mut plain = spawn_strom(
         &broker,
@@ -424,14 +500,25 @@ fn consume_reconnects_after_a_broker_restart() {
     );
     let mut member = spawn_strom(
         &broker,
-        &["consume", "restarted", "--group", "survivors", "--from-beginning"],
+        &[
+            "consume",
+            "restarted",
+            "--group",
+            "survivors",
+            "--from-beginning",
+        ],
         Stdio::piped(),
     );
     let plain_lines = lines_of(&mut plain);
     let member_lines = lines_of(&mut member);
     assert_eq!(receive(&plain_lines, 2), ["before-1", "before-2"]);
     assert_eq!(receive(&member_lines, 2), ["before-1", "before-2"]);
-    describe_until(&broker, "survivors", "restarted\t0\t2\t2\t0\t", TOOL_DEADLINE);
+    describe_until(
+        &broker,
+        "survivors",
+        "restarted\t0\t2\t2\t0\t",
+        TOOL_DEADLINE,
+    );
 
     broker.restart();
     produce(&broker, "restarted", "after-1\nafter-2\n");
@@ -460,7 +547,10 @@ fn consume_reconnects_after_a_broker_restart() {
 #[test]
 fn consume_gives_up_with_a_clear_message_when_the_broker_stays_away() {
     let mut broker = Broker::start(&[]);
-    strom_ok(&broker, &["topic", "create", "abandoned", "--partitions", "1"]);
+    strom_ok(
+        &broker,
+        &["topic", "create", "abandoned", "--partitions", "1"],
+    );
     let mut consumer = spawn_strom(
         &broker,
         &["consume", "abandoned", "--timeout-ms", "500"],
@@ -506,7 +596,10 @@ fn config_describe_broker_prints_every_setting_with_its_source() {
             "{wanted}:\n{described}"
         );
     }
-    assert!(settings.iter().all(|l| l.contains("\tsource=")), "{described}");
+    assert!(
+        settings.iter().all(|l| l.contains("\tsource=")),
+        "{described}"
+    );
     let by_id = strom_ok(&broker, &["config", "describe", "--broker", "0"]);
     assert_eq!(by_id, described);
     let bad = strom_with(
@@ -521,7 +614,10 @@ fn config_describe_broker_prints_every_setting_with_its_source() {
 #[test]
 fn consume_prints_the_timestamp_first_as_kafkas_console_consumer() {
     let broker = Broker::start(&[]);
-    strom_ok(&broker, &["topic", "create", "stamped", "--partitions", "1"]);
+    strom_ok(
+        &broker,
+        &["topic", "create", "stamped", "--partitions", "1"],
+    );
     let output = strom_with(
         Some(&broker.bootstrap()),
         &["produce", "stamped", "--key-separator", ":"],
@@ -567,4 +663,45 @@ fn group_describe_of_an_unknown_group_says_so_and_fails() {
         "{stderr}"
     );
     assert!(output.stdout.is_empty());
+}
+
+#[test]
+fn help_explains_the_kafka_habits() {
+    let help = |args: &[&str]| -> String {
+        let output = strom_with(None, args, None);
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let checks: &[(&[&str], &[&str])] = &[
+        (
+            &["group", "reset-offsets", "--help"],
+            &[
+                "--execute",
+                "--dry-run",
+                "--shift-by",
+                "--all-topics",
+                "--to-datetime",
+                "ISO-8601",
+            ],
+        ),
+        (&["topic", "create", "--help"], &["--if-not-exists"]),
+        (&["topic", "describe", "--help"], &["start and end"]),
+        (
+            &["consume", "--help"],
+            &[
+                "-b, --bootstrap",
+                "--bootstrap-server",
+                "STROM_BOOTSTRAP",
+                "9092",
+                "SIGTERM",
+            ],
+        ),
+        (&["config", "describe", "--help"], &["--broker", "source"]),
+    ];
+    for (args, wanted) in checks {
+        let text = help(args);
+        for word in *wanted {
+            assert!(text.contains(word), "{args:?} lacks {word}:\n{text}");
+        }
+    }
 }

@@ -72,15 +72,17 @@ enum GroupCommand {
         #[command(flatten)]
         connect: ConnectArgs,
     },
-    /// State, members and their assignments, and per partition the
-    /// committed offset, log end offset and lag.
+    /// State, members (host as Kafka shows it, /ADDRESS) and their
+    /// assignments, and per partition the committed offset, log end offset
+    /// and lag; an unknown group is an error.
     Describe {
         group: String,
         #[command(flatten)]
         connect: ConnectArgs,
     },
-    /// Set a group's committed offsets for a topic (refused while the group
-    /// has members).
+    /// Show, and with --execute commit, new offsets for a group (a dry run
+    /// without --execute, as Kafka's tool; --execute is refused while the
+    /// group has members).
     ResetOffsets(ResetArgs),
     /// Delete a group and its committed offsets (refused while it has members).
     Delete {
@@ -129,8 +131,8 @@ struct ResetTarget {
     shift_by: Option<i64>,
     /// The first offset with a timestamp at or after TS (ListOffsets by
     /// timestamp; none that late: the end): milliseconds since the epoch or
-    /// ISO-8601 YYYY-MM-DDTHH:MM:SS[.mmm] with an optional Z or ±HH:MM
-    /// (none: UTC).
+    /// ISO-8601 YYYY-MM-DDTHH:MM:SS[.mmm] with an optional zone: Z, ±HH:MM,
+    /// ±HHMM or ±HH (none: UTC).
     #[arg(long, value_name = "TS")]
     to_datetime: Option<String>,
 }
