@@ -10,7 +10,8 @@
 //! are decompressed; control batches (transaction markers) are skipped.
 //!
 //! SIGINT/SIGTERM and a closed stdout end it cleanly (a member commits and
-//! leaves its group); a lost broker is reconnected to, a bounded number of
+//! leaves its group; on a closed stdout it leaves without committing what
+//! may not have been read); a lost broker is reconnected to, a bounded number of
 //! times, resuming where the tool was (a member: at its group's commits).
 
 use std::collections::BTreeMap;
@@ -33,7 +34,7 @@ use super::group::GroupMember;
 use super::{list_offsets, partitions, topic_name, ConnectArgs};
 
 const FETCH_VERSIONS: std::ops::RangeInclusive<i16> = 4..=12;
-/// Long-poll wait per fetch; bounded by the connection's request timeout.
+/// Long-poll wait per fetch (half the request timeout when that is less).
 const FETCH_WAIT_MS_MAX: i32 = 500;
 const FETCH_BYTES_MAX: i32 = 50 << 20;
 const FETCH_PARTITION_BYTES_MAX: i32 = 1 << 20;
@@ -48,10 +49,11 @@ const STOP_POLL_MS: u64 = 100;
 const _: () = assert!(RECONNECT_BACKOFF_MS >= STOP_POLL_MS);
 /// Exit status on a second SIGINT/SIGTERM (128 + SIGINT, as shells report it).
 const EXIT_SECOND_SIGNAL: i32 = 130;
-/// Kafka errors a broker gives while it starts again (LEADER_NOT_AVAILABLE,
+/// Kafka errors a broker gives while it starts again (UNKNOWN_TOPIC_OR_PARTITION
+/// while its partitions load, LEADER_NOT_AVAILABLE,
 /// NOT_LEADER_OR_FOLLOWER, COORDINATOR_LOAD_IN_PROGRESS,
 /// COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR): worth reconnecting.
-const RETRIABLE_AFTER_RESTART: [i16; 5] = [5, 6, 14, 15, 16];
+const RETRIABLE_AFTER_RESTART: [i16; 6] = [3, 5, 6, 14, 15, 16];
 
 #[derive(Args, Debug)]
 pub struct ConsumeArgs {
@@ -68,8 +70,8 @@ pub struct ConsumeArgs {
     offset: Option<i64>,
     /// Consume as a member of this consumer group: read the partitions the
     /// group assigns, start from its committed offsets, commit as records
-    /// are printed; on exit (also on SIGINT/SIGTERM or a closed stdout)
-    /// commit and leave the group.
+    /// are printed; on exit (also on SIGINT/SIGTERM) commit and leave the
+    /// group (on a closed stdout, leave without committing).
     #[arg(long, value_name = "GROUP", conflicts_with_all = ["offset", "partition"])]
     group: Option<String>,
     /// Exit after printing this many records.
@@ -146,6 +148,8 @@ struct Progress {
     printed: u64,
     /// Whether a fetch has succeeded since the last reconnect.
     fetched: bool,
+    /// Whether a fetch has ever succeeded.
+    ever_fetched: bool,
 }
 
 pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
@@ -158,12 +162,13 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     let stop = StopSignal::install()?;
     let mut progress = Progress::default();
     let mut attempts = 0u32;
-    let mut connected_once = false;
     loop {
-        let outcome = session(&args, &stop, &mut progress, &mut connected_once).await;
+        let outcome = session(&args, &stop, &mut progress).await;
         let error = match outcome {
             Ok(()) => return Ok(()),
-            Err(error) if connected_once && connection_lost(&error) => error,
+            // Failing before the first fetch (no such topic, no broker)
+            // is the user's to fix: no retries.
+            Err(error) if progress.ever_fetched && connection_lost(&error) => error,
             Err(error) => return Err(error),
         };
         if std::mem::take(&mut progress.fetched) {
@@ -212,10 +217,8 @@ async fn session(
     args: &ConsumeArgs,
     stop: &StopSignal,
     progress: &mut Progress,
-    connected_once: &mut bool,
 ) -> anyhow::Result<()> {
     let mut connection = args.connect.connect().await?;
-    *connected_once = true;
     let mut member = match &args.group {
         Some(group) => Some(GroupMember::join(&args.connect, group, &args.topic).await?),
         None => None,
@@ -259,16 +262,15 @@ async fn session(
     if member.is_none() {
         progress.positions = Some(positions.clone());
     }
-    match outcome {
-        Ok(()) => {}
-        // Nobody reads stdout any more: done, as if the reader had asked to stop.
-        Err(error) if super::is_broken_pipe(&error) => {}
-        Err(error) => return Err(error),
+    match (outcome, member.take()) {
+        (Ok(()), Some(member)) => member.finish(&positions).await,
+        // Nobody reads stdout any more: done, as if the reader had asked
+        // to stop; what was fetched last may not have been read, so a
+        // member leaves without committing it.
+        (Err(error), Some(member)) if super::is_broken_pipe(&error) => member.leave().await,
+        (Err(error), _) if super::is_broken_pipe(&error) => Ok(()),
+        (outcome, _) => outcome,
     }
-    if let Some(member) = member.take() {
-        member.finish(&positions).await?;
-    }
-    Ok(())
 }
 
 /// Fetches and prints until done (Ok), stdout fails or the connection
@@ -282,6 +284,10 @@ async fn fetch_loop(
     positions: &mut BTreeMap<i32, i64>,
 ) -> anyhow::Result<()> {
     let version = connection.version::<FetchRequest>(FETCH_VERSIONS)?;
+    // Half the request timeout at most, so a long poll never times out.
+    let fetch_wait_ms = i32::try_from(args.connect.timeout_ms / 2)
+        .unwrap_or(i32::MAX)
+        .clamp(1, FETCH_WAIT_MS_MAX);
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     // Partitions known to be read to their end (for --exit-at-end).
@@ -292,7 +298,7 @@ async fn fetch_loop(
         }
         let request = FetchRequest::default()
             .with_replica_id(BrokerId(-1))
-            .with_max_wait_ms(FETCH_WAIT_MS_MAX)
+            .with_max_wait_ms(fetch_wait_ms)
             .with_min_bytes(1)
             .with_max_bytes(FETCH_BYTES_MAX)
             .with_isolation_level(0)
@@ -357,6 +363,7 @@ async fn fetch_loop(
             }
         }
         progress.fetched = true;
+        progress.ever_fetched = true;
         out.flush().context("cannot write to stdout")?;
         if let Some(member) = member.as_mut() {
             member.commit(positions).await?;

@@ -976,6 +976,11 @@ impl GroupMember {
     /// Commits and leaves the group (no waiting for a session timeout).
     pub async fn finish(mut self, positions: &BTreeMap<i32, i64>) -> anyhow::Result<()> {
         self.commit(positions).await?;
+        self.leave().await
+    }
+
+    /// Leaves the group without committing.
+    pub async fn leave(mut self) -> anyhow::Result<()> {
         self.heartbeat = None;
         let version = self
             .coordinator
