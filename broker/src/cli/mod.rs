@@ -58,6 +58,8 @@ pub const METADATA_VERSIONS: std::ops::RangeInclusive<i16> = 1..=12;
 pub const BOOTSTRAP_ENV: &str = "STROM_BOOTSTRAP";
 /// Broker address when neither a flag nor `STROM_BOOTSTRAP` gives one.
 const BOOTSTRAP_DEFAULT: &str = "127.0.0.1:9092";
+/// Addresses a `--bootstrap` list may hold.
+const BOOTSTRAP_ADDRESSES_MAX: usize = 64;
 /// Port assumed when the address names only a host, as Kafka's clients do.
 const PORT_DEFAULT: u16 = 9092;
 
@@ -93,13 +95,14 @@ pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
 
 #[derive(Args, Clone, Debug)]
 pub struct ConnectArgs {
-    /// Broker to connect to; a host alone means port 9092
-    /// [default: $STROM_BOOTSTRAP, else 127.0.0.1:9092].
+    /// Broker to connect to, or a comma-separated list tried in order; a
+    /// host alone means port 9092 [default: $STROM_BOOTSTRAP, else
+    /// 127.0.0.1:9092].
     #[arg(
         long,
         short = 'b',
         visible_alias = "bootstrap-server",
-        value_name = "HOST[:PORT]"
+        value_name = "HOST[:PORT][,...]"
     )]
     pub bootstrap: Option<String>,
     /// How long to wait for the connection and for each response, in milliseconds.
@@ -116,9 +119,10 @@ impl ConnectArgs {
         }
     }
 
-    /// The broker's address: the flag, else `STROM_BOOTSTRAP`, else the
-    /// default; `:9092` added to a bare host.
-    pub fn address(&self) -> anyhow::Result<String> {
+    /// The brokers to try, in order: the flag, else `STROM_BOOTSTRAP`, else
+    /// the default; a comma-separated list as Kafka's tools take; `:9092`
+    /// added to a bare host.
+    pub fn addresses(&self) -> anyhow::Result<Vec<String>> {
         let given = match &self.bootstrap {
             Some(flag) => flag.clone(),
             None => match std::env::var(BOOTSTRAP_ENV) {
@@ -130,11 +134,21 @@ impl ConnectArgs {
                 }
             },
         };
-        with_default_port(&given)
+        let addresses = given
+            .split(',')
+            .map(with_default_port)
+            .collect::<anyhow::Result<Vec<String>>>()?;
+        if addresses.len() > BOOTSTRAP_ADDRESSES_MAX {
+            bail!(
+                "at most {BOOTSTRAP_ADDRESSES_MAX} bootstrap addresses, got {}",
+                addresses.len()
+            );
+        }
+        Ok(addresses)
     }
 
+    /// Connects to the first of the bootstrap brokers that answers.
     pub async fn connect(&self) -> anyhow::Result<Connection> {
-        let address = self.address()?;
         let timeout = Duration::from_millis(self.timeout_ms.max(1));
         let config = ClientConfig {
             client_id: "strom-cli".to_string(),
@@ -143,7 +157,20 @@ impl ConnectArgs {
             request_timeout: timeout,
             ..ClientConfig::default()
         };
-        Ok(Connection::connect(&address, config).await?)
+        let mut failures = Vec::new();
+        for address in self.addresses()? {
+            match Connection::connect(&address, config.clone()).await {
+                Ok(connection) => return Ok(connection),
+                Err(error) => failures.push(error),
+            }
+        }
+        match failures.len() {
+            1 => Err(failures.remove(0).into()),
+            _ => {
+                let all: Vec<String> = failures.iter().map(ToString::to_string).collect();
+                bail!("no bootstrap broker answered: {}", all.join("; "))
+            }
+        }
     }
 }
 
@@ -154,9 +181,6 @@ pub fn with_default_port(address: &str) -> anyhow::Result<String> {
     let address = address.trim();
     if address.is_empty() {
         bail!("the broker address is empty");
-    }
-    if address.contains(',') {
-        bail!("give one broker address, not a list: {address:?}");
     }
     if let Some(rest) = address.strip_prefix('[') {
         return match rest.split_once(']') {
@@ -319,7 +343,7 @@ mod tests {
         ] {
             assert_eq!(with_default_port(given).unwrap(), expected, "{given}");
         }
-        for bad in ["", "a:1,b:2", "[::1", "a:b:c"] {
+        for bad in ["", "[::1", "a:b:c"] {
             assert!(with_default_port(bad).is_err(), "{bad}");
         }
     }
