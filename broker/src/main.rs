@@ -38,6 +38,8 @@ enum Command {
     Consume(cli::consume::ConsumeArgs),
     /// List, describe, reset the offsets of and delete consumer groups.
     Group(cli::group::GroupArgs),
+    /// Show a broker's settings (DescribeConfigs).
+    Config(cli::config::ConfigArgs),
     /// One-screen summary of a running broker (from its admin listener).
     Status(cli::status::StatusArgs),
     /// Offline repairs start-up names when it refuses to drop data.
@@ -129,6 +131,7 @@ fn main() -> ExitCode {
         Some(Command::Produce(args)) => cli::run("produce", cli::produce::run(args)),
         Some(Command::Consume(args)) => cli::run("consume", cli::consume::run(args)),
         Some(Command::Group(args)) => cli::run("group", cli::group::run(args)),
+        Some(Command::Config(args)) => cli::run("config", cli::config::run(args)),
         Some(Command::Status(args)) => cli::status::run(args),
         Some(Command::Repair(args)) => match cli::repair::run(args) {
             Ok(()) => ExitCode::SUCCESS,
@@ -138,7 +141,7 @@ fn main() -> ExitCode {
             }
         },
         Some(Command::ConfigReference) => {
-            print!("{}", broker::config_reference::render());
+            cli::write_stdout(format_args!("{}", broker::config_reference::render()));
             ExitCode::SUCCESS
         }
         None => start(StartArgs::default()),

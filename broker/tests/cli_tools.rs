@@ -83,7 +83,7 @@ fn topic_create_list_describe_alter_delete() {
     );
     for p in 0..3 {
         expected.push_str(&format!(
-            "\tTopic: orders\tPartition: {p}\tLeader: 0\tReplicas: 0\tIsr: 0\n"
+            "\tTopic: orders\tPartition: {p}\tLeader: 0\tReplicas: 0\tIsr: 0\tStartOffset: 0\tEndOffset: 0\n"
         ));
     }
     assert_eq!(described, expected);

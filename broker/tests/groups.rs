@@ -549,6 +549,7 @@ fn strom_consume_group_and_group_admin_commands() {
         &[
             "group",
             "reset-offsets",
+            "--execute",
             "cli-g",
             "--topic",
             "cli-topic",
@@ -562,6 +563,7 @@ fn strom_consume_group_and_group_admin_commands() {
         &[
             "group",
             "reset-offsets",
+            "--execute",
             "cli-g",
             "--topic",
             "cli-topic",
@@ -578,6 +580,7 @@ fn strom_consume_group_and_group_admin_commands() {
         &[
             "group",
             "reset-offsets",
+            "--execute",
             "cli-g",
             "--topic",
             "cli-topic",
@@ -617,6 +620,7 @@ fn strom_consume_group_and_group_admin_commands() {
         &[
             "group",
             "reset-offsets",
+            "--execute",
             "cli-g",
             "--topic",
             "cli-topic",

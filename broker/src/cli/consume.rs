@@ -8,9 +8,17 @@
 //! partitions and the committed offsets are where it starts and what it
 //! advances. Compressed batches
 //! are decompressed; control batches (transaction markers) are skipped.
+//!
+//! SIGINT/SIGTERM and a closed stdout end it cleanly (a member commits and
+//! leaves its group; on a closed stdout it leaves without committing what
+//! may not have been read); a lost broker is reconnected to, a bounded number of
+//! times, resuming where the tool was (a member: at its group's commits).
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use bytes::Bytes;
@@ -19,18 +27,33 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest};
 use kafka_protocol::records::RecordBatchDecoder;
 use protocol::batch::{self, Compression, RecordBatch};
-use protocol::client::check_error;
+use protocol::client::{check_error, Connection};
+use signal_hook::consts::{SIGINT, SIGTERM};
 
 use super::group::GroupMember;
 use super::{list_offsets, partitions, topic_name, ConnectArgs};
 
 const FETCH_VERSIONS: std::ops::RangeInclusive<i16> = 4..=12;
-/// Long-poll wait per fetch; bounded by the connection's request timeout.
+/// Long-poll wait per fetch (half the request timeout when that is less).
 const FETCH_WAIT_MS_MAX: i32 = 500;
 const FETCH_BYTES_MAX: i32 = 50 << 20;
 const FETCH_PARTITION_BYTES_MAX: i32 = 1 << 20;
 const LIST_OFFSETS_EARLIEST: i64 = -2;
 const LIST_OFFSETS_LATEST: i64 = -1;
+/// Reconnects in a row without a successful fetch before giving up
+/// (with the backoff, about half a minute for a broker to come back).
+const RECONNECT_ATTEMPTS_MAX: u32 = 30;
+const RECONNECT_BACKOFF_MS: u64 = 1_000;
+/// How often a reconnect wait looks for SIGINT/SIGTERM.
+const STOP_POLL_MS: u64 = 100;
+const _: () = assert!(RECONNECT_BACKOFF_MS >= STOP_POLL_MS);
+/// Exit status on a second SIGINT/SIGTERM (128 + SIGINT, as shells report it).
+const EXIT_SECOND_SIGNAL: i32 = 130;
+/// Kafka errors a broker gives while it starts again (UNKNOWN_TOPIC_OR_PARTITION
+/// while its partitions load, LEADER_NOT_AVAILABLE,
+/// NOT_LEADER_OR_FOLLOWER, COORDINATOR_LOAD_IN_PROGRESS,
+/// COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR): worth reconnecting.
+const RETRIABLE_AFTER_RESTART: [i16; 6] = [3, 5, 6, 14, 15, 16];
 
 #[derive(Args, Debug)]
 pub struct ConsumeArgs {
@@ -47,7 +70,8 @@ pub struct ConsumeArgs {
     offset: Option<i64>,
     /// Consume as a member of this consumer group: read the partitions the
     /// group assigns, start from its committed offsets, commit as records
-    /// are printed.
+    /// are printed; on exit (also on SIGINT/SIGTERM) commit and leave the
+    /// group (on a closed stdout, leave without committing).
     #[arg(long, value_name = "GROUP", conflicts_with_all = ["offset", "partition"])]
     group: Option<String>,
     /// Exit after printing this many records.
@@ -66,10 +90,10 @@ pub struct ConsumeArgs {
     /// Print CreateTime:MS (or LogAppendTime:MS) first.
     #[arg(long)]
     print_timestamp: bool,
-    /// Print Partition:N before the offset.
+    /// Print Partition:N after the timestamp, before the offset.
     #[arg(long)]
     print_partition: bool,
-    /// Print Offset:N before the timestamp.
+    /// Print Offset:N before the headers, key and value.
     #[arg(long)]
     print_offset: bool,
     /// Text between printed fields.
@@ -89,53 +113,192 @@ struct Printed {
     headers: Vec<(Bytes, Option<Bytes>)>,
 }
 
+/// Raised by SIGINT or SIGTERM: the tool commits, leaves its group and
+/// exits 0. A second signal exits at once (status 130).
+struct StopSignal(Arc<AtomicBool>);
+
+impl StopSignal {
+    fn install() -> anyhow::Result<StopSignal> {
+        let raised = Arc::new(AtomicBool::new(false));
+        for signal in [SIGINT, SIGTERM] {
+            // Registered first, so it sees the flag as the first signal left it.
+            signal_hook::flag::register_conditional_shutdown(
+                signal,
+                EXIT_SECOND_SIGNAL,
+                raised.clone(),
+            )
+            .context("cannot handle SIGINT/SIGTERM")?;
+            signal_hook::flag::register(signal, raised.clone())
+                .context("cannot handle SIGINT/SIGTERM")?;
+        }
+        Ok(StopSignal(raised))
+    }
+
+    fn raised(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// What survives a lost connection: where each partition is (without a
+/// group; a member restarts from its group's committed offsets) and how
+/// many records were printed.
+#[derive(Default)]
+struct Progress {
+    positions: Option<BTreeMap<i32, i64>>,
+    printed: u64,
+    /// Whether a fetch has succeeded since the last reconnect.
+    fetched: bool,
+    /// Whether a fetch has ever succeeded.
+    ever_fetched: bool,
+}
+
 pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     if args.offset.is_some_and(|offset| offset < 0) {
         bail!("--offset must be 0 or more");
     }
+    if args.max_messages == Some(0) {
+        return Ok(());
+    }
+    let stop = StopSignal::install()?;
+    let mut progress = Progress::default();
+    let mut attempts = 0u32;
+    loop {
+        let outcome = session(&args, &stop, &mut progress).await;
+        let error = match outcome {
+            Ok(()) => return Ok(()),
+            // Failing before the first fetch (no such topic, no broker)
+            // is the user's to fix: no retries.
+            Err(error) if progress.ever_fetched && connection_lost(&error) => error,
+            Err(error) => return Err(error),
+        };
+        if std::mem::take(&mut progress.fetched) {
+            attempts = 0;
+        }
+        attempts += 1;
+        if attempts > RECONNECT_ATTEMPTS_MAX {
+            return Err(error.context(format!(
+                "gave up after {RECONNECT_ATTEMPTS_MAX} attempts to reconnect"
+            )));
+        }
+        eprintln!(
+            "strom consume: {error:#}; reconnecting in {RECONNECT_BACKOFF_MS} ms \
+             (attempt {attempts} of {RECONNECT_ATTEMPTS_MAX})"
+        );
+        for _ in 0..RECONNECT_BACKOFF_MS / STOP_POLL_MS {
+            if stop.raised() {
+                return Ok(());
+            }
+            glommio::timer::sleep(Duration::from_millis(STOP_POLL_MS)).await;
+        }
+    }
+}
+
+/// Whether the broker went away (or is not back yet): worth reconnecting.
+fn connection_lost(error: &anyhow::Error) -> bool {
+    use protocol::client::ClientError;
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<ClientError>()
+            .is_some_and(|error| match error {
+                ClientError::Unreachable { .. }
+                | ClientError::ConnectTimeout { .. }
+                | ClientError::Timeout { .. }
+                | ClientError::Io { .. }
+                | ClientError::Closed { .. }
+                | ClientError::Broken { .. } => true,
+                ClientError::Kafka { code, .. } => RETRIABLE_AFTER_RESTART.contains(code),
+                _ => false,
+            })
+    })
+}
+
+/// One connection's worth of consuming; returns Ok when the tool is done.
+async fn session(
+    args: &ConsumeArgs,
+    stop: &StopSignal,
+    progress: &mut Progress,
+) -> anyhow::Result<()> {
     let mut connection = args.connect.connect().await?;
     let mut member = match &args.group {
         Some(group) => Some(GroupMember::join(&args.connect, group, &args.topic).await?),
         None => None,
     };
-    let all = match &member {
-        Some(member) => member.assigned().to_vec(),
-        None => partitions(&mut connection, &args.topic, false).await?,
-    };
-    let chosen = match args.partition {
-        Some(partition) if all.contains(&partition) => vec![partition],
-        Some(partition) => bail!(
-            "topic {} has no partition {partition} (it has {})",
-            args.topic,
-            all.len()
-        ),
-        None => all,
-    };
-    let mut positions: BTreeMap<i32, i64> = match (args.offset, member.as_mut()) {
+    let mut positions: BTreeMap<i32, i64> = match (progress.positions.clone(), member.as_mut()) {
         (_, Some(member)) => member.start_positions(args.from_beginning).await?,
-        (Some(offset), None) => chosen.iter().map(|&p| (p, offset)).collect(),
+        (Some(positions), None) => positions,
         (None, None) => {
-            let timestamp = if args.from_beginning {
-                LIST_OFFSETS_EARLIEST
-            } else {
-                LIST_OFFSETS_LATEST
+            let all = partitions(&mut connection, &args.topic, false).await?;
+            let chosen = match args.partition {
+                Some(partition) if all.contains(&partition) => vec![partition],
+                Some(partition) => bail!(
+                    "topic {} has no partition {partition} (it has {})",
+                    args.topic,
+                    all.len()
+                ),
+                None => all,
             };
-            list_offsets(&mut connection, &args.topic, &chosen, timestamp).await?
+            match args.offset {
+                Some(offset) => chosen.iter().map(|&p| (p, offset)).collect(),
+                None => {
+                    let timestamp = if args.from_beginning {
+                        LIST_OFFSETS_EARLIEST
+                    } else {
+                        LIST_OFFSETS_LATEST
+                    };
+                    list_offsets(&mut connection, &args.topic, &chosen, timestamp).await?
+                }
+            }
         }
     };
-    let mut printed = 0u64;
-    if args.max_messages == Some(0) {
-        return Ok(());
+    let outcome = fetch_loop(
+        args,
+        stop,
+        progress,
+        &mut connection,
+        &mut member,
+        &mut positions,
+    )
+    .await;
+    if member.is_none() {
+        progress.positions = Some(positions.clone());
     }
+    match (outcome, member.take()) {
+        (Ok(()), Some(member)) => member.finish(&positions).await,
+        // Nobody reads stdout any more: done, as if the reader had asked
+        // to stop; what was fetched last may not have been read, so a
+        // member leaves without committing it.
+        (Err(error), Some(member)) if super::is_broken_pipe(&error) => member.leave().await,
+        (Err(error), _) if super::is_broken_pipe(&error) => Ok(()),
+        (outcome, _) => outcome,
+    }
+}
+
+/// Fetches and prints until done (Ok), stdout fails or the connection
+/// breaks (Err). `positions` is kept current with what was printed.
+async fn fetch_loop(
+    args: &ConsumeArgs,
+    stop: &StopSignal,
+    progress: &mut Progress,
+    connection: &mut Connection,
+    member: &mut Option<GroupMember>,
+    positions: &mut BTreeMap<i32, i64>,
+) -> anyhow::Result<()> {
     let version = connection.version::<FetchRequest>(FETCH_VERSIONS)?;
+    // Half the request timeout at most, so a long poll never times out.
+    let fetch_wait_ms = i32::try_from(args.connect.timeout_ms / 2)
+        .unwrap_or(i32::MAX)
+        .clamp(1, FETCH_WAIT_MS_MAX);
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     // Partitions known to be read to their end (for --exit-at-end).
-    let mut at_end: BTreeMap<i32, bool> = chosen.iter().map(|&p| (p, false)).collect();
+    let mut at_end: BTreeMap<i32, bool> = positions.keys().map(|&p| (p, false)).collect();
     loop {
+        if stop.raised() {
+            return Ok(());
+        }
         let request = FetchRequest::default()
             .with_replica_id(BrokerId(-1))
-            .with_max_wait_ms(FETCH_WAIT_MS_MAX)
+            .with_max_wait_ms(fetch_wait_ms)
             .with_min_bytes(1)
             .with_max_bytes(FETCH_BYTES_MAX)
             .with_isolation_level(0)
@@ -185,15 +348,12 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
                         if record.offset < *position {
                             continue;
                         }
-                        print_record(&mut out, &args, index, &record)
+                        print_record(&mut out, args, index, &record)
                             .context("cannot write to stdout")?;
                         *position = record.offset + 1;
-                        printed += 1;
-                        if args.max_messages.is_some_and(|max| printed >= max) {
+                        progress.printed += 1;
+                        if args.max_messages.is_some_and(|max| progress.printed >= max) {
                             out.flush().context("cannot write to stdout")?;
-                            if let Some(member) = member.take() {
-                                member.finish(&positions).await?;
-                            }
                             return Ok(());
                         }
                     }
@@ -202,19 +362,18 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
                 at_end.insert(index, *position >= partition.high_watermark);
             }
         }
+        progress.fetched = true;
+        progress.ever_fetched = true;
         out.flush().context("cannot write to stdout")?;
         if let Some(member) = member.as_mut() {
-            member.commit(&positions).await?;
+            member.commit(positions).await?;
         }
         if args.exit_at_end && at_end.values().all(|&end| end) {
-            if let Some(member) = member.take() {
-                member.finish(&positions).await?;
-            }
             return Ok(());
         }
         if let Some(member) = member.as_mut().filter(|m| m.rebalance_needed()) {
             member.rejoin().await?;
-            positions = member.start_positions(args.from_beginning).await?;
+            *positions = member.start_positions(args.from_beginning).await?;
             at_end = positions.keys().map(|&p| (p, false)).collect();
         }
     }
@@ -276,14 +435,6 @@ fn print_record(
     record: &Printed,
 ) -> std::io::Result<()> {
     let separator = args.field_separator.as_bytes();
-    if args.print_partition {
-        write!(out, "Partition:{partition}")?;
-        out.write_all(separator)?;
-    }
-    if args.print_offset {
-        write!(out, "Offset:{}", record.offset)?;
-        out.write_all(separator)?;
-    }
     if args.print_timestamp {
         let kind = if record.log_append_time {
             "LogAppendTime"
@@ -291,6 +442,14 @@ fn print_record(
             "CreateTime"
         };
         write!(out, "{kind}:{}", record.timestamp)?;
+        out.write_all(separator)?;
+    }
+    if args.print_partition {
+        write!(out, "Partition:{partition}")?;
+        out.write_all(separator)?;
+    }
+    if args.print_offset {
+        write!(out, "Offset:{}", record.offset)?;
         out.write_all(separator)?;
     }
     if args.print_headers {

@@ -72,15 +72,17 @@ enum GroupCommand {
         #[command(flatten)]
         connect: ConnectArgs,
     },
-    /// State, members and their assignments, and per partition the
-    /// committed offset, log end offset and lag.
+    /// State, members (host as Kafka shows it, /ADDRESS) and their
+    /// assignments, and per partition the committed offset, log end offset
+    /// and lag; an unknown group is an error.
     Describe {
         group: String,
         #[command(flatten)]
         connect: ConnectArgs,
     },
-    /// Set a group's committed offsets for a topic (refused while the group
-    /// has members).
+    /// Show, and with --execute commit, new offsets for a group (a dry run
+    /// without --execute, as Kafka's tool; --execute is refused while the
+    /// group has members).
     ResetOffsets(ResetArgs),
     /// Delete a group and its committed offsets (refused while it has members).
     Delete {
@@ -93,11 +95,20 @@ enum GroupCommand {
 #[derive(Args, Debug)]
 struct ResetArgs {
     group: String,
-    /// Topic whose offsets are reset (every partition).
-    #[arg(long)]
-    topic: String,
+    /// Topic whose offsets are reset, every partition (repeatable).
+    #[arg(long, value_name = "TOPIC", required_unless_present = "all_topics")]
+    topic: Vec<String>,
+    /// Every topic the group has committed offsets for.
+    #[arg(long, conflicts_with = "topic")]
+    all_topics: bool,
     #[command(flatten)]
     target: ResetTarget,
+    /// Only show the new offsets; change nothing (the default).
+    #[arg(long, conflicts_with = "execute")]
+    dry_run: bool,
+    /// Commit the new offsets (without it nothing changes).
+    #[arg(long)]
+    execute: bool,
     #[command(flatten)]
     connect: ConnectArgs,
 }
@@ -114,8 +125,14 @@ struct ResetTarget {
     /// This offset (kept within each partition's earliest and latest).
     #[arg(long, value_name = "N")]
     to_offset: Option<i64>,
-    /// The first offset with a timestamp at or after TS: milliseconds since
-    /// the epoch or YYYY-MM-DDTHH:MM:SS[.mmm] in UTC.
+    /// The committed offset moved by N (negative: back), kept within each
+    /// partition's earliest and latest.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    shift_by: Option<i64>,
+    /// The first offset with a timestamp at or after TS (ListOffsets by
+    /// timestamp; none that late: the end): milliseconds since the epoch or
+    /// ISO-8601 YYYY-MM-DDTHH:MM:SS[.mmm] with an optional zone: Z, ±HH:MM,
+    /// ±HHMM or ±HH (none: UTC).
     #[arg(long, value_name = "TS")]
     to_datetime: Option<String>,
 }
@@ -159,11 +176,7 @@ async fn coordinator(connect: &ConnectArgs, group: &str) -> anyhow::Result<Conne
     if address == bootstrap.address() {
         return Ok(bootstrap);
     }
-    let elsewhere = ConnectArgs {
-        bootstrap: address,
-        timeout_ms: connect.timeout_ms,
-    };
-    elsewhere.connect().await
+    connect.to(address).connect().await
 }
 
 async fn list(connect: &ConnectArgs) -> anyhow::Result<()> {
@@ -192,7 +205,7 @@ async fn list(connect: &ConnectArgs) -> anyhow::Result<()> {
         } else {
             &protocol_type
         };
-        println!("{name}\t{state}\t{protocol_type}");
+        outln!("{name}\t{state}\t{protocol_type}");
     }
     Ok(())
 }
@@ -290,7 +303,10 @@ async fn describe(connect: &ConnectArgs, group: &str) -> anyhow::Result<()> {
     let mut coordinator = coordinator(connect, group).await?;
     let described = describe_group(&mut coordinator, group).await?;
     let offsets = committed(&mut coordinator, group, None).await?;
-    println!(
+    if described.state == "Dead" && described.members.is_empty() && offsets.is_empty() {
+        bail!("consumer group {group} does not exist (no members, no committed offsets)");
+    }
+    outln!(
         "GROUP {group}\tSTATE {}\tPROTOCOL {}/{}\tMEMBERS {}",
         described.state,
         if described.protocol_type.is_empty() {
@@ -315,9 +331,9 @@ async fn describe(connect: &ConnectArgs, group: &str) -> anyhow::Result<()> {
                 format!("{t}:{}", list.join(","))
             })
             .collect();
-        println!(
+        outln!(
             "MEMBER {member_id}\tCLIENT {client_id}\tHOST {}\tASSIGNED {}",
-            if host.is_empty() { "-" } else { host },
+            kafka_host(host),
             if parts.is_empty() {
                 "-".to_string()
             } else {
@@ -339,7 +355,7 @@ async fn describe(connect: &ConnectArgs, group: &str) -> anyhow::Result<()> {
     for key in owners.keys() {
         rows.entry(key.clone()).or_insert(-1);
     }
-    println!("TOPIC\tPARTITION\tCOMMITTED\tLOG-END\tLAG\tMEMBER");
+    outln!("TOPIC\tPARTITION\tCOMMITTED\tLOG-END\tLAG\tMEMBER");
     let mut bootstrap = connect.connect().await?;
     let mut by_topic: BTreeMap<String, Vec<i32>> = BTreeMap::new();
     for (t, p) in rows.keys() {
@@ -356,23 +372,56 @@ async fn describe(connect: &ConnectArgs, group: &str) -> anyhow::Result<()> {
                 ("-".to_string(), "-".to_string())
             };
             let owner = owners.get(&(t.clone(), p)).map_or("-", String::as_str);
-            println!("{t}\t{p}\t{shown}\t{end}\t{lag}\t{owner}");
+            outln!("{t}\t{p}\t{shown}\t{end}\t{lag}\t{owner}");
         }
     }
     Ok(())
 }
 
-/// Parses `--to-datetime`: epoch milliseconds or `YYYY-MM-DDTHH:MM:SS[.mmm][Z]` (UTC).
+/// A member's host as Kafka's tools show it: `/ADDRESS` (Java's
+/// `InetAddress` text, which Kafka brokers report as is); `-` when the
+/// broker reports none.
+fn kafka_host(host: &str) -> String {
+    match host.trim() {
+        "" => "-".to_string(),
+        host if host.starts_with('/') => host.to_string(),
+        host => format!("/{host}"),
+    }
+}
+
+/// Parses `--to-datetime`: epoch milliseconds or ISO-8601
+/// `YYYY-MM-DDTHH:MM:SS[.mmm]` with an optional zone (`Z`, `±HH:MM`,
+/// `±HHMM`, `±HH`; none: UTC).
 pub fn parse_datetime(text: &str) -> anyhow::Result<i64> {
     let text = text.trim();
     if !text.is_empty() && text.chars().all(|c| c.is_ascii_digit()) {
         return text.parse().context("timestamp out of range");
     }
     let bad = || {
-        anyhow::anyhow!("expected milliseconds or YYYY-MM-DDTHH:MM:SS[.mmm] (UTC), got {text:?}")
+        anyhow::anyhow!(
+            "expected milliseconds or YYYY-MM-DDTHH:MM:SS[.mmm][Z|±HH:MM], got {text:?}"
+        )
     };
-    let text = text.strip_suffix('Z').unwrap_or(text);
     let (date, time) = text.split_once('T').ok_or_else(bad)?;
+    // The zone: Z, ±HH:MM, ±HHMM or ±HH (none: UTC); minutes east of UTC.
+    let (time, zone_minutes) = if let Some(time) = time.strip_suffix('Z') {
+        (time, 0)
+    } else if let Some(at) = time.find(['+', '-']) {
+        let (time, zone) = time.split_at(at);
+        let sign = if zone.starts_with('-') { -1 } else { 1 };
+        let digits: String = zone[1..].chars().filter(|c| *c != ':').collect();
+        if !matches!(digits.len(), 2 | 4) || !digits.chars().all(|c| c.is_ascii_digit()) {
+            return Err(bad());
+        }
+        let hours: i64 = digits[..2].parse().map_err(|_| bad())?;
+        let minutes: i64 = digits[2..].parse().unwrap_or(0);
+        if hours > 18 || minutes > 59 {
+            return Err(bad());
+        }
+        (time, sign * (hours * 60 + minutes))
+    } else {
+        (time, 0)
+    };
     let date: Vec<&str> = date.split('-').collect();
     let (time, millis) = match time.split_once('.') {
         Some((time, fraction)) => {
@@ -410,51 +459,95 @@ pub fn parse_datetime(text: &str) -> anyhow::Result<i64> {
     let doy = (153 * mp + 2) / 5 + day - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146_097 + doe - 719_468;
-    Ok(((days * 24 + hour) * 60 + minute) * 60_000 + second * 1000 + millis)
+    Ok(((days * 24 + hour) * 60 + minute - zone_minutes) * 60_000 + second * 1000 + millis)
 }
 
 async fn reset_offsets(args: ResetArgs) -> anyhow::Result<()> {
     let group = &args.group;
     let mut coordinator = coordinator(&args.connect, group).await?;
     let described = describe_group(&mut coordinator, group).await?;
-    if !described.members.is_empty() {
+    let active = !described.members.is_empty();
+    if active && args.execute {
         bail!(
             "group {group} has {} active member(s) (state {}); stop its consumers before resetting offsets",
             described.members.len(),
             described.state
         );
     }
-    let mut bootstrap = args.connect.connect().await?;
-    let ids = partitions(&mut bootstrap, &args.topic, false).await?;
-    let earliest = list_offsets(&mut bootstrap, &args.topic, &ids, EARLIEST).await?;
-    let latest = list_offsets(&mut bootstrap, &args.topic, &ids, LATEST).await?;
-    let target = &args.target;
-    let wanted: BTreeMap<i32, i64> = if target.to_earliest {
-        earliest.clone()
-    } else if target.to_latest {
-        latest.clone()
-    } else if let Some(offset) = target.to_offset {
-        ids.iter()
-            .map(|p| (*p, offset.clamp(earliest[p], latest[p])))
-            .collect()
+    let current = committed(&mut coordinator, group, None).await?;
+    let topics: Vec<String> = if args.all_topics {
+        if current.is_empty() {
+            bail!("group {group} has no committed offsets: name the topics with --topic");
+        }
+        current.keys().cloned().collect()
     } else {
-        let text = target
-            .to_datetime
-            .as_deref()
-            .expect("clap requires one target");
-        let timestamp = parse_datetime(text)?;
-        list_offsets(&mut bootstrap, &args.topic, &ids, timestamp)
-            .await?
-            .into_iter()
-            .map(|(p, offset)| (p, if offset < 0 { latest[&p] } else { offset }))
-            .collect()
+        args.topic.clone()
     };
-    commit(&mut coordinator, group, -1, "", &args.topic, &wanted)
-        .await
-        .with_context(|| format!("cannot reset the offsets of group {group}"))?;
-    println!("TOPIC\tPARTITION\tNEW-OFFSET");
-    for (p, offset) in &wanted {
-        println!("{}\t{p}\t{offset}", args.topic);
+    let timestamp = match &args.target.to_datetime {
+        Some(text) => Some(parse_datetime(text).context("bad --to-datetime")?),
+        None => None,
+    };
+    let mut bootstrap = args.connect.connect().await?;
+    let mut plan: Vec<(String, BTreeMap<i32, i64>)> = Vec::with_capacity(topics.len());
+    for topic in &topics {
+        let ids = partitions(&mut bootstrap, topic, false).await?;
+        let earliest = list_offsets(&mut bootstrap, topic, &ids, EARLIEST).await?;
+        let latest = list_offsets(&mut bootstrap, topic, &ids, LATEST).await?;
+        let within = |p: &i32, offset: i64| offset.clamp(earliest[p], latest[p]);
+        let target = &args.target;
+        let wanted: BTreeMap<i32, i64> = if target.to_earliest {
+            earliest.clone()
+        } else if target.to_latest {
+            latest.clone()
+        } else if let Some(offset) = target.to_offset {
+            ids.iter().map(|p| (*p, within(p, offset))).collect()
+        } else if let Some(shift) = target.shift_by {
+            let mine = current.get(topic);
+            let mut shifted = BTreeMap::new();
+            for p in &ids {
+                let Some(&now) = mine.and_then(|m| m.get(p)).filter(|o| **o >= 0) else {
+                    bail!(
+                        "cannot shift {topic}-{p}: group {group} has no committed offset there \
+                         (use --to-earliest, --to-latest, --to-offset or --to-datetime)"
+                    );
+                };
+                shifted.insert(*p, within(p, now.saturating_add(shift)));
+            }
+            shifted
+        } else {
+            let timestamp = timestamp.expect("clap requires one target");
+            list_offsets(&mut bootstrap, topic, &ids, timestamp)
+                .await?
+                .into_iter()
+                .map(|(p, offset)| (p, if offset < 0 { latest[&p] } else { offset }))
+                .collect()
+        };
+        plan.push((topic.clone(), wanted));
+    }
+    let execute = args.execute && !args.dry_run;
+    if execute {
+        for (topic, wanted) in &plan {
+            commit(&mut coordinator, group, -1, "", topic, wanted)
+                .await
+                .with_context(|| format!("cannot reset the offsets of group {group}"))?;
+        }
+    }
+    let mut text = String::from("GROUP\tTOPIC\tPARTITION\tNEW-OFFSET\n");
+    for (topic, wanted) in &plan {
+        for (p, offset) in wanted {
+            text.push_str(&format!("{group}\t{topic}\t{p}\t{offset}\n"));
+        }
+    }
+    out!("{text}");
+    if !execute {
+        eprintln!(
+            "Dry run: nothing changed. Add --execute to commit these offsets{}.",
+            if active {
+                " (refused while the group has members)"
+            } else {
+                ""
+            }
+        );
     }
     Ok(())
 }
@@ -512,7 +605,7 @@ async fn delete(connect: &ConnectArgs, group: &str) -> anyhow::Result<()> {
     let code = response.results.first().map_or(0, |r| r.error_code);
     match code {
         0 => {
-            println!("deleted group {group}");
+            outln!("deleted group {group}");
             Ok(())
         }
         NON_EMPTY_GROUP => {
@@ -655,11 +748,6 @@ impl GroupMember {
         Ok(member)
     }
 
-    /// Partitions of the topic this member consumes.
-    pub fn assigned(&self) -> &[i32] {
-        &self.assigned
-    }
-
     /// Whether the group rebalances and this member must `rejoin`.
     pub fn rebalance_needed(&self) -> bool {
         self.rejoin.get()
@@ -786,10 +874,7 @@ impl GroupMember {
     }
 
     async fn start_heartbeat(&mut self) -> anyhow::Result<()> {
-        let connect = ConnectArgs {
-            bootstrap: self.coordinator.address().to_string(),
-            timeout_ms: self.connect.timeout_ms,
-        };
+        let connect = self.connect.to(self.coordinator.address().to_string());
         let mut connection = connect.connect().await?;
         let version = connection.version::<HeartbeatRequest>(HEARTBEAT_VERSIONS)?;
         let request = HeartbeatRequest::default()
@@ -891,6 +976,11 @@ impl GroupMember {
     /// Commits and leaves the group (no waiting for a session timeout).
     pub async fn finish(mut self, positions: &BTreeMap<i32, i64>) -> anyhow::Result<()> {
         self.commit(positions).await?;
+        self.leave().await
+    }
+
+    /// Leaves the group without committing.
+    pub async fn leave(mut self) -> anyhow::Result<()> {
         self.heartbeat = None;
         let version = self
             .coordinator
@@ -934,15 +1024,32 @@ mod tests {
             parse_datetime("2000-03-01T00:00:00.123").unwrap(),
             951_868_800_123
         );
+        assert_eq!(
+            parse_datetime("2023-11-15T00:13:20+02:00").unwrap(),
+            1_700_000_000_000
+        );
+        assert_eq!(
+            parse_datetime("2023-11-14T17:13:20.000-0500").unwrap(),
+            1_700_000_000_000
+        );
         for bad in [
             "",
             "yesterday",
             "2023-13-01T00:00:00",
             "2023-11-14 22:13:20",
             "2023-11-14T22:13:20.1234",
+            "2023-11-14T22:13:20+2",
+            "2023-11-14T22:13:20+02:xx",
         ] {
             assert!(parse_datetime(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn hosts_show_as_kafka_shows_them() {
+        assert_eq!(kafka_host("127.0.0.1"), "/127.0.0.1");
+        assert_eq!(kafka_host("/127.0.0.1"), "/127.0.0.1");
+        assert_eq!(kafka_host(""), "-");
     }
 
     #[test]

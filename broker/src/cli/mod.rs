@@ -1,8 +1,24 @@
 //! The admin and console tools of the `strom` binary (`strom topic`,
-//! `strom produce`, `strom consume`), built on `protocol::client` so they
-//! work against any Kafka broker. Each runs on one glommio executor on the
-//! calling thread; a failure prints one line on stderr and exits 1.
+//! `strom produce`, `strom consume`, `strom group`, `strom config`), built
+//! on `protocol::client` so they work against any Kafka broker. Each runs on
+//! one glommio executor on the calling thread; a failure prints one line on
+//! stderr and exits 1. Everything they print goes through [`out!`] and
+//! [`outln!`], so a reader that goes away (`strom topic list | head -1`)
+//! ends the tool quietly, as it ends any Unix tool.
 
+/// `print!` that ends the tool quietly (status 0) when stdout's reader is
+/// gone, instead of panicking as `print!` does.
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::cli::write_stdout(format_args!($($arg)*)) };
+}
+
+/// `println!` that ends the tool quietly when stdout's reader is gone.
+macro_rules! outln {
+    () => { $crate::cli::write_stdout(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::cli::write_stdout(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
+pub mod config;
 pub mod consume;
 pub mod group;
 pub mod produce;
@@ -12,6 +28,7 @@ pub mod topic;
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -37,17 +54,100 @@ const LIST_OFFSETS_VERSIONS: std::ops::RangeInclusive<i16> = 1..=7;
 
 pub const METADATA_VERSIONS: std::ops::RangeInclusive<i16> = 1..=12;
 
+/// The environment variable that gives the broker when no flag does.
+pub const BOOTSTRAP_ENV: &str = "STROM_BOOTSTRAP";
+/// Broker address when neither a flag nor `STROM_BOOTSTRAP` gives one.
+const BOOTSTRAP_DEFAULT: &str = "127.0.0.1:9092";
+/// Addresses a `--bootstrap` list may hold.
+const BOOTSTRAP_ADDRESSES_MAX: usize = 64;
+/// Port assumed when the address names only a host, as Kafka's clients do.
+const PORT_DEFAULT: u16 = 9092;
+
+/// Writes to stdout and flushes. A reader that went away (EPIPE, e.g.
+/// `| head -1`) ends the process quietly with status 0: what was asked is
+/// done and nobody reads the rest. Any other write error exits 1.
+pub fn write_stdout(text: std::fmt::Arguments) {
+    let mut stdout = std::io::stdout().lock();
+    let written = stdout.write_fmt(text).and_then(|()| stdout.flush());
+    if let Err(error) = written {
+        exit_on_stdout_error(&error);
+    }
+}
+
+/// Ends the process after a failed write to stdout: quietly (status 0)
+/// when the reader is gone, else with one line and status 1.
+pub fn exit_on_stdout_error(error: &std::io::Error) -> ! {
+    if error.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    eprintln!("strom: cannot write to stdout: {error}");
+    std::process::exit(i32::from(EXIT_FAILURE));
+}
+
+/// Whether an error is stdout's reader going away (EPIPE).
+pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 #[derive(Args, Clone, Debug)]
 pub struct ConnectArgs {
-    /// Broker to connect to.
-    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:9092")]
-    pub bootstrap: String,
+    /// Broker to connect to, or a comma-separated list tried in order; a
+    /// host alone means port 9092 [default: $STROM_BOOTSTRAP, else
+    /// 127.0.0.1:9092].
+    #[arg(
+        long,
+        short = 'b',
+        visible_alias = "bootstrap-server",
+        value_name = "HOST[:PORT][,...]"
+    )]
+    pub bootstrap: Option<String>,
     /// How long to wait for the connection and for each response, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 30_000)]
     pub timeout_ms: u64,
 }
 
 impl ConnectArgs {
+    /// Connect settings for another broker (a group's coordinator).
+    pub fn to(&self, address: String) -> ConnectArgs {
+        ConnectArgs {
+            bootstrap: Some(address),
+            timeout_ms: self.timeout_ms,
+        }
+    }
+
+    /// The brokers to try, in order: the flag, else `STROM_BOOTSTRAP`, else
+    /// the default; a comma-separated list as Kafka's tools take; `:9092`
+    /// added to a bare host.
+    pub fn addresses(&self) -> anyhow::Result<Vec<String>> {
+        let given = match &self.bootstrap {
+            Some(flag) => flag.clone(),
+            None => match std::env::var(BOOTSTRAP_ENV) {
+                Ok(value) if !value.trim().is_empty() => value,
+                Ok(_) => BOOTSTRAP_DEFAULT.to_string(),
+                Err(std::env::VarError::NotPresent) => BOOTSTRAP_DEFAULT.to_string(),
+                Err(std::env::VarError::NotUnicode(_)) => {
+                    bail!("{BOOTSTRAP_ENV} is not valid UTF-8")
+                }
+            },
+        };
+        let addresses = given
+            .split(',')
+            .map(with_default_port)
+            .collect::<anyhow::Result<Vec<String>>>()?;
+        if addresses.len() > BOOTSTRAP_ADDRESSES_MAX {
+            bail!(
+                "at most {BOOTSTRAP_ADDRESSES_MAX} bootstrap addresses, got {}",
+                addresses.len()
+            );
+        }
+        Ok(addresses)
+    }
+
+    /// Connects to the first of the bootstrap brokers that answers.
     pub async fn connect(&self) -> anyhow::Result<Connection> {
         let timeout = Duration::from_millis(self.timeout_ms.max(1));
         let config = ClientConfig {
@@ -57,7 +157,45 @@ impl ConnectArgs {
             request_timeout: timeout,
             ..ClientConfig::default()
         };
-        Ok(Connection::connect(&self.bootstrap, config).await?)
+        let mut failures = Vec::new();
+        for address in self.addresses()? {
+            match Connection::connect(&address, config.clone()).await {
+                Ok(connection) => return Ok(connection),
+                Err(error) => failures.push(error),
+            }
+        }
+        match failures.len() {
+            1 => Err(failures.remove(0).into()),
+            _ => {
+                let all: Vec<String> = failures.iter().map(ToString::to_string).collect();
+                bail!("no bootstrap broker answered: {}", all.join("; "))
+            }
+        }
+    }
+}
+
+/// `HOST` → `HOST:9092`, `[V6]` → `[V6]:9092`; `HOST:PORT`, `[V6]:PORT`
+/// and a bare IPv6 address are kept as they are (a bare IPv6 address gets
+/// brackets and the port).
+pub fn with_default_port(address: &str) -> anyhow::Result<String> {
+    let address = address.trim();
+    if address.is_empty() {
+        bail!("the broker address is empty");
+    }
+    if let Some(rest) = address.strip_prefix('[') {
+        return match rest.split_once(']') {
+            Some((_, "")) => Ok(format!("{address}:{PORT_DEFAULT}")),
+            Some((_, port)) if port.starts_with(':') => Ok(address.to_string()),
+            _ => bail!("bad broker address {address:?}"),
+        };
+    }
+    match address.matches(':').count() {
+        0 => Ok(format!("{address}:{PORT_DEFAULT}")),
+        1 => Ok(address.to_string()),
+        _ if address.parse::<std::net::Ipv6Addr>().is_ok() => {
+            Ok(format!("[{address}]:{PORT_DEFAULT}"))
+        }
+        _ => bail!("bad broker address {address:?}"),
     }
 }
 
@@ -79,6 +217,7 @@ where
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
+        Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("strom {tool}: {error:#}");
             ExitCode::from(EXIT_FAILURE)
@@ -185,5 +324,27 @@ pub fn key_value(text: &str) -> Result<(String, String), String> {
             Ok((key.trim().to_string(), value.to_string()))
         }
         _ => Err(format!("expected KEY=VALUE, got {text:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bare_host_gets_kafkas_port() {
+        for (given, expected) in [
+            ("localhost", "localhost:9092"),
+            ("127.0.0.1", "127.0.0.1:9092"),
+            ("127.0.0.1:19092", "127.0.0.1:19092"),
+            ("[::1]", "[::1]:9092"),
+            ("[::1]:19092", "[::1]:19092"),
+            ("::1", "[::1]:9092"),
+        ] {
+            assert_eq!(with_default_port(given).unwrap(), expected, "{given}");
+        }
+        for bad in ["", "[::1", "a:b:c"] {
+            assert!(with_default_port(bad).is_err(), "{bad}");
+        }
     }
 }

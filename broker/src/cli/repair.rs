@@ -46,7 +46,7 @@ pub fn run(args: RepairArgs) -> anyhow::Result<()> {
         } => {
             let _lock = broker::exclusive::DataDirLock::acquire(&data_dir)?;
             let report = broker::metadata::repair(&data_dir, drop_damaged_at)?;
-            println!(
+            outln!(
                 "removed {} bytes at byte {} of the metadata log; {} valid records after them kept; \
                  the original is in {}",
                 report.removed_bytes,
@@ -165,7 +165,7 @@ fn repair_segment(file: &Path, truncate_at: u64) -> anyhow::Result<()> {
         .and_then(|()| segment.sync_all())
         .with_context(|| format!("cannot cut {} at byte {truncate_at}", file.display()))?;
     sync_dir(&partition)?;
-    println!(
+    outln!(
         "cut {} at byte {truncate_at} ({} bytes removed) and moved {later_segments} later \
          segments out of the log; copies of everything removed are in {}",
         file.display(),

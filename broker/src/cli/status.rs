@@ -30,7 +30,7 @@ pub struct StatusArgs {
 pub fn run(args: StatusArgs) -> ExitCode {
     match summary(&args) {
         Ok(text) => {
-            print!("{text}");
+            out!("{text}");
             ExitCode::SUCCESS
         }
         Err(error) => {

@@ -21,7 +21,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use protocol::client::{check_error, Connection};
 
-use super::{key_value, metadata, topic_name, ConnectArgs};
+use super::{key_value, list_offsets, metadata, topic_name, ConnectArgs};
 
 const CREATE_TOPICS_VERSIONS: std::ops::RangeInclusive<i16> = 2..=7;
 const DELETE_TOPICS_VERSIONS: std::ops::RangeInclusive<i16> = 1..=6;
@@ -34,6 +34,9 @@ const RESOURCE_TOPIC: i8 = 2;
 const CONFIG_SOURCE_DYNAMIC_TOPIC: i8 = 1;
 const OP_SET: i8 = 0;
 const OP_DELETE: i8 = 1;
+const TOPIC_ALREADY_EXISTS: i16 = 36;
+const LIST_OFFSETS_EARLIEST: i64 = -2;
+const LIST_OFFSETS_LATEST: i64 = -1;
 
 #[derive(Args, Debug)]
 pub struct TopicArgs {
@@ -47,7 +50,8 @@ enum TopicCommand {
     Create(CreateArgs),
     /// List the names of all topics, one per line.
     List(ListArgs),
-    /// Show partitions (leader, replicas, in-sync replicas) and configs of topics.
+    /// Show partitions (leader, replicas, in-sync replicas, start and end
+    /// offsets) and configs of topics.
     Describe(DescribeArgs),
     /// Change topic configs or add partitions.
     Alter(AlterArgs),
@@ -71,6 +75,9 @@ struct CreateArgs {
     /// Only check that the broker would accept the topic; create nothing.
     #[arg(long)]
     validate_only: bool,
+    /// Succeed, changing nothing, when the topic exists already.
+    #[arg(long)]
+    if_not_exists: bool,
     #[command(flatten)]
     connect: ConnectArgs,
 }
@@ -173,6 +180,10 @@ async fn create(args: CreateArgs) -> anyhow::Result<()> {
         .with_validate_only(args.validate_only);
     let response = connection.call(&request, version).await?;
     for result in &response.topics {
+        if args.if_not_exists && result.error_code == TOPIC_ALREADY_EXISTS {
+            outln!("Topic {} already exists.", args.topic);
+            return Ok(());
+        }
         check_error(
             ApiKey::CreateTopics,
             result.error_code,
@@ -181,9 +192,9 @@ async fn create(args: CreateArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot create topic {}", args.topic))?;
     }
     if args.validate_only {
-        println!("Topic {} would be created.", args.topic);
+        outln!("Topic {} would be created.", args.topic);
     } else {
-        println!("Created topic {}.", args.topic);
+        outln!("Created topic {}.", args.topic);
     }
     Ok(())
 }
@@ -201,7 +212,7 @@ async fn list(args: ListArgs) -> anyhow::Result<()> {
     for name in names {
         let _ = writeln!(out, "{name}");
     }
-    print!("{out}");
+    out!("{out}");
     Ok(())
 }
 
@@ -232,6 +243,19 @@ async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
         );
         let mut partitions: Vec<_> = topic.partitions.iter().collect();
         partitions.sort_by_key(|p| p.partition_index);
+        let readable: Vec<i32> = partitions
+            .iter()
+            .filter(|p| p.error_code == 0)
+            .map(|p| p.partition_index)
+            .collect();
+        let (starts, ends) = if readable.is_empty() {
+            Default::default()
+        } else {
+            (
+                list_offsets(&mut connection, name, &readable, LIST_OFFSETS_EARLIEST).await?,
+                list_offsets(&mut connection, name, &readable, LIST_OFFSETS_LATEST).await?,
+            )
+        };
         for partition in partitions {
             let ids = |nodes: &[kafka_protocol::messages::BrokerId]| {
                 nodes
@@ -252,6 +276,12 @@ async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
                 ids(&partition.replica_nodes),
                 ids(&partition.isr_nodes),
             );
+            if let (Some(start), Some(end)) = (
+                starts.get(&partition.partition_index),
+                ends.get(&partition.partition_index),
+            ) {
+                let _ = write!(out, "\tStartOffset: {start}\tEndOffset: {end}");
+            }
             if partition.error_code != 0 {
                 let _ = write!(
                     out,
@@ -262,7 +292,7 @@ async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
             out.push('\n');
         }
     }
-    print!("{out}");
+    out!("{out}");
     Ok(())
 }
 
@@ -345,7 +375,7 @@ async fn alter(args: AlterArgs) -> anyhow::Result<()> {
             )
             .with_context(|| format!("cannot change configs of topic {}", args.topic))?;
         }
-        println!("Updated configs of topic {}.", args.topic);
+        outln!("Updated configs of topic {}.", args.topic);
     }
     if let Some(count) = args.partitions {
         let version = connection.version::<CreatePartitionsRequest>(CREATE_PARTITIONS_VERSIONS)?;
@@ -364,7 +394,7 @@ async fn alter(args: AlterArgs) -> anyhow::Result<()> {
             )
             .with_context(|| format!("cannot add partitions to topic {}", args.topic))?;
         }
-        println!("Topic {} now has {count} partitions.", args.topic);
+        outln!("Topic {} now has {count} partitions.", args.topic);
     }
     Ok(())
 }
@@ -391,7 +421,7 @@ async fn delete(args: DeleteArgs) -> anyhow::Result<()> {
             result.error_code,
             message(&result.error_message),
         ) {
-            Ok(()) => println!("Deleted topic {name}."),
+            Ok(()) => outln!("Deleted topic {name}."),
             Err(error) => failures.push(format!("cannot delete topic {name}: {error}")),
         }
     }

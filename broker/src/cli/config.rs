@@ -1,0 +1,132 @@
+//! `strom config describe --broker [ID]`: every setting a broker reports
+//! through DescribeConfigs (BROKER resource), with where its value comes
+//! from, in the spirit of `kafka-configs --describe --all`.
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::{ApiKey, DescribeConfigsRequest};
+use kafka_protocol::protocol::StrBytes;
+use protocol::client::{check_error, Connection};
+
+use super::{metadata, ConnectArgs};
+
+/// v1+ report each config's source.
+const DESCRIBE_CONFIGS_VERSIONS: std::ops::RangeInclusive<i16> = 1..=4;
+const RESOURCE_BROKER: i8 = 4;
+
+#[derive(Args, Debug)]
+pub struct ConfigArgs {
+    #[command(subcommand)]
+    command: ConfigCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum ConfigCommand {
+    /// Print every setting a broker reports, one NAME=VALUE per line with
+    /// its source (STATIC_BROKER_CONFIG, DEFAULT_CONFIG, ...).
+    Describe(DescribeArgs),
+}
+
+#[derive(Args, Debug)]
+struct DescribeArgs {
+    /// The broker to describe, by node id [default: the one connected to].
+    #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "", required = true)]
+    broker: Option<String>,
+    #[command(flatten)]
+    connect: ConnectArgs,
+}
+
+pub async fn run(args: ConfigArgs) -> anyhow::Result<()> {
+    match args.command {
+        ConfigCommand::Describe(args) => describe(args).await,
+    }
+}
+
+/// Kafka's names of DescribeConfigs config sources.
+fn source_name(source: i8) -> &'static str {
+    match source {
+        1 => "DYNAMIC_TOPIC_CONFIG",
+        2 => "DYNAMIC_BROKER_CONFIG",
+        3 => "DYNAMIC_DEFAULT_BROKER_CONFIG",
+        4 => "STATIC_BROKER_CONFIG",
+        5 => "DEFAULT_CONFIG",
+        6 => "DYNAMIC_BROKER_LOGGER_CONFIG",
+        7 => "CLIENT_METRICS_CONFIG",
+        8 => "GROUP_CONFIG",
+        _ => "UNKNOWN",
+    }
+}
+
+/// The node id of the broker `connection` talks to (by its advertised
+/// address), else the only broker, else the controller.
+async fn connected_node_id(connection: &mut Connection) -> anyhow::Result<i32> {
+    let response = metadata(connection, Some(&[]), false).await?;
+    let address = connection.address().to_string();
+    if let Some(found) = response
+        .brokers
+        .iter()
+        .find(|b| format!("{}:{}", b.host.as_str(), b.port) == address)
+    {
+        return Ok(found.node_id.0);
+    }
+    match response.brokers.as_slice() {
+        [only] => Ok(only.node_id.0),
+        _ if response.controller_id.0 >= 0 => Ok(response.controller_id.0),
+        _ => bail!("cannot tell which broker {address} is; give --broker ID"),
+    }
+}
+
+async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
+    let mut connection = args.connect.connect().await?;
+    let id = match args.broker.as_deref().map(str::trim) {
+        Some(id) if !id.is_empty() => id
+            .parse::<i32>()
+            .ok()
+            .filter(|id| *id >= 0)
+            .with_context(|| format!("--broker takes a node id (0 or more), got {id:?}"))?,
+        _ => connected_node_id(&mut connection).await?,
+    };
+    let version = connection.version::<DescribeConfigsRequest>(DESCRIBE_CONFIGS_VERSIONS)?;
+    let request =
+        DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+            .with_resource_type(RESOURCE_BROKER)
+            .with_resource_name(StrBytes::from_string(id.to_string()))
+            .with_configuration_keys(None)]);
+    let response = connection.call(&request, version).await?;
+    let Some(result) = response.results.first() else {
+        bail!("the broker described no resource");
+    };
+    check_error(
+        ApiKey::DescribeConfigs,
+        result.error_code,
+        result.error_message.as_deref(),
+    )
+    .with_context(|| format!("cannot describe the configs of broker {id}"))?;
+    let mut configs: Vec<(String, String, &'static str)> = result
+        .configs
+        .iter()
+        .map(|config| {
+            let value = if config.is_sensitive {
+                "(sensitive)".to_string()
+            } else {
+                config
+                    .value
+                    .as_ref()
+                    .map_or_else(|| "null".to_string(), |v| v.as_str().to_string())
+            };
+            (
+                config.name.as_str().to_string(),
+                value,
+                source_name(config.config_source),
+            )
+        })
+        .collect();
+    configs.sort();
+    let mut text = format!("All configs for broker {id} are:\n");
+    for (name, value, source) in configs {
+        text.push_str(&format!("  {name}={value}\tsource={source}\n"));
+    }
+    out!("{text}");
+    Ok(())
+}
