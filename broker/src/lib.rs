@@ -6,6 +6,7 @@ pub mod allocator;
 pub mod config;
 pub mod config_reference;
 pub mod controller;
+pub mod effective_config;
 pub mod environment;
 pub mod errors;
 pub mod group;

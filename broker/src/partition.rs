@@ -257,7 +257,7 @@ async fn recover_producers(log: &Log, dir: &Path) -> Result<ProducerTable, Stora
         }
         from = result.next_offset;
     }
-    tracing::info!(dir = %dir.display(), snapshot = ?snapshot, replayed_from = replay_from, log_end = end, idempotent_batches = batches, producers = table.len(), "producer state rebuilt");
+    tracing::debug!(dir = %dir.display(), snapshot = snapshot.map_or(-1, |offset| offset as i64), replayed_from = replay_from, log_end = end, idempotent_batches = batches, producers = table.len(), "producer state rebuilt");
     Ok(table)
 }
 

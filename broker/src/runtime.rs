@@ -30,6 +30,8 @@ use crate::shard::{build_mesh, MeshEnds, Shard};
 enum Event {
     Ready {
         core: usize,
+        /// Partitions the core opened.
+        partitions: usize,
     },
     Fatal {
         core: usize,
@@ -41,6 +43,8 @@ enum Event {
     },
     Closed {
         core: usize,
+        /// Partitions the core closed.
+        partitions: usize,
     },
     Signal {
         signal: i32,
@@ -94,7 +98,7 @@ async fn core_main(
 ) {
     // Lives as long as the core: see `protocol::watchdog` for the glommio
     // hang it bounds.
-    let _watchdog = match protocol::watchdog::start(
+    let watchdog = match protocol::watchdog::start(
         &format!("strom-core-{core}"),
         protocol::watchdog::PERIOD,
         protocol::watchdog::STALL_WARNING,
@@ -110,6 +114,7 @@ async fn core_main(
     shard.connect_mesh(ends).await;
 
     let image = metadata.image();
+    let mut opened = 0;
     for topic in image.topics.values() {
         let effective = config.topic_defaults.effective(&topic.configs);
         for index in 0..topic.partition_cores.len() as i32 {
@@ -126,6 +131,7 @@ async fn core_main(
             .await
             {
                 Ok(partition) => {
+                    opened += 1;
                     shard
                         .partitions
                         .borrow_mut()
@@ -155,7 +161,13 @@ async fn core_main(
         }
     };
     glommio::spawn_local(crate::metrics::serve_scrapes(shard.clone(), scrapes)).detach();
-    let _ = events.send(Event::Ready { core });
+    // Start-up work (opening logs, the first touch of io memory) may hold
+    // the core for a while; from here on that is a stall.
+    watchdog.arm();
+    let _ = events.send(Event::Ready {
+        core,
+        partitions: opened,
+    });
     let accept = glommio::spawn_local(server::accept_loop(shard.clone(), listener));
     glommio::spawn_local(retention_loop(shard.clone())).detach();
 
@@ -181,10 +193,14 @@ async fn core_main(
         .drain()
         .flat_map(|(_, by_index)| by_index.into_values())
         .collect();
+    let closed = partitions.len();
     for partition in partitions {
         partition.close().await;
     }
-    let _ = events.send(Event::Closed { core });
+    let _ = events.send(Event::Closed {
+        core,
+        partitions: closed,
+    });
 }
 
 /// Warns about each partition directory the metadata does not name: its
@@ -275,6 +291,10 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     keep_large_buffers_in_the_heap();
     let huge_pages_off = crate::allocator::configure();
     let config = crate::environment::check(config)?;
+    tracing::info!(
+        "effective configuration: {}",
+        crate::effective_config::render(&config)
+    );
     crate::io_properties::log_use(&config);
     let (log, image) =
         MetadataLog::open(&config.data_dir).context("cannot open the metadata log")?;
@@ -318,6 +338,8 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     drop(events_tx);
 
     let mut ready = 0;
+    let mut partitions = 0;
+    let opening_started = Instant::now();
     let mut failure: Option<String> = None;
     // A core that reported a fatal error has returned: it neither drains
     // nor closes, so the stop sequence must not wait for it.
@@ -326,8 +348,12 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     let mut stop_requested = false;
     while ready < cores && failure.is_none() {
         match events_rx.recv() {
-            Ok(Event::Ready { core }) => {
-                tracing::debug!(core, "core ready");
+            Ok(Event::Ready {
+                core,
+                partitions: opened,
+            }) => {
+                tracing::debug!(core, partitions = opened, "core ready");
+                partitions += opened;
                 ready += 1;
             }
             Ok(Event::Fatal { core, message }) => {
@@ -346,6 +372,12 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         }
     }
     if failure.is_none() {
+        tracing::info!(
+            topics,
+            cores,
+            elapsed_ms = opening_started.elapsed().as_millis() as u64,
+            "opened {partitions} partitions"
+        );
         admin.set_ready();
         tracing::info!(
             listen = %config.listen,
@@ -354,7 +386,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
             cores,
             topics,
             node_id = config.node_id,
-            transparent_huge_pages = if huge_pages_off { "off" } else { "on" },
+            transparent_huge_pages = %if huge_pages_off { "off" } else { "on" },
             "strom started"
         );
         // Until a stop signal or a fatal error; each arm that ends it breaks.
@@ -423,10 +455,12 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         let _ = control.send(Control::Close);
     }
     let mut closed = gone;
+    let mut partitions_closed = 0;
     while closed < cores {
         match events_rx.recv_deadline(deadline) {
-            Ok(Event::Closed { core }) => {
-                tracing::debug!(core, "core closed");
+            Ok(Event::Closed { core, partitions }) => {
+                tracing::debug!(core, partitions, "core closed");
+                partitions_closed += partitions;
                 closed += 1;
             }
             Ok(_) => {}
@@ -454,6 +488,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         bail!(message);
     }
     tracing::info!(
+        partitions_closed,
         elapsed_ms = stop_started.elapsed().as_millis() as u64,
         "strom stopped"
     );

@@ -678,7 +678,7 @@ fn io_properties_size_the_writes_and_are_logged() {
     assert!(
         log.contains("io properties")
             && log.contains("262144")
-            && log.contains("strom.writes.inflight=\"8\""),
+            && log.contains("strom.writes.inflight=8"),
         "{log}"
     );
     let (_, body) = admin.get("/status");

@@ -507,15 +507,15 @@ impl Log {
             warn!(dir = %dir.display(), error = %e, "could not write the checkpoint; removing it");
             file::remove(&dir.join(crate::checkpoint::FILE_NAME)).await?;
         }
-        info!(
-            dir = %dir.display(),
-            clean,
-            start_offset = log_start_offset,
-            next_offset,
-            segments = state.segments.len(),
-            scanned = report.segments_scanned,
-            "log opened"
-        );
+        // A clean open is routine (the broker logs one line for all of
+        // them); a recovery that scanned segments is worth a line of its own.
+        let segments = state.segments.len();
+        let scanned = report.segments_scanned;
+        if clean && scanned == 0 {
+            tracing::debug!(dir = %dir.display(), start_offset = log_start_offset, next_offset, segments, "log opened");
+        } else {
+            info!(dir = %dir.display(), clean, start_offset = log_start_offset, next_offset, segments, scanned, "log opened");
+        }
         let inner = Rc::new(Inner {
             dir,
             config: RefCell::new(config),
@@ -1474,7 +1474,8 @@ impl Log {
         sealed?;
         checkpoint.write(&self.inner.dir).await?;
         self.inner.append_lock.close();
-        info!(dir = %self.inner.dir.display(), next_offset = checkpoint.next_offset, "log closed cleanly");
+        // Routine: the broker logs one line for all of them.
+        tracing::debug!(dir = %self.inner.dir.display(), next_offset = checkpoint.next_offset, "log closed cleanly");
         Ok(())
     }
 
