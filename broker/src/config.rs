@@ -55,6 +55,13 @@ pub enum LogFormat {
 }
 
 impl LogFormat {
+    /// The format named `name` (`text`, `json`).
+    pub fn parse(name: &str) -> Option<Self> {
+        [LogFormat::Text, LogFormat::Json]
+            .into_iter()
+            .find(|format| format.name() == name)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             LogFormat::Text => "text",
@@ -310,11 +317,8 @@ impl Builder {
         });
         match key {
             "log.format" => {
-                self.log_format = match value.trim() {
-                    "text" => LogFormat::Text,
-                    "json" => LogFormat::Json,
-                    _ => return Err(invalid(key, value, source, "expected text or json")),
-                }
+                self.log_format = LogFormat::parse(value.trim())
+                    .ok_or_else(|| invalid(key, value, source, "expected text or json"))?
             }
             "strom.metrics.partition.labels" => {
                 self.metrics_partition_labels = parse_value(key, value, source)?

@@ -657,7 +657,7 @@ fn the_broker_runs_without_transparent_huge_pages() {
     assert_eq!(line.split_whitespace().nth(1), Some("0"), "{line}");
     let log = broker.log();
     assert!(
-        log.contains(common::STARTED_LINE) && log.contains("transparent_huge_pages=\"off\""),
+        log.contains(common::STARTED_LINE) && log.contains("transparent_huge_pages=off"),
         "{log}"
     );
     broker.stop();

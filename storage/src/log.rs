@@ -507,12 +507,13 @@ impl Log {
             warn!(dir = %dir.display(), error = %e, "could not write the checkpoint; removing it");
             file::remove(&dir.join(crate::checkpoint::FILE_NAME)).await?;
         }
-        // A clean open is routine (the broker logs one line for all of
-        // them); a recovery that scanned segments is worth a line of its own.
+        // An open with nothing to scan (a clean stop, a new log) is
+        // routine: the broker logs one line for all of them. A recovery
+        // that scanned segments is worth a line of its own.
         let segments = state.segments.len();
         let scanned = report.segments_scanned;
-        if clean && scanned == 0 {
-            tracing::debug!(dir = %dir.display(), start_offset = log_start_offset, next_offset, segments, "log opened");
+        if scanned == 0 {
+            tracing::debug!(dir = %dir.display(), clean, start_offset = log_start_offset, next_offset, segments, "log opened");
         } else {
             info!(dir = %dir.display(), clean, start_offset = log_start_offset, next_offset, segments, scanned, "log opened");
         }
