@@ -295,7 +295,7 @@ impl Partition {
         let mut producers = recover_producers(&log, &dir).await?;
         let expired = producers.expire(now_ms(), producer_id_expiration_ms);
         if expired > 0 {
-            tracing::info!(topic, partition = index, expired, "expired idle producers");
+            tracing::info!(topic = %topic, partition = index, expired, "expired idle producers");
         }
         let segments = log.segment_count();
         Ok(Rc::new(Partition {
