@@ -819,6 +819,21 @@ mod tests {
     }
 
     #[test]
+    fn records_are_counted_in_whole_batches_only() {
+        let mut bytes = protocol::batch::build::patterned(1, 3, 10, 1);
+        bytes.extend(protocol::batch::build::patterned(1, 5, 10, 2));
+        assert_eq!(super::records_in_batches(&bytes), 8);
+        // A cut batch at the end is not counted, nor is garbage.
+        let whole = bytes.len();
+        bytes.extend(protocol::batch::build::patterned(1, 7, 10, 3));
+        assert_eq!(super::records_in_batches(&bytes[..whole + 70]), 8);
+        assert_eq!(
+            super::records_in_batches(b"not a batch at all, not at all"),
+            0
+        );
+    }
+
+    #[test]
     fn only_the_codes_a_version_encodes_are_counted() {
         // OffsetFetch v1 has no top-level error: each partition carries it.
         let fetched = OffsetFetchResponse::default()
