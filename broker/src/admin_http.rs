@@ -11,13 +11,18 @@
 //! A scrape asks every core for a [`ShardSnapshot`] over a bounded flume
 //! channel and waits at most [`SCRAPE_MS_MAX`]; a core that does not
 //! answer in time is left out (and counted in
-//! `strom_scrape_shards_missing`). Connections are served one at a time,
-//! each bounded by [`ADMIN_IO_MS_MAX`]: this is for monitoring, not load.
+//! `strom_scrape_shards_missing`). Each connection is served on a thread
+//! of its own, so a slow or half-sent request never holds up a probe: its
+//! request head must arrive within [`REQUEST_HEAD_MS_MAX`], and at most
+//! [`ADMIN_CONNECTIONS_MAX`] are open at once. Past that bound the oldest
+//! connection still sending its request is closed to make room, so a
+//! flood of idle connections cannot lock `/health` out.
 
+use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
@@ -29,8 +34,13 @@ use crate::metrics::{self, ScrapeRequest, ShardSnapshot, LATENCY_BOUNDS_US};
 
 /// Longest a scrape waits for the cores' snapshots.
 pub const SCRAPE_MS_MAX: u64 = 2_000;
-/// Longest one admin connection may take to send its request or read the answer.
-pub const ADMIN_IO_MS_MAX: u64 = 5_000;
+/// Longest one admin connection may take to send its whole request head.
+pub const REQUEST_HEAD_MS_MAX: u64 = 2_000;
+/// Longest one admin connection may take to read (each write of) the answer.
+pub const ADMIN_WRITE_MS_MAX: u64 = 5_000;
+/// Admin connections open at once (each has a thread while it is served).
+pub const ADMIN_CONNECTIONS_MAX: usize = 32;
+const _: () = assert!(REQUEST_HEAD_MS_MAX < ADMIN_WRITE_MS_MAX);
 /// Largest request head read; anything longer is refused.
 pub const REQUEST_HEAD_BYTES_MAX: usize = 8 << 10;
 /// Scrape requests queued per core.
@@ -138,40 +148,115 @@ pub fn start(
             .name("strom-admin".to_string())
             .spawn(move || serve(serving, listener))
             .context("cannot start the admin thread")?;
-        tracing::info!(address = ?state.address, "admin listener: /metrics /health /ready /status");
+        if let Some(address) = state.address {
+            tracing::info!(%address, "admin listener: /metrics /health /ready /status");
+        }
     }
     Ok((state, receivers))
 }
 
+/// An admin connection being served: a handle to close it, and whether it
+/// is still sending its request (only those are closed to make room).
+struct OpenConnection {
+    id: u64,
+    stream: TcpStream,
+    reading: Arc<AtomicBool>,
+}
+
 fn serve(state: Arc<AdminState>, listener: TcpListener) {
+    let open: Arc<Mutex<Vec<OpenConnection>>> = Arc::default();
+    let mut next_id = 0u64;
     for stream in listener.incoming() {
-        match stream {
-            Ok(stream) => {
-                if let Err(error) = answer(&state, stream) {
-                    tracing::debug!(%error, "admin connection");
+        let stream = match stream {
+            Ok(stream) => stream,
+            Err(error) => {
+                tracing::debug!(%error, "admin accept failed");
+                continue;
+            }
+        };
+        next_id += 1;
+        let id = next_id;
+        let reading = Arc::new(AtomicBool::new(true));
+        {
+            let mut open = open.lock().expect("admin connections lock");
+            if open.len() >= ADMIN_CONNECTIONS_MAX {
+                match open.iter().position(|c| c.reading.load(Ordering::Acquire)) {
+                    Some(oldest) => {
+                        let evicted = open.remove(oldest);
+                        let _ = evicted.stream.shutdown(std::net::Shutdown::Both);
+                        tracing::debug!(
+                            limit = ADMIN_CONNECTIONS_MAX,
+                            "admin connections at their limit: closed the oldest one still sending its request"
+                        );
+                    }
+                    None => {
+                        // Every open one is being answered: refuse this one.
+                        drop(stream);
+                        continue;
+                    }
                 }
             }
-            Err(error) => tracing::debug!(%error, "admin accept failed"),
+            let Ok(handle) = stream.try_clone() else {
+                continue;
+            };
+            open.push(OpenConnection {
+                id,
+                stream: handle,
+                reading: reading.clone(),
+            });
+        }
+        let (state, connections) = (state.clone(), open.clone());
+        let spawned = std::thread::Builder::new()
+            .name("strom-admin-req".to_string())
+            .spawn(move || {
+                if let Err(error) = answer(&state, stream, &reading) {
+                    tracing::debug!(%error, "admin connection");
+                }
+                connections
+                    .lock()
+                    .expect("admin connections lock")
+                    .retain(|c| c.id != id);
+            });
+        if let Err(error) = spawned {
+            tracing::warn!(%error, "cannot start a thread for an admin connection");
+            open.lock()
+                .expect("admin connections lock")
+                .retain(|c| c.id != id);
         }
     }
 }
 
-fn answer(state: &AdminState, mut stream: TcpStream) -> std::io::Result<()> {
-    let limit = Some(Duration::from_millis(ADMIN_IO_MS_MAX));
-    stream.set_read_timeout(limit)?;
-    stream.set_write_timeout(limit)?;
+/// Reads a request head (up to the blank line) within [`REQUEST_HEAD_MS_MAX`]
+/// in all; `None` when it is larger than [`REQUEST_HEAD_BYTES_MAX`].
+fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<Vec<u8>>> {
+    let deadline = Instant::now() + Duration::from_millis(REQUEST_HEAD_MS_MAX);
     let mut head = Vec::with_capacity(1024);
     let mut buf = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        stream.set_read_timeout(Some(left))?;
         let n = stream.read(&mut buf)?;
         if n == 0 {
             break;
         }
         head.extend_from_slice(&buf[..n]);
         if head.len() > REQUEST_HEAD_BYTES_MAX {
-            return respond(&mut stream, 431, "text/plain", "request head too large\n");
+            return Ok(None);
         }
     }
+    Ok(Some(head))
+}
+
+fn answer(state: &AdminState, mut stream: TcpStream, reading: &AtomicBool) -> std::io::Result<()> {
+    stream.set_write_timeout(Some(Duration::from_millis(ADMIN_WRITE_MS_MAX)))?;
+    let head = read_head(&mut stream)?;
+    reading.store(false, Ordering::Release);
+    let Some(head) = head else {
+        return respond(&mut stream, 431, "text/plain", "request head too large\n");
+    };
     let head = String::from_utf8_lossy(&head);
     let mut parts = head.lines().next().unwrap_or("").split_whitespace();
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
@@ -564,7 +649,7 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
         ),
         (
             "strom_core_stalls_total",
-            "Times the core went 500 ms or more without running its tasks: the process was stopped, starved of CPU, or a task ran without yielding (each also logged, with its length).",
+            "Times the core went 500 ms or more without running its tasks once started: the process was stopped, starved of CPU, or a task ran without yielding (each also logged, with its length).",
             |s| s.stalls,
         ),
         (
@@ -614,7 +699,173 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
             e.sample(name, &[("shard", shard)], value(s));
         }
     }
+    render_topics(&mut e, snapshots, state.config.metrics_partition_labels);
     e.out
+}
+
+/// One topic's (or partition's) figures, summed over the shards.
+#[derive(Default)]
+struct TopicFigures {
+    bytes_in: u64,
+    records_in: u64,
+    bytes_out: u64,
+    records_out: u64,
+    log_start_offset: i64,
+    log_end_offset: i64,
+    high_watermark: i64,
+    size_bytes: u64,
+}
+
+/// A group's committed offsets and lag for one topic (or partition).
+#[derive(Default)]
+struct GroupFigures {
+    committed_offset: i64,
+    lag: i64,
+}
+
+/// A series key: the topic, and the partition when partitions are labelled.
+type TopicKey = (String, Option<i32>);
+
+/// Per-topic series (`topic="..."`), or per partition (`topic`,
+/// `partition`) with `strom.metrics.partition.labels`, and consumer group
+/// lag (`group`, `topic`[, `partition`]): the same names either way, so
+/// `sum by (topic)` reads both.
+fn render_topics(e: &mut Exposition, snapshots: &[ShardSnapshot], by_partition: bool) {
+    let key = |topic: &str, partition: i32| -> TopicKey {
+        (topic.to_string(), by_partition.then_some(partition))
+    };
+    let mut topics: BTreeMap<TopicKey, TopicFigures> = BTreeMap::new();
+    let mut high_watermarks: HashMap<(&str, i32), i64> = HashMap::new();
+    for s in snapshots {
+        for log in &s.partition_logs {
+            high_watermarks.insert((log.topic.as_str(), log.partition), log.high_watermark);
+            let t = topics.entry(key(&log.topic, log.partition)).or_default();
+            t.log_start_offset += log.log_start_offset;
+            t.log_end_offset += log.log_end_offset;
+            t.high_watermark += log.high_watermark;
+            t.size_bytes += log.size_bytes;
+        }
+    }
+    for s in snapshots {
+        for traffic in &s.traffic {
+            // Only partitions a shard still owns: a deleted topic's
+            // counters are not shown.
+            if !high_watermarks.contains_key(&(traffic.topic.as_str(), traffic.partition)) {
+                continue;
+            }
+            let t = topics
+                .entry(key(&traffic.topic, traffic.partition))
+                .or_default();
+            t.bytes_in += traffic.bytes_in;
+            t.records_in += traffic.records_in;
+            t.bytes_out += traffic.bytes_out;
+            t.records_out += traffic.records_out;
+        }
+    }
+    let mut groups: BTreeMap<(String, TopicKey), GroupFigures> = BTreeMap::new();
+    for s in snapshots {
+        for committed in &s.committed {
+            let Some(high_watermark) =
+                high_watermarks.get(&(committed.topic.as_str(), committed.partition))
+            else {
+                continue;
+            };
+            if committed.offset < 0 {
+                continue;
+            }
+            let g = groups
+                .entry((
+                    committed.group.clone(),
+                    key(&committed.topic, committed.partition),
+                ))
+                .or_default();
+            g.committed_offset += committed.offset;
+            g.lag += (high_watermark - committed.offset).max(0);
+        }
+    }
+    type TopicFigure = (&'static str, &'static str, fn(&TopicFigures) -> i64);
+    let figures: [TopicFigure; 8] = [
+        (
+            "strom_topic_bytes_in_total",
+            "Record batch bytes produced to the topic (appended).",
+            |t| t.bytes_in as i64,
+        ),
+        (
+            "strom_topic_records_in_total",
+            "Records produced to the topic (appended).",
+            |t| t.records_in as i64,
+        ),
+        (
+            "strom_topic_bytes_out_total",
+            "Record batch bytes of the topic sent in fetch responses.",
+            |t| t.bytes_out as i64,
+        ),
+        (
+            "strom_topic_records_out_total",
+            "Records of the topic sent in fetch responses (whole batches, as sent).",
+            |t| t.records_out as i64,
+        ),
+        (
+            "strom_topic_log_start_offset",
+            "Log start offset (summed over the topic's partitions without a partition label).",
+            |t| t.log_start_offset,
+        ),
+        (
+            "strom_topic_log_end_offset",
+            "Log end offset: the offset the next record gets (summed over the topic's partitions without a partition label).",
+            |t| t.log_end_offset,
+        ),
+        (
+            "strom_topic_high_watermark",
+            "High watermark: consumers read up to it (summed over the topic's partitions without a partition label).",
+            |t| t.high_watermark,
+        ),
+        (
+            "strom_topic_log_size_bytes",
+            "Bytes of the topic's segments on disk.",
+            |t| t.size_bytes as i64,
+        ),
+    ];
+    for (name, help, value) in figures {
+        let kind = if name.ends_with("_total") {
+            "counter"
+        } else {
+            "gauge"
+        };
+        e.family(name, kind, help);
+        for ((topic, partition), t) in &topics {
+            let partition = partition.map(|p| p.to_string());
+            let mut labels = vec![("topic", topic.as_str())];
+            if let Some(partition) = &partition {
+                labels.push(("partition", partition));
+            }
+            e.sample(name, &labels, value(t));
+        }
+    }
+    type GroupFigure = (&'static str, &'static str, fn(&GroupFigures) -> i64);
+    let figures: [GroupFigure; 2] = [
+        (
+            "strom_consumer_group_committed_offset",
+            "Offset the group committed (summed over the topic's partitions without a partition label).",
+            |g| g.committed_offset,
+        ),
+        (
+            "strom_consumer_group_lag",
+            "Records between the group's committed offset and the high watermark, over the partitions it committed for.",
+            |g| g.lag,
+        ),
+    ];
+    for (name, help, value) in figures {
+        e.family(name, "gauge", help);
+        for ((group, (topic, partition)), g) in &groups {
+            let partition = partition.map(|p| p.to_string());
+            let mut labels = vec![("group", group.as_str()), ("topic", topic.as_str())];
+            if let Some(partition) = &partition {
+                labels.push(("partition", partition));
+            }
+            e.sample(name, &labels, value(g));
+        }
+    }
 }
 
 /// The `/status` answer, read by `strom status`.

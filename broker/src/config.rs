@@ -45,6 +45,39 @@ pub enum ConfigError {
     },
 }
 
+/// How the broker writes its log lines (`log.format`, `--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    Text,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
+
+impl LogFormat {
+    /// The format named `name` (`text`, `json`).
+    pub fn parse(name: &str) -> Option<Self> {
+        [LogFormat::Text, LogFormat::Json]
+            .into_iter()
+            .find(|format| format.name() == name)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        }
+    }
+}
+
+/// A setting as given: key, value and where it came from.
+#[derive(Debug, Clone)]
+pub struct GivenSetting {
+    pub key: String,
+    pub value: String,
+    pub source: Source,
+}
+
 /// Settings given on the command line; `None` leaves the file or default.
 #[derive(Debug, Clone, Default)]
 pub struct Flags {
@@ -112,6 +145,14 @@ pub struct BrokerConfig {
     pub io_properties: Option<crate::io_properties::Applied>,
     /// Consumer group settings (`group.*`, `offsets.*`).
     pub groups: crate::group::GroupConfig,
+    /// `log.format`.
+    pub log_format: LogFormat,
+    /// Per-partition series (a `partition` label) on `/metrics`
+    /// (`strom.metrics.partition.labels`); per topic otherwise.
+    pub metrics_partition_labels: bool,
+    /// Every setting given, in the order applied (later ones win): for the
+    /// effective configuration logged at start.
+    pub given: Vec<GivenSetting>,
 }
 
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:9092";
@@ -154,6 +195,9 @@ struct Builder {
     io_properties_path: Option<PathBuf>,
     io_properties: Option<crate::io_properties::Applied>,
     groups: crate::group::GroupConfig,
+    log_format: LogFormat,
+    metrics_partition_labels: bool,
+    given: Vec<GivenSetting>,
 }
 
 fn parse_value<T: std::str::FromStr>(
@@ -262,13 +306,28 @@ impl Builder {
             io_properties_path: None,
             io_properties: None,
             groups: crate::group::GroupConfig::default(),
+            log_format: LogFormat::Text,
+            metrics_partition_labels: false,
+            given: Vec::new(),
         }
     }
 
     /// Applies one setting. Time settings in several units keep the most
     /// precise one given, whatever the order, as Kafka does.
     fn apply(&mut self, key: &str, value: &str, source: &Source) -> Result<(), ConfigError> {
+        self.given.push(GivenSetting {
+            key: key.to_string(),
+            value: value.trim().to_string(),
+            source: source.clone(),
+        });
         match key {
+            "log.format" => {
+                self.log_format = LogFormat::parse(value.trim())
+                    .ok_or_else(|| invalid(key, value, source, "expected text or json"))?
+            }
+            "strom.metrics.partition.labels" => {
+                self.metrics_partition_labels = parse_value(key, value, source)?
+            }
             "node.id" | "broker.id" => {
                 self.node_id = parse_value(key, value, source)?;
                 if self.node_id < 0 {
@@ -558,6 +617,9 @@ impl Builder {
             admin_listen_required: self.admin_listen_required,
             io_properties: self.io_properties,
             groups: self.groups,
+            log_format: self.log_format,
+            metrics_partition_labels: self.metrics_partition_labels,
+            given: self.given,
         })
     }
 }

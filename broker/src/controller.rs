@@ -65,7 +65,7 @@ async fn open_partitions(
             // on, so the operator must hear of it.
             tracing::warn!(
                 dir = %dir.display(),
-                topic,
+                topic = %topic,
                 partition = index,
                 "a new partition takes over a directory that already holds data"
             );
@@ -93,7 +93,7 @@ async fn open_partitions(
             })
             .await;
         if let Err(message) = result {
-            tracing::error!(topic, partition = index, error = %message, "opening partition failed");
+            tracing::error!(topic = %topic, partition = index, error = %message, "opening partition failed");
             return Err(Refusal::new(errors::KAFKA_STORAGE_ERROR, message));
         }
     }

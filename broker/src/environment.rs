@@ -5,7 +5,7 @@
 //! - io_uring: the kernel has it and this process may use it;
 //! - the data dir: it can be created and written, and its filesystem
 //!   accepts O_DIRECT writes (ramfs, some FUSE and network filesystems do
-//!   not);
+//!   not); a warning when it is on tmpfs (memory: lost at a reboot);
 //! - memlock: io_uring registers each executor's io memory, which counts
 //!   against `RLIMIT_MEMLOCK` unless the process has CAP_IPC_LOCK (root
 //!   does). Too little for an io memory that was asked for is an error;
@@ -137,6 +137,13 @@ fn check_data_dir(dir: &Path) -> anyhow::Result<()> {
         }
         return Err(error)
             .with_context(|| format!("O_DIRECT write probe in data dir {} failed", dir.display()));
+    }
+    if filesystem_name(dir) == "tmpfs" {
+        tracing::warn!(
+            dir = %dir.display(),
+            "data dir is on tmpfs: every record lives in memory and is lost when the machine \
+             restarts, acknowledged or not; put the data dir on ext4 or xfs"
+        );
     }
     Ok(())
 }

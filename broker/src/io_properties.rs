@@ -74,15 +74,20 @@ pub fn log_use(config: &crate::config::BrokerConfig) {
     match &config.io_properties {
         Some(applied) => tracing::info!(
             path = %applied.path.display(),
-            used = ?applied.used,
-            overridden_by_config = ?applied.overridden,
-            strom.write.bytes = write_bytes,
-            strom.writes.inflight = writes_inflight,
+            used = %applied
+                .used
+                .iter()
+                .map(|(key, value)| format!("{key}={value}"))
+                .collect::<Vec<_>>()
+                .join(","),
+            overridden_by_config = %applied.overridden.join(","),
+            strom.write.bytes = %write_bytes,
+            strom.writes.inflight = %writes_inflight,
             "io properties"
         ),
         None => tracing::info!(
-            strom.write.bytes = write_bytes,
-            strom.writes.inflight = writes_inflight,
+            strom.write.bytes = %write_bytes,
+            strom.writes.inflight = %writes_inflight,
             "no {FILE_NAME} in the data dir: storage defaults (run `strom-tune iotune --dir {}` to measure the disk)",
             config.data_dir.display()
         ),

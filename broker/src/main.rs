@@ -71,19 +71,27 @@ struct StartArgs {
     /// Admin HTTP listener: /metrics, /health, /ready, /status; `off` for none [default: 127.0.0.1:9644].
     #[arg(long, value_name = "HOST:PORT")]
     admin_listen: Option<String>,
+    /// Log lines as `text` or `json` (one object per line) [default: text].
+    #[arg(long, value_name = "FORMAT")]
+    log_format: Option<String>,
     /// Any other setting, in Kafka's names (repeatable), e.g. --set num.partitions=3.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     settings: Vec<String>,
 }
 
-fn init_logging() {
+fn init_logging(format: broker::config::LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("STROM_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        broker::config::LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        // One object per line, the event's fields beside `message`.
+        broker::config::LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
 }
 
 fn start(args: StartArgs) -> ExitCode {
@@ -94,6 +102,9 @@ fn start(args: StartArgs) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         };
         settings.push((key.trim().to_string(), value.to_string()));
+    }
+    if let Some(format) = args.log_format {
+        settings.push(("log.format".to_string(), format));
     }
     let flags = broker::config::Flags {
         config_file: args.config,
@@ -112,7 +123,7 @@ fn start(args: StartArgs) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    init_logging();
+    init_logging(config.log_format);
     match broker::runtime::run(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

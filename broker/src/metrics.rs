@@ -6,7 +6,7 @@
 //! (partitions, their `storage::LogStats`, connections, hops in flight).
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::rc::Rc;
 use std::time::Instant;
@@ -59,8 +59,21 @@ impl ErrorLabel {
     }
 }
 
+/// Produce and fetch traffic of one partition, counted on the core whose
+/// connection carried it.
+#[derive(Default, Clone, Copy)]
+struct Traffic {
+    bytes_in: u64,
+    records_in: u64,
+    bytes_out: u64,
+    records_out: u64,
+}
+
 struct Probe {
     apis: Vec<ApiCounters>,
+    /// Topic -> partition -> traffic. A map lookup per produced or fetched
+    /// partition; allocates only the first time a partition is seen.
+    traffic: RefCell<HashMap<String, HashMap<i32, Traffic>>>,
     /// (api key, error) -> count. Errors are the rare path.
     errors: RefCell<BTreeMap<(i16, ErrorLabel), u64>>,
     hops: Cell<u64>,
@@ -82,6 +95,7 @@ impl Probe {
     fn new() -> Self {
         Self {
             apis: (0..API_KEY_SLOTS).map(|_| ApiCounters::default()).collect(),
+            traffic: RefCell::new(HashMap::new()),
             errors: RefCell::new(BTreeMap::new()),
             hops: Cell::new(0),
             closed_idle: Cell::new(0),
@@ -115,6 +129,51 @@ pub fn record_connection_closed(idle: bool) {
             1,
         )
     });
+}
+
+fn with_traffic(topic: &str, partition: i32, f: impl FnOnce(&mut Traffic)) {
+    PROBE.with(|p| {
+        let mut traffic = p.traffic.borrow_mut();
+        if !traffic.contains_key(topic) {
+            traffic.insert(topic.to_string(), HashMap::new());
+        }
+        let by_partition = traffic.get_mut(topic).expect("inserted above");
+        f(by_partition.entry(partition).or_default());
+    });
+}
+
+/// Counts a batch appended to a partition by a produce request.
+pub fn record_produced(topic: &str, partition: i32, bytes: u64, records: u64) {
+    with_traffic(topic, partition, |t| {
+        t.bytes_in += bytes;
+        t.records_in += records;
+    });
+}
+
+/// Counts the record batches of a partition sent in a fetch response
+/// (records of whole batches, as sent: a consumer skips those below its
+/// fetch offset).
+pub fn record_fetched(topic: &str, partition: i32, batches: &[u8]) {
+    if batches.is_empty() {
+        return;
+    }
+    with_traffic(topic, partition, |t| {
+        t.bytes_out += batches.len() as u64;
+        t.records_out += records_in_batches(batches);
+    });
+}
+
+/// Records in the whole batches at the start of `bytes`.
+pub fn records_in_batches(mut bytes: &[u8]) -> u64 {
+    let mut records = 0u64;
+    while let Ok(header) = protocol::batch::BatchHeader::parse(bytes) {
+        if header.size() > bytes.len() {
+            break;
+        }
+        records += header.record_count.max(0) as u64;
+        bytes = &bytes[header.size()..];
+    }
+    records
 }
 
 /// Counts one hop of work to another core.
@@ -274,6 +333,46 @@ pub struct ShardSnapshot {
     pub connections_closed_idle: u64,
     #[serde(default)]
     pub connections_closed_receive_timeout: u64,
+    /// Offsets and size of each partition the shard owns.
+    #[serde(default)]
+    pub partition_logs: Vec<PartitionLogSnapshot>,
+    /// Produce and fetch traffic carried by the shard's connections.
+    #[serde(default)]
+    pub traffic: Vec<TrafficSnapshot>,
+    /// Committed offsets of the groups the shard coordinates (those loaded).
+    #[serde(default)]
+    pub committed: Vec<CommittedSnapshot>,
+}
+
+/// One partition's log as its owning shard sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionLogSnapshot {
+    pub topic: String,
+    pub partition: i32,
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+    pub high_watermark: i64,
+    pub size_bytes: u64,
+}
+
+/// One partition's produce and fetch traffic on one shard.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrafficSnapshot {
+    pub topic: String,
+    pub partition: i32,
+    pub bytes_in: u64,
+    pub records_in: u64,
+    pub bytes_out: u64,
+    pub records_out: u64,
+}
+
+/// A group's committed offset for one partition.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommittedSnapshot {
+    pub group: String,
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
 }
 
 /// Storage counters of a shard before any log was counted: zero, with a
@@ -352,15 +451,25 @@ pub fn snapshot(shard: &Shard) -> ShardSnapshot {
             .collect();
         (apis, errors, p.hops.get())
     });
+    let traffic = traffic_snapshot(shard);
     // Counters start from the logs this core deleted, so they never go
     // back when a topic goes (Prometheus would read that as a reset).
     let mut storage = shard.retired_logs.borrow().clone();
     let mut partitions = 0u64;
+    let mut partition_logs = Vec::new();
     for by_index in shard.partitions.borrow().values() {
         for partition in by_index.values() {
             partitions += 1;
             let log = partition.log();
             let stats = log.stats();
+            partition_logs.push(PartitionLogSnapshot {
+                topic: partition.topic.clone(),
+                partition: partition.index,
+                log_start_offset: partition.log_start_offset(),
+                log_end_offset: log.next_offset() as i64,
+                high_watermark: partition.high_watermark(),
+                size_bytes: log.size_bytes(),
+            });
             storage.log_size_bytes += log.size_bytes();
             storage.pending_bytes += stats.pending_bytes as u64;
             add_log_counters(&mut storage, &stats);
@@ -387,7 +496,53 @@ pub fn snapshot(shard: &Shard) -> ShardSnapshot {
         queued_response_bytes_peak: shard.response_pool.peak() as u64,
         connections_closed_idle: PROBE.with(|p| p.closed_idle.get()),
         connections_closed_receive_timeout: PROBE.with(|p| p.closed_receive_timeout.get()),
+        partition_logs,
+        traffic,
+        committed: committed_snapshot(shard),
     }
+}
+
+/// This core's traffic counters; forgets the topics that no longer exist.
+fn traffic_snapshot(shard: &Shard) -> Vec<TrafficSnapshot> {
+    let image = shard.metadata.image();
+    PROBE.with(|p| {
+        let mut traffic = p.traffic.borrow_mut();
+        traffic.retain(|topic, _| image.topics.contains_key(topic));
+        traffic
+            .iter()
+            .flat_map(|(topic, by_partition)| {
+                by_partition.iter().map(|(partition, t)| TrafficSnapshot {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    bytes_in: t.bytes_in,
+                    records_in: t.records_in,
+                    bytes_out: t.bytes_out,
+                    records_out: t.records_out,
+                })
+            })
+            .collect()
+    })
+}
+
+/// The committed offsets this core's coordinator holds.
+fn committed_snapshot(shard: &Shard) -> Vec<CommittedSnapshot> {
+    crate::group::manager::with_loaded_coordinator(shard, |coordinator| {
+        coordinator
+            .groups()
+            .flat_map(|group| {
+                group
+                    .offsets()
+                    .iter()
+                    .map(|((topic, partition), committed)| CommittedSnapshot {
+                        group: group.id().to_string(),
+                        topic: topic.clone(),
+                        partition: *partition,
+                        offset: committed.offset,
+                    })
+            })
+            .collect()
+    })
+    .unwrap_or_default()
 }
 
 /// A scrape request from the admin thread to one core.
@@ -546,7 +701,12 @@ mod error_codes {
 
     impl ErrorCodes for JoinGroupResponse {
         fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
-            each(self.error_code);
+            // MEMBER_ID_REQUIRED is the normal first step of a join (v4+:
+            // the broker hands out the member id, the client joins again
+            // with it), not a failure.
+            if self.error_code != crate::errors::MEMBER_ID_REQUIRED {
+                each(self.error_code);
+            }
         }
     }
 
@@ -656,6 +816,21 @@ mod tests {
         let mut codes = Vec::new();
         response.each_error_code(version, &mut |code| codes.push(code));
         codes
+    }
+
+    #[test]
+    fn records_are_counted_in_whole_batches_only() {
+        let mut bytes = protocol::batch::build::patterned(1, 3, 10, 1);
+        bytes.extend(protocol::batch::build::patterned(1, 5, 10, 2));
+        assert_eq!(super::records_in_batches(&bytes), 8);
+        // A cut batch at the end is not counted, nor is garbage.
+        let whole = bytes.len();
+        bytes.extend(protocol::batch::build::patterned(1, 7, 10, 3));
+        assert_eq!(super::records_in_batches(&bytes[..whole + 70]), 8);
+        assert_eq!(
+            super::records_in_batches(b"not a batch at all, not at all"),
+            0
+        );
     }
 
     #[test]

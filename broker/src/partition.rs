@@ -257,7 +257,7 @@ async fn recover_producers(log: &Log, dir: &Path) -> Result<ProducerTable, Stora
         }
         from = result.next_offset;
     }
-    tracing::info!(dir = %dir.display(), snapshot = ?snapshot, replayed_from = replay_from, log_end = end, idempotent_batches = batches, producers = table.len(), "producer state rebuilt");
+    tracing::debug!(dir = %dir.display(), snapshot = snapshot.map_or(-1, |offset| offset as i64), replayed_from = replay_from, log_end = end, idempotent_batches = batches, producers = table.len(), "producer state rebuilt");
     Ok(table)
 }
 
@@ -295,7 +295,7 @@ impl Partition {
         let mut producers = recover_producers(&log, &dir).await?;
         let expired = producers.expire(now_ms(), producer_id_expiration_ms);
         if expired > 0 {
-            tracing::info!(topic, partition = index, expired, "expired idle producers");
+            tracing::info!(topic = %topic, partition = index, expired, "expired idle producers");
         }
         let segments = log.segment_count();
         Ok(Rc::new(Partition {

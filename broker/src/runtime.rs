@@ -30,6 +30,8 @@ use crate::shard::{build_mesh, MeshEnds, Shard};
 enum Event {
     Ready {
         core: usize,
+        /// Partitions the core opened.
+        partitions: usize,
     },
     Fatal {
         core: usize,
@@ -41,6 +43,8 @@ enum Event {
     },
     Closed {
         core: usize,
+        /// Partitions the core closed.
+        partitions: usize,
     },
     Signal {
         signal: i32,
@@ -94,7 +98,7 @@ async fn core_main(
 ) {
     // Lives as long as the core: see `protocol::watchdog` for the glommio
     // hang it bounds.
-    let _watchdog = match protocol::watchdog::start(
+    let watchdog = match protocol::watchdog::start(
         &format!("strom-core-{core}"),
         protocol::watchdog::PERIOD,
         protocol::watchdog::STALL_WARNING,
@@ -111,6 +115,7 @@ async fn core_main(
     shard.connect_mesh(ends).await;
 
     let image = metadata.image();
+    let mut opened = 0;
     for topic in image.topics.values() {
         let effective = config.topic_defaults.effective(&topic.configs);
         for index in 0..topic.partition_cores.len() as i32 {
@@ -127,6 +132,7 @@ async fn core_main(
             .await
             {
                 Ok(partition) => {
+                    opened += 1;
                     shard
                         .partitions
                         .borrow_mut()
@@ -156,7 +162,13 @@ async fn core_main(
         }
     };
     glommio::spawn_local(crate::metrics::serve_scrapes(shard.clone(), scrapes)).detach();
-    let _ = events.send(Event::Ready { core });
+    // Start-up work (opening logs, the first touch of io memory) may hold
+    // the core for a while; from here on that is a stall.
+    watchdog.arm();
+    let _ = events.send(Event::Ready {
+        core,
+        partitions: opened,
+    });
     let accept = glommio::spawn_local(server::accept_loop(shard.clone(), listener));
     glommio::spawn_local(retention_loop(shard.clone())).detach();
 
@@ -182,10 +194,14 @@ async fn core_main(
         .drain()
         .flat_map(|(_, by_index)| by_index.into_values())
         .collect();
+    let closed = partitions.len();
     for partition in partitions {
         partition.close().await;
     }
-    let _ = events.send(Event::Closed { core });
+    let _ = events.send(Event::Closed {
+        core,
+        partitions: closed,
+    });
 }
 
 /// Warns about each partition directory the metadata does not name: its
@@ -279,6 +295,10 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     // Held until this function returns, so for the process's whole life.
     let _data_dir_lock = crate::exclusive::DataDirLock::acquire(&config.data_dir)?;
     let _address_guard = crate::exclusive::claim_listen_address(config.listen)?;
+    tracing::info!(
+        "effective configuration: {}",
+        crate::effective_config::render(&config)
+    );
     crate::io_properties::log_use(&config);
     let (log, image) =
         MetadataLog::open(&config.data_dir).context("cannot open the metadata log")?;
@@ -322,6 +342,8 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     drop(events_tx);
 
     let mut ready = 0;
+    let mut partitions = 0;
+    let opening_started = Instant::now();
     let mut failure: Option<String> = None;
     // A core that reported a fatal error has returned: it neither drains
     // nor closes, so the stop sequence must not wait for it.
@@ -330,8 +352,12 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     let mut stop_requested = false;
     while ready < cores && failure.is_none() {
         match events_rx.recv() {
-            Ok(Event::Ready { core }) => {
-                tracing::debug!(core, "core ready");
+            Ok(Event::Ready {
+                core,
+                partitions: opened,
+            }) => {
+                tracing::debug!(core, partitions = opened, "core ready");
+                partitions += opened;
                 ready += 1;
             }
             Ok(Event::Fatal { core, message }) => {
@@ -350,6 +376,12 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         }
     }
     if failure.is_none() {
+        tracing::info!(
+            topics,
+            cores,
+            elapsed_ms = opening_started.elapsed().as_millis() as u64,
+            "opened {partitions} partitions"
+        );
         admin.set_ready();
         tracing::info!(
             listen = %config.listen,
@@ -358,7 +390,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
             cores,
             topics,
             node_id = config.node_id,
-            transparent_huge_pages = if huge_pages_off { "off" } else { "on" },
+            transparent_huge_pages = %if huge_pages_off { "off" } else { "on" },
             "strom started"
         );
         // Until a stop signal or a fatal error; each arm that ends it breaks.
@@ -427,10 +459,12 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         let _ = control.send(Control::Close);
     }
     let mut closed = gone;
+    let mut partitions_closed = 0;
     while closed < cores {
         match events_rx.recv_deadline(deadline) {
-            Ok(Event::Closed { core }) => {
-                tracing::debug!(core, "core closed");
+            Ok(Event::Closed { core, partitions }) => {
+                tracing::debug!(core, partitions, "core closed");
+                partitions_closed += partitions;
                 closed += 1;
             }
             Ok(_) => {}
@@ -458,6 +492,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         bail!(message);
     }
     tracing::info!(
+        partitions_closed,
         elapsed_ms = stop_started.elapsed().as_millis() as u64,
         "strom stopped"
     );

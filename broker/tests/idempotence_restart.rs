@@ -22,6 +22,8 @@ use protocol::kafka_protocol::messages::{
 use protocol::kafka_protocol::protocol::StrBytes;
 
 const CLIENT_ID: &str = "idempotence-restart-test";
+/// A log filter that shows each partition's `producer state rebuilt` line.
+const REBUILD_LINES: &str = "info,broker::partition=debug";
 const TOPIC: &str = "idem";
 const BASE_TIMESTAMP_MS: i64 = 1_700_000_000_000;
 const PRODUCER_ID: i64 = 7_001;
@@ -226,7 +228,7 @@ fn a_retry_after_a_crash_and_160000_offsets_is_answered_with_its_offset() {
 /// A clean stop writes a snapshot at the log end; the next start uses it.
 #[test]
 fn a_retry_after_a_clean_stop_is_answered_with_its_offset() {
-    let mut broker = Broker::start(&[]);
+    let mut broker = Broker::start_with_env(&[], &[("STROM_LOG", REBUILD_LINES)]);
     let (expected, first) = write_batch_then_filler(&broker);
     broker.restart();
     let dir = partition_dir(&broker);
@@ -242,7 +244,7 @@ fn a_retry_after_a_clean_stop_is_answered_with_its_offset() {
     assert!(
         broker
             .log()
-            .contains("snapshot=Some(160010) replayed_from=160010"),
+            .contains("snapshot=160010 replayed_from=160010"),
         "state rebuilt from the snapshot:\n{}",
         broker.log()
     );
@@ -302,7 +304,10 @@ fn a_retry_after_rolls_and_a_crash_is_answered_with_its_offset() {
 /// not trusted and the whole log is replayed instead.
 #[test]
 fn damaged_snapshots_are_reported_and_the_log_is_replayed() {
-    let mut broker = Broker::start(&["--set", "log.segment.bytes=1048576"]);
+    let mut broker = Broker::start_with_env(
+        &["--set", "log.segment.bytes=1048576"],
+        &[("STROM_LOG", REBUILD_LINES)],
+    );
     let (expected, first) = write_batch_then_filler(&broker);
     broker.restart();
     let dir = partition_dir(&broker);
@@ -323,7 +328,7 @@ fn damaged_snapshots_are_reported_and_the_log_is_replayed() {
         taken.len(),
         "each damaged snapshot reported:\n{log}"
     );
-    assert!(log.contains("snapshot=None replayed_from=0"), "{log}");
+    assert!(log.contains("snapshot=-1 replayed_from=0"), "{log}");
     assert_retry_is_a_duplicate(&broker, expected, &first);
 }
 

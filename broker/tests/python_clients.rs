@@ -59,7 +59,8 @@ fn confluent_acks_zero_and_one_producers() {
 
 #[test]
 fn data_and_topic_configs_survive_a_restart() {
-    let mut broker = Broker::start(&[]);
+    // Each log's `log opened` line (clean=...) is a debug line.
+    let mut broker = Broker::start_with_env(&[], &[("STROM_LOG", "info,storage::log=debug")]);
     confluent(&broker, &["restart-write"]);
     broker.restart();
     let out = confluent(&broker, &["restart-read"]);

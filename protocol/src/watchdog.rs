@@ -47,6 +47,9 @@ struct Shared {
     /// The watchdog task's waker, for the thread.
     waker: Mutex<Option<Waker>>,
     stopping: AtomicBool,
+    /// Stalls count only once armed: start-up work (opening logs, binding,
+    /// first-touch of io memory) is expected to hold the thread.
+    armed: AtomicBool,
     runs: AtomicU64,
     stalls: AtomicU64,
     longest_stall_us: AtomicU64,
@@ -69,11 +72,17 @@ pub fn this_thread_stalls() -> u64 {
 
 /// Starts a watchdog for the executor of the calling thread, which must be
 /// inside a glommio executor. `name` names the thread and the log lines.
+/// It wakes the executor from the start, but counts and logs stalls only
+/// once [`Watchdog::arm`] was called: the executor's start-up work is not
+/// a stall.
 pub fn start(name: &str, period: Duration, stall_warning: Duration) -> std::io::Result<Watchdog> {
     let shared = Arc::new(Shared::default());
     let task = {
         let (shared, name) = (shared.clone(), name.to_string());
         let mut last = Instant::now();
+        // Whether the watchdog was armed when its task last ran: a gap
+        // counts only when it began after arming.
+        let mut armed_at_last_run = false;
         futures_lite::future::poll_fn(move |cx| {
             if shared.stopping.load(Ordering::Relaxed) {
                 return Poll::Ready(());
@@ -82,7 +91,9 @@ pub fn start(name: &str, period: Duration, stall_warning: Duration) -> std::io::
             let gap = now - last;
             last = now;
             shared.runs.fetch_add(1, Ordering::Relaxed);
-            if gap >= stall_warning {
+            let counted = armed_at_last_run;
+            armed_at_last_run = shared.armed.load(Ordering::Relaxed);
+            if counted && gap >= stall_warning {
                 shared.stalls.fetch_add(1, Ordering::Relaxed);
                 shared
                     .longest_stall_us
@@ -124,6 +135,11 @@ pub fn start(name: &str, period: Duration, stall_warning: Duration) -> std::io::
 }
 
 impl Watchdog {
+    /// From now on, counts and logs stalls (start-up work is over).
+    pub fn arm(&self) {
+        self.shared.armed.store(true, Ordering::Relaxed);
+    }
+
     /// Times the executor ran the watchdog's task.
     pub fn runs(&self) -> u64 {
         self.shared.runs.load(Ordering::Relaxed)
@@ -236,6 +252,7 @@ mod tests {
         let outcome = on_executor(Duration::from_secs(10), || async {
             let watchdog =
                 start("test", Duration::from_millis(5), Duration::from_millis(150)).unwrap();
+            watchdog.arm();
             glommio::timer::sleep(Duration::from_millis(30)).await;
             let before = watchdog.stalls();
             std::thread::sleep(Duration::from_millis(400));
@@ -250,6 +267,27 @@ mod tests {
         assert_eq!(after, before + 1);
         assert_eq!(seen, after);
         assert!(longest >= Duration::from_millis(400), "longest {longest:?}");
+    }
+
+    /// A block before the watchdog is armed (start-up work) is not a stall;
+    /// one after is.
+    #[test]
+    fn a_block_before_arming_is_not_a_stall() {
+        let outcome = on_executor(Duration::from_secs(10), || async {
+            let watchdog =
+                start("test", Duration::from_millis(5), Duration::from_millis(150)).unwrap();
+            std::thread::sleep(Duration::from_millis(400));
+            glommio::timer::sleep(Duration::from_millis(50)).await;
+            let unarmed = watchdog.stalls();
+            watchdog.arm();
+            glommio::timer::sleep(Duration::from_millis(30)).await;
+            std::thread::sleep(Duration::from_millis(400));
+            glommio::timer::sleep(Duration::from_millis(50)).await;
+            (unarmed, watchdog.stalls())
+        });
+        let (unarmed, armed) = outcome.expect("the executor finished");
+        assert_eq!(unarmed, 0);
+        assert!(armed >= 1, "the block after arming was not counted");
     }
 
     /// Dropping the watchdog ends its thread; the executor then has nothing

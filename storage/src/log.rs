@@ -507,15 +507,16 @@ impl Log {
             warn!(dir = %dir.display(), error = %e, "could not write the checkpoint; removing it");
             file::remove(&dir.join(crate::checkpoint::FILE_NAME)).await?;
         }
-        info!(
-            dir = %dir.display(),
-            clean,
-            start_offset = log_start_offset,
-            next_offset,
-            segments = state.segments.len(),
-            scanned = report.segments_scanned,
-            "log opened"
-        );
+        // An open with nothing to scan (a clean stop, a new log) is
+        // routine: the broker logs one line for all of them. A recovery
+        // that scanned segments is worth a line of its own.
+        let segments = state.segments.len();
+        let scanned = report.segments_scanned;
+        if scanned == 0 {
+            tracing::debug!(dir = %dir.display(), clean, start_offset = log_start_offset, next_offset, segments, "log opened");
+        } else {
+            info!(dir = %dir.display(), clean, start_offset = log_start_offset, next_offset, segments, scanned, "log opened");
+        }
         let inner = Rc::new(Inner {
             dir,
             config: RefCell::new(config),
@@ -1474,7 +1475,8 @@ impl Log {
         sealed?;
         checkpoint.write(&self.inner.dir).await?;
         self.inner.append_lock.close();
-        info!(dir = %self.inner.dir.display(), next_offset = checkpoint.next_offset, "log closed cleanly");
+        // Routine: the broker logs one line for all of them.
+        tracing::debug!(dir = %self.inner.dir.display(), next_offset = checkpoint.next_offset, "log closed cleanly");
         Ok(())
     }
 

@@ -219,6 +219,12 @@ pub fn with_coordinator<R>(shard: &Shard, f: impl FnOnce(&mut Coordinator) -> R)
     f(coordinator)
 }
 
+/// Runs `f` on this core's coordinator if it has one (for metrics: a
+/// scrape never creates one).
+pub fn with_loaded_coordinator<R>(shard: &Shard, f: impl FnOnce(&Coordinator) -> R) -> Option<R> {
+    shard.groups.coordinator.borrow().as_ref().map(f)
+}
+
 fn dispatch(shard: &Shard, replies: Replies) {
     let mut waiters = shard.groups.waiters.borrow_mut();
     for (waiter, reply) in replies {

@@ -187,6 +187,11 @@ pub async fn handle(
                 .iter()
                 .map(|p| {
                     let outcome = outcomes.next().expect("one outcome per partition");
+                    crate::metrics::record_fetched(
+                        topic.topic.0.as_str(),
+                        p.partition,
+                        &outcome.records,
+                    );
                     PartitionData::default()
                         .with_partition_index(p.partition)
                         .with_error_code(outcome.error_code)

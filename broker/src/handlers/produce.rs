@@ -125,6 +125,8 @@ pub async fn handle(
     }
     // One outcome slot per partition, in request order.
     let mut outcomes: Vec<ProduceOutcome> = Vec::new();
+    // Per slot: the routed batch's bytes and records, for the topic metrics.
+    let mut appended: Vec<Option<(u64, u64)>> = Vec::new();
     let mut by_core: BTreeMap<usize, Vec<Routed>> = BTreeMap::new();
     for topic_data in &request.topic_data {
         let name = topic_data.name.0.as_str();
@@ -132,6 +134,7 @@ pub async fn handle(
         for partition_data in &topic_data.partition_data {
             let slot = outcomes.len();
             outcomes.push(ProduceOutcome::error(errors::NONE));
+            appended.push(None);
             let outcome = &mut outcomes[slot];
             if !matches!(acks, -1..=1) {
                 *outcome = ProduceOutcome::error(errors::INVALID_REQUIRED_ACKS);
@@ -173,6 +176,10 @@ pub async fn handle(
                     continue;
                 }
             };
+            appended[slot] = Some((
+                batch.bytes().len() as u64,
+                batch.header().record_count.max(0) as u64,
+            ));
             by_core.entry(core).or_default().push(Routed {
                 slot,
                 topic: name.to_string(),
@@ -206,6 +213,17 @@ pub async fn handle(
     for results in join_all(hops).await {
         for (slot, outcome) in results {
             outcomes[slot] = outcome;
+        }
+    }
+    let slots = request.topic_data.iter().flat_map(|topic_data| {
+        topic_data
+            .partition_data
+            .iter()
+            .map(move |p| (topic_data.name.0.as_str(), p.index))
+    });
+    for ((topic, partition), (outcome, appended)) in slots.zip(outcomes.iter().zip(&appended)) {
+        if let (errors::NONE, Some((bytes, records))) = (outcome.error_code, appended) {
+            crate::metrics::record_produced(topic, partition, *bytes, *records);
         }
     }
     if acks == 0 {

@@ -51,12 +51,20 @@ pub struct Broker {
     _temp: Option<tempfile::TempDir>,
     log_path: PathBuf,
     extra_args: Vec<String>,
+    /// Environment variables the broker is started with (e.g. `STROM_LOG`).
+    env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
 impl Broker {
     /// Starts a broker with 2 cores and `extra_args` (e.g. `--set k=v`).
     pub fn start(extra_args: &[&str]) -> Broker {
+        Self::start_with_env(extra_args, &[])
+    }
+
+    /// Starts a broker with 2 cores, `extra_args` and environment
+    /// variables `env` (kept for restarts), e.g. `STROM_LOG` for debug lines.
+    pub fn start_with_env(extra_args: &[&str], env: &[(&str, &str)]) -> Broker {
         let temp = tempfile::tempdir().unwrap();
         let data_dir = temp.path().join("data");
         let log_path = temp.path().join("strom.log");
@@ -66,6 +74,10 @@ impl Broker {
             _temp: Some(temp),
             log_path,
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             child: None,
         };
         broker.spawn();
@@ -87,6 +99,7 @@ impl Broker {
             _temp: None,
             log_path: log_path.to_path_buf(),
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            env: Vec::new(),
             child: None,
         };
         broker.spawn();
@@ -117,6 +130,7 @@ impl Broker {
             .arg("--cores")
             .arg("2")
             .args(&self.extra_args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)

@@ -1,0 +1,173 @@
+//! The configuration the broker runs with, setting by setting, with where
+//! each value came from (`default`, `flag`, or the file that set it):
+//! logged once at start, so a log alone tells what a broker was running.
+
+use crate::config::{BrokerConfig, Source};
+use crate::config_reference::{BROKER_SETTINGS, GROUP_SETTINGS, TOPIC_SETTINGS};
+
+/// One effective setting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Effective {
+    pub key: &'static str,
+    pub value: String,
+    pub source: String,
+}
+
+/// The value of a broker setting (by its first key), `None` for a key this
+/// function does not know (a test checks there is none).
+fn broker_value(config: &BrokerConfig, key: &str) -> Option<String> {
+    let topic_default = |topic_key: &str| config.topic_defaults.get(topic_key);
+    Some(match key {
+        "node.id" => config.node_id.to_string(),
+        "listen" => config.listen.to_string(),
+        "advertise" => format!("{}:{}", config.advertise_host, config.advertise_port),
+        "admin.listen" => config
+            .admin_listen
+            .map_or_else(|| "off".to_string(), |a| a.to_string()),
+        "data.dir" => config.data_dir.display().to_string(),
+        "cores" => config.cores.to_string(),
+        "log.format" => config.log_format.name().to_string(),
+        "strom.metrics.partition.labels" => config.metrics_partition_labels.to_string(),
+        "auto.create.topics.enable" => config.auto_create_topics.to_string(),
+        "num.partitions" => config.num_partitions.to_string(),
+        "delete.topic.enable" => config.delete_topic_enable.to_string(),
+        "default.replication.factor" => "1".to_string(),
+        "socket.request.max.bytes" => config.frame_bytes_max.to_string(),
+        "queued.max.request.bytes" => config.queued_request_bytes_max.to_string(),
+        "strom.queued.max.response.bytes" => config.queued_response_bytes_max.to_string(),
+        "strom.connection.queued.max.response.bytes" => {
+            config.connection_response_bytes_max.to_string()
+        }
+        "connections.max.idle.ms" => config.connections_max_idle_ms.to_string(),
+        "strom.request.receive.timeout.ms" => config.request_receive_timeout_ms.to_string(),
+        "strom.io.memory.bytes" => config
+            .io_memory_bytes
+            .unwrap_or(crate::environment::IO_MEMORY_BYTES_DEFAULT)
+            .to_string(),
+        "strom.spin.before.park.us" => config.spin_before_park_us.to_string(),
+        crate::io_properties::PATH_KEY => config
+            .io_properties
+            .as_ref()
+            .map_or_else(|| "none".to_string(), |a| a.path.display().to_string()),
+        "log.retention.check.interval.ms" => config.retention_check_interval_ms.to_string(),
+        "producer.id.expiration.ms" => config.producer_id_expiration_ms.to_string(),
+        "log.retention.ms" => topic_default("retention.ms")?,
+        "log.roll.ms" => topic_default("segment.ms")?,
+        _ => return None,
+    })
+}
+
+fn group_value(config: &BrokerConfig, key: &str) -> Option<String> {
+    let groups = &config.groups;
+    Some(match key {
+        "group.initial.rebalance.delay.ms" => groups.initial_rebalance_delay_ms.to_string(),
+        "group.max.size" => groups.max_size.to_string(),
+        "group.min.session.timeout.ms" => groups.min_session_timeout_ms.to_string(),
+        "group.max.session.timeout.ms" => groups.max_session_timeout_ms.to_string(),
+        "offsets.topic.num.partitions" => groups.offsets_partitions.to_string(),
+        "offsets.retention.minutes" => (groups.offsets_retention_ms / 60_000).to_string(),
+        _ => return None,
+    })
+}
+
+/// Where the last setting of any of `keys` came from, else `default`.
+fn source_of(config: &BrokerConfig, matches: impl Fn(&str) -> bool) -> String {
+    match config.given.iter().rev().find(|g| matches(&g.key)) {
+        None => "default".to_string(),
+        Some(given) => match &given.source {
+            Source::Flag => "flag".to_string(),
+            Source::File(path) => path.display().to_string(),
+        },
+    }
+}
+
+/// Every setting: the broker's, the topic defaults (by their broker key),
+/// the group settings.
+pub fn settings(config: &BrokerConfig) -> Vec<Effective> {
+    let mut out = Vec::new();
+    for setting in BROKER_SETTINGS {
+        let key = setting.keys[0];
+        out.push(Effective {
+            key,
+            value: broker_value(config, key).unwrap_or_else(|| "?".to_string()),
+            source: source_of(config, |given| setting.keys.contains(&given)),
+        });
+    }
+    for setting in TOPIC_SETTINGS {
+        if out.iter().any(|e| e.key == setting.broker_key) {
+            continue;
+        }
+        out.push(Effective {
+            key: setting.broker_key,
+            value: config
+                .topic_defaults
+                .get(setting.topic_key)
+                .unwrap_or_else(|| "?".to_string()),
+            source: source_of(config, |given| {
+                given == setting.broker_key
+                    || crate::topic_config::topic_key_for_broker_key(given)
+                        == Some(setting.topic_key)
+            }),
+        });
+    }
+    for setting in GROUP_SETTINGS {
+        out.push(Effective {
+            key: setting.key,
+            value: group_value(config, setting.key).unwrap_or_else(|| "?".to_string()),
+            source: source_of(config, |given| given == setting.key),
+        });
+    }
+    out
+}
+
+/// The settings as one line: `key=value (source), ...`.
+pub fn render(config: &BrokerConfig) -> String {
+    settings(config)
+        .iter()
+        .map(|e| format!("{}={} ({})", e.key, e.value, e.source))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{self, flags_with};
+
+    #[test]
+    fn every_setting_has_a_value_and_a_source() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("strom.toml");
+        std::fs::write(&path, "num.partitions = 4\nlog.retention.hours = 2\n").unwrap();
+        let mut flags = flags_with(&[("log.format", "json"), ("group.max.size", "7")]);
+        flags.config_file = Some(path.clone());
+        flags.cores = Some("3".to_string());
+        let config = config::load(&flags).unwrap();
+        let settings = settings(&config);
+        let find = |key: &str| settings.iter().find(|e| e.key == key).unwrap().clone();
+        for e in &settings {
+            assert_ne!(e.value, "?", "{} has no value", e.key);
+        }
+        let file = path.display().to_string();
+        let check = |key: &str, value: &str, source: &str| {
+            let e = find(key);
+            assert_eq!(
+                (e.value.as_str(), e.source.as_str()),
+                (value, source),
+                "{key}"
+            );
+        };
+        check("num.partitions", "4", &file);
+        check("log.retention.ms", "7200000", &file);
+        check("log.format", "json", "flag");
+        check("cores", "3", "flag");
+        check("group.max.size", "7", "flag");
+        check("delete.topic.enable", "true", "default");
+        check("log.segment.bytes", "1073741824", "default");
+        let keys: Vec<&str> = settings.iter().map(|e| e.key).collect();
+        let mut unique = keys.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), keys.len(), "a key twice: {keys:?}");
+    }
+}
