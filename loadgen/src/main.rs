@@ -472,7 +472,7 @@ fn run_mode(mode: ModeArg) -> Result<bool> {
                     };
                     eprintln!(
                         "{}",
-                        second.progress_line(run_so_far.error_count(), run_p99)
+                        second.progress_line(mode, run_so_far.error_count(), run_p99)
                     );
                     series.push(second);
                 }
@@ -526,7 +526,7 @@ fn run_mode(mode: ModeArg) -> Result<bool> {
         .as_secs_f64();
     let report = RunReport::new(
         &workload.name,
-        mode.name(),
+        mode,
         &bootstrap,
         measured,
         &total,

@@ -10,7 +10,17 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use crate::e2e::Integrity;
+use crate::run::Mode;
 use crate::stats::{LatencySummary, Recorder, PERCENTILES};
+
+/// The shortest measured window a rate is given for. A consume of a small
+/// topic ends within milliseconds of its start (or before the window
+/// opens): records over such a window said 37 records took a nanosecond,
+/// 37,000,000,000 records/s. Below this the report says "too short to
+/// measure" and gives counts only.
+pub const MEASURED_SECONDS_MIN: f64 = 0.1;
+/// What the report says instead of a rate below [`MEASURED_SECONDS_MIN`].
+pub const TOO_SHORT: &str = "too short to measure";
 
 /// One second of the run, over every executor.
 #[derive(Debug, Clone, Serialize)]
@@ -49,38 +59,55 @@ impl Second {
         }
     }
 
-    /// The progress line printed on stderr every second.
-    pub fn progress_line(&self, total_errors: u64, run_p99_ms: f64) -> String {
-        format!(
-            "{:>4}s{} produce {:>9} rec/s {:>8.1} MB/s | consume {:>9} rec/s {:>8.1} MB/s | publish p99 {:>7.2} ms (run {:>7.2}) | e2e p99 {:>7.2} ms | errors {}",
-            self.t,
-            if self.warmup { " warmup" } else { "" },
-            self.produced_records_per_s,
-            self.produced_mb_per_s,
-            self.consumed_records_per_s,
-            self.consumed_mb_per_s,
-            self.publish_p99_ms,
-            run_p99_ms,
-            self.end_to_end_p99_ms,
-            total_errors
-        )
+    /// The progress line printed on stderr every second: what the mode
+    /// runs (no consume figures in produce mode, no publish latency in
+    /// consume mode, end-to-end latency in e2e mode only).
+    pub fn progress_line(&self, mode: Mode, total_errors: u64, run_p99_ms: f64) -> String {
+        let mut line = format!("{:>4}s{}", self.t, if self.warmup { " warmup" } else { "" });
+        let mut parts = Vec::new();
+        if mode.produces() {
+            parts.push(format!(
+                "produce {:>9} rec/s {:>8.1} MB/s",
+                self.produced_records_per_s, self.produced_mb_per_s
+            ));
+        }
+        if mode.consumes() {
+            parts.push(format!(
+                "consume {:>9} rec/s {:>8.1} MB/s",
+                self.consumed_records_per_s, self.consumed_mb_per_s
+            ));
+        }
+        if mode.produces() {
+            parts.push(format!(
+                "publish p99 {:>7.2} ms (run {:>7.2})",
+                self.publish_p99_ms, run_p99_ms
+            ));
+        }
+        if mode == Mode::EndToEnd {
+            parts.push(format!("e2e p99 {:>7.2} ms", self.end_to_end_p99_ms));
+        }
+        parts.push(format!("errors {total_errors}"));
+        line.push(' ');
+        line.push_str(&parts.join(" | "));
+        line
     }
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Throughput {
-    pub records_per_s: f64,
-    pub mb_per_s: f64,
+    /// `None` (JSON `null`) when the run was too short to measure.
+    pub records_per_s: Option<f64>,
+    pub mb_per_s: Option<f64>,
     pub records: u64,
     pub bytes: u64,
 }
 
 impl Throughput {
     fn of(records: u64, bytes: u64, seconds: f64) -> Self {
-        let seconds = seconds.max(1e-9);
+        let measured = seconds >= MEASURED_SECONDS_MIN;
         Self {
-            records_per_s: records as f64 / seconds,
-            mb_per_s: bytes as f64 / 1e6 / seconds,
+            records_per_s: measured.then(|| records as f64 / seconds),
+            mb_per_s: measured.then(|| bytes as f64 / 1e6 / seconds),
             records,
             bytes,
         }
@@ -91,7 +118,7 @@ impl Throughput {
 #[derive(Debug, Clone, Serialize)]
 pub struct RunReport {
     pub workload: String,
-    pub mode: String,
+    pub mode: Mode,
     pub bootstrap: String,
     pub measured_seconds: f64,
     pub produce: Throughput,
@@ -108,7 +135,7 @@ pub struct RunReport {
 impl RunReport {
     pub fn new(
         workload: &str,
-        mode: &str,
+        mode: Mode,
         bootstrap: &str,
         measured_seconds: f64,
         total: &Recorder,
@@ -117,7 +144,7 @@ impl RunReport {
     ) -> Self {
         Self {
             workload: workload.to_string(),
-            mode: mode.to_string(),
+            mode,
             bootstrap: bootstrap.to_string(),
             measured_seconds,
             produce: Throughput::of(total.acked_records, total.acked_bytes, measured_seconds),
@@ -135,49 +162,77 @@ impl RunReport {
         }
     }
 
-    /// The final summary table.
+    /// The final summary table: the rows of what the mode ran (no
+    /// consume or end-to-end rows in produce mode, no publish rows in
+    /// consume mode).
     pub fn table(&self) -> String {
         let mut out = String::new();
-        let _ = writeln!(
+        let _ = write!(
             out,
-            "workload `{}` ({} mode) against {}: {:.1} s measured",
-            self.workload, self.mode, self.bootstrap, self.measured_seconds
+            "workload `{}` ({} mode) against {}: {:.3} s measured",
+            self.workload,
+            self.mode.name(),
+            self.bootstrap,
+            self.measured_seconds
         );
-        let _ = writeln!(out, "| | records/s | MB/s | records | bytes |");
-        let _ = writeln!(out, "|---|---|---|---|---|");
-        for (name, t) in [
-            ("produced (acknowledged)", &self.produce),
-            ("consumed", &self.consume),
-        ] {
-            let _ = writeln!(
+        if self.measured_seconds < MEASURED_SECONDS_MIN {
+            let _ = write!(
                 out,
-                "| {name} | {:.0} | {:.1} | {} | {} |",
-                t.records_per_s, t.mb_per_s, t.records, t.bytes
+                ", {TOO_SHORT} rates (that takes at least {MEASURED_SECONDS_MIN} s)"
             );
         }
         let _ = writeln!(out);
-        let mut header = String::from("| latency (ms) |");
-        let mut rule = String::from("|---|");
-        for (name, _) in PERCENTILES {
-            header.push_str(&format!(" {name} |"));
-            rule.push_str("---|");
+        let _ = writeln!(out, "| | records/s | MB/s | records | bytes |");
+        let _ = writeln!(out, "|---|---|---|---|---|");
+        let mut throughputs = Vec::new();
+        if self.mode.produces() {
+            throughputs.push(("produced (acknowledged)", &self.produce));
         }
-        header.push_str(" max | count |");
-        rule.push_str("---|---|");
-        let _ = writeln!(out, "{header}\n{rule}");
-        for (name, summary) in [
-            ("publish", &self.publish_latency),
-            ("end-to-end", &self.end_to_end_latency),
-            ("send delay", &self.send_delay),
-        ] {
-            let mut row = format!("| {name} |");
-            for (p, _) in PERCENTILES {
-                row.push_str(&format!(" {:.3} |", summary.get(p)));
-            }
-            row.push_str(&format!(" {:.3} | {} |", summary.max_ms, summary.count));
-            let _ = writeln!(out, "{row}");
+        if self.mode.consumes() {
+            throughputs.push(("consumed", &self.consume));
+        }
+        for (name, t) in throughputs {
+            let (records_per_s, mb_per_s) = match (t.records_per_s, t.mb_per_s) {
+                (Some(records), Some(mb)) => (format!("{records:.0}"), format!("{mb:.1}")),
+                _ => (TOO_SHORT.to_string(), TOO_SHORT.to_string()),
+            };
+            let _ = writeln!(
+                out,
+                "| {name} | {records_per_s} | {mb_per_s} | {} | {} |",
+                t.records, t.bytes
+            );
         }
         let _ = writeln!(out);
+        let mut latencies = Vec::new();
+        if self.mode.produces() {
+            latencies.push(("publish", &self.publish_latency));
+        }
+        if self.mode == Mode::EndToEnd {
+            latencies.push(("end-to-end", &self.end_to_end_latency));
+        }
+        if self.mode.produces() {
+            latencies.push(("send delay", &self.send_delay));
+        }
+        if !latencies.is_empty() {
+            let mut header = String::from("| latency (ms) |");
+            let mut rule = String::from("|---|");
+            for (name, _) in PERCENTILES {
+                header.push_str(&format!(" {name} |"));
+                rule.push_str("---|");
+            }
+            header.push_str(" max | count |");
+            rule.push_str("---|---|");
+            let _ = writeln!(out, "{header}\n{rule}");
+            for (name, summary) in latencies {
+                let mut row = format!("| {name} |");
+                for (p, _) in PERCENTILES {
+                    row.push_str(&format!(" {:.3} |", summary.get(p)));
+                }
+                row.push_str(&format!(" {:.3} | {} |", summary.max_ms, summary.count));
+                let _ = writeln!(out, "{row}");
+            }
+            let _ = writeln!(out);
+        }
         if self.errors.is_empty() {
             let _ = writeln!(out, "errors: none");
         } else {

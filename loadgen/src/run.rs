@@ -23,10 +23,12 @@ use crate::rate::Schedule;
 use crate::stats::Recorder;
 use crate::workload::{KeyDistributor, Workload};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Mode {
     Produce,
     Consume,
+    #[serde(rename = "e2e")]
     EndToEnd,
 }
 
@@ -37,6 +39,16 @@ impl Mode {
             Mode::Consume => "consume",
             Mode::EndToEnd => "e2e",
         }
+    }
+
+    /// Whether the run has producers (and so publish latency).
+    pub fn produces(self) -> bool {
+        self != Mode::Consume
+    }
+
+    /// Whether the run has consumers.
+    pub fn consumes(self) -> bool {
+        self != Mode::Produce
     }
 }
 
@@ -676,7 +688,9 @@ async fn lane(
     let version = match conn.version::<kafka_protocol::messages::ProduceRequest>(3..=9) {
         Ok(v) => v,
         Err(e) => {
-            recorder.borrow_mut().error(format!("produce version: {e}"));
+            recorder
+                .borrow_mut()
+                .error(format!("produce version: {}", error_text(&e)));
             return;
         }
     };
@@ -737,7 +751,7 @@ async fn lane(
                             );
                         }
                     }
-                    Err(e) => recorder.error(format!("produce: {}", short(&e.to_string()))),
+                    Err(e) => recorder.error(format!("produce: {}", error_text(&e))),
                 }
                 continue;
             }
@@ -746,7 +760,7 @@ async fn lane(
                 Err(e) => {
                     let mut recorder = recorder.borrow_mut();
                     for _ in &round {
-                        recorder.error(format!("produce: {}", short(&e.to_string())));
+                        recorder.error(format!("produce: {}", error_text(&e)));
                     }
                 }
             }
@@ -803,7 +817,7 @@ async fn lane(
             }
             Err(e) => {
                 for _ in &round {
-                    recorder.error(format!("produce: {}", short(&e.to_string())));
+                    recorder.error(format!("produce: {}", error_text(&e)));
                 }
             }
         }
@@ -830,14 +844,24 @@ fn allowed_cpus() -> Option<glommio::CpuSet> {
     (!allowed.is_empty()).then_some(allowed)
 }
 
-/// The error kind without addresses and numbers, for counting by kind.
-fn short(message: &str) -> String {
-    message
-        .split(':')
-        .next()
-        .unwrap_or(message)
-        .trim()
-        .to_string()
+/// The error's whole text with its causes (`connection to broker
+/// 127.0.0.1:9092 failed: Connection reset by peer (os error 104)`), which
+/// is the kind errors are counted by: the address and the cause tell kinds
+/// apart, and cutting at the first `:` left `connection to broker 127.0.0.1`.
+fn error_text(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    // Bounded: a cause chain is a handful of errors.
+    for _ in 0..16 {
+        let Some(cause) = source else { break };
+        let cause_text = cause.to_string();
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 async fn consume(
@@ -935,7 +959,7 @@ async fn fetch_loop(
             Err(e) => {
                 recorder
                     .borrow_mut()
-                    .error(format!("fetch: {}", short(&e.to_string())));
+                    .error(format!("fetch: {}", error_text(&e)));
                 if control.stop.load(Ordering::Relaxed) {
                     return Ok(());
                 }

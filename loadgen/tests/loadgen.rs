@@ -206,6 +206,29 @@ fn kept_topics_are_consumed_back_in_consume_mode() {
     ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
+    // Produce mode shows what it ran: no consume or end-to-end figures.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for row in [
+        "| produced (acknowledged) |",
+        "| publish |",
+        "| send delay |",
+    ] {
+        assert!(stdout.contains(row), "no `{row}` row:\n{stdout}");
+    }
+    for row in ["| consumed |", "| end-to-end |"] {
+        assert!(
+            !stdout.contains(row),
+            "a `{row}` row in produce mode:\n{stdout}"
+        );
+    }
+    let progress: Vec<&str> = stderr.lines().filter(|l| l.contains(" rec/s ")).collect();
+    assert!(!progress.is_empty(), "no progress line: {stderr}");
+    for line in progress {
+        assert!(
+            line.contains("produce ") && !line.contains("consume ") && !line.contains("e2e "),
+            "{line}"
+        );
+    }
     let topic = stderr
         .lines()
         .find_map(|l| l.strip_prefix("kept topics: "))
@@ -244,6 +267,20 @@ fn kept_topics_are_consumed_back_in_consume_mode() {
     let r = json(&report);
     assert_eq!(r["consume"]["records"].as_u64(), Some(produced));
     assert_eq!(r["consume"]["bytes"].as_u64(), Some(produced * 1000));
+    // Consume mode shows what it ran: no produce rows, no latencies.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("| consumed |"), "{stdout}");
+    for row in [
+        "| produced",
+        "| publish |",
+        "| end-to-end |",
+        "| send delay |",
+    ] {
+        assert!(
+            !stdout.contains(row),
+            "a `{row}` row in consume mode:\n{stdout}"
+        );
+    }
     // An existing topic is never deleted.
     assert!(topics_on(&broker).contains(&topic));
 }
@@ -419,4 +456,150 @@ fn bad_input_gets_a_clear_error() {
             "{args:?}: expected `{needle}` in: {stderr}"
         );
     }
+}
+
+fn strom(args: &[&str], stdin: Option<&[u8]>) -> String {
+    let out = process::run(
+        Command::new(strom_binary()).args(args),
+        stdin,
+        Duration::from_secs(60),
+    );
+    assert!(
+        out.status.success(),
+        "strom {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A consume of 37 records ends within milliseconds of its start: no rate
+/// over such a window means anything (it once said 37,000,000,000
+/// records/s), so the report says so and gives the counts.
+#[test]
+fn a_run_too_short_to_measure_says_so_instead_of_a_rate() {
+    let broker = Broker::start();
+    let bootstrap = broker.bootstrap();
+    strom(
+        &[
+            "topic",
+            "create",
+            "small",
+            "--partitions",
+            "1",
+            "--bootstrap",
+            &bootstrap,
+        ],
+        None,
+    );
+    let records: String = (0..37).map(|i| format!("record {i:02}\n")).collect();
+    strom(
+        &["produce", "small", "--bootstrap", &bootstrap],
+        Some(records.as_bytes()),
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("consume.json");
+    let out = loadgen(&[
+        "consume",
+        "--bootstrap",
+        &bootstrap,
+        "--topic",
+        "small",
+        "--cores",
+        "1",
+        "--json",
+        report.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = json(&report);
+    let measured = r["measured_seconds"].as_f64().unwrap();
+    assert!(measured < 0.1, "measured {measured} s: {stdout}");
+    assert_eq!(r["consume"]["records"].as_u64(), Some(37), "{r}");
+    assert_eq!(r["consume"]["bytes"].as_u64(), Some(37 * 9), "{r}");
+    assert!(r["consume"]["records_per_s"].is_null(), "{}", r["consume"]);
+    assert!(r["consume"]["mb_per_s"].is_null(), "{}", r["consume"]);
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with("| consumed |"))
+        .unwrap_or_else(|| panic!("no consumed row: {stdout}"));
+    assert_eq!(
+        row, "| consumed | too short to measure | too short to measure | 37 | 333 |",
+        "{stdout}"
+    );
+    assert!(stdout.contains("too short to measure rates"), "{stdout}");
+}
+
+/// Errors are counted by their whole text: a broker that goes away shows
+/// its full address and the cause, not the text up to the address's colon
+/// (`connection to broker 127.0.0.1`).
+#[test]
+fn error_kinds_keep_the_whole_error_text() {
+    let mut broker = Broker::start();
+    let bootstrap = broker.bootstrap();
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.json");
+    let run = std::thread::spawn({
+        let args: Vec<String> = [
+            "produce",
+            "--bootstrap",
+            &bootstrap,
+            "--partitions",
+            "1",
+            "--message-size",
+            "100",
+            "--rate",
+            "2000",
+            "--duration",
+            "4",
+            "--cores",
+            "1",
+            "--json",
+            report.to_str().unwrap(),
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+        move || loadgen(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    });
+    // Mid-run, as in the stalled-broker test: a second after the run's
+    // topic exists (setup is over, the run starts 0.2 s after it), the
+    // broker dies.
+    let topic_created = poll_until(Duration::from_secs(30), || {
+        std::fs::read_dir(broker.dir.path().join("data"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with("loadgen-"))
+            .then_some(())
+    });
+    assert!(topic_created.is_some(), "no topic created within 30 s");
+    std::thread::sleep(Duration::from_millis(1_000));
+    broker.child.kill().unwrap();
+    broker.child.wait().unwrap();
+    let out = run.join().unwrap();
+    let r = json(&report);
+    let errors = r["errors"].as_object().unwrap();
+    assert!(
+        !errors.is_empty(),
+        "no errors after the broker died: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for kind in errors.keys() {
+        assert!(kind.starts_with("produce: "), "{kind}");
+        if kind.contains("broker ") {
+            assert!(
+                kind.contains(&bootstrap),
+                "`{kind}` lost the address {bootstrap}"
+            );
+        }
+    }
+    assert!(
+        errors.keys().any(|k| k.contains(&bootstrap)),
+        "no error names the broker: {errors:?}"
+    );
 }

@@ -5,11 +5,14 @@
 //!
 //! Phases share the duration: sequential writes at every block size and
 //! queue depth (45%), sequential reads of the written file likewise (35%),
-//! then fdatasync after 4 KiB appends (20%).
+//! then fdatasync after 4 KiB appends (20%). A line on stderr each second
+//! says what is being measured and how fast it goes.
 
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -33,6 +36,9 @@ pub const FILE_BYTES_MIN: u64 = 64 << 20;
 /// reaching it; the smallest such block size and queue depth is chosen.
 pub const GOOD_ENOUGH_PERCENT: u64 = 90;
 const PAGE: usize = 4096;
+/// How often a progress line is printed while measuring: a 30 s run that
+/// printed nothing until the end looked hung.
+pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The settings the broker takes from the file, in its config names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -119,7 +125,88 @@ pub fn recommend(writes: &[Measurement]) -> IoSettings {
     }
 }
 
-/// Runs the measurements on a glommio executor and returns the results.
+/// What a progress line counts in the current step.
+#[derive(Clone, Copy)]
+enum Unit {
+    Bytes,
+    Syncs,
+}
+
+struct Step {
+    label: String,
+    unit: Unit,
+    started: Instant,
+}
+
+/// The step being measured and its count so far, shared between the
+/// measuring executor and the thread printing progress lines.
+struct Progress {
+    step: Mutex<Step>,
+    /// Bytes moved, or syncs done, in the current step.
+    done: AtomicU64,
+}
+
+impl Progress {
+    fn new() -> Self {
+        Self {
+            step: Mutex::new(Step {
+                label: "starting".to_string(),
+                unit: Unit::Bytes,
+                started: Instant::now(),
+            }),
+            done: AtomicU64::new(0),
+        }
+    }
+
+    fn begin(&self, label: String, unit: Unit) {
+        let mut step = self.step.lock().expect("progress lock");
+        *step = Step {
+            label,
+            unit,
+            started: Instant::now(),
+        };
+        self.done.store(0, Ordering::Relaxed);
+    }
+
+    fn add(&self, count: u64) {
+        self.done.fetch_add(count, Ordering::Relaxed);
+    }
+
+    /// `   3s of 30s: write 256 KiB x 4 in flight, 1830 MB/s`.
+    fn line(&self, elapsed: Duration, total: Duration) -> String {
+        let step = self.step.lock().expect("progress lock");
+        let seconds = step.started.elapsed().as_secs_f64().max(1e-3);
+        let done = self.done.load(Ordering::Relaxed) as f64;
+        let rate = match step.unit {
+            Unit::Bytes => format!("{:.0} MB/s", done / 1e6 / seconds),
+            Unit::Syncs => format!("{:.0} syncs/s", done / seconds),
+        };
+        format!(
+            "{:>4}s of {:.0}s: {}, {rate}",
+            elapsed.as_secs(),
+            total.as_secs_f64(),
+            step.label
+        )
+    }
+}
+
+/// Prints `progress` on stderr every [`PROGRESS_INTERVAL`] until `stop`
+/// is dropped.
+fn print_progress(
+    progress: Arc<Progress>,
+    total: Duration,
+    stop: mpsc::Receiver<()>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let started = Instant::now();
+        while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(PROGRESS_INTERVAL) {
+            eprintln!("{}", progress.line(started.elapsed(), total));
+        }
+    })
+}
+
+/// Runs the measurements on a glommio executor and returns the results,
+/// printing a progress line on stderr each second.
 pub fn run(options: Options) -> anyhow::Result<IoProperties> {
     anyhow::ensure!(
         options.dir.is_dir(),
@@ -131,14 +218,23 @@ pub fn run(options: Options) -> anyhow::Result<IoProperties> {
         .canonicalize()
         .with_context(|| format!("cannot resolve {}", options.dir.display()))?;
     let options = Options { dir, ..options };
-    LocalExecutorBuilder::new(Placement::Unbound)
+    let progress = Arc::new(Progress::new());
+    let (stop, stopped) = mpsc::channel();
+    let printer = print_progress(progress.clone(), options.duration, stopped);
+    let result = LocalExecutorBuilder::new(Placement::Unbound)
         .name("strom-iotune")
-        .spawn(move || measure(options))
+        .spawn(move || measure(options, progress))
         .map_err(|e| {
             anyhow::anyhow!("cannot start a glommio executor (is io_uring available?): {e}")
-        })?
-        .join()
-        .map_err(|_| anyhow::anyhow!("the measuring executor panicked"))?
+        })
+        .and_then(|executor| {
+            executor
+                .join()
+                .map_err(|_| anyhow::anyhow!("the measuring executor panicked"))
+        });
+    drop(stop);
+    let _ = printer.join();
+    result?
 }
 
 fn free_bytes(dir: &Path) -> Option<u64> {
@@ -150,7 +246,7 @@ fn free_bytes(dir: &Path) -> Option<u64> {
     (rc == 0).then(|| stat.f_bavail as u64 * stat.f_frsize as u64)
 }
 
-async fn measure(options: Options) -> anyhow::Result<IoProperties> {
+async fn measure(options: Options, progress: Arc<Progress>) -> anyhow::Result<IoProperties> {
     let path = options.dir.join(".strom-iotune.tmp");
     let free = free_bytes(&options.dir).unwrap_or(FILE_BYTES_MIN * 4);
     let file_bytes = (free / 4).clamp(FILE_BYTES_MIN, FILE_BYTES_MAX) / (1 << 20) * (1 << 20);
@@ -158,7 +254,7 @@ async fn measure(options: Options) -> anyhow::Result<IoProperties> {
     // file it opens; an empty one fools it, so the file starts with data.
     std::fs::write(&path, vec![0u8; PAGE])
         .with_context(|| format!("cannot write {}", path.display()))?;
-    let result = measure_file(&options, &path, file_bytes).await;
+    let result = measure_file(&options, &path, file_bytes, &progress).await;
     let _ = std::fs::remove_file(&path);
     result
 }
@@ -167,6 +263,7 @@ async fn measure_file(
     options: &Options,
     path: &Path,
     file_bytes: u64,
+    progress: &Arc<Progress>,
 ) -> anyhow::Result<IoProperties> {
     let file = Rc::new(
         OpenOptions::new()
@@ -186,18 +283,19 @@ async fn measure_file(
     let read_each = Duration::from_secs_f64(total * 0.35 / combos.len() as f64);
     let sync_time = Duration::from_secs_f64(total * 0.20);
 
+    let scratch = Scratch {
+        file: &file,
+        path,
+        file_bytes,
+        progress,
+    };
     let mut writes = Vec::new();
     for &(block, depth) in &combos {
-        let rate = sequential(
-            &file,
-            path,
-            Direction::Write,
-            block,
-            depth,
-            file_bytes,
-            write_each,
-        )
-        .await?;
+        progress.begin(
+            format!("write {} KiB x {depth} in flight", block >> 10),
+            Unit::Bytes,
+        );
+        let rate = sequential(&scratch, Direction::Write, block, depth, write_each).await?;
         writes.push(Measurement {
             block_bytes: block as u64,
             queue_depth: depth as u64,
@@ -205,26 +303,26 @@ async fn measure_file(
         });
     }
     // Reads need a whole file of written data.
-    fill(&file, path, file_bytes).await?;
+    progress.begin(
+        format!("writing {} MiB to read back", file_bytes >> 20),
+        Unit::Bytes,
+    );
+    fill(&file, path, file_bytes, progress).await?;
     let mut reads = Vec::new();
     for &(block, depth) in &combos {
-        let rate = sequential(
-            &file,
-            path,
-            Direction::Read,
-            block,
-            depth,
-            file_bytes,
-            read_each,
-        )
-        .await?;
+        progress.begin(
+            format!("read {} KiB x {depth} in flight", block >> 10),
+            Unit::Bytes,
+        );
+        let rate = sequential(&scratch, Direction::Read, block, depth, read_each).await?;
         reads.push(Measurement {
             block_bytes: block as u64,
             queue_depth: depth as u64,
             bandwidth_bytes_per_s: rate,
         });
     }
-    let mut latencies_us = sync_latencies(&file, path, sync_time).await?;
+    progress.begin("fdatasync after 4 KiB appends".to_string(), Unit::Syncs);
+    let mut latencies_us = sync_latencies(&file, path, sync_time, progress).await?;
     latencies_us.sort_unstable();
     let percentile = |p: usize| {
         if latencies_us.is_empty() {
@@ -285,18 +383,31 @@ async fn fresh(file: &DmaFile, path: &Path, file_bytes: u64) -> anyhow::Result<(
         .map_err(|e| io_error("fallocate", path, 0, e))
 }
 
+/// The scratch file measured and where its progress is counted.
+#[derive(Clone, Copy)]
+struct Scratch<'a> {
+    file: &'a Rc<DmaFile>,
+    path: &'a Path,
+    file_bytes: u64,
+    progress: &'a Arc<Progress>,
+}
+
 /// Sequential I/O of `block` bytes with `depth` in flight for `time`;
 /// returns bytes per second. Writes wrap onto a fresh preallocation when
 /// they reach the end of the file; reads wrap to its start.
 async fn sequential(
-    file: &Rc<DmaFile>,
-    path: &Path,
+    scratch: &Scratch<'_>,
     direction: Direction,
     block: usize,
     depth: usize,
-    file_bytes: u64,
     time: Duration,
 ) -> anyhow::Result<u64> {
+    let Scratch {
+        file,
+        path,
+        file_bytes,
+        progress,
+    } = *scratch;
     if direction == Direction::Write {
         fresh(file, path, file_bytes).await?;
     }
@@ -310,7 +421,7 @@ async fn sequential(
     let mut workers = Vec::with_capacity(depth);
     for _ in 0..depth {
         let (file, next, done, wrap) = (file.clone(), next.clone(), done.clone(), wrap.clone());
-        let path = path.to_path_buf();
+        let (path, progress) = (path.to_path_buf(), progress.clone());
         workers.push(glommio::spawn_local(async move {
             while Instant::now() < deadline {
                 let guard = wrap.read().await.map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -336,6 +447,7 @@ async fn sequential(
                             .await
                             .map_err(|e| io_error("write", &path, position, e))?;
                         done.set(done.get() + written as u64);
+                        progress.add(written as u64);
                     }
                     Direction::Read => {
                         let read = file
@@ -343,6 +455,7 @@ async fn sequential(
                             .await
                             .map_err(|e| io_error("read", &path, position, e))?;
                         done.set(done.get() + read.len() as u64);
+                        progress.add(read.len() as u64);
                     }
                 }
                 drop(guard);
@@ -358,14 +471,19 @@ async fn sequential(
 }
 
 /// Writes the whole file once (1 MiB writes, 8 in flight) so reads find data.
-async fn fill(file: &Rc<DmaFile>, path: &Path, file_bytes: u64) -> anyhow::Result<()> {
+async fn fill(
+    file: &Rc<DmaFile>,
+    path: &Path,
+    file_bytes: u64,
+    progress: &Arc<Progress>,
+) -> anyhow::Result<()> {
     fresh(file, path, file_bytes).await?;
     const BLOCK: usize = 1 << 20;
     let next = Rc::new(Cell::new(0u64));
     let mut workers = Vec::new();
     for _ in 0..8 {
         let (file, next) = (file.clone(), next.clone());
-        let path = path.to_path_buf();
+        let (path, progress) = (path.to_path_buf(), progress.clone());
         workers.push(glommio::spawn_local(async move {
             loop {
                 let position = next.get();
@@ -375,9 +493,11 @@ async fn fill(file: &Rc<DmaFile>, path: &Path, file_bytes: u64) -> anyhow::Resul
                 next.set(position + BLOCK as u64);
                 let mut buffer = file.alloc_dma_buffer(BLOCK);
                 buffer.as_bytes_mut().fill(0xa5);
-                file.write_at(buffer, position)
+                let written = file
+                    .write_at(buffer, position)
                     .await
                     .map_err(|e| io_error("write", &path, position, e))?;
+                progress.add(written as u64);
             }
         }));
     }
@@ -391,7 +511,12 @@ async fn fill(file: &Rc<DmaFile>, path: &Path, file_bytes: u64) -> anyhow::Resul
 
 /// fdatasync after each 4 KiB append to a fresh preallocation, as the log
 /// does under `flush.policy=always` with one small produce at a time.
-async fn sync_latencies(file: &DmaFile, path: &Path, time: Duration) -> anyhow::Result<Vec<u64>> {
+async fn sync_latencies(
+    file: &DmaFile,
+    path: &Path,
+    time: Duration,
+    progress: &Progress,
+) -> anyhow::Result<Vec<u64>> {
     fresh(file, path, 64 << 20).await?;
     let mut latencies = Vec::new();
     let deadline = Instant::now() + time.max(Duration::from_millis(20));
@@ -412,6 +537,7 @@ async fn sync_latencies(file: &DmaFile, path: &Path, time: Duration) -> anyhow::
             .await
             .map_err(|e| io_error("fdatasync", path, position, e))?;
         latencies.push(started.elapsed().as_micros() as u64);
+        progress.add(1);
     }
     Ok(latencies)
 }

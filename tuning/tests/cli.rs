@@ -233,3 +233,88 @@ fn iotune_measures_the_disk_and_writes_io_properties() {
         .collect();
     assert_eq!(left, [std::ffi::OsString::from("io-properties.toml")]);
 }
+
+/// A 30 s `iotune` that printed nothing until the end looked hung: it
+/// prints a line each second, as it goes, saying what it measures.
+#[test]
+fn iotune_prints_a_progress_line_each_second_while_it_measures() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    const DURATION_S: u64 = 4;
+    let dir = scratch("iotune-progress");
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_strom-tune"))
+        .args(["iotune", "--dir", dir.to_str().unwrap(), "--duration"])
+        .arg(DURATION_S.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    // Each line with the time it arrived.
+    let reader = std::thread::spawn(move || {
+        BufReader::new(stderr)
+            .lines()
+            .take(1_000)
+            .map_while(Result::ok)
+            .map(|line| (started.elapsed(), line))
+            .collect::<Vec<_>>()
+    });
+    let deadline = Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > deadline {
+            let _ = child.kill();
+            panic!("iotune did not finish within {deadline:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let ran_for = started.elapsed();
+    let lines = reader.join().unwrap();
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
+    assert!(status.success(), "{lines:?}\n{stdout}");
+
+    let progress: Vec<&(Duration, String)> = lines
+        .iter()
+        .filter(|(_, l)| l.contains("s of 4s: "))
+        .collect();
+    // One a second: at least one per whole second of the run (less the
+    // last), the first within two seconds, not all at the end.
+    assert!(
+        progress.len() as u64 + 1 >= ran_for.as_secs().max(DURATION_S),
+        "{} progress lines in {ran_for:?}: {lines:?}",
+        progress.len()
+    );
+    assert!(
+        progress[0].0 < Duration::from_secs(2),
+        "first progress line after {:?}",
+        progress[0].0
+    );
+    assert!(
+        progress
+            .iter()
+            .any(|(at, _)| *at + Duration::from_secs(1) < ran_for),
+        "every progress line came at the end: {lines:?}"
+    );
+    for (_, line) in &progress {
+        assert!(
+            line.contains("write ")
+                || line.contains("read ")
+                || line.contains("writing ")
+                || line.contains("fdatasync"),
+            "{line}"
+        );
+        assert!(
+            line.ends_with(" MB/s") || line.ends_with(" syncs/s"),
+            "{line}"
+        );
+    }
+    // The result still goes to stdout, the progress to stderr only.
+    assert!(stdout.contains("wrote "), "{stdout}");
+    assert!(!stdout.contains("s of 4s: "), "{stdout}");
+}
