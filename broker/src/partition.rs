@@ -533,12 +533,17 @@ impl Partition {
         match timestamp {
             LATEST_TIMESTAMP => ok(-1, self.high_watermark()),
             EARLIEST_TIMESTAMP => ok(-1, self.log_start_offset()),
-            MAX_TIMESTAMP => match self.log.max_timestamp() {
-                Some((timestamp, offset)) => ok(timestamp, offset as i64),
-                None => ok(-1, -1),
+            MAX_TIMESTAMP => match self.log.max_timestamp_record().await {
+                Ok(Some(found)) => ok(found.timestamp, found.offset as i64),
+                Ok(None) => ok(-1, -1),
+                Err(error) => OffsetOutcome {
+                    error_code: errors::storage_error_code(&error),
+                    timestamp: -1,
+                    offset: -1,
+                },
             },
             t if t >= 0 => match self.log.offset_for_timestamp(t).await {
-                Ok(Some(offset)) => ok(t, offset as i64),
+                Ok(Some(found)) => ok(found.timestamp, found.offset as i64),
                 Ok(None) => ok(-1, -1),
                 Err(error) => OffsetOutcome {
                     error_code: errors::storage_error_code(&error),

@@ -102,6 +102,79 @@ pub fn validate_producer_batch(
     }
 }
 
+/// The first record of a stored batch whose timestamp satisfies `wanted`:
+/// its offset delta and timestamp, or `None` when no record does. The
+/// records are walked as [`validate_producer_batch`] walks them, through
+/// streaming decompression bounded by `decompressed_bytes_max`. As in
+/// Kafka's batches, every record of a LogAppendTime batch carries the
+/// batch's max timestamp.
+pub fn find_record(
+    batch: &[u8],
+    header: &BatchHeader,
+    decompressed_bytes_max: usize,
+    scratch: &mut Vec<u8>,
+    wanted: impl FnMut(i64) -> bool,
+) -> Result<Option<(i32, i64)>, BatchError> {
+    let body = batch.get(HEADER_LEN..).unwrap_or_default();
+    let codec = header.compression();
+    if codec == Compression::None {
+        return find(&mut InPlace { buf: body, pos: 0 }, header, wanted);
+    }
+    scratch.resize(SCRATCH_CHUNK_BYTES, 0);
+    let corrupt = |error: std::io::Error| BatchError::CorruptCompressed {
+        codec,
+        reason: error.to_string(),
+    };
+    let limit = decompressed_bytes_max;
+    match codec {
+        Compression::Gzip => {
+            let reader = flate2::bufread::MultiGzDecoder::new(body);
+            find(&mut Streamed::new(reader, scratch, codec, limit), header, wanted)
+        }
+        Compression::Snappy => {
+            let reader = SnappyReader::new(body, limit).map_err(corrupt)?;
+            find(&mut Streamed::new(reader, scratch, codec, limit), header, wanted)
+        }
+        Compression::Lz4 => {
+            let reader = lz4::Decoder::new(body).map_err(corrupt)?;
+            find(&mut Streamed::new(reader, scratch, codec, limit), header, wanted)
+        }
+        Compression::Zstd => {
+            let mut reader = zstd::stream::read::Decoder::with_buffer(body).map_err(corrupt)?;
+            reader
+                .window_log_max(ZSTD_WINDOW_LOG_MAX)
+                .map_err(corrupt)?;
+            find(&mut Streamed::new(reader, scratch, codec, limit), header, wanted)
+        }
+        Compression::None => unreachable!("handled above"),
+    }
+}
+
+fn find<S: Source>(
+    src: &mut S,
+    header: &BatchHeader,
+    mut wanted: impl FnMut(i64) -> bool,
+) -> Result<Option<(i32, i64)>, BatchError> {
+    for index in 0..header.record_count {
+        let timestamp = record(src, header, index).map_err(|fault| match fault {
+            Fault::Record(reason) => BatchError::MalformedRecord {
+                index: index as usize,
+                reason,
+            },
+            Fault::Batch(error) => error,
+        })?;
+        let timestamp = if header.is_log_append_time() {
+            header.max_timestamp
+        } else {
+            timestamp
+        };
+        if wanted(timestamp) {
+            return Ok(Some((index, timestamp)));
+        }
+    }
+    Ok(None)
+}
+
 /// A record section read byte by byte, with skips for the bulk fields.
 trait Source {
     /// The next byte, or `None` at the end of the records.
@@ -577,6 +650,38 @@ mod tests {
         );
         // The value, and 11 bytes of varints and attributes around it.
         assert_eq!(check(&big).unwrap().records_bytes, 300_000 + 11);
+    }
+
+    #[test]
+    fn find_record_reports_the_first_match_in_every_codec() {
+        // Timestamps out of order: TS+5, TS+1, TS+9, TS+9, TS+3.
+        let recs: Vec<NewRecord> = [5, 1, 9, 9, 3]
+            .iter()
+            .map(|&delta| NewRecord {
+                value: Some(vec![7; 10]),
+                timestamp_delta: delta,
+                ..Default::default()
+            })
+            .collect();
+        let mut batches = vec![build::batch(TS, &recs)];
+        for codec in [
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
+            batches.push(build::compressed(codec, TS, &recs));
+        }
+        for batch in &batches {
+            let header = validate(batch).unwrap();
+            let find = |wanted: &dyn Fn(i64) -> bool| {
+                find_record(batch, &header, LIMIT, &mut Vec::new(), wanted).unwrap()
+            };
+            assert_eq!(find(&|t| t >= TS + 2), Some((0, TS + 5)));
+            assert_eq!(find(&|t| t >= TS + 6), Some((2, TS + 9)));
+            assert_eq!(find(&|t| t == TS + 9), Some((2, TS + 9)));
+            assert_eq!(find(&|t| t > TS + 9), None);
+        }
     }
 
     #[test]

@@ -23,7 +23,8 @@ async fn lookups(log: &Log) -> (Vec<u64>, Vec<Option<u64>>) {
         by_time.push(
             log.offset_for_timestamp(common::BASE_TIMESTAMP + i * 5)
                 .await
-                .unwrap(),
+                .unwrap()
+                .map(|found| found.offset),
         );
     }
     (by_offset, by_time)

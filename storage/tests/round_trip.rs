@@ -7,7 +7,7 @@ mod common;
 use common::{config, read_all, run, Spec};
 use proptest::prelude::*;
 use protocol::batch::{self, RecordBatch};
-use storage::{AppendOptions, Log, LogConfig, StorageError};
+use storage::{AppendOptions, FoundRecord, Log, LogConfig, StorageError};
 
 /// The model: each batch's spec and base offset, in order.
 struct Model {
@@ -16,15 +16,32 @@ struct Model {
 
 impl Model {
     /// First offset whose record timestamp is >= `timestamp`.
-    fn offset_for_timestamp(&self, timestamp: i64) -> Option<u64> {
+    fn offset_for_timestamp(&self, timestamp: i64) -> Option<(u64, i64)> {
         for (base, spec) in &self.batches {
             for i in 0..spec.count {
                 if spec.timestamp + i as i64 >= timestamp {
-                    return Some(base + i as u64);
+                    return Some((base + i as u64, spec.timestamp + i as i64));
                 }
             }
         }
         None
+    }
+
+    /// The first record with the largest timestamp.
+    fn max_timestamp_record(&self) -> Option<FoundRecord> {
+        let mut best: Option<FoundRecord> = None;
+        for (base, spec) in &self.batches {
+            for i in 0..spec.count {
+                let timestamp = spec.timestamp + i as i64;
+                if best.is_none_or(|b| timestamp > b.timestamp) {
+                    best = Some(FoundRecord {
+                        offset: base + i as u64,
+                        timestamp,
+                    });
+                }
+            }
+        }
+        best
     }
 
     fn batch_holding(&self, offset: u64) -> &(u64, Spec) {
@@ -62,10 +79,15 @@ async fn check_against_model(log: &Log, model: &Model, probe_timestamps: &[i64])
     for &ts in probe_timestamps {
         assert_eq!(
             log.offset_for_timestamp(ts).await.unwrap(),
-            model.offset_for_timestamp(ts),
+            model.offset_for_timestamp(ts).map(|(offset, timestamp)| FoundRecord { offset, timestamp }),
             "timestamp {ts}"
         );
     }
+    assert_eq!(
+        log.max_timestamp_record().await.unwrap(),
+        model.max_timestamp_record(),
+        "max timestamp"
+    );
     assert!(matches!(
         log.read(end + 1, 100, u64::MAX).await,
         Err(StorageError::OffsetOutOfRange { .. })
@@ -197,9 +219,20 @@ fn leader_epoch_and_log_append_time_are_stamped() {
         assert_eq!(batch.header().max_timestamp, 1_800_000_000_000);
         assert_eq!(
             log.offset_for_timestamp(1_800_000_000_000).await.unwrap(),
-            Some(0)
+            Some(FoundRecord {
+                offset: 0,
+                timestamp: 1_800_000_000_000
+            })
         );
-        assert_eq!(log.max_timestamp(), Some((1_800_000_000_000, 2)));
+        // Every record of a LogAppendTime batch carries its timestamp: the
+        // first one is the record with the max timestamp.
+        assert_eq!(
+            log.max_timestamp_record().await.unwrap(),
+            Some(FoundRecord {
+                offset: 0,
+                timestamp: 1_800_000_000_000
+            })
+        );
         batch::validate(batch.bytes()).unwrap();
         log.close().await.unwrap();
     });
