@@ -187,12 +187,13 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: Option<SocketAddr>) {
         connection
             .requests_in_flight
             .set(connection.requests_in_flight.get() + 1);
+        let peer_ip = peer.map(|p| p.ip());
         let task = glommio::spawn_local({
             let shard = shard.clone();
             let connection = connection.clone();
             async move {
                 let outcome = request
-                    .observe(handlers::handle(shard, frame, &mut budget))
+                    .observe(handlers::handle(shard, frame, &mut budget, peer_ip))
                     .await;
                 drop(request_lease);
                 connection

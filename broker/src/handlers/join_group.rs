@@ -3,6 +3,7 @@
 //! (`group_instance_id`); v7 echoes the protocol type. The request waits
 //! on the coordinator core until the group's join phase ends.
 
+use std::net::IpAddr;
 use std::rc::Rc;
 
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
@@ -20,19 +21,39 @@ fn text(value: String) -> StrBytes {
     StrBytes::from_string(value)
 }
 
+/// Who sent the JoinGroup, as DescribeGroups reports the member.
+pub struct Client {
+    pub id: String,
+    /// Kafka's form: `/` and the address (see [`client_host`]).
+    pub host: String,
+}
+
+/// A member's host as Kafka records it: Java's `InetAddress.toString()`
+/// of the connection's peer with no host name, `/127.0.0.1`; IPv6 in
+/// full, `/0:0:0:0:0:0:0:1`; an IPv4-mapped IPv6 address as IPv4.
+pub fn client_host(peer: IpAddr) -> String {
+    match peer.to_canonical() {
+        IpAddr::V4(v4) => format!("/{v4}"),
+        IpAddr::V6(v6) => {
+            let groups: Vec<String> = v6.segments().iter().map(|g| format!("{g:x}")).collect();
+            format!("/{}", groups.join(":"))
+        }
+    }
+}
+
 pub async fn handle(
     shard: &Rc<Shard>,
     request: JoinGroupRequest,
     version: i16,
-    client_id: String,
+    client: Client,
 ) -> JoinGroupResponse {
     let group_id = request.group_id.0.to_string();
     let join = JoinRequest {
         group_id: group_id.clone(),
         member_id: request.member_id.to_string(),
         group_instance_id: request.group_instance_id.map(|i| i.to_string()),
-        client_id,
-        client_host: String::new(),
+        client_id: client.id,
+        client_host: client.host,
         session_timeout_ms: request.session_timeout_ms,
         rebalance_timeout_ms: if version == 0 {
             request.session_timeout_ms
@@ -77,4 +98,21 @@ pub async fn handle(
                 })
                 .collect(),
         )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_hosts_read_as_javas_inet_address() {
+        for (peer, shown) in [
+            ("127.0.0.1", "/127.0.0.1"),
+            ("::1", "/0:0:0:0:0:0:0:1"),
+            ("::ffff:10.0.0.7", "/10.0.0.7"),
+            ("fe80::1:abcd", "/fe80:0:0:0:0:0:1:abcd"),
+        ] {
+            assert_eq!(client_host(peer.parse().unwrap()), shown, "{peer}");
+        }
+    }
 }

@@ -1,6 +1,7 @@
 //! Request dispatch: version checks, body decoding, one handler per API
 //! (one file each, its supported version range first), response encoding.
 
+use std::net::IpAddr;
 use std::rc::Rc;
 
 use bytes::Bytes;
@@ -180,10 +181,12 @@ fn supported_range(api_key: ApiKey) -> Option<(i16, i16)> {
 /// Frames of other requests than Produce above `NON_PRODUCE_FRAME_BYTES_MAX`
 /// are refused by the server before they are read. `budget` is what the
 /// response may hold of its connection's memory; Fetch sizes its answer by it.
+/// `peer` is the client's address (JoinGroup records it as the member's host).
 pub async fn handle(
     shard: Rc<Shard>,
     frame: Bytes,
     budget: &mut ResponseBudget,
+    peer: Option<IpAddr>,
 ) -> Result<Option<Encoded>, ConnectionError> {
     let request = codec::decode_header(frame)?;
     let api_key = request.api_key;
@@ -207,7 +210,7 @@ pub async fn handle(
         });
     }
     let body = codec::decode_body(&request)?;
-    dispatch(shard, &request, body, budget).await
+    dispatch(shard, &request, body, budget, peer).await
 }
 
 trait VersionContains {
@@ -225,6 +228,7 @@ async fn dispatch(
     request: &RequestFrame,
     body: RequestKind,
     budget: &mut ResponseBudget,
+    peer: Option<IpAddr>,
 ) -> Result<Option<Encoded>, ConnectionError> {
     let out = Respond {
         api_key: request.api_key as i16,
@@ -266,7 +270,12 @@ async fn dispatch(
                 .as_ref()
                 .map(|c| c.to_string())
                 .unwrap_or_default();
-            out.encode(&join_group::handle(&shard, body, version, client_id).await)
+            let client_host = peer.map(join_group::client_host).unwrap_or_default();
+            let client = join_group::Client {
+                id: client_id,
+                host: client_host,
+            };
+            out.encode(&join_group::handle(&shard, body, version, client).await)
         }
         RequestKind::SyncGroup(body) => out.encode(&sync_group::handle(&shard, body).await),
         RequestKind::Heartbeat(body) => out.encode(&heartbeat::handle(&shard, body).await),
