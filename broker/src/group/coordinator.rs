@@ -559,8 +559,10 @@ impl Group {
         self.pending.clear();
         self.generation_id += 1;
         if self.members.is_empty() {
+            // Kafka keeps the protocol type of an Empty group: ListGroups
+            // still says `consumer`, and clients do not take the group
+            // for a simple (assign-only) one.
             self.state = GroupState::Empty;
-            self.protocol_type = None;
             self.protocol_name = None;
             self.leader_id = None;
             self.empty_since_ms = Some(now_ms);
@@ -633,8 +635,8 @@ impl Group {
             if self.state != GroupState::Empty {
                 self.generation_id += 1;
             }
+            // The protocol type stays, as in Kafka (see `try_complete_join`).
             self.state = GroupState::Empty;
-            self.protocol_type = None;
             self.protocol_name = None;
             self.leader_id = None;
             self.initial_delay_until_ms = None;
@@ -2236,6 +2238,40 @@ mod tests {
         );
         assert_eq!(h.coordinator.describe("g").state, GroupState::Stable);
         assert_eq!(h.coordinator.describe("nope").state, GroupState::Dead);
+    }
+
+    #[test]
+    fn an_emptied_group_keeps_its_protocol_type_as_kafka_does() {
+        let mut h = Harness::new(0);
+        let (leader, follower, generation) = stable_pair(&mut h);
+        let member = Committer {
+            group_id: "g".into(),
+            generation_id: generation,
+            member_id: leader.clone(),
+            group_instance_id: None,
+        };
+        let parts = vec![CommitPartition {
+            topic: "t".into(),
+            partition: 0,
+            offset: CommittedOffset {
+                offset: 1,
+                leader_epoch: -1,
+                metadata: String::new(),
+                commit_timestamp_ms: 0,
+            },
+        }];
+        h.coordinator.commit(h.now_ms, &member, &parts).unwrap();
+        let mut replies = Vec::new();
+        let leaving = [(leader, None), (follower, None)];
+        h.coordinator
+            .leave(h.now_ms, "g", &leaving, &mut replies)
+            .unwrap();
+        h.absorb(replies);
+        assert_eq!(h.state(), GroupState::Empty);
+        let listed = h.coordinator.list();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].1, "consumer");
+        assert_eq!(h.coordinator.describe("g").protocol_type, "consumer");
     }
 
     #[test]
