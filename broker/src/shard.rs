@@ -6,7 +6,9 @@
 //! and sends the result back over the reply channel. Record data crosses as
 //! `Bytes`, never copied. The channels are glommio `shared_channel`s with
 //! capacity [`SHARD_CHANNEL_CAPACITY`]; a full channel makes the sender
-//! wait (backpressure).
+//! wait (backpressure). Jobs from one core to another leave in the order
+//! they were started, full channel or not ([`OrderedSender`]): the appends
+//! of a connection's pipelined produce requests depend on it.
 
 use std::any::Any;
 use std::cell::{Cell, RefCell};
@@ -85,7 +87,7 @@ pub struct Shard {
     pub metadata: Arc<MetadataStore>,
     /// Partitions this core owns, by topic then partition index.
     pub partitions: RefCell<HashMap<String, HashMap<i32, Rc<Partition>>>>,
-    job_senders: RefCell<Vec<Option<Rc<ConnectedSender<JobMessage>>>>>,
+    job_senders: RefCell<Vec<Option<Rc<OrderedSender<JobMessage>>>>>,
     reply_senders: RefCell<Vec<Option<Rc<ConnectedSender<ReplyMessage>>>>>,
     pending: RefCell<HashMap<u64, local_channel::LocalSender<AnyReply>>>,
     next_job_id: Cell<u64>,
@@ -148,7 +150,9 @@ impl Shard {
             .job_senders
             .into_iter()
             .map(|sender| {
-                glommio::spawn_local(async move { Some(Rc::new(sender?.connect().await)) })
+                glommio::spawn_local(async move {
+                    Some(Rc::new(OrderedSender::new(sender?.connect().await)))
+                })
             })
             .collect();
         let reply_senders: Vec<_> = ends
@@ -246,6 +250,36 @@ impl Shard {
     }
 }
 
+/// A cross-core sender that keeps its callers' order. glommio's
+/// `ConnectedSender::send` lets a caller that finds room send at once even
+/// while earlier callers wait for room (they are only woken later), so
+/// with a full channel a later hop could reach the other core first, and
+/// two pipelined produce requests of one connection be appended out of
+/// order. Here callers take turns: glommio's semaphore serves its waiters
+/// first come, first served, and lets no newcomer pass them.
+pub struct OrderedSender<T: Send + Sized> {
+    sender: ConnectedSender<T>,
+    turn: glommio::sync::Semaphore,
+}
+
+impl<T: Send + Sized> OrderedSender<T> {
+    pub fn new(sender: ConnectedSender<T>) -> Self {
+        Self {
+            sender,
+            turn: glommio::sync::Semaphore::new(1),
+        }
+    }
+
+    /// Sends `item` after every send started before this one; `Err` when
+    /// the receiver is gone.
+    pub async fn send(&self, item: T) -> Result<(), ()> {
+        let Ok(_turn) = self.turn.acquire_permit(1).await else {
+            return Err(());
+        };
+        self.sender.send(item).await.map_err(|_| ())
+    }
+}
+
 async fn serve_jobs(shard: Rc<Shard>, receiver: ConnectedReceiver<JobMessage>) {
     while let Some(message) = receiver.recv().await {
         let shard = shard.clone();
@@ -273,5 +307,84 @@ async fn serve_replies(shard: Rc<Shard>, receiver: ConnectedReceiver<ReplyMessag
             // The waiter may have been dropped (its request was cancelled).
             let _ = waiter.try_send(message.value);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use glommio::LocalExecutorBuilder;
+    use std::sync::atomic::{AtomicU8, Ordering};
+    use std::time::{Duration, Instant};
+
+    /// Steps of the two cores in `sends_keep_their_order_when_the_channel_is_full`.
+    const WAITING: u8 = 0;
+    const TAKE_ONE: u8 = 1;
+    const TOOK_ONE: u8 = 2;
+    const TAKE_ALL: u8 = 3;
+    const STEP_DEADLINE: Duration = Duration::from_secs(10);
+
+    fn wait_for(step: &AtomicU8, wanted: u8) {
+        let deadline = Instant::now() + STEP_DEADLINE;
+        while step.load(Ordering::Acquire) != wanted {
+            assert!(Instant::now() < deadline, "step {wanted} not reached");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Sends 1–3 wait on a full channel of capacity 1; the receiver takes
+    /// one item, and before the waiting senders run again, send 4 starts
+    /// and finds room. It must still leave after 1–3.
+    #[test]
+    fn sends_keep_their_order_when_the_channel_is_full() {
+        let (tx, rx) = shared_channel::new_bounded::<u32>(1);
+        let step = Arc::new(AtomicU8::new(WAITING));
+        let receiver = LocalExecutorBuilder::default()
+            .spawn({
+                let step = step.clone();
+                move || async move {
+                    let rx = rx.connect().await;
+                    wait_for(&step, TAKE_ONE);
+                    let mut received = vec![rx.recv().await.expect("item 0")];
+                    step.store(TOOK_ONE, Ordering::Release);
+                    wait_for(&step, TAKE_ALL);
+                    for _ in 0..4 {
+                        received.push(rx.recv().await.expect("items 1-4"));
+                    }
+                    received
+                }
+            })
+            .unwrap();
+        let sender = LocalExecutorBuilder::default()
+            .spawn({
+                let step = step.clone();
+                move || async move {
+                    let sender = Rc::new(OrderedSender::new(tx.connect().await));
+                    sender.send(0).await.unwrap();
+                    let mut sends: Vec<_> = (1..=3)
+                        .map(|i| {
+                            let sender = sender.clone();
+                            glommio::spawn_local(async move { sender.send(i).await.unwrap() })
+                        })
+                        .collect();
+                    // Every waiting send polls once and finds no room.
+                    for _ in 0..3 {
+                        futures_lite::future::yield_now().await;
+                    }
+                    step.store(TAKE_ONE, Ordering::Release);
+                    // Blocks this core: the waiting sends are not woken yet.
+                    wait_for(&step, TOOK_ONE);
+                    let late = sender.clone();
+                    sends.push(glommio::spawn_local(async move { late.send(4).await.unwrap() }));
+                    futures_lite::future::yield_now().await;
+                    step.store(TAKE_ALL, Ordering::Release);
+                    for send in sends {
+                        send.await;
+                    }
+                }
+            })
+            .unwrap();
+        sender.join().unwrap();
+        assert_eq!(receiver.join().unwrap(), vec![0, 1, 2, 3, 4]);
     }
 }
