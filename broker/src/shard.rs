@@ -375,7 +375,9 @@ mod tests {
                     // Blocks this core: the waiting sends are not woken yet.
                     wait_for(&step, TOOK_ONE);
                     let late = sender.clone();
-                    sends.push(glommio::spawn_local(async move { late.send(4).await.unwrap() }));
+                    sends.push(glommio::spawn_local(
+                        async move { late.send(4).await.unwrap() },
+                    ));
                     futures_lite::future::yield_now().await;
                     step.store(TAKE_ALL, Ordering::Release);
                     for send in sends {

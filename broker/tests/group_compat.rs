@@ -22,7 +22,11 @@ const BROKER_ARGS: &[&str] = &[
 
 fn check(broker: &Broker, mode: &str) -> String {
     let bootstrap = broker.bootstrap();
-    run_python("group_compat_check.py", &[&bootstrap, mode], SCRIPT_DEADLINE)
+    run_python(
+        "group_compat_check.py",
+        &[&bootstrap, mode],
+        SCRIPT_DEADLINE,
+    )
 }
 
 #[test]

@@ -158,8 +158,9 @@ impl Drop for Staller {
 fn numbered_batch(acks: i16, partition: i32, index: usize) -> Bytes {
     let records: Vec<NewRecord> = (0..RECORDS_PER_BATCH)
         .map(|record| {
-            let mut value = format!("acks {acks} partition {partition} request {index} record {record} ")
-                .into_bytes();
+            let mut value =
+                format!("acks {acks} partition {partition} request {index} record {record} ")
+                    .into_bytes();
             value.resize(RECORD_VALUE_BYTES, b'.');
             NewRecord {
                 value: Some(value),
@@ -179,7 +180,9 @@ fn pipeline_produce(broker: &Broker, topic: &str, partition: i32, acks: i16) -> 
         .map(|i| numbered_batch(acks, partition, i))
         .collect();
     let mut stream = raw::connect(broker);
-    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
     let mut writer = stream.try_clone().unwrap();
     let frames: Vec<Vec<u8>> = batches
         .iter()
@@ -200,7 +203,9 @@ fn pipeline_produce(broker: &Broker, topic: &str, partition: i32, acks: i16) -> 
     // ends block on full socket buffers.
     let sender = std::thread::spawn(move || {
         for frame in frames {
-            writer.write_all(&frame).expect("a pipelined produce request is sent");
+            writer
+                .write_all(&frame)
+                .expect("a pipelined produce request is sent");
         }
     });
     let mut previous: Option<i64> = None;
@@ -245,13 +250,22 @@ fn read_back(broker: &Broker, topic: &str, partition: i32, count: usize) -> Vec<
                     .with_fetch_offset(offset)
                     .with_partition_max_bytes(8 << 20)])]);
         stream
-            .write_all(&raw_frame(ApiKey::Fetch, 11, correlation_id, CLIENT_ID, &fetch))
+            .write_all(&raw_frame(
+                ApiKey::Fetch,
+                11,
+                correlation_id,
+                CLIENT_ID,
+                &fetch,
+            ))
             .unwrap();
         let fetched: FetchResponse = read_response(&mut stream, 11, correlation_id);
         let data = &fetched.responses[0].partitions[0];
         assert_eq!(data.error_code, 0);
         let records = data.records.clone().unwrap_or_default();
-        assert!(!records.is_empty(), "nothing at offset {offset} of partition {partition}");
+        assert!(
+            !records.is_empty(),
+            "nothing at offset {offset} of partition {partition}"
+        );
         for batch in protocol::batch::split_batches(records) {
             let batch = batch.expect("a whole stored batch");
             offset = batch.header().last_offset() + 1;
@@ -285,7 +299,11 @@ fn pipelined_produce_requests_are_stored_in_request_order_through_stalls() {
     for partition in [0, 1] {
         let expected = &sent[partition as usize];
         let stored = read_back(&broker, topic, partition, expected.len());
-        assert_eq!(stored.len(), expected.len(), "batches of partition {partition}");
+        assert_eq!(
+            stored.len(),
+            expected.len(),
+            "batches of partition {partition}"
+        );
         for (i, (stored, sent)) in stored.iter().zip(expected).enumerate() {
             let base_offset = i64::from_be_bytes(stored[..8].try_into().unwrap());
             assert_eq!(base_offset, (i * RECORDS_PER_BATCH) as i64);

@@ -129,22 +129,38 @@ pub fn find_record(
     match codec {
         Compression::Gzip => {
             let reader = flate2::bufread::MultiGzDecoder::new(body);
-            find(&mut Streamed::new(reader, scratch, codec, limit), header, wanted)
+            find(
+                &mut Streamed::new(reader, scratch, codec, limit),
+                header,
+                wanted,
+            )
         }
         Compression::Snappy => {
             let reader = SnappyReader::new(body, limit).map_err(corrupt)?;
-            find(&mut Streamed::new(reader, scratch, codec, limit), header, wanted)
+            find(
+                &mut Streamed::new(reader, scratch, codec, limit),
+                header,
+                wanted,
+            )
         }
         Compression::Lz4 => {
             let reader = lz4::Decoder::new(body).map_err(corrupt)?;
-            find(&mut Streamed::new(reader, scratch, codec, limit), header, wanted)
+            find(
+                &mut Streamed::new(reader, scratch, codec, limit),
+                header,
+                wanted,
+            )
         }
         Compression::Zstd => {
             let mut reader = zstd::stream::read::Decoder::with_buffer(body).map_err(corrupt)?;
             reader
                 .window_log_max(ZSTD_WINDOW_LOG_MAX)
                 .map_err(corrupt)?;
-            find(&mut Streamed::new(reader, scratch, codec, limit), header, wanted)
+            find(
+                &mut Streamed::new(reader, scratch, codec, limit),
+                header,
+                wanted,
+            )
         }
         Compression::None => unreachable!("handled above"),
     }

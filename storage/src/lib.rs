@@ -23,8 +23,8 @@ pub use config::{ConfigError, FlushPolicy, FlushScope, LogConfig, LOG_CONFIG_KEY
 pub use error::{Result, StorageError};
 pub use fs_sync::filesystem_syncs;
 pub use log::{
-    AppendInfo, AppendOptions, FoundRecord, Log, LogStats, ReadResult, RecoveryReport, RetentionOutcome,
-    SHARD_CACHE_BYTES_MAX, SYNC_LATENCY_BOUNDS_US,
+    AppendInfo, AppendOptions, FoundRecord, Log, LogStats, ReadResult, RecoveryReport,
+    RetentionOutcome, SHARD_CACHE_BYTES_MAX, SYNC_LATENCY_BOUNDS_US,
 };
 pub use segment::Cut;
 

@@ -79,7 +79,9 @@ async fn check_against_model(log: &Log, model: &Model, probe_timestamps: &[i64])
     for &ts in probe_timestamps {
         assert_eq!(
             log.offset_for_timestamp(ts).await.unwrap(),
-            model.offset_for_timestamp(ts).map(|(offset, timestamp)| FoundRecord { offset, timestamp }),
+            model
+                .offset_for_timestamp(ts)
+                .map(|(offset, timestamp)| FoundRecord { offset, timestamp }),
             "timestamp {ts}"
         );
     }
