@@ -2275,6 +2275,46 @@ mod tests {
     }
 
     #[test]
+    fn without_initial_delay_consumers_starting_together_share_the_first_generation() {
+        let mut h = Harness::new(0);
+        let protocols = ["range"];
+        let id_of = |answer: Answer<JoinResponse>| match answer {
+            Answer::Now(response) => {
+                assert_eq!(response.error_code, errors::MEMBER_ID_REQUIRED);
+                response.member_id
+            }
+            Answer::Parked => panic!("a new member is answered at once"),
+        };
+        let (_, first) = h.join(join_request("", None, &protocols));
+        let a = id_of(first);
+        let (_, first) = h.join(join_request("", None, &protocols));
+        let b = id_of(first);
+        // `a` joins with its id while `b` holds one: the join phase waits
+        // for `b` instead of giving `a` a generation alone, which `b`'s
+        // join would end at once with a rebalance (a revoke for `a`).
+        let (wa, answer) = h.join(join_request(&a, None, &protocols));
+        assert!(matches!(answer, Answer::Parked));
+        assert!(!h.replies.contains_key(&wa));
+        let (wb, _) = h.join(join_request(&b, None, &protocols));
+        let (ra, rb) = (h.join_reply(wa), h.join_reply(wb));
+        assert_eq!((ra.error_code, rb.error_code), (errors::NONE, errors::NONE));
+        assert_eq!((ra.generation_id, rb.generation_id), (1, 1));
+        assert_eq!(
+            ra.members.len() + rb.members.len(),
+            2,
+            "the leader sees both"
+        );
+        // A consumer that arrives after the first generation formed starts
+        // the next one, as in Kafka, where a 0 ms initial delay ends at once.
+        let (c, wc) = h.join_new(&protocols);
+        assert!(
+            !h.replies.contains_key(&wc),
+            "{c} waits for the others to rejoin"
+        );
+        assert_eq!(h.state(), GroupState::PreparingRebalance);
+    }
+
+    #[test]
     fn consumer_subscriptions_decode() {
         let mut meta = vec![0u8, 1];
         meta.extend_from_slice(&2i32.to_be_bytes());
