@@ -306,6 +306,13 @@ fn hostile_clients_round_after_round() {
         let (round_peak, killed) = watch.finish();
         assert!(!killed, "round {rounds}: RSS passed twice the bound");
         peak = peak.max(round_peak);
+        // Round by round (in the soak's log): a leak climbs, memory the
+        // allocator keeps for reuse levels off.
+        eprintln!(
+            "hostile round {rounds}: peak_rss_mib={} rss_after_mib={}",
+            round_peak >> 20,
+            rss_bytes(broker.pid()).unwrap_or(0) >> 20
+        );
         rounds += 1;
     }
     println!(
