@@ -45,6 +45,7 @@ fn broker_value(config: &BrokerConfig, key: &str) -> Option<String> {
             .unwrap_or(crate::environment::IO_MEMORY_BYTES_DEFAULT)
             .to_string(),
         "strom.spin.before.park.us" => config.spin_before_park_us.to_string(),
+        "strom.journal.chunk.bytes.max" => config.journal_chunk_bytes_max.to_string(),
         crate::io_properties::PATH_KEY => config
             .io_properties
             .as_ref()

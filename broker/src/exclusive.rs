@@ -74,6 +74,9 @@ impl DataDirLock {
     }
 }
 
+/// How long the probe for another listener waits for an answer.
+const LISTEN_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Held while the broker runs: an abstract Unix socket named after the
 /// client address, which only one process of a network namespace can
 /// bind. It closes the window in which two brokers starting at the same
@@ -107,15 +110,24 @@ pub fn claim_listen_address(address: SocketAddr) -> anyhow::Result<Option<Addres
             Err(e) => bail!("cannot guard listen address {address}: {e}"),
         }
     };
-    // Without SO_REUSEPORT, this bind fails while any socket listens on
-    // the address (SO_REUSEADDR, which std sets, only forgives
-    // connections in TIME_WAIT).
-    match std::net::TcpListener::bind(address) {
-        Ok(probe) => drop(probe),
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-            return Err(in_use("another process"))
+    // Anyone accepting a connection there listens already. (A probe bind
+    // would also trip over the connections a just-stopped broker left in
+    // FIN_WAIT, which glommio's listeners, without SO_REUSEADDR, pass on.)
+    let probe = match address.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => {
+            SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, address.port()))
         }
-        Err(e) => bail!("cannot listen on {address}: {e}"),
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => {
+            SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, address.port()))
+        }
+        _ => address,
+    };
+    if address.port() != 0 {
+        match std::net::TcpStream::connect_timeout(&probe, LISTEN_PROBE_TIMEOUT) {
+            Ok(_) => return Err(in_use("another process")),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
+            Err(e) => tracing::debug!(%address, error = %e, "listen probe inconclusive"),
+        }
     }
     Ok(guard)
 }
@@ -144,6 +156,7 @@ mod tests {
         let refused = claim_listen_address(address).unwrap_err().to_string();
         assert!(refused.contains("already in use"), "{refused}");
         drop(taken);
+        // Connections a stopped listener left behind do not count.
         let guard = claim_listen_address(address).unwrap();
         let refused = claim_listen_address(address).unwrap_err().to_string();
         assert!(refused.contains("another strom broker"), "{refused}");

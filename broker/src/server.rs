@@ -478,9 +478,11 @@ async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
 
     // The first step is read before the frame asks for budget, on the
     // receive clock: a frame announced and never sent holds no budget and
-    // is closed at the deadline. (The buffer is only reserved address
-    // space until bytes land in it.)
-    let mut frame = BytesMut::with_capacity(length);
+    // is closed at the deadline. Only that step is allocated before
+    // admission: a buffer of the whole frame, even untouched, is heap the
+    // allocator hands out again, so 100 stalled 8 MiB frames a round grew
+    // the broker by ~2.7 MiB of resident memory per round, without end.
+    let mut frame = BytesMut::with_capacity(length.min(API_KEY_BYTES + FRAME_RECEIVE_STEP_BYTES));
     frame.extend_from_slice(&api_key);
     receive_step(shard, connection, reader, &mut frame, length).await?;
     if frame.is_empty() {
@@ -504,6 +506,8 @@ async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
         return Ok(None);
     }
     let lease = pool.take_now(length);
+    // Admitted: the whole frame is within the budget now.
+    frame.reserve(length - frame.len());
     connection.receiving_since.set(Some(Instant::now()));
     while frame.len() < length {
         receive_step(shard, connection, reader, &mut frame, length).await?;

@@ -18,11 +18,12 @@ use common::{poll_until, raw, Broker};
 use protocol::batch::build::{batch, NewRecord};
 use protocol::batch::split_batches;
 use protocol::kafka_protocol::messages::create_topics_request::CreatableTopic;
+use protocol::kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use protocol::kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use protocol::kafka_protocol::messages::{
-    ApiKey, BrokerId, CreateTopicsRequest, CreateTopicsResponse, FetchRequest, FetchResponse,
-    ProduceRequest, ProduceResponse, TopicName,
+    ApiKey, BrokerId, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest,
+    DeleteTopicsResponse, FetchRequest, FetchResponse, ProduceRequest, ProduceResponse, TopicName,
 };
 use protocol::kafka_protocol::protocol::StrBytes;
 
@@ -35,6 +36,12 @@ const FILLER_BYTES: usize = 20 << 20;
 const RECORDS_PER_BATCH: usize = 16;
 /// What the test leaves free when it fills the disk up itself.
 const LEFT_FREE_BYTES: u64 = 1 << 20;
+/// Free at the start of each later round (the ballast takes the rest):
+/// room for ~200 batches.
+const ROUND_FREE_BYTES: u64 = 16 << 20;
+/// What a round's top-up leaves free: above the broker's 4 MiB reserve,
+/// so the round's produces take the last of it and are refused.
+const ROUND_LEFT_FREE_BYTES: u64 = 8 << 20;
 const VALUE_BYTES: usize = 4000;
 /// More batches than fit on the filesystem (128 MiB / 64 KB is ~2,000).
 const BATCHES_MAX: usize = 4_000;
@@ -275,6 +282,28 @@ fn fill(broker: &Broker, stream: &mut TcpStream, acknowledged: &mut Vec<usize>, 
     panic!("{BATCHES_MAX} batches all fit on a {IMAGE_BYTES}-byte disk");
 }
 
+/// Produces until the broker accepts again after space returned (within
+/// [`RESUME_DEADLINE`]); the first record of the accepted batch.
+fn resume(broker: &Broker, stream: &mut TcpStream, sent: &mut usize) -> usize {
+    let mut correlation_id = 2;
+    let resumed = poll_until(RESUME_DEADLINE, || {
+        correlation_id += 1;
+        let first = *sent;
+        *sent += RECORDS_PER_BATCH;
+        match produce(stream, correlation_id, batch_from(first)) {
+            0 => Some(first),
+            KAFKA_STORAGE_ERROR => None,
+            other => panic!("produce answered {other}:\n{}", broker.log()),
+        }
+    });
+    resumed.unwrap_or_else(|| {
+        panic!(
+            "produces still refused {RESUME_DEADLINE:?} after space returned:\n{}",
+            broker.log()
+        )
+    })
+}
+
 /// Bytes free on the filesystem holding `path`.
 fn free_bytes(path: &Path) -> u64 {
     use std::os::unix::ffi::OsStrExt;
@@ -288,17 +317,53 @@ fn free_bytes(path: &Path) -> u64 {
 /// Writes `path` until less than [`LEFT_FREE_BYTES`] is free: below the
 /// broker's reserve (4 MiB), so the disk is full for its writes.
 fn fill_up(path: &Path) {
+    fill_up_to(path, LEFT_FREE_BYTES);
+}
+
+/// Writes `path` until less than `left` bytes (and at least `left` less
+/// 1 MiB) are free.
+fn fill_up_to(path: &Path, left: u64) {
     let chunk = vec![0xa5u8; 64 << 10];
     let mut file = std::fs::File::create(path).unwrap();
     // Bounded by the filesystem's size.
     for _ in 0..IMAGE_BYTES / chunk.len() as u64 {
-        if free_bytes(path) < LEFT_FREE_BYTES + chunk.len() as u64 {
+        if free_bytes(path) < left + chunk.len() as u64 {
             break;
         }
         std::io::Write::write_all(&mut file, &chunk).unwrap();
         file.sync_data().unwrap();
     }
-    assert!(free_bytes(path) < 2 * LEFT_FREE_BYTES);
+    assert!(free_bytes(path) < left + (1 << 20));
+}
+
+/// Creates the test's topic with one partition.
+fn create_topic(broker: &Broker) {
+    let created: CreateTopicsResponse = raw::call(
+        &mut connect(broker),
+        ApiKey::CreateTopics,
+        7,
+        1,
+        "disk-full-test",
+        &CreateTopicsRequest::default().with_topics(vec![CreatableTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str(TOPIC)))
+            .with_num_partitions(1)
+            .with_replication_factor(1)]),
+    );
+    assert_eq!(created.topics[0].error_code, 0, "{}", broker.log());
+}
+
+/// Deletes the test's topic, giving its space back.
+fn delete_topic(broker: &Broker) {
+    let deleted: DeleteTopicsResponse = raw::call(
+        &mut connect(broker),
+        ApiKey::DeleteTopics,
+        6,
+        1,
+        "disk-full-test",
+        &DeleteTopicsRequest::default().with_topics(vec![DeleteTopicState::default()
+            .with_name(Some(TopicName(StrBytes::from_static_str(TOPIC))))]),
+    );
+    assert_eq!(deleted.responses[0].error_code, 0, "{}", broker.log());
 }
 
 #[test]
@@ -316,19 +381,7 @@ fn a_full_disk_refuses_writes_keeps_acknowledged_data_and_recovers() {
     let data_dir = mnt.join("data");
     let log_path = fs.dir.path().join("strom.log");
     let mut broker = Broker::start_in(&data_dir, &log_path, &[]);
-
-    let created: CreateTopicsResponse = raw::call(
-        &mut connect(&broker),
-        ApiKey::CreateTopics,
-        7,
-        1,
-        "disk-full-test",
-        &CreateTopicsRequest::default().with_topics(vec![CreatableTopic::default()
-            .with_name(TopicName(StrBytes::from_static_str(TOPIC)))
-            .with_num_partitions(1)
-            .with_replication_factor(1)]),
-    );
-    assert_eq!(created.topics[0].error_code, 0);
+    create_topic(&broker);
 
     // Fill the disk: produces succeed until one is refused for space.
     let mut stream = connect(&broker);
@@ -368,23 +421,7 @@ fn a_full_disk_refuses_writes_keeps_acknowledged_data_and_recovers() {
     // Space returns: produces succeed again, without a restart.
     std::fs::remove_file(&filler).unwrap();
     std::fs::remove_file(&top_up).unwrap();
-    let mut correlation_id = 2;
-    let resumed = poll_until(RESUME_DEADLINE, || {
-        correlation_id += 1;
-        let first = sent;
-        sent += RECORDS_PER_BATCH;
-        match produce(&mut stream, correlation_id, batch_from(first)) {
-            0 => Some(first),
-            KAFKA_STORAGE_ERROR => None,
-            other => panic!("produce answered {other}:\n{}", broker.log()),
-        }
-    });
-    let first = resumed.unwrap_or_else(|| {
-        panic!(
-            "produces still refused {RESUME_DEADLINE:?} after space returned:\n{}",
-            broker.log()
-        )
-    });
+    let first = resume(&broker, &mut stream, &mut sent);
     acknowledged.push(first);
     for i in 0..10 {
         let code = produce(&mut stream, 1_000 + i, batch_from(sent));
@@ -393,7 +430,40 @@ fn a_full_disk_refuses_writes_keeps_acknowledged_data_and_recovers() {
         sent += RECORDS_PER_BATCH;
     }
     assert_acknowledged_intact(&broker, &acknowledged, sent);
+
+    // More rounds (scripts/soak runs many; the default test run two), each
+    // on a new topic over a disk a ballast file keeps nearly full: another
+    // file fills it to the brim, produces are refused, the file goes,
+    // produces resume by themselves, every acknowledged record reads back,
+    // and the topic is deleted, giving its space back for the next round.
     drop(stream);
+    delete_topic(&broker);
+    let ballast = mnt.join("ballast");
+    fill_up_to(&ballast, ROUND_FREE_BYTES);
+    let budget = common::SoakBudget::from_env(2);
+    let (mut rounds, mut acknowledged_total, mut refused_total) = (0u64, 0usize, 0u64);
+    while budget.more(rounds) {
+        create_topic(&broker);
+        let mut stream = connect(&broker);
+        let mut acknowledged = Vec::new();
+        let top_up = mnt.join("top-up");
+        fill_up_to(&top_up, ROUND_LEFT_FREE_BYTES);
+        fill(&broker, &mut stream, &mut acknowledged, &mut sent);
+        refused_total += 1;
+        assert_acknowledged_intact(&broker, &acknowledged, sent);
+        std::fs::remove_file(&top_up).unwrap();
+        acknowledged.push(resume(&broker, &mut stream, &mut sent));
+        assert_acknowledged_intact(&broker, &acknowledged, sent);
+        acknowledged_total += acknowledged.len();
+        drop(stream);
+        delete_topic(&broker);
+        rounds += 1;
+    }
+    println!(
+        "soak full-disk: rounds={rounds} acknowledged_batches={acknowledged_total} \
+         read_back_batches={acknowledged_total} refused_then_resumed={refused_total} lost=0 \
+         (every acknowledged record read back byte-exact)"
+    );
     broker.stop();
     let log = broker.log();
     assert!(!log.contains("panicked"), "the broker panicked:\n{log}");

@@ -135,3 +135,18 @@ fn repair_is_refused_while_a_broker_holds_the_data_dir() {
         "{stderr}"
     );
 }
+
+/// A client still connected when the broker stops leaves the broker's end
+/// of its connection behind (FIN_WAIT2) for up to a minute; the next start
+/// on the same address must not take it for another listener.
+#[test]
+fn a_restart_with_clients_still_connected_takes_its_address_again() {
+    let mut broker = Broker::start(&["--admin-listen", "off"]);
+    round_trip(&broker, "before", 5);
+    let lingering: Vec<_> = (0..3)
+        .map(|_| std::net::TcpStream::connect(broker.address()).unwrap())
+        .collect();
+    broker.restart();
+    round_trip(&broker, "after", 5);
+    drop(lingering);
+}

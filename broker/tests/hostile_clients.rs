@@ -87,6 +87,7 @@ fn frames_announced_and_never_sent_hold_neither_memory_nor_budget() {
         1,
     );
     let baseline = rss_bytes(broker.pid()).unwrap();
+    let address_space = vm_size_bytes(broker.pid()).unwrap();
     let watch = RssWatch::start(broker.pid(), baseline + 2 * BUDGET_BOUND);
 
     // 300 connections announce an 8 MiB Metadata frame (the largest allowed
@@ -102,6 +103,22 @@ fn frames_announced_and_never_sent_hold_neither_memory_nor_budget() {
             head
         },
         release.clone(),
+    );
+    // No buffer of a whole frame before it is admitted: untouched, it is
+    // not resident yet, but the allocator hands it out again touched, and
+    // round after round such attacks grew the broker without end.
+    let all_stalled = poll_until(Duration::from_secs(10), || {
+        (metric(&broker, "strom_connections") >= 300).then_some(())
+    });
+    assert!(all_stalled.is_some(), "300 connections not accepted");
+    let grown = vm_size_bytes(broker.pid())
+        .unwrap()
+        .saturating_sub(address_space);
+    assert!(
+        grown <= BUDGET_BOUND,
+        "300 stalled 8 MiB frames took {} MiB of address space (bound {} MiB)",
+        grown / MIB,
+        BUDGET_BOUND / MIB
     );
     let (slowest, rounds) = well_behaved(&broker, "good", ATTACK_SECS);
     assert_within(

@@ -172,7 +172,13 @@ fn low_memlock_without_io_memory_asked_picks_one_that_fits() {
         .spawn()
         .unwrap();
     let deadline = Instant::now() + START_DEADLINE;
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+    // Started once it says so and listens (a port handed out again to
+    // another program on this machine would accept before it).
+    while !(std::fs::read_to_string(&log_path)
+        .unwrap_or_default()
+        .contains(common::STARTED_LINE)
+        && TcpStream::connect(("127.0.0.1", port)).is_ok())
+    {
         if let Some(status) = child.try_wait().unwrap() {
             panic!(
                 "strom exited with {status}:\n{}",

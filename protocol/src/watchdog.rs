@@ -37,6 +37,7 @@ pub const STALL_WARNING: Duration = Duration::from_millis(500);
 /// Keeps the watchdog running; dropping it stops the thread and the task.
 /// Created and dropped on the executor's thread.
 pub struct Watchdog {
+    origin: Instant,
     stop: Option<mpsc::Sender<()>>,
     thread: Option<JoinHandle<()>>,
     shared: Arc<Shared>,
@@ -48,12 +49,17 @@ struct Shared {
     waker: Mutex<Option<Waker>>,
     stopping: AtomicBool,
     /// Stalls count only once armed: start-up work (opening logs, binding,
-    /// first-touch of io memory) is expected to hold the thread.
-    armed: AtomicBool,
+    /// first-touch of io memory) is expected to hold the thread. When it
+    /// was armed, in microseconds after the watchdog started (`NOT_ARMED`
+    /// before): the part of a gap after it counts.
+    armed_at_us: AtomicU64,
     runs: AtomicU64,
     stalls: AtomicU64,
     longest_stall_us: AtomicU64,
 }
+
+/// `Shared::armed_at_us` before [`Watchdog::arm`].
+const NOT_ARMED: u64 = u64::MAX;
 
 thread_local! {
     /// The watchdog of this thread's executor, for [`this_thread_stalls`].
@@ -77,23 +83,28 @@ pub fn this_thread_stalls() -> u64 {
 /// a stall.
 pub fn start(name: &str, period: Duration, stall_warning: Duration) -> std::io::Result<Watchdog> {
     let shared = Arc::new(Shared::default());
+    shared.armed_at_us.store(NOT_ARMED, Ordering::Relaxed);
+    let origin = Instant::now();
     let task = {
         let (shared, name) = (shared.clone(), name.to_string());
-        let mut last = Instant::now();
-        // Whether the watchdog was armed when its task last ran: a gap
-        // counts only when it began after arming.
-        let mut armed_at_last_run = false;
+        let mut last = origin;
         futures_lite::future::poll_fn(move |cx| {
             if shared.stopping.load(Ordering::Relaxed) {
                 return Poll::Ready(());
             }
             let now = Instant::now();
-            let gap = now - last;
+            // Only the part of the gap since arming counts: a gap that
+            // began in start-up work and ended long after is a stall all
+            // the same.
+            let armed_at = shared.armed_at_us.load(Ordering::Relaxed);
+            let gap = if armed_at == NOT_ARMED {
+                Duration::ZERO
+            } else {
+                now.saturating_duration_since(last.max(origin + Duration::from_micros(armed_at)))
+            };
             last = now;
             shared.runs.fetch_add(1, Ordering::Relaxed);
-            let counted = armed_at_last_run;
-            armed_at_last_run = shared.armed.load(Ordering::Relaxed);
-            if counted && gap >= stall_warning {
+            if gap >= stall_warning {
                 shared.stalls.fetch_add(1, Ordering::Relaxed);
                 shared
                     .longest_stall_us
@@ -128,6 +139,7 @@ pub fn start(name: &str, period: Duration, stall_warning: Duration) -> std::io::
         })?;
     CURRENT.with(|c| *c.borrow_mut() = Some(shared.clone()));
     Ok(Watchdog {
+        origin,
         stop: Some(stop),
         thread: Some(thread),
         shared,
@@ -137,7 +149,10 @@ pub fn start(name: &str, period: Duration, stall_warning: Duration) -> std::io::
 impl Watchdog {
     /// From now on, counts and logs stalls (start-up work is over).
     pub fn arm(&self) {
-        self.shared.armed.store(true, Ordering::Relaxed);
+        let at = self.origin.elapsed().as_micros() as u64;
+        self.shared
+            .armed_at_us
+            .store(at.min(NOT_ARMED - 1), Ordering::Relaxed);
     }
 
     /// Times the executor ran the watchdog's task.
@@ -267,6 +282,29 @@ mod tests {
         assert_eq!(after, before + 1);
         assert_eq!(seen, after);
         assert!(longest >= Duration::from_millis(400), "longest {longest:?}");
+    }
+
+    /// A block that starts right after arming, before the watchdog's task
+    /// ran again, counts: the stop of a just-started broker once went
+    /// uncounted on a loaded machine.
+    #[test]
+    fn a_block_right_after_arming_is_a_stall() {
+        let outcome = on_executor(Duration::from_secs(10), || async {
+            let watchdog =
+                start("test", Duration::from_millis(5), Duration::from_millis(150)).unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+            watchdog.arm();
+            let armed = Instant::now();
+            std::thread::sleep(Duration::from_millis(400));
+            glommio::timer::sleep(Duration::from_millis(50)).await;
+            (watchdog.stalls(), watchdog.longest_stall(), armed.elapsed())
+        });
+        let (stalls, longest, since_arming) = outcome.expect("the executor finished");
+        assert_eq!(stalls, 1);
+        assert!(
+            longest >= Duration::from_millis(400) && longest <= since_arming,
+            "only the time after arming counts: {longest:?} of {since_arming:?}"
+        );
     }
 
     /// A block before the watchdog is armed (start-up work) is not a stall;

@@ -57,8 +57,18 @@ pub fn start_budgeted(extra: &[&str]) -> Broker {
 }
 
 pub fn rss_bytes(pid: u32) -> Option<u64> {
+    status_bytes(pid, "VmRSS:")
+}
+
+/// The process's address space: memory allocated but not touched yet
+/// shows here before it shows in RSS.
+pub fn vm_size_bytes(pid: u32) -> Option<u64> {
+    status_bytes(pid, "VmSize:")
+}
+
+fn status_bytes(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
 }

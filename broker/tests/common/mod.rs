@@ -285,3 +285,26 @@ pub fn http_get(address: &str, path: &str) -> (u16, String) {
     let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
     (code, body.to_string())
 }
+
+/// How many rounds a fault scenario runs and until when: `STROM_SOAK_ROUNDS`
+/// (else the test's default) and `STROM_SOAK_MINUTES`, whichever ends
+/// first (`scripts/soak` sets them).
+pub struct SoakBudget {
+    rounds: u64,
+    until: Instant,
+}
+
+impl SoakBudget {
+    pub fn from_env(default_rounds: u64) -> SoakBudget {
+        let read = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+        SoakBudget {
+            rounds: read("STROM_SOAK_ROUNDS").unwrap_or(default_rounds),
+            until: Instant::now()
+                + Duration::from_secs(read("STROM_SOAK_MINUTES").unwrap_or(24 * 60) * 60),
+        }
+    }
+
+    pub fn more(&self, done: u64) -> bool {
+        done < self.rounds && Instant::now() < self.until
+    }
+}
