@@ -1,5 +1,6 @@
-//! ApiVersions (18), versions 0–3. Unsupported higher versions get the v0
-//! answer with UNSUPPORTED_VERSION (see `handlers::handle`).
+//! ApiVersions (18), versions 0–3. A request at any other version gets the
+//! v0 answer with UNSUPPORTED_VERSION and this range, without its header
+//! or body being parsed (see `handlers::handle`).
 
 use kafka_protocol::messages::ApiVersionsResponse;
 

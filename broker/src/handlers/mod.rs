@@ -185,18 +185,16 @@ pub async fn handle(
     frame: Bytes,
     budget: &mut ResponseBudget,
 ) -> Result<Option<Encoded>, ConnectionError> {
+    if let Some(answer) = api_versions_unsupported(&frame) {
+        metrics::record_error_code(ApiKey::ApiVersions as i16, codec::UNSUPPORTED_VERSION);
+        return Ok(Some(answer.into()));
+    }
     let request = codec::decode_header(frame)?;
     let api_key = request.api_key;
     let version = request.api_version;
     let Some((min, max)) = supported_range(api_key) else {
         return Err(ConnectionError::UnsupportedApi { api_key });
     };
-    if api_key == ApiKey::ApiVersions && version > max {
-        metrics::record_error_code(ApiKey::ApiVersions as i16, codec::UNSUPPORTED_VERSION);
-        return Ok(Some(
-            codec::api_versions_unsupported(request.correlation_id, advertised()).into(),
-        ));
-    }
     if version < min || version > max || !api_key.valid_versions().contains(version) {
         if api_key == ApiKey::Produce && (0..min).contains(&version) {
             return Ok(produce::answer_old_version(&request).map(Encoded::from));
@@ -208,6 +206,30 @@ pub async fn handle(
     }
     let body = codec::decode_body(&request)?;
     dispatch(shard, &request, body, budget).await
+}
+
+/// Kafka's answer to an ApiVersions request at a version it does not serve
+/// (above or below its range): a v0 body with UNSUPPORTED_VERSION listing
+/// ApiVersions' own range, so that the client retries at a version both
+/// sides know. Only the correlation id is read: the header's shape at an
+/// unknown version (flexible or not) is the client's guess, and a client
+/// probing versions must get an answer, never a closed connection.
+fn api_versions_unsupported(frame: &[u8]) -> Option<Bytes> {
+    let [k0, k1, v0, v1, c0, c1, c2, c3, ..] = *frame else {
+        return None;
+    };
+    let version = i16::from_be_bytes([v0, v1]);
+    if i16::from_be_bytes([k0, k1]) != ApiKey::ApiVersions as i16
+        || (api_versions::VERSION_MIN..=api_versions::VERSION_MAX).contains(&version)
+    {
+        return None;
+    }
+    let own = ApiVersion::default()
+        .with_api_key(ApiKey::ApiVersions as i16)
+        .with_min_version(api_versions::VERSION_MIN)
+        .with_max_version(api_versions::VERSION_MAX);
+    let correlation_id = i32::from_be_bytes([c0, c1, c2, c3]);
+    Some(codec::api_versions_unsupported(correlation_id, vec![own]))
 }
 
 trait VersionContains {
