@@ -6,11 +6,26 @@
 mod common;
 
 use std::io::Write;
+use std::time::Duration;
 
 use bytes::Buf;
-use common::{raw, Broker};
-use protocol::kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
+use common::{raw, run_python, Broker};
+use protocol::kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, DescribeClusterRequest,
+    DescribeClusterResponse, MetadataRequest, MetadataResponse,
+};
 use protocol::kafka_protocol::protocol::{Decodable, StrBytes};
+
+const SCRIPT_DEADLINE: Duration = Duration::from_secs(180);
+
+/// Runs one case of `tests/clients/kafka_apis_check.py`; its output.
+fn kafka_apis_check(broker: &Broker, case: &str) -> String {
+    run_python(
+        "kafka_apis_check.py",
+        &[&broker.bootstrap(), case],
+        SCRIPT_DEADLINE,
+    )
+}
 
 /// An ApiVersions request frame at `version`, with a flexible (v2) or a
 /// plain (v1) request header, as a client probing versions may send it.
@@ -83,5 +98,71 @@ fn api_versions_at_any_version_it_does_not_serve_gets_the_v0_answer_with_its_own
         );
         assert_eq!(retried.error_code, 0);
         assert!(retried.api_keys.len() > 20, "{:?}", retried.api_keys);
+    }
+}
+
+#[test]
+fn authorized_operations_are_all_a_resource_supports_as_without_an_authorizer() {
+    let broker = Broker::start(&[]);
+    let out = kafka_apis_check(&broker, "authorized-operations");
+    for line in [
+        "confluent describe_cluster operations: ok",
+        "confluent describe_topics operations: ok",
+        "confluent describe_cluster without operations: ok",
+        "kafka-python describe_cluster operations: ok",
+        "kafka-python describe_topics operations: ok",
+    ] {
+        assert!(out.contains(line), "{line}\n{out}");
+    }
+    // Metadata v8-10 carry the cluster's operations as well; the bit
+    // fields are Kafka's values (AclOperation codes of the supported
+    // operations); not asked for, the schema default.
+    let mut stream = raw::connect(&broker);
+    for (version, asked, cluster) in [(8, true, 8096), (10, true, 8096), (10, false, i32::MIN)] {
+        let response: MetadataResponse = raw::call(
+            &mut stream,
+            ApiKey::Metadata,
+            version,
+            7,
+            "ops",
+            &MetadataRequest::default()
+                .with_topics(None)
+                .with_include_cluster_authorized_operations(asked)
+                .with_include_topic_authorized_operations(asked),
+        );
+        assert_eq!(response.cluster_authorized_operations, cluster, "v{version}");
+        let topic = &response.topics[0];
+        let want = if asked { 3576 } else { i32::MIN };
+        assert_eq!(topic.topic_authorized_operations, want, "v{version}");
+    }
+}
+
+#[test]
+fn describe_cluster_answers_as_a_broker_endpoint() {
+    let broker = Broker::start(&[]);
+    let mut stream = raw::connect(&broker);
+    // endpoint type: 1 broker (served), 2 controller (mismatched), 3
+    // unknown; v0 cannot name one and means a broker.
+    for (version, endpoint_type, error_code) in
+        [(1, 1, 0), (1, 2, 114), (1, 3, 115), (0, 1, 0)]
+    {
+        let response: DescribeClusterResponse = raw::call(
+            &mut stream,
+            ApiKey::DescribeCluster,
+            version,
+            9,
+            "describe-cluster",
+            &DescribeClusterRequest::default().with_endpoint_type(endpoint_type),
+        );
+        assert_eq!(
+            response.error_code, error_code,
+            "v{version} endpoint type {endpoint_type}: {response:?}"
+        );
+        if error_code == 0 {
+            assert_eq!(response.brokers.len(), 1);
+            if version >= 1 {
+                assert_eq!(response.endpoint_type, 1);
+            }
+        }
     }
 }

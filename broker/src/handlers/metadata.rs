@@ -1,5 +1,7 @@
 //! Metadata (3), versions 0–12. Lists all topics (v0 empty list, v1+ null)
 //! or the requested ones, creating missing ones when auto-create is on.
+//! Authorized operations, when asked for, are all a topic (and, v8–10, the
+//! cluster) supports: there is no authorizer.
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -10,6 +12,7 @@ use kafka_protocol::messages::metadata_response::{
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
+use super::authorized_operations;
 use crate::controller::{self, TopicSpec};
 use crate::errors;
 use crate::metadata::{validate_topic_name, TopicMeta};
@@ -100,7 +103,8 @@ pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -
             image = shard.metadata.image();
         }
     }
-    let topics = match &requested {
+    let topic_operations = authorized_operations::topic(request.include_topic_authorized_operations);
+    let topics: Vec<MetadataResponseTopic> = match &requested {
         None => image
             .topics
             .values()
@@ -120,7 +124,16 @@ pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -
             })
             .collect(),
     };
+    let topics = topics
+        .into_iter()
+        .map(|topic| topic.with_topic_authorized_operations(topic_operations))
+        .collect();
+    // v8–10 carry the cluster's operations too; later versions moved them
+    // to DescribeCluster.
+    let cluster_operations =
+        authorized_operations::cluster((8..=10).contains(&version) && request.include_cluster_authorized_operations);
     MetadataResponse::default()
+        .with_cluster_authorized_operations(cluster_operations)
         .with_brokers(vec![MetadataResponseBroker::default()
             .with_node_id(BrokerId(config.node_id))
             .with_host(StrBytes::from_string(config.advertise_host.clone()))

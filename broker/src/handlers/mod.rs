@@ -16,6 +16,7 @@ use crate::server::ConnectionError;
 use crate::shard::Shard;
 
 pub mod api_versions;
+pub mod authorized_operations;
 pub mod configs;
 pub mod create_partitions;
 pub mod create_topics;
@@ -275,7 +276,9 @@ async fn dispatch(
         RequestKind::IncrementalAlterConfigs(body) => {
             out.encode(&configs::incremental_alter(&shard, body).await)
         }
-        RequestKind::DescribeCluster(body) => out.encode(&describe_cluster::handle(&shard, body)),
+        RequestKind::DescribeCluster(body) => {
+            out.encode(&describe_cluster::handle(&shard, body, version))
+        }
         RequestKind::InitProducerId(body) => {
             out.encode(&init_producer_id::handle(&shard, body).await)
         }
