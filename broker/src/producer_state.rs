@@ -89,6 +89,17 @@ pub struct RecoveredBatch {
     pub max_timestamp_ms: i64,
 }
 
+/// One producer's state as DescribeProducers shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerView {
+    pub producer_id: i64,
+    pub epoch: i16,
+    /// The last sequence of its last appended batch.
+    pub last_sequence: i32,
+    /// When it last appended, by the broker's clock (see `ProducerEntry`).
+    pub last_timestamp_ms: i64,
+}
+
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ProducerTable {
     producers: HashMap<i64, ProducerEntry>,
@@ -102,6 +113,26 @@ impl ProducerTable {
 
     pub fn is_empty(&self) -> bool {
         self.producers.is_empty()
+    }
+
+    /// The producers with appended batches, by id. Reservations of appends
+    /// still in flight are left out, as the snapshots leave them out.
+    pub fn views(&self) -> Vec<ProducerView> {
+        let mut views: Vec<ProducerView> = self
+            .producers
+            .iter()
+            .filter_map(|(&producer_id, entry)| {
+                let last = entry.batches.back()?;
+                Some(ProducerView {
+                    producer_id,
+                    epoch: entry.epoch,
+                    last_sequence: last.last_sequence,
+                    last_timestamp_ms: entry.last_timestamp_ms,
+                })
+            })
+            .collect();
+        views.sort_unstable_by_key(|view| view.producer_id);
+        views
     }
 
     /// Checks a batch's sequence and, when it may be appended, reserves it.

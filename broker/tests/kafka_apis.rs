@@ -10,9 +10,14 @@ use std::time::Duration;
 
 use bytes::Buf;
 use common::{raw, run_python, Broker};
+use protocol::kafka_protocol::messages::describe_topic_partitions_request::{
+    Cursor, TopicRequest,
+};
 use protocol::kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, DescribeClusterRequest,
-    DescribeClusterResponse, MetadataRequest, MetadataResponse,
+    DescribeClusterResponse, DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse,
+    ListConfigResourcesRequest, ListConfigResourcesResponse, MetadataRequest, MetadataResponse,
+    TopicName,
 };
 use protocol::kafka_protocol::protocol::{Decodable, StrBytes};
 
@@ -165,4 +170,104 @@ fn describe_cluster_answers_as_a_broker_endpoint() {
             }
         }
     }
+}
+
+#[test]
+fn log_dirs_topic_partitions_config_resources_and_producers_through_kafka_python() {
+    let broker = Broker::start(&[]);
+    let out = run_python(
+        "kafka_apis_check.py",
+        &[
+            &broker.bootstrap(),
+            "admin-apis",
+            &broker.data_dir.display().to_string(),
+        ],
+        SCRIPT_DEADLINE,
+    );
+    for line in [
+        "describe_log_dirs dir: ok",
+        "describe_log_dirs sizes: ok",
+        "describe_log_dirs filtered: ok",
+        "describe_topic_partitions pages: ok",
+        "describe_topic_partitions unknown topic: ok",
+        "list_config_resources: ok",
+        "describe_producers last sequence: ok",
+        "describe_producers idle partition: ok",
+    ] {
+        assert!(out.contains(line), "{line}\n{out}");
+    }
+    // Advertised at the versions served.
+    let mut stream = raw::connect(&broker);
+    let versions: ApiVersionsResponse = raw::call(
+        &mut stream,
+        ApiKey::ApiVersions,
+        3,
+        1,
+        "versions",
+        &ApiVersionsRequest::default(),
+    );
+    for (key, min, max) in [
+        (ApiKey::DescribeLogDirs, 1, 4),
+        (ApiKey::DescribeProducers, 0, 0),
+        (ApiKey::ListConfigResources, 0, 1),
+        (ApiKey::DescribeTopicPartitions, 0, 0),
+    ] {
+        assert!(
+            versions
+                .api_keys
+                .iter()
+                .any(|k| k.api_key == key as i16 && (k.min_version, k.max_version) == (min, max)),
+            "{key:?} {min}-{max}: {:?}",
+            versions.api_keys
+        );
+    }
+}
+
+#[test]
+fn describe_topic_partitions_and_list_config_resources_refuse_as_kafka_does() {
+    let broker = Broker::start(&[]);
+    let mut stream = raw::connect(&broker);
+    let topic = |name: &str| TopicName(StrBytes::from_string(name.to_string()));
+    // A cursor must name one of the topics asked for.
+    let response: DescribeTopicPartitionsResponse = raw::call(
+        &mut stream,
+        ApiKey::DescribeTopicPartitions,
+        0,
+        2,
+        "dtp",
+        &DescribeTopicPartitionsRequest::default()
+            .with_topics(vec![TopicRequest::default().with_name(topic("a"))])
+            .with_response_partition_limit(10)
+            .with_cursor(Some(
+                Cursor::default()
+                    .with_topic_name(topic("b"))
+                    .with_partition_index(0),
+            )),
+    );
+    let codes: Vec<i16> = response.topics.iter().map(|t| t.error_code).collect();
+    assert_eq!(codes, vec![42], "INVALID_REQUEST: {response:?}");
+    // v1: an unknown resource type is UNSUPPORTED_VERSION; v0 lists client
+    // metrics subscriptions, of which there are none.
+    let response: ListConfigResourcesResponse = raw::call(
+        &mut stream,
+        ApiKey::ListConfigResources,
+        1,
+        3,
+        "lcr",
+        &ListConfigResourcesRequest::default().with_resource_types(vec![2, 99]),
+    );
+    assert_eq!(response.error_code, 35, "{response:?}");
+    assert!(response.config_resources.is_empty());
+    let response: ListConfigResourcesResponse = raw::call(
+        &mut stream,
+        ApiKey::ListConfigResources,
+        0,
+        4,
+        "lcr",
+        &ListConfigResourcesRequest::default(),
+    );
+    assert_eq!(
+        (response.error_code, response.config_resources.len()),
+        (0, 0)
+    );
 }

@@ -24,12 +24,16 @@ pub mod delete_groups;
 pub mod delete_topics;
 pub mod describe_cluster;
 pub mod describe_groups;
+pub mod describe_log_dirs;
+pub mod describe_producers;
+pub mod describe_topic_partitions;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod heartbeat;
 pub mod init_producer_id;
 pub mod join_group;
 pub mod leave_group;
+pub mod list_config_resources;
 pub mod list_groups;
 pub mod list_offsets;
 pub mod metadata;
@@ -97,6 +101,26 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
         ApiKey::DescribeCluster,
         describe_cluster::VERSION_MIN,
         describe_cluster::VERSION_MAX,
+    ),
+    (
+        ApiKey::DescribeLogDirs,
+        describe_log_dirs::VERSION_MIN,
+        describe_log_dirs::VERSION_MAX,
+    ),
+    (
+        ApiKey::DescribeProducers,
+        describe_producers::VERSION_MIN,
+        describe_producers::VERSION_MAX,
+    ),
+    (
+        ApiKey::ListConfigResources,
+        list_config_resources::VERSION_MIN,
+        list_config_resources::VERSION_MAX,
+    ),
+    (
+        ApiKey::DescribeTopicPartitions,
+        describe_topic_partitions::VERSION_MIN,
+        describe_topic_partitions::VERSION_MAX,
     ),
     // Consumer groups.
     (
@@ -278,6 +302,18 @@ async fn dispatch(
         }
         RequestKind::DescribeCluster(body) => {
             out.encode(&describe_cluster::handle(&shard, body, version))
+        }
+        RequestKind::DescribeLogDirs(body) => {
+            out.encode(&describe_log_dirs::handle(&shard, body).await)
+        }
+        RequestKind::DescribeProducers(body) => {
+            out.encode(&describe_producers::handle(&shard, body).await)
+        }
+        RequestKind::ListConfigResources(body) => {
+            out.encode(&list_config_resources::handle(&shard, body, version))
+        }
+        RequestKind::DescribeTopicPartitions(body) => {
+            out.encode(&describe_topic_partitions::handle(&shard, body))
         }
         RequestKind::InitProducerId(body) => {
             out.encode(&init_producer_id::handle(&shard, body).await)

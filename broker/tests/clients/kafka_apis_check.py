@@ -1,16 +1,19 @@
 """Kafka APIs as a Kafka broker without an authorizer answers them, through
 confluent-kafka's AdminClient and kafka-python 3's KafkaAdminClient.
 
-usage: kafka_apis_check.py BOOTSTRAP CASE
-CASE: authorized-operations
+usage: kafka_apis_check.py BOOTSTRAP CASE [DATA_DIR]
+CASE: authorized-operations | admin-apis (DATA_DIR: the broker's)
 Prints one "<what>: ok" line per check; exits non-zero at the first miss.
 """
 
+import os
 import sys
+import time
 
 from confluent_kafka import TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
-from kafka.admin import KafkaAdminClient
+from kafka import KafkaProducer, TopicPartition
+from kafka.admin import KafkaAdminClient, NewTopic as KpNewTopic
 
 DEADLINE_S = 60
 
@@ -63,16 +66,111 @@ def authorized_operations(bootstrap):
         kp.close()
 
 
+def log_dirs(admin, data_dir):
+    """DescribeLogDirs: the data dir, a size per partition, offset lag 0."""
+    [broker] = admin.describe_log_dirs()
+    [log_dir] = broker["log_dirs"]
+    expect("describe_log_dirs error", log_dir["error_code"], 0)
+    expect("describe_log_dirs dir", log_dir["log_dir"], os.path.abspath(data_dir))
+    sizes = {(t["name"], p["partition_index"]): p for t in log_dir["topics"] for p in t["partitions"]}
+    expect("describe_log_dirs partitions", sorted(sizes),
+           [("dirs", 0), ("dirs", 1), ("dirs", 2), ("pages", 0), ("pages", 1)])
+    written = {k for k, p in sizes.items() if p["partition_size"] > 0}
+    expect("describe_log_dirs sizes", written, {("dirs", 0), ("dirs", 1)})
+    expect("describe_log_dirs lag", {p["offset_lag"] for p in sizes.values()}, {0})
+    expect("describe_log_dirs future", {p["is_future_key"] for p in sizes.values()}, {False})
+    if not (log_dir["total_bytes"] > 0 and 0 <= log_dir["usable_bytes"] <= log_dir["total_bytes"]):
+        fail(f"describe_log_dirs filesystem bytes: {log_dir}")
+    print("describe_log_dirs filesystem bytes: ok")
+    [broker] = admin.describe_log_dirs({"dirs": [1, 7]})
+    [log_dir] = broker["log_dirs"]
+    named = {t["name"]: [p["partition_index"] for p in t["partitions"]] for t in log_dir["topics"]}
+    # Kafka lists every topic of the dir, with only the partitions asked for.
+    expect("describe_log_dirs filtered", named, {"dirs": [1], "pages": []})
+
+
+def topic_partitions(admin):
+    """DescribeTopicPartitions: pages of at most the limit, through the cursor."""
+    seen = []
+    cursor = None
+    for _ in range(10):
+        page = admin.describe_topic_partitions(["pages", "dirs"], response_partition_limit=2, cursor=cursor)
+        count = sum(len(t["partitions"]) for t in page["topics"])
+        if count > 2:
+            fail(f"describe_topic_partitions page over its limit: {page}")
+        for topic in page["topics"]:
+            if topic["error_code"] != 0 or topic["topic_authorized_operations"] != 3576:
+                fail(f"describe_topic_partitions topic: {topic}")
+            seen.extend((topic["name"], p["partition_index"]) for p in topic["partitions"])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    expect("describe_topic_partitions pages", seen,
+           [("dirs", 0), ("dirs", 1), ("dirs", 2), ("pages", 0), ("pages", 1)])
+    page = admin.describe_topic_partitions(["nope"])
+    expect("describe_topic_partitions unknown topic",
+           [(t["name"], t["error_code"]) for t in page["topics"]], [("nope", 3)])
+    page = admin.describe_topic_partitions([])
+    expect("describe_topic_partitions all topics", [t["name"] for t in page["topics"]], ["dirs", "pages"])
+
+
+def config_resources(admin):
+    """ListConfigResources: every type Kafka lists, or the ones asked for."""
+    expect("list_config_resources", admin.list_config_resources(),
+           {"broker_logger": ["0"], "broker": ["0"], "topic": ["dirs", "pages"]})
+    expect("list_config_resources topics", admin.list_config_resources(["TOPIC"]),
+           {"topic": ["dirs", "pages"]})
+
+
+def producers(admin, producer_id, before_ms, after_ms):
+    """DescribeProducers: the idempotent producer's state, no transaction."""
+    states = admin.describe_producers([TopicPartition("dirs", 0), TopicPartition("dirs", 2)])
+    [state] = states[TopicPartition("dirs", 0)].active_producers
+    expect("describe_producers id", state.producer_id, producer_id)
+    expect("describe_producers epoch", state.producer_epoch, 0)
+    # 5 records to partition 0: sequences 0-4.
+    expect("describe_producers last sequence", state.last_sequence, 4)
+    expect("describe_producers coordinator epoch", state.coordinator_epoch, -1)
+    expect("describe_producers txn start", state.current_transaction_start_offset, -1)
+    if not before_ms <= state.last_timestamp <= after_ms:
+        fail(f"describe_producers last timestamp {state.last_timestamp} not in [{before_ms}, {after_ms}]")
+    print("describe_producers last timestamp: ok")
+    expect("describe_producers idle partition", states[TopicPartition("dirs", 2)].active_producers, [])
+
+
+def admin_apis(bootstrap, data_dir):
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([KpNewTopic("dirs", 3, 1), KpNewTopic("pages", 2, 1)])
+        before_ms = int(time.time() * 1000)
+        producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+        futures = [producer.send("dirs", f"v{i}".encode() * 50, partition=i % 2) for i in range(10)]
+        producer.flush(timeout=DEADLINE_S)
+        for future in futures:
+            future.get(timeout=DEADLINE_S)
+        producer_id = producer._transaction_manager.producer_id_and_epoch.producer_id
+        producer.close()
+        after_ms = int(time.time() * 1000)
+        log_dirs(admin, data_dir)
+        topic_partitions(admin)
+        config_resources(admin)
+        producers(admin, producer_id, before_ms, after_ms)
+    finally:
+        admin.close()
+
+
 CASES = {
-    "authorized-operations": authorized_operations,
+    "authorized-operations": lambda bootstrap, _: authorized_operations(bootstrap),
+    "admin-apis": admin_apis,
 }
 
 
 def main():
     bootstrap, case = sys.argv[1], sys.argv[2]
+    data_dir = sys.argv[3] if len(sys.argv) > 3 else None
     if case not in CASES:
         fail(f"unknown case {case!r}; one of {sorted(CASES)}")
-    CASES[case](bootstrap)
+    CASES[case](bootstrap, data_dir)
 
 
 if __name__ == "__main__":
