@@ -75,3 +75,4 @@ pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = ResponseError::GroupSubscribedToTopic
 // DescribeLogDirs, DescribeTopicPartitions, ListConfigResources).
 pub const MISMATCHED_ENDPOINT_TYPE: i16 = ResponseError::MismatchedEndpointType.code();
 pub const UNSUPPORTED_ENDPOINT_TYPE: i16 = ResponseError::UnsupportedEndpointType.code();
+pub const UNKNOWN_TOPIC_ID: i16 = ResponseError::UnknownTopicId.code();

@@ -476,6 +476,42 @@ mod tests {
     }
 
     #[test]
+    fn views_show_appended_sequences_not_reservations() {
+        let mut table = ProducerTable::default();
+        assert!(matches!(
+            table.check(9, 0, 0, 4),
+            SequenceCheck::Append { .. }
+        ));
+        // Reserved, nothing appended yet: not shown.
+        assert_eq!(table.views(), vec![]);
+        table.appended(9, 0, 4, 100, -1, 5_000);
+        assert!(matches!(
+            table.check(9, 0, 5, 9),
+            SequenceCheck::Append { .. }
+        ));
+        table.recover(batch(3, 2, 0, 0, 50));
+        // Producer 9's second batch is still in flight: its last appended
+        // sequence is 4.
+        assert_eq!(
+            table.views(),
+            vec![
+                ProducerView {
+                    producer_id: 3,
+                    epoch: 2,
+                    last_sequence: 0,
+                    last_timestamp_ms: 1_000,
+                },
+                ProducerView {
+                    producer_id: 9,
+                    epoch: 0,
+                    last_sequence: 4,
+                    last_timestamp_ms: 5_000,
+                },
+            ]
+        );
+    }
+
+    #[test]
     fn sequences_must_follow_and_retries_are_recognised() {
         let mut table = ProducerTable::default();
         assert!(matches!(

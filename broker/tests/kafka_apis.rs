@@ -10,9 +10,8 @@ use std::time::Duration;
 
 use bytes::Buf;
 use common::{raw, run_python, Broker};
-use protocol::kafka_protocol::messages::describe_topic_partitions_request::{
-    Cursor, TopicRequest,
-};
+use protocol::kafka_protocol::messages::describe_topic_partitions_request::{Cursor, TopicRequest};
+use protocol::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use protocol::kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, DescribeClusterRequest,
     DescribeClusterResponse, DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse,
@@ -44,7 +43,7 @@ fn api_versions_frame(version: i16, correlation_id: i32, flexible_header: bool) 
     payload.extend_from_slice(client_id);
     if flexible_header {
         payload.push(0); // no tagged fields
-        // A v3+ body: client software name and version, no tagged fields.
+                         // A v3+ body: client software name and version, no tagged fields.
         payload.extend_from_slice(&[2, b'x', 2, b'1', 0]);
     }
     let mut frame = (payload.len() as i32).to_be_bytes().to_vec();
@@ -81,14 +80,18 @@ fn api_versions_at_any_version_it_does_not_serve_gets_the_v0_answer_with_its_own
             .iter()
             .map(|k| (k.api_key, k.min_version, k.max_version))
             .collect();
-        assert_eq!(listed.len(), 1, "v{version}: only its own range: {listed:?}");
+        assert_eq!(
+            listed.len(),
+            1,
+            "v{version}: only its own range: {listed:?}"
+        );
         assert_eq!(listed[0].0, ApiKey::ApiVersions as i16);
         assert_eq!(listed[0].1, 0);
+        assert!((3..=4).contains(&listed[0].2), "v{version}: {listed:?}");
         assert!(
-            (3..=4).contains(&listed[0].2),
-            "v{version}: {listed:?}"
+            response.is_empty(),
+            "v{version}: a v0 body and nothing else"
         );
-        assert!(response.is_empty(), "v{version}: a v0 body and nothing else");
         // The client retries at the version it was told, on the same
         // connection.
         let retried: ApiVersionsResponse = raw::call(
@@ -135,7 +138,10 @@ fn authorized_operations_are_all_a_resource_supports_as_without_an_authorizer() 
                 .with_include_cluster_authorized_operations(asked)
                 .with_include_topic_authorized_operations(asked),
         );
-        assert_eq!(response.cluster_authorized_operations, cluster, "v{version}");
+        assert_eq!(
+            response.cluster_authorized_operations, cluster,
+            "v{version}"
+        );
         let topic = &response.topics[0];
         let want = if asked { 3576 } else { i32::MIN };
         assert_eq!(topic.topic_authorized_operations, want, "v{version}");
@@ -148,9 +154,7 @@ fn describe_cluster_answers_as_a_broker_endpoint() {
     let mut stream = raw::connect(&broker);
     // endpoint type: 1 broker (served), 2 controller (mismatched), 3
     // unknown; v0 cannot name one and means a broker.
-    for (version, endpoint_type, error_code) in
-        [(1, 1, 0), (1, 2, 114), (1, 3, 115), (0, 1, 0)]
-    {
+    for (version, endpoint_type, error_code) in [(1, 1, 0), (1, 2, 114), (1, 3, 115), (0, 1, 0)] {
         let response: DescribeClusterResponse = raw::call(
             &mut stream,
             ApiKey::DescribeCluster,
@@ -270,4 +274,94 @@ fn describe_topic_partitions_and_list_config_resources_refuse_as_kafka_does() {
         (response.error_code, response.config_resources.len()),
         (0, 0)
     );
+}
+
+#[test]
+fn every_advertised_version_round_trips_through_kafka_python_which_infers_kafka_3_8() {
+    let broker = Broker::start(&[]);
+    let out = kafka_apis_check(&broker, "versions");
+    // ListOffsets 10 (Kafka 4.0's marker for kafka-python) and Fetch 17
+    // (3.9) are not served yet; Produce 11 makes it 3.8.
+    assert!(out.contains("inferred broker version: (3, 8)"), "{out}");
+    for range in [
+        "(0, (0, 12))",
+        "(3, (0, 13))",
+        "(18, (0, 4))",
+        "(22, (0, 5))",
+        "(60, (0, 2))",
+    ] {
+        assert!(out.contains(range), "{range}\n{out}");
+    }
+    for line in [
+        "round trip: ok",
+        "topic id stable: ok",
+        "topic by id: ok",
+        "unknown topic id: ok",
+        "confluent topic id: ok",
+    ] {
+        assert!(out.contains(line), "{line}\n{out}");
+    }
+    assert!(
+        out.contains("('metadata.version', {'supported': (7, 25), 'finalized': (25, 25)"),
+        "{out}"
+    );
+    assert!(!out.contains("transaction.version"), "{out}");
+}
+
+#[test]
+fn features_with_a_zero_minimum_only_from_api_versions_v4() {
+    let broker = Broker::start(&[]);
+    let mut stream = raw::connect(&broker);
+    let names = |response: &ApiVersionsResponse| -> Vec<(String, i16)> {
+        response
+            .supported_features
+            .iter()
+            .map(|f| (f.name.to_string(), f.min_version))
+            .collect()
+    };
+    let v3: ApiVersionsResponse = raw::call(
+        &mut stream,
+        ApiKey::ApiVersions,
+        3,
+        1,
+        "features",
+        &ApiVersionsRequest::default(),
+    );
+    assert_eq!(names(&v3), vec![("metadata.version".to_string(), 7)]);
+    let v4: ApiVersionsResponse = raw::call(
+        &mut stream,
+        ApiKey::ApiVersions,
+        4,
+        2,
+        "features",
+        &ApiVersionsRequest::default(),
+    );
+    let v4_names = names(&v4);
+    assert_eq!(v4_names.len(), 4, "{v4_names:?}");
+    assert!(v4_names.contains(&("group.version".to_string(), 0)));
+    for response in [&v3, &v4] {
+        let finalized: Vec<(String, i16)> = response
+            .finalized_features
+            .iter()
+            .map(|f| (f.name.to_string(), f.max_version_level))
+            .collect();
+        assert_eq!(finalized, vec![("metadata.version".to_string(), 25)]);
+        assert_eq!(response.finalized_features_epoch, 0);
+    }
+    // Topic ids are asked for from v12 on; earlier versions that use the
+    // field are refused, as Kafka refuses them.
+    let request = MetadataRequest::default().with_topics(Some(vec![
+        MetadataRequestTopic::default().with_topic_id(uuid_of(7)),
+    ]));
+    let response: MetadataResponse =
+        raw::call(&mut stream, ApiKey::Metadata, 11, 3, "ids", &request);
+    assert_eq!(response.topics[0].error_code, 42, "{response:?}");
+    let response: MetadataResponse =
+        raw::call(&mut stream, ApiKey::Metadata, 12, 4, "ids", &request);
+    assert_eq!(response.topics[0].error_code, 100, "{response:?}");
+    assert_eq!(response.topics[0].name, None);
+}
+
+fn uuid_of(n: u128) -> uuid::Uuid {
+    uuid::Uuid::from_u128(n)
 }

@@ -1,6 +1,7 @@
-//! DescribeCluster (60), versions 0–1: this node is the whole cluster and
-//! its controller, reached at a broker endpoint. Authorized operations,
-//! when asked for, are all the cluster supports: there is no authorizer.
+//! DescribeCluster (60), versions 0–2: this node is the whole cluster and
+//! its controller, reached at a broker endpoint, never fenced (v2).
+//! Authorized operations, when asked for, are all the cluster supports:
+//! there is no authorizer.
 
 use std::rc::Rc;
 
@@ -13,7 +14,7 @@ use crate::errors;
 use crate::shard::Shard;
 
 pub const VERSION_MIN: i16 = 0;
-pub const VERSION_MAX: i16 = 1;
+pub const VERSION_MAX: i16 = 2;
 
 /// Kafka's endpoint types: what this listener is, and what a client asking
 /// for a controller gets told instead.

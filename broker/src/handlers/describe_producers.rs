@@ -73,23 +73,24 @@ pub async fn handle(
         .topics
         .iter()
         .map(|topic| {
-            let partitions = topic
-                .partition_indexes
-                .iter()
-                .map(|&index| {
-                    let response = PartitionResponse::default().with_partition_index(index);
-                    match outcomes.next().expect("one outcome per partition") {
-                        Ok(producers) => response.with_active_producers(
-                            producers.into_iter().map(producer_state).collect(),
-                        ),
-                        Err(error_code) => response
-                            .with_error_code(error_code)
-                            .with_error_message(Some(StrBytes::from_static_str(
-                                error_message(error_code),
-                            ))),
-                    }
-                })
-                .collect();
+            let partitions =
+                topic
+                    .partition_indexes
+                    .iter()
+                    .map(|&index| {
+                        let response = PartitionResponse::default().with_partition_index(index);
+                        match outcomes.next().expect("one outcome per partition") {
+                            Ok(producers) => response.with_active_producers(
+                                producers.into_iter().map(producer_state).collect(),
+                            ),
+                            Err(error_code) => response
+                                .with_error_code(error_code)
+                                .with_error_message(Some(StrBytes::from_static_str(
+                                    error_message(error_code),
+                                ))),
+                        }
+                    })
+                    .collect();
             TopicResponse::default()
                 .with_name(topic.name.clone())
                 .with_partitions(partitions)

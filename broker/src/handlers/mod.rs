@@ -221,7 +221,7 @@ pub async fn handle(
         return Err(ConnectionError::UnsupportedApi { api_key });
     };
     if version < min || version > max || !api_key.valid_versions().contains(version) {
-        if api_key == ApiKey::Produce && (0..min).contains(&version) {
+        if api_key == ApiKey::Produce && (0..produce::VERSION_SERVED_MIN).contains(&version) {
             return Ok(produce::answer_old_version(&request).map(Encoded::from));
         }
         return Err(ConnectionError::UnsupportedVersion {
@@ -280,7 +280,7 @@ async fn dispatch(
     };
     let version = request.api_version;
     let encoded = match body {
-        RequestKind::ApiVersions(_) => out.encode(&api_versions::handle()),
+        RequestKind::ApiVersions(_) => out.encode(&api_versions::handle(version)),
         RequestKind::Metadata(body) => out.encode(&metadata::handle(&shard, body, version).await),
         RequestKind::CreateTopics(body) => out.encode(&create_topics::handle(&shard, body).await),
         RequestKind::Produce(body) => match produce::handle(&shard, body, version).await {

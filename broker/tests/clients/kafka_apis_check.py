@@ -2,18 +2,24 @@
 confluent-kafka's AdminClient and kafka-python 3's KafkaAdminClient.
 
 usage: kafka_apis_check.py BOOTSTRAP CASE [DATA_DIR]
-CASE: authorized-operations | admin-apis (DATA_DIR: the broker's)
+CASE: authorized-operations | admin-apis (DATA_DIR: the broker's) | versions
 Prints one "<what>: ok" line per check; exits non-zero at the first miss.
 """
 
 import os
 import sys
 import time
+import uuid
 
 from confluent_kafka import TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic as KpNewTopic
+from kafka.protocol.api_message import ApiMessage
+import kafka.protocol.admin  # noqa: F401 (registers the request classes)
+import kafka.protocol.consumer  # noqa: F401
+import kafka.protocol.metadata  # noqa: F401
+import kafka.protocol.producer  # noqa: F401
 
 DEADLINE_S = 60
 
@@ -159,7 +165,80 @@ def admin_apis(bootstrap, data_dir):
         admin.close()
 
 
+def request_classes():
+    """kafka-python's request class of each api key."""
+    found = {}
+    pending = list(ApiMessage.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        if getattr(cls, "_class_version", 1) is None and cls.is_request():
+            found[cls.API_KEY] = cls
+    return found
+
+
+# Fields a request needs to be answered at all: acks=0 gets no answer, and
+# a fetch would wait for data.
+REQUEST_FIELDS = {
+    0: dict(acks=-1, timeout_ms=1000),
+    1: dict(max_wait_ms=0, min_bytes=0, max_bytes=1000),
+}
+
+
+def topic_ids(bootstrap, admin):
+    """Metadata v10+ carries topic ids; v12+ finds topics by id."""
+    admin.create_topics([KpNewTopic("ids", 2, 1)])
+    [by_name] = admin.describe_topics(["ids"])
+    if not by_name["topic_id"]:
+        fail(f"no topic id: {by_name}")
+    topic_id = uuid.UUID(str(by_name["topic_id"]))
+    [again] = admin.describe_topics(["ids"])
+    expect("topic id stable", uuid.UUID(str(again["topic_id"])), topic_id)
+    [by_id] = admin.describe_topics([topic_id])
+    expect("topic by id", (by_id["error_code"], by_id["name"], len(by_id["partitions"])), (0, "ids", 2))
+    [unknown] = admin.describe_topics([uuid.uuid4()])
+    expect("unknown topic id", unknown["error_code"], 100)
+    confluent = AdminClient({"bootstrap.servers": bootstrap})
+    described = confluent.describe_topics(TopicCollection(["ids"]))["ids"].result(timeout=DEADLINE_S)
+    mask = (1 << 64) - 1
+    bits = ((described.topic_id.get_most_significant_bits() & mask) << 64) | (
+        described.topic_id.get_least_significant_bits() & mask)
+    expect("confluent topic id", uuid.UUID(int=bits), topic_id)
+
+
+def versions(bootstrap, _):
+    """Every advertised version of every API, sent and decoded by kafka-python."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        print(f"inferred broker version: {admin._manager.broker_version_data.broker_version}")
+        advertised = {int(key): span for key, span in admin.api_versions().items()}
+        print(f"advertised: {sorted(advertised.items())}")
+        classes = request_classes()
+        for key, (low, high) in sorted(advertised.items()):
+            cls = classes.get(key)
+            if cls is None:
+                fail(f"kafka-python has no request class for api key {key}")
+            for version in range(low, high + 1):
+                if version > cls.max_version:
+                    print(f"{cls.__name__} v{version}: beyond kafka-python")
+                    continue
+                request = cls(version=version, **REQUEST_FIELDS.get(key, {}))
+                try:
+                    response = admin._manager.run(admin._manager.send, request)
+                except Exception as error:  # noqa: BLE001 (reported, then failed)
+                    fail(f"{cls.__name__} v{version}: {error!r}")
+                if response.API_VERSION != version:
+                    fail(f"{cls.__name__} v{version} answered at v{response.API_VERSION}")
+        print("round trip: ok")
+        features = admin.describe_features()
+        print(f"features: {sorted(features.items())}")
+        topic_ids(bootstrap, admin)
+    finally:
+        admin.close()
+
+
 CASES = {
+    "versions": versions,
     "authorized-operations": lambda bootstrap, _: authorized_operations(bootstrap),
     "admin-apis": admin_apis,
 }
