@@ -277,14 +277,15 @@ fn describe_topic_partitions_and_list_config_resources_refuse_as_kafka_does() {
 }
 
 #[test]
-fn every_advertised_version_round_trips_through_kafka_python_which_infers_kafka_3_8() {
+fn every_advertised_version_round_trips_through_kafka_python_which_infers_kafka_3_9() {
     let broker = Broker::start(&[]);
     let out = kafka_apis_check(&broker, "versions");
-    // ListOffsets 10 (Kafka 4.0's marker for kafka-python) and Fetch 17
-    // (3.9) are not served yet; Produce 11 makes it 3.8.
-    assert!(out.contains("inferred broker version: (3, 8)"), "{out}");
+    // ListOffsets 10 (Kafka 4.0's marker for kafka-python) is not served
+    // yet; Fetch 17 makes it 3.9.
+    assert!(out.contains("inferred broker version: (3, 9)"), "{out}");
     for range in [
         "(0, (0, 12))",
+        "(1, (4, 17))",
         "(3, (0, 13))",
         "(18, (0, 4))",
         "(22, (0, 5))",
@@ -360,6 +361,48 @@ fn features_with_a_zero_minimum_only_from_api_versions_v4() {
         raw::call(&mut stream, ApiKey::Metadata, 12, 4, "ids", &request);
     assert_eq!(response.topics[0].error_code, 100, "{response:?}");
     assert_eq!(response.topics[0].name, None);
+}
+
+#[test]
+fn fetch_from_v13_names_topics_by_id() {
+    use protocol::kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use protocol::kafka_protocol::messages::{FetchRequest, FetchResponse};
+    let broker = Broker::start(&[]);
+    let mut stream = raw::connect(&broker);
+    // Auto-created by name, then fetched by the id Metadata gives.
+    let metadata: MetadataResponse = raw::call(
+        &mut stream,
+        ApiKey::Metadata,
+        12,
+        1,
+        "ids",
+        &MetadataRequest::default()
+            .with_topics(Some(vec![MetadataRequestTopic::default()
+                .with_name(Some(TopicName(StrBytes::from_static_str("by-id"))))]))
+            .with_allow_auto_topic_creation(true),
+    );
+    let topic_id = metadata.topics[0].topic_id;
+    assert!(!topic_id.is_nil(), "{metadata:?}");
+    for (id, error_code) in [(topic_id, 0), (uuid_of(7), 100)] {
+        let response: FetchResponse = raw::call(
+            &mut stream,
+            ApiKey::Fetch,
+            13,
+            2,
+            "ids",
+            &FetchRequest::default()
+                .with_max_wait_ms(0)
+                .with_max_bytes(1 << 20)
+                .with_topics(vec![FetchTopic::default()
+                    .with_topic_id(id)
+                    .with_partitions(vec![FetchPartition::default()
+                        .with_partition(0)
+                        .with_partition_max_bytes(1 << 20)])]),
+        );
+        let topic = &response.responses[0];
+        assert_eq!(topic.topic_id, id);
+        assert_eq!(topic.partitions[0].error_code, error_code, "{response:?}");
+    }
 }
 
 fn uuid_of(n: u128) -> uuid::Uuid {
