@@ -37,6 +37,7 @@ REQUESTS = {
     60: "describe_cluster_request", 61: "describe_producers_request",
     65: "describe_transactions_request", 66: "list_transactions_request",
     68: "consumer_group_heartbeat_request", 69: "consumer_group_describe_request",
+    74: "list_config_resources_request", 75: "describe_topic_partitions_request",
 }
 
 SCALARS = {

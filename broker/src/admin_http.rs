@@ -942,7 +942,9 @@ fn shard_status(shard: Option<usize>, s: &ShardSnapshot) -> ShardStatus {
     }
 }
 
-fn filesystem(dir: &std::path::Path) -> (u64, u64) {
+/// Size and bytes available of the filesystem holding `dir`; (0, 0) when
+/// unknown.
+pub(crate) fn filesystem(dir: &std::path::Path) -> (u64, u64) {
     use std::os::unix::ffi::OsStrExt;
     let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
         return (0, 0);

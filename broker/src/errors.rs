@@ -70,3 +70,9 @@ pub const MEMBER_ID_REQUIRED: i16 = ResponseError::MemberIdRequired.code();
 pub const GROUP_MAX_SIZE_REACHED: i16 = ResponseError::GroupMaxSizeReached.code();
 pub const FENCED_INSTANCE_ID: i16 = ResponseError::FencedInstanceId.code();
 pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = ResponseError::GroupSubscribedToTopic.code();
+
+// Cluster and admin description APIs (DescribeCluster, DescribeProducers,
+// DescribeLogDirs, DescribeTopicPartitions, ListConfigResources).
+pub const MISMATCHED_ENDPOINT_TYPE: i16 = ResponseError::MismatchedEndpointType.code();
+pub const UNSUPPORTED_ENDPOINT_TYPE: i16 = ResponseError::UnsupportedEndpointType.code();
+pub const UNKNOWN_TOPIC_ID: i16 = ResponseError::UnknownTopicId.code();

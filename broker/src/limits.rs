@@ -178,3 +178,8 @@ const _: () = assert!(DECOMPRESSION_RATIO_MAX >= 1);
 /// Most directory entries one disk-usage measurement visits (a data dir
 /// of 10,000 partitions has ~60,000).
 pub const DISK_USAGE_ENTRIES_MAX: usize = 1_000_000;
+
+/// Most partitions one DescribeTopicPartitions answer holds, whatever the
+/// client asks for (Kafka's `max.request.partition.size.limit` default);
+/// the rest follow through the cursor.
+pub const DESCRIBE_TOPIC_PARTITIONS_MAX: i32 = 2000;

@@ -687,6 +687,44 @@ mod error_codes {
         }
     }
 
+    impl ErrorCodes for DescribeLogDirsResponse {
+        fn each_error_code(&self, version: i16, each: &mut impl FnMut(i16)) {
+            if version >= 3 {
+                each(self.error_code);
+            }
+            for result in &self.results {
+                each(result.error_code);
+            }
+        }
+    }
+
+    impl ErrorCodes for DescribeProducersResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            for topic in &self.topics {
+                for partition in &topic.partitions {
+                    each(partition.error_code);
+                }
+            }
+        }
+    }
+
+    impl ErrorCodes for ListConfigResourcesResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            each(self.error_code);
+        }
+    }
+
+    impl ErrorCodes for DescribeTopicPartitionsResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            for topic in &self.topics {
+                each(topic.error_code);
+                for partition in &topic.partitions {
+                    each(partition.error_code);
+                }
+            }
+        }
+    }
+
     impl ErrorCodes for FindCoordinatorResponse {
         fn each_error_code(&self, version: i16, each: &mut impl FnMut(i16)) {
             if version >= 4 {

@@ -353,6 +353,11 @@ impl Partition {
         &self.log
     }
 
+    /// The idempotent producers this partition knows, read-only.
+    pub fn producers(&self) -> Vec<crate::producer_state::ProducerView> {
+        self.producers.borrow().views()
+    }
+
     pub fn high_watermark(&self) -> i64 {
         self.log.next_offset() as i64
     }

@@ -89,6 +89,17 @@ pub struct RecoveredBatch {
     pub max_timestamp_ms: i64,
 }
 
+/// One producer's state as DescribeProducers shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerView {
+    pub producer_id: i64,
+    pub epoch: i16,
+    /// The last sequence of its last appended batch.
+    pub last_sequence: i32,
+    /// When it last appended, by the broker's clock (see `ProducerEntry`).
+    pub last_timestamp_ms: i64,
+}
+
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ProducerTable {
     producers: HashMap<i64, ProducerEntry>,
@@ -102,6 +113,26 @@ impl ProducerTable {
 
     pub fn is_empty(&self) -> bool {
         self.producers.is_empty()
+    }
+
+    /// The producers with appended batches, by id. Reservations of appends
+    /// still in flight are left out, as the snapshots leave them out.
+    pub fn views(&self) -> Vec<ProducerView> {
+        let mut views: Vec<ProducerView> = self
+            .producers
+            .iter()
+            .filter_map(|(&producer_id, entry)| {
+                let last = entry.batches.back()?;
+                Some(ProducerView {
+                    producer_id,
+                    epoch: entry.epoch,
+                    last_sequence: last.last_sequence,
+                    last_timestamp_ms: entry.last_timestamp_ms,
+                })
+            })
+            .collect();
+        views.sort_unstable_by_key(|view| view.producer_id);
+        views
     }
 
     /// Checks a batch's sequence and, when it may be appended, reserves it.
@@ -442,6 +473,42 @@ mod tests {
             log_append_time_ms: -1,
             max_timestamp_ms: 1_000,
         }
+    }
+
+    #[test]
+    fn views_show_appended_sequences_not_reservations() {
+        let mut table = ProducerTable::default();
+        assert!(matches!(
+            table.check(9, 0, 0, 4),
+            SequenceCheck::Append { .. }
+        ));
+        // Reserved, nothing appended yet: not shown.
+        assert_eq!(table.views(), vec![]);
+        table.appended(9, 0, 4, 100, -1, 5_000);
+        assert!(matches!(
+            table.check(9, 0, 5, 9),
+            SequenceCheck::Append { .. }
+        ));
+        table.recover(batch(3, 2, 0, 0, 50));
+        // Producer 9's second batch is still in flight: its last appended
+        // sequence is 4.
+        assert_eq!(
+            table.views(),
+            vec![
+                ProducerView {
+                    producer_id: 3,
+                    epoch: 2,
+                    last_sequence: 0,
+                    last_timestamp_ms: 1_000,
+                },
+                ProducerView {
+                    producer_id: 9,
+                    epoch: 0,
+                    last_sequence: 4,
+                    last_timestamp_ms: 5_000,
+                },
+            ]
+        );
     }
 
     #[test]

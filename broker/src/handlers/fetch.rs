@@ -1,5 +1,8 @@
-//! Fetch (1), versions 4–12 (12 is what librdkafka and Java use without
-//! topic ids). Sessions are declined (session id 0: every fetch is full).
+//! Fetch (1), versions 4–17. From v13 topics are named by topic id (an id
+//! no topic has: UNKNOWN_TOPIC_ID); v15's replica state and v17's replica
+//! directory id concern followers only, and v16's leader hints (KIP-951)
+//! are never needed: this node leads every partition. Sessions are
+//! declined (session id 0: every fetch is full).
 //!
 //! Path: group partitions by owning core, read on each owner in parallel,
 //! gather. Until `min_bytes` are there or `max_wait_ms` passes, wait for an
@@ -24,7 +27,7 @@ use crate::shard::Shard;
 use crate::sync::{join_all, select_first};
 
 pub const VERSION_MIN: i16 = 4;
-pub const VERSION_MAX: i16 = 12;
+pub const VERSION_MAX: i16 = 17;
 
 #[derive(Clone)]
 struct Wanted {
@@ -126,8 +129,29 @@ pub async fn handle(
 
     let mut outcomes: Vec<FetchOutcome> = Vec::new();
     let mut by_core: BTreeMap<usize, Vec<Wanted>> = BTreeMap::new();
-    for topic in &request.topics {
-        let name = topic.topic.0.as_str();
+    // v13+ name topics by id (and leave the name empty).
+    let names: Vec<Option<String>> = request
+        .topics
+        .iter()
+        .map(|topic| {
+            if topic.topic_id.is_nil() {
+                Some(topic.topic.0.to_string())
+            } else {
+                image
+                    .topics
+                    .values()
+                    .find(|t| super::metadata::topic_id(t) == topic.topic_id)
+                    .map(|t| t.name.clone())
+            }
+        })
+        .collect();
+    for (topic, name) in request.topics.iter().zip(&names) {
+        let Some(name) = name.as_deref() else {
+            for _ in &topic.partitions {
+                outcomes.push(FetchOutcome::error(errors::UNKNOWN_TOPIC_ID));
+            }
+            continue;
+        };
         let meta = image.topics.get(name);
         for p in &topic.partitions {
             let slot = outcomes.len();
@@ -181,17 +205,16 @@ pub async fn handle(
     let responses = request
         .topics
         .iter()
-        .map(|topic| {
+        .zip(&names)
+        .map(|(topic, name)| {
             let partitions = topic
                 .partitions
                 .iter()
                 .map(|p| {
                     let outcome = outcomes.next().expect("one outcome per partition");
-                    crate::metrics::record_fetched(
-                        topic.topic.0.as_str(),
-                        p.partition,
-                        &outcome.records,
-                    );
+                    if let Some(name) = name {
+                        crate::metrics::record_fetched(name, p.partition, &outcome.records);
+                    }
                     PartitionData::default()
                         .with_partition_index(p.partition)
                         .with_error_code(outcome.error_code)
@@ -203,8 +226,10 @@ pub async fn handle(
                         .with_records(Some(outcome.records))
                 })
                 .collect();
+            // Named as asked: by name before v13, by id from v13.
             FetchableTopicResponse::default()
                 .with_topic(topic.topic.clone())
+                .with_topic_id(topic.topic_id)
                 .with_partitions(partitions)
         })
         .collect();

@@ -1,4 +1,5 @@
-//! InitProducerId (22), versions 0–4, for idempotent producers. A request
+//! InitProducerId (22), versions 0–5, for idempotent producers (v5 only
+//! changes a transactional producer's fencing error). A request
 //! naming an existing producer id bumps its epoch (KIP-360); transactional
 //! ids are refused until transactions exist.
 
@@ -11,7 +12,7 @@ use crate::errors;
 use crate::shard::Shard;
 
 pub const VERSION_MIN: i16 = 0;
-pub const VERSION_MAX: i16 = 4;
+pub const VERSION_MAX: i16 = 5;
 
 pub async fn handle(shard: &Rc<Shard>, request: InitProducerIdRequest) -> InitProducerIdResponse {
     let refused = |code| {

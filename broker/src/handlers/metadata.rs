@@ -1,5 +1,10 @@
-//! Metadata (3), versions 0–12. Lists all topics (v0 empty list, v1+ null)
-//! or the requested ones, creating missing ones when auto-create is on.
+//! Metadata (3), versions 0–13. Lists all topics (v0 empty list, v1+ null)
+//! or the requested ones, by name, creating missing ones when auto-create
+//! is on, or (v12+) by topic id. Topic ids are sent from v10 on; v13's
+//! top-level error code is always 0 (it only asks a client to
+//! re-bootstrap).
+//! Authorized operations, when asked for, are all a topic (and, v8–10, the
+//! cluster) supports: there is no authorizer.
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -10,13 +15,14 @@ use kafka_protocol::messages::metadata_response::{
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
+use super::authorized_operations;
 use crate::controller::{self, TopicSpec};
 use crate::errors;
 use crate::metadata::{validate_topic_name, TopicMeta};
 use crate::shard::Shard;
 
 pub const VERSION_MIN: i16 = 0;
-pub const VERSION_MAX: i16 = 12;
+pub const VERSION_MAX: i16 = 13;
 
 /// Leader epochs are not tracked on a single node yet; -1 tells clients to
 /// skip epoch validation (OffsetForLeaderEpoch) rather than see an epoch
@@ -36,6 +42,7 @@ pub fn topic_response(node_id: i32, topic: &TopicMeta) -> MetadataResponseTopic 
         .collect();
     MetadataResponseTopic::default()
         .with_name(Some(TopicName(StrBytes::from_string(topic.name.clone()))))
+        .with_topic_id(topic_id(topic))
         .with_is_internal(crate::metadata::is_internal_topic(&topic.name))
         .with_partitions(partitions)
 }
@@ -46,8 +53,40 @@ fn error_topic(name: &str, error_code: i16) -> MetadataResponseTopic {
         .with_error_code(error_code)
 }
 
+/// A topic id as the messages carry it (zero: none).
+pub fn topic_id(topic: &TopicMeta) -> uuid::Uuid {
+    uuid::Uuid::from_u128(topic.topic_id)
+}
+
 pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -> MetadataResponse {
     let config = &shard.config;
+    let asked = request.topics.clone().unwrap_or_default();
+    // Topic ids are asked for from v12 on; v10-11 carry the field but
+    // Kafka refuses a request that uses it, or leaves a name out.
+    if version < 12
+        && asked
+            .iter()
+            .any(|t| t.name.is_none() || !t.topic_id.is_nil())
+    {
+        let topics = asked
+            .into_iter()
+            .map(|t| {
+                MetadataResponseTopic::default()
+                    .with_name(t.name)
+                    .with_topic_id(t.topic_id)
+                    .with_error_code(errors::INVALID_REQUEST)
+            })
+            .collect();
+        return MetadataResponse::default().with_topics(topics);
+    }
+    let ids: Vec<uuid::Uuid> = asked
+        .iter()
+        .map(|t| t.topic_id)
+        .filter(|id| !id.is_nil())
+        .collect();
+    if !ids.is_empty() {
+        return by_topic_id(shard, &ids, request.include_topic_authorized_operations);
+    }
     let requested: Option<Vec<String>> = match request.topics {
         None => None,
         Some(topics) if topics.is_empty() && version == 0 => None,
@@ -100,7 +139,9 @@ pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -
             image = shard.metadata.image();
         }
     }
-    let topics = match &requested {
+    let topic_operations =
+        authorized_operations::topic(request.include_topic_authorized_operations);
+    let topics: Vec<MetadataResponseTopic> = match &requested {
         None => image
             .topics
             .values()
@@ -120,12 +161,50 @@ pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -
             })
             .collect(),
     };
+    let topics = topics
+        .into_iter()
+        .map(|topic| topic.with_topic_authorized_operations(topic_operations))
+        .collect();
+    // v8–10 carry the cluster's operations too; later versions moved them
+    // to DescribeCluster.
+    let cluster_operations = authorized_operations::cluster(
+        (8..=10).contains(&version) && request.include_cluster_authorized_operations,
+    );
+    cluster(shard, &image.cluster_id)
+        .with_cluster_authorized_operations(cluster_operations)
+        .with_topics(topics)
+}
+
+/// The response's broker list, cluster id and controller.
+fn cluster(shard: &Shard, cluster_id: &str) -> MetadataResponse {
+    let config = &shard.config;
     MetadataResponse::default()
         .with_brokers(vec![MetadataResponseBroker::default()
             .with_node_id(BrokerId(config.node_id))
             .with_host(StrBytes::from_string(config.advertise_host.clone()))
             .with_port(i32::from(config.advertise_port))])
-        .with_cluster_id(Some(StrBytes::from_string(image.cluster_id.clone())))
+        .with_cluster_id(Some(StrBytes::from_string(cluster_id.to_string())))
         .with_controller_id(BrokerId(config.node_id))
-        .with_topics(topics)
+}
+
+/// Topics asked for by id (v12+): never created; an id no topic has gets
+/// UNKNOWN_TOPIC_ID without a name, as Kafka answers.
+fn by_topic_id(shard: &Shard, ids: &[uuid::Uuid], with_operations: bool) -> MetadataResponse {
+    let image = shard.metadata.image();
+    let operations = authorized_operations::topic(with_operations);
+    let topics = ids
+        .iter()
+        .map(|id| {
+            let found = image.topics.values().find(|t| topic_id(t) == *id);
+            match found {
+                Some(topic) => topic_response(shard.config.node_id, topic),
+                None => MetadataResponseTopic::default()
+                    .with_name(None)
+                    .with_topic_id(*id)
+                    .with_error_code(errors::UNKNOWN_TOPIC_ID),
+            }
+            .with_topic_authorized_operations(operations)
+        })
+        .collect();
+    cluster(shard, &image.cluster_id).with_topics(topics)
 }

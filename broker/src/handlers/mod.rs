@@ -17,6 +17,7 @@ use crate::server::ConnectionError;
 use crate::shard::Shard;
 
 pub mod api_versions;
+pub mod authorized_operations;
 pub mod configs;
 pub mod create_partitions;
 pub mod create_topics;
@@ -24,12 +25,16 @@ pub mod delete_groups;
 pub mod delete_topics;
 pub mod describe_cluster;
 pub mod describe_groups;
+pub mod describe_log_dirs;
+pub mod describe_producers;
+pub mod describe_topic_partitions;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod heartbeat;
 pub mod init_producer_id;
 pub mod join_group;
 pub mod leave_group;
+pub mod list_config_resources;
 pub mod list_groups;
 pub mod list_offsets;
 pub mod metadata;
@@ -97,6 +102,26 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
         ApiKey::DescribeCluster,
         describe_cluster::VERSION_MIN,
         describe_cluster::VERSION_MAX,
+    ),
+    (
+        ApiKey::DescribeLogDirs,
+        describe_log_dirs::VERSION_MIN,
+        describe_log_dirs::VERSION_MAX,
+    ),
+    (
+        ApiKey::DescribeProducers,
+        describe_producers::VERSION_MIN,
+        describe_producers::VERSION_MAX,
+    ),
+    (
+        ApiKey::ListConfigResources,
+        list_config_resources::VERSION_MIN,
+        list_config_resources::VERSION_MAX,
+    ),
+    (
+        ApiKey::DescribeTopicPartitions,
+        describe_topic_partitions::VERSION_MIN,
+        describe_topic_partitions::VERSION_MAX,
     ),
     // Consumer groups.
     (
@@ -188,20 +213,18 @@ pub async fn handle(
     budget: &mut ResponseBudget,
     peer: Option<IpAddr>,
 ) -> Result<Option<Encoded>, ConnectionError> {
+    if let Some(answer) = api_versions_unsupported(&frame) {
+        metrics::record_error_code(ApiKey::ApiVersions as i16, codec::UNSUPPORTED_VERSION);
+        return Ok(Some(answer.into()));
+    }
     let request = codec::decode_header(frame)?;
     let api_key = request.api_key;
     let version = request.api_version;
     let Some((min, max)) = supported_range(api_key) else {
         return Err(ConnectionError::UnsupportedApi { api_key });
     };
-    if api_key == ApiKey::ApiVersions && version > max {
-        metrics::record_error_code(ApiKey::ApiVersions as i16, codec::UNSUPPORTED_VERSION);
-        return Ok(Some(
-            codec::api_versions_unsupported(request.correlation_id, advertised()).into(),
-        ));
-    }
     if version < min || version > max || !api_key.valid_versions().contains(version) {
-        if api_key == ApiKey::Produce && (0..min).contains(&version) {
+        if api_key == ApiKey::Produce && (0..produce::VERSION_SERVED_MIN).contains(&version) {
             return Ok(produce::answer_old_version(&request).map(Encoded::from));
         }
         return Err(ConnectionError::UnsupportedVersion {
@@ -211,6 +234,30 @@ pub async fn handle(
     }
     let body = codec::decode_body(&request)?;
     dispatch(shard, &request, body, budget, peer).await
+}
+
+/// Kafka's answer to an ApiVersions request at a version it does not serve
+/// (above or below its range): a v0 body with UNSUPPORTED_VERSION listing
+/// ApiVersions' own range, so that the client retries at a version both
+/// sides know. Only the correlation id is read: the header's shape at an
+/// unknown version (flexible or not) is the client's guess, and a client
+/// probing versions must get an answer, never a closed connection.
+fn api_versions_unsupported(frame: &[u8]) -> Option<Bytes> {
+    let [k0, k1, v0, v1, c0, c1, c2, c3, ..] = *frame else {
+        return None;
+    };
+    let version = i16::from_be_bytes([v0, v1]);
+    if i16::from_be_bytes([k0, k1]) != ApiKey::ApiVersions as i16
+        || (api_versions::VERSION_MIN..=api_versions::VERSION_MAX).contains(&version)
+    {
+        return None;
+    }
+    let own = ApiVersion::default()
+        .with_api_key(ApiKey::ApiVersions as i16)
+        .with_min_version(api_versions::VERSION_MIN)
+        .with_max_version(api_versions::VERSION_MAX);
+    let correlation_id = i32::from_be_bytes([c0, c1, c2, c3]);
+    Some(codec::api_versions_unsupported(correlation_id, vec![own]))
 }
 
 trait VersionContains {
@@ -237,7 +284,7 @@ async fn dispatch(
     };
     let version = request.api_version;
     let encoded = match body {
-        RequestKind::ApiVersions(_) => out.encode(&api_versions::handle()),
+        RequestKind::ApiVersions(_) => out.encode(&api_versions::handle(version)),
         RequestKind::Metadata(body) => out.encode(&metadata::handle(&shard, body, version).await),
         RequestKind::CreateTopics(body) => out.encode(&create_topics::handle(&shard, body).await),
         RequestKind::Produce(body) => match produce::handle(&shard, body, version).await {
@@ -257,7 +304,21 @@ async fn dispatch(
         RequestKind::IncrementalAlterConfigs(body) => {
             out.encode(&configs::incremental_alter(&shard, body).await)
         }
-        RequestKind::DescribeCluster(body) => out.encode(&describe_cluster::handle(&shard, body)),
+        RequestKind::DescribeCluster(body) => {
+            out.encode(&describe_cluster::handle(&shard, body, version))
+        }
+        RequestKind::DescribeLogDirs(body) => {
+            out.encode(&describe_log_dirs::handle(&shard, body).await)
+        }
+        RequestKind::DescribeProducers(body) => {
+            out.encode(&describe_producers::handle(&shard, body).await)
+        }
+        RequestKind::ListConfigResources(body) => {
+            out.encode(&list_config_resources::handle(&shard, body, version))
+        }
+        RequestKind::DescribeTopicPartitions(body) => {
+            out.encode(&describe_topic_partitions::handle(&shard, body))
+        }
         RequestKind::InitProducerId(body) => {
             out.encode(&init_producer_id::handle(&shard, body).await)
         }

@@ -1,6 +1,9 @@
-//! Produce (0), versions 0–9 advertised; 3–9 served. v0–2 (which old
+//! Produce (0), versions 0–12 advertised; 3–12 served. v0–2 (which old
 //! librdkafka needs to see advertised) are answered UNSUPPORTED_VERSION per
-//! partition, as Kafka 4 does.
+//! partition, as Kafka 4 does. v10's leader hints (KIP-951) are left out:
+//! this node leads every partition, so there is no other leader to name.
+//! v11–12 change only transaction semantics, which idempotent producers do
+//! not use. v13 (topic ids instead of names) is not served.
 //!
 //! Path: validate each partition's batch here (size, CRC, one v2 batch,
 //! then every record as Kafka's LogValidator does: the offset range against
@@ -28,7 +31,7 @@ use crate::shard::Shard;
 use crate::sync::join_all;
 
 pub const VERSION_MIN: i16 = 0;
-pub const VERSION_MAX: i16 = 9;
+pub const VERSION_MAX: i16 = 12;
 /// Lowest version whose body the codec decodes.
 pub const VERSION_SERVED_MIN: i16 = 3;
 

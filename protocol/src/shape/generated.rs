@@ -2435,6 +2435,73 @@ pub static CONSUMER_GROUP_DESCRIBE_REQUEST: Struct = Struct {
     tags: &[],
 };
 
+pub static LIST_CONFIG_RESOURCES_REQUEST: Struct = Struct {
+    versions: (0, 1),
+    flexible_since: 0,
+    fields: &[
+        Field {
+            kind: CompactArrayOf(1),
+            since: 1,
+            until: 1,
+        }, // resource_types
+    ],
+    tags: &[],
+};
+
+pub static DESCRIBE_TOPIC_PARTITIONS_REQUEST: Struct = Struct {
+    versions: (0, 0),
+    flexible_since: 0,
+    fields: &[
+        Field {
+            kind: CompactArray(&DESCRIBE_TOPIC_PARTITIONS_REQUEST__TOPIC_REQUEST),
+            since: 0,
+            until: 0,
+        }, // topics
+        Field {
+            kind: Fixed(4),
+            since: 0,
+            until: 0,
+        }, // response_partition_limit
+        Field {
+            kind: OptionStruct(&DESCRIBE_TOPIC_PARTITIONS_REQUEST__CURSOR),
+            since: 0,
+            until: 0,
+        }, // cursor
+    ],
+    tags: &[],
+};
+
+pub static DESCRIBE_TOPIC_PARTITIONS_REQUEST__TOPIC_REQUEST: Struct = Struct {
+    versions: (0, 0),
+    flexible_since: 0,
+    fields: &[
+        Field {
+            kind: CompactStr,
+            since: 0,
+            until: 0,
+        }, // name
+    ],
+    tags: &[],
+};
+
+pub static DESCRIBE_TOPIC_PARTITIONS_REQUEST__CURSOR: Struct = Struct {
+    versions: (0, 0),
+    flexible_since: 0,
+    fields: &[
+        Field {
+            kind: CompactStr,
+            since: 0,
+            until: 0,
+        }, // topic_name
+        Field {
+            kind: Fixed(4),
+            since: 0,
+            until: 0,
+        }, // partition_index
+    ],
+    tags: &[],
+};
+
 /// The root struct of each request body, by api key.
 pub fn request(api_key: i16) -> Option<&'static Struct> {
     Some(match api_key {
@@ -2477,6 +2544,8 @@ pub fn request(api_key: i16) -> Option<&'static Struct> {
         66 => &LIST_TRANSACTIONS_REQUEST,
         68 => &CONSUMER_GROUP_HEARTBEAT_REQUEST,
         69 => &CONSUMER_GROUP_DESCRIBE_REQUEST,
+        74 => &LIST_CONFIG_RESOURCES_REQUEST,
+        75 => &DESCRIBE_TOPIC_PARTITIONS_REQUEST,
         _ => return None,
     })
 }

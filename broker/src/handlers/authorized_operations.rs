@@ -1,0 +1,85 @@
+//! Authorized-operations bit fields (Metadata, DescribeCluster,
+//! DescribeTopicPartitions) as Kafka computes them without an authorizer:
+//! every operation the resource type supports is allowed, one bit per
+//! ACL operation code.
+
+/// ACL operation codes (Kafka's `AclOperation`).
+const READ: u8 = 3;
+const WRITE: u8 = 4;
+const CREATE: u8 = 5;
+const DELETE: u8 = 6;
+const ALTER: u8 = 7;
+const DESCRIBE: u8 = 8;
+const CLUSTER_ACTION: u8 = 9;
+const DESCRIBE_CONFIGS: u8 = 10;
+const ALTER_CONFIGS: u8 = 11;
+const IDEMPOTENT_WRITE: u8 = 12;
+
+/// What the schemas send when the client did not ask for operations.
+pub const NOT_REQUESTED: i32 = i32::MIN;
+
+const fn bits(operations: &[u8]) -> i32 {
+    let mut field = 0i32;
+    let mut i = 0;
+    while i < operations.len() {
+        field |= 1 << operations[i];
+        i += 1;
+    }
+    field
+}
+
+/// Operations a topic supports (read, write, create, delete, alter,
+/// describe, describe and alter configs).
+pub const TOPIC: i32 = bits(&[
+    READ,
+    WRITE,
+    CREATE,
+    DELETE,
+    ALTER,
+    DESCRIBE,
+    DESCRIBE_CONFIGS,
+    ALTER_CONFIGS,
+]);
+
+/// Operations the cluster supports.
+pub const CLUSTER: i32 = bits(&[
+    CREATE,
+    CLUSTER_ACTION,
+    DESCRIBE_CONFIGS,
+    ALTER_CONFIGS,
+    IDEMPOTENT_WRITE,
+    ALTER,
+    DESCRIBE,
+]);
+
+/// The field for a topic: all its operations when asked for.
+pub fn topic(requested: bool) -> i32 {
+    if requested {
+        TOPIC
+    } else {
+        NOT_REQUESTED
+    }
+}
+
+/// The field for the cluster: all its operations when asked for.
+pub fn cluster(requested: bool) -> i32 {
+    if requested {
+        CLUSTER
+    } else {
+        NOT_REQUESTED
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_are_kafkas_values_without_an_authorizer() {
+        // The values a Kafka broker without an authorizer sends.
+        assert_eq!(TOPIC, 3576);
+        assert_eq!(CLUSTER, 8096);
+        assert_eq!(topic(false), i32::MIN);
+        assert_eq!(cluster(true), 8096);
+    }
+}

@@ -1,0 +1,118 @@
+//! DescribeProducers (61), version 0: each partition's idempotent producers
+//! (id, epoch, last sequence, last append time), read from its producer
+//! state on the owning core. There are no transactions: coordinator epoch
+//! and current transaction start offset are -1, as Kafka reports them for
+//! a producer outside a transaction.
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::rc::Rc;
+
+use kafka_protocol::messages::describe_producers_response::{
+    PartitionResponse, ProducerState, TopicResponse,
+};
+use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::errors;
+use crate::producer_state::ProducerView;
+use crate::shard::Shard;
+use crate::sync::join_all;
+
+pub const VERSION_MIN: i16 = 0;
+pub const VERSION_MAX: i16 = 0;
+
+type BoxFuture<'a, T> = Pin<Box<dyn std::future::Future<Output = T> + 'a>>;
+
+/// A partition's producers, or the error code that replaces them.
+type Outcome = Result<Vec<ProducerView>, i16>;
+
+pub async fn handle(
+    shard: &Rc<Shard>,
+    request: DescribeProducersRequest,
+) -> DescribeProducersResponse {
+    let image = shard.metadata.image();
+    let mut outcomes: Vec<Outcome> = Vec::new();
+    let mut by_core: BTreeMap<usize, Vec<(usize, String, i32)>> = BTreeMap::new();
+    for topic in &request.topics {
+        let name = topic.name.0.as_str();
+        let meta = image.topics.get(name);
+        for &index in &topic.partition_indexes {
+            let slot = outcomes.len();
+            outcomes.push(Err(errors::UNKNOWN_TOPIC_OR_PARTITION));
+            if let Some(core) = meta.and_then(|m| image.owner_core(m, index, shard.cores)) {
+                by_core
+                    .entry(core)
+                    .or_default()
+                    .push((slot, name.to_string(), index));
+            }
+        }
+    }
+    let hops: Vec<BoxFuture<'_, Vec<(usize, Outcome)>>> = by_core
+        .into_iter()
+        .map(|(core, wanted)| {
+            Box::pin(shard.run_on(core, move |owner| async move {
+                wanted
+                    .into_iter()
+                    .map(|(slot, topic, index)| {
+                        let outcome = match owner.partition(&topic, index) {
+                            Some(partition) => Ok(partition.producers()),
+                            None => Err(errors::NOT_LEADER_OR_FOLLOWER),
+                        };
+                        (slot, outcome)
+                    })
+                    .collect()
+            })) as BoxFuture<'_, _>
+        })
+        .collect();
+    for (slot, outcome) in join_all(hops).await.into_iter().flatten() {
+        outcomes[slot] = outcome;
+    }
+    let mut outcomes = outcomes.into_iter();
+    let topics = request
+        .topics
+        .iter()
+        .map(|topic| {
+            let partitions =
+                topic
+                    .partition_indexes
+                    .iter()
+                    .map(|&index| {
+                        let response = PartitionResponse::default().with_partition_index(index);
+                        match outcomes.next().expect("one outcome per partition") {
+                            Ok(producers) => response.with_active_producers(
+                                producers.into_iter().map(producer_state).collect(),
+                            ),
+                            Err(error_code) => response
+                                .with_error_code(error_code)
+                                .with_error_message(Some(StrBytes::from_static_str(
+                                    error_message(error_code),
+                                ))),
+                        }
+                    })
+                    .collect();
+            TopicResponse::default()
+                .with_name(topic.name.clone())
+                .with_partitions(partitions)
+        })
+        .collect();
+    DescribeProducersResponse::default().with_topics(topics)
+}
+
+fn producer_state(view: ProducerView) -> ProducerState {
+    ProducerState::default()
+        .with_producer_id(ProducerId(view.producer_id))
+        .with_producer_epoch(i32::from(view.epoch))
+        .with_last_sequence(view.last_sequence)
+        .with_last_timestamp(view.last_timestamp_ms)
+        .with_coordinator_epoch(-1)
+        .with_current_txn_start_offset(-1)
+}
+
+fn error_message(error_code: i16) -> &'static str {
+    if error_code == errors::UNKNOWN_TOPIC_OR_PARTITION {
+        "This server does not host this topic-partition."
+    } else {
+        "This server is not the leader for that topic-partition."
+    }
+}

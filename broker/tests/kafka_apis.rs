@@ -1,0 +1,410 @@
+//! Kafka APIs answered as a Kafka broker without an authorizer answers
+//! them: version negotiation, authorized operations and the admin APIs
+//! that describe the broker's own state, through real clients where one
+//! sends the request and through raw frames where none does.
+
+mod common;
+
+use std::io::Write;
+use std::time::Duration;
+
+use bytes::Buf;
+use common::{raw, run_python, Broker};
+use protocol::kafka_protocol::messages::describe_topic_partitions_request::{Cursor, TopicRequest};
+use protocol::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use protocol::kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, DescribeClusterRequest,
+    DescribeClusterResponse, DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse,
+    ListConfigResourcesRequest, ListConfigResourcesResponse, MetadataRequest, MetadataResponse,
+    TopicName,
+};
+use protocol::kafka_protocol::protocol::{Decodable, StrBytes};
+
+const SCRIPT_DEADLINE: Duration = Duration::from_secs(180);
+
+/// Runs one case of `tests/clients/kafka_apis_check.py`; its output.
+fn kafka_apis_check(broker: &Broker, case: &str) -> String {
+    run_python(
+        "kafka_apis_check.py",
+        &[&broker.bootstrap(), case],
+        SCRIPT_DEADLINE,
+    )
+}
+
+/// An ApiVersions request frame at `version`, with a flexible (v2) or a
+/// plain (v1) request header, as a client probing versions may send it.
+fn api_versions_frame(version: i16, correlation_id: i32, flexible_header: bool) -> Vec<u8> {
+    let client_id = b"probe";
+    let mut payload = Vec::new();
+    payload.extend_from_slice(&(ApiKey::ApiVersions as i16).to_be_bytes());
+    payload.extend_from_slice(&version.to_be_bytes());
+    payload.extend_from_slice(&correlation_id.to_be_bytes());
+    payload.extend_from_slice(&(client_id.len() as i16).to_be_bytes());
+    payload.extend_from_slice(client_id);
+    if flexible_header {
+        payload.push(0); // no tagged fields
+                         // A v3+ body: client software name and version, no tagged fields.
+        payload.extend_from_slice(&[2, b'x', 2, b'1', 0]);
+    }
+    let mut frame = (payload.len() as i32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&payload);
+    frame
+}
+
+#[test]
+fn api_versions_at_any_version_it_does_not_serve_gets_the_v0_answer_with_its_own_range() {
+    let broker = Broker::start(&[]);
+    let mut stream = raw::connect(&broker);
+    let probes = [
+        (99, true),
+        (99, false),
+        (i16::MAX, true),
+        (-1, false),
+        (i16::MIN, false),
+    ];
+    for (i, &(version, flexible)) in probes.iter().enumerate() {
+        let correlation_id = 1000 + i as i32;
+        stream
+            .write_all(&api_versions_frame(version, correlation_id, flexible))
+            .unwrap();
+        let mut response = raw::read_frame(&mut stream);
+        assert_eq!(
+            response.get_i32(),
+            correlation_id,
+            "v{version}: response header v0, correlation id only"
+        );
+        let body = ApiVersionsResponse::decode(&mut response, 0).unwrap();
+        assert_eq!(body.error_code, 35, "v{version}: UNSUPPORTED_VERSION");
+        let listed: Vec<(i16, i16, i16)> = body
+            .api_keys
+            .iter()
+            .map(|k| (k.api_key, k.min_version, k.max_version))
+            .collect();
+        assert_eq!(
+            listed.len(),
+            1,
+            "v{version}: only its own range: {listed:?}"
+        );
+        assert_eq!(listed[0].0, ApiKey::ApiVersions as i16);
+        assert_eq!(listed[0].1, 0);
+        assert!((3..=4).contains(&listed[0].2), "v{version}: {listed:?}");
+        assert!(
+            response.is_empty(),
+            "v{version}: a v0 body and nothing else"
+        );
+        // The client retries at the version it was told, on the same
+        // connection.
+        let retried: ApiVersionsResponse = raw::call(
+            &mut stream,
+            ApiKey::ApiVersions,
+            listed[0].2,
+            correlation_id,
+            "probe",
+            &ApiVersionsRequest::default()
+                .with_client_software_name(StrBytes::from_static_str("probe"))
+                .with_client_software_version(StrBytes::from_static_str("1")),
+        );
+        assert_eq!(retried.error_code, 0);
+        assert!(retried.api_keys.len() > 20, "{:?}", retried.api_keys);
+    }
+}
+
+#[test]
+fn authorized_operations_are_all_a_resource_supports_as_without_an_authorizer() {
+    let broker = Broker::start(&[]);
+    let out = kafka_apis_check(&broker, "authorized-operations");
+    for line in [
+        "confluent describe_cluster operations: ok",
+        "confluent describe_topics operations: ok",
+        "confluent describe_cluster without operations: ok",
+        "kafka-python describe_cluster operations: ok",
+        "kafka-python describe_topics operations: ok",
+    ] {
+        assert!(out.contains(line), "{line}\n{out}");
+    }
+    // Metadata v8-10 carry the cluster's operations as well; the bit
+    // fields are Kafka's values (AclOperation codes of the supported
+    // operations); not asked for, the schema default.
+    let mut stream = raw::connect(&broker);
+    for (version, asked, cluster) in [(8, true, 8096), (10, true, 8096), (10, false, i32::MIN)] {
+        let response: MetadataResponse = raw::call(
+            &mut stream,
+            ApiKey::Metadata,
+            version,
+            7,
+            "ops",
+            &MetadataRequest::default()
+                .with_topics(None)
+                .with_include_cluster_authorized_operations(asked)
+                .with_include_topic_authorized_operations(asked),
+        );
+        assert_eq!(
+            response.cluster_authorized_operations, cluster,
+            "v{version}"
+        );
+        let topic = &response.topics[0];
+        let want = if asked { 3576 } else { i32::MIN };
+        assert_eq!(topic.topic_authorized_operations, want, "v{version}");
+    }
+}
+
+#[test]
+fn describe_cluster_answers_as_a_broker_endpoint() {
+    let broker = Broker::start(&[]);
+    let mut stream = raw::connect(&broker);
+    // endpoint type: 1 broker (served), 2 controller (mismatched), 3
+    // unknown; v0 cannot name one and means a broker.
+    for (version, endpoint_type, error_code) in [(1, 1, 0), (1, 2, 114), (1, 3, 115), (0, 1, 0)] {
+        let response: DescribeClusterResponse = raw::call(
+            &mut stream,
+            ApiKey::DescribeCluster,
+            version,
+            9,
+            "describe-cluster",
+            &DescribeClusterRequest::default().with_endpoint_type(endpoint_type),
+        );
+        assert_eq!(
+            response.error_code, error_code,
+            "v{version} endpoint type {endpoint_type}: {response:?}"
+        );
+        if error_code == 0 {
+            assert_eq!(response.brokers.len(), 1);
+            if version >= 1 {
+                assert_eq!(response.endpoint_type, 1);
+            }
+        }
+    }
+}
+
+#[test]
+fn log_dirs_topic_partitions_config_resources_and_producers_through_kafka_python() {
+    let broker = Broker::start(&[]);
+    let out = run_python(
+        "kafka_apis_check.py",
+        &[
+            &broker.bootstrap(),
+            "admin-apis",
+            &broker.data_dir.display().to_string(),
+        ],
+        SCRIPT_DEADLINE,
+    );
+    for line in [
+        "describe_log_dirs dir: ok",
+        "describe_log_dirs sizes: ok",
+        "describe_log_dirs filtered: ok",
+        "describe_topic_partitions pages: ok",
+        "describe_topic_partitions unknown topic: ok",
+        "list_config_resources: ok",
+        "describe_producers last sequence: ok",
+        "describe_producers idle partition: ok",
+    ] {
+        assert!(out.contains(line), "{line}\n{out}");
+    }
+    // Advertised at the versions served.
+    let mut stream = raw::connect(&broker);
+    let versions: ApiVersionsResponse = raw::call(
+        &mut stream,
+        ApiKey::ApiVersions,
+        3,
+        1,
+        "versions",
+        &ApiVersionsRequest::default(),
+    );
+    for (key, min, max) in [
+        (ApiKey::DescribeLogDirs, 1, 4),
+        (ApiKey::DescribeProducers, 0, 0),
+        (ApiKey::ListConfigResources, 0, 1),
+        (ApiKey::DescribeTopicPartitions, 0, 0),
+    ] {
+        assert!(
+            versions
+                .api_keys
+                .iter()
+                .any(|k| k.api_key == key as i16 && (k.min_version, k.max_version) == (min, max)),
+            "{key:?} {min}-{max}: {:?}",
+            versions.api_keys
+        );
+    }
+}
+
+#[test]
+fn describe_topic_partitions_and_list_config_resources_refuse_as_kafka_does() {
+    let broker = Broker::start(&[]);
+    let mut stream = raw::connect(&broker);
+    let topic = |name: &str| TopicName(StrBytes::from_string(name.to_string()));
+    // A cursor must name one of the topics asked for.
+    let response: DescribeTopicPartitionsResponse = raw::call(
+        &mut stream,
+        ApiKey::DescribeTopicPartitions,
+        0,
+        2,
+        "dtp",
+        &DescribeTopicPartitionsRequest::default()
+            .with_topics(vec![TopicRequest::default().with_name(topic("a"))])
+            .with_response_partition_limit(10)
+            .with_cursor(Some(
+                Cursor::default()
+                    .with_topic_name(topic("b"))
+                    .with_partition_index(0),
+            )),
+    );
+    let codes: Vec<i16> = response.topics.iter().map(|t| t.error_code).collect();
+    assert_eq!(codes, vec![42], "INVALID_REQUEST: {response:?}");
+    // v1: an unknown resource type is UNSUPPORTED_VERSION; v0 lists client
+    // metrics subscriptions, of which there are none.
+    let response: ListConfigResourcesResponse = raw::call(
+        &mut stream,
+        ApiKey::ListConfigResources,
+        1,
+        3,
+        "lcr",
+        &ListConfigResourcesRequest::default().with_resource_types(vec![2, 99]),
+    );
+    assert_eq!(response.error_code, 35, "{response:?}");
+    assert!(response.config_resources.is_empty());
+    let response: ListConfigResourcesResponse = raw::call(
+        &mut stream,
+        ApiKey::ListConfigResources,
+        0,
+        4,
+        "lcr",
+        &ListConfigResourcesRequest::default(),
+    );
+    assert_eq!(
+        (response.error_code, response.config_resources.len()),
+        (0, 0)
+    );
+}
+
+#[test]
+fn every_advertised_version_round_trips_through_kafka_python_which_infers_kafka_3_9() {
+    let broker = Broker::start(&[]);
+    let out = kafka_apis_check(&broker, "versions");
+    // ListOffsets 10 (Kafka 4.0's marker for kafka-python) is not served
+    // yet; Fetch 17 makes it 3.9.
+    assert!(out.contains("inferred broker version: (3, 9)"), "{out}");
+    for range in [
+        "(0, (0, 12))",
+        "(1, (4, 17))",
+        "(3, (0, 13))",
+        "(18, (0, 4))",
+        "(22, (0, 5))",
+        "(60, (0, 2))",
+    ] {
+        assert!(out.contains(range), "{range}\n{out}");
+    }
+    for line in [
+        "round trip: ok",
+        "topic id stable: ok",
+        "topic by id: ok",
+        "unknown topic id: ok",
+        "confluent topic id: ok",
+    ] {
+        assert!(out.contains(line), "{line}\n{out}");
+    }
+    assert!(
+        out.contains("('metadata.version', {'supported': (7, 25), 'finalized': (25, 25)"),
+        "{out}"
+    );
+    assert!(!out.contains("transaction.version"), "{out}");
+}
+
+#[test]
+fn features_with_a_zero_minimum_only_from_api_versions_v4() {
+    let broker = Broker::start(&[]);
+    let mut stream = raw::connect(&broker);
+    let names = |response: &ApiVersionsResponse| -> Vec<(String, i16)> {
+        response
+            .supported_features
+            .iter()
+            .map(|f| (f.name.to_string(), f.min_version))
+            .collect()
+    };
+    let v3: ApiVersionsResponse = raw::call(
+        &mut stream,
+        ApiKey::ApiVersions,
+        3,
+        1,
+        "features",
+        &ApiVersionsRequest::default(),
+    );
+    assert_eq!(names(&v3), vec![("metadata.version".to_string(), 7)]);
+    let v4: ApiVersionsResponse = raw::call(
+        &mut stream,
+        ApiKey::ApiVersions,
+        4,
+        2,
+        "features",
+        &ApiVersionsRequest::default(),
+    );
+    let v4_names = names(&v4);
+    assert_eq!(v4_names.len(), 4, "{v4_names:?}");
+    assert!(v4_names.contains(&("group.version".to_string(), 0)));
+    for response in [&v3, &v4] {
+        let finalized: Vec<(String, i16)> = response
+            .finalized_features
+            .iter()
+            .map(|f| (f.name.to_string(), f.max_version_level))
+            .collect();
+        assert_eq!(finalized, vec![("metadata.version".to_string(), 25)]);
+        assert_eq!(response.finalized_features_epoch, 0);
+    }
+    // Topic ids are asked for from v12 on; earlier versions that use the
+    // field are refused, as Kafka refuses them.
+    let request = MetadataRequest::default().with_topics(Some(vec![
+        MetadataRequestTopic::default().with_topic_id(uuid_of(7)),
+    ]));
+    let response: MetadataResponse =
+        raw::call(&mut stream, ApiKey::Metadata, 11, 3, "ids", &request);
+    assert_eq!(response.topics[0].error_code, 42, "{response:?}");
+    let response: MetadataResponse =
+        raw::call(&mut stream, ApiKey::Metadata, 12, 4, "ids", &request);
+    assert_eq!(response.topics[0].error_code, 100, "{response:?}");
+    assert_eq!(response.topics[0].name, None);
+}
+
+#[test]
+fn fetch_from_v13_names_topics_by_id() {
+    use protocol::kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use protocol::kafka_protocol::messages::{FetchRequest, FetchResponse};
+    let broker = Broker::start(&[]);
+    let mut stream = raw::connect(&broker);
+    // Auto-created by name, then fetched by the id Metadata gives.
+    let metadata: MetadataResponse = raw::call(
+        &mut stream,
+        ApiKey::Metadata,
+        12,
+        1,
+        "ids",
+        &MetadataRequest::default()
+            .with_topics(Some(vec![MetadataRequestTopic::default()
+                .with_name(Some(TopicName(StrBytes::from_static_str("by-id"))))]))
+            .with_allow_auto_topic_creation(true),
+    );
+    let topic_id = metadata.topics[0].topic_id;
+    assert!(!topic_id.is_nil(), "{metadata:?}");
+    for (id, error_code) in [(topic_id, 0), (uuid_of(7), 100)] {
+        let response: FetchResponse = raw::call(
+            &mut stream,
+            ApiKey::Fetch,
+            13,
+            2,
+            "ids",
+            &FetchRequest::default()
+                .with_max_wait_ms(0)
+                .with_max_bytes(1 << 20)
+                .with_topics(vec![FetchTopic::default()
+                    .with_topic_id(id)
+                    .with_partitions(vec![FetchPartition::default()
+                        .with_partition(0)
+                        .with_partition_max_bytes(1 << 20)])]),
+        );
+        let topic = &response.responses[0];
+        assert_eq!(topic.topic_id, id);
+        assert_eq!(topic.partitions[0].error_code, error_code, "{response:?}");
+    }
+}
+
+fn uuid_of(n: u128) -> uuid::Uuid {
+    uuid::Uuid::from_u128(n)
+}
