@@ -124,6 +124,10 @@ pub fn claim_listen_address(address: SocketAddr) -> anyhow::Result<Option<Addres
     };
     if address.port() != 0 {
         match std::net::TcpStream::connect_timeout(&probe, LISTEN_PROBE_TIMEOUT) {
+            // With nobody listening, a connection from an ephemeral port
+            // equal to the port asked for reaches itself (TCP's
+            // simultaneous open): that is no listener.
+            Ok(stream) if stream.local_addr().ok() == stream.peer_addr().ok() => {}
             Ok(_) => return Err(in_use("another process")),
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
             Err(e) => tracing::debug!(%address, error = %e, "listen probe inconclusive"),
