@@ -77,7 +77,10 @@ pub async fn handle(shard: &Rc<Shard>, request: CreateTopicsRequest) -> CreateTo
                         } else {
                             topic.num_partitions
                         });
+                    // Kafka answers a created topic with a null message;
+                    // the generated default is an empty string.
                     result
+                        .with_error_message(None)
                         .with_num_partitions(partitions)
                         .with_replication_factor(1)
                 }
