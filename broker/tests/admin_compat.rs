@@ -25,3 +25,9 @@ fn create_topics_answers_a_created_topic_with_a_null_error_message() {
     let broker = Broker::start(&[]);
     check(&broker, "create-null-message");
 }
+
+#[test]
+fn manual_replica_assignments_are_accepted_and_checked_as_kafka_checks_them() {
+    let broker = Broker::start(&[]);
+    check(&broker, "manual-assignment");
+}
