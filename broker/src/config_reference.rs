@@ -389,6 +389,16 @@ pub fn render() -> String {
             cell(setting.meaning)
         ));
     }
+    out.push_str(
+        "\nThe broker keys of this table, `log.retention.minutes`, `log.retention.hours`, \
+         `log.roll.hours` and `log.retention.check.interval.ms` are dynamic: \
+         IncrementalAlterConfigs or AlterConfigs on the BROKER resource of the node id, or \
+         on `\"\"` for the cluster-wide default (`strom config alter --broker [ID] | \
+         --broker-defaults`), change them while the broker runs, every topic without its \
+         own value follows at once, and the change is kept in the metadata log. A node's \
+         value wins over the cluster-wide default, which wins over the configuration file \
+         and flags. Every other broker setting is read-only there (INVALID_REQUEST).\n",
+    );
     out.push_str("\n### Consumer groups\n\n");
     out.push_str("| key | default | meaning |\n|---|---|---|\n");
     for setting in GROUP_SETTINGS {

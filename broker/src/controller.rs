@@ -60,7 +60,8 @@ async fn open_partitions(
     cores: &[u32],
     configs: &BTreeMap<String, String>,
 ) -> Outcome {
-    let effective = shard.config.topic_defaults.effective(configs);
+    let effective = crate::dynamic_config::topic_defaults(&shard.config, &shard.metadata.image())
+        .effective(configs);
     for (offset, &core) in cores.iter().enumerate() {
         let index = first + offset as i32;
         let dir = shard.config.data_dir.join(format!("{topic}-{index}"));
@@ -449,32 +450,115 @@ pub async fn set_topic_configs(
                 configs: configs.clone(),
             }])
             .map_err(|e| Refusal::new(errors::KAFKA_STORAGE_ERROR, e.to_string()))?;
-        let effective = controller.config.topic_defaults.effective(&configs);
-        let mut owners: Vec<usize> = topic
-            .partition_cores
-            .iter()
-            .map(|&c| c as usize % controller.cores)
-            .collect();
-        owners.sort_unstable();
-        owners.dedup();
-        for core in owners {
-            let effective = effective.clone();
-            let name = name.clone();
-            controller
-                .run_on(core, move |owner| async move {
-                    for partition in owner
-                        .partitions
-                        .borrow()
-                        .get(&name)
-                        .into_iter()
-                        .flat_map(|p| p.values())
-                    {
-                        partition.apply_config(&effective);
-                    }
-                })
-                .await;
-        }
+        let defaults =
+            crate::dynamic_config::topic_defaults(&controller.config, &controller.metadata.image());
+        apply_effective(&controller, &topic, defaults.effective(&configs)).await;
         tracing::info!(topic = %name, "topic configs changed");
+        Ok(())
+    })
+    .await
+}
+
+/// Applies `effective` to every partition of `topic`, on their owners.
+async fn apply_effective(
+    controller: &Rc<Shard>,
+    topic: &TopicMeta,
+    effective: crate::topic_config::EffectiveConfig,
+) {
+    let mut owners: Vec<usize> = topic
+        .partition_cores
+        .iter()
+        .map(|&c| c as usize % controller.cores)
+        .collect();
+    owners.sort_unstable();
+    owners.dedup();
+    for core in owners {
+        let effective = effective.clone();
+        let name = topic.name.clone();
+        controller
+            .run_on(core, move |owner| async move {
+                for partition in owner
+                    .partitions
+                    .borrow()
+                    .get(&name)
+                    .into_iter()
+                    .flat_map(|p| p.values())
+                {
+                    partition.apply_config(&effective);
+                }
+            })
+            .await;
+    }
+}
+
+/// Replaces the dynamic settings of a broker resource (`""`: the
+/// cluster-wide default, else a node id), keeps them in the metadata log
+/// and applies them live: every topic's partitions get their effective
+/// settings again.
+pub async fn set_broker_configs(
+    shard: &Rc<Shard>,
+    resource: String,
+    configs: BTreeMap<String, String>,
+    validate_only: bool,
+) -> Outcome {
+    on_controller(shard, move |controller| async move {
+        for (key, value) in &configs {
+            if !crate::dynamic_config::is_dynamic(key) {
+                return Err(Refusal::new(
+                    errors::INVALID_REQUEST,
+                    format!("{key} is read-only: it cannot be changed while the broker runs (set it in the configuration file and restart)"),
+                ));
+            }
+            crate::dynamic_config::validate_broker(key, value)
+                .map_err(|message| Refusal::new(errors::INVALID_CONFIG, message))?;
+        }
+        if validate_only {
+            return Ok(());
+        }
+        let image = controller
+            .metadata
+            .commit(&[MetadataRecord::BrokerConfigsSet {
+                resource: resource.clone(),
+                configs,
+            }])
+            .map_err(|e| Refusal::new(errors::KAFKA_STORAGE_ERROR, e.to_string()))?;
+        let defaults = crate::dynamic_config::topic_defaults(&controller.config, &image);
+        for topic in image.topics.values() {
+            apply_effective(&controller, topic, defaults.effective(&topic.configs)).await;
+        }
+        tracing::info!(resource = %resource, "dynamic broker configs changed");
+        Ok(())
+    })
+    .await
+}
+
+/// Replaces a consumer group's settings and keeps them in the metadata log.
+pub async fn set_group_configs(
+    shard: &Rc<Shard>,
+    group: String,
+    configs: BTreeMap<String, String>,
+    validate_only: bool,
+) -> Outcome {
+    on_controller(shard, move |controller| async move {
+        if group.is_empty() {
+            return Err(Refusal::new(
+                errors::INVALID_GROUP_ID,
+                "the group id is empty",
+            ));
+        }
+        crate::dynamic_config::validate_group(&configs)
+            .map_err(|message| Refusal::new(errors::INVALID_CONFIG, message))?;
+        if validate_only {
+            return Ok(());
+        }
+        controller
+            .metadata
+            .commit(&[MetadataRecord::GroupConfigsSet {
+                group: group.clone(),
+                configs,
+            }])
+            .map_err(|e| Refusal::new(errors::KAFKA_STORAGE_ERROR, e.to_string()))?;
+        tracing::info!(group = %group, "group configs changed");
         Ok(())
     })
     .await

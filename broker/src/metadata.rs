@@ -119,6 +119,17 @@ pub enum MetadataRecord {
     ProducerIdsAllocated {
         end: i64,
     },
+    /// Replaces the dynamic settings of a broker resource: `""` the
+    /// cluster-wide default, else a node id.
+    BrokerConfigsSet {
+        resource: String,
+        configs: BTreeMap<String, String>,
+    },
+    /// Replaces the settings of a consumer group (GROUP resources).
+    GroupConfigsSet {
+        group: String,
+        configs: BTreeMap<String, String>,
+    },
 }
 
 /// Everything the metadata log says, at one point.
@@ -128,6 +139,10 @@ pub struct MetadataImage {
     pub topics: BTreeMap<String, Arc<TopicMeta>>,
     /// Producer ids below this were handed out (or reserved) already.
     pub producer_ids_end: i64,
+    /// Dynamic broker settings by broker resource (`""`: cluster default).
+    pub broker_configs: BTreeMap<String, BTreeMap<String, String>>,
+    /// Consumer group settings by group id.
+    pub group_configs: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 impl MetadataImage {
@@ -166,6 +181,12 @@ impl MetadataImage {
             MetadataRecord::ProducerIdsAllocated { end } => {
                 self.producer_ids_end = self.producer_ids_end.max(*end);
             }
+            MetadataRecord::BrokerConfigsSet { resource, configs } => {
+                set_or_remove(&mut self.broker_configs, resource, configs);
+            }
+            MetadataRecord::GroupConfigsSet { group, configs } => {
+                set_or_remove(&mut self.group_configs, group, configs);
+            }
         }
     }
 
@@ -188,6 +209,19 @@ impl MetadataImage {
             }
         }
         counts
+    }
+}
+
+/// An empty set of settings leaves no entry behind.
+fn set_or_remove(
+    all: &mut BTreeMap<String, BTreeMap<String, String>>,
+    name: &str,
+    configs: &BTreeMap<String, String>,
+) {
+    if configs.is_empty() {
+        all.remove(name);
+    } else {
+        all.insert(name.to_string(), configs.clone());
     }
 }
 
@@ -217,6 +251,8 @@ const TYPE_TOPIC_DELETED: u8 = 3;
 const TYPE_PARTITIONS_ADDED: u8 = 4;
 const TYPE_TOPIC_CONFIGS_SET: u8 = 5;
 const TYPE_PRODUCER_IDS: u8 = 6;
+const TYPE_BROKER_CONFIGS_SET: u8 = 7;
+const TYPE_GROUP_CONFIGS_SET: u8 = 8;
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(&(s.len() as u32).to_be_bytes());
@@ -287,6 +323,16 @@ impl MetadataRecord {
                 out.push(TYPE_PRODUCER_IDS);
                 out.extend_from_slice(&end.to_be_bytes());
             }
+            MetadataRecord::BrokerConfigsSet { resource, configs } => {
+                out.push(TYPE_BROKER_CONFIGS_SET);
+                put_str(&mut out, resource);
+                put_configs(&mut out, configs);
+            }
+            MetadataRecord::GroupConfigsSet { group, configs } => {
+                out.push(TYPE_GROUP_CONFIGS_SET);
+                put_str(&mut out, group);
+                put_configs(&mut out, configs);
+            }
         }
         out
     }
@@ -322,6 +368,14 @@ impl MetadataRecord {
             },
             TYPE_PRODUCER_IDS => MetadataRecord::ProducerIdsAllocated {
                 end: i64::from_be_bytes(take::<8>(&mut buf)?),
+            },
+            TYPE_BROKER_CONFIGS_SET => MetadataRecord::BrokerConfigsSet {
+                resource: take_str(&mut buf)?,
+                configs: take_configs(&mut buf)?,
+            },
+            TYPE_GROUP_CONFIGS_SET => MetadataRecord::GroupConfigsSet {
+                group: take_str(&mut buf)?,
+                configs: take_configs(&mut buf)?,
             },
             other => return Err(format!("unknown record type {other}")),
         };
@@ -852,6 +906,14 @@ mod tests {
                 configs: BTreeMap::new(),
             },
             MetadataRecord::ProducerIdsAllocated { end: 1000 },
+            MetadataRecord::BrokerConfigsSet {
+                resource: String::new(),
+                configs: BTreeMap::from([("log.retention.ms".to_string(), "5".to_string())]),
+            },
+            MetadataRecord::GroupConfigsSet {
+                group: "g".to_string(),
+                configs: BTreeMap::new(),
+            },
         ];
         for record in records {
             assert_eq!(MetadataRecord::decode(&record.encode()).unwrap(), record);

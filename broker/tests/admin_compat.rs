@@ -5,11 +5,33 @@
 
 mod common;
 
+use std::process::{Command, Output};
 use std::time::Duration;
 
-use common::{run_python, Broker};
+use common::{run, run_python, Broker};
 
 const SCRIPT_DEADLINE: Duration = Duration::from_secs(180);
+const TOOL_DEADLINE: Duration = Duration::from_secs(30);
+
+fn strom(broker: &Broker, args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_strom"));
+    command
+        .args(args)
+        .env_remove("STROM_BOOTSTRAP")
+        .args(["--bootstrap", &broker.bootstrap()]);
+    run(&mut command, None, TOOL_DEADLINE)
+}
+
+fn strom_ok(broker: &Broker, args: &[&str]) -> String {
+    let output = strom(broker, args);
+    assert!(
+        output.status.success(),
+        "strom {args:?} failed ({}): {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
 
 fn check(broker: &Broker, mode: &str) {
     let out = run_python(
@@ -30,4 +52,93 @@ fn create_topics_answers_a_created_topic_with_a_null_error_message() {
 fn manual_replica_assignments_are_accepted_and_checked_as_kafka_checks_them() {
     let broker = Broker::start(&[]);
     check(&broker, "manual-assignment");
+}
+
+#[test]
+fn broker_configs_are_all_described_change_live_and_survive_a_restart() {
+    let mut broker = Broker::start(&[]);
+    check(&broker, "broker-configs");
+    broker.restart();
+    check(&broker, "broker-configs-restarted");
+}
+
+#[test]
+fn strom_config_alter_changes_dynamic_broker_settings_and_refuses_read_only_ones() {
+    let broker = Broker::start(&[]);
+    let done = strom_ok(
+        &broker,
+        &[
+            "config",
+            "alter",
+            "--broker",
+            "--add-config",
+            "log.retention.bytes=5555,log.segment.bytes=2000000",
+        ],
+    );
+    assert!(done.contains("broker 0"), "{done}");
+    strom_ok(
+        &broker,
+        &[
+            "config",
+            "alter",
+            "--broker-defaults",
+            "--add-config",
+            "log.flush.interval.messages=9",
+        ],
+    );
+    let described = strom_ok(&broker, &["config", "describe", "--broker"]);
+    for wanted in [
+        "  log.retention.bytes=5555\tsource=DYNAMIC_BROKER_CONFIG",
+        "  log.segment.bytes=2000000\tsource=DYNAMIC_BROKER_CONFIG",
+        "  log.flush.interval.messages=9\tsource=DYNAMIC_DEFAULT_BROKER_CONFIG",
+    ] {
+        assert!(
+            described.lines().any(|l| l == wanted),
+            "{wanted:?} in:\n{described}"
+        );
+    }
+    strom_ok(
+        &broker,
+        &[
+            "config",
+            "alter",
+            "--broker",
+            "0",
+            "--delete-config",
+            "log.segment.bytes",
+        ],
+    );
+    let described = strom_ok(&broker, &["config", "describe", "--broker"]);
+    assert!(
+        described
+            .lines()
+            .any(|l| l.starts_with("  log.segment.bytes=") && l.ends_with("source=DEFAULT_CONFIG")),
+        "{described}"
+    );
+    for (args, wanted) in [
+        (
+            vec![
+                "--broker",
+                "--add-config",
+                "advertised.listeners=127.0.0.1:1",
+            ],
+            "read-only",
+        ),
+        (
+            vec!["--broker", "--add-config", "log.retention.bytes"],
+            "KEY=VALUE",
+        ),
+        (vec!["--broker"], "--add-config"),
+    ] {
+        let mut all = vec!["config", "alter"];
+        all.extend(args.iter().copied());
+        let output = strom(&broker, &all);
+        assert_eq!(
+            output.status.code(),
+            Some(if wanted == "--add-config" { 2 } else { 1 }),
+            "{all:?}"
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(wanted), "{all:?}: {stderr}");
+    }
 }

@@ -73,7 +73,9 @@ fn max_message_bytes(shard: &Shard, configs: &BTreeMap<String, String>) -> usize
     configs
         .get("max.message.bytes")
         .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or(shard.config.message_max_bytes as usize)
+        .unwrap_or_else(|| {
+            crate::dynamic_config::message_max_bytes(&shard.config, &shard.metadata.image())
+        })
 }
 
 thread_local! {

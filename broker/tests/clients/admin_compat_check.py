@@ -8,8 +8,9 @@ mismatch. Every wait is bounded by a deadline.
 
 import sys
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewPartitions, NewTopic
+from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import KafkaAdminClient
 
 DEADLINE_S = 60
@@ -106,7 +107,133 @@ def mode_manual_assignment(bootstrap):
     kp.close()
 
 
+def kp_describe(bootstrap, resource_type, name):
+    """Every config of a resource (kafka-python asks DescribeConfigs v4)."""
+    kp = kafka_python_admin(bootstrap)
+    result = kp.describe_configs([KpConfigResource(resource_type, name)], include_synonyms=True, config_filter="all")
+    kp.close()
+    (by_name,) = result[resource_type.lower()].values()
+    return by_name
+
+
+def incremental(client, resource_type, name, changes):
+    """IncrementalAlterConfigs of (key, value, op) on one resource: the
+    KafkaError code, or None when it was applied."""
+    entries = [ConfigEntry(key, value, incremental_operation=op) for key, value, op in changes]
+    return confluent_error(client.incremental_alter_configs([ConfigResource(resource_type, name, incremental_configs=entries)]))
+
+
+def kp_broker_resource(bootstrap, name, configs):
+    """IncrementalAlterConfigs SET on broker resource `name`, sent to the
+    broker connected to: the cluster-wide default "" (neither client's
+    admin API names it) or another broker's id (the clients would send it
+    to that broker). kafka-python builds and sends the request; returns the
+    error code."""
+    kp = kafka_python_admin(bootstrap)
+    request = kp._alter_configs_request([KpConfigResource("BROKER", name, configs=configs)], False, True)
+    response = kp._manager.run(kp._manager.send, request)
+    kp.close()
+    (result,) = response.responses
+    return result.error_code
+
+
+def confluent_describe(client, resource_type, name):
+    result = wait_all(client.describe_configs([ConfigResource(resource_type, name)]))
+    (entries,) = result.values()
+    return entries
+
+
+def produce_one(bootstrap, topic, size):
+    """Produces one record of `size` bytes: the delivery error code or None."""
+    outcome = []
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": 30000, "retries": 0})
+    producer.produce(topic, b"x" * size, on_delivery=lambda err, msg: outcome.append(err))
+    producer.flush(DEADLINE_S)
+    check(len(outcome) == 1, f"one delivery report for {topic}")
+    return None if outcome[0] is None else outcome[0].code()
+
+
+SET = AlterConfigOpType.SET
+BROKER = ConfigResource.Type.BROKER
+TOPIC = ConfigResource.Type.TOPIC
+UNKNOWN_TYPE = "UNKNOWN"
+
+
+def check_dynamic_values(bootstrap, client):
+    """What mode broker-configs changed, as seen now."""
+    broker = confluent_describe(client, BROKER, "0")
+    retention = broker["log.retention.bytes"]
+    check(retention.value == "123456789", f"log.retention.bytes: {retention}")
+    check(retention.source == ConfigSource.DYNAMIC_BROKER_CONFIG.value, f"source of log.retention.bytes: {retention.source}")
+    flush = broker["log.flush.interval.messages"]
+    check(flush.value == "77" and flush.source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value, f"log.flush.interval.messages: {flush}")
+    check(broker["log.retention.check.interval.ms"].value == "1000", "log.retention.check.interval.ms")
+    kp = kafka_python_admin(bootstrap)
+    request = kp._describe_configs_request([KpConfigResource("BROKER", "")], True)
+    response = kp._manager.run(kp._manager.send, request)
+    kp.close()
+    (result,) = response.results
+    defaults = {c.name: (c.value, c.config_source) for c in result.configs}
+    check(defaults == {"log.flush.interval.messages": ("77", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)},
+          f"cluster-wide defaults: {defaults}")
+    # Live: a topic without overrides runs with the new broker defaults.
+    topic = confluent_describe(client, TOPIC, "typed")
+    check(topic["retention.bytes"].value == "123456789", f"topic default follows the broker: {topic['retention.bytes']}")
+    check(topic["flush.messages"].value == "77", f"topic default follows the cluster default: {topic['flush.messages']}")
+    code = produce_one(bootstrap, "typed", 10_000)
+    check(code == KafkaError.MSG_SIZE_TOO_LARGE, f"10,000 bytes over message.max.bytes=3000: {code}")
+    check(produce_one(bootstrap, "typed", 100) is None, "a small record is still accepted")
+
+
+def mode_broker_configs(bootstrap):
+    broker = kp_describe(bootstrap, "BROKER", "0")
+    check(len(broker) >= 50, f"every broker setting, got {len(broker)}: {sorted(broker)}")
+    for name in ["advertised.listeners", "listeners", "log.dirs", "log.flush.interval.messages", "log.retention.bytes",
+                 "log.segment.bytes", "log.retention.ms", "log.cleanup.policy", "message.max.bytes",
+                 "log.retention.check.interval.ms", "num.partitions", "broker.id", "compression.type"]:
+        check(name in broker, f"{name} is described")
+    for name, entry in broker.items():
+        check(entry["config_type"] != UNKNOWN_TYPE, f"{name} has a type: {entry}")
+        check(entry["synonyms"], f"{name} has synonyms: {entry}")
+    check(broker["advertised.listeners"]["read_only"], "advertised.listeners is read-only")
+    check(not broker["log.retention.bytes"]["read_only"], "log.retention.bytes can change")
+    check(broker["log.retention.bytes"]["config_type"] == "LONG", f"{broker['log.retention.bytes']}")
+    check(broker["log.cleanup.policy"]["config_type"] == "LIST", f"{broker['log.cleanup.policy']}")
+
+    client = confluent_admin(bootstrap)
+    wait_all(client.create_topics([NewTopic("typed", num_partitions=1, replication_factor=1)]))
+    topic = kp_describe(bootstrap, "TOPIC", "typed")
+    for name, entry in topic.items():
+        check(entry["config_type"] != UNKNOWN_TYPE, f"topic {name} has a type: {entry}")
+    check(topic["retention.bytes"]["config_type"] == "LONG", f"{topic['retention.bytes']}")
+    check(topic["segment.bytes"]["config_type"] == "INT", f"{topic['segment.bytes']}")
+    check(topic["cleanup.policy"]["config_type"] == "LIST", f"{topic['cleanup.policy']}")
+
+    code = incremental(client, BROKER, "0", [
+        ("log.retention.bytes", "123456789", SET),
+        ("message.max.bytes", "3000", SET),
+        ("log.retention.check.interval.ms", "1000", SET),
+    ])
+    check(code is None, f"dynamic broker settings applied: {code}")
+    code = kp_broker_resource(bootstrap, "", {"log.flush.interval.messages": "77"})
+    check(code == 0, f"cluster-wide default applied: {code}")
+    for name, value in [("advertised.listeners", "PLAINTEXT://127.0.0.1:1"), ("node.id", "3"), ("log.dirs", "/tmp/x")]:
+        code = incremental(client, BROKER, "0", [(name, value, SET)])
+        check(code == KafkaError.INVALID_REQUEST, f"read-only {name}: INVALID_REQUEST, got {code}")
+    code = incremental(client, BROKER, "0", [("log.retention.bytes", "lots", SET)])
+    check(code == KafkaError.INVALID_CONFIG, f"a bad value: INVALID_CONFIG, got {code}")
+    code = kp_broker_resource(bootstrap, "5", {"log.retention.bytes": "1"})
+    check(code == INVALID_REQUEST, f"another broker's id: INVALID_REQUEST, got {code}")
+    check_dynamic_values(bootstrap, client)
+
+
+def mode_broker_configs_restarted(bootstrap):
+    check_dynamic_values(bootstrap, confluent_admin(bootstrap))
+
+
 MODES = {
+    "broker-configs": mode_broker_configs,
+    "broker-configs-restarted": mode_broker_configs_restarted,
     "manual-assignment": mode_manual_assignment,
     "create-null-message": mode_create_null_message,
 }
