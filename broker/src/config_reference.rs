@@ -409,6 +409,24 @@ pub fn render() -> String {
             cell(setting.meaning)
         ));
     }
+    out.push_str("\n### Per-group settings\n\n");
+    out.push_str(
+        "Per consumer group, as the GROUP config resource (DescribeConfigs, \
+         IncrementalAlterConfigs, AlterConfigs), kept in the metadata log.\n\n",
+    );
+    out.push_str("| key | default | range | meaning |\n|---|---|---|---|\n");
+    for key in crate::dynamic_config::GROUP_KEYS {
+        let range = key
+            .range
+            .map_or(String::new(), |(low, high)| format!("{low} to {high}"));
+        out.push_str(&format!(
+            "| `{}` | `{}` | {} | {} |\n",
+            key.name,
+            key.default,
+            range,
+            cell(key.meaning)
+        ));
+    }
     out
 }
 

@@ -142,3 +142,11 @@ fn strom_config_alter_changes_dynamic_broker_settings_and_refuses_read_only_ones
         assert!(stderr.contains(wanted), "{all:?}: {stderr}");
     }
 }
+
+#[test]
+fn group_configs_and_list_appends_and_subtracts_work_and_group_configs_survive_a_restart() {
+    let mut broker = Broker::start(&[]);
+    check(&broker, "group-configs");
+    broker.restart();
+    check(&broker, "group-configs-restarted");
+}

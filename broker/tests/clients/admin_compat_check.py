@@ -231,7 +231,71 @@ def mode_broker_configs_restarted(bootstrap):
     check_dynamic_values(bootstrap, confluent_admin(bootstrap))
 
 
+GROUP = ConfigResource.Type.GROUP
+APPEND = AlterConfigOpType.APPEND
+SUBTRACT = AlterConfigOpType.SUBTRACT
+GROUP_KEYS = {
+    "consumer.session.timeout.ms": "45000",
+    "consumer.heartbeat.interval.ms": "5000",
+    "share.session.timeout.ms": "45000",
+    "share.heartbeat.interval.ms": "5000",
+    "share.record.lock.duration.ms": "30000",
+    "share.auto.offset.reset": "latest",
+    "share.isolation.level": "read_uncommitted",
+    "streams.session.timeout.ms": "45000",
+    "streams.heartbeat.interval.ms": "5000",
+    "streams.num.standby.replicas": "0",
+}
+
+
+def check_group_configs(client):
+    group = confluent_describe(client, GROUP, "tuned")
+    check(set(group) == set(GROUP_KEYS), f"every group setting: {sorted(group)}")
+    session = group["consumer.session.timeout.ms"]
+    check(session.value == "50000" and session.source == ConfigSource.GROUP_CONFIG.value, f"{session}")
+    heartbeat = group["consumer.heartbeat.interval.ms"]
+    check(heartbeat.value == "6000" and heartbeat.source == ConfigSource.GROUP_CONFIG.value, f"{heartbeat}")
+    for name, default in GROUP_KEYS.items():
+        if name not in ("consumer.session.timeout.ms", "consumer.heartbeat.interval.ms"):
+            entry = group[name]
+            check(entry.value == default and entry.source == ConfigSource.DEFAULT_CONFIG.value, f"{name}: {entry}")
+    other = confluent_describe(client, GROUP, "untouched")
+    check(other["consumer.session.timeout.ms"].value == "45000", "another group keeps the defaults")
+
+
+def mode_group_configs(bootstrap):
+    client = confluent_admin(bootstrap)
+    code = incremental(client, GROUP, "tuned", [
+        ("consumer.session.timeout.ms", "50000", SET),
+        ("consumer.heartbeat.interval.ms", "6000", SET),
+    ])
+    check(code is None, f"group settings applied: {code}")
+    for name, value in [("consumer.session.timeout.ms", "1000"), ("consumer.heartbeat.interval.ms", "60000"),
+                        ("no.such.setting", "1")]:
+        code = incremental(client, GROUP, "tuned", [(name, value, SET)])
+        check(code == KafkaError.INVALID_CONFIG, f"group {name}={value}: INVALID_CONFIG, got {code}")
+    check_group_configs(client)
+
+    # APPEND and SUBTRACT on list settings, refused on the others.
+    wait_all(client.create_topics([NewTopic("listed", num_partitions=1, replication_factor=1)]))
+    check(incremental(client, TOPIC, "listed", [("cleanup.policy", "delete", APPEND)]) is None, "APPEND delete")
+    check(incremental(client, TOPIC, "listed", [("cleanup.policy", "compact", SUBTRACT)]) is None, "SUBTRACT compact")
+    entry = confluent_describe(client, TOPIC, "listed")["cleanup.policy"]
+    check(entry.value == "delete" and entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value, f"cleanup.policy: {entry}")
+    code = incremental(client, TOPIC, "listed", [("retention.ms", "5", APPEND)])
+    check(code == KafkaError.INVALID_CONFIG, f"APPEND to a number: INVALID_CONFIG, got {code}")
+    check(incremental(client, BROKER, "0", [("log.cleanup.policy", "delete", APPEND)]) is None, "broker APPEND")
+    entry = confluent_describe(client, BROKER, "0")["log.cleanup.policy"]
+    check(entry.value == "delete" and entry.source == ConfigSource.DYNAMIC_BROKER_CONFIG.value, f"log.cleanup.policy: {entry}")
+
+
+def mode_group_configs_restarted(bootstrap):
+    check_group_configs(confluent_admin(bootstrap))
+
+
 MODES = {
+    "group-configs": mode_group_configs,
+    "group-configs-restarted": mode_group_configs_restarted,
     "broker-configs": mode_broker_configs,
     "broker-configs-restarted": mode_broker_configs_restarted,
     "manual-assignment": mode_manual_assignment,
