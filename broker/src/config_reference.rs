@@ -292,7 +292,22 @@ pub const TOPIC_SETTINGS: &[TopicSetting] = &[
     TopicSetting {
         topic_key: "compression.type",
         broker_key: "compression.type",
-        meaning: "`producer`: batches are stored as the producer compressed them.",
+        meaning: "`producer`: batches are stored as the producer compressed them; `uncompressed`, `gzip`, `snappy`, `lz4` or `zstd`: a batch in another codec is recompressed on the broker (records, offsets, timestamps and producer id, epoch and sequence unchanged; new length and CRC).",
+    },
+    TopicSetting {
+        topic_key: "compression.gzip.level",
+        broker_key: "compression.gzip.level",
+        meaning: "Level of the broker's gzip recompression: 1 to 9, or -1 for the codec's default (6).",
+    },
+    TopicSetting {
+        topic_key: "compression.lz4.level",
+        broker_key: "compression.lz4.level",
+        meaning: "Level of the broker's lz4 recompression: 1 to 17.",
+    },
+    TopicSetting {
+        topic_key: "compression.zstd.level",
+        broker_key: "compression.zstd.level",
+        meaning: "Level of the broker's zstd recompression: -131072 to 22.",
     },
     TopicSetting {
         topic_key: "message.timestamp.type",

@@ -240,6 +240,25 @@ fn dynamic_value<'a>(
         .last()
 }
 
+/// The broker default of a topic key as it is now: the dynamic layers'
+/// value of its broker key, else the static default. Cheaper than
+/// [`topic_defaults`] for one key.
+pub fn topic_default_value(
+    config: &BrokerConfig,
+    image: &MetadataImage,
+    topic_key: &str,
+) -> Option<String> {
+    let broker_key = TOPIC_SETTINGS
+        .iter()
+        .find(|s| s.topic_key == topic_key)
+        .map(|s| s.broker_key)?;
+    match dynamic_value(config, image, broker_key) {
+        Some(value) if time_unit(broker_key).is_none() => Some(value.clone()),
+        Some(_) => topic_defaults(config, image).get(topic_key),
+        None => config.topic_defaults.get(topic_key),
+    }
+}
+
 /// `message.max.bytes` as it is now (a topic's `max.message.bytes` default).
 pub fn message_max_bytes(config: &BrokerConfig, image: &MetadataImage) -> usize {
     dynamic_value(config, image, "message.max.bytes")

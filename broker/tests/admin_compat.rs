@@ -150,3 +150,40 @@ fn group_configs_and_list_appends_and_subtracts_work_and_group_configs_survive_a
     broker.restart();
     check(&broker, "group-configs-restarted");
 }
+
+/// The codec bits of the first batch of `topic`'s partition 0, fetched
+/// raw (the clients do not show a batch's codec).
+fn stored_codec(broker: &Broker, topic: &str) -> i16 {
+    use protocol::kafka_protocol::messages::{ApiKey, FetchResponse};
+    let mut stream = common::raw::connect(broker);
+    let response: FetchResponse = common::raw::call(
+        &mut stream,
+        ApiKey::Fetch,
+        12,
+        1,
+        "admin-compat",
+        &common::hostile::fetch_request(topic, 0, 1 << 20),
+    );
+    let records = response.responses[0].partitions[0]
+        .records
+        .clone()
+        .expect("records");
+    assert!(records.len() > 61, "{topic}: a whole batch");
+    i16::from_be_bytes([records[21], records[22]]) & 0x07
+}
+
+#[test]
+fn compression_type_recompresses_every_codec_and_a_confluent_consumer_reads_every_byte() {
+    let broker = Broker::start(&[]);
+    check(&broker, "recompress");
+    for (topic, codec) in [
+        ("recompressed-uncompressed", 0),
+        ("recompressed-gzip", 1),
+        ("recompressed-snappy", 2),
+        ("recompressed-lz4", 3),
+        ("recompressed-zstd", 4),
+        ("recompressed-default", 4),
+    ] {
+        assert_eq!(stored_codec(&broker, topic), codec, "{topic}");
+    }
+}

@@ -293,7 +293,51 @@ def mode_group_configs_restarted(bootstrap):
     check_group_configs(confluent_admin(bootstrap))
 
 
+# What each topic codec's test producer sends: always another codec, so the
+# broker recompresses every batch.
+PRODUCER_CODEC = {
+    "uncompressed": "lz4",
+    "gzip": "zstd",
+    "snappy": "gzip",
+    "lz4": "none",
+    "zstd": "snappy",
+}
+TOPIC_LEVELS = {
+    "gzip": {"compression.gzip.level": "9"},
+    "lz4": {"compression.lz4.level": "12"},
+    "zstd": {"compression.zstd.level": "10"},
+}
+
+
+def mode_recompress(bootstrap):
+    import confluent_check as cc
+    client = confluent_admin(bootstrap)
+    count, partitions = 3000, 2
+    for codec, producer_codec in PRODUCER_CODEC.items():
+        topic = f"recompressed-{codec}"
+        config = {"compression.type": codec, **TOPIC_LEVELS.get(codec, {})}
+        wait_all(client.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1, config=config)]))
+        entry = confluent_describe(client, TOPIC, topic)["compression.type"]
+        check(entry.value == codec, f"{topic}: compression.type {entry}")
+        # Idempotent, acks=all: the recompressed batches keep the producer's
+        # id, epoch and sequence, or the producer fails on its next batch.
+        cc.produce(bootstrap, topic, count, partitions, {"compression.type": producer_codec})
+        cc.verify(cc.consume(bootstrap, topic, count, partitions), count, partitions)
+        print(f"{codec} from {producer_codec}: ok")
+    for name, value in [("compression.type", "brotli"), ("compression.gzip.level", "10"),
+                        ("compression.zstd.level", "23"), ("compression.lz4.level", "0")]:
+        code = confluent_error(client.create_topics([NewTopic(f"bad-{name}", num_partitions=1, replication_factor=1,
+                                                              config={name: value})]))
+        check(code == KafkaError.INVALID_CONFIG, f"{name}={value}: INVALID_CONFIG, got {code}")
+    # The broker default, changed live: a topic without its own value follows.
+    wait_all(client.create_topics([NewTopic("recompressed-default", num_partitions=1, replication_factor=1)]))
+    check(incremental(client, BROKER, "0", [("compression.type", "zstd", SET)]) is None, "broker compression.type")
+    cc.produce(bootstrap, "recompressed-default", 500, 1, {"compression.type": "gzip"})
+    cc.verify(cc.consume(bootstrap, "recompressed-default", 500, 1), 500, 1)
+
+
 MODES = {
+    "recompress": mode_recompress,
     "group-configs": mode_group_configs,
     "group-configs-restarted": mode_group_configs_restarted,
     "broker-configs": mode_broker_configs,
