@@ -155,7 +155,7 @@ pub fn compression_codec(value_of: impl Fn(&str) -> Option<String>) -> Option<Co
         Compression::None | Compression::Snappy => None,
     };
     let level = level_key
-        .and_then(|key| value_of(key))
+        .and_then(value_of)
         .and_then(|value| value.trim().parse().ok());
     Some(Codec { compression, level })
 }
