@@ -187,3 +187,9 @@ fn compression_type_recompresses_every_codec_and_a_confluent_consumer_reads_ever
         assert_eq!(stored_codec(&broker, topic), codec, "{topic}");
     }
 }
+
+#[test]
+fn log_retention_check_interval_changed_at_runtime_takes_effect_at_once() {
+    let broker = Broker::start(&[]);
+    check(&broker, "retention-check-live");
+}

@@ -336,7 +336,35 @@ def mode_recompress(bootstrap):
     cc.verify(cc.consume(bootstrap, "recompressed-default", 500, 1), 500, 1)
 
 
+def mode_retention_check_live(bootstrap):
+    """log.retention.check.interval.ms changed while the broker runs
+    takes effect at once: the broker starts with the default (5 minutes),
+    retention then deletes the old segments within seconds."""
+    import time
+    import confluent_check as cc
+    from confluent_kafka import Consumer, TopicPartition
+    client = confluent_admin(bootstrap)
+    topic = "retained"
+    config = {"segment.bytes": "20000", "retention.bytes": "1"}
+    wait_all(client.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1, config=config)]))
+    cc.produce(bootstrap, topic, 1000, 1, {"linger.ms": 0, "batch.num.messages": 20})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "watermarks"})
+    low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=DEADLINE_S)
+    check(low == 0 and high == 1000, f"nothing deleted yet under the 5-minute default: {low}..{high}")
+    check(incremental(client, BROKER, "0", [("log.retention.check.interval.ms", "300", SET)]) is None,
+          "log.retention.check.interval.ms applied")
+    deadline = time.monotonic() + 30
+    while True:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=DEADLINE_S)
+        if low > 0:
+            break
+        check(time.monotonic() < deadline, f"retention ran within 30 s of the change: {low}..{high}")
+        time.sleep(0.2)
+    consumer.close()
+
+
 MODES = {
+    "retention-check-live": mode_retention_check_live,
     "recompress": mode_recompress,
     "group-configs": mode_group_configs,
     "group-configs-restarted": mode_group_configs_restarted,
