@@ -292,7 +292,22 @@ pub const TOPIC_SETTINGS: &[TopicSetting] = &[
     TopicSetting {
         topic_key: "compression.type",
         broker_key: "compression.type",
-        meaning: "`producer`: batches are stored as the producer compressed them.",
+        meaning: "`producer`: batches are stored as the producer compressed them; `uncompressed`, `gzip`, `snappy`, `lz4` or `zstd`: a batch in another codec is recompressed on the broker (records, offsets, timestamps and producer id, epoch and sequence unchanged; new length and CRC).",
+    },
+    TopicSetting {
+        topic_key: "compression.gzip.level",
+        broker_key: "compression.gzip.level",
+        meaning: "Level of the broker's gzip recompression: 1 to 9, or -1 for the codec's default (6).",
+    },
+    TopicSetting {
+        topic_key: "compression.lz4.level",
+        broker_key: "compression.lz4.level",
+        meaning: "Level of the broker's lz4 recompression: 1 to 17.",
+    },
+    TopicSetting {
+        topic_key: "compression.zstd.level",
+        broker_key: "compression.zstd.level",
+        meaning: "Level of the broker's zstd recompression: -131072 to 22.",
     },
     TopicSetting {
         topic_key: "message.timestamp.type",
@@ -389,6 +404,16 @@ pub fn render() -> String {
             cell(setting.meaning)
         ));
     }
+    out.push_str(
+        "\nThe broker keys of this table, `log.retention.minutes`, `log.retention.hours`, \
+         `log.roll.hours` and `log.retention.check.interval.ms` are dynamic: \
+         IncrementalAlterConfigs or AlterConfigs on the BROKER resource of the node id, or \
+         on `\"\"` for the cluster-wide default (`strom config alter --broker [ID] | \
+         --broker-defaults`), change them while the broker runs, every topic without its \
+         own value follows at once, and the change is kept in the metadata log. A node's \
+         value wins over the cluster-wide default, which wins over the configuration file \
+         and flags. Every other broker setting is read-only there (INVALID_REQUEST).\n",
+    );
     out.push_str("\n### Consumer groups\n\n");
     out.push_str("| key | default | meaning |\n|---|---|---|\n");
     for setting in GROUP_SETTINGS {
@@ -397,6 +422,24 @@ pub fn render() -> String {
             setting.key,
             setting.default,
             cell(setting.meaning)
+        ));
+    }
+    out.push_str("\n### Per-group settings\n\n");
+    out.push_str(
+        "Per consumer group, as the GROUP config resource (DescribeConfigs, \
+         IncrementalAlterConfigs, AlterConfigs), kept in the metadata log.\n\n",
+    );
+    out.push_str("| key | default | range | meaning |\n|---|---|---|---|\n");
+    for key in crate::dynamic_config::GROUP_KEYS {
+        let range = key
+            .range
+            .map_or(String::new(), |(low, high)| format!("{low} to {high}"));
+        out.push_str(&format!(
+            "| `{}` | `{}` | {} | {} |\n",
+            key.name,
+            key.default,
+            range,
+            cell(key.meaning)
         ));
     }
     out

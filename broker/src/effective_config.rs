@@ -14,8 +14,9 @@ pub struct Effective {
 }
 
 /// The value of a broker setting (by its first key), `None` for a key this
-/// function does not know (a test checks there is none).
-fn broker_value(config: &BrokerConfig, key: &str) -> Option<String> {
+/// function does not know (a test checks there is none). Static: the
+/// dynamic layers are `dynamic_config`'s.
+pub fn broker_value(config: &BrokerConfig, key: &str) -> Option<String> {
     let topic_default = |topic_key: &str| config.topic_defaults.get(topic_key);
     Some(match key {
         "node.id" => config.node_id.to_string(),
@@ -58,7 +59,7 @@ fn broker_value(config: &BrokerConfig, key: &str) -> Option<String> {
     })
 }
 
-fn group_value(config: &BrokerConfig, key: &str) -> Option<String> {
+pub fn group_value(config: &BrokerConfig, key: &str) -> Option<String> {
     let groups = &config.groups;
     Some(match key {
         "group.initial.rebalance.delay.ms" => groups.initial_rebalance_delay_ms.to_string(),

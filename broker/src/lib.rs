@@ -7,6 +7,7 @@ pub mod config;
 pub mod config_reference;
 pub mod controller;
 pub mod disk_usage;
+pub mod dynamic_config;
 pub mod effective_config;
 pub mod environment;
 pub mod errors;

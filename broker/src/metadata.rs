@@ -79,6 +79,22 @@ pub struct TopicMeta {
     pub partition_cores: Vec<u32>,
     /// Topic config overrides, in topic key names.
     pub configs: BTreeMap<String, String>,
+    /// The replicas (broker ids) of each partition, by partition index, as
+    /// assigned at creation: by hand, or this node alone. Partitions beyond
+    /// the list (topics created before replicas were recorded) have this
+    /// node alone; see [`TopicMeta::replicas`].
+    pub replicas: Vec<Vec<i32>>,
+}
+
+impl TopicMeta {
+    /// The replicas of `partition`, `node_id` alone when none were recorded.
+    pub fn replicas(&self, partition: usize, node_id: i32) -> Vec<i32> {
+        self.replicas
+            .get(partition)
+            .filter(|replicas| !replicas.is_empty())
+            .cloned()
+            .unwrap_or_else(|| vec![node_id])
+    }
 }
 
 /// One change to the metadata.
@@ -92,6 +108,9 @@ pub enum MetadataRecord {
     PartitionsAdded {
         name: String,
         cores: Vec<u32>,
+        /// The new partitions' replicas (empty in records written before
+        /// replicas were recorded).
+        replicas: Vec<Vec<i32>>,
     },
     TopicConfigsSet {
         name: String,
@@ -99,6 +118,17 @@ pub enum MetadataRecord {
     },
     ProducerIdsAllocated {
         end: i64,
+    },
+    /// Replaces the dynamic settings of a broker resource: `""` the
+    /// cluster-wide default, else a node id.
+    BrokerConfigsSet {
+        resource: String,
+        configs: BTreeMap<String, String>,
+    },
+    /// Replaces the settings of a consumer group (GROUP resources).
+    GroupConfigsSet {
+        group: String,
+        configs: BTreeMap<String, String>,
     },
 }
 
@@ -109,6 +139,10 @@ pub struct MetadataImage {
     pub topics: BTreeMap<String, Arc<TopicMeta>>,
     /// Producer ids below this were handed out (or reserved) already.
     pub producer_ids_end: i64,
+    /// Dynamic broker settings by broker resource (`""`: cluster default).
+    pub broker_configs: BTreeMap<String, BTreeMap<String, String>>,
+    /// Consumer group settings by group id.
+    pub group_configs: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 impl MetadataImage {
@@ -122,11 +156,21 @@ impl MetadataImage {
             MetadataRecord::TopicDeleted { name } => {
                 self.topics.remove(name);
             }
-            MetadataRecord::PartitionsAdded { name, cores } => {
+            MetadataRecord::PartitionsAdded {
+                name,
+                cores,
+                replicas,
+            } => {
                 if let Some(topic) = self.topics.get_mut(name) {
-                    Arc::make_mut(topic)
-                        .partition_cores
-                        .extend_from_slice(cores);
+                    let topic = Arc::make_mut(topic);
+                    if !replicas.is_empty() {
+                        // Partitions before these without recorded replicas
+                        // keep the default (empty) entry.
+                        let before = topic.partition_cores.len();
+                        topic.replicas.resize(before, Vec::new());
+                        topic.replicas.extend_from_slice(replicas);
+                    }
+                    topic.partition_cores.extend_from_slice(cores);
                 }
             }
             MetadataRecord::TopicConfigsSet { name, configs } => {
@@ -136,6 +180,12 @@ impl MetadataImage {
             }
             MetadataRecord::ProducerIdsAllocated { end } => {
                 self.producer_ids_end = self.producer_ids_end.max(*end);
+            }
+            MetadataRecord::BrokerConfigsSet { resource, configs } => {
+                set_or_remove(&mut self.broker_configs, resource, configs);
+            }
+            MetadataRecord::GroupConfigsSet { group, configs } => {
+                set_or_remove(&mut self.group_configs, group, configs);
             }
         }
     }
@@ -162,6 +212,19 @@ impl MetadataImage {
     }
 }
 
+/// An empty set of settings leaves no entry behind.
+fn set_or_remove(
+    all: &mut BTreeMap<String, BTreeMap<String, String>>,
+    name: &str,
+    configs: &BTreeMap<String, String>,
+) {
+    if configs.is_empty() {
+        all.remove(name);
+    } else {
+        all.insert(name.to_string(), configs.clone());
+    }
+}
+
 /// Picks owning cores for `count` new partitions: each goes to the core
 /// with the fewest partitions (lowest index on ties), so cores stay balanced.
 pub fn place_partitions(counts: &mut [usize], count: usize) -> Vec<u32> {
@@ -180,12 +243,16 @@ pub fn place_partitions(counts: &mut [usize], count: usize) -> Vec<u32> {
 
 // Record encoding: a type byte, then fields; strings and lists are
 // u32-length prefixed. Decoding bounds every length by the bytes left.
+// A field added later goes at the end of its record and may be absent
+// (records written before it), never in the middle.
 const TYPE_CLUSTER_ID: u8 = 1;
 const TYPE_TOPIC_CREATED: u8 = 2;
 const TYPE_TOPIC_DELETED: u8 = 3;
 const TYPE_PARTITIONS_ADDED: u8 = 4;
 const TYPE_TOPIC_CONFIGS_SET: u8 = 5;
 const TYPE_PRODUCER_IDS: u8 = 6;
+const TYPE_BROKER_CONFIGS_SET: u8 = 7;
+const TYPE_GROUP_CONFIGS_SET: u8 = 8;
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(&(s.len() as u32).to_be_bytes());
@@ -196,6 +263,16 @@ fn put_cores(out: &mut Vec<u8>, cores: &[u32]) {
     out.extend_from_slice(&(cores.len() as u32).to_be_bytes());
     for core in cores {
         out.extend_from_slice(&core.to_be_bytes());
+    }
+}
+
+fn put_replicas(out: &mut Vec<u8>, replicas: &[Vec<i32>]) {
+    out.extend_from_slice(&(replicas.len() as u32).to_be_bytes());
+    for partition in replicas {
+        out.extend_from_slice(&(partition.len() as u32).to_be_bytes());
+        for broker in partition {
+            out.extend_from_slice(&broker.to_be_bytes());
+        }
     }
 }
 
@@ -221,15 +298,21 @@ impl MetadataRecord {
                 out.extend_from_slice(&topic.topic_id.to_be_bytes());
                 put_cores(&mut out, &topic.partition_cores);
                 put_configs(&mut out, &topic.configs);
+                put_replicas(&mut out, &topic.replicas);
             }
             MetadataRecord::TopicDeleted { name } => {
                 out.push(TYPE_TOPIC_DELETED);
                 put_str(&mut out, name);
             }
-            MetadataRecord::PartitionsAdded { name, cores } => {
+            MetadataRecord::PartitionsAdded {
+                name,
+                cores,
+                replicas,
+            } => {
                 out.push(TYPE_PARTITIONS_ADDED);
                 put_str(&mut out, name);
                 put_cores(&mut out, cores);
+                put_replicas(&mut out, replicas);
             }
             MetadataRecord::TopicConfigsSet { name, configs } => {
                 out.push(TYPE_TOPIC_CONFIGS_SET);
@@ -239,6 +322,16 @@ impl MetadataRecord {
             MetadataRecord::ProducerIdsAllocated { end } => {
                 out.push(TYPE_PRODUCER_IDS);
                 out.extend_from_slice(&end.to_be_bytes());
+            }
+            MetadataRecord::BrokerConfigsSet { resource, configs } => {
+                out.push(TYPE_BROKER_CONFIGS_SET);
+                put_str(&mut out, resource);
+                put_configs(&mut out, configs);
+            }
+            MetadataRecord::GroupConfigsSet { group, configs } => {
+                out.push(TYPE_GROUP_CONFIGS_SET);
+                put_str(&mut out, group);
+                put_configs(&mut out, configs);
             }
         }
         out
@@ -252,11 +345,13 @@ impl MetadataRecord {
                 let topic_id = u128::from_be_bytes(take::<16>(&mut buf)?);
                 let partition_cores = take_cores(&mut buf)?;
                 let configs = take_configs(&mut buf)?;
+                let replicas = take_replicas_if_any(&mut buf)?;
                 MetadataRecord::TopicCreated(TopicMeta {
                     name,
                     topic_id,
                     partition_cores,
                     configs,
+                    replicas,
                 })
             }
             TYPE_TOPIC_DELETED => MetadataRecord::TopicDeleted {
@@ -265,6 +360,7 @@ impl MetadataRecord {
             TYPE_PARTITIONS_ADDED => MetadataRecord::PartitionsAdded {
                 name: take_str(&mut buf)?,
                 cores: take_cores(&mut buf)?,
+                replicas: take_replicas_if_any(&mut buf)?,
             },
             TYPE_TOPIC_CONFIGS_SET => MetadataRecord::TopicConfigsSet {
                 name: take_str(&mut buf)?,
@@ -272,6 +368,14 @@ impl MetadataRecord {
             },
             TYPE_PRODUCER_IDS => MetadataRecord::ProducerIdsAllocated {
                 end: i64::from_be_bytes(take::<8>(&mut buf)?),
+            },
+            TYPE_BROKER_CONFIGS_SET => MetadataRecord::BrokerConfigsSet {
+                resource: take_str(&mut buf)?,
+                configs: take_configs(&mut buf)?,
+            },
+            TYPE_GROUP_CONFIGS_SET => MetadataRecord::GroupConfigsSet {
+                group: take_str(&mut buf)?,
+                configs: take_configs(&mut buf)?,
             },
             other => return Err(format!("unknown record type {other}")),
         };
@@ -314,6 +418,22 @@ fn take_cores(buf: &mut &[u8]) -> Result<Vec<u32>, String> {
     let len = take_len(buf, 4)?;
     (0..len)
         .map(|_| Ok(u32::from_be_bytes(take::<4>(buf)?)))
+        .collect()
+}
+
+/// Replicas per partition, or none in a record written before they were.
+fn take_replicas_if_any(buf: &mut &[u8]) -> Result<Vec<Vec<i32>>, String> {
+    if buf.is_empty() {
+        return Ok(Vec::new());
+    }
+    let len = take_len(buf, 4)?;
+    (0..len)
+        .map(|_| {
+            let brokers = take_len(buf, 4)?;
+            (0..brokers)
+                .map(|_| Ok(i32::from_be_bytes(take::<4>(buf)?)))
+                .collect()
+        })
         .collect()
 }
 
@@ -759,6 +879,7 @@ mod tests {
             topic_id: 42,
             partition_cores: cores.to_vec(),
             configs: BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]),
+            replicas: cores.iter().map(|_| vec![0]).collect(),
         })
     }
 
@@ -773,17 +894,56 @@ mod tests {
             MetadataRecord::PartitionsAdded {
                 name: "t".to_string(),
                 cores: vec![1],
+                replicas: vec![vec![0, 3]],
+            },
+            MetadataRecord::PartitionsAdded {
+                name: "t".to_string(),
+                cores: vec![1],
+                replicas: Vec::new(),
             },
             MetadataRecord::TopicConfigsSet {
                 name: "t".to_string(),
                 configs: BTreeMap::new(),
             },
             MetadataRecord::ProducerIdsAllocated { end: 1000 },
+            MetadataRecord::BrokerConfigsSet {
+                resource: String::new(),
+                configs: BTreeMap::from([("log.retention.ms".to_string(), "5".to_string())]),
+            },
+            MetadataRecord::GroupConfigsSet {
+                group: "g".to_string(),
+                configs: BTreeMap::new(),
+            },
         ];
         for record in records {
             assert_eq!(MetadataRecord::decode(&record.encode()).unwrap(), record);
         }
         assert!(MetadataRecord::decode(&[2, 0xff, 0xff, 0xff, 0xff]).is_err());
+    }
+
+    #[test]
+    fn records_written_before_replicas_were_recorded_still_decode() {
+        let MetadataRecord::TopicCreated(mut meta) = topic("old", &[0, 1]) else {
+            unreachable!("topic() builds a TopicCreated")
+        };
+        meta.replicas.clear();
+        let mut old = MetadataRecord::TopicCreated(meta.clone()).encode();
+        // Without the (empty) replica list at the end: the old layout.
+        old.truncate(old.len() - 4);
+        assert_eq!(
+            MetadataRecord::decode(&old).unwrap(),
+            MetadataRecord::TopicCreated(meta.clone())
+        );
+        let mut image = MetadataImage::default();
+        image.apply(&MetadataRecord::TopicCreated(meta));
+        image.apply(&MetadataRecord::PartitionsAdded {
+            name: "old".to_string(),
+            cores: vec![0],
+            replicas: vec![vec![7]],
+        });
+        let topic = &image.topics["old"];
+        assert_eq!(topic.replicas(0, 3), vec![3], "unrecorded: this node");
+        assert_eq!(topic.replicas(2, 3), vec![7], "recorded by hand");
     }
 
     #[test]
@@ -796,6 +956,7 @@ mod tests {
         log.append(&MetadataRecord::PartitionsAdded {
             name: "a".to_string(),
             cores: vec![0],
+            replicas: vec![vec![0]],
         })
         .unwrap();
         drop(log);

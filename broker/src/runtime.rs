@@ -115,9 +115,10 @@ async fn core_main(
     shard.connect_mesh(ends).await;
 
     let image = metadata.image();
+    let defaults = crate::dynamic_config::topic_defaults(&config, &image);
     let mut opened = 0;
     for topic in image.topics.values() {
-        let effective = config.topic_defaults.effective(&topic.configs);
+        let effective = defaults.effective(&topic.configs);
         for index in 0..topic.partition_cores.len() as i32 {
             if image.owner_core(topic, index, config.cores) != Some(core) {
                 continue;
@@ -241,13 +242,27 @@ fn repair_hint(error: &storage::StorageError) -> String {
 }
 
 /// Applies retention to this core's partitions every
-/// `log.retention.check.interval.ms`, until the broker stops.
+/// `log.retention.check.interval.ms`, until the broker stops. The interval
+/// may change while the broker runs, so the wait is cut into ticks of at
+/// most `RETENTION_TICK` that each read it again.
 async fn retention_loop(shard: Rc<Shard>) {
-    let interval = Duration::from_millis(shard.config.retention_check_interval_ms);
+    const RETENTION_TICK: Duration = Duration::from_secs(1);
+    let mut last = std::time::Instant::now();
     loop {
-        if shard.stopping.sleep_unless_raised(interval).await {
-            return;
+        let interval = Duration::from_millis(crate::dynamic_config::retention_check_interval_ms(
+            &shard.config,
+            &shard.metadata.image(),
+        ));
+        let due = last + interval;
+        let now = std::time::Instant::now();
+        if now < due {
+            let wait = (due - now).min(RETENTION_TICK);
+            if shard.stopping.sleep_unless_raised(wait).await {
+                return;
+            }
+            continue;
         }
+        last = now;
         let partitions: Vec<Rc<Partition>> = shard
             .partitions
             .borrow()

@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use protocol::batch::Compression;
+use protocol::recompress::{self, Codec};
 use storage::{LogConfig, LOG_CONFIG_KEYS};
 
 /// How a topic's record timestamps are set.
@@ -29,6 +31,18 @@ const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey {
         name: "compression.type",
         broker_name: "compression.type",
+    },
+    BrokerKey {
+        name: "compression.gzip.level",
+        broker_name: "compression.gzip.level",
+    },
+    BrokerKey {
+        name: "compression.lz4.level",
+        broker_name: "compression.lz4.level",
+    },
+    BrokerKey {
+        name: "compression.zstd.level",
+        broker_name: "compression.zstd.level",
     },
     BrokerKey {
         name: "message.timestamp.type",
@@ -94,9 +108,18 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
 }
 
 fn validate_broker_applied(name: &str, value: &str) -> Result<(), String> {
+    let level = |levels: std::ops::RangeInclusive<i32>| {
+        value
+            .trim()
+            .parse::<i32>()
+            .is_ok_and(|level| levels.contains(&level))
+    };
     let ok = match name {
         "cleanup.policy" => value == "delete",
-        "compression.type" => value == "producer",
+        "compression.type" => value == "producer" || Compression::from_config_name(value).is_some(),
+        "compression.gzip.level" => value.trim() == "-1" || level(recompress::GZIP_LEVELS),
+        "compression.lz4.level" => level(recompress::LZ4_LEVELS),
+        "compression.zstd.level" => level(recompress::ZSTD_LEVELS),
         "message.timestamp.type" => matches!(value, "CreateTime" | "LogAppendTime"),
         "min.insync.replicas" => value == "1",
         _ => false,
@@ -106,9 +129,10 @@ fn validate_broker_applied(name: &str, value: &str) -> Result<(), String> {
     }
     let expected = match name {
         "cleanup.policy" => "delete (compaction is not supported yet)",
-        "compression.type" => {
-            "producer (the broker stores batches as the producer compressed them)"
-        }
+        "compression.type" => "producer, uncompressed, gzip, snappy, lz4 or zstd",
+        "compression.gzip.level" => "-1 (the codec's default) or 1 to 9",
+        "compression.lz4.level" => "1 to 17",
+        "compression.zstd.level" => "-131072 to 22",
         "message.timestamp.type" => "CreateTime or LogAppendTime",
         "min.insync.replicas" => "1 on a single node",
         _ => "a known value",
@@ -116,6 +140,24 @@ fn validate_broker_applied(name: &str, value: &str) -> Result<(), String> {
     Err(format!(
         "invalid value {value:?} for {name}: expected {expected}"
     ))
+}
+
+/// The codec a topic's batches are stored in, from its `compression.type`
+/// and `compression.<codec>.level` (`value_of` gives a topic key's value:
+/// the topic's own, else the broker default); `None` for `producer`: kept
+/// as the producer compressed them.
+pub fn compression_codec(value_of: impl Fn(&str) -> Option<String>) -> Option<Codec> {
+    let compression = Compression::from_config_name(value_of("compression.type")?.trim())?;
+    let level_key = match compression {
+        Compression::Gzip => Some("compression.gzip.level"),
+        Compression::Lz4 => Some("compression.lz4.level"),
+        Compression::Zstd => Some("compression.zstd.level"),
+        Compression::None | Compression::Snappy => None,
+    };
+    let level = level_key
+        .and_then(value_of)
+        .and_then(|value| value.trim().parse().ok());
+    Some(Codec { compression, level })
 }
 
 /// The settings a partition runs with, derived from the broker defaults
@@ -145,6 +187,9 @@ impl TopicDefaults {
         let broker = [
             ("cleanup.policy", "delete"),
             ("compression.type", "producer"),
+            ("compression.gzip.level", "-1"),
+            ("compression.lz4.level", "9"),
+            ("compression.zstd.level", "3"),
             ("message.timestamp.type", "CreateTime"),
             ("min.insync.replicas", "1"),
         ]
@@ -222,6 +267,16 @@ mod tests {
         check("message.timestamp.type", "LogAppendTime", true);
         check("message.timestamp.type", "Later", false);
         check("cleanup.policy", "compact", false);
+        for codec in ["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"] {
+            check("compression.type", codec, true);
+        }
+        check("compression.type", "brotli", false);
+        check("compression.gzip.level", "-1", true);
+        check("compression.gzip.level", "10", false);
+        check("compression.lz4.level", "17", true);
+        check("compression.lz4.level", "0", false);
+        check("compression.zstd.level", "-5", true);
+        check("compression.zstd.level", "23", false);
         check("no.such.key", "1", false);
     }
 

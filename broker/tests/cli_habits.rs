@@ -601,7 +601,7 @@ fn config_describe_broker_prints_every_setting_with_its_source() {
     let settings: Vec<&str> = lines.collect();
     for wanted in [
         "  num.partitions=3\tsource=STATIC_BROKER_CONFIG",
-        "  broker.id=0\tsource=STATIC_BROKER_CONFIG",
+        "  broker.id=0\tsource=DEFAULT_CONFIG",
         "  auto.create.topics.enable=",
         "  message.max.bytes=",
         "  log.dirs=",

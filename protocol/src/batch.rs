@@ -93,6 +93,30 @@ pub enum Compression {
 }
 
 impl Compression {
+    /// The codec's bits in a batch's attributes.
+    pub fn attribute_bits(self) -> i16 {
+        match self {
+            Self::None => 0,
+            Self::Gzip => 1,
+            Self::Snappy => 2,
+            Self::Lz4 => 3,
+            Self::Zstd => 4,
+        }
+    }
+
+    /// The codec a topic's `compression.type` names (`uncompressed` for
+    /// none); `None` for `producer` and unknown names.
+    pub fn from_config_name(name: &str) -> Option<Self> {
+        match name {
+            "uncompressed" => Some(Self::None),
+            "gzip" => Some(Self::Gzip),
+            "snappy" => Some(Self::Snappy),
+            "lz4" => Some(Self::Lz4),
+            "zstd" => Some(Self::Zstd),
+            _ => None,
+        }
+    }
+
     fn from_attributes(attributes: i16) -> Result<Self, BatchError> {
         match attributes & ATTR_COMPRESSION_MASK {
             0 => Ok(Self::None),
@@ -232,6 +256,25 @@ pub fn compute_crc(batch: &[u8]) -> u32 {
         crc_fast::CrcAlgorithm::Crc32Iscsi,
         &batch[OFFSET_ATTRIBUTES..],
     ) as u32
+}
+
+/// A copy of the batch `batch` with its record section replaced by
+/// `records` written with `codec`: the compression bits, the batch length
+/// and the CRC change; offsets, timestamps, producer id, epoch and
+/// sequence, and the record count stay as they were.
+pub fn with_records(batch: &[u8], codec: Compression, records: &[u8]) -> Vec<u8> {
+    assert!(batch.len() >= HEADER_LEN, "a batch has a whole header");
+    let mut out = Vec::with_capacity(HEADER_LEN + records.len());
+    out.extend_from_slice(&batch[..HEADER_LEN]);
+    out.extend_from_slice(records);
+    let attributes =
+        (read_i16(&out, OFFSET_ATTRIBUTES) & !ATTR_COMPRESSION_MASK) | codec.attribute_bits();
+    out[OFFSET_ATTRIBUTES..OFFSET_ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
+    let length = i32::try_from(out.len() - LOG_OVERHEAD).expect("a batch is below 2 GiB");
+    out[OFFSET_BATCH_LENGTH..OFFSET_BATCH_LENGTH + 4].copy_from_slice(&length.to_be_bytes());
+    let crc = compute_crc(&out);
+    out[OFFSET_CRC..OFFSET_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    out
 }
 
 /// Fully validates the single batch that is exactly `buf`: header, length

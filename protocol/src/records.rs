@@ -191,6 +191,53 @@ fn find<S: Source>(
     Ok(None)
 }
 
+/// The record section of a compressed batch body, decompressed whole;
+/// more than `decompressed_bytes_max` bytes is refused, having decompressed
+/// no more than that (plus one byte).
+pub fn decompress_records(
+    body: &[u8],
+    codec: Compression,
+    decompressed_bytes_max: usize,
+) -> Result<Vec<u8>, BatchError> {
+    let corrupt = |error: std::io::Error| BatchError::CorruptCompressed {
+        codec,
+        reason: error.to_string(),
+    };
+    let mut out = Vec::new();
+    let take = decompressed_bytes_max as u64 + 1;
+    let read = match codec {
+        Compression::None => {
+            out.extend_from_slice(body);
+            Ok(body.len())
+        }
+        Compression::Gzip => flate2::bufread::MultiGzDecoder::new(body)
+            .take(take)
+            .read_to_end(&mut out),
+        Compression::Snappy => SnappyReader::new(body, decompressed_bytes_max)
+            .map_err(corrupt)?
+            .take(take)
+            .read_to_end(&mut out),
+        Compression::Lz4 => lz4::Decoder::new(body)
+            .map_err(corrupt)?
+            .take(take)
+            .read_to_end(&mut out),
+        Compression::Zstd => {
+            let mut reader = zstd::stream::read::Decoder::with_buffer(body).map_err(corrupt)?;
+            reader
+                .window_log_max(ZSTD_WINDOW_LOG_MAX)
+                .map_err(corrupt)?;
+            reader.take(take).read_to_end(&mut out)
+        }
+    };
+    read.map_err(corrupt)?;
+    if out.len() > decompressed_bytes_max {
+        return Err(BatchError::DecompressedTooLarge {
+            limit_bytes: decompressed_bytes_max,
+        });
+    }
+    Ok(out)
+}
+
 /// A record section read byte by byte, with skips for the bulk fields.
 trait Source {
     /// The next byte, or `None` at the end of the records.

@@ -1,11 +1,17 @@
 //! `strom config describe --broker [ID]`: every setting a broker reports
 //! through DescribeConfigs (BROKER resource), with where its value comes
-//! from, in the spirit of `kafka-configs --describe --all`.
+//! from, in the spirit of `kafka-configs --describe --all`; `strom config
+//! alter --broker [ID] | --broker-defaults`: changes dynamic broker
+//! settings with IncrementalAlterConfigs, like `kafka-configs --alter
+//! --add-config/--delete-config`.
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
-use kafka_protocol::messages::{ApiKey, DescribeConfigsRequest};
+use kafka_protocol::messages::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig,
+};
+use kafka_protocol::messages::{ApiKey, DescribeConfigsRequest, IncrementalAlterConfigsRequest};
 use kafka_protocol::protocol::StrBytes;
 use protocol::client::{check_error, Connection};
 
@@ -14,6 +20,9 @@ use super::{metadata, ConnectArgs};
 /// v1+ report each config's source.
 const DESCRIBE_CONFIGS_VERSIONS: std::ops::RangeInclusive<i16> = 1..=4;
 const RESOURCE_BROKER: i8 = 4;
+const INCREMENTAL_ALTER_CONFIGS_VERSIONS: std::ops::RangeInclusive<i16> = 0..=1;
+const OP_SET: i8 = 0;
+const OP_DELETE: i8 = 1;
 
 #[derive(Args, Debug)]
 pub struct ConfigArgs {
@@ -26,6 +35,29 @@ enum ConfigCommand {
     /// Print every setting a broker reports, one NAME=VALUE per line with
     /// its source (STATIC_BROKER_CONFIG, DEFAULT_CONFIG, ...).
     Describe(DescribeArgs),
+    /// Change dynamic broker settings while the broker runs (kept across
+    /// restarts); read-only settings are refused.
+    Alter(AlterArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["broker", "broker_defaults"])))]
+#[command(group(clap::ArgGroup::new("change").required(true).multiple(true).args(["add_config", "delete_config"])))]
+struct AlterArgs {
+    /// The broker to change, by node id [default: the one connected to].
+    #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "")]
+    broker: Option<String>,
+    /// Change the cluster-wide defaults (the broker resource "") instead of one broker.
+    #[arg(long)]
+    broker_defaults: bool,
+    /// Settings to set: KEY=VALUE[,KEY=VALUE...] (repeatable).
+    #[arg(long, value_name = "KEY=VALUE,...")]
+    add_config: Vec<String>,
+    /// Settings to remove, back to the static or default value: KEY[,KEY...] (repeatable).
+    #[arg(long, value_name = "KEY,...")]
+    delete_config: Vec<String>,
+    #[command(flatten)]
+    connect: ConnectArgs,
 }
 
 #[derive(Args, Debug)]
@@ -40,6 +72,7 @@ struct DescribeArgs {
 pub async fn run(args: ConfigArgs) -> anyhow::Result<()> {
     match args.command {
         ConfigCommand::Describe(args) => describe(args).await,
+        ConfigCommand::Alter(args) => alter(args).await,
     }
 }
 
@@ -77,16 +110,96 @@ async fn connected_node_id(connection: &mut Connection) -> anyhow::Result<i32> {
     }
 }
 
-async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
-    let mut connection = args.connect.connect().await?;
-    let id = match args.broker.as_deref().map(str::trim) {
+/// The node id `--broker` names, else the connected broker's.
+async fn broker_id(connection: &mut Connection, given: Option<&str>) -> anyhow::Result<i32> {
+    match given.map(str::trim) {
         Some(id) if !id.is_empty() => id
             .parse::<i32>()
             .ok()
             .filter(|id| *id >= 0)
-            .with_context(|| format!("--broker takes a node id (0 or more), got {id:?}"))?,
-        _ => connected_node_id(&mut connection).await?,
+            .with_context(|| format!("--broker takes a node id (0 or more), got {id:?}")),
+        _ => connected_node_id(connection).await,
+    }
+}
+
+/// `--add-config` lists: KEY=VALUE pairs, comma-separated.
+fn parse_additions(lists: &[String]) -> anyhow::Result<Vec<(String, String)>> {
+    let mut pairs = Vec::new();
+    for item in lists.iter().flat_map(|l| l.split(',')) {
+        let item = item.trim();
+        if item.is_empty() {
+            continue;
+        }
+        let Some((key, value)) = item.split_once('=') else {
+            bail!("--add-config takes KEY=VALUE, got {item:?}");
+        };
+        if key.trim().is_empty() {
+            bail!("--add-config takes KEY=VALUE, got {item:?} (no key)");
+        }
+        pairs.push((key.trim().to_string(), value.trim().to_string()));
+    }
+    Ok(pairs)
+}
+
+async fn alter(args: AlterArgs) -> anyhow::Result<()> {
+    let additions = parse_additions(&args.add_config)?;
+    let deletions: Vec<String> = args
+        .delete_config
+        .iter()
+        .flat_map(|l| l.split(','))
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .map(str::to_string)
+        .collect();
+    if additions.is_empty() && deletions.is_empty() {
+        bail!("nothing to change: give --add-config KEY=VALUE or --delete-config KEY");
+    }
+    let mut connection = args.connect.connect().await?;
+    let (resource, what) = if args.broker_defaults {
+        (
+            String::new(),
+            "the cluster-wide broker defaults".to_string(),
+        )
+    } else {
+        let id = broker_id(&mut connection, args.broker.as_deref()).await?;
+        (id.to_string(), format!("broker {id}"))
     };
+    let version =
+        connection.version::<IncrementalAlterConfigsRequest>(INCREMENTAL_ALTER_CONFIGS_VERSIONS)?;
+    let configs = additions
+        .iter()
+        .map(|(key, value)| (key, Some(value.as_str()), OP_SET))
+        .chain(deletions.iter().map(|key| (key, None, OP_DELETE)))
+        .map(|(key, value, op)| {
+            AlterableConfig::default()
+                .with_name(StrBytes::from_string(key.clone()))
+                .with_config_operation(op)
+                .with_value(value.map(|v| StrBytes::from_string(v.to_string())))
+        })
+        .collect();
+    let request = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        AlterConfigsResource::default()
+            .with_resource_type(RESOURCE_BROKER)
+            .with_resource_name(StrBytes::from_string(resource))
+            .with_configs(configs),
+    ]);
+    let response = connection.call(&request, version).await?;
+    let Some(result) = response.responses.first() else {
+        bail!("the broker answered for no resource");
+    };
+    check_error(
+        ApiKey::IncrementalAlterConfigs,
+        result.error_code,
+        result.error_message.as_deref(),
+    )
+    .with_context(|| format!("cannot change the configs of {what}"))?;
+    outln!("Completed updating config for {what}.");
+    Ok(())
+}
+
+async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
+    let mut connection = args.connect.connect().await?;
+    let id = broker_id(&mut connection, args.broker.as_deref()).await?;
     let version = connection.version::<DescribeConfigsRequest>(DESCRIBE_CONFIGS_VERSIONS)?;
     let request =
         DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()

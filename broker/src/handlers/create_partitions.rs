@@ -1,5 +1,6 @@
-//! CreatePartitions (37), versions 0–3: grows a topic; manual assignments
-//! are refused (placement balances cores).
+//! CreatePartitions (37), versions 0–3: grows a topic, with the new
+//! partitions' replicas assigned by hand or by the broker (placement on
+//! cores balances them either way).
 
 use std::rc::Rc;
 
@@ -8,7 +9,6 @@ use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse
 use kafka_protocol::protocol::StrBytes;
 
 use crate::controller;
-use crate::errors;
 use crate::shard::Shard;
 
 pub const VERSION_MIN: i16 = 0;
@@ -20,21 +20,20 @@ pub async fn handle(
 ) -> CreatePartitionsResponse {
     let mut results = Vec::with_capacity(request.topics.len());
     for topic in request.topics {
-        let outcome = if topic.assignments.is_some() {
-            Err((
-                errors::INVALID_REPLICA_ASSIGNMENT,
-                "manual assignment is not supported".to_string(),
-            ))
-        } else {
-            controller::create_partitions(
-                shard,
-                topic.name.0.to_string(),
-                topic.count,
-                request.validate_only,
-            )
-            .await
-            .map_err(|r| (r.error_code, r.message))
-        };
+        let assignments = topic.assignments.map(|list| {
+            list.into_iter()
+                .map(|a| a.broker_ids.into_iter().map(|id| id.0).collect())
+                .collect()
+        });
+        let outcome = controller::create_partitions(
+            shard,
+            topic.name.0.to_string(),
+            topic.count,
+            assignments,
+            request.validate_only,
+        )
+        .await
+        .map_err(|r| (r.error_code, r.message));
         let result = CreatePartitionsTopicResult::default().with_name(topic.name);
         results.push(match outcome {
             Ok(()) => result,

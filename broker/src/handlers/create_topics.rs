@@ -1,4 +1,5 @@
-//! CreateTopics (19), versions 2–7, with `validate_only` and configs.
+//! CreateTopics (19), versions 2–7, with `validate_only`, configs and
+//! manual replica assignments.
 
 use std::rc::Rc;
 
@@ -17,10 +18,13 @@ pub async fn handle(shard: &Rc<Shard>, request: CreateTopicsRequest) -> CreateTo
     let mut specs = Vec::with_capacity(request.topics.len());
     let mut early: Vec<Option<(i16, String)>> = Vec::with_capacity(request.topics.len());
     for topic in &request.topics {
-        if !topic.assignments.is_empty() {
+        if !topic.assignments.is_empty()
+            && (topic.num_partitions != -1 || topic.replication_factor != -1)
+        {
             early.push(Some((
-                errors::INVALID_REPLICA_ASSIGNMENT,
-                "manual replica assignment is not supported".to_string(),
+                errors::INVALID_REQUEST,
+                "a manual replica assignment needs num_partitions and replication_factor -1"
+                    .to_string(),
             )));
             continue;
         }
@@ -42,14 +46,25 @@ pub async fn handle(shard: &Rc<Shard>, request: CreateTopicsRequest) -> CreateTo
             continue;
         }
         early.push(None);
-        specs.push(TopicSpec {
+        let spec = TopicSpec {
             name: topic.name.0.to_string(),
             partitions: topic.num_partitions,
             replication_factor: topic.replication_factor,
             configs,
-        });
+        };
+        let assignment = topic
+            .assignments
+            .iter()
+            .map(|a| {
+                (
+                    a.partition_index,
+                    a.broker_ids.iter().map(|id| id.0).collect(),
+                )
+            })
+            .collect();
+        specs.push((spec, assignment));
     }
-    let mut outcomes = controller::create_topics(shard, specs, request.validate_only)
+    let mut outcomes = controller::create_assigned_topics(shard, specs, request.validate_only)
         .await
         .into_iter();
     let image = shard.metadata.image();
@@ -72,14 +87,23 @@ pub async fn handle(shard: &Rc<Shard>, request: CreateTopicsRequest) -> CreateTo
                         .topics
                         .get(topic.name.0.as_str())
                         .map(|t| t.partition_cores.len() as i32)
-                        .unwrap_or(if topic.num_partitions == -1 {
+                        .unwrap_or(if !topic.assignments.is_empty() {
+                            topic.assignments.len() as i32
+                        } else if topic.num_partitions == -1 {
                             shard.config.num_partitions
                         } else {
                             topic.num_partitions
                         });
+                    let replication_factor = topic
+                        .assignments
+                        .first()
+                        .map_or(1, |a| a.broker_ids.len() as i16);
+                    // Kafka answers a created topic with a null message;
+                    // the generated default is an empty string.
                     result
+                        .with_error_message(None)
                         .with_num_partitions(partitions)
-                        .with_replication_factor(1)
+                        .with_replication_factor(replication_factor)
                 }
                 Err((code, message)) => result
                     .with_error_code(code)

@@ -76,7 +76,9 @@ fn max_message_bytes(shard: &Shard, configs: &BTreeMap<String, String>) -> usize
     configs
         .get("max.message.bytes")
         .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or(shard.config.message_max_bytes as usize)
+        .unwrap_or_else(|| {
+            crate::dynamic_config::message_max_bytes(&shard.config, &shard.metadata.image())
+        })
 }
 
 thread_local! {
@@ -101,6 +103,36 @@ fn validate_batch(records: Bytes, max_message_bytes: usize) -> Result<RecordBatc
         protocol::records::validate_producer_batch(batch.bytes(), batch.header(), bound, scratch)
     })?;
     Ok(batch)
+}
+
+/// The batch in the codec the topic's `compression.type` asks for,
+/// recompressed when its codec differs (Kafka's LogValidator does the
+/// same); as it came with `producer`. A recompressed batch larger than
+/// `max.message.bytes` is refused as Kafka refuses it.
+fn recompress_for_topic(
+    shard: &Shard,
+    image: &crate::metadata::MetadataImage,
+    overrides: &BTreeMap<String, String>,
+    batch: RecordBatch,
+    max_message_bytes: usize,
+) -> Result<RecordBatch, BatchError> {
+    let target = crate::topic_config::compression_codec(|key| {
+        overrides
+            .get(key)
+            .cloned()
+            .or_else(|| crate::dynamic_config::topic_default_value(&shard.config, image, key))
+    });
+    let Some(target) = target else {
+        return Ok(batch);
+    };
+    let bound = decompressed_bytes_max(max_message_bytes);
+    match protocol::recompress::recompress(batch.bytes(), batch.header(), target, bound)? {
+        None => Ok(batch),
+        Some(bytes) if bytes.len() > max_message_bytes => Err(BatchError::DecompressedTooLarge {
+            limit_bytes: max_message_bytes,
+        }),
+        Some(bytes) => RecordBatch::new(Bytes::from(bytes)),
+    }
 }
 
 /// The Kafka error code for a batch refused here. Kafka answers an
@@ -171,7 +203,9 @@ pub async fn handle(
                 *outcome = ProduceOutcome::error(errors::MESSAGE_TOO_LARGE);
                 continue;
             }
-            let batch = match validate_batch(records, max_bytes) {
+            let batch = match validate_batch(records, max_bytes).and_then(|batch| {
+                recompress_for_topic(shard, &image, &topic.configs, batch, max_bytes)
+            }) {
                 Ok(batch) => batch,
                 Err(error) => {
                     tracing::debug!(topic = name, partition = partition_data.index, %error, "rejected batch");
