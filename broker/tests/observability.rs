@@ -13,6 +13,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::admin::{Admin, READY_DEADLINE};
 use common::{free_port, poll_until, run, Broker};
 use protocol::kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use protocol::kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
@@ -27,54 +28,16 @@ use protocol::kafka_protocol::messages::{
 };
 use protocol::kafka_protocol::protocol::StrBytes;
 
-const READY_DEADLINE: Duration = Duration::from_secs(30);
 /// What a Kubernetes probe waits by default.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 const STALL_LINE: &str = "executor did not run for a while";
 
-struct Admin {
-    port: u16,
+/// /metrics as text, for these tests.
+trait Scrape {
+    fn metrics(&self) -> Metrics;
 }
 
-impl Admin {
-    /// Starts a broker with its admin listener on a free loopback port.
-    fn start(extra: &[&str]) -> (Broker, Admin) {
-        let port = free_port();
-        let address = format!("127.0.0.1:{port}");
-        let mut args = vec!["--admin-listen", &address];
-        args.extend_from_slice(extra);
-        let broker = Broker::start(&args);
-        let admin = Admin { port };
-        let ready = poll_until(READY_DEADLINE, || {
-            let (code, _) = admin.try_get("/ready", Duration::from_secs(5)).ok()?;
-            (code == 200).then_some(())
-        });
-        assert!(ready.is_some(), "not ready:\n{}", broker.log());
-        (broker, admin)
-    }
-
-    fn address(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    /// GET `path` with `timeout` for the whole answer: (code, body).
-    fn try_get(&self, path: &str, timeout: Duration) -> std::io::Result<(u16, String)> {
-        let mut stream = TcpStream::connect(self.address())?;
-        stream.set_read_timeout(Some(timeout))?;
-        write!(stream, "GET {path} HTTP/1.1\r\nHost: test\r\n\r\n")?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response)?;
-        let (head, body) = response
-            .split_once("\r\n\r\n")
-            .ok_or(std::io::ErrorKind::InvalidData)?;
-        let code = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .ok_or(std::io::ErrorKind::InvalidData)?;
-        Ok((code, body.to_string()))
-    }
-
+impl Scrape for Admin {
     fn metrics(&self) -> Metrics {
         let (code, body) = self
             .try_get("/metrics", Duration::from_secs(20))

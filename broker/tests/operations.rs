@@ -11,7 +11,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use common::{free_port, poll_until, run, Broker};
+use common::admin::Admin;
+use common::{free_port, poll_until, run};
 use protocol::kafka_protocol::messages::create_topics_request::CreatableTopic;
 use protocol::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
@@ -23,50 +24,13 @@ use protocol::kafka_protocol::messages::{
 use protocol::kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 
 const IO_TIMEOUT: Duration = Duration::from_secs(20);
-const READY_DEADLINE: Duration = Duration::from_secs(30);
 
-struct Admin {
-    port: u16,
+/// The samples of /metrics, for these tests.
+trait Scrape {
+    fn scrape(&self) -> Metrics;
 }
 
-impl Admin {
-    /// Starts a broker with its admin listener on a free loopback port.
-    fn start(extra: &[&str]) -> (Broker, Admin) {
-        let port = free_port();
-        let address = format!("127.0.0.1:{port}");
-        let mut args = vec!["--admin-listen", &address];
-        args.extend_from_slice(extra);
-        let broker = Broker::start(&args);
-        let admin = Admin { port };
-        admin.wait_ready(&broker);
-        (broker, admin)
-    }
-
-    fn address(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    /// GET `path`: (status code, body).
-    fn get(&self, path: &str) -> (u16, String) {
-        common::http_get(&self.address(), path)
-    }
-
-    fn wait_ready(&self, broker: &Broker) {
-        let ready = poll_until(READY_DEADLINE, || {
-            let mut stream = TcpStream::connect(self.address()).ok()?;
-            stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-            let _ = write!(stream, "GET /ready HTTP/1.1\r\n\r\n");
-            let mut response = String::new();
-            let _ = stream.read_to_string(&mut response);
-            response.starts_with("HTTP/1.1 200").then_some(())
-        });
-        assert!(
-            ready.is_some(),
-            "not ready within {READY_DEADLINE:?}:\n{}",
-            broker.log()
-        );
-    }
-
+impl Scrape for Admin {
     /// Every sample of /metrics, by `name{labels}` as exposed.
     fn scrape(&self) -> Metrics {
         let (code, body) = self.get("/metrics");

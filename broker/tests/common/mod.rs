@@ -3,10 +3,12 @@
 
 #![allow(dead_code)]
 
+pub mod admin;
 pub mod hostile;
 pub mod process;
 pub mod raw;
 
+pub use admin::http_get;
 pub use process::{poll_until, run, wait_deadline};
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -269,21 +271,6 @@ pub fn run_python(script: &str, args: &[&str], limit: Duration) -> String {
         output.status
     );
     stdout
-}
-
-/// GET `path` from an HTTP listener (the admin listener): (status, body).
-pub fn http_get(address: &str, path: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut stream = TcpStream::connect(address).expect("admin listener");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
-    let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    (code, body.to_string())
 }
 
 /// How many rounds a fault scenario runs and until when: `STROM_SOAK_ROUNDS`
