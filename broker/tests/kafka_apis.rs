@@ -277,15 +277,16 @@ fn describe_topic_partitions_and_list_config_resources_refuse_as_kafka_does() {
 }
 
 #[test]
-fn every_advertised_version_round_trips_through_kafka_python_which_infers_kafka_3_9() {
+fn every_advertised_version_round_trips_through_kafka_python_which_infers_kafka_4_0() {
     let broker = Broker::start(&[]);
     let out = kafka_apis_check(&broker, "versions");
-    // ListOffsets 10 (Kafka 4.0's marker for kafka-python) is not served
-    // yet; Fetch 17 makes it 3.9.
-    assert!(out.contains("inferred broker version: (3, 9)"), "{out}");
+    // ListOffsets 10 is kafka-python's marker for Kafka 4.0 (Produce 13
+    // would make it 4.1).
+    assert!(out.contains("inferred broker version: (4, 0)"), "{out}");
     for range in [
         "(0, (0, 12))",
         "(1, (4, 17))",
+        "(2, (1, 10))",
         "(3, (0, 13))",
         "(18, (0, 4))",
         "(22, (0, 5))",
@@ -299,6 +300,10 @@ fn every_advertised_version_round_trips_through_kafka_python_which_infers_kafka_
         "topic by id: ok",
         "unknown topic id: ok",
         "confluent topic id: ok",
+        "earliest local: ok",
+        "latest tiered: ok",
+        "earliest: ok",
+        "latest: ok",
     ] {
         assert!(out.contains(line), "{line}\n{out}");
     }
