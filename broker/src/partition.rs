@@ -23,6 +23,12 @@ use storage::{small_file, AppendOptions, Log, StorageError};
 pub const LATEST_TIMESTAMP: i64 = -1;
 pub const EARLIEST_TIMESTAMP: i64 = -2;
 pub const MAX_TIMESTAMP: i64 = -3;
+/// The first offset held locally (v8+); without tiered storage every
+/// offset is local, so the log start offset.
+pub const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
+/// The last offset in remote storage (v9+); with none, Kafka answers
+/// offset -1 (and leader epoch -1).
+pub const LATEST_TIERED_TIMESTAMP: i64 = -5;
 
 pub struct Partition {
     pub topic: String,
@@ -537,7 +543,8 @@ impl Partition {
         };
         match timestamp {
             LATEST_TIMESTAMP => ok(-1, self.high_watermark()),
-            EARLIEST_TIMESTAMP => ok(-1, self.log_start_offset()),
+            EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => ok(-1, self.log_start_offset()),
+            LATEST_TIERED_TIMESTAMP => ok(-1, -1),
             MAX_TIMESTAMP => match self.log.max_timestamp_record().await {
                 Ok(Some(found)) => ok(found.timestamp, found.offset as i64),
                 Ok(None) => ok(-1, -1),

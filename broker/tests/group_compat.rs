@@ -1,6 +1,6 @@
 //! Consumer-group behaviours that real clients' test suites check against
-//! Kafka, through confluent-kafka against a real strom process (script in
-//! `tests/clients/group_compat_check.py`).
+//! Kafka, through confluent-kafka and kafka-python against a real strom
+//! process (script in `tests/clients/group_compat_check.py`).
 
 mod common;
 
@@ -41,4 +41,11 @@ fn closed_static_members_expire_within_their_session_timeout_and_a_second() {
     let broker = Broker::start(BROKER_ARGS);
     let out = check(&broker, "static-expiry");
     assert!(out.contains("static-expiry: ok"), "{out}");
+}
+
+#[test]
+fn kafka_python_uses_kafka_4_group_api_versions() {
+    let broker = Broker::start(BROKER_ARGS);
+    let out = check(&broker, "kafka-python-4");
+    assert!(out.contains("kafka-python-4: ok"), "{out}");
 }

@@ -453,6 +453,178 @@ fn bad_group_input_gets_kafkas_error_codes_and_limits_hold() {
     );
 }
 
+/// Kafka 4's additions to the group APIs, as a Kafka 4 broker without
+/// KIP-848 or share groups answers them.
+#[test]
+fn kafka_4_group_api_versions_answer_as_kafka_4_does() {
+    let broker = Broker::start(BROKER_ARGS);
+    let mut conn = Connection::open(&broker);
+
+    // FindCoordinator v6: share groups (key type 2) are INVALID_REQUEST
+    // per key, consumer groups name this node.
+    for (key_type, want) in [(0i8, 0i16), (2, 42)] {
+        let found: FindCoordinatorResponse = conn.call(
+            ApiKey::FindCoordinator,
+            6,
+            &FindCoordinatorRequest::default()
+                .with_key_type(key_type)
+                .with_coordinator_keys(vec![text("v4"), text("v4:topic:0")]),
+        );
+        let codes: Vec<i16> = found.coordinators.iter().map(|c| c.error_code).collect();
+        assert_eq!(codes, vec![want, want], "key type {key_type}: {found:?}");
+    }
+    let _: MetadataResponse = conn.call(
+        ApiKey::Metadata,
+        9,
+        &MetadataRequest::default()
+            .with_topics(Some(vec![
+                MetadataRequestTopic::default().with_name(Some(TopicName(text("v4-commits"))))
+            ]))
+            .with_allow_auto_topic_creation(true),
+    );
+
+    // A commit with a generation to a group that does not exist:
+    // GROUP_ID_NOT_FOUND from v9, ILLEGAL_GENERATION before.
+    let commit_to =
+        |conn: &mut Connection, version: i16, group: &str, generation: i32, member: &str| {
+            let response: OffsetCommitResponse = conn.call(
+                ApiKey::OffsetCommit,
+                version,
+                &OffsetCommitRequest::default()
+                    .with_group_id(GroupId(text(group)))
+                    .with_generation_id_or_member_epoch(generation)
+                    .with_member_id(text(member))
+                    .with_topics(vec![OffsetCommitRequestTopic::default()
+                        .with_name(TopicName(text("v4-commits")))
+                        .with_partitions(vec![OffsetCommitRequestPartition::default()
+                            .with_partition_index(0)
+                            .with_committed_offset(11)])]),
+            );
+            response.topics[0].partitions[0].error_code
+        };
+    assert_eq!(commit_to(&mut conn, 9, "v4-none", 1, "m"), 69);
+    assert_eq!(commit_to(&mut conn, 8, "v4-none", 1, "m"), 22);
+
+    // JoinGroup v9 with a reason: MEMBER_ID_REQUIRED, then the join.
+    let join_v9 = |conn: &mut Connection, member: &str| -> JoinGroupResponse {
+        conn.call(
+            ApiKey::JoinGroup,
+            9,
+            &join_request("v4", member, Bytes::from_static(b"meta"))
+                .with_reason(Some(text("rebalance test"))),
+        )
+    };
+    let first = join_v9(&mut conn, "");
+    assert_eq!(first.error_code, 79, "MEMBER_ID_REQUIRED");
+    let member = first.member_id.to_string();
+    let joined = join_v9(&mut conn, &member);
+    assert_eq!((joined.error_code, joined.generation_id), (0, 1));
+    assert!(!joined.skip_assignment);
+    let synced: SyncGroupResponse = conn.call(
+        ApiKey::SyncGroup,
+        5,
+        &SyncGroupRequest::default()
+            .with_group_id(GroupId(text("v4")))
+            .with_generation_id(1)
+            .with_member_id(text(&member))
+            .with_assignments(vec![SyncGroupRequestAssignment::default()
+                .with_member_id(text(&member))
+                .with_assignment(Bytes::from_static(b"a"))]),
+    );
+    assert_eq!(synced.error_code, 0);
+
+    // OffsetCommit v9: a classic group's member epoch is its generation.
+    assert_eq!(commit_to(&mut conn, 9, "v4", 2, &member), 22);
+    assert_eq!(commit_to(&mut conn, 9, "v4", 1, &member), 0);
+    // OffsetFetch v9: member id and epoch are ignored for a classic group.
+    let fetched: OffsetFetchResponse = conn.call(
+        ApiKey::OffsetFetch,
+        9,
+        &OffsetFetchRequest::default().with_groups(vec![OffsetFetchRequestGroup::default()
+            .with_group_id(GroupId(text("v4")))
+            .with_member_id(Some(text("someone")))
+            .with_member_epoch(7)
+            .with_topics(None)]),
+    );
+    let group = &fetched.groups[0];
+    assert_eq!(group.error_code, 0);
+    assert_eq!(group.topics[0].partitions[0].committed_offset, 11);
+
+    // DescribeGroups v6: all a group's operations (no authorizer: 3400,
+    // READ, DESCRIBE, DELETE, DESCRIBE_CONFIGS, ALTER_CONFIGS); an unknown
+    // group is GROUP_ID_NOT_FOUND with Kafka's message, only from v6.
+    let describe = |conn: &mut Connection, version: i16| -> DescribeGroupsResponse {
+        conn.call(
+            ApiKey::DescribeGroups,
+            version,
+            &DescribeGroupsRequest::default()
+                .with_groups(vec![GroupId(text("v4")), GroupId(text("nope"))])
+                .with_include_authorized_operations(true),
+        )
+    };
+    let v6 = describe(&mut conn, 6);
+    let (found, missing) = (&v6.groups[0], &v6.groups[1]);
+    assert_eq!(
+        (
+            found.error_code,
+            found.group_state.to_string(),
+            found.authorized_operations
+        ),
+        (0, "Stable".to_string(), 3400)
+    );
+    assert_eq!(found.error_message, None);
+    assert_eq!(
+        (missing.error_code, missing.group_state.to_string()),
+        (69, "Dead".to_string())
+    );
+    assert_eq!(
+        missing.error_message.as_ref().map(|m| m.to_string()),
+        Some("Group nope not found.".to_string())
+    );
+    assert_eq!(missing.authorized_operations, i32::MIN);
+    let v5 = describe(&mut conn, 5);
+    assert_eq!(
+        (
+            v5.groups[1].error_code,
+            v5.groups[1].group_state.to_string()
+        ),
+        (0, "Dead".to_string())
+    );
+
+    // ListGroups v5: every group is classic.
+    let list = |conn: &mut Connection, types: &[&str]| -> Vec<(String, String)> {
+        let listed: ListGroupsResponse = conn.call(
+            ApiKey::ListGroups,
+            5,
+            &ListGroupsRequest::default()
+                .with_types_filter(types.iter().map(|t| text(t)).collect()),
+        );
+        listed
+            .groups
+            .iter()
+            .map(|g| (g.group_id.0.to_string(), g.group_type.to_string()))
+            .collect()
+    };
+    let classic = vec![("v4".to_string(), "classic".to_string())];
+    assert_eq!(list(&mut conn, &[]), classic);
+    assert_eq!(list(&mut conn, &["Classic"]), classic);
+    assert_eq!(list(&mut conn, &["consumer"]), vec![]);
+    assert_eq!(list(&mut conn, &["share", "unknown-type"]), vec![]);
+
+    // LeaveGroup v5 with a reason.
+    let left: LeaveGroupResponse = conn.call(
+        ApiKey::LeaveGroup,
+        5,
+        &LeaveGroupRequest::default()
+            .with_group_id(GroupId(text("v4")))
+            .with_members(vec![MemberIdentity::default()
+                .with_member_id(text(&member))
+                .with_reason(Some(text("closing")))]),
+    );
+    let codes: Vec<i16> = left.members.iter().map(|m| m.error_code).collect();
+    assert_eq!((left.error_code, codes), (0, vec![0]));
+}
+
 fn strom(broker: &Broker, args: &[&str]) -> std::process::Output {
     run(
         Command::new(env!("CARGO_BIN_EXE_strom"))

@@ -277,16 +277,24 @@ fn describe_topic_partitions_and_list_config_resources_refuse_as_kafka_does() {
 }
 
 #[test]
-fn every_advertised_version_round_trips_through_kafka_python_which_infers_kafka_3_9() {
+fn every_advertised_version_round_trips_through_kafka_python_which_infers_kafka_4_1() {
     let broker = Broker::start(&[]);
     let out = kafka_apis_check(&broker, "versions");
-    // ListOffsets 10 (Kafka 4.0's marker for kafka-python) is not served
-    // yet; Fetch 17 makes it 3.9.
-    assert!(out.contains("inferred broker version: (3, 9)"), "{out}");
+    // Produce 13 is kafka-python's marker for Kafka 4.1 (ListOffsets 10
+    // for 4.0; ListOffsets 11 would make it 4.2).
+    assert!(out.contains("inferred broker version: (4, 1)"), "{out}");
     for range in [
-        "(0, (0, 12))",
+        "(0, (0, 13))",
         "(1, (4, 17))",
+        "(2, (1, 10))",
         "(3, (0, 13))",
+        "(8, (2, 9))",
+        "(9, (1, 9))",
+        "(10, (0, 6))",
+        "(11, (0, 9))",
+        "(13, (0, 5))",
+        "(15, (0, 6))",
+        "(16, (0, 5))",
         "(18, (0, 4))",
         "(22, (0, 5))",
         "(60, (0, 2))",
@@ -299,6 +307,10 @@ fn every_advertised_version_round_trips_through_kafka_python_which_infers_kafka_
         "topic by id: ok",
         "unknown topic id: ok",
         "confluent topic id: ok",
+        "earliest local: ok",
+        "latest tiered: ok",
+        "earliest: ok",
+        "latest: ok",
     ] {
         assert!(out.contains(line), "{line}\n{out}");
     }
@@ -407,4 +419,100 @@ fn fetch_from_v13_names_topics_by_id() {
 
 fn uuid_of(n: u128) -> uuid::Uuid {
     uuid::Uuid::from_u128(n)
+}
+
+#[test]
+fn produce_from_v13_names_topics_by_id() {
+    use protocol::kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use protocol::kafka_protocol::messages::produce_request::{
+        PartitionProduceData, TopicProduceData,
+    };
+    use protocol::kafka_protocol::messages::{
+        FetchRequest, FetchResponse, ProduceRequest, ProduceResponse,
+    };
+    let broker = Broker::start(&[]);
+    let mut stream = raw::connect(&broker);
+    let metadata: MetadataResponse = raw::call(
+        &mut stream,
+        ApiKey::Metadata,
+        12,
+        1,
+        "ids",
+        &MetadataRequest::default()
+            .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(
+                TopicName(StrBytes::from_static_str("produced-by-id")),
+            ))]))
+            .with_allow_auto_topic_creation(true),
+    );
+    let topic_id = metadata.topics[0].topic_id;
+    assert!(!topic_id.is_nil(), "{metadata:?}");
+    let batch = bytes::Bytes::from(protocol::batch::build::patterned(
+        1_700_000_000_000,
+        5,
+        50,
+        7,
+    ));
+    let topic = |id: uuid::Uuid| {
+        TopicProduceData::default()
+            .with_topic_id(id)
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(batch.clone()))])
+    };
+    for (round, base_offset) in [(0, 0), (1, 5)] {
+        let response: ProduceResponse = raw::call(
+            &mut stream,
+            ApiKey::Produce,
+            13,
+            2 + round,
+            "ids",
+            &ProduceRequest::default()
+                .with_acks(-1)
+                .with_timeout_ms(5_000)
+                .with_topic_data(vec![
+                    topic(topic_id),
+                    topic(uuid_of(9)),
+                    topic(uuid::Uuid::nil()),
+                ]),
+        );
+        let answers: Vec<(uuid::Uuid, i16, i64)> = response
+            .responses
+            .iter()
+            .map(|t| {
+                let p = &t.partition_responses[0];
+                (t.topic_id, p.error_code, p.base_offset)
+            })
+            .collect();
+        assert_eq!(
+            answers,
+            vec![
+                (topic_id, 0, base_offset),
+                (uuid_of(9), 100, -1),
+                (uuid::Uuid::nil(), 100, -1)
+            ],
+            "UNKNOWN_TOPIC_ID for an id no topic has"
+        );
+    }
+    let fetched: FetchResponse = raw::call(
+        &mut stream,
+        ApiKey::Fetch,
+        13,
+        9,
+        "ids",
+        &FetchRequest::default()
+            .with_max_wait_ms(0)
+            .with_max_bytes(1 << 20)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic_id(topic_id)
+                .with_partitions(vec![FetchPartition::default()
+                    .with_partition(0)
+                    .with_partition_max_bytes(1 << 20)])]),
+    );
+    let partition = &fetched.responses[0].partitions[0];
+    assert_eq!((partition.error_code, partition.high_watermark), (0, 10));
+    assert_eq!(
+        partition.records.as_ref().map(|r| r.len()),
+        Some(2 * batch.len()),
+        "both batches read back"
+    );
 }

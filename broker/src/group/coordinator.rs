@@ -146,6 +146,9 @@ pub struct JoinRequest {
     pub protocols: Vec<(String, Bytes)>,
     /// JoinGroup v4+: a new member first gets MEMBER_ID_REQUIRED.
     pub require_known_member_id: bool,
+    /// JoinGroup v9+ (KIP-814): a static leader rejoining a Stable group
+    /// gets the members with `skip_assignment`, keeping the assignment.
+    pub supports_skip_assignment: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,6 +169,8 @@ pub struct JoinResponse {
     /// Only the leader gets the members (with their metadata for the
     /// selected protocol).
     pub members: Vec<JoinMember>,
+    /// The leader must not compute a new assignment (JoinGroup v9+).
+    pub skip_assignment: bool,
 }
 
 impl JoinResponse {
@@ -178,6 +183,7 @@ impl JoinResponse {
             leader: String::new(),
             member_id: member_id.to_string(),
             members: Vec::new(),
+            skip_assignment: false,
         }
     }
 }
@@ -615,6 +621,7 @@ impl Group {
             } else {
                 Vec::new()
             },
+            skip_assignment: false,
         }
     }
 
@@ -1075,7 +1082,9 @@ impl Coordinator {
         Self::check_group_id(&committer.group_id)?;
         if !self.groups.contains_key(&committer.group_id) {
             if committer.generation_id >= 0 {
-                return Err(errors::ILLEGAL_GENERATION);
+                // OffsetCommit v9+'s answer; the handler gives older
+                // versions ILLEGAL_GENERATION, as Kafka does.
+                return Err(errors::GROUP_ID_NOT_FOUND);
             }
             self.add_group(&committer.group_id)?;
         }
@@ -1354,6 +1363,7 @@ fn join_group(
                 ));
             }
             let protocols_changed = !member.same_protocols(&request.protocols);
+            let previous_leader = group.leader_id.clone().unwrap_or_default();
             member.member_id = new_id.clone();
             member.client_id = request.client_id.clone();
             member.client_host = request.client_host.clone();
@@ -1370,7 +1380,22 @@ fn join_group(
                 GroupState::Stable if !protocols_changed => {
                     let member = group.members.get_mut(&new_id).expect("member");
                     member.synced_generation = -1;
-                    Answer::Now(group.join_response(&new_id, false, &[]))
+                    if request.supports_skip_assignment {
+                        // KIP-814: the leader learns it leads, with the
+                        // members, and that the assignment stands.
+                        let leads = group.leader_id.as_deref() == Some(new_id.as_str());
+                        let members = group.current_members();
+                        let mut response = group.join_response(&new_id, leads, &members);
+                        response.skip_assignment = leads;
+                        Answer::Now(response)
+                    } else {
+                        // Before v9 Kafka names the leader as it was before
+                        // the replacement: a restarted static leader acts as
+                        // a follower and does not assign without members.
+                        let mut response = group.join_response(&new_id, false, &[]);
+                        response.leader = previous_leader;
+                        Answer::Now(response)
+                    }
                 }
                 GroupState::PreparingRebalance => {
                     group.members.get_mut(&new_id).expect("member").join_waiter = Some(waiter);
@@ -1645,6 +1670,7 @@ mod tests {
                 .map(|p| (p.to_string(), Bytes::from(format!("meta-{p}-{member_id}"))))
                 .collect(),
             require_known_member_id: true,
+            supports_skip_assignment: false,
         }
     }
 
@@ -2015,6 +2041,49 @@ mod tests {
     }
 
     #[test]
+    fn a_restarted_static_leader_follows_before_v9_and_skips_assignment_from_v9() {
+        let mut h = Harness::new(100);
+        let (w1, _) = h.join(join_request("", Some("inst-1"), &["range"]));
+        let (w2, _) = h.join(join_request("", Some("inst-2"), &["range"]));
+        h.tick(200);
+        let r1 = h.join_reply(w1);
+        let r2 = h.join_reply(w2);
+        let generation = r1.generation_id;
+        let leader = r1.leader.clone();
+        let instance = if leader == r1.member_id {
+            "inst-1"
+        } else {
+            "inst-2"
+        };
+        h.sync(&r1.member_id, generation, &[]);
+        h.sync(&r2.member_id, generation, &[]);
+        assert_eq!(h.state(), GroupState::Stable);
+        // v8: the leader named is the one before the restart.
+        let (_, answer) = h.join(join_request("", Some(instance), &["range"]));
+        let Answer::Now(old) = answer else {
+            panic!("no rebalance for a static rejoin")
+        };
+        assert_eq!(
+            (old.error_code, old.generation_id),
+            (errors::NONE, generation)
+        );
+        assert_eq!(old.leader, leader);
+        assert_ne!(old.member_id, leader);
+        assert!(old.members.is_empty() && !old.skip_assignment);
+        // v9: it leads, gets the members, and keeps the assignment.
+        let mut request = join_request("", Some(instance), &["range"]);
+        request.supports_skip_assignment = true;
+        let (_, answer) = h.join(request);
+        let Answer::Now(new) = answer else {
+            panic!("no rebalance for a static rejoin")
+        };
+        assert_eq!(new.leader, new.member_id);
+        assert_eq!(new.members.len(), 2);
+        assert!(new.skip_assignment);
+        assert_eq!(h.state(), GroupState::Stable);
+    }
+
+    #[test]
     fn join_errors_follow_kafka() {
         let mut h = Harness::new(0);
         let mut bad = join_request("", None, &["range"]);
@@ -2160,7 +2229,7 @@ mod tests {
         };
         assert_eq!(
             h.coordinator.commit(h.now_ms, &unknown_group, &[]),
-            Err(errors::ILLEGAL_GENERATION)
+            Err(errors::GROUP_ID_NOT_FOUND)
         );
     }
 

@@ -1,5 +1,5 @@
 //! Authorized-operations bit fields (Metadata, DescribeCluster,
-//! DescribeTopicPartitions) as Kafka computes them without an authorizer:
+//! DescribeTopicPartitions, DescribeGroups) as Kafka computes them without an authorizer:
 //! every operation the resource type supports is allowed, one bit per
 //! ACL operation code.
 
@@ -52,10 +52,23 @@ pub const CLUSTER: i32 = bits(&[
     DESCRIBE,
 ]);
 
+/// Operations a group supports (read, describe, delete, and since group
+/// configs describe and alter configs).
+pub const GROUP: i32 = bits(&[READ, DESCRIBE, DELETE, DESCRIBE_CONFIGS, ALTER_CONFIGS]);
+
 /// The field for a topic: all its operations when asked for.
 pub fn topic(requested: bool) -> i32 {
     if requested {
         TOPIC
+    } else {
+        NOT_REQUESTED
+    }
+}
+
+/// The field for a group: all its operations when asked for.
+pub fn group(requested: bool) -> i32 {
+    if requested {
+        GROUP
     } else {
         NOT_REQUESTED
     }
@@ -79,6 +92,7 @@ mod tests {
         // The values a Kafka broker without an authorizer sends.
         assert_eq!(TOPIC, 3576);
         assert_eq!(CLUSTER, 8096);
+        assert_eq!(GROUP, 3400);
         assert_eq!(topic(false), i32::MIN);
         assert_eq!(cluster(true), 8096);
     }

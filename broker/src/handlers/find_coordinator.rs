@@ -1,8 +1,12 @@
-//! FindCoordinator (10), versions 0–4 (v4: batched `coordinator_keys`).
+//! FindCoordinator (10), versions 0–6 (v4: batched `coordinator_keys`).
 //! Groups (key type 0) are coordinated on this node by the core owning
 //! their `__consumer_offsets` partition; the first request creates that
 //! topic, as Kafka does. Transactional ids (key type 1) also name this
-//! node (InitProducerId refuses them until transactions land).
+//! node (InitProducerId refuses them until transactions land). v5 only
+//! lets a transaction coordinator answer TRANSACTION_ABORTABLE, which
+//! none here does; v6's share groups (key type 2) get INVALID_REQUEST
+//! per key, as from a Kafka without a share coordinator (and from any
+//! Kafka below v6).
 
 use std::rc::Rc;
 
@@ -15,7 +19,7 @@ use crate::group::manager;
 use crate::shard::Shard;
 
 pub const VERSION_MIN: i16 = 0;
-pub const VERSION_MAX: i16 = 4;
+pub const VERSION_MAX: i16 = 6;
 
 const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;

@@ -1,7 +1,9 @@
-//! JoinGroup (11), versions 0–7. v4+ new members first get
+//! JoinGroup (11), versions 0–9. v4+ new members first get
 //! MEMBER_ID_REQUIRED with their id; v5+ static membership
-//! (`group_instance_id`); v7 echoes the protocol type. The request waits
-//! on the coordinator core until the group's join phase ends.
+//! (`group_instance_id`); v7 echoes the protocol type; v8's `reason` is
+//! accepted (Kafka only logs it); v9 tells a restarted static leader of a
+//! Stable group to skip the assignment (KIP-814). The request waits on
+//! the coordinator core until the group's join phase ends.
 
 use std::net::IpAddr;
 use std::rc::Rc;
@@ -15,7 +17,7 @@ use crate::group::manager;
 use crate::shard::Shard;
 
 pub const VERSION_MIN: i16 = 0;
-pub const VERSION_MAX: i16 = 7;
+pub const VERSION_MAX: i16 = 9;
 
 fn text(value: String) -> StrBytes {
     StrBytes::from_string(value)
@@ -67,6 +69,7 @@ pub async fn handle(
             .map(|p| (p.name.to_string(), p.metadata))
             .collect(),
         require_known_member_id: version >= 4,
+        supports_skip_assignment: version >= 9,
     };
     let member_id = join.member_id.clone();
     let response = manager::on_coordinator(shard, &group_id, move |owner, _| async move {
@@ -86,6 +89,7 @@ pub async fn handle(
         .with_protocol_name(protocol_name)
         .with_leader(text(response.leader))
         .with_member_id(text(response.member_id))
+        .with_skip_assignment(response.skip_assignment)
         .with_members(
             response
                 .members

@@ -1,5 +1,6 @@
-//! LeaveGroup (13), versions 0–4: one member (v0–2) or a batch of members
-//! by member id or group instance id (v3+), each with its own error.
+//! LeaveGroup (13), versions 0–5: one member (v0–2) or a batch of members
+//! by member id or group instance id (v3+), each with its own error; v5's
+//! per-member `reason` is accepted (Kafka only logs it).
 
 use std::rc::Rc;
 
@@ -12,7 +13,7 @@ use crate::group::manager;
 use crate::shard::Shard;
 
 pub const VERSION_MIN: i16 = 0;
-pub const VERSION_MAX: i16 = 4;
+pub const VERSION_MAX: i16 = 5;
 
 pub async fn handle(
     shard: &Rc<Shard>,

@@ -1,7 +1,10 @@
-//! ListOffsets (2), versions 1–7: -1 latest (the high watermark, which is
+//! ListOffsets (2), versions 1–10: -1 latest (the high watermark, which is
 //! also the last stable offset without transactions), -2 earliest, -3 the
 //! max timestamp, or the first offset with a timestamp at or after the one
-//! given.
+//! given. v8's -4 (earliest local) is the log start offset and v9's -5
+//! (latest tiered) offset -1, as Kafka answers without tiered storage.
+//! v10's `timeout_ms` bounds Kafka's reads from remote storage: every
+//! answer here is local, so it is accepted and never waited on.
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
@@ -19,7 +22,7 @@ use crate::shard::Shard;
 use crate::sync::join_all;
 
 pub const VERSION_MIN: i16 = 1;
-pub const VERSION_MAX: i16 = 7;
+pub const VERSION_MAX: i16 = 10;
 
 type BoxFuture<'a, T> = Pin<Box<dyn std::future::Future<Output = T> + 'a>>;
 

@@ -351,9 +351,11 @@ async fn dispatch(
         }
         RequestKind::OffsetDelete(body) => out.encode(&offset_delete::handle(&shard, body).await),
         RequestKind::DescribeGroups(body) => {
-            out.encode(&describe_groups::handle(&shard, body).await)
+            out.encode(&describe_groups::handle(&shard, body, version).await)
         }
-        RequestKind::ListGroups(body) => out.encode(&list_groups::handle(&shard, body).await),
+        RequestKind::ListGroups(body) => {
+            out.encode(&list_groups::handle(&shard, body, version).await)
+        }
         RequestKind::DeleteGroups(body) => out.encode(&delete_groups::handle(&shard, body).await),
         _ => {
             return Err(ConnectionError::UnsupportedApi {

@@ -1,7 +1,13 @@
-//! OffsetCommit (8), versions 2–8. Members commit with their generation;
+//! OffsetCommit (8), versions 2–9. Members commit with their generation;
 //! `assign()` consumers with generation -1 and an empty member id (allowed
 //! while the group has no members). Accepted offsets are appended to the
 //! group's `__consumer_offsets` partition and answered once durable.
+//! v9 carries a KIP-848 member epoch in the generation's place; every
+//! group here is classic, so it is checked as the generation, as Kafka
+//! checks a classic group's. A group that does not exist, with a
+//! generation of 0 or more, is GROUP_ID_NOT_FOUND from v9 and
+//! ILLEGAL_GENERATION before. v10 (topic ids) is not in the protocol
+//! crate yet.
 
 use std::rc::Rc;
 
@@ -17,7 +23,7 @@ use crate::partition::now_ms;
 use crate::shard::Shard;
 
 pub const VERSION_MIN: i16 = 2;
-pub const VERSION_MAX: i16 = 8;
+pub const VERSION_MAX: i16 = 9;
 
 pub async fn handle(
     shard: &Rc<Shard>,
@@ -78,6 +84,10 @@ pub async fn handle(
     })
     .await
     .and_then(|inner| inner);
+    let result = match result {
+        Err(errors::GROUP_ID_NOT_FOUND) if version < 9 => Err(errors::ILLEGAL_GENERATION),
+        other => other,
+    };
     match result {
         Ok(results) => {
             for (slot, code) in slots.into_iter().zip(results) {

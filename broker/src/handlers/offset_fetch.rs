@@ -1,6 +1,9 @@
-//! OffsetFetch (9), versions 1–8: the committed offsets of the partitions
+//! OffsetFetch (9), versions 1–9: the committed offsets of the partitions
 //! asked, or of every partition with null topics (v2+); -1 where nothing
-//! is committed. v8 asks for several groups at once (`groups[]`).
+//! is committed. v8 asks for several groups at once (`groups[]`). v9's
+//! member id and epoch are for KIP-848 groups; Kafka ignores them for a
+//! classic group, the only kind here. v10 (topic ids) is not in the
+//! protocol crate yet.
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -18,7 +21,7 @@ use crate::group::manager;
 use crate::shard::Shard;
 
 pub const VERSION_MIN: i16 = 1;
-pub const VERSION_MAX: i16 = 8;
+pub const VERSION_MAX: i16 = 9;
 
 /// Per topic, in the order asked (or by name): partition and offset.
 type Fetched = Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>;

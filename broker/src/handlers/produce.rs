@@ -1,9 +1,12 @@
-//! Produce (0), versions 0–12 advertised; 3–12 served. v0–2 (which old
+//! Produce (0), versions 0–13 advertised; 3–13 served. v0–2 (which old
 //! librdkafka needs to see advertised) are answered UNSUPPORTED_VERSION per
 //! partition, as Kafka 4 does. v10's leader hints (KIP-951) are left out:
 //! this node leads every partition, so there is no other leader to name.
 //! v11–12 change only transaction semantics, which idempotent producers do
-//! not use. v13 (topic ids instead of names) is not served.
+//! not use. v13 names topics by id, in the request and the answer: an id
+//! no topic has (or the nil id) is UNKNOWN_TOPIC_ID for each of its
+//! partitions, as in Kafka, and nothing is auto-created (there is no name
+//! to create).
 //!
 //! Path: validate each partition's batch here (size, CRC, one v2 batch,
 //! then every record as Kafka's LogValidator does: the offset range against
@@ -31,9 +34,11 @@ use crate::shard::Shard;
 use crate::sync::join_all;
 
 pub const VERSION_MIN: i16 = 0;
-pub const VERSION_MAX: i16 = 12;
+pub const VERSION_MAX: i16 = 13;
 /// Lowest version whose body the codec decodes.
 pub const VERSION_SERVED_MIN: i16 = 3;
+/// From this version topics are named by id.
+const VERSION_TOPIC_IDS_MIN: i16 = 13;
 
 /// One partition's batch, validated, on its way to the owning core.
 struct Routed {
@@ -154,17 +159,36 @@ pub async fn handle(
     version: i16,
 ) -> Option<ProduceResponse> {
     let acks = request.acks;
+    let by_id = version >= VERSION_TOPIC_IDS_MIN;
     let mut image = shard.metadata.image();
-    if auto_create(shard, &request, &image).await {
+    if !by_id && auto_create(shard, &request, &image).await {
         image = shard.metadata.image();
     }
+    // Each topic's name: as given, or found by its id (v13+).
+    let names: Vec<Option<String>> = request
+        .topic_data
+        .iter()
+        .map(|topic_data| {
+            if !by_id {
+                return Some(topic_data.name.0.to_string());
+            }
+            image
+                .topics
+                .values()
+                .find(|t| {
+                    !topic_data.topic_id.is_nil()
+                        && super::metadata::topic_id(t) == topic_data.topic_id
+                })
+                .map(|t| t.name.clone())
+        })
+        .collect();
     // One outcome slot per partition, in request order.
     let mut outcomes: Vec<ProduceOutcome> = Vec::new();
     // Per slot: the routed batch's bytes and records, for the topic metrics.
     let mut appended: Vec<Option<(u64, u64)>> = Vec::new();
     let mut by_core: BTreeMap<usize, Vec<Routed>> = BTreeMap::new();
-    for topic_data in &request.topic_data {
-        let name = topic_data.name.0.as_str();
+    for (topic_data, name) in request.topic_data.iter().zip(&names) {
+        let name = name.as_deref().unwrap_or_default();
         let topic = image.topics.get(name);
         for partition_data in &topic_data.partition_data {
             let slot = outcomes.len();
@@ -173,6 +197,10 @@ pub async fn handle(
             let outcome = &mut outcomes[slot];
             if !matches!(acks, -1..=1) {
                 *outcome = ProduceOutcome::error(errors::INVALID_REQUIRED_ACKS);
+                continue;
+            }
+            if by_id && topic.is_none() {
+                *outcome = ProduceOutcome::error(errors::UNKNOWN_TOPIC_ID);
                 continue;
             }
             let Some(topic) = topic else {
@@ -252,12 +280,17 @@ pub async fn handle(
             outcomes[slot] = outcome;
         }
     }
-    let slots = request.topic_data.iter().flat_map(|topic_data| {
-        topic_data
-            .partition_data
-            .iter()
-            .map(move |p| (topic_data.name.0.as_str(), p.index))
-    });
+    let slots = request
+        .topic_data
+        .iter()
+        .zip(&names)
+        .flat_map(|(topic_data, name)| {
+            let name = name.as_deref().unwrap_or_default();
+            topic_data
+                .partition_data
+                .iter()
+                .map(move |p| (name, p.index))
+        });
     for ((topic, partition), (outcome, appended)) in slots.zip(outcomes.iter().zip(&appended)) {
         if let (errors::NONE, Some((bytes, records))) = (outcome.error_code, appended) {
             crate::metrics::record_produced(topic, partition, *bytes, *records);
@@ -284,9 +317,12 @@ pub async fn handle(
                         .with_log_start_offset(outcome.log_start_offset)
                 })
                 .collect();
-            TopicProduceResponse::default()
-                .with_name(topic_data.name.clone())
-                .with_partition_responses(partition_responses)
+            let response = if by_id {
+                TopicProduceResponse::default().with_topic_id(topic_data.topic_id)
+            } else {
+                TopicProduceResponse::default().with_name(topic_data.name.clone())
+            };
+            response.with_partition_responses(partition_responses)
         })
         .collect();
     Some(ProduceResponse::default().with_responses(responses))

@@ -1,5 +1,6 @@
 """Consumer-group behaviours that real clients' test suites check against
-Kafka, through confluent-kafka (librdkafka 2.x) against a running strom.
+Kafka, through confluent-kafka (librdkafka 2.x) and kafka-python 3 against a
+running strom.
 
 usage: group_compat_check.py BOOTSTRAP MODE
 Each mode prints "<mode>: ok" (and any measurement) or exits non-zero with
@@ -122,11 +123,64 @@ def mode_static_expiry(bootstrap):
     print(f"static-expiry: ok, deleted {elapsed_ms:.0f} ms after close (session {SESSION_MS} ms)")
 
 
+# Kafka's AclEntry.supportedOperations(GROUP): all allowed without an authorizer.
+GROUP_OPERATIONS = {"READ", "DESCRIBE", "DELETE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS"}
+
+
+def mode_kafka_python_4(bootstrap):
+    """kafka-python 3 takes the broker for Kafka 4.0 and uses its group API
+    versions: JoinGroup 9, OffsetCommit 9, LeaveGroup 5, ListGroups 5 with
+    a types filter, DescribeGroups 6 with authorized operations and the
+    per-group error message."""
+    from kafka import KafkaConsumer
+    from kafka.admin import KafkaAdminClient
+
+    setup_topic(bootstrap, "k4", 8)
+    group = "k4-group"
+    consumer = KafkaConsumer("k4", bootstrap_servers=bootstrap, group_id=group,
+                             auto_offset_reset="earliest", enable_auto_commit=False)
+    got = 0
+    deadline = time.monotonic() + DEADLINE_S
+    while got < 8:
+        check(time.monotonic() < deadline, f"kafka-python consumed {got} of 8")
+        for records in consumer.poll(timeout_ms=200).values():
+            got += len(records)
+    consumer.commit()
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        version = admin._manager.broker_version_data.broker_version
+        check(version >= (4, 0), f"kafka-python inferred {version}")
+        classic = [g for g in admin.list_groups(types_filter=["classic"]) if g["group_id"] == group]
+        check(len(classic) == 1 and classic[0]["group_type"] == "classic"
+              and classic[0]["protocol_type"] == "consumer", f"classic groups: {classic}")
+        consumer_type = [g for g in admin.list_groups(types_filter=["consumer"]) if g["group_id"] == group]
+        check(consumer_type == [], f"KIP-848 groups: {consumer_type}")
+        described = admin.describe_groups([group, "nope"])
+        found = described[group]
+        check(found["error"] is None and found["group_state"] == "Stable", f"{group}: {found}")
+        check(set(found["authorized_operations"]) == GROUP_OPERATIONS,
+              f"authorized operations: {found['authorized_operations']}")
+        check(len(found["members"]) == 1, f"members: {found['members']}")
+        missing = described["nope"]
+        check(missing["group_state"] == "Dead" and "GroupIdNotFound" in (missing["error"] or "")
+              and "Group nope not found." in missing["error"], f"nope: {missing}")
+        consumer.close()
+        left = admin.describe_groups([group])[group]
+        check(left["group_state"] == "Empty" and not left["members"], f"after close: {left}")
+        offsets = admin.list_group_offsets({group: None})[group]
+        total = sum(meta.offset for meta in offsets.values())
+        check(total == 8, f"committed offsets: {offsets}")
+    finally:
+        admin.close()
+    print("kafka-python-4: ok")
+
+
 def main():
     bootstrap, mode = sys.argv[1], sys.argv[2]
     modes = {
         "list-groups": mode_list_groups,
         "static-expiry": mode_static_expiry,
+        "kafka-python-4": mode_kafka_python_4,
     }
     if mode not in modes:
         fail(f"unknown mode {mode}")

@@ -14,7 +14,7 @@ import uuid
 from confluent_kafka import TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaProducer, TopicPartition
-from kafka.admin import KafkaAdminClient, NewTopic as KpNewTopic
+from kafka.admin import KafkaAdminClient, NewTopic as KpNewTopic, OffsetSpec
 from kafka.protocol.api_message import ApiMessage
 import kafka.protocol.admin  # noqa: F401 (registers the request classes)
 import kafka.protocol.consumer  # noqa: F401
@@ -206,6 +206,25 @@ def topic_ids(bootstrap, admin):
     expect("confluent topic id", uuid.UUID(int=bits), topic_id)
 
 
+def offset_specs(bootstrap, admin):
+    """ListOffsets v8's EARLIEST_LOCAL and v9's LATEST_TIERED (kafka-python
+    asks for them at v8+ only), as Kafka without tiered storage answers."""
+    admin.create_topics([KpNewTopic("specs", 1, 1)])
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    for i in range(3):
+        producer.send("specs", f"s{i}".encode(), partition=0).get(timeout=DEADLINE_S)
+    producer.close()
+    tp = TopicPartition("specs", 0)
+    for name, spec, want in [
+        ("earliest local", OffsetSpec.EARLIEST_LOCAL, (0, -1)),
+        ("latest tiered", OffsetSpec.LATEST_TIERED, (-1, -1)),
+        ("earliest", OffsetSpec.EARLIEST, (0, -1)),
+        ("latest", OffsetSpec.LATEST, (3, -1)),
+    ]:
+        found = admin.list_partition_offsets({tp: spec})[tp]
+        expect(name, (found.offset, found.timestamp), want)
+
+
 def versions(bootstrap, _):
     """Every advertised version of every API, sent and decoded by kafka-python."""
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
@@ -233,6 +252,7 @@ def versions(bootstrap, _):
         features = admin.describe_features()
         print(f"features: {sorted(features.items())}")
         topic_ids(bootstrap, admin)
+        offset_specs(bootstrap, admin)
     finally:
         admin.close()
 
