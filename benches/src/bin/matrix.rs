@@ -1,4 +1,4 @@
-//! The end-to-end benchmark matrix (issue 5): measures the machine's limits
+//! The end-to-end benchmark matrix: measures the machine's limits
 //! (fio O_DIRECT write and read on the data dir's filesystem, the latency
 //! of one durable write there, iperf3 on loopback, memcpy, and the CPU time
 //! fio and iperf3's receiver spend per GB), starts `strom` on a fresh data
