@@ -76,6 +76,26 @@ impl DataDirLock {
 
 /// How long the probe for another listener waits for an answer.
 const LISTEN_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long a listener found on the address may take to go away before
+/// the address counts as in use.
+const LISTEN_RELEASE_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+const LISTEN_PROBE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Whether a connection to `probe` (the address, or loopback for a
+/// wildcard address) is accepted by someone.
+fn someone_listens(address: SocketAddr, probe: SocketAddr) -> bool {
+    match std::net::TcpStream::connect_timeout(&probe, LISTEN_PROBE_TIMEOUT) {
+        // With nobody listening, a connection from an ephemeral port equal
+        // to the port asked for reaches itself (TCP's simultaneous open):
+        // that is no listener.
+        Ok(stream) => stream.local_addr().ok() != stream.peer_addr().ok(),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => false,
+        Err(e) => {
+            tracing::debug!(%address, error = %e, "listen probe inconclusive");
+            false
+        }
+    }
+}
 
 /// Held while the broker runs: an abstract Unix socket named after the
 /// client address, which only one process of a network namespace can
@@ -123,14 +143,15 @@ pub fn claim_listen_address(address: SocketAddr) -> anyhow::Result<Option<Addres
         _ => address,
     };
     if address.port() != 0 {
-        match std::net::TcpStream::connect_timeout(&probe, LISTEN_PROBE_TIMEOUT) {
-            // With nobody listening, a connection from an ephemeral port
-            // equal to the port asked for reaches itself (TCP's
-            // simultaneous open): that is no listener.
-            Ok(stream) if stream.local_addr().ok() == stream.peer_addr().ok() => {}
-            Ok(_) => return Err(in_use("another process")),
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
-            Err(e) => tracing::debug!(%address, error = %e, "listen probe inconclusive"),
+        // A listener of a process that just died may linger while the
+        // kernel tears its io_uring down (in-flight accepts hold the
+        // socket): only one that is still there after a grace is in use.
+        let deadline = std::time::Instant::now() + LISTEN_RELEASE_GRACE;
+        while someone_listens(address, probe) {
+            if std::time::Instant::now() >= deadline {
+                return Err(in_use("another process"));
+            }
+            std::thread::sleep(LISTEN_PROBE_INTERVAL);
         }
     }
     Ok(guard)
@@ -151,6 +172,22 @@ mod tests {
         );
         drop(held);
         DataDirLock::acquire(dir.path()).expect("free again once the holder is gone");
+    }
+
+    /// A killed broker's listener lingers for some milliseconds while the
+    /// kernel tears its io_uring down, and accepts connections meanwhile.
+    #[test]
+    fn a_listener_that_goes_away_within_the_grace_does_not_count() {
+        let lingering = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = lingering.local_addr().unwrap();
+        let gone = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            drop(lingering);
+        });
+        let started = std::time::Instant::now();
+        claim_listen_address(address).expect("free once the listener is gone");
+        assert!(started.elapsed() >= std::time::Duration::from_millis(250));
+        gone.join().unwrap();
     }
 
     #[test]
