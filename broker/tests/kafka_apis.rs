@@ -285,7 +285,7 @@ fn every_advertised_version_round_trips_through_kafka_python_which_infers_kafka_
     assert!(out.contains("inferred broker version: (4, 1)"), "{out}");
     for range in [
         "(0, (0, 13))",
-        "(1, (4, 17))",
+        "(1, (4, 18))",
         "(2, (1, 10))",
         "(3, (0, 13))",
         "(8, (2, 9))",

@@ -1,7 +1,8 @@
-//! Fetch (1), versions 4–17. From v13 topics are named by topic id (an id
-//! no topic has: UNKNOWN_TOPIC_ID); v15's replica state and v17's replica
-//! directory id concern followers only, and v16's leader hints (KIP-951)
-//! are never needed: this node leads every partition. Sessions are
+//! Fetch (1), versions 4–18. From v13 topics are named by topic id (an id
+//! no topic has: UNKNOWN_TOPIC_ID); v15's replica state, v17's replica
+//! directory id and v18's replica high watermark concern followers only,
+//! and v16's leader hints (KIP-951) are never needed: this node leads
+//! every partition. Sessions are
 //! declined (session id 0: every fetch is full).
 //!
 //! Path: group partitions by owning core, read on each owner in parallel,
@@ -27,7 +28,7 @@ use crate::shard::Shard;
 use crate::sync::{join_all, select_first};
 
 pub const VERSION_MIN: i16 = 4;
-pub const VERSION_MAX: i16 = 17;
+pub const VERSION_MAX: i16 = 18;
 
 #[derive(Clone)]
 struct Wanted {
