@@ -1,0 +1,136 @@
+//! House rules of the whole workspace, checked: every Rust file says what
+//! it is for in a `//!` line first, and the crates depend on each other
+//! exactly as the design's table says (`protocol` on nothing, `storage` on
+//! `protocol`, `loadgen` on `protocol` only so it works against any Kafka
+//! broker, `tuning` on nothing; `broker` and `benches` may use the rest).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("broker/ sits in the workspace root")
+        .to_path_buf()
+}
+
+/// Every `.rs` file below `dir`, skipping build output.
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        if path.is_dir() {
+            if name != "target" && name != ".git" {
+                rust_files(&path, out);
+            }
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn every_rust_file_starts_with_what_it_is_for() {
+    let root = workspace_root();
+    let mut files = Vec::new();
+    for krate in [
+        "protocol", "storage", "broker", "loadgen", "tuning", "benches", "fuzz",
+    ] {
+        rust_files(&root.join(krate), &mut files);
+    }
+    assert!(files.len() > 100, "found only {} files", files.len());
+    let missing: Vec<_> = files
+        .iter()
+        .filter(|f| {
+            !std::fs::read_to_string(f)
+                .unwrap()
+                .lines()
+                .next()
+                .is_some_and(|l| l.starts_with("//!"))
+        })
+        .map(|f| f.strip_prefix(&root).unwrap().display().to_string())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "files without a leading //! line: {missing:?}"
+    );
+}
+
+#[test]
+fn crates_depend_on_each_other_as_the_design_says() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let output = Command::new(cargo)
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(workspace_root())
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let metadata: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let packages = metadata["packages"].as_array().unwrap();
+    let ours: BTreeSet<String> = packages
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect();
+    // Normal dependencies between the workspace's crates (dev-dependencies
+    // of a crate on itself are its tests').
+    let edges: BTreeMap<String, BTreeSet<String>> = packages
+        .iter()
+        .map(|p| {
+            let deps = p["dependencies"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|d| d["kind"].is_null())
+                .map(|d| d["name"].as_str().unwrap().to_string())
+                .filter(|d| ours.contains(d))
+                .collect();
+            (p["name"].as_str().unwrap().to_string(), deps)
+        })
+        .collect();
+    let allowed: BTreeMap<&str, &[&str]> = BTreeMap::from([
+        ("strom-protocol", &[][..]),
+        ("strom-storage", &["strom-protocol"][..]),
+        (
+            "strom-replication",
+            &["strom-storage", "strom-protocol"][..],
+        ),
+        (
+            "strom-broker",
+            &["strom-protocol", "strom-storage", "strom-replication"][..],
+        ),
+        ("strom-loadgen", &["strom-protocol"][..]),
+        ("strom-tuning", &[][..]),
+        (
+            "strom-benches",
+            &[
+                "strom-protocol",
+                "strom-storage",
+                "strom-replication",
+                "strom-broker",
+                "strom-loadgen",
+                "strom-tuning",
+            ][..],
+        ),
+    ]);
+    for (krate, deps) in &edges {
+        let may = allowed
+            .get(krate.as_str())
+            .unwrap_or_else(|| panic!("{krate} is not in the design's crate table"));
+        let extra: Vec<_> = deps.iter().filter(|d| !may.contains(&d.as_str())).collect();
+        assert!(extra.is_empty(), "{krate} may not depend on {extra:?}");
+    }
+    // broker uses both crates below it; storage reads batches through protocol.
+    assert!(edges["strom-broker"].contains("strom-storage"));
+    assert!(edges["strom-storage"].contains("strom-protocol"));
+}
