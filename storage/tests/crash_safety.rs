@@ -25,12 +25,10 @@ fn crash_config() -> LogConfig {
     config
 }
 
-/// The child's body; a no-op unless started by `kill_9_loses_no_durable_batch`.
-#[test]
-fn crash_child() {
-    let Ok(dir) = std::env::var(CHILD_ENV) else {
-        return;
-    };
+/// The child's body: `kill_9_loses_no_durable_batch` runs itself again in
+/// a process of its own, with `CHILD_ENV` naming the log's directory, and
+/// that process appends here until it is killed.
+fn crash_child(dir: String) {
     let round: u64 = std::env::var("STROM_CRASH_ROUND").unwrap().parse().unwrap();
     run(move || async move {
         let log = Log::open(&dir, crash_config()).await.expect("child open");
@@ -68,8 +66,8 @@ fn crash_child() {
 
 #[test]
 fn kill_9_loses_no_durable_batch() {
-    if std::env::var(CHILD_ENV).is_ok() {
-        return;
+    if let Ok(dir) = std::env::var(CHILD_ENV) {
+        return crash_child(dir);
     }
     let dir = common::tempdir().unwrap();
     let path = dir.path().join("crash-0");
@@ -77,7 +75,12 @@ fn kill_9_loses_no_durable_batch() {
     let mut rng = rand::thread_rng();
     for round in 0..ROUNDS {
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["crash_child", "--exact", "--nocapture", "--test-threads=1"])
+            .args([
+                "kill_9_loses_no_durable_batch",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(CHILD_ENV, &path)
             .env("STROM_CRASH_ROUND", round.to_string())
             .stdout(Stdio::piped())
