@@ -872,6 +872,13 @@ impl Log {
 
         let mut state = self.inner.state.borrow_mut();
         let base_offset = state.next_offset;
+        // Offsets only grow: a batch's last offset delta was checked, a
+        // negative one would wrap to a jump of the log end.
+        assert!(
+            (0..=i32::MAX).contains(&header.last_offset_delta),
+            "append of a batch with last offset delta {}",
+            header.last_offset_delta
+        );
         let (bytes, head) = stamp(batch, base_offset, &options);
         let last_offset = base_offset + header.last_offset_delta as u64;
         let mut header = header;
@@ -2291,6 +2298,11 @@ fn complete_write(inner: &Inner, id: u64, padded: u64, _end: u64) {
         released += cached.bytes.len();
     }
     if written_offset > state.written_offset {
+        assert!(
+            written_offset <= state.next_offset,
+            "written offset {written_offset} past the log end {}",
+            state.next_offset
+        );
         state.written_offset = written_offset;
         state.pending_bytes -= released;
         state.unsynced_bytes += released as u64;
@@ -2572,6 +2584,17 @@ fn enqueue_journal_record(
     Ok((write, capture))
 }
 
+/// A durable offset past the log end would acknowledge records that were
+/// never appended: checked in release builds too.
+fn assert_durable_within_log(state: &State) {
+    assert!(
+        state.durable_offset <= state.next_offset,
+        "durable offset {} past the log end {}",
+        state.durable_offset,
+        state.next_offset
+    );
+}
+
 /// Makes what a journal round took durable in the log's state, unless a
 /// truncation or a roll has come between.
 fn apply_journaled(inner: &Inner, capture: JournalCapture) {
@@ -2580,6 +2603,7 @@ fn apply_journaled(inner: &Inner, capture: JournalCapture) {
     {
         state.durable_offset = state.durable_offset.max(capture.target);
         state.durable_position = state.durable_position.max(capture.to);
+        assert_durable_within_log(&state);
     }
     record_sync(&mut state, capture.started.elapsed().as_micros() as u64);
     if state.durable_offset >= state.written_offset {
@@ -2749,6 +2773,7 @@ async fn sync_round(inner: &Rc<Inner>) -> Result<()> {
         if state.active().base_offset == base {
             state.durable_position = state.durable_position.max(position);
         }
+        assert_durable_within_log(&state);
     }
     record_sync(&mut state, sync_us);
     state.unsynced_bytes = state.unsynced_bytes.saturating_sub(bytes);
