@@ -551,73 +551,14 @@ pub fn fetch_partitions(response: &FetchResponse) -> Vec<((String, i32), i16, Op
     out
 }
 
-/// Kafka's default partitioner hash (murmur2, as the Java client): keyed
-/// records land where a Java producer would put them.
-pub fn murmur2(data: &[u8]) -> u32 {
-    const SEED: u32 = 0x9747_b28c;
-    const M: u32 = 0x5bd1_e995;
-    const R: u32 = 24;
-    let length = data.len();
-    let mut h = SEED ^ length as u32;
-    let chunks = data.chunks_exact(4);
-    let tail = chunks.remainder();
-    for chunk in chunks {
-        let mut k = u32::from_le_bytes(chunk.try_into().expect("4 bytes"));
-        k = k.wrapping_mul(M);
-        k ^= k >> R;
-        k = k.wrapping_mul(M);
-        h = h.wrapping_mul(M);
-        h ^= k;
-    }
-    match tail.len() {
-        3 => {
-            h ^= u32::from(tail[2]) << 16;
-            h ^= u32::from(tail[1]) << 8;
-            h ^= u32::from(tail[0]);
-            h = h.wrapping_mul(M);
-        }
-        2 => {
-            h ^= u32::from(tail[1]) << 8;
-            h ^= u32::from(tail[0]);
-            h = h.wrapping_mul(M);
-        }
-        1 => {
-            h ^= u32::from(tail[0]);
-            h = h.wrapping_mul(M);
-        }
-        _ => {}
-    }
-    h ^= h >> 13;
-    h = h.wrapping_mul(M);
-    h ^= h >> 15;
-    h
-}
-
 /// The partition the Java client's default partitioner picks for `key`.
 pub fn partition_for_key(key: &[u8], partitions: usize) -> i32 {
-    ((murmur2(key) & 0x7fff_ffff) as usize % partitions) as i32
+    protocol::partitioner::partition_index_for_key(key, partitions) as i32
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn murmur2_matches_the_java_client() {
-        // Values from the Java client's Utils.murmur2 test vectors.
-        assert_eq!(murmur2(b"21") as i32, -973_932_308);
-        assert_eq!(murmur2(b"foobar") as i32, -790_332_482);
-        assert_eq!(murmur2(b"a-little-bit-long-string") as i32, -985_981_536);
-        assert_eq!(
-            murmur2(b"a-little-bit-longer-string") as i32,
-            -1_486_304_829
-        );
-        assert_eq!(
-            murmur2(b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8") as i32,
-            -58_897_971
-        );
-        assert_eq!(murmur2(b"abc") as i32, 479_470_107);
-    }
 
     /// A batch encodes to exactly its header and the records' sizes as
     /// `record_bytes` counts them, whatever the record count and sizes

@@ -10,6 +10,7 @@ pub mod batch;
 pub mod client;
 pub mod codec;
 pub mod frame;
+pub mod partitioner;
 pub mod recompress;
 pub mod records;
 pub mod shape;

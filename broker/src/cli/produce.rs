@@ -192,48 +192,14 @@ fn assign(
         let partition = match (fixed, &line.key) {
             (Some(partition), _) => partition,
             (None, Some(key)) => {
-                let hash = (murmur2(key) & 0x7fff_ffff) as usize;
-                partition_ids[hash % partition_ids.len()]
+                partition_ids
+                    [protocol::partitioner::partition_index_for_key(key, partition_ids.len())]
             }
             (None, None) => sticky,
         };
         by_partition.entry(partition).or_default().push(line);
     }
     by_partition
-}
-
-/// The 32-bit murmur2 hash with the seed the Java client's default
-/// partitioner uses, so keyed records land where Java would put them.
-pub fn murmur2(data: &[u8]) -> i32 {
-    const SEED: u32 = 0x9747_b28c;
-    const M: u32 = 0x5bd1_e995;
-    const R: u32 = 24;
-    let length = data.len();
-    let mut h: u32 = SEED ^ length as u32;
-    let mut chunks = data.chunks_exact(4);
-    for chunk in &mut chunks {
-        let mut k = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
-        k = k.wrapping_mul(M);
-        k ^= k >> R;
-        k = k.wrapping_mul(M);
-        h = h.wrapping_mul(M);
-        h ^= k;
-    }
-    let tail = chunks.remainder();
-    if tail.len() >= 3 {
-        h ^= u32::from(tail[2]) << 16;
-    }
-    if tail.len() >= 2 {
-        h ^= u32::from(tail[1]) << 8;
-    }
-    if !tail.is_empty() {
-        h ^= u32::from(tail[0]);
-        h = h.wrapping_mul(M);
-    }
-    h ^= h >> 13;
-    h = h.wrapping_mul(M);
-    h ^= h >> 15;
-    h as i32
 }
 
 struct Producer<'a> {
@@ -323,21 +289,6 @@ impl Producer<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn murmur2_matches_the_java_client() {
-        // Values from the Java client's Utils.murmur2 test vectors.
-        let check = |input: &str, expected: i32| assert_eq!(murmur2(input.as_bytes()), expected);
-        check("21", -973932308);
-        check("foobar", -790332482);
-        check("a-little-bit-long-string", -985981536);
-        check("a-little-bit-longer-string", -1486304829);
-        check(
-            "lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8",
-            -58897971,
-        );
-        check("abc", 479470107);
-    }
 
     #[test]
     fn lines_split_at_the_first_separator() {
