@@ -12,18 +12,9 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewPartitions, NewTopic
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import KafkaAdminClient
+from checks import check, fail
 
 DEADLINE_S = 60
-
-
-def fail(message):
-    print(f"FAIL: {message}", file=sys.stderr)
-    sys.exit(1)
-
-
-def check(condition, message):
-    if not condition:
-        fail(message)
 
 
 def kafka_python_admin(bootstrap):

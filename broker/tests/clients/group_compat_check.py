@@ -12,19 +12,10 @@ import time
 
 from confluent_kafka import Consumer, ConsumerGroupState, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from checks import check, fail
 
 DEADLINE_S = 60
 TOPIC_PARTITIONS = 4
-
-
-def fail(message):
-    print(f"FAIL: {message}", file=sys.stderr, flush=True)
-    sys.exit(1)
-
-
-def check(condition, message):
-    if not condition:
-        fail(message)
 
 
 def setup_topic(bootstrap, topic, messages):

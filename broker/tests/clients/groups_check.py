@@ -16,22 +16,13 @@ import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from checks import check, fail
 
 DEADLINE_S = 60
 SESSION_MS = 6000
 # Static members get a longer session: the restart (a new Python process
 # and librdkafka instance) must fit in it even on a loaded machine.
 STATIC_SESSION_MS = 10000
-
-
-def fail(message):
-    print(f"FAIL: {message}", file=sys.stderr, flush=True)
-    sys.exit(1)
-
-
-def check(condition, message):
-    if not condition:
-        fail(message)
 
 
 def create_topic(bootstrap, name, partitions):

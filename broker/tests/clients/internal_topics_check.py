@@ -11,14 +11,10 @@ import sys
 
 from kafka.admin import KafkaAdminClient, NewPartitions
 from kafka.errors import InvalidTopicError, KafkaError
+from checks import fail
 
 TOPIC = "__consumer_offsets"
 DEADLINE_S = 60
-
-
-def fail(message):
-    print(f"FAIL: {message}", file=sys.stderr)
-    sys.exit(1)
 
 
 def main():

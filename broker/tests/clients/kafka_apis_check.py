@@ -20,6 +20,7 @@ import kafka.protocol.admin  # noqa: F401 (registers the request classes)
 import kafka.protocol.consumer  # noqa: F401
 import kafka.protocol.metadata  # noqa: F401
 import kafka.protocol.producer  # noqa: F401
+from checks import fail
 
 DEADLINE_S = 60
 
@@ -28,11 +29,6 @@ TOPIC_OPERATIONS = {"READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE",
                     "DESCRIBE_CONFIGS", "ALTER_CONFIGS"}
 CLUSTER_OPERATIONS = {"CREATE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS",
                       "IDEMPOTENT_WRITE", "ALTER", "DESCRIBE"}
-
-
-def fail(message):
-    print(f"FAIL: {message}", file=sys.stderr)
-    sys.exit(1)
 
 
 def expect(what, got, want):

@@ -8,14 +8,10 @@ import time
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
+from checks import fail
 
 COUNT = 2000
 DEADLINE_S = 120
-
-
-def fail(message):
-    print(f"FAIL: {message}", file=sys.stderr)
-    sys.exit(1)
 
 
 def main():

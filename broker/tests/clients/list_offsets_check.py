@@ -10,21 +10,12 @@ import sys
 
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from checks import check, fail
 
 BASE_TS = 1_700_000_000_000
 # One batch with timestamps out of order, then a second batch.
 FIRST_BATCH = [10, 50, 30, 20, 40]
 SECOND_BATCH = [45, 46]
-
-
-def fail(message):
-    print(f"FAIL: {message}", file=sys.stderr)
-    sys.exit(1)
-
-
-def check(condition, message):
-    if not condition:
-        fail(message)
 
 
 def produce_batch(bootstrap, topic, deltas, compression):
