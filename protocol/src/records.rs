@@ -70,34 +70,9 @@ pub fn validate_producer_batch(
         Compression::None => walk(&mut InPlace { buf: body, pos: 0 }, header),
         _ => {
             scratch.resize(SCRATCH_CHUNK_BYTES, 0);
-            let corrupt = |error: std::io::Error| BatchError::CorruptCompressed {
-                codec,
-                reason: error.to_string(),
-            };
+            let reader = decoder(body, codec, decompressed_bytes_max)?;
             let limit = decompressed_bytes_max;
-            match codec {
-                Compression::Gzip => {
-                    let reader = flate2::bufread::MultiGzDecoder::new(body);
-                    walk(&mut Streamed::new(reader, scratch, codec, limit), header)
-                }
-                Compression::Snappy => {
-                    let reader = SnappyReader::new(body, limit).map_err(corrupt)?;
-                    walk(&mut Streamed::new(reader, scratch, codec, limit), header)
-                }
-                Compression::Lz4 => {
-                    let reader = lz4::Decoder::new(body).map_err(corrupt)?;
-                    walk(&mut Streamed::new(reader, scratch, codec, limit), header)
-                }
-                Compression::Zstd => {
-                    let mut reader =
-                        zstd::stream::read::Decoder::with_buffer(body).map_err(corrupt)?;
-                    reader
-                        .window_log_max(ZSTD_WINDOW_LOG_MAX)
-                        .map_err(corrupt)?;
-                    walk(&mut Streamed::new(reader, scratch, codec, limit), header)
-                }
-                Compression::None => unreachable!("handled above"),
-            }
+            walk(&mut Streamed::new(reader, scratch, codec, limit), header)
         }
     }
 }
@@ -121,49 +96,13 @@ pub fn find_record(
         return find(&mut InPlace { buf: body, pos: 0 }, header, wanted);
     }
     scratch.resize(SCRATCH_CHUNK_BYTES, 0);
-    let corrupt = |error: std::io::Error| BatchError::CorruptCompressed {
-        codec,
-        reason: error.to_string(),
-    };
+    let reader = decoder(body, codec, decompressed_bytes_max)?;
     let limit = decompressed_bytes_max;
-    match codec {
-        Compression::Gzip => {
-            let reader = flate2::bufread::MultiGzDecoder::new(body);
-            find(
-                &mut Streamed::new(reader, scratch, codec, limit),
-                header,
-                wanted,
-            )
-        }
-        Compression::Snappy => {
-            let reader = SnappyReader::new(body, limit).map_err(corrupt)?;
-            find(
-                &mut Streamed::new(reader, scratch, codec, limit),
-                header,
-                wanted,
-            )
-        }
-        Compression::Lz4 => {
-            let reader = lz4::Decoder::new(body).map_err(corrupt)?;
-            find(
-                &mut Streamed::new(reader, scratch, codec, limit),
-                header,
-                wanted,
-            )
-        }
-        Compression::Zstd => {
-            let mut reader = zstd::stream::read::Decoder::with_buffer(body).map_err(corrupt)?;
-            reader
-                .window_log_max(ZSTD_WINDOW_LOG_MAX)
-                .map_err(corrupt)?;
-            find(
-                &mut Streamed::new(reader, scratch, codec, limit),
-                header,
-                wanted,
-            )
-        }
-        Compression::None => unreachable!("handled above"),
-    }
+    find(
+        &mut Streamed::new(reader, scratch, codec, limit),
+        header,
+        wanted,
+    )
 }
 
 fn find<S: Source>(
@@ -191,6 +130,40 @@ fn find<S: Source>(
     Ok(None)
 }
 
+/// What a codec's decoder failing means for the batch.
+fn corrupt(codec: Compression, error: std::io::Error) -> BatchError {
+    BatchError::CorruptCompressed {
+        codec,
+        reason: error.to_string(),
+    }
+}
+
+/// A streaming decoder of a compressed record section (`codec` is not
+/// `None`); snappy's is bounded by `decompressed_bytes_max` itself, the
+/// others by their caller's reads.
+fn decoder<'a>(
+    body: &'a [u8],
+    codec: Compression,
+    decompressed_bytes_max: usize,
+) -> Result<Box<dyn Read + 'a>, BatchError> {
+    let corrupt = |error| corrupt(codec, error);
+    Ok(match codec {
+        Compression::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(body)),
+        Compression::Snappy => {
+            Box::new(SnappyReader::new(body, decompressed_bytes_max).map_err(corrupt)?)
+        }
+        Compression::Lz4 => Box::new(lz4::Decoder::new(body).map_err(corrupt)?),
+        Compression::Zstd => {
+            let mut reader = zstd::stream::read::Decoder::with_buffer(body).map_err(corrupt)?;
+            reader
+                .window_log_max(ZSTD_WINDOW_LOG_MAX)
+                .map_err(corrupt)?;
+            Box::new(reader)
+        }
+        Compression::None => Box::new(body),
+    })
+}
+
 /// The record section of a compressed batch body, decompressed whole;
 /// more than `decompressed_bytes_max` bytes is refused, having decompressed
 /// no more than that (plus one byte).
@@ -199,37 +172,15 @@ pub fn decompress_records(
     codec: Compression,
     decompressed_bytes_max: usize,
 ) -> Result<Vec<u8>, BatchError> {
-    let corrupt = |error: std::io::Error| BatchError::CorruptCompressed {
-        codec,
-        reason: error.to_string(),
-    };
     let mut out = Vec::new();
-    let take = decompressed_bytes_max as u64 + 1;
-    let read = match codec {
-        Compression::None => {
-            out.extend_from_slice(body);
-            Ok(body.len())
-        }
-        Compression::Gzip => flate2::bufread::MultiGzDecoder::new(body)
-            .take(take)
-            .read_to_end(&mut out),
-        Compression::Snappy => SnappyReader::new(body, decompressed_bytes_max)
-            .map_err(corrupt)?
-            .take(take)
-            .read_to_end(&mut out),
-        Compression::Lz4 => lz4::Decoder::new(body)
-            .map_err(corrupt)?
-            .take(take)
-            .read_to_end(&mut out),
-        Compression::Zstd => {
-            let mut reader = zstd::stream::read::Decoder::with_buffer(body).map_err(corrupt)?;
-            reader
-                .window_log_max(ZSTD_WINDOW_LOG_MAX)
-                .map_err(corrupt)?;
-            reader.take(take).read_to_end(&mut out)
-        }
-    };
-    read.map_err(corrupt)?;
+    if codec == Compression::None {
+        out.extend_from_slice(body);
+    } else {
+        decoder(body, codec, decompressed_bytes_max)?
+            .take(decompressed_bytes_max as u64 + 1)
+            .read_to_end(&mut out)
+            .map_err(|error| corrupt(codec, error))?;
+    }
     if out.len() > decompressed_bytes_max {
         return Err(BatchError::DecompressedTooLarge {
             limit_bytes: decompressed_bytes_max,
