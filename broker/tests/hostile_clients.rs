@@ -9,8 +9,6 @@ mod common;
 
 use std::io::Read;
 use std::net::TcpStream;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::hostile::*;
@@ -47,7 +45,7 @@ fn fetchers_that_never_read_are_held_to_the_response_budgets() {
             &fetch_request("data", 0, 50_000_000),
         ));
     }
-    let release = Arc::new(AtomicBool::new(false));
+    let release = Release::new();
     let threads = hostile(&broker, 10, fetches, release.clone());
     let (slowest, rounds) = well_behaved(&broker, "good", ATTACK_SECS);
     let response_peak = metric(&broker, "strom_queued_response_bytes_peak");
@@ -92,7 +90,7 @@ fn frames_announced_and_never_sent_hold_neither_memory_nor_budget() {
 
     // 300 connections announce an 8 MiB Metadata frame (the largest allowed
     // for it) and send its api key and a few bytes more, then stall.
-    let release = Arc::new(AtomicBool::new(false));
+    let release = Release::new();
     let threads = hostile(
         &broker,
         300,
@@ -164,7 +162,7 @@ fn half_sent_large_produce_frames_wait_for_budget_and_time_out() {
     let watch = RssWatch::start(broker.pid(), baseline + 2 * bound);
 
     // 40 connections each send half of a 100 MiB Produce frame, then stall.
-    let release = Arc::new(AtomicBool::new(false));
+    let release = Release::new();
     let threads = hostile(
         &broker,
         40,

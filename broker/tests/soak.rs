@@ -11,8 +11,6 @@ mod common;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -284,7 +282,7 @@ fn hostile_clients_round_after_round() {
     let mut slowest = Duration::ZERO;
     while budget.more(rounds) {
         let watch = RssWatch::start(broker.pid(), baseline + 2 * bound);
-        let release = Arc::new(AtomicBool::new(false));
+        let release = Release::new();
         let mut fetches = Vec::new();
         for i in 0..100 {
             fetches.extend(raw::frame(

@@ -302,7 +302,7 @@ pub fn hostile(
     broker: &Broker,
     connections: usize,
     bytes: Vec<u8>,
-    release: Arc<AtomicBool>,
+    release: Arc<Release>,
 ) -> Vec<JoinHandle<()>> {
     let bytes = Arc::new(bytes);
     (0..connections)
@@ -318,17 +318,41 @@ pub fn hostile(
                     .set_write_timeout(Some(Duration::from_secs(ATTACK_SECS + 5)))
                     .unwrap();
                 let _ = stream.write_all(&bytes);
-                let deadline = Instant::now() + Duration::from_secs(120);
-                while !release.load(Ordering::Relaxed) && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
+                release.wait(Duration::from_secs(120));
             })
         })
         .collect()
 }
 
-pub fn end(release: Arc<AtomicBool>, threads: Vec<JoinHandle<()>>) {
-    release.store(true, Ordering::Relaxed);
+/// Raised once, when the attacking connections may go.
+#[derive(Default)]
+pub struct Release {
+    raised: std::sync::Mutex<bool>,
+    changed: std::sync::Condvar,
+}
+
+impl Release {
+    pub fn new() -> Arc<Release> {
+        Arc::default()
+    }
+
+    pub fn raise(&self) {
+        *self.raised.lock().unwrap() = true;
+        self.changed.notify_all();
+    }
+
+    /// Until raised, or `limit` at most.
+    pub fn wait(&self, limit: Duration) {
+        let raised = self.raised.lock().unwrap();
+        let _ = self
+            .changed
+            .wait_timeout_while(raised, limit, |raised| !*raised)
+            .unwrap();
+    }
+}
+
+pub fn end(release: Arc<Release>, threads: Vec<JoinHandle<()>>) {
+    release.raise();
     for thread in threads {
         thread.join().unwrap();
     }
