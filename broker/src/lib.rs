@@ -27,3 +27,4 @@ pub mod server;
 pub mod shard;
 pub mod sync;
 pub mod topic_config;
+pub mod transport;
