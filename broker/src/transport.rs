@@ -371,7 +371,7 @@ mod tests {
             steps += 1;
             assert!(steps < STEPS_MAX, "seed {seed}: run did not end");
             now_ms += rng.u64(1..50);
-            if !cut && now_ms >= PARTITION_AT_MS && now_ms < HEAL_AT_MS {
+            if !cut && (PARTITION_AT_MS..HEAL_AT_MS).contains(&now_ms) {
                 network.partition(LEADER, 3);
                 cut = true;
             }

@@ -82,8 +82,9 @@ fn list_offsets_from_v4_answers_leader_epoch_zero() {
         (0, 0),
         "{produced:?}"
     );
-    // (partition, timestamp) → (error, offset, leader epoch).
-    let cases: [((i32, i64), (i16, i64, i32)); 5] = [
+    /// (partition, timestamp) asked, (error, offset, leader epoch) answered.
+    type Case = ((i32, i64), (i16, i64, i32));
+    let cases: [Case; 5] = [
         ((0, -1), (0, 5, 0)),
         ((0, -2), (0, 0, 0)),
         ((0, BASE_TIMESTAMP_MS), (0, 0, 0)),
