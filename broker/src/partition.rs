@@ -693,12 +693,14 @@ impl Partition {
     }
 
     /// Resolves once the high watermark passes `offset` (a record at
-    /// `offset` is readable). Led alone that is when the log holds it;
-    /// with followers the high watermark trails the log end.
+    /// `offset` is readable), or the log closes. Led alone that is when
+    /// the log holds it; with followers the high watermark trails the log
+    /// end.
     pub async fn wait_for_append(&self, offset: i64) {
         let offset = offset.max(0) as u64;
         self.log.wait_for_append(offset).await;
-        if self.high_watermark() as u64 > offset {
+        if self.high_watermark() as u64 > offset || self.log.next_offset() <= offset {
+            // Readable, or woken by the log closing.
             return;
         }
         self.high_watermark_advanced
