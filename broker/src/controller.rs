@@ -86,6 +86,7 @@ async fn open_partitions(
                     index,
                     &effective,
                     owner.config.producer_id_expiration_ms,
+                    owner.config.node_id,
                 )
                 .await
                 .map_err(|e| e.to_string())?;

@@ -29,6 +29,11 @@ pub const TOPIC_DELETION_DISABLED: i16 = ResponseError::TopicDeletionDisabled.co
 pub const POLICY_VIOLATION: i16 = ResponseError::PolicyViolation.code();
 pub const UNKNOWN_SERVER_ERROR: i16 = ResponseError::UnknownServerError.code();
 pub const INVALID_TXN_STATE: i16 = ResponseError::InvalidTxnState.code();
+pub const NOT_ENOUGH_REPLICAS: i16 = ResponseError::NotEnoughReplicas.code();
+pub const NOT_ENOUGH_REPLICAS_AFTER_APPEND: i16 =
+    ResponseError::NotEnoughReplicasAfterAppend.code();
+pub const FENCED_LEADER_EPOCH: i16 = ResponseError::FencedLeaderEpoch.code();
+pub const UNKNOWN_LEADER_EPOCH: i16 = ResponseError::UnknownLeaderEpoch.code();
 
 /// A record batch that failed validation.
 pub fn batch_error_code(error: &BatchError) -> i16 {

@@ -1,10 +1,16 @@
 //! A partition on its owning core: the storage log plus what the broker
-//! adds around it (idempotent producer state, timestamp type). Everything
-//! here runs on the owning core; results are plain `Send` values that hop
-//! back to the core serving the connection.
+//! adds around it (idempotent producer state, timestamp type, replication
+//! state). Everything here runs on the owning core; results are plain
+//! `Send` values that hop back to the core serving the connection.
+//!
+//! The high watermark, the `acks=all` wait and the leader epoch come from
+//! the partition's [`ReplicaState`]; this file is its edge: it feeds the
+//! log's end and durable offsets in and turns the actions into wake-ups.
+//! Until the metadata image carries replica sets, every partition is led
+//! by this node alone (replicas = ISR = [node id], leader epoch 0).
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -16,6 +22,11 @@ use crate::limits::{
     PRODUCER_RECOVERY_READ_BYTES, PRODUCER_SNAPSHOTS_KEPT, PRODUCER_SNAPSHOT_BYTES_MAX,
 };
 use crate::producer_state::{last_sequence, ProducerTable, RecoveredBatch, SequenceCheck};
+use crate::replica::{
+    Action, Assignment, NodeId, ReplicaConfig, ReplicaState, WaiterId,
+    REPLICA_LAG_TIME_MAX_MS_DEFAULT,
+};
+use crate::sync::Condition;
 use crate::topic_config::{EffectiveConfig, TimestampType};
 use storage::{small_file, AppendOptions, Log, StorageError};
 
@@ -42,6 +53,37 @@ pub struct Partition {
     snapshots: RefCell<SnapshotState>,
     /// One snapshot write at a time (a roll's and the stop's may overlap).
     snapshot_lock: glommio::sync::Semaphore,
+    replica: RefCell<ReplicaState>,
+    acks: RefCell<AcksWaiters>,
+    /// Raised for every answered `acks=all` waiter.
+    acks_answered: Condition,
+    /// Raised when the high watermark advances.
+    high_watermark_advanced: Condition,
+}
+
+/// Parked `acks=all` produces: ids handed out and answers not yet taken.
+#[derive(Default)]
+struct AcksWaiters {
+    next: WaiterId,
+    answered: HashMap<WaiterId, i16>,
+}
+
+/// A parked `acks=all` produce; dropping it (its produce's future dropped
+/// midway) takes it out of the replica state.
+struct AcksWait<'a> {
+    partition: &'a Partition,
+    waiter: WaiterId,
+}
+
+impl Drop for AcksWait<'_> {
+    fn drop(&mut self) {
+        self.partition.replica.borrow_mut().cancel_acks(self.waiter);
+        self.partition
+            .acks
+            .borrow_mut()
+            .answered
+            .remove(&self.waiter);
+    }
 }
 
 /// An append between its call and its recorded outcome. Dropping it (also
@@ -125,6 +167,21 @@ pub struct OffsetOutcome {
     pub error_code: i16,
     pub timestamp: i64,
     pub offset: i64,
+    /// The leader epoch of the batch holding `offset`; -1 with no offset.
+    /// Every batch so far was written in the only epoch there has been,
+    /// so the current one.
+    pub leader_epoch: i32,
+}
+
+impl OffsetOutcome {
+    pub fn error(error_code: i16) -> Self {
+        Self {
+            error_code,
+            timestamp: -1,
+            offset: -1,
+            leader_epoch: -1,
+        }
+    }
 }
 
 pub fn now_ms() -> i64 {
@@ -287,13 +344,15 @@ async fn write_snapshot(dir: &Path, offset: u64, bytes: &[u8]) -> Result<(), Sto
 }
 
 impl Partition {
-    /// Opens the partition's log in `<data_dir>/<topic>-<index>`.
+    /// Opens the partition's log in `<data_dir>/<topic>-<index>`, led by
+    /// `node_id` alone.
     pub async fn open(
         data_dir: &Path,
         topic: &str,
         index: i32,
         config: &EffectiveConfig,
         producer_id_expiration_ms: i64,
+        node_id: NodeId,
     ) -> Result<Rc<Partition>, StorageError> {
         let dir = data_dir.join(format!("{topic}-{index}"));
         let log = Log::open(dir, config.log.clone()).await?;
@@ -304,6 +363,27 @@ impl Partition {
             tracing::info!(topic = %topic, partition = index, expired, "expired idle producers");
         }
         let segments = log.segment_count();
+        let mut replica = ReplicaState::new(
+            ReplicaConfig {
+                local_id: node_id,
+                // The only value a single node accepts (topic_config.rs).
+                min_insync_replicas: 1,
+                lag_time_max_ms: REPLICA_LAG_TIME_MAX_MS_DEFAULT,
+            },
+            log.start_offset(),
+            log.next_offset(),
+            // Recovery kept only what was durable under the flush policy.
+            log.next_offset(),
+        );
+        let mut actions = Vec::new();
+        let alone = Assignment {
+            leader_epoch: 0,
+            partition_epoch: 0,
+            replicas: vec![node_id],
+            isr: vec![node_id],
+        };
+        let led = replica.become_leader(alone, now_ms().max(0) as u64, &mut actions);
+        assert!(led.is_ok(), "a partition led alone is a valid assignment");
         Ok(Rc::new(Partition {
             topic: topic.to_string(),
             index,
@@ -317,6 +397,10 @@ impl Partition {
                 ..SnapshotState::default()
             }),
             snapshot_lock: glommio::sync::Semaphore::new(1),
+            replica: RefCell::new(replica),
+            acks: RefCell::new(AcksWaiters::default()),
+            acks_answered: Condition::default(),
+            high_watermark_advanced: Condition::default(),
         }))
     }
 
@@ -364,16 +448,94 @@ impl Partition {
         self.producers.borrow().views()
     }
 
+    /// What every ISR member has; consumers read below it.
     pub fn high_watermark(&self) -> i64 {
-        self.log.next_offset() as i64
+        self.observe_log_end();
+        self.replica.borrow().high_watermark() as i64
+    }
+
+    pub fn leader_epoch(&self) -> i32 {
+        self.replica.borrow().leader_epoch()
+    }
+
+    /// Feeds the log's end into the replica state. The log is the truth:
+    /// its end moves when an append is assigned offsets, before the append
+    /// call returns, and readers see the records from then on.
+    fn observe_log_end(&self) {
+        let end = self.log.next_offset();
+        if end > self.replica.borrow().log_end_offset() {
+            let mut actions = Vec::new();
+            self.replica.borrow_mut().local_append(end, &mut actions);
+            self.apply(actions);
+        }
+    }
+
+    /// Carries out what the replica state asked for.
+    fn apply(&self, actions: Vec<Action>) {
+        for action in actions {
+            match action {
+                Action::HighWatermarkAdvanced { .. } => self.high_watermark_advanced.notify_all(),
+                Action::CompleteAcks { waiter, error_code } => {
+                    self.acks.borrow_mut().answered.insert(waiter, error_code);
+                    self.acks_answered.notify_all();
+                }
+                Action::ProposeIsr(proposal) => {
+                    // No controller takes ISR changes yet; a partition led
+                    // alone never proposes one.
+                    tracing::error!(topic = %self.topic, partition = self.index, ?proposal, "ISR change proposed without a controller to take it");
+                    self.replica.borrow_mut().isr_proposal_failed();
+                }
+            }
+        }
+    }
+
+    /// Resolves once `acks=all` holds for the batch ending at
+    /// `last_offset`: durable here under the flush policy and below the
+    /// high watermark.
+    async fn wait_acks_all(&self, last_offset: u64) -> Result<(), i16> {
+        if let Err(error) = self.log.wait_durable(last_offset).await {
+            tracing::error!(topic = %self.topic, partition = self.index, %error, "sync failed");
+            return Err(errors::storage_error_code(&error));
+        }
+        self.observe_log_end();
+        let waiter = {
+            let mut acks = self.acks.borrow_mut();
+            acks.next += 1;
+            acks.next
+        };
+        let wait = AcksWait {
+            partition: self,
+            waiter,
+        };
+        let mut actions = Vec::new();
+        {
+            let mut replica = self.replica.borrow_mut();
+            replica.local_durable(last_offset + 1, &mut actions);
+            replica.await_acks(waiter, last_offset, &mut actions);
+        }
+        self.apply(actions);
+        self.acks_answered
+            .wait_until(|| self.acks.borrow().answered.contains_key(&waiter))
+            .await;
+        let code = self.acks.borrow_mut().answered.remove(&waiter);
+        drop(wait);
+        match code {
+            Some(errors::NONE) => Ok(()),
+            Some(code) => Err(code),
+            None => Err(errors::UNKNOWN_SERVER_ERROR),
+        }
     }
 
     pub fn log_start_offset(&self) -> i64 {
         self.log.start_offset() as i64
     }
 
-    /// Appends one validated batch; with `acks == -1` returns once durable.
+    /// Appends one validated batch; with `acks == -1` returns once
+    /// `acks=all` holds (see `replica.rs`; led alone: once durable).
     pub async fn produce(&self, batch: RecordBatch, acks: i16) -> ProduceOutcome {
+        if let Err(code) = self.replica.borrow().admit_produce(acks) {
+            return ProduceOutcome::error(code);
+        }
         let header = *batch.header();
         let idempotent = header.producer_id >= 0 && !header.is_transactional();
         let first_sequence = header.base_sequence;
@@ -457,10 +619,10 @@ impl Partition {
             // most about a segment of log.
             self.snapshot_producers().await;
         }
+        self.observe_log_end();
         if acks == -1 {
-            if let Err(error) = self.log.wait_durable(info.last_offset).await {
-                tracing::error!(topic = %self.topic, partition = self.index, %error, "sync failed");
-                return ProduceOutcome::error(errors::storage_error_code(&error));
+            if let Err(code) = self.wait_acks_all(info.last_offset).await {
+                return ProduceOutcome::error(code);
             }
         }
         ProduceOutcome {
@@ -530,16 +692,29 @@ impl Partition {
             .map_err(|error| errors::storage_error_code(&error))
     }
 
-    /// Resolves once the log holds an offset past `offset`.
+    /// Resolves once the high watermark passes `offset` (a record at
+    /// `offset` is readable), or the log closes. Led alone that is when
+    /// the log holds it; with followers the high watermark trails the log
+    /// end.
     pub async fn wait_for_append(&self, offset: i64) {
-        self.log.wait_for_append(offset.max(0) as u64).await
+        let offset = offset.max(0) as u64;
+        self.log.wait_for_append(offset).await;
+        if self.high_watermark() as u64 > offset || self.log.next_offset() <= offset {
+            // Readable, or woken by the log closing.
+            return;
+        }
+        self.high_watermark_advanced
+            .wait_until(|| self.replica.borrow().high_watermark() > offset)
+            .await
     }
 
     pub async fn list_offset(&self, timestamp: i64) -> OffsetOutcome {
+        let leader_epoch = self.leader_epoch();
         let ok = |timestamp, offset| OffsetOutcome {
             error_code: errors::NONE,
             timestamp,
             offset,
+            leader_epoch: if offset < 0 { -1 } else { leader_epoch },
         };
         match timestamp {
             LATEST_TIMESTAMP => ok(-1, self.high_watermark()),
@@ -548,26 +723,14 @@ impl Partition {
             MAX_TIMESTAMP => match self.log.max_timestamp_record().await {
                 Ok(Some(found)) => ok(found.timestamp, found.offset as i64),
                 Ok(None) => ok(-1, -1),
-                Err(error) => OffsetOutcome {
-                    error_code: errors::storage_error_code(&error),
-                    timestamp: -1,
-                    offset: -1,
-                },
+                Err(error) => OffsetOutcome::error(errors::storage_error_code(&error)),
             },
             t if t >= 0 => match self.log.offset_for_timestamp(t).await {
                 Ok(Some(found)) => ok(found.timestamp, found.offset as i64),
                 Ok(None) => ok(-1, -1),
-                Err(error) => OffsetOutcome {
-                    error_code: errors::storage_error_code(&error),
-                    timestamp: -1,
-                    offset: -1,
-                },
+                Err(error) => OffsetOutcome::error(errors::storage_error_code(&error)),
             },
-            _ => OffsetOutcome {
-                error_code: errors::INVALID_REQUEST,
-                timestamp: -1,
-                offset: -1,
-            },
+            _ => OffsetOutcome::error(errors::INVALID_REQUEST),
         }
     }
 

@@ -129,6 +129,7 @@ async fn core_main(
                 index,
                 &effective,
                 config.producer_id_expiration_ms,
+                config.node_id,
             )
             .await
             {

@@ -5,6 +5,7 @@
 //! (latest tiered) offset -1, as Kafka answers without tiered storage.
 //! v10's `timeout_ms` bounds Kafka's reads from remote storage: every
 //! answer here is local, so it is accepted and never waited on.
+//! From v4 each answer carries the leader epoch of the offset found.
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
@@ -16,17 +17,22 @@ use kafka_protocol::messages::list_offsets_response::{
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
 use crate::errors;
-use crate::handlers::metadata::LEADER_EPOCH;
 use crate::partition::OffsetOutcome;
 use crate::shard::Shard;
 use crate::sync::join_all;
 
 pub const VERSION_MIN: i16 = 1;
 pub const VERSION_MAX: i16 = 10;
+/// Answers carry a leader epoch from v4.
+const LEADER_EPOCH_VERSION_MIN: i16 = 4;
 
 type BoxFuture<'a, T> = Pin<Box<dyn std::future::Future<Output = T> + 'a>>;
 
-pub async fn handle(shard: &Rc<Shard>, request: ListOffsetsRequest) -> ListOffsetsResponse {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    request: ListOffsetsRequest,
+    version: i16,
+) -> ListOffsetsResponse {
     let image = shard.metadata.image();
     let mut outcomes: Vec<OffsetOutcome> = Vec::new();
     let mut by_core: BTreeMap<usize, Vec<(usize, String, i32, i64)>> = BTreeMap::new();
@@ -39,6 +45,7 @@ pub async fn handle(shard: &Rc<Shard>, request: ListOffsetsRequest) -> ListOffse
                 error_code: errors::UNKNOWN_TOPIC_OR_PARTITION,
                 timestamp: -1,
                 offset: -1,
+                leader_epoch: -1,
             });
             if let Some(core) =
                 meta.and_then(|m| image.owner_core(m, p.partition_index, shard.cores))
@@ -64,6 +71,7 @@ pub async fn handle(shard: &Rc<Shard>, request: ListOffsetsRequest) -> ListOffse
                             error_code: errors::NOT_LEADER_OR_FOLLOWER,
                             timestamp: -1,
                             offset: -1,
+                            leader_epoch: -1,
                         },
                     };
                     results.push((slot, outcome));
@@ -90,7 +98,11 @@ pub async fn handle(shard: &Rc<Shard>, request: ListOffsetsRequest) -> ListOffse
                         .with_error_code(outcome.error_code)
                         .with_timestamp(outcome.timestamp)
                         .with_offset(outcome.offset)
-                        .with_leader_epoch(LEADER_EPOCH)
+                        .with_leader_epoch(if version >= LEADER_EPOCH_VERSION_MIN {
+                            outcome.leader_epoch
+                        } else {
+                            -1
+                        })
                 })
                 .collect();
             ListOffsetsTopicResponse::default()

@@ -292,7 +292,9 @@ async fn dispatch(
             None => return Ok(None),
         },
         RequestKind::Fetch(body) => out.encode_fetch(&fetch::handle(&shard, body, budget).await),
-        RequestKind::ListOffsets(body) => out.encode(&list_offsets::handle(&shard, body).await),
+        RequestKind::ListOffsets(body) => {
+            out.encode(&list_offsets::handle(&shard, body, version).await)
+        }
         RequestKind::DeleteTopics(body) => {
             out.encode(&delete_topics::handle(&shard, body, version).await)
         }

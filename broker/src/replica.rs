@@ -1,0 +1,1077 @@
+//! One partition's replication state as a plain, deterministic state
+//! machine: log end offset, durable offset, high watermark, leader epoch,
+//! the replica set and ISR, and on the leader each follower's log end
+//! offset and last caught-up time. No I/O and no clock of its own: every
+//! input that depends on time takes `now_ms`, the ISR lag is checked by
+//! `tick`, and a produce with `acks=all` is parked under a [`WaiterId`] that
+//! a later input completes through the returned [`Action`]s. The runtime
+//! edge (`partition::Partition`) feeds the inputs from the log and turns
+//! the actions into wake-ups; the follower fetcher and the controller will
+//! feed the rest through a [`crate::transport::Transport`].
+//!
+//! # Rules
+//!
+//! - **High watermark (leader).** The least log end offset over the ISR.
+//!   The leader's own copy counts with its log end offset: an appended
+//!   record is visible to consumers before it is synced, as a single node
+//!   has always done (its high watermark was the log end) and as Kafka does
+//!   (page cache). A follower counts with the offset it last fetched from,
+//!   which by the fetcher's contract is its log end once that append is
+//!   durable under the follower's flush policy. While an ISR change is
+//!   proposed the high watermark is taken over the larger of the two sets
+//!   (Kafka's "maximal ISR"): a follower being removed still holds it back
+//!   until the removal is committed, one being added counts at once.
+//! - **High watermark (follower).** The leader's high watermark as the
+//!   last fetch answer carried it, never past the local log end.
+//! - The high watermark never moves back and never passes the local log
+//!   end; both are asserted in release builds.
+//! - **acks=all.** A waiter for `last_offset` completes once the high
+//!   watermark and the local durable offset (durable under the leader's
+//!   flush policy) are both past it: with `NONE` if the committed ISR then
+//!   has at least `min.insync.replicas` members, else with
+//!   `NOT_ENOUGH_REPLICAS_AFTER_APPEND`. With replicas = ISR = this node
+//!   this is exactly the single-node rule: the answer comes when the batch
+//!   is durable under the flush policy.
+//! - A produce with `acks=all` is refused before the append with
+//!   `NOT_ENOUGH_REPLICAS` when the committed ISR is smaller than
+//!   `min.insync.replicas`; any produce to a non-leader with
+//!   `NOT_LEADER_OR_FOLLOWER`.
+//! - **ISR.** A follower is caught up at a fetch whose offset reaches the
+//!   leader's log end, or the leader's log end at its previous fetch
+//!   (Kafka's rule, so a steady stream of appends does not make a keeping-up
+//!   follower look behind). `tick` proposes to remove the followers not
+//!   caught up for `replica.lag.time.max.ms`; a fetch that reaches the high
+//!   watermark proposes to add a follower outside the ISR. Proposals carry
+//!   the leader and partition epochs (Kafka's AlterPartition); one is in
+//!   flight at a time and the ISR changes only when one is committed.
+//! - Epochs only grow: a leader or follower change with an older leader
+//!   epoch, or a committed ISR with an older partition epoch, is refused.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::errors;
+
+/// A broker's node id (Kafka's `broker.id` / `node.id`).
+pub type NodeId = i32;
+
+/// Identifies a parked `acks=all` produce.
+pub type WaiterId = u64;
+
+/// `replica.lag.time.max.ms`' default.
+pub const REPLICA_LAG_TIME_MAX_MS_DEFAULT: u64 = 30_000;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaConfig {
+    /// This broker.
+    pub local_id: NodeId,
+    /// `min.insync.replicas`.
+    pub min_insync_replicas: usize,
+    /// `replica.lag.time.max.ms`.
+    pub lag_time_max_ms: u64,
+}
+
+/// A leadership or followership as the controller assigns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assignment {
+    pub leader_epoch: i32,
+    /// Kafka's partition epoch: bumped by every change of the ISR or the
+    /// replica set.
+    pub partition_epoch: i32,
+    pub replicas: Vec<NodeId>,
+    pub isr: Vec<NodeId>,
+}
+
+/// An ISR change the leader asks the controller for (AlterPartition).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IsrProposal {
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+    pub isr: Vec<NodeId>,
+}
+
+/// What the edge must do after an input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Consumers may now read below `high_watermark`.
+    HighWatermarkAdvanced { high_watermark: u64 },
+    /// Answer a parked `acks=all` produce.
+    CompleteAcks { waiter: WaiterId, error_code: i16 },
+    /// Send this to the controller.
+    ProposeIsr(IsrProposal),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// No assignment yet.
+    Offline,
+    Leader,
+    Follower {
+        leader_id: NodeId,
+    },
+}
+
+/// What the leader knows of one follower.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FollowerState {
+    /// The offset of its last fetch; `None` until it fetches from this leader.
+    log_end_offset: Option<u64>,
+    last_caught_up_ms: u64,
+    /// The leader's log end and the time at its previous fetch.
+    last_fetch_leader_end: u64,
+    last_fetch_ms: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct ReplicaState {
+    config: ReplicaConfig,
+    role: Role,
+    leader_epoch: i32,
+    partition_epoch: i32,
+    replicas: Vec<NodeId>,
+    isr: BTreeSet<NodeId>,
+    log_end_offset: u64,
+    durable_offset: u64,
+    high_watermark: u64,
+    /// Leader only: the other replicas.
+    followers: BTreeMap<NodeId, FollowerState>,
+    pending_isr: Option<IsrProposal>,
+    /// Parked `acks=all` produces by the last offset they wait for.
+    waiters: BTreeMap<(u64, WaiterId), ()>,
+}
+
+impl ReplicaState {
+    /// A replica of a log holding offsets below `log_end_offset`, durable
+    /// below `durable_offset`, not yet leader or follower. The high
+    /// watermark starts at `log_start_offset` (nothing is known committed
+    /// until an assignment says who has what).
+    pub fn new(
+        config: ReplicaConfig,
+        log_start_offset: u64,
+        log_end_offset: u64,
+        durable_offset: u64,
+    ) -> Self {
+        assert!(
+            log_start_offset <= log_end_offset && durable_offset <= log_end_offset,
+            "replica offsets out of order: start {log_start_offset}, durable {durable_offset}, end {log_end_offset}"
+        );
+        Self {
+            config,
+            role: Role::Offline,
+            leader_epoch: -1,
+            partition_epoch: -1,
+            replicas: Vec::new(),
+            isr: BTreeSet::new(),
+            log_end_offset,
+            durable_offset,
+            high_watermark: log_start_offset,
+            followers: BTreeMap::new(),
+            pending_isr: None,
+            waiters: BTreeMap::new(),
+        }
+    }
+
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    pub fn leader_epoch(&self) -> i32 {
+        self.leader_epoch
+    }
+
+    pub fn partition_epoch(&self) -> i32 {
+        self.partition_epoch
+    }
+
+    pub fn high_watermark(&self) -> u64 {
+        self.high_watermark
+    }
+
+    pub fn log_end_offset(&self) -> u64 {
+        self.log_end_offset
+    }
+
+    pub fn durable_offset(&self) -> u64 {
+        self.durable_offset
+    }
+
+    pub fn replicas(&self) -> &[NodeId] {
+        &self.replicas
+    }
+
+    /// The committed ISR, in id order.
+    pub fn isr(&self) -> Vec<NodeId> {
+        self.isr.iter().copied().collect()
+    }
+
+    pub fn pending_isr(&self) -> Option<&IsrProposal> {
+        self.pending_isr.as_ref()
+    }
+
+    /// Leader only: a follower's last fetch offset.
+    pub fn follower_log_end_offset(&self, id: NodeId) -> Option<u64> {
+        self.followers.get(&id).and_then(|f| f.log_end_offset)
+    }
+
+    pub fn waiter_count(&self) -> usize {
+        self.waiters.len()
+    }
+
+    /// Becomes leader for `assignment`; its ISR must hold this node.
+    pub fn become_leader(
+        &mut self,
+        assignment: Assignment,
+        now_ms: u64,
+        actions: &mut Vec<Action>,
+    ) -> Result<(), i16> {
+        self.check_assignment(&assignment)?;
+        if !assignment.isr.contains(&self.config.local_id) {
+            return Err(errors::INVALID_REQUEST);
+        }
+        if self.role != Role::Leader || assignment.leader_epoch != self.leader_epoch {
+            // Every follower starts caught up now, its log end unknown
+            // until it fetches (Kafka resets them on each new leadership).
+            self.followers = assignment
+                .replicas
+                .iter()
+                .filter(|&&id| id != self.config.local_id)
+                .map(|&id| {
+                    (
+                        id,
+                        FollowerState {
+                            log_end_offset: None,
+                            last_caught_up_ms: now_ms,
+                            last_fetch_leader_end: 0,
+                            last_fetch_ms: now_ms,
+                        },
+                    )
+                })
+                .collect();
+        } else {
+            // Same leadership, a new replica set: keep what is known.
+            let mut kept = BTreeMap::new();
+            for &id in &assignment.replicas {
+                if id == self.config.local_id {
+                    continue;
+                }
+                let state = self.followers.get(&id).copied().unwrap_or(FollowerState {
+                    log_end_offset: None,
+                    last_caught_up_ms: now_ms,
+                    last_fetch_leader_end: 0,
+                    last_fetch_ms: now_ms,
+                });
+                kept.insert(id, state);
+            }
+            self.followers = kept;
+        }
+        self.apply_assignment(assignment, Role::Leader);
+        self.advance_high_watermark(actions);
+        self.complete_waiters(actions);
+        Ok(())
+    }
+
+    /// Becomes a follower of `leader_id`; parked produces fail with
+    /// `NOT_LEADER_OR_FOLLOWER`.
+    pub fn become_follower(
+        &mut self,
+        leader_id: NodeId,
+        assignment: Assignment,
+        actions: &mut Vec<Action>,
+    ) -> Result<(), i16> {
+        self.check_assignment(&assignment)?;
+        if leader_id == self.config.local_id {
+            return Err(errors::INVALID_REQUEST);
+        }
+        self.followers.clear();
+        self.apply_assignment(assignment, Role::Follower { leader_id });
+        for ((_, waiter), ()) in std::mem::take(&mut self.waiters) {
+            actions.push(Action::CompleteAcks {
+                waiter,
+                error_code: errors::NOT_LEADER_OR_FOLLOWER,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_assignment(&self, assignment: &Assignment) -> Result<(), i16> {
+        if assignment.leader_epoch < self.leader_epoch
+            || assignment.partition_epoch < self.partition_epoch
+        {
+            return Err(errors::FENCED_LEADER_EPOCH);
+        }
+        let replicas: BTreeSet<_> = assignment.replicas.iter().collect();
+        let valid = assignment.leader_epoch >= 0
+            && replicas.len() == assignment.replicas.len()
+            && replicas.contains(&self.config.local_id)
+            && assignment.isr.iter().all(|id| replicas.contains(id));
+        if !valid {
+            return Err(errors::INVALID_REQUEST);
+        }
+        Ok(())
+    }
+
+    fn apply_assignment(&mut self, assignment: Assignment, role: Role) {
+        self.role = role;
+        self.leader_epoch = assignment.leader_epoch;
+        self.partition_epoch = assignment.partition_epoch;
+        self.replicas = assignment.replicas;
+        self.isr = assignment.isr.into_iter().collect();
+        self.pending_isr = None;
+    }
+
+    /// Refuses a produce before its append: `NOT_LEADER_OR_FOLLOWER` when
+    /// not the leader, `NOT_ENOUGH_REPLICAS` for `acks=all` while the ISR is
+    /// below `min.insync.replicas`.
+    pub fn admit_produce(&self, acks: i16) -> Result<(), i16> {
+        if self.role != Role::Leader {
+            return Err(errors::NOT_LEADER_OR_FOLLOWER);
+        }
+        if acks == -1 && self.isr.len() < self.config.min_insync_replicas {
+            return Err(errors::NOT_ENOUGH_REPLICAS);
+        }
+        Ok(())
+    }
+
+    /// The local log now ends at `log_end_offset`.
+    pub fn local_append(&mut self, log_end_offset: u64, actions: &mut Vec<Action>) {
+        assert!(
+            log_end_offset >= self.log_end_offset,
+            "log end offset moved back from {} to {log_end_offset}",
+            self.log_end_offset
+        );
+        self.log_end_offset = log_end_offset;
+        self.advance_high_watermark(actions);
+    }
+
+    /// Offsets below `durable_offset` are durable under the flush policy.
+    pub fn local_durable(&mut self, durable_offset: u64, actions: &mut Vec<Action>) {
+        assert!(
+            durable_offset <= self.log_end_offset,
+            "durable offset {durable_offset} past the log end {}",
+            self.log_end_offset
+        );
+        self.durable_offset = self.durable_offset.max(durable_offset);
+        self.complete_waiters(actions);
+    }
+
+    /// Parks a produce whose batch ends at `last_offset` until `acks=all`
+    /// holds (it may complete at once).
+    pub fn await_acks(&mut self, waiter: WaiterId, last_offset: u64, actions: &mut Vec<Action>) {
+        if self.role != Role::Leader {
+            actions.push(Action::CompleteAcks {
+                waiter,
+                error_code: errors::NOT_LEADER_OR_FOLLOWER,
+            });
+            return;
+        }
+        assert!(
+            last_offset < self.log_end_offset,
+            "acks wait for offset {last_offset} not in the log (end {})",
+            self.log_end_offset
+        );
+        let fresh = self.waiters.insert((last_offset, waiter), ()).is_none();
+        assert!(fresh, "acks waiter {waiter} parked twice");
+        self.complete_waiters(actions);
+    }
+
+    /// Forgets a parked produce whose caller went away.
+    pub fn cancel_acks(&mut self, waiter: WaiterId) {
+        self.waiters.retain(|&(_, id), _| id != waiter);
+    }
+
+    /// A follower fetched from `fetch_offset` (its log end). Refused with
+    /// `NOT_LEADER_OR_FOLLOWER` when not the leader,
+    /// `FENCED_LEADER_EPOCH`/`UNKNOWN_LEADER_EPOCH` for another epoch,
+    /// `NOT_LEADER_OR_FOLLOWER` for a node outside the replica set and
+    /// `OFFSET_OUT_OF_RANGE` past the log end.
+    pub fn follower_fetch(
+        &mut self,
+        replica_id: NodeId,
+        leader_epoch: i32,
+        fetch_offset: u64,
+        now_ms: u64,
+        actions: &mut Vec<Action>,
+    ) -> Result<(), i16> {
+        if self.role != Role::Leader {
+            return Err(errors::NOT_LEADER_OR_FOLLOWER);
+        }
+        if leader_epoch < self.leader_epoch {
+            return Err(errors::FENCED_LEADER_EPOCH);
+        }
+        if leader_epoch > self.leader_epoch {
+            return Err(errors::UNKNOWN_LEADER_EPOCH);
+        }
+        if fetch_offset > self.log_end_offset {
+            return Err(errors::OFFSET_OUT_OF_RANGE);
+        }
+        let leader_end = self.log_end_offset;
+        let Some(follower) = self.followers.get_mut(&replica_id) else {
+            return Err(errors::NOT_LEADER_OR_FOLLOWER);
+        };
+        if fetch_offset >= leader_end {
+            follower.last_caught_up_ms = follower.last_caught_up_ms.max(now_ms);
+        } else if fetch_offset >= follower.last_fetch_leader_end {
+            follower.last_caught_up_ms = follower.last_caught_up_ms.max(follower.last_fetch_ms);
+        }
+        follower.last_fetch_leader_end = leader_end;
+        follower.last_fetch_ms = now_ms;
+        follower.log_end_offset = Some(fetch_offset);
+        if !self.isr.contains(&replica_id)
+            && self.pending_isr.is_none()
+            && fetch_offset >= self.high_watermark
+        {
+            let mut isr = self.isr.clone();
+            isr.insert(replica_id);
+            self.propose(isr, actions);
+        }
+        self.advance_high_watermark(actions);
+        self.complete_waiters(actions);
+        Ok(())
+    }
+
+    /// Follower only: the leader's high watermark from a fetch answer.
+    pub fn leader_high_watermark(&mut self, high_watermark: u64, actions: &mut Vec<Action>) {
+        if !matches!(self.role, Role::Follower { .. }) {
+            return;
+        }
+        self.raise_high_watermark(high_watermark.min(self.log_end_offset), actions);
+    }
+
+    /// Checks the followers' lag; proposes to shrink the ISR.
+    pub fn tick(&mut self, now_ms: u64, actions: &mut Vec<Action>) {
+        if self.role != Role::Leader || self.pending_isr.is_some() {
+            return;
+        }
+        let lagging: Vec<NodeId> = self
+            .isr
+            .iter()
+            .filter_map(|id| self.followers.get(id).map(|f| (*id, f)))
+            .filter(|(_, f)| {
+                now_ms.saturating_sub(f.last_caught_up_ms) > self.config.lag_time_max_ms
+            })
+            .map(|(id, _)| id)
+            .collect();
+        if lagging.is_empty() {
+            return;
+        }
+        let isr = self
+            .isr
+            .iter()
+            .copied()
+            .filter(|id| !lagging.contains(id))
+            .collect();
+        self.propose(isr, actions);
+    }
+
+    /// The controller committed `isr` at `partition_epoch` (an answer to a
+    /// proposal, or a change of its own). An older epoch is refused.
+    pub fn isr_committed(
+        &mut self,
+        partition_epoch: i32,
+        isr: Vec<NodeId>,
+        actions: &mut Vec<Action>,
+    ) -> Result<(), i16> {
+        if partition_epoch <= self.partition_epoch {
+            return Err(errors::FENCED_LEADER_EPOCH);
+        }
+        if !isr.iter().all(|id| self.replicas.contains(id))
+            || (self.role == Role::Leader && !isr.contains(&self.config.local_id))
+        {
+            return Err(errors::INVALID_REQUEST);
+        }
+        self.partition_epoch = partition_epoch;
+        self.isr = isr.into_iter().collect();
+        self.pending_isr = None;
+        self.advance_high_watermark(actions);
+        self.complete_waiters(actions);
+        Ok(())
+    }
+
+    /// The controller refused or lost the proposal: another may be made.
+    pub fn isr_proposal_failed(&mut self) {
+        self.pending_isr = None;
+    }
+
+    fn propose(&mut self, isr: BTreeSet<NodeId>, actions: &mut Vec<Action>) {
+        let proposal = IsrProposal {
+            leader_epoch: self.leader_epoch,
+            partition_epoch: self.partition_epoch,
+            isr: isr.into_iter().collect(),
+        };
+        self.pending_isr = Some(proposal.clone());
+        actions.push(Action::ProposeIsr(proposal));
+    }
+
+    /// Leader only: the least log end over the committed ISR and any
+    /// proposed one; `None` while a member's log end is unknown.
+    fn isr_log_end(&self) -> Option<u64> {
+        let proposed = self.pending_isr.iter().flat_map(|p| p.isr.iter());
+        let mut least = self.log_end_offset;
+        for id in self.isr.iter().chain(proposed) {
+            if *id == self.config.local_id {
+                continue;
+            }
+            least = least.min(self.followers.get(id)?.log_end_offset?);
+        }
+        Some(least)
+    }
+
+    fn advance_high_watermark(&mut self, actions: &mut Vec<Action>) {
+        if self.role != Role::Leader {
+            return;
+        }
+        if let Some(candidate) = self.isr_log_end() {
+            self.raise_high_watermark(candidate, actions);
+        }
+    }
+
+    fn raise_high_watermark(&mut self, candidate: u64, actions: &mut Vec<Action>) {
+        if candidate > self.high_watermark {
+            self.high_watermark = candidate;
+            actions.push(Action::HighWatermarkAdvanced {
+                high_watermark: candidate,
+            });
+        }
+        assert!(
+            self.high_watermark <= self.log_end_offset,
+            "high watermark {} past the log end {}",
+            self.high_watermark,
+            self.log_end_offset
+        );
+    }
+
+    fn complete_waiters(&mut self, actions: &mut Vec<Action>) {
+        if self.role != Role::Leader {
+            return;
+        }
+        let reached = self.high_watermark.min(self.durable_offset);
+        let error_code = if self.isr.len() >= self.config.min_insync_replicas {
+            errors::NONE
+        } else {
+            errors::NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        };
+        while let Some(entry) = self.waiters.first_entry() {
+            let (last_offset, waiter) = *entry.key();
+            if last_offset >= reached {
+                break;
+            }
+            entry.remove();
+            actions.push(Action::CompleteAcks { waiter, error_code });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LAG_MS: u64 = 30_000;
+
+    /// Drives one replica and remembers every action.
+    struct Harness {
+        replica: ReplicaState,
+        now_ms: u64,
+        next_waiter: WaiterId,
+        acks: BTreeMap<WaiterId, i16>,
+        proposals: Vec<IsrProposal>,
+        high_watermarks: Vec<u64>,
+    }
+
+    impl Harness {
+        fn new(local_id: NodeId, min_insync_replicas: usize) -> Self {
+            let config = ReplicaConfig {
+                local_id,
+                min_insync_replicas,
+                lag_time_max_ms: LAG_MS,
+            };
+            Self {
+                replica: ReplicaState::new(config, 0, 0, 0),
+                now_ms: 1_000_000,
+                next_waiter: 0,
+                acks: BTreeMap::new(),
+                proposals: Vec::new(),
+                high_watermarks: Vec::new(),
+            }
+        }
+
+        /// A single node as the broker runs today.
+        fn single_node() -> Self {
+            let mut h = Self::new(1, 1);
+            h.lead(0, &[1], &[1]);
+            h
+        }
+
+        /// Node 1 leading replicas 1, 2, 3.
+        fn three(min_insync_replicas: usize) -> Self {
+            let mut h = Self::new(1, min_insync_replicas);
+            h.lead(0, &[1, 2, 3], &[1, 2, 3]);
+            h
+        }
+
+        fn absorb(&mut self, actions: Vec<Action>) {
+            for action in actions {
+                match action {
+                    Action::HighWatermarkAdvanced { high_watermark } => {
+                        assert_eq!(high_watermark, self.replica.high_watermark());
+                        self.high_watermarks.push(high_watermark)
+                    }
+                    Action::CompleteAcks { waiter, error_code } => {
+                        assert!(
+                            self.acks.insert(waiter, error_code).is_none(),
+                            "answered twice"
+                        );
+                    }
+                    Action::ProposeIsr(proposal) => self.proposals.push(proposal),
+                }
+            }
+        }
+
+        fn lead(&mut self, epoch: i32, replicas: &[NodeId], isr: &[NodeId]) {
+            let mut actions = Vec::new();
+            let assignment = Assignment {
+                leader_epoch: epoch,
+                partition_epoch: epoch,
+                replicas: replicas.to_vec(),
+                isr: isr.to_vec(),
+            };
+            self.replica
+                .become_leader(assignment, self.now_ms, &mut actions)
+                .expect("leadership accepted");
+            self.absorb(actions);
+        }
+
+        fn append(&mut self, records: u64) -> u64 {
+            let mut actions = Vec::new();
+            let end = self.replica.log_end_offset() + records;
+            self.replica.local_append(end, &mut actions);
+            self.absorb(actions);
+            end - 1
+        }
+
+        fn durable(&mut self, offset: u64) {
+            let mut actions = Vec::new();
+            self.replica.local_durable(offset, &mut actions);
+            self.absorb(actions);
+        }
+
+        /// An `acks=all` produce of `records`, durable or not yet.
+        fn produce_all(&mut self, records: u64, durable: bool) -> WaiterId {
+            self.replica.admit_produce(-1).expect("admitted");
+            let last = self.append(records);
+            if durable {
+                self.durable(last + 1);
+            }
+            self.next_waiter += 1;
+            let mut actions = Vec::new();
+            self.replica
+                .await_acks(self.next_waiter, last, &mut actions);
+            self.absorb(actions);
+            self.next_waiter
+        }
+
+        fn fetch(&mut self, id: NodeId, offset: u64) -> Result<(), i16> {
+            let mut actions = Vec::new();
+            let epoch = self.replica.leader_epoch();
+            let result = self
+                .replica
+                .follower_fetch(id, epoch, offset, self.now_ms, &mut actions);
+            self.absorb(actions);
+            result
+        }
+
+        fn tick(&mut self, advance_ms: u64) {
+            self.now_ms += advance_ms;
+            let mut actions = Vec::new();
+            self.replica.tick(self.now_ms, &mut actions);
+            self.absorb(actions);
+        }
+
+        /// Commits the last proposal as the controller would.
+        fn commit_proposal(&mut self) {
+            let proposal = self.proposals.last().cloned().expect("a proposal");
+            let mut actions = Vec::new();
+            self.replica
+                .isr_committed(proposal.partition_epoch + 1, proposal.isr, &mut actions)
+                .expect("committed");
+            self.absorb(actions);
+        }
+
+        fn hw(&self) -> u64 {
+            self.replica.high_watermark()
+        }
+    }
+
+    #[test]
+    fn single_node_high_watermark_is_the_log_end() {
+        let mut h = Harness::single_node();
+        assert_eq!(h.replica.leader_epoch(), 0);
+        assert_eq!(h.replica.isr(), vec![1]);
+        h.append(5);
+        assert_eq!(h.hw(), 5, "visible once appended, synced or not");
+        h.append(3);
+        assert_eq!(h.hw(), 8);
+        assert_eq!(h.high_watermarks, vec![5, 8]);
+    }
+
+    #[test]
+    fn single_node_acks_all_answers_when_durable() {
+        let mut h = Harness::single_node();
+        let waiter = h.produce_all(4, false);
+        assert_eq!(h.acks.get(&waiter), None, "not durable yet");
+        assert_eq!(h.hw(), 4);
+        h.durable(2);
+        assert_eq!(h.acks.get(&waiter), None, "durable only in part");
+        h.durable(4);
+        assert_eq!(h.acks.get(&waiter), Some(&errors::NONE));
+        let at_once = h.produce_all(1, true);
+        assert_eq!(h.acks.get(&at_once), Some(&errors::NONE));
+        assert_eq!(h.replica.waiter_count(), 0);
+    }
+
+    #[test]
+    fn single_node_never_refuses_or_proposes() {
+        let mut h = Harness::single_node();
+        for _ in 0..10 {
+            h.produce_all(1, true);
+            h.tick(LAG_MS * 2);
+        }
+        assert!(h.proposals.is_empty());
+        assert!(h.acks.values().all(|&code| code == errors::NONE));
+    }
+
+    #[test]
+    fn three_replicas_high_watermark_is_the_least_isr_log_end() {
+        let mut h = Harness::three(2);
+        h.append(10);
+        assert_eq!(h.hw(), 0, "followers' log ends unknown");
+        h.fetch(2, 6).unwrap();
+        assert_eq!(h.hw(), 0, "follower 3 still unknown");
+        h.fetch(3, 4).unwrap();
+        assert_eq!(h.hw(), 4);
+        h.fetch(3, 10).unwrap();
+        assert_eq!(h.hw(), 6);
+        h.fetch(2, 10).unwrap();
+        assert_eq!(h.hw(), 10);
+        assert_eq!(h.high_watermarks, vec![4, 6, 10]);
+    }
+
+    #[test]
+    fn acks_all_waits_for_every_isr_member() {
+        let mut h = Harness::three(2);
+        let waiter = h.produce_all(3, true);
+        h.fetch(2, 3).unwrap();
+        assert_eq!(h.acks.get(&waiter), None, "follower 3 has not fetched");
+        h.fetch(3, 3).unwrap();
+        assert_eq!(h.acks.get(&waiter), Some(&errors::NONE));
+    }
+
+    #[test]
+    fn acks_all_waits_for_the_leader_to_be_durable() {
+        let mut h = Harness::three(2);
+        let waiter = h.produce_all(3, false);
+        h.fetch(2, 3).unwrap();
+        h.fetch(3, 3).unwrap();
+        assert_eq!(h.hw(), 3);
+        assert_eq!(h.acks.get(&waiter), None);
+        h.durable(3);
+        assert_eq!(h.acks.get(&waiter), Some(&errors::NONE));
+    }
+
+    #[test]
+    fn lagging_follower_leaves_the_isr_after_the_lag_time() {
+        let mut h = Harness::three(2);
+        let waiter = h.produce_all(5, true);
+        h.fetch(2, 5).unwrap();
+        h.fetch(3, 0).unwrap();
+        h.tick(LAG_MS);
+        assert!(h.proposals.is_empty(), "not past the lag time yet");
+        h.fetch(2, 5).unwrap();
+        h.tick(1);
+        assert_eq!(
+            h.proposals,
+            vec![IsrProposal {
+                leader_epoch: 0,
+                partition_epoch: 0,
+                isr: vec![1, 2],
+            }]
+        );
+        assert_eq!(h.acks.get(&waiter), None, "still held until committed");
+        h.tick(LAG_MS);
+        assert_eq!(h.proposals.len(), 1, "one proposal in flight");
+        h.commit_proposal();
+        assert_eq!(h.replica.isr(), vec![1, 2]);
+        assert_eq!(h.replica.partition_epoch(), 1);
+        assert_eq!(h.hw(), 5);
+        assert_eq!(h.acks.get(&waiter), Some(&errors::NONE));
+    }
+
+    #[test]
+    fn follower_keeping_up_with_steady_appends_stays_in_the_isr() {
+        let mut h = Harness::three(2);
+        h.fetch(3, 0).unwrap();
+        for _ in 0..100 {
+            h.append(1);
+            h.fetch(2, h.replica.log_end_offset()).unwrap();
+            // Always one append behind, but at the previous fetch's end.
+            h.fetch(3, h.replica.log_end_offset() - 1).unwrap();
+            h.tick(LAG_MS / 10);
+        }
+        assert!(h.proposals.is_empty(), "{:?}", h.proposals);
+    }
+
+    #[test]
+    fn follower_rejoins_the_isr_when_it_reaches_the_high_watermark() {
+        let mut h = Harness::three(2);
+        h.append(4);
+        h.tick(LAG_MS);
+        h.fetch(2, 4).unwrap();
+        h.tick(1);
+        h.commit_proposal();
+        assert_eq!(h.replica.isr(), vec![1, 2]);
+        assert_eq!(h.hw(), 4);
+        h.fetch(3, 2).unwrap();
+        assert_eq!(h.proposals.len(), 1, "below the high watermark");
+        h.fetch(3, 4).unwrap();
+        assert_eq!(h.proposals.len(), 2);
+        assert_eq!(h.proposals[1].isr, vec![1, 2, 3]);
+        assert_eq!(h.proposals[1].partition_epoch, 1);
+        // Proposed members count for the high watermark at once.
+        h.append(2);
+        h.fetch(2, 6).unwrap();
+        assert_eq!(h.hw(), 4, "follower 3 is at 4");
+        h.commit_proposal();
+        assert_eq!(h.replica.isr(), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn produce_is_refused_below_min_insync_replicas() {
+        let mut h = Harness::new(1, 2);
+        h.lead(0, &[1, 2], &[1]);
+        assert_eq!(
+            h.replica.admit_produce(-1),
+            Err(errors::NOT_ENOUGH_REPLICAS)
+        );
+        assert_eq!(h.replica.admit_produce(1), Ok(()));
+        assert_eq!(h.replica.admit_produce(0), Ok(()));
+    }
+
+    #[test]
+    fn isr_shrinking_under_a_waiter_answers_not_enough_replicas_after_append() {
+        let mut h = Harness::new(1, 2);
+        h.lead(0, &[1, 2], &[1, 2]);
+        let waiter = h.produce_all(2, true);
+        h.tick(LAG_MS + 1);
+        h.commit_proposal();
+        assert_eq!(h.replica.isr(), vec![1]);
+        assert_eq!(
+            h.acks.get(&waiter),
+            Some(&errors::NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+        );
+        assert_eq!(
+            h.replica.admit_produce(-1),
+            Err(errors::NOT_ENOUGH_REPLICAS)
+        );
+    }
+
+    #[test]
+    fn losing_leadership_fails_parked_produces() {
+        let mut h = Harness::three(2);
+        let waiter = h.produce_all(2, true);
+        let mut actions = Vec::new();
+        let assignment = Assignment {
+            leader_epoch: 1,
+            partition_epoch: 1,
+            replicas: vec![1, 2, 3],
+            isr: vec![1, 2, 3],
+        };
+        h.replica
+            .become_follower(2, assignment, &mut actions)
+            .unwrap();
+        h.absorb(actions);
+        assert_eq!(h.acks.get(&waiter), Some(&errors::NOT_LEADER_OR_FOLLOWER));
+        assert_eq!(h.replica.role(), Role::Follower { leader_id: 2 });
+        assert_eq!(
+            h.replica.admit_produce(1),
+            Err(errors::NOT_LEADER_OR_FOLLOWER)
+        );
+        assert_eq!(h.fetch(3, 0), Err(errors::NOT_LEADER_OR_FOLLOWER));
+    }
+
+    #[test]
+    fn follower_high_watermark_follows_the_leader_within_its_log() {
+        let mut h = Harness::new(2, 1);
+        let mut actions = Vec::new();
+        let assignment = Assignment {
+            leader_epoch: 3,
+            partition_epoch: 3,
+            replicas: vec![1, 2],
+            isr: vec![1, 2],
+        };
+        h.replica
+            .become_follower(1, assignment, &mut actions)
+            .unwrap();
+        h.append(5);
+        h.replica.leader_high_watermark(9, &mut actions);
+        assert_eq!(h.hw(), 5, "not past the local log end");
+        h.replica.leader_high_watermark(2, &mut actions);
+        assert_eq!(h.hw(), 5, "never back");
+    }
+
+    #[test]
+    fn stale_epochs_and_bad_fetches_are_refused() {
+        let mut h = Harness::three(2);
+        h.lead(2, &[1, 2, 3], &[1, 2, 3]);
+        let mut actions = Vec::new();
+        let old = Assignment {
+            leader_epoch: 1,
+            partition_epoch: 1,
+            replicas: vec![1, 2, 3],
+            isr: vec![1, 2, 3],
+        };
+        assert_eq!(
+            h.replica.become_leader(old, h.now_ms, &mut actions),
+            Err(errors::FENCED_LEADER_EPOCH)
+        );
+        h.append(2);
+        let now = h.now_ms;
+        assert_eq!(
+            h.replica.follower_fetch(2, 1, 0, now, &mut actions),
+            Err(errors::FENCED_LEADER_EPOCH)
+        );
+        assert_eq!(
+            h.replica.follower_fetch(2, 3, 0, now, &mut actions),
+            Err(errors::UNKNOWN_LEADER_EPOCH)
+        );
+        assert_eq!(h.fetch(2, 3), Err(errors::OFFSET_OUT_OF_RANGE));
+        assert_eq!(h.fetch(9, 0), Err(errors::NOT_LEADER_OR_FOLLOWER));
+        assert_eq!(
+            h.replica.isr_committed(1, vec![1], &mut actions),
+            Err(errors::FENCED_LEADER_EPOCH)
+        );
+        assert_eq!(
+            h.replica.isr_committed(5, vec![2, 3], &mut actions),
+            Err(errors::INVALID_REQUEST),
+            "the leader stays in its ISR"
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "log end offset moved back")]
+    fn log_end_moving_back_is_refused_loudly() {
+        let mut h = Harness::single_node();
+        h.append(3);
+        let mut actions = Vec::new();
+        h.replica.local_append(1, &mut actions);
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        #[derive(Debug, Clone)]
+        enum Input {
+            Append(u64),
+            Durable,
+            Fetch { id: NodeId, behind: u64 },
+            Tick(u64),
+            Produce { records: u64 },
+            Commit,
+            LeaderChange { followers_lead: bool },
+        }
+
+        fn input() -> impl Strategy<Value = Input> {
+            prop_oneof![
+                (1u64..5).prop_map(Input::Append),
+                Just(Input::Durable),
+                (2..4, 0u64..6).prop_map(|(id, behind)| Input::Fetch { id, behind }),
+                (0u64..20_000).prop_map(Input::Tick),
+                (1u64..4).prop_map(|records| Input::Produce { records }),
+                Just(Input::Commit),
+                any::<bool>().prop_map(|followers_lead| Input::LeaderChange { followers_lead }),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+            #[test]
+            fn invariants_hold_over_any_input_sequence(
+                min_insync in 1usize..4,
+                inputs in proptest::collection::vec(input(), 1..200),
+            ) {
+                let mut h = Harness::new(1, min_insync);
+                h.lead(0, &[1, 2, 3], &[1, 2, 3]);
+                let mut epoch = 0;
+                let mut parked = BTreeMap::new();
+                let mut last_hw = h.hw();
+                for input in inputs {
+                    match input {
+                        Input::Append(records) => {
+                            h.append(records);
+                        }
+                        Input::Durable => {
+                            let end = h.replica.log_end_offset();
+                            h.durable(end);
+                        }
+                        Input::Fetch { id, behind } => {
+                            if h.replica.role() == Role::Leader {
+                                let offset = h.replica.log_end_offset().saturating_sub(behind);
+                                h.fetch(id, offset).unwrap();
+                            }
+                        }
+                        Input::Tick(ms) => h.tick(ms),
+                        Input::Produce { records } => {
+                            if h.replica.admit_produce(-1).is_ok() {
+                                let waiter = h.produce_all(records, false);
+                                parked.insert(waiter, h.replica.log_end_offset() - 1);
+                            }
+                        }
+                        Input::Commit => {
+                            if let Some(proposal) = h.replica.pending_isr().cloned() {
+                                let mut actions = Vec::new();
+                                h.replica
+                                    .isr_committed(proposal.partition_epoch + 1, proposal.isr, &mut actions)
+                                    .unwrap();
+                                h.absorb(actions);
+                            }
+                        }
+                        Input::LeaderChange { followers_lead } => {
+                            epoch = epoch.max(h.replica.partition_epoch()) + 1;
+                            let assignment = Assignment {
+                                leader_epoch: epoch,
+                                partition_epoch: epoch,
+                                replicas: vec![1, 2, 3],
+                                isr: vec![1, 2, 3],
+                            };
+                            let mut actions = Vec::new();
+                            if followers_lead {
+                                h.replica.become_follower(2, assignment, &mut actions).unwrap();
+                            } else {
+                                h.replica.become_leader(assignment, h.now_ms, &mut actions).unwrap();
+                            }
+                            h.absorb(actions);
+                        }
+                    }
+                    let hw = h.hw();
+                    prop_assert!(hw >= last_hw, "high watermark moved back");
+                    prop_assert!(hw <= h.replica.log_end_offset());
+                    if hw > last_hw && h.replica.role() == Role::Leader {
+                        // It only advances to what every ISR member has.
+                        for id in h.replica.isr().into_iter().filter(|&id| id != 1) {
+                            let end = h.replica.follower_log_end_offset(id);
+                            prop_assert!(end.is_some_and(|end| hw <= end), "high watermark {hw} past member {id} at {end:?}");
+                        }
+                    }
+                    // A waiter answered NONE had its batch below the high
+                    // watermark and durable.
+                    for (waiter, code) in &h.acks {
+                        if let Some(last) = parked.remove(waiter) {
+                            if *code == errors::NONE {
+                                prop_assert!(last < hw && last < h.replica.durable_offset());
+                            }
+                        }
+                    }
+                    last_hw = hw;
+                }
+            }
+        }
+    }
+}
