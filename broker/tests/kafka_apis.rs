@@ -13,7 +13,7 @@ use common::{raw, run_python, Broker};
 use protocol::kafka_protocol::messages::describe_topic_partitions_request::{Cursor, TopicRequest};
 use protocol::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use protocol::kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, DescribeClusterRequest,
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, DescribeClusterRequest,
     DescribeClusterResponse, DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse,
     ListConfigResourcesRequest, ListConfigResourcesResponse, MetadataRequest, MetadataResponse,
     TopicName,
@@ -670,4 +670,111 @@ fn a_created_topic_is_served_on_every_core_as_soon_as_create_topics_answers() {
             );
         }
     }
+}
+
+/// Metadata at every version and DescribeTopicPartitions report each
+/// partition's leader, leader epoch, replicas and ISR from the metadata
+/// image — here of a data dir whose metadata log was written before those
+/// were recorded (`tests/fixtures/metadata-before-partition-state.log`:
+/// topics `manual`, 2 partitions, and `orders`, 5): it opens, and every
+/// partition is led by this node at epoch 0.
+#[test]
+fn metadata_reports_leader_epoch_replicas_and_isr_of_an_older_data_dir() {
+    let temp = tempfile::tempdir().unwrap();
+    let data_dir = temp.path().join("data");
+    std::fs::create_dir_all(data_dir.join("__metadata")).unwrap();
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/metadata-before-partition-state.log"
+        ),
+        data_dir.join("__metadata").join("metadata.log"),
+    )
+    .unwrap();
+    let broker = Broker::start_in(&data_dir, &temp.path().join("strom.log"), &[]);
+    let mut stream = raw::connect(&broker);
+    let expected = vec![
+        ("manual".to_string(), vec![(0, 0, 0, vec![0], vec![0]); 2]),
+        ("orders".to_string(), vec![(0, 0, 0, vec![0], vec![0]); 5]),
+    ];
+    type Seen = Vec<(String, Vec<(i32, i32, i32, Vec<i32>, Vec<i32>)>)>;
+    for version in 0..=13 {
+        let response: MetadataResponse = raw::call(
+            &mut stream,
+            ApiKey::Metadata,
+            version,
+            version.into(),
+            "metadata",
+            &MetadataRequest::default().with_topics(if version == 0 {
+                Some(Vec::new())
+            } else {
+                None
+            }),
+        );
+        let mut seen: Seen = response
+            .topics
+            .iter()
+            .map(|t| {
+                let partitions = t
+                    .partitions
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| {
+                        assert_eq!(p.partition_index, i as i32);
+                        assert!(p.offline_replicas.is_empty(), "{p:?}");
+                        // The field exists from v7 on.
+                        let epoch = if version >= 7 { p.leader_epoch } else { 0 };
+                        let ids = |ids: &[BrokerId]| ids.iter().map(|id| id.0).collect::<Vec<_>>();
+                        (
+                            p.error_code.into(),
+                            p.leader_id.0,
+                            epoch,
+                            ids(&p.replica_nodes),
+                            ids(&p.isr_nodes),
+                        )
+                    })
+                    .collect();
+                (
+                    t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default(),
+                    partitions,
+                )
+            })
+            .collect();
+        seen.sort();
+        assert_eq!(seen, expected, "Metadata v{version}");
+    }
+    let response: DescribeTopicPartitionsResponse = raw::call(
+        &mut stream,
+        ApiKey::DescribeTopicPartitions,
+        0,
+        20,
+        "dtp",
+        &DescribeTopicPartitionsRequest::default().with_response_partition_limit(100),
+    );
+    let seen: Seen = response
+        .topics
+        .iter()
+        .map(|t| {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    assert!(p.offline_replicas.is_empty(), "{p:?}");
+                    let ids = |ids: &[BrokerId]| ids.iter().map(|id| id.0).collect::<Vec<_>>();
+                    (
+                        p.error_code.into(),
+                        p.leader_id.0,
+                        p.leader_epoch,
+                        ids(&p.replica_nodes),
+                        ids(&p.isr_nodes),
+                    )
+                })
+                .collect();
+            (
+                t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default(),
+                partitions,
+            )
+        })
+        .collect();
+    assert_eq!(seen, expected, "DescribeTopicPartitions");
 }
