@@ -180,3 +180,85 @@ fn repair_hint(error: &storage::StorageError) -> String {
         _ => String::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::metadata::testing::MemoryMetadataLog;
+    use crate::metadata::{
+        MetadataRecord, MetadataStore, MetadataWriter, PartitionState, TopicMeta,
+    };
+
+    fn topic(name: &str, cores: &[u32]) -> MetadataRecord {
+        MetadataRecord::TopicCreated(TopicMeta {
+            name: name.to_string(),
+            topic_id: 1,
+            partition_cores: cores.to_vec(),
+            configs: BTreeMap::new(),
+            partitions: cores.iter().map(|_| PartitionState::new(vec![0])).collect(),
+        })
+    }
+
+    fn open_names(shard: &Shard) -> Vec<String> {
+        let mut names: Vec<String> = shard
+            .partitions
+            .borrow()
+            .iter()
+            .flat_map(|(name, by_index)| by_index.keys().map(move |i| format!("{name}-{i}")))
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Core 1 of 2: it opens only the partitions placed on it, never one
+    /// twice, deletes the data of a deleted topic's partitions, and only
+    /// closes (keeps the directory of) what a withdrawn change opened.
+    #[test]
+    fn a_core_opens_what_it_owns_and_removes_what_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut flags = crate::config::flags_with(&[]);
+        flags.data_dir = Some(dir.path().to_path_buf());
+        flags.cores = Some("2".to_string());
+        let config = Arc::new(crate::config::load(&flags).unwrap());
+        let data_dir = dir.path().to_path_buf();
+        glommio::LocalExecutorBuilder::default()
+            .spawn(move || async move {
+                let writer = MetadataWriter::start(Box::new(MemoryMetadataLog::default())).unwrap();
+                let store = Arc::new(MetadataStore::new(writer, MetadataImage::new(0)));
+                let shard = Shard::new(1, 2, config, store);
+                let created =
+                    MetadataImage::new(0).with(&[topic("a", &[0, 1, 1]), topic("b", &[1])]);
+                assert_eq!(open_missing(&shard, &created).await.unwrap(), 3);
+                assert_eq!(open_missing(&shard, &created).await.unwrap(), 0);
+                assert_eq!(open_names(&shard), vec!["a-1", "a-2", "b-0"]);
+                install(&shard, &created);
+                assert_eq!(remove_gone(&shard, Removal::Delete).await, 0);
+
+                let deleted = created.with(&[MetadataRecord::TopicDeleted {
+                    name: "a".to_string(),
+                }]);
+                install(&shard, &deleted);
+                assert_eq!(remove_gone(&shard, Removal::Delete).await, 2);
+                assert_eq!(open_names(&shard), vec!["b-0"]);
+                assert!(
+                    !data_dir.join("a-1").exists(),
+                    "a deleted topic's data goes"
+                );
+
+                let proposed = deleted.with(&[topic("c", &[1])]);
+                assert_eq!(open_missing(&shard, &proposed).await.unwrap(), 1);
+                assert_eq!(remove_gone(&shard, Removal::Close).await, 1);
+                assert_eq!(open_names(&shard), vec!["b-0"]);
+                assert!(
+                    data_dir.join("c-0").exists(),
+                    "a withdrawn change's directory stays"
+                );
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+}
