@@ -1,7 +1,9 @@
-//! The controller: the only writer of the metadata log. It runs on core 0
-//! (other cores hop there), validates a change, opens or removes the
-//! partitions on their owning cores, then commits the change so every core
-//! sees it. One change at a time, under `Shard::controller_lock`.
+//! The controller's front end: the only writer of the metadata log. It
+//! runs on core 0 (other cores hop there), validates a change (CreateTopics,
+//! DeleteTopics, CreatePartitions, config changes, producer id blocks) and
+//! proposes its records ([`propose`]); the back end on every core (the
+//! `reconciler`) makes that core's partitions and image match. One change
+//! at a time, under `Shard::controller_lock`.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -12,9 +14,9 @@ use crate::errors;
 use crate::limits::{PRODUCER_ID_BLOCK, TOPIC_PARTITIONS_MAX};
 use crate::metadata::{
     is_internal_topic, place_partitions, topic_id_from, validate_topic_name, MetadataImage,
-    MetadataRecord, TopicMeta,
+    MetadataRecord, PartitionState, TopicMeta,
 };
-use crate::partition::Partition;
+use crate::reconciler::{self, Removal};
 use crate::shard::Shard;
 use crate::topic_config;
 
@@ -52,23 +54,14 @@ impl Refusal {
 
 pub type Outcome = Result<(), Refusal>;
 
-/// Opens partitions `first..first + cores.len()` of `topic` on their owners.
-async fn open_partitions(
-    shard: &Rc<Shard>,
-    topic: &str,
-    first: i32,
-    cores: &[u32],
-    configs: &BTreeMap<String, String>,
-) -> Outcome {
-    let effective = crate::dynamic_config::topic_defaults(&shard.config, &shard.metadata.image())
-        .effective(configs);
-    for (offset, &core) in cores.iter().enumerate() {
-        let index = first + offset as i32;
-        let dir = shard.config.data_dir.join(format!("{topic}-{index}"));
+/// Warns of each new partition `first..first + count` of `topic` whose
+/// directory already holds data: left from a topic the metadata lost (or
+/// deleted while the broker was down), it is served as this partition's
+/// log from now on, so the operator must hear of it.
+fn warn_adopted_dirs(controller: &Shard, topic: &str, first: i32, count: usize) {
+    for index in first..first + count as i32 {
+        let dir = controller.config.data_dir.join(format!("{topic}-{index}"));
         if crate::metadata::partition_dir_holds_data(&dir) {
-            // Left from a topic the metadata lost (or deleted while the
-            // broker was down): served as this partition's log from now
-            // on, so the operator must hear of it.
             tracing::warn!(
                 dir = %dir.display(),
                 topic = %topic,
@@ -76,57 +69,82 @@ async fn open_partitions(
                 "a new partition takes over a directory that already holds data"
             );
         }
-        let topic_name = topic.to_string();
-        let effective = effective.clone();
-        let result = shard
-            .run_on(core as usize % shard.cores, move |owner| async move {
-                let partition = Partition::open(
-                    &owner.config.data_dir,
-                    &topic_name,
-                    index,
-                    &effective,
-                    owner.config.producer_id_expiration_ms,
-                    owner.config.node_id,
-                )
-                .await
-                .map_err(|e| e.to_string())?;
-                owner
-                    .partitions
-                    .borrow_mut()
-                    .entry(topic_name)
-                    .or_default()
-                    .insert(index, partition);
-                Ok::<(), String>(())
-            })
-            .await;
-        if let Err(message) = result {
-            tracing::error!(topic = %topic, partition = index, error = %message, "opening partition failed");
-            return Err(Refusal::new(errors::KAFKA_STORAGE_ERROR, message));
-        }
+    }
+}
+
+/// Runs `step` on every core in turn, stopping at the first error.
+async fn on_every_core<E, F, Fut>(controller: &Rc<Shard>, step: F) -> Result<(), E>
+where
+    E: Send + 'static,
+    F: Fn(Rc<Shard>) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Result<(), E>> + 'static,
+{
+    for core in 0..controller.cores {
+        controller.run_on(core, step.clone()).await?;
     }
     Ok(())
 }
 
-/// Removes partitions of `topic` from their owners and deletes their data.
-async fn delete_partitions(shard: &Rc<Shard>, topic: &str, cores: &[u32]) {
-    let mut owners: Vec<usize> = cores.iter().map(|&c| c as usize % shard.cores).collect();
-    owners.sort_unstable();
-    owners.dedup();
-    for core in owners {
-        let topic_name = topic.to_string();
-        shard
-            .run_on(core, move |owner| async move {
-                let removed = owner.partitions.borrow_mut().remove(&topic_name);
-                for (_, partition) in removed.into_iter().flatten() {
-                    crate::metrics::add_log_counters(
-                        &mut owner.retired_logs.borrow_mut(),
-                        &partition.log().stats(),
-                    );
-                    partition.delete().await;
-                }
-            })
-            .await;
+/// Makes `records` the next change of the metadata, everywhere, before
+/// returning: every core first opens the partitions it owns in the
+/// proposed image (a core that cannot refuses the change, and nothing of
+/// it stays), the log makes the records durable, every core installs the
+/// committed image, and last every core deletes the partitions the change
+/// removed. Opening before the commit keeps a topic that cannot be opened
+/// out of the metadata; installing everywhere before any delete keeps a
+/// core from routing to a partition already gone.
+async fn propose(
+    controller: &Rc<Shard>,
+    records: Vec<MetadataRecord>,
+) -> Result<Arc<MetadataImage>, Refusal> {
+    let store = controller.metadata.store().clone();
+    let proposed = Arc::new(store.image().with(&records));
+    let opened = on_every_core(controller, move |shard| {
+        let proposed = proposed.clone();
+        async move {
+            reconciler::open_missing(&shard, &proposed)
+                .await
+                .map(|_| ())
+        }
+    })
+    .await;
+    if let Err(failure) = opened {
+        tracing::error!(%failure, "a change's partitions cannot be opened; it is refused");
+        withdraw(controller).await;
+        return Err(Refusal::new(errors::KAFKA_STORAGE_ERROR, failure.message));
     }
+    let image = match store.commit(records).await {
+        Ok(image) => image,
+        Err(error) => {
+            tracing::error!(%error, "metadata log append failed");
+            withdraw(controller).await;
+            return Err(Refusal::new(errors::KAFKA_STORAGE_ERROR, error.to_string()));
+        }
+    };
+    let installed = image.clone();
+    let _ = on_every_core(controller, move |shard| {
+        let image = installed.clone();
+        async move {
+            reconciler::install(&shard, &image);
+            Ok::<(), ()>(())
+        }
+    })
+    .await;
+    let _ = on_every_core(controller, |shard| async move {
+        reconciler::remove_gone(&shard, Removal::Delete).await;
+        Ok::<(), ()>(())
+    })
+    .await;
+    Ok(image)
+}
+
+/// Closes, on every core, the partitions a refused change opened.
+async fn withdraw(controller: &Rc<Shard>) {
+    let _ = on_every_core(controller, |shard| async move {
+        reconciler::remove_gone(&shard, Removal::Close).await;
+        Ok::<(), ()>(())
+    })
+    .await;
 }
 
 /// Checks one partition's manual replica list as Kafka does: not empty,
@@ -284,7 +302,7 @@ async fn create_topic(
 ) -> Outcome {
     validate_topic_name(&spec.name)
         .map_err(|m| Refusal::new(errors::INVALID_TOPIC_EXCEPTION, m))?;
-    let image = controller.metadata.image();
+    let image = controller.metadata.store().image();
     if image.topics.contains_key(&spec.name) {
         return Err(Refusal::new(
             errors::TOPIC_ALREADY_EXISTS,
@@ -323,7 +341,6 @@ async fn create_topic(
     }
     let mut counts = image.partitions_per_core(controller.cores);
     let cores = place_partitions(&mut counts, partitions as usize);
-    open_partitions(controller, &spec.name, 0, &cores, &spec.configs).await?;
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -332,18 +349,12 @@ async fn create_topic(
     let topic = TopicMeta {
         name: spec.name.clone(),
         topic_id: topic_id_from(seed ^ (spec.name.len() as u128) << 100),
-        partition_cores: cores.clone(),
+        partition_cores: cores,
         configs: spec.configs,
-        replicas,
+        partitions: replicas.into_iter().map(PartitionState::new).collect(),
     };
-    if let Err(error) = controller
-        .metadata
-        .commit(&[MetadataRecord::TopicCreated(topic)])
-    {
-        tracing::error!(%error, "metadata log append failed");
-        delete_partitions(controller, &spec.name, &cores).await;
-        return Err(Refusal::new(errors::KAFKA_STORAGE_ERROR, error.to_string()));
-    }
+    warn_adopted_dirs(controller, &spec.name, 0, partitions as usize);
+    propose(controller, vec![MetadataRecord::TopicCreated(topic)]).await?;
     tracing::info!(topic = %spec.name, partitions, "topic created");
     Ok(())
 }
@@ -367,14 +378,13 @@ async fn delete_topic(controller: &Rc<Shard>, name: String) -> Outcome {
             "delete.topic.enable is false",
         ));
     }
-    let image = controller.metadata.image();
-    let topic = existing_topic(&image, &name)?;
+    existing_topic(&controller.metadata.store().image(), &name)?;
     refuse_internal(&name, "deleted")?;
-    controller
-        .metadata
-        .commit(&[MetadataRecord::TopicDeleted { name: name.clone() }])
-        .map_err(|e| Refusal::new(errors::KAFKA_STORAGE_ERROR, e.to_string()))?;
-    delete_partitions(controller, &name, &topic.partition_cores).await;
+    propose(
+        controller,
+        vec![MetadataRecord::TopicDeleted { name: name.clone() }],
+    )
+    .await?;
     tracing::info!(topic = %name, "topic deleted");
     Ok(())
 }
@@ -389,7 +399,7 @@ pub async fn create_partitions(
     validate_only: bool,
 ) -> Outcome {
     on_controller(shard, move |controller| async move {
-        let image = controller.metadata.image();
+        let image = controller.metadata.store().image();
         let topic = existing_topic(&image, &name)?;
         refuse_internal(&name, "repartitioned")?;
         let current = topic.partition_cores.len() as i32;
@@ -407,7 +417,7 @@ pub async fn create_partitions(
                 if assignments.len() != added {
                     return Err(Refusal::new(errors::INVALID_REPLICA_ASSIGNMENT, format!("{added} partitions are added but the manual assignment lists {}", assignments.len())));
                 }
-                let replication_factor = topic.replicas(0, node_id).len();
+                let replication_factor = topic.partition(0).map_or(1, |p| p.replicas.len());
                 for replicas in &assignments {
                     check_replicas(replicas, &[node_id], Some(replication_factor))?;
                 }
@@ -419,11 +429,9 @@ pub async fn create_partitions(
         }
         let mut counts = image.partitions_per_core(controller.cores);
         let cores = place_partitions(&mut counts, added);
-        open_partitions(&controller, &name, current, &cores, &topic.configs).await?;
-        controller
-            .metadata
-            .commit(&[MetadataRecord::PartitionsAdded { name: name.clone(), cores, replicas }])
-            .map_err(|e| Refusal::new(errors::KAFKA_STORAGE_ERROR, e.to_string()))?;
+        warn_adopted_dirs(&controller, &name, current, added);
+        let partitions = replicas.into_iter().map(PartitionState::new).collect();
+        propose(&controller, vec![MetadataRecord::PartitionsAdded { name: name.clone(), cores, partitions }]).await?;
         tracing::info!(topic = %name, partitions = count, "partitions added");
         Ok(())
     })
@@ -438,58 +446,24 @@ pub async fn set_topic_configs(
     validate_only: bool,
 ) -> Outcome {
     on_controller(shard, move |controller| async move {
-        let image = controller.metadata.image();
-        let topic = existing_topic(&image, &name)?;
+        existing_topic(&controller.metadata.store().image(), &name)?;
         check_configs(&configs)?;
         if validate_only {
             return Ok(());
         }
-        controller
-            .metadata
-            .commit(&[MetadataRecord::TopicConfigsSet {
+        // The reconciler gives the open partitions their new settings.
+        propose(
+            &controller,
+            vec![MetadataRecord::TopicConfigsSet {
                 name: name.clone(),
-                configs: configs.clone(),
-            }])
-            .map_err(|e| Refusal::new(errors::KAFKA_STORAGE_ERROR, e.to_string()))?;
-        let defaults =
-            crate::dynamic_config::topic_defaults(&controller.config, &controller.metadata.image());
-        apply_effective(&controller, &topic, defaults.effective(&configs)).await;
+                configs,
+            }],
+        )
+        .await?;
         tracing::info!(topic = %name, "topic configs changed");
         Ok(())
     })
     .await
-}
-
-/// Applies `effective` to every partition of `topic`, on their owners.
-async fn apply_effective(
-    controller: &Rc<Shard>,
-    topic: &TopicMeta,
-    effective: crate::topic_config::EffectiveConfig,
-) {
-    let mut owners: Vec<usize> = topic
-        .partition_cores
-        .iter()
-        .map(|&c| c as usize % controller.cores)
-        .collect();
-    owners.sort_unstable();
-    owners.dedup();
-    for core in owners {
-        let effective = effective.clone();
-        let name = topic.name.clone();
-        controller
-            .run_on(core, move |owner| async move {
-                for partition in owner
-                    .partitions
-                    .borrow()
-                    .get(&name)
-                    .into_iter()
-                    .flat_map(|p| p.values())
-                {
-                    partition.apply_config(&effective);
-                }
-            })
-            .await;
-    }
 }
 
 /// Replaces the dynamic settings of a broker resource (`""`: the
@@ -516,17 +490,15 @@ pub async fn set_broker_configs(
         if validate_only {
             return Ok(());
         }
-        let image = controller
-            .metadata
-            .commit(&[MetadataRecord::BrokerConfigsSet {
+        // The reconciler gives every open partition its new settings.
+        propose(
+            &controller,
+            vec![MetadataRecord::BrokerConfigsSet {
                 resource: resource.clone(),
                 configs,
-            }])
-            .map_err(|e| Refusal::new(errors::KAFKA_STORAGE_ERROR, e.to_string()))?;
-        let defaults = crate::dynamic_config::topic_defaults(&controller.config, &image);
-        for topic in image.topics.values() {
-            apply_effective(&controller, topic, defaults.effective(&topic.configs)).await;
-        }
+            }],
+        )
+        .await?;
         tracing::info!(resource = %resource, "dynamic broker configs changed");
         Ok(())
     })
@@ -552,13 +524,14 @@ pub async fn set_group_configs(
         if validate_only {
             return Ok(());
         }
-        controller
-            .metadata
-            .commit(&[MetadataRecord::GroupConfigsSet {
+        propose(
+            &controller,
+            vec![MetadataRecord::GroupConfigsSet {
                 group: group.clone(),
                 configs,
-            }])
-            .map_err(|e| Refusal::new(errors::KAFKA_STORAGE_ERROR, e.to_string()))?;
+            }],
+        )
+        .await?;
         tracing::info!(group = %group, "group configs changed");
         Ok(())
     })
@@ -573,12 +546,18 @@ pub async fn allocate_producer_id(shard: &Rc<Shard>) -> Result<i64, Refusal> {
         let (next, end) = if next < end {
             (next, end)
         } else {
-            let start = controller.metadata.image().producer_ids_end.max(next);
-            let end = start + PRODUCER_ID_BLOCK;
-            controller
+            let start = controller
                 .metadata
-                .commit(&[MetadataRecord::ProducerIdsAllocated { end }])
-                .map_err(|e| Refusal::new(errors::KAFKA_STORAGE_ERROR, e.to_string()))?;
+                .store()
+                .image()
+                .producer_ids_end
+                .max(next);
+            let end = start + PRODUCER_ID_BLOCK;
+            propose(
+                &controller,
+                vec![MetadataRecord::ProducerIdsAllocated { end }],
+            )
+            .await?;
             (start, end)
         };
         controller.producer_ids.set((next + 1, end));

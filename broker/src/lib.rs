@@ -21,6 +21,7 @@ pub mod metadata;
 pub mod metrics;
 pub mod partition;
 pub mod producer_state;
+pub mod reconciler;
 pub mod replica;
 pub mod runtime;
 pub mod server;

@@ -77,8 +77,12 @@ pub const TOPIC_PARTITIONS_MAX: i32 = 10_000;
 
 /// Longest metadata log record accepted when reading it back.
 pub const METADATA_RECORD_BYTES_MAX: usize = 16 << 20;
+/// Metadata writes waiting for the writer thread. One is enough: the
+/// controller proposes one change at a time, and waits for it.
+pub const METADATA_WRITES_QUEUED_MAX: usize = 1;
 
 const _: () = assert!(DRAIN_MS_MAX < SHUTDOWN_MS_MAX);
+const _: () = assert!(METADATA_WRITES_QUEUED_MAX >= 1);
 const _: () = assert!(SHARD_CHANNEL_CAPACITY >= 1024);
 const _: () = assert!(
     CONNECTION_IN_FLIGHT_MAX >= 5,

@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | main | config, metadata log replay, then waits for events | whole process |
 //! | `strom-signals` | `sigwait` for SIGINT/SIGTERM, forwards them | whole process |
+//! | `strom-metadata` | appends and syncs the metadata log for the controller | whole process |
 //! | `strom-core-N` (one per core) | listener, connections, owned partitions, jobs from other cores | start to stop |
 //!
 //! The main thread and the cores talk over small bounded flume channels
@@ -20,7 +21,7 @@ use glommio::{LocalExecutorBuilder, Placement};
 
 use crate::config::{online_cores, BrokerConfig};
 use crate::limits::{DRAIN_MS_MAX, SHUTDOWN_MS_MAX};
-use crate::metadata::{MetadataImage, MetadataLog, MetadataStore};
+use crate::metadata::{MetadataImage, MetadataStore, MetadataWriter};
 use crate::partition::Partition;
 use crate::server;
 use crate::shard::{build_mesh, MeshEnds, Shard};
@@ -114,46 +115,18 @@ async fn core_main(
     let shard = Shard::new(core, config.cores, config.clone(), metadata.clone());
     shard.connect_mesh(ends).await;
 
-    let image = metadata.image();
-    let defaults = crate::dynamic_config::topic_defaults(&config, &image);
-    let mut opened = 0;
-    for topic in image.topics.values() {
-        let effective = defaults.effective(&topic.configs);
-        for index in 0..topic.partition_cores.len() as i32 {
-            if image.owner_core(topic, index, config.cores) != Some(core) {
-                continue;
-            }
-            match Partition::open(
-                &config.data_dir,
-                &topic.name,
-                index,
-                &effective,
-                config.producer_id_expiration_ms,
-                config.node_id,
-            )
-            .await
-            {
-                Ok(partition) => {
-                    opened += 1;
-                    shard
-                        .partitions
-                        .borrow_mut()
-                        .entry(topic.name.clone())
-                        .or_default()
-                        .insert(index, partition);
-                }
-                Err(error) => {
-                    let message = format!(
-                        "cannot open partition {}-{index}: {error}{}",
-                        topic.name,
-                        repair_hint(&error)
-                    );
-                    let _ = events.send(Event::Fatal { core, message });
-                    return;
-                }
-            }
+    // Changes committed since this core's table was made count too.
+    crate::reconciler::install(&shard, &metadata.image());
+    let opened = match crate::reconciler::open_missing(&shard, &shard.metadata.image()).await {
+        Ok(opened) => opened,
+        Err(failure) => {
+            let _ = events.send(Event::Fatal {
+                core,
+                message: failure.to_string(),
+            });
+            return;
         }
-    }
+    };
 
     let listener = match server::bind(config.listen) {
         Ok(listener) => listener,
@@ -226,19 +199,6 @@ fn report_unnamed_partition_dirs(data_dir: &std::path::Path, image: &MetadataIma
             %error,
             "cannot list the data dir for directories the metadata does not name"
         ),
-    }
-}
-
-/// The command that repairs what a partition's open refused to, if any.
-fn repair_hint(error: &storage::StorageError) -> String {
-    match error {
-        storage::StorageError::CorruptSealed { path, position, .. } => format!(
-            ". The broker does not start rather than drop acknowledged records. To cut the \
-             log at the corruption (everything cut is kept in the data dir's __repair \
-             directory): strom repair segment --file {} --truncate-at {position}",
-            path.display()
-        ),
-        _ => String::new(),
     }
 }
 
@@ -316,15 +276,18 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         crate::effective_config::render(&config)
     );
     crate::io_properties::log_use(&config);
-    let (log, image) =
-        MetadataLog::open(&config.data_dir).context("cannot open the metadata log")?;
+    let (log, image) = crate::metadata::open(&config.data_dir, config.node_id)
+        .context("cannot open the metadata log")?;
     let topics = image.topics.len();
     report_unnamed_partition_dirs(&config.data_dir, &image);
-    let metadata = Arc::new(MetadataStore::new(log, image));
     let config = Arc::new(config);
     let cores = config.cores;
 
+    // Before any thread starts, so that only the signal thread gets them.
     let signals = block_stop_signals();
+    let writer = MetadataWriter::start(Box::new(log))
+        .context("cannot start the metadata log's writer thread")?;
+    let metadata = Arc::new(MetadataStore::new(writer, image));
     let (events_tx, events_rx) = flume::bounded::<Event>(4 * cores + 16);
     spawn_signal_thread(signals, events_tx.clone())?;
     let (admin, scrape_receivers) = crate::admin_http::start(config.clone(), metadata.clone())?;

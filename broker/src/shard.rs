@@ -26,7 +26,7 @@ use glommio::channels::shared_channel::{
 use crate::config::BrokerConfig;
 use crate::limits::SHARD_CHANNEL_CAPACITY;
 use crate::memory::MemoryPool;
-use crate::metadata::MetadataStore;
+use crate::metadata::{MetadataStore, MetadataTable};
 use crate::partition::Partition;
 use crate::sync::{Gate, Notify};
 
@@ -84,7 +84,8 @@ pub struct Shard {
     pub id: usize,
     pub cores: usize,
     pub config: Arc<BrokerConfig>,
-    pub metadata: Arc<MetadataStore>,
+    /// This core's copy of the metadata image, and the shared store.
+    pub metadata: MetadataTable,
     /// Partitions this core owns, by topic then partition index.
     pub partitions: RefCell<HashMap<String, HashMap<i32, Rc<Partition>>>>,
     job_senders: RefCell<Vec<Option<Rc<OrderedSender<JobMessage>>>>>,
@@ -127,7 +128,7 @@ impl Shard {
             request_pool: MemoryPool::new(share(config.queued_request_bytes_max)),
             response_pool: MemoryPool::new(share(config.queued_response_bytes_max)),
             config,
-            metadata,
+            metadata: MetadataTable::new(metadata),
             partitions: RefCell::new(HashMap::new()),
             job_senders: RefCell::new(Vec::new()),
             reply_senders: RefCell::new(Vec::new()),

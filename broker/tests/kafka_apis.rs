@@ -13,7 +13,7 @@ use common::{raw, run_python, Broker};
 use protocol::kafka_protocol::messages::describe_topic_partitions_request::{Cursor, TopicRequest};
 use protocol::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use protocol::kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, DescribeClusterRequest,
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, DescribeClusterRequest,
     DescribeClusterResponse, DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse,
     ListConfigResourcesRequest, ListConfigResourcesResponse, MetadataRequest, MetadataResponse,
     TopicName,
@@ -515,4 +515,266 @@ fn produce_from_v13_names_topics_by_id() {
         Some(2 * batch.len()),
         "both batches read back"
     );
+}
+
+/// The open connections of core `shard`, from the admin listener's metrics.
+fn connections_on(admin: &common::admin::Admin, shard: &str) -> Option<u64> {
+    let (_, body) = admin.get("/metrics");
+    let prefix = format!("strom_connections{{shard=\"{shard}\"}} ");
+    body.lines()
+        .find_map(|line| line.strip_prefix(&prefix)?.trim().parse::<f64>().ok())
+        .map(|n| n as u64)
+}
+
+/// CreateTopics answers only once every core's copy of the metadata has the
+/// topic: right after the answer, a connection on either core produces to,
+/// fetches from and describes both partitions (one per core) without a
+/// retry. Auto-creation is off, so a core whose copy lags answers
+/// UNKNOWN_TOPIC_OR_PARTITION instead of creating the topic itself.
+#[test]
+fn a_created_topic_is_served_on_every_core_as_soon_as_create_topics_answers() {
+    use protocol::kafka_protocol::messages::create_topics_request::CreatableTopic;
+    use protocol::kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use protocol::kafka_protocol::messages::produce_request::{
+        PartitionProduceData, TopicProduceData,
+    };
+    use protocol::kafka_protocol::messages::{
+        CreateTopicsRequest, CreateTopicsResponse, FetchRequest, FetchResponse, ProduceRequest,
+        ProduceResponse,
+    };
+    const CONNECTIONS: usize = 16;
+    const ROUNDS: usize = 4;
+    let (broker, admin) =
+        common::admin::Admin::start(&["--set", "auto.create.topics.enable=false"]);
+    let mut streams: Vec<_> = (0..CONNECTIONS).map(|_| raw::connect(&broker)).collect();
+    // The kernel spreads connections over the cores by their addresses:
+    // with 16 of them, both cores hold some but once in 2^15 runs.
+    let spread = common::poll_until(Duration::from_secs(10), || {
+        let counts = (connections_on(&admin, "0")?, connections_on(&admin, "1")?);
+        (counts.0 + counts.1 == CONNECTIONS as u64).then_some(counts)
+    });
+    let (on_0, on_1) = spread.expect("every connection accepted");
+    assert!(on_0 > 0 && on_1 > 0, "connections per core: {on_0}, {on_1}");
+
+    let batch = bytes::Bytes::from(protocol::batch::build::patterned(
+        1_700_000_000_000,
+        1,
+        20,
+        3,
+    ));
+    let mut correlation_id = 0;
+    for round in 0..ROUNDS {
+        let name = format!("fresh-{round}");
+        let topic_name = || TopicName(StrBytes::from_string(name.clone()));
+        correlation_id += 1;
+        let created: CreateTopicsResponse = raw::call(
+            &mut streams[round % CONNECTIONS],
+            ApiKey::CreateTopics,
+            5,
+            correlation_id,
+            "creator",
+            &CreateTopicsRequest::default()
+                .with_timeout_ms(30_000)
+                .with_topics(vec![CreatableTopic::default()
+                    .with_name(topic_name())
+                    .with_num_partitions(2)
+                    .with_replication_factor(1)]),
+        );
+        assert_eq!(created.topics[0].error_code, 0, "{created:?}");
+        for (connection, stream) in streams.iter_mut().enumerate() {
+            correlation_id += 1;
+            let produced: ProduceResponse = raw::call(
+                stream,
+                ApiKey::Produce,
+                9,
+                correlation_id,
+                "producer",
+                &ProduceRequest::default()
+                    .with_acks(1)
+                    .with_timeout_ms(5_000)
+                    .with_topic_data(vec![TopicProduceData::default()
+                        .with_name(topic_name())
+                        .with_partition_data(
+                            (0..2)
+                                .map(|index| {
+                                    PartitionProduceData::default()
+                                        .with_index(index)
+                                        .with_records(Some(batch.clone()))
+                                })
+                                .collect(),
+                        )]),
+            );
+            let answers: Vec<(i16, i64)> = produced.responses[0]
+                .partition_responses
+                .iter()
+                .map(|p| (p.error_code, p.base_offset))
+                .collect();
+            let offset = connection as i64;
+            assert_eq!(
+                answers,
+                vec![(0, offset), (0, offset)],
+                "round {round}, connection {connection}"
+            );
+            correlation_id += 1;
+            let fetched: FetchResponse = raw::call(
+                stream,
+                ApiKey::Fetch,
+                12,
+                correlation_id,
+                "consumer",
+                &FetchRequest::default()
+                    .with_max_wait_ms(0)
+                    .with_max_bytes(1 << 20)
+                    .with_topics(vec![FetchTopic::default()
+                        .with_topic(topic_name())
+                        .with_partitions(
+                            (0..2)
+                                .map(|index| {
+                                    FetchPartition::default()
+                                        .with_partition(index)
+                                        .with_fetch_offset(offset)
+                                        .with_partition_max_bytes(1 << 20)
+                                })
+                                .collect(),
+                        )]),
+            );
+            for partition in &fetched.responses[0].partitions {
+                assert_eq!(
+                    (partition.error_code, partition.high_watermark),
+                    (0, offset + 1),
+                    "round {round}, connection {connection}"
+                );
+                assert_eq!(
+                    partition.records.as_ref().map(|r| r.len()),
+                    Some(batch.len())
+                );
+            }
+            correlation_id += 1;
+            let described: MetadataResponse = raw::call(
+                stream,
+                ApiKey::Metadata,
+                12,
+                correlation_id,
+                "describer",
+                &MetadataRequest::default()
+                    .with_topics(Some(vec![
+                        MetadataRequestTopic::default().with_name(Some(topic_name()))
+                    ]))
+                    .with_allow_auto_topic_creation(false),
+            );
+            let topic = &described.topics[0];
+            assert_eq!(
+                (topic.error_code, topic.partitions.len()),
+                (0, 2),
+                "{described:?}"
+            );
+        }
+    }
+}
+
+/// Metadata at every version and DescribeTopicPartitions report each
+/// partition's leader, leader epoch, replicas and ISR from the metadata
+/// image — here of a data dir whose metadata log was written before those
+/// were recorded (`tests/fixtures/metadata-before-partition-state.log`:
+/// topics `manual`, 2 partitions, and `orders`, 5): it opens, and every
+/// partition is led by this node at epoch 0.
+#[test]
+fn metadata_reports_leader_epoch_replicas_and_isr_of_an_older_data_dir() {
+    let temp = tempfile::tempdir().unwrap();
+    let data_dir = temp.path().join("data");
+    std::fs::create_dir_all(data_dir.join("__metadata")).unwrap();
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/metadata-before-partition-state.log"
+        ),
+        data_dir.join("__metadata").join("metadata.log"),
+    )
+    .unwrap();
+    let broker = Broker::start_in(&data_dir, &temp.path().join("strom.log"), &[]);
+    let mut stream = raw::connect(&broker);
+    let expected = vec![
+        ("manual".to_string(), vec![(0, 0, 0, vec![0], vec![0]); 2]),
+        ("orders".to_string(), vec![(0, 0, 0, vec![0], vec![0]); 5]),
+    ];
+    type Seen = Vec<(String, Vec<(i32, i32, i32, Vec<i32>, Vec<i32>)>)>;
+    for version in 0..=13 {
+        let response: MetadataResponse = raw::call(
+            &mut stream,
+            ApiKey::Metadata,
+            version,
+            version.into(),
+            "metadata",
+            &MetadataRequest::default().with_topics(if version == 0 {
+                Some(Vec::new())
+            } else {
+                None
+            }),
+        );
+        let mut seen: Seen = response
+            .topics
+            .iter()
+            .map(|t| {
+                let partitions = t
+                    .partitions
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| {
+                        assert_eq!(p.partition_index, i as i32);
+                        assert!(p.offline_replicas.is_empty(), "{p:?}");
+                        // The field exists from v7 on.
+                        let epoch = if version >= 7 { p.leader_epoch } else { 0 };
+                        let ids = |ids: &[BrokerId]| ids.iter().map(|id| id.0).collect::<Vec<_>>();
+                        (
+                            p.error_code.into(),
+                            p.leader_id.0,
+                            epoch,
+                            ids(&p.replica_nodes),
+                            ids(&p.isr_nodes),
+                        )
+                    })
+                    .collect();
+                (
+                    t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default(),
+                    partitions,
+                )
+            })
+            .collect();
+        seen.sort();
+        assert_eq!(seen, expected, "Metadata v{version}");
+    }
+    let response: DescribeTopicPartitionsResponse = raw::call(
+        &mut stream,
+        ApiKey::DescribeTopicPartitions,
+        0,
+        20,
+        "dtp",
+        &DescribeTopicPartitionsRequest::default().with_response_partition_limit(100),
+    );
+    let seen: Seen = response
+        .topics
+        .iter()
+        .map(|t| {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    assert!(p.offline_replicas.is_empty(), "{p:?}");
+                    let ids = |ids: &[BrokerId]| ids.iter().map(|id| id.0).collect::<Vec<_>>();
+                    (
+                        p.error_code.into(),
+                        p.leader_id.0,
+                        p.leader_epoch,
+                        ids(&p.replica_nodes),
+                        ids(&p.isr_nodes),
+                    )
+                })
+                .collect();
+            (
+                t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default(),
+                partitions,
+            )
+        })
+        .collect();
+    assert_eq!(seen, expected, "DescribeTopicPartitions");
 }

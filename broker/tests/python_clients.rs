@@ -24,6 +24,16 @@ fn confluent_admin_creates_describes_alters_and_deletes_topics() {
     assert!(out.contains("admin: ok"), "{out}");
 }
 
+/// list_topics reports each partition's leader, replicas and ISR from the
+/// metadata image: this node (a node id other than the default 0, so a
+/// hard-coded answer would show).
+#[test]
+fn confluent_list_topics_shows_this_node_as_leader_replica_and_isr() {
+    let broker = Broker::start(&["--set", "node.id=7"]);
+    let out = confluent(&broker, &["replicas", "7"]);
+    assert!(out.contains("replicas: ok"), "{out}");
+}
+
 #[test]
 fn confluent_idempotent_acks_all_producer_with_every_compression() {
     let broker = Broker::start(&[]);

@@ -18,7 +18,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::authorized_operations;
-use super::metadata::LEADER_EPOCH;
+use super::metadata::broker_ids;
 use crate::errors;
 use crate::limits::DESCRIBE_TOPIC_PARTITIONS_MAX;
 use crate::metadata::{is_internal_topic, validate_topic_name};
@@ -36,7 +36,6 @@ pub fn handle(
     request: DescribeTopicPartitionsRequest,
 ) -> DescribeTopicPartitionsResponse {
     let image = shard.metadata.image();
-    let node = BrokerId(shard.config.node_id);
     let cursor_topic = request
         .cursor
         .as_ref()
@@ -114,13 +113,15 @@ pub fn handle(
         let end = count.min(first.saturating_add(remaining));
         start_index = 0;
         let partitions: Vec<DescribeTopicPartitionsResponsePartition> = (first..end)
-            .map(|index| {
+            .filter_map(|index| Some((index, topic.partition(index)?)))
+            .map(|(index, state)| {
                 DescribeTopicPartitionsResponsePartition::default()
                     .with_partition_index(index)
-                    .with_leader_id(node)
-                    .with_leader_epoch(LEADER_EPOCH)
-                    .with_replica_nodes(vec![node])
-                    .with_isr_nodes(vec![node])
+                    .with_leader_id(BrokerId(state.leader))
+                    .with_leader_epoch(state.leader_epoch)
+                    .with_replica_nodes(broker_ids(&state.replicas))
+                    .with_isr_nodes(broker_ids(&state.isr))
+                    .with_offline_replicas(Vec::new())
                     .with_eligible_leader_replicas(Some(Vec::new()))
                     .with_last_known_elr(Some(Vec::new()))
             })

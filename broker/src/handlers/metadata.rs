@@ -24,20 +24,24 @@ use crate::shard::Shard;
 pub const VERSION_MIN: i16 = 0;
 pub const VERSION_MAX: i16 = 13;
 
-/// Leader epochs are not tracked on a single node yet; -1 tells clients to
-/// skip epoch validation (OffsetForLeaderEpoch) rather than see an epoch
-/// that could later go down.
-pub const LEADER_EPOCH: i32 = -1;
+/// Broker ids as the messages carry them.
+pub fn broker_ids(ids: &[i32]) -> Vec<BrokerId> {
+    ids.iter().copied().map(BrokerId).collect()
+}
 
-pub fn topic_response(node_id: i32, topic: &TopicMeta) -> MetadataResponseTopic {
-    let partitions = (0..topic.partition_cores.len() as i32)
-        .map(|index| {
+pub fn topic_response(topic: &TopicMeta) -> MetadataResponseTopic {
+    let partitions = topic
+        .partitions
+        .iter()
+        .enumerate()
+        .map(|(index, state)| {
             MetadataResponsePartition::default()
-                .with_partition_index(index)
-                .with_leader_id(BrokerId(node_id))
-                .with_leader_epoch(LEADER_EPOCH)
-                .with_replica_nodes(vec![BrokerId(node_id)])
-                .with_isr_nodes(vec![BrokerId(node_id)])
+                .with_partition_index(index as i32)
+                .with_leader_id(BrokerId(state.leader))
+                .with_leader_epoch(state.leader_epoch)
+                .with_replica_nodes(broker_ids(&state.replicas))
+                .with_isr_nodes(broker_ids(&state.isr))
+                .with_offline_replicas(Vec::new())
         })
         .collect();
     MetadataResponseTopic::default()
@@ -142,15 +146,11 @@ pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -
     let topic_operations =
         authorized_operations::topic(request.include_topic_authorized_operations);
     let topics: Vec<MetadataResponseTopic> = match &requested {
-        None => image
-            .topics
-            .values()
-            .map(|t| topic_response(config.node_id, t))
-            .collect(),
+        None => image.topics.values().map(|t| topic_response(t)).collect(),
         Some(names) => names
             .iter()
             .map(|name| match image.topics.get(name) {
-                Some(topic) => topic_response(config.node_id, topic),
+                Some(topic) => topic_response(topic),
                 None => error_topic(
                     name,
                     refused
@@ -197,7 +197,7 @@ fn by_topic_id(shard: &Shard, ids: &[uuid::Uuid], with_operations: bool) -> Meta
         .map(|id| {
             let found = image.topics.values().find(|t| topic_id(t) == *id);
             match found {
-                Some(topic) => topic_response(shard.config.node_id, topic),
+                Some(topic) => topic_response(topic),
                 None => MetadataResponseTopic::default()
                     .with_name(None)
                     .with_topic_id(*id)

@@ -225,6 +225,17 @@ def mode_admin(bootstrap):
     print("admin: ok")
 
 
+def mode_replicas(bootstrap, node_id):
+    create_topic(bootstrap, "replicated", 3)
+    topics = admin(bootstrap).list_topics(timeout=30).topics
+    partitions = topics["replicated"].partitions
+    check(sorted(partitions) == [0, 1, 2], f"partitions: {sorted(partitions)}")
+    for index, partition in sorted(partitions.items()):
+        seen = (partition.leader, partition.replicas, partition.isrs)
+        check(seen == (node_id, [node_id], [node_id]), f"partition {index}: leader, replicas, isrs {seen}")
+    print("replicas: ok")
+
+
 def mode_restart_write(bootstrap):
     create_topic(bootstrap, "durable", 3, {"retention.ms": "86400000", "message.timestamp.type": "CreateTime"})
     produce(bootstrap, "durable", 5000, 3)
@@ -248,6 +259,7 @@ def main():
         "seek": lambda: mode_seek(bootstrap),
         "acks": lambda: mode_acks(bootstrap),
         "admin": lambda: mode_admin(bootstrap),
+        "replicas": lambda: mode_replicas(bootstrap, int(sys.argv[3])),
         "restart-write": lambda: mode_restart_write(bootstrap),
         "restart-read": lambda: mode_restart_read(bootstrap),
     }

@@ -1,0 +1,389 @@
+//! The metadata image: the state machine the metadata log's records are
+//! applied to, in log order. Plain data and plain code (no I/O), so start-up
+//! replay, the controller's proposals and every core's copy apply records
+//! the same way, and the replicated log that follows applies them too.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::records::MetadataRecord;
+
+/// One partition's replication state, as the controller records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionState {
+    /// Broker ids holding a replica, the preferred leader first.
+    pub replicas: Vec<i32>,
+    /// The broker that leads the partition (-1: none).
+    pub leader: i32,
+    /// Grows each time the leader changes.
+    pub leader_epoch: i32,
+    /// The replicas caught up with the leader (a subset of `replicas`).
+    pub isr: Vec<i32>,
+    /// Grows with every change to this state.
+    pub partition_epoch: i32,
+}
+
+impl PartitionState {
+    /// A new partition: led by its first replica, every replica in sync,
+    /// both epochs 0.
+    pub fn new(replicas: Vec<i32>) -> Self {
+        Self {
+            leader: replicas.first().copied().unwrap_or(-1),
+            leader_epoch: 0,
+            isr: replicas.clone(),
+            partition_epoch: 0,
+            replicas,
+        }
+    }
+}
+
+/// A topic as the metadata log knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicMeta {
+    pub name: String,
+    pub topic_id: u128,
+    /// The owning core of each partition, by partition index: the shard table.
+    pub partition_cores: Vec<u32>,
+    /// Topic config overrides, in topic key names.
+    pub configs: BTreeMap<String, String>,
+    /// Each partition's replication state, by partition index. In an image
+    /// there is one per entry of `partition_cores`; in a record written
+    /// before they were recorded there may be none ([`MetadataImage::apply`]
+    /// fills in this node alone).
+    pub partitions: Vec<PartitionState>,
+}
+
+impl TopicMeta {
+    /// The state of partition `index`, if the topic has it.
+    pub fn partition(&self, index: i32) -> Option<&PartitionState> {
+        self.partitions.get(usize::try_from(index).ok()?)
+    }
+}
+
+/// Everything the metadata log says, at one point.
+#[derive(Debug, Clone, Default)]
+pub struct MetadataImage {
+    /// The node whose image this is: partitions of records written before
+    /// replicas were recorded have it alone.
+    pub node_id: i32,
+    /// Records applied so far: a later image has a larger offset.
+    pub offset: u64,
+    pub cluster_id: String,
+    pub topics: BTreeMap<String, Arc<TopicMeta>>,
+    /// Producer ids below this were handed out (or reserved) already.
+    pub producer_ids_end: i64,
+    /// Dynamic broker settings by broker resource (`""`: cluster default).
+    pub broker_configs: BTreeMap<String, BTreeMap<String, String>>,
+    /// Consumer group settings by group id.
+    pub group_configs: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+impl MetadataImage {
+    /// The image of an empty log, on node `node_id`.
+    pub fn new(node_id: i32) -> Self {
+        Self {
+            node_id,
+            ..Self::default()
+        }
+    }
+
+    /// The image of `records` applied in order, on node `node_id`.
+    pub fn replay<'a>(node_id: i32, records: impl IntoIterator<Item = &'a MetadataRecord>) -> Self {
+        let mut image = Self::new(node_id);
+        for record in records {
+            image.apply(record);
+        }
+        image
+    }
+
+    /// This image with `records` applied after it.
+    pub fn with(&self, records: &[MetadataRecord]) -> Self {
+        let mut next = self.clone();
+        for record in records {
+            next.apply(record);
+        }
+        next
+    }
+
+    /// A copy that shares nothing with `self`: a core keeps one, so that
+    /// reading or cloning its topics never touches a cache line another
+    /// core writes (an `Arc`'s count).
+    pub fn local_copy(&self) -> Self {
+        Self {
+            topics: self
+                .topics
+                .iter()
+                .map(|(name, topic)| (name.clone(), Arc::new(TopicMeta::clone(topic))))
+                .collect(),
+            ..self.clone()
+        }
+    }
+
+    pub fn apply(&mut self, record: &MetadataRecord) {
+        self.offset += 1;
+        let node_id = self.node_id;
+        match record {
+            MetadataRecord::ClusterId(id) => self.cluster_id = id.clone(),
+            MetadataRecord::TopicCreated(topic) => {
+                let mut topic = topic.clone();
+                fill_partition_states(&mut topic, node_id);
+                self.topics.insert(topic.name.clone(), Arc::new(topic));
+            }
+            MetadataRecord::TopicDeleted { name } => {
+                self.topics.remove(name);
+            }
+            MetadataRecord::PartitionsAdded {
+                name,
+                cores,
+                partitions,
+            } => {
+                if let Some(topic) = self.topics.get_mut(name) {
+                    let topic = Arc::make_mut(topic);
+                    topic.partition_cores.extend_from_slice(cores);
+                    topic.partitions.extend(partitions.iter().cloned());
+                    fill_partition_states(topic, node_id);
+                }
+            }
+            MetadataRecord::TopicConfigsSet { name, configs } => {
+                if let Some(topic) = self.topics.get_mut(name) {
+                    Arc::make_mut(topic).configs = configs.clone();
+                }
+            }
+            MetadataRecord::ProducerIdsAllocated { end } => {
+                self.producer_ids_end = self.producer_ids_end.max(*end);
+            }
+            MetadataRecord::BrokerConfigsSet { resource, configs } => {
+                set_or_remove(&mut self.broker_configs, resource, configs);
+            }
+            MetadataRecord::GroupConfigsSet { group, configs } => {
+                set_or_remove(&mut self.group_configs, group, configs);
+            }
+        }
+    }
+
+    /// The core that owns a partition, mapped into the running core count
+    /// (the count may have changed since the topic was created).
+    pub fn owner_core(&self, topic: &TopicMeta, partition: i32, cores: usize) -> Option<usize> {
+        let index = usize::try_from(partition).ok()?;
+        topic
+            .partition_cores
+            .get(index)
+            .map(|&core| core as usize % cores)
+    }
+
+    /// Partitions per core, to place new ones on the least loaded core.
+    pub fn partitions_per_core(&self, cores: usize) -> Vec<usize> {
+        let mut counts = vec![0usize; cores];
+        for topic in self.topics.values() {
+            for &core in &topic.partition_cores {
+                counts[core as usize % cores] += 1;
+            }
+        }
+        counts
+    }
+}
+
+/// Gives every partition of `topic` a state: those a record did not carry
+/// (written before replicas were recorded) have `node_id` alone. States
+/// beyond the partitions (a record that does not add up) are dropped.
+fn fill_partition_states(topic: &mut TopicMeta, node_id: i32) {
+    let count = topic.partition_cores.len();
+    topic
+        .partitions
+        .resize_with(count, || PartitionState::new(vec![node_id]));
+}
+
+/// An empty set of settings leaves no entry behind.
+fn set_or_remove(
+    all: &mut BTreeMap<String, BTreeMap<String, String>>,
+    name: &str,
+    configs: &BTreeMap<String, String>,
+) {
+    if configs.is_empty() {
+        all.remove(name);
+    } else {
+        all.insert(name.to_string(), configs.clone());
+    }
+}
+
+/// Picks owning cores for `count` new partitions: each goes to the core
+/// with the fewest partitions (lowest index on ties), so cores stay balanced.
+pub fn place_partitions(counts: &mut [usize], count: usize) -> Vec<u32> {
+    (0..count)
+        .map(|_| {
+            let (core, _) = counts
+                .iter()
+                .enumerate()
+                .min_by_key(|&(core, &n)| (n, core))
+                .expect("at least one core");
+            counts[core] += 1;
+            core as u32
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metadata::testing::MemoryMetadataLog;
+    use crate::metadata::MetadataLog;
+
+    const NODE: i32 = 3;
+
+    fn topic(name: &str, cores: &[u32], partitions: Vec<PartitionState>) -> MetadataRecord {
+        MetadataRecord::TopicCreated(TopicMeta {
+            name: name.to_string(),
+            topic_id: 42,
+            partition_cores: cores.to_vec(),
+            configs: BTreeMap::new(),
+            partitions,
+        })
+    }
+
+    /// Applies `records` through a log double, as start-up does: appended,
+    /// synced, replayed.
+    fn check(records: &[MetadataRecord], expected: &[(&str, Vec<PartitionState>)]) {
+        let mut log = MemoryMetadataLog::default();
+        log.append(records).unwrap();
+        log.sync().unwrap();
+        let image = MetadataImage::replay(NODE, &log.replay().unwrap());
+        assert_eq!(image.offset, records.len() as u64);
+        let got: Vec<(&str, Vec<PartitionState>)> = image
+            .topics
+            .values()
+            .map(|t| {
+                assert_eq!(t.partitions.len(), t.partition_cores.len(), "{}", t.name);
+                (t.name.as_str(), t.partitions.clone())
+            })
+            .collect();
+        assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn a_created_topic_has_a_state_per_partition() {
+        let single = PartitionState::new(vec![NODE]);
+        assert_eq!(
+            single,
+            PartitionState {
+                replicas: vec![NODE],
+                leader: NODE,
+                leader_epoch: 0,
+                isr: vec![NODE],
+                partition_epoch: 0
+            }
+        );
+        check(
+            &[topic("a", &[0, 1], vec![single.clone(); 2])],
+            &[("a", vec![single.clone(); 2])],
+        );
+        // Records written before replicas were recorded: this node alone.
+        check(
+            &[topic("old", &[0, 1, 0], Vec::new())],
+            &[("old", vec![single.clone(); 3])],
+        );
+    }
+
+    #[test]
+    fn added_partitions_extend_the_states() {
+        let single = PartitionState::new(vec![NODE]);
+        let assigned = PartitionState::new(vec![7]);
+        let added = |partitions: Vec<PartitionState>| MetadataRecord::PartitionsAdded {
+            name: "a".to_string(),
+            cores: vec![0; partitions.len().max(1)],
+            partitions,
+        };
+        check(
+            &[
+                topic("a", &[0], Vec::new()),
+                added(vec![assigned.clone()]),
+                added(Vec::new()),
+            ],
+            &[("a", vec![single.clone(), assigned, single])],
+        );
+        // Partitions of a topic that is gone change nothing.
+        check(
+            &[
+                topic("a", &[0], Vec::new()),
+                MetadataRecord::TopicDeleted {
+                    name: "a".to_string(),
+                },
+                added(Vec::new()),
+            ],
+            &[],
+        );
+    }
+
+    #[test]
+    fn configs_producer_ids_and_cluster_id_apply() {
+        let mut image = MetadataImage::new(NODE);
+        let configs = BTreeMap::from([("retention.ms".to_string(), "5".to_string())]);
+        for record in [
+            MetadataRecord::ClusterId("c".to_string()),
+            topic("a", &[0], Vec::new()),
+            MetadataRecord::TopicConfigsSet {
+                name: "a".to_string(),
+                configs: configs.clone(),
+            },
+            MetadataRecord::ProducerIdsAllocated { end: 2000 },
+            MetadataRecord::ProducerIdsAllocated { end: 1000 },
+            MetadataRecord::BrokerConfigsSet {
+                resource: String::new(),
+                configs: configs.clone(),
+            },
+            MetadataRecord::GroupConfigsSet {
+                group: "g".to_string(),
+                configs: configs.clone(),
+            },
+            MetadataRecord::GroupConfigsSet {
+                group: "g".to_string(),
+                configs: BTreeMap::new(),
+            },
+        ] {
+            image.apply(&record);
+        }
+        assert_eq!(image.cluster_id, "c");
+        assert_eq!(image.topics["a"].configs, configs);
+        assert_eq!(image.producer_ids_end, 2000, "never goes back");
+        assert_eq!(image.broker_configs[""], configs);
+        assert!(
+            image.group_configs.is_empty(),
+            "empty settings leave no entry"
+        );
+        assert_eq!(image.offset, 8);
+    }
+
+    #[test]
+    fn a_crash_loses_only_what_was_not_synced() {
+        let mut log = MemoryMetadataLog::default();
+        log.append(&[topic("a", &[0], Vec::new())]).unwrap();
+        log.sync().unwrap();
+        log.append(&[topic("b", &[0], Vec::new())]).unwrap();
+        let image = MetadataImage::replay(NODE, &log.crash().replay().unwrap());
+        assert_eq!(image.topics.keys().collect::<Vec<_>>(), vec!["a"]);
+    }
+
+    #[test]
+    fn a_local_copy_shares_no_topic() {
+        let image = MetadataImage::replay(NODE, &[topic("a", &[0], Vec::new())]);
+        let copy = image.local_copy();
+        assert_eq!(copy.topics, image.topics);
+        assert_eq!(copy.offset, image.offset);
+        assert!(!Arc::ptr_eq(&copy.topics["a"], &image.topics["a"]));
+        let next = image.with(&[MetadataRecord::TopicDeleted {
+            name: "a".to_string(),
+        }]);
+        assert!(next.topics.is_empty());
+        assert_eq!(image.topics.len(), 1, "with() leaves the image as it was");
+    }
+
+    #[test]
+    fn placement_balances_cores() {
+        let mut counts = vec![0, 0, 0];
+        assert_eq!(
+            place_partitions(&mut counts, 10),
+            vec![0, 1, 2, 0, 1, 2, 0, 1, 2, 0]
+        );
+        let mut counts = vec![3, 0];
+        assert_eq!(place_partitions(&mut counts, 4), vec![1, 1, 1, 0]);
+    }
+}

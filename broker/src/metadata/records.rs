@@ -1,0 +1,419 @@
+//! Metadata log records: the changes [`super::MetadataImage`] applies, and
+//! their encoding. A type byte, then fields; strings and lists are u32-length
+//! prefixed. Decoding bounds every length by the bytes left. A field added
+//! later goes at the end of its record and may be absent (records written
+//! before it), never in the middle: a data dir written by an older broker
+//! still opens.
+
+use std::collections::BTreeMap;
+
+use super::image::{PartitionState, TopicMeta};
+
+/// One change to the metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MetadataRecord {
+    ClusterId(String),
+    TopicCreated(TopicMeta),
+    TopicDeleted {
+        name: String,
+    },
+    PartitionsAdded {
+        name: String,
+        cores: Vec<u32>,
+        /// The new partitions' states, one per core (empty in records
+        /// written before replicas were recorded: this node alone).
+        partitions: Vec<PartitionState>,
+    },
+    TopicConfigsSet {
+        name: String,
+        configs: BTreeMap<String, String>,
+    },
+    ProducerIdsAllocated {
+        end: i64,
+    },
+    /// Replaces the dynamic settings of a broker resource: `""` the
+    /// cluster-wide default, else a node id.
+    BrokerConfigsSet {
+        resource: String,
+        configs: BTreeMap<String, String>,
+    },
+    /// Replaces the settings of a consumer group (GROUP resources).
+    GroupConfigsSet {
+        group: String,
+        configs: BTreeMap<String, String>,
+    },
+}
+
+const TYPE_CLUSTER_ID: u8 = 1;
+const TYPE_TOPIC_CREATED: u8 = 2;
+const TYPE_TOPIC_DELETED: u8 = 3;
+const TYPE_PARTITIONS_ADDED: u8 = 4;
+const TYPE_TOPIC_CONFIGS_SET: u8 = 5;
+const TYPE_PRODUCER_IDS: u8 = 6;
+const TYPE_BROKER_CONFIGS_SET: u8 = 7;
+const TYPE_GROUP_CONFIGS_SET: u8 = 8;
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as u32).to_be_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn put_cores(out: &mut Vec<u8>, cores: &[u32]) {
+    out.extend_from_slice(&(cores.len() as u32).to_be_bytes());
+    for core in cores {
+        out.extend_from_slice(&core.to_be_bytes());
+    }
+}
+
+fn put_brokers(out: &mut Vec<u8>, brokers: &[i32]) {
+    out.extend_from_slice(&(brokers.len() as u32).to_be_bytes());
+    for broker in brokers {
+        out.extend_from_slice(&broker.to_be_bytes());
+    }
+}
+
+/// The replica lists (the first layout's field), then leader, leader
+/// epoch, ISR and partition epoch of each partition (added after).
+fn put_partition_states(out: &mut Vec<u8>, partitions: &[PartitionState]) {
+    out.extend_from_slice(&(partitions.len() as u32).to_be_bytes());
+    for partition in partitions {
+        put_brokers(out, &partition.replicas);
+    }
+    out.extend_from_slice(&(partitions.len() as u32).to_be_bytes());
+    for partition in partitions {
+        out.extend_from_slice(&partition.leader.to_be_bytes());
+        out.extend_from_slice(&partition.leader_epoch.to_be_bytes());
+        put_brokers(out, &partition.isr);
+        out.extend_from_slice(&partition.partition_epoch.to_be_bytes());
+    }
+}
+
+fn put_configs(out: &mut Vec<u8>, configs: &BTreeMap<String, String>) {
+    out.extend_from_slice(&(configs.len() as u32).to_be_bytes());
+    for (key, value) in configs {
+        put_str(out, key);
+        put_str(out, value);
+    }
+}
+
+impl MetadataRecord {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        match self {
+            MetadataRecord::ClusterId(id) => {
+                out.push(TYPE_CLUSTER_ID);
+                put_str(&mut out, id);
+            }
+            MetadataRecord::TopicCreated(topic) => {
+                out.push(TYPE_TOPIC_CREATED);
+                put_str(&mut out, &topic.name);
+                out.extend_from_slice(&topic.topic_id.to_be_bytes());
+                put_cores(&mut out, &topic.partition_cores);
+                put_configs(&mut out, &topic.configs);
+                put_partition_states(&mut out, &topic.partitions);
+            }
+            MetadataRecord::TopicDeleted { name } => {
+                out.push(TYPE_TOPIC_DELETED);
+                put_str(&mut out, name);
+            }
+            MetadataRecord::PartitionsAdded {
+                name,
+                cores,
+                partitions,
+            } => {
+                out.push(TYPE_PARTITIONS_ADDED);
+                put_str(&mut out, name);
+                put_cores(&mut out, cores);
+                put_partition_states(&mut out, partitions);
+            }
+            MetadataRecord::TopicConfigsSet { name, configs } => {
+                out.push(TYPE_TOPIC_CONFIGS_SET);
+                put_str(&mut out, name);
+                put_configs(&mut out, configs);
+            }
+            MetadataRecord::ProducerIdsAllocated { end } => {
+                out.push(TYPE_PRODUCER_IDS);
+                out.extend_from_slice(&end.to_be_bytes());
+            }
+            MetadataRecord::BrokerConfigsSet { resource, configs } => {
+                out.push(TYPE_BROKER_CONFIGS_SET);
+                put_str(&mut out, resource);
+                put_configs(&mut out, configs);
+            }
+            MetadataRecord::GroupConfigsSet { group, configs } => {
+                out.push(TYPE_GROUP_CONFIGS_SET);
+                put_str(&mut out, group);
+                put_configs(&mut out, configs);
+            }
+        }
+        out
+    }
+
+    pub fn decode(mut buf: &[u8]) -> Result<Self, String> {
+        let record = match take_u8(&mut buf)? {
+            TYPE_CLUSTER_ID => MetadataRecord::ClusterId(take_str(&mut buf)?),
+            TYPE_TOPIC_CREATED => {
+                let name = take_str(&mut buf)?;
+                let topic_id = u128::from_be_bytes(take::<16>(&mut buf)?);
+                let partition_cores = take_cores(&mut buf)?;
+                let configs = take_configs(&mut buf)?;
+                let partitions = take_partition_states(&mut buf)?;
+                MetadataRecord::TopicCreated(TopicMeta {
+                    name,
+                    topic_id,
+                    partition_cores,
+                    configs,
+                    partitions,
+                })
+            }
+            TYPE_TOPIC_DELETED => MetadataRecord::TopicDeleted {
+                name: take_str(&mut buf)?,
+            },
+            TYPE_PARTITIONS_ADDED => MetadataRecord::PartitionsAdded {
+                name: take_str(&mut buf)?,
+                cores: take_cores(&mut buf)?,
+                partitions: take_partition_states(&mut buf)?,
+            },
+            TYPE_TOPIC_CONFIGS_SET => MetadataRecord::TopicConfigsSet {
+                name: take_str(&mut buf)?,
+                configs: take_configs(&mut buf)?,
+            },
+            TYPE_PRODUCER_IDS => MetadataRecord::ProducerIdsAllocated {
+                end: i64::from_be_bytes(take::<8>(&mut buf)?),
+            },
+            TYPE_BROKER_CONFIGS_SET => MetadataRecord::BrokerConfigsSet {
+                resource: take_str(&mut buf)?,
+                configs: take_configs(&mut buf)?,
+            },
+            TYPE_GROUP_CONFIGS_SET => MetadataRecord::GroupConfigsSet {
+                group: take_str(&mut buf)?,
+                configs: take_configs(&mut buf)?,
+            },
+            other => return Err(format!("unknown record type {other}")),
+        };
+        if !buf.is_empty() {
+            return Err(format!("{} trailing bytes", buf.len()));
+        }
+        Ok(record)
+    }
+}
+
+fn take<const N: usize>(buf: &mut &[u8]) -> Result<[u8; N], String> {
+    if buf.len() < N {
+        return Err("truncated field".to_string());
+    }
+    let (head, rest) = buf.split_at(N);
+    *buf = rest;
+    Ok(head.try_into().expect("N bytes"))
+}
+
+fn take_u8(buf: &mut &[u8]) -> Result<u8, String> {
+    Ok(take::<1>(buf)?[0])
+}
+
+fn take_len(buf: &mut &[u8], element_bytes: usize) -> Result<usize, String> {
+    let len = u32::from_be_bytes(take::<4>(buf)?) as usize;
+    if len.saturating_mul(element_bytes) > buf.len() {
+        return Err("length beyond the record".to_string());
+    }
+    Ok(len)
+}
+
+fn take_str(buf: &mut &[u8]) -> Result<String, String> {
+    let len = take_len(buf, 1)?;
+    let (head, rest) = buf.split_at(len);
+    *buf = rest;
+    String::from_utf8(head.to_vec()).map_err(|_| "string is not UTF-8".to_string())
+}
+
+fn take_cores(buf: &mut &[u8]) -> Result<Vec<u32>, String> {
+    let len = take_len(buf, 4)?;
+    (0..len)
+        .map(|_| Ok(u32::from_be_bytes(take::<4>(buf)?)))
+        .collect()
+}
+
+fn take_i32(buf: &mut &[u8]) -> Result<i32, String> {
+    Ok(i32::from_be_bytes(take::<4>(buf)?))
+}
+
+fn take_brokers(buf: &mut &[u8]) -> Result<Vec<i32>, String> {
+    let len = take_len(buf, 4)?;
+    (0..len).map(|_| take_i32(buf)).collect()
+}
+
+/// The partitions' states at the end of a TopicCreated or PartitionsAdded
+/// record. Each part is absent in records written before it was recorded:
+/// no replica list (the partitions have this node alone, filled in by
+/// [`super::MetadataImage::apply`]), or replicas without leader, ISR and
+/// epochs (a new partition's: see [`PartitionState::new`]).
+fn take_partition_states(buf: &mut &[u8]) -> Result<Vec<PartitionState>, String> {
+    if buf.is_empty() {
+        return Ok(Vec::new());
+    }
+    let count = take_len(buf, 4)?;
+    let replicas: Vec<Vec<i32>> = (0..count)
+        .map(|_| take_brokers(buf))
+        .collect::<Result<_, _>>()?;
+    if buf.is_empty() {
+        return Ok(replicas.into_iter().map(PartitionState::new).collect());
+    }
+    let states = take_len(buf, 16)?;
+    if states != count {
+        return Err(format!(
+            "{states} partition states for {count} replica lists"
+        ));
+    }
+    replicas
+        .into_iter()
+        .map(|replicas| {
+            Ok(PartitionState {
+                replicas,
+                leader: take_i32(buf)?,
+                leader_epoch: take_i32(buf)?,
+                isr: take_brokers(buf)?,
+                partition_epoch: take_i32(buf)?,
+            })
+        })
+        .collect()
+}
+
+fn take_configs(buf: &mut &[u8]) -> Result<BTreeMap<String, String>, String> {
+    let len = take_len(buf, 8)?;
+    let mut configs = BTreeMap::new();
+    for _ in 0..len {
+        let key = take_str(buf)?;
+        let value = take_str(buf)?;
+        configs.insert(key, value);
+    }
+    Ok(configs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn topic(name: &str, cores: &[u32]) -> MetadataRecord {
+        MetadataRecord::TopicCreated(TopicMeta {
+            name: name.to_string(),
+            topic_id: 42,
+            partition_cores: cores.to_vec(),
+            configs: BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]),
+            partitions: cores.iter().map(|_| PartitionState::new(vec![0])).collect(),
+        })
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let moved = PartitionState {
+            replicas: vec![0, 3, 5],
+            leader: 3,
+            leader_epoch: 7,
+            isr: vec![3, 5],
+            partition_epoch: 9,
+        };
+        let records = [
+            MetadataRecord::ClusterId("abc".to_string()),
+            topic("t", &[0, 1, 0]),
+            MetadataRecord::TopicDeleted {
+                name: "t".to_string(),
+            },
+            MetadataRecord::PartitionsAdded {
+                name: "t".to_string(),
+                cores: vec![1, 0],
+                partitions: vec![PartitionState::new(vec![0, 3]), moved],
+            },
+            MetadataRecord::PartitionsAdded {
+                name: "t".to_string(),
+                cores: vec![1],
+                partitions: Vec::new(),
+            },
+            MetadataRecord::TopicConfigsSet {
+                name: "t".to_string(),
+                configs: BTreeMap::new(),
+            },
+            MetadataRecord::ProducerIdsAllocated { end: 1000 },
+            MetadataRecord::BrokerConfigsSet {
+                resource: String::new(),
+                configs: BTreeMap::from([("log.retention.ms".to_string(), "5".to_string())]),
+            },
+            MetadataRecord::GroupConfigsSet {
+                group: "g".to_string(),
+                configs: BTreeMap::new(),
+            },
+        ];
+        for record in records {
+            assert_eq!(MetadataRecord::decode(&record.encode()).unwrap(), record);
+        }
+        assert!(MetadataRecord::decode(&[2, 0xff, 0xff, 0xff, 0xff]).is_err());
+    }
+
+    /// The bytes of a TopicCreated record in the layout before leader, ISR
+    /// and epochs were recorded: with `replicas`, or (older still) without.
+    fn old_topic_created(name: &str, cores: &[u32], replicas: Option<&[Vec<i32>]>) -> Vec<u8> {
+        let mut out = vec![TYPE_TOPIC_CREATED];
+        put_str(&mut out, name);
+        out.extend_from_slice(&42u128.to_be_bytes());
+        put_cores(&mut out, cores);
+        put_configs(&mut out, &BTreeMap::new());
+        if let Some(replicas) = replicas {
+            out.extend_from_slice(&(replicas.len() as u32).to_be_bytes());
+            for partition in replicas {
+                put_brokers(&mut out, partition);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn records_of_older_layouts_decode_with_new_partitions_state() {
+        let decoded = MetadataRecord::decode(&old_topic_created("a", &[0, 1], None)).unwrap();
+        let MetadataRecord::TopicCreated(topic) = decoded else {
+            panic!("{decoded:?}")
+        };
+        assert!(topic.partitions.is_empty(), "filled in when applied");
+
+        let replicas = [vec![4, 2], vec![2]];
+        let decoded =
+            MetadataRecord::decode(&old_topic_created("a", &[0, 1], Some(&replicas))).unwrap();
+        let MetadataRecord::TopicCreated(topic) = decoded else {
+            panic!("{decoded:?}")
+        };
+        assert_eq!(
+            topic.partitions,
+            vec![
+                PartitionState {
+                    replicas: vec![4, 2],
+                    leader: 4,
+                    leader_epoch: 0,
+                    isr: vec![4, 2],
+                    partition_epoch: 0
+                },
+                PartitionState::new(vec![2])
+            ]
+        );
+
+        let mut added = vec![TYPE_PARTITIONS_ADDED];
+        put_str(&mut added, "a");
+        put_cores(&mut added, &[1]);
+        let decoded = MetadataRecord::decode(&added).unwrap();
+        assert_eq!(
+            decoded,
+            MetadataRecord::PartitionsAdded {
+                name: "a".to_string(),
+                cores: vec![1],
+                partitions: Vec::new()
+            }
+        );
+    }
+
+    #[test]
+    fn partition_states_that_do_not_match_the_replica_lists_are_refused() {
+        let mut bytes = topic("t", &[0, 1]).encode();
+        // The state count follows the two replica lists (4 + 2 * 8 bytes
+        // after the configs): claim three states for two lists.
+        let replicas_end = bytes.len() - 2 * (4 + 4 + 4 + 4 + 4);
+        bytes[replicas_end - 4..replicas_end].copy_from_slice(&3u32.to_be_bytes());
+        assert!(MetadataRecord::decode(&bytes).is_err());
+    }
+}

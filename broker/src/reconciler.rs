@@ -1,0 +1,265 @@
+//! The controller's back end, on every core: makes the partitions the core
+//! has open match a metadata image. It opens the partitions the core owns
+//! and has not open, installs the image as the core's copy (applying
+//! changed configs to open partitions), and closes — deleting their data —
+//! the partitions the image no longer has. Start-up opens with it; after
+//! each change the controller runs its steps on every core in turn (see
+//! `controller::propose`), so a change is visible everywhere before the
+//! client hears of it.
+//!
+//! Each step runs under the core's `MetadataTable::reconciling` permit, so
+//! the start-up pass and a change's pass never open one partition twice.
+
+use std::rc::Rc;
+
+use crate::metadata::MetadataImage;
+use crate::partition::Partition;
+use crate::shard::Shard;
+
+/// A partition this core could not open.
+#[derive(Debug, Clone)]
+pub struct OpenFailure {
+    pub topic: String,
+    pub partition: i32,
+    /// The storage error, with the command that repairs it if there is one.
+    pub message: String,
+}
+
+impl std::fmt::Display for OpenFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "cannot open partition {}-{}: {}",
+            self.topic, self.partition, self.message
+        )
+    }
+}
+
+/// What happens to the data of a partition the image no longer has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    /// Its topic or partition was deleted: the data goes.
+    Delete,
+    /// A change was not committed: the partitions it opened close, their
+    /// directories stay (a topic created over them later adopts them).
+    Close,
+}
+
+async fn turn(shard: &Shard) -> glommio::sync::Permit<'_> {
+    shard
+        .metadata
+        .reconciling
+        .acquire_permit(1)
+        .await
+        .expect("the reconcile permit is never closed")
+}
+
+/// Opens the partitions of `image` that this core owns and has not open;
+/// returns how many it opened. Stops at the first that fails.
+pub async fn open_missing(shard: &Rc<Shard>, image: &MetadataImage) -> Result<usize, OpenFailure> {
+    let _turn = turn(shard).await;
+    let defaults = crate::dynamic_config::topic_defaults(&shard.config, image);
+    let mut opened = 0;
+    for topic in image.topics.values() {
+        let mut effective = None;
+        for index in 0..topic.partition_cores.len() as i32 {
+            if image.owner_core(topic, index, shard.cores) != Some(shard.id)
+                || shard.partition(&topic.name, index).is_some()
+            {
+                continue;
+            }
+            let effective = effective.get_or_insert_with(|| defaults.effective(&topic.configs));
+            let partition = Partition::open(
+                &shard.config.data_dir,
+                &topic.name,
+                index,
+                effective,
+                shard.config.producer_id_expiration_ms,
+                shard.config.node_id,
+            )
+            .await
+            .map_err(|error| OpenFailure {
+                topic: topic.name.clone(),
+                partition: index,
+                message: format!("{error}{}", repair_hint(&error)),
+            })?;
+            shard
+                .partitions
+                .borrow_mut()
+                .entry(topic.name.clone())
+                .or_default()
+                .insert(index, partition);
+            opened += 1;
+        }
+    }
+    Ok(opened)
+}
+
+/// Makes `image` this core's copy if it is newer, and gives the open
+/// partitions of every topic whose effective configs changed their new
+/// settings.
+pub fn install(shard: &Rc<Shard>, image: &MetadataImage) {
+    let Some(before) = shard.metadata.install(image) else {
+        return;
+    };
+    let after = shard.metadata.image();
+    let broker_changed = before.broker_configs != after.broker_configs;
+    let defaults = crate::dynamic_config::topic_defaults(&shard.config, &after);
+    for topic in after.topics.values() {
+        let changed = broker_changed
+            || before.topics.get(&topic.name).map(|t| &t.configs) != Some(&topic.configs);
+        if !changed {
+            continue;
+        }
+        let partitions = shard.partitions.borrow();
+        let Some(open) = partitions.get(&topic.name) else {
+            continue;
+        };
+        let effective = defaults.effective(&topic.configs);
+        for partition in open.values() {
+            partition.apply_config(&effective);
+        }
+    }
+}
+
+/// Closes the open partitions that this core's image does not give it;
+/// returns how many.
+pub async fn remove_gone(shard: &Rc<Shard>, removal: Removal) -> usize {
+    let _turn = turn(shard).await;
+    let image = shard.metadata.image();
+    let gone: Vec<(String, i32)> = shard
+        .partitions
+        .borrow()
+        .iter()
+        .flat_map(|(name, by_index)| by_index.keys().map(move |&index| (name.clone(), index)))
+        .filter(|(name, index)| {
+            image
+                .topics
+                .get(name)
+                .and_then(|topic| image.owner_core(topic, *index, shard.cores))
+                != Some(shard.id)
+        })
+        .collect();
+    for (name, index) in &gone {
+        let partition = {
+            let mut partitions = shard.partitions.borrow_mut();
+            let Some(by_index) = partitions.get_mut(name) else {
+                continue;
+            };
+            let partition = by_index.remove(index);
+            if by_index.is_empty() {
+                partitions.remove(name);
+            }
+            partition
+        };
+        let Some(partition) = partition else {
+            continue;
+        };
+        match removal {
+            Removal::Delete => {
+                crate::metrics::add_log_counters(
+                    &mut shard.retired_logs.borrow_mut(),
+                    &partition.log().stats(),
+                );
+                partition.delete().await;
+            }
+            Removal::Close => partition.close().await,
+        }
+    }
+    gone.len()
+}
+
+/// The command that repairs what a partition's open refused to, if any.
+fn repair_hint(error: &storage::StorageError) -> String {
+    match error {
+        storage::StorageError::CorruptSealed { path, position, .. } => format!(
+            ". The broker does not start rather than drop acknowledged records. To cut the \
+             log at the corruption (everything cut is kept in the data dir's __repair \
+             directory): strom repair segment --file {} --truncate-at {position}",
+            path.display()
+        ),
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::metadata::testing::MemoryMetadataLog;
+    use crate::metadata::{
+        MetadataRecord, MetadataStore, MetadataWriter, PartitionState, TopicMeta,
+    };
+
+    fn topic(name: &str, cores: &[u32]) -> MetadataRecord {
+        MetadataRecord::TopicCreated(TopicMeta {
+            name: name.to_string(),
+            topic_id: 1,
+            partition_cores: cores.to_vec(),
+            configs: BTreeMap::new(),
+            partitions: cores.iter().map(|_| PartitionState::new(vec![0])).collect(),
+        })
+    }
+
+    fn open_names(shard: &Shard) -> Vec<String> {
+        let mut names: Vec<String> = shard
+            .partitions
+            .borrow()
+            .iter()
+            .flat_map(|(name, by_index)| by_index.keys().map(move |i| format!("{name}-{i}")))
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Core 1 of 2: it opens only the partitions placed on it, never one
+    /// twice, deletes the data of a deleted topic's partitions, and only
+    /// closes (keeps the directory of) what a withdrawn change opened.
+    #[test]
+    fn a_core_opens_what_it_owns_and_removes_what_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut flags = crate::config::flags_with(&[]);
+        flags.data_dir = Some(dir.path().to_path_buf());
+        flags.cores = Some("2".to_string());
+        let config = Arc::new(crate::config::load(&flags).unwrap());
+        let data_dir = dir.path().to_path_buf();
+        glommio::LocalExecutorBuilder::default()
+            .spawn(move || async move {
+                let writer = MetadataWriter::start(Box::new(MemoryMetadataLog::default())).unwrap();
+                let store = Arc::new(MetadataStore::new(writer, MetadataImage::new(0)));
+                let shard = Shard::new(1, 2, config, store);
+                let created =
+                    MetadataImage::new(0).with(&[topic("a", &[0, 1, 1]), topic("b", &[1])]);
+                assert_eq!(open_missing(&shard, &created).await.unwrap(), 3);
+                assert_eq!(open_missing(&shard, &created).await.unwrap(), 0);
+                assert_eq!(open_names(&shard), vec!["a-1", "a-2", "b-0"]);
+                install(&shard, &created);
+                assert_eq!(remove_gone(&shard, Removal::Delete).await, 0);
+
+                let deleted = created.with(&[MetadataRecord::TopicDeleted {
+                    name: "a".to_string(),
+                }]);
+                install(&shard, &deleted);
+                assert_eq!(remove_gone(&shard, Removal::Delete).await, 2);
+                assert_eq!(open_names(&shard), vec!["b-0"]);
+                assert!(
+                    !data_dir.join("a-1").exists(),
+                    "a deleted topic's data goes"
+                );
+
+                let proposed = deleted.with(&[topic("c", &[1])]);
+                assert_eq!(open_missing(&shard, &proposed).await.unwrap(), 1);
+                assert_eq!(remove_gone(&shard, Removal::Close).await, 1);
+                assert_eq!(open_names(&shard), vec!["b-0"]);
+                assert!(
+                    data_dir.join("c-0").exists(),
+                    "a withdrawn change's directory stays"
+                );
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+}
