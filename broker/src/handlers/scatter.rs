@@ -233,7 +233,10 @@ mod tests {
     /// `None` is answered here), gathers with every core answering its
     /// partitions in reverse order and the cores finishing in reverse, and
     /// returns the outcomes in the order they come out.
-    fn check(partitions: &[(&'static str, Option<usize>)], expected_cores: &[usize]) -> Vec<String> {
+    fn check(
+        partitions: &[(&'static str, Option<usize>)],
+        expected_cores: &[usize],
+    ) -> Vec<String> {
         let mut scatter: Scatter<&'static str, String> = Scatter::default();
         for (index, &(name, core)) in partitions.iter().enumerate() {
             let at = match core {
