@@ -258,104 +258,21 @@ fn join_group(
     core_bytes_left: usize,
     replies: &mut Replies,
 ) -> Answer<JoinResponse> {
-    let fail = |code: i16| Answer::Now(JoinResponse::error(code, &request.member_id));
-    if group.state == GroupState::Dead {
-        return fail(errors::COORDINATOR_NOT_AVAILABLE);
-    }
-    // The protocol type and at least one protocol must match the group's.
-    if !group.members.is_empty() {
-        if group.protocol_type.as_deref() != Some(request.protocol_type.as_str()) {
-            return fail(errors::INCONSISTENT_GROUP_PROTOCOL);
-        }
-        if group
-            .common_protocols(Some(&request.member_id), Some(&request.protocols))
-            .is_empty()
-        {
-            return fail(errors::INCONSISTENT_GROUP_PROTOCOL);
-        }
-    }
-    let metadata_bytes: usize = request.protocols.iter().map(|(_, m)| m.len()).sum();
-    let previous_bytes = group
-        .members
-        .get(&request.member_id)
-        .map(Member::bytes)
-        .unwrap_or(0);
-    if group.member_bytes() - previous_bytes + metadata_bytes > GROUP_MEMBER_BYTES_MAX
-        || metadata_bytes.saturating_sub(previous_bytes) > core_bytes_left
-    {
-        return fail(errors::INVALID_REQUEST);
+    if let Err(code) = check_join(group, &request, core_bytes_left) {
+        return Answer::Now(JoinResponse::error(code, &request.member_id));
     }
     let session_timeout_ms = request.session_timeout_ms as u64;
-    let rebalance_timeout_ms = (request.rebalance_timeout_ms.max(0) as u64).max(session_timeout_ms);
-
     let Some(new_id) = new_member_id else {
         return join_known_member(group, config, now_ms, request, waiter, replies);
     };
-
-    // A static member coming back with a new process: it replaces the old
-    // member id, keeping its assignment.
     if let Some(instance) = request.group_instance_id.clone() {
         if let Some(old_id) = group.instances.get(&instance).cloned() {
-            let mut member = group.members.remove(&old_id).expect("static member");
-            if let Some(w) = member.join_waiter.take() {
-                replies.push((
-                    w,
-                    Reply::Join(JoinResponse::error(errors::FENCED_INSTANCE_ID, &old_id)),
-                ));
-            }
-            if let Some(w) = member.sync_waiter.take() {
-                replies.push((
-                    w,
-                    Reply::Sync(SyncResponse::error(errors::FENCED_INSTANCE_ID)),
-                ));
-            }
-            let protocols_changed = !member.same_protocols(&request.protocols);
-            let previous_leader = group.leader_id.clone().unwrap_or_default();
-            member.member_id = new_id.clone();
-            member.client_id = request.client_id.clone();
-            member.client_host = request.client_host.clone();
-            member.session_timeout_ms = session_timeout_ms;
-            member.rebalance_timeout_ms = rebalance_timeout_ms;
-            member.protocols = request.protocols.clone();
-            member.session_deadline_ms = now_ms + session_timeout_ms;
-            group.instances.insert(instance, new_id.clone());
-            if group.leader_id.as_deref() == Some(old_id.as_str()) {
-                group.leader_id = Some(new_id.clone());
-            }
-            group.members.insert(new_id.clone(), member);
-            return match group.state {
-                GroupState::Stable if !protocols_changed => {
-                    let member = group.members.get_mut(&new_id).expect("member");
-                    member.synced_generation = -1;
-                    if request.supports_skip_assignment {
-                        // KIP-814: the leader learns it leads, with the
-                        // members, and that the assignment stands.
-                        let leads = group.leader_id.as_deref() == Some(new_id.as_str());
-                        let members = group.current_members();
-                        let mut response = group.join_response(&new_id, leads, &members);
-                        response.skip_assignment = leads;
-                        Answer::Now(response)
-                    } else {
-                        // Before v9 Kafka names the leader as it was before
-                        // the replacement: a restarted static leader acts as
-                        // a follower and does not assign without members.
-                        let mut response = group.join_response(&new_id, false, &[]);
-                        response.leader = previous_leader;
-                        Answer::Now(response)
-                    }
-                }
-                GroupState::PreparingRebalance => {
-                    group.members.get_mut(&new_id).expect("member").join_waiter = Some(waiter);
-                    group.try_complete_join(now_ms, replies);
-                    Answer::Parked
-                }
-                _ => {
-                    group.prepare_rebalance(now_ms, 0, replies);
-                    group.members.get_mut(&new_id).expect("member").join_waiter = Some(waiter);
-                    group.try_complete_join(now_ms, replies);
-                    Answer::Parked
-                }
+            let rejoin = StaticRejoin {
+                instance,
+                old_id,
+                new_id,
             };
+            return rejoin_static_member(group, now_ms, &request, rejoin, waiter, replies);
         }
     }
     if group.is_full(config.max_size) {
@@ -369,6 +286,125 @@ fn join_group(
     }
     add_member(group, config, now_ms, request, new_id, waiter, replies);
     Answer::Parked
+}
+
+/// Refusals of a JoinGroup before anything changes: a dead group, a
+/// protocol type or protocols the group does not share, member metadata
+/// over the group's or the core's bound.
+fn check_join(group: &Group, request: &JoinRequest, core_bytes_left: usize) -> Result<(), i16> {
+    if group.state == GroupState::Dead {
+        return Err(errors::COORDINATOR_NOT_AVAILABLE);
+    }
+    // The protocol type and at least one protocol must match the group's.
+    if !group.members.is_empty() {
+        if group.protocol_type.as_deref() != Some(request.protocol_type.as_str()) {
+            return Err(errors::INCONSISTENT_GROUP_PROTOCOL);
+        }
+        if group
+            .common_protocols(Some(&request.member_id), Some(&request.protocols))
+            .is_empty()
+        {
+            return Err(errors::INCONSISTENT_GROUP_PROTOCOL);
+        }
+    }
+    let metadata_bytes: usize = request.protocols.iter().map(|(_, m)| m.len()).sum();
+    let previous_bytes = group
+        .members
+        .get(&request.member_id)
+        .map(Member::bytes)
+        .unwrap_or(0);
+    if group.member_bytes() - previous_bytes + metadata_bytes > GROUP_MEMBER_BYTES_MAX
+        || metadata_bytes.saturating_sub(previous_bytes) > core_bytes_left
+    {
+        return Err(errors::INVALID_REQUEST);
+    }
+    Ok(())
+}
+
+/// A static member coming back with a new process under a new member id.
+struct StaticRejoin {
+    instance: String,
+    old_id: String,
+    new_id: String,
+}
+
+/// The new member id replaces the old one, keeping the assignment; the
+/// old process's parked requests are fenced.
+fn rejoin_static_member(
+    group: &mut Group,
+    now_ms: u64,
+    request: &JoinRequest,
+    rejoin: StaticRejoin,
+    waiter: WaiterId,
+    replies: &mut Replies,
+) -> Answer<JoinResponse> {
+    let StaticRejoin {
+        instance,
+        old_id,
+        new_id,
+    } = rejoin;
+    let session_timeout_ms = request.session_timeout_ms as u64;
+    let rebalance_timeout_ms = (request.rebalance_timeout_ms.max(0) as u64).max(session_timeout_ms);
+    let mut member = group.members.remove(&old_id).expect("static member");
+    if let Some(w) = member.join_waiter.take() {
+        replies.push((
+            w,
+            Reply::Join(JoinResponse::error(errors::FENCED_INSTANCE_ID, &old_id)),
+        ));
+    }
+    if let Some(w) = member.sync_waiter.take() {
+        replies.push((
+            w,
+            Reply::Sync(SyncResponse::error(errors::FENCED_INSTANCE_ID)),
+        ));
+    }
+    let protocols_changed = !member.same_protocols(&request.protocols);
+    let previous_leader = group.leader_id.clone().unwrap_or_default();
+    member.member_id = new_id.clone();
+    member.client_id = request.client_id.clone();
+    member.client_host = request.client_host.clone();
+    member.session_timeout_ms = session_timeout_ms;
+    member.rebalance_timeout_ms = rebalance_timeout_ms;
+    member.protocols = request.protocols.clone();
+    member.session_deadline_ms = now_ms + session_timeout_ms;
+    group.instances.insert(instance, new_id.clone());
+    if group.leader_id.as_deref() == Some(old_id.as_str()) {
+        group.leader_id = Some(new_id.clone());
+    }
+    group.members.insert(new_id.clone(), member);
+    match group.state {
+        GroupState::Stable if !protocols_changed => {
+            let member = group.members.get_mut(&new_id).expect("member");
+            member.synced_generation = -1;
+            if request.supports_skip_assignment {
+                // KIP-814: the leader learns it leads, with the members,
+                // and that the assignment stands.
+                let leads = group.leader_id.as_deref() == Some(new_id.as_str());
+                let members = group.current_members();
+                let mut response = group.join_response(&new_id, leads, &members);
+                response.skip_assignment = leads;
+                Answer::Now(response)
+            } else {
+                // Before v9 Kafka names the leader as it was before the
+                // replacement: a restarted static leader acts as a
+                // follower and does not assign without members.
+                let mut response = group.join_response(&new_id, false, &[]);
+                response.leader = previous_leader;
+                Answer::Now(response)
+            }
+        }
+        GroupState::PreparingRebalance => {
+            group.members.get_mut(&new_id).expect("member").join_waiter = Some(waiter);
+            group.try_complete_join(now_ms, replies);
+            Answer::Parked
+        }
+        _ => {
+            group.prepare_rebalance(now_ms, 0, replies);
+            group.members.get_mut(&new_id).expect("member").join_waiter = Some(waiter);
+            group.try_complete_join(now_ms, replies);
+            Answer::Parked
+        }
+    }
 }
 
 fn add_member(
@@ -500,32 +536,9 @@ fn sync_group(
     replies: &mut Replies,
 ) -> Answer<SyncResponse> {
     let fail = |code: i16| Answer::Now(SyncResponse::error(code));
-    if group.fenced(&request.member_id, request.group_instance_id.as_deref()) {
-        return fail(errors::FENCED_INSTANCE_ID);
+    if let Err(code) = check_sync(group, &request) {
+        return fail(code);
     }
-    if !group.members.contains_key(&request.member_id) {
-        return fail(errors::UNKNOWN_MEMBER_ID);
-    }
-    if request.generation_id != group.generation_id {
-        return fail(errors::ILLEGAL_GENERATION);
-    }
-    if request
-        .protocol_type
-        .as_ref()
-        .is_some_and(|t| Some(t) != group.protocol_type.as_ref())
-        || request
-            .protocol_name
-            .as_ref()
-            .is_some_and(|n| Some(n) != group.protocol_name.as_ref())
-    {
-        return fail(errors::INCONSISTENT_GROUP_PROTOCOL);
-    }
-    let ok = |group: &Group, assignment: Bytes| SyncResponse {
-        error_code: errors::NONE,
-        protocol_type: group.protocol_type.clone(),
-        protocol_name: group.protocol_name.clone(),
-        assignment,
-    };
     match group.state {
         GroupState::Empty | GroupState::Dead => fail(errors::UNKNOWN_MEMBER_ID),
         GroupState::PreparingRebalance => fail(errors::REBALANCE_IN_PROGRESS),
@@ -535,7 +548,7 @@ fn sync_group(
             member.session_deadline_ms = now_ms + member.session_timeout_ms;
             member.synced_generation = generation;
             let assignment = member.assignment.clone();
-            Answer::Now(ok(group, assignment))
+            Answer::Now(sync_ok(group, assignment))
         }
         GroupState::CompletingRebalance => {
             let generation = group.generation_id;
@@ -552,38 +565,87 @@ fn sync_group(
                 }
             }
             if is_leader {
-                let added: usize = request
-                    .assignments
-                    .iter()
-                    .filter(|(id, _)| group.members.contains_key(id))
-                    .map(|(_, a)| a.len())
-                    .sum();
-                if group.member_bytes() + added > GROUP_MEMBER_BYTES_MAX || added > core_bytes_left
-                {
-                    let member = group.members.get_mut(&request.member_id).expect("member");
-                    member.sync_waiter = None;
-                    return fail(errors::INVALID_REQUEST);
-                }
-                // Members the leader left out get an empty assignment.
-                for member in group.members.values_mut() {
-                    member.assignment = Bytes::new();
-                }
-                for (member_id, assignment) in request.assignments {
-                    if let Some(member) = group.members.get_mut(&member_id) {
-                        member.assignment = assignment;
-                    }
-                }
-                group.state = GroupState::Stable;
-                let answers: Vec<(WaiterId, Bytes)> = group
-                    .members
-                    .values_mut()
-                    .filter_map(|m| m.sync_waiter.take().map(|w| (w, m.assignment.clone())))
-                    .collect();
-                for (w, assignment) in answers {
-                    replies.push((w, Reply::Sync(ok(group, assignment))));
+                if let Err(code) = apply_assignment(group, request, core_bytes_left, replies) {
+                    return fail(code);
                 }
             }
             Answer::Parked
         }
     }
+}
+
+/// Refusals of a SyncGroup: a fenced static member, an unknown member, a
+/// generation or protocol that is not the group's.
+fn check_sync(group: &Group, request: &SyncRequest) -> Result<(), i16> {
+    if group.fenced(&request.member_id, request.group_instance_id.as_deref()) {
+        return Err(errors::FENCED_INSTANCE_ID);
+    }
+    if !group.members.contains_key(&request.member_id) {
+        return Err(errors::UNKNOWN_MEMBER_ID);
+    }
+    if request.generation_id != group.generation_id {
+        return Err(errors::ILLEGAL_GENERATION);
+    }
+    if request
+        .protocol_type
+        .as_ref()
+        .is_some_and(|t| Some(t) != group.protocol_type.as_ref())
+        || request
+            .protocol_name
+            .as_ref()
+            .is_some_and(|n| Some(n) != group.protocol_name.as_ref())
+    {
+        return Err(errors::INCONSISTENT_GROUP_PROTOCOL);
+    }
+    Ok(())
+}
+
+fn sync_ok(group: &Group, assignment: Bytes) -> SyncResponse {
+    SyncResponse {
+        error_code: errors::NONE,
+        protocol_type: group.protocol_type.clone(),
+        protocol_name: group.protocol_name.clone(),
+        assignment,
+    }
+}
+
+/// The leader's SyncGroup during CompletingRebalance: stores every
+/// member's assignment (within the group's and the core's bounds), makes
+/// the group Stable and answers every parked SyncGroup.
+fn apply_assignment(
+    group: &mut Group,
+    request: SyncRequest,
+    core_bytes_left: usize,
+    replies: &mut Replies,
+) -> Result<(), i16> {
+    let added: usize = request
+        .assignments
+        .iter()
+        .filter(|(id, _)| group.members.contains_key(id))
+        .map(|(_, a)| a.len())
+        .sum();
+    if group.member_bytes() + added > GROUP_MEMBER_BYTES_MAX || added > core_bytes_left {
+        let member = group.members.get_mut(&request.member_id).expect("member");
+        member.sync_waiter = None;
+        return Err(errors::INVALID_REQUEST);
+    }
+    // Members the leader left out get an empty assignment.
+    for member in group.members.values_mut() {
+        member.assignment = Bytes::new();
+    }
+    for (member_id, assignment) in request.assignments {
+        if let Some(member) = group.members.get_mut(&member_id) {
+            member.assignment = assignment;
+        }
+    }
+    group.state = GroupState::Stable;
+    let answers: Vec<(WaiterId, Bytes)> = group
+        .members
+        .values_mut()
+        .filter_map(|m| m.sync_waiter.take().map(|w| (w, m.assignment.clone())))
+        .collect();
+    for (w, assignment) in answers {
+        replies.push((w, Reply::Sync(sync_ok(group, assignment))));
+    }
+    Ok(())
 }
