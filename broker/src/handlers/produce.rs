@@ -48,6 +48,9 @@ struct Append {
     batch: RecordBatch,
 }
 
+/// A routed batch's bytes and records, for the topic metrics.
+type Appended = Option<(u64, u64)>;
+
 /// Creates the topics a produce request names that do not exist yet, when
 /// auto-create is on.
 async fn auto_create(shard: &Rc<Shard>, request: &ProduceRequest, image: &MetadataImage) -> bool {
@@ -249,36 +252,7 @@ pub async fn handle(
         acks,
         by_id,
     };
-    let mut scatter: Scatter<Append, ProduceOutcome> = Scatter::default();
-    // Per partition, in request order: the routed batch's bytes and
-    // records, for the topic metrics.
-    let mut appended: Vec<Option<(u64, u64)>> = Vec::new();
-    for (topic_data, name) in request.topic_data.iter().zip(&names) {
-        let name = name.as_deref().unwrap_or_default();
-        let topic = image.topics.get(name).map(|topic| &**topic);
-        for partition_data in &topic_data.partition_data {
-            match check_partition(&asked, name, topic, partition_data) {
-                Ok((core, batch)) => {
-                    appended.push(Some((
-                        batch.bytes().len() as u64,
-                        batch.header().record_count.max(0) as u64,
-                    )));
-                    scatter.route(
-                        core,
-                        Append {
-                            topic: name.to_string(),
-                            partition: partition_data.index,
-                            batch,
-                        },
-                    );
-                }
-                Err(code) => {
-                    appended.push(None);
-                    scatter.answer(ProduceOutcome::error(code));
-                }
-            }
-        }
-    }
+    let (mut scatter, appended) = route(&asked, &request, &names);
     scatter
         .gather(shard, move |owner, work| async move {
             each_concurrently(work, |append: Append| {
@@ -312,7 +286,55 @@ pub async fn handle(
     if acks == 0 {
         return None;
     }
-    let mut outcomes = scatter.into_outcomes();
+    Some(response(&request, scatter.into_outcomes(), version))
+}
+
+/// Per partition, in request order: its answer now, or its batch routed
+/// to the owning core; and the routed batch's bytes and records, for the
+/// topic metrics.
+fn route(
+    asked: &Asked<'_>,
+    request: &ProduceRequest,
+    names: &[Option<String>],
+) -> (Scatter<Append, ProduceOutcome>, Vec<Appended>) {
+    let mut scatter = Scatter::default();
+    let mut appended = Vec::new();
+    for (topic_data, name) in request.topic_data.iter().zip(names) {
+        let name = name.as_deref().unwrap_or_default();
+        let topic = asked.image.topics.get(name).map(|topic| &**topic);
+        for partition_data in &topic_data.partition_data {
+            match check_partition(asked, name, topic, partition_data) {
+                Ok((core, batch)) => {
+                    appended.push(Some((
+                        batch.bytes().len() as u64,
+                        batch.header().record_count.max(0) as u64,
+                    )));
+                    scatter.route(
+                        core,
+                        Append {
+                            topic: name.to_string(),
+                            partition: partition_data.index,
+                            batch,
+                        },
+                    );
+                }
+                Err(code) => {
+                    appended.push(None);
+                    scatter.answer(ProduceOutcome::error(code));
+                }
+            }
+        }
+    }
+    (scatter, appended)
+}
+
+/// The answer, topics and partitions in the order asked.
+fn response(
+    request: &ProduceRequest,
+    mut outcomes: impl Iterator<Item = ProduceOutcome>,
+    version: i16,
+) -> ProduceResponse {
+    let by_id = version >= VERSION_TOPIC_IDS_MIN;
     let responses = request
         .topic_data
         .iter()
@@ -338,7 +360,7 @@ pub async fn handle(
             response.with_partition_responses(partition_responses)
         })
         .collect();
-    Some(ProduceResponse::default().with_responses(responses))
+    ProduceResponse::default().with_responses(responses)
 }
 
 /// UNKNOWN_PRODUCER_ID came with produce v5, beside the log start offset a
