@@ -12,6 +12,7 @@ pub mod effective_config;
 pub mod environment;
 pub mod errors;
 pub mod exclusive;
+pub mod fatal;
 pub mod group;
 pub mod handlers;
 pub mod io_properties;

@@ -265,6 +265,8 @@ fn keep_large_buffers_in_the_heap() {
 
 /// Runs the broker until SIGINT/SIGTERM or a fatal start-up error.
 pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
+    // A panic on any thread, or a log storage fenced, ends the process.
+    crate::fatal::install();
     keep_large_buffers_in_the_heap();
     let huge_pages_off = crate::allocator::configure();
     let config = crate::environment::check(config)?;
@@ -463,9 +465,8 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         }
     }
     for handle in handles {
-        if handle.join().is_err() {
-            tracing::error!("an executor thread panicked");
-        }
+        // A panic exits in the hook (`fatal`), before any join sees it.
+        let _ = handle.join();
     }
     if let Some(message) = failure {
         bail!(message);

@@ -10,6 +10,7 @@ mod cache;
 pub mod checkpoint;
 pub mod config;
 mod error;
+pub mod fence;
 mod file;
 mod fs_sync;
 mod group_commit;

@@ -1892,12 +1892,16 @@ fn segment_age_ms(segment: &Segment, new_timestamp: i64, now_ms: i64) -> i64 {
 
 fn fence_inner(inner: &Inner, reason: String) {
     let mut state = inner.state.borrow_mut();
-    if state.failure.is_none() {
+    let first = state.failure.is_none();
+    if first {
         error!(dir = %inner.dir.display(), %reason, "log fenced: refusing further appends and acknowledgements");
-        state.failure = Some(reason);
+        state.failure = Some(reason.clone());
     }
     drop(state);
     inner.changed.notify_all();
+    if first {
+        crate::fence::fenced(&inner.dir, &reason);
+    }
 }
 
 /// What the writer should do next: (submit a write, sync, wake-up delay

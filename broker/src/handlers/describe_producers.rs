@@ -4,8 +4,6 @@
 //! and current transaction start offset are -1, as Kafka reports them for
 //! a producer outside a transaction.
 
-use std::collections::BTreeMap;
-use std::pin::Pin;
 use std::rc::Rc;
 
 use kafka_protocol::messages::describe_producers_response::{
@@ -15,14 +13,12 @@ use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersRespon
 use kafka_protocol::protocol::StrBytes;
 
 use crate::errors;
+use crate::handlers::scatter::Scatter;
 use crate::producer_state::ProducerView;
 use crate::shard::Shard;
-use crate::sync::join_all;
 
 pub const VERSION_MIN: i16 = 0;
 pub const VERSION_MAX: i16 = 0;
-
-type BoxFuture<'a, T> = Pin<Box<dyn std::future::Future<Output = T> + 'a>>;
 
 /// A partition's producers, or the error code that replaces them.
 type Outcome = Result<Vec<ProducerView>, i16>;
@@ -32,43 +28,31 @@ pub async fn handle(
     request: DescribeProducersRequest,
 ) -> DescribeProducersResponse {
     let image = shard.metadata.image();
-    let mut outcomes: Vec<Outcome> = Vec::new();
-    let mut by_core: BTreeMap<usize, Vec<(usize, String, i32)>> = BTreeMap::new();
+    let mut scatter: Scatter<(String, i32), Outcome> = Scatter::default();
     for topic in &request.topics {
         let name = topic.name.0.as_str();
         let meta = image.topics.get(name);
         for &index in &topic.partition_indexes {
-            let slot = outcomes.len();
-            outcomes.push(Err(errors::UNKNOWN_TOPIC_OR_PARTITION));
-            if let Some(core) = meta.and_then(|m| image.owner_core(m, index, shard.cores)) {
-                by_core
-                    .entry(core)
-                    .or_default()
-                    .push((slot, name.to_string(), index));
-            }
+            match meta.and_then(|m| image.owner_core(m, index, shard.cores)) {
+                Some(core) => scatter.route(core, (name.to_string(), index)),
+                None => scatter.answer(Err(errors::UNKNOWN_TOPIC_OR_PARTITION)),
+            };
         }
     }
-    let hops: Vec<BoxFuture<'_, Vec<(usize, Outcome)>>> = by_core
-        .into_iter()
-        .map(|(core, wanted)| {
-            Box::pin(shard.run_on(core, move |owner| async move {
-                wanted
-                    .into_iter()
-                    .map(|(slot, topic, index)| {
-                        let outcome = match owner.partition(&topic, index) {
-                            Some(partition) => Ok(partition.producers()),
-                            None => Err(errors::NOT_LEADER_OR_FOLLOWER),
-                        };
-                        (slot, outcome)
-                    })
-                    .collect()
-            })) as BoxFuture<'_, _>
+    scatter
+        .gather(shard, |owner, work| async move {
+            work.into_iter()
+                .map(|(slot, (topic, index))| {
+                    let outcome = match owner.partition(&topic, index) {
+                        Some(partition) => Ok(partition.producers()),
+                        None => Err(errors::NOT_LEADER_OR_FOLLOWER),
+                    };
+                    (slot, outcome)
+                })
+                .collect()
         })
-        .collect();
-    for (slot, outcome) in join_all(hops).await.into_iter().flatten() {
-        outcomes[slot] = outcome;
-    }
-    let mut outcomes = outcomes.into_iter();
+        .await;
+    let mut outcomes = scatter.into_outcomes();
     let topics = request
         .topics
         .iter()

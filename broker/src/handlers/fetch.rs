@@ -11,7 +11,6 @@
 //! read again. `max_bytes` is applied over the gathered answer in request
 //! order; the first non-empty partition is always kept whole.
 
-use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -21,18 +20,18 @@ use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, Partition
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse};
 
 use crate::errors;
+use crate::handlers::scatter::{CoreWork, Scatter};
 use crate::limits::FETCH_WAIT_MS_MAX;
 use crate::memory::ResponseBudget;
 use crate::partition::FetchOutcome;
 use crate::shard::Shard;
-use crate::sync::{join_all, select_first};
+use crate::sync::select_first;
 
 pub const VERSION_MIN: i16 = 4;
 pub const VERSION_MAX: i16 = 18;
 
 #[derive(Clone)]
 struct Wanted {
-    slot: usize,
     topic: String,
     partition: i32,
     fetch_offset: i64,
@@ -41,50 +40,43 @@ struct Wanted {
 
 type BoxFuture<'a, T> = Pin<Box<dyn std::future::Future<Output = T> + 'a>>;
 
-async fn read_all(
-    shard: &Rc<Shard>,
-    by_core: &BTreeMap<usize, Vec<Wanted>>,
+/// Reads a core's partitions one after the other, `max_bytes` shared
+/// among them in request order.
+async fn read_core(
+    owner: Rc<Shard>,
+    wanted: CoreWork<Wanted>,
     max_bytes: usize,
-) -> Vec<(usize, FetchOutcome)> {
-    let hops: Vec<BoxFuture<'_, Vec<(usize, FetchOutcome)>>> = by_core
-        .iter()
-        .map(|(&core, wanted)| {
-            let wanted = wanted.clone();
-            Box::pin(shard.run_on(core, move |owner| async move {
-                let mut budget = max_bytes;
-                let mut results = Vec::with_capacity(wanted.len());
-                for w in wanted {
-                    let outcome = match owner.partition(&w.topic, w.partition) {
-                        Some(partition) => {
-                            partition
-                                .read(w.fetch_offset, w.partition_max_bytes.min(budget.max(1)))
-                                .await
-                        }
-                        None => FetchOutcome::error(errors::NOT_LEADER_OR_FOLLOWER),
-                    };
-                    budget = budget.saturating_sub(outcome.records.len());
-                    results.push((w.slot, outcome));
-                }
-                results
-            })) as BoxFuture<'_, _>
-        })
-        .collect();
-    join_all(hops).await.into_iter().flatten().collect()
+) -> CoreWork<FetchOutcome> {
+    let mut budget = max_bytes;
+    let mut results = Vec::with_capacity(wanted.len());
+    for (slot, w) in wanted {
+        let outcome = match owner.partition(&w.topic, w.partition) {
+            Some(partition) => {
+                partition
+                    .read(w.fetch_offset, w.partition_max_bytes.min(budget.max(1)))
+                    .await
+            }
+            None => FetchOutcome::error(errors::NOT_LEADER_OR_FOLLOWER),
+        };
+        budget = budget.saturating_sub(outcome.records.len());
+        results.push((slot, outcome));
+    }
+    results
 }
 
 /// Waits until any wanted partition grows past its fetch offset, or the
 /// deadline passes.
 async fn wait_for_data(
     shard: &Rc<Shard>,
-    by_core: &BTreeMap<usize, Vec<Wanted>>,
+    scatter: &Scatter<Wanted, FetchOutcome>,
     deadline: Instant,
 ) {
-    let waits: Vec<BoxFuture<'_, ()>> = by_core
-        .iter()
-        .map(|(&core, wanted)| {
+    let waits: Vec<BoxFuture<'_, ()>> = scatter
+        .by_core()
+        .map(|(core, wanted)| {
             let wanted: Vec<(String, i32, i64)> = wanted
                 .iter()
-                .map(|w| (w.topic.clone(), w.partition, w.fetch_offset))
+                .map(|(_, w)| (w.topic.clone(), w.partition, w.fetch_offset))
                 .collect();
             Box::pin(shard.run_on(core, move |owner| async move {
                 let mut waits: Vec<BoxFuture<'static, ()>> = Vec::new();
@@ -128,8 +120,7 @@ pub async fn handle(
     };
     let max_bytes = budget.reserve_up_to(asked);
 
-    let mut outcomes: Vec<FetchOutcome> = Vec::new();
-    let mut by_core: BTreeMap<usize, Vec<Wanted>> = BTreeMap::new();
+    let mut scatter: Scatter<Wanted, FetchOutcome> = Scatter::default();
     // v13+ name topics by id (and leave the name empty).
     let names: Vec<Option<String>> = request
         .topics
@@ -149,49 +140,52 @@ pub async fn handle(
     for (topic, name) in request.topics.iter().zip(&names) {
         let Some(name) = name.as_deref() else {
             for _ in &topic.partitions {
-                outcomes.push(FetchOutcome::error(errors::UNKNOWN_TOPIC_ID));
+                scatter.answer(FetchOutcome::error(errors::UNKNOWN_TOPIC_ID));
             }
             continue;
         };
         let meta = image.topics.get(name);
         for p in &topic.partitions {
-            let slot = outcomes.len();
-            outcomes.push(FetchOutcome::error(errors::NONE));
-            let core = meta.and_then(|m| image.owner_core(m, p.partition, shard.cores));
-            match core {
-                None => outcomes[slot] = FetchOutcome::error(errors::UNKNOWN_TOPIC_OR_PARTITION),
-                Some(core) => by_core.entry(core).or_default().push(Wanted {
-                    slot,
-                    topic: name.to_string(),
-                    partition: p.partition,
-                    fetch_offset: p.fetch_offset,
-                    partition_max_bytes: p.partition_max_bytes.max(0) as usize,
-                }),
-            }
+            match meta.and_then(|m| image.owner_core(m, p.partition, shard.cores)) {
+                None => scatter.answer(FetchOutcome::error(errors::UNKNOWN_TOPIC_OR_PARTITION)),
+                Some(core) => scatter.route(
+                    core,
+                    Wanted {
+                        topic: name.to_string(),
+                        partition: p.partition,
+                        fetch_offset: p.fetch_offset,
+                        partition_max_bytes: p.partition_max_bytes.max(0) as usize,
+                    },
+                ),
+            };
         }
     }
     loop {
+        scatter
+            .gather_again(shard, move |owner, wanted| {
+                read_core(owner, wanted, max_bytes)
+            })
+            .await;
         let mut total = 0usize;
         let mut failed = false;
-        for (slot, outcome) in read_all(shard, &by_core, max_bytes).await {
+        for outcome in scatter.routed_outcomes() {
             total += outcome.records.len();
             failed |= outcome.error_code != errors::NONE;
-            outcomes[slot] = outcome;
         }
         let expired = Instant::now() >= deadline;
         if total >= min_bytes
             || failed
             || expired
-            || by_core.is_empty()
+            || scatter.nothing_routed()
             || shard.stopping.is_raised()
         {
             break;
         }
-        wait_for_data(shard, &by_core, deadline).await;
+        wait_for_data(shard, &scatter, deadline).await;
     }
     // Apply max_bytes across partitions in request order.
     let mut used = 0usize;
-    for outcome in outcomes.iter_mut() {
+    for outcome in scatter.outcomes_mut() {
         let len = outcome.records.len();
         if len == 0 {
             continue;
@@ -202,7 +196,7 @@ pub async fn handle(
             used += len;
         }
     }
-    let mut outcomes = outcomes.into_iter();
+    let mut outcomes = scatter.into_outcomes();
     let responses = request
         .topics
         .iter()

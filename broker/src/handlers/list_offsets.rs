@@ -7,8 +7,6 @@
 //! answer here is local, so it is accepted and never waited on.
 //! From v4 each answer carries the leader epoch of the offset found.
 
-use std::collections::BTreeMap;
-use std::pin::Pin;
 use std::rc::Rc;
 
 use kafka_protocol::messages::list_offsets_response::{
@@ -17,16 +15,30 @@ use kafka_protocol::messages::list_offsets_response::{
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
 use crate::errors;
+use crate::handlers::scatter::{each_in_order, Scatter};
 use crate::partition::OffsetOutcome;
 use crate::shard::Shard;
-use crate::sync::join_all;
 
 pub const VERSION_MIN: i16 = 1;
 pub const VERSION_MAX: i16 = 10;
 /// Answers carry a leader epoch from v4.
 const LEADER_EPOCH_VERSION_MIN: i16 = 4;
 
-type BoxFuture<'a, T> = Pin<Box<dyn std::future::Future<Output = T> + 'a>>;
+/// One partition's question, on its way to the owning core.
+struct Wanted {
+    topic: String,
+    partition: i32,
+    timestamp: i64,
+}
+
+fn error(error_code: i16) -> OffsetOutcome {
+    OffsetOutcome {
+        error_code,
+        timestamp: -1,
+        offset: -1,
+        leader_epoch: -1,
+    }
+}
 
 pub async fn handle(
     shard: &Rc<Shard>,
@@ -34,56 +46,38 @@ pub async fn handle(
     version: i16,
 ) -> ListOffsetsResponse {
     let image = shard.metadata.image();
-    let mut outcomes: Vec<OffsetOutcome> = Vec::new();
-    let mut by_core: BTreeMap<usize, Vec<(usize, String, i32, i64)>> = BTreeMap::new();
+    let mut scatter: Scatter<Wanted, OffsetOutcome> = Scatter::default();
     for topic in &request.topics {
         let name = topic.name.0.as_str();
         let meta = image.topics.get(name);
         for p in &topic.partitions {
-            let slot = outcomes.len();
-            outcomes.push(OffsetOutcome {
-                error_code: errors::UNKNOWN_TOPIC_OR_PARTITION,
-                timestamp: -1,
-                offset: -1,
-                leader_epoch: -1,
-            });
-            if let Some(core) =
-                meta.and_then(|m| image.owner_core(m, p.partition_index, shard.cores))
-            {
-                by_core.entry(core).or_default().push((
-                    slot,
-                    name.to_string(),
-                    p.partition_index,
-                    p.timestamp,
-                ));
-            }
+            match meta.and_then(|m| image.owner_core(m, p.partition_index, shard.cores)) {
+                Some(core) => scatter.route(
+                    core,
+                    Wanted {
+                        topic: name.to_string(),
+                        partition: p.partition_index,
+                        timestamp: p.timestamp,
+                    },
+                ),
+                None => scatter.answer(error(errors::UNKNOWN_TOPIC_OR_PARTITION)),
+            };
         }
     }
-    let hops: Vec<BoxFuture<'_, Vec<(usize, OffsetOutcome)>>> = by_core
-        .into_iter()
-        .map(|(core, wanted)| {
-            Box::pin(shard.run_on(core, move |owner| async move {
-                let mut results = Vec::with_capacity(wanted.len());
-                for (slot, topic, index, timestamp) in wanted {
-                    let outcome = match owner.partition(&topic, index) {
-                        Some(partition) => partition.list_offset(timestamp).await,
-                        None => OffsetOutcome {
-                            error_code: errors::NOT_LEADER_OR_FOLLOWER,
-                            timestamp: -1,
-                            offset: -1,
-                            leader_epoch: -1,
-                        },
-                    };
-                    results.push((slot, outcome));
+    scatter
+        .gather(shard, |owner, work| {
+            each_in_order(work, move |w: Wanted| {
+                let partition = owner.partition(&w.topic, w.partition);
+                async move {
+                    match partition {
+                        Some(partition) => partition.list_offset(w.timestamp).await,
+                        None => error(errors::NOT_LEADER_OR_FOLLOWER),
+                    }
                 }
-                results
-            })) as BoxFuture<'_, _>
+            })
         })
-        .collect();
-    for (slot, outcome) in join_all(hops).await.into_iter().flatten() {
-        outcomes[slot] = outcome;
-    }
-    let mut outcomes = outcomes.into_iter();
+        .await;
+    let mut outcomes = scatter.into_outcomes();
     let topics = request
         .topics
         .iter()

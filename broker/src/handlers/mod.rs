@@ -42,6 +42,7 @@ pub mod offset_commit;
 pub mod offset_delete;
 pub mod offset_fetch;
 pub mod produce;
+pub mod scatter;
 pub mod sync_group;
 
 /// Every API the broker answers, with the versions it advertises.

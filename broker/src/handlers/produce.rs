@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::produce_request::PartitionProduceData;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use protocol::batch::{BatchError, RecordBatch};
@@ -27,11 +28,11 @@ use protocol::codec::RequestFrame;
 
 use crate::controller::{self, TopicSpec};
 use crate::errors;
+use crate::handlers::scatter::{each_concurrently, Scatter};
 use crate::limits::{DECOMPRESSED_BATCH_BYTES_MAX, DECOMPRESSION_RATIO_MAX};
-use crate::metadata::{validate_topic_name, MetadataImage};
+use crate::metadata::{validate_topic_name, MetadataImage, TopicMeta};
 use crate::partition::ProduceOutcome;
 use crate::shard::Shard;
-use crate::sync::join_all;
 
 pub const VERSION_MIN: i16 = 0;
 pub const VERSION_MAX: i16 = 13;
@@ -41,12 +42,14 @@ pub const VERSION_SERVED_MIN: i16 = 3;
 const VERSION_TOPIC_IDS_MIN: i16 = 13;
 
 /// One partition's batch, validated, on its way to the owning core.
-struct Routed {
-    slot: usize,
+struct Append {
     topic: String,
     partition: i32,
     batch: RecordBatch,
 }
+
+/// A routed batch's bytes and records, for the topic metrics.
+type Appended = Option<(u64, u64)>;
 
 /// Creates the topics a produce request names that do not exist yet, when
 /// auto-create is on.
@@ -153,6 +156,67 @@ fn rejected_code(error: &BatchError) -> i16 {
     }
 }
 
+/// What the request asks of every partition, checked once.
+struct Asked<'a> {
+    shard: &'a Shard,
+    image: &'a MetadataImage,
+    acks: i16,
+    by_id: bool,
+}
+
+/// Checks one partition's batch and finds its owner: the owning core and
+/// the validated batch (recompressed for the topic when it asks), or the
+/// error code that answers the partition.
+fn check_partition(
+    asked: &Asked<'_>,
+    name: &str,
+    topic: Option<&TopicMeta>,
+    partition_data: &PartitionProduceData,
+) -> Result<(usize, RecordBatch), i16> {
+    let Asked {
+        shard,
+        image,
+        acks,
+        by_id,
+    } = *asked;
+    if !matches!(acks, -1..=1) {
+        return Err(errors::INVALID_REQUIRED_ACKS);
+    }
+    if by_id && topic.is_none() {
+        return Err(errors::UNKNOWN_TOPIC_ID);
+    }
+    let Some(topic) = topic else {
+        return Err(if validate_topic_name(name).is_err() {
+            errors::INVALID_TOPIC_EXCEPTION
+        } else {
+            errors::UNKNOWN_TOPIC_OR_PARTITION
+        });
+    };
+    if crate::metadata::is_internal_topic(name) {
+        // Kafka: "Cannot append to internal topic"; only the broker's own
+        // coordinators write there.
+        return Err(errors::INVALID_TOPIC_EXCEPTION);
+    }
+    let core = image
+        .owner_core(topic, partition_data.index, shard.cores)
+        .ok_or(errors::UNKNOWN_TOPIC_OR_PARTITION)?;
+    let records = partition_data
+        .records
+        .clone()
+        .ok_or(errors::INVALID_RECORD)?;
+    let max_bytes = max_message_bytes(shard, &topic.configs);
+    if records.len() > max_bytes {
+        return Err(errors::MESSAGE_TOO_LARGE);
+    }
+    validate_batch(records, max_bytes)
+        .and_then(|batch| recompress_for_topic(shard, image, &topic.configs, batch, max_bytes))
+        .map(|batch| (core, batch))
+        .map_err(|error| {
+            tracing::debug!(topic = name, partition = partition_data.index, %error, "rejected batch");
+            rejected_code(&error)
+        })
+}
+
 pub async fn handle(
     shard: &Rc<Shard>,
     request: ProduceRequest,
@@ -182,104 +246,27 @@ pub async fn handle(
                 .map(|t| t.name.clone())
         })
         .collect();
-    // One outcome slot per partition, in request order.
-    let mut outcomes: Vec<ProduceOutcome> = Vec::new();
-    // Per slot: the routed batch's bytes and records, for the topic metrics.
-    let mut appended: Vec<Option<(u64, u64)>> = Vec::new();
-    let mut by_core: BTreeMap<usize, Vec<Routed>> = BTreeMap::new();
-    for (topic_data, name) in request.topic_data.iter().zip(&names) {
-        let name = name.as_deref().unwrap_or_default();
-        let topic = image.topics.get(name);
-        for partition_data in &topic_data.partition_data {
-            let slot = outcomes.len();
-            outcomes.push(ProduceOutcome::error(errors::NONE));
-            appended.push(None);
-            let outcome = &mut outcomes[slot];
-            if !matches!(acks, -1..=1) {
-                *outcome = ProduceOutcome::error(errors::INVALID_REQUIRED_ACKS);
-                continue;
-            }
-            if by_id && topic.is_none() {
-                *outcome = ProduceOutcome::error(errors::UNKNOWN_TOPIC_ID);
-                continue;
-            }
-            let Some(topic) = topic else {
-                let code = if validate_topic_name(name).is_err() {
-                    errors::INVALID_TOPIC_EXCEPTION
-                } else {
-                    errors::UNKNOWN_TOPIC_OR_PARTITION
-                };
-                *outcome = ProduceOutcome::error(code);
-                continue;
-            };
-            if crate::metadata::is_internal_topic(name) {
-                // Kafka: "Cannot append to internal topic"; only the
-                // broker's own coordinators write there.
-                *outcome = ProduceOutcome::error(errors::INVALID_TOPIC_EXCEPTION);
-                continue;
-            }
-            let Some(core) = image.owner_core(topic, partition_data.index, shard.cores) else {
-                *outcome = ProduceOutcome::error(errors::UNKNOWN_TOPIC_OR_PARTITION);
-                continue;
-            };
-            let Some(records) = partition_data.records.clone() else {
-                *outcome = ProduceOutcome::error(errors::INVALID_RECORD);
-                continue;
-            };
-            let max_bytes = max_message_bytes(shard, &topic.configs);
-            if records.len() > max_bytes {
-                *outcome = ProduceOutcome::error(errors::MESSAGE_TOO_LARGE);
-                continue;
-            }
-            let batch = match validate_batch(records, max_bytes).and_then(|batch| {
-                recompress_for_topic(shard, &image, &topic.configs, batch, max_bytes)
-            }) {
-                Ok(batch) => batch,
-                Err(error) => {
-                    tracing::debug!(topic = name, partition = partition_data.index, %error, "rejected batch");
-                    *outcome = ProduceOutcome::error(rejected_code(&error));
-                    continue;
+    let asked = Asked {
+        shard,
+        image: &image,
+        acks,
+        by_id,
+    };
+    let (mut scatter, appended) = route(&asked, &request, &names);
+    scatter
+        .gather(shard, move |owner, work| async move {
+            each_concurrently(work, |append: Append| {
+                let partition = owner.partition(&append.topic, append.partition);
+                async move {
+                    match partition {
+                        Some(partition) => partition.produce(append.batch, acks).await,
+                        None => ProduceOutcome::error(errors::NOT_LEADER_OR_FOLLOWER),
+                    }
                 }
-            };
-            appended[slot] = Some((
-                batch.bytes().len() as u64,
-                batch.header().record_count.max(0) as u64,
-            ));
-            by_core.entry(core).or_default().push(Routed {
-                slot,
-                topic: name.to_string(),
-                partition: partition_data.index,
-                batch,
-            });
-        }
-    }
-    let hops = by_core
-        .into_iter()
-        .map(|(core, routed)| {
-            Box::pin(shard.run_on(core, move |owner| async move {
-                let appends = routed
-                    .into_iter()
-                    .map(|r| {
-                        let partition = owner.partition(&r.topic, r.partition);
-                        Box::pin(async move {
-                            let outcome = match partition {
-                                Some(partition) => partition.produce(r.batch, acks).await,
-                                None => ProduceOutcome::error(errors::NOT_LEADER_OR_FOLLOWER),
-                            };
-                            (r.slot, outcome)
-                        })
-                            as std::pin::Pin<Box<dyn std::future::Future<Output = _>>>
-                    })
-                    .collect();
-                join_all(appends).await
-            })) as std::pin::Pin<Box<dyn std::future::Future<Output = _>>>
+            })
+            .await
         })
-        .collect();
-    for results in join_all(hops).await {
-        for (slot, outcome) in results {
-            outcomes[slot] = outcome;
-        }
-    }
+        .await;
     let slots = request
         .topic_data
         .iter()
@@ -291,7 +278,7 @@ pub async fn handle(
                 .iter()
                 .map(move |p| (name, p.index))
         });
-    for ((topic, partition), (outcome, appended)) in slots.zip(outcomes.iter().zip(&appended)) {
+    for ((topic, partition), (outcome, appended)) in slots.zip(scatter.outcomes().zip(&appended)) {
         if let (errors::NONE, Some((bytes, records))) = (outcome.error_code, appended) {
             crate::metrics::record_produced(topic, partition, *bytes, *records);
         }
@@ -299,7 +286,55 @@ pub async fn handle(
     if acks == 0 {
         return None;
     }
-    let mut outcomes = outcomes.into_iter();
+    Some(response(&request, scatter.into_outcomes(), version))
+}
+
+/// Per partition, in request order: its answer now, or its batch routed
+/// to the owning core; and the routed batch's bytes and records, for the
+/// topic metrics.
+fn route(
+    asked: &Asked<'_>,
+    request: &ProduceRequest,
+    names: &[Option<String>],
+) -> (Scatter<Append, ProduceOutcome>, Vec<Appended>) {
+    let mut scatter = Scatter::default();
+    let mut appended = Vec::new();
+    for (topic_data, name) in request.topic_data.iter().zip(names) {
+        let name = name.as_deref().unwrap_or_default();
+        let topic = asked.image.topics.get(name).map(|topic| &**topic);
+        for partition_data in &topic_data.partition_data {
+            match check_partition(asked, name, topic, partition_data) {
+                Ok((core, batch)) => {
+                    appended.push(Some((
+                        batch.bytes().len() as u64,
+                        batch.header().record_count.max(0) as u64,
+                    )));
+                    scatter.route(
+                        core,
+                        Append {
+                            topic: name.to_string(),
+                            partition: partition_data.index,
+                            batch,
+                        },
+                    );
+                }
+                Err(code) => {
+                    appended.push(None);
+                    scatter.answer(ProduceOutcome::error(code));
+                }
+            }
+        }
+    }
+    (scatter, appended)
+}
+
+/// The answer, topics and partitions in the order asked.
+fn response(
+    request: &ProduceRequest,
+    mut outcomes: impl Iterator<Item = ProduceOutcome>,
+    version: i16,
+) -> ProduceResponse {
+    let by_id = version >= VERSION_TOPIC_IDS_MIN;
     let responses = request
         .topic_data
         .iter()
@@ -325,7 +360,7 @@ pub async fn handle(
             response.with_partition_responses(partition_responses)
         })
         .collect();
-    Some(ProduceResponse::default().with_responses(responses))
+    ProduceResponse::default().with_responses(responses)
 }
 
 /// UNKNOWN_PRODUCER_ID came with produce v5, beside the log start offset a

@@ -173,6 +173,19 @@ impl Broker {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
 
+    /// The broker's exit status if it has exited by itself (it is then
+    /// no longer running); `None` while it runs.
+    pub fn try_exit(&mut self) -> Option<std::process::ExitStatus> {
+        let status = self
+            .child
+            .as_mut()
+            .expect("broker running")
+            .try_wait()
+            .unwrap()?;
+        self.child = None;
+        Some(status)
+    }
+
     /// Sends SIGTERM and waits for a clean exit within the stop deadline.
     pub fn stop(&mut self) -> Duration {
         let mut child = self.child.take().expect("broker running");

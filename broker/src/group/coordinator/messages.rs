@@ -1,0 +1,189 @@
+//! What callers hand the coordinator and what it answers: decoded
+//! requests, responses, parked-request replies and descriptions.
+
+use bytes::Bytes;
+
+/// Identifies a parked JoinGroup or SyncGroup request.
+pub type WaiterId = u64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupState {
+    Empty,
+    PreparingRebalance,
+    CompletingRebalance,
+    Stable,
+    Dead,
+}
+
+impl GroupState {
+    /// The name DescribeGroups and ListGroups use.
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupState::Empty => "Empty",
+            GroupState::PreparingRebalance => "PreparingRebalance",
+            GroupState::CompletingRebalance => "CompletingRebalance",
+            GroupState::Stable => "Stable",
+            GroupState::Dead => "Dead",
+        }
+    }
+}
+
+/// A JoinGroup request, decoded.
+#[derive(Debug, Clone)]
+pub struct JoinRequest {
+    pub group_id: String,
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    pub protocol_type: String,
+    pub protocols: Vec<(String, Bytes)>,
+    /// JoinGroup v4+: a new member first gets MEMBER_ID_REQUIRED.
+    pub require_known_member_id: bool,
+    /// JoinGroup v9+ (KIP-814): a static leader rejoining a Stable group
+    /// gets the members with `skip_assignment`, keeping the assignment.
+    pub supports_skip_assignment: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinMember {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub metadata: Bytes,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinResponse {
+    pub error_code: i16,
+    pub generation_id: i32,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub leader: String,
+    pub member_id: String,
+    /// Only the leader gets the members (with their metadata for the
+    /// selected protocol).
+    pub members: Vec<JoinMember>,
+    /// The leader must not compute a new assignment (JoinGroup v9+).
+    pub skip_assignment: bool,
+}
+
+impl JoinResponse {
+    pub fn error(error_code: i16, member_id: &str) -> Self {
+        Self {
+            error_code,
+            generation_id: -1,
+            protocol_type: None,
+            protocol_name: None,
+            leader: String::new(),
+            member_id: member_id.to_string(),
+            members: Vec::new(),
+            skip_assignment: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct SyncRequest {
+    pub group_id: String,
+    pub generation_id: i32,
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub assignments: Vec<(String, Bytes)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncResponse {
+    pub error_code: i16,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub assignment: Bytes,
+}
+
+impl SyncResponse {
+    pub fn error(error_code: i16) -> Self {
+        Self {
+            error_code,
+            protocol_type: None,
+            protocol_name: None,
+            assignment: Bytes::new(),
+        }
+    }
+}
+
+/// An answer to a parked request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    Join(JoinResponse),
+    Sync(SyncResponse),
+}
+
+/// Answers for parked requests, produced by any call.
+pub type Replies = Vec<(WaiterId, Reply)>;
+
+/// What a JoinGroup or SyncGroup call did: answered now, or parked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer<T> {
+    Now(T),
+    Parked,
+}
+
+/// A committed offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommittedOffset {
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: String,
+    pub commit_timestamp_ms: i64,
+}
+
+/// One partition of an OffsetCommit.
+#[derive(Debug, Clone)]
+pub struct CommitPartition {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: CommittedOffset,
+}
+
+/// Who commits: a group member (generation ≥ 0) or an `assign()` consumer
+/// (generation -1, empty member id).
+#[derive(Debug, Clone)]
+pub struct Committer {
+    pub group_id: String,
+    pub generation_id: i32,
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+}
+
+/// A member as DescribeGroups shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberDescription {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub metadata: Bytes,
+    pub assignment: Bytes,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupDescription {
+    pub group_id: String,
+    pub state: GroupState,
+    pub protocol_type: String,
+    pub protocol_name: String,
+    pub generation_id: i32,
+    pub members: Vec<MemberDescription>,
+}
+
+/// An offset the coordinator dropped (retention, deletion): the manager
+/// writes a tombstone for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DroppedOffset {
+    pub group_id: String,
+    pub topic: String,
+    pub partition: i32,
+}

@@ -1,0 +1,223 @@
+//! The classic group protocol as a plain, deterministic state machine: one
+//! `Coordinator` per core holds the groups that core coordinates, their
+//! members and committed offsets. No I/O and no clock of its own: every
+//! call takes `now_ms`, deadlines are checked by `tick`, and a request that
+//! must wait (JoinGroup until the join phase ends, SyncGroup until the
+//! leader's assignment) is parked under a `WaiterId` that a later call
+//! answers through its returned `Replies`. The runtime edge
+//! (`group::manager`) turns those into channel sends and records.
+//!
+//! States follow Kafka's: Empty → PreparingRebalance → CompletingRebalance
+//! → Stable, back to PreparingRebalance on any membership change, and Dead
+//! when deleted.
+//!
+//! The files split it by concern: `config` (the broker settings it owns),
+//! `messages` (what callers hand in and get back), `state` (one group and
+//! its members), `membership` (JoinGroup, SyncGroup, Heartbeat, LeaveGroup
+//! and the deadlines), `offsets` (commit, fetch, delete, retention) and
+//! `subscription` (decoding a consumer-protocol subscription).
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+use crate::errors;
+use crate::limits::{GROUPS_PER_CORE_MAX, GROUP_ID_BYTES_MAX, MEMBER_NAME_BYTES_MAX};
+
+mod config;
+mod membership;
+mod messages;
+mod offsets;
+mod state;
+mod subscription;
+#[cfg(test)]
+mod tests;
+
+pub use config::{GroupConfig, GROUP_CONFIG_KEYS};
+pub use messages::*;
+pub use state::Group;
+pub use subscription::consumer_subscription_topics;
+
+/// Every group one core coordinates.
+pub struct Coordinator {
+    config: GroupConfig,
+    groups: BTreeMap<String, Group>,
+    /// Member bytes of every group (bounded by `CORE_MEMBER_BYTES_MAX`).
+    member_bytes: usize,
+    offsets_count: usize,
+    /// Seeds member ids; a counter keeps them unique.
+    id_seed: u64,
+    id_counter: u64,
+}
+
+fn too_long(value: &str) -> bool {
+    value.len() > MEMBER_NAME_BYTES_MAX
+}
+
+impl Coordinator {
+    pub fn new(config: GroupConfig, id_seed: u64) -> Self {
+        Self {
+            config,
+            groups: BTreeMap::new(),
+            member_bytes: 0,
+            offsets_count: 0,
+            id_seed,
+            id_counter: 0,
+        }
+    }
+
+    pub fn config(&self) -> &GroupConfig {
+        &self.config
+    }
+
+    pub fn group(&self, group_id: &str) -> Option<&Group> {
+        self.groups.get(group_id)
+    }
+
+    pub fn groups(&self) -> impl Iterator<Item = &Group> {
+        self.groups.values()
+    }
+
+    pub fn member_bytes(&self) -> usize {
+        self.member_bytes
+    }
+
+    pub fn offsets_count(&self) -> usize {
+        self.offsets_count
+    }
+
+    fn new_member_id(&mut self, client_id: &str) -> String {
+        self.id_counter += 1;
+        // A UUID-shaped suffix, as Kafka's member ids have; unique per core
+        // through the counter, across restarts through the seed.
+        let mixed = (self.id_seed ^ self.id_counter.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+            .wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        let client: String = client_id.chars().take(64).collect();
+        format!(
+            "{client}-{:08x}-{:04x}-{:04x}-{:012x}",
+            (mixed >> 32) as u32,
+            (mixed >> 16) as u16,
+            mixed as u16,
+            self.id_counter & 0xFFFF_FFFF_FFFF
+        )
+    }
+
+    /// Runs `change` on `group_id`'s group, keeping the core's byte and
+    /// offset counts true, and drops the group once it is Empty with
+    /// nothing committed.
+    fn with_group<R>(&mut self, group_id: &str, change: impl FnOnce(&mut Group) -> R) -> Option<R> {
+        let group = self.groups.get_mut(group_id)?;
+        let bytes_before = group.member_bytes();
+        let offsets_before = group.offsets.len();
+        let result = change(group);
+        let bytes_after = group.member_bytes();
+        let offsets_after = group.offsets.len();
+        self.member_bytes = self.member_bytes + bytes_after - bytes_before;
+        self.offsets_count = self.offsets_count + offsets_after - offsets_before;
+        if (group.state == GroupState::Empty
+            && group.offsets.is_empty()
+            && group.pending.is_empty())
+            || group.state == GroupState::Dead
+        {
+            self.offsets_count -= group.offsets.len();
+            self.member_bytes -= group.member_bytes();
+            self.groups.remove(group_id);
+        }
+        Some(result)
+    }
+
+    fn check_group_id(group_id: &str) -> Result<(), i16> {
+        if group_id.is_empty() || group_id.len() > GROUP_ID_BYTES_MAX {
+            Err(errors::INVALID_GROUP_ID)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Adds an empty group for a join or commit that names a new one, unless
+    /// this core already holds as many groups as it may.
+    fn add_group(&mut self, group_id: &str) -> Result<(), i16> {
+        if self.groups.len() >= GROUPS_PER_CORE_MAX {
+            return Err(errors::COORDINATOR_NOT_AVAILABLE);
+        }
+        self.groups
+            .insert(group_id.to_string(), Group::new(group_id));
+        Ok(())
+    }
+
+    /// DeleteGroups for one group: only an empty group; its offsets go.
+    pub fn delete_group(&mut self, group_id: &str, dropped: &mut Vec<DroppedOffset>) -> i16 {
+        if let Err(code) = Self::check_group_id(group_id) {
+            return code;
+        }
+        let Some(group) = self.groups.get(group_id) else {
+            return errors::GROUP_ID_NOT_FOUND;
+        };
+        if group.state != GroupState::Empty {
+            return errors::NON_EMPTY_GROUP;
+        }
+        self.with_group(group_id, |group| {
+            for (topic, partition) in group.offsets.keys() {
+                dropped.push(DroppedOffset {
+                    group_id: group_id.to_string(),
+                    topic: topic.clone(),
+                    partition: *partition,
+                });
+            }
+            group.state = GroupState::Dead;
+        });
+        errors::NONE
+    }
+
+    /// DescribeGroups for one group; an unknown one is Dead.
+    pub fn describe(&self, group_id: &str) -> GroupDescription {
+        let Some(group) = self.groups.get(group_id) else {
+            return GroupDescription {
+                group_id: group_id.to_string(),
+                state: GroupState::Dead,
+                protocol_type: String::new(),
+                protocol_name: String::new(),
+                generation_id: -1,
+                members: Vec::new(),
+            };
+        };
+        let protocol = group.protocol_name.clone().unwrap_or_default();
+        // Kafka shows member metadata and assignments only when Stable.
+        let stable = group.state == GroupState::Stable;
+        GroupDescription {
+            group_id: group_id.to_string(),
+            state: group.state,
+            protocol_type: group.protocol_type().to_string(),
+            protocol_name: protocol.clone(),
+            generation_id: group.generation_id,
+            members: group
+                .members
+                .values()
+                .map(|m| MemberDescription {
+                    member_id: m.member_id.clone(),
+                    group_instance_id: m.group_instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    metadata: if stable {
+                        m.metadata_for(&protocol)
+                    } else {
+                        Bytes::new()
+                    },
+                    assignment: if stable {
+                        m.assignment.clone()
+                    } else {
+                        Bytes::new()
+                    },
+                })
+                .collect(),
+        }
+    }
+
+    /// ListGroups: (group id, protocol type, state).
+    pub fn list(&self) -> Vec<(String, String, GroupState)> {
+        self.groups
+            .values()
+            .map(|g| (g.id.clone(), g.protocol_type().to_string(), g.state))
+            .collect()
+    }
+}
