@@ -1,0 +1,318 @@
+//! `GroupMember`: a member of a consumer group for one topic, behind
+//! `strom consume TOPIC --group G`: joins (the leader range-assigns),
+//! heartbeats, commits its positions and leaves.
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+use kafka_protocol::messages::leave_group_request::MemberIdentity;
+use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+use kafka_protocol::messages::{
+    ApiKey, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest,
+};
+use protocol::client::{check_error, Connection};
+
+use super::assignor::{decode_assignment, encode_assignment, encode_subscription, range_assign};
+use super::{
+    commit, committed, coordinator, group_id, text, ConnectArgs, ASSIGNOR, EARLIEST,
+    HEARTBEAT_INTERVAL_MS, HEARTBEAT_VERSIONS, ILLEGAL_GENERATION, JOIN_ATTEMPTS_MAX,
+    JOIN_GROUP_VERSIONS, LATEST, LEAVE_GROUP_VERSIONS, MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS,
+    REBALANCE_TIMEOUT_MS, SESSION_TIMEOUT_MS, SYNC_GROUP_VERSIONS, UNKNOWN_MEMBER_ID,
+};
+use crate::cli::{list_offsets, partitions};
+use broker::group::coordinator::consumer_subscription_topics;
+
+/// A member of a consumer group for one topic (`strom consume --group`).
+pub struct GroupMember {
+    connect: ConnectArgs,
+    group: String,
+    topic: String,
+    coordinator: Connection,
+    member_id: String,
+    generation: i32,
+    assigned: Vec<i32>,
+    /// Raised by the heartbeat task when the coordinator asks to rejoin.
+    rejoin: Rc<Cell<bool>>,
+    heartbeat: Option<glommio::Task<()>>,
+    /// What was last committed, so an idle loop commits nothing.
+    last_committed: BTreeMap<i32, i64>,
+}
+
+impl GroupMember {
+    /// Joins `group` subscribed to `topic` and waits for an assignment.
+    pub async fn join(connect: &ConnectArgs, group: &str, topic: &str) -> anyhow::Result<Self> {
+        let coordinator = coordinator(connect, group).await?;
+        let mut member = GroupMember {
+            connect: connect.clone(),
+            group: group.to_string(),
+            topic: topic.to_string(),
+            coordinator,
+            member_id: String::new(),
+            generation: -1,
+            assigned: Vec::new(),
+            rejoin: Rc::new(Cell::new(false)),
+            heartbeat: None,
+            last_committed: BTreeMap::new(),
+        };
+        member.rejoin().await?;
+        Ok(member)
+    }
+
+    /// Whether the group rebalances and this member must `rejoin`.
+    pub fn rebalance_needed(&self) -> bool {
+        self.rejoin.get()
+    }
+
+    /// (Re)joins the group and syncs: a new generation and assignment.
+    pub async fn rejoin(&mut self) -> anyhow::Result<()> {
+        self.heartbeat = None;
+        self.rejoin.set(false);
+        let join_version = self
+            .coordinator
+            .version::<JoinGroupRequest>(JOIN_GROUP_VERSIONS)?;
+        let sync_version = self
+            .coordinator
+            .version::<SyncGroupRequest>(SYNC_GROUP_VERSIONS)?;
+        for _ in 0..JOIN_ATTEMPTS_MAX {
+            let request = JoinGroupRequest::default()
+                .with_group_id(group_id(&self.group))
+                .with_session_timeout_ms(SESSION_TIMEOUT_MS)
+                .with_rebalance_timeout_ms(REBALANCE_TIMEOUT_MS)
+                .with_member_id(text(&self.member_id))
+                .with_protocol_type(text("consumer"))
+                .with_protocols(vec![JoinGroupRequestProtocol::default()
+                    .with_name(text(ASSIGNOR))
+                    .with_metadata(encode_subscription(&[&self.topic]))]);
+            let joined = self.coordinator.call(&request, join_version).await?;
+            match joined.error_code {
+                0 => {}
+                MEMBER_ID_REQUIRED => {
+                    self.member_id = joined.member_id.to_string();
+                    continue;
+                }
+                UNKNOWN_MEMBER_ID => {
+                    self.member_id.clear();
+                    continue;
+                }
+                REBALANCE_IN_PROGRESS => continue,
+                code => {
+                    check_error(ApiKey::JoinGroup, code, None)
+                        .with_context(|| format!("cannot join group {}", self.group))?;
+                }
+            }
+            self.member_id = joined.member_id.to_string();
+            self.generation = joined.generation_id;
+            let protocol = joined
+                .protocol_name
+                .as_ref()
+                .map(|p| p.to_string())
+                .unwrap_or_else(|| ASSIGNOR.to_string());
+            let assignments = if joined.leader.as_str() == self.member_id {
+                if protocol != ASSIGNOR {
+                    bail!(
+                        "group {} chose assignor {protocol}; strom consume only knows {ASSIGNOR}",
+                        self.group
+                    );
+                }
+                self.lead(&joined.members).await?
+            } else {
+                Vec::new()
+            };
+            let synced = self
+                .coordinator
+                .call(
+                    &SyncGroupRequest::default()
+                        .with_group_id(group_id(&self.group))
+                        .with_generation_id(self.generation)
+                        .with_member_id(text(&self.member_id))
+                        .with_protocol_type(Some(text("consumer")))
+                        .with_protocol_name(Some(text(&protocol)))
+                        .with_assignments(assignments),
+                    sync_version,
+                )
+                .await?;
+            match synced.error_code {
+                0 => {}
+                REBALANCE_IN_PROGRESS | ILLEGAL_GENERATION => continue,
+                UNKNOWN_MEMBER_ID => {
+                    self.member_id.clear();
+                    continue;
+                }
+                code => {
+                    check_error(ApiKey::SyncGroup, code, None)
+                        .with_context(|| format!("cannot sync group {}", self.group))?;
+                }
+            }
+            let assignment = decode_assignment(&synced.assignment).unwrap_or_default();
+            self.assigned = assignment.get(&self.topic).cloned().unwrap_or_default();
+            self.assigned.sort_unstable();
+            self.start_heartbeat().await?;
+            return Ok(());
+        }
+        bail!(
+            "group {} kept rebalancing: no assignment after {JOIN_ATTEMPTS_MAX} joins",
+            self.group
+        )
+    }
+
+    /// The leader's part: range-assign every member's subscription.
+    async fn lead(
+        &mut self,
+        members: &[kafka_protocol::messages::join_group_response::JoinGroupResponseMember],
+    ) -> anyhow::Result<Vec<SyncGroupRequestAssignment>> {
+        let mut subscriptions = BTreeMap::new();
+        for m in members {
+            let topics = consumer_subscription_topics(&m.metadata).unwrap_or_default();
+            subscriptions.insert(m.member_id.to_string(), topics);
+        }
+        let mut counts = BTreeMap::new();
+        let mut bootstrap = self.connect.connect().await?;
+        for topic in subscriptions.values().flatten() {
+            if !counts.contains_key(topic) {
+                let ids = partitions(&mut bootstrap, topic, false).await?;
+                counts.insert(topic.clone(), ids.len() as i32);
+            }
+        }
+        Ok(range_assign(&subscriptions, &counts)
+            .into_iter()
+            .map(|(member, assignment)| {
+                SyncGroupRequestAssignment::default()
+                    .with_member_id(text(&member))
+                    .with_assignment(encode_assignment(&assignment))
+            })
+            .collect())
+    }
+
+    async fn start_heartbeat(&mut self) -> anyhow::Result<()> {
+        let connect = self.connect.to(self.coordinator.address().to_string());
+        let mut connection = connect.connect().await?;
+        let version = connection.version::<HeartbeatRequest>(HEARTBEAT_VERSIONS)?;
+        let request = HeartbeatRequest::default()
+            .with_group_id(group_id(&self.group))
+            .with_generation_id(self.generation)
+            .with_member_id(text(&self.member_id));
+        let rejoin = self.rejoin.clone();
+        // Dropping the task (on rejoin or when the member goes) stops it.
+        self.heartbeat = Some(glommio::spawn_local(async move {
+            loop {
+                glommio::timer::sleep(Duration::from_millis(HEARTBEAT_INTERVAL_MS)).await;
+                let code = match connection.call(&request, version).await {
+                    Ok(response) => response.error_code,
+                    Err(_) => REBALANCE_IN_PROGRESS,
+                };
+                if code != 0 {
+                    rejoin.set(true);
+                    return;
+                }
+            }
+        }));
+        Ok(())
+    }
+
+    /// The offsets to start from: committed, else earliest or latest.
+    pub async fn start_positions(
+        &mut self,
+        from_beginning: bool,
+    ) -> anyhow::Result<BTreeMap<i32, i64>> {
+        if self.assigned.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let assigned = self.assigned.clone();
+        let found = committed(
+            &mut self.coordinator,
+            &self.group,
+            Some((&self.topic, &assigned)),
+        )
+        .await?;
+        let mine = found.get(&self.topic).cloned().unwrap_or_default();
+        let mut bootstrap = self.connect.connect().await?;
+        let reset = list_offsets(
+            &mut bootstrap,
+            &self.topic,
+            &assigned,
+            if from_beginning { EARLIEST } else { LATEST },
+        )
+        .await?;
+        Ok(assigned
+            .iter()
+            .map(|p| {
+                let offset = mine.get(p).copied().filter(|o| *o >= 0).unwrap_or(reset[p]);
+                (*p, offset)
+            })
+            .collect())
+    }
+
+    /// Commits the positions of the assigned partitions. A rebalance in
+    /// the way is not an error: the member rejoins after.
+    pub async fn commit(&mut self, positions: &BTreeMap<i32, i64>) -> anyhow::Result<()> {
+        if *positions == self.last_committed {
+            return Ok(());
+        }
+        let (group, member, generation, topic) = (
+            self.group.clone(),
+            self.member_id.clone(),
+            self.generation,
+            self.topic.clone(),
+        );
+        match commit(
+            &mut self.coordinator,
+            &group,
+            generation,
+            &member,
+            &topic,
+            positions,
+        )
+        .await
+        {
+            Ok(()) => {
+                self.last_committed = positions.clone();
+                Ok(())
+            }
+            Err(error) => {
+                let retry = error.downcast_ref::<protocol::client::ClientError>().is_some_and(|e| {
+                    matches!(e, protocol::client::ClientError::Kafka { code, .. }
+                        if [REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID].contains(code))
+                });
+                if retry {
+                    self.rejoin.set(true);
+                    Ok(())
+                } else {
+                    Err(error.context(format!("cannot commit offsets of group {group}")))
+                }
+            }
+        }
+    }
+
+    /// Commits and leaves the group (no waiting for a session timeout).
+    pub async fn finish(mut self, positions: &BTreeMap<i32, i64>) -> anyhow::Result<()> {
+        self.commit(positions).await?;
+        self.leave().await
+    }
+
+    /// Leaves the group without committing.
+    pub async fn leave(mut self) -> anyhow::Result<()> {
+        self.heartbeat = None;
+        let version = self
+            .coordinator
+            .version::<LeaveGroupRequest>(LEAVE_GROUP_VERSIONS)?;
+        let request = LeaveGroupRequest::default().with_group_id(group_id(&self.group));
+        // v3+ leaves in batches; before, one member id.
+        let request = if version >= 3 {
+            request.with_members(vec![
+                MemberIdentity::default().with_member_id(text(&self.member_id))
+            ])
+        } else {
+            request.with_member_id(text(&self.member_id))
+        };
+        let response = self.coordinator.call(&request, version).await?;
+        check_error(ApiKey::LeaveGroup, response.error_code, None)?;
+        for member in &response.members {
+            check_error(ApiKey::LeaveGroup, member.error_code, None)?;
+        }
+        Ok(())
+    }
+}
