@@ -31,7 +31,9 @@ use protocol::client::{check_error, Connection};
 use signal_hook::consts::{SIGINT, SIGTERM};
 
 use super::group::GroupMember;
-use super::{list_offsets, partitions, topic_name, ConnectArgs};
+use protocol::admin::{list_topic_offsets, partitions, topic_name};
+
+use super::ConnectArgs;
 
 const FETCH_VERSIONS: std::ops::RangeInclusive<i16> = 4..=12;
 /// Long-poll wait per fetch (half the request timeout when that is less).
@@ -245,7 +247,7 @@ async fn session(
                     } else {
                         LIST_OFFSETS_LATEST
                     };
-                    list_offsets(&mut connection, &args.topic, &chosen, timestamp).await?
+                    list_topic_offsets(&mut connection, &args.topic, &chosen, timestamp).await?
                 }
             }
         }

@@ -21,7 +21,9 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use protocol::client::{check_error, Connection};
 
-use super::{key_value, list_offsets, metadata, topic_name, ConnectArgs};
+use protocol::admin::{list_topic_offsets, metadata, topic_name, EARLIEST, LATEST};
+
+use super::{key_value, ConnectArgs};
 
 const CREATE_TOPICS_VERSIONS: std::ops::RangeInclusive<i16> = 2..=7;
 const DELETE_TOPICS_VERSIONS: std::ops::RangeInclusive<i16> = 1..=6;
@@ -35,8 +37,6 @@ const CONFIG_SOURCE_DYNAMIC_TOPIC: i8 = 1;
 const OP_SET: i8 = 0;
 const OP_DELETE: i8 = 1;
 const TOPIC_ALREADY_EXISTS: i16 = 36;
-const LIST_OFFSETS_EARLIEST: i64 = -2;
-const LIST_OFFSETS_LATEST: i64 = -1;
 
 #[derive(Args, Debug)]
 pub struct TopicArgs {
@@ -252,8 +252,8 @@ async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
             Default::default()
         } else {
             (
-                list_offsets(&mut connection, name, &readable, LIST_OFFSETS_EARLIEST).await?,
-                list_offsets(&mut connection, name, &readable, LIST_OFFSETS_LATEST).await?,
+                list_topic_offsets(&mut connection, name, &readable, EARLIEST).await?,
+                list_topic_offsets(&mut connection, name, &readable, LATEST).await?,
             )
         };
         for partition in partitions {

@@ -21,7 +21,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 
 use crate::e2e::{Acknowledged, Tracker};
-use crate::kafka;
 use crate::stats::Recorder;
 use crate::workload::Workload;
 
@@ -59,7 +58,7 @@ pub struct Plan {
     pub mode: Mode,
     pub workload: Workload,
     pub topics: Vec<String>,
-    pub leaders: kafka::Leaders,
+    pub leaders: protocol::admin::Leaders,
     /// Where consumers start, per partition.
     pub start_offsets: HashMap<(String, i32), i64>,
     /// Where consume mode stops, per partition (the log end at start).

@@ -50,7 +50,10 @@ pub(super) async fn produce(
         }
         let mut conn = kafka::connect(&address).await?;
         if settings.idempotence && !producer_ids.contains_key(&address) {
-            producer_ids.insert(address.clone(), kafka::init_producer_id(&mut conn).await?);
+            producer_ids.insert(
+                address.clone(),
+                protocol::admin::init_producer_id(&mut conn).await?,
+            );
         }
         let (tx, rx) = flume::bounded(partitions.max(4));
         lane_tx.insert(key, tx);

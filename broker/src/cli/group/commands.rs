@@ -7,16 +7,15 @@ use anyhow::{bail, Context};
 use kafka_protocol::messages::{
     ApiKey, DeleteGroupsRequest, DescribeGroupsRequest, ListGroupsRequest,
 };
+use protocol::admin::{list_topic_offsets, partitions, EARLIEST, LATEST};
 use protocol::client::{check_error, error_name, Connection};
+use protocol::consumer_protocol::{self, assignment_partitions};
 
-use super::assignor::decode_assignment;
 use super::datetime::parse_datetime;
 use super::{
     commit, committed, coordinator, group_id, ConnectArgs, ResetArgs, DELETE_GROUPS_VERSIONS,
-    DESCRIBE_GROUPS_VERSIONS, EARLIEST, GROUP_ID_NOT_FOUND, LATEST, LIST_GROUPS_VERSIONS,
-    NON_EMPTY_GROUP,
+    DESCRIBE_GROUPS_VERSIONS, GROUP_ID_NOT_FOUND, LIST_GROUPS_VERSIONS, NON_EMPTY_GROUP,
 };
-use crate::cli::{list_offsets, partitions};
 
 pub(super) async fn list(connect: &ConnectArgs) -> anyhow::Result<()> {
     let mut connection = connect.connect().await?;
@@ -78,7 +77,7 @@ async fn describe_group(connection: &mut Connection, group: &str) -> anyhow::Res
         found.error_message.as_deref(),
     )
     .with_context(|| format!("cannot describe group {group}"))?;
-    let consumer = found.protocol_type.as_str() == "consumer";
+    let consumer = found.protocol_type.as_str() == consumer_protocol::PROTOCOL_TYPE;
     Ok(Described {
         state: found.group_state.to_string(),
         protocol_type: found.protocol_type.to_string(),
@@ -88,7 +87,7 @@ async fn describe_group(connection: &mut Connection, group: &str) -> anyhow::Res
             .iter()
             .map(|m| {
                 let assignment = if consumer {
-                    decode_assignment(&m.member_assignment).unwrap_or_default()
+                    assignment_partitions(&m.member_assignment).unwrap_or_default()
                 } else {
                     BTreeMap::new()
                 };
@@ -165,7 +164,7 @@ pub(super) async fn describe(connect: &ConnectArgs, group: &str) -> anyhow::Resu
         by_topic.entry(t.clone()).or_default().push(*p);
     }
     for (t, ps) in by_topic {
-        let ends = list_offsets(&mut bootstrap, &t, &ps, LATEST).await?;
+        let ends = list_topic_offsets(&mut bootstrap, &t, &ps, LATEST).await?;
         for p in ps {
             let committed = rows[&(t.clone(), p)];
             let end = ends[&p];
@@ -220,8 +219,8 @@ pub(super) async fn reset_offsets(args: ResetArgs) -> anyhow::Result<()> {
     let mut plan: Vec<(String, BTreeMap<i32, i64>)> = Vec::with_capacity(topics.len());
     for topic in &topics {
         let ids = partitions(&mut bootstrap, topic, false).await?;
-        let earliest = list_offsets(&mut bootstrap, topic, &ids, EARLIEST).await?;
-        let latest = list_offsets(&mut bootstrap, topic, &ids, LATEST).await?;
+        let earliest = list_topic_offsets(&mut bootstrap, topic, &ids, EARLIEST).await?;
+        let latest = list_topic_offsets(&mut bootstrap, topic, &ids, LATEST).await?;
         let within = |p: &i32, offset: i64| offset.clamp(earliest[p], latest[p]);
         let target = &args.target;
         let wanted: BTreeMap<i32, i64> = if target.to_earliest {
@@ -245,7 +244,7 @@ pub(super) async fn reset_offsets(args: ResetArgs) -> anyhow::Result<()> {
             shifted
         } else {
             let timestamp = timestamp.expect("clap requires one target");
-            list_offsets(&mut bootstrap, topic, &ids, timestamp)
+            list_topic_offsets(&mut bootstrap, topic, &ids, timestamp)
                 .await?
                 .into_iter()
                 .map(|(p, offset)| (p, if offset < 0 { latest[&p] } else { offset }))

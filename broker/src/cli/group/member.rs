@@ -14,17 +14,25 @@ use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
     ApiKey, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest,
 };
+use protocol::admin::{list_topic_offsets, partitions, EARLIEST, LATEST};
 use protocol::client::{check_error, Connection};
-
-use super::assignor::{decode_assignment, encode_assignment, encode_subscription, range_assign};
-use super::{
-    commit, committed, coordinator, group_id, text, ConnectArgs, ASSIGNOR, EARLIEST,
-    HEARTBEAT_INTERVAL_MS, HEARTBEAT_VERSIONS, ILLEGAL_GENERATION, JOIN_ATTEMPTS_MAX,
-    JOIN_GROUP_VERSIONS, LATEST, LEAVE_GROUP_VERSIONS, MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS,
-    REBALANCE_TIMEOUT_MS, SESSION_TIMEOUT_MS, SYNC_GROUP_VERSIONS, UNKNOWN_MEMBER_ID,
+use protocol::consumer_protocol::{
+    assignment_partitions, encode_assignment, encode_subscription, subscription_topics, Assignment,
+    Subscription, PROTOCOL_TYPE,
 };
-use crate::cli::{list_offsets, partitions};
-use broker::group::coordinator::consumer_subscription_topics;
+
+use super::assignor::range_assign;
+use super::{
+    commit, committed, coordinator, group_id, text, ConnectArgs, ASSIGNOR, HEARTBEAT_INTERVAL_MS,
+    HEARTBEAT_VERSIONS, ILLEGAL_GENERATION, JOIN_ATTEMPTS_MAX, JOIN_GROUP_VERSIONS,
+    LEAVE_GROUP_VERSIONS, MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS, REBALANCE_TIMEOUT_MS,
+    SESSION_TIMEOUT_MS, SYNC_GROUP_VERSIONS, UNKNOWN_MEMBER_ID,
+};
+
+/// The consumer protocol versions a member writes: v0 has everything
+/// the range assignor needs (no owned partitions, no rack).
+const SUBSCRIPTION_VERSION: i16 = 0;
+const ASSIGNMENT_VERSION: i16 = 0;
 
 /// A member of a consumer group for one topic (`strom consume --group`).
 pub struct GroupMember {
@@ -83,10 +91,13 @@ impl GroupMember {
                 .with_session_timeout_ms(SESSION_TIMEOUT_MS)
                 .with_rebalance_timeout_ms(REBALANCE_TIMEOUT_MS)
                 .with_member_id(text(&self.member_id))
-                .with_protocol_type(text("consumer"))
+                .with_protocol_type(text(PROTOCOL_TYPE))
                 .with_protocols(vec![JoinGroupRequestProtocol::default()
                     .with_name(text(ASSIGNOR))
-                    .with_metadata(encode_subscription(&[&self.topic]))]);
+                    .with_metadata(encode_subscription(
+                        &Subscription::to_topics([self.topic.as_str()]),
+                        SUBSCRIPTION_VERSION,
+                    )?)]);
             let joined = self.coordinator.call(&request, join_version).await?;
             match joined.error_code {
                 0 => {}
@@ -129,7 +140,7 @@ impl GroupMember {
                         .with_group_id(group_id(&self.group))
                         .with_generation_id(self.generation)
                         .with_member_id(text(&self.member_id))
-                        .with_protocol_type(Some(text("consumer")))
+                        .with_protocol_type(Some(text(PROTOCOL_TYPE)))
                         .with_protocol_name(Some(text(&protocol)))
                         .with_assignments(assignments),
                     sync_version,
@@ -147,7 +158,7 @@ impl GroupMember {
                         .with_context(|| format!("cannot sync group {}", self.group))?;
                 }
             }
-            let assignment = decode_assignment(&synced.assignment).unwrap_or_default();
+            let assignment = assignment_partitions(&synced.assignment).unwrap_or_default();
             self.assigned = assignment.get(&self.topic).cloned().unwrap_or_default();
             self.assigned.sort_unstable();
             self.start_heartbeat().await?;
@@ -166,7 +177,7 @@ impl GroupMember {
     ) -> anyhow::Result<Vec<SyncGroupRequestAssignment>> {
         let mut subscriptions = BTreeMap::new();
         for m in members {
-            let topics = consumer_subscription_topics(&m.metadata).unwrap_or_default();
+            let topics = subscription_topics(&m.metadata).unwrap_or_default();
             subscriptions.insert(m.member_id.to_string(), topics);
         }
         let mut counts = BTreeMap::new();
@@ -177,14 +188,19 @@ impl GroupMember {
                 counts.insert(topic.clone(), ids.len() as i32);
             }
         }
-        Ok(range_assign(&subscriptions, &counts)
-            .into_iter()
-            .map(|(member, assignment)| {
+        let mut assignments = Vec::with_capacity(subscriptions.len());
+        for (member, partitions) in range_assign(&subscriptions, &counts) {
+            let assignment = Assignment {
+                partitions,
+                user_data: None,
+            };
+            assignments.push(
                 SyncGroupRequestAssignment::default()
                     .with_member_id(text(&member))
-                    .with_assignment(encode_assignment(&assignment))
-            })
-            .collect())
+                    .with_assignment(encode_assignment(&assignment, ASSIGNMENT_VERSION)?),
+            );
+        }
+        Ok(assignments)
     }
 
     async fn start_heartbeat(&mut self) -> anyhow::Result<()> {
@@ -230,7 +246,7 @@ impl GroupMember {
         .await?;
         let mine = found.get(&self.topic).cloned().unwrap_or_default();
         let mut bootstrap = self.connect.connect().await?;
-        let reset = list_offsets(
+        let reset = list_topic_offsets(
             &mut bootstrap,
             &self.topic,
             &assigned,

@@ -30,7 +30,9 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use protocol::client::{check_error, Connection};
 
-use super::{topic_name, ConnectArgs};
+use protocol::admin::topic_name;
+
+use super::ConnectArgs;
 
 const FIND_COORDINATOR_VERSIONS: std::ops::RangeInclusive<i16> = 1..=3;
 const LIST_GROUPS_VERSIONS: std::ops::RangeInclusive<i16> = 0..=4;
@@ -43,8 +45,6 @@ const SYNC_GROUP_VERSIONS: std::ops::RangeInclusive<i16> = 0..=5;
 const HEARTBEAT_VERSIONS: std::ops::RangeInclusive<i16> = 0..=4;
 const LEAVE_GROUP_VERSIONS: std::ops::RangeInclusive<i16> = 0..=4;
 
-const EARLIEST: i64 = -2;
-const LATEST: i64 = -1;
 const MEMBER_ID_REQUIRED: i16 = 79;
 const REBALANCE_IN_PROGRESS: i16 = 27;
 const ILLEGAL_GENERATION: i16 = 22;
