@@ -21,7 +21,7 @@ use kafka_protocol::records::{
     RecordEncodeOptions, TimestampType,
 };
 use protocol::admin::{leaders, metadata, topic_name, Leaders};
-use protocol::client::{error_name, ClientConfig, Connection};
+use protocol::client::{error_name, ClientConfig, Connection, ERROR_NONE};
 
 use crate::workload::Compression;
 
@@ -91,7 +91,7 @@ pub async fn create_topics(
         .with_timeout_ms(30_000);
     let response = admin.call(&request, version).await?;
     for topic in &response.topics {
-        if topic.error_code != 0 {
+        if topic.error_code != ERROR_NONE {
             let message = topic
                 .error_message
                 .as_ref()
@@ -138,7 +138,7 @@ pub async fn delete_topics(bootstrap: &str, names: &[String]) -> Result<()> {
     }
     let response = admin.call(&request, version).await?;
     for topic in &response.responses {
-        if topic.error_code != 0 {
+        if topic.error_code != ERROR_NONE {
             bail!(
                 "deleting topic `{}`: {}",
                 topic
@@ -293,7 +293,7 @@ pub fn produce_errors(response: &ProduceResponse) -> HashMap<(String, i32), Opti
     let mut out = HashMap::new();
     for topic in &response.responses {
         for p in &topic.partition_responses {
-            let error = (p.error_code != 0).then(|| error_name(p.error_code));
+            let error = (p.error_code != ERROR_NONE).then(|| error_name(p.error_code));
             out.insert((topic.name.0.to_string(), p.index), error);
         }
     }

@@ -28,6 +28,7 @@ use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest};
 use kafka_protocol::records::RecordBatchDecoder;
 use protocol::batch::{self, Compression, RecordBatch};
 use protocol::client::{check_error, Connection};
+use protocol::kafka_protocol::error::ResponseError;
 use signal_hook::consts::{SIGINT, SIGTERM};
 
 use super::group::GroupMember;
@@ -55,7 +56,14 @@ const EXIT_SECOND_SIGNAL: i32 = 130;
 /// while its partitions load, LEADER_NOT_AVAILABLE,
 /// NOT_LEADER_OR_FOLLOWER, COORDINATOR_LOAD_IN_PROGRESS,
 /// COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR): worth reconnecting.
-const RETRIABLE_AFTER_RESTART: [i16; 6] = [3, 5, 6, 14, 15, 16];
+const RETRIABLE_AFTER_RESTART: [ResponseError; 6] = [
+    ResponseError::UnknownTopicOrPartition,
+    ResponseError::LeaderNotAvailable,
+    ResponseError::NotLeaderOrFollower,
+    ResponseError::CoordinatorLoadInProgress,
+    ResponseError::CoordinatorNotAvailable,
+    ResponseError::NotCoordinator,
+];
 
 #[derive(Args, Debug)]
 pub struct ConsumeArgs {
@@ -208,8 +216,9 @@ fn connection_lost(error: &anyhow::Error) -> bool {
                 | ClientError::Io { .. }
                 | ClientError::Closed { .. }
                 | ClientError::Broken { .. } => true,
-                ClientError::Kafka { code, .. } => RETRIABLE_AFTER_RESTART.contains(code),
-                _ => false,
+                _ => error
+                    .kafka_error()
+                    .is_some_and(|e| RETRIABLE_AFTER_RESTART.contains(&e)),
             })
     })
 }

@@ -19,7 +19,8 @@ use kafka_protocol::messages::{
     DescribeConfigsRequest, IncrementalAlterConfigsRequest,
 };
 use kafka_protocol::protocol::StrBytes;
-use protocol::client::{check_error, Connection};
+use protocol::client::{check_error, Connection, ERROR_NONE};
+use protocol::kafka_protocol::error::ResponseError;
 
 use protocol::admin::{list_topic_offsets, metadata, topic_name, EARLIEST, LATEST};
 
@@ -36,7 +37,6 @@ const RESOURCE_TOPIC: i8 = 2;
 const CONFIG_SOURCE_DYNAMIC_TOPIC: i8 = 1;
 const OP_SET: i8 = 0;
 const OP_DELETE: i8 = 1;
-const TOPIC_ALREADY_EXISTS: i16 = 36;
 
 #[derive(Args, Debug)]
 pub struct TopicArgs {
@@ -180,7 +180,9 @@ async fn create(args: CreateArgs) -> anyhow::Result<()> {
         .with_validate_only(args.validate_only);
     let response = connection.call(&request, version).await?;
     for result in &response.topics {
-        if args.if_not_exists && result.error_code == TOPIC_ALREADY_EXISTS {
+        let exists = ResponseError::try_from_code(result.error_code)
+            == Some(ResponseError::TopicAlreadyExists);
+        if args.if_not_exists && exists {
             outln!("Topic {} already exists.", args.topic);
             return Ok(());
         }
@@ -245,7 +247,7 @@ async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
         partitions.sort_by_key(|p| p.partition_index);
         let readable: Vec<i32> = partitions
             .iter()
-            .filter(|p| p.error_code == 0)
+            .filter(|p| p.error_code == ERROR_NONE)
             .map(|p| p.partition_index)
             .collect();
         let (starts, ends) = if readable.is_empty() {
@@ -282,7 +284,7 @@ async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
             ) {
                 let _ = write!(out, "\tStartOffset: {start}\tEndOffset: {end}");
             }
-            if partition.error_code != 0 {
+            if partition.error_code != ERROR_NONE {
                 let _ = write!(
                     out,
                     "\tError: {}",

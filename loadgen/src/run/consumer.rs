@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use protocol::client::{error_name, ERROR_NONE};
 
 use super::{error_text, ConsumerJob, Control, Mode, Plan};
 use crate::e2e::Tracker;
@@ -121,7 +122,8 @@ async fn fetch_loop(
         };
         let mut ahead = offsets.clone();
         for (tp, error, records) in kafka::fetch_partitions(&response) {
-            if let (0, Some(next)) = (error, records.as_ref().and_then(kafka::next_fetch_offset)) {
+            let next = records.as_ref().and_then(kafka::next_fetch_offset);
+            if let (ERROR_NONE, Some(next)) = (error, next) {
                 if ahead.get(&tp).is_some_and(|&from| next > from) {
                     ahead.insert(tp, next);
                 }
@@ -135,17 +137,13 @@ async fn fetch_loop(
             // A failed send is made again, and reported, next time round.
             pending = conn.send(&fetch(&ahead), version).await.ok();
         }
-        if response.error_code != 0 {
-            recorder
-                .borrow_mut()
-                .error(protocol::client::error_name(response.error_code));
+        if response.error_code != ERROR_NONE {
+            recorder.borrow_mut().error(error_name(response.error_code));
         }
         let mut any = false;
         for (tp, error, records) in kafka::fetch_partitions(&response) {
-            if error != 0 {
-                recorder
-                    .borrow_mut()
-                    .error(protocol::client::error_name(error));
+            if error != ERROR_NONE {
+                recorder.borrow_mut().error(error_name(error));
                 continue;
             }
             let Some(records) = records else { continue };

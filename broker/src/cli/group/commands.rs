@@ -8,13 +8,14 @@ use kafka_protocol::messages::{
     ApiKey, DeleteGroupsRequest, DescribeGroupsRequest, ListGroupsRequest,
 };
 use protocol::admin::{list_topic_offsets, partitions, EARLIEST, LATEST};
-use protocol::client::{check_error, error_name, Connection};
+use protocol::client::{check_error, error_name, Connection, ERROR_NONE};
 use protocol::consumer_protocol::{self, assignment_partitions};
+use protocol::kafka_protocol::error::ResponseError;
 
 use super::datetime::parse_datetime;
 use super::{
     commit, committed, coordinator, group_id, ConnectArgs, ResetArgs, DELETE_GROUPS_VERSIONS,
-    DESCRIBE_GROUPS_VERSIONS, GROUP_ID_NOT_FOUND, LIST_GROUPS_VERSIONS, NON_EMPTY_GROUP,
+    DESCRIBE_GROUPS_VERSIONS, LIST_GROUPS_VERSIONS,
 };
 
 pub(super) async fn list(connect: &ConnectArgs) -> anyhow::Result<()> {
@@ -288,17 +289,20 @@ pub(super) async fn delete(connect: &ConnectArgs, group: &str) -> anyhow::Result
             version,
         )
         .await?;
-    let code = response.results.first().map_or(0, |r| r.error_code);
-    match code {
-        0 => {
+    let code = response
+        .results
+        .first()
+        .map_or(ERROR_NONE, |r| r.error_code);
+    match ResponseError::try_from_code(code) {
+        None => {
             outln!("deleted group {group}");
             Ok(())
         }
-        NON_EMPTY_GROUP => {
+        Some(ResponseError::NonEmptyGroup) => {
             bail!("group {group} has active members; stop its consumers before deleting it")
         }
-        GROUP_ID_NOT_FOUND => bail!("there is no group {group}"),
-        code => bail!("cannot delete group {group}: {}", error_name(code)),
+        Some(ResponseError::GroupIdNotFound) => bail!("there is no group {group}"),
+        Some(_) => bail!("cannot delete group {group}: {}", error_name(code)),
     }
 }
 #[cfg(test)]

@@ -15,18 +15,18 @@ use kafka_protocol::messages::{
     ApiKey, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest,
 };
 use protocol::admin::{list_topic_offsets, partitions, EARLIEST, LATEST};
-use protocol::client::{check_error, Connection};
+use protocol::client::{check_error, Connection, ERROR_NONE};
 use protocol::consumer_protocol::{
     assignment_partitions, encode_assignment, encode_subscription, subscription_topics, Assignment,
     Subscription, PROTOCOL_TYPE,
 };
+use protocol::kafka_protocol::error::ResponseError;
 
 use super::assignor::range_assign;
 use super::{
     commit, committed, coordinator, group_id, text, ConnectArgs, ASSIGNOR, HEARTBEAT_INTERVAL_MS,
-    HEARTBEAT_VERSIONS, ILLEGAL_GENERATION, JOIN_ATTEMPTS_MAX, JOIN_GROUP_VERSIONS,
-    LEAVE_GROUP_VERSIONS, MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS, REBALANCE_TIMEOUT_MS,
-    SESSION_TIMEOUT_MS, SYNC_GROUP_VERSIONS, UNKNOWN_MEMBER_ID,
+    HEARTBEAT_VERSIONS, JOIN_ATTEMPTS_MAX, JOIN_GROUP_VERSIONS, LEAVE_GROUP_VERSIONS,
+    REBALANCE_TIMEOUT_MS, SESSION_TIMEOUT_MS, SYNC_GROUP_VERSIONS,
 };
 
 /// The consumer protocol versions a member writes: v0 has everything
@@ -99,19 +99,19 @@ impl GroupMember {
                         SUBSCRIPTION_VERSION,
                     )?)]);
             let joined = self.coordinator.call(&request, join_version).await?;
-            match joined.error_code {
-                0 => {}
-                MEMBER_ID_REQUIRED => {
+            match ResponseError::try_from_code(joined.error_code) {
+                None => {}
+                Some(ResponseError::MemberIdRequired) => {
                     self.member_id = joined.member_id.to_string();
                     continue;
                 }
-                UNKNOWN_MEMBER_ID => {
+                Some(ResponseError::UnknownMemberId) => {
                     self.member_id.clear();
                     continue;
                 }
-                REBALANCE_IN_PROGRESS => continue,
-                code => {
-                    check_error(ApiKey::JoinGroup, code, None)
+                Some(ResponseError::RebalanceInProgress) => continue,
+                Some(_) => {
+                    check_error(ApiKey::JoinGroup, joined.error_code, None)
                         .with_context(|| format!("cannot join group {}", self.group))?;
                 }
             }
@@ -146,15 +146,17 @@ impl GroupMember {
                     sync_version,
                 )
                 .await?;
-            match synced.error_code {
-                0 => {}
-                REBALANCE_IN_PROGRESS | ILLEGAL_GENERATION => continue,
-                UNKNOWN_MEMBER_ID => {
+            match ResponseError::try_from_code(synced.error_code) {
+                None => {}
+                Some(ResponseError::RebalanceInProgress | ResponseError::IllegalGeneration) => {
+                    continue
+                }
+                Some(ResponseError::UnknownMemberId) => {
                     self.member_id.clear();
                     continue;
                 }
-                code => {
-                    check_error(ApiKey::SyncGroup, code, None)
+                Some(_) => {
+                    check_error(ApiKey::SyncGroup, synced.error_code, None)
                         .with_context(|| format!("cannot sync group {}", self.group))?;
                 }
             }
@@ -216,11 +218,12 @@ impl GroupMember {
         self.heartbeat = Some(glommio::spawn_local(async move {
             loop {
                 glommio::timer::sleep(Duration::from_millis(HEARTBEAT_INTERVAL_MS)).await;
-                let code = match connection.call(&request, version).await {
-                    Ok(response) => response.error_code,
-                    Err(_) => REBALANCE_IN_PROGRESS,
+                // Any error, or no answer, means the group moved on.
+                let rejoin_needed = match connection.call(&request, version).await {
+                    Ok(response) => response.error_code != ERROR_NONE,
+                    Err(_) => true,
                 };
-                if code != 0 {
+                if rejoin_needed {
                     rejoin.set(true);
                     return;
                 }
@@ -289,10 +292,17 @@ impl GroupMember {
                 Ok(())
             }
             Err(error) => {
-                let retry = error.downcast_ref::<protocol::client::ClientError>().is_some_and(|e| {
-                    matches!(e, protocol::client::ClientError::Kafka { code, .. }
-                        if [REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID].contains(code))
-                });
+                let retry = error
+                    .downcast_ref::<protocol::client::ClientError>()
+                    .and_then(protocol::client::ClientError::kafka_error)
+                    .is_some_and(|e| {
+                        matches!(
+                            e,
+                            ResponseError::RebalanceInProgress
+                                | ResponseError::IllegalGeneration
+                                | ResponseError::UnknownMemberId
+                        )
+                    });
                 if retry {
                     self.rejoin.set(true);
                     Ok(())

@@ -45,13 +45,6 @@ const SYNC_GROUP_VERSIONS: std::ops::RangeInclusive<i16> = 0..=5;
 const HEARTBEAT_VERSIONS: std::ops::RangeInclusive<i16> = 0..=4;
 const LEAVE_GROUP_VERSIONS: std::ops::RangeInclusive<i16> = 0..=4;
 
-const MEMBER_ID_REQUIRED: i16 = 79;
-const REBALANCE_IN_PROGRESS: i16 = 27;
-const ILLEGAL_GENERATION: i16 = 22;
-const UNKNOWN_MEMBER_ID: i16 = 25;
-const NON_EMPTY_GROUP: i16 = 68;
-const GROUP_ID_NOT_FOUND: i16 = 69;
-
 /// `strom consume --group` member settings.
 const SESSION_TIMEOUT_MS: i32 = 10_000;
 const REBALANCE_TIMEOUT_MS: i32 = 20_000;
