@@ -3,9 +3,12 @@
 //! of those still wait for a request (`Waiting`).
 
 use std::cell::Cell;
+use std::ops::Range;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
+
+use crate::kafka;
 
 /// A batch on its way to a lane.
 pub(super) struct Outgoing {
@@ -79,3 +82,83 @@ pub(super) struct Accumulator {
 
 /// The most one accumulator's arena allocates at once.
 pub(super) const ARENA_BYTES_MAX: usize = 1 << 20;
+
+/// An accumulator's records taken to become one batch.
+pub(super) struct Sealed {
+    pub(super) values: Vec<Bytes>,
+    pub(super) keys: Vec<Option<Bytes>>,
+    pub(super) value_bytes: u64,
+    /// The due time of the oldest record.
+    pub(super) first_due: Instant,
+    /// The e2e sequences of the records.
+    pub(super) sequences: Range<u64>,
+}
+
+impl Accumulator {
+    /// A next record's value: `payload` copied into the arena, which grows
+    /// by up to a batch (at most [`ARENA_BYTES_MAX`]) when it runs out.
+    pub(super) fn value_from(&mut self, payload: &[u8], batch_bytes: usize) -> BytesMut {
+        if self.arena.capacity() < payload.len() {
+            self.arena
+                .reserve(batch_bytes.max(payload.len()).min(ARENA_BYTES_MAX));
+        }
+        self.arena.extend_from_slice(payload);
+        self.arena.split()
+    }
+
+    /// Adds a record due at `due`; whether the batch is now full. Full
+    /// when one more record like this one would take the encoded batch
+    /// past `batch_bytes`, as Kafka's producer decides (it sizes each
+    /// record exactly): values alone up to the batch size, plus the
+    /// records' framing, could pass the broker's message size limit
+    /// (MESSAGE_TOO_LARGE) when a stalled broker lets a batch fill.
+    pub(super) fn append(
+        &mut self,
+        value: Bytes,
+        key: Option<Bytes>,
+        due: Instant,
+        sequence: u64,
+        batch_bytes: usize,
+    ) -> bool {
+        let index = self.values.len();
+        let key_len = key.as_ref().map(Bytes::len);
+        let value_len = value.len();
+        let record_bytes = match self.next_record {
+            Some((k, bytes)) if index > 0 && k == key_len => bytes,
+            _ => kafka::record_bytes(index, key_len, value_len),
+        };
+        if index == 0 {
+            self.first_due = Some(due);
+            self.first_sequence = sequence;
+            self.encoded = kafka::batch_head_bytes();
+        }
+        self.encoded += record_bytes;
+        self.bytes += value_len;
+        self.values.push(value);
+        self.keys.push(key);
+        let next = kafka::record_bytes(index + 1, key_len, value_len);
+        self.next_record = Some((key_len, next));
+        self.encoded + next > batch_bytes
+    }
+
+    /// Takes the records for a batch, leaving the accumulator empty.
+    pub(super) fn seal(&mut self) -> Sealed {
+        let values = std::mem::take(&mut self.values);
+        let keys = std::mem::take(&mut self.keys);
+        let count = values.len() as u64;
+        let value_bytes = self.bytes as u64;
+        self.bytes = 0;
+        self.encoded = 0;
+        let first_due = self
+            .first_due
+            .take()
+            .expect("a non-empty accumulator has a due time");
+        Sealed {
+            values,
+            keys,
+            value_bytes,
+            first_due,
+            sequences: self.first_sequence..self.first_sequence + count,
+        }
+    }
+}

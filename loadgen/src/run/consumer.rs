@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use kafka_protocol::messages::FetchResponse;
 use protocol::client::{error_name, ERROR_NONE};
 
 use super::{error_text, ConsumerJob, Control, Mode, Plan};
@@ -137,40 +138,57 @@ async fn fetch_loop(
             // A failed send is made again, and reported, next time round.
             pending = conn.send(&fetch(&ahead), version).await.ok();
         }
-        if response.error_code != ERROR_NONE {
-            recorder.borrow_mut().error(error_name(response.error_code));
-        }
-        let mut any = false;
-        for (tp, error, records) in kafka::fetch_partitions(&response) {
-            if error != ERROR_NONE {
-                recorder.borrow_mut().error(error_name(error));
-                continue;
-            }
-            let Some(records) = records else { continue };
-            let from = offsets[&tp];
-            let now_us = plan.unix_us(Instant::now());
-            let mut recorder = recorder.borrow_mut();
-            let mut tracker = tracker.borrow_mut();
-            let next = kafka::decode_records(records, from, |record| {
-                any = true;
-                let due_us = if plan.mode == Mode::EndToEnd {
-                    tracker.observe(&tp.0, tp.1, &record.value, &plan.payload)
-                } else {
-                    None
-                };
-                recorder.consumed(
-                    record.value.len() as u64,
-                    due_us.map(|d| now_us.saturating_sub(d)),
-                );
-            })?;
-            if let Some(next) = next {
-                if next > from {
-                    offsets.insert(tp.clone(), next);
-                }
-            }
-        }
+        let any = consume_response(
+            &response,
+            &plan,
+            &mut offsets,
+            &mut recorder.borrow_mut(),
+            &mut tracker.borrow_mut(),
+        )?;
         if control.stop.load(Ordering::Relaxed) {
             empty_after_stop = if any { 0 } else { empty_after_stop + 1 };
         }
     }
+}
+
+/// Counts (and in end-to-end mode checks) the records of one fetch
+/// response and moves `offsets` past them; whether it held any record.
+fn consume_response(
+    response: &FetchResponse,
+    plan: &Plan,
+    offsets: &mut HashMap<(String, i32), i64>,
+    recorder: &mut Recorder,
+    tracker: &mut Tracker,
+) -> Result<bool> {
+    if response.error_code != ERROR_NONE {
+        recorder.error(error_name(response.error_code));
+    }
+    let mut any = false;
+    for (tp, error, records) in kafka::fetch_partitions(response) {
+        if error != ERROR_NONE {
+            recorder.error(error_name(error));
+            continue;
+        }
+        let Some(records) = records else { continue };
+        let from = offsets[&tp];
+        let now_us = plan.unix_us(Instant::now());
+        let next = kafka::decode_records(records, from, |record| {
+            any = true;
+            let due_us = if plan.mode == Mode::EndToEnd {
+                tracker.observe(&tp.0, tp.1, &record.value, &plan.payload)
+            } else {
+                None
+            };
+            recorder.consumed(
+                record.value.len() as u64,
+                due_us.map(|d| now_us.saturating_sub(d)),
+            );
+        })?;
+        if let Some(next) = next {
+            if next > from {
+                offsets.insert(tp.clone(), next);
+            }
+        }
+    }
+    Ok(any)
 }

@@ -16,6 +16,9 @@ use crate::e2e::Acknowledged;
 use crate::kafka;
 use crate::stats::Recorder;
 
+/// About the most batch bytes one produce request carries.
+const REQUEST_BYTES_MAX: usize = 8 << 20;
+
 /// What a lane sends: the batches its producer queued, and the count of
 /// them per partition it lowers as it takes them.
 pub(super) struct LaneQueue {
@@ -68,23 +71,7 @@ pub(super) async fn lane(
                     }
                 }
             }
-            let mut round: Vec<Outgoing> = Vec::new();
-            let mut request_bytes = 0usize;
-            while request_bytes < 8 << 20 {
-                let Some(o) = queued.pop_front().or_else(|| rx.try_recv().ok()) else {
-                    break;
-                };
-                if round
-                    .iter()
-                    .any(|x| x.topic == o.topic && x.partition == o.partition)
-                {
-                    queued.push_front(o);
-                    break;
-                }
-                request_bytes += o.bytes.len();
-                waiting.taken(o.partition as usize);
-                round.push(o);
-            }
+            let round = take_round(&mut queued, &rx, &waiting);
             let batches: Vec<(String, i32, Bytes)> = round
                 .iter()
                 .map(|o| (o.topic.clone(), o.partition, o.bytes.clone()))
@@ -92,20 +79,7 @@ pub(super) async fn lane(
             let request = kafka::produce_request(acks, &batches);
             if acks == 0 {
                 let sent = conn.send_without_response(&request, version).await;
-                let now = Instant::now();
-                let mut recorder = recorder.borrow_mut();
-                match sent {
-                    Ok(()) => {
-                        for o in &round {
-                            recorder.publish(
-                                o.records,
-                                o.value_bytes,
-                                now.saturating_duration_since(o.first_due).as_micros() as u64,
-                            );
-                        }
-                    }
-                    Err(e) => recorder.error(format!("produce: {}", error_text(&e))),
-                }
+                record_unanswered(&mut recorder.borrow_mut(), &round, sent);
                 continue;
             }
             match conn.send(&request, version).await {
@@ -146,32 +120,96 @@ pub(super) async fn lane(
             continue;
         };
         let response = conn.receive(pending).await;
-        let now = Instant::now();
-        let mut recorder = recorder.borrow_mut();
-        match response {
-            Ok(response) => {
-                let outcome = kafka::produce_errors(&response);
-                let mut acknowledged = acknowledged.borrow_mut();
-                for o in round {
-                    match outcome.get(&(o.topic.clone(), o.partition)) {
-                        Some(None) => {
-                            let latency =
-                                now.saturating_duration_since(o.first_due).as_micros() as u64;
-                            recorder.publish(o.records, o.value_bytes, latency);
-                            acknowledged
-                                .entry((o.topic.clone(), o.partition, producer))
-                                .or_default()
-                                .push(o.sequences);
-                        }
-                        Some(Some(error)) => recorder.error(error.clone()),
-                        None => recorder.error("partition missing from produce response"),
+        record_answered(
+            &mut recorder.borrow_mut(),
+            &mut acknowledged.borrow_mut(),
+            producer,
+            round,
+            response,
+        );
+    }
+}
+
+/// The next request's batches: what is queued or ready, at most one batch
+/// per partition and about 8 MiB; a second batch of a partition waits for
+/// the next request.
+fn take_round(
+    queued: &mut VecDeque<Outgoing>,
+    rx: &flume::Receiver<Outgoing>,
+    waiting: &Waiting,
+) -> Vec<Outgoing> {
+    let mut round: Vec<Outgoing> = Vec::new();
+    let mut request_bytes = 0usize;
+    while request_bytes < REQUEST_BYTES_MAX {
+        let Some(o) = queued.pop_front().or_else(|| rx.try_recv().ok()) else {
+            break;
+        };
+        if round
+            .iter()
+            .any(|x| x.topic == o.topic && x.partition == o.partition)
+        {
+            queued.push_front(o);
+            break;
+        }
+        request_bytes += o.bytes.len();
+        waiting.taken(o.partition as usize);
+        round.push(o);
+    }
+    round
+}
+
+/// An acks=0 request's batches count as published once written.
+fn record_unanswered(
+    recorder: &mut Recorder,
+    round: &[Outgoing],
+    sent: Result<(), protocol::client::ClientError>,
+) {
+    let now = Instant::now();
+    match sent {
+        Ok(()) => {
+            for o in round {
+                recorder.publish(
+                    o.records,
+                    o.value_bytes,
+                    now.saturating_duration_since(o.first_due).as_micros() as u64,
+                );
+            }
+        }
+        Err(e) => recorder.error(format!("produce: {}", error_text(&e))),
+    }
+}
+
+/// A produce response: each batch is published (and its sequences
+/// acknowledged) or counted as its partition's error.
+fn record_answered(
+    recorder: &mut Recorder,
+    acknowledged: &mut Acknowledged,
+    producer: u32,
+    round: Vec<Outgoing>,
+    response: Result<ProduceResponse, protocol::client::ClientError>,
+) {
+    let now = Instant::now();
+    match response {
+        Ok(response) => {
+            let outcome = kafka::produce_errors(&response);
+            for o in round {
+                match outcome.get(&(o.topic.clone(), o.partition)) {
+                    Some(None) => {
+                        let latency = now.saturating_duration_since(o.first_due).as_micros() as u64;
+                        recorder.publish(o.records, o.value_bytes, latency);
+                        acknowledged
+                            .entry((o.topic.clone(), o.partition, producer))
+                            .or_default()
+                            .push(o.sequences);
                     }
+                    Some(Some(error)) => recorder.error(error.clone()),
+                    None => recorder.error("partition missing from produce response"),
                 }
             }
-            Err(e) => {
-                for _ in &round {
-                    recorder.error(format!("produce: {}", error_text(&e)));
-                }
+        }
+        Err(e) => {
+            for _ in &round {
+                recorder.error(format!("produce: {}", error_text(&e)));
             }
         }
     }

@@ -2,7 +2,7 @@
 //! share of the producers and consumers and shipping measurements to the
 //! main thread once a second.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -88,34 +88,9 @@ async fn core_main(
     let recorder = Rc::new(RefCell::new(Recorder::default()));
     let tracker = Rc::new(RefCell::new(Tracker::default()));
     let acknowledged: Rc<RefCell<Acknowledged>> = Rc::default();
-    let finished = Rc::new(std::cell::Cell::new(false));
+    let finished = Rc::new(Cell::new(false));
 
-    // Ship an interval every second, aligned to the run's start.
-    let reporter = {
-        let (plan, recorder, tx, finished) =
-            (plan.clone(), recorder.clone(), tx.clone(), finished.clone());
-        glommio::spawn_local(async move {
-            let mut second = 0u64;
-            while !finished.get() {
-                let due = plan.start + Duration::from_secs(second + 1);
-                let now = Instant::now();
-                if due > now {
-                    glommio::timer::sleep(due - now).await;
-                }
-                let interval = std::mem::take(&mut *recorder.borrow_mut());
-                if tx
-                    .send(Message::Interval {
-                        second,
-                        recorder: Box::new(interval),
-                    })
-                    .is_err()
-                {
-                    break;
-                }
-                second += 1;
-            }
-        })
-    };
+    let reporter = spawn_reporter(plan.clone(), recorder.clone(), tx.clone(), finished.clone());
 
     // A failed producer or consumer is also counted as an error of the run.
     let reported = |what: &'static str, recorder: Rc<RefCell<Recorder>>, result: Result<()>| {
@@ -171,6 +146,37 @@ async fn core_main(
         None => Ok(()),
     }
 }
+/// Ships the executor's measurements to the main thread every second,
+/// aligned to the run's start, until `finished`.
+fn spawn_reporter(
+    plan: Arc<Plan>,
+    recorder: Rc<RefCell<Recorder>>,
+    tx: flume::Sender<Message>,
+    finished: Rc<Cell<bool>>,
+) -> glommio::Task<()> {
+    glommio::spawn_local(async move {
+        let mut second = 0u64;
+        while !finished.get() {
+            let due = plan.start + Duration::from_secs(second + 1);
+            let now = Instant::now();
+            if due > now {
+                glommio::timer::sleep(due - now).await;
+            }
+            let interval = std::mem::take(&mut *recorder.borrow_mut());
+            if tx
+                .send(Message::Interval {
+                    second,
+                    recorder: Box::new(interval),
+                })
+                .is_err()
+            {
+                break;
+            }
+            second += 1;
+        }
+    })
+}
+
 /// The CPUs this process may run on (`taskset`, cgroups), for placing the
 /// executors: glommio otherwise spreads them over every online CPU, so
 /// `taskset -c 1 strom-loadgen` would still put its executor on CPU 0,

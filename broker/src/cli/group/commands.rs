@@ -14,8 +14,8 @@ use protocol::kafka_protocol::error::ResponseError;
 
 use super::datetime::parse_datetime;
 use super::{
-    commit, committed, coordinator, group_id, ConnectArgs, ResetArgs, DELETE_GROUPS_VERSIONS,
-    DESCRIBE_GROUPS_VERSIONS, LIST_GROUPS_VERSIONS,
+    commit, committed, coordinator, group_id, ConnectArgs, ResetArgs, ResetTarget,
+    DELETE_GROUPS_VERSIONS, DESCRIBE_GROUPS_VERSIONS, LIST_GROUPS_VERSIONS,
 };
 
 pub(super) async fn list(connect: &ConnectArgs) -> anyhow::Result<()> {
@@ -102,6 +102,7 @@ async fn describe_group(connection: &mut Connection, group: &str) -> anyhow::Res
             .collect(),
     })
 }
+
 pub(super) async fn describe(connect: &ConnectArgs, group: &str) -> anyhow::Result<()> {
     let mut coordinator = coordinator(connect, group).await?;
     let described = describe_group(&mut coordinator, group).await?;
@@ -124,7 +125,23 @@ pub(super) async fn describe(connect: &ConnectArgs, group: &str) -> anyhow::Resu
         },
         described.members.len()
     );
-    // Partition → owning member, and every topic to show.
+    let owners = print_members(&described);
+    let mut rows: BTreeMap<(String, i32), i64> = BTreeMap::new();
+    for (t, ps) in &offsets {
+        for (p, offset) in ps {
+            rows.insert((t.clone(), *p), *offset);
+        }
+    }
+    for key in owners.keys() {
+        rows.entry(key.clone()).or_insert(-1);
+    }
+    let mut bootstrap = connect.connect().await?;
+    print_lag(&mut bootstrap, &rows, &owners).await
+}
+
+/// Prints a `MEMBER` line per member; returns each assigned partition's
+/// member.
+fn print_members(described: &Described) -> BTreeMap<(String, i32), String> {
     let mut owners: BTreeMap<(String, i32), String> = BTreeMap::new();
     for (member_id, client_id, host, assignment) in &described.members {
         let parts: Vec<String> = assignment
@@ -149,23 +166,23 @@ pub(super) async fn describe(connect: &ConnectArgs, group: &str) -> anyhow::Resu
             }
         }
     }
-    let mut rows: BTreeMap<(String, i32), i64> = BTreeMap::new();
-    for (t, ps) in &offsets {
-        for (p, offset) in ps {
-            rows.insert((t.clone(), *p), *offset);
-        }
-    }
-    for key in owners.keys() {
-        rows.entry(key.clone()).or_insert(-1);
-    }
+    owners
+}
+
+/// Prints the committed offset (-1: none), log end and lag of every
+/// partition in `rows`, with its member.
+async fn print_lag(
+    bootstrap: &mut Connection,
+    rows: &BTreeMap<(String, i32), i64>,
+    owners: &BTreeMap<(String, i32), String>,
+) -> anyhow::Result<()> {
     outln!("TOPIC\tPARTITION\tCOMMITTED\tLOG-END\tLAG\tMEMBER");
-    let mut bootstrap = connect.connect().await?;
     let mut by_topic: BTreeMap<String, Vec<i32>> = BTreeMap::new();
     for (t, p) in rows.keys() {
         by_topic.entry(t.clone()).or_default().push(*p);
     }
     for (t, ps) in by_topic {
-        let ends = list_topic_offsets(&mut bootstrap, &t, &ps, LATEST).await?;
+        let ends = list_topic_offsets(bootstrap, &t, &ps, LATEST).await?;
         for p in ps {
             let committed = rows[&(t.clone(), p)];
             let end = ends[&p];
@@ -181,6 +198,61 @@ pub(super) async fn describe(connect: &ConnectArgs, group: &str) -> anyhow::Resu
     Ok(())
 }
 
+/// Where `reset-offsets` moves one topic's offsets from.
+struct Placement<'a> {
+    group: &'a str,
+    topic: &'a str,
+    /// The group's committed offsets of the topic, if any.
+    committed: Option<&'a BTreeMap<i32, i64>>,
+}
+
+/// The offsets `target` names for every partition of one topic, within
+/// each partition's earliest and latest.
+async fn new_offsets(
+    bootstrap: &mut Connection,
+    place: &Placement<'_>,
+    target: &ResetTarget,
+    timestamp: Option<i64>,
+) -> anyhow::Result<BTreeMap<i32, i64>> {
+    let Placement {
+        group,
+        topic,
+        committed,
+    } = place;
+    let ids = partitions(bootstrap, topic, false).await?;
+    let earliest = list_topic_offsets(bootstrap, topic, &ids, EARLIEST).await?;
+    let latest = list_topic_offsets(bootstrap, topic, &ids, LATEST).await?;
+    let within = |p: &i32, offset: i64| offset.clamp(earliest[p], latest[p]);
+    if target.to_earliest {
+        return Ok(earliest.clone());
+    }
+    if target.to_latest {
+        return Ok(latest.clone());
+    }
+    if let Some(offset) = target.to_offset {
+        return Ok(ids.iter().map(|p| (*p, within(p, offset))).collect());
+    }
+    if let Some(shift) = target.shift_by {
+        let mut shifted = BTreeMap::new();
+        for p in &ids {
+            let Some(&now) = committed.and_then(|m| m.get(p)).filter(|o| **o >= 0) else {
+                bail!(
+                    "cannot shift {topic}-{p}: group {group} has no committed offset there \
+                     (use --to-earliest, --to-latest, --to-offset or --to-datetime)"
+                );
+            };
+            shifted.insert(*p, within(p, now.saturating_add(shift)));
+        }
+        return Ok(shifted);
+    }
+    let timestamp = timestamp.expect("clap requires one target");
+    Ok(list_topic_offsets(bootstrap, topic, &ids, timestamp)
+        .await?
+        .into_iter()
+        .map(|(p, offset)| (p, if offset < 0 { latest[&p] } else { offset }))
+        .collect())
+}
+
 /// A member's host as Kafka's tools show it: `/ADDRESS` (Java's
 /// `InetAddress` text, which Kafka brokers report as is); `-` when the
 /// broker reports none.
@@ -191,6 +263,7 @@ fn kafka_host(host: &str) -> String {
         host => format!("/{host}"),
     }
 }
+
 pub(super) async fn reset_offsets(args: ResetArgs) -> anyhow::Result<()> {
     let group = &args.group;
     let mut coordinator = coordinator(&args.connect, group).await?;
@@ -219,38 +292,12 @@ pub(super) async fn reset_offsets(args: ResetArgs) -> anyhow::Result<()> {
     let mut bootstrap = args.connect.connect().await?;
     let mut plan: Vec<(String, BTreeMap<i32, i64>)> = Vec::with_capacity(topics.len());
     for topic in &topics {
-        let ids = partitions(&mut bootstrap, topic, false).await?;
-        let earliest = list_topic_offsets(&mut bootstrap, topic, &ids, EARLIEST).await?;
-        let latest = list_topic_offsets(&mut bootstrap, topic, &ids, LATEST).await?;
-        let within = |p: &i32, offset: i64| offset.clamp(earliest[p], latest[p]);
-        let target = &args.target;
-        let wanted: BTreeMap<i32, i64> = if target.to_earliest {
-            earliest.clone()
-        } else if target.to_latest {
-            latest.clone()
-        } else if let Some(offset) = target.to_offset {
-            ids.iter().map(|p| (*p, within(p, offset))).collect()
-        } else if let Some(shift) = target.shift_by {
-            let mine = current.get(topic);
-            let mut shifted = BTreeMap::new();
-            for p in &ids {
-                let Some(&now) = mine.and_then(|m| m.get(p)).filter(|o| **o >= 0) else {
-                    bail!(
-                        "cannot shift {topic}-{p}: group {group} has no committed offset there \
-                         (use --to-earliest, --to-latest, --to-offset or --to-datetime)"
-                    );
-                };
-                shifted.insert(*p, within(p, now.saturating_add(shift)));
-            }
-            shifted
-        } else {
-            let timestamp = timestamp.expect("clap requires one target");
-            list_topic_offsets(&mut bootstrap, topic, &ids, timestamp)
-                .await?
-                .into_iter()
-                .map(|(p, offset)| (p, if offset < 0 { latest[&p] } else { offset }))
-                .collect()
+        let place = Placement {
+            group,
+            topic,
+            committed: current.get(topic),
         };
+        let wanted = new_offsets(&mut bootstrap, &place, &args.target, timestamp).await?;
         plan.push((topic.clone(), wanted));
     }
     let execute = args.execute && !args.dry_run;
@@ -280,6 +327,7 @@ pub(super) async fn reset_offsets(args: ResetArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
 pub(super) async fn delete(connect: &ConnectArgs, group: &str) -> anyhow::Result<()> {
     let mut coordinator = coordinator(connect, group).await?;
     let version = coordinator.version::<DeleteGroupsRequest>(DELETE_GROUPS_VERSIONS)?;
@@ -305,6 +353,7 @@ pub(super) async fn delete(connect: &ConnectArgs, group: &str) -> anyhow::Result
         Some(_) => bail!("cannot delete group {group}: {}", error_name(code)),
     }
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;

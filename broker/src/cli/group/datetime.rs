@@ -75,6 +75,7 @@ pub fn parse_datetime(text: &str) -> anyhow::Result<i64> {
     let days = era * 146_097 + doe - 719_468;
     Ok(((days * 24 + hour) * 60 + minute - zone_minutes) * 60_000 + second * 1000 + millis)
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,7 +12,8 @@ use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
-    ApiKey, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest,
+    ApiKey, HeartbeatRequest, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
+    SyncGroupRequest,
 };
 use protocol::admin::{list_topic_offsets, partitions, EARLIEST, LATEST};
 use protocol::client::{check_error, Connection, ERROR_NONE};
@@ -86,83 +87,13 @@ impl GroupMember {
             .coordinator
             .version::<SyncGroupRequest>(SYNC_GROUP_VERSIONS)?;
         for _ in 0..JOIN_ATTEMPTS_MAX {
-            let request = JoinGroupRequest::default()
-                .with_group_id(group_id(&self.group))
-                .with_session_timeout_ms(SESSION_TIMEOUT_MS)
-                .with_rebalance_timeout_ms(REBALANCE_TIMEOUT_MS)
-                .with_member_id(text(&self.member_id))
-                .with_protocol_type(text(PROTOCOL_TYPE))
-                .with_protocols(vec![JoinGroupRequestProtocol::default()
-                    .with_name(text(ASSIGNOR))
-                    .with_metadata(encode_subscription(
-                        &Subscription::to_topics([self.topic.as_str()]),
-                        SUBSCRIPTION_VERSION,
-                    )?)]);
-            let joined = self.coordinator.call(&request, join_version).await?;
-            match ResponseError::try_from_code(joined.error_code) {
-                None => {}
-                Some(ResponseError::MemberIdRequired) => {
-                    self.member_id = joined.member_id.to_string();
-                    continue;
-                }
-                Some(ResponseError::UnknownMemberId) => {
-                    self.member_id.clear();
-                    continue;
-                }
-                Some(ResponseError::RebalanceInProgress) => continue,
-                Some(_) => {
-                    check_error(ApiKey::JoinGroup, joined.error_code, None)
-                        .with_context(|| format!("cannot join group {}", self.group))?;
-                }
-            }
-            self.member_id = joined.member_id.to_string();
-            self.generation = joined.generation_id;
-            let protocol = joined
-                .protocol_name
-                .as_ref()
-                .map(|p| p.to_string())
-                .unwrap_or_else(|| ASSIGNOR.to_string());
-            let assignments = if joined.leader.as_str() == self.member_id {
-                if protocol != ASSIGNOR {
-                    bail!(
-                        "group {} chose assignor {protocol}; strom consume only knows {ASSIGNOR}",
-                        self.group
-                    );
-                }
-                self.lead(&joined.members).await?
-            } else {
-                Vec::new()
+            let Some(joined) = self.join_once(join_version).await? else {
+                continue;
             };
-            let synced = self
-                .coordinator
-                .call(
-                    &SyncGroupRequest::default()
-                        .with_group_id(group_id(&self.group))
-                        .with_generation_id(self.generation)
-                        .with_member_id(text(&self.member_id))
-                        .with_protocol_type(Some(text(PROTOCOL_TYPE)))
-                        .with_protocol_name(Some(text(&protocol)))
-                        .with_assignments(assignments),
-                    sync_version,
-                )
-                .await?;
-            match ResponseError::try_from_code(synced.error_code) {
-                None => {}
-                Some(ResponseError::RebalanceInProgress | ResponseError::IllegalGeneration) => {
-                    continue
-                }
-                Some(ResponseError::UnknownMemberId) => {
-                    self.member_id.clear();
-                    continue;
-                }
-                Some(_) => {
-                    check_error(ApiKey::SyncGroup, synced.error_code, None)
-                        .with_context(|| format!("cannot sync group {}", self.group))?;
-                }
-            }
-            let assignment = assignment_partitions(&synced.assignment).unwrap_or_default();
-            self.assigned = assignment.get(&self.topic).cloned().unwrap_or_default();
-            self.assigned.sort_unstable();
+            let Some(assigned) = self.sync_once(&joined, sync_version).await? else {
+                continue;
+            };
+            self.assigned = assigned;
             self.start_heartbeat().await?;
             return Ok(());
         }
@@ -170,6 +101,95 @@ impl GroupMember {
             "group {} kept rebalancing: no assignment after {JOIN_ATTEMPTS_MAX} joins",
             self.group
         )
+    }
+
+    /// One JoinGroup; `None` when the coordinator asks to join again (a
+    /// member id to use, an unknown one, a rebalance racing the join).
+    async fn join_once(&mut self, version: i16) -> anyhow::Result<Option<JoinGroupResponse>> {
+        let request = JoinGroupRequest::default()
+            .with_group_id(group_id(&self.group))
+            .with_session_timeout_ms(SESSION_TIMEOUT_MS)
+            .with_rebalance_timeout_ms(REBALANCE_TIMEOUT_MS)
+            .with_member_id(text(&self.member_id))
+            .with_protocol_type(text(PROTOCOL_TYPE))
+            .with_protocols(vec![JoinGroupRequestProtocol::default()
+                .with_name(text(ASSIGNOR))
+                .with_metadata(encode_subscription(
+                    &Subscription::to_topics([self.topic.as_str()]),
+                    SUBSCRIPTION_VERSION,
+                )?)]);
+        let joined = self.coordinator.call(&request, version).await?;
+        match ResponseError::try_from_code(joined.error_code) {
+            None => {}
+            Some(ResponseError::MemberIdRequired) => {
+                self.member_id = joined.member_id.to_string();
+                return Ok(None);
+            }
+            Some(ResponseError::UnknownMemberId) => {
+                self.member_id.clear();
+                return Ok(None);
+            }
+            Some(ResponseError::RebalanceInProgress) => return Ok(None),
+            Some(_) => {
+                check_error(ApiKey::JoinGroup, joined.error_code, None)
+                    .with_context(|| format!("cannot join group {}", self.group))?;
+            }
+        }
+        self.member_id = joined.member_id.to_string();
+        self.generation = joined.generation_id;
+        Ok(Some(joined))
+    }
+
+    /// SyncGroup after a join (the leader assigns first); this member's
+    /// partitions of the topic, sorted, or `None` when the group moved on
+    /// and the member must join again.
+    async fn sync_once(
+        &mut self,
+        joined: &JoinGroupResponse,
+        version: i16,
+    ) -> anyhow::Result<Option<Vec<i32>>> {
+        let protocol = joined
+            .protocol_name
+            .as_ref()
+            .map(|p| p.to_string())
+            .unwrap_or_else(|| ASSIGNOR.to_string());
+        let assignments = if joined.leader.as_str() == self.member_id {
+            if protocol != ASSIGNOR {
+                bail!(
+                    "group {} chose assignor {protocol}; strom consume only knows {ASSIGNOR}",
+                    self.group
+                );
+            }
+            self.lead(&joined.members).await?
+        } else {
+            Vec::new()
+        };
+        let request = SyncGroupRequest::default()
+            .with_group_id(group_id(&self.group))
+            .with_generation_id(self.generation)
+            .with_member_id(text(&self.member_id))
+            .with_protocol_type(Some(text(PROTOCOL_TYPE)))
+            .with_protocol_name(Some(text(&protocol)))
+            .with_assignments(assignments);
+        let synced = self.coordinator.call(&request, version).await?;
+        match ResponseError::try_from_code(synced.error_code) {
+            None => {}
+            Some(ResponseError::RebalanceInProgress | ResponseError::IllegalGeneration) => {
+                return Ok(None)
+            }
+            Some(ResponseError::UnknownMemberId) => {
+                self.member_id.clear();
+                return Ok(None);
+            }
+            Some(_) => {
+                check_error(ApiKey::SyncGroup, synced.error_code, None)
+                    .with_context(|| format!("cannot sync group {}", self.group))?;
+            }
+        }
+        let assignment = assignment_partitions(&synced.assignment).unwrap_or_default();
+        let mut assigned = assignment.get(&self.topic).cloned().unwrap_or_default();
+        assigned.sort_unstable();
+        Ok(Some(assigned))
     }
 
     /// The leader's part: range-assign every member's subscription.
