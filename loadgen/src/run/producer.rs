@@ -38,14 +38,12 @@ fn next_key(distributor: KeyDistributor, counter: &mut u64, now_unix_us: u64) ->
     }
 }
 
-/// One lane (a connection pipelining up to `in_flight_max` requests) per
-/// leader; its queue holds up to one ready batch per partition.
-const LANES_PER_LEADER: usize = 1;
-
-/// A producer's lanes to the leaders of its topic's partitions.
+/// A producer's lanes to the leaders of its topic's partitions: one lane
+/// (a connection pipelining up to `in_flight_max` requests) per leader,
+/// its queue holding up to one ready batch per partition.
 struct Lanes {
-    /// (leader address, lane) → the lane's queue.
-    senders: HashMap<(String, usize), flume::Sender<Outgoing>>,
+    /// Leader address → its lane's queue.
+    senders: HashMap<String, flume::Sender<Outgoing>>,
     tasks: Vec<glommio::Task<()>>,
     /// Leader address → producer id and epoch, when idempotent.
     producer_ids: HashMap<String, (i64, i16)>,
@@ -74,8 +72,7 @@ async fn open_lanes(
             .get(&(job.topic.clone(), p as i32))
             .with_context(|| format!("no leader for {}-{p}", job.topic))?
             .clone();
-        let key = (address.clone(), p % LANES_PER_LEADER);
-        if lanes.senders.contains_key(&key) {
+        if lanes.senders.contains_key(&address) {
             continue;
         }
         let mut conn = kafka::connect(&address).await?;
@@ -86,7 +83,7 @@ async fn open_lanes(
             );
         }
         let (tx, rx) = flume::bounded(partitions.max(4));
-        lanes.senders.insert(key, tx);
+        lanes.senders.insert(address.clone(), tx);
         lanes.tasks.push(glommio::spawn_local(lane(
             conn,
             LaneQueue {
@@ -218,8 +215,8 @@ struct BatchSender<'a> {
     job: &'a ProducerJob,
     plan: &'a Plan,
     compression: Compression,
-    /// (leader address, lane) → the lane's queue.
-    senders: HashMap<(String, usize), flume::Sender<Outgoing>>,
+    /// Leader address → its lane's queue.
+    senders: HashMap<String, flume::Sender<Outgoing>>,
     /// Leader address → producer id and epoch, when idempotent.
     producer_ids: HashMap<String, (i64, i16)>,
     waiting: Rc<Waiting>,
@@ -259,7 +256,7 @@ impl BatchSender<'_> {
             sequences: sealed.sequences,
         };
         self.waiting.queued(p);
-        let sender = self.senders[&(address, p % LANES_PER_LEADER)].clone();
+        let sender = self.senders[&address].clone();
         sender
             .send_async(outgoing)
             .await
