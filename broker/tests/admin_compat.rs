@@ -5,33 +5,11 @@
 
 mod common;
 
-use std::process::{Command, Output};
 use std::time::Duration;
 
-use common::{run, run_python, Broker};
+use common::{run_python, strom, strom_ok, Broker};
 
 const SCRIPT_DEADLINE: Duration = Duration::from_secs(180);
-const TOOL_DEADLINE: Duration = Duration::from_secs(30);
-
-fn strom(broker: &Broker, args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_strom"));
-    command
-        .args(args)
-        .env_remove("STROM_BOOTSTRAP")
-        .args(["--bootstrap", &broker.bootstrap()]);
-    run(&mut command, None, TOOL_DEADLINE)
-}
-
-fn strom_ok(broker: &Broker, args: &[&str]) -> String {
-    let output = strom(broker, args);
-    assert!(
-        output.status.success(),
-        "strom {args:?} failed ({}): {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
-}
 
 fn check(broker: &Broker, mode: &str) {
     let out = run_python(
@@ -132,7 +110,7 @@ fn strom_config_alter_changes_dynamic_broker_settings_and_refuses_read_only_ones
     ] {
         let mut all = vec!["config", "alter"];
         all.extend(args.iter().copied());
-        let output = strom(&broker, &all);
+        let output = strom(&broker, &all, None);
         assert_eq!(
             output.status.code(),
             Some(if wanted == "--add-config" { 2 } else { 1 }),

@@ -4,9 +4,9 @@ mod common;
 
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{run, wait_deadline, Broker, STOP_DEADLINE};
+use common::{poll_until, run, wait_deadline, Broker, START_DEADLINE, STOP_DEADLINE};
 
 const CLI_DEADLINE: Duration = Duration::from_secs(30);
 
@@ -81,17 +81,19 @@ fn no_flags_starts_a_single_node_broker_with_defaults() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + common::START_DEADLINE;
-    while TcpStream::connect("127.0.0.1:9092").is_err() {
+    let listening = poll_until(START_DEADLINE, || {
+        if TcpStream::connect("127.0.0.1:9092").is_ok() {
+            return Some(());
+        }
         if let Some(status) = child.try_wait().unwrap() {
             panic!("strom exited with {status} (is port 9092 taken?)");
         }
-        assert!(
-            Instant::now() < deadline,
-            "strom did not listen on 127.0.0.1:9092"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        None
+    });
+    assert!(
+        listening.is_some(),
+        "strom did not listen on 127.0.0.1:9092"
+    );
     assert!(dir
         .path()
         .join("strom-data/__metadata/metadata.log")

@@ -7,11 +7,11 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{poll_until, run, wait_deadline, Broker};
+use common::{poll_until, run, strom_at, strom_ok, wait_deadline, Broker};
 
 const TOOL_DEADLINE: Duration = Duration::from_secs(60);
 /// The session timeout of `strom consume --group` members: leaving must be
@@ -21,30 +21,8 @@ const LEAVE_DEADLINE: Duration = Duration::from_secs(5);
 const _: () = assert!(LEAVE_DEADLINE.as_secs() < SESSION_TIMEOUT.as_secs());
 const GROUP_ARGS: &[&str] = &["--set", "group.initial.rebalance.delay.ms=0"];
 
-/// Runs `strom ARGS` (the broker given with `--bootstrap`, unless `bootstrap` is None).
-fn strom_with(bootstrap: Option<&str>, args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_strom"));
-    command.args(args).env_remove("STROM_BOOTSTRAP");
-    if let Some(bootstrap) = bootstrap {
-        command.args(["--bootstrap", bootstrap]);
-    }
-    run(&mut command, stdin, TOOL_DEADLINE)
-}
-
-fn strom_ok(broker: &Broker, args: &[&str]) -> String {
-    let output = strom_with(Some(&broker.bootstrap()), args, None);
-    assert!(
-        output.status.success(),
-        "strom {args:?} failed ({}): {}\nbroker log:\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr),
-        broker.log()
-    );
-    String::from_utf8(output.stdout).unwrap()
-}
-
 fn produce(broker: &Broker, topic: &str, lines: &str) {
-    let output = strom_with(
+    let output = strom_at(
         Some(&broker.bootstrap()),
         &["produce", topic, "--partition", "0"],
         Some(lines.as_bytes()),
@@ -82,7 +60,7 @@ fn describe_until(broker: &Broker, group: &str, wanted: &str, limit: Duration) -
     let mut last = String::new();
     poll_until(limit, || {
         // Before the member joins, the group does not exist (exit 1).
-        let output = strom_with(
+        let output = strom_at(
             Some(&broker.bootstrap()),
             &["group", "describe", group],
             None,
@@ -173,7 +151,7 @@ fn a_closed_stdout_ends_every_printing_tool_quietly() {
     }
     // The group member whose stdout closed left its group on the way out
     // (committing nothing, its group is gone with it).
-    let described = strom_with(
+    let described = strom_at(
         Some(&broker.bootstrap()),
         &["group", "describe", "piper"],
         None,
@@ -294,11 +272,11 @@ fn kafka_bootstrap_flags_environment_and_default_port() {
     // A list, as Kafka's tools take: the first broker that answers.
     let dead = format!("127.0.0.1:{}", common::free_port());
     let listed = format!("{dead},{bootstrap}");
-    let list = strom_with(None, &["topic", "list", "-b", &listed], None);
+    let list = strom_at(None, &["topic", "list", "-b", &listed], None);
     assert!(list.status.success(), "{list:?}");
     assert_eq!(list.stdout, b"habits\n");
     let none = format!("{dead},127.0.0.1:{}", common::free_port());
-    let list = strom_with(None, &["topic", "list", "-b", &none], None);
+    let list = strom_at(None, &["topic", "list", "-b", &none], None);
     assert_eq!(list.status.code(), Some(1));
     assert!(
         String::from_utf8_lossy(&list.stderr).contains("no bootstrap broker answered"),
@@ -312,7 +290,7 @@ fn topic_create_if_not_exists_and_describe_shows_partition_offsets() {
     strom_ok(&broker, &["topic", "create", "kept", "--partitions", "2"]);
     let again = strom_ok(&broker, &["topic", "create", "kept", "--if-not-exists"]);
     assert_eq!(again, "Topic kept already exists.\n");
-    let refused = strom_with(
+    let refused = strom_at(
         Some(&broker.bootstrap()),
         &["topic", "create", "kept"],
         None,
@@ -379,7 +357,7 @@ fn reset_offsets_dry_runs_unless_executed_and_shifts_by_time_and_topics() {
         assert_eq!(plan, "GROUP\tTOPIC\tPARTITION\tNEW-OFFSET\nrg\tra\t0\t0\n");
         assert_eq!(committed(&state(), "ra", 0), 10);
     }
-    let dry = strom_with(
+    let dry = strom_at(
         Some(&broker.bootstrap()),
         &[
             "group",
@@ -395,7 +373,7 @@ fn reset_offsets_dry_runs_unless_executed_and_shifts_by_time_and_topics() {
         String::from_utf8_lossy(&dry.stderr).contains("--execute"),
         "a dry run says how to apply it: {dry:?}"
     );
-    let conflicting = strom_with(
+    let conflicting = strom_at(
         Some(&broker.bootstrap()),
         &[
             "group",
@@ -443,7 +421,7 @@ fn reset_offsets_dry_runs_unless_executed_and_shifts_by_time_and_topics() {
         "--execute",
     ]);
     assert_eq!(committed(&state(), "ra", 0), 10);
-    let bad = strom_with(
+    let bad = strom_at(
         Some(&broker.bootstrap()),
         &[
             "group",
@@ -459,7 +437,7 @@ fn reset_offsets_dry_runs_unless_executed_and_shifts_by_time_and_topics() {
     assert_eq!(bad.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--to-datetime"));
     // A partition without a committed offset cannot be shifted.
-    let unshiftable = strom_with(
+    let unshiftable = strom_at(
         Some(&broker.bootstrap()),
         &[
             "group",
@@ -617,7 +595,7 @@ fn config_describe_broker_prints_every_setting_with_its_source() {
     );
     let by_id = strom_ok(&broker, &["config", "describe", "--broker", "0"]);
     assert_eq!(by_id, described);
-    let bad = strom_with(
+    let bad = strom_at(
         Some(&broker.bootstrap()),
         &["config", "describe", "--broker", "x"],
         None,
@@ -633,7 +611,7 @@ fn consume_prints_the_timestamp_first_as_kafkas_console_consumer() {
         &broker,
         &["topic", "create", "stamped", "--partitions", "1"],
     );
-    let output = strom_with(
+    let output = strom_at(
         Some(&broker.bootstrap()),
         &["produce", "stamped", "--key-separator", ":"],
         Some(b"k:v\n"),
@@ -666,7 +644,7 @@ fn consume_prints_the_timestamp_first_as_kafkas_console_consumer() {
 #[test]
 fn group_describe_of_an_unknown_group_says_so_and_fails() {
     let broker = Broker::start(&[]);
-    let output = strom_with(
+    let output = strom_at(
         Some(&broker.bootstrap()),
         &["group", "describe", "nobody-here"],
         None,
@@ -683,7 +661,7 @@ fn group_describe_of_an_unknown_group_says_so_and_fails() {
 #[test]
 fn help_explains_the_kafka_habits() {
     let help = |args: &[&str]| -> String {
-        let output = strom_with(None, args, None);
+        let output = strom_at(None, args, None);
         assert!(output.status.success(), "{args:?}: {output:?}");
         String::from_utf8(output.stdout).unwrap()
     };

@@ -6,58 +6,17 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Duration;
 
-use common::{free_port, run, Broker};
+use common::{free_port, run, strom_bytes, strom_fails, strom_ok, Broker};
 
 const TOOL_DEADLINE: Duration = Duration::from_secs(60);
-
-fn strom(broker: &Broker, args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let bootstrap = broker.bootstrap();
-    run(
-        Command::new(env!("CARGO_BIN_EXE_strom"))
-            .args(args)
-            .arg("--bootstrap")
-            .arg(&bootstrap),
-        stdin,
-        TOOL_DEADLINE,
-    )
-}
-
-/// Runs a tool that must succeed; returns its stdout.
-fn strom_ok(broker: &Broker, args: &[&str], stdin: Option<&[u8]>) -> Vec<u8> {
-    let output = strom(broker, args, stdin);
-    assert!(
-        output.status.success(),
-        "strom {args:?} failed ({}): {}\nbroker log:\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr),
-        broker.log()
-    );
-    output.stdout
-}
-
-fn strom_text(broker: &Broker, args: &[&str]) -> String {
-    String::from_utf8(strom_ok(broker, args, None)).unwrap()
-}
-
-/// Runs a tool that must fail with exit code 1; returns its stderr.
-fn strom_fails(broker: &Broker, args: &[&str], stdin: Option<&[u8]>) -> String {
-    let output = strom(broker, args, stdin);
-    assert_eq!(
-        output.status.code(),
-        Some(1),
-        "strom {args:?} should fail; stdout: {}",
-        String::from_utf8_lossy(&output.stdout)
-    );
-    String::from_utf8(output.stderr).unwrap()
-}
 
 #[test]
 fn topic_create_list_describe_alter_delete() {
     let broker = Broker::start(&["--set", "num.partitions=2"]);
-    let created = strom_text(
+    let created = strom_ok(
         &broker,
         &[
             "topic",
@@ -72,12 +31,12 @@ fn topic_create_list_describe_alter_delete() {
         ],
     );
     assert_eq!(created, "Created topic orders.\n");
-    strom_text(&broker, &["topic", "create", "audit"]);
-    let checked = strom_text(&broker, &["topic", "create", "dry", "--validate-only"]);
+    strom_ok(&broker, &["topic", "create", "audit"]);
+    let checked = strom_ok(&broker, &["topic", "create", "dry", "--validate-only"]);
     assert_eq!(checked, "Topic dry would be created.\n");
-    assert_eq!(strom_text(&broker, &["topic", "list"]), "audit\norders\n");
+    assert_eq!(strom_ok(&broker, &["topic", "list"]), "audit\norders\n");
 
-    let described = strom_text(&broker, &["topic", "describe", "orders"]);
+    let described = strom_ok(&broker, &["topic", "describe", "orders"]);
     let mut expected = String::from(
         "Topic: orders\tPartitionCount: 3\tReplicationFactor: 1\tConfigs: cleanup.policy=delete,retention.ms=60000\n",
     );
@@ -88,15 +47,15 @@ fn topic_create_list_describe_alter_delete() {
     }
     assert_eq!(described, expected);
     // The broker default partition count applies without --partitions.
-    let audit = strom_text(&broker, &["topic", "describe", "audit"]);
+    let audit = strom_ok(&broker, &["topic", "describe", "audit"]);
     assert!(
         audit.starts_with("Topic: audit\tPartitionCount: 2\tReplicationFactor: 1\tConfigs: \n"),
         "{audit}"
     );
-    let all = strom_text(&broker, &["topic", "describe", "audit", "--all-configs"]);
+    let all = strom_ok(&broker, &["topic", "describe", "audit", "--all-configs"]);
     assert!(all.contains("retention.ms="), "{all}");
 
-    let altered = strom_text(
+    let altered = strom_ok(
         &broker,
         &[
             "topic",
@@ -114,7 +73,7 @@ fn topic_create_list_describe_alter_delete() {
         altered,
         "Updated configs of topic orders.\nTopic orders now has 5 partitions.\n"
     );
-    let described = strom_text(&broker, &["topic", "describe", "orders"]);
+    let described = strom_ok(&broker, &["topic", "describe", "orders"]);
     assert!(
         described.starts_with(
             "Topic: orders\tPartitionCount: 5\tReplicationFactor: 1\tConfigs: cleanup.policy=delete,segment.bytes=1048576\n"
@@ -143,9 +102,9 @@ fn topic_create_list_describe_alter_delete() {
     let missing = strom_fails(&broker, &["topic", "describe", "missing"], None);
     assert!(missing.contains("UNKNOWN_TOPIC_OR_PARTITION"), "{missing}");
 
-    let deleted = strom_text(&broker, &["topic", "delete", "orders", "audit"]);
+    let deleted = strom_ok(&broker, &["topic", "delete", "orders", "audit"]);
     assert_eq!(deleted, "Deleted topic orders.\nDeleted topic audit.\n");
-    assert_eq!(strom_text(&broker, &["topic", "list"]), "");
+    assert_eq!(strom_ok(&broker, &["topic", "list"]), "");
     let gone = strom_fails(&broker, &["topic", "delete", "orders"], None);
     assert!(gone.contains("UNKNOWN_TOPIC_OR_PARTITION"), "{gone}");
 }
@@ -192,7 +151,7 @@ fn lines(output: &[u8]) -> Vec<&[u8]> {
 fn produced_lines_consume_back_byte_exact() {
     const COUNT: usize = 3_000;
     let broker = Broker::start(&[]);
-    strom_ok(
+    strom_bytes(
         &broker,
         &["topic", "create", "exact", "--partitions", "3"],
         None,
@@ -204,12 +163,12 @@ fn produced_lines_consume_back_byte_exact() {
         input.extend_from_slice(&value_bytes(i));
         input.push(b'\n');
     }
-    strom_ok(
+    strom_bytes(
         &broker,
         &["produce", "exact", "--key-separator", "=>", "--acks", "all"],
         Some(&input),
     );
-    let output = strom_ok(
+    let output = strom_bytes(
         &broker,
         &[
             "consume",
@@ -261,17 +220,17 @@ fn produced_lines_consume_back_byte_exact() {
     }
 
     // acks=1 and acks=0 deliver too; a line without the separator has a null key.
-    strom_ok(
+    strom_bytes(
         &broker,
         &["produce", "acks", "--acks", "1", "--key-separator", "|"],
         Some(b"k|one\nno separator\n"),
     );
-    strom_ok(
+    strom_bytes(
         &broker,
         &["produce", "acks", "--acks", "0", "--partition", "0"],
         Some(b"three"),
     );
-    let output = strom_ok(
+    let output = strom_bytes(
         &broker,
         &[
             "consume",
@@ -289,13 +248,13 @@ fn produced_lines_consume_back_byte_exact() {
 #[test]
 fn consume_from_an_offset_of_one_partition() {
     let broker = Broker::start(&[]);
-    strom_ok(
+    strom_bytes(
         &broker,
         &["topic", "create", "seek", "--partitions", "2"],
         None,
     );
     let input: String = (0..10).map(|i| format!("record-{i}\n")).collect();
-    strom_ok(
+    strom_bytes(
         &broker,
         &[
             "produce",
@@ -309,7 +268,7 @@ fn consume_from_an_offset_of_one_partition() {
         ],
         Some(input.as_bytes()),
     );
-    let output = strom_ok(
+    let output = strom_bytes(
         &broker,
         &[
             "consume",
@@ -331,7 +290,7 @@ fn consume_from_an_offset_of_one_partition() {
          Offset:5\torigin:cli,n:2\trecord-5\n\
          Offset:6\torigin:cli,n:2\trecord-6\n"
     );
-    let empty = strom_ok(
+    let empty = strom_bytes(
         &broker,
         &[
             "consume",
@@ -345,9 +304,9 @@ fn consume_from_an_offset_of_one_partition() {
     );
     assert!(empty.is_empty());
     // Without --from-beginning only new records are read.
-    let latest = strom_ok(&broker, &["consume", "seek", "-e"], None);
+    let latest = strom_bytes(&broker, &["consume", "seek", "-e"], None);
     assert!(latest.is_empty());
-    let stamped = String::from_utf8(strom_ok(
+    let stamped = String::from_utf8(strom_bytes(
         &broker,
         &[
             "consume",
@@ -414,7 +373,7 @@ fn unreachable_broker_and_failed_requests_exit_non_zero() {
     assert!(unknown.contains("UNKNOWN_TOPIC_OR_PARTITION"), "{unknown}");
     let unknown = strom_fails(&broker, &["produce", "nowhere"], Some(b"x\n"));
     assert!(unknown.contains("UNKNOWN_TOPIC_OR_PARTITION"), "{unknown}");
-    strom_ok(
+    strom_bytes(
         &broker,
         &["topic", "create", "one", "--partitions", "1"],
         None,
@@ -425,7 +384,7 @@ fn unreachable_broker_and_failed_requests_exit_non_zero() {
         Some(b"x\n"),
     );
     assert!(bad_partition.contains("no partition 7"), "{bad_partition}");
-    strom_ok(
+    strom_bytes(
         &broker,
         &["topic", "alter", "one", "--config", "max.message.bytes=200"],
         None,
@@ -493,7 +452,7 @@ fn help_explains_every_flag() {
 #[test]
 fn strom_and_kcat_read_each_others_records() {
     let broker = Broker::start(&[]);
-    strom_ok(
+    strom_bytes(
         &broker,
         &["topic", "create", "cross", "--partitions", "4"],
         None,
@@ -502,7 +461,7 @@ fn strom_and_kcat_read_each_others_records() {
     let input: String = (0..500)
         .map(|i| format!("k{i}\tv{i} with spaces\n"))
         .collect();
-    strom_ok(
+    strom_bytes(
         &broker,
         &[
             "produce",
@@ -533,7 +492,7 @@ fn strom_and_kcat_read_each_others_records() {
     // kcat writes with the Java-compatible murmur2 partitioner, strom reads:
     // every key lands where strom put it.
     let input: String = (0..500).map(|i| format!("k{i}:kcat-{i}\n")).collect();
-    strom_ok(
+    strom_bytes(
         &broker,
         &["topic", "create", "back", "--partitions", "4"],
         None,
@@ -553,7 +512,7 @@ fn strom_and_kcat_read_each_others_records() {
         ],
         Some(input.as_bytes()),
     );
-    let output = strom_ok(
+    let output = strom_bytes(
         &broker,
         &[
             "consume",

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{run, run_python, Broker};
+use common::{poll_until, run, run_python, strom, strom_ok, Broker};
 use protocol::kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use protocol::kafka_protocol::messages::leave_group_request::MemberIdentity;
 use protocol::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
@@ -625,27 +625,6 @@ fn kafka_4_group_api_versions_answer_as_kafka_4_does() {
     assert_eq!((left.error_code, codes), (0, vec![0]));
 }
 
-fn strom(broker: &Broker, args: &[&str]) -> std::process::Output {
-    run(
-        Command::new(env!("CARGO_BIN_EXE_strom"))
-            .args(args)
-            .args(["--bootstrap", &broker.bootstrap()]),
-        None,
-        SCRIPT_DEADLINE,
-    )
-}
-
-fn strom_ok(broker: &Broker, args: &[&str]) -> String {
-    let output = strom(broker, args);
-    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
-    assert!(
-        output.status.success(),
-        "strom {args:?}: {}\n{stdout}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
-}
-
 /// `Partition:P\tOffset:O\tVALUE` lines of `strom consume`, checked
 /// against groups_check.py's values.
 fn consumed(stdout: &str) -> Vec<(i32, i64)> {
@@ -779,14 +758,12 @@ fn strom_consume_group_and_group_admin_commands() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !strom_ok(&broker, &["group", "describe", "cli-g"]).contains("MEMBERS 1") {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the member never joined"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let joined = poll_until(Duration::from_secs(30), || {
+        strom_ok(&broker, &["group", "describe", "cli-g"])
+            .contains("MEMBERS 1")
+            .then_some(())
+    });
+    assert!(joined.is_some(), "the member never joined");
     let refused = strom(
         &broker,
         &[
@@ -798,6 +775,7 @@ fn strom_consume_group_and_group_admin_commands() {
             "cli-topic",
             "--to-earliest",
         ],
+        None,
     );
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(1));
@@ -806,7 +784,7 @@ fn strom_consume_group_and_group_admin_commands() {
             && stderr.contains("stop its consumers"),
         "{stderr}"
     );
-    let refused = strom(&broker, &["group", "delete", "cli-g"]);
+    let refused = strom(&broker, &["group", "delete", "cli-g"], None);
     assert!(String::from_utf8_lossy(&refused.stderr).contains("has active members"));
     member.kill().unwrap();
     member.wait().unwrap();
@@ -825,7 +803,7 @@ fn strom_consume_group_and_group_admin_commands() {
     assert!(strom_ok(&broker, &["group", "list"]).contains("other\tEmpty"));
     assert!(strom_ok(&broker, &["group", "delete", "other"]).contains("deleted group other"));
     assert!(!strom_ok(&broker, &["group", "list"]).contains("other"));
-    let missing = strom(&broker, &["group", "delete", "other"]);
+    let missing = strom(&broker, &["group", "delete", "other"], None);
     assert!(String::from_utf8_lossy(&missing.stderr).contains("there is no group other"));
 }
 
@@ -889,11 +867,10 @@ fn offsets_log_is_compacted_to_live_offsets_and_reloads_after_restart() {
     for round in 0..110 {
         commit_all(&mut conn, "wide", 100, round * 1000);
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !broker.log().contains("compacted offsets") {
-        assert!(std::time::Instant::now() < deadline, "{}", broker.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let compacted = poll_until(Duration::from_secs(30), || {
+        broker.log().contains("compacted offsets").then_some(())
+    });
+    assert!(compacted.is_some(), "{}", broker.log());
     drop(conn);
     broker.restart();
     let loaded = loaded_records(&broker.log());

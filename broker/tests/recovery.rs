@@ -7,27 +7,21 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use common::{
-    free_port, poll_until, run, wait_deadline, Broker, STARTED_LINE, START_DEADLINE, STOP_DEADLINE,
-};
+use common::{free_port, run, strom_bin, strom_bytes, Broker, TOOL_DEADLINE};
 
 /// A failed start must end well before the shutdown deadline (10 s) a
 /// stuck core would take.
 const FAIL_DEADLINE: Duration = Duration::from_secs(8);
-
-fn strom() -> &'static str {
-    env!("CARGO_BIN_EXE_strom")
-}
 
 /// Starts `strom` on `data_dir`, which must exit 1 within the deadline;
 /// returns its stderr.
 fn start_fails(data_dir: &Path) -> String {
     let started = std::time::Instant::now();
     let output = run(
-        Command::new(strom())
+        Command::new(strom_bin())
             .arg("start")
             .arg("--data-dir")
             .arg(data_dir)
@@ -54,79 +48,10 @@ fn start_fails(data_dir: &Path) -> String {
     stderr
 }
 
-/// What the client tools connect to.
-trait Bootstrap {
-    fn bootstrap(&self) -> String;
-}
-
-impl Bootstrap for Broker {
-    fn bootstrap(&self) -> String {
-        Broker::bootstrap(self)
-    }
-}
-
-/// A broker started on a data dir that already exists (the common helper
-/// makes a fresh one), stopped with SIGTERM on drop.
-struct Restarted {
-    port: u16,
-    child: Child,
-    log_path: PathBuf,
-}
-
-impl Bootstrap for Restarted {
-    fn bootstrap(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-}
-
-impl Restarted {
-    fn start(data_dir: &Path, log_path: PathBuf) -> Restarted {
-        let port = free_port();
-        let log = std::fs::File::create(&log_path).unwrap();
-        let child = Command::new(strom())
-            .arg("start")
-            .arg("--data-dir")
-            .arg(data_dir)
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{port}"))
-            .arg("--admin-listen")
-            .arg("off")
-            .arg("--cores")
-            .arg("2")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let mut broker = Restarted {
-            port,
-            child,
-            log_path,
-        };
-        let started = poll_until(START_DEADLINE, || {
-            if broker.log().contains(STARTED_LINE) {
-                return Some(true);
-            }
-            broker.child.try_wait().unwrap().map(|_| false)
-        });
-        assert_eq!(started, Some(true), "did not start:\n{}", broker.log());
-        broker
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log_path).unwrap_or_default()
-    }
-}
-
-impl Drop for Restarted {
-    fn drop(&mut self) {
-        // SAFETY: kill with the pid of our own child process.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        if wait_deadline(&mut self.child, STOP_DEADLINE).is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+/// A broker started again on a data dir that already exists (the first
+/// broker's, stopped), logging to `log_path`.
+fn restarted(data_dir: &Path, log_path: PathBuf) -> Broker {
+    Broker::start_in(data_dir, &log_path, &["--admin-listen", "off"])
 }
 
 /// The number after `flag` in `text`.
@@ -144,35 +69,13 @@ fn number_after(text: &str, flag: &str) -> u64 {
         .unwrap_or_else(|_| panic!("a number after {flag} in {text}"))
 }
 
-/// How long one client run may take.
-const TOOL_DEADLINE: Duration = Duration::from_secs(60);
-
-/// Runs a `strom` client command against `broker`; it must succeed.
-fn tool(broker: &impl Bootstrap, args: &[&str], stdin: Option<&[u8]>) -> Vec<u8> {
-    let output = run(
-        Command::new(strom())
-            .args(args)
-            .arg("--bootstrap")
-            .arg(broker.bootstrap()),
-        stdin,
-        TOOL_DEADLINE,
-    );
-    assert!(
-        output.status.success(),
-        "strom {args:?} failed ({}): {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr),
-    );
-    output.stdout
-}
-
 /// Produces `count` distinct lines to partition 0 of `topic`.
-fn produce(broker: &impl Bootstrap, topic: &str, round: usize, count: usize) -> Vec<String> {
+fn produce(broker: &Broker, topic: &str, round: usize, count: usize) -> Vec<String> {
     let lines: Vec<String> = (0..count)
         .map(|i| format!("{topic}-{round}-record-{i:05}-{}", "x".repeat(200)))
         .collect();
     let input = lines.join("\n") + "\n";
-    tool(
+    strom_bytes(
         broker,
         &["produce", topic, "--partition", "0"],
         Some(input.as_bytes()),
@@ -181,8 +84,8 @@ fn produce(broker: &impl Bootstrap, topic: &str, round: usize, count: usize) -> 
 }
 
 /// Every record of partition 0 of `topic`, as lines.
-fn consume(broker: &impl Bootstrap, topic: &str) -> Vec<String> {
-    let out = tool(
+fn consume(broker: &Broker, topic: &str) -> Vec<String> {
+    let out = strom_bytes(
         broker,
         &[
             "consume",
@@ -201,8 +104,8 @@ fn consume(broker: &impl Bootstrap, topic: &str) -> Vec<String> {
         .collect()
 }
 
-fn create_topic(broker: &impl Bootstrap, topic: &str, partitions: u32) {
-    tool(
+fn create_topic(broker: &Broker, topic: &str, partitions: u32) {
+    strom_bytes(
         broker,
         &[
             "topic",
@@ -312,7 +215,7 @@ fn a_flipped_byte_in_a_sealed_segment_stops_start_up_naming_the_file_and_the_rep
     }
 
     let output = run(
-        Command::new(strom())
+        Command::new(strom_bin())
             .args(["repair", "segment", "--file"])
             .arg(sealed)
             .arg("--truncate-at")
@@ -349,7 +252,7 @@ fn a_flipped_byte_in_a_sealed_segment_stops_start_up_naming_the_file_and_the_rep
         corrupted
     );
 
-    let restarted = Restarted::start(
+    let restarted = restarted(
         &broker.data_dir,
         broker.data_dir.with_file_name("restarted.log"),
     );
@@ -409,7 +312,7 @@ fn a_damaged_metadata_record_in_the_middle_stops_start_up_and_is_repaired() {
     assert_eq!(std::fs::read(&path).unwrap(), damaged, "nothing touched");
 
     let output = run(
-        Command::new(strom())
+        Command::new(strom_bin())
             .args(["repair", "metadata", "--data-dir"])
             .arg(&broker.data_dir)
             .arg("--drop-damaged-at")
@@ -432,7 +335,7 @@ fn a_damaged_metadata_record_in_the_middle_stops_start_up_and_is_repaired() {
     assert!(stdout.contains(&backup.display().to_string()), "{stdout}");
 
     let log_path = broker.data_dir.with_file_name("after-repair.log");
-    let restarted = Restarted::start(&broker.data_dir, log_path);
+    let restarted = restarted(&broker.data_dir, log_path);
     assert_eq!(consume(&restarted, topics[0]), lines[0]);
     assert_eq!(consume(&restarted, topics[2]), lines[2]);
     let orphan = broker.data_dir.join(format!("{}-0", topics[1]));
@@ -505,7 +408,7 @@ fn repairs_refuse_positions_that_are_not_damaged() {
     ];
     for (args, expected) in cases {
         let output = run(
-            Command::new(strom()).arg("repair").args(&args),
+            Command::new(strom_bin()).arg("repair").args(&args),
             None,
             TOOL_DEADLINE,
         );
@@ -519,7 +422,7 @@ fn repairs_refuse_positions_that_are_not_damaged() {
     assert_eq!(std::fs::read(&path).unwrap(), before);
     assert_eq!(std::fs::read(&segment).unwrap(), segment_before);
     assert!(!broker.data_dir.join("__repair").exists());
-    let restarted = Restarted::start(
+    let restarted = restarted(
         &broker.data_dir,
         broker.data_dir.with_file_name("after.log"),
     );

@@ -11,15 +11,11 @@ mod common;
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{free_port, run, wait_deadline, START_DEADLINE, STOP_DEADLINE};
+use common::{free_port, poll_until, run, strom_bin, wait_deadline, START_DEADLINE, STOP_DEADLINE};
 
 const RUN_DEADLINE: Duration = Duration::from_secs(30);
-
-fn strom() -> &'static str {
-    env!("CARGO_BIN_EXE_strom")
-}
 
 fn start_args(data_dir: &Path, port: u16) -> Vec<String> {
     vec![
@@ -72,7 +68,7 @@ fn unwritable_data_dir_is_explained() {
     let stderr = fails(
         Command::new("setpriv")
             .args(["--bounding-set", drop_dac, "--inh-caps", drop_dac])
-            .arg(strom())
+            .arg(strom_bin())
             .args(start_args(&read_only, free_port())),
     );
     assert!(
@@ -85,7 +81,7 @@ fn unwritable_data_dir_is_explained() {
     let stderr = fails(
         Command::new("setpriv")
             .args(["--bounding-set", drop_dac, "--inh-caps", drop_dac])
-            .arg(strom())
+            .arg(strom_bin())
             .args(start_args(&read_only.join("data"), free_port())),
     );
     assert!(stderr.contains("cannot create data dir"), "{stderr}");
@@ -93,7 +89,7 @@ fn unwritable_data_dir_is_explained() {
     // A path through a regular file cannot be a directory, even for root.
     let file = temp.path().join("file");
     std::fs::write(&file, b"x").unwrap();
-    let stderr = fails(Command::new(strom()).args(start_args(&file.join("data"), free_port())));
+    let stderr = fails(Command::new(strom_bin()).args(start_args(&file.join("data"), free_port())));
     assert!(stderr.contains("cannot create data dir"), "{stderr}");
 }
 
@@ -108,7 +104,7 @@ fn filesystem_without_o_direct_is_explained() {
     let script = format!(
         "mount -t ramfs none {} && exec {} {}",
         mount_point.display(),
-        strom(),
+        strom_bin().display(),
         start_args(&data_dir, free_port()).join(" ")
     );
     let stderr = fails(Command::new("unshare").args(["-m", "sh", "-c", &script]));
@@ -136,7 +132,7 @@ fn memlock_below_the_io_memory_asked_for_is_explained() {
                 "--inh-caps",
                 "-ipc_lock",
             ])
-            .arg(strom())
+            .arg(strom_bin())
             .args(start_args(&temp.path().join("data"), free_port()))
             .args(["--set", "strom.io.memory.bytes=8388608"]),
     );
@@ -163,7 +159,7 @@ fn low_memlock_without_io_memory_asked_picks_one_that_fits() {
             "--inh-caps",
             "-ipc_lock",
         ])
-        .arg(strom())
+        .arg(strom_bin())
         .args(start_args(&temp.path().join("data"), port))
         .env("STROM_LOG", "info")
         .stdin(Stdio::null())
@@ -171,23 +167,19 @@ fn low_memlock_without_io_memory_asked_picks_one_that_fits() {
         .stderr(log)
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + START_DEADLINE;
     // Started once it says so and listens (a port handed out again to
     // another program on this machine would accept before it).
-    while !(std::fs::read_to_string(&log_path)
-        .unwrap_or_default()
-        .contains(common::STARTED_LINE)
-        && TcpStream::connect(("127.0.0.1", port)).is_ok())
-    {
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!(
-                "strom exited with {status}:\n{}",
-                std::fs::read_to_string(&log_path).unwrap()
-            );
+    let started = poll_until(START_DEADLINE, || {
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        if log.contains(common::STARTED_LINE) && TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Some(());
         }
-        assert!(Instant::now() < deadline, "strom did not listen");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("strom exited with {status}:\n{log}");
+        }
+        None
+    });
+    assert!(started.is_some(), "strom did not listen");
     // SAFETY: kill with the pid of our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = wait_deadline(&mut child, STOP_DEADLINE).expect("stops");

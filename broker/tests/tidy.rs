@@ -2,7 +2,8 @@
 //! it is for in a `//!` line first, and the crates depend on each other
 //! exactly as the design's table says (`protocol` on nothing, `storage` on
 //! `protocol`, `loadgen` on `protocol` only so it works against any Kafka
-//! broker, `tuning` on nothing; `broker` and `benches` may use the rest).
+//! broker, `tuning` on nothing; `broker` and `benches` may use the rest),
+//! and `test-support`, on nothing, only ever as a dev-dependency.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -35,7 +36,14 @@ fn every_rust_file_starts_with_what_it_is_for() {
     let root = workspace_root();
     let mut files = Vec::new();
     for krate in [
-        "protocol", "storage", "broker", "loadgen", "tuning", "benches", "fuzz",
+        "protocol",
+        "storage",
+        "broker",
+        "loadgen",
+        "tuning",
+        "benches",
+        "fuzz",
+        "test-support",
     ] {
         rust_files(&root.join(krate), &mut files);
     }
@@ -111,6 +119,9 @@ fn crates_depend_on_each_other_as_the_design_says() {
         ),
         ("strom-loadgen", &["strom-protocol"][..]),
         ("strom-tuning", &[][..]),
+        // Tests' helpers: depends on no crate of ours, and no crate
+        // depends on it but as a dev-dependency (checked below).
+        ("strom-test-support", &[][..]),
         (
             "strom-benches",
             &[
@@ -129,6 +140,19 @@ fn crates_depend_on_each_other_as_the_design_says() {
             .unwrap_or_else(|| panic!("{krate} is not in the design's crate table"));
         let extra: Vec<_> = deps.iter().filter(|d| !may.contains(&d.as_str())).collect();
         assert!(extra.is_empty(), "{krate} may not depend on {extra:?}");
+    }
+    // The tests' helpers never reach a product crate's build: only tests
+    // (dev-dependencies) use them.
+    for package in packages {
+        let name = package["name"].as_str().unwrap();
+        for dependency in package["dependencies"].as_array().unwrap() {
+            if dependency["name"] == "strom-test-support" {
+                assert_eq!(
+                    dependency["kind"], "dev",
+                    "{name} depends on strom-test-support outside its tests"
+                );
+            }
+        }
     }
     // broker uses both crates below it; storage reads batches through protocol.
     assert!(edges["strom-broker"].contains("strom-storage"));

@@ -1,6 +1,6 @@
-//! The Kafka side of the load generator, on `protocol::client`: topic
-//! admin, leader lookup, record batch encoding, produce and fetch. Nothing
-//! here is Strom-specific.
+//! The Kafka side of the load generator, on `protocol::client` and
+//! `protocol::admin`: topic creation and deletion, record batch encoding,
+//! produce and fetch. Nothing here is Strom-specific.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -10,20 +10,18 @@ use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     BrokerId, CreateTopicsRequest, DeleteTopicsRequest, FetchRequest, FetchResponse,
-    InitProducerIdRequest, ListOffsetsRequest, MetadataRequest, MetadataResponse, ProduceRequest,
-    ProduceResponse, TopicName,
+    ProduceRequest, ProduceResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
     Compression as KafkaCompression, Record, RecordBatchDecoder, RecordBatchEncoder,
     RecordEncodeOptions, TimestampType,
 };
-use protocol::client::{error_name, ClientConfig, Connection};
+use protocol::admin::{leaders, metadata, topic_name, Leaders};
+use protocol::client::{error_name, ClientConfig, Connection, ERROR_NONE};
 
 use crate::workload::Compression;
 
@@ -42,74 +40,10 @@ pub async fn connect(address: &str) -> Result<Connection> {
         .with_context(|| format!("connecting to {address}"))
 }
 
-fn topic_name(name: &str) -> TopicName {
-    TopicName(StrBytes::from_string(name.to_string()))
-}
-
-/// Where each partition's leader is.
-#[derive(Debug, Clone, Default)]
-pub struct Leaders {
-    pub brokers: HashMap<i32, String>,
-    /// (topic, partition) → broker address.
-    pub partitions: HashMap<(String, i32), String>,
-}
-
-pub async fn metadata(
-    conn: &mut Connection,
-    topics: Option<&[String]>,
-) -> Result<MetadataResponse> {
-    let version = conn.version::<MetadataRequest>(1..=12)?;
-    let request = MetadataRequest::default()
-        .with_topics(topics.map(|names| {
-            names
-                .iter()
-                .map(|n| MetadataRequestTopic::default().with_name(Some(topic_name(n))))
-                .collect()
-        }))
-        .with_allow_auto_topic_creation(false);
-    Ok(conn.call(&request, version).await?)
-}
-
-pub async fn leaders(conn: &mut Connection, topics: &[String]) -> Result<Leaders> {
-    let response = metadata(conn, Some(topics)).await?;
-    let mut leaders = Leaders::default();
-    for broker in &response.brokers {
-        leaders
-            .brokers
-            .insert(broker.node_id.0, format!("{}:{}", broker.host, broker.port));
-    }
-    for topic in &response.topics {
-        let name = topic
-            .name
-            .as_ref()
-            .map(|n| n.0.to_string())
-            .unwrap_or_default();
-        if topic.error_code != 0 {
-            bail!(
-                "metadata for topic `{name}`: {}",
-                error_name(topic.error_code)
-            );
-        }
-        for partition in &topic.partitions {
-            let leader = partition.leader_id.0;
-            let Some(address) = leaders.brokers.get(&leader) else {
-                bail!(
-                    "topic `{name}` partition {} has no live leader ({leader})",
-                    partition.partition_index
-                );
-            };
-            leaders
-                .partitions
-                .insert((name.clone(), partition.partition_index), address.clone());
-        }
-    }
-    Ok(leaders)
-}
-
 /// A connection to the controller (admin requests go there).
 async fn connect_controller(bootstrap: &str) -> Result<Connection> {
     let mut conn = connect(bootstrap).await?;
-    let meta = metadata(&mut conn, Some(&[])).await?;
+    let meta = metadata(&mut conn, Some(&[]), false).await?;
     let controller = meta
         .brokers
         .iter()
@@ -157,7 +91,7 @@ pub async fn create_topics(
         .with_timeout_ms(30_000);
     let response = admin.call(&request, version).await?;
     for topic in &response.topics {
-        if topic.error_code != 0 {
+        if topic.error_code != ERROR_NONE {
             let message = topic
                 .error_message
                 .as_ref()
@@ -183,7 +117,7 @@ pub async fn create_topics(
                 "only {} partitions have leaders after 30 s",
                 found.partitions.len()
             ),
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         }
     }
 }
@@ -204,7 +138,7 @@ pub async fn delete_topics(bootstrap: &str, names: &[String]) -> Result<()> {
     }
     let response = admin.call(&request, version).await?;
     for topic in &response.responses {
-        if topic.error_code != 0 {
+        if topic.error_code != ERROR_NONE {
             bail!(
                 "deleting topic `{}`: {}",
                 topic
@@ -217,70 +151,6 @@ pub async fn delete_topics(bootstrap: &str, names: &[String]) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The log end (or start) offset of each partition: ListOffsets -1 / -2.
-pub async fn offsets(
-    conn: &mut Connection,
-    partitions: &[(String, i32)],
-    timestamp: i64,
-) -> Result<HashMap<(String, i32), i64>> {
-    let version = conn.version::<ListOffsetsRequest>(1..=7)?;
-    let mut by_topic: HashMap<&str, Vec<i32>> = HashMap::new();
-    for (topic, partition) in partitions {
-        by_topic.entry(topic).or_default().push(*partition);
-    }
-    let request = ListOffsetsRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_topics(
-            by_topic
-                .iter()
-                .map(|(topic, parts)| {
-                    ListOffsetsTopic::default()
-                        .with_name(topic_name(topic))
-                        .with_partitions(
-                            parts
-                                .iter()
-                                .map(|p| {
-                                    ListOffsetsPartition::default()
-                                        .with_partition_index(*p)
-                                        .with_timestamp(timestamp)
-                                })
-                                .collect(),
-                        )
-                })
-                .collect(),
-        );
-    let response = conn.call(&request, version).await?;
-    let mut out = HashMap::new();
-    for topic in &response.topics {
-        for p in &topic.partitions {
-            if p.error_code != 0 {
-                bail!(
-                    "ListOffsets {}-{}: {}",
-                    topic.name.0,
-                    p.partition_index,
-                    error_name(p.error_code)
-                );
-            }
-            out.insert((topic.name.0.to_string(), p.partition_index), p.offset);
-        }
-    }
-    Ok(out)
-}
-
-/// Producer id and epoch for an idempotent producer.
-pub async fn init_producer_id(conn: &mut Connection) -> Result<(i64, i16)> {
-    let version = conn.version::<InitProducerIdRequest>(0..=4)?;
-    let request = InitProducerIdRequest::default()
-        .with_transaction_timeout_ms(60_000)
-        .with_producer_id(kafka_protocol::messages::ProducerId(-1))
-        .with_producer_epoch(-1);
-    let response = conn.call(&request, version).await?;
-    if response.error_code != 0 {
-        bail!("InitProducerId: {}", error_name(response.error_code));
-    }
-    Ok((response.producer_id.0, response.producer_epoch))
 }
 
 fn kafka_compression(c: Compression) -> KafkaCompression {
@@ -423,7 +293,7 @@ pub fn produce_errors(response: &ProduceResponse) -> HashMap<(String, i32), Opti
     let mut out = HashMap::new();
     for topic in &response.responses {
         for p in &topic.partition_responses {
-            let error = (p.error_code != 0).then(|| error_name(p.error_code));
+            let error = (p.error_code != ERROR_NONE).then(|| error_name(p.error_code));
             out.insert((topic.name.0.to_string(), p.index), error);
         }
     }

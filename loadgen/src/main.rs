@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use clap::{Args, Parser, Subcommand};
+use protocol::admin::{EARLIEST, LATEST};
 
 use crate::e2e::{Acknowledged, Tracker};
 use crate::report::{RunReport, Second};
@@ -323,7 +324,7 @@ fn run_mode(mode: ModeArg) -> Result<bool> {
                 .await?
             } else {
                 let mut conn = kafka::connect(&bootstrap).await?;
-                kafka::leaders(&mut conn, &topics).await?
+                protocol::admin::leaders(&mut conn, &topics).await?
             };
             Ok(leaders)
         })
@@ -362,8 +363,8 @@ fn run_mode(mode: ModeArg) -> Result<bool> {
             }
             for (leader, tps) in by_leader {
                 let mut conn = kafka::connect(&leader).await?;
-                let latest = kafka::offsets(&mut conn, &tps, -1).await?;
-                let earliest = kafka::offsets(&mut conn, &tps, -2).await?;
+                let latest = protocol::admin::list_offsets(&mut conn, &tps, LATEST).await?;
+                let earliest = protocol::admin::list_offsets(&mut conn, &tps, EARLIEST).await?;
                 if mode == Mode::Consume {
                     start.extend(earliest);
                 } else {

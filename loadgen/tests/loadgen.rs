@@ -6,78 +6,24 @@
 //! The `strom` binary comes from the same target directory (built by
 //! `cargo test --workspace`, which builds the broker's integration tests).
 
-#[allow(dead_code)]
-#[path = "../../broker/tests/common/process.rs"]
-mod process;
-
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
 
-use process::poll_until;
+use test_support::{free_port, poll_until, run, strom_at, Broker};
 
 const LOADGEN: &str = env!("CARGO_BIN_EXE_strom-loadgen");
+/// How long a run's topic may take to appear and take its first records.
+const RUN_START_DEADLINE: Duration = Duration::from_secs(30);
+/// How long the stalled broker stops answering.
+const STALL: Duration = Duration::from_secs(1);
 
-fn strom_binary() -> PathBuf {
-    let path = PathBuf::from(LOADGEN).with_file_name("strom");
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo build -p strom-broker --bin strom` (cargo test --workspace does)",
-        path.display()
-    );
-    path
-}
-
-struct Broker {
-    port: u16,
-    child: Child,
-    dir: tempfile::TempDir,
-}
-
-impl Broker {
-    fn start() -> Broker {
-        let dir = tempfile::tempdir().unwrap();
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new(strom_binary())
-            .args([
-                "start",
-                "--cores",
-                "1",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-            ])
-            .arg("--data-dir")
-            .arg(dir.path().join("data"))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.path().join("strom.log")).unwrap())
-            .spawn()
-            .unwrap();
-        let listening = poll_until(Duration::from_secs(30), || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).ok()
-        });
-        assert!(listening.is_some(), "strom did not start listening");
-        Broker { port, child, dir }
-    }
-
-    fn bootstrap(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A broker on one core, as the load generator's runs expect.
+fn broker() -> Broker {
+    Broker::start(&["--cores", "1"])
 }
 
 fn loadgen(args: &[&str]) -> Output {
-    process::run(
+    run(
         Command::new(LOADGEN).args(args),
         None,
         Duration::from_secs(120),
@@ -89,21 +35,62 @@ fn json(path: &std::path::Path) -> serde_json::Value {
 }
 
 fn topics_on(broker: &Broker) -> String {
-    let out = Command::new(strom_binary())
-        .args(["topic", "list", "--bootstrap", &broker.bootstrap()])
-        .output()
-        .unwrap();
+    strom(broker, &["topic", "list"], None)
+}
+
+/// Runs a `strom` tool against `broker` that must succeed; its stdout.
+fn strom(broker: &Broker, args: &[&str], stdin: Option<&[u8]>) -> String {
+    let out = strom_at(Some(&broker.bootstrap()), args, stdin);
     assert!(
         out.status.success(),
-        "{}",
+        "strom {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// The records the broker holds in the run's topic (its partition
+/// directories are `loadgen-…-P`), summed over its partitions as `strom
+/// topic describe` shows them; `None` before the topic exists.
+fn records_in_run_topic(broker: &Broker) -> Option<u64> {
+    let topic = std::fs::read_dir(&broker.data_dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .find(|name| name.starts_with("loadgen-"))?
+        .rsplit_once('-')?
+        .0
+        .to_string();
+    let out = strom_at(
+        Some(&broker.bootstrap()),
+        &["topic", "describe", &topic],
+        None,
+    );
+    out.status.success().then(|| {
+        String::from_utf8_lossy(&out.stdout)
+            .split("EndOffset: ")
+            .skip(1)
+            .filter_map(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
+            .sum()
+    })
+}
+
+/// Waits until the run's topic holds records: setup is over and the run
+/// is producing, whatever the machine's speed.
+fn wait_for_the_run_to_produce(broker: &Broker) {
+    let producing = poll_until(RUN_START_DEADLINE, || {
+        records_in_run_topic(broker).filter(|&records| records > 0)
+    });
+    assert!(
+        producing.is_some(),
+        "the run produced nothing within {RUN_START_DEADLINE:?}:\n{}",
+        broker.log()
+    );
+}
+
 #[test]
 fn e2e_counts_every_record_and_cleans_up() {
-    let broker = Broker::start();
+    let broker = broker();
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("report.json");
     let plot = dir.path().join("plot.svg");
@@ -186,7 +173,7 @@ fn e2e_counts_every_record_and_cleans_up() {
 
 #[test]
 fn kept_topics_are_consumed_back_in_consume_mode() {
-    let broker = Broker::start();
+    let broker = broker();
     let out = loadgen(&[
         "produce",
         "--bootstrap",
@@ -295,7 +282,7 @@ fn kept_topics_are_consumed_back_in_consume_mode() {
 /// core's watchdog now wakes it.)
 #[test]
 fn a_stalled_broker_shows_in_publish_latency_not_in_late_sends() {
-    let broker = Broker::start();
+    let broker = broker();
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("report.json");
     let bootstrap = broker.bootstrap();
@@ -331,31 +318,16 @@ fn a_stalled_broker_shows_in_publish_latency_not_in_late_sends() {
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         move || loadgen(&args.iter().map(String::as_str).collect::<Vec<_>>())
     });
-    let signal = |name: &str| {
-        let status = Command::new("kill")
-            .args([name, &broker.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill {name}");
-    };
-    // Mid-run: a second after the run's topic exists (its first partition's
-    // log directory), so setup is over whatever the machine's speed.
-    let topic_created = poll_until(Duration::from_secs(30), || {
-        std::fs::read_dir(broker.dir.path().join("data"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .any(|e| e.file_name().to_string_lossy().starts_with("loadgen-"))
-            .then_some(())
-    });
-    assert!(topic_created.is_some(), "no topic created within 30 s");
-    std::thread::sleep(Duration::from_millis(1_000));
-    signal("-STOP");
-    std::thread::sleep(Duration::from_millis(1_000));
-    signal("-CONT");
+    // Mid-run: once the run's records arrive, so setup is over whatever
+    // the machine's speed. The stall lasts a second: that sleep is the
+    // fault's length, not a wait for a condition.
+    wait_for_the_run_to_produce(&broker);
+    broker.signal(libc::SIGSTOP);
+    std::thread::sleep(STALL);
+    broker.signal(libc::SIGCONT);
     let out = run.join().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let broker_log = || std::fs::read_to_string(broker.dir.path().join("strom.log")).unwrap();
+    let broker_log = || broker.log();
     assert!(
         out.status.success(),
         "{stderr}\nstdout:\n{}\nbroker log:\n{}",
@@ -395,18 +367,12 @@ fn a_stalled_broker_shows_in_publish_latency_not_in_late_sends() {
 
 #[test]
 fn bad_input_gets_a_clear_error() {
-    let broker = Broker::start();
+    let broker = broker();
     let dir = tempfile::tempdir().unwrap();
     let workload = dir.path().join("w.yaml");
     std::fs::write(&workload, "topics: 1\npartitionsPerTopc: 3\n").unwrap();
-    let unreachable = format!(
-        "127.0.0.1:{}",
-        TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    );
+    // A port handed out to no broker: nothing listens there.
+    let unreachable = format!("127.0.0.1:{}", free_port());
     let cases: Vec<(Vec<String>, &str)> = vec![
         (
             vec![
@@ -458,44 +424,20 @@ fn bad_input_gets_a_clear_error() {
     }
 }
 
-fn strom(args: &[&str], stdin: Option<&[u8]>) -> String {
-    let out = process::run(
-        Command::new(strom_binary()).args(args),
-        stdin,
-        Duration::from_secs(60),
-    );
-    assert!(
-        out.status.success(),
-        "strom {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 /// A consume of 37 records ends within milliseconds of its start: no rate
 /// over such a window means anything (it once said 37,000,000,000
 /// records/s), so the report says so and gives the counts.
 #[test]
 fn a_run_too_short_to_measure_says_so_instead_of_a_rate() {
-    let broker = Broker::start();
+    let broker = broker();
     let bootstrap = broker.bootstrap();
     strom(
-        &[
-            "topic",
-            "create",
-            "small",
-            "--partitions",
-            "1",
-            "--bootstrap",
-            &bootstrap,
-        ],
+        &broker,
+        &["topic", "create", "small", "--partitions", "1"],
         None,
     );
     let records: String = (0..37).map(|i| format!("record {i:02}\n")).collect();
-    strom(
-        &["produce", "small", "--bootstrap", &bootstrap],
-        Some(records.as_bytes()),
-    );
+    strom(&broker, &["produce", "small"], Some(records.as_bytes()));
 
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("consume.json");
@@ -539,7 +481,7 @@ fn a_run_too_short_to_measure_says_so_instead_of_a_rate() {
 /// (`connection to broker 127.0.0.1`).
 #[test]
 fn error_kinds_keep_the_whole_error_text() {
-    let mut broker = Broker::start();
+    let mut broker = broker();
     let bootstrap = broker.bootstrap();
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("report.json");
@@ -566,21 +508,10 @@ fn error_kinds_keep_the_whole_error_text() {
         .collect();
         move || loadgen(&args.iter().map(String::as_str).collect::<Vec<_>>())
     });
-    // Mid-run, as in the stalled-broker test: a second after the run's
-    // topic exists (setup is over, the run starts 0.2 s after it), the
-    // broker dies.
-    let topic_created = poll_until(Duration::from_secs(30), || {
-        std::fs::read_dir(broker.dir.path().join("data"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .any(|e| e.file_name().to_string_lossy().starts_with("loadgen-"))
-            .then_some(())
-    });
-    assert!(topic_created.is_some(), "no topic created within 30 s");
-    std::thread::sleep(Duration::from_millis(1_000));
-    broker.child.kill().unwrap();
-    broker.child.wait().unwrap();
+    // Mid-run, as in the stalled-broker test: once the run's records
+    // arrive, the broker dies.
+    wait_for_the_run_to_produce(&broker);
+    broker.kill();
     let out = run.join().unwrap();
     let r = json(&report);
     let errors = r["errors"].as_object().unwrap();

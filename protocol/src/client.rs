@@ -30,8 +30,9 @@ use crate::frame::LENGTH_PREFIX_BYTES;
 
 /// The ApiVersions versions this client speaks (v3 is the first flexible).
 pub const API_VERSIONS_VERSION_MAX: i16 = 3;
-/// Kafka's UNSUPPORTED_VERSION error code.
-const UNSUPPORTED_VERSION: i16 = 35;
+/// Kafka's error code for success (no `ResponseError` stands for it).
+pub const ERROR_NONE: i16 = 0;
+const UNSUPPORTED_VERSION: i16 = ResponseError::UnsupportedVersion.code();
 const READ_BUFFER_BYTES: usize = 64 << 10;
 
 /// How a connection is opened and bounded.
@@ -107,6 +108,31 @@ pub enum ClientError {
         code: i16,
         message: Option<String>,
     },
+    #[error("{api_key:?} of topic {topic} failed: {}", error_name(*code))]
+    TopicError {
+        api_key: ApiKey,
+        topic: String,
+        code: i16,
+    },
+    #[error("{api_key:?} of {topic}-{partition} failed: {}", error_name(*code))]
+    PartitionError {
+        api_key: ApiKey,
+        topic: String,
+        partition: i32,
+        code: i16,
+    },
+    #[error("topic {topic} is not in the broker's metadata")]
+    TopicMissing { topic: String },
+    #[error("topic {topic} has no partitions")]
+    NoPartitions { topic: String },
+    #[error("topic {topic} partition {partition} has no live leader ({leader})")]
+    NoLeader {
+        topic: String,
+        partition: i32,
+        leader: i32,
+    },
+    #[error("the broker listed no offset for {topic}-{partition}")]
+    OffsetMissing { topic: String, partition: i32 },
     #[error("bad {api_key:?} v{version} response from broker {address}: {message}")]
     Decode {
         address: String,
@@ -136,6 +162,18 @@ pub enum ClientError {
     NoResponseExpected { api_key: ApiKey, version: i16 },
 }
 
+impl ClientError {
+    /// The Kafka error the broker answered with, if that is what failed.
+    pub fn kafka_error(&self) -> Option<ResponseError> {
+        match self {
+            ClientError::Kafka { code, .. }
+            | ClientError::TopicError { code, .. }
+            | ClientError::PartitionError { code, .. } => ResponseError::try_from_code(*code),
+            _ => None,
+        }
+    }
+}
+
 /// Kafka's name for an error code, as the Java client prints it
 /// (`TOPIC_ALREADY_EXISTS`); `NONE` for 0, `UNKNOWN_ERROR_CODE_<n>` for
 /// codes this crate does not know.
@@ -159,7 +197,7 @@ pub fn error_name(code: i16) -> String {
 
 /// `Ok` for error code 0, else [`ClientError::Kafka`].
 pub fn check_error(api_key: ApiKey, code: i16, message: Option<&str>) -> Result<(), ClientError> {
-    if code == 0 {
+    if code == ERROR_NONE {
         return Ok(());
     }
     Err(ClientError::Kafka {

@@ -2,13 +2,16 @@
 //!
 //! Architecture invariant: this crate knows nothing of the broker or
 //! storage; it turns bytes into typed views and back. The only I/O is the
-//! client connection (`client`, feature `client`), which works against any
-//! Kafka broker.
+//! client connection (`client`, feature `client`) and the requests built on
+//! it (`admin`), which work against any Kafka broker.
 
+#[cfg(feature = "client")]
+pub mod admin;
 pub mod batch;
 #[cfg(feature = "client")]
 pub mod client;
 pub mod codec;
+pub mod consumer_protocol;
 pub mod frame;
 pub mod partitioner;
 pub mod recompress;

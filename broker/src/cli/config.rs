@@ -15,7 +15,9 @@ use kafka_protocol::messages::{ApiKey, DescribeConfigsRequest, IncrementalAlterC
 use kafka_protocol::protocol::StrBytes;
 use protocol::client::{check_error, Connection};
 
-use super::{metadata, ConnectArgs};
+use protocol::admin::metadata;
+
+use super::ConnectArgs;
 
 /// v1+ report each config's source.
 const DESCRIBE_CONFIGS_VERSIONS: std::ops::RangeInclusive<i16> = 1..=4;

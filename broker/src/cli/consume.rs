@@ -28,10 +28,13 @@ use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest};
 use kafka_protocol::records::RecordBatchDecoder;
 use protocol::batch::{self, Compression, RecordBatch};
 use protocol::client::{check_error, Connection};
+use protocol::kafka_protocol::error::ResponseError;
 use signal_hook::consts::{SIGINT, SIGTERM};
 
 use super::group::GroupMember;
-use super::{list_offsets, partitions, topic_name, ConnectArgs};
+use protocol::admin::{list_topic_offsets, partitions, topic_name};
+
+use super::ConnectArgs;
 
 const FETCH_VERSIONS: std::ops::RangeInclusive<i16> = 4..=12;
 /// Long-poll wait per fetch (half the request timeout when that is less).
@@ -53,7 +56,14 @@ const EXIT_SECOND_SIGNAL: i32 = 130;
 /// while its partitions load, LEADER_NOT_AVAILABLE,
 /// NOT_LEADER_OR_FOLLOWER, COORDINATOR_LOAD_IN_PROGRESS,
 /// COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR): worth reconnecting.
-const RETRIABLE_AFTER_RESTART: [i16; 6] = [3, 5, 6, 14, 15, 16];
+const RETRIABLE_AFTER_RESTART: [ResponseError; 6] = [
+    ResponseError::UnknownTopicOrPartition,
+    ResponseError::LeaderNotAvailable,
+    ResponseError::NotLeaderOrFollower,
+    ResponseError::CoordinatorLoadInProgress,
+    ResponseError::CoordinatorNotAvailable,
+    ResponseError::NotCoordinator,
+];
 
 #[derive(Args, Debug)]
 pub struct ConsumeArgs {
@@ -206,8 +216,9 @@ fn connection_lost(error: &anyhow::Error) -> bool {
                 | ClientError::Io { .. }
                 | ClientError::Closed { .. }
                 | ClientError::Broken { .. } => true,
-                ClientError::Kafka { code, .. } => RETRIABLE_AFTER_RESTART.contains(code),
-                _ => false,
+                _ => error
+                    .kafka_error()
+                    .is_some_and(|e| RETRIABLE_AFTER_RESTART.contains(&e)),
             })
     })
 }
@@ -245,7 +256,7 @@ async fn session(
                     } else {
                         LIST_OFFSETS_LATEST
                     };
-                    list_offsets(&mut connection, &args.topic, &chosen, timestamp).await?
+                    list_topic_offsets(&mut connection, &args.topic, &chosen, timestamp).await?
                 }
             }
         }

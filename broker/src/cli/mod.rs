@@ -1,6 +1,9 @@
 //! The admin and console tools of the `strom` binary (`strom topic`,
 //! `strom produce`, `strom consume`, `strom group`, `strom config`), built
-//! on `protocol::client` so they work against any Kafka broker. Each runs on
+//! on `protocol::client`, `protocol::admin` and `protocol::consumer_protocol`
+//! (not on the broker's internals), so they work against any Kafka broker;
+//! only `strom repair` and `strom status` read the broker's own files and
+//! status types. Each runs on
 //! one glommio executor on the calling thread; a failure prints one line on
 //! stderr and exits 1. Everything they print goes through [`out!`] and
 //! [`outln!`], so a reader that goes away (`strom topic list | head -1`)
@@ -26,33 +29,20 @@ pub mod repair;
 pub mod status;
 pub mod topic;
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use clap::Args;
-use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::{
-    ApiKey, BrokerId, ListOffsetsRequest, MetadataRequest, MetadataResponse, TopicName,
-};
-use kafka_protocol::protocol::StrBytes;
-use protocol::client::{self, ClientConfig, Connection};
+use protocol::client::{ClientConfig, Connection};
 
 /// Exit code when the broker is unreachable or a request fails.
 pub const EXIT_FAILURE: u8 = 1;
 /// io memory of the tools' executor: small, so that it fits the memlock
 /// limit of an unprivileged user (see docs/broker.md).
 const IO_MEMORY_BYTES: usize = 1 << 20;
-
-/// Metadata versions the tools speak (v1+: a null topic list means all).
-/// The ListOffsets versions the tools speak.
-const LIST_OFFSETS_VERSIONS: std::ops::RangeInclusive<i16> = 1..=7;
-
-pub const METADATA_VERSIONS: std::ops::RangeInclusive<i16> = 1..=12;
 
 /// The environment variable that gives the broker when no flag does.
 pub const BOOTSTRAP_ENV: &str = "STROM_BOOTSTRAP";
@@ -223,98 +213,6 @@ where
             ExitCode::from(EXIT_FAILURE)
         }
     }
-}
-
-pub fn topic_name(name: &str) -> TopicName {
-    TopicName(StrBytes::from_string(name.to_string()))
-}
-
-/// Metadata for `topics` (`None`: every topic).
-pub async fn metadata(
-    connection: &mut Connection,
-    topics: Option<&[String]>,
-    auto_create: bool,
-) -> anyhow::Result<MetadataResponse> {
-    let version = connection.version::<MetadataRequest>(METADATA_VERSIONS)?;
-    let request = MetadataRequest::default()
-        .with_topics(topics.map(|names| {
-            names
-                .iter()
-                .map(|name| MetadataRequestTopic::default().with_name(Some(topic_name(name))))
-                .collect()
-        }))
-        .with_allow_auto_topic_creation(auto_create);
-    Ok(connection.call(&request, version).await?)
-}
-
-/// The partition ids of one topic, sorted; fails with the broker's error
-/// (UNKNOWN_TOPIC_OR_PARTITION) when it does not exist.
-pub async fn partitions(
-    connection: &mut Connection,
-    topic: &str,
-    auto_create: bool,
-) -> anyhow::Result<Vec<i32>> {
-    let response = metadata(connection, Some(&[topic.to_string()]), auto_create).await?;
-    let Some(found) = response
-        .topics
-        .iter()
-        .find(|t| t.name.as_ref().map(|n| n.0.as_str()) == Some(topic))
-    else {
-        bail!("topic {topic} is not in the broker's metadata");
-    };
-    client::check_error(
-        kafka_protocol::messages::ApiKey::Metadata,
-        found.error_code,
-        None,
-    )
-    .with_context(|| format!("topic {topic}"))?;
-    let mut ids: Vec<i32> = found.partitions.iter().map(|p| p.partition_index).collect();
-    ids.sort_unstable();
-    if ids.is_empty() {
-        bail!("topic {topic} has no partitions");
-    }
-    Ok(ids)
-}
-
-/// ListOffsets for every partition of `topic` at `timestamp` (-1 latest,
-/// -2 earliest, else the first offset at or after it; -1 if none).
-pub async fn list_offsets(
-    connection: &mut Connection,
-    topic: &str,
-    partitions: &[i32],
-    timestamp: i64,
-) -> anyhow::Result<BTreeMap<i32, i64>> {
-    let version = connection.version::<ListOffsetsRequest>(LIST_OFFSETS_VERSIONS)?;
-    let request = ListOffsetsRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_topics(vec![ListOffsetsTopic::default()
-            .with_name(topic_name(topic))
-            .with_partitions(
-                partitions
-                    .iter()
-                    .map(|&p| {
-                        ListOffsetsPartition::default()
-                            .with_partition_index(p)
-                            .with_current_leader_epoch(-1)
-                            .with_timestamp(timestamp)
-                    })
-                    .collect(),
-            )]);
-    let response = connection.call(&request, version).await?;
-    let mut offsets = BTreeMap::new();
-    for t in &response.topics {
-        for p in &t.partitions {
-            client::check_error(ApiKey::ListOffsets, p.error_code, None)
-                .with_context(|| format!("cannot list offsets of {topic}-{}", p.partition_index))?;
-            offsets.insert(p.partition_index, p.offset);
-        }
-    }
-    for p in partitions {
-        if !offsets.contains_key(p) {
-            bail!("the broker listed no offset for {topic}-{p}");
-        }
-    }
-    Ok(offsets)
 }
 
 /// Parses `KEY=VALUE` (clap value parser).

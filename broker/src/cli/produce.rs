@@ -20,7 +20,9 @@ use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 use protocol::batch::build::{self, NewRecord};
 use protocol::client::{check_error, Connection, Pending};
 
-use super::{key_value, partitions, topic_name, ConnectArgs};
+use protocol::admin::{partitions, topic_name};
+
+use super::{key_value, ConnectArgs};
 
 const PRODUCE_VERSIONS: std::ops::RangeInclusive<i16> = 3..=9;
 /// Requests awaiting their response before the next is sent.

@@ -19,9 +19,12 @@ use kafka_protocol::messages::{
     DescribeConfigsRequest, IncrementalAlterConfigsRequest,
 };
 use kafka_protocol::protocol::StrBytes;
-use protocol::client::{check_error, Connection};
+use protocol::client::{check_error, Connection, ERROR_NONE};
+use protocol::kafka_protocol::error::ResponseError;
 
-use super::{key_value, list_offsets, metadata, topic_name, ConnectArgs};
+use protocol::admin::{list_topic_offsets, metadata, topic_name, EARLIEST, LATEST};
+
+use super::{key_value, ConnectArgs};
 
 const CREATE_TOPICS_VERSIONS: std::ops::RangeInclusive<i16> = 2..=7;
 const DELETE_TOPICS_VERSIONS: std::ops::RangeInclusive<i16> = 1..=6;
@@ -34,9 +37,6 @@ const RESOURCE_TOPIC: i8 = 2;
 const CONFIG_SOURCE_DYNAMIC_TOPIC: i8 = 1;
 const OP_SET: i8 = 0;
 const OP_DELETE: i8 = 1;
-const TOPIC_ALREADY_EXISTS: i16 = 36;
-const LIST_OFFSETS_EARLIEST: i64 = -2;
-const LIST_OFFSETS_LATEST: i64 = -1;
 
 #[derive(Args, Debug)]
 pub struct TopicArgs {
@@ -180,7 +180,9 @@ async fn create(args: CreateArgs) -> anyhow::Result<()> {
         .with_validate_only(args.validate_only);
     let response = connection.call(&request, version).await?;
     for result in &response.topics {
-        if args.if_not_exists && result.error_code == TOPIC_ALREADY_EXISTS {
+        let exists = ResponseError::try_from_code(result.error_code)
+            == Some(ResponseError::TopicAlreadyExists);
+        if args.if_not_exists && exists {
             outln!("Topic {} already exists.", args.topic);
             return Ok(());
         }
@@ -245,15 +247,15 @@ async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
         partitions.sort_by_key(|p| p.partition_index);
         let readable: Vec<i32> = partitions
             .iter()
-            .filter(|p| p.error_code == 0)
+            .filter(|p| p.error_code == ERROR_NONE)
             .map(|p| p.partition_index)
             .collect();
         let (starts, ends) = if readable.is_empty() {
             Default::default()
         } else {
             (
-                list_offsets(&mut connection, name, &readable, LIST_OFFSETS_EARLIEST).await?,
-                list_offsets(&mut connection, name, &readable, LIST_OFFSETS_LATEST).await?,
+                list_topic_offsets(&mut connection, name, &readable, EARLIEST).await?,
+                list_topic_offsets(&mut connection, name, &readable, LATEST).await?,
             )
         };
         for partition in partitions {
@@ -282,7 +284,7 @@ async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
             ) {
                 let _ = write!(out, "\tStartOffset: {start}\tEndOffset: {end}");
             }
-            if partition.error_code != 0 {
+            if partition.error_code != ERROR_NONE {
                 let _ = write!(
                     out,
                     "\tError: {}",

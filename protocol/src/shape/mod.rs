@@ -104,7 +104,15 @@ pub fn check_request(api_key: ApiKey, version: i16, body: &[u8]) -> Result<(), S
     let root = generated::request(api_key as i16).ok_or(ShapeError::UnknownApi {
         api_key: api_key as i16,
     })?;
-    let (min, max) = root.versions;
+    check_struct(root, version, body).map(|_| ())
+}
+
+/// Walks `body` as the message `shape` at `version`, as [`check_request`]
+/// does for a request: for messages the broker carries inside others (the
+/// consumer protocol in JoinGroup metadata). Returns how many bytes of
+/// `body` the message takes.
+pub fn check_struct(shape: &Struct, version: i16, body: &[u8]) -> Result<usize, ShapeError> {
+    let (min, max) = shape.versions;
     if version < min || version > max {
         return Err(ShapeError::Version { version, min, max });
     }
@@ -113,7 +121,8 @@ pub fn check_request(api_key: ApiKey, version: i16, body: &[u8]) -> Result<(), S
         position: 0,
         version,
     };
-    walker.structure(root)
+    walker.structure(shape)?;
+    Ok(walker.position)
 }
 
 struct Walker<'a> {

@@ -1,6 +1,5 @@
 //! Deadline-bounded waits for tests: poll a condition, wait for a child,
-//! run a program and collect its output. Shared by the broker's tests
-//! (`common`) and strom-loadgen's (included by path).
+//! run a program and collect its output.
 
 use std::io::{Read, Write};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
