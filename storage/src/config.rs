@@ -64,7 +64,7 @@ pub struct LogConfig {
     /// its core's journal (one write per sync round for all such partitions)
     /// and writes its segment file later, in larger writes, once four
     /// times this is unwritten (less with many partitions on a core: see
-    /// `log::journal_keep_bytes`); 0 turns the journal off.
+    /// `log::shares::journal_keep_bytes`); 0 turns the journal off.
     pub journal_bytes: u64,
 }
 
