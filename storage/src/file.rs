@@ -6,18 +6,10 @@ use std::path::Path;
 use glommio::io::{DmaFile, OpenOptions};
 
 use crate::error::{IoContext, Result};
+pub use crate::limits::SPACE_RESERVE_BYTES;
 
 /// The alignment of every O_DIRECT write: the disk's physical block.
 pub const PAGE: u64 = 4096;
-
-/// Space the logs leave free on their filesystem: a segment write that
-/// would take the filesystem below it is refused for want of space (as
-/// Redpanda's `storage_min_free_bytes` does). What is kept is what the
-/// broker needs to stop and start again on a full disk: checkpoints and
-/// index files at close, and the segment bytes a journal replay writes at
-/// start (ext4 refuses even writes into preallocated extents when no block
-/// at all is free).
-pub const SPACE_RESERVE_BYTES: u64 = 4 << 20;
 
 /// Bytes an unprivileged writer may still allocate on the filesystem
 /// holding `path` (`statvfs`'s available blocks), `None` when unknown.

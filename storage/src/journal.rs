@@ -46,6 +46,11 @@ use crate::error::{IoContext, Result, StorageError};
 use crate::file::{self, PAGE};
 use crate::fs_sync::FsSync;
 use crate::group_commit::GroupCommit;
+use crate::limits::{
+    JOURNAL_BUFFER_BYTES, JOURNAL_CHUNK_BYTES_DEFAULT, JOURNAL_CHUNK_BYTES_MAX,
+    JOURNAL_CHUNK_BYTES_MIN, JOURNAL_CHUNK_BYTES_START, JOURNAL_CHUNK_GROW_WITHIN_MS,
+    JOURNAL_QUEUED_BYTES_MAX_DEFAULT, JOURNAL_SKIP_MS,
+};
 use crate::signal::Signal;
 
 /// Directory of the journals inside a data directory.
@@ -62,23 +67,6 @@ const KIND_PAD: u8 = 3;
 /// The most a padding record takes: the rest of a page, or a page more
 /// when that rest is shorter than a record's head.
 const PAD_MAX: usize = PAGE as usize + RECORD_HEAD;
-/// Capacity of the buffers a round's records are encoded into: each is
-/// one write. Kept under glibc's mmap threshold (32 MiB), so freed
-/// buffers are reused from the heap instead of mapped and faulted in anew.
-const BUFFER_BYTES: usize = 4 << 20;
-/// The most each of a journal's two chunk files grows to by default
-/// (`strom.journal.chunk.bytes.max`).
-pub const CHUNK_BYTES_DEFAULT: u64 = 128 << 20;
-/// Bytes of each chunk when a journal is made: an idle or lightly used
-/// broker keeps 2 x 4 MiB per core on disk, not 2 x 128 MiB.
-pub const CHUNK_BYTES_START: u64 = 4 << 20;
-/// A chunk that fills within this long of being started makes the next
-/// chunk twice as large (up to the maximum): the journal grows to what
-/// the write rate needs, and a chunk lasts at least this long at the
-/// rates it grew for.
-const CHUNK_GROW_WITHIN_MS: u128 = 10_000;
-/// No record is longer than a chunk may be.
-const CHUNK_BYTES_MAX: u64 = 1 << 32;
 
 thread_local! {
     static JOURNALS: RefCell<HashMap<PathBuf, Rc<Journal>>> = RefCell::new(HashMap::new());
@@ -89,51 +77,27 @@ thread_local! {
     /// Ends the data directories' liveness with the thread (its journals
     /// may outlive the executor in leaked tasks).
     static THREAD_LIVE: ThreadLive = const { ThreadLive(RefCell::new(Vec::new())) };
-    static CHUNK_BYTES: std::cell::Cell<u64> = const { std::cell::Cell::new(CHUNK_BYTES_DEFAULT) };
+    static CHUNK_BYTES: std::cell::Cell<u64> = const { std::cell::Cell::new(JOURNAL_CHUNK_BYTES_DEFAULT) };
     /// The smaller chunk of this thread's journal, or the size its next
     /// journal starts with: what bounds a record.
-    static CHUNK_BYTES_NOW: std::cell::Cell<u64> = const { std::cell::Cell::new(CHUNK_BYTES_START) };
+    static CHUNK_BYTES_NOW: std::cell::Cell<u64> = const { std::cell::Cell::new(JOURNAL_CHUNK_BYTES_START) };
     /// Record bytes queued for the next writes of this thread's journals.
     static QUEUED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-    static QUEUED_MAX: std::cell::Cell<usize> = const { std::cell::Cell::new(QUEUED_BYTES_MAX_DEFAULT) };
+    static QUEUED_MAX: std::cell::Cell<usize> = const { std::cell::Cell::new(JOURNAL_QUEUED_BYTES_MAX_DEFAULT) };
     /// Until then this thread makes no journal: the last attempt found too
     /// little space, and logs sync their own segment files meanwhile.
     static SKIPPED_UNTIL: std::cell::Cell<Option<std::time::Instant>> = const { std::cell::Cell::new(None) };
 }
 
-/// The smallest chunk a journal is made with when space is short; with
-/// less room than two of these the journal is skipped.
-const CHUNK_BYTES_MIN: u64 = 1 << 20;
-/// How long a thread goes without a journal after finding too little
-/// space for one, before it tries again.
-const SKIP_MS: u64 = 10_000;
-
-/// Once this many record bytes wait for a thread's next journal write, its
-/// logs write their small appends to their segment files instead (by
-/// default; see [`set_queued_bytes_max`]). The journal replaces many small
-/// writes by one, at the price of moving each byte twice (into the
-/// journal, later into its segment). With 1,000 partitions at full rate
-/// (~8 KiB per partition and request, 8 MiB per request, several requests
-/// in flight) journaling all of it beats two segment writes per partition
-/// and round. (f) of the benchmark matrix, alternating runs: a 1 MiB bound
-/// gave 366/406/393 MB/s, 16 MiB 405/423/436 with 14% less broker CPU per
-/// GB; in a second series 16 MiB gave 395/390/384 and 32 MiB 409/453/438.
-/// (Journaling those rounds lost 28% when a log writing out its journaled
-/// bytes also wrote its partial last page, and rewrote that page alone in
-/// its next write.) A larger bound lets a round hold its appends back for
-/// longer (32 MiB is ~30 ms of this machine's disk) and takes a chunk
-/// faster.
-pub const QUEUED_BYTES_MAX_DEFAULT: usize = 32 << 20;
-
 /// Sets how many record bytes may wait for this thread's next journal
 /// write before its logs write small appends to their segments (see
-/// [`QUEUED_BYTES_MAX_DEFAULT`]).
+/// [`JOURNAL_QUEUED_BYTES_MAX_DEFAULT`]).
 pub fn set_queued_bytes_max(bytes: usize) {
     QUEUED_MAX.with(|m| m.set(bytes));
 }
 
 /// Whether this thread's next journal write has room for more records
-/// (see [`QUEUED_BYTES_MAX_DEFAULT`]).
+/// (see [`JOURNAL_QUEUED_BYTES_MAX_DEFAULT`]).
 pub(crate) fn has_room() -> bool {
     QUEUED.with(|q| q.get()) < QUEUED_MAX.with(|m| m.get()) && !skipped()
 }
@@ -185,9 +149,9 @@ pub fn thread_counts() -> Counts {
 /// Sets the size the chunks of this thread's journals may grow to, for
 /// journals created from now on (rounded up to a page, at least 1 MiB).
 pub fn set_chunk_bytes(bytes: u64) {
-    let bytes = file::align_up(bytes.max(CHUNK_BYTES_MIN));
+    let bytes = file::align_up(bytes.max(JOURNAL_CHUNK_BYTES_MIN));
     CHUNK_BYTES.with(|c| c.set(bytes));
-    CHUNK_BYTES_NOW.with(|c| c.set(bytes.min(CHUNK_BYTES_START)));
+    CHUNK_BYTES_NOW.with(|c| c.set(bytes.min(JOURNAL_CHUNK_BYTES_START)));
 }
 
 /// The largest record a log may hand over in one round: a quarter of the
@@ -414,10 +378,10 @@ impl Pending {
     }
 }
 
-/// Capacity of a record buffer: [`BUFFER_BYTES`], or less with small
+/// Capacity of a record buffer: [`JOURNAL_BUFFER_BYTES`], or less with small
 /// chunks (a buffer is written into one chunk).
 fn buffer_bytes() -> usize {
-    BUFFER_BYTES.min((record_bytes_max() as usize).max(PAGE as usize))
+    JOURNAL_BUFFER_BYTES.min((record_bytes_max() as usize).max(PAGE as usize))
 }
 
 fn header_page(seq: u64) -> Vec<u8> {
@@ -430,12 +394,12 @@ fn header_page(seq: u64) -> Vec<u8> {
     page
 }
 
-/// Notes that this thread goes without a journal for [`SKIP_MS`], and the
+/// Notes that this thread goes without a journal for [`JOURNAL_SKIP_MS`], and the
 /// error saying why.
 fn skip(data_dir: &Path, free: u64) -> StorageError {
     SKIPPED_UNTIL.with(|s| {
         s.set(Some(
-            std::time::Instant::now() + std::time::Duration::from_millis(SKIP_MS),
+            std::time::Instant::now() + std::time::Duration::from_millis(JOURNAL_SKIP_MS),
         ))
     });
     warn!(dir = %data_dir.display(), free_bytes = free, "journal skipped: too little space; logs sync their own segments");
@@ -491,7 +455,7 @@ impl Journal {
         let free = file::free_bytes(data_dir).unwrap_or(u64::MAX);
         let fits = file::align_down(free.saturating_sub(file::SPACE_RESERVE_BYTES) / 8);
         let capacity = CHUNK_BYTES_NOW.with(|c| c.get()).min(fits);
-        if capacity < CHUNK_BYTES_MIN {
+        if capacity < JOURNAL_CHUNK_BYTES_MIN {
             return Err(skip(data_dir, free));
         }
         std::fs::create_dir_all(&dir).ctx("create directory", &dir, 0)?;
@@ -510,7 +474,8 @@ impl Journal {
                     }
                     SKIPPED_UNTIL.with(|s| {
                         s.set(Some(
-                            std::time::Instant::now() + std::time::Duration::from_millis(SKIP_MS),
+                            std::time::Instant::now()
+                                + std::time::Duration::from_millis(JOURNAL_SKIP_MS),
                         ))
                     });
                 }
@@ -826,7 +791,7 @@ impl Journal {
     }
 
     /// Doubles free chunk `k` (up to the thread's maximum, and as space
-    /// allows) when the active chunk filled within [`CHUNK_GROW_WITHIN_MS`]
+    /// allows) when the active chunk filled within [`JOURNAL_CHUNK_GROW_WITHIN_MS`]
     /// of its start. A chunk that cannot grow stays as it is.
     async fn grow_before_use(&self, k: usize) {
         let (file, path, capacity, want) = {
@@ -836,7 +801,7 @@ impl Journal {
             let want = (2 * filled.capacity.max(chunk.capacity)).min(CHUNK_BYTES.with(|c| c.get()));
             if want <= chunk.capacity
                 || filled.seq == 0
-                || filled.started.elapsed().as_millis() >= CHUNK_GROW_WITHIN_MS
+                || filled.started.elapsed().as_millis() >= u128::from(JOURNAL_CHUNK_GROW_WITHIN_MS)
             {
                 return;
             }
@@ -1027,7 +992,7 @@ fn valid_record_at(file: &std::fs::File, position: u64, seq: u64) -> bool {
     }
     let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
     if len < RECORD_HEAD
-        || len as u64 > CHUNK_BYTES_MAX
+        || len as u64 > JOURNAL_CHUNK_BYTES_MAX
         || u64::from_le_bytes(head[8..16].try_into().expect("8 bytes")) != seq
     {
         return false;
@@ -1107,7 +1072,7 @@ fn read_chunk(path: &Path) -> Result<Option<ChunkRead>> {
             break;
         }
         let len = u32::from_le_bytes(len) as usize;
-        if len < RECORD_HEAD || len as u64 > CHUNK_BYTES_MAX {
+        if len < RECORD_HEAD || len as u64 > JOURNAL_CHUNK_BYTES_MAX {
             if len != 0 && !position.is_multiple_of(PAGE) {
                 damage = Some(format!("record length {len} is not possible"));
             }

@@ -15,6 +15,7 @@ mod fs_sync;
 mod group_commit;
 pub mod index;
 pub mod journal;
+pub mod limits;
 mod log;
 mod segment;
 mod signal;
@@ -22,9 +23,10 @@ mod signal;
 pub use config::{ConfigError, FlushPolicy, FlushScope, LogConfig, LOG_CONFIG_KEYS};
 pub use error::{Result, StorageError};
 pub use fs_sync::filesystem_syncs;
+pub use limits::SHARD_CACHE_BYTES_MAX;
 pub use log::{
     AppendInfo, AppendOptions, FoundRecord, Log, LogStats, ReadResult, RecoveryReport,
-    RetentionOutcome, SHARD_CACHE_BYTES_MAX, SYNC_LATENCY_BOUNDS_US,
+    RetentionOutcome, SYNC_LATENCY_BOUNDS_US,
 };
 pub use segment::Cut;
 

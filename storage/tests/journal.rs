@@ -316,7 +316,7 @@ fn the_journal_starts_small_and_grows_with_the_write_rate() {
         storage::journal::set_chunk_bytes(max);
         let logs = open_logs(&root, &names).await;
         let mut expected = append_durably(&logs, 10, 0).await;
-        let start = storage::journal::CHUNK_BYTES_START;
+        let start = storage::limits::JOURNAL_CHUNK_BYTES_START;
         assert_eq!(chunk_lengths(&root), vec![start, start], "a new journal");
         // 4 logs x 300 batches of 2 x 16 KiB: ~39 MB through 4 MiB chunks
         // fills one in a fraction of the 10 s that makes the next grow.

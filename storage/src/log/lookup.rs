@@ -6,11 +6,7 @@ use protocol::batch::{self, RecordBatch};
 use crate::error::{Result, StorageError};
 
 use super::*;
-
-/// Bound on a stored batch's decompressed records when a timestamp lookup
-/// walks them: produce refuses batches that expand past 32 x
-/// `max.message.bytes`, at most 256 MiB, so a stored batch stays below.
-pub(super) const STORED_DECOMPRESSED_BYTES_MAX: usize = 256 << 20;
+use crate::limits::STORED_DECOMPRESSED_BYTES_MAX;
 
 impl Log {
     /// The record with the largest timestamp (the first one when several

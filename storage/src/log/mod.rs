@@ -44,8 +44,6 @@ use crate::journal::Journal;
 use crate::segment::{Cut, Segment};
 use crate::signal::Signal;
 
-pub use shares::SHARD_CACHE_BYTES_MAX;
-
 /// How the caller wants an append stamped.
 #[derive(Debug, Clone, Copy)]
 pub struct AppendOptions {

@@ -9,17 +9,13 @@ use protocol::batch::{self, HEADER_LEN};
 use crate::error::{IoContext, Result, StorageError};
 
 use super::*;
-
-/// Bytes a disk read asks for beyond `max_bytes`, to cover the batches the
-/// sparse index makes it skip.
-pub(super) const READ_SLACK_BYTES: usize = 64 << 10;
-
-/// Bytes read ahead at most at once on one thread (over all its logs).
-pub const READ_AHEAD_BYTES_MAX: usize = 256 << 20;
+use crate::limits::{READ_AHEAD_BYTES_MAX, READ_SLACK_BYTES, READ_WINDOW_BYTES_MAX};
 
 /// How much one read from a segment file asks for.
 pub(super) fn read_window_len(max_bytes: usize) -> usize {
-    max_bytes.saturating_add(READ_SLACK_BYTES).min(64 << 20)
+    max_bytes
+        .saturating_add(READ_SLACK_BYTES)
+        .min(READ_WINDOW_BYTES_MAX)
 }
 
 /// A window being read ahead of a reader: the read after `offset` starts

@@ -2,11 +2,7 @@
 //! journal).
 
 use crate::config::LogConfig;
-
-/// Recent batches cached by all the logs of one executor (shard) together:
-/// each log keeps at most its fair share of this (and at most its own
-/// `strom.cache.bytes`), so a shard with many partitions stays bounded.
-pub const SHARD_CACHE_BYTES_MAX: usize = 256 << 20;
+use crate::limits::{JOURNAL_KEEP_FACTOR, SHARD_CACHE_BYTES_MAX, SHARD_JOURNAL_KEPT_BYTES_MAX};
 
 thread_local! {
     /// Logs open on this executor.
@@ -18,14 +14,6 @@ pub(super) fn cache_bytes_max(config: &LogConfig) -> usize {
     let open = OPEN_LOGS.with(|n| n.get()).max(1);
     config.cache_bytes_max.min(SHARD_CACHE_BYTES_MAX / open)
 }
-
-/// The unwritten bytes all the logs of an executor keep in memory for its
-/// journal at most, shared out as in [`journal_keep_bytes`].
-pub const SHARD_JOURNAL_KEPT_BYTES_MAX: u64 = 16 << 20;
-
-/// How many times its `strom.journal.bytes` a log keeps unwritten for the
-/// journal at most (see [`journal_keep_bytes`]).
-pub(super) const JOURNAL_KEEP_FACTOR: u64 = 4;
 
 /// The unwritten bytes a journaling log keeps in memory before it writes
 /// them out to its segment file: four times its `strom.journal.bytes`

@@ -7,20 +7,16 @@ use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
 use crate::cache::BatchCache;
-use crate::config::{FlushPolicy, LogConfig, PREALLOCATE_STEP_MAX};
+use crate::config::{FlushPolicy, LogConfig};
 use crate::error::{Result, StorageError};
 use crate::file::{self, PAGE};
+use crate::limits::PREALLOCATE_STEP_MAX;
 
 use super::journal_link::{journal_keeps, journal_round, unwritten_is_small, write_end};
 use super::shares::cache_bytes_max;
 use super::sync::start_sync_round;
 use super::*;
-
-/// How often a log whose write failed for want of space tries it again
-/// (appends also retry at once when `statvfs` shows room): a full disk
-/// costs one failed fallocate a second, and writes resume within a second
-/// of space returning.
-pub(super) const SPACE_RETRY_MS: u64 = 1_000;
+use crate::limits::SPACE_RETRY_MS;
 
 /// What the writer should do next: (submit a write, sync, wake-up delay
 /// for an interval sync).
