@@ -81,6 +81,7 @@ async fn open_partitions(
         let result = shard
             .run_on(core as usize % shard.cores, move |owner| async move {
                 let partition = Partition::open(
+                    &owner.storage,
                     &owner.config.data_dir,
                     &topic_name,
                     index,

@@ -289,6 +289,7 @@ async fn write_snapshot(dir: &Path, offset: u64, bytes: &[u8]) -> Result<(), Sto
 impl Partition {
     /// Opens the partition's log in `<data_dir>/<topic>-<index>`.
     pub async fn open(
+        ctx: &storage::Context,
         data_dir: &Path,
         topic: &str,
         index: i32,
@@ -296,7 +297,7 @@ impl Partition {
         producer_id_expiration_ms: i64,
     ) -> Result<Rc<Partition>, StorageError> {
         let dir = data_dir.join(format!("{topic}-{index}"));
-        let log = Log::open(dir, config.log.clone()).await?;
+        let log = Log::open(ctx, dir, config.log.clone()).await?;
         let dir = log.dir().to_path_buf();
         let mut producers = recover_producers(&log, &dir).await?;
         let expired = producers.expire(now_ms(), producer_id_expiration_ms);

@@ -110,7 +110,6 @@ async fn core_main(
             return;
         }
     };
-    storage::journal::set_chunk_bytes(config.journal_chunk_bytes_max);
     let shard = Shard::new(core, config.cores, config.clone(), metadata.clone());
     shard.connect_mesh(ends).await;
 
@@ -124,6 +123,7 @@ async fn core_main(
                 continue;
             }
             match Partition::open(
+                &shard.storage,
                 &config.data_dir,
                 &topic.name,
                 index,

@@ -111,6 +111,9 @@ pub struct Shard {
     /// Counters of the logs this core deleted, kept so the metrics' sums
     /// never go back (see `metrics::snapshot`).
     pub retired_logs: RefCell<crate::metrics::StorageSnapshot>,
+    /// This core's storage context: every log of the core opens with it
+    /// (its journal, filesystem syncs, shared budgets and clock).
+    pub storage: storage::Context,
 }
 
 impl Shard {
@@ -121,6 +124,13 @@ impl Shard {
         metadata: Arc<MetadataStore>,
     ) -> Rc<Self> {
         let share = |bytes: usize| (bytes / cores.max(1)).max(1);
+        let storage = storage::Context::new(
+            storage::ContextConfig {
+                journal_chunk_bytes_max: config.journal_chunk_bytes_max,
+                ..Default::default()
+            },
+            Rc::new(storage::SystemClock::default()),
+        );
         Rc::new(Self {
             id,
             cores,
@@ -139,6 +149,7 @@ impl Shard {
             controller_lock: glommio::sync::Semaphore::new(1),
             groups: Default::default(),
             retired_logs: RefCell::new(crate::metrics::empty_storage()),
+            storage,
         })
     }
 

@@ -8,7 +8,9 @@
 
 mod cache;
 pub mod checkpoint;
+pub mod clock;
 pub mod config;
+mod context;
 mod error;
 mod file;
 mod fs_sync;
@@ -20,9 +22,10 @@ mod log;
 mod segment;
 mod signal;
 
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{ConfigError, FlushPolicy, FlushScope, LogConfig, LOG_CONFIG_KEYS};
+pub use context::{Context, ContextConfig};
 pub use error::{Result, StorageError};
-pub use fs_sync::filesystem_syncs;
 pub use limits::SHARD_CACHE_BYTES_MAX;
 pub use log::{
     AppendInfo, AppendOptions, FoundRecord, Log, LogStats, ReadResult, RecoveryReport,

@@ -15,7 +15,7 @@ fn time_retention_deletes_exactly_the_expired_segments() {
     run(move || async move {
         let mut config = common::config(16 << 10);
         config.retention_ms = 7 * DAY_MS;
-        let log = Log::open(&path, config).await.unwrap();
+        let log = Log::open(&common::ctx(), &path, config).await.unwrap();
         let now = common::BASE_TIMESTAMP + 30 * DAY_MS;
         // Old batches (20 days before now) then recent ones (1 day).
         for i in 0..60u64 {
@@ -78,7 +78,7 @@ fn size_retention_deletes_oldest_segments_down_to_the_limit() {
     run(move || async move {
         let mut config = common::config(16 << 10);
         config.retention_bytes = 40 << 10;
-        let log = Log::open(&path, config).await.unwrap();
+        let log = Log::open(&common::ctx(), &path, config).await.unwrap();
         for i in 0..100u64 {
             log.append(Spec::new(i, 2, 900).bytes(), AppendOptions::default())
                 .await
@@ -108,7 +108,9 @@ fn size_retention_deletes_oldest_segments_down_to_the_limit() {
         );
         let reopened_start = log.start_offset();
         log.close().await.unwrap();
-        let log = Log::open(&path, common::config(16 << 10)).await.unwrap();
+        let log = Log::open(&common::ctx(), &path, common::config(16 << 10))
+            .await
+            .unwrap();
         assert_eq!(log.start_offset(), reopened_start, "start offset persists");
         assert_eq!(log.segment_base_offsets(), bases);
         log.close().await.unwrap();

@@ -13,13 +13,6 @@ use crate::segment::Segment;
 use super::journal_link::{request_write_out, want_journal};
 use super::*;
 
-pub(super) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 impl Log {
     /// Takes the append lock, which serialises appends with rolls,
     /// truncation and close.
@@ -146,7 +139,7 @@ impl Log {
         self.check_writable(&self.inner.state.borrow())?;
         self.check_space(size)?;
 
-        let now = now_ms();
+        let now = self.inner.ctx.clock().wall_ms();
         if self.needs_roll(&header, size, now) {
             self.roll().await?;
         }

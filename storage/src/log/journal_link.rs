@@ -4,6 +4,7 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use crate::config::{FlushPolicy, LogConfig};
+use crate::context::Context;
 use crate::error::{IoContext, Result, StorageError};
 use crate::file::{self, PAGE};
 use crate::journal::{self, Journal, Record};
@@ -15,22 +16,24 @@ use super::*;
 
 /// Whether the log makes small appends durable through its core's journal
 /// now: it is configured to, and the journal's next write has room.
-pub(super) fn journal_on(config: &LogConfig) -> bool {
-    config.flush == FlushPolicy::Always && config.journal_bytes > 0 && journal::has_room()
+pub(super) fn journal_on(ctx: &Context, config: &LogConfig) -> bool {
+    config.flush == FlushPolicy::Always
+        && config.journal_bytes > 0
+        && ctx.shared().journals.has_room()
 }
 
 /// Whether the active segment's bytes not yet submitted for writing stay
 /// below the journal threshold: the writer defers them, the journal takes
 /// them.
-pub(super) fn unwritten_is_small(state: &State, config: &LogConfig) -> bool {
-    state.active().size - state.submitted_position < journal_keep_bytes(config)
+pub(super) fn unwritten_is_small(ctx: &Context, state: &State, config: &LogConfig) -> bool {
+    state.active().size - state.submitted_position < journal_keep_bytes(ctx.open_logs(), config)
 }
 
 /// Whether every byte of the active segment not yet durable fits in one
 /// journal record, so a journal round can make them all durable.
-pub(super) fn journal_can_take(state: &State, config: &LogConfig) -> bool {
+pub(super) fn journal_can_take(ctx: &Context, state: &State, config: &LogConfig) -> bool {
     state.active().size.saturating_sub(state.durable_position)
-        <= (2 * config.journal_bytes).min(journal::record_bytes_max())
+        <= (2 * config.journal_bytes).min(ctx.shared().journals.record_bytes_max())
 }
 
 /// Whether the writer may leave unwritten bytes in memory for the journal
@@ -39,11 +42,11 @@ pub(super) fn journal_can_take(state: &State, config: &LogConfig) -> bool {
 /// are not durable yet. Without the last condition a deferred tail could
 /// wait forever: no journal round would take it and no sync round would
 /// cover it.
-pub(super) fn journal_keeps(state: &State, config: &LogConfig) -> bool {
-    journal_on(config)
+pub(super) fn journal_keeps(ctx: &Context, state: &State, config: &LogConfig) -> bool {
+    journal_on(ctx, config)
         && !state.closing
         && state.write_out_to <= state.written_offset
-        && journal_can_take(state, config)
+        && journal_can_take(ctx, state, config)
 }
 
 /// The position up to which the writer may write the active segment now.
@@ -52,9 +55,9 @@ pub(super) fn journal_keeps(state: &State, config: &LogConfig) -> bool {
 /// durable) instead of going out as a write of its own now and being
 /// rewritten, as a second write, when the page fills. With 1,000
 /// partitions that second write was half of all segment writes.
-pub(super) fn write_end(state: &State, config: &LogConfig) -> u64 {
+pub(super) fn write_end(ctx: &Context, state: &State, config: &LogConfig) -> u64 {
     let size = state.active().size;
-    if config.journal_bytes >= PAGE && journal_keeps(state, config) {
+    if config.journal_bytes >= PAGE && journal_keeps(ctx, state, config) {
         file::align_down(size)
     } else {
         size
@@ -65,8 +68,12 @@ pub(super) fn write_end(state: &State, config: &LogConfig) -> u64 {
 /// journal, if it can go that way: appends wait to be made durable, no
 /// write is in flight (its bytes would be neither on disk nor in the
 /// record), the bytes are few, and the cache still holds them all.
-pub(super) fn journal_round(state: &State, config: &LogConfig) -> Option<(u64, u64)> {
-    if !journal_on(config)
+pub(super) fn journal_round(
+    ctx: &Context,
+    state: &State,
+    config: &LogConfig,
+) -> Option<(u64, u64)> {
+    if !journal_on(ctx, config)
         || state.durable_offset >= state.next_offset
         || !state.in_flight.is_empty()
         || state.failure.is_some()
@@ -75,7 +82,7 @@ pub(super) fn journal_round(state: &State, config: &LogConfig) -> Option<(u64, u
         return None;
     }
     let (from, to) = (state.durable_position, state.active().size);
-    let few = unwritten_is_small(state, config) && journal_can_take(state, config);
+    let few = unwritten_is_small(ctx, state, config) && journal_can_take(ctx, state, config);
     if !few || from >= to {
         return None;
     }
@@ -101,7 +108,7 @@ impl journal::Participant for Inner {
         let range = {
             let mut state = self.state.borrow_mut();
             state.journal_wanted = false;
-            let range = journal_round(&state, &self.config.borrow());
+            let range = journal_round(&self.ctx, &state, &self.config.borrow());
             range.filter(|_| !state.closing && state.journal_capture.is_none())
         };
         let captured = match range {
@@ -117,8 +124,8 @@ impl journal::Participant for Inner {
         if !captured {
             // A full round: the log writes its segment file, as a log does
             // whose record would find the next write full (see
-            // `journal::has_room`). Otherwise the writer syncs it its own way.
-            if !journal::has_room() {
+            // `Registry::has_room`). Otherwise the writer syncs it its own way.
+            if !self.ctx.shared().journals.has_room() {
                 let next = self.state.borrow().next_offset;
                 request_write_out(&self, next);
             }
@@ -169,7 +176,7 @@ pub(super) async fn journal_of(inner: &Inner) -> Result<Rc<Journal>> {
         return Ok(journal.clone());
     }
     let data_dir = inner.dir.parent().unwrap_or(&inner.dir);
-    let journal = Journal::for_data_dir(data_dir).await?;
+    let journal = inner.ctx.shared().journals.for_data_dir(data_dir).await?;
     Ok(inner.journal.get_or_init(|| journal).clone())
 }
 
@@ -199,7 +206,7 @@ pub(super) fn want_journal(inner: &Rc<Inner>) {
         None => {
             // The thread's first sync round through a journal creates it.
             let data_dir = inner.dir.parent().unwrap_or(&inner.dir);
-            let Some(journal) = Journal::existing(data_dir) else {
+            let Some(journal) = inner.ctx.shared().journals.existing(data_dir) else {
                 return;
             };
             inner.journal.get_or_init(|| journal)
@@ -207,7 +214,9 @@ pub(super) fn want_journal(inner: &Rc<Inner>) {
     };
     {
         let mut state = inner.state.borrow_mut();
-        if state.journal_wanted || journal_round(&state, &inner.config.borrow()).is_none() {
+        if state.journal_wanted
+            || journal_round(&inner.ctx, &state, &inner.config.borrow()).is_none()
+        {
             return;
         }
         // Rounds a test holds or fails are the log's own sync rounds.

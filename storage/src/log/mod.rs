@@ -1,7 +1,8 @@
 //! The partition log: append, durability, reads, truncation, retention and
 //! recovery over a directory of segments.
 //!
-//! A `Log` lives on one glommio executor. Appends are assigned offsets and
+//! A `Log` lives on one glommio executor, opened with that core's
+//! [`Context`]. Appends are assigned offsets and
 //! made visible to readers synchronously (through the batch cache); one
 //! writer task per log coalesces unwritten batches into large O_DIRECT
 //! writes, a bounded number in flight (page-aligned, so concurrent writes
@@ -38,6 +39,7 @@ use self::writer::InFlightWrite;
 use crate::cache::BatchCache;
 use crate::checkpoint::Checkpoint;
 use crate::config::LogConfig;
+use crate::context::Context;
 use crate::error::{IoContext, Result, StorageError};
 use crate::fs_sync::FsSync;
 use crate::journal::Journal;
@@ -140,6 +142,8 @@ pub struct Log {
 
 struct Inner {
     dir: PathBuf,
+    /// The core's storage context: journal, syncs, budgets, clock.
+    ctx: Context,
     config: RefCell<LogConfig>,
     state: RefCell<State>,
     /// Serialises appends with rolls, truncation and close.
@@ -149,9 +153,9 @@ struct Inner {
     writer: RefCell<Option<glommio::Task<()>>>,
     recovery: RecoveryReport,
     _open: OpenLogGuard,
-    /// The thread's filesystem-wide sync, looked up on first use.
+    /// The context's filesystem-wide sync, looked up on first use.
     fs_sync: std::cell::OnceCell<Rc<FsSync>>,
-    /// The thread's journal for the data directory, looked up on first use.
+    /// The context's journal for the data directory, looked up on first use.
     journal: std::cell::OnceCell<Rc<Journal>>,
     /// The next window of a reader going through the segment files.
     read_ahead: RefCell<Option<ReadAhead>>,

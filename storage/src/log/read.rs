@@ -9,7 +9,9 @@ use protocol::batch::{self, HEADER_LEN};
 use crate::error::{IoContext, Result, StorageError};
 
 use super::*;
-use crate::limits::{READ_AHEAD_BYTES_MAX, READ_SLACK_BYTES, READ_WINDOW_BYTES_MAX};
+use crate::limits::{READ_SLACK_BYTES, READ_WINDOW_BYTES_MAX};
+
+use super::shares::ReadAheadBudget;
 
 /// How much one read from a segment file asks for.
 pub(super) fn read_window_len(max_bytes: usize) -> usize {
@@ -20,7 +22,7 @@ pub(super) fn read_window_len(max_bytes: usize) -> usize {
 
 /// A window being read ahead of a reader: the read after `offset` starts
 /// at `position` of the segment based at `segment_base`. Dropping it
-/// cancels the read and returns its bytes to the thread's budget.
+/// cancels the read and returns its bytes to the context's budget.
 pub(super) struct ReadAhead {
     segment_base: u64,
     /// `Inner::truncations` when the window was read.
@@ -30,30 +32,6 @@ pub(super) struct ReadAhead {
     window_len: usize,
     data: glommio::Task<Result<glommio::io::ReadResult>>,
     _budget: ReadAheadBudget,
-}
-
-thread_local! {
-    static READ_AHEAD_BYTES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
-/// Bytes of the thread's read-ahead budget held by one window.
-pub(super) struct ReadAheadBudget(usize);
-
-impl ReadAheadBudget {
-    fn take(bytes: usize) -> Option<Self> {
-        READ_AHEAD_BYTES.with(|used| {
-            (used.get() + bytes <= READ_AHEAD_BYTES_MAX).then(|| {
-                used.set(used.get() + bytes);
-                ReadAheadBudget(bytes)
-            })
-        })
-    }
-}
-
-impl Drop for ReadAheadBudget {
-    fn drop(&mut self) {
-        READ_AHEAD_BYTES.with(|used| used.set(used.get() - self.0));
-    }
 }
 
 impl Log {
@@ -187,7 +165,7 @@ impl Log {
 
     /// Starts reading the window after a read from disk, so that a reader
     /// going through the log finds its next window read (or being read)
-    /// while it handles this one. At most `READ_AHEAD_BYTES_MAX` per thread
+    /// while it handles this one. At most `READ_AHEAD_BYTES_MAX` per context
     /// are read ahead; one window per log.
     pub(super) fn read_ahead(
         &self,
@@ -202,7 +180,7 @@ impl Log {
             return;
         }
         let want = (limit - position).min(window_len as u64) as usize;
-        let Some(budget) = ReadAheadBudget::take(want) else {
+        let Some(budget) = ReadAheadBudget::take(&self.inner.ctx, want) else {
             return;
         };
         let data = glommio::spawn_local(async move {

@@ -11,9 +11,10 @@ use tracing::{info, warn};
 use crate::cache::BatchCache;
 use crate::checkpoint::Checkpoint;
 use crate::config::LogConfig;
+use crate::context::Context;
 use crate::error::{IoContext, Result, StorageError};
 use crate::file;
-use crate::journal::{self};
+use crate::journal;
 use crate::segment::{self, Segment};
 use crate::signal::Signal;
 
@@ -60,12 +61,12 @@ impl Log {
     /// clean close nothing is scanned; otherwise every segment from the
     /// recovery point on is scanned batch by batch and a torn or corrupt
     /// tail is cut off.
-    pub async fn open(dir: impl Into<PathBuf>, config: LogConfig) -> Result<Log> {
+    pub async fn open(ctx: &Context, dir: impl Into<PathBuf>, config: LogConfig) -> Result<Log> {
         let dir = dir.into();
         std::fs::create_dir_all(&dir).ctx("create directory", &dir, 0)?;
         // glommio resolves relative paths against no directory at all.
         let dir = std::fs::canonicalize(&dir).ctx("resolve directory", &dir, 0)?;
-        file::probe_device(&dir).await?;
+        file::probe_device(&dir, &ctx.shared().probed_devices).await?;
         // Journaled bytes go back into the segment files before any log of
         // the data directory is recovered.
         if let Some(data_dir) = dir.parent() {
@@ -269,7 +270,8 @@ impl Log {
             changed: Signal::default(),
             writer: RefCell::new(None),
             recovery: report,
-            _open: OpenLogGuard::new(),
+            ctx: ctx.clone(),
+            _open: OpenLogGuard::new(ctx),
             fs_sync: std::cell::OnceCell::new(),
             journal: std::cell::OnceCell::new(),
             read_ahead: RefCell::new(None),

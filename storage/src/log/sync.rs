@@ -6,7 +6,6 @@ use std::time::Instant;
 
 use crate::config::{FlushPolicy, FlushScope};
 use crate::error::{IoContext, Result, StorageError};
-use crate::fs_sync::FsSync;
 
 use super::journal_link::{journal_of, journal_round, journal_sync_round, request_write_out};
 use super::*;
@@ -162,19 +161,20 @@ pub(super) async fn sync_round(inner: &Rc<Inner>) -> Result<()> {
             std::io::Error::from_raw_os_error(libc::EIO),
         ));
     }
-    if journal_round(&inner.state.borrow(), &inner.config.borrow()).is_some() {
+    if journal_round(&inner.ctx, &inner.state.borrow(), &inner.config.borrow()).is_some() {
         match journal_of(inner).await {
             Ok(journal) => {
                 // Looked at again: the journal's creation may have let a
                 // roll in.
-                let journaled = journal_round(&inner.state.borrow(), &inner.config.borrow());
+                let journaled =
+                    journal_round(&inner.ctx, &inner.state.borrow(), &inner.config.borrow());
                 if let Some((from, to)) = journaled {
                     return journal_sync_round(inner, &journal, from, to).await;
                 }
             }
             // Too little space for a journal: the log syncs its segment
             // file, and its writer (no longer deferring to a journal, see
-            // `journal::has_room`) writes what the journal would have held.
+            // `Registry::has_room`) writes what the journal would have held.
             Err(e) if e.is_out_of_space() => {
                 inner.changed.notify_all();
             }
@@ -204,7 +204,12 @@ pub(super) async fn sync_round(inner: &Rc<Inner>) -> Result<()> {
             let group = match inner.fs_sync.get() {
                 Some(group) => group.clone(),
                 None => {
-                    let group = FsSync::for_dir(&inner.dir).ctx("open", &inner.dir, 0)?;
+                    let group = inner
+                        .ctx
+                        .shared()
+                        .fs_syncs
+                        .for_dir(&inner.dir)
+                        .ctx("open", &inner.dir, 0)?;
                     inner.fs_sync.get_or_init(|| group).clone()
                 }
             };

@@ -8,6 +8,7 @@ use tracing::{info, warn};
 
 use crate::cache::BatchCache;
 use crate::config::{FlushPolicy, LogConfig};
+use crate::context::Context;
 use crate::error::{Result, StorageError};
 use crate::file::{self, PAGE};
 use crate::limits::PREALLOCATE_STEP_MAX;
@@ -21,22 +22,23 @@ use crate::limits::SPACE_RETRY_MS;
 /// What the writer should do next: (submit a write, sync, wake-up delay
 /// for an interval sync).
 pub(super) fn writer_work(
+    ctx: &Context,
     state: &State,
     config: &LogConfig,
     now: Instant,
 ) -> (bool, bool, Option<Duration>) {
     // Under the journal, a few unwritten bytes wait for more (the journal
     // makes them durable) unless something needs them in the file.
-    let defer = journal_keeps(state, config) && unwritten_is_small(state, config);
+    let defer = journal_keeps(ctx, state, config) && unwritten_is_small(ctx, state, config);
     let submittable = !defer
-        && state.submitted_position < write_end(state, config)
+        && state.submitted_position < write_end(ctx, state, config)
         && state.in_flight.len() < config.writes_in_flight_max
         // A write that rewrites the partial page of an earlier write waits
         // until that write completes, so the page is never written twice
         // concurrently.
         && (state.tail.is_empty() || state.in_flight.is_empty());
     let unsynced =
-        state.durable_offset < state.written_offset || journal_round(state, config).is_some();
+        state.durable_offset < state.written_offset || journal_round(ctx, state, config).is_some();
     let requested = state.sync_requested > state.durable_offset;
     let mut wait = None;
     // A journal round the log asked for makes its bytes durable; while
@@ -83,14 +85,15 @@ pub(super) async fn writer_loop(inner: Rc<Inner>) {
                     return true;
                 }
                 let (submit, sync, wait) =
-                    writer_work(&state, &inner.config.borrow(), Instant::now());
+                    writer_work(&inner.ctx, &state, &inner.config.borrow(), Instant::now());
                 timeout = wait;
                 submit || sync || wait.is_some()
             })
             .await;
         let (submit, sync, wait, closing, failed, drained) = {
             let state = inner.state.borrow();
-            let (submit, sync, wait) = writer_work(&state, &inner.config.borrow(), Instant::now());
+            let (submit, sync, wait) =
+                writer_work(&inner.ctx, &state, &inner.config.borrow(), Instant::now());
             let drained = state.written_offset == state.next_offset
                 && state.in_flight.is_empty()
                 && !state.sync_running
@@ -137,7 +140,7 @@ pub(super) async fn writer_loop(inner: Rc<Inner>) {
                 inner.changed.wait_until(|| {
                     let state = inner.state.borrow();
                     let (submit, sync, _) =
-                        writer_work(&state, &inner.config.borrow(), Instant::now());
+                        writer_work(&inner.ctx, &state, &inner.config.borrow(), Instant::now());
                     submit || sync || state.closing || state.failure.is_some()
                 }),
             )
@@ -221,7 +224,7 @@ pub(super) async fn submit_write(inner: &Rc<Inner>) -> Result<()> {
             (config.write_bytes_max as u64, config.preallocate_bytes);
         let mut state = inner.state.borrow_mut();
         let start = state.submitted_position;
-        let data_end = write_end(&state, &config);
+        let data_end = write_end(&inner.ctx, &state, &config);
         drop(config);
         let aligned_start = start - state.tail.len() as u64;
         assert_eq!(aligned_start % PAGE, 0, "writes start on a page");
@@ -435,7 +438,7 @@ pub(super) fn complete_write(inner: &Inner, id: u64, padded: u64, _end: u64) {
         state.pending_bytes -= released;
         state.unsynced_bytes += released as u64;
         state.unsynced_since.get_or_insert_with(Instant::now);
-        let cache_max = cache_bytes_max(&inner.config.borrow());
+        let cache_max = cache_bytes_max(inner.ctx.open_logs(), &inner.config.borrow());
         state.cache.evict(cache_max, written_offset);
     }
     drop(state);
