@@ -17,7 +17,7 @@ use crate::limits::{
 };
 use crate::producer_state::{last_sequence, ProducerTable, RecoveredBatch, SequenceCheck};
 use crate::topic_config::{EffectiveConfig, TimestampType};
-use storage::{small_file, AppendOptions, Log, StorageError};
+use storage::{small_file, AppendOptions, Clock, Log, StorageError};
 
 /// Kafka's ListOffsets special timestamps.
 pub const LATEST_TIMESTAMP: i64 = -1;
@@ -42,6 +42,8 @@ pub struct Partition {
     snapshots: RefCell<SnapshotState>,
     /// One snapshot write at a time (a roll's and the stop's may overlap).
     snapshot_lock: glommio::sync::Semaphore,
+    /// The core's clock: LogAppendTime, producer idle time and expiry.
+    clock: Rc<dyn Clock>,
 }
 
 /// An append between its call and its recorded outcome. Dropping it (also
@@ -127,13 +129,6 @@ pub struct OffsetOutcome {
     pub offset: i64,
 }
 
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 fn io_error(op: &'static str, path: &Path, error: impl Into<std::io::Error>) -> StorageError {
     StorageError::Io {
         op,
@@ -215,7 +210,11 @@ async fn load_newest_snapshot(
 /// every batch after it (or, without a snapshot, the whole log). Only
 /// batch headers are kept; the log is read in steps of
 /// `PRODUCER_RECOVERY_READ_BYTES`.
-async fn recover_producers(log: &Log, dir: &Path) -> Result<ProducerTable, StorageError> {
+async fn recover_producers(
+    log: &Log,
+    dir: &Path,
+    now_ms: i64,
+) -> Result<ProducerTable, StorageError> {
     let end = log.next_offset();
     let (mut table, snapshot) = match load_newest_snapshot(log, dir).await? {
         Some((offset, table)) => (table, Some(offset)),
@@ -227,7 +226,7 @@ async fn recover_producers(log: &Log, dir: &Path) -> Result<ProducerTable, Stora
     // Idle time is the broker's clock: a CreateTime batch's timestamps are
     // the client's (possibly far in the past), so a replayed batch counts
     // as seen now; a LogAppendTime batch carries the broker's append time.
-    let now = now_ms();
+    let now = now_ms;
     while from < end {
         let result = log.read(from, PRODUCER_RECOVERY_READ_BYTES, end).await?;
         let mut bytes = &result.bytes[..];
@@ -299,8 +298,9 @@ impl Partition {
         let dir = data_dir.join(format!("{topic}-{index}"));
         let log = Log::open(ctx, dir, config.log.clone()).await?;
         let dir = log.dir().to_path_buf();
-        let mut producers = recover_producers(&log, &dir).await?;
-        let expired = producers.expire(now_ms(), producer_id_expiration_ms);
+        let clock = ctx.clock().clone();
+        let mut producers = recover_producers(&log, &dir, clock.wall_ms()).await?;
+        let expired = producers.expire(clock.wall_ms(), producer_id_expiration_ms);
         if expired > 0 {
             tracing::info!(topic = %topic, partition = index, expired, "expired idle producers");
         }
@@ -318,6 +318,7 @@ impl Partition {
                 ..SnapshotState::default()
             }),
             snapshot_lock: glommio::sync::Semaphore::new(1),
+            clock,
         }))
     }
 
@@ -408,7 +409,7 @@ impl Partition {
             return ProduceOutcome::error(errors::INVALID_TXN_STATE);
         }
         let log_append_time_ms = match self.timestamp_type.get() {
-            TimestampType::LogAppendTime => Some(now_ms()),
+            TimestampType::LogAppendTime => Some(self.clock.wall_ms()),
             TimestampType::CreateTime => None,
         };
         let options = AppendOptions {
@@ -442,7 +443,7 @@ impl Partition {
                 last_seq,
                 info.base_offset as i64,
                 log_append_time_ms,
-                now_ms(),
+                self.clock.wall_ms(),
             );
         }
         drop(in_flight);
@@ -592,7 +593,8 @@ impl Partition {
 
     /// Deletes segments past the retention limits.
     /// Also drops producers idle past `producer.id.expiration.ms`.
-    pub async fn enforce_retention(&self, now_ms: i64) {
+    pub async fn enforce_retention(&self) {
+        let now_ms = self.clock.wall_ms();
         let expired = self
             .producers
             .borrow_mut()
@@ -600,7 +602,7 @@ impl Partition {
         if expired > 0 {
             tracing::info!(topic = %self.topic, partition = self.index, expired, "expired idle producers");
         }
-        match self.log.enforce_retention(now_ms).await {
+        match self.log.enforce_retention().await {
             Ok(outcome) if outcome.segments_deleted > 0 => {
                 tracing::info!(topic = %self.topic, partition = self.index, segments = outcome.segments_deleted, bytes = outcome.bytes_deleted, "retention deleted segments");
             }

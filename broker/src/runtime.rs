@@ -269,9 +269,8 @@ async fn retention_loop(shard: Rc<Shard>) {
             .values()
             .flat_map(|by_index| by_index.values().cloned())
             .collect();
-        let now = crate::partition::now_ms();
         for partition in partitions {
-            partition.enforce_retention(now).await;
+            partition.enforce_retention().await;
         }
     }
 }

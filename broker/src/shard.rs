@@ -117,6 +117,13 @@ pub struct Shard {
 }
 
 impl Shard {
+    /// Wall time from the core's clock (`storage.clock()`), in ms since
+    /// the Unix epoch: what group sessions, offset commits and producer
+    /// expiry decide on.
+    pub fn now_ms(&self) -> i64 {
+        self.storage.clock().wall_ms()
+    }
+
     pub fn new(
         id: usize,
         cores: usize,

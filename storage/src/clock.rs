@@ -37,11 +37,17 @@ impl Clock for SystemClock {
     }
 
     fn wall_ms(&self) -> i64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0)
+        system_wall_ms()
     }
+}
+
+/// The system's wall time in milliseconds since the Unix epoch, for code
+/// with no [`Clock`] of its own (a client stamping its records).
+pub fn system_wall_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 /// A clock that stands still until told to move: [`ManualClock::advance_ms`]

@@ -80,9 +80,8 @@ impl Segment {
             max_timestamp: -1,
             offset_of_max_timestamp: base_offset,
             first_timestamp: None,
-            opened_ms: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as i64),
+            // The log sets it from its clock (see `Log::open`, `roll`).
+            opened_ms: 0,
         }
     }
 

@@ -140,7 +140,13 @@ impl Log {
         self.check_space(size)?;
 
         let now = self.inner.ctx.clock().wall_ms();
-        if self.needs_roll(&header, size, now) {
+        // A LogAppendTime batch is as old as its append time, as Kafka
+        // rolls it.
+        let mut stamped = header;
+        if let Some(ts) = options.log_append_time_ms {
+            stamped.max_timestamp = ts;
+        }
+        if self.needs_roll(&stamped, size, now) {
             self.roll().await?;
         }
 
@@ -217,10 +223,11 @@ impl Log {
         if let Err(e) = job.run().await {
             return Err(self.fence_unless_space(e));
         }
-        let segment = match Segment::create(&dir, next_offset).await {
+        let mut segment = match Segment::create(&dir, next_offset).await {
             Ok(segment) => segment,
             Err(e) => return Err(self.fence_unless_space(e)),
         };
+        segment.opened_ms = self.inner.ctx.clock().wall_ms();
         let checkpoint = {
             let mut state = self.inner.state.borrow_mut();
             state.durable_offset = state.durable_offset.max(next_offset);

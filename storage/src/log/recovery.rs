@@ -195,6 +195,11 @@ impl Log {
             let base = log_start_offset;
             segments.push(Segment::create(&dir, base).await?);
         }
+        // `segment.ms` of a segment without timestamps counts from now.
+        let now_ms = ctx.clock().wall_ms();
+        for segment in &mut segments {
+            segment.opened_ms = now_ms;
+        }
         log_start_offset = log_start_offset.max(segments[0].base_offset);
         let active = segments.last().expect("at least one segment");
         let next_offset = active.next_offset;

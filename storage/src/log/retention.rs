@@ -46,7 +46,8 @@ impl Log {
     /// newest record) or beyond `retention.bytes`, oldest first. Appends
     /// continue meanwhile: the segments leave the in-memory list at once
     /// and their files are removed afterwards.
-    pub async fn enforce_retention(&self, now_ms: i64) -> Result<RetentionOutcome> {
+    pub async fn enforce_retention(&self) -> Result<RetentionOutcome> {
+        let now_ms = self.inner.ctx.clock().wall_ms();
         let config = self.inner.config.borrow().clone();
         let mut excess = if config.retention_bytes >= 0 {
             self.size_bytes() as i64 - config.retention_bytes
