@@ -413,6 +413,7 @@ impl Partition {
             TimestampType::CreateTime => None,
         };
         let options = AppendOptions {
+            leader_epoch: self.leader_epoch(),
             log_append_time_ms,
             ..AppendOptions::default()
         };
@@ -589,6 +590,14 @@ impl Partition {
         if let Err(error) = self.log.delete().await {
             tracing::error!(topic = %self.topic, partition = self.index, %error, "deleting log failed");
         }
+    }
+
+    /// The leader epoch this broker, as the partition's leader, stamps into
+    /// the batches it appends (and the log notes in its
+    /// `leader-epoch-checkpoint`). A single node leads every partition in
+    /// epoch 0; the replica state machine will give the real epoch.
+    pub fn leader_epoch(&self) -> i32 {
+        0
     }
 
     /// Deletes segments past the retention limits.

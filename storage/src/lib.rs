@@ -11,6 +11,7 @@ pub mod checkpoint;
 pub mod clock;
 pub mod config;
 mod context;
+pub mod epoch_cache;
 mod error;
 mod file;
 mod fs_sync;

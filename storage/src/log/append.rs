@@ -13,6 +13,16 @@ use crate::segment::Segment;
 use super::journal_link::{request_write_out, want_journal};
 use super::*;
 
+/// How an append places its batch.
+#[derive(Debug, Clone, Copy)]
+enum Placement {
+    /// A leader's append: the log assigns the offsets and stamps the
+    /// leader epoch (and LogAppendTime).
+    Assign(AppendOptions),
+    /// A follower's append: the batch keeps its leader's offsets and epoch.
+    Keep,
+}
+
 impl Log {
     /// Takes the append lock, which serialises appends with rolls,
     /// truncation and close.
@@ -104,6 +114,25 @@ impl Log {
         batch: RecordBatch,
         options: AppendOptions,
     ) -> Result<AppendInfo> {
+        self.append_placed(batch, Placement::Assign(options)).await
+    }
+
+    /// A follower's append: the batch keeps the offsets and the leader
+    /// epoch its leader gave it, byte for byte. Its base offset must be the
+    /// log end offset; a gap or an overlap is refused
+    /// ([`StorageError::NotAtLogEnd`]) and changes nothing. Durable as an
+    /// [`Log::append`] is (see [`Log::wait_durable`]).
+    pub async fn append_at(&self, batch: Bytes) -> Result<AppendInfo> {
+        self.append_batch_at(RecordBatch::new(batch)?).await
+    }
+
+    /// [`Log::append_at`] of a batch already validated.
+    pub async fn append_batch_at(&self, batch: RecordBatch) -> Result<AppendInfo> {
+        self.append_placed(batch, Placement::Keep).await
+    }
+
+    /// Appends under the append lock, after backpressure and a roll if due.
+    async fn append_placed(&self, batch: RecordBatch, placement: Placement) -> Result<AppendInfo> {
         let header = *batch.header();
         let batch = batch.into_bytes();
         let size = batch.len();
@@ -113,9 +142,87 @@ impl Log {
         }
         let _permit = self.lock_appends().await?;
         self.check_writable(&self.inner.state.borrow())?;
+        self.check_placement(&header, placement)?;
         self.check_space(size)?;
+        self.wait_for_pending_room(size).await?;
 
-        // Backpressure: bounded memory of unwritten batches.
+        let now = self.inner.ctx.clock().wall_ms();
+        let log_append_time_ms = match placement {
+            Placement::Assign(options) => options.log_append_time_ms,
+            Placement::Keep => header.is_log_append_time().then_some(header.max_timestamp),
+        };
+        // A LogAppendTime batch is as old as its append time, as Kafka
+        // rolls it.
+        let mut stamped = header;
+        if let Some(ts) = log_append_time_ms {
+            stamped.max_timestamp = ts;
+        }
+        if self.needs_roll(&stamped, size, now) {
+            self.roll().await?;
+        }
+
+        let mut state = self.inner.state.borrow_mut();
+        let base_offset = state.next_offset;
+        // Offsets only grow: a batch's last offset delta was checked, a
+        // negative one would wrap to a jump of the log end.
+        assert!(
+            (0..=i32::MAX).contains(&header.last_offset_delta),
+            "append of a batch with last offset delta {}",
+            header.last_offset_delta
+        );
+        let (bytes, head, epoch) = match placement {
+            Placement::Assign(options) => {
+                let (bytes, head) = stamp(batch, base_offset, &options);
+                (bytes, head, options.leader_epoch)
+            }
+            Placement::Keep => (batch, None, header.partition_leader_epoch),
+        };
+        let last_offset = base_offset + header.last_offset_delta as u64;
+        stamped.base_offset = base_offset as i64;
+        stamped.partition_leader_epoch = epoch;
+        let interval = u64::from(self.inner.config.borrow().index_interval_bytes);
+        let active = state.active_mut();
+        let position = active.size;
+        active.track_batch(&stamped, position, size as u64, interval);
+        state.cache.push(CachedBatch {
+            base_offset,
+            last_offset,
+            position,
+            bytes,
+            head,
+        });
+        state.next_offset = last_offset + 1;
+        state.pending_bytes += size;
+        drop(state);
+        want_journal(&self.inner);
+        self.inner.changed.notify_all();
+        self.note_epoch(epoch, base_offset).await;
+        Ok(AppendInfo {
+            base_offset,
+            last_offset,
+            max_timestamp: stamped.max_timestamp,
+            log_append_time_ms,
+        })
+    }
+
+    /// Refuses a follower's batch that does not start at the log end.
+    fn check_placement(&self, header: &batch::BatchHeader, placement: Placement) -> Result<()> {
+        let log_end = self.inner.state.borrow().next_offset;
+        match placement {
+            Placement::Keep if header.base_offset != log_end as i64 => {
+                Err(StorageError::NotAtLogEnd {
+                    path: self.inner.dir.clone(),
+                    base_offset: header.base_offset,
+                    log_end,
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Backpressure: waits until the unwritten bytes leave room for `size`
+    /// more (bounded memory of unwritten batches).
+    async fn wait_for_pending_room(&self, size: usize) -> Result<()> {
         let pending_max = self.inner.config.borrow().pending_bytes_max;
         let next = {
             let s = self.inner.state.borrow();
@@ -137,57 +244,7 @@ impl Log {
             })
             .await;
         self.check_writable(&self.inner.state.borrow())?;
-        self.check_space(size)?;
-
-        let now = self.inner.ctx.clock().wall_ms();
-        // A LogAppendTime batch is as old as its append time, as Kafka
-        // rolls it.
-        let mut stamped = header;
-        if let Some(ts) = options.log_append_time_ms {
-            stamped.max_timestamp = ts;
-        }
-        if self.needs_roll(&stamped, size, now) {
-            self.roll().await?;
-        }
-
-        let mut state = self.inner.state.borrow_mut();
-        let base_offset = state.next_offset;
-        // Offsets only grow: a batch's last offset delta was checked, a
-        // negative one would wrap to a jump of the log end.
-        assert!(
-            (0..=i32::MAX).contains(&header.last_offset_delta),
-            "append of a batch with last offset delta {}",
-            header.last_offset_delta
-        );
-        let (bytes, head) = stamp(batch, base_offset, &options);
-        let last_offset = base_offset + header.last_offset_delta as u64;
-        let mut header = header;
-        header.base_offset = base_offset as i64;
-        if let Some(ts) = options.log_append_time_ms {
-            header.max_timestamp = ts;
-        }
-        let interval = u64::from(self.inner.config.borrow().index_interval_bytes);
-        let active = state.active_mut();
-        let position = active.size;
-        active.track_batch(&header, position, size as u64, interval);
-        state.cache.push(CachedBatch {
-            base_offset,
-            last_offset,
-            position,
-            bytes,
-            head,
-        });
-        state.next_offset = last_offset + 1;
-        state.pending_bytes += size;
-        drop(state);
-        want_journal(&self.inner);
-        self.inner.changed.notify_all();
-        Ok(AppendInfo {
-            base_offset,
-            last_offset,
-            max_timestamp: header.max_timestamp,
-            log_append_time_ms: options.log_append_time_ms,
-        })
+        self.check_space(size)
     }
 
     pub(super) fn needs_roll(&self, header: &batch::BatchHeader, size: usize, now: i64) -> bool {

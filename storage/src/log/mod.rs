@@ -11,6 +11,7 @@
 //! one: group commit.
 
 mod append;
+mod epochs;
 mod journal_link;
 mod lookup;
 mod read;
@@ -159,6 +160,10 @@ struct Inner {
     journal: std::cell::OnceCell<Rc<Journal>>,
     /// The next window of a reader going through the segment files.
     read_ahead: RefCell<Option<ReadAhead>>,
+    /// The leader-epoch cache (see `epochs.rs`).
+    epochs: RefCell<crate::epoch_cache::EpochCache>,
+    /// One write of the epoch cache's file at a time.
+    epochs_lock: Semaphore,
     /// Bumped by every truncation: windows read ahead before it are stale.
     truncations: std::cell::Cell<u64>,
     /// Set by `inject_sync_failure`: the next fdatasync reports EIO.

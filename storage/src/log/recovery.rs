@@ -280,6 +280,8 @@ impl Log {
             fs_sync: std::cell::OnceCell::new(),
             journal: std::cell::OnceCell::new(),
             read_ahead: RefCell::new(None),
+            epochs: RefCell::new(crate::epoch_cache::EpochCache::default()),
+            epochs_lock: Semaphore::new(1),
             truncations: std::cell::Cell::new(0),
             #[cfg(feature = "fault-injection")]
             fail_next_sync: std::cell::Cell::new(false),
@@ -290,7 +292,9 @@ impl Log {
         });
         let writer = glommio::spawn_local(writer_loop(inner.clone()));
         *inner.writer.borrow_mut() = Some(writer);
-        Ok(Log { inner })
+        let log = Log { inner };
+        log.load_epochs().await?;
+        Ok(log)
     }
 }
 

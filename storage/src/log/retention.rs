@@ -39,6 +39,7 @@ impl Log {
         checkpoint.write(&self.inner.dir).await?;
         self.delete_front_segments(|_, next_base, start| next_base <= start)
             .await?;
+        self.cut_epochs_from_start().await;
         Ok(offset)
     }
 
@@ -114,6 +115,7 @@ impl Log {
             info!(dir = %self.inner.dir.display(), base_offset = base, "deleted segment");
         }
         file::sync_dir(&self.inner.dir).await?;
+        self.cut_epochs_from_start().await;
         Ok(outcome)
     }
 }

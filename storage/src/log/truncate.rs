@@ -136,6 +136,7 @@ impl Log {
         self.inner.truncations.set(self.inner.truncations.get() + 1);
         self.inner.read_ahead.borrow_mut().take();
         self.inner.changed.notify_all();
+        self.cut_epochs_from_end(new_end).await;
         info!(dir = %dir.display(), requested = offset, next_offset = new_end, "log truncated");
         Ok(new_end)
     }
