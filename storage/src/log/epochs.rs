@@ -38,7 +38,6 @@ impl Log {
     /// have cut the log behind it), or rebuilt from the batches.
     pub(super) async fn load_epochs(&self) -> Result<()> {
         let path = self.inner.dir.join(FILE_NAME);
-        let mut missing = false;
         let loaded = match std::fs::read_to_string(&path) {
             Ok(text) => match EpochCache::parse(&text) {
                 Ok(cache) => Some(cache),
@@ -48,7 +47,6 @@ impl Log {
                 }
             },
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                missing = true;
                 if self.next_offset() > self.start_offset() {
                     warn!(path = %path.display(), "leader-epoch checkpoint missing; rebuilding it from the log");
                 }
@@ -62,10 +60,11 @@ impl Log {
         };
         changed |= cache.truncate_from_end(self.next_offset());
         changed |= cache.truncate_from_start(self.start_offset());
-        // A log with no epoch yet (a new one) gets its file with its first.
-        let empty = cache.entries().is_empty();
+        // Written when missing too, empty or not (as Kafka makes it with
+        // the log): a log whose batches carry no epoch is not read again
+        // at every open.
         *self.inner.epochs.borrow_mut() = cache;
-        if changed && !(missing && empty) {
+        if changed {
             self.persist_epochs().await;
         }
         Ok(())
