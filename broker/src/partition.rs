@@ -415,7 +415,6 @@ impl Partition {
         let options = AppendOptions {
             leader_epoch: self.leader_epoch(),
             log_append_time_ms,
-            ..AppendOptions::default()
         };
         // No await between the sequence check and the append call: appends
         // of one partition are ordered as they are called.

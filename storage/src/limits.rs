@@ -119,14 +119,14 @@ pub const JOURNAL_QUEUED_BYTES_MAX_DEFAULT: usize = 32 << 20;
 /// The O_DIRECT alignment the limits below must respect.
 const PAGE: u64 = crate::file::PAGE;
 
-const _: () = assert!(SPACE_RESERVE_BYTES % PAGE == 0);
-const _: () = assert!(PREALLOCATE_STEP_MAX % PAGE == 0);
+const _: () = assert!(SPACE_RESERVE_BYTES.is_multiple_of(PAGE));
+const _: () = assert!(PREALLOCATE_STEP_MAX.is_multiple_of(PAGE));
 const _: () = assert!(TAIL_PROBE_BYTES <= SCAN_WINDOW_BYTES);
 const _: () = assert!(READ_SLACK_BYTES < READ_WINDOW_BYTES_MAX);
 // One window of a reader always fits in the core's read-ahead budget.
 const _: () = assert!(READ_WINDOW_BYTES_MAX <= READ_AHEAD_BYTES_MAX);
 const _: () = assert!(JOURNAL_BUFFER_BYTES < 32 << 20);
-const _: () = assert!(JOURNAL_BUFFER_BYTES as u64 % PAGE == 0);
+const _: () = assert!((JOURNAL_BUFFER_BYTES as u64).is_multiple_of(PAGE));
 const _: () = assert!(JOURNAL_CHUNK_BYTES_MIN <= JOURNAL_CHUNK_BYTES_START);
 const _: () = assert!(JOURNAL_CHUNK_BYTES_START <= JOURNAL_CHUNK_BYTES_DEFAULT);
 const _: () = assert!(JOURNAL_CHUNK_BYTES_DEFAULT <= JOURNAL_CHUNK_BYTES_MAX);

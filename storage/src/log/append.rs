@@ -161,6 +161,29 @@ impl Log {
             self.roll().await?;
         }
 
+        let (base_offset, last_offset, epoch) = self.place(batch, &mut stamped, placement);
+        want_journal(&self.inner);
+        self.inner.changed.notify_all();
+        self.note_epoch(epoch, base_offset).await;
+        Ok(AppendInfo {
+            base_offset,
+            last_offset,
+            max_timestamp: stamped.max_timestamp,
+            log_append_time_ms,
+        })
+    }
+
+    /// Puts the batch at the log end, stamped as `placement` says, into
+    /// the active segment's indexes and the cache (visible to readers from
+    /// here); returns its base and last offsets and its leader epoch.
+    /// `header` becomes the stored batch's.
+    fn place(
+        &self,
+        batch: Bytes,
+        header: &mut batch::BatchHeader,
+        placement: Placement,
+    ) -> (u64, u64, i32) {
+        let size = batch.len();
         let mut state = self.inner.state.borrow_mut();
         let base_offset = state.next_offset;
         // Offsets only grow: a batch's last offset delta was checked, a
@@ -178,12 +201,12 @@ impl Log {
             Placement::Keep => (batch, None, header.partition_leader_epoch),
         };
         let last_offset = base_offset + header.last_offset_delta as u64;
-        stamped.base_offset = base_offset as i64;
-        stamped.partition_leader_epoch = epoch;
+        header.base_offset = base_offset as i64;
+        header.partition_leader_epoch = epoch;
         let interval = u64::from(self.inner.config.borrow().index_interval_bytes);
         let active = state.active_mut();
         let position = active.size;
-        active.track_batch(&stamped, position, size as u64, interval);
+        active.track_batch(header, position, size as u64, interval);
         state.cache.push(CachedBatch {
             base_offset,
             last_offset,
@@ -193,16 +216,7 @@ impl Log {
         });
         state.next_offset = last_offset + 1;
         state.pending_bytes += size;
-        drop(state);
-        want_journal(&self.inner);
-        self.inner.changed.notify_all();
-        self.note_epoch(epoch, base_offset).await;
-        Ok(AppendInfo {
-            base_offset,
-            last_offset,
-            max_timestamp: stamped.max_timestamp,
-            log_append_time_ms,
-        })
+        (base_offset, last_offset, epoch)
     }
 
     /// Refuses a follower's batch that does not start at the log end.
