@@ -4,9 +4,9 @@
 use protocol::batch::{self, RecordBatch};
 
 use crate::error::{Result, StorageError};
+use crate::limits::STORED_DECOMPRESSED_BYTES_MAX;
 
 use super::*;
-use crate::limits::STORED_DECOMPRESSED_BYTES_MAX;
 
 impl Log {
     /// The record with the largest timestamp (the first one when several

@@ -7,11 +7,10 @@ use bytes::Bytes;
 use protocol::batch::{self, HEADER_LEN};
 
 use crate::error::{IoContext, Result, StorageError};
-
-use super::*;
 use crate::limits::{READ_SLACK_BYTES, READ_WINDOW_BYTES_MAX};
 
 use super::shares::ReadAheadBudget;
+use super::*;
 
 /// How much one read from a segment file asks for.
 pub(super) fn read_window_len(max_bytes: usize) -> usize {

@@ -22,27 +22,11 @@ impl Log {
         let _permit = self.lock_appends().await?;
         // Bytes read ahead may be cut and written again: reads in progress
         // see the bump and neither use nor start a window.
-        self.inner.truncations.set(self.inner.truncations.get() + 1);
-        self.inner.read_ahead.borrow_mut().take();
+        self.invalidate_read_ahead();
         self.check_writable(&self.inner.state.borrow())?;
         let _truncating = Truncating::new(&self.inner);
         self.wait_written(self.next_offset()).await?;
-        let dir = self.inner.dir.clone();
-        // Journal records past the cut must not come back at the next
-        // start: with every byte in the segment file and synced, a
-        // tombstone voids this log's records before the cut is made.
-        if self.inner.journal.get().is_some() {
-            let (file, path) = {
-                let s = self.inner.state.borrow();
-                (s.active().file.clone(), s.active().path.clone())
-            };
-            if let Err(e) = file.fdatasync().await.ctx("fdatasync", &path, 0) {
-                return Err(self.fence(e));
-            }
-            if let Err(e) = journal_tombstone(&self.inner).await {
-                return Err(self.fence(e));
-            }
-        }
+        self.void_journal_records().await?;
         let (target, index) = {
             let s = self.inner.state.borrow();
             if offset >= s.next_offset {
@@ -51,48 +35,8 @@ impl Log {
             let target = offset.max(s.log_start_offset);
             (target, s.segment_for(target))
         };
-        // Take the later segments out first so no reader starts on them.
-        let (removed, snapshot) = {
-            let mut s = self.inner.state.borrow_mut();
-            let removed: Vec<u64> = s
-                .segments
-                .drain(index + 1..)
-                .map(|seg| seg.base_offset)
-                .collect();
-            // Nothing for the writer to do on this segment until the cut is
-            // applied below.
-            s.submitted_position = s.active().size;
-            s.tail.clear();
-            let seg = s.active();
-            let relative = target
-                .saturating_sub(seg.base_offset)
-                .min(u64::from(u32::MAX)) as u32;
-            let snapshot = CutSearch {
-                file: seg.file.clone(),
-                path: seg.path.clone(),
-                base_offset: seg.base_offset,
-                start_position: u64::from(seg.index.lookup(relative)),
-                written_size: seg.written_size,
-            };
-            (removed, snapshot)
-        };
-        let cut = match find_cut(&snapshot, target).await {
-            Ok(cut) => cut,
-            Err(e) => return Err(self.fence(e)),
-        };
-        let synced = match &cut {
-            Some(cut) => {
-                file::truncate_and_sync(&snapshot.file, &snapshot.path, cut.position).await
-            }
-            None => snapshot
-                .file
-                .fdatasync()
-                .await
-                .ctx("fdatasync", &snapshot.path, 0),
-        };
-        if let Err(e) = synced {
-            return Err(self.fence(e));
-        }
+        let (removed, snapshot) = self.detach_after(index, target);
+        let cut = self.cut_file(&snapshot, target).await?;
         let new_end = {
             let mut s = self.inner.state.borrow_mut();
             let segment = s.active_mut();
@@ -101,44 +45,114 @@ impl Log {
             }
             segment.next_offset
         };
-        let tail = segment::read_tail_page(&snapshot.file, &snapshot.path, {
-            let s = self.inner.state.borrow();
-            s.active().written_size
-        })
-        .await
-        .map_err(|e| self.fence(e))?;
-        let checkpoint = {
-            let mut s = self.inner.state.borrow_mut();
-            s.tail = tail;
-            s.submitted_position = s.active().written_size;
-            s.next_offset = new_end;
-            s.written_offset = new_end;
-            s.durable_offset = new_end;
-            s.durable_position = s.active().written_size;
-            s.write_out_to = s.write_out_to.min(new_end);
-            s.sync_requested = s.sync_requested.min(new_end);
-            s.cache.drop_from(new_end);
-            s.log_start_offset = s.log_start_offset.min(new_end);
-            s.recovery_point = s.recovery_point.min(s.active().base_offset);
-            Checkpoint {
-                recovery_point: s.recovery_point,
-                log_start_offset: s.log_start_offset,
-                next_offset: new_end,
-                clean: false,
-            }
-        };
+        let written_size = self.inner.state.borrow().active().written_size;
+        let tail = segment::read_tail_page(&snapshot.file, &snapshot.path, written_size)
+            .await
+            .map_err(|e| self.fence(e))?;
+        let checkpoint = self.end_at(new_end, tail);
+        let dir = self.inner.dir.clone();
         checkpoint.write(&dir).await?;
         for base in removed {
             Segment::remove_files(&dir, base).await?;
         }
         file::sync_dir(&dir).await?;
         // Again for reads that started while the cut was being made.
-        self.inner.truncations.set(self.inner.truncations.get() + 1);
-        self.inner.read_ahead.borrow_mut().take();
+        self.invalidate_read_ahead();
         self.inner.changed.notify_all();
         self.cut_epochs_from_end(new_end).await;
         info!(dir = %dir.display(), requested = offset, next_offset = new_end, "log truncated");
         Ok(new_end)
+    }
+
+    fn invalidate_read_ahead(&self) {
+        self.inner.truncations.set(self.inner.truncations.get() + 1);
+        self.inner.read_ahead.borrow_mut().take();
+    }
+
+    /// Journal records past the cut must not come back at the next start:
+    /// with every byte in the segment file and synced, a tombstone voids
+    /// this log's records before the cut is made.
+    async fn void_journal_records(&self) -> Result<()> {
+        if self.inner.journal.get().is_none() {
+            return Ok(());
+        }
+        let (file, path) = {
+            let s = self.inner.state.borrow();
+            (s.active().file.clone(), s.active().path.clone())
+        };
+        if let Err(e) = file.fdatasync().await.ctx("fdatasync", &path, 0) {
+            return Err(self.fence(e));
+        }
+        journal_tombstone(&self.inner)
+            .await
+            .map_err(|e| self.fence(e))
+    }
+
+    /// Takes the segments after the one at `index` out of the log (so no
+    /// reader starts on them) and returns their base offsets, with where to
+    /// look for the cut of `target` in the one that stays.
+    fn detach_after(&self, index: usize, target: u64) -> (Vec<u64>, CutSearch) {
+        let mut s = self.inner.state.borrow_mut();
+        let removed: Vec<u64> = s
+            .segments
+            .drain(index + 1..)
+            .map(|seg| seg.base_offset)
+            .collect();
+        // Nothing for the writer to do on this segment until the cut is
+        // applied.
+        s.submitted_position = s.active().size;
+        s.tail.clear();
+        let seg = s.active();
+        let relative = target
+            .saturating_sub(seg.base_offset)
+            .min(u64::from(u32::MAX)) as u32;
+        let snapshot = CutSearch {
+            file: seg.file.clone(),
+            path: seg.path.clone(),
+            base_offset: seg.base_offset,
+            start_position: u64::from(seg.index.lookup(relative)),
+            written_size: seg.written_size,
+        };
+        (removed, snapshot)
+    }
+
+    /// Finds the cut for `target` and cuts the file there (synced); a
+    /// failure fences the log.
+    async fn cut_file(&self, search: &CutSearch, target: u64) -> Result<Option<CutPoint>> {
+        let cut = find_cut(search, target).await.map_err(|e| self.fence(e))?;
+        let synced = match &cut {
+            Some(cut) => file::truncate_and_sync(&search.file, &search.path, cut.position).await,
+            None => search
+                .file
+                .fdatasync()
+                .await
+                .ctx("fdatasync", &search.path, 0),
+        };
+        synced.map_err(|e| self.fence(e))?;
+        Ok(cut)
+    }
+
+    /// The log now ends at `new_end`, all of it written and durable;
+    /// returns the checkpoint to write.
+    fn end_at(&self, new_end: u64, tail: Vec<u8>) -> Checkpoint {
+        let mut s = self.inner.state.borrow_mut();
+        s.tail = tail;
+        s.submitted_position = s.active().written_size;
+        s.next_offset = new_end;
+        s.written_offset = new_end;
+        s.durable_offset = new_end;
+        s.durable_position = s.active().written_size;
+        s.write_out_to = s.write_out_to.min(new_end);
+        s.sync_requested = s.sync_requested.min(new_end);
+        s.cache.drop_from(new_end);
+        s.log_start_offset = s.log_start_offset.min(new_end);
+        s.recovery_point = s.recovery_point.min(s.active().base_offset);
+        Checkpoint {
+            recovery_point: s.recovery_point,
+            log_start_offset: s.log_start_offset,
+            next_offset: new_end,
+            clean: false,
+        }
     }
 }
 

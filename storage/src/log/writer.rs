@@ -11,13 +11,12 @@ use crate::config::{FlushPolicy, LogConfig};
 use crate::context::Context;
 use crate::error::{Result, StorageError};
 use crate::file::{self, PAGE};
-use crate::limits::PREALLOCATE_STEP_MAX;
+use crate::limits::{PREALLOCATE_STEP_MAX, SPACE_RETRY_MS};
 
 use super::journal_link::{journal_keeps, journal_round, unwritten_is_small, write_end};
 use super::shares::cache_bytes_max;
 use super::sync::start_sync_round;
 use super::*;
-use crate::limits::SPACE_RETRY_MS;
 
 /// What the writer should do next: (submit a write, sync, wake-up delay
 /// for an interval sync).
