@@ -88,22 +88,27 @@ impl Log {
             });
         }
         self.inner.state.borrow_mut().stats.reads_disk += 1;
+        self.read_files(from_offset, max_bytes, upper).await
+    }
+
+    /// [`Log::read`] from the segment files, starting with the window read
+    /// ahead after the previous read when this one continues it.
+    async fn read_files(
+        &self,
+        from_offset: u64,
+        max_bytes: usize,
+        upper: u64,
+    ) -> Result<ReadResult> {
+        let empty = ReadResult {
+            bytes: Bytes::new(),
+            next_offset: from_offset,
+        };
         let window_len = read_window_len(max_bytes);
         let truncations = self.inner.truncations.get();
         let mut from = from_offset;
         let mut index = self.inner.state.borrow().segment_for(from);
-        // The window read ahead after the previous read, if this read
-        // continues exactly where that one ended.
-        let mut ahead = {
-            let taken = self.inner.read_ahead.borrow_mut().take();
-            let s = self.inner.state.borrow();
-            taken.filter(|ahead| {
-                ahead.offset == from
-                    && ahead.truncations == truncations
-                    && ahead.window_len == window_len
-                    && s.segments.get(index).map(|seg| seg.base_offset) == Some(ahead.segment_base)
-            })
-        };
+        let mut ahead = self.take_read_ahead(from, index, truncations, window_len);
+        // Bounded: every pass returns or moves to the next segment.
         loop {
             let (file, path, base_offset, mut start_position, limit, next_base) = {
                 let s = self.inner.state.borrow();
@@ -160,6 +165,25 @@ impl Log {
                 },
             }
         }
+    }
+
+    /// The window read ahead after the previous read, if a read from
+    /// `from` (in segment `index`) continues exactly where that one ended.
+    fn take_read_ahead(
+        &self,
+        from: u64,
+        index: usize,
+        truncations: u64,
+        window_len: usize,
+    ) -> Option<ReadAhead> {
+        let taken = self.inner.read_ahead.borrow_mut().take();
+        let s = self.inner.state.borrow();
+        taken.filter(|ahead| {
+            ahead.offset == from
+                && ahead.truncations == truncations
+                && ahead.window_len == window_len
+                && s.segments.get(index).map(|seg| seg.base_offset) == Some(ahead.segment_base)
+        })
     }
 
     /// Starts reading the window after a read from disk, so that a reader

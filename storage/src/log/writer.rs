@@ -210,99 +210,155 @@ pub(super) struct InFlightWrite {
 /// partial page, which the next write rewrites after it completes (none
 /// does while the journal keeps the log's last bytes: see [`write_end`]).
 pub(super) async fn submit_write(inner: &Rc<Inner>) -> Result<()> {
-    /// What a write that cannot get its space puts back.
-    struct Undo {
-        tail: Vec<u8>,
-        submitted_position: u64,
-        allocated: u64,
-        write_end: u64,
-    }
-    let (file, path, aligned_start, buffer, end, id, grow_to, undo) = {
-        let config = inner.config.borrow();
-        let (write_bytes_max, preallocate) =
-            (config.write_bytes_max as u64, config.preallocate_bytes);
-        let mut state = inner.state.borrow_mut();
-        let start = state.submitted_position;
-        let data_end = write_end(&inner.ctx, &state, &config);
-        drop(config);
-        let aligned_start = start - state.tail.len() as u64;
-        assert_eq!(aligned_start % PAGE, 0, "writes start on a page");
-        // A write that rewrites the partial tail page covers that page
-        // alone: the page is written (not preallocated), so the write is a
-        // pure overwrite, and the bytes after it fall in preallocated
-        // extents only. A write mixing both kinds of extent needs the
-        // inode lock exclusively, which io_uring cannot take without
-        // blocking, so the kernel hands it to a worker thread (a context
-        // switch per write); two writes of one kind each are issued inline.
-        let write_max = if state.tail.is_empty() {
-            write_bytes_max
-        } else {
-            PAGE
-        };
-        let mut end = data_end.min(aligned_start + write_max);
-        if end < data_end {
-            // More follows: stop on a page boundary and leave the rest for
-            // the next write.
-            end = file::align_down(end).max(start.min(end));
+    let write = prepare_write(inner);
+    match allocate_for(inner, &write).await {
+        Err(e) => {
+            // Nothing of this write went out: the state goes back to before
+            // it, so the next attempt writes the same bytes at the same
+            // place (and the written frontier never passes what is on disk).
+            let mut state = inner.state.borrow_mut();
+            state.in_flight.retain(|w| w.id != write.id);
+            state.submitted_position = write.undo.submitted_position;
+            state.tail = write.undo.tail;
+            drop(state);
+            inner.changed.notify_all();
+            return Err(e);
         }
-        assert!(end > start, "submit_write called with nothing to write");
-        let padded = file::align_up(end - aligned_start) as usize;
-        let active = state.active();
-        let mut buffer = active.file.alloc_dma_buffer(padded);
-        let out = buffer.as_bytes_mut();
-        let tail_len = state.tail.len();
-        out[..tail_len].copy_from_slice(&state.tail);
-        let position = copy_cached(
-            &state.cache,
-            state.written_offset,
-            start,
-            end,
-            &mut out[tail_len..],
-        );
-        let at = tail_len + (position - start) as usize;
-        assert_eq!(position, end, "the cache holds every unwritten byte");
-        out[at..].fill(0);
-        let new_tail = if end.is_multiple_of(PAGE) {
-            Vec::new()
-        } else {
-            let tail_start = (file::align_down(end) - aligned_start) as usize;
-            out[tail_start..at].to_vec()
-        };
-        let write_end = aligned_start + padded as u64;
-        // The step grows with the segment (a quarter of what it holds, up
-        // to PREALLOCATE_STEP_MAX), so a busy partition calls fallocate
-        // rarely while a small one keeps at most one small step of slack.
-        let step = file::align_up(
-            (active.written_size / 4).clamp(preallocate, PREALLOCATE_STEP_MAX.max(preallocate)),
-        );
-        let grow_to = (write_end > active.allocated).then(|| write_end.div_ceil(step) * step);
-        let (file, path) = (active.file.clone(), active.path.clone());
-        let allocated = active.allocated;
-        let undo = Undo {
-            tail: std::mem::replace(&mut state.tail, new_tail),
-            submitted_position: start,
-            allocated,
-            write_end,
-        };
-        state.submitted_position = end;
-        let id = state.next_write_id;
-        state.next_write_id += 1;
-        state.in_flight.push_back(InFlightWrite {
-            id,
-            end_position: end,
-            done: false,
-        });
-        (file, path, aligned_start, buffer, end, id, grow_to, undo)
+        Ok(Some(size)) => {
+            let mut state = inner.state.borrow_mut();
+            let active = state.active_mut();
+            active.allocated = active.allocated.max(size);
+        }
+        Ok(None) => {}
+    }
+    spawn_write(inner, write);
+    Ok(())
+}
+
+/// A write copied out and noted in flight, not yet submitted.
+struct PreparedWrite {
+    file: Rc<glommio::io::DmaFile>,
+    path: PathBuf,
+    aligned_start: u64,
+    buffer: glommio::io::DmaBuffer,
+    end: u64,
+    id: u64,
+    /// The size the file must be allocated to first, if it must grow.
+    grow_to: Option<u64>,
+    undo: Undo,
+}
+
+/// What a write that cannot get its space puts back.
+struct Undo {
+    tail: Vec<u8>,
+    submitted_position: u64,
+    allocated: u64,
+    write_end: u64,
+}
+
+/// Copies the next write's bytes (the partial tail page, then unwritten
+/// bytes from the cache) into an aligned buffer and notes it in flight.
+fn prepare_write(inner: &Inner) -> PreparedWrite {
+    let config = inner.config.borrow();
+    let (write_bytes_max, preallocate) = (config.write_bytes_max as u64, config.preallocate_bytes);
+    let mut state = inner.state.borrow_mut();
+    let start = state.submitted_position;
+    let data_end = write_end(&inner.ctx, &state, &config);
+    drop(config);
+    let aligned_start = start - state.tail.len() as u64;
+    assert_eq!(aligned_start % PAGE, 0, "writes start on a page");
+    // A write that rewrites the partial tail page covers that page
+    // alone: the page is written (not preallocated), so the write is a
+    // pure overwrite, and the bytes after it fall in preallocated
+    // extents only. A write mixing both kinds of extent needs the
+    // inode lock exclusively, which io_uring cannot take without
+    // blocking, so the kernel hands it to a worker thread (a context
+    // switch per write); two writes of one kind each are issued inline.
+    let write_max = if state.tail.is_empty() {
+        write_bytes_max
+    } else {
+        PAGE
     };
+    let mut end = data_end.min(aligned_start + write_max);
+    if end < data_end {
+        // More follows: stop on a page boundary and leave the rest for
+        // the next write.
+        end = file::align_down(end).max(start.min(end));
+    }
+    assert!(end > start, "submit_write called with nothing to write");
+    let padded = file::align_up(end - aligned_start) as usize;
+    let active = state.active();
+    let mut buffer = active.file.alloc_dma_buffer(padded);
+    let out = buffer.as_bytes_mut();
+    let tail_len = state.tail.len();
+    out[..tail_len].copy_from_slice(&state.tail);
+    let position = copy_cached(
+        &state.cache,
+        state.written_offset,
+        start,
+        end,
+        &mut out[tail_len..],
+    );
+    let at = tail_len + (position - start) as usize;
+    assert_eq!(position, end, "the cache holds every unwritten byte");
+    out[at..].fill(0);
+    let new_tail = if end.is_multiple_of(PAGE) {
+        Vec::new()
+    } else {
+        let tail_start = (file::align_down(end) - aligned_start) as usize;
+        out[tail_start..at].to_vec()
+    };
+    let write_end = aligned_start + padded as u64;
+    // The step grows with the segment (a quarter of what it holds, up
+    // to PREALLOCATE_STEP_MAX), so a busy partition calls fallocate
+    // rarely while a small one keeps at most one small step of slack.
+    let step = file::align_up(
+        (active.written_size / 4).clamp(preallocate, PREALLOCATE_STEP_MAX.max(preallocate)),
+    );
+    let grow_to = (write_end > active.allocated).then(|| write_end.div_ceil(step) * step);
+    let (file, path) = (active.file.clone(), active.path.clone());
+    let allocated = active.allocated;
+    let undo = Undo {
+        tail: std::mem::replace(&mut state.tail, new_tail),
+        submitted_position: start,
+        allocated,
+        write_end,
+    };
+    state.submitted_position = end;
+    let id = state.next_write_id;
+    state.next_write_id += 1;
+    state.in_flight.push_back(InFlightWrite {
+        id,
+        end_position: end,
+        done: false,
+    });
+    PreparedWrite {
+        file,
+        path,
+        aligned_start,
+        buffer,
+        end,
+        id,
+        grow_to,
+        undo,
+    }
+}
+
+/// Grows the file for `write` when it must: to the size it asks, or less
+/// when space is short, down to what the write needs; refused (for want
+/// of space) when even that would leave less than the reserve. Returns
+/// the new allocated size.
+async fn allocate_for(inner: &Inner, write: &PreparedWrite) -> Result<Option<u64>> {
+    let (file, path, grow_to, undo) = (&write.file, &write.path, write.grow_to, &write.undo);
     // Sized to the space there is, down to what this write needs.
     let allocated = match grow_to {
-        Some(want) => match file::preallocation_size(&path, undo.allocated, undo.write_end, want) {
-            Some(size) => file::preallocate(&file, &path, undo.allocated, size)
+        Some(want) => match file::preallocation_size(path, undo.allocated, undo.write_end, want) {
+            Some(size) => file::preallocate(file, path, undo.allocated, size)
                 .await
                 .map(|()| Some(size)),
             None => Err(StorageError::io(
                 "fallocate",
-                &path,
+                path,
                 undo.write_end,
                 std::io::Error::new(
                     std::io::ErrorKind::StorageFull,
@@ -319,32 +375,29 @@ pub(super) async fn submit_write(inner: &Rc<Inner>) -> Result<()> {
     let allocated = match inner.fail_next_space.replace(false) {
         true => Err(StorageError::io(
             "fallocate",
-            &path,
+            path,
             undo.write_end,
             std::io::Error::from_raw_os_error(libc::ENOSPC),
         )),
         false => allocated,
     };
-    match allocated {
-        Err(e) => {
-            // Nothing of this write went out: the state goes back to before
-            // it, so the next attempt writes the same bytes at the same
-            // place (and the written frontier never passes what is on disk).
-            let mut state = inner.state.borrow_mut();
-            state.in_flight.retain(|w| w.id != id);
-            state.submitted_position = undo.submitted_position;
-            state.tail = undo.tail;
-            drop(state);
-            inner.changed.notify_all();
-            return Err(e);
-        }
-        Ok(Some(size)) => {
-            let mut state = inner.state.borrow_mut();
-            let active = state.active_mut();
-            active.allocated = active.allocated.max(size);
-        }
-        Ok(None) => {}
-    }
+    #[cfg(not(feature = "fault-injection"))]
+    let _ = inner;
+    allocated
+}
+
+/// Submits `write`; its completion advances the written frontier, its
+/// failure fences the log.
+fn spawn_write(inner: &Rc<Inner>, write: PreparedWrite) {
+    let PreparedWrite {
+        file,
+        path,
+        aligned_start,
+        buffer,
+        end,
+        id,
+        ..
+    } = write;
     let task_inner = inner.clone();
     glommio::spawn_local(async move {
         let padded = buffer.len();
@@ -365,7 +418,6 @@ pub(super) async fn submit_write(inner: &Rc<Inner>) -> Result<()> {
         }
     })
     .detach();
-    Ok(())
 }
 
 /// Copies the active segment's bytes `[from, to)` out of the cached
