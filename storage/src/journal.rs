@@ -1,7 +1,7 @@
 //! The core's journal: one O_DIRECT write and one `fdatasync` per sync round
-//! make the small appends of every partition of a core (a storage
-//! [`crate::Context`]) durable, instead
-//! of one write per partition into its segment file.
+//! make the small appends of every partition of a core (of a storage
+//! [`crate::Context`]) durable, instead of one write per partition into its
+//! segment file.
 //!
 //! A log under `flush.policy=always` whose appends stay small leaves them
 //! in memory (the batch cache serves readers) and, with each append, asks

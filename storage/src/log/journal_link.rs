@@ -170,7 +170,7 @@ impl journal::Participant for Inner {
     }
 }
 
-/// The thread's journal for this log's data directory.
+/// The context's journal for this log's data directory.
 pub(super) async fn journal_of(inner: &Inner) -> Result<Rc<Journal>> {
     if let Some(journal) = inner.journal.get() {
         return Ok(journal.clone());
@@ -204,7 +204,7 @@ pub(super) fn want_journal(inner: &Rc<Inner>) {
     let journal = match inner.journal.get() {
         Some(journal) => journal,
         None => {
-            // The thread's first sync round through a journal creates it.
+            // The context's first sync round through a journal creates it.
             let data_dir = inner.dir.parent().unwrap_or(&inner.dir);
             let Some(journal) = inner.ctx.shared().journals.existing(data_dir) else {
                 return;
