@@ -129,6 +129,59 @@ pub(super) struct SyncHold {
     pub(super) waiting: u32,
 }
 
+/// The round through the journal when it can take the log's bytes (see
+/// `journal_round`); false when the log must sync its own files.
+async fn synced_through_journal(inner: &Rc<Inner>) -> Result<bool> {
+    if journal_round(&inner.ctx, &inner.state.borrow(), &inner.config.borrow()).is_none() {
+        return Ok(false);
+    }
+    match journal_of(inner).await {
+        Ok(journal) => {
+            // Looked at again: the journal's creation may have let a
+            // roll in.
+            let journaled =
+                journal_round(&inner.ctx, &inner.state.borrow(), &inner.config.borrow());
+            if let Some((from, to)) = journaled {
+                journal_sync_round(inner, &journal, from, to).await?;
+                return Ok(true);
+            }
+        }
+        // Too little space for a journal: the log syncs its segment
+        // file, and its writer (no longer deferring to a journal, see
+        // `Registry::has_room`) writes what the journal would have held.
+        Err(e) if e.is_out_of_space() => {
+            inner.changed.notify_all();
+        }
+        Err(e) => return Err(e),
+    }
+    Ok(false)
+}
+
+/// Syncs the active segment `file` as `strom.flush.scope` says: its own
+/// fdatasync, or the context's shared `syncfs` of its filesystem.
+async fn sync_files(inner: &Inner, file: &glommio::io::DmaFile, path: &Path) -> Result<()> {
+    let scope = inner.config.borrow().flush_scope;
+    match scope {
+        FlushScope::File => file.fdatasync().await.ctx("fdatasync", path, 0)?,
+        FlushScope::Filesystem => {
+            let group = match inner.fs_sync.get() {
+                Some(group) => group.clone(),
+                None => {
+                    let group = inner
+                        .ctx
+                        .shared()
+                        .fs_syncs
+                        .for_dir(&inner.dir)
+                        .ctx("open", &inner.dir, 0)?;
+                    inner.fs_sync.get_or_init(|| group).clone()
+                }
+            };
+            group.sync().await.ctx("syncfs", &inner.dir, 0)?;
+        }
+    }
+    Ok(())
+}
+
 /// Starts a sync round as its own task, so the writer goes on submitting
 /// the appends that arrive meanwhile: when the round ends, their writes
 /// have landed and the next round can start at once.
@@ -161,25 +214,8 @@ pub(super) async fn sync_round(inner: &Rc<Inner>) -> Result<()> {
             std::io::Error::from_raw_os_error(libc::EIO),
         ));
     }
-    if journal_round(&inner.ctx, &inner.state.borrow(), &inner.config.borrow()).is_some() {
-        match journal_of(inner).await {
-            Ok(journal) => {
-                // Looked at again: the journal's creation may have let a
-                // roll in.
-                let journaled =
-                    journal_round(&inner.ctx, &inner.state.borrow(), &inner.config.borrow());
-                if let Some((from, to)) = journaled {
-                    return journal_sync_round(inner, &journal, from, to).await;
-                }
-            }
-            // Too little space for a journal: the log syncs its segment
-            // file, and its writer (no longer deferring to a journal, see
-            // `Registry::has_room`) writes what the journal would have held.
-            Err(e) if e.is_out_of_space() => {
-                inner.changed.notify_all();
-            }
-            Err(e) => return Err(e),
-        }
+    if synced_through_journal(inner).await? {
+        return Ok(());
     }
     let (file, path, target, bytes, position, base) = {
         let state = inner.state.borrow();
@@ -197,25 +233,7 @@ pub(super) async fn sync_round(inner: &Rc<Inner>) -> Result<()> {
     // A truncation during the round sets the durable offset itself (it
     // syncs the cut); offsets past the cut may be new, unsynced appends.
     let truncations = inner.truncations.get();
-    let scope = inner.config.borrow().flush_scope;
-    match scope {
-        FlushScope::File => file.fdatasync().await.ctx("fdatasync", &path, 0)?,
-        FlushScope::Filesystem => {
-            let group = match inner.fs_sync.get() {
-                Some(group) => group.clone(),
-                None => {
-                    let group = inner
-                        .ctx
-                        .shared()
-                        .fs_syncs
-                        .for_dir(&inner.dir)
-                        .ctx("open", &inner.dir, 0)?;
-                    inner.fs_sync.get_or_init(|| group).clone()
-                }
-            };
-            group.sync().await.ctx("syncfs", &inner.dir, 0)?;
-        }
-    }
+    sync_files(inner, &file, &path).await?;
     held_by_test(inner).await;
     let sync_us = sync_started.elapsed().as_micros() as u64;
     let mut state = inner.state.borrow_mut();
