@@ -291,7 +291,7 @@ impl Builder {
             request_receive_timeout_ms: crate::limits::REQUEST_RECEIVE_TIMEOUT_MS_DEFAULT,
             io_memory_bytes: None,
             spin_before_park_us: crate::limits::SPIN_BEFORE_PARK_US_DEFAULT,
-            journal_chunk_bytes_max: storage::journal::CHUNK_BYTES_DEFAULT,
+            journal_chunk_bytes_max: storage::limits::JOURNAL_CHUNK_BYTES_DEFAULT,
             retention_check_interval_ms: 300_000,
             producer_id_expiration_ms: crate::limits::PRODUCER_ID_EXPIRATION_MS_DEFAULT,
             topic_defaults: TopicDefaults::new(),

@@ -475,7 +475,7 @@ pub fn snapshot(shard: &Shard) -> ShardSnapshot {
             add_log_counters(&mut storage, &stats);
         }
     }
-    let journal = storage::journal::thread_counts();
+    let journal = shard.storage.journal_counts();
     storage.journal_writes = journal.writes;
     storage.journal_records = journal.records;
     storage.journal_bytes = journal.bytes;

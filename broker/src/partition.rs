@@ -28,7 +28,7 @@ use crate::replica::{
 };
 use crate::sync::Condition;
 use crate::topic_config::{EffectiveConfig, TimestampType};
-use storage::{small_file, AppendOptions, Log, StorageError};
+use storage::{small_file, AppendOptions, Clock, Log, StorageError};
 
 /// Kafka's ListOffsets special timestamps.
 pub const LATEST_TIMESTAMP: i64 = -1;
@@ -59,6 +59,8 @@ pub struct Partition {
     acks_answered: Condition,
     /// Raised when the high watermark advances.
     high_watermark_advanced: Condition,
+    /// The core's clock: LogAppendTime, producer idle time and expiry.
+    clock: Rc<dyn Clock>,
 }
 
 /// Parked `acks=all` produces: ids handed out and answers not yet taken.
@@ -184,13 +186,6 @@ impl OffsetOutcome {
     }
 }
 
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 fn io_error(op: &'static str, path: &Path, error: impl Into<std::io::Error>) -> StorageError {
     StorageError::Io {
         op,
@@ -272,7 +267,11 @@ async fn load_newest_snapshot(
 /// every batch after it (or, without a snapshot, the whole log). Only
 /// batch headers are kept; the log is read in steps of
 /// `PRODUCER_RECOVERY_READ_BYTES`.
-async fn recover_producers(log: &Log, dir: &Path) -> Result<ProducerTable, StorageError> {
+async fn recover_producers(
+    log: &Log,
+    dir: &Path,
+    now_ms: i64,
+) -> Result<ProducerTable, StorageError> {
     let end = log.next_offset();
     let (mut table, snapshot) = match load_newest_snapshot(log, dir).await? {
         Some((offset, table)) => (table, Some(offset)),
@@ -284,7 +283,7 @@ async fn recover_producers(log: &Log, dir: &Path) -> Result<ProducerTable, Stora
     // Idle time is the broker's clock: a CreateTime batch's timestamps are
     // the client's (possibly far in the past), so a replayed batch counts
     // as seen now; a LogAppendTime batch carries the broker's append time.
-    let now = now_ms();
+    let now = now_ms;
     while from < end {
         let result = log.read(from, PRODUCER_RECOVERY_READ_BYTES, end).await?;
         let mut bytes = &result.bytes[..];
@@ -347,6 +346,7 @@ impl Partition {
     /// Opens the partition's log in `<data_dir>/<topic>-<index>`, led by
     /// `node_id` alone.
     pub async fn open(
+        ctx: &storage::Context,
         data_dir: &Path,
         topic: &str,
         index: i32,
@@ -355,10 +355,11 @@ impl Partition {
         node_id: NodeId,
     ) -> Result<Rc<Partition>, StorageError> {
         let dir = data_dir.join(format!("{topic}-{index}"));
-        let log = Log::open(dir, config.log.clone()).await?;
+        let log = Log::open(ctx, dir, config.log.clone()).await?;
         let dir = log.dir().to_path_buf();
-        let mut producers = recover_producers(&log, &dir).await?;
-        let expired = producers.expire(now_ms(), producer_id_expiration_ms);
+        let clock = ctx.clock().clone();
+        let mut producers = recover_producers(&log, &dir, clock.wall_ms()).await?;
+        let expired = producers.expire(clock.wall_ms(), producer_id_expiration_ms);
         if expired > 0 {
             tracing::info!(topic = %topic, partition = index, expired, "expired idle producers");
         }
@@ -382,7 +383,7 @@ impl Partition {
             replicas: vec![node_id],
             isr: vec![node_id],
         };
-        let led = replica.become_leader(alone, now_ms().max(0) as u64, &mut actions);
+        let led = replica.become_leader(alone, clock.monotonic_ms(), &mut actions);
         assert!(led.is_ok(), "a partition led alone is a valid assignment");
         Ok(Rc::new(Partition {
             topic: topic.to_string(),
@@ -401,6 +402,7 @@ impl Partition {
             acks: RefCell::new(AcksWaiters::default()),
             acks_answered: Condition::default(),
             high_watermark_advanced: Condition::default(),
+            clock,
         }))
     }
 
@@ -454,6 +456,9 @@ impl Partition {
         self.replica.borrow().high_watermark() as i64
     }
 
+    /// The replica state's leader epoch: answered by ListOffsets, and
+    /// stamped into the batches this broker appends as the leader (the log
+    /// notes it in its `leader-epoch-checkpoint`). 0 on a single node.
     pub fn leader_epoch(&self) -> i32 {
         self.replica.borrow().leader_epoch()
     }
@@ -569,12 +574,12 @@ impl Partition {
             return ProduceOutcome::error(errors::INVALID_TXN_STATE);
         }
         let log_append_time_ms = match self.timestamp_type.get() {
-            TimestampType::LogAppendTime => Some(now_ms()),
+            TimestampType::LogAppendTime => Some(self.clock.wall_ms()),
             TimestampType::CreateTime => None,
         };
         let options = AppendOptions {
+            leader_epoch: self.leader_epoch(),
             log_append_time_ms,
-            ..AppendOptions::default()
         };
         // No await between the sequence check and the append call: appends
         // of one partition are ordered as they are called.
@@ -603,7 +608,7 @@ impl Partition {
                 last_seq,
                 info.base_offset as i64,
                 log_append_time_ms,
-                now_ms(),
+                self.clock.wall_ms(),
             );
         }
         drop(in_flight);
@@ -754,7 +759,8 @@ impl Partition {
 
     /// Deletes segments past the retention limits.
     /// Also drops producers idle past `producer.id.expiration.ms`.
-    pub async fn enforce_retention(&self, now_ms: i64) {
+    pub async fn enforce_retention(&self) {
+        let now_ms = self.clock.wall_ms();
         let expired = self
             .producers
             .borrow_mut()
@@ -762,7 +768,7 @@ impl Partition {
         if expired > 0 {
             tracing::info!(topic = %self.topic, partition = self.index, expired, "expired idle producers");
         }
-        match self.log.enforce_retention(now_ms).await {
+        match self.log.enforce_retention().await {
             Ok(outcome) if outcome.segments_deleted > 0 => {
                 tracing::info!(topic = %self.topic, partition = self.index, segments = outcome.segments_deleted, bytes = outcome.bytes_deleted, "retention deleted segments");
             }

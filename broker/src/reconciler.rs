@@ -70,6 +70,7 @@ pub async fn open_missing(shard: &Rc<Shard>, image: &MetadataImage) -> Result<us
             }
             let effective = effective.get_or_insert_with(|| defaults.effective(&topic.configs));
             let partition = Partition::open(
+                &shard.storage,
                 &shard.config.data_dir,
                 &topic.name,
                 index,

@@ -111,7 +111,6 @@ async fn core_main(
             return;
         }
     };
-    storage::journal::set_chunk_bytes(config.journal_chunk_bytes_max);
     let shard = Shard::new(core, config.cores, config.clone(), metadata.clone());
     shard.connect_mesh(ends).await;
 
@@ -230,9 +229,8 @@ async fn retention_loop(shard: Rc<Shard>) {
             .values()
             .flat_map(|by_index| by_index.values().cloned())
             .collect();
-        let now = crate::partition::now_ms();
         for partition in partitions {
-            partition.enforce_retention(now).await;
+            partition.enforce_retention().await;
         }
     }
 }

@@ -112,9 +112,19 @@ pub struct Shard {
     /// Counters of the logs this core deleted, kept so the metrics' sums
     /// never go back (see `metrics::snapshot`).
     pub retired_logs: RefCell<crate::metrics::StorageSnapshot>,
+    /// This core's storage context: every log of the core opens with it
+    /// (its journal, filesystem syncs, shared budgets and clock).
+    pub storage: storage::Context,
 }
 
 impl Shard {
+    /// Wall time from the core's clock (`storage.clock()`), in ms since
+    /// the Unix epoch: what group sessions, offset commits and producer
+    /// expiry decide on.
+    pub fn now_ms(&self) -> i64 {
+        self.storage.clock().wall_ms()
+    }
+
     pub fn new(
         id: usize,
         cores: usize,
@@ -122,6 +132,13 @@ impl Shard {
         metadata: Arc<MetadataStore>,
     ) -> Rc<Self> {
         let share = |bytes: usize| (bytes / cores.max(1)).max(1);
+        let storage = storage::Context::new(
+            storage::ContextConfig {
+                journal_chunk_bytes_max: config.journal_chunk_bytes_max,
+                ..Default::default()
+            },
+            Rc::new(storage::SystemClock::default()),
+        );
         Rc::new(Self {
             id,
             cores,
@@ -140,6 +157,7 @@ impl Shard {
             controller_lock: glommio::sync::Semaphore::new(1),
             groups: Default::default(),
             retired_logs: RefCell::new(crate::metrics::empty_storage()),
+            storage,
         })
     }
 

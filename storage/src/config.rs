@@ -56,7 +56,7 @@ pub struct LogConfig {
     pub pending_bytes_max: usize,
     /// `strom.preallocate.bytes`: the smallest step by which files are grown
     /// ahead of the writer; the step grows with the segment up to
-    /// [`PREALLOCATE_STEP_MAX`], which bounds the unused space of an active
+    /// [`crate::limits::PREALLOCATE_STEP_MAX`], which bounds the unused space of an active
     /// partition (and this that of a small one).
     pub preallocate_bytes: u64,
     /// `strom.journal.bytes`: under `flush.policy=always`, a partition with
@@ -64,7 +64,7 @@ pub struct LogConfig {
     /// its core's journal (one write per sync round for all such partitions)
     /// and writes its segment file later, in larger writes, once four
     /// times this is unwritten (less with many partitions on a core: see
-    /// `log::journal_keep_bytes`); 0 turns the journal off.
+    /// `log::shares::journal_keep_bytes`); 0 turns the journal off.
     pub journal_bytes: u64,
 }
 
@@ -89,14 +89,6 @@ impl Default for LogConfig {
         }
     }
 }
-
-/// The largest step by which a segment file is grown ahead of its writer
-/// (reached once it holds four times this).
-pub const PREALLOCATE_STEP_MAX: u64 = 64 << 20;
-
-/// Largest `strom.journal.bytes`: a round's record must fit well inside a
-/// journal chunk.
-const JOURNAL_BYTES_MAX: i64 = 8 << 20;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
@@ -260,7 +252,7 @@ impl LogConfig {
             }
             "strom.journal.bytes" => {
                 let v = int()?;
-                if !(0..=JOURNAL_BYTES_MAX).contains(&v) {
+                if !(0..=crate::limits::JOURNAL_BYTES_MAX as i64).contains(&v) {
                     return Err(invalid("must be between 0 and 8388608"));
                 }
                 self.journal_bytes = v as u64;

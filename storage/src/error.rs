@@ -48,6 +48,14 @@ pub enum StorageError {
     Fenced { path: PathBuf, reason: String },
     #[error("log {path} is closed")]
     Closed { path: PathBuf },
+    /// A follower's batch must start exactly at the log end: a gap would
+    /// leave offsets no batch holds, an overlap would store offsets twice.
+    #[error("log {path}: a batch at offset {base_offset} cannot be appended at the log end {log_end} (a gap or an overlap)")]
+    NotAtLogEnd {
+        path: PathBuf,
+        base_offset: i64,
+        log_end: u64,
+    },
     /// The filesystem has no room (ENOSPC, or EDQUOT for a quota): nothing
     /// was lost and the log is not fenced. The append or write is refused,
     /// what was acknowledged stays, and the log takes writes again once

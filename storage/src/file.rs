@@ -1,23 +1,17 @@
 //! Small file helpers over glommio's O_DIRECT files, every error carrying
 //! the operation, path and position.
 
+use std::cell::RefCell;
+use std::collections::HashSet;
 use std::path::Path;
 
 use glommio::io::{DmaFile, OpenOptions};
 
 use crate::error::{IoContext, Result};
+pub use crate::limits::SPACE_RESERVE_BYTES;
 
 /// The alignment of every O_DIRECT write: the disk's physical block.
 pub const PAGE: u64 = 4096;
-
-/// Space the logs leave free on their filesystem: a segment write that
-/// would take the filesystem below it is refused for want of space (as
-/// Redpanda's `storage_min_free_bytes` does). What is kept is what the
-/// broker needs to stop and start again on a full disk: checkpoints and
-/// index files at close, and the segment bytes a journal replay writes at
-/// start (ext4 refuses even writes into preallocated extents when no block
-/// at all is free).
-pub const SPACE_RESERVE_BYTES: u64 = 4 << 20;
 
 /// Bytes an unprivileged writer may still allocate on the filesystem
 /// holding `path` (`statvfs`'s available blocks), `None` when unknown.
@@ -83,18 +77,15 @@ pub fn align_up(v: u64) -> u64 {
 /// by reading its first block and caches the answer for the process; on an
 /// empty file that read succeeds trivially, glommio wrongly concludes the
 /// device supports polling, and every later read fails with EOPNOTSUPP. So
-/// the first file Strom opens on each device is one with data in it. The
-/// cache is per thread (per executor), and so is this probe.
-pub async fn probe_device(dir: &Path) -> Result<()> {
-    use std::cell::RefCell;
-    use std::collections::HashSet;
+/// the first file Strom opens on each device is one with data in it.
+/// glommio's cache is per thread (per executor); `probed` is the devices a
+/// context probed (a second context on one thread probes once more, which
+/// costs an open).
+pub async fn probe_device(dir: &Path, probed: &RefCell<HashSet<u64>>) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
-    thread_local! {
-        static PROBED: RefCell<HashSet<u64>> = RefCell::new(HashSet::new());
-    }
 
     let device = std::fs::metadata(dir).ctx("stat", dir, 0)?.dev();
-    if PROBED.with(|p| p.borrow().contains(&device)) {
+    if probed.borrow().contains(&device) {
         return Ok(());
     }
     // Any existing file of at least a block will do (and needs no space,
@@ -125,7 +116,7 @@ pub async fn probe_device(dir: &Path) -> Result<()> {
         )
     })?;
     let _ = file.close().await;
-    PROBED.with(|p| p.borrow_mut().insert(device));
+    probed.borrow_mut().insert(device);
     Ok(())
 }
 

@@ -2,11 +2,12 @@
 //! of every log on a filesystem durable, so a core with many partitions
 //! flushes the device once per round instead of once per partition.
 //!
-//! Each log on a thread (a shard) that uses `strom.flush.sync=syncfs` asks
-//! the thread's [`FsSync`] for its filesystem. A caller needs a sync that
-//! *starts* after it asks (its writes completed before that), so callers
-//! arriving while one runs share the next one: at most one runs at a time
-//! per filesystem and thread, and all waiting logs ride on it.
+//! Each log of a core that uses `strom.flush.sync=syncfs` asks its
+//! context's [`FsSyncs`] for the [`FsSync`] of its filesystem. A caller
+//! needs a sync that *starts* after it asks (its writes completed before
+//! that), so callers arriving while one runs share the next one: at most
+//! one runs at a time per filesystem and context, and all waiting logs ride
+//! on it.
 //!
 //! `syncfs` cannot be submitted to io_uring, so it runs on glommio's
 //! blocking thread pool. A failed `syncfs` cannot say which file lost data,
@@ -28,20 +29,26 @@ pub(crate) struct FsSync {
     group: GroupCommit,
 }
 
-thread_local! {
-    static BY_DEVICE: RefCell<HashMap<u64, Rc<FsSync>>> = RefCell::new(HashMap::new());
+/// One context's filesystem syncs, by device.
+#[derive(Default)]
+pub(crate) struct FsSyncs {
+    by_device: RefCell<HashMap<u64, Rc<FsSync>>>,
 }
 
-/// `syncfs` calls finished on this thread, over every filesystem.
-pub fn filesystem_syncs() -> u64 {
-    BY_DEVICE.with(|map| map.borrow().values().map(|s| s.group.finished()).sum())
-}
+impl FsSyncs {
+    /// `syncfs` calls finished, over every filesystem.
+    pub(crate) fn finished(&self) -> u64 {
+        self.by_device
+            .borrow()
+            .values()
+            .map(|s| s.group.finished())
+            .sum()
+    }
 
-impl FsSync {
-    /// The thread's group commit for the filesystem holding `dir`.
-    pub(crate) fn for_dir(dir: &Path) -> std::io::Result<Rc<FsSync>> {
+    /// The group commit for the filesystem holding `dir`.
+    pub(crate) fn for_dir(&self, dir: &Path) -> std::io::Result<Rc<FsSync>> {
         let device = std::fs::metadata(dir)?.dev();
-        if let Some(found) = BY_DEVICE.with(|map| map.borrow().get(&device).cloned()) {
+        if let Some(found) = self.by_device.borrow().get(&device).cloned() {
             return Ok(found);
         }
         let sync = Rc::new(FsSync {
@@ -49,10 +56,12 @@ impl FsSync {
             // An abandoned syncfs only did not finish: the next one repeats it.
             group: GroupCommit::new("syncfs", false),
         });
-        BY_DEVICE.with(|map| map.borrow_mut().insert(device, sync.clone()));
+        self.by_device.borrow_mut().insert(device, sync.clone());
         Ok(sync)
     }
+}
 
+impl FsSync {
     /// Returns once a `syncfs` that started after this call has finished:
     /// every write completed before the call is then durable.
     pub(crate) async fn sync(&self) -> std::io::Result<()> {
@@ -86,8 +95,9 @@ mod tests {
     fn an_abandoned_sync_does_not_stall_the_next_ones() {
         let dir = std::env::current_dir().unwrap();
         glommio::LocalExecutor::default().run(async move {
-            let sync = FsSync::for_dir(&dir).unwrap();
-            let before = filesystem_syncs();
+            let syncs = FsSyncs::default();
+            let sync = syncs.for_dir(&dir).unwrap();
+            let before = syncs.finished();
             // Poll once: this caller starts a syncfs, then gives up on it.
             let first = futures_lite::future::poll_once(Box::pin(sync.sync())).await;
             assert!(first.is_none(), "a syncfs cannot finish within one poll");
@@ -100,7 +110,7 @@ mod tests {
                 matches!(next, Some(Ok(()))),
                 "the next sync finished: {next:?}"
             );
-            assert!(filesystem_syncs() > before);
+            assert!(syncs.finished() > before);
         });
     }
 }

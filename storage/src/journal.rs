@@ -1,10 +1,11 @@
 //! The core's journal: one O_DIRECT write and one `fdatasync` per sync round
-//! make the small appends of every partition on a thread durable, instead
-//! of one write per partition into its segment file.
+//! make the small appends of every partition of a core (of a storage
+//! [`crate::Context`]) durable, instead of one write per partition into its
+//! segment file.
 //!
 //! A log under `flush.policy=always` whose appends stay small leaves them
 //! in memory (the batch cache serves readers) and, with each append, asks
-//! its thread's journal for the next round ([`Journal::want`]); the round
+//! its context's journal for the next round ([`Journal::want`]); the round
 //! takes the bytes of every log that asked as it starts, each as a record:
 //! segment path, file position, bytes (group commit: appends made while a
 //! round runs go into the next one). A log a round cannot take hands its
@@ -31,7 +32,7 @@
 //! journals. Segment recovery then scans the files as after any crash:
 //! replay only puts back bytes that were acknowledged.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Seek, SeekFrom, Write};
 
@@ -44,8 +45,12 @@ use tracing::{info, warn};
 
 use crate::error::{IoContext, Result, StorageError};
 use crate::file::{self, PAGE};
-use crate::fs_sync::FsSync;
+use crate::fs_sync::FsSyncs;
 use crate::group_commit::GroupCommit;
+use crate::limits::{
+    JOURNAL_BUFFER_BYTES, JOURNAL_CHUNK_BYTES_MAX, JOURNAL_CHUNK_BYTES_MIN,
+    JOURNAL_CHUNK_BYTES_START, JOURNAL_CHUNK_GROW_WITHIN_MS, JOURNAL_SKIP_MS,
+};
 use crate::signal::Signal;
 
 /// Directory of the journals inside a data directory.
@@ -62,102 +67,219 @@ const KIND_PAD: u8 = 3;
 /// The most a padding record takes: the rest of a page, or a page more
 /// when that rest is shorter than a record's head.
 const PAD_MAX: usize = PAGE as usize + RECORD_HEAD;
-/// Capacity of the buffers a round's records are encoded into: each is
-/// one write. Kept under glibc's mmap threshold (32 MiB), so freed
-/// buffers are reused from the heap instead of mapped and faulted in anew.
-const BUFFER_BYTES: usize = 4 << 20;
-/// The most each of a journal's two chunk files grows to by default
-/// (`strom.journal.chunk.bytes.max`).
-pub const CHUNK_BYTES_DEFAULT: u64 = 128 << 20;
-/// Bytes of each chunk when a journal is made: an idle or lightly used
-/// broker keeps 2 x 4 MiB per core on disk, not 2 x 128 MiB.
-pub const CHUNK_BYTES_START: u64 = 4 << 20;
-/// A chunk that fills within this long of being started makes the next
-/// chunk twice as large (up to the maximum): the journal grows to what
-/// the write rate needs, and a chunk lasts at least this long at the
-/// rates it grew for.
-const CHUNK_GROW_WITHIN_MS: u128 = 10_000;
-/// No record is longer than a chunk may be.
-const CHUNK_BYTES_MAX: u64 = 1 << 32;
+
+/// One context's journals (one per data directory) and the bounds they
+/// share.
+pub(crate) struct Registry {
+    journals: RefCell<HashMap<PathBuf, Rc<Journal>>>,
+    /// Data directories whose journal a task of this context is creating;
+    /// `created` wakes the tasks that wait for it.
+    creating: RefCell<HashSet<PathBuf>>,
+    created: Signal,
+    /// The journals this context keeps, by data directory and journal
+    /// number: live (see [`LIVE`]) until the registry is dropped with its
+    /// context, or its thread ends.
+    live: RefCell<Vec<(PathBuf, u64)>>,
+    budget: Rc<Budget>,
+    fs_syncs: Rc<FsSyncs>,
+}
+
+/// The bounds a context's journals share.
+struct Budget {
+    /// The size chunks may grow to.
+    chunk_bytes_max: Cell<u64>,
+    /// The smaller chunk of the context's journal, or the size its next
+    /// journal starts with: what bounds a record.
+    chunk_bytes_now: Cell<u64>,
+    /// Record bytes queued for the next writes of the context's journals.
+    queued: Cell<usize>,
+    queued_max: Cell<usize>,
+    /// Until then the context makes no journal: the last attempt found too
+    /// little space, and logs sync their own segment files meanwhile.
+    skipped_until: Cell<Option<std::time::Instant>>,
+}
+
+impl Budget {
+    /// Whether the context has no journal for want of space, for now.
+    fn skipped(&self) -> bool {
+        match self.skipped_until.get() {
+            Some(until) if std::time::Instant::now() < until => true,
+            Some(_) => {
+                self.skipped_until.set(None);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// The largest record a log may hand over in one round: a quarter of
+    /// the smaller chunk, so a record always fits in an empty one.
+    fn record_bytes_max(&self) -> u64 {
+        self.chunk_bytes_now.get() / 4
+    }
+
+    /// Capacity of a record buffer: [`JOURNAL_BUFFER_BYTES`], or less with
+    /// small chunks (a buffer is written into one chunk).
+    fn buffer_bytes(&self) -> usize {
+        JOURNAL_BUFFER_BYTES.min((self.record_bytes_max() as usize).max(PAGE as usize))
+    }
+
+    /// Notes that the context goes without a journal for
+    /// [`JOURNAL_SKIP_MS`].
+    fn skip_for_a_while(&self) {
+        self.skipped_until.set(Some(
+            std::time::Instant::now() + std::time::Duration::from_millis(JOURNAL_SKIP_MS),
+        ));
+    }
+}
+
+impl Registry {
+    /// `chunk_bytes_max` is rounded up to a page, at least
+    /// [`JOURNAL_CHUNK_BYTES_MIN`].
+    pub(crate) fn new(
+        chunk_bytes_max: u64,
+        queued_bytes_max: usize,
+        fs_syncs: Rc<FsSyncs>,
+    ) -> Self {
+        let chunk_bytes_max = file::align_up(chunk_bytes_max.max(JOURNAL_CHUNK_BYTES_MIN));
+        Self {
+            journals: RefCell::new(HashMap::new()),
+            creating: RefCell::new(HashSet::new()),
+            created: Signal::default(),
+            live: RefCell::new(Vec::new()),
+            budget: Rc::new(Budget {
+                chunk_bytes_max: Cell::new(chunk_bytes_max),
+                chunk_bytes_now: Cell::new(chunk_bytes_max.min(JOURNAL_CHUNK_BYTES_START)),
+                queued: Cell::new(0),
+                queued_max: Cell::new(queued_bytes_max),
+                skipped_until: Cell::new(None),
+            }),
+            fs_syncs,
+        }
+    }
+
+    /// Whether the context's next journal write has room for more records
+    /// (see [`crate::limits::JOURNAL_QUEUED_BYTES_MAX_DEFAULT`]).
+    pub(crate) fn has_room(&self) -> bool {
+        self.budget.queued.get() < self.budget.queued_max.get() && !self.budget.skipped()
+    }
+
+    /// The largest record a log may hand over in one round.
+    pub(crate) fn record_bytes_max(&self) -> u64 {
+        self.budget.record_bytes_max()
+    }
+
+    /// Record bytes waiting for the next journal writes.
+    pub(crate) fn queued_bytes(&self) -> usize {
+        self.budget.queued.get()
+    }
+
+    /// What the context's journals did so far.
+    pub(crate) fn counts(&self) -> Counts {
+        self.journals
+            .borrow()
+            .values()
+            .fold(Counts::default(), |c, j| {
+                let s = j.state.borrow();
+                Counts {
+                    records: c.records + s.records,
+                    writes: c.writes + s.writes,
+                    bytes: c.bytes + s.bytes,
+                }
+            })
+    }
+
+    /// The context's journal for `data_dir`, created on first use.
+    pub(crate) async fn for_data_dir(&self, data_dir: &Path) -> Result<Rc<Journal>> {
+        self.created
+            .wait_until(|| !self.creating.borrow().contains(data_dir))
+            .await;
+        if let Some(found) = self.existing(data_dir) {
+            return Ok(found);
+        }
+        if self.budget.skipped() {
+            return Err(skip(
+                &self.budget,
+                data_dir,
+                file::free_bytes(data_dir).unwrap_or(0),
+            ));
+        }
+        self.creating.borrow_mut().insert(data_dir.to_path_buf());
+        let result = self.create(data_dir).await;
+        self.creating.borrow_mut().remove(data_dir);
+        self.created.notify_all();
+        result
+    }
+
+    /// The context's journal for `data_dir`, if one was created.
+    pub(crate) fn existing(&self, data_dir: &Path) -> Option<Rc<Journal>> {
+        self.journals.borrow().get(data_dir).cloned()
+    }
+}
+
+impl Drop for Registry {
+    /// The context is gone: its journal files are a crashed process's now,
+    /// for the next log opening there to replay.
+    fn drop(&mut self) {
+        end_live(&self.live.borrow());
+    }
+}
 
 thread_local! {
-    static JOURNALS: RefCell<HashMap<PathBuf, Rc<Journal>>> = RefCell::new(HashMap::new());
-    /// Data directories whose journal a task of this thread is creating;
-    /// `CREATED` wakes the tasks that wait for it.
-    static CREATING: RefCell<HashSet<PathBuf>> = RefCell::new(HashSet::new());
-    static CREATED: Rc<Signal> = Rc::new(Signal::default());
-    /// Ends the data directories' liveness with the thread (its journals
-    /// may outlive the executor in leaked tasks).
+    /// The journals kept on this thread, whose liveness ends with the
+    /// thread at the latest. glommio leaks the tasks of an executor that
+    /// ended (a crash, for the tests), and with them the logs that hold
+    /// their context: the context may never drop, so its registry's own
+    /// `Drop` cannot be all. Not per-core state: only the thread's end.
     static THREAD_LIVE: ThreadLive = const { ThreadLive(RefCell::new(Vec::new())) };
-    static CHUNK_BYTES: std::cell::Cell<u64> = const { std::cell::Cell::new(CHUNK_BYTES_DEFAULT) };
-    /// The smaller chunk of this thread's journal, or the size its next
-    /// journal starts with: what bounds a record.
-    static CHUNK_BYTES_NOW: std::cell::Cell<u64> = const { std::cell::Cell::new(CHUNK_BYTES_START) };
-    /// Record bytes queued for the next writes of this thread's journals.
-    static QUEUED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-    static QUEUED_MAX: std::cell::Cell<usize> = const { std::cell::Cell::new(QUEUED_BYTES_MAX_DEFAULT) };
-    /// Until then this thread makes no journal: the last attempt found too
-    /// little space, and logs sync their own segment files meanwhile.
-    static SKIPPED_UNTIL: std::cell::Cell<Option<std::time::Instant>> = const { std::cell::Cell::new(None) };
 }
 
-/// The smallest chunk a journal is made with when space is short; with
-/// less room than two of these the journal is skipped.
-const CHUNK_BYTES_MIN: u64 = 1 << 20;
-/// How long a thread goes without a journal after finding too little
-/// space for one, before it tries again.
-const SKIP_MS: u64 = 10_000;
+/// The journals kept on this thread, by data directory and number.
+struct ThreadLive(RefCell<Vec<(PathBuf, u64)>>);
 
-/// Once this many record bytes wait for a thread's next journal write, its
-/// logs write their small appends to their segment files instead (by
-/// default; see [`set_queued_bytes_max`]). The journal replaces many small
-/// writes by one, at the price of moving each byte twice (into the
-/// journal, later into its segment). With 1,000 partitions at full rate
-/// (~8 KiB per partition and request, 8 MiB per request, several requests
-/// in flight) journaling all of it beats two segment writes per partition
-/// and round. (f) of the benchmark matrix, alternating runs: a 1 MiB bound
-/// gave 366/406/393 MB/s, 16 MiB 405/423/436 with 14% less broker CPU per
-/// GB; in a second series 16 MiB gave 395/390/384 and 32 MiB 409/453/438.
-/// (Journaling those rounds lost 28% when a log writing out its journaled
-/// bytes also wrote its partial last page, and rewrote that page alone in
-/// its next write.) A larger bound lets a round hold its appends back for
-/// longer (32 MiB is ~30 ms of this machine's disk) and takes a chunk
-/// faster.
-pub const QUEUED_BYTES_MAX_DEFAULT: usize = 32 << 20;
-
-/// Sets how many record bytes may wait for this thread's next journal
-/// write before its logs write small appends to their segments (see
-/// [`QUEUED_BYTES_MAX_DEFAULT`]).
-pub fn set_queued_bytes_max(bytes: usize) {
-    QUEUED_MAX.with(|m| m.set(bytes));
+impl Drop for ThreadLive {
+    /// The thread is gone: its journal files are a crashed process's now.
+    fn drop(&mut self) {
+        end_live(&self.0.borrow());
+    }
 }
 
-/// Whether this thread's next journal write has room for more records
-/// (see [`QUEUED_BYTES_MAX_DEFAULT`]).
-pub(crate) fn has_room() -> bool {
-    QUEUED.with(|q| q.get()) < QUEUED_MAX.with(|m| m.get()) && !skipped()
+/// Notes journal `id` in `data_dir` as live.
+fn mark_live(data_dir: &Path, id: u64) {
+    LIVE.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .entry(data_dir.to_path_buf())
+        .or_default()
+        .insert(id);
 }
 
-/// Whether this thread has no journal for want of space, for now.
-fn skipped() -> bool {
-    SKIPPED_UNTIL.with(|s| match s.get() {
-        Some(until) if std::time::Instant::now() < until => true,
-        Some(_) => {
-            s.set(None);
-            false
+/// Ends the liveness of `journals` (ending it twice is harmless).
+fn end_live(journals: &[(PathBuf, u64)]) {
+    if let Some(map) = LIVE.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        for (dir, id) in journals {
+            if let Some(ids) = map.get_mut(dir) {
+                ids.remove(id);
+                if ids.is_empty() {
+                    map.remove(dir);
+                }
+            }
         }
-        None => false,
-    })
+    }
 }
 
 /// Journal numbers handed out in this process (file names stay unique when
-/// several threads journal into one data directory).
+/// several cores journal into one data directory). Process-wide: the
+/// names must differ across every context of the process.
 static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 /// Data directories where this process keeps a journal: their journal
-/// files are live and must not be replayed.
-static LIVE: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
+/// files are live and must not be replayed. Process-wide on purpose: the
+/// first log a core opens in a data directory replays the journals found
+/// there, and must not replay (and remove) the live journal another core
+/// (another context, on another thread) has just created there.
+static LIVE: Mutex<Option<HashMap<PathBuf, HashSet<u64>>>> = Mutex::new(None);
 
-/// What this thread's journals did so far.
+/// What a context's journals did so far.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Counts {
     /// Records (one per log per round, and tombstones) written.
@@ -166,34 +288,6 @@ pub struct Counts {
     pub writes: u64,
     /// Record bytes written.
     pub bytes: u64,
-}
-
-/// What this thread's journals did so far.
-pub fn thread_counts() -> Counts {
-    JOURNALS.with(|m| {
-        m.borrow().values().fold(Counts::default(), |c, j| {
-            let s = j.state.borrow();
-            Counts {
-                records: c.records + s.records,
-                writes: c.writes + s.writes,
-                bytes: c.bytes + s.bytes,
-            }
-        })
-    })
-}
-
-/// Sets the size the chunks of this thread's journals may grow to, for
-/// journals created from now on (rounded up to a page, at least 1 MiB).
-pub fn set_chunk_bytes(bytes: u64) {
-    let bytes = file::align_up(bytes.max(CHUNK_BYTES_MIN));
-    CHUNK_BYTES.with(|c| c.set(bytes));
-    CHUNK_BYTES_NOW.with(|c| c.set(bytes.min(CHUNK_BYTES_START)));
-}
-
-/// The largest record a log may hand over in one round: a quarter of the
-/// smaller chunk, so a record always fits in an empty one.
-pub(crate) fn record_bytes_max() -> u64 {
-    CHUNK_BYTES_NOW.with(|c| c.get()) / 4
 }
 
 /// A log with records in a chunk, and what retiring the chunk needs of it.
@@ -247,9 +341,12 @@ struct State {
     bytes: u64,
 }
 
-/// One thread's journal for one data directory.
+/// One context's journal for one data directory.
 pub(crate) struct Journal {
     data_dir: PathBuf,
+    /// The bounds shared with the context's other journals.
+    budget: Rc<Budget>,
+    fs_syncs: Rc<FsSyncs>,
     state: RefCell<State>,
     /// One write (with its sync) at a time; its signal also tells of
     /// chunks retired.
@@ -392,13 +489,13 @@ impl Pending {
     /// `n` more bytes, for a record to be encoded into: at the end of the
     /// last buffer, or in a new one. A buffer keeps room for a padding
     /// record after its records.
-    fn extend(&mut self, n: usize) -> &mut [u8] {
+    fn extend(&mut self, n: usize, buffer_bytes: usize) -> &mut [u8] {
         let fits = self
             .buffers
             .last()
             .is_some_and(|b| b.len + n + PAD_MAX <= b.buffer.len());
         if !fits {
-            let capacity = (n + PAD_MAX).max(buffer_bytes());
+            let capacity = (n + PAD_MAX).max(buffer_bytes);
             self.buffers.push(RecordBuffer {
                 buffer: glommio::allocate_dma_buffer(file::align_up(capacity as u64) as usize),
                 len: 0,
@@ -414,12 +511,6 @@ impl Pending {
     }
 }
 
-/// Capacity of a record buffer: [`BUFFER_BYTES`], or less with small
-/// chunks (a buffer is written into one chunk).
-fn buffer_bytes() -> usize {
-    BUFFER_BYTES.min((record_bytes_max() as usize).max(PAGE as usize))
-}
-
 fn header_page(seq: u64) -> Vec<u8> {
     let mut page = vec![0u8; PAGE as usize];
     page[..8].copy_from_slice(MAGIC);
@@ -430,14 +521,10 @@ fn header_page(seq: u64) -> Vec<u8> {
     page
 }
 
-/// Notes that this thread goes without a journal for [`SKIP_MS`], and the
-/// error saying why.
-fn skip(data_dir: &Path, free: u64) -> StorageError {
-    SKIPPED_UNTIL.with(|s| {
-        s.set(Some(
-            std::time::Instant::now() + std::time::Duration::from_millis(SKIP_MS),
-        ))
-    });
+/// Notes that the context goes without a journal for [`JOURNAL_SKIP_MS`],
+/// and the error saying why.
+fn skip(budget: &Budget, data_dir: &Path, free: u64) -> StorageError {
+    budget.skip_for_a_while();
     warn!(dir = %data_dir.display(), free_bytes = free, "journal skipped: too little space; logs sync their own segments");
     StorageError::NoSpace {
         op: "create journal",
@@ -450,49 +537,23 @@ fn skip(data_dir: &Path, free: u64) -> StorageError {
     }
 }
 
-impl Journal {
-    /// The thread's journal for `data_dir`, created on first use.
-    pub(crate) async fn for_data_dir(data_dir: &Path) -> Result<Rc<Journal>> {
-        let created = CREATED.with(|c| c.clone());
-        created
-            .wait_until(|| CREATING.with(|c| !c.borrow().contains(data_dir)))
-            .await;
-        if let Some(found) = Self::existing(data_dir) {
-            return Ok(found);
-        }
-        if skipped() {
-            return Err(skip(data_dir, file::free_bytes(data_dir).unwrap_or(0)));
-        }
-        CREATING.with(|c| c.borrow_mut().insert(data_dir.to_path_buf()));
-        let result = Self::create(data_dir).await;
-        CREATING.with(|c| c.borrow_mut().remove(data_dir));
-        created.notify_all();
-        result
-    }
-
-    /// The thread's journal for `data_dir`, if one was created.
-    pub(crate) fn existing(data_dir: &Path) -> Option<Rc<Journal>> {
-        JOURNALS.with(|m| m.borrow().get(data_dir).cloned())
-    }
-
-    async fn create(data_dir: &Path) -> Result<Rc<Journal>> {
+impl Registry {
+    async fn create(&self, data_dir: &Path) -> Result<Rc<Journal>> {
         let dir = data_dir.join(DIR_NAME);
-        // Noted before the files exist, so a log opening on another thread
-        // never replays (and removes) them.
-        LIVE.lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_or_insert_with(HashSet::new)
-            .insert(data_dir.to_path_buf());
-        THREAD_LIVE.with(|t| t.0.borrow_mut().push(data_dir.to_path_buf()));
         let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // Noted before the files exist, so a log opening with another
+        // context (another core) never replays (and removes) them.
+        mark_live(data_dir, id);
+        self.live.borrow_mut().push((data_dir.to_path_buf(), id));
+        THREAD_LIVE.with(|t| t.0.borrow_mut().push((data_dir.to_path_buf(), id)));
         // The two chunks take at most a quarter of what is free beside the
         // reserve, or none is made: a journal must not be what fills the
         // disk, and the segments it is written out to need the rest.
         let free = file::free_bytes(data_dir).unwrap_or(u64::MAX);
         let fits = file::align_down(free.saturating_sub(file::SPACE_RESERVE_BYTES) / 8);
-        let capacity = CHUNK_BYTES_NOW.with(|c| c.get()).min(fits);
-        if capacity < CHUNK_BYTES_MIN {
-            return Err(skip(data_dir, free));
+        let capacity = self.budget.chunk_bytes_now.get().min(fits);
+        if capacity < JOURNAL_CHUNK_BYTES_MIN {
+            return Err(skip(&self.budget, data_dir, free));
         }
         std::fs::create_dir_all(&dir).ctx("create directory", &dir, 0)?;
         let mut chunks = Vec::with_capacity(2);
@@ -508,11 +569,7 @@ impl Journal {
                     for k in 0..2 {
                         let _ = std::fs::remove_file(dir.join(format!("{id}-{k}.journal")));
                     }
-                    SKIPPED_UNTIL.with(|s| {
-                        s.set(Some(
-                            std::time::Instant::now() + std::time::Duration::from_millis(SKIP_MS),
-                        ))
-                    });
+                    self.budget.skip_for_a_while();
                 }
                 return Err(e);
             }
@@ -530,10 +587,12 @@ impl Journal {
             });
         }
         file::sync_dir(&dir).await?;
-        CHUNK_BYTES_NOW.with(|c| c.set(capacity));
+        self.budget.chunk_bytes_now.set(capacity);
         let [a, b]: [Chunk; 2] = chunks.try_into().ok().expect("two chunks");
         let journal = Rc::new(Journal {
             data_dir: data_dir.to_path_buf(),
+            budget: self.budget.clone(),
+            fs_syncs: self.fs_syncs.clone(),
             state: RefCell::new(State {
                 chunks: [a, b],
                 active: 1,
@@ -550,14 +609,15 @@ impl Journal {
             // for: the journal fails rather than guess.
             group: GroupCommit::new("journal write", true),
         });
-        JOURNALS.with(|m| {
-            m.borrow_mut()
-                .insert(data_dir.to_path_buf(), journal.clone())
-        });
+        self.journals
+            .borrow_mut()
+            .insert(data_dir.to_path_buf(), journal.clone());
         info!(dir = %dir.display(), id, chunk_bytes = capacity, "journal created");
         Ok(journal)
     }
+}
 
+impl Journal {
     /// Path of a log's file relative to the data directory.
     pub(crate) fn relative<'p>(&self, path: &'p Path) -> Option<&'p str> {
         path.strip_prefix(&self.data_dir).ok()?.to_str()
@@ -575,8 +635,8 @@ impl Journal {
         let need = self.group.next_round()?;
         let mut state = self.state.borrow_mut();
         let added = record.encoded_len();
-        record.encode(state.pending.extend(added));
-        QUEUED.with(|q| q.set(q.get() + added));
+        record.encode(state.pending.extend(added, self.budget.buffer_bytes()));
+        self.budget.queued.set(self.budget.queued.get() + added);
         if let Some(p) = participant {
             state.pending_participants.push(p);
         }
@@ -661,7 +721,8 @@ impl Journal {
         let (pending, participants) = {
             let mut state = self.state.borrow_mut();
             let pending = std::mem::take(&mut state.pending);
-            QUEUED.with(|q| q.set(q.get().saturating_sub(pending.len)));
+            let queued = &self.budget.queued;
+            queued.set(queued.get().saturating_sub(pending.len));
             (pending, std::mem::take(&mut state.pending_participants))
         };
         // Whoever has records in a chunk must write them out before it is
@@ -825,18 +886,19 @@ impl Journal {
         Ok(())
     }
 
-    /// Doubles free chunk `k` (up to the thread's maximum, and as space
-    /// allows) when the active chunk filled within [`CHUNK_GROW_WITHIN_MS`]
+    /// Doubles free chunk `k` (up to the context's maximum, and as space
+    /// allows) when the active chunk filled within [`JOURNAL_CHUNK_GROW_WITHIN_MS`]
     /// of its start. A chunk that cannot grow stays as it is.
     async fn grow_before_use(&self, k: usize) {
         let (file, path, capacity, want) = {
             let state = self.state.borrow();
             let filled = &state.chunks[state.active];
             let chunk = &state.chunks[k];
-            let want = (2 * filled.capacity.max(chunk.capacity)).min(CHUNK_BYTES.with(|c| c.get()));
+            let want =
+                (2 * filled.capacity.max(chunk.capacity)).min(self.budget.chunk_bytes_max.get());
             if want <= chunk.capacity
                 || filled.seq == 0
-                || filled.started.elapsed().as_millis() >= CHUNK_GROW_WITHIN_MS
+                || filled.started.elapsed().as_millis() >= u128::from(JOURNAL_CHUNK_GROW_WITHIN_MS)
             {
                 return;
             }
@@ -855,7 +917,7 @@ impl Journal {
         let mut state = self.state.borrow_mut();
         state.chunks[k].capacity = size;
         let smaller = state.chunks[0].capacity.min(state.chunks[1].capacity);
-        CHUNK_BYTES_NOW.with(|c| c.set(smaller));
+        self.budget.chunk_bytes_now.set(smaller);
         info!(path = %path.display(), chunk_bytes = size, "journal chunk grown");
     }
 
@@ -879,7 +941,7 @@ impl Journal {
             wait.await;
         }
         drop(by_log);
-        let result = match FsSync::for_dir(&self.data_dir) {
+        let result = match self.fs_syncs.for_dir(&self.data_dir) {
             Ok(sync) => sync.sync().await,
             Err(e) => Err(e),
         };
@@ -909,27 +971,12 @@ impl Drop for Captured {
     }
 }
 
-/// The data directories this thread journals in.
-struct ThreadLive(RefCell<Vec<PathBuf>>);
-
 impl Drop for Journal {
-    /// Records never written no longer count against the thread's room.
+    /// Records never written no longer count against the context's room.
     fn drop(&mut self) {
         let queued = self.state.get_mut().pending.len;
-        // The thread-local is gone when the journal drops with the thread.
-        let _ = QUEUED.try_with(|q| q.set(q.get().saturating_sub(queued)));
-    }
-}
-
-impl Drop for ThreadLive {
-    /// The thread is gone: its journal files are a crashed process's now,
-    /// for the next log opening there to replay.
-    fn drop(&mut self) {
-        if let Some(set) = LIVE.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
-            for dir in self.0.borrow().iter() {
-                set.remove(dir);
-            }
-        }
+        let budget = &self.budget.queued;
+        budget.set(budget.get().saturating_sub(queued));
     }
 }
 
@@ -948,7 +995,7 @@ pub struct ReplayReport {
 /// every earlier one was replayed before the first was created).
 pub(crate) fn replay_unless_live(data_dir: &Path) -> Result<()> {
     let live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
-    if live.as_ref().is_some_and(|set| set.contains(data_dir)) {
+    if live.as_ref().is_some_and(|map| map.contains_key(data_dir)) {
         return Ok(());
     }
     let report = replay(data_dir)?;
@@ -1027,7 +1074,7 @@ fn valid_record_at(file: &std::fs::File, position: u64, seq: u64) -> bool {
     }
     let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
     if len < RECORD_HEAD
-        || len as u64 > CHUNK_BYTES_MAX
+        || len as u64 > JOURNAL_CHUNK_BYTES_MAX
         || u64::from_le_bytes(head[8..16].try_into().expect("8 bytes")) != seq
     {
         return false;
@@ -1107,7 +1154,7 @@ fn read_chunk(path: &Path) -> Result<Option<ChunkRead>> {
             break;
         }
         let len = u32::from_le_bytes(len) as usize;
-        if len < RECORD_HEAD || len as u64 > CHUNK_BYTES_MAX {
+        if len < RECORD_HEAD || len as u64 > JOURNAL_CHUNK_BYTES_MAX {
             if len != 0 && !position.is_multiple_of(PAGE) {
                 damage = Some(format!("record length {len} is not possible"));
             }

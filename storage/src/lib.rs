@@ -8,7 +8,10 @@
 
 mod cache;
 pub mod checkpoint;
+pub mod clock;
 pub mod config;
+mod context;
+pub mod epoch_cache;
 mod error;
 pub mod fence;
 mod file;
@@ -16,16 +19,19 @@ mod fs_sync;
 mod group_commit;
 pub mod index;
 pub mod journal;
+pub mod limits;
 mod log;
 mod segment;
 mod signal;
 
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{ConfigError, FlushPolicy, FlushScope, LogConfig, LOG_CONFIG_KEYS};
+pub use context::{Context, ContextConfig};
 pub use error::{Result, StorageError};
-pub use fs_sync::filesystem_syncs;
+pub use limits::SHARD_CACHE_BYTES_MAX;
 pub use log::{
     AppendInfo, AppendOptions, FoundRecord, Log, LogStats, ReadResult, RecoveryReport,
-    RetentionOutcome, SHARD_CACHE_BYTES_MAX, SYNC_LATENCY_BOUNDS_US,
+    RetentionOutcome, SYNC_LATENCY_BOUNDS_US,
 };
 pub use segment::Cut;
 

@@ -11,12 +11,7 @@ use tracing::{info, warn};
 use crate::error::{IoContext, Result, StorageError};
 use crate::file;
 use crate::index::{OffsetEntry, OffsetIndex, TimeEntry, TimeIndex};
-
-/// Bytes read at a time while scanning a segment.
-const SCAN_WINDOW_BYTES: usize = 4 << 20;
-/// How far past the last valid batch recovery looks for non-zero bytes, to
-/// tell a torn or corrupt tail from preallocated space.
-const TAIL_PROBE_BYTES: usize = 1 << 20;
+use crate::limits::{SCAN_WINDOW_BYTES, TAIL_PROBE_BYTES};
 
 pub(crate) fn file_name(base_offset: u64, extension: &str) -> String {
     format!("{base_offset:020}.{extension}")
@@ -85,9 +80,8 @@ impl Segment {
             max_timestamp: -1,
             offset_of_max_timestamp: base_offset,
             first_timestamp: None,
-            opened_ms: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as i64),
+            // The log sets it from its clock (see `Log::open`, `roll`).
+            opened_ms: 0,
         }
     }
 

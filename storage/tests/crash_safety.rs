@@ -31,7 +31,9 @@ fn crash_config() -> LogConfig {
 fn crash_child(dir: String) {
     let round: u64 = std::env::var("STROM_CRASH_ROUND").unwrap().parse().unwrap();
     run(move || async move {
-        let log = Log::open(&dir, crash_config()).await.expect("child open");
+        let log = Log::open(&common::ctx(), &dir, crash_config())
+            .await
+            .expect("child open");
         let tasks: Vec<_> = (0..APPENDERS)
             .map(|task| {
                 let log = log.clone();
@@ -113,7 +115,7 @@ fn kill_9_loses_no_durable_batch() {
         let expected = acknowledged.clone();
         let path = path.clone();
         run(move || async move {
-            let log = Log::open(&path, crash_config())
+            let log = Log::open(&common::ctx(), &path, crash_config())
                 .await
                 .expect("reopen after kill");
             let stored = read_all(&log, 1 << 20).await;

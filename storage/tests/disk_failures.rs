@@ -17,7 +17,9 @@ fn failed_fdatasync_fences_the_log() {
     let path = dir.path().join("t-0");
     let p = path.clone();
     run(move || async move {
-        let log = Log::open(&p, common::config(1 << 20)).await.unwrap();
+        let log = Log::open(&common::ctx(), &p, common::config(1 << 20))
+            .await
+            .unwrap();
         let first = log
             .append(Spec::new(1, 2, 100).bytes(), AppendOptions::default())
             .await
@@ -54,7 +56,9 @@ fn failed_fdatasync_fences_the_log() {
     });
     run(move || async move {
         // A restart recovers by scanning; the acknowledged batch is there.
-        let log = Log::open(&path, common::config(1 << 20)).await.unwrap();
+        let log = Log::open(&common::ctx(), &path, common::config(1 << 20))
+            .await
+            .unwrap();
         assert!(!log.recovery_report().clean);
         let all = read_all(&log, 1 << 20).await;
         assert_eq!(all[0].1, Spec::new(1, 2, 100).stored(0));
@@ -71,7 +75,7 @@ fn a_write_without_space_is_refused_keeps_durable_data_and_a_later_write_succeed
         let mut config = common::config(1 << 20);
         // Every append goes to the segment file (no journal in between).
         config.journal_bytes = 0;
-        let log = Log::open(&p, config.clone()).await.unwrap();
+        let log = Log::open(&common::ctx(), &p, config.clone()).await.unwrap();
         let first = log
             .append(Spec::new(1, 2, 100).bytes(), AppendOptions::default())
             .await
@@ -106,7 +110,9 @@ fn a_write_without_space_is_refused_keeps_durable_data_and_a_later_write_succeed
     run(move || async move {
         // The refused batch was retried with the next write, at the same
         // place: the file holds all three, contiguous and intact.
-        let log = Log::open(&path, common::config(1 << 20)).await.unwrap();
+        let log = Log::open(&common::ctx(), &path, common::config(1 << 20))
+            .await
+            .unwrap();
         assert!(log.recovery_report().clean);
         let all = read_all(&log, 1 << 20).await;
         assert_eq!(all.len(), 3);
@@ -173,7 +179,7 @@ fn full_disk_fails_appends_and_keeps_acknowledged_data() {
         let mut config = common::config(1 << 30);
         config.max_message_bytes = 2 << 20;
         config.preallocate_bytes = 1 << 20;
-        let log = Log::open(&p, config).await.unwrap();
+        let log = Log::open(&common::ctx(), &p, config).await.unwrap();
         let mut acknowledged = Vec::new();
         let mut failure = None;
         // 24 MiB cannot hold 128 batches of ~300 KB.
@@ -235,7 +241,7 @@ fn full_disk_fails_appends_and_keeps_acknowledged_data() {
     run(move || async move {
         let mut config = common::config(1 << 30);
         config.max_message_bytes = 2 << 20;
-        let log = Log::open(&path, config)
+        let log = Log::open(&common::ctx(), &path, config)
             .await
             .expect("reopen on the full disk");
         let all: std::collections::BTreeMap<u64, Vec<u8>> =

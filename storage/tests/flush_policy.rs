@@ -34,7 +34,9 @@ fn always_shares_one_fdatasync_among_waiting_appenders() {
     let dir = common::tempdir().unwrap();
     let path = dir.path().join("t-0");
     run(move || async move {
-        let log = Log::open(&path, file_scoped()).await.unwrap();
+        let log = Log::open(&common::ctx(), &path, file_scoped())
+            .await
+            .unwrap();
         let appenders: Vec<_> = (0..64u64)
             .map(|i| {
                 let log = log.clone();
@@ -74,12 +76,12 @@ fn filesystem_scope_shares_one_syncfs_among_the_logs_of_a_thread() {
         let mut logs = Vec::new();
         for p in 0..16 {
             logs.push(
-                Log::open(&root.join(format!("t-{p}")), config.clone())
+                Log::open(&common::ctx(), &root.join(format!("t-{p}")), config.clone())
                     .await
                     .unwrap(),
             );
         }
-        let before = storage::filesystem_syncs();
+        let before = common::ctx().filesystem_syncs();
         let mut appenders = Vec::new();
         for (p, log) in logs.iter().enumerate() {
             for i in 0..8u64 {
@@ -103,7 +105,7 @@ fn filesystem_scope_shares_one_syncfs_among_the_logs_of_a_thread() {
         for task in appenders {
             task.await;
         }
-        let syncfs_calls = storage::filesystem_syncs() - before;
+        let syncfs_calls = common::ctx().filesystem_syncs() - before;
         let log_rounds: u64 = logs.iter().map(|log| log.stats().syncs).sum();
         for log in &logs {
             // 8 appenders x 4 rounds x 3 records, all durable.
@@ -125,9 +127,13 @@ fn filesystem_scope_shares_one_syncfs_among_the_logs_of_a_thread() {
     let root = dir.path().to_path_buf();
     run(move || async move {
         for p in 0..16 {
-            let log = Log::open(&root.join(format!("t-{p}")), common::config(1 << 30))
-                .await
-                .unwrap();
+            let log = Log::open(
+                &common::ctx(),
+                &root.join(format!("t-{p}")),
+                common::config(1 << 30),
+            )
+            .await
+            .unwrap();
             assert_eq!(log.next_offset(), 96);
             let read = common::read_all(&log, 1 << 20).await;
             assert_eq!(read.len(), 32);
@@ -158,7 +164,9 @@ fn interval_syncs_by_time_and_by_bytes() {
             ms: Some(50),
             bytes: None,
         };
-        let log = Log::open(&path, config.clone()).await.unwrap();
+        let log = Log::open(&common::ctx(), &path, config.clone())
+            .await
+            .unwrap();
         let info = log
             .append(Spec::new(1, 1, 100).bytes(), AppendOptions::default())
             .await
@@ -213,7 +221,7 @@ fn never_syncs_only_on_flush() {
     run(move || async move {
         let mut config = common::config(1 << 30);
         config.flush = FlushPolicy::Never;
-        let log = Log::open(&path, config).await.unwrap();
+        let log = Log::open(&common::ctx(), &path, config).await.unwrap();
         let mut last = 0;
         for i in 0..20 {
             let info = log
@@ -241,7 +249,7 @@ fn pending_bytes_stay_bounded_under_a_burst() {
         config.pending_bytes_max = 64 << 10;
         config.write_bytes_max = 16 << 10;
         let batch_bytes = Spec::new(0, 1, 8000).bytes().len();
-        let log = Log::open(&path, config).await.unwrap();
+        let log = Log::open(&common::ctx(), &path, config).await.unwrap();
         let peak = Rc::new(Cell::new(0usize));
         let tasks: Vec<_> = (0..200u64)
             .map(|i| {
@@ -273,7 +281,9 @@ fn wait_for_append_wakes_on_the_next_append() {
     let dir = common::tempdir().unwrap();
     let path = dir.path().join("t-0");
     run(move || async move {
-        let log = Log::open(&path, common::config(1 << 30)).await.unwrap();
+        let log = Log::open(&common::ctx(), &path, common::config(1 << 30))
+            .await
+            .unwrap();
         let woke = Rc::new(Cell::new(false));
         let waiter = {
             let (log, woke) = (log.clone(), woke.clone());
@@ -302,9 +312,13 @@ fn many_logs_on_one_executor_share_a_bounded_cache() {
         let mut logs = Vec::new();
         for i in 0..logs_open {
             logs.push(
-                Log::open(root.join(format!("t-{i}")), common::config(1 << 30))
-                    .await
-                    .unwrap(),
+                Log::open(
+                    &common::ctx(),
+                    root.join(format!("t-{i}")),
+                    common::config(1 << 30),
+                )
+                .await
+                .unwrap(),
             );
         }
         let share = storage::SHARD_CACHE_BYTES_MAX / logs_open;
@@ -338,7 +352,7 @@ fn writes_go_on_while_a_sync_round_runs() {
     let mut config = file_scoped();
     config.journal_bytes = 0;
     run(move || async move {
-        let log = Log::open(&path, config).await.unwrap();
+        let log = Log::open(&common::ctx(), &path, config).await.unwrap();
         log.hold_syncs();
         let limit = Duration::from_secs(10);
 
@@ -381,7 +395,9 @@ fn writes_go_on_while_a_sync_round_runs() {
         log.close().await.unwrap();
 
         // C, not B, is what the log holds.
-        let log = Log::open(&path, common::config(1 << 30)).await.unwrap();
+        let log = Log::open(&common::ctx(), &path, common::config(1 << 30))
+            .await
+            .unwrap();
         let read = log.read(1, 1 << 20, log.next_offset()).await.unwrap();
         assert_eq!(&read.bytes[..], &Spec::new(2, 1, 3000).stored(1)[..]);
         assert_eq!(read.next_offset, 2);

@@ -45,7 +45,9 @@ fn damaged_indexes_are_rebuilt_identically() {
     let path = dir.path().join("t-0");
     let p = path.clone();
     let before = run(move || async move {
-        let log = Log::open(&p, common::config(32 << 10)).await.unwrap();
+        let log = Log::open(&common::ctx(), &p, common::config(32 << 10))
+            .await
+            .unwrap();
         for i in 0..120 {
             log.append(Spec::new(i, 4, 600).bytes(), AppendOptions::default())
                 .await
@@ -77,7 +79,9 @@ fn damaged_indexes_are_rebuilt_identically() {
 
     let p = path.clone();
     let after = run(move || async move {
-        let log = Log::open(&p, common::config(32 << 10)).await.unwrap();
+        let log = Log::open(&common::ctx(), &p, common::config(32 << 10))
+            .await
+            .unwrap();
         let report = log.recovery_report().clone();
         let result = lookups(&log).await;
         log.close().await.unwrap();

@@ -94,14 +94,20 @@ async fn append_to_all_at_once(logs: &[Log], seed_base: u64, value_len: usize) -
 async fn open_logs(root: &Path, names: &[String]) -> Vec<Log> {
     let mut logs = Vec::new();
     for name in names {
-        logs.push(Log::open(root.join(name), config()).await.unwrap());
+        logs.push(
+            Log::open(&common::ctx(), root.join(name), config())
+                .await
+                .unwrap(),
+        );
     }
     logs
 }
 
 async fn check_logs(root: &Path, names: &[String], expected: &[(usize, u64, Spec)]) {
     for (p, name) in names.iter().enumerate() {
-        let log = Log::open(root.join(name), config()).await.unwrap();
+        let log = Log::open(&common::ctx(), root.join(name), config())
+            .await
+            .unwrap();
         let stored = read_all(&log, 1 << 20).await;
         let mine: Vec<_> = expected.iter().filter(|(q, _, _)| *q == p).collect();
         assert_eq!(stored.len(), mine.len(), "batches of {name}");
@@ -148,7 +154,7 @@ fn small_durable_appends_live_in_the_journal_until_replayed() {
         let expected = append_durably(&logs, 40, 0).await;
         let storage::journal::Counts {
             records, writes, ..
-        } = storage::journal::thread_counts();
+        } = common::ctx().journal_counts();
         let rounds: u64 = logs.iter().map(|l| l.stats().syncs).sum();
         assert!(
             records >= rounds / 2,
@@ -183,12 +189,12 @@ fn small_durable_appends_live_in_the_journal_until_replayed() {
 fn appends_to_many_logs_at_once_share_one_journal_write() {
     crash_and_check(16, |root, names| async move {
         let logs = open_logs(&root, &names).await;
-        // The first durable append creates the thread's journal.
+        // The first durable append creates the context's journal.
         let mut expected = append_durably(&logs[..1], 1, 0).await;
         for round in 0..3u64 {
-            let before = storage::journal::thread_counts();
+            let before = common::ctx().journal_counts();
             expected.extend(append_to_all_at_once(&logs, 100 + round * 100, 300).await);
-            let after = storage::journal::thread_counts();
+            let after = common::ctx().journal_counts();
             assert_eq!(
                 (after.writes - before.writes, after.records - before.records),
                 (1, 16),
@@ -248,15 +254,18 @@ fn a_full_journal_write_sends_further_logs_to_their_segments() {
     // 48 KiB, in all).
     const QUEUED_MAX: usize = 1 << 20;
     crash_and_check(64, |root, names| async move {
-        storage::journal::set_queued_bytes_max(QUEUED_MAX);
+        common::use_context(storage::ContextConfig {
+            journal_queued_bytes_max: QUEUED_MAX,
+            ..Default::default()
+        });
         let logs = open_logs(&root, &names).await;
-        // The first durable append creates the thread's journal.
+        // The first durable append creates the context's journal.
         let mut expected = append_durably_sized(&logs[..1], 1, 0, 12_000).await;
         // Then one batch to every log at once: the next round takes logs
         // until its records pass the bound, and the others write their
         // segments.
         expected.extend(append_to_all_at_once(&logs, 1_000_000, 12_000).await);
-        let records = storage::journal::thread_counts().records;
+        let records = common::ctx().journal_counts().records;
         let writing = logs.iter().filter(|l| l.stats().writes > 0).count();
         assert!(records > 0, "the journal served some rounds");
         assert!(
@@ -270,10 +279,14 @@ fn a_full_journal_write_sends_further_logs_to_their_segments() {
 #[test]
 fn a_deleted_log_s_records_never_reach_a_new_log_of_its_name() {
     crash_and_check(1, |root, _| async move {
-        let old = Log::open(root.join("t-0"), config()).await.unwrap();
+        let old = Log::open(&common::ctx(), root.join("t-0"), config())
+            .await
+            .unwrap();
         append_durably(std::slice::from_ref(&old), 30, 0).await;
         old.delete().await.unwrap();
-        let new = Log::open(root.join("t-0"), config()).await.unwrap();
+        let new = Log::open(&common::ctx(), root.join("t-0"), config())
+            .await
+            .unwrap();
         // Fewer, different batches: replaying the old records would show
         // up as extra or different ones.
         append_durably(std::slice::from_ref(&new), 5, 500_000).await
@@ -284,7 +297,10 @@ fn a_deleted_log_s_records_never_reach_a_new_log_of_its_name() {
 fn chunks_are_reused_once_their_logs_wrote_them_out() {
     let replayed_in = crash_and_check(4, |root, names| async move {
         // 1 MiB chunks: ~2.6 MB of appends cross them several times.
-        storage::journal::set_chunk_bytes(1 << 20);
+        common::use_context(storage::ContextConfig {
+            journal_chunk_bytes_max: 1 << 20,
+            ..Default::default()
+        });
         let logs = open_logs(&root, &names).await;
         let expected = append_durably(&logs, 1000, 0).await;
         let written: u64 = logs.iter().map(|l| l.stats().writes).sum();
@@ -313,10 +329,13 @@ fn chunk_lengths(root: &Path) -> Vec<u64> {
 fn the_journal_starts_small_and_grows_with_the_write_rate() {
     crash_and_check(4, |root, names| async move {
         let max = 16 << 20;
-        storage::journal::set_chunk_bytes(max);
+        common::use_context(storage::ContextConfig {
+            journal_chunk_bytes_max: max,
+            ..Default::default()
+        });
         let logs = open_logs(&root, &names).await;
         let mut expected = append_durably(&logs, 10, 0).await;
-        let start = storage::journal::CHUNK_BYTES_START;
+        let start = storage::limits::JOURNAL_CHUNK_BYTES_START;
         assert_eq!(chunk_lengths(&root), vec![start, start], "a new journal");
         // 4 logs x 300 batches of 2 x 16 KiB: ~39 MB through 4 MiB chunks
         // fills one in a fraction of the 10 s that makes the next grow.
@@ -377,7 +396,7 @@ fn a_damaged_journal_header_fails_the_open_naming_the_file() {
         let root = root.clone();
         let name = names[0].clone();
         run(move || async move {
-            match Log::open(root.join(name), config()).await {
+            match Log::open(&common::ctx(), root.join(name), config()).await {
                 Ok(_) => None,
                 Err(e) => Some(e.to_string()),
             }
@@ -421,7 +440,7 @@ fn a_damaged_journal_record_before_later_writes_fails_the_open() {
     bytes[4096 + 40] ^= 0x01;
     std::fs::write(&chunks[0], &bytes).unwrap();
     let message = run(move || async move {
-        match Log::open(root.join(&names[0]), config()).await {
+        match Log::open(&common::ctx(), root.join(&names[0]), config()).await {
             Ok(_) => None,
             Err(e) => Some(e.to_string()),
         }

@@ -69,13 +69,17 @@ fn sequential_disk_reads_use_the_window_read_ahead() {
     let path = dir.path().join("t-0");
     let p = path.clone();
     let appended = run(move || async move {
-        let log = Log::open(&p, common::config(1 << 30)).await.unwrap();
+        let log = Log::open(&common::ctx(), &p, common::config(1 << 30))
+            .await
+            .unwrap();
         let appended = append_batches(&log, 0, 400).await;
         log.close().await.unwrap();
         appended
     });
     run(move || async move {
-        let log = Log::open(&path, reopened_config()).await.unwrap();
+        let log = Log::open(&common::ctx(), &path, reopened_config())
+            .await
+            .unwrap();
         let before = log.stats();
         // ~3.2 MB in windows of 64 KiB: each read after the first should
         // find its window read ahead.
@@ -105,13 +109,17 @@ fn a_truncation_discards_the_window_read_ahead() {
     let path = dir.path().join("t-0");
     let p = path.clone();
     let appended = run(move || async move {
-        let log = Log::open(&p, common::config(1 << 30)).await.unwrap();
+        let log = Log::open(&common::ctx(), &p, common::config(1 << 30))
+            .await
+            .unwrap();
         let appended = append_batches(&log, 0, 100).await;
         log.close().await.unwrap();
         appended
     });
     run(move || async move {
-        let log = Log::open(&path, reopened_config()).await.unwrap();
+        let log = Log::open(&common::ctx(), &path, reopened_config())
+            .await
+            .unwrap();
         let end = log.next_offset();
         // Read the first window: the next one (from `next`) is read ahead.
         let first = log.read(0, 64 << 10, end).await.unwrap();

@@ -4,7 +4,9 @@
 mod common;
 
 use common::{read_all, run, Spec};
-use storage::{AppendOptions, Log, StorageError};
+use std::rc::Rc;
+
+use storage::{AppendOptions, Context, Log, ManualClock, StorageError};
 
 const DAY_MS: i64 = 24 * 3600 * 1000;
 
@@ -15,8 +17,10 @@ fn time_retention_deletes_exactly_the_expired_segments() {
     run(move || async move {
         let mut config = common::config(16 << 10);
         config.retention_ms = 7 * DAY_MS;
-        let log = Log::open(&path, config).await.unwrap();
         let now = common::BASE_TIMESTAMP + 30 * DAY_MS;
+        let clock = Rc::new(ManualClock::new(now));
+        let ctx = Context::new(Default::default(), clock.clone());
+        let log = Log::open(&ctx, &path, config).await.unwrap();
         // Old batches (20 days before now) then recent ones (1 day).
         for i in 0..60u64 {
             let mut spec = Spec::new(i, 2, 900);
@@ -35,7 +39,7 @@ fn time_retention_deletes_exactly_the_expired_segments() {
         // at or before the first recent offset (60).
         let expired = bases.windows(2).filter(|w| w[1] <= 60).count();
         assert!(expired >= 2 && expired + 1 < bases.len(), "{bases:?}");
-        let outcome = log.enforce_retention(now).await.unwrap();
+        let outcome = log.enforce_retention().await.unwrap();
         assert_eq!(outcome.segments_deleted, expired);
         assert_eq!(log.segment_base_offsets(), bases[expired..].to_vec());
         assert_eq!(log.start_offset(), bases[expired]);
@@ -51,14 +55,11 @@ fn time_retention_deletes_exactly_the_expired_segments() {
         let remaining = read_all(&log, 1 << 20).await;
         assert_eq!(remaining.first().unwrap().0, bases[expired]);
         // A second pass at the same time deletes nothing more.
-        assert_eq!(
-            log.enforce_retention(now).await.unwrap().segments_deleted,
-            0
-        );
+        assert_eq!(log.enforce_retention().await.unwrap().segments_deleted, 0);
 
         // Even when everything is expired, the active segment stays.
-        let far_future = now + 365 * DAY_MS;
-        log.enforce_retention(far_future).await.unwrap();
+        clock.advance_ms(365 * DAY_MS as u64);
+        log.enforce_retention().await.unwrap();
         assert_eq!(log.segment_count(), 1);
         assert_eq!(log.segment_base_offsets(), vec![*bases.last().unwrap()]);
         let end = log.next_offset();
@@ -78,7 +79,7 @@ fn size_retention_deletes_oldest_segments_down_to_the_limit() {
     run(move || async move {
         let mut config = common::config(16 << 10);
         config.retention_bytes = 40 << 10;
-        let log = Log::open(&path, config).await.unwrap();
+        let log = Log::open(&common::ctx(), &path, config).await.unwrap();
         for i in 0..100u64 {
             log.append(Spec::new(i, 2, 900).bytes(), AppendOptions::default())
                 .await
@@ -87,7 +88,7 @@ fn size_retention_deletes_oldest_segments_down_to_the_limit() {
         log.flush().await.unwrap();
         let total = log.size_bytes();
         assert!(total > 80 << 10);
-        log.enforce_retention(common::BASE_TIMESTAMP).await.unwrap();
+        log.enforce_retention().await.unwrap();
         // Kafka's rule: a segment goes while the log stays at or above the
         // limit without it. So now the log is at or above the limit, and
         // without its oldest segment it would be below.
@@ -108,7 +109,9 @@ fn size_retention_deletes_oldest_segments_down_to_the_limit() {
         );
         let reopened_start = log.start_offset();
         log.close().await.unwrap();
-        let log = Log::open(&path, common::config(16 << 10)).await.unwrap();
+        let log = Log::open(&common::ctx(), &path, common::config(16 << 10))
+            .await
+            .unwrap();
         assert_eq!(log.start_offset(), reopened_start, "start offset persists");
         assert_eq!(log.segment_base_offsets(), bases);
         log.close().await.unwrap();

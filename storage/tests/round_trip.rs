@@ -122,7 +122,7 @@ proptest! {
             let mut cfg = config(segment_kib * 1024);
             cfg.write_bytes_max = write_pages * 4096;
             cfg.writes_in_flight_max = writes_in_flight;
-            let log = Log::open(&path, cfg).await.unwrap();
+            let log = Log::open(&common::ctx(), &path, cfg).await.unwrap();
             let mut model = Model { batches: Vec::new() };
             for (i, spec) in specs.iter().enumerate() {
                 // Every other batch stays shared with the caller, whose bytes
@@ -141,7 +141,7 @@ proptest! {
             check_against_model(&log, &model, &probes).await;
             log.close().await.unwrap();
 
-            let log = Log::open(&path, config(segment_kib * 1024)).await.unwrap();
+            let log = Log::open(&common::ctx(), &path, config(segment_kib * 1024)).await.unwrap();
             assert!(log.recovery_report().clean);
             assert_eq!(log.recovery_report().segments_scanned, 0, "clean open scans nothing");
             check_against_model(&log, &model, &probes).await;
@@ -164,7 +164,7 @@ fn invalid_batches_are_rejected_and_change_nothing() {
     run(move || async move {
         let mut cfg = config(1 << 20);
         cfg.max_message_bytes = 2000;
-        let log = Log::open(&path, cfg).await.unwrap();
+        let log = Log::open(&common::ctx(), &path, cfg).await.unwrap();
         let good = Spec::new(1, 2, 50);
         log.append(good.bytes(), AppendOptions::default())
             .await
@@ -206,7 +206,9 @@ fn leader_epoch_and_log_append_time_are_stamped() {
     let dir = common::tempdir().unwrap();
     let path = dir.path().join("t-0");
     run(move || async move {
-        let log = Log::open(&path, config(1 << 20)).await.unwrap();
+        let log = Log::open(&common::ctx(), &path, config(1 << 20))
+            .await
+            .unwrap();
         let options = AppendOptions {
             leader_epoch: 7,
             log_append_time_ms: Some(1_800_000_000_000),
@@ -245,7 +247,9 @@ fn truncate_and_start_offset_move_the_log_ends() {
     let dir = common::tempdir().unwrap();
     let path = dir.path().join("t-0");
     run(move || async move {
-        let log = Log::open(&path, config(8192)).await.unwrap();
+        let log = Log::open(&common::ctx(), &path, config(8192))
+            .await
+            .unwrap();
         let mut bases = Vec::new();
         for i in 0..40 {
             let info = log
@@ -282,7 +286,9 @@ fn truncate_and_start_offset_move_the_log_ends() {
         log.close().await.unwrap();
 
         // Both survive a reopen.
-        let log = Log::open(&path, config(8192)).await.unwrap();
+        let log = Log::open(&common::ctx(), &path, config(8192))
+            .await
+            .unwrap();
         assert_eq!(log.start_offset(), bases[10] + 1);
         assert_eq!(log.next_offset(), bases[25] + 4);
         let read = log.read(bases[25], 1 << 20, u64::MAX).await.unwrap();
@@ -301,7 +307,9 @@ fn segments_roll_by_size_by_time_and_by_index_size() {
     run(move || async move {
         let mut config = config(1 << 30);
         config.segment_ms = 1000;
-        let log = Log::open(&path, config.clone()).await.unwrap();
+        let log = Log::open(&common::ctx(), &path, config.clone())
+            .await
+            .unwrap();
         let at = |seed: u64, ts: i64| {
             let mut spec = Spec::new(seed, 1, 10);
             spec.timestamp = ts;
@@ -366,7 +374,9 @@ fn idle_logs_take_no_disk_space_and_active_ones_little() {
     let path = dir.path().join("t-0");
     let p = path.clone();
     run(move || async move {
-        let log = Log::open(&p, LogConfig::default()).await.unwrap();
+        let log = Log::open(&common::ctx(), &p, LogConfig::default())
+            .await
+            .unwrap();
         let file = common::segment_files(&p, "log").pop().unwrap();
         let meta = std::fs::metadata(&file).unwrap();
         assert_eq!(

@@ -11,7 +11,9 @@ fn stats_count_sync_latency_and_cached_versus_disk_reads() {
     let dir = common::tempdir().unwrap();
     let path = dir.path().join("t-0");
     run(move || async move {
-        let log = Log::open(&path, common::config(1 << 30)).await.unwrap();
+        let log = Log::open(&common::ctx(), &path, common::config(1 << 30))
+            .await
+            .unwrap();
         for i in 0..5u64 {
             let info = log
                 .append(Spec::new(i * 2, 2, 1000).bytes(), AppendOptions::default())
@@ -38,7 +40,9 @@ fn stats_count_sync_latency_and_cached_versus_disk_reads() {
         assert_eq!(after_cached.reads_disk, stats.reads_disk);
         log.close().await.unwrap();
         // After a reopen the cache is empty: the read goes to disk.
-        let log = Log::open(&path, common::config(1 << 30)).await.unwrap();
+        let log = Log::open(&common::ctx(), &path, common::config(1 << 30))
+            .await
+            .unwrap();
         let read = log.read(0, 1 << 20, u64::MAX).await.unwrap();
         assert!(!read.bytes.is_empty());
         let stats = log.stats();

@@ -31,7 +31,9 @@ fn segment_only() -> storage::LogConfig {
 fn crashed_log(path: &Path, count: u64) -> (Vec<(u64, u64, u64)>, usize) {
     let path = path.to_path_buf();
     run(move || async move {
-        let log = Log::open(&path, segment_only()).await.unwrap();
+        let log = Log::open(&common::ctx(), &path, segment_only())
+            .await
+            .unwrap();
         for i in 0..count {
             let info = log
                 .append(Spec::new(i, 3, 700).bytes(), AppendOptions::default())
@@ -60,7 +62,9 @@ fn crashed_log(path: &Path, count: u64) -> (Vec<(u64, u64, u64)>, usize) {
 fn check_recovered(path: &Path, keep: usize) {
     let path = path.to_path_buf();
     run(move || async move {
-        let log = Log::open(&path, segment_only()).await.unwrap();
+        let log = Log::open(&common::ctx(), &path, segment_only())
+            .await
+            .unwrap();
         assert!(!log.recovery_report().clean);
         let all = read_all(&log, 1 << 20).await;
         assert_eq!(all.len(), keep, "batches kept");
@@ -168,7 +172,7 @@ fn corruption_after_a_clean_close_is_never_served() {
     let p = path.clone();
     run(move || async move {
         // A clean open/close cycle so the next open trusts the files.
-        let log = Log::open(&p, segment_only()).await.unwrap();
+        let log = Log::open(&common::ctx(), &p, segment_only()).await.unwrap();
         log.close().await.unwrap();
     });
     let &(base, position, _) = in_last.last().unwrap();
@@ -179,7 +183,9 @@ fn corruption_after_a_clean_close_is_never_served() {
         .unwrap();
     file.write_all_at(&[0xAB], position + 70).unwrap();
     run(move || async move {
-        let log = Log::open(&path, segment_only()).await.unwrap();
+        let log = Log::open(&common::ctx(), &path, segment_only())
+            .await
+            .unwrap();
         assert!(log.recovery_report().clean);
         match log.read(base, 1 << 20, u64::MAX).await {
             Err(StorageError::Corrupt { .. }) => {}

@@ -219,7 +219,8 @@ async fn append_for(
     }
     config.flush = case.flush;
     config.max_message_bytes = (case.batch_bytes + 4096) as u32;
-    let log = Log::open(&dir, config).await?;
+    // One core: one storage context.
+    let log = Log::open(&storage::Context::default(), &dir, config).await?;
     // One record per batch, its value sized so the batch is batch_bytes.
     let probe = build::patterned(0, 1, 0, 1).len();
     let batch = Bytes::from(build::patterned(

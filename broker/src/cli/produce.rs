@@ -10,7 +10,6 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, BufReader};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
 use bytes::Bytes;
@@ -135,7 +134,7 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
             lines.push(Line {
                 key,
                 value,
-                timestamp_ms: now_ms(),
+                timestamp_ms: storage::clock::system_wall_ms(),
             });
         }
         let input_waits = stdin.buffer().is_empty();
@@ -170,13 +169,6 @@ fn split_line(line: &[u8], separator: Option<&[u8]>) -> (Option<Vec<u8>>, Vec<u8
         }
     }
     (None, line.to_vec())
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// Groups lines by partition: the fixed one, else murmur2 of the key, else

@@ -27,7 +27,7 @@ use crate::limits::{
     GROUP_TICK_MS, OFFSETS_BATCH_BYTES_MAX, OFFSETS_COMPACT_SLACK_RECORDS, OFFSETS_LOAD_READ_BYTES,
     OFFSETS_RETENTION_CHECK_MS,
 };
-use crate::partition::{now_ms, Partition};
+use crate::partition::Partition;
 use crate::shard::Shard;
 use crate::sync::Notify;
 
@@ -213,7 +213,7 @@ async fn load(shard: &Rc<Shard>, partition: i32) -> Result<(), i16> {
 pub fn with_coordinator<R>(shard: &Shard, f: impl FnOnce(&mut Coordinator) -> R) -> R {
     let mut slot = shard.groups.coordinator.borrow_mut();
     let coordinator = slot.get_or_insert_with(|| {
-        let seed = now_ms() as u64 ^ ((shard.id as u64) << 56);
+        let seed = shard.now_ms() as u64 ^ ((shard.id as u64) << 56);
         Coordinator::new(shard.config.groups.clone(), seed)
     });
     f(coordinator)
@@ -272,9 +272,10 @@ pub async fn join(shard: &Rc<Shard>, request: JoinRequest) -> JoinResponse {
     if shard.stopping.is_raised() {
         return JoinResponse::error(errors::NOT_COORDINATOR, &member_id);
     }
+    let now = shard.now_ms() as u64;
     let answer = ask_or_park(
         shard,
-        |c, waiter, replies| c.join(now_ms() as u64, request, waiter, replies),
+        |c, waiter, replies| c.join(now, request, waiter, replies),
         |reply| match reply {
             Reply::Join(response) => Some(response),
             _ => None,
@@ -289,9 +290,10 @@ pub async fn sync(shard: &Rc<Shard>, request: SyncRequest) -> SyncResponse {
     if shard.stopping.is_raised() {
         return SyncResponse::error(errors::NOT_COORDINATOR);
     }
+    let now = shard.now_ms() as u64;
     let answer = ask_or_park(
         shard,
-        |c, waiter, replies| c.sync(now_ms() as u64, request, waiter, replies),
+        |c, waiter, replies| c.sync(now, request, waiter, replies),
         |reply| match reply {
             Reply::Sync(response) => Some(response),
             _ => None,
@@ -309,7 +311,7 @@ pub fn leave(
 ) -> Result<Vec<i16>, i16> {
     let mut replies = Vec::new();
     let result = with_coordinator(shard, |c| {
-        c.leave(now_ms() as u64, group_id, members, &mut replies)
+        c.leave(shard.now_ms() as u64, group_id, members, &mut replies)
     });
     dispatch(shard, replies);
     result
@@ -355,7 +357,7 @@ pub async fn append(
 ) -> Result<Option<i64>, i16> {
     let log = offsets_partition(shard, partition)?;
     let mut last = None;
-    let timestamp = now_ms();
+    let timestamp = shard.now_ms();
     let mut batch: Vec<NewRecord> = Vec::new();
     let mut batch_bytes = 0usize;
     let mut pending: Vec<Vec<NewRecord>> = Vec::new();
@@ -511,7 +513,7 @@ fn start_ticking(shard: &Rc<Shard>) {
                 return;
             }
             let mut replies = Vec::new();
-            let now = now_ms() as u64;
+            let now = shard.now_ms() as u64;
             with_coordinator(&shard, |c| c.tick(now, &mut replies));
             dispatch(&shard, replies);
             if now >= next_expiry_ms {

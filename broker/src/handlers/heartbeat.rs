@@ -6,7 +6,6 @@ use std::rc::Rc;
 use kafka_protocol::messages::{HeartbeatRequest, HeartbeatResponse};
 
 use crate::group::manager;
-use crate::partition::now_ms;
 use crate::shard::Shard;
 
 pub const VERSION_MIN: i16 = 0;
@@ -20,7 +19,7 @@ pub async fn handle(shard: &Rc<Shard>, request: HeartbeatRequest) -> HeartbeatRe
     let code = manager::on_coordinator(shard, &group_id.clone(), move |owner, _| async move {
         manager::with_coordinator(&owner, |c| {
             c.heartbeat(
-                now_ms() as u64,
+                owner.now_ms() as u64,
                 &group_id,
                 generation,
                 &member_id,

@@ -19,7 +19,6 @@ use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
 use crate::errors;
 use crate::group::coordinator::{CommitPartition, CommittedOffset, Committer};
 use crate::group::{manager, records};
-use crate::partition::now_ms;
 use crate::shard::Shard;
 
 pub const VERSION_MIN: i16 = 2;
@@ -32,7 +31,7 @@ pub async fn handle(
 ) -> OffsetCommitResponse {
     let group_id = request.group_id.0.to_string();
     let image = shard.metadata.image();
-    let now = now_ms();
+    let now = shard.now_ms();
     let mut codes: Vec<i16> = Vec::new();
     let mut valid: Vec<(usize, CommitPartition)> = Vec::new();
     for topic in &request.topics {
@@ -130,8 +129,9 @@ async fn commit_on_owner(
     parts: Vec<CommitPartition>,
 ) -> Result<Vec<i16>, i16> {
     let lock = manager::write_lock(owner, partition).await;
-    let codes =
-        manager::with_coordinator(owner, |c| c.commit(now_ms() as u64, &committer, &parts))?;
+    let codes = manager::with_coordinator(owner, |c| {
+        c.commit(owner.now_ms() as u64, &committer, &parts)
+    })?;
     let entries: Vec<manager::OffsetsRecord> = parts
         .iter()
         .zip(&codes)

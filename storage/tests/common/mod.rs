@@ -8,7 +8,28 @@ use std::path::Path;
 use bytes::Bytes;
 use glommio::LocalExecutorBuilder;
 use protocol::batch::{self, build};
-use storage::{Log, LogConfig};
+use storage::{Context, ContextConfig, Log, LogConfig};
+
+thread_local! {
+    static CONTEXT: std::cell::RefCell<Option<Context>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The storage context of this executor thread: as on a broker core, every
+/// log a test opens on one executor shares it (one journal, one budget).
+pub fn ctx() -> Context {
+    CONTEXT.with(|c| c.borrow_mut().get_or_insert_with(Context::default).clone())
+}
+
+/// Gives this executor thread a context with `config`, for the logs it
+/// opens from now on.
+pub fn use_context(config: ContextConfig) {
+    CONTEXT.with(|c| {
+        *c.borrow_mut() = Some(Context::new(
+            config,
+            std::rc::Rc::new(storage::SystemClock::default()),
+        ))
+    });
+}
 
 /// Runs `make()` to completion on a fresh glommio executor thread.
 pub fn run<F, T>(make: impl FnOnce() -> F + Send + 'static) -> T
