@@ -23,13 +23,26 @@ enum Placement {
     Keep,
 }
 
+/// The append lock: a fair semaphore of one permit. A permit released
+/// while appends wait goes straight to the first of them, so no append
+/// that arrives meanwhile can pass it (glommio's semaphore lets a newcomer
+/// take a permit its woken waiter has not claimed yet).
+pub(super) type AppendLock = tokio::sync::Semaphore;
+pub(super) type AppendPermit<'a> = tokio::sync::SemaphorePermit<'a>;
+
 impl Log {
     /// Takes the append lock, which serialises appends with rolls,
     /// truncation and close.
-    pub(super) async fn lock_appends(&self) -> Result<glommio::sync::Permit<'_>> {
+    /// Takes the append lock. Appends are placed in the order they asked
+    /// for it: the lock is fair (a permit released while others wait goes
+    /// to the first of them), so a connection's pipelined produce requests,
+    /// which reach here in request order, are appended in request order
+    /// even when one of them waits under the lock (a roll, backpressure,
+    /// the leader-epoch checkpoint).
+    pub(super) async fn lock_appends(&self) -> Result<AppendPermit<'_>> {
         self.inner
             .append_lock
-            .acquire_permit(1)
+            .acquire()
             .await
             .map_err(|_| StorageError::Closed {
                 path: self.inner.dir.clone(),
@@ -367,5 +380,42 @@ pub(super) fn segment_age_ms(segment: &Segment, new_timestamp: i64, now_ms: i64)
     match segment.first_timestamp {
         Some(first) if first >= 0 && new_timestamp >= 0 => new_timestamp.saturating_sub(first),
         _ => now_ms.saturating_sub(segment.opened_ms),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Poll, Waker};
+
+    use super::AppendLock;
+
+    fn poll<F: Future>(future: std::pin::Pin<&mut F>) -> Poll<F::Output> {
+        future.poll(&mut Context::from_waker(Waker::noop()))
+    }
+
+    /// The pattern that put pipelined produce requests out of order: the
+    /// holder releases while a waiter is woken but not yet run, and an
+    /// append that arrives meanwhile asks for the lock first.
+    #[test]
+    fn a_released_permit_goes_to_the_first_waiter_not_to_a_newcomer() {
+        let lock = AppendLock::new(1);
+        let holder = lock.try_acquire().expect("free");
+        let mut first = pin!(lock.acquire());
+        assert!(poll(first.as_mut()).is_pending(), "held: the first waits");
+        drop(holder);
+        let mut newcomer = pin!(lock.acquire());
+        assert!(
+            poll(newcomer.as_mut()).is_pending(),
+            "a newcomer must not take the permit the first waiter was given"
+        );
+        let first_permit = match poll(first.as_mut()) {
+            Poll::Ready(permit) => permit.expect("open"),
+            Poll::Pending => panic!("the first waiter holds the released permit"),
+        };
+        assert!(poll(newcomer.as_mut()).is_pending());
+        drop(first_permit);
+        assert!(poll(newcomer.as_mut()).is_ready(), "then the newcomer");
     }
 }

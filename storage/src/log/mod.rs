@@ -147,8 +147,8 @@ struct Inner {
     ctx: Context,
     config: RefCell<LogConfig>,
     state: RefCell<State>,
-    /// Serialises appends with rolls, truncation and close.
-    append_lock: Semaphore,
+    /// Serialises appends with rolls, truncation and close; fair (FIFO).
+    append_lock: append::AppendLock,
     /// Notified on every change that a waiter could be waiting for.
     changed: Signal,
     writer: RefCell<Option<glommio::Task<()>>>,

@@ -107,7 +107,7 @@ impl Log {
             dir,
             config: RefCell::new(config),
             state: RefCell::new(state),
-            append_lock: Semaphore::new(1),
+            append_lock: super::append::AppendLock::new(1),
             changed: Signal::default(),
             writer: RefCell::new(None),
             recovery: report,
