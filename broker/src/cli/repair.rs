@@ -107,10 +107,7 @@ fn repair_segment(file: &Path, truncate_at: u64) -> anyhow::Result<()> {
         .file_name()
         .and_then(|n| n.to_str())
         .context("the partition directory's name is not UTF-8")?;
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let stamp = storage::clock::system_wall_ms() / 1000;
     let backup = data_dir
         .join(broker::metadata::REPAIR_DIR)
         .join(format!("{name}-{stamp}"));

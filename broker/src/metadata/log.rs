@@ -176,10 +176,7 @@ pub fn repair(data_dir: &Path, position: u64) -> Result<RepairReport, MetadataEr
             "another damaged record follows; run the repair again for it"
         );
     }
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let stamp = storage::clock::system_wall_ms() / 1000;
     let backup = path.with_file_name(format!("{METADATA_FILE}.{stamp}.before-repair"));
     std::fs::copy(&path, &backup).map_err(io("copy to a backup", &backup))?;
     File::open(&backup)
