@@ -10,11 +10,10 @@ mod common;
 use std::collections::BTreeMap;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{poll_until, raw, Broker};
+use common::{mount, poll_until, raw, Broker};
 use protocol::batch::build::{batch, NewRecord};
 use protocol::batch::split_batches;
 use protocol::kafka_protocol::messages::create_topics_request::CreatableTopic;
@@ -72,36 +71,8 @@ impl LoopFs {
         let image = fs.dir.path().join("disk.img");
         let mnt = fs.mount_point();
         std::fs::create_dir(&mnt).map_err(|e| e.to_string())?;
-        let steps: [(&str, Vec<String>); 3] = [
-            (
-                "truncate",
-                vec![
-                    "-s".into(),
-                    IMAGE_BYTES.to_string(),
-                    image.display().to_string(),
-                ],
-            ),
-            ("mkfs.ext4", vec!["-q".into(), image.display().to_string()]),
-            (
-                "mount",
-                vec![
-                    "-o".into(),
-                    "loop".into(),
-                    image.display().to_string(),
-                    mnt.display().to_string(),
-                ],
-            ),
-        ];
-        for (program, args) in steps {
-            let output = common::run(Command::new(program).args(&args), None, ANSWER_DEADLINE);
-            if !output.status.success() {
-                return Err(format!(
-                    "{program} failed ({}): {}",
-                    output.status,
-                    String::from_utf8_lossy(&output.stderr).trim()
-                ));
-            }
-        }
+        mount::ext4_image(&image, IMAGE_BYTES, &[])?;
+        mount::mount_loop(&image, &mnt)?;
         fs.mounted = true;
         Ok(fs)
     }
@@ -110,20 +81,7 @@ impl LoopFs {
 impl Drop for LoopFs {
     fn drop(&mut self) {
         if self.mounted {
-            let mnt = self.mount_point();
-            let done = common::run(
-                Command::new("umount").arg(&mnt),
-                None,
-                Duration::from_secs(30),
-            );
-            if !done.status.success() {
-                // Still busy (a broker that would not die): detach it.
-                let _ = common::run(
-                    Command::new("umount").arg("-l").arg(&mnt),
-                    None,
-                    Duration::from_secs(30),
-                );
-            }
+            mount::unmount(&self.mount_point());
         }
     }
 }

@@ -14,12 +14,12 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus};
+use std::path::PathBuf;
+use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{poll_until, raw, Broker};
+use common::{mount, poll_until, raw, Broker};
 use protocol::batch::build::{batch, NewRecord};
 use protocol::kafka_protocol::messages::create_topics_request::CreatableTopic;
 use protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
@@ -62,19 +62,6 @@ impl FailingDisk {
         self.dir.path().join("mnt")
     }
 
-    fn step(program: &str, args: &[String]) -> Result<(), String> {
-        let output = common::run(Command::new(program).args(args), None, STEP_DEADLINE);
-        if output.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "{program} {args:?} failed ({}): {}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
-            ))
-        }
-    }
-
     fn create() -> Result<FailingDisk, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let mut disk = FailingDisk {
@@ -86,38 +73,17 @@ impl FailingDisk {
         for path in [&backing, &mnt] {
             std::fs::create_dir(path).map_err(|e| e.to_string())?;
         }
-        let image = backing.join("disk.img").display().to_string();
-        Self::step(
-            "mount",
-            &[
-                "-t".into(),
-                "tmpfs".into(),
-                "-o".into(),
-                format!("size={BACKING_BYTES}"),
-                "tmpfs".into(),
-                backing.display().to_string(),
-            ],
-        )?;
+        let image = backing.join("disk.img");
+        mount::mount_tmpfs(&backing, BACKING_BYTES)?;
         disk.backing_mounted = true;
-        Self::step(
-            "truncate",
-            &["-s".into(), IMAGE_BYTES.to_string(), image.clone()],
-        )?;
         // Initialised up front, so no background zeroing competes for the
         // backing store later.
-        Self::step(
-            "mkfs.ext4",
-            &[
-                "-q".into(),
-                "-E".into(),
-                "lazy_itable_init=0,lazy_journal_init=0,nodiscard".into(),
-                image.clone(),
-            ],
+        mount::ext4_image(
+            &image,
+            IMAGE_BYTES,
+            &["-E", "lazy_itable_init=0,lazy_journal_init=0,nodiscard"],
         )?;
-        Self::step(
-            "mount",
-            &["-o".into(), "loop".into(), image, mnt.display().to_string()],
-        )?;
+        mount::mount_loop(&image, &mnt)?;
         disk.image_mounted = true;
         Ok(disk)
     }
@@ -139,21 +105,11 @@ impl FailingDisk {
 
 impl Drop for FailingDisk {
     fn drop(&mut self) {
-        let unmount = |path: &Path| {
-            let done = common::run(Command::new("umount").arg(path), None, STEP_DEADLINE);
-            if !done.status.success() {
-                let _ = common::run(
-                    Command::new("umount").arg("-l").arg(path),
-                    None,
-                    STEP_DEADLINE,
-                );
-            }
-        };
         if self.image_mounted {
-            unmount(&self.mount_point());
+            mount::unmount(&self.mount_point());
         }
         if self.backing_mounted {
-            unmount(&self.backing());
+            mount::unmount(&self.backing());
         }
     }
 }

@@ -6,10 +6,10 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use common::{read_all, run, Spec};
 use storage::{AppendOptions, Log, StorageError};
+use test_support::mount;
 
 #[test]
 fn failed_fdatasync_fences_the_log() {
@@ -133,36 +133,17 @@ impl SmallFilesystem {
         let image = root.join("fs.img");
         let mount_point = root.join("mnt");
         std::fs::create_dir_all(&mount_point).unwrap();
-        std::fs::File::create(&image)
-            .unwrap()
-            .set_len(megabytes << 20)
-            .unwrap();
-        let mkfs = Command::new("mkfs.ext4")
-            .args(["-q", "-F"])
-            .arg(&image)
-            .status()
-            .unwrap();
-        assert!(mkfs.success(), "mkfs.ext4 failed");
-        let mount = Command::new("mount")
-            .args(["-o", "loop"])
-            .arg(&image)
-            .arg(&mount_point)
-            .status()
-            .unwrap();
-        assert!(
-            mount.success(),
-            "mount -o loop failed (the test needs root and loop devices)"
-        );
+        mount::ext4_image(&image, megabytes << 20, &[]).unwrap();
+        if let Err(error) = mount::mount_loop(&image, &mount_point) {
+            panic!("the test needs root and loop devices: {error}");
+        }
         Self { mount_point }
     }
 }
 
 impl Drop for SmallFilesystem {
     fn drop(&mut self) {
-        let _ = Command::new("umount")
-            .arg("-l")
-            .arg(&self.mount_point)
-            .status();
+        mount::unmount(&self.mount_point);
     }
 }
 

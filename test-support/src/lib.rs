@@ -2,7 +2,8 @@
 //! start the real `strom` binary on a free loopback port ([`Broker`],
 //! [`free_port`]), run its tools against it ([`strom`], [`strom_ok`], ...),
 //! run any program and poll any condition with a deadline ([`run`],
-//! [`poll_until`], [`wait_deadline`]).
+//! [`poll_until`], [`wait_deadline`]), mount a small filesystem of its
+//! own ([`mount`]).
 //!
 //! The `strom` binary is the one in the target directory of the test
 //! binary (`cargo test` builds it for the broker's tests; see
@@ -10,6 +11,7 @@
 //! polls it with a deadline.
 
 mod broker;
+pub mod mount;
 mod port;
 mod process;
 mod tool;

@@ -14,8 +14,8 @@ pub use admin::http_get;
 // Each test crate uses a part of these.
 #[allow(unused_imports)]
 pub use test_support::{
-    free_port, poll_until, run, strom, strom_at, strom_bin, strom_bytes, strom_fails, strom_ok,
-    wait_deadline, Broker, STARTED_LINE, START_DEADLINE, STOP_DEADLINE, TOOL_DEADLINE,
+    free_port, mount, poll_until, run, strom, strom_at, strom_bin, strom_bytes, strom_fails,
+    strom_ok, wait_deadline, Broker, STARTED_LINE, START_DEADLINE, STOP_DEADLINE, TOOL_DEADLINE,
 };
 
 use std::path::Path;
