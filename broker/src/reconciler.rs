@@ -185,23 +185,14 @@ fn repair_hint(error: &storage::StorageError) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
     use std::sync::Arc;
 
     use super::*;
-    use crate::metadata::testing::MemoryMetadataLog;
-    use crate::metadata::{
-        MetadataRecord, MetadataStore, MetadataWriter, PartitionState, TopicMeta,
-    };
+    use crate::metadata::testing::{topic_meta, MemoryMetadataLog};
+    use crate::metadata::{MetadataRecord, MetadataStore, MetadataWriter};
 
     fn topic(name: &str, cores: &[u32]) -> MetadataRecord {
-        MetadataRecord::TopicCreated(TopicMeta {
-            name: name.to_string(),
-            topic_id: 1,
-            partition_cores: cores.to_vec(),
-            configs: BTreeMap::new(),
-            partitions: cores.iter().map(|_| PartitionState::new(vec![0])).collect(),
-        })
+        MetadataRecord::TopicCreated(topic_meta(name, cores))
     }
 
     fn open_names(shard: &Shard) -> Vec<String> {

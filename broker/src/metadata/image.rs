@@ -225,18 +225,15 @@ pub fn place_partitions(counts: &mut [usize], count: usize) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metadata::testing::MemoryMetadataLog;
+    use crate::metadata::testing::{topic_meta, MemoryMetadataLog};
     use crate::metadata::MetadataLog;
 
     const NODE: i32 = 3;
 
     fn topic(name: &str, cores: &[u32], partitions: Vec<PartitionState>) -> MetadataRecord {
         MetadataRecord::TopicCreated(TopicMeta {
-            name: name.to_string(),
-            topic_id: 42,
-            partition_cores: cores.to_vec(),
-            configs: BTreeMap::new(),
             partitions,
+            ..topic_meta(name, cores)
         })
     }
 

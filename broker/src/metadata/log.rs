@@ -363,16 +363,13 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::metadata::testing::MemoryMetadataLog;
+    use crate::metadata::testing::{topic_meta, MemoryMetadataLog};
     use crate::metadata::{open, MetadataImage, PartitionState, TopicMeta};
 
     fn topic(name: &str, cores: &[u32]) -> MetadataRecord {
         MetadataRecord::TopicCreated(TopicMeta {
-            name: name.to_string(),
-            topic_id: 42,
-            partition_cores: cores.to_vec(),
             configs: BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]),
-            partitions: cores.iter().map(|_| PartitionState::new(vec![0])).collect(),
+            ..topic_meta(name, cores)
         })
     }
 

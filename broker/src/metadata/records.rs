@@ -292,14 +292,12 @@ fn take_configs(buf: &mut &[u8]) -> Result<BTreeMap<String, String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metadata::testing::topic_meta;
 
     fn topic(name: &str, cores: &[u32]) -> MetadataRecord {
         MetadataRecord::TopicCreated(TopicMeta {
-            name: name.to_string(),
-            topic_id: 42,
-            partition_cores: cores.to_vec(),
             configs: BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]),
-            partitions: cores.iter().map(|_| PartitionState::new(vec![0])).collect(),
+            ..topic_meta(name, cores)
         })
     }
 

@@ -1,6 +1,8 @@
 //! Test doubles for the metadata log.
 
-use super::{MetadataError, MetadataLog, MetadataRecord};
+use std::collections::BTreeMap;
+
+use super::{MetadataError, MetadataLog, MetadataRecord, PartitionState, TopicMeta};
 
 /// A metadata log in memory. Faults it injects: none by itself; a crash is
 /// modelled by [`MemoryMetadataLog::crash`], which drops what was appended
@@ -35,5 +37,17 @@ impl MetadataLog for MemoryMetadataLog {
     fn sync(&mut self) -> Result<(), MetadataError> {
         self.synced = self.records.len();
         Ok(())
+    }
+}
+
+/// A topic as the tests create it: id 42, no config overrides, each
+/// partition on the core `cores` names, its replica broker 0 (epochs 0).
+pub fn topic_meta(name: &str, cores: &[u32]) -> TopicMeta {
+    TopicMeta {
+        name: name.to_string(),
+        topic_id: 42,
+        partition_cores: cores.to_vec(),
+        configs: BTreeMap::new(),
+        partitions: cores.iter().map(|_| PartitionState::new(vec![0])).collect(),
     }
 }
