@@ -14,10 +14,15 @@
 //! So no vote or append acknowledgement can leave a node before the state it promises is on
 //! its store. Time is the caller's `tick()`; the network is the caller's `step(message)`.
 //!
+//! Stores: [`store::MemoryStore`] (in memory, for tests) and [`file_store::FileStore`] (an
+//! append-only entries file with length+CRC-32 frames, torn tail cut at open; hard state and
+//! snapshot replaced atomically). Both implement [`store::LogStore`] over `raft::Storage`.
+//!
 //! Architecture invariant: this crate does no I/O of its own except the file store, and knows
 //! nothing of glommio, sockets or Kafka requests; a whole quorum runs on one thread in
 //! `tests/quorum_simulation.rs` with seeded loss, delay, reordering, partitions and crashes.
 
+pub mod file_store;
 pub mod quorum;
 pub mod store;
 

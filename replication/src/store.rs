@@ -1,5 +1,6 @@
 //! Stores for the Raft log: what survives a crash. [`MemoryStore`] keeps it in memory (tests,
-//! where the "disk" is the store value that outlives a node); a durable file store follows.
+//! where the "disk" is the store value that outlives a node); [`crate::file_store::FileStore`]
+//! is the durable one.
 
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::storage::MemStorage;
