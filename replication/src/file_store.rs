@@ -284,11 +284,12 @@ mod tests {
     const VOTERS: [u64; 3] = [1, 2, 3];
 
     fn entry(index: u64, term: u64, data: &str) -> Entry {
-        let mut entry = Entry::default();
-        entry.index = index;
-        entry.term = term;
-        entry.data = data.as_bytes().to_vec().into();
-        entry
+        Entry {
+            index,
+            term,
+            data: data.as_bytes().to_vec().into(),
+            ..Default::default()
+        }
     }
 
     fn stored(store: &FileStore) -> Vec<(u64, u64, Vec<u8>)> {
@@ -321,10 +322,12 @@ mod tests {
             }
         );
         store.append(&[entry(1, 1, "a"), entry(2, 1, "b")]).unwrap();
-        let mut hard_state = HardState::default();
-        hard_state.term = 3;
-        hard_state.vote = 2;
-        hard_state.commit = 2;
+        let hard_state = HardState {
+            term: 3,
+            vote: 2,
+            commit: 2,
+            ..Default::default()
+        };
         store.set_hard_state(&hard_state).unwrap();
         drop(store);
 
@@ -415,8 +418,10 @@ mod tests {
     fn a_corrupt_hard_state_is_an_error_not_a_reset() {
         let dir = tempfile::tempdir().unwrap();
         let (mut store, _) = FileStore::open(dir.path(), &VOTERS).unwrap();
-        let mut hard_state = HardState::default();
-        hard_state.term = 7;
+        let hard_state = HardState {
+            term: 7,
+            ..Default::default()
+        };
         store.set_hard_state(&hard_state).unwrap();
         drop(store);
         let path = dir.path().join(HARD_STATE_FILE);
