@@ -1,0 +1,56 @@
+//! Replication: the controller quorum that replicates the metadata log (the KRaft design).
+//!
+//! Consensus is TiKV's `raft` crate (raft-rs), which is sans-I/O: it never reads a clock,
+//! a disk or a socket. [`quorum::Quorum`] wraps its `RawNode` for the metadata log and turns
+//! each round of work into three steps whose order the types enforce:
+//!
+//! 1. [`quorum::Quorum::ready`] hands out a [`quorum::Pending`]: the entries, hard state and
+//!    snapshot that must become durable.
+//! 2. [`quorum::Quorum::persist`] writes them through the [`store::LogStore`] and only then
+//!    returns a [`quorum::Persisted`] token, which nothing else can make.
+//! 3. [`quorum::Quorum::advance`] takes that token and gives the [`quorum::Actions`]: messages
+//!    to send (each with its destination node id) and committed entries to apply, in log order.
+//!
+//! So no vote or append acknowledgement can leave a node before the state it promises is on
+//! its store. Time is the caller's `tick()`; the network is the caller's `step(message)`.
+//!
+//! Stores: [`store::MemoryStore`] (in memory, for tests) and [`file_store::FileStore`] (an
+//! append-only entries file with length+CRC-32 frames, torn tail cut at open; hard state and
+//! snapshot replaced atomically). Both implement [`store::LogStore`] over `raft::Storage`.
+//!
+//! Architecture invariant: this crate does no I/O of its own except the file store, and knows
+//! nothing of glommio, sockets or Kafka requests; a whole quorum runs on one thread in
+//! `tests/quorum_simulation.rs` with seeded loss, delay, reordering, partitions and crashes.
+
+pub mod file_store;
+pub mod quorum;
+pub mod store;
+
+pub use raft::eraftpb::{Entry, HardState, Message, Snapshot};
+
+/// Errors of the replication crate.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The consensus library refused an operation (e.g. a proposal on a node that is not
+    /// the leader and knows no leader to forward to).
+    #[error("raft: {op}: {source}")]
+    Raft {
+        op: &'static str,
+        #[source]
+        source: raft::Error,
+    },
+    /// A store failed to make state durable; the node must stop (its promises are void).
+    #[error("store I/O: {op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A store file holds bytes that do not decode (outside a torn tail, which is cut).
+    #[error("store corrupt: {path}: {reason}")]
+    Corrupt {
+        path: std::path::PathBuf,
+        reason: String,
+    },
+}
