@@ -44,7 +44,12 @@ pub fn config_type(name: &str) -> i8 {
         "auto.create.topics.enable" | "delete.topic.enable" | "strom.metrics.partition.labels" => {
             types::BOOLEAN
         }
-        "cleanup.policy" | "log.cleanup.policy" => types::LIST,
+        "cleanup.policy"
+        | "log.cleanup.policy"
+        | "process.roles"
+        | "controller.quorum.voters"
+        | "controller.quorum.bootstrap.servers"
+        | "controller.listener.names" => types::LIST,
         "offsets.topic.replication.factor" => types::SHORT,
         "node.id"
         | "broker.id"

@@ -21,7 +21,16 @@ pub fn broker_value(config: &BrokerConfig, key: &str) -> Option<String> {
     Some(match key {
         "node.id" => config.node_id.to_string(),
         "listen" => config.listen.to_string(),
+        "listeners" => crate::kraft_config::render_named(&config.quorum.listeners),
         "advertise" => format!("{}:{}", config.advertise_host, config.advertise_port),
+        "advertised.listeners" => advertised_listeners(config),
+        "controller.listener.names" => config.quorum.controller_listener_names.join(","),
+        "process.roles" => config.quorum.roles.render(),
+        "controller.quorum.voters" => crate::kraft_config::render_voters(&config.quorum.voters),
+        "controller.quorum.bootstrap.servers" => {
+            crate::kraft_config::render_servers(&config.quorum.bootstrap_servers)
+        }
+        "broker.rack" => config.quorum.rack.clone().unwrap_or_default(),
         "admin.listen" => config
             .admin_listen
             .map_or_else(|| "off".to_string(), |a| a.to_string()),
@@ -59,6 +68,26 @@ pub fn broker_value(config: &BrokerConfig, key: &str) -> Option<String> {
     })
 }
 
+/// `advertised.listeners` as it applies: the client listener with the
+/// address clients are given, then the other advertised ones.
+fn advertised_listeners(config: &BrokerConfig) -> String {
+    let client = config.quorum.client_listener();
+    let mut list = vec![crate::kraft_config::NamedAddress {
+        name: client.name.clone(),
+        host: config.advertise_host.clone(),
+        port: config.advertise_port,
+    }];
+    list.extend(
+        config
+            .quorum
+            .advertised_listeners
+            .iter()
+            .filter(|a| a.name != client.name)
+            .cloned(),
+    );
+    crate::kraft_config::render_named(&list)
+}
+
 pub fn group_value(config: &BrokerConfig, key: &str) -> Option<String> {
     let groups = &config.groups;
     Some(match key {
@@ -78,6 +107,7 @@ fn source_of(config: &BrokerConfig, matches: impl Fn(&str) -> bool) -> String {
         None => "default".to_string(),
         Some(given) => match &given.source {
             Source::Flag => "flag".to_string(),
+            Source::Default => "default".to_string(),
             Source::File(path) => path.display().to_string(),
         },
     }

@@ -16,6 +16,7 @@ pub mod fatal;
 pub mod group;
 pub mod handlers;
 pub mod io_properties;
+pub mod kraft_config;
 pub mod limits;
 pub mod memory;
 pub mod metadata;

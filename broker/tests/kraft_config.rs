@@ -1,0 +1,185 @@
+//! Kafka's KRaft settings and `meta.properties`, through the real binary:
+//! bad quorum and listener settings stop `strom start` with a configuration
+//! error naming the key and the value; a three-voter configuration starts a
+//! node that logs and describes what it was given.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::{free_port, run, strom_bin, strom_ok, Broker};
+
+const RUN_DEADLINE: Duration = Duration::from_secs(30);
+/// `strom start`'s exit code for a configuration error.
+const EXIT_CONFIG: i32 = 2;
+const VOTERS: &str = "1@127.0.0.1:9093,2@127.0.0.1:19093,3@127.0.0.1:29093";
+
+/// Runs `strom start` on a fresh data dir with `settings` (`--set`) and
+/// expects it to fail with `code`; returns stderr and the data dir.
+fn start_fails(node_id: &str, settings: &[&str], code: i32) -> (String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = Command::new(strom_bin());
+    command
+        .args([
+            "start",
+            "--cores",
+            "1",
+            "--admin-listen",
+            "off",
+            "--node-id",
+            node_id,
+        ])
+        .arg("--data-dir")
+        .arg(dir.path().join("data"));
+    for setting in settings {
+        command.args(["--set", setting]);
+    }
+    let output = run(&mut command, None, RUN_DEADLINE);
+    let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+    assert_eq!(output.status.code(), Some(code), "{settings:?}: {stderr}");
+    (stderr, dir)
+}
+
+#[test]
+fn bad_kraft_settings_are_configuration_errors_naming_key_and_value() {
+    let port = free_port();
+    let client = format!("PLAINTEXT://127.0.0.1:{port}");
+    let both = format!("listeners={client},CONTROLLER://127.0.0.1:{}", free_port());
+    let cases: Vec<(&str, Vec<String>, Vec<&str>)> = vec![
+        (
+            "1",
+            vec!["process.roles=controller".into()],
+            vec!["process.roles", "\"controller\"", "not supported yet"],
+        ),
+        (
+            "1",
+            vec!["process.roles=broker,router".into()],
+            vec!["process.roles", "router"],
+        ),
+        (
+            "1",
+            vec!["controller.quorum.voters=1@127.0.0.1:9093,1@127.0.0.1:19093".into()],
+            vec![
+                "controller.quorum.voters",
+                "1@127.0.0.1:19093",
+                "given twice",
+            ],
+        ),
+        (
+            "1",
+            vec!["controller.quorum.voters=1@127.0.0.1:9093,two@127.0.0.1:19093".into()],
+            vec!["controller.quorum.voters", "two@127.0.0.1:19093"],
+        ),
+        (
+            "1",
+            vec!["controller.quorum.voters=1@127.0.0.1:9093,127.0.0.1:19093".into()],
+            vec![
+                "controller.quorum.voters",
+                "\"127.0.0.1:19093\"",
+                "ID@HOST:PORT",
+            ],
+        ),
+        (
+            "4",
+            vec![format!("controller.quorum.voters={VOTERS}"), both.clone()],
+            vec!["controller.quorum.voters", VOTERS, "node.id 4"],
+        ),
+        (
+            "1",
+            vec![
+                format!("controller.quorum.voters={VOTERS}"),
+                format!("listeners={client}"),
+            ],
+            vec!["listeners", &client, "no controller listener"],
+        ),
+        (
+            "1",
+            vec![format!("listeners={client},CONTROLLER://127.0.0.1:{port}")],
+            vec!["listeners", "both on 127.0.0.1"],
+        ),
+        (
+            "1",
+            vec![
+                both.clone(),
+                "advertised.listeners=INTERNAL://127.0.0.1:1".into(),
+            ],
+            vec!["advertised.listeners", "INTERNAL"],
+        ),
+        (
+            "1",
+            vec!["process.roles=broker".into()],
+            vec!["process.roles", "controller.quorum.voters"],
+        ),
+        (
+            "1",
+            vec!["controller.quorum.bootstrap.servers=127.0.0.1".into()],
+            vec!["controller.quorum.bootstrap.servers", "127.0.0.1"],
+        ),
+    ];
+    for (node_id, settings, wanted) in &cases {
+        let settings: Vec<&str> = settings.iter().map(String::as_str).collect();
+        let (stderr, dir) = start_fails(node_id, &settings, EXIT_CONFIG);
+        assert!(
+            stderr.contains("configuration error"),
+            "{settings:?}: {stderr}"
+        );
+        for text in wanted {
+            assert!(
+                stderr.contains(text),
+                "{settings:?}: {text:?} not in {stderr}"
+            );
+        }
+        assert!(
+            !dir.path().join("data").exists(),
+            "{settings:?}: a refused start created the data dir"
+        );
+    }
+}
+
+#[test]
+fn a_voter_of_three_starts_and_reports_its_kraft_settings() {
+    // The file names the listeners; `--listen` (the harness's) then moves
+    // the client listener to the port the test connects to.
+    let dir = tempfile::tempdir().unwrap();
+    let controller_port = free_port();
+    let file = dir.path().join("strom.toml");
+    let controller = format!("CONTROLLER://127.0.0.1:{controller_port}");
+    std::fs::write(
+        &file,
+        format!(
+            "\"node.id\" = 2\n\"process.roles\" = \"broker,controller\"\n\
+             \"controller.quorum.voters\" = \"{VOTERS}\"\n\
+             listeners = \"PLAINTEXT://127.0.0.1:1,{controller}\"\n\
+             \"controller.listener.names\" = \"CONTROLLER\"\n\"broker.rack\" = \"rack-b\"\n"
+        ),
+    )
+    .unwrap();
+    let broker = Broker::start(&["--config", file.to_str().unwrap()]);
+    let client = format!("PLAINTEXT://127.0.0.1:{}", broker.port);
+    let log = broker.log();
+    for wanted in [
+        format!("controller.quorum.voters={VOTERS} ("),
+        format!("listeners={client},{controller} ("),
+        "process.roles=broker,controller (".to_string(),
+        "broker.rack=rack-b (".to_string(),
+        format!("advertised.listeners={client} (default)"),
+    ] {
+        assert!(
+            log.contains(&wanted),
+            "{wanted:?} not in the effective configuration:\n{log}"
+        );
+    }
+    let described = strom_ok(&broker, &["config", "describe", "--broker", "2"]);
+    for wanted in [
+        format!("  controller.quorum.voters={VOTERS}\tsource=STATIC_BROKER_CONFIG"),
+        "  broker.rack=rack-b\tsource=STATIC_BROKER_CONFIG".to_string(),
+        "  controller.listener.names=CONTROLLER\tsource=STATIC_BROKER_CONFIG".to_string(),
+        "  process.roles=broker,controller\tsource=STATIC_BROKER_CONFIG".to_string(),
+    ] {
+        assert!(
+            described.lines().any(|l| l == wanted),
+            "{wanted:?} in:\n{described}"
+        );
+    }
+}
