@@ -32,7 +32,7 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         keys: &["node.id", "broker.id"],
         flag: Some("--node-id"),
         default: Default::Value("0"),
-        meaning: "This broker's id.",
+        meaning: "This broker's id; recorded in the data dir's `meta.properties`, which refuses a start under another id.",
     },
     Setting {
         keys: &["listen"],

@@ -19,6 +19,7 @@ pub mod io_properties;
 pub mod kraft_config;
 pub mod limits;
 pub mod memory;
+pub mod meta_properties;
 pub mod metadata;
 pub mod metrics;
 pub mod partition;
