@@ -113,6 +113,16 @@ fn source_of(config: &BrokerConfig, matches: impl Fn(&str) -> bool) -> String {
     }
 }
 
+/// Whether setting `given` changes the value of `key` too: `--listen`
+/// moves the client listener of `listeners`, `--advertise` its advertised
+/// address.
+pub fn shares_a_value(key: &str, given: &str) -> bool {
+    matches!(
+        (key, given),
+        ("listeners", "listen") | ("advertised.listeners", "advertise" | "listen" | "listeners")
+    )
+}
+
 /// Every setting: the broker's, the topic defaults (by their broker key),
 /// the group settings.
 pub fn settings(config: &BrokerConfig) -> Vec<Effective> {
@@ -122,7 +132,9 @@ pub fn settings(config: &BrokerConfig) -> Vec<Effective> {
         out.push(Effective {
             key,
             value: broker_value(config, key).unwrap_or_else(|| "?".to_string()),
-            source: source_of(config, |given| setting.keys.contains(&given)),
+            source: source_of(config, |given| {
+                setting.keys.contains(&given) || shares_a_value(key, given)
+            }),
         });
     }
     for setting in TOPIC_SETTINGS {
@@ -174,6 +186,7 @@ mod tests {
         let mut flags = flags_with(&[("log.format", "json"), ("group.max.size", "7")]);
         flags.config_file = Some(path.clone());
         flags.cores = Some("3".to_string());
+        flags.listen = Some("127.0.0.1:19555".to_string());
         let config = config::load(&flags).unwrap();
         let settings = settings(&config);
         let find = |key: &str| settings.iter().find(|e| e.key == key).unwrap().clone();
@@ -195,6 +208,14 @@ mod tests {
         check("cores", "3", "flag");
         check("group.max.size", "7", "flag");
         check("delete.topic.enable", "true", "default");
+        // `--listen` moves the client listener: both report the flag.
+        check("listeners", "PLAINTEXT://127.0.0.1:19555", "flag");
+        check(
+            "advertised.listeners",
+            "PLAINTEXT://127.0.0.1:19555",
+            "flag",
+        );
+        check("controller.quorum.voters", "", "default");
         check("log.segment.bytes", "1073741824", "default");
         let keys: Vec<&str> = settings.iter().map(|e| e.key).collect();
         let mut unique = keys.clone();

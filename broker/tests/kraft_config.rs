@@ -168,7 +168,7 @@ fn a_voter_of_three_starts_and_reports_its_kraft_settings() {
         format!("listeners={client},{controller} ("),
         "process.roles=broker,controller (".to_string(),
         "broker.rack=rack-b (".to_string(),
-        format!("advertised.listeners={client} (default)"),
+        format!("advertised.listeners={client} (flag)"),
     ] {
         assert!(
             log.contains(&wanted),
