@@ -86,7 +86,7 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         keys: &["broker.rack"],
         flag: None,
         default: Default::Described("none"),
-        meaning: "The rack of this broker (Kafka's rack-aware placement). Kept and reported; a single node places nothing by rack.",
+        meaning: "The rack of this broker (Kafka's rack-aware placement). Given to clients in Metadata and DescribeCluster; a single node places nothing by rack.",
     },
     Setting {
         keys: &["admin.listen"],

@@ -175,6 +175,24 @@ fn a_voter_of_three_starts_and_reports_its_kraft_settings() {
             "{wanted:?} not in the effective configuration:\n{log}"
         );
     }
+    let mut stream = raw::connect(&broker);
+    let metadata: MetadataResponse = raw::call(
+        &mut stream,
+        ApiKey::Metadata,
+        12,
+        1,
+        "kraft-config-test",
+        &MetadataRequest::default(),
+    );
+    let brokers: Vec<_> = metadata
+        .brokers
+        .iter()
+        .map(|b| (b.node_id.0, b.port, b.rack.as_ref().map(|r| r.to_string())))
+        .collect();
+    assert_eq!(
+        brokers,
+        vec![(2, i32::from(broker.port), Some("rack-b".to_string()))]
+    );
     let described = strom_ok(&broker, &["config", "describe", "--broker", "2"]);
     for wanted in [
         format!("  controller.quorum.voters={VOTERS}\tsource=STATIC_BROKER_CONFIG"),
