@@ -6,6 +6,7 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 
+use crate::kraft_config::{self, ListenerList, NamedAddress, ProcessRoles, Quorum};
 use crate::limits::FRAME_OVERHEAD_BYTES;
 use crate::topic_config::{topic_key_for_broker_key, TopicDefaults};
 
@@ -14,6 +15,8 @@ use crate::topic_config::{topic_key_for_broker_key, TopicDefaults};
 pub enum Source {
     File(PathBuf),
     Flag,
+    /// A check of settings left at their defaults.
+    Default,
 }
 
 impl std::fmt::Display for Source {
@@ -21,6 +24,7 @@ impl std::fmt::Display for Source {
         match self {
             Source::File(path) => write!(f, "in {}", path.display()),
             Source::Flag => write!(f, "on the command line"),
+            Source::Default => write!(f, "by default"),
         }
     }
 }
@@ -150,6 +154,9 @@ pub struct BrokerConfig {
     /// Per-partition series (a `partition` label) on `/metrics`
     /// (`strom.metrics.partition.labels`); per topic otherwise.
     pub metrics_partition_labels: bool,
+    /// The KRaft settings: roles, voters, named listeners, rack. A single
+    /// node without voters only checks them.
+    pub quorum: Quorum,
     /// Every setting given, in the order applied (later ones win): for the
     /// effective configuration logged at start.
     pub given: Vec<GivenSetting>,
@@ -197,6 +204,16 @@ struct Builder {
     groups: crate::group::GroupConfig,
     log_format: LogFormat,
     metrics_partition_labels: bool,
+    roles: ProcessRoles,
+    voters: Vec<kraft_config::Voter>,
+    bootstrap_servers: Vec<(String, u16)>,
+    /// `listeners` as named; a bare `HOST:PORT` given later replaces the
+    /// client listener's address (`client_listen`).
+    listeners: Vec<NamedAddress>,
+    client_listen: Option<(String, u16)>,
+    controller_listener_names: Vec<String>,
+    advertised_listeners: Vec<NamedAddress>,
+    rack: Option<String>,
     given: Vec<GivenSetting>,
 }
 
@@ -308,6 +325,21 @@ impl Builder {
             groups: crate::group::GroupConfig::default(),
             log_format: LogFormat::Text,
             metrics_partition_labels: false,
+            roles: ProcessRoles::parse(kraft_config::PROCESS_ROLES_DEFAULT)
+                .expect("default roles parse"),
+            voters: Vec::new(),
+            bootstrap_servers: Vec::new(),
+            listeners: vec![NamedAddress {
+                name: kraft_config::CLIENT_LISTENER_NAME_DEFAULT.to_string(),
+                host: "127.0.0.1".to_string(),
+                port: 9092,
+            }],
+            client_listen: None,
+            controller_listener_names: vec![
+                kraft_config::CONTROLLER_LISTENER_NAMES_DEFAULT.to_string()
+            ],
+            advertised_listeners: Vec::new(),
+            rack: None,
             given: Vec::new(),
         }
     }
@@ -334,14 +366,47 @@ impl Builder {
                     return Err(invalid(key, value, source, "must be 0 or more"));
                 }
             }
-            "listen" | "listeners" => {
+            "listen" => {
                 let (host, port) = parse_host_port(key, value, source)?;
-                let resolved = (host.as_str(), port)
-                    .to_socket_addrs()
-                    .map_err(|e| invalid(key, value, source, e.to_string()))?
-                    .next()
-                    .ok_or_else(|| invalid(key, value, source, "resolves to no address"))?;
-                self.listen = resolved;
+                self.listen = resolve(key, value, source, &host, port)?;
+                self.client_listen = Some((host, port));
+            }
+            "listeners" => {
+                match kraft_config::parse_listeners(value)
+                    .map_err(|reason| invalid(key, value, source, reason))?
+                {
+                    ListenerList::Client(host, port) => {
+                        self.listen = resolve(key, value, source, &host, port)?;
+                        self.client_listen = Some((host, port));
+                    }
+                    ListenerList::Named(named) => {
+                        for listener in &named {
+                            resolve(key, value, source, &listener.host, listener.port)?;
+                        }
+                        self.listeners = named;
+                        self.client_listen = None;
+                    }
+                }
+            }
+            "controller.listener.names" => {
+                self.controller_listener_names = kraft_config::parse_listener_names(value)
+                    .map_err(|reason| invalid(key, value, source, reason))?;
+            }
+            "process.roles" => {
+                self.roles = ProcessRoles::parse(value)
+                    .map_err(|reason| invalid(key, value, source, reason))?;
+            }
+            "controller.quorum.voters" => {
+                self.voters = kraft_config::parse_voters(value)
+                    .map_err(|reason| invalid(key, value, source, reason))?;
+            }
+            "controller.quorum.bootstrap.servers" => {
+                self.bootstrap_servers = kraft_config::parse_bootstrap_servers(value)
+                    .map_err(|reason| invalid(key, value, source, reason))?;
+            }
+            "broker.rack" => {
+                let rack = value.trim();
+                self.rack = (!rack.is_empty()).then(|| rack.to_string());
             }
             "admin.listen" => {
                 self.admin_listen_required = true;
@@ -349,12 +414,7 @@ impl Builder {
                     None
                 } else {
                     let (host, port) = parse_host_port(key, value, source)?;
-                    let resolved = (host.as_str(), port)
-                        .to_socket_addrs()
-                        .map_err(|e| invalid(key, value, source, e.to_string()))?
-                        .next()
-                        .ok_or_else(|| invalid(key, value, source, "resolves to no address"))?;
-                    Some(resolved)
+                    Some(resolve(key, value, source, &host, port)?)
                 };
             }
             crate::io_properties::PATH_KEY => {
@@ -363,8 +423,19 @@ impl Builder {
                 }
                 self.io_properties_path = Some(PathBuf::from(value.trim()));
             }
-            "advertise" | "advertised.listeners" => {
+            "advertise" => {
                 self.advertise = Some(parse_host_port(key, value, source)?);
+            }
+            "advertised.listeners" => {
+                match kraft_config::parse_listeners(value)
+                    .map_err(|reason| invalid(key, value, source, reason))?
+                {
+                    ListenerList::Client(host, port) => self.advertise = Some((host, port)),
+                    ListenerList::Named(named) => {
+                        self.advertised_listeners = named;
+                        self.advertise = None;
+                    }
+                }
             }
             "data.dir" | "log.dir" | "log.dirs" => {
                 if value.contains(',') {
@@ -575,7 +646,22 @@ impl Builder {
                 .set("segment.ms", &ms.to_string())
                 .map_err(|reason| invalid("log.roll.ms", &ms.to_string(), &source, reason))?;
         }
-        let (advertise_host, advertise_port) = match self.advertise {
+        let quorum = self.quorum()?;
+        let client = quorum.client_listener().clone();
+        let client_value = client.render();
+        self.listen = resolve(
+            "listeners",
+            &client_value,
+            &self.origin_of(&["listeners", "listen"]),
+            &client.host,
+            client.port,
+        )?;
+        let named_advertise = quorum
+            .advertised_listeners
+            .iter()
+            .find(|a| a.name == client.name)
+            .map(|a| (a.host.clone(), a.port));
+        let (advertise_host, advertise_port) = match self.advertise.or(named_advertise) {
             Some(address) => address,
             None => {
                 let ip = self.listen.ip();
@@ -619,9 +705,82 @@ impl Builder {
             groups: self.groups,
             log_format: self.log_format,
             metrics_partition_labels: self.metrics_partition_labels,
+            quorum,
             given: self.given,
         })
     }
+
+    /// Where the last of `keys` was given, for errors of checks that
+    /// involve several settings.
+    fn origin_of(&self, keys: &[&str]) -> Source {
+        self.given
+            .iter()
+            .rev()
+            .find(|g| keys.contains(&g.key.as_str()))
+            .map_or(Source::Default, |g| g.source.clone())
+    }
+
+    /// The KRaft settings together, checked: a bare client address given
+    /// after named listeners replaces the client listener's.
+    fn quorum(&self) -> Result<Quorum, ConfigError> {
+        let mut quorum = Quorum {
+            roles: self.roles,
+            voters: self.voters.clone(),
+            bootstrap_servers: self.bootstrap_servers.clone(),
+            listeners: self.listeners.clone(),
+            controller_listener_names: self.controller_listener_names.clone(),
+            advertised_listeners: self.advertised_listeners.clone(),
+            rack: self.rack.clone(),
+        };
+        if let Some((host, port)) = &self.client_listen {
+            let client = quorum
+                .listeners
+                .iter()
+                .position(|l| !quorum.is_controller_listener(&l.name));
+            let address = NamedAddress {
+                name: kraft_config::CLIENT_LISTENER_NAME_DEFAULT.to_string(),
+                host: host.clone(),
+                port: *port,
+            };
+            match client {
+                Some(i) => {
+                    quorum.listeners[i].host = host.clone();
+                    quorum.listeners[i].port = *port;
+                }
+                None => quorum.listeners.insert(0, address),
+            }
+        }
+        quorum.check(self.node_id).map_err(|error| {
+            let value = match error.key {
+                "listeners" => kraft_config::render_named(&quorum.listeners),
+                "advertised.listeners" => kraft_config::render_named(&quorum.advertised_listeners),
+                "controller.quorum.voters" => kraft_config::render_voters(&quorum.voters),
+                "process.roles" => quorum.roles.render(),
+                _ => String::new(),
+            };
+            let keys: &[&str] = match error.key {
+                "listeners" => &["listeners", "listen", "controller.listener.names"],
+                other => &[other][..],
+            };
+            invalid(error.key, &value, &self.origin_of(keys), error.reason)
+        })?;
+        Ok(quorum)
+    }
+}
+
+/// The first address `host:port` resolves to; errors name `key`.
+fn resolve(
+    key: &str,
+    value: &str,
+    source: &Source,
+    host: &str,
+    port: u16,
+) -> Result<SocketAddr, ConfigError> {
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| invalid(key, value, source, e.to_string()))?
+        .next()
+        .ok_or_else(|| invalid(key, value, source, "resolves to no address"))
 }
 
 /// Flattens a TOML table into dotted keys: `log.retention.hours = 1`,

@@ -44,7 +44,12 @@ pub fn config_type(name: &str) -> i8 {
         "auto.create.topics.enable" | "delete.topic.enable" | "strom.metrics.partition.labels" => {
             types::BOOLEAN
         }
-        "cleanup.policy" | "log.cleanup.policy" => types::LIST,
+        "cleanup.policy"
+        | "log.cleanup.policy"
+        | "process.roles"
+        | "controller.quorum.voters"
+        | "controller.quorum.bootstrap.servers"
+        | "controller.listener.names" => types::LIST,
         "offsets.topic.replication.factor" => types::SHORT,
         "node.id"
         | "broker.id"
@@ -374,10 +379,15 @@ pub fn describe_broker_key(config: &BrokerConfig, image: &MetadataImage, key: &s
         .iter()
         .find(|s| s.keys.contains(&key))
         .map_or_else(|| vec![key], |s| s.keys.to_vec());
-    let static_given =
-        config.given.iter().rev().find(|g| {
-            g.key == key || (time_unit(key).is_none() && aliases.contains(&g.key.as_str()))
-        });
+    let static_given = config.given.iter().rev().find(|g| {
+        g.key == key
+            || (time_unit(key).is_none() && aliases.contains(&g.key.as_str()))
+            || crate::effective_config::shares_a_value(key, &g.key)
+    });
+    // Given under a key that only moves part of it (`--listen` for
+    // `listeners`): the value is the one the broker runs with.
+    let given_in_part =
+        static_given.is_some_and(|g| crate::effective_config::shares_a_value(key, &g.key));
     if let Some(given) = static_given {
         synonyms.push((
             key.to_string(),
@@ -393,7 +403,7 @@ pub fn describe_broker_key(config: &BrokerConfig, image: &MetadataImage, key: &s
     // whichever unit set them.
     let (_, given, source) = synonyms[0].clone();
     let value = match source {
-        _ if names.len() > 1 => running_value(config, &defaults, key),
+        _ if names.len() > 1 || given_in_part => running_value(config, &defaults, key),
         sources::DEFAULT => running_value(config, &defaults, key),
         _ => given,
     };
@@ -741,6 +751,19 @@ mod tests {
         assert!(validate_broker("log.retention.check.interval.ms", "0").is_err());
         assert!(is_dynamic("log.flush.interval.messages"));
         assert!(!is_dynamic("advertised.listeners"));
+    }
+
+    #[test]
+    fn listen_flag_is_reported_as_the_static_listeners() {
+        let image = MetadataImage::default();
+        let mut flags = crate::config::flags_with(&[]);
+        flags.listen = Some("127.0.0.1:19556".to_string());
+        let listening = crate::config::load(&flags).unwrap();
+        let listeners = describe_broker_key(&listening, &image, "listeners");
+        assert_eq!(
+            (listeners.value.as_deref(), listeners.source),
+            (Some("PLAINTEXT://127.0.0.1:19556"), sources::STATIC_BROKER)
+        );
         assert!(!is_dynamic("node.id"));
     }
 

@@ -21,7 +21,16 @@ pub fn broker_value(config: &BrokerConfig, key: &str) -> Option<String> {
     Some(match key {
         "node.id" => config.node_id.to_string(),
         "listen" => config.listen.to_string(),
+        "listeners" => crate::kraft_config::render_named(&config.quorum.listeners),
         "advertise" => format!("{}:{}", config.advertise_host, config.advertise_port),
+        "advertised.listeners" => advertised_listeners(config),
+        "controller.listener.names" => config.quorum.controller_listener_names.join(","),
+        "process.roles" => config.quorum.roles.render(),
+        "controller.quorum.voters" => crate::kraft_config::render_voters(&config.quorum.voters),
+        "controller.quorum.bootstrap.servers" => {
+            crate::kraft_config::render_servers(&config.quorum.bootstrap_servers)
+        }
+        "broker.rack" => config.quorum.rack.clone().unwrap_or_default(),
         "admin.listen" => config
             .admin_listen
             .map_or_else(|| "off".to_string(), |a| a.to_string()),
@@ -59,6 +68,26 @@ pub fn broker_value(config: &BrokerConfig, key: &str) -> Option<String> {
     })
 }
 
+/// `advertised.listeners` as it applies: the client listener with the
+/// address clients are given, then the other advertised ones.
+fn advertised_listeners(config: &BrokerConfig) -> String {
+    let client = config.quorum.client_listener();
+    let mut list = vec![crate::kraft_config::NamedAddress {
+        name: client.name.clone(),
+        host: config.advertise_host.clone(),
+        port: config.advertise_port,
+    }];
+    list.extend(
+        config
+            .quorum
+            .advertised_listeners
+            .iter()
+            .filter(|a| a.name != client.name)
+            .cloned(),
+    );
+    crate::kraft_config::render_named(&list)
+}
+
 pub fn group_value(config: &BrokerConfig, key: &str) -> Option<String> {
     let groups = &config.groups;
     Some(match key {
@@ -78,9 +107,20 @@ fn source_of(config: &BrokerConfig, matches: impl Fn(&str) -> bool) -> String {
         None => "default".to_string(),
         Some(given) => match &given.source {
             Source::Flag => "flag".to_string(),
+            Source::Default => "default".to_string(),
             Source::File(path) => path.display().to_string(),
         },
     }
+}
+
+/// Whether setting `given` changes the value of `key` too: `--listen`
+/// moves the client listener of `listeners`, `--advertise` its advertised
+/// address.
+pub fn shares_a_value(key: &str, given: &str) -> bool {
+    matches!(
+        (key, given),
+        ("listeners", "listen") | ("advertised.listeners", "advertise" | "listen" | "listeners")
+    )
 }
 
 /// Every setting: the broker's, the topic defaults (by their broker key),
@@ -92,7 +132,9 @@ pub fn settings(config: &BrokerConfig) -> Vec<Effective> {
         out.push(Effective {
             key,
             value: broker_value(config, key).unwrap_or_else(|| "?".to_string()),
-            source: source_of(config, |given| setting.keys.contains(&given)),
+            source: source_of(config, |given| {
+                setting.keys.contains(&given) || shares_a_value(key, given)
+            }),
         });
     }
     for setting in TOPIC_SETTINGS {
@@ -144,6 +186,7 @@ mod tests {
         let mut flags = flags_with(&[("log.format", "json"), ("group.max.size", "7")]);
         flags.config_file = Some(path.clone());
         flags.cores = Some("3".to_string());
+        flags.listen = Some("127.0.0.1:19555".to_string());
         let config = config::load(&flags).unwrap();
         let settings = settings(&config);
         let find = |key: &str| settings.iter().find(|e| e.key == key).unwrap().clone();
@@ -165,6 +208,14 @@ mod tests {
         check("cores", "3", "flag");
         check("group.max.size", "7", "flag");
         check("delete.topic.enable", "true", "default");
+        // `--listen` moves the client listener: both report the flag.
+        check("listeners", "PLAINTEXT://127.0.0.1:19555", "flag");
+        check(
+            "advertised.listeners",
+            "PLAINTEXT://127.0.0.1:19555",
+            "flag",
+        );
+        check("controller.quorum.voters", "", "default");
         check("log.segment.bytes", "1073741824", "default");
         let keys: Vec<&str> = settings.iter().map(|e| e.key).collect();
         let mut unique = keys.clone();

@@ -276,8 +276,15 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         crate::effective_config::render(&config)
     );
     crate::io_properties::log_use(&config);
+    let stored_meta = crate::meta_properties::check_node(&config.data_dir, config.node_id)?;
     let (log, image) = crate::metadata::open(&config.data_dir, config.node_id)
         .context("cannot open the metadata log")?;
+    crate::meta_properties::check_cluster_or_write(
+        &config.data_dir,
+        stored_meta.as_ref(),
+        config.node_id,
+        &image.cluster_id,
+    )?;
     let topics = image.topics.len();
     report_unnamed_partition_dirs(&config.data_dir, &image);
     let config = Arc::new(config);

@@ -59,5 +59,6 @@ pub fn handle(
         .with_brokers(vec![DescribeClusterBroker::default()
             .with_broker_id(BrokerId(config.node_id))
             .with_host(StrBytes::from_string(config.advertise_host.clone()))
-            .with_port(i32::from(config.advertise_port))])
+            .with_port(i32::from(config.advertise_port))
+            .with_rack(config.quorum.rack.clone().map(StrBytes::from_string))])
 }

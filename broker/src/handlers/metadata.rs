@@ -182,7 +182,8 @@ fn cluster(shard: &Shard, cluster_id: &str) -> MetadataResponse {
         .with_brokers(vec![MetadataResponseBroker::default()
             .with_node_id(BrokerId(config.node_id))
             .with_host(StrBytes::from_string(config.advertise_host.clone()))
-            .with_port(i32::from(config.advertise_port))])
+            .with_port(i32::from(config.advertise_port))
+            .with_rack(config.quorum.rack.clone().map(StrBytes::from_string))])
         .with_cluster_id(Some(StrBytes::from_string(cluster_id.to_string())))
         .with_controller_id(BrokerId(config.node_id))
 }
