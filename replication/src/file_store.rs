@@ -19,7 +19,6 @@ use std::path::{Path, PathBuf};
 
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::storage::MemStorage;
-use raft::{GetEntriesContext, RaftState, Storage};
 
 use crate::store::LogStore;
 use crate::Error;
@@ -250,36 +249,12 @@ impl LogStore for FileStore {
     }
 }
 
-impl Storage for FileStore {
-    fn initial_state(&self) -> raft::Result<RaftState> {
-        self.cache.initial_state()
-    }
-    fn entries(
-        &self,
-        low: u64,
-        high: u64,
-        max_size: impl Into<Option<u64>>,
-        context: GetEntriesContext,
-    ) -> raft::Result<Vec<Entry>> {
-        self.cache.entries(low, high, max_size, context)
-    }
-    fn term(&self, index: u64) -> raft::Result<u64> {
-        self.cache.term(index)
-    }
-    fn first_index(&self) -> raft::Result<u64> {
-        self.cache.first_index()
-    }
-    fn last_index(&self) -> raft::Result<u64> {
-        self.cache.last_index()
-    }
-    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
-        self.cache.snapshot(request_index, to)
-    }
-}
+crate::store::storage_reads_from!(FileStore, cache);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use raft::{GetEntriesContext, Storage};
 
     const VOTERS: [u64; 3] = [1, 2, 3];
 

@@ -4,7 +4,7 @@
 
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::storage::MemStorage;
-use raft::{GetEntriesContext, RaftState, Storage};
+use raft::Storage;
 
 use crate::Error;
 
@@ -67,29 +67,43 @@ impl LogStore for MemoryStore {
     }
 }
 
-impl Storage for MemoryStore {
-    fn initial_state(&self) -> raft::Result<RaftState> {
-        self.inner.initial_state()
-    }
-    fn entries(
-        &self,
-        low: u64,
-        high: u64,
-        max_size: impl Into<Option<u64>>,
-        context: GetEntriesContext,
-    ) -> raft::Result<Vec<Entry>> {
-        self.inner.entries(low, high, max_size, context)
-    }
-    fn term(&self, index: u64) -> raft::Result<u64> {
-        self.inner.term(index)
-    }
-    fn first_index(&self) -> raft::Result<u64> {
-        self.inner.first_index()
-    }
-    fn last_index(&self) -> raft::Result<u64> {
-        self.inner.last_index()
-    }
-    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
-        self.inner.snapshot(request_index, to)
-    }
+/// Implements `raft::Storage` for `$store` by asking its in-memory copy,
+/// the `MemStorage` in field `$field`: every store answers reads from
+/// memory and differs only in what it writes.
+macro_rules! storage_reads_from {
+    ($store:ty, $field:ident) => {
+        impl raft::Storage for $store {
+            fn initial_state(&self) -> raft::Result<raft::RaftState> {
+                self.$field.initial_state()
+            }
+            fn entries(
+                &self,
+                low: u64,
+                high: u64,
+                max_size: impl Into<Option<u64>>,
+                context: raft::GetEntriesContext,
+            ) -> raft::Result<Vec<raft::eraftpb::Entry>> {
+                self.$field.entries(low, high, max_size, context)
+            }
+            fn term(&self, index: u64) -> raft::Result<u64> {
+                self.$field.term(index)
+            }
+            fn first_index(&self) -> raft::Result<u64> {
+                self.$field.first_index()
+            }
+            fn last_index(&self) -> raft::Result<u64> {
+                self.$field.last_index()
+            }
+            fn snapshot(
+                &self,
+                request_index: u64,
+                to: u64,
+            ) -> raft::Result<raft::eraftpb::Snapshot> {
+                self.$field.snapshot(request_index, to)
+            }
+        }
+    };
 }
+pub(crate) use storage_reads_from;
+
+storage_reads_from!(MemoryStore, inner);
