@@ -370,8 +370,10 @@ fn a_stopped_broker_counts_and_logs_one_stall_per_core() {
         // SAFETY: kill with a pid of our own child process.
         assert_eq!(unsafe { libc::kill(broker.pid() as i32, signal) }, 0);
     };
+    // The fault itself: the broker stays stopped for twice the gap that
+    // counts as a stall (nothing to poll: a stopped process shows nothing).
     signal(libc::SIGSTOP);
-    std::thread::sleep(Duration::from_millis(1_000));
+    std::thread::sleep(2 * protocol::watchdog::STALL_WARNING);
     signal(libc::SIGCONT);
     // Each core's watchdog runs within its period of the continue. (A
     // loaded machine may starve a core past 500 ms at other times too:

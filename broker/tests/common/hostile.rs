@@ -77,7 +77,8 @@ fn status_bytes(pid: u32, field: &str) -> Option<u64> {
 /// kills the broker at once (so a broken bound fails the test instead of
 /// exhausting the machine) and remembers that it did.
 pub struct RssWatch {
-    stop: Arc<AtomicBool>,
+    /// Dropped by [`RssWatch::finish`]: the sampler's wait ends at once.
+    stop: Option<std::sync::mpsc::Sender<()>>,
     peak: Arc<AtomicU64>,
     killed: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -85,15 +86,15 @@ pub struct RssWatch {
 
 impl RssWatch {
     pub fn start(pid: u32, kill_above: u64) -> RssWatch {
-        let stop = Arc::new(AtomicBool::new(false));
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
         let peak = Arc::new(AtomicU64::new(0));
         let killed = Arc::new(AtomicBool::new(false));
         let thread = std::thread::spawn({
-            let (stop, peak, killed) = (stop.clone(), peak.clone(), killed.clone());
+            let (peak, killed) = (peak.clone(), killed.clone());
             move || {
-                // Bounded by the attack's length; the stop flag ends it sooner.
+                // Bounded by the attack's length; the stop ends it sooner.
                 let deadline = Instant::now() + Duration::from_secs(600);
-                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                while Instant::now() < deadline {
                     let Some(rss) = rss_bytes(pid) else { return };
                     peak.fetch_max(rss, Ordering::Relaxed);
                     if rss > kill_above {
@@ -101,12 +102,17 @@ impl RssWatch {
                         unsafe { libc::kill(pid as i32, libc::SIGKILL) };
                         return;
                     }
-                    std::thread::sleep(Duration::from_millis(20));
+                    // The sampling period, cut short by the stop (the sender
+                    // dropped): the wait is on the stop, bounded by 20 ms.
+                    match stopped.recv_timeout(Duration::from_millis(20)) {
+                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                        _ => return,
+                    }
                 }
             }
         });
         RssWatch {
-            stop,
+            stop: Some(stop),
             peak,
             killed,
             thread: Some(thread),
@@ -115,7 +121,7 @@ impl RssWatch {
 
     /// The peak seen, and whether the watch had to kill the broker.
     pub fn finish(mut self) -> (u64, bool) {
-        self.stop.store(true, Ordering::Relaxed);
+        drop(self.stop.take());
         self.thread.take().unwrap().join().unwrap();
         (
             self.peak.load(Ordering::Relaxed),
@@ -249,6 +255,8 @@ pub fn well_behaved(broker: &Broker, topic: &str, secs: u64) -> (Duration, usize
         let records = partition.records.clone().expect("records");
         assert_stored_as_sent(&records[..batch.len().min(records.len())], &batch, offset);
         rounds += 1;
+        // The client's pace (a round every 100 ms), not a wait for a
+        // condition: it keeps asking through the whole attack.
         std::thread::sleep(Duration::from_millis(100));
     }
     (slowest, rounds)
