@@ -6,6 +6,7 @@
 mod common;
 
 use std::io::Write;
+use std::net::TcpStream;
 use std::time::Duration;
 
 use bytes::Buf;
@@ -377,8 +378,6 @@ fn features_with_a_zero_minimum_only_from_api_versions_v4() {
 
 #[test]
 fn fetch_from_v13_names_topics_by_id() {
-    use protocol::kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-    use protocol::kafka_protocol::messages::{FetchRequest, FetchResponse};
     let broker = Broker::start(&[]);
     let mut stream = raw::connect(&broker);
     // Auto-created by name, then fetched by the id Metadata gives.
@@ -396,25 +395,37 @@ fn fetch_from_v13_names_topics_by_id() {
     let topic_id = metadata.topics[0].topic_id;
     assert!(!topic_id.is_nil(), "{metadata:?}");
     for (id, error_code) in [(topic_id, 0), (uuid_of(7), 100)] {
-        let response: FetchResponse = raw::call(
-            &mut stream,
-            ApiKey::Fetch,
-            13,
-            2,
-            "ids",
-            &FetchRequest::default()
-                .with_max_wait_ms(0)
-                .with_max_bytes(1 << 20)
-                .with_topics(vec![FetchTopic::default()
-                    .with_topic_id(id)
-                    .with_partitions(vec![FetchPartition::default()
-                        .with_partition(0)
-                        .with_partition_max_bytes(1 << 20)])]),
-        );
+        let response = fetch_by_id(&mut stream, 2, id);
         let topic = &response.responses[0];
         assert_eq!(topic.topic_id, id);
         assert_eq!(topic.partitions[0].error_code, error_code, "{response:?}");
     }
+}
+
+/// A Fetch v13 of partition 0 of the topic with id `id`, from offset 0,
+/// answered at once.
+fn fetch_by_id(
+    stream: &mut TcpStream,
+    correlation_id: i32,
+    id: uuid::Uuid,
+) -> protocol::kafka_protocol::messages::FetchResponse {
+    use protocol::kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use protocol::kafka_protocol::messages::FetchRequest;
+    raw::call(
+        stream,
+        ApiKey::Fetch,
+        13,
+        correlation_id,
+        "ids",
+        &FetchRequest::default()
+            .with_max_wait_ms(0)
+            .with_max_bytes(1 << 20)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic_id(id)
+                .with_partitions(vec![FetchPartition::default()
+                    .with_partition(0)
+                    .with_partition_max_bytes(1 << 20)])]),
+    )
 }
 
 fn uuid_of(n: u128) -> uuid::Uuid {
@@ -423,13 +434,10 @@ fn uuid_of(n: u128) -> uuid::Uuid {
 
 #[test]
 fn produce_from_v13_names_topics_by_id() {
-    use protocol::kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
     use protocol::kafka_protocol::messages::produce_request::{
         PartitionProduceData, TopicProduceData,
     };
-    use protocol::kafka_protocol::messages::{
-        FetchRequest, FetchResponse, ProduceRequest, ProduceResponse,
-    };
+    use protocol::kafka_protocol::messages::{ProduceRequest, ProduceResponse};
     let broker = Broker::start(&[]);
     let mut stream = raw::connect(&broker);
     let metadata: MetadataResponse = raw::call(
@@ -493,21 +501,7 @@ fn produce_from_v13_names_topics_by_id() {
             "UNKNOWN_TOPIC_ID for an id no topic has"
         );
     }
-    let fetched: FetchResponse = raw::call(
-        &mut stream,
-        ApiKey::Fetch,
-        13,
-        9,
-        "ids",
-        &FetchRequest::default()
-            .with_max_wait_ms(0)
-            .with_max_bytes(1 << 20)
-            .with_topics(vec![FetchTopic::default()
-                .with_topic_id(topic_id)
-                .with_partitions(vec![FetchPartition::default()
-                    .with_partition(0)
-                    .with_partition_max_bytes(1 << 20)])]),
-    );
+    let fetched = fetch_by_id(&mut stream, 9, topic_id);
     let partition = &fetched.responses[0].partitions[0];
     assert_eq!((partition.error_code, partition.high_watermark), (0, 10));
     assert_eq!(
