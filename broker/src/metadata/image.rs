@@ -37,6 +37,23 @@ impl PartitionState {
     }
 }
 
+/// A broker of the cluster, as it registered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerMeta {
+    pub id: i32,
+    /// Differs on every start of the broker's process: a registration
+    /// with a new one replaces the old.
+    pub incarnation: u64,
+    /// The client listener's advertised address.
+    pub host: String,
+    pub port: u16,
+    pub rack: Option<String>,
+    /// `HOST:PORT` of its controller listener (empty: not a voter).
+    pub controller_address: String,
+    /// Missed its heartbeats or stopped: leads nothing, listed nowhere.
+    pub fenced: bool,
+}
+
 /// A topic as the metadata log knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicMeta {
@@ -76,6 +93,9 @@ pub struct MetadataImage {
     pub broker_configs: BTreeMap<String, BTreeMap<String, String>>,
     /// Consumer group settings by group id.
     pub group_configs: BTreeMap<String, BTreeMap<String, String>>,
+    /// The brokers that registered, by id (none on a single node: the
+    /// node itself is the only broker).
+    pub brokers: BTreeMap<i32, BrokerMeta>,
 }
 
 impl MetadataImage {
@@ -158,13 +178,50 @@ impl MetadataImage {
             MetadataRecord::GroupConfigsSet { group, configs } => {
                 set_or_remove(&mut self.group_configs, group, configs);
             }
+            MetadataRecord::BrokerRegistered(broker) => {
+                self.brokers.insert(broker.id, broker.clone());
+            }
+            MetadataRecord::BrokerFencing { id, fenced } => {
+                if let Some(broker) = self.brokers.get_mut(id) {
+                    broker.fenced = *fenced;
+                }
+            }
+            MetadataRecord::PartitionChanged { name, index, state } => {
+                if let Some(topic) = self.topics.get_mut(name) {
+                    let topic = Arc::make_mut(topic);
+                    if let Some(slot) = usize::try_from(*index)
+                        .ok()
+                        .and_then(|i| topic.partitions.get_mut(i))
+                    {
+                        *slot = state.clone();
+                    }
+                }
+            }
         }
+    }
+
+    /// The brokers that are registered and not fenced, by id.
+    pub fn live_brokers(&self) -> impl Iterator<Item = &BrokerMeta> {
+        self.brokers.values().filter(|b| !b.fenced)
+    }
+
+    /// Whether broker `id` is registered and unfenced.
+    pub fn is_live(&self, id: i32) -> bool {
+        self.brokers.get(&id).is_some_and(|b| !b.fenced)
     }
 
     /// The core that owns a partition, mapped into the running core count
     /// (the count may have changed since the topic was created).
+    /// None when this node holds no replica of it.
     pub fn owner_core(&self, topic: &TopicMeta, partition: i32, cores: usize) -> Option<usize> {
         let index = usize::try_from(partition).ok()?;
+        if !topic
+            .partitions
+            .get(index)
+            .is_some_and(|p| p.replicas.contains(&self.node_id))
+        {
+            return None;
+        }
         topic
             .partition_cores
             .get(index)

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::image::{PartitionState, TopicMeta};
+use super::image::{BrokerMeta, PartitionState, TopicMeta};
 
 /// One change to the metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +42,19 @@ pub enum MetadataRecord {
         group: String,
         configs: BTreeMap<String, String>,
     },
+    /// A broker joined the cluster, or came back with a new incarnation
+    /// (its addresses and rack replace the old ones); it starts unfenced.
+    BrokerRegistered(BrokerMeta),
+    /// A broker is fenced (missed heartbeats, or stopped cleanly) or
+    /// unfenced (heartbeats again): fenced brokers lead nothing.
+    BrokerFencing { id: i32, fenced: bool },
+    /// One partition's replication state changes (a new leader, ISR or
+    /// replica list).
+    PartitionChanged {
+        name: String,
+        index: i32,
+        state: PartitionState,
+    },
 }
 
 const TYPE_CLUSTER_ID: u8 = 1;
@@ -52,6 +65,9 @@ const TYPE_TOPIC_CONFIGS_SET: u8 = 5;
 const TYPE_PRODUCER_IDS: u8 = 6;
 const TYPE_BROKER_CONFIGS_SET: u8 = 7;
 const TYPE_GROUP_CONFIGS_SET: u8 = 8;
+const TYPE_BROKER_REGISTERED: u8 = 9;
+const TYPE_BROKER_FENCING: u8 = 10;
+const TYPE_PARTITION_CHANGED: u8 = 11;
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(&(s.len() as u32).to_be_bytes());
@@ -86,6 +102,14 @@ fn put_partition_states(out: &mut Vec<u8>, partitions: &[PartitionState]) {
         put_brokers(out, &partition.isr);
         out.extend_from_slice(&partition.partition_epoch.to_be_bytes());
     }
+}
+
+fn put_partition_state(out: &mut Vec<u8>, state: &PartitionState) {
+    put_brokers(out, &state.replicas);
+    out.extend_from_slice(&state.leader.to_be_bytes());
+    out.extend_from_slice(&state.leader_epoch.to_be_bytes());
+    put_brokers(out, &state.isr);
+    out.extend_from_slice(&state.partition_epoch.to_be_bytes());
 }
 
 fn put_configs(out: &mut Vec<u8>, configs: &BTreeMap<String, String>) {
@@ -145,6 +169,26 @@ impl MetadataRecord {
                 put_str(&mut out, group);
                 put_configs(&mut out, configs);
             }
+            MetadataRecord::BrokerRegistered(broker) => {
+                out.push(TYPE_BROKER_REGISTERED);
+                out.extend_from_slice(&broker.id.to_be_bytes());
+                out.extend_from_slice(&broker.incarnation.to_be_bytes());
+                put_str(&mut out, &broker.host);
+                out.extend_from_slice(&broker.port.to_be_bytes());
+                put_str(&mut out, broker.rack.as_deref().unwrap_or(""));
+                put_str(&mut out, &broker.controller_address);
+            }
+            MetadataRecord::BrokerFencing { id, fenced } => {
+                out.push(TYPE_BROKER_FENCING);
+                out.extend_from_slice(&id.to_be_bytes());
+                out.push(u8::from(*fenced));
+            }
+            MetadataRecord::PartitionChanged { name, index, state } => {
+                out.push(TYPE_PARTITION_CHANGED);
+                put_str(&mut out, name);
+                out.extend_from_slice(&index.to_be_bytes());
+                put_partition_state(&mut out, state);
+            }
         }
         out
     }
@@ -188,6 +232,42 @@ impl MetadataRecord {
             TYPE_GROUP_CONFIGS_SET => MetadataRecord::GroupConfigsSet {
                 group: take_str(&mut buf)?,
                 configs: take_configs(&mut buf)?,
+            },
+            TYPE_BROKER_REGISTERED => {
+                let id = take_i32(&mut buf)?;
+                let incarnation = u64::from_be_bytes(take::<8>(&mut buf)?);
+                let host = take_str(&mut buf)?;
+                let port = u16::from_be_bytes(take::<2>(&mut buf)?);
+                let rack = take_str(&mut buf)?;
+                let controller_address = take_str(&mut buf)?;
+                MetadataRecord::BrokerRegistered(BrokerMeta {
+                    id,
+                    incarnation,
+                    host,
+                    port,
+                    rack: (!rack.is_empty()).then_some(rack),
+                    controller_address,
+                    fenced: false,
+                })
+            }
+            TYPE_BROKER_FENCING => MetadataRecord::BrokerFencing {
+                id: take_i32(&mut buf)?,
+                fenced: match take_u8(&mut buf)? {
+                    0 => false,
+                    1 => true,
+                    other => return Err(format!("fencing flag {other} is neither 0 nor 1")),
+                },
+            },
+            TYPE_PARTITION_CHANGED => MetadataRecord::PartitionChanged {
+                name: take_str(&mut buf)?,
+                index: take_i32(&mut buf)?,
+                state: PartitionState {
+                    replicas: take_brokers(&mut buf)?,
+                    leader: take_i32(&mut buf)?,
+                    leader_epoch: take_i32(&mut buf)?,
+                    isr: take_brokers(&mut buf)?,
+                    partition_epoch: take_i32(&mut buf)?,
+                },
             },
             other => return Err(format!("unknown record type {other}")),
         };
@@ -338,6 +418,37 @@ mod tests {
             MetadataRecord::GroupConfigsSet {
                 group: "g".to_string(),
                 configs: BTreeMap::new(),
+            },
+            MetadataRecord::BrokerRegistered(BrokerMeta {
+                id: 2,
+                incarnation: 77,
+                host: "127.0.0.1".to_string(),
+                port: 19092,
+                rack: Some("r1".to_string()),
+                controller_address: "127.0.0.1:19093".to_string(),
+                fenced: false,
+            }),
+            MetadataRecord::BrokerRegistered(BrokerMeta {
+                id: 3,
+                incarnation: 78,
+                host: "h".to_string(),
+                port: 1,
+                rack: None,
+                controller_address: String::new(),
+                fenced: false,
+            }),
+            MetadataRecord::BrokerFencing { id: 2, fenced: true },
+            MetadataRecord::BrokerFencing { id: 2, fenced: false },
+            MetadataRecord::PartitionChanged {
+                name: "t".to_string(),
+                index: 4,
+                state: PartitionState {
+                    replicas: vec![1, 2, 3],
+                    leader: 2,
+                    leader_epoch: 5,
+                    isr: vec![2, 3],
+                    partition_epoch: 8,
+                },
             },
         ];
         for record in records {
