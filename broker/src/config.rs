@@ -107,6 +107,9 @@ pub struct BrokerConfig {
     pub cores: usize,
     pub auto_create_topics: bool,
     pub num_partitions: i32,
+    /// Replicas of a topic created without a replication factor
+    /// (`default.replication.factor`).
+    pub default_replication_factor: i16,
     pub delete_topic_enable: bool,
     pub message_max_bytes: u32,
     /// Largest request frame accepted, checked before allocating it.
@@ -139,6 +142,8 @@ pub struct BrokerConfig {
     /// Producers idle this long are dropped from partitions' idempotence
     /// state (`producer.id.expiration.ms`).
     pub producer_id_expiration_ms: i64,
+    /// Cluster timing: heartbeats, sessions, elections.
+    pub cluster_timing: ClusterTiming,
     pub topic_defaults: TopicDefaults,
     /// The admin HTTP listener (metrics, health, status); `None` when off.
     pub admin_listen: Option<SocketAddr>,
@@ -162,6 +167,50 @@ pub struct BrokerConfig {
     pub given: Vec<GivenSetting>,
 }
 
+/// How often brokers heartbeat, how long the controller waits before
+/// fencing a silent one, and how long voters wait before electing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClusterTiming {
+    /// `broker.session.timeout.ms`: a broker not heard from this long is fenced.
+    pub session_timeout_ms: u64,
+    /// `broker.heartbeat.interval.ms`.
+    pub heartbeat_interval_ms: u64,
+    /// `controller.quorum.election.timeout.ms`: a voter that hears no
+    /// leader for a random time between this and twice this campaigns.
+    pub election_timeout_ms: u64,
+}
+
+impl Default for ClusterTiming {
+    /// Kafka's defaults.
+    fn default() -> Self {
+        Self {
+            session_timeout_ms: 9_000,
+            heartbeat_interval_ms: 2_000,
+            election_timeout_ms: 1_000,
+        }
+    }
+}
+
+/// A duration setting in milliseconds, between `min` and `max`.
+fn parse_ms_between(
+    key: &str,
+    value: &str,
+    source: &Source,
+    min: u64,
+    max: u64,
+) -> Result<u64, ConfigError> {
+    let ms: u64 = parse_value(key, value, source)?;
+    if !(min..=max).contains(&ms) {
+        return Err(invalid(
+            key,
+            value,
+            source,
+            format!("must be between {min} and {max} ms"),
+        ));
+    }
+    Ok(ms)
+}
+
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:9092";
 pub const DATA_DIR_DEFAULT: &str = "./strom-data";
 pub const ADMIN_LISTEN_DEFAULT: &str = "127.0.0.1:9644";
@@ -181,6 +230,7 @@ struct Builder {
     cores: usize,
     auto_create_topics: bool,
     num_partitions: i32,
+    default_replication_factor: i16,
     delete_topic_enable: bool,
     message_max_bytes: u32,
     frame_bytes_max: Option<usize>,
@@ -194,6 +244,7 @@ struct Builder {
     journal_chunk_bytes_max: u64,
     retention_check_interval_ms: u64,
     producer_id_expiration_ms: i64,
+    cluster_timing: ClusterTiming,
     topic_defaults: TopicDefaults,
     retention_ms: Option<(i64, u8)>,
     roll_ms: Option<(i64, u8)>,
@@ -298,6 +349,7 @@ impl Builder {
             cores: online_cores(),
             auto_create_topics: true,
             num_partitions: 1,
+            default_replication_factor: 1,
             delete_topic_enable: true,
             message_max_bytes: 1_048_588,
             frame_bytes_max: None,
@@ -311,6 +363,7 @@ impl Builder {
             journal_chunk_bytes_max: storage::limits::JOURNAL_CHUNK_BYTES_DEFAULT,
             retention_check_interval_ms: 300_000,
             producer_id_expiration_ms: crate::limits::PRODUCER_ID_EXPIRATION_MS_DEFAULT,
+            cluster_timing: ClusterTiming::default(),
             topic_defaults: TopicDefaults::new(),
             retention_ms: None,
             roll_ms: None,
@@ -469,14 +522,21 @@ impl Builder {
                     return Err(invalid(key, value, source, "must be between 1 and 10000"));
                 }
             }
-            "default.replication.factor" | "offsets.topic.replication.factor" => {
+            "default.replication.factor" => {
+                let factor: i16 = parse_value(key, value, source)?;
+                if factor < 1 {
+                    return Err(invalid(key, value, source, "must be at least 1"));
+                }
+                self.default_replication_factor = factor;
+            }
+            "offsets.topic.replication.factor" => {
                 let factor: i16 = parse_value(key, value, source)?;
                 if factor != 1 {
                     return Err(invalid(
                         key,
                         value,
                         source,
-                        "a single node supports replication factor 1 only",
+                        "the offsets topic has one replica until replicas are copied between brokers",
                     ));
                 }
             }
@@ -542,6 +602,18 @@ impl Builder {
                     return Err(invalid(key, value, source, "must be at least 1"));
                 }
                 self.producer_id_expiration_ms = ms;
+            }
+            "broker.session.timeout.ms" => {
+                self.cluster_timing.session_timeout_ms =
+                    parse_ms_between(key, value, source, 100, 3_600_000)?;
+            }
+            "broker.heartbeat.interval.ms" => {
+                self.cluster_timing.heartbeat_interval_ms =
+                    parse_ms_between(key, value, source, 10, 600_000)?;
+            }
+            "controller.quorum.election.timeout.ms" => {
+                self.cluster_timing.election_timeout_ms =
+                    parse_ms_between(key, value, source, 100, 600_000)?;
             }
             "log.retention.check.interval.ms" => {
                 self.retention_check_interval_ms = parse_value(key, value, source)?;
@@ -685,6 +757,7 @@ impl Builder {
             cores: self.cores,
             auto_create_topics: self.auto_create_topics,
             num_partitions: self.num_partitions,
+            default_replication_factor: self.default_replication_factor,
             delete_topic_enable: self.delete_topic_enable,
             message_max_bytes: self.message_max_bytes,
             frame_bytes_max,
@@ -698,6 +771,7 @@ impl Builder {
             journal_chunk_bytes_max: self.journal_chunk_bytes_max,
             retention_check_interval_ms: self.retention_check_interval_ms,
             producer_id_expiration_ms: self.producer_id_expiration_ms,
+            cluster_timing: self.cluster_timing,
             topic_defaults: self.topic_defaults,
             admin_listen: self.admin_listen,
             admin_listen_required: self.admin_listen_required,

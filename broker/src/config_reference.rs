@@ -137,10 +137,16 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         meaning: "Whether DeleteTopics is allowed.",
     },
     Setting {
-        keys: &["default.replication.factor", "offsets.topic.replication.factor"],
+        keys: &["default.replication.factor"],
         flag: None,
         default: Default::Value("1"),
-        meaning: "Must be 1 on a single node.",
+        meaning: "Replicas of a topic created without a replication factor (auto-created topics, CreateTopics with -1). More than the live brokers is refused with INVALID_REPLICATION_FACTOR when a topic is created; a single node has one.",
+    },
+    Setting {
+        keys: &["offsets.topic.replication.factor"],
+        flag: None,
+        default: Default::Value("1"),
+        meaning: "Replicas of `__consumer_offsets`: 1 (the offsets topic gets more once replicas are copied between brokers).",
     },
     Setting {
         keys: &["socket.request.max.bytes"],
@@ -207,6 +213,24 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         flag: None,
         default: Default::Value("300000"),
         meaning: "How often each core applies retention to its partitions.",
+    },
+    Setting {
+        keys: &["broker.session.timeout.ms"],
+        flag: None,
+        default: Default::Value("9000"),
+        meaning: "In a cluster, a broker whose heartbeats the active controller has not heard for this long is fenced: it is listed nowhere and leads nothing (Kafka's default).",
+    },
+    Setting {
+        keys: &["broker.heartbeat.interval.ms"],
+        flag: None,
+        default: Default::Value("2000"),
+        meaning: "In a cluster, how often a broker heartbeats to the active controller (Kafka's default). Keep it well below `broker.session.timeout.ms`.",
+    },
+    Setting {
+        keys: &["controller.quorum.election.timeout.ms"],
+        flag: None,
+        default: Default::Value("1000"),
+        meaning: "A voter that hears from no leader for a random time between this and twice this starts an election (Kafka's default). The quorum ticks every tenth of it.",
     },
     Setting {
         keys: &["producer.id.expiration.ms"],

@@ -97,6 +97,15 @@ async fn propose(
     controller: &Rc<Shard>,
     records: Vec<MetadataRecord>,
 ) -> Result<Arc<MetadataImage>, Refusal> {
+    if let Some(cluster) = controller.cluster() {
+        cluster.propose(records).await.map_err(|error| {
+            tracing::warn!(%error, "a metadata change was not committed");
+            Refusal::new(errors::NOT_CONTROLLER, error.to_string())
+        })?;
+        let image = cluster.image();
+        crate::cluster::reconcile_everywhere(controller, &image).await;
+        return Ok(image);
+    }
     let store = controller.metadata.store().clone();
     let proposed = Arc::new(store.image().with(&records));
     let opened = on_every_core(controller, move |shard| {
@@ -267,6 +276,67 @@ where
         .await
 }
 
+/// In a cluster, the refusal a change gets on a broker that is not the
+/// active controller (admin requests are forwarded before they get
+/// here; this is what a client hears when that failed: retry).
+fn not_controller(shard: &Shard) -> Option<Refusal> {
+    let cluster = shard.cluster()?;
+    if cluster.is_active_controller() {
+        return None;
+    }
+    Some(Refusal::new(
+        errors::NOT_CONTROLLER,
+        format!(
+            "this broker is not the active controller (the active one is {})",
+            cluster.active_controller()
+        ),
+    ))
+}
+
+/// The brokers a manual assignment may name: this node alone, or every
+/// registered broker of the cluster.
+fn known_brokers(controller: &Shard, image: &MetadataImage) -> Vec<i32> {
+    if controller.cluster().is_some() {
+        image.brokers.keys().copied().collect()
+    } else {
+        vec![controller.config.node_id]
+    }
+}
+
+/// Replicas for `count` new partitions with `replication_factor` replicas
+/// (-1: the default), or INVALID_REPLICATION_FACTOR.
+fn place(
+    controller: &Shard,
+    image: &MetadataImage,
+    count: usize,
+    replication_factor: i16,
+) -> Result<Vec<Vec<i32>>, Refusal> {
+    let factor = if replication_factor == -1 {
+        controller.config.default_replication_factor
+    } else {
+        replication_factor
+    };
+    if controller.cluster().is_none() {
+        if factor != 1 {
+            return Err(Refusal::new(
+                errors::INVALID_REPLICATION_FACTOR,
+                format!("replication factor {factor} is larger than the 1 available broker"),
+            ));
+        }
+        return Ok(vec![vec![controller.config.node_id]; count]);
+    }
+    let live = image.live_brokers().count();
+    let factor_usize = usize::try_from(factor).unwrap_or(0);
+    crate::cluster::placement::place_replicas(image, count, factor_usize).ok_or_else(|| {
+        Refusal::new(
+            errors::INVALID_REPLICATION_FACTOR,
+            format!(
+                "replication factor {factor} is larger than the {live} live brokers, or below 1"
+            ),
+        )
+    })
+}
+
 /// Creates topics (or only validates them); one outcome per spec, in order.
 pub async fn create_topics(
     shard: &Rc<Shard>,
@@ -284,6 +354,9 @@ pub async fn create_assigned_topics(
     specs: Vec<(TopicSpec, Assignment)>,
     validate_only: bool,
 ) -> Vec<Outcome> {
+    if not_controller(shard).is_some() {
+        return crate::cluster::forward::create_topics(shard, specs, validate_only).await;
+    }
     on_controller(shard, move |controller| async move {
         let mut outcomes = Vec::with_capacity(specs.len());
         for (spec, assignment) in specs {
@@ -309,7 +382,10 @@ async fn create_topic(
             format!("topic {} already exists", spec.name),
         ));
     }
-    let brokers = [controller.config.node_id];
+    if let Some(refusal) = not_controller(controller) {
+        return Err(refusal);
+    }
+    let brokers = known_brokers(controller, &image);
     let assigned = if assignment.is_empty() {
         None
     } else {
@@ -326,15 +402,15 @@ async fn create_topic(
             format!("partition count {partitions} is not between 1 and {TOPIC_PARTITIONS_MAX}"),
         ));
     }
-    if assigned.is_none() && spec.replication_factor != -1 && spec.replication_factor != 1 {
-        return Err(Refusal::new(
-            errors::INVALID_REPLICATION_FACTOR,
-            format!(
-                "replication factor {} is larger than the 1 available broker",
-                spec.replication_factor
-            ),
-        ));
-    }
+    let replicas = match assigned {
+        Some(replicas) => replicas,
+        None => place(
+            controller,
+            &image,
+            partitions as usize,
+            spec.replication_factor,
+        )?,
+    };
     check_configs(&spec.configs)?;
     if validate_only {
         return Ok(());
@@ -345,7 +421,6 @@ async fn create_topic(
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
-    let replicas = assigned.unwrap_or_else(|| vec![brokers.to_vec(); partitions as usize]);
     let topic = TopicMeta {
         name: spec.name.clone(),
         topic_id: topic_id_from(seed ^ (spec.name.len() as u128) << 100),
@@ -409,17 +484,20 @@ pub async fn create_partitions(
         if count > TOPIC_PARTITIONS_MAX {
             return Err(Refusal::new(errors::INVALID_PARTITIONS, format!("partition count {count} is above {TOPIC_PARTITIONS_MAX}")));
         }
-        let node_id = controller.config.node_id;
+        if let Some(refusal) = not_controller(&controller) {
+            return Err(refusal);
+        }
         let added = (count - current) as usize;
+        let replication_factor = topic.partition(0).map_or(1, |p| p.replicas.len());
         let replicas = match assignments {
-            None => vec![vec![node_id]; added],
+            None => place(&controller, &image, added, replication_factor as i16)?,
             Some(assignments) => {
                 if assignments.len() != added {
                     return Err(Refusal::new(errors::INVALID_REPLICA_ASSIGNMENT, format!("{added} partitions are added but the manual assignment lists {}", assignments.len())));
                 }
-                let replication_factor = topic.partition(0).map_or(1, |p| p.replicas.len());
+                let brokers = known_brokers(&controller, &image);
                 for replicas in &assignments {
-                    check_replicas(replicas, &[node_id], Some(replication_factor))?;
+                    check_replicas(replicas, &brokers, Some(replication_factor))?;
                 }
                 assignments
             }

@@ -41,7 +41,7 @@ pub fn broker_value(config: &BrokerConfig, key: &str) -> Option<String> {
         "auto.create.topics.enable" => config.auto_create_topics.to_string(),
         "num.partitions" => config.num_partitions.to_string(),
         "delete.topic.enable" => config.delete_topic_enable.to_string(),
-        "default.replication.factor" => "1".to_string(),
+        "default.replication.factor" => config.default_replication_factor.to_string(),
         "socket.request.max.bytes" => config.frame_bytes_max.to_string(),
         "queued.max.request.bytes" => config.queued_request_bytes_max.to_string(),
         "strom.queued.max.response.bytes" => config.queued_response_bytes_max.to_string(),
@@ -62,6 +62,11 @@ pub fn broker_value(config: &BrokerConfig, key: &str) -> Option<String> {
             .map_or_else(|| "none".to_string(), |a| a.path.display().to_string()),
         "log.retention.check.interval.ms" => config.retention_check_interval_ms.to_string(),
         "producer.id.expiration.ms" => config.producer_id_expiration_ms.to_string(),
+        "broker.session.timeout.ms" => config.cluster_timing.session_timeout_ms.to_string(),
+        "broker.heartbeat.interval.ms" => config.cluster_timing.heartbeat_interval_ms.to_string(),
+        "controller.quorum.election.timeout.ms" => {
+            config.cluster_timing.election_timeout_ms.to_string()
+        }
         "log.retention.ms" => topic_default("retention.ms")?,
         "log.roll.ms" => topic_default("segment.ms")?,
         _ => return None,

@@ -28,6 +28,7 @@ pub const INVALID_PRODUCER_EPOCH: i16 = ResponseError::InvalidProducerEpoch.code
 pub const TOPIC_DELETION_DISABLED: i16 = ResponseError::TopicDeletionDisabled.code();
 pub const POLICY_VIOLATION: i16 = ResponseError::PolicyViolation.code();
 pub const UNKNOWN_SERVER_ERROR: i16 = ResponseError::UnknownServerError.code();
+pub const NOT_CONTROLLER: i16 = ResponseError::NotController.code();
 pub const INVALID_TXN_STATE: i16 = ResponseError::InvalidTxnState.code();
 pub const NOT_ENOUGH_REPLICAS: i16 = ResponseError::NotEnoughReplicas.code();
 pub const NOT_ENOUGH_REPLICAS_AFTER_APPEND: i16 =

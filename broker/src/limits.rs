@@ -83,6 +83,10 @@ pub const METADATA_WRITES_QUEUED_MAX: usize = 1;
 
 const _: () = assert!(DRAIN_MS_MAX < SHUTDOWN_MS_MAX);
 const _: () = assert!(METADATA_WRITES_QUEUED_MAX >= 1);
+
+/// Work queued for a voter's quorum thread (Raft messages, heartbeats,
+/// proposals); a Raft message that finds it full is dropped (Raft resends).
+pub const QUORUM_INBOX_MAX: usize = 4096;
 const _: () = assert!(SHARD_CHANNEL_CAPACITY >= 1024);
 const _: () = assert!(
     CONNECTION_IN_FLIGHT_MAX >= 5,

@@ -144,6 +144,11 @@ async fn core_main(
         partitions: opened,
     });
     let accept = glommio::spawn_local(server::accept_loop(shard.clone(), listener));
+    if core == 0 {
+        if let Some(cluster) = shard.cluster().cloned() {
+            glommio::spawn_local(crate::cluster::reconcile_loop(shard.clone(), cluster)).detach();
+        }
+    }
     glommio::spawn_local(retention_loop(shard.clone())).detach();
 
     // Stop (or the main thread gone) ends accepting and reading.
@@ -181,6 +186,93 @@ async fn core_main(
 /// Warns about each partition directory the metadata does not name: its
 /// data is not served, and it is left as it is for the operator (a
 /// damaged or repaired metadata log may have lost its topic).
+/// How long a stopping cluster member waits for the active controller to
+/// fence it and move its leaderships.
+const CONTROLLED_SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
+
+/// Starts this node's part of the cluster: on a voter the quorum thread,
+/// the controller listener and the connections to the other voters; on
+/// every node the agent. The metadata then arrives from the quorum.
+fn start_cluster(
+    config: &BrokerConfig,
+    stored_meta: Option<crate::meta_properties::MetaProperties>,
+) -> anyhow::Result<Arc<crate::cluster::Cluster>> {
+    use crate::cluster::{net, voter::Voter, Cluster};
+    let local_log = config
+        .data_dir
+        .join(crate::metadata::METADATA_DIR)
+        .join("metadata.log");
+    if std::fs::metadata(&local_log).is_ok_and(|m| m.len() > 0) {
+        bail!(
+            "{} holds a single node's metadata log, but this node is configured as a member \
+             of a cluster (controller.quorum.voters names other voters): a cluster member \
+             starts from an empty data dir",
+            local_log.display()
+        );
+    }
+    let quorum = &config.quorum;
+    let voter_entry = quorum
+        .voters
+        .iter()
+        .find(|v| v.id == config.node_id && quorum.roles.controller);
+    let image = MetadataImage::new(config.node_id);
+    let Some(own) = voter_entry else {
+        let cluster = Arc::new(Cluster::new(config, None, image));
+        cluster
+            .start_agent(config, stored_meta)
+            .context("cannot start the broker's agent thread")?;
+        return Ok(cluster);
+    };
+    let (inbox, inbox_rx) = flume::bounded(crate::limits::QUORUM_INBOX_MAX);
+    let cluster = Arc::new(Cluster::new(config, Some(inbox), image.clone()));
+    let listen = quorum
+        .listeners
+        .iter()
+        .find(|l| quorum.is_controller_listener(&l.name))
+        .map_or_else(
+            || (own.host.clone(), own.port),
+            |l| (l.host.clone(), l.port),
+        );
+    let address = std::net::ToSocketAddrs::to_socket_addrs(&(listen.0.as_str(), listen.1))
+        .ok()
+        .and_then(|mut a| a.next())
+        .with_context(|| {
+            format!(
+                "the controller listener {}:{} does not resolve",
+                listen.0, listen.1
+            )
+        })?;
+    let listener = net::bind(address)?;
+    net::serve(listener, cluster.clone()).context("cannot start the controller listener")?;
+    let peers: Vec<(i32, String)> = quorum
+        .voters
+        .iter()
+        .filter(|v| v.id != config.node_id)
+        .map(|v| (v.id, format!("{}:{}", v.host, v.port)))
+        .collect();
+    let peers = net::Peers::start(&peers).context("cannot start the voter connections")?;
+    let raft_dir = config
+        .data_dir
+        .join(crate::metadata::METADATA_DIR)
+        .join("raft");
+    let voter = Voter::open(cluster.clone(), &raft_dir, peers, inbox_rx, image)
+        .context("cannot open the controller quorum's store")?;
+    std::thread::Builder::new()
+        .name("strom-quorum".to_string())
+        .spawn(move || voter.run())
+        .context("cannot start the quorum thread")?;
+    cluster
+        .start_agent(config, stored_meta)
+        .context("cannot start the broker's agent thread")?;
+    tracing::info!(
+        node_id = config.node_id,
+        controller_listener = %address,
+        voters = %crate::kraft_config::render_voters(&quorum.voters),
+        "controller quorum member started"
+    );
+    Ok(cluster)
+}
+
 fn report_unnamed_partition_dirs(data_dir: &std::path::Path, image: &MetadataImage) {
     match crate::metadata::unnamed_partition_dirs(data_dir, image) {
         Ok(dirs) => {
@@ -277,24 +369,29 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     );
     crate::io_properties::log_use(&config);
     let stored_meta = crate::meta_properties::check_node(&config.data_dir, config.node_id)?;
-    let (log, image) = crate::metadata::open(&config.data_dir, config.node_id)
-        .context("cannot open the metadata log")?;
-    crate::meta_properties::check_cluster_or_write(
-        &config.data_dir,
-        stored_meta.as_ref(),
-        config.node_id,
-        &image.cluster_id,
-    )?;
-    let topics = image.topics.len();
-    report_unnamed_partition_dirs(&config.data_dir, &image);
+    let signals = block_stop_signals();
+    let (metadata, topics, cluster) = if crate::cluster::is_cluster(&config) {
+        let cluster = start_cluster(&config, stored_meta)?;
+        let store = Arc::new(MetadataStore::replicated(cluster.clone()));
+        (store, 0, Some(cluster))
+    } else {
+        let (log, image) = crate::metadata::open(&config.data_dir, config.node_id)
+            .context("cannot open the metadata log")?;
+        crate::meta_properties::check_cluster_or_write(
+            &config.data_dir,
+            stored_meta.as_ref(),
+            config.node_id,
+            &image.cluster_id,
+        )?;
+        let topics = image.topics.len();
+        report_unnamed_partition_dirs(&config.data_dir, &image);
+        let writer = MetadataWriter::start(Box::new(log))
+            .context("cannot start the metadata log's writer thread")?;
+        (Arc::new(MetadataStore::new(writer, image)), topics, None)
+    };
     let config = Arc::new(config);
     let cores = config.cores;
 
-    // Before any thread starts, so that only the signal thread gets them.
-    let signals = block_stop_signals();
-    let writer = MetadataWriter::start(Box::new(log))
-        .context("cannot start the metadata log's writer thread")?;
-    let metadata = Arc::new(MetadataStore::new(writer, image));
     let (events_tx, events_rx) = flume::bounded::<Event>(4 * cores + 16);
     spawn_signal_thread(signals, events_tx.clone())?;
     let (admin, scrape_receivers) = crate::admin_http::start(config.clone(), metadata.clone())?;
@@ -407,6 +504,15 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         tracing::error!(%message, "stopping after a fatal error");
     }
     admin.set_stopping();
+    if let Some(cluster) = &cluster {
+        if failure.is_none() {
+            let confirmed = cluster.controlled_shutdown(CONTROLLED_SHUTDOWN_WAIT);
+            tracing::info!(
+                confirmed,
+                "controlled shutdown: the active controller moved this broker's leaderships"
+            );
+        }
+    }
     let deadline = Instant::now() + Duration::from_millis(SHUTDOWN_MS_MAX);
     let stop_started = Instant::now();
     for control in &controls {

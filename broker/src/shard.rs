@@ -118,6 +118,11 @@ pub struct Shard {
 }
 
 impl Shard {
+    /// The cluster this node is a member of (`None` on a single node).
+    pub fn cluster(&self) -> Option<&Arc<crate::cluster::Cluster>> {
+        self.metadata.store().cluster()
+    }
+
     /// Wall time from the core's clock (`storage.clock()`), in ms since
     /// the Unix epoch: what group sessions, offset commits and producer
     /// expiry decide on.

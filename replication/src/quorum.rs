@@ -232,6 +232,81 @@ impl<S: LogStore> Quorum<S> {
     }
 }
 
+/// What the broker around a quorum member reads of its state: indexes for
+/// proposals and status, and committed entries for brokers that keep no
+/// copy of the log.
+impl<S: LogStore> Quorum<S> {
+    /// The index of the last entry in this member's log (a proposal just
+    /// accepted by a leader sits there).
+    pub fn last_index(&self) -> u64 {
+        self.node.raft.raft_log.last_index()
+    }
+
+    /// The highest index this member knows to be committed.
+    pub fn commit_index(&self) -> u64 {
+        self.node.raft.raft_log.committed
+    }
+
+    /// Whether an entry of the current term is committed: a new leader
+    /// knows every earlier committed entry only from then on.
+    pub fn committed_in_current_term(&self) -> bool {
+        let log = &self.node.raft.raft_log;
+        log.term(log.committed).ok() == Some(self.node.raft.term)
+    }
+
+    /// The term of the entry at `index`, if the log still holds it.
+    pub fn term_at(&self, index: u64) -> Option<u64> {
+        self.node.raft.raft_log.term(index).ok()
+    }
+
+    /// Committed entries after `after`, up to about `max_bytes`; `None`
+    /// when the log no longer holds the first of them (compacted behind a
+    /// snapshot).
+    pub fn committed_after(&self, after: u64, max_bytes: u64) -> Option<Vec<Committed>> {
+        let log = &self.node.raft.raft_log;
+        let high = log.committed + 1;
+        if after + 1 >= high {
+            return Some(Vec::new());
+        }
+        let entries = log
+            .store
+            .entries(
+                after + 1,
+                high,
+                max_bytes,
+                raft::GetEntriesContext::empty(false),
+            )
+            .ok()?;
+        Some(
+            entries
+                .into_iter()
+                .map(|entry| Committed {
+                    index: entry.index,
+                    term: entry.term,
+                    data: entry.data.to_vec(),
+                })
+                .collect(),
+        )
+    }
+
+    /// On a leader, each voter's highest replicated index (the leader's
+    /// own included); empty on other members.
+    pub fn replication_progress(&self) -> Vec<(u64, u64)> {
+        if !self.is_leader() {
+            return Vec::new();
+        }
+        let mut progress: Vec<(u64, u64)> = self
+            .node
+            .raft
+            .prs()
+            .iter()
+            .map(|(&id, pr)| (id, pr.matched))
+            .collect();
+        progress.sort_unstable();
+        progress
+    }
+}
+
 fn push_messages(actions: &mut Actions, messages: Vec<Message>) {
     actions
         .messages

@@ -65,9 +65,44 @@ pub struct Placement {
     pub core: usize,
 }
 
-/// Creates `__consumer_offsets` if missing (as Kafka does on the first
-/// FindCoordinator) and returns the group's placement.
+/// The broker coordinating `group_id`: the leader of its offsets
+/// partition (COORDINATOR_NOT_AVAILABLE while it has none).
+pub async fn coordinator(shard: &Rc<Shard>, group_id: &str) -> Result<i32, i16> {
+    let image = offsets_image(shard).await?;
+    let topic = image
+        .topics
+        .get(OFFSETS_TOPIC)
+        .ok_or(errors::COORDINATOR_NOT_AVAILABLE)?;
+    let partition = offsets_partition_for(group_id, topic.partition_cores.len() as i32);
+    match topic.partition(partition).map(|p| p.leader) {
+        Some(leader) if leader >= 0 => Ok(leader),
+        _ => Err(errors::COORDINATOR_NOT_AVAILABLE),
+    }
+}
+
+/// Returns the group's placement on this node: NOT_COORDINATOR when
+/// another broker leads its offsets partition.
 pub async fn place(shard: &Rc<Shard>, group_id: &str) -> Result<Placement, i16> {
+    let image = offsets_image(shard).await?;
+    let topic = image
+        .topics
+        .get(OFFSETS_TOPIC)
+        .ok_or(errors::COORDINATOR_NOT_AVAILABLE)?;
+    let partition = offsets_partition_for(group_id, topic.partition_cores.len() as i32);
+    let core = image
+        .leader_core(topic, partition, shard.cores)
+        .map_err(|code| match code {
+            errors::NOT_LEADER_OR_FOLLOWER => errors::NOT_COORDINATOR,
+            _ => errors::COORDINATOR_NOT_AVAILABLE,
+        })?;
+    Ok(Placement { partition, core })
+}
+
+/// The image, with `__consumer_offsets` created if missing (as Kafka does
+/// on the first FindCoordinator).
+async fn offsets_image(
+    shard: &Rc<Shard>,
+) -> Result<std::rc::Rc<crate::metadata::MetadataImage>, i16> {
     let mut image = shard.metadata.image();
     if !image.topics.contains_key(OFFSETS_TOPIC) {
         let configs: BTreeMap<String, String> = [
@@ -95,15 +130,7 @@ pub async fn place(shard: &Rc<Shard>, group_id: &str) -> Result<Placement, i16> 
         }
         image = shard.metadata.image();
     }
-    let topic = image
-        .topics
-        .get(OFFSETS_TOPIC)
-        .ok_or(errors::COORDINATOR_NOT_AVAILABLE)?;
-    let partition = offsets_partition_for(group_id, topic.partition_cores.len() as i32);
-    let core = image
-        .owner_core(topic, partition, shard.cores)
-        .ok_or(errors::COORDINATOR_NOT_AVAILABLE)?;
-    Ok(Placement { partition, core })
+    Ok(image)
 }
 
 /// Runs `work` on the core that coordinates `group_id`, after that core
@@ -553,7 +580,7 @@ pub async fn load_owned(shard: &Rc<Shard>) -> Result<(), i16> {
         return Ok(());
     };
     for partition in 0..topic.partition_cores.len() as i32 {
-        if image.owner_core(topic, partition, shard.cores) == Some(shard.id) {
+        if image.leader_core(topic, partition, shard.cores) == Ok(shard.id) {
             ensure_loaded(shard, partition).await?;
         }
     }

@@ -1,5 +1,6 @@
-//! DescribeCluster (60), versions 0–2: this node is the whole cluster and
-//! its controller, reached at a broker endpoint, never fenced (v2).
+//! DescribeCluster (60), versions 0–2: the cluster's brokers (fenced ones
+//! too when v2 asks, marked so) and its active controller, reached at a
+//! broker endpoint; on a single node, the node itself.
 //! Authorized operations, when asked for, are all the cluster supports:
 //! there is no authorizer.
 
@@ -46,19 +47,24 @@ pub fn handle(
             .with_error_code(error_code)
             .with_error_message(Some(StrBytes::from_string(message)));
     }
-    let config = &shard.config;
+    let image = shard.metadata.image();
+    let brokers = crate::cluster::listed_brokers(shard, &image, request.include_fenced_brokers)
+        .into_iter()
+        .map(|b| {
+            DescribeClusterBroker::default()
+                .with_broker_id(BrokerId(b.id))
+                .with_host(StrBytes::from_string(b.host))
+                .with_port(i32::from(b.port))
+                .with_rack(b.rack.map(StrBytes::from_string))
+                .with_is_fenced(b.fenced)
+        })
+        .collect();
     DescribeClusterResponse::default()
-        .with_cluster_id(StrBytes::from_string(
-            shard.metadata.image().cluster_id.clone(),
-        ))
-        .with_controller_id(BrokerId(config.node_id))
+        .with_cluster_id(StrBytes::from_string(image.cluster_id.clone()))
+        .with_controller_id(BrokerId(crate::cluster::controller_id(shard)))
         .with_endpoint_type(ENDPOINT_BROKER)
         .with_cluster_authorized_operations(authorized_operations::cluster(
             request.include_cluster_authorized_operations,
         ))
-        .with_brokers(vec![DescribeClusterBroker::default()
-            .with_broker_id(BrokerId(config.node_id))
-            .with_host(StrBytes::from_string(config.advertise_host.clone()))
-            .with_port(i32::from(config.advertise_port))
-            .with_rack(config.quorum.rack.clone().map(StrBytes::from_string))])
+        .with_brokers(brokers)
 }

@@ -121,7 +121,10 @@ pub fn handle(
                     .with_leader_epoch(state.leader_epoch)
                     .with_replica_nodes(broker_ids(&state.replicas))
                     .with_isr_nodes(broker_ids(&state.isr))
-                    .with_offline_replicas(Vec::new())
+                    .with_offline_replicas(broker_ids(&crate::cluster::offline_replicas(
+                        &image,
+                        &state.replicas,
+                    )))
                     .with_eligible_leader_replicas(Some(Vec::new()))
                     .with_last_known_elr(Some(Vec::new()))
             })

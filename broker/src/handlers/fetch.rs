@@ -16,8 +16,11 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::fetch_response::{
+    FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
+};
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse};
+use kafka_protocol::protocol::StrBytes;
 
 use crate::errors;
 use crate::handlers::scatter::{CoreWork, Scatter};
@@ -146,9 +149,12 @@ pub async fn handle(
         };
         let meta = image.topics.get(name);
         for p in &topic.partitions {
-            match meta.and_then(|m| image.owner_core(m, p.partition, shard.cores)) {
-                None => scatter.answer(FetchOutcome::error(errors::UNKNOWN_TOPIC_OR_PARTITION)),
-                Some(core) => scatter.route(
+            let core = meta.map_or(Err(errors::UNKNOWN_TOPIC_OR_PARTITION), |m| {
+                image.leader_core(m, p.partition, shard.cores)
+            });
+            match core {
+                Err(code) => scatter.answer(FetchOutcome::error(code)),
+                Ok(core) => scatter.route(
                     core,
                     Wanted {
                         topic: name.to_string(),
@@ -210,7 +216,16 @@ pub async fn handle(
                     if let Some(name) = name {
                         crate::metrics::record_fetched(name, p.partition, &outcome.records);
                     }
+                    let leader = (outcome.error_code == errors::NOT_LEADER_OR_FOLLOWER)
+                        .then(|| crate::cluster::leader_of(&image, name.as_deref(), p.partition))
+                        .flatten()
+                        .map_or_else(LeaderIdAndEpoch::default, |(leader, epoch)| {
+                            LeaderIdAndEpoch::default()
+                                .with_leader_id(BrokerId(leader))
+                                .with_leader_epoch(epoch)
+                        });
                     PartitionData::default()
+                        .with_current_leader(leader)
                         .with_partition_index(p.partition)
                         .with_error_code(outcome.error_code)
                         .with_high_watermark(outcome.high_watermark)
@@ -228,7 +243,25 @@ pub async fn handle(
                 .with_partitions(partitions)
         })
         .collect();
+    let responses: Vec<FetchableTopicResponse> = responses;
+    let endpoints = crate::cluster::leader_endpoints(
+        shard,
+        &image,
+        responses
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| p.current_leader.leader_id.0)),
+    )
+    .into_iter()
+    .map(|b| {
+        NodeEndpoint::default()
+            .with_node_id(BrokerId(b.id))
+            .with_host(StrBytes::from_string(b.host))
+            .with_port(i32::from(b.port))
+            .with_rack(b.rack.map(StrBytes::from_string))
+    })
+    .collect();
     FetchResponse::default()
         .with_session_id(0)
         .with_responses(responses)
+        .with_node_endpoints(endpoints)
 }

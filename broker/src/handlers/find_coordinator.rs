@@ -1,7 +1,7 @@
 //! FindCoordinator (10), versions 0–6 (v4: batched `coordinator_keys`).
-//! Groups (key type 0) are coordinated on this node by the core owning
-//! their `__consumer_offsets` partition; the first request creates that
-//! topic, as Kafka does. Transactional ids (key type 1) also name this
+//! Groups (key type 0) are coordinated by the broker leading their
+//! `__consumer_offsets` partition, on the core owning it; the first
+//! request creates that topic, as Kafka does. Transactional ids (key type 1) also name this
 //! node (InitProducerId refuses them until transactions land). v5 only
 //! lets a transaction coordinator answer TRANSACTION_ABORTABLE, which
 //! none here does; v6's share groups (key type 2) get INVALID_REQUEST
@@ -24,12 +24,19 @@ pub const VERSION_MAX: i16 = 6;
 const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
 
-async fn find(shard: &Rc<Shard>, key: &str, key_type: i8) -> Result<(), i16> {
-    match key_type {
-        KEY_TYPE_GROUP => manager::place(shard, key).await.map(|_| ()),
-        KEY_TYPE_TRANSACTION if !key.is_empty() => Ok(()),
-        _ => Err(errors::INVALID_REQUEST),
-    }
+/// The coordinating broker's id, host and port.
+async fn find(shard: &Rc<Shard>, key: &str, key_type: i8) -> Result<(i32, StrBytes, i32), i16> {
+    let id = match key_type {
+        KEY_TYPE_GROUP => manager::coordinator(shard, key).await?,
+        KEY_TYPE_TRANSACTION if !key.is_empty() => shard.config.node_id,
+        _ => return Err(errors::INVALID_REQUEST),
+    };
+    let image = shard.metadata.image();
+    crate::cluster::listed_brokers(shard, &image, false)
+        .into_iter()
+        .find(|b| b.id == id)
+        .map(|b| (b.id, StrBytes::from_string(b.host), i32::from(b.port)))
+        .ok_or(errors::COORDINATOR_NOT_AVAILABLE)
 }
 
 pub async fn handle(
@@ -37,16 +44,13 @@ pub async fn handle(
     request: FindCoordinatorRequest,
     version: i16,
 ) -> FindCoordinatorResponse {
-    let config = &shard.config;
-    let host = StrBytes::from_string(config.advertise_host.clone());
-    let port = i32::from(config.advertise_port);
     if version >= 4 {
         let mut coordinators = Vec::with_capacity(request.coordinator_keys.len());
         for key in request.coordinator_keys {
             let coordinator = match find(shard, &key, request.key_type).await {
-                Ok(()) => Coordinator::default()
-                    .with_node_id(BrokerId(config.node_id))
-                    .with_host(host.clone())
+                Ok((id, host, port)) => Coordinator::default()
+                    .with_node_id(BrokerId(id))
+                    .with_host(host)
                     .with_port(port),
                 Err(code) => Coordinator::default()
                     .with_node_id(BrokerId(-1))
@@ -63,8 +67,8 @@ pub async fn handle(
         request.key_type
     };
     match find(shard, &request.key, key_type).await {
-        Ok(()) => FindCoordinatorResponse::default()
-            .with_node_id(BrokerId(config.node_id))
+        Ok((id, host, port)) => FindCoordinatorResponse::default()
+            .with_node_id(BrokerId(id))
             .with_host(host)
             .with_port(port),
         Err(code) => FindCoordinatorResponse::default()

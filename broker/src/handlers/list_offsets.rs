@@ -51,8 +51,11 @@ pub async fn handle(
         let name = topic.name.0.as_str();
         let meta = image.topics.get(name);
         for p in &topic.partitions {
-            match meta.and_then(|m| image.owner_core(m, p.partition_index, shard.cores)) {
-                Some(core) => scatter.route(
+            let core = meta.map_or(Err(errors::UNKNOWN_TOPIC_OR_PARTITION), |m| {
+                image.leader_core(m, p.partition_index, shard.cores)
+            });
+            match core {
+                Ok(core) => scatter.route(
                     core,
                     Wanted {
                         topic: name.to_string(),
@@ -60,7 +63,7 @@ pub async fn handle(
                         timestamp: p.timestamp,
                     },
                 ),
-                None => scatter.answer(error(errors::UNKNOWN_TOPIC_OR_PARTITION)),
+                Err(code) => scatter.answer(error(code)),
             };
         }
     }

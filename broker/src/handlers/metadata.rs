@@ -18,7 +18,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::authorized_operations;
 use crate::controller::{self, TopicSpec};
 use crate::errors;
-use crate::metadata::{validate_topic_name, TopicMeta};
+use crate::metadata::{validate_topic_name, MetadataImage, TopicMeta};
 use crate::shard::Shard;
 
 pub const VERSION_MIN: i16 = 0;
@@ -29,7 +29,7 @@ pub fn broker_ids(ids: &[i32]) -> Vec<BrokerId> {
     ids.iter().copied().map(BrokerId).collect()
 }
 
-pub fn topic_response(topic: &TopicMeta) -> MetadataResponseTopic {
+pub fn topic_response(image: &MetadataImage, topic: &TopicMeta) -> MetadataResponseTopic {
     let partitions = topic
         .partitions
         .iter()
@@ -41,7 +41,10 @@ pub fn topic_response(topic: &TopicMeta) -> MetadataResponseTopic {
                 .with_leader_epoch(state.leader_epoch)
                 .with_replica_nodes(broker_ids(&state.replicas))
                 .with_isr_nodes(broker_ids(&state.isr))
-                .with_offline_replicas(Vec::new())
+                .with_offline_replicas(broker_ids(&crate::cluster::offline_replicas(
+                    image,
+                    &state.replicas,
+                )))
         })
         .collect();
     MetadataResponseTopic::default()
@@ -146,11 +149,15 @@ pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -
     let topic_operations =
         authorized_operations::topic(request.include_topic_authorized_operations);
     let topics: Vec<MetadataResponseTopic> = match &requested {
-        None => image.topics.values().map(|t| topic_response(t)).collect(),
+        None => image
+            .topics
+            .values()
+            .map(|t| topic_response(&image, t))
+            .collect(),
         Some(names) => names
             .iter()
             .map(|name| match image.topics.get(name) {
-                Some(topic) => topic_response(topic),
+                Some(topic) => topic_response(&image, topic),
                 None => error_topic(
                     name,
                     refused
@@ -170,22 +177,27 @@ pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -
     let cluster_operations = authorized_operations::cluster(
         (8..=10).contains(&version) && request.include_cluster_authorized_operations,
     );
-    cluster(shard, &image.cluster_id)
+    cluster(shard, &image)
         .with_cluster_authorized_operations(cluster_operations)
         .with_topics(topics)
 }
 
 /// The response's broker list, cluster id and controller.
-fn cluster(shard: &Shard, cluster_id: &str) -> MetadataResponse {
-    let config = &shard.config;
+fn cluster(shard: &Shard, image: &MetadataImage) -> MetadataResponse {
+    let brokers = crate::cluster::listed_brokers(shard, image, false)
+        .into_iter()
+        .map(|b| {
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(b.id))
+                .with_host(StrBytes::from_string(b.host))
+                .with_port(i32::from(b.port))
+                .with_rack(b.rack.map(StrBytes::from_string))
+        })
+        .collect();
     MetadataResponse::default()
-        .with_brokers(vec![MetadataResponseBroker::default()
-            .with_node_id(BrokerId(config.node_id))
-            .with_host(StrBytes::from_string(config.advertise_host.clone()))
-            .with_port(i32::from(config.advertise_port))
-            .with_rack(config.quorum.rack.clone().map(StrBytes::from_string))])
-        .with_cluster_id(Some(StrBytes::from_string(cluster_id.to_string())))
-        .with_controller_id(BrokerId(config.node_id))
+        .with_brokers(brokers)
+        .with_cluster_id(Some(StrBytes::from_string(image.cluster_id.clone())))
+        .with_controller_id(BrokerId(crate::cluster::controller_id(shard)))
 }
 
 /// Topics asked for by id (v12+): never created; an id no topic has gets
@@ -198,7 +210,7 @@ fn by_topic_id(shard: &Shard, ids: &[uuid::Uuid], with_operations: bool) -> Meta
         .map(|id| {
             let found = image.topics.values().find(|t| topic_id(t) == *id);
             match found {
-                Some(topic) => topic_response(topic),
+                Some(topic) => topic_response(&image, topic),
                 None => MetadataResponseTopic::default()
                     .with_name(None)
                     .with_topic_id(*id)
@@ -207,5 +219,5 @@ fn by_topic_id(shard: &Shard, ids: &[uuid::Uuid], with_operations: bool) -> Meta
             .with_topic_authorized_operations(operations)
         })
         .collect();
-    cluster(shard, &image.cluster_id).with_topics(topics)
+    cluster(shard, &image).with_topics(topics)
 }

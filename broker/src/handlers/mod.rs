@@ -218,6 +218,9 @@ pub async fn handle(
         metrics::record_error_code(ApiKey::ApiVersions as i16, codec::UNSUPPORTED_VERSION);
         return Ok(Some(answer.into()));
     }
+    if let Some(answer) = forward_to_controller(&shard, &frame).await {
+        return Ok(Some(answer.into()));
+    }
     let request = codec::decode_header(frame)?;
     let api_key = request.api_key;
     let version = request.api_version;
@@ -235,6 +238,20 @@ pub async fn handle(
     }
     let body = codec::decode_body(&request)?;
     dispatch(shard, &request, body, budget, peer).await
+}
+
+/// In a cluster, a metadata change sent to a broker that is not the
+/// active controller goes there, and its answer comes back unchanged.
+async fn forward_to_controller(shard: &Rc<Shard>, frame: &Bytes) -> Option<Bytes> {
+    shard.cluster()?;
+    let [k0, k1, ..] = **frame else {
+        return None;
+    };
+    let api_key = ApiKey::try_from(i16::from_be_bytes([k0, k1])).ok()?;
+    if !crate::cluster::forward::is_controller_api(api_key) {
+        return None;
+    }
+    crate::cluster::forward::forward(shard, frame).await
 }
 
 /// Kafka's answer to an ApiVersions request at a version it does not serve

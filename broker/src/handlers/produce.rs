@@ -21,11 +21,15 @@ use std::rc::Rc;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::produce_request::PartitionProduceData;
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
-use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
+};
+use kafka_protocol::messages::{BrokerId, ProduceRequest, ProduceResponse};
+use kafka_protocol::protocol::StrBytes;
 use protocol::batch::{BatchError, RecordBatch};
 use protocol::codec::RequestFrame;
 
+use crate::cluster::{leader_endpoints, leader_of};
 use crate::controller::{self, TopicSpec};
 use crate::errors;
 use crate::handlers::scatter::{each_concurrently, Scatter};
@@ -197,9 +201,7 @@ fn check_partition(
         // coordinators write there.
         return Err(errors::INVALID_TOPIC_EXCEPTION);
     }
-    let core = image
-        .owner_core(topic, partition_data.index, shard.cores)
-        .ok_or(errors::UNKNOWN_TOPIC_OR_PARTITION)?;
+    let core = image.leader_core(topic, partition_data.index, shard.cores)?;
     let records = partition_data
         .records
         .clone()
@@ -286,7 +288,37 @@ pub async fn handle(
     if acks == 0 {
         return None;
     }
-    Some(response(&request, scatter.into_outcomes(), version))
+    let mut response = response(&request, scatter.into_outcomes(), version);
+    for (topic, name) in response.responses.iter_mut().zip(&names) {
+        for partition in &mut topic.partition_responses {
+            if partition.error_code == errors::NOT_LEADER_OR_FOLLOWER {
+                if let Some((leader, epoch)) = leader_of(&image, name.as_deref(), partition.index) {
+                    partition.current_leader = LeaderIdAndEpoch::default()
+                        .with_leader_id(BrokerId(leader))
+                        .with_leader_epoch(epoch);
+                }
+            }
+        }
+    }
+    response.node_endpoints = leader_endpoints(
+        shard,
+        &image,
+        response.responses.iter().flat_map(|t| {
+            t.partition_responses
+                .iter()
+                .map(|p| p.current_leader.leader_id.0)
+        }),
+    )
+    .into_iter()
+    .map(|b| {
+        NodeEndpoint::default()
+            .with_node_id(BrokerId(b.id))
+            .with_host(StrBytes::from_string(b.host))
+            .with_port(i32::from(b.port))
+            .with_rack(b.rack.map(StrBytes::from_string))
+    })
+    .collect();
+    Some(response)
 }
 
 /// Per partition, in request order: its answer now, or its batch routed

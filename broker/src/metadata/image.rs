@@ -228,6 +228,26 @@ impl MetadataImage {
             .map(|&core| core as usize % cores)
     }
 
+    /// The core of this node that serves partition `partition` of `topic`
+    /// as its leader; else the error a client gets: NOT_LEADER_OR_FOLLOWER
+    /// when the partition exists but another broker leads it (or none
+    /// does), UNKNOWN_TOPIC_OR_PARTITION when it does not exist.
+    pub fn leader_core(
+        &self,
+        topic: &TopicMeta,
+        partition: i32,
+        cores: usize,
+    ) -> Result<usize, i16> {
+        let state = topic
+            .partition(partition)
+            .ok_or(crate::errors::UNKNOWN_TOPIC_OR_PARTITION)?;
+        if state.leader != self.node_id {
+            return Err(crate::errors::NOT_LEADER_OR_FOLLOWER);
+        }
+        self.owner_core(topic, partition, cores)
+            .ok_or(crate::errors::NOT_LEADER_OR_FOLLOWER)
+    }
+
     /// Partitions per core, to place new ones on the least loaded core.
     pub fn partitions_per_core(&self, cores: usize) -> Vec<usize> {
         let mut counts = vec![0usize; cores];

@@ -25,7 +25,8 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::{Arc, RwLock};
 
-pub use image::{place_partitions, MetadataImage, PartitionState, TopicMeta};
+pub mod snapshot;
+pub use image::{place_partitions, BrokerMeta, MetadataImage, PartitionState, TopicMeta};
 pub use log::{repair, FileMetadataLog, MetadataLog, MetadataWriter, RepairReport};
 pub use records::MetadataRecord;
 
@@ -80,7 +81,7 @@ pub enum MetadataError {
 }
 
 /// A cluster id in Kafka's form: 16 bytes, URL-safe base64 without padding.
-fn new_cluster_id() -> String {
+pub fn new_cluster_id() -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -136,39 +137,73 @@ pub fn open(
     Ok((log, image))
 }
 
-/// The committed metadata every core can reach: the writer of the log
-/// (used by the controller core only) and the last committed image, for
-/// threads outside the executors (the admin listener) and for cores that
-/// start. Request handlers read their core's [`MetadataTable`] instead.
+/// The committed metadata every core can reach: on a single node the
+/// writer of the local log (used by the controller core only) and the
+/// last committed image; in a cluster the image the quorum committed
+/// (`cluster::Cluster`). For threads outside the executors (the admin
+/// listener) and for cores that start; request handlers read their core's
+/// [`MetadataTable`] instead.
 pub struct MetadataStore {
-    writer: MetadataWriter,
-    image: RwLock<Arc<MetadataImage>>,
+    source: Source,
+}
+
+enum Source {
+    Local {
+        writer: MetadataWriter,
+        image: RwLock<Arc<MetadataImage>>,
+    },
+    Cluster(Arc<crate::cluster::Cluster>),
 }
 
 impl MetadataStore {
+    /// A single node's store over its local log.
     pub fn new(writer: MetadataWriter, image: MetadataImage) -> Self {
         Self {
-            writer,
-            image: RwLock::new(Arc::new(image)),
+            source: Source::Local {
+                writer,
+                image: RwLock::new(Arc::new(image)),
+            },
+        }
+    }
+
+    /// A cluster member's store: the quorum's committed image.
+    pub fn replicated(cluster: Arc<crate::cluster::Cluster>) -> Self {
+        Self {
+            source: Source::Cluster(cluster),
+        }
+    }
+
+    /// The cluster this node is a member of, if any.
+    pub fn cluster(&self) -> Option<&Arc<crate::cluster::Cluster>> {
+        match &self.source {
+            Source::Local { .. } => None,
+            Source::Cluster(cluster) => Some(cluster),
         }
     }
 
     /// The last committed image.
     pub fn image(&self) -> Arc<MetadataImage> {
-        self.image.read().expect("metadata image lock").clone()
+        match &self.source {
+            Source::Local { image, .. } => image.read().expect("metadata image lock").clone(),
+            Source::Cluster(cluster) => cluster.image(),
+        }
     }
 
-    /// Makes `records` durable (on the writer thread, the caller's
-    /// executor keeps serving meanwhile), then the committed image. Only
-    /// the controller calls this, one change at a time.
+    /// Makes `records` durable in the local log (on the writer thread, the
+    /// caller's executor keeps serving meanwhile), then the committed
+    /// image. Only a single node's controller calls this, one change at a
+    /// time; a cluster proposes through its quorum instead.
     pub async fn commit(
         &self,
         records: Vec<MetadataRecord>,
     ) -> Result<Arc<MetadataImage>, MetadataError> {
-        let image = Arc::new(self.image().with(&records));
-        self.writer.write(records).await?;
-        *self.image.write().expect("metadata image lock") = image.clone();
-        Ok(image)
+        let Source::Local { writer, image } = &self.source else {
+            return Err(MetadataError::WriterStopped);
+        };
+        let next = Arc::new(image.read().expect("metadata image lock").with(&records));
+        writer.write(records).await?;
+        *image.write().expect("metadata image lock") = next.clone();
+        Ok(next)
     }
 }
 

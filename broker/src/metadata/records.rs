@@ -47,7 +47,10 @@ pub enum MetadataRecord {
     BrokerRegistered(BrokerMeta),
     /// A broker is fenced (missed heartbeats, or stopped cleanly) or
     /// unfenced (heartbeats again): fenced brokers lead nothing.
-    BrokerFencing { id: i32, fenced: bool },
+    BrokerFencing {
+        id: i32,
+        fenced: bool,
+    },
     /// One partition's replication state changes (a new leader, ISR or
     /// replica list).
     PartitionChanged {
@@ -437,8 +440,14 @@ mod tests {
                 controller_address: String::new(),
                 fenced: false,
             }),
-            MetadataRecord::BrokerFencing { id: 2, fenced: true },
-            MetadataRecord::BrokerFencing { id: 2, fenced: false },
+            MetadataRecord::BrokerFencing {
+                id: 2,
+                fenced: true,
+            },
+            MetadataRecord::BrokerFencing {
+                id: 2,
+                fenced: false,
+            },
             MetadataRecord::PartitionChanged {
                 name: "t".to_string(),
                 index: 4,

@@ -1,0 +1,278 @@
+//! The broker's agent (`strom-broker-agent` thread): heartbeats to the
+//! active controller every `broker.heartbeat.interval.ms` (the first of an
+//! incarnation registers the broker), keeps `meta.properties` in step with
+//! the cluster id, refuses to serve a cluster other than the data dir's,
+//! stops the broker cleanly on request, and on a broker that is not a
+//! voter fetches the committed metadata from the controllers.
+
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::net;
+use super::wire::{FetchReply, Frame, Heartbeat, HeartbeatStatus};
+use super::Cluster;
+use crate::meta_properties::{self, MetaProperties};
+use crate::metadata::BrokerMeta;
+
+/// Fetch rounds per heartbeat at most (each brings up to a few MiB).
+const FETCH_ROUNDS_MAX: usize = 64;
+
+pub struct Agent {
+    cluster: Arc<Cluster>,
+    broker: BrokerMeta,
+    data_dir: PathBuf,
+    stored: Option<MetaProperties>,
+    interval: Duration,
+    /// The voter tried next and its open connection.
+    target: usize,
+    connection: Option<(i32, TcpStream)>,
+    commands: flume::Receiver<Command>,
+}
+
+/// What the rest of the broker asks of its agent.
+pub enum Command {
+    /// Stop cleanly: answered true once the controller fenced this broker.
+    Stop(flume::Sender<bool>),
+    /// Heartbeat now: answered with the metadata offset the active
+    /// controller had applied (0 if none answered).
+    Sync(flume::Sender<u64>),
+}
+
+impl Agent {
+    pub fn start(
+        cluster: Arc<Cluster>,
+        broker: BrokerMeta,
+        data_dir: PathBuf,
+        stored: Option<MetaProperties>,
+    ) -> std::io::Result<flume::Sender<Command>> {
+        let (commands_tx, commands) = flume::bounded(16);
+        let interval = Duration::from_millis(cluster.timing.heartbeat_interval_ms);
+        let agent = Agent {
+            target: cluster
+                .voters
+                .iter()
+                .position(|v| v.id == cluster.node_id)
+                .unwrap_or(0),
+            cluster,
+            broker,
+            data_dir,
+            stored,
+            interval,
+            connection: None,
+            commands,
+        };
+        std::thread::Builder::new()
+            .name("strom-broker-agent".to_string())
+            .spawn(move || agent.run())?;
+        Ok(commands_tx)
+    }
+
+    fn run(mut self) {
+        let mut stopping: Option<flume::Sender<bool>> = None;
+        loop {
+            self.check_cluster_id();
+            let shutting_down = stopping.is_some();
+            let fenced = self.heartbeat(shutting_down).map(|(fenced, _)| fenced);
+            if let Some(done) = &stopping {
+                if fenced == Some(true) {
+                    tracing::info!("the controller fenced this broker for its shutdown");
+                    let _ = done.send(true);
+                    return;
+                }
+            }
+            let wait = if shutting_down {
+                Duration::from_millis(100)
+            } else {
+                self.interval
+            };
+            match self.commands.recv_timeout(wait) {
+                Ok(Command::Stop(done)) => stopping = Some(done),
+                Ok(Command::Sync(done)) => {
+                    let applied = self
+                        .heartbeat(shutting_down)
+                        .map_or(0, |(_, applied)| applied);
+                    let _ = done.send(applied);
+                }
+                Err(flume::RecvTimeoutError::Timeout) => {}
+                Err(flume::RecvTimeoutError::Disconnected) => {
+                    if stopping.is_none() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes the cluster id into `meta.properties` once known, and stops
+    /// the broker if the data dir belongs to another cluster.
+    fn check_cluster_id(&mut self) {
+        let id = self.cluster.cluster_id();
+        if id.is_empty() {
+            return;
+        }
+        match &self.stored {
+            Some(stored) if stored.cluster_id != id => {
+                self.foreign(&stored.cluster_id, &id, "the quorum's metadata")
+            }
+            Some(_) => {}
+            None => {
+                let meta = MetaProperties {
+                    cluster_id: id.clone(),
+                    node_id: self.cluster.node_id,
+                };
+                if let Err(error) = meta_properties::write(&self.data_dir, &meta) {
+                    crate::fatal::exit(&format!("cannot record the cluster id: {error}"));
+                }
+                tracing::info!(cluster_id = %id, "this node joined the cluster");
+                self.stored = Some(meta);
+            }
+        }
+    }
+
+    fn foreign(&self, ours: &str, theirs: &str, source: &str) -> ! {
+        crate::fatal::exit(&format!(
+            "this node's data dir {} belongs to cluster {ours}, but {source} is of cluster \
+             {theirs}: it stays out of that cluster. Give it an empty data dir to join {theirs}.",
+            self.data_dir.display()
+        ))
+    }
+
+    /// Our cluster id: the data dir's, else the metadata's ("" for none).
+    fn our_cluster_id(&self) -> String {
+        self.stored
+            .as_ref()
+            .map(|m| m.cluster_id.clone())
+            .unwrap_or_else(|| self.cluster.cluster_id())
+    }
+
+    /// The voter to ask: the active controller if known, else the next.
+    fn pick_target(&mut self) -> Option<(i32, String)> {
+        let leader = self.cluster.active_controller();
+        if let Some(address) = (leader > 0)
+            .then(|| self.cluster.voter_address(leader))
+            .flatten()
+        {
+            return Some((leader, address));
+        }
+        if self.cluster.voters.is_empty() {
+            return None;
+        }
+        self.target = (self.target + 1) % self.cluster.voters.len();
+        let voter = &self.cluster.voters[self.target];
+        Some((voter.id, format!("{}:{}", voter.host, voter.port)))
+    }
+
+    /// One heartbeat round (following one redirect); whether the broker
+    /// is fenced and what the controller applied, if one answered.
+    fn heartbeat(&mut self, shutting_down: bool) -> Option<(bool, u64)> {
+        for _ in 0..2 {
+            let (id, address) = self.pick_target()?;
+            let heartbeat = Frame::Heartbeat(Heartbeat {
+                broker: self.broker.clone(),
+                applied: self.cluster.image().offset,
+                shutting_down,
+            });
+            let reply = match self.call(id, &address, heartbeat) {
+                Ok(reply) => reply,
+                Err(error) => {
+                    tracing::debug!(voter = id, %address, %error, "heartbeat not answered");
+                    self.cluster.heard_leader(-1);
+                    continue;
+                }
+            };
+            let ours = self.our_cluster_id();
+            if !reply.cluster_id.is_empty() && !ours.is_empty() && reply.cluster_id != ours {
+                self.foreign(&ours, &reply.cluster_id, &format!("controller {address}"));
+            }
+            let Frame::HeartbeatReply(reply) = reply.frame else {
+                continue;
+            };
+            self.cluster.heard_leader(reply.leader);
+            match reply.status {
+                HeartbeatStatus::NotController => {
+                    if reply.leader <= 0 || reply.leader == id {
+                        return None;
+                    }
+                }
+                HeartbeatStatus::Accepted { fenced } => {
+                    if !self.cluster.is_voter() && reply.applied > self.cluster.image().offset {
+                        self.catch_up(id, &address);
+                    }
+                    return Some((fenced, reply.applied));
+                }
+            }
+        }
+        None
+    }
+
+    fn call(
+        &mut self,
+        id: i32,
+        address: &str,
+        frame: Frame,
+    ) -> std::io::Result<super::wire::Envelope> {
+        if self.connection.as_ref().is_none_or(|(to, _)| *to != id) {
+            self.connection = Some((id, net::connect(address)?));
+        }
+        let cluster_id = self.our_cluster_id();
+        let (_, stream) = self.connection.as_mut().expect("connected");
+        let result = net::call(stream, &cluster_id, frame);
+        if result.is_err() {
+            self.connection = None;
+        }
+        result
+    }
+
+    /// A broker that is not a voter: fetches committed metadata until it
+    /// has what the controller had applied.
+    fn catch_up(&mut self, id: i32, address: &str) {
+        for _ in 0..FETCH_ROUNDS_MAX {
+            let mut image = (*self.cluster.image()).clone();
+            let after = image.offset;
+            let reply = match self.call(id, address, Frame::Fetch { after }) {
+                Ok(reply) => reply,
+                Err(error) => {
+                    tracing::debug!(voter = id, %error, "metadata fetch failed");
+                    return;
+                }
+            };
+            match reply.frame {
+                Frame::FetchReply(FetchReply::Entries(entries)) => {
+                    if entries.is_empty() {
+                        return;
+                    }
+                    for (index, records) in entries {
+                        if index <= image.offset {
+                            continue;
+                        }
+                        for record in &records {
+                            image.apply(record);
+                        }
+                        image.offset = index;
+                    }
+                    self.cluster.publish(&image);
+                }
+                Frame::FetchReply(FetchReply::Snapshot {
+                    index,
+                    image: bytes,
+                }) => match crate::metadata::snapshot::decode(&bytes, self.cluster.node_id) {
+                    Ok(mut loaded) => {
+                        loaded.offset = index;
+                        tracing::info!(
+                            offset = index,
+                            "metadata snapshot loaded from the controller"
+                        );
+                        self.cluster.publish(&loaded);
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "the controller's metadata snapshot does not decode");
+                        return;
+                    }
+                },
+                _ => return,
+            }
+        }
+    }
+}

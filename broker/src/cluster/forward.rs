@@ -1,0 +1,228 @@
+//! Admin changes reach the active controller from any broker: a broker
+//! that is not the active controller sends the client's request, as the
+//! client framed it, to the active controller's client listener and
+//! returns its answer unchanged (the correlation id is the client's).
+//! The controller decides with the latest metadata, and its answer names
+//! the outcome of each part exactly as if the client had asked it.
+//! After the answer, this broker waits (bounded) until its own image has
+//! caught up with the controller's, so the client's next request here
+//! sees the change.
+
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use kafka_protocol::messages::ApiKey;
+
+use crate::controller::{Assignment, Outcome, Refusal, TopicSpec};
+use crate::errors;
+use crate::shard::Shard;
+
+/// How long a forwarded admin request may take.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a broker waits for its image to show a forwarded change.
+const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(5);
+/// The largest answer accepted from the controller.
+const RESPONSE_BYTES_MAX: usize = 64 << 20;
+
+/// The APIs that change metadata and so are decided by the active controller.
+pub fn is_controller_api(api_key: ApiKey) -> bool {
+    matches!(
+        api_key,
+        ApiKey::CreateTopics
+            | ApiKey::DeleteTopics
+            | ApiKey::CreatePartitions
+            | ApiKey::AlterConfigs
+            | ApiKey::IncrementalAlterConfigs
+            | ApiKey::InitProducerId
+    )
+}
+
+/// The client listener address of the active controller, if it is
+/// another broker this node knows.
+pub fn controller_address(shard: &Shard) -> Option<String> {
+    let cluster = shard.cluster()?;
+    if cluster.is_active_controller() {
+        return None;
+    }
+    let leader = cluster.active_controller();
+    let image = shard.metadata.image();
+    image
+        .brokers
+        .get(&leader)
+        .map(|b| format!("{}:{}", b.host, b.port))
+}
+
+/// Forwards `frame` (a whole request without its length prefix) to the
+/// active controller; its answer (a whole response frame with its length
+/// prefix), or `None` when it cannot be reached: the request is then
+/// answered here, and the controller's refusal (NOT_CONTROLLER) tells
+/// the client to retry.
+pub async fn forward(shard: &Rc<Shard>, frame: &Bytes) -> Option<Bytes> {
+    let address = controller_address(shard)?;
+    let answer = glommio::timer::timeout(FORWARD_TIMEOUT, exchange(&address, frame)).await;
+    match answer {
+        Ok(answer) => {
+            catch_up(shard).await;
+            Some(answer)
+        }
+        Err(error) => {
+            tracing::warn!(%address, %error, "cannot forward an admin request to the active controller");
+            None
+        }
+    }
+}
+
+async fn exchange(address: &str, frame: &Bytes) -> glommio::Result<Bytes, ()> {
+    let to_io = |error: std::io::Error| glommio::GlommioError::<()>::IoError(error);
+    let target: std::net::SocketAddr = std::net::ToSocketAddrs::to_socket_addrs(address)
+        .map_err(to_io)?
+        .next()
+        .ok_or_else(|| to_io(std::io::Error::other("the address resolves to nothing")))?;
+    let mut stream = glommio::net::TcpStream::connect_timeout(target, CONNECT_TIMEOUT).await?;
+    let _ = stream.set_nodelay(true);
+    let mut request = Vec::with_capacity(frame.len() + 4);
+    request.extend_from_slice(&(frame.len() as u32).to_be_bytes());
+    request.extend_from_slice(frame);
+    stream.write_all(&request).await.map_err(to_io)?;
+    let mut head = [0u8; 4];
+    stream.read_exact(&mut head).await.map_err(to_io)?;
+    let len = u32::from_be_bytes(head) as usize;
+    if len > RESPONSE_BYTES_MAX {
+        return Err(to_io(std::io::Error::other(format!(
+            "an answer of {len} bytes is above the {RESPONSE_BYTES_MAX}-byte limit"
+        ))));
+    }
+    let mut answer = vec![0u8; len + 4];
+    answer[..4].copy_from_slice(&head);
+    stream.read_exact(&mut answer[4..]).await.map_err(to_io)?;
+    Ok(Bytes::from(answer))
+}
+
+/// Waits until this broker's image is at least as new as what the
+/// controller had applied when it answered (bounded; a slow catch-up
+/// only delays the client seeing its change here).
+async fn catch_up(shard: &Rc<Shard>) {
+    let Some(cluster) = shard.cluster() else {
+        return;
+    };
+    let target = cluster.controller_applied().await;
+    let deadline = Instant::now() + CATCH_UP_TIMEOUT;
+    while cluster.image().offset < target && Instant::now() < deadline {
+        glommio::timer::sleep(Duration::from_millis(5)).await;
+    }
+    super::reconcile_everywhere(shard, &cluster.image()).await;
+}
+
+/// Creates topics through the active controller, for the broker's own
+/// needs (auto-created topics, the offsets topic) on a broker that is not
+/// it: a CreateTopics request of its own. One outcome per spec.
+pub async fn create_topics(
+    shard: &Rc<Shard>,
+    specs: Vec<(TopicSpec, Assignment)>,
+    validate_only: bool,
+) -> Vec<Outcome> {
+    use kafka_protocol::messages::create_topics_request::{
+        CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig,
+    };
+    use kafka_protocol::messages::{BrokerId, CreateTopicsRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+
+    let unavailable = |message: String| {
+        let refusal = Refusal {
+            error_code: errors::NOT_CONTROLLER,
+            message,
+        };
+        vec![Err(refusal); specs.len()]
+    };
+    let Some(address) = controller_address(shard) else {
+        return unavailable("no active controller is known".to_string());
+    };
+    let topics = specs
+        .iter()
+        .map(|(spec, assignment)| {
+            CreatableTopic::default()
+                .with_name(TopicName(StrBytes::from_string(spec.name.clone())))
+                .with_num_partitions(if assignment.is_empty() {
+                    spec.partitions
+                } else {
+                    -1
+                })
+                .with_replication_factor(if assignment.is_empty() {
+                    spec.replication_factor
+                } else {
+                    -1
+                })
+                .with_assignments(
+                    assignment
+                        .iter()
+                        .map(|(index, brokers)| {
+                            CreatableReplicaAssignment::default()
+                                .with_partition_index(*index)
+                                .with_broker_ids(brokers.iter().copied().map(BrokerId).collect())
+                        })
+                        .collect(),
+                )
+                .with_configs(
+                    spec.configs
+                        .iter()
+                        .map(|(name, value)| {
+                            CreatableTopicConfig::default()
+                                .with_name(StrBytes::from_string(name.clone()))
+                                .with_value(Some(StrBytes::from_string(value.clone())))
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    let request = CreateTopicsRequest::default()
+        .with_topics(topics)
+        .with_timeout_ms(FORWARD_TIMEOUT.as_millis() as i32)
+        .with_validate_only(validate_only);
+    let config = protocol::client::ClientConfig {
+        client_id: format!("strom-broker-{}", shard.config.node_id),
+        connect_timeout: CONNECT_TIMEOUT,
+        request_timeout: FORWARD_TIMEOUT,
+        ..protocol::client::ClientConfig::default()
+    };
+    let response = async {
+        let mut connection = protocol::client::Connection::connect(&address, config).await?;
+        let version = connection.version::<CreateTopicsRequest>(
+            crate::handlers::create_topics::VERSION_MIN
+                ..=crate::handlers::create_topics::VERSION_MAX,
+        )?;
+        connection.call(&request, version).await
+    }
+    .await;
+    let response = match response {
+        Ok(response) => response,
+        Err(error) => return unavailable(format!("the active controller at {address}: {error}")),
+    };
+    catch_up(shard).await;
+    specs
+        .iter()
+        .map(|(spec, _)| {
+            let result = response
+                .topics
+                .iter()
+                .find(|t| t.name.0.as_str() == spec.name);
+            match result {
+                Some(t) if t.error_code == errors::NONE => Ok(()),
+                Some(t) => Err(Refusal {
+                    error_code: t.error_code,
+                    message: t
+                        .error_message
+                        .as_ref()
+                        .map(|m| m.to_string())
+                        .unwrap_or_default(),
+                }),
+                None => Err(Refusal {
+                    error_code: errors::UNKNOWN_SERVER_ERROR,
+                    message: "the active controller did not answer for this topic".to_string(),
+                }),
+            }
+        })
+        .collect()
+}

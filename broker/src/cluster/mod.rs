@@ -1,0 +1,366 @@
+//! The cluster: several brokers sharing metadata through a Raft quorum of
+//! controllers (the KRaft design, on raft-rs).
+//!
+//! A node is in a cluster when `controller.quorum.voters` names other
+//! voters, or when it is a broker only. Then:
+//! - every voter runs the quorum ([`voter`]) on a thread of its own, with
+//!   its controller listener and connections to the other voters ([`net`]);
+//! - every node runs an agent ([`agent`]) that heartbeats to the active
+//!   controller (registering the broker, keeping its session, stopping
+//!   it cleanly) and, on a broker that is not a voter, fetches the
+//!   committed metadata from the controllers;
+//! - the image the quorum commits is published here ([`Cluster::publish`])
+//!   and core 0 makes every core's partitions match it ([`reconcile_loop`]);
+//! - topic changes are decided on core 0 of the active controller
+//!   (`controller`) and proposed through [`Cluster::propose`]; the other
+//!   brokers forward admin requests there ([`forward`]).
+//!
+//! A single node (no other voters) keeps the metadata log in one local
+//! file, as before: a quorum of one needs no consensus.
+
+pub mod agent;
+pub mod forward;
+pub mod net;
+pub mod placement;
+pub mod voter;
+pub mod wire;
+
+use std::rc::Rc;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use crate::config::{BrokerConfig, ClusterTiming};
+use crate::kraft_config::Voter as VoterAddress;
+use crate::metadata::{BrokerMeta, MetadataImage, MetadataRecord};
+use crate::shard::Shard;
+use voter::{Input, ProposeError};
+
+/// Whether `config` makes this node a member of a cluster.
+pub fn is_cluster(config: &BrokerConfig) -> bool {
+    let quorum = &config.quorum;
+    !quorum.roles.controller
+        || quorum.voters.iter().any(|v| v.id != config.node_id)
+        || !quorum.bootstrap_servers.is_empty()
+}
+
+/// The Raft role of a voter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Role {
+    Leader,
+    Follower,
+    #[default]
+    Candidate,
+    /// A broker that is not a voter.
+    Observer,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Leader => "leader",
+            Role::Follower => "follower",
+            Role::Candidate => "candidate",
+            Role::Observer => "observer",
+        }
+    }
+}
+
+/// What the quorum thread last reported.
+#[derive(Debug, Clone, Default)]
+pub struct QuorumStatus {
+    pub role: Role,
+    /// The active controller (-1: none known).
+    pub leader: i32,
+    pub term: u64,
+    pub commit_index: u64,
+    pub applied: u64,
+    /// On the leader: each voter's replicated index.
+    pub progress: Vec<(i32, u64)>,
+}
+
+/// This node's view of the cluster, shared by its threads and cores.
+pub struct Cluster {
+    pub node_id: i32,
+    pub voters: Vec<VoterAddress>,
+    pub timing: ClusterTiming,
+    /// The quorum thread's inbox, on a voter.
+    pub inbox: Option<flume::Sender<Input>>,
+    image: RwLock<Arc<MetadataImage>>,
+    status: Mutex<QuorumStatus>,
+    /// The active controller as the agent last heard (brokers that are not
+    /// voters learn it from heartbeats).
+    heard_leader: AtomicI32,
+    changed: flume::Sender<()>,
+    changed_rx: Mutex<Option<flume::Receiver<()>>>,
+    /// The agent's command queue, once it runs.
+    agent: std::sync::OnceLock<flume::Sender<agent::Command>>,
+}
+
+impl Cluster {
+    pub fn new(
+        config: &BrokerConfig,
+        inbox: Option<flume::Sender<Input>>,
+        image: MetadataImage,
+    ) -> Self {
+        let (changed, changed_rx) = flume::bounded(1);
+        Cluster {
+            node_id: config.node_id,
+            voters: config.quorum.voters.clone(),
+            timing: config.cluster_timing,
+            status: Mutex::new(QuorumStatus {
+                role: if inbox.is_some() {
+                    Role::Candidate
+                } else {
+                    Role::Observer
+                },
+                leader: -1,
+                ..QuorumStatus::default()
+            }),
+            inbox,
+            image: RwLock::new(Arc::new(image)),
+            heard_leader: AtomicI32::new(-1),
+            changed,
+            changed_rx: Mutex::new(Some(changed_rx)),
+            agent: std::sync::OnceLock::new(),
+        }
+    }
+
+    pub fn is_voter(&self) -> bool {
+        self.inbox.is_some()
+    }
+
+    /// The last committed image this node applied.
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.image.read().expect("cluster image lock").clone()
+    }
+
+    pub fn cluster_id(&self) -> String {
+        self.image().cluster_id.clone()
+    }
+
+    /// Makes `image` the committed one and wakes core 0 to reconcile.
+    pub fn publish(&self, image: &MetadataImage) {
+        *self.image.write().expect("cluster image lock") = Arc::new(image.clone());
+        let _ = self.changed.try_send(());
+    }
+
+    pub fn set_quorum_status(&self, status: QuorumStatus) {
+        *self.status.lock().expect("status lock") = status;
+    }
+
+    pub fn quorum_status(&self) -> QuorumStatus {
+        self.status.lock().expect("status lock").clone()
+    }
+
+    pub fn heard_leader(&self, leader: i32) {
+        self.heard_leader.store(leader, Ordering::Relaxed);
+    }
+
+    /// The active controller as this node knows it (-1: none).
+    pub fn active_controller(&self) -> i32 {
+        if self.is_voter() {
+            self.quorum_status().leader
+        } else {
+            self.heard_leader.load(Ordering::Relaxed)
+        }
+    }
+
+    pub fn is_active_controller(&self) -> bool {
+        self.is_voter() && self.quorum_status().role == Role::Leader
+    }
+
+    /// The controller listener address of voter `id`.
+    pub fn voter_address(&self, id: i32) -> Option<String> {
+        self.voters
+            .iter()
+            .find(|v| v.id == id)
+            .map(|v| format!("{}:{}", v.host, v.port))
+    }
+
+    /// Starts this node's agent (once).
+    pub fn start_agent(
+        self: &Arc<Self>,
+        config: &BrokerConfig,
+        stored: Option<crate::meta_properties::MetaProperties>,
+    ) -> std::io::Result<()> {
+        let commands = agent::Agent::start(
+            self.clone(),
+            identity(config),
+            config.data_dir.clone(),
+            stored,
+        )?;
+        let _ = self.agent.set(commands);
+        Ok(())
+    }
+
+    /// The metadata offset the active controller has applied, asked now
+    /// (0 when no controller answers).
+    pub async fn controller_applied(&self) -> u64 {
+        let Some(agent) = self.agent.get() else {
+            return 0;
+        };
+        let (tx, rx) = flume::bounded(1);
+        if agent.send_async(agent::Command::Sync(tx)).await.is_err() {
+            return 0;
+        }
+        rx.recv_async().await.unwrap_or(0)
+    }
+
+    /// Controlled shutdown: the active controller fences this broker and
+    /// moves its leaderships before it stops. Whether it confirmed
+    /// within `timeout`.
+    pub fn controlled_shutdown(&self, timeout: std::time::Duration) -> bool {
+        let Some(agent) = self.agent.get() else {
+            return false;
+        };
+        let (tx, rx) = flume::bounded(1);
+        if agent.send(agent::Command::Stop(tx)).is_err() {
+            return false;
+        }
+        rx.recv_timeout(timeout).unwrap_or(false)
+    }
+
+    /// Proposes `records` to the quorum and waits until they are committed
+    /// and applied on this node; their metadata offset.
+    pub async fn propose(&self, records: Vec<MetadataRecord>) -> Result<u64, ProposeError> {
+        let Some(inbox) = &self.inbox else {
+            return Err(ProposeError::NotController {
+                leader: self.active_controller(),
+            });
+        };
+        let (tx, rx) = flume::bounded(1);
+        inbox
+            .send_async(Input::Propose(records, tx))
+            .await
+            .map_err(|_| ProposeError::Failed("the quorum thread has stopped".to_string()))?;
+        rx.recv_async()
+            .await
+            .map_err(|_| ProposeError::Failed("the quorum thread has stopped".to_string()))?
+    }
+}
+
+/// This broker as it registers: its client address, rack and (on a voter)
+/// controller listener, with an incarnation new on every start.
+pub fn identity(config: &BrokerConfig) -> BrokerMeta {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let controller_address = config
+        .quorum
+        .voters
+        .iter()
+        .find(|v| v.id == config.node_id && config.quorum.roles.controller)
+        .map(|v| format!("{}:{}", v.host, v.port))
+        .unwrap_or_default();
+    BrokerMeta {
+        id: config.node_id,
+        incarnation: nanos ^ (u64::from(std::process::id()) << 40),
+        host: config.advertise_host.clone(),
+        port: config.advertise_port,
+        rack: config.quorum.rack.clone(),
+        controller_address,
+        fenced: false,
+    }
+}
+
+/// On core 0: each time the cluster publishes an image, every core
+/// installs it, opens the partitions it now owns and deletes the ones it
+/// no longer holds. Ends when the cluster is gone.
+pub async fn reconcile_loop(shard: Rc<Shard>, cluster: Arc<Cluster>) {
+    let Some(changed) = cluster.changed_rx.lock().expect("lock").take() else {
+        return;
+    };
+    loop {
+        reconcile_everywhere(&shard, &cluster.image()).await;
+        if changed.recv_async().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Makes every core of this node match `image`.
+pub async fn reconcile_everywhere(shard: &Rc<Shard>, image: &Arc<MetadataImage>) {
+    for core in 0..shard.cores {
+        let image = image.clone();
+        shard
+            .run_on(core, move |shard| async move {
+                crate::reconciler::install(&shard, &image);
+                if let Err(failure) =
+                    crate::reconciler::open_missing(&shard, &shard.metadata.image()).await
+                {
+                    tracing::error!(%failure, "a partition assigned to this broker cannot be opened");
+                }
+                crate::reconciler::remove_gone(&shard, crate::reconciler::Removal::Delete).await;
+            })
+            .await;
+    }
+}
+
+/// The brokers clients are told of: in a cluster every registered broker
+/// that is not fenced (and the fenced ones too when `with_fenced`), on a
+/// single node the node itself.
+pub fn listed_brokers(shard: &Shard, image: &MetadataImage, with_fenced: bool) -> Vec<BrokerMeta> {
+    if shard.cluster().is_some() {
+        return image
+            .brokers
+            .values()
+            .filter(|b| with_fenced || !b.fenced)
+            .cloned()
+            .collect();
+    }
+    let config = &shard.config;
+    vec![BrokerMeta {
+        id: config.node_id,
+        incarnation: 0,
+        host: config.advertise_host.clone(),
+        port: config.advertise_port,
+        rack: config.quorum.rack.clone(),
+        controller_address: String::new(),
+        fenced: false,
+    }]
+}
+
+/// The active controller clients are told of (-1 while none is known).
+pub fn controller_id(shard: &Shard) -> i32 {
+    match shard.cluster() {
+        Some(cluster) => cluster.active_controller(),
+        None => shard.config.node_id,
+    }
+}
+
+/// The replicas of a partition on brokers that are not live (none on a
+/// single node).
+pub fn offline_replicas(image: &MetadataImage, replicas: &[i32]) -> Vec<i32> {
+    if image.brokers.is_empty() {
+        return Vec::new();
+    }
+    replicas
+        .iter()
+        .copied()
+        .filter(|&r| !image.is_live(r))
+        .collect()
+}
+
+/// The leader and leader epoch of a partition, the hint a
+/// NOT_LEADER_OR_FOLLOWER answer carries (KIP-951), if it has a leader.
+pub fn leader_of(image: &MetadataImage, topic: Option<&str>, partition: i32) -> Option<(i32, i32)> {
+    let state = image.topics.get(topic?)?.partition(partition)?;
+    (state.leader >= 0).then_some((state.leader, state.leader_epoch))
+}
+
+/// The listed brokers among `leaders` (each once, -1 and unknown ids
+/// skipped): the node endpoints a KIP-951 answer sends with its hints.
+pub fn leader_endpoints(
+    shard: &Shard,
+    image: &MetadataImage,
+    leaders: impl Iterator<Item = i32>,
+) -> Vec<BrokerMeta> {
+    let mut ids: Vec<i32> = leaders.filter(|&id| id >= 0).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    listed_brokers(shard, image, false)
+        .into_iter()
+        .filter(|b| ids.binary_search(&b.id).is_ok())
+        .collect()
+}

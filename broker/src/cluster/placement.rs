@@ -1,0 +1,286 @@
+//! The controller's placement decisions, as plain functions of the image:
+//! where a new partition's replicas go, and who leads a partition when its
+//! leader is fenced or comes back. No I/O, so they are tested directly.
+
+use std::collections::BTreeMap;
+
+use crate::metadata::{MetadataImage, MetadataRecord, PartitionState};
+
+/// Replica and leader counts of each live broker.
+#[derive(Debug, Clone, Default)]
+struct Load {
+    replicas: usize,
+    leaders: usize,
+}
+
+/// Picks replicas for `count` new partitions with `replication_factor`
+/// replicas each among the live brokers: the leader (first replica) on
+/// the broker leading fewest, the others on the brokers holding fewest
+/// replicas, a rack not used yet by this partition first (when racks are
+/// given); ties go to the lower broker id. So 10 partitions with one
+/// replica on 3 empty brokers lead 4-3-3, and a broker that joins gets
+/// the next ones. `None` when fewer live brokers than replicas exist.
+pub fn place_replicas(
+    image: &MetadataImage,
+    count: usize,
+    replication_factor: usize,
+) -> Option<Vec<Vec<i32>>> {
+    let mut load: BTreeMap<i32, Load> = image
+        .live_brokers()
+        .map(|b| (b.id, Load::default()))
+        .collect();
+    if replication_factor == 0 || load.len() < replication_factor {
+        return None;
+    }
+    for topic in image.topics.values() {
+        for partition in &topic.partitions {
+            if let Some(l) = load.get_mut(&partition.leader) {
+                l.leaders += 1;
+            }
+            for replica in &partition.replicas {
+                if let Some(l) = load.get_mut(replica) {
+                    l.replicas += 1;
+                }
+            }
+        }
+    }
+    let rack = |id: i32| image.brokers.get(&id).and_then(|b| b.rack.clone());
+    let mut placed = Vec::with_capacity(count);
+    for _ in 0..count {
+        let leader = *load
+            .iter()
+            .min_by_key(|(&id, l)| (l.leaders, l.replicas, id))
+            .map(|(id, _)| id)
+            .expect("at least one live broker");
+        let mut replicas = vec![leader];
+        while replicas.len() < replication_factor {
+            let used_racks: Vec<Option<String>> = replicas.iter().map(|&r| rack(r)).collect();
+            let next = *load
+                .iter()
+                .filter(|(id, _)| !replicas.contains(id))
+                .min_by_key(|(&id, l)| {
+                    let rack = rack(id);
+                    let rack_used = rack.is_some() && used_racks.contains(&rack);
+                    (rack_used, l.replicas, id)
+                })
+                .map(|(id, _)| id)
+                .expect("enough live brokers");
+            replicas.push(next);
+        }
+        for (i, replica) in replicas.iter().enumerate() {
+            let l = load.get_mut(replica).expect("placed on a live broker");
+            l.replicas += 1;
+            if i == 0 {
+                l.leaders += 1;
+            }
+        }
+        placed.push(replicas);
+    }
+    Some(placed)
+}
+
+/// A partition's state after a leader change to `leader` (-1: none).
+fn led_by(state: &PartitionState, leader: i32, isr: Vec<i32>) -> PartitionState {
+    PartitionState {
+        replicas: state.replicas.clone(),
+        leader,
+        leader_epoch: state.leader_epoch + i32::from(leader != state.leader),
+        isr,
+        partition_epoch: state.partition_epoch + 1,
+    }
+}
+
+/// The records that fence broker `id`: it leaves every ISR it is in
+/// with other members, and each partition it leads moves to a live ISR
+/// member (the first in replica order), or has no leader when none is
+/// left (the last ISR member stays in the ISR, as in Kafka, so that it
+/// can lead again when it returns).
+pub fn fence(image: &MetadataImage, id: i32) -> Vec<MetadataRecord> {
+    let mut records = vec![MetadataRecord::BrokerFencing { id, fenced: true }];
+    for topic in image.topics.values() {
+        for (index, state) in topic.partitions.iter().enumerate() {
+            if !state.replicas.contains(&id) {
+                continue;
+            }
+            let others: Vec<i32> = state.isr.iter().copied().filter(|&r| r != id).collect();
+            let live_other = state
+                .replicas
+                .iter()
+                .copied()
+                .find(|r| others.contains(r) && *r != id && image.is_live(*r));
+            let changed = match (state.leader == id, live_other) {
+                (true, Some(next)) => led_by(state, next, others),
+                (true, None) => led_by(state, -1, state.isr.clone()),
+                (false, _) if state.isr.contains(&id) && !others.is_empty() => {
+                    led_by(state, state.leader, others)
+                }
+                _ => continue,
+            };
+            records.push(MetadataRecord::PartitionChanged {
+                name: topic.name.clone(),
+                index: index as i32,
+                state: changed,
+            });
+        }
+    }
+    records
+}
+
+/// The records that unfence broker `id`: partitions without a leader
+/// whose ISR names it get it as leader.
+pub fn unfence(image: &MetadataImage, id: i32) -> Vec<MetadataRecord> {
+    let mut records = vec![MetadataRecord::BrokerFencing { id, fenced: false }];
+    for topic in image.topics.values() {
+        for (index, state) in topic.partitions.iter().enumerate() {
+            if state.leader == -1 && state.isr.contains(&id) {
+                records.push(MetadataRecord::PartitionChanged {
+                    name: topic.name.clone(),
+                    index: index as i32,
+                    state: led_by(state, id, state.isr.clone()),
+                });
+            }
+        }
+    }
+    records
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metadata::testing::topic_meta;
+    use crate::metadata::{BrokerMeta, TopicMeta};
+
+    fn broker(id: i32, rack: Option<&str>) -> MetadataRecord {
+        MetadataRecord::BrokerRegistered(BrokerMeta {
+            id,
+            incarnation: 1,
+            host: "127.0.0.1".to_string(),
+            port: 9000 + id as u16,
+            rack: rack.map(str::to_string),
+            controller_address: String::new(),
+            fenced: false,
+        })
+    }
+
+    fn cluster(brokers: &[(i32, Option<&str>)]) -> MetadataImage {
+        let records: Vec<MetadataRecord> = brokers.iter().map(|&(id, r)| broker(id, r)).collect();
+        MetadataImage::replay(1, &records)
+    }
+
+    fn create(image: &mut MetadataImage, name: &str, replicas: Vec<Vec<i32>>) {
+        let cores = vec![0; replicas.len()];
+        image.apply(&MetadataRecord::TopicCreated(TopicMeta {
+            partitions: replicas.into_iter().map(PartitionState::new).collect(),
+            ..topic_meta(name, &cores)
+        }));
+    }
+
+    fn leaders_per_broker(image: &MetadataImage) -> BTreeMap<i32, usize> {
+        let mut counts = BTreeMap::new();
+        for topic in image.topics.values() {
+            for p in &topic.partitions {
+                *counts.entry(p.leader).or_default() += 1;
+            }
+        }
+        counts
+    }
+
+    #[test]
+    fn ten_partitions_on_three_brokers_lead_four_three_three() {
+        let mut image = cluster(&[(1, None), (2, None), (3, None)]);
+        let placed = place_replicas(&image, 10, 1).unwrap();
+        create(&mut image, "t", placed);
+        assert_eq!(
+            leaders_per_broker(&image),
+            BTreeMap::from([(1, 4), (2, 3), (3, 3)])
+        );
+    }
+
+    #[test]
+    fn replicas_spread_and_leaders_balance_with_three_replicas() {
+        let mut image = cluster(&[(1, None), (2, None), (3, None)]);
+        let placed = place_replicas(&image, 6, 3).unwrap();
+        for replicas in &placed {
+            let mut sorted = replicas.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, vec![1, 2, 3], "{placed:?}");
+        }
+        create(&mut image, "t", placed);
+        assert_eq!(
+            leaders_per_broker(&image),
+            BTreeMap::from([(1, 2), (2, 2), (3, 2)])
+        );
+    }
+
+    #[test]
+    fn a_broker_that_joins_gets_the_next_partitions() {
+        let mut image = cluster(&[(1, None), (2, None), (3, None)]);
+        let placed = place_replicas(&image, 9, 1).unwrap();
+        create(&mut image, "a", placed);
+        image.apply(&broker(4, None));
+        let placed = place_replicas(&image, 3, 1).unwrap();
+        assert_eq!(placed, vec![vec![4], vec![4], vec![4]]);
+        create(&mut image, "b", placed);
+        let placed = place_replicas(&image, 4, 1).unwrap();
+        create(&mut image, "c", placed);
+        let counts = leaders_per_broker(&image);
+        let (min, max) = (counts.values().min(), counts.values().max());
+        assert!(max.unwrap() - min.unwrap() <= 1, "{counts:?}");
+    }
+
+    #[test]
+    fn racks_are_spread_before_brokers_are_reused() {
+        let image = cluster(&[
+            (1, Some("a")),
+            (2, Some("a")),
+            (3, Some("b")),
+            (4, Some("b")),
+        ]);
+        for replicas in place_replicas(&image, 8, 2).unwrap() {
+            let racks: Vec<_> = replicas
+                .iter()
+                .map(|r| image.brokers[r].rack.clone())
+                .collect();
+            assert_ne!(racks[0], racks[1], "{replicas:?}");
+        }
+    }
+
+    #[test]
+    fn more_replicas_than_live_brokers_cannot_be_placed() {
+        let mut image = cluster(&[(1, None), (2, None), (3, None)]);
+        assert!(place_replicas(&image, 1, 4).is_none());
+        image.apply(&MetadataRecord::BrokerFencing {
+            id: 3,
+            fenced: true,
+        });
+        assert!(place_replicas(&image, 1, 3).is_none());
+        assert!(place_replicas(&image, 1, 2).is_some());
+        assert!(place_replicas(&image, 1, 0).is_none());
+    }
+
+    #[test]
+    fn fencing_moves_leadership_to_a_live_isr_member_and_back() {
+        let mut image = cluster(&[(1, None), (2, None), (3, None)]);
+        create(&mut image, "r3", vec![vec![1, 2, 3]]);
+        create(&mut image, "r1", vec![vec![1]]);
+        let records = fence(&image, 1);
+        for record in &records {
+            image.apply(record);
+        }
+        let r3 = &image.topics["r3"].partitions[0];
+        assert_eq!((r3.leader, r3.leader_epoch, r3.partition_epoch), (2, 1, 1));
+        assert_eq!(r3.isr, vec![2, 3]);
+        let r1 = &image.topics["r1"].partitions[0];
+        assert_eq!((r1.leader, r1.leader_epoch), (-1, 1), "offline");
+        assert_eq!(r1.isr, vec![1], "the last ISR member stays");
+        assert!(!image.is_live(1));
+
+        for record in unfence(&image, 1) {
+            image.apply(&record);
+        }
+        let r1 = &image.topics["r1"].partitions[0];
+        assert_eq!((r1.leader, r1.leader_epoch), (1, 2));
+        assert_eq!(image.topics["r3"].partitions[0].leader, 2, "led elsewhere");
+        assert!(image.is_live(1));
+    }
+}

@@ -1,0 +1,440 @@
+//! A voter of the controller quorum: one thread (`strom-quorum`) that owns
+//! the raft-rs member and its file store under `__metadata/raft/`, ticks
+//! it, steps the messages the controller listener receives, persists each
+//! round before sending, applies committed entries to the metadata image
+//! and publishes it for the cores. Persisting is blocking file I/O with
+//! fsyncs, so it runs here and never on an executor, as the single node's
+//! metadata writer does.
+//!
+//! On the active controller (the Raft leader) this thread also keeps the
+//! brokers' sessions: a heartbeat registers or unfences its broker, a
+//! broker silent for `broker.session.timeout.ms` is fenced and its
+//! leaderships move (`placement::fence`). Topic changes are decided on
+//! core 0 (`controller`) and arrive here as proposals.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use replication::file_store::FileStore;
+use replication::quorum::{Quorum, QuorumConfig};
+
+use super::net::Peers;
+use super::wire::{self, FetchReply, Heartbeat, HeartbeatReply, HeartbeatStatus};
+use super::{placement, Cluster, Role};
+use crate::metadata::{MetadataImage, MetadataRecord};
+
+/// Entries sent to a broker per fetch, about.
+const FETCH_BYTES_MAX: u64 = 4 << 20;
+/// A change proposed for a broker is not proposed again sooner than this.
+const REPROPOSE_AFTER: Duration = Duration::from_secs(2);
+
+/// Work for the quorum thread.
+pub enum Input {
+    Raft(Box<replication::Message>),
+    Heartbeat(Heartbeat, flume::Sender<HeartbeatReply>),
+    Fetch(u64, flume::Sender<Option<FetchReply>>),
+    Propose(
+        Vec<MetadataRecord>,
+        flume::Sender<Result<u64, ProposeError>>,
+    ),
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ProposeError {
+    #[error("this node is not the active controller (the active one is {leader})")]
+    NotController { leader: i32 },
+    #[error("the active controller lost its leadership before the change committed")]
+    LeadershipLost,
+    #[error("the controller quorum failed: {0}")]
+    Failed(String),
+}
+
+struct Pending {
+    index: u64,
+    term: u64,
+    reply: flume::Sender<Result<u64, ProposeError>>,
+}
+
+pub struct Voter {
+    cluster: Arc<Cluster>,
+    quorum: Quorum<FileStore>,
+    peers: Peers,
+    inbox: flume::Receiver<Input>,
+    tick: Duration,
+    session_timeout: Duration,
+    /// The image of every entry applied so far.
+    image: MetadataImage,
+    applied: u64,
+    pending: VecDeque<Pending>,
+    /// Last heartbeat of each broker, kept by the active controller.
+    sessions: HashMap<i32, Instant>,
+    /// When a registration or fencing change was last proposed per broker.
+    proposed: HashMap<i32, Instant>,
+    was_leader: bool,
+}
+
+impl Voter {
+    /// Opens the store of `dir` and starts the member from what it holds.
+    pub fn open(
+        cluster: Arc<Cluster>,
+        dir: &std::path::Path,
+        peers: Peers,
+        inbox: flume::Receiver<Input>,
+        image: MetadataImage,
+    ) -> anyhow::Result<Self> {
+        let voters: Vec<u64> = cluster.voters.iter().map(|v| v.id as u64).collect();
+        std::fs::create_dir_all(dir)?;
+        let (store, recovery) = FileStore::open(dir, &voters)?;
+        tracing::info!(dir = %dir.display(), ?recovery, "controller quorum store opened");
+        let timing = cluster.timing;
+        let tick = Duration::from_millis((timing.election_timeout_ms / 10).max(10));
+        let mut config = QuorumConfig::new(cluster.node_id as u64, voters);
+        config.election_ticks_min = 10;
+        config.election_ticks_max = 20;
+        config.heartbeat_ticks = 2;
+        let quorum = Quorum::new(&config, store)?;
+        Ok(Voter {
+            quorum,
+            peers,
+            inbox,
+            tick,
+            session_timeout: Duration::from_millis(timing.session_timeout_ms),
+            applied: image.offset,
+            image,
+            pending: VecDeque::new(),
+            sessions: HashMap::new(),
+            proposed: HashMap::new(),
+            was_leader: false,
+            cluster,
+        })
+    }
+
+    /// Runs until the process ends; a store failure is fatal (the promises
+    /// this member made are void without it).
+    pub fn run(mut self) {
+        let mut next_tick = Instant::now() + self.tick;
+        loop {
+            let now = Instant::now();
+            if now >= next_tick {
+                self.quorum.tick();
+                next_tick = now + self.tick;
+                self.duties();
+            }
+            match self
+                .inbox
+                .recv_timeout(next_tick.saturating_duration_since(now))
+            {
+                Ok(input) => self.handle(input),
+                Err(flume::RecvTimeoutError::Timeout) => {}
+                Err(flume::RecvTimeoutError::Disconnected) => return,
+            }
+            while let Ok(input) = self.inbox.try_recv() {
+                self.handle(input);
+            }
+            if let Err(error) = self.process_ready() {
+                crate::fatal::exit(&format!("the controller quorum's store failed: {error}"));
+            }
+        }
+    }
+
+    fn handle(&mut self, input: Input) {
+        match input {
+            Input::Raft(message) => {
+                if let Err(error) = self.quorum.step(*message) {
+                    tracing::debug!(%error, "raft message not taken");
+                }
+            }
+            Input::Heartbeat(heartbeat, reply) => {
+                let answer = self.heartbeat(heartbeat);
+                let _ = reply.send(answer);
+            }
+            Input::Fetch(after, reply) => {
+                let _ = reply.send(self.fetch(after));
+            }
+            Input::Propose(records, reply) => {
+                if !self.ready_to_lead() {
+                    let _ = reply.send(Err(ProposeError::NotController {
+                        leader: self.leader(),
+                    }));
+                    return;
+                }
+                self.propose(records, Some(reply));
+            }
+        }
+    }
+
+    fn leader(&self) -> i32 {
+        match self.quorum.leader_id() {
+            0 => -1,
+            id => id as i32,
+        }
+    }
+
+    /// Leads and has applied everything committed before its term: only
+    /// then does it decide on the image.
+    fn ready_to_lead(&self) -> bool {
+        self.quorum.is_leader()
+            && self.quorum.committed_in_current_term()
+            && self.applied >= self.quorum.commit_index()
+    }
+
+    fn propose(
+        &mut self,
+        records: Vec<MetadataRecord>,
+        reply: Option<flume::Sender<Result<u64, ProposeError>>>,
+    ) {
+        let data = wire::encode_records(&records);
+        match self.quorum.propose(data) {
+            Ok(()) => {
+                if let Some(reply) = reply {
+                    self.pending.push_back(Pending {
+                        index: self.quorum.last_index(),
+                        term: self.quorum.term(),
+                        reply,
+                    });
+                }
+            }
+            Err(error) => {
+                if let Some(reply) = reply {
+                    let _ = reply.send(Err(ProposeError::Failed(error.to_string())));
+                }
+            }
+        }
+    }
+
+    fn heartbeat(&mut self, heartbeat: Heartbeat) -> HeartbeatReply {
+        let not_controller = HeartbeatReply {
+            status: HeartbeatStatus::NotController,
+            leader: self.leader(),
+            applied: self.applied,
+        };
+        if !self.ready_to_lead() {
+            return not_controller;
+        }
+        let now = Instant::now();
+        let broker = heartbeat.broker;
+        let id = broker.id;
+        self.sessions.insert(id, now);
+        let known = self.image.brokers.get(&id);
+        let registered = known.is_some_and(|b| {
+            BrokerKey::of(b) == BrokerKey::of(&broker) && b.incarnation == broker.incarnation
+        });
+        let fenced = known.is_none_or(|b| b.fenced);
+        let recently = self
+            .proposed
+            .get(&id)
+            .is_some_and(|at| now.duration_since(*at) < REPROPOSE_AFTER);
+        if !recently {
+            let records = if !registered {
+                tracing::info!(broker = id, host = %broker.host, port = broker.port, "broker registers");
+                let mut records = vec![MetadataRecord::BrokerRegistered(broker)];
+                let registered = self.image.with(&records);
+                records.extend(placement::unfence(&registered, id).into_iter().skip(1));
+                records
+            } else if heartbeat.shutting_down && !fenced {
+                tracing::info!(broker = id, "broker stops: fenced, its leaderships move");
+                placement::fence(&self.image, id)
+            } else if fenced && !heartbeat.shutting_down {
+                tracing::info!(broker = id, "broker heartbeats again: unfenced");
+                placement::unfence(&self.image, id)
+            } else {
+                Vec::new()
+            };
+            if !records.is_empty() {
+                self.proposed.insert(id, now);
+                self.propose(records, None);
+            }
+        }
+        HeartbeatReply {
+            status: HeartbeatStatus::Accepted { fenced },
+            leader: self.leader(),
+            applied: self.applied,
+        }
+    }
+
+    fn fetch(&self, after: u64) -> Option<FetchReply> {
+        let after = after.min(self.applied);
+        match self.quorum.committed_after(after, FETCH_BYTES_MAX) {
+            Some(entries) => {
+                let mut out = Vec::with_capacity(entries.len());
+                for entry in entries.into_iter().filter(|e| e.index <= self.applied) {
+                    let records = if entry.data.is_empty() {
+                        Vec::new()
+                    } else {
+                        wire::decode_records(&entry.data).ok()?
+                    };
+                    out.push((entry.index, records));
+                }
+                Some(FetchReply::Entries(out))
+            }
+            None => Some(FetchReply::Snapshot {
+                index: self.applied,
+                image: crate::metadata::snapshot::encode(&self.image),
+            }),
+        }
+    }
+
+    /// The active controller's periodic work: give the cluster an id, and
+    /// fence the brokers whose sessions ran out.
+    fn duties(&mut self) {
+        let leading = self.ready_to_lead();
+        if leading && !self.was_leader {
+            // Every broker gets a full session from the new leader.
+            let now = Instant::now();
+            self.sessions = self.image.brokers.keys().map(|&id| (id, now)).collect();
+            self.proposed.clear();
+            tracing::info!(
+                term = self.quorum.term(),
+                "this node is the active controller"
+            );
+        }
+        self.was_leader = leading;
+        self.publish_status();
+        if !leading {
+            return;
+        }
+        let now = Instant::now();
+        if self.image.cluster_id.is_empty()
+            && !self
+                .proposed
+                .get(&-1)
+                .is_some_and(|at| now.duration_since(*at) < REPROPOSE_AFTER)
+        {
+            self.proposed.insert(-1, now);
+            let id = crate::metadata::new_cluster_id();
+            tracing::info!(cluster_id = %id, "a new cluster: its id is proposed");
+            self.propose(vec![MetadataRecord::ClusterId(id)], None);
+        }
+        let expired: Vec<i32> = self
+            .image
+            .live_brokers()
+            .filter(|b| {
+                self.sessions
+                    .get(&b.id)
+                    .is_none_or(|at| now.duration_since(*at) > self.session_timeout)
+            })
+            .map(|b| b.id)
+            .collect();
+        for id in expired {
+            if self
+                .proposed
+                .get(&id)
+                .is_some_and(|at| now.duration_since(*at) < REPROPOSE_AFTER)
+            {
+                continue;
+            }
+            tracing::warn!(
+                broker = id,
+                session_timeout_ms = self.session_timeout.as_millis() as u64,
+                "broker missed its heartbeats: fenced, its leaderships move"
+            );
+            self.proposed.insert(id, now);
+            let records = placement::fence(&self.image, id);
+            self.propose(records, None);
+        }
+    }
+
+    fn process_ready(&mut self) -> Result<(), replication::Error> {
+        let mut changed = false;
+        while let Some(pending) = self.quorum.ready() {
+            let persisted = self.quorum.persist(pending)?;
+            let actions = self.quorum.advance(persisted)?;
+            for outgoing in actions.messages {
+                self.peers
+                    .send(outgoing.to, &self.cluster.cluster_id(), outgoing.message);
+            }
+            for entry in actions.committed {
+                self.apply(entry.index, entry.term, &entry.data);
+                changed = true;
+            }
+        }
+        if changed {
+            self.cluster.publish(&self.image);
+        }
+        if !self.quorum.is_leader() {
+            for pending in self.pending.drain(..) {
+                let _ = pending.reply.send(Err(ProposeError::LeadershipLost));
+            }
+        }
+        self.publish_status();
+        Ok(())
+    }
+
+    fn apply(&mut self, index: u64, term: u64, data: &[u8]) {
+        if index <= self.applied {
+            return;
+        }
+        if !data.is_empty() {
+            match wire::decode_records(data) {
+                Ok(records) => {
+                    for record in &records {
+                        self.image.apply(record);
+                    }
+                }
+                Err(error) => crate::fatal::exit(&format!(
+                    "committed metadata entry {index} does not decode ({error}); \
+                     this broker cannot follow the cluster's metadata"
+                )),
+            }
+        }
+        self.image.offset = index;
+        self.applied = index;
+        while let Some(front) = self.pending.front() {
+            if front.index > index {
+                break;
+            }
+            let pending = self.pending.pop_front().expect("front exists");
+            // An entry of another term at its index replaced it.
+            let outcome = if pending.index == index && pending.term == term {
+                Ok(index)
+            } else {
+                Err(ProposeError::LeadershipLost)
+            };
+            let _ = pending.reply.send(outcome);
+        }
+    }
+
+    fn publish_status(&self) {
+        let role = if self.quorum.is_leader() {
+            Role::Leader
+        } else if self.quorum.leader_id() != 0 {
+            Role::Follower
+        } else {
+            Role::Candidate
+        };
+        self.cluster.set_quorum_status(super::QuorumStatus {
+            role,
+            leader: self.leader(),
+            term: self.quorum.term(),
+            commit_index: self.quorum.commit_index(),
+            applied: self.applied,
+            progress: self
+                .quorum
+                .replication_progress()
+                .into_iter()
+                .map(|(id, matched)| (id as i32, matched))
+                .collect(),
+        });
+    }
+}
+
+/// What identifies a broker's registration apart from its incarnation.
+#[derive(PartialEq, Eq)]
+struct BrokerKey<'a> {
+    host: &'a str,
+    port: u16,
+    rack: Option<&'a str>,
+    controller_address: &'a str,
+}
+
+impl<'a> BrokerKey<'a> {
+    fn of(b: &'a crate::metadata::BrokerMeta) -> Self {
+        Self {
+            host: &b.host,
+            port: b.port,
+            rack: b.rack.as_deref(),
+            controller_address: &b.controller_address,
+        }
+    }
+}

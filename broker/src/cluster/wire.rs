@@ -1,0 +1,378 @@
+//! The controller listener's frames: what voters send each other (Raft
+//! messages) and what brokers send the controllers (heartbeats that also
+//! register, metadata fetches). Kafka's KRaft carries these in its own
+//! RPCs (Vote, Fetch, BrokerHeartbeat); Strom's quorum is raft-rs, whose
+//! messages are protobuf, so the controller listener speaks this small
+//! framed protocol instead. Client listeners speak only Kafka.
+//!
+//! Frame: `len u32 | crc32 u32 (crc32fast of the payload) | payload`,
+//! payload `kind u8 | cluster id | body`. Every length is checked against
+//! the bytes left before anything is allocated; a frame above
+//! [`FRAME_BYTES_MAX`] closes the connection.
+
+use std::io::{Read, Write};
+
+use protobuf::Message as _;
+use replication::Message;
+
+use crate::metadata::{BrokerMeta, MetadataRecord};
+
+/// Largest frame: a metadata snapshot or a batch of entries.
+pub const FRAME_BYTES_MAX: usize = 64 << 20;
+
+const KIND_RAFT: u8 = 1;
+const KIND_HEARTBEAT: u8 = 2;
+const KIND_HEARTBEAT_REPLY: u8 = 3;
+const KIND_FETCH: u8 = 4;
+const KIND_FETCH_REPLY: u8 = 5;
+
+/// A broker's heartbeat to the active controller; the first one of an
+/// incarnation registers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Heartbeat {
+    pub broker: BrokerMeta,
+    /// The last metadata offset the broker applied.
+    pub applied: u64,
+    /// The broker is stopping (SIGTERM): fence it and move its
+    /// leaderships away now (controlled shutdown).
+    pub shutting_down: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeartbeatStatus {
+    /// Heard; `fenced` says whether the broker is fenced in the metadata.
+    Accepted { fenced: bool },
+    /// This voter is not the active controller (`leader` may name it).
+    NotController,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeartbeatReply {
+    pub status: HeartbeatStatus,
+    /// The active controller as this voter knows it (-1: none).
+    pub leader: i32,
+    /// The metadata offset this voter has applied.
+    pub applied: u64,
+}
+
+/// What a broker without a copy of the Raft log asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FetchReply {
+    /// Committed entries after the asked offset, in order: (index, records).
+    Entries(Vec<(u64, Vec<MetadataRecord>)>),
+    /// The asked offset is behind the voter's snapshot: the image at `index`.
+    Snapshot { index: u64, image: Vec<u8> },
+}
+
+/// One frame of the controller listener.
+#[derive(Debug, Clone)]
+pub enum Frame {
+    Raft(Box<Message>),
+    Heartbeat(Heartbeat),
+    HeartbeatReply(HeartbeatReply),
+    Fetch { after: u64 },
+    FetchReply(FetchReply),
+}
+
+/// A frame and the cluster id its sender knows ("" before it knows one).
+#[derive(Debug, Clone)]
+pub struct Envelope {
+    pub cluster_id: String,
+    pub frame: Frame,
+}
+
+pub fn encode_records(records: &[MetadataRecord]) -> Vec<u8> {
+    let mut out = Vec::new();
+    put_u32(&mut out, records.len() as u32);
+    for record in records {
+        put_bytes(&mut out, &record.encode());
+    }
+    out
+}
+
+pub fn decode_records(mut buf: &[u8]) -> Result<Vec<MetadataRecord>, String> {
+    let count = take_u32(&mut buf)? as usize;
+    if count > buf.len() / 4 {
+        return Err(format!("{count} records in {} bytes", buf.len()));
+    }
+    let mut records = Vec::with_capacity(count);
+    for _ in 0..count {
+        records.push(MetadataRecord::decode(take_bytes(&mut buf)?)?);
+    }
+    if !buf.is_empty() {
+        return Err(format!("{} trailing bytes after the records", buf.len()));
+    }
+    Ok(records)
+}
+
+impl Envelope {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut payload = Vec::new();
+        let kind = match &self.frame {
+            Frame::Raft(_) => KIND_RAFT,
+            Frame::Heartbeat(_) => KIND_HEARTBEAT,
+            Frame::HeartbeatReply(_) => KIND_HEARTBEAT_REPLY,
+            Frame::Fetch { .. } => KIND_FETCH,
+            Frame::FetchReply(_) => KIND_FETCH_REPLY,
+        };
+        payload.push(kind);
+        put_bytes(&mut payload, self.cluster_id.as_bytes());
+        match &self.frame {
+            Frame::Raft(message) => {
+                let bytes = message
+                    .write_to_bytes()
+                    .expect("a raft message always encodes");
+                put_bytes(&mut payload, &bytes);
+            }
+            Frame::Heartbeat(heartbeat) => {
+                put_bytes(
+                    &mut payload,
+                    &MetadataRecord::BrokerRegistered(heartbeat.broker.clone()).encode(),
+                );
+                payload.extend_from_slice(&heartbeat.applied.to_be_bytes());
+                payload.push(u8::from(heartbeat.shutting_down));
+            }
+            Frame::HeartbeatReply(reply) => {
+                let status = match reply.status {
+                    HeartbeatStatus::Accepted { fenced: false } => 0u8,
+                    HeartbeatStatus::Accepted { fenced: true } => 1,
+                    HeartbeatStatus::NotController => 2,
+                };
+                payload.push(status);
+                payload.extend_from_slice(&reply.leader.to_be_bytes());
+                payload.extend_from_slice(&reply.applied.to_be_bytes());
+            }
+            Frame::Fetch { after } => payload.extend_from_slice(&after.to_be_bytes()),
+            Frame::FetchReply(FetchReply::Entries(entries)) => {
+                payload.push(0);
+                put_u32(&mut payload, entries.len() as u32);
+                for (index, records) in entries {
+                    payload.extend_from_slice(&index.to_be_bytes());
+                    put_bytes(&mut payload, &encode_records(records));
+                }
+            }
+            Frame::FetchReply(FetchReply::Snapshot { index, image }) => {
+                payload.push(1);
+                payload.extend_from_slice(&index.to_be_bytes());
+                put_bytes(&mut payload, image);
+            }
+        }
+        let mut out = Vec::with_capacity(payload.len() + 8);
+        put_u32(&mut out, payload.len() as u32);
+        put_u32(&mut out, crc32fast::hash(&payload));
+        out.extend_from_slice(&payload);
+        out
+    }
+
+    pub fn decode(payload: &[u8]) -> Result<Envelope, String> {
+        let mut buf = payload;
+        let kind = take::<1>(&mut buf)?[0];
+        let cluster_id = String::from_utf8(take_bytes(&mut buf)?.to_vec())
+            .map_err(|_| "the cluster id is not UTF-8".to_string())?;
+        let frame = match kind {
+            KIND_RAFT => {
+                let message = Message::parse_from_bytes(take_bytes(&mut buf)?)
+                    .map_err(|e| format!("raft message: {e}"))?;
+                Frame::Raft(Box::new(message))
+            }
+            KIND_HEARTBEAT => {
+                let MetadataRecord::BrokerRegistered(broker) =
+                    MetadataRecord::decode(take_bytes(&mut buf)?)?
+                else {
+                    return Err("a heartbeat without its broker".to_string());
+                };
+                let applied = u64::from_be_bytes(take::<8>(&mut buf)?);
+                let shutting_down = take::<1>(&mut buf)?[0] != 0;
+                Frame::Heartbeat(Heartbeat {
+                    broker,
+                    applied,
+                    shutting_down,
+                })
+            }
+            KIND_HEARTBEAT_REPLY => {
+                let status = match take::<1>(&mut buf)?[0] {
+                    0 => HeartbeatStatus::Accepted { fenced: false },
+                    1 => HeartbeatStatus::Accepted { fenced: true },
+                    2 => HeartbeatStatus::NotController,
+                    other => return Err(format!("heartbeat status {other}")),
+                };
+                Frame::HeartbeatReply(HeartbeatReply {
+                    status,
+                    leader: i32::from_be_bytes(take::<4>(&mut buf)?),
+                    applied: u64::from_be_bytes(take::<8>(&mut buf)?),
+                })
+            }
+            KIND_FETCH => Frame::Fetch {
+                after: u64::from_be_bytes(take::<8>(&mut buf)?),
+            },
+            KIND_FETCH_REPLY => match take::<1>(&mut buf)?[0] {
+                0 => {
+                    let count = take_u32(&mut buf)? as usize;
+                    if count > buf.len() / 12 {
+                        return Err(format!("{count} entries in {} bytes", buf.len()));
+                    }
+                    let mut entries = Vec::with_capacity(count);
+                    for _ in 0..count {
+                        let index = u64::from_be_bytes(take::<8>(&mut buf)?);
+                        entries.push((index, decode_records(take_bytes(&mut buf)?)?));
+                    }
+                    Frame::FetchReply(FetchReply::Entries(entries))
+                }
+                1 => Frame::FetchReply(FetchReply::Snapshot {
+                    index: u64::from_be_bytes(take::<8>(&mut buf)?),
+                    image: take_bytes(&mut buf)?.to_vec(),
+                }),
+                other => return Err(format!("fetch reply kind {other}")),
+            },
+            other => return Err(format!("unknown frame kind {other}")),
+        };
+        if !buf.is_empty() {
+            return Err(format!("{} trailing bytes", buf.len()));
+        }
+        Ok(Envelope { cluster_id, frame })
+    }
+}
+
+/// Writes one frame.
+pub fn write_frame(stream: &mut impl Write, envelope: &Envelope) -> std::io::Result<()> {
+    stream.write_all(&envelope.encode())
+}
+
+/// Reads one frame; `Ok(None)` at a clean end of stream.
+pub fn read_frame(stream: &mut impl Read) -> std::io::Result<Option<Envelope>> {
+    let mut head = [0u8; 8];
+    match stream.read_exact(&mut head[..1]) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    stream.read_exact(&mut head[1..])?;
+    let len = u32::from_be_bytes(head[..4].try_into().expect("4 bytes")) as usize;
+    let crc = u32::from_be_bytes(head[4..].try_into().expect("4 bytes"));
+    let invalid = |reason: String| std::io::Error::new(std::io::ErrorKind::InvalidData, reason);
+    if len > FRAME_BYTES_MAX {
+        return Err(invalid(format!(
+            "frame of {len} bytes is above the {FRAME_BYTES_MAX}-byte limit"
+        )));
+    }
+    let mut payload = vec![0u8; len];
+    stream.read_exact(&mut payload)?;
+    if crc32fast::hash(&payload) != crc {
+        return Err(invalid("frame CRC mismatch".to_string()));
+    }
+    Envelope::decode(&payload).map(Some).map_err(invalid)
+}
+
+fn put_u32(out: &mut Vec<u8>, value: u32) {
+    out.extend_from_slice(&value.to_be_bytes());
+}
+
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    put_u32(out, bytes.len() as u32);
+    out.extend_from_slice(bytes);
+}
+
+fn take<const N: usize>(buf: &mut &[u8]) -> Result<[u8; N], String> {
+    if buf.len() < N {
+        return Err("truncated field".to_string());
+    }
+    let (head, rest) = buf.split_at(N);
+    *buf = rest;
+    Ok(head.try_into().expect("N bytes"))
+}
+
+fn take_u32(buf: &mut &[u8]) -> Result<u32, String> {
+    Ok(u32::from_be_bytes(take::<4>(buf)?))
+}
+
+fn take_bytes<'a>(buf: &mut &'a [u8]) -> Result<&'a [u8], String> {
+    let len = take_u32(buf)? as usize;
+    if len > buf.len() {
+        return Err(format!("length {len} beyond the {} bytes left", buf.len()));
+    }
+    let (head, rest) = buf.split_at(len);
+    *buf = rest;
+    Ok(head)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn broker() -> BrokerMeta {
+        BrokerMeta {
+            id: 2,
+            incarnation: 9,
+            host: "127.0.0.1".to_string(),
+            port: 19092,
+            rack: Some("a".to_string()),
+            controller_address: "127.0.0.1:19093".to_string(),
+            fenced: false,
+        }
+    }
+
+    fn round_trip(frame: Frame) {
+        let envelope = Envelope {
+            cluster_id: "c1".to_string(),
+            frame,
+        };
+        let bytes = envelope.encode();
+        let decoded = read_frame(&mut &bytes[..]).unwrap().unwrap();
+        assert_eq!(format!("{decoded:?}"), format!("{envelope:?}"));
+        // Every cut and every flipped byte is an error, never a panic.
+        for cut in 0..bytes.len() {
+            let got = read_frame(&mut &bytes[..cut]);
+            assert!(
+                cut == 0 && matches!(got, Ok(None)) || got.is_err(),
+                "cut {cut}"
+            );
+        }
+        for at in 0..bytes.len() {
+            let mut flipped = bytes.clone();
+            flipped[at] ^= 0x20;
+            assert!(read_frame(&mut &flipped[..]).is_err(), "flip at {at}");
+        }
+    }
+
+    #[test]
+    fn frames_round_trip_and_damage_is_refused() {
+        let mut message = Message::default();
+        message.from = 1;
+        message.to = 3;
+        message.term = 7;
+        round_trip(Frame::Raft(Box::new(message)));
+        round_trip(Frame::Heartbeat(Heartbeat {
+            broker: broker(),
+            applied: 42,
+            shutting_down: true,
+        }));
+        for status in [
+            HeartbeatStatus::Accepted { fenced: false },
+            HeartbeatStatus::Accepted { fenced: true },
+            HeartbeatStatus::NotController,
+        ] {
+            round_trip(Frame::HeartbeatReply(HeartbeatReply {
+                status,
+                leader: 3,
+                applied: 5,
+            }));
+        }
+        round_trip(Frame::Fetch { after: 17 });
+        round_trip(Frame::FetchReply(FetchReply::Entries(vec![
+            (18, vec![MetadataRecord::ClusterId("x".to_string())]),
+            (19, vec![MetadataRecord::BrokerRegistered(broker())]),
+        ])));
+        round_trip(Frame::FetchReply(FetchReply::Snapshot {
+            index: 30,
+            image: vec![1, 2, 3],
+        }));
+    }
+
+    #[test]
+    fn an_oversized_length_is_refused_before_allocating() {
+        let mut bytes = Vec::new();
+        put_u32(&mut bytes, u32::MAX);
+        put_u32(&mut bytes, 0);
+        assert!(read_frame(&mut &bytes[..]).is_err());
+    }
+}
