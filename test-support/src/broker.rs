@@ -89,8 +89,14 @@ impl Broker {
     /// Starts a broker with 2 cores whose data dir is `data_dir` (which
     /// the caller owns), logging to `log_path`.
     pub fn start_in(data_dir: &Path, log_path: &Path, extra_args: &[&str]) -> Broker {
+        Self::start_at(data_dir, log_path, free_port(), extra_args)
+    }
+
+    /// As [`Broker::start_in`], listening for clients on `port` (which
+    /// the arguments may also name, e.g. in `listeners`).
+    pub fn start_at(data_dir: &Path, log_path: &Path, port: u16, extra_args: &[&str]) -> Broker {
         let mut broker = Broker {
-            port: free_port(),
+            port,
             data_dir: data_dir.to_path_buf(),
             _temp: None,
             log_path: log_path.to_path_buf(),

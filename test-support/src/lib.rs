@@ -11,6 +11,7 @@
 //! polls it with a deadline.
 
 mod broker;
+pub mod cluster;
 pub mod mount;
 mod port;
 mod process;
