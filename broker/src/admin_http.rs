@@ -467,6 +467,85 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
     let image = state.metadata.image();
     e.family("strom_topics", "gauge", "Topics in the metadata.");
     e.sample("strom_topics", &[], image.topics.len());
+    e.family(
+        "strom_metadata_offset",
+        "gauge",
+        "The metadata offset this node applied (the Raft index in a cluster).",
+    );
+    e.sample("strom_metadata_offset", &[], image.offset);
+    let partitions = image.topics.values().flat_map(|t| t.partitions.iter());
+    let (offline, under_replicated) = partitions.fold((0u64, 0u64), |(off, under), p| {
+        (
+            off + u64::from(p.leader < 0),
+            under + u64::from(p.isr.len() < p.replicas.len()),
+        )
+    });
+    e.family(
+        "strom_offline_partitions",
+        "gauge",
+        "Partitions without a leader.",
+    );
+    e.sample("strom_offline_partitions", &[], offline);
+    e.family(
+        "strom_under_replicated_partitions",
+        "gauge",
+        "Partitions whose in-sync replicas are fewer than their replicas.",
+    );
+    e.sample("strom_under_replicated_partitions", &[], under_replicated);
+    if let Some(cluster) = state.metadata.cluster() {
+        let status = cluster.quorum_status();
+        e.family(
+            "strom_quorum_role",
+            "gauge",
+            "This node's role in the controller quorum: 1 for the role it has.",
+        );
+        for role in [
+            crate::cluster::Role::Leader,
+            crate::cluster::Role::Follower,
+            crate::cluster::Role::Candidate,
+            crate::cluster::Role::Observer,
+        ] {
+            e.sample(
+                "strom_quorum_role",
+                &[("role", role.name())],
+                u64::from(status.role == role),
+            );
+        }
+        e.family(
+            "strom_quorum_commit_index",
+            "gauge",
+            "The highest metadata log index this voter knows committed.",
+        );
+        e.sample("strom_quorum_commit_index", &[], status.commit_index);
+        e.family(
+            "strom_quorum_term",
+            "gauge",
+            "The quorum's current term (leader epoch).",
+        );
+        e.sample("strom_quorum_term", &[], status.term);
+        e.family(
+            "strom_quorum_active_controller",
+            "gauge",
+            "The node id of the active controller as this node knows it (-1: none).",
+        );
+        e.sample(
+            "strom_quorum_active_controller",
+            &[],
+            i64::from(cluster.active_controller()),
+        );
+        e.family(
+            "strom_brokers",
+            "gauge",
+            "Registered brokers, by state (live or fenced).",
+        );
+        let fenced = image.brokers.values().filter(|b| b.fenced).count();
+        e.sample(
+            "strom_brokers",
+            &[("state", "live")],
+            image.brokers.len() - fenced,
+        );
+        e.sample("strom_brokers", &[("state", "fenced")], fenced);
+    }
 
     let all = total(snapshots);
     let mut rows: Vec<(String, &ShardSnapshot)> =

@@ -17,8 +17,27 @@ pub const SESSION_MS: u64 = 2_000;
 
 pub struct Node {
     pub id: i32,
-    pub controller_port: u16,
+    pub ports: Ports,
     pub broker: Broker,
+}
+
+/// A node's ports: clients, the controller listener (voters only) and the
+/// admin HTTP listener (`/metrics`).
+#[derive(Debug, Clone, Copy)]
+pub struct Ports {
+    pub client: u16,
+    pub controller: Option<u16>,
+    pub admin: u16,
+}
+
+impl Ports {
+    pub fn free(voter: bool) -> Ports {
+        Ports {
+            client: free_port(),
+            controller: voter.then(free_port),
+            admin: free_port(),
+        }
+    }
 }
 
 pub struct Cluster {
@@ -32,11 +51,11 @@ impl Cluster {
     /// Starts `voters` nodes that are both broker and controller.
     pub fn start(voters: usize, extra: &[&str]) -> Cluster {
         let temp = tempfile::tempdir().unwrap();
-        let ports: Vec<(u16, u16)> = (0..voters).map(|_| (free_port(), free_port())).collect();
+        let ports: Vec<Ports> = (0..voters).map(|_| Ports::free(true)).collect();
         let voter_list = ports
             .iter()
             .enumerate()
-            .map(|(i, (_, c))| format!("{}@127.0.0.1:{c}", i + 1))
+            .map(|(i, p)| format!("{}@127.0.0.1:{}", i + 1, p.controller.unwrap()))
             .collect::<Vec<_>>()
             .join(",");
         let mut cluster = Cluster {
@@ -49,49 +68,46 @@ impl Cluster {
         let handles: Vec<_> = ports
             .into_iter()
             .enumerate()
-            .map(|(i, (client, controller))| {
-                let args = cluster.args(i as i32 + 1, client, Some(controller));
+            .map(|(i, ports)| {
+                let args = cluster.args(i as i32 + 1, ports);
                 let dir = cluster.dir(i as i32 + 1);
                 std::thread::spawn(move || {
-                    let broker = start_node(&dir, client, &args);
-                    (i as i32 + 1, controller, broker)
+                    let broker = start_node(&dir, ports.client, &args);
+                    (i as i32 + 1, ports, broker)
                 })
             })
             .collect();
         for handle in handles {
-            let (id, controller_port, broker) = handle.join().unwrap();
-            cluster.nodes.push(Node {
-                id,
-                controller_port,
-                broker,
-            });
+            let (id, ports, broker) = handle.join().unwrap();
+            cluster.nodes.push(Node { id, ports, broker });
         }
         cluster
     }
 
     /// Adds node `id` as a broker only (not a voter).
     pub fn add_broker(&mut self, id: i32) -> &mut Node {
-        let client = free_port();
-        let args = self.args(id, client, None);
-        let broker = start_node(&self.dir(id), client, &args);
-        self.nodes.push(Node {
-            id,
-            controller_port: 0,
-            broker,
-        });
+        let ports = Ports::free(false);
+        let args = self.args(id, ports);
+        let broker = start_node(&self.dir(id), ports.client, &args);
+        self.nodes.push(Node { id, ports, broker });
         self.nodes.last_mut().unwrap()
     }
 
-    /// The start arguments of node `id` (`controller`: its controller port
-    /// when it is a voter).
-    pub fn args(&self, id: i32, client: u16, controller: Option<u16>) -> Vec<String> {
+    /// The start arguments of node `id` on `ports` (a voter when they
+    /// have a controller port).
+    pub fn args(&self, id: i32, ports: Ports) -> Vec<String> {
+        let Ports {
+            client,
+            controller,
+            admin,
+        } = ports;
         let mut args: Vec<String> = vec![
             "--node-id".into(),
             id.to_string(),
             "--cores".into(),
             "1".into(),
             "--admin-listen".into(),
-            "off".into(),
+            format!("127.0.0.1:{admin}"),
         ];
         let listeners = match controller {
             Some(c) => format!("PLAINTEXT://127.0.0.1:{client},CONTROLLER://127.0.0.1:{c}"),

@@ -226,22 +226,24 @@ impl Agent {
     }
 
     /// A broker that is not a voter: fetches committed metadata until it
-    /// has what the controller had applied.
+    /// has what the controller had applied, and publishes the image once,
+    /// at the end (never a state between).
     fn catch_up(&mut self, id: i32, address: &str) {
+        let mut image = (*self.cluster.image()).clone();
+        let before = image.offset;
         for _ in 0..FETCH_ROUNDS_MAX {
-            let mut image = (*self.cluster.image()).clone();
             let after = image.offset;
             let reply = match self.call(id, address, Frame::Fetch { after }) {
                 Ok(reply) => reply,
                 Err(error) => {
                     tracing::debug!(voter = id, %error, "metadata fetch failed");
-                    return;
+                    break;
                 }
             };
             match reply.frame {
                 Frame::FetchReply(FetchReply::Entries(entries)) => {
                     if entries.is_empty() {
-                        return;
+                        break;
                     }
                     for (index, records) in entries {
                         if index <= image.offset {
@@ -252,7 +254,6 @@ impl Agent {
                         }
                         image.offset = index;
                     }
-                    self.cluster.publish(&image);
                 }
                 Frame::FetchReply(FetchReply::Snapshot {
                     index,
@@ -264,15 +265,18 @@ impl Agent {
                             offset = index,
                             "metadata snapshot loaded from the controller"
                         );
-                        self.cluster.publish(&loaded);
+                        image = loaded;
                     }
                     Err(error) => {
                         tracing::warn!(%error, "the controller's metadata snapshot does not decode");
-                        return;
+                        break;
                     }
                 },
-                _ => return,
+                _ => break,
             }
+        }
+        if image.offset > before {
+            self.cluster.publish(&image);
         }
     }
 }

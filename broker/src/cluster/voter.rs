@@ -72,6 +72,11 @@ pub struct Voter {
     /// When a registration or fencing change was last proposed per broker.
     proposed: HashMap<i32, Instant>,
     was_leader: bool,
+    /// The commit index the store held at open: images before it are not
+    /// published, so a restart's replay never makes the cores open or
+    /// delete partitions for states long gone (a topic deleted and created
+    /// again under its name would lose the new data).
+    replayed_to: u64,
 }
 
 impl Voter {
@@ -94,7 +99,9 @@ impl Voter {
         config.election_ticks_max = 20;
         config.heartbeat_ticks = 2;
         let quorum = Quorum::new(&config, store)?;
+        let replayed_to = quorum.commit_index();
         Ok(Voter {
+            replayed_to,
             quorum,
             peers,
             inbox,
@@ -349,7 +356,7 @@ impl Voter {
                 changed = true;
             }
         }
-        if changed {
+        if changed && self.applied >= self.replayed_to {
             self.cluster.publish(&self.image);
         }
         if !self.quorum.is_leader() {

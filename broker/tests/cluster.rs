@@ -1,0 +1,321 @@
+//! A cluster of real `strom` processes on loopback (each `--cores 1`, its
+//! own ports and data dir), with real clients: kcat for metadata, and
+//! confluent-kafka and kafka-python (tests/clients/cluster_check.py) for
+//! topics, records and groups across brokers.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::run_python;
+use test_support::cluster::Cluster;
+use test_support::{run, strom_ok};
+
+const SCRIPT_DEADLINE: Duration = Duration::from_secs(240);
+/// A new active controller is expected within about two election
+/// timeouts (1-2 s each, 1 s default); this bound has margin for a
+/// loaded test machine.
+const ELECTION_BOUND: Duration = Duration::from_secs(10);
+
+/// What kcat's metadata says: the controller, the brokers and each
+/// partition's (leader, replicas).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Listed {
+    controller: i32,
+    brokers: Vec<i32>,
+    partitions: BTreeMap<(String, i32), (i32, Vec<i32>)>,
+}
+
+fn listed(bootstrap: &str) -> Option<Listed> {
+    let output = run(
+        std::process::Command::new("kcat").args(["-b", bootstrap, "-L", "-J", "-m", "5"]),
+        None,
+        Duration::from_secs(20),
+    );
+    if !output.status.success() {
+        return None;
+    }
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
+    let mut partitions = BTreeMap::new();
+    for topic in json["topics"].as_array()? {
+        let name = topic["topic"].as_str()?.to_string();
+        for p in topic["partitions"].as_array()? {
+            let replicas = p["replicas"]
+                .as_array()?
+                .iter()
+                .map(|r| r["id"].as_i64().unwrap() as i32)
+                .collect();
+            partitions.insert(
+                (name.clone(), p["partition"].as_i64()? as i32),
+                (p["leader"].as_i64()? as i32, replicas),
+            );
+        }
+    }
+    let mut brokers: Vec<i32> = json["brokers"]
+        .as_array()?
+        .iter()
+        .map(|b| b["id"].as_i64().unwrap() as i32)
+        .collect();
+    brokers.sort_unstable();
+    Some(Listed {
+        controller: json["controllerid"].as_i64()? as i32,
+        brokers,
+        partitions,
+    })
+}
+
+/// Waits until `node`'s metadata lists exactly `brokers` and a controller.
+fn settled(cluster: &Cluster, node: i32, brokers: &[i32]) -> Listed {
+    let bootstrap = cluster.node(node).broker.bootstrap();
+    cluster.wait_for(&format!("node {node} lists brokers {brokers:?}"), || {
+        listed(&bootstrap).filter(|l| l.brokers == brokers && l.controller > 0)
+    })
+}
+
+fn python(args: &[&str]) -> String {
+    run_python("cluster_check.py", args, SCRIPT_DEADLINE)
+}
+
+#[test]
+fn three_brokers_spread_partitions_serve_clients_and_share_a_group() {
+    let cluster = Cluster::start(3, &[]);
+    for node in 1..=3 {
+        settled(&cluster, node, &[1, 2, 3]);
+    }
+    // Created through a broker that may not be the controller, read
+    // through another.
+    let out = python(&[
+        "spread",
+        &cluster.node(2).broker.bootstrap(),
+        "spread",
+        "10",
+    ]);
+    assert!(out.contains("leaders: 4-3-3"), "{out}");
+    let listed = listed(&cluster.node(3).broker.bootstrap()).unwrap();
+    let leaders: Vec<i32> = (0..10)
+        .map(|p| listed.partitions[&("spread".to_string(), p)].0)
+        .collect();
+    assert!(leaders.iter().all(|l| [1, 2, 3].contains(l)), "{leaders:?}");
+
+    let out = python(&["roundtrip", &cluster.bootstrap(), "spread", "2000"]);
+    assert!(
+        out.contains("confluent read: 4000 ok over 10 partitions"),
+        "{out}"
+    );
+    assert!(out.contains("kafka-python read: 4000 ok"), "{out}");
+
+    let out = python(&[
+        "spread",
+        &cluster.node(1).broker.bootstrap(),
+        "grouped",
+        "6",
+    ]);
+    assert!(out.contains("leaders: 2-2-2"), "{out}");
+    let out = python(&[
+        "group",
+        &cluster.node(1).broker.bootstrap(),
+        &cluster.node(3).broker.bootstrap(),
+        "grouped",
+        "3000",
+    ]);
+    assert!(out.contains("group: 3000 ok"), "{out}");
+}
+
+#[test]
+fn replication_factor_above_the_live_brokers_is_refused() {
+    let cluster = Cluster::start(3, &[]);
+    settled(&cluster, 1, &[1, 2, 3]);
+    let out = test_support::strom_fails(
+        &cluster.node(1).broker,
+        &[
+            "topic",
+            "create",
+            "wide",
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "4",
+        ],
+        None,
+    );
+    assert!(out.contains("INVALID_REPLICATION_FACTOR"), "{out}");
+    assert!(out.contains("3 live brokers"), "{out}");
+}
+
+#[test]
+fn killing_the_active_controller_elects_another_which_takes_changes() {
+    let mut cluster = Cluster::start(3, &[]);
+    let before = settled(&cluster, 1, &[1, 2, 3]);
+    let old = before.controller;
+    let survivor = (1..=3).find(|&n| n != old).unwrap();
+    let survivor_bootstrap = cluster.node(survivor).broker.bootstrap();
+    // Led by every broker, the killed one too.
+    strom_ok(
+        &cluster.node(survivor).broker,
+        &["topic", "create", "before", "--partitions", "3"],
+    );
+    cluster.wait_for("every partition led", || {
+        listed(&survivor_bootstrap).filter(|l| {
+            (0..3).all(|p| {
+                l.partitions
+                    .get(&("before".to_string(), p))
+                    .is_some_and(|(leader, _)| *leader > 0)
+            })
+        })
+    });
+
+    cluster.node_mut(old).broker.kill();
+    let killed = Instant::now();
+    let new = cluster.wait_for("another active controller", || {
+        listed(&survivor_bootstrap)
+            .map(|l| l.controller)
+            .filter(|&c| c > 0 && c != old)
+    });
+    let elected = killed.elapsed();
+    // Topic creation through the new controller works again.
+    strom_ok(
+        &cluster.node(survivor).broker,
+        &["topic", "create", "after", "--partitions", "4"],
+    );
+    let writable = killed.elapsed();
+    println!(
+        "re-election: new controller {new} seen {} ms after kill -9 of {old}; topic created after {} ms",
+        elected.as_millis(),
+        writable.as_millis()
+    );
+    assert!(
+        elected < ELECTION_BOUND,
+        "re-election took {elected:?}\n{}",
+        cluster.logs()
+    );
+
+    // Past the session timeout the killed broker is fenced: no longer listed.
+    let others: Vec<i32> = (1..=3).filter(|&n| n != old).collect();
+    let fenced = settled(&cluster, survivor, &others);
+    // The killed broker's partitions have no leader now (one replica each).
+    let offline = fenced
+        .partitions
+        .values()
+        .filter(|(leader, _)| *leader == -1)
+        .count();
+    assert!(offline >= 1, "{fenced:?}");
+    let admin = format!("127.0.0.1:{}", cluster.node(new).ports.admin);
+    let metrics = cluster.wait_for(
+        "the new controller's metrics show the fenced broker",
+        || {
+            let (_, body) = common::admin::http_get(&admin, "/metrics");
+            body.contains("strom_brokers{state=\"fenced\"} 1")
+                .then_some(body)
+        },
+    );
+    for line in [
+        "strom_quorum_role{role=\"leader\"} 1",
+        "strom_brokers{state=\"live\"} 2",
+        &format!("strom_offline_partitions {offline}"),
+        &format!("strom_quorum_active_controller {new}"),
+    ] {
+        assert!(metrics.contains(line), "{line} not in\n{metrics}");
+    }
+
+    // The killed node rejoins and catches up on what it missed.
+    cluster.node_mut(old).broker.start_again();
+    let rejoined = cluster.node(old).broker.bootstrap();
+    cluster.wait_for(
+        "the restarted node knows the topic created without it",
+        || {
+            listed(&rejoined).filter(|l| {
+                l.brokers == [1, 2, 3]
+                    && (0..4).all(|p| l.partitions.contains_key(&("after".to_string(), p)))
+            })
+        },
+    );
+    let out = python(&["roundtrip", &cluster.bootstrap(), "after", "300"]);
+    assert!(out.contains("kafka-python read: 600 ok"), "{out}");
+}
+
+#[test]
+fn all_nodes_killed_and_restarted_keep_the_metadata_and_a_fourth_broker_joins() {
+    let mut cluster = Cluster::start(3, &[]);
+    settled(&cluster, 1, &[1, 2, 3]);
+    for (topic, partitions) in [("a", "5"), ("b", "7")] {
+        strom_ok(
+            &cluster.node(1).broker,
+            &["topic", "create", topic, "--partitions", partitions],
+        );
+    }
+    let before = cluster.wait_for("every partition led", || {
+        listed(&cluster.node(2).broker.bootstrap()).filter(|l| {
+            l.partitions.len() == 12 && l.partitions.values().all(|(leader, _)| *leader > 0)
+        })
+    });
+    for node in 1..=3 {
+        cluster.node_mut(node).broker.kill();
+    }
+    for node in 1..=3 {
+        cluster.node_mut(node).broker.start_again();
+    }
+    for node in 1..=3 {
+        let after = cluster.wait_for(&format!("node {node} has the metadata back"), || {
+            listed(&cluster.node(node).broker.bootstrap()).filter(|l| {
+                l.brokers == [1, 2, 3] && l.partitions.values().all(|(leader, _)| *leader > 0)
+            })
+        });
+        assert_eq!(after.partitions, before.partitions, "node {node}");
+    }
+
+    // A fourth node, a broker only, joins and gets the next partitions.
+    cluster.add_broker(4);
+    settled(&cluster, 4, &[1, 2, 3, 4]);
+    let out = python(&["spread", &cluster.node(4).broker.bootstrap(), "fourth", "4"]);
+    assert!(out.contains("leaders: 4-0-0-0"), "{out}");
+    let listed = listed(&cluster.node(1).broker.bootstrap()).unwrap();
+    for p in 0..4 {
+        assert_eq!(
+            listed.partitions[&("fourth".to_string(), p)].0,
+            4,
+            "{listed:?}"
+        );
+    }
+    let out = python(&[
+        "roundtrip",
+        &cluster.node(4).broker.bootstrap(),
+        "fourth",
+        "200",
+    ]);
+    assert!(out.contains("confluent read: 400 ok"), "{out}");
+}
+
+#[test]
+fn a_node_of_another_cluster_is_refused_and_stays_out() {
+    let cluster = Cluster::start(3, &[]);
+    settled(&cluster, 1, &[1, 2, 3]);
+    // A data dir that another cluster wrote.
+    let dir = cluster.dir(4).join("data");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("meta.properties"),
+        "version=1\nnode.id=4\ncluster.id=AnotherClusterAaaaaaaaa\n",
+    )
+    .unwrap();
+    let args = cluster.args(4, test_support::cluster::Ports::free(false));
+    let output = run(
+        std::process::Command::new(test_support::strom_bin())
+            .arg("start")
+            .arg("--data-dir")
+            .arg(&dir)
+            .args(&args),
+        None,
+        Duration::from_secs(60),
+    );
+    let log = String::from_utf8_lossy(&output.stdout).to_string()
+        + &String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(3), "{log}");
+    assert!(
+        log.contains("belongs to cluster AnotherClusterAaaaaaaaa"),
+        "{log}"
+    );
+    // Refused at its first heartbeat, before any registration.
+    let listed = listed(&cluster.node(1).broker.bootstrap()).unwrap();
+    assert_eq!(listed.brokers, vec![1, 2, 3]);
+}
