@@ -44,7 +44,7 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         keys: &["listeners"],
         flag: None,
         default: Default::Value("PLAINTEXT://127.0.0.1:9092"),
-        meaning: "Kafka's listeners: `NAME://HOST:PORT,...`, or a bare `HOST:PORT` for the client listener. The client listener is the first one not named in `controller.listener.names`; Strom serves clients on that one only (a second client listener is refused). Two listeners on one address are refused. Controller listeners are checked (one is required on a voter of a quorum of several) but not opened yet.",
+        meaning: "Kafka's listeners: `NAME://HOST:PORT,...`, or a bare `HOST:PORT` for the client listener. The client listener is the first one not named in `controller.listener.names`; Strom serves clients on that one only (a second client listener is refused). Two listeners on one address are refused. A voter of a quorum of several opens its controller listener (the one named in `controller.listener.names`) for the other voters and the brokers' heartbeats.",
     },
     Setting {
         keys: &["advertise"],
@@ -68,25 +68,25 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         keys: &["process.roles"],
         flag: None,
         default: Default::Value("broker,controller"),
-        meaning: "`broker,controller` (one node that is both) or `broker` (needs `controller.quorum.voters` or `controller.quorum.bootstrap.servers`). A controller-only node is refused: not supported yet. Strom keeps the metadata log on every node today, whatever the roles.",
+        meaning: "`broker,controller` (a broker that is also a voter of the controller quorum) or `broker` (a broker only: it fetches the metadata from the controllers named by `controller.quorum.voters` or `controller.quorum.bootstrap.servers`). A controller-only node is refused: not supported yet.",
     },
     Setting {
         keys: &["controller.quorum.voters"],
         flag: None,
         default: Default::Described("none: a single node, its own controller"),
-        meaning: "The controller quorum, `ID@HOST:PORT,...`. Ids and addresses must be unique, and with the controller role `node.id` must be one of them. Validated only: a single node does not contact the other voters yet.",
+        meaning: "The controller quorum, `ID@HOST:PORT,...` (each voter's controller listener). Ids and addresses must be unique, and with the controller role `node.id` must be one of them. Naming other voters makes this node a member of a cluster: the metadata log is replicated by Raft among the voters (kept in `__metadata/raft/`). Without voters, or with this node alone, it is a single node keeping its metadata log in `__metadata/metadata.log`.",
     },
     Setting {
         keys: &["controller.quorum.bootstrap.servers"],
         flag: None,
         default: Default::Described("none"),
-        meaning: "Controllers to find the quorum from, `HOST:PORT,...` (Kafka's dynamic quorum). Validated only, not contacted yet.",
+        meaning: "Controllers to find the quorum from, `HOST:PORT,...` (Kafka's dynamic quorum), for a broker-only node that is not given `controller.quorum.voters`: it heartbeats to them in turn until the active controller answers.",
     },
     Setting {
         keys: &["broker.rack"],
         flag: None,
         default: Default::Described("none"),
-        meaning: "The rack of this broker (Kafka's rack-aware placement). Given to clients in Metadata and DescribeCluster; a single node places nothing by rack.",
+        meaning: "The rack of this broker (Kafka's rack-aware placement). Given to clients in Metadata and DescribeCluster; in a cluster, a partition's replicas go to different racks first.",
     },
     Setting {
         keys: &["admin.listen"],

@@ -27,7 +27,7 @@ pub struct Agent {
     interval: Duration,
     /// The voter tried next and its open connection.
     target: usize,
-    connection: Option<(i32, TcpStream)>,
+    connection: Option<(String, TcpStream)>,
     commands: flume::Receiver<Command>,
 }
 
@@ -156,12 +156,12 @@ impl Agent {
         {
             return Some((leader, address));
         }
-        if self.cluster.voters.is_empty() {
+        let candidates = self.cluster.controller_candidates();
+        if candidates.is_empty() {
             return None;
         }
-        self.target = (self.target + 1) % self.cluster.voters.len();
-        let voter = &self.cluster.voters[self.target];
-        Some((voter.id, format!("{}:{}", voter.host, voter.port)))
+        self.target = (self.target + 1) % candidates.len();
+        Some(candidates[self.target].clone())
     }
 
     /// One heartbeat round (following one redirect); whether the broker
@@ -174,7 +174,7 @@ impl Agent {
                 applied: self.cluster.image().offset,
                 shutting_down,
             });
-            let reply = match self.call(id, &address, heartbeat) {
+            let reply = match self.call(&address, heartbeat) {
                 Ok(reply) => reply,
                 Err(error) => {
                     tracing::debug!(voter = id, %address, %error, "heartbeat not answered");
@@ -195,6 +195,7 @@ impl Agent {
                     if reply.leader <= 0 || reply.leader == id {
                         return None;
                     }
+                    // The next round asks the leader this voter named.
                 }
                 HeartbeatStatus::Accepted { fenced } => {
                     if !self.cluster.is_voter() && reply.applied > self.cluster.image().offset {
@@ -207,14 +208,9 @@ impl Agent {
         None
     }
 
-    fn call(
-        &mut self,
-        id: i32,
-        address: &str,
-        frame: Frame,
-    ) -> std::io::Result<super::wire::Envelope> {
-        if self.connection.as_ref().is_none_or(|(to, _)| *to != id) {
-            self.connection = Some((id, net::connect(address)?));
+    fn call(&mut self, address: &str, frame: Frame) -> std::io::Result<super::wire::Envelope> {
+        if self.connection.as_ref().is_none_or(|(to, _)| to != address) {
+            self.connection = Some((address.to_string(), net::connect(address)?));
         }
         let cluster_id = self.our_cluster_id();
         let (_, stream) = self.connection.as_mut().expect("connected");
@@ -233,7 +229,7 @@ impl Agent {
         let before = image.offset;
         for _ in 0..FETCH_ROUNDS_MAX {
             let after = image.offset;
-            let reply = match self.call(id, address, Frame::Fetch { after }) {
+            let reply = match self.call(address, Frame::Fetch { after }) {
                 Ok(reply) => reply,
                 Err(error) => {
                     tracing::debug!(voter = id, %error, "metadata fetch failed");

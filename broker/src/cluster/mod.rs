@@ -82,6 +82,7 @@ pub struct QuorumStatus {
 pub struct Cluster {
     pub node_id: i32,
     pub voters: Vec<VoterAddress>,
+    bootstrap_servers: Vec<(String, u16)>,
     pub timing: ClusterTiming,
     /// The quorum thread's inbox, on a voter.
     pub inbox: Option<flume::Sender<Input>>,
@@ -106,6 +107,7 @@ impl Cluster {
         Cluster {
             node_id: config.node_id,
             voters: config.quorum.voters.clone(),
+            bootstrap_servers: config.quorum.bootstrap_servers.clone(),
             timing: config.cluster_timing,
             status: Mutex::new(QuorumStatus {
                 role: if inbox.is_some() {
@@ -169,12 +171,33 @@ impl Cluster {
         self.is_voter() && self.quorum_status().role == Role::Leader
     }
 
-    /// The controller listener address of voter `id`.
+    /// The controller listener address of voter `id`: from
+    /// `controller.quorum.voters`, else from its registration.
     pub fn voter_address(&self, id: i32) -> Option<String> {
-        self.voters
+        if let Some(v) = self.voters.iter().find(|v| v.id == id) {
+            return Some(format!("{}:{}", v.host, v.port));
+        }
+        self.image()
+            .brokers
+            .get(&id)
+            .map(|b| b.controller_address.clone())
+            .filter(|a| !a.is_empty())
+    }
+
+    /// The controllers to try when none is known to be active: the voters,
+    /// else `controller.quorum.bootstrap.servers` (ids unknown: -1).
+    pub fn controller_candidates(&self) -> Vec<(i32, String)> {
+        if !self.voters.is_empty() {
+            return self
+                .voters
+                .iter()
+                .map(|v| (v.id, format!("{}:{}", v.host, v.port)))
+                .collect();
+        }
+        self.bootstrap_servers
             .iter()
-            .find(|v| v.id == id)
-            .map(|v| format!("{}:{}", v.host, v.port))
+            .map(|(host, port)| (-1, format!("{host}:{port}")))
+            .collect()
     }
 
     /// Starts this node's agent (once).
