@@ -17,6 +17,7 @@
 mod image;
 mod log;
 mod records;
+mod snapshot;
 #[cfg(test)]
 pub mod testing;
 
@@ -28,6 +29,7 @@ use std::sync::{Arc, RwLock};
 pub use image::{place_partitions, MetadataImage, PartitionState, TopicMeta};
 pub use log::{repair, FileMetadataLog, MetadataLog, MetadataWriter, RepairReport};
 pub use records::MetadataRecord;
+pub use snapshot::{decode as decode_snapshot, encode as encode_snapshot};
 
 pub const METADATA_DIR: &str = "__metadata";
 /// Topics the broker writes itself: clients may read them, but not write,
