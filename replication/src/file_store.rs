@@ -19,7 +19,7 @@
 //! entries after it are kept (a compaction); otherwise the snapshot replaced the whole log (an
 //! installed snapshot) and none are. Either way open finishes the rewrite.
 //!
-//! Reads are served from an in-memory copy ([`LogCache`]) kept in step with the files.
+//! Reads are served from an in-memory copy (`LogCache`) kept in step with the files.
 //! Each write returns only after `fsync`.
 
 use std::fs::{self, File, OpenOptions};

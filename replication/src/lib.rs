@@ -25,7 +25,8 @@
 //! Stores: [`store::MemoryStore`] (in memory, for tests) and [`file_store::FileStore`] (an
 //! append-only entries file with length+CRC-32 frames, torn tail cut at open, rewritten whole
 //! after a snapshot; hard state and snapshot replaced atomically). Both implement
-//! [`store::LogStore`] over `raft::Storage` and answer reads from a [`store::LogCache`].
+//! [`store::LogStore`] over `raft::Storage` and answer reads from one in-memory copy of the
+//! log (`store::LogCache`).
 //!
 //! Architecture invariant: this crate does no I/O of its own except the file store, and knows
 //! nothing of glommio, sockets or Kafka requests; a whole quorum runs on one thread in

@@ -143,8 +143,8 @@ pub struct SnapshotPolicy {
 }
 
 impl SnapshotPolicy {
-    /// A log of 16 MiB replays in well under a second and is a small part of a data dir;
-    /// a metadata image is far smaller, so a snapshot costs less than the log it replaces.
+    /// The default bound on the log a restart replays and a lagging follower is sent entry
+    /// by entry; a metadata image is expected to be far smaller than that much log.
     pub const LOG_BYTES_MAX_DEFAULT: u64 = 16 * 1024 * 1024;
 
     /// Whether `quorum` should be compacted at its applied index now.

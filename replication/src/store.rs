@@ -1,6 +1,6 @@
 //! Stores for the Raft log: what survives a crash. [`MemoryStore`] keeps it in memory (tests,
 //! where the "disk" is the store value that outlives a node); [`crate::file_store::FileStore`]
-//! is the durable one. Both answer raft's reads from a [`LogCache`], the log as it is in memory:
+//! is the durable one. Both answer raft's reads from a `LogCache`, the log as it is in memory:
 //! the latest snapshot with its data, the entries after it, hard and conf state.
 
 use std::sync::{Arc, RwLock, RwLockReadGuard};
@@ -33,7 +33,7 @@ pub trait LogStore: raft::Storage {
 /// The log as a store holds it in memory. Invariants: `entries[i].index` is
 /// `snapshot_index + 1 + i`; `bytes_through[i]` is the encoded size of `entries[..=i]`.
 #[derive(Clone)]
-pub struct LogCache {
+pub(crate) struct LogCache {
     hard_state: HardState,
     conf_state: ConfState,
     /// Index 0: no snapshot yet.
@@ -75,11 +75,6 @@ impl LogCache {
     /// The stored hard state.
     pub fn hard_state(&self) -> &HardState {
         &self.hard_state
-    }
-
-    /// The conf state (the voters).
-    pub fn conf_state(&self) -> &ConfState {
-        &self.conf_state
     }
 
     /// The entries after the latest snapshot, in index order.
@@ -324,7 +319,7 @@ impl LogStore for MemoryStore {
     }
 }
 
-/// Implements `raft::Storage` for `$store` by asking the [`LogCache`] its method `$log`
+/// Implements `raft::Storage` for `$store` by asking the `LogCache` its method `$log`
 /// returns: every store answers reads from memory and differs only in what it writes.
 macro_rules! storage_reads_from {
     ($store:ty, $log:ident) => {
