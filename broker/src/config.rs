@@ -144,6 +144,9 @@ pub struct BrokerConfig {
     pub producer_id_expiration_ms: i64,
     /// Cluster timing: heartbeats, sessions, elections.
     pub cluster_timing: ClusterTiming,
+    /// Bytes of metadata log a voter applies before it snapshots the image
+    /// and drops the log behind it (`strom.metadata.snapshot.bytes`).
+    pub metadata_snapshot_bytes: u64,
     pub topic_defaults: TopicDefaults,
     /// The admin HTTP listener (metrics, health, status); `None` when off.
     pub admin_listen: Option<SocketAddr>,
@@ -245,6 +248,7 @@ struct Builder {
     retention_check_interval_ms: u64,
     producer_id_expiration_ms: i64,
     cluster_timing: ClusterTiming,
+    metadata_snapshot_bytes: u64,
     topic_defaults: TopicDefaults,
     retention_ms: Option<(i64, u8)>,
     roll_ms: Option<(i64, u8)>,
@@ -364,6 +368,7 @@ impl Builder {
             retention_check_interval_ms: 300_000,
             producer_id_expiration_ms: crate::limits::PRODUCER_ID_EXPIRATION_MS_DEFAULT,
             cluster_timing: ClusterTiming::default(),
+            metadata_snapshot_bytes: replication::quorum::SnapshotPolicy::LOG_BYTES_MAX_DEFAULT,
             topic_defaults: TopicDefaults::new(),
             retention_ms: None,
             roll_ms: None,
@@ -611,6 +616,18 @@ impl Builder {
                 self.cluster_timing.heartbeat_interval_ms =
                     parse_ms_between(key, value, source, 10, 600_000)?;
             }
+            "strom.metadata.snapshot.bytes" => {
+                let bytes: u64 = parse_value(key, value, source)?;
+                if !(1024..=(1 << 40)).contains(&bytes) {
+                    return Err(invalid(
+                        key,
+                        value,
+                        source,
+                        "must be between 1 KiB and 1 TiB",
+                    ));
+                }
+                self.metadata_snapshot_bytes = bytes;
+            }
             "controller.quorum.election.timeout.ms" => {
                 self.cluster_timing.election_timeout_ms =
                     parse_ms_between(key, value, source, 100, 600_000)?;
@@ -772,6 +789,7 @@ impl Builder {
             retention_check_interval_ms: self.retention_check_interval_ms,
             producer_id_expiration_ms: self.producer_id_expiration_ms,
             cluster_timing: self.cluster_timing,
+            metadata_snapshot_bytes: self.metadata_snapshot_bytes,
             topic_defaults: self.topic_defaults,
             admin_listen: self.admin_listen,
             admin_listen_required: self.admin_listen_required,

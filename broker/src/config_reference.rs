@@ -233,6 +233,12 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         meaning: "A voter that hears from no leader for a random time between this and twice this starts an election (Kafka's default). The quorum ticks every tenth of it.",
     },
     Setting {
+        keys: &["strom.metadata.snapshot.bytes"],
+        flag: None,
+        default: Default::Value("16777216"),
+        meaning: "In a cluster, a voter snapshots the metadata image (an rkyv archive) once this many bytes of metadata log were applied since its last snapshot, and drops the log behind it. A voter or broker too far behind gets the snapshot.",
+    },
+    Setting {
         keys: &["producer.id.expiration.ms"],
         flag: None,
         default: Default::Value("86400000"),

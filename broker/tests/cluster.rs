@@ -319,3 +319,52 @@ fn a_node_of_another_cluster_is_refused_and_stays_out() {
     let listed = listed(&cluster.node(1).broker.bootstrap()).unwrap();
     assert_eq!(listed.brokers, vec![1, 2, 3]);
 }
+
+#[test]
+fn a_voter_and_a_broker_far_behind_catch_up_from_a_snapshot() {
+    // Snapshots after every KiB of metadata log: a few topics take several.
+    let mut cluster = Cluster::start(3, &["--set", "strom.metadata.snapshot.bytes=1024"]);
+    settled(&cluster, 1, &[1, 2, 3]);
+    cluster.node_mut(3).broker.kill();
+    let bootstrap = cluster.node(1).broker.bootstrap();
+    for i in 0..20 {
+        let topic = format!("snap-{i}");
+        strom_ok(
+            &cluster.node(1).broker,
+            &["topic", "create", &topic, "--partitions", "2"],
+        );
+    }
+    let expected = cluster.wait_for("20 topics listed", || {
+        listed(&bootstrap).filter(|l| l.partitions.len() == 40)
+    });
+    let leader_log = cluster.node(expected.controller).broker.log();
+    assert!(
+        leader_log.contains("metadata snapshot taken"),
+        "{leader_log}"
+    );
+
+    cluster.node_mut(3).broker.start_again();
+    let rejoined = cluster.node(3).broker.bootstrap();
+    cluster.wait_for("the restarted voter has every topic", || {
+        listed(&rejoined).filter(|l| {
+            l.partitions.keys().collect::<Vec<_>>()
+                == expected.partitions.keys().collect::<Vec<_>>()
+        })
+    });
+    let log = cluster.node(3).broker.log();
+    assert!(
+        log.contains("metadata snapshot installed from the leader"),
+        "{log}"
+    );
+
+    cluster.add_broker(4);
+    let fourth = cluster.node(4).broker.bootstrap();
+    cluster.wait_for("the new broker has every topic", || {
+        listed(&fourth).filter(|l| l.partitions.len() == 40 && l.brokers == [1, 2, 3, 4])
+    });
+    let log = cluster.node(4).broker.log();
+    assert!(
+        log.contains("metadata snapshot loaded from the controller"),
+        "{log}"
+    );
+}

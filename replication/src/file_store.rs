@@ -1,26 +1,34 @@
-//! A durable Raft store on plain files: an append-only entries log and atomically replaced
-//! hard state and snapshot files.
+//! A durable Raft store on plain files: an entries log and atomically replaced hard state and
+//! snapshot files.
 //!
 //! Layout in the store's directory:
 //! - `raft-entries.log`: frames of `len: u32 LE | crc32: u32 LE | Entry (protobuf)`. An append
 //!   that overwrites a conflicting tail is written as new frames; replaying the frames in order
-//!   through the in-memory log gives back the same log. At open, the first frame that is short
+//!   with overwrite semantics gives back the same log. At open, the first frame that is short
 //!   or fails its CRC and everything after it are cut (a torn tail: only the tail is ever
-//!   written), and the file is truncated there.
+//!   appended), and the file is truncated there. A compaction or an installed snapshot
+//!   rewrites the file whole, with only the entries after the snapshot: written aside, fsync,
+//!   rename, fsync of the directory.
 //! - `raft-hard-state`, `raft-snapshot`: `crc32: u32 LE | message (protobuf)`, replaced by
 //!   write to a temporary file, fsync, rename, fsync of the directory; a bad one is an error.
+//!   The snapshot file holds the application's data with the snapshot's metadata.
 //!
-//! Reads are served from an in-memory copy ([`MemStorage`]) kept in step with the files.
-//! Each write returns only after `fsync`. The entries file is never compacted yet.
+//! A snapshot is written before the entries file is rewritten, so a crash leaves either the
+//! old pair or a new snapshot over the old entries file. Open tells the two apart as Raft
+//! does: if the entries file holds the snapshot's last entry with the snapshot's term, the
+//! entries after it are kept (a compaction); otherwise the snapshot replaced the whole log (an
+//! installed snapshot) and none are. Either way open finishes the rewrite.
+//!
+//! Reads are served from an in-memory copy (`LogCache`) kept in step with the files.
+//! Each write returns only after `fsync`.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
-use raft::storage::MemStorage;
+use raft::eraftpb::{Entry, HardState, Snapshot};
 
-use crate::store::LogStore;
+use crate::store::{LogCache, LogStore};
 use crate::Error;
 
 const ENTRIES_FILE: &str = "raft-entries.log";
@@ -34,37 +42,43 @@ const ENTRY_BYTES_MAX: usize = 64 * 1024 * 1024;
 pub struct FileStore {
     dir: PathBuf,
     entries: File,
-    cache: MemStorage,
+    log: LogCache,
 }
 
 /// What [`FileStore::open`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Recovery {
+    /// Entries in the log after open (after the snapshot).
     pub entries_replayed: u64,
     /// Bytes of a torn tail cut from the entries file.
     pub torn_bytes_cut: u64,
+    /// Entries of the entries file that the snapshot covers or replaced: a crash came
+    /// between writing a snapshot and rewriting the entries file, and open finished the
+    /// rewrite.
+    pub entries_dropped_by_snapshot: u64,
 }
 
 impl FileStore {
-    /// Opens (or creates) the store in `dir` for a quorum of `voters`, cutting a torn tail.
+    /// Opens (or creates) the store in `dir` for a quorum of `voters`, cutting a torn tail and
+    /// finishing an interrupted compaction.
     pub fn open(dir: &Path, voters: &[u64]) -> Result<(Self, Recovery), Error> {
         fs::create_dir_all(dir).map_err(io("create dir", dir))?;
-        let cache = MemStorage::new_with_conf_state(ConfState::from((voters.to_vec(), Vec::new())));
-        let mut snapshot_index = 0;
-        if let Some(bytes) = read_checked(&dir.join(SNAPSHOT_FILE))? {
-            let snapshot = decode::<Snapshot>(&dir.join(SNAPSHOT_FILE), &bytes)?;
-            snapshot_index = snapshot.get_metadata().index;
-            cache
-                .wl()
-                .apply_snapshot(snapshot)
-                .map_err(|source| Error::Raft {
-                    op: "replay snapshot",
-                    source,
-                })?;
-        }
+        let mut log = LogCache::new(voters);
         if let Some(bytes) = read_checked(&dir.join(HARD_STATE_FILE))? {
-            let hard_state = decode::<HardState>(&dir.join(HARD_STATE_FILE), &bytes)?;
-            cache.wl().set_hardstate(hard_state);
+            log.set_hard_state(decode::<HardState>(&dir.join(HARD_STATE_FILE), &bytes)?);
+        }
+        if let Some(bytes) = read_checked(&dir.join(SNAPSHOT_FILE))? {
+            let path = dir.join(SNAPSHOT_FILE);
+            let snapshot = decode::<Snapshot>(&path, &bytes)?;
+            if snapshot.get_metadata().index == 0 {
+                return Err(Error::Corrupt {
+                    path,
+                    reason: "snapshot at index 0".to_string(),
+                });
+            }
+            // Raises the hard state's commit (and term) to the snapshot's if a crash came
+            // before the hard state of the same round was written.
+            log.install(snapshot);
         }
 
         let path = dir.join(ENTRIES_FILE);
@@ -76,46 +90,95 @@ impl FileStore {
             .map_err(io("open", &path))?;
         let mut bytes = Vec::new();
         entries.read_to_end(&mut bytes).map_err(io("read", &path))?;
+        let mut replayed: Vec<Entry> = Vec::new();
         let mut offset = 0;
-        let mut entries_replayed = 0;
         while let Some((entry_bytes, next)) = next_frame(&bytes, offset) {
             let entry = decode::<Entry>(&path, entry_bytes)?;
-            if entry.index > snapshot_index {
-                cache
-                    .wl()
-                    .append(std::slice::from_ref(&entry))
-                    .map_err(|source| Error::Raft {
-                        op: "replay entry",
-                        source,
-                    })?;
-                entries_replayed += 1;
+            let first = replayed.first().map_or(entry.index, |e| e.index);
+            let last = replayed.last().map_or(entry.index - 1, |e| e.index);
+            if entry.index < first || entry.index > last + 1 {
+                return Err(Error::Corrupt {
+                    path,
+                    reason: format!(
+                        "entry {} at byte {offset} outside the log [{first}, {last}] before it",
+                        entry.index
+                    ),
+                });
             }
+            replayed.truncate((entry.index - first) as usize);
+            replayed.push(entry);
             offset = next;
         }
         let torn_bytes_cut = (bytes.len() - offset) as u64;
-        if torn_bytes_cut > 0 {
-            entries
-                .set_len(offset as u64)
-                .map_err(io("truncate torn tail", &path))?;
-            entries.sync_all().map_err(io("fsync", &path))?;
-        }
-        let store = FileStore {
+
+        let snapshot_index = log.snapshot_index();
+        let file_first = replayed.first().map_or(snapshot_index + 1, |e| e.index);
+        let kept_from = if file_first == snapshot_index + 1 {
+            0
+        } else if file_first > snapshot_index + 1 {
+            return Err(Error::Corrupt {
+                path,
+                reason: format!(
+                    "entries start at {file_first}, after the snapshot's last entry \
+                     {snapshot_index} + 1"
+                ),
+            });
+        } else {
+            let at_snapshot = (snapshot_index - file_first) as usize;
+            match replayed.get(at_snapshot) {
+                Some(entry) if entry.term == log.snapshot_term() => at_snapshot + 1,
+                _ => replayed.len(),
+            }
+        };
+        log.append(&replayed[kept_from..]);
+        let mut store = FileStore {
             dir: dir.to_path_buf(),
             entries,
-            cache,
+            log,
         };
-        Ok((
-            store,
-            Recovery {
-                entries_replayed,
-                torn_bytes_cut,
-            },
-        ))
+        if kept_from > 0 {
+            store.rewrite_entries()?;
+        } else if torn_bytes_cut > 0 {
+            store
+                .entries
+                .set_len(offset as u64)
+                .map_err(io("truncate torn tail", &path))?;
+            store.entries.sync_all().map_err(io("fsync", &path))?;
+        }
+        let recovery = Recovery {
+            entries_replayed: store.log.entries_after_snapshot().len() as u64,
+            torn_bytes_cut,
+            entries_dropped_by_snapshot: kept_from as u64,
+        };
+        Ok((store, recovery))
     }
 
     /// The stored hard state.
     pub fn hard_state(&self) -> HardState {
-        self.cache.rl().hard_state().clone()
+        self.log.hard_state().clone()
+    }
+
+    fn log(&self) -> &LogCache {
+        &self.log
+    }
+
+    /// Replaces the entries file with the entries after the snapshot, atomically.
+    fn rewrite_entries(&mut self) -> Result<(), Error> {
+        let path = self.dir.join(ENTRIES_FILE);
+        let temp = self.dir.join(format!("{ENTRIES_FILE}.tmp"));
+        let frames = frames(&path, self.log.entries_after_snapshot())?;
+        let mut file = File::create(&temp).map_err(io("create", &temp))?;
+        file.write_all(&frames).map_err(io("write", &temp))?;
+        file.sync_all().map_err(io("fsync", &temp))?;
+        drop(file);
+        fs::rename(&temp, &path).map_err(io("rename", &path))?;
+        sync_dir(&self.dir)?;
+        self.entries = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .open(&path)
+            .map_err(io("open", &path))?;
+        Ok(())
     }
 }
 
@@ -131,6 +194,23 @@ fn next_frame(bytes: &[u8], offset: usize) -> Option<(&[u8], usize)> {
     let start = offset + FRAME_HEADER_BYTES;
     let payload = bytes.get(start..start + len)?;
     (crc32fast::hash(payload) == crc).then_some((payload, start + len))
+}
+
+/// `entries` as frames of the entries file.
+fn frames(path: &Path, entries: &[Entry]) -> Result<Vec<u8>, Error> {
+    let mut frames = Vec::new();
+    for entry in entries {
+        let payload = encode(path, entry)?;
+        assert!(
+            payload.len() <= ENTRY_BYTES_MAX,
+            "entry of {} bytes",
+            payload.len()
+        );
+        frames.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        frames.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+        frames.extend_from_slice(&payload);
+    }
+    Ok(frames)
 }
 
 fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
@@ -191,6 +271,10 @@ fn replace_checked(dir: &Path, name: &str, payload: &[u8]) -> Result<(), Error> 
     file.write_all(payload).map_err(io("write", &temp))?;
     file.sync_all().map_err(io("fsync", &temp))?;
     fs::rename(&temp, &path).map_err(io("rename", &path))?;
+    sync_dir(dir)
+}
+
+fn sync_dir(dir: &Path) -> Result<(), Error> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(io("fsync dir", dir))
@@ -199,61 +283,59 @@ fn replace_checked(dir: &Path, name: &str, payload: &[u8]) -> Result<(), Error> 
 impl LogStore for FileStore {
     fn append(&mut self, entries: &[Entry]) -> Result<(), Error> {
         let path = self.dir.join(ENTRIES_FILE);
-        let mut frames = Vec::new();
-        for entry in entries {
-            let payload = encode(&path, entry)?;
-            assert!(
-                payload.len() <= ENTRY_BYTES_MAX,
-                "entry of {} bytes",
-                payload.len()
-            );
-            frames.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-            frames.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-            frames.extend_from_slice(&payload);
-        }
+        let frames = frames(&path, entries)?;
         self.entries
             .write_all(&frames)
             .map_err(io("append", &path))?;
         self.entries.sync_data().map_err(io("fsync", &path))?;
-        self.cache
-            .wl()
-            .append(entries)
-            .map_err(|source| Error::Raft {
-                op: "append",
-                source,
-            })
+        self.log.append(entries);
+        Ok(())
     }
 
     fn set_hard_state(&mut self, hard_state: &HardState) -> Result<(), Error> {
         let payload = encode(&self.dir.join(HARD_STATE_FILE), hard_state)?;
         replace_checked(&self.dir, HARD_STATE_FILE, &payload)?;
-        self.cache.wl().set_hardstate(hard_state.clone());
+        self.log.set_hard_state(hard_state.clone());
         Ok(())
     }
 
     fn apply_snapshot(&mut self, snapshot: Snapshot) -> Result<(), Error> {
-        // Snapshot first, then drop the entries it covers: a crash between the two leaves
-        // entries that open() skips by index.
+        // Snapshot first, then the entries file: a crash between the two leaves entries that
+        // do not hold the snapshot's last entry, which open() drops.
         let payload = encode(&self.dir.join(SNAPSHOT_FILE), &snapshot)?;
         replace_checked(&self.dir, SNAPSHOT_FILE, &payload)?;
-        let path = self.dir.join(ENTRIES_FILE);
-        self.entries.set_len(0).map_err(io("truncate", &path))?;
-        self.entries.sync_all().map_err(io("fsync", &path))?;
-        self.cache
-            .wl()
-            .apply_snapshot(snapshot)
-            .map_err(|source| Error::Raft {
-                op: "apply snapshot",
-                source,
-            })
+        self.log.install(snapshot);
+        self.rewrite_entries()
+    }
+
+    fn compact(&mut self, snapshot: Snapshot) -> Result<(), Error> {
+        let path = self.dir.join(SNAPSHOT_FILE);
+        if let Err(reason) = self.log.check_compaction(&snapshot) {
+            panic!("compaction of {}: {reason}", path.display());
+        }
+        // Snapshot first, then the entries file: a crash between the two leaves entries that
+        // hold the snapshot's last entry, so open() keeps those after it and drops the rest.
+        let payload = encode(&path, &snapshot)?;
+        replace_checked(&self.dir, SNAPSHOT_FILE, &payload)?;
+        self.log.compact(snapshot);
+        self.rewrite_entries()
+    }
+
+    fn latest_snapshot(&self) -> Option<Snapshot> {
+        self.log.latest_snapshot().cloned()
+    }
+
+    fn log_bytes_through(&self, index: u64) -> u64 {
+        self.log.log_bytes_through(index)
     }
 }
 
-crate::store::storage_reads_from!(FileStore, cache);
+crate::store::storage_reads_from!(FileStore, log);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use raft::eraftpb::ConfState;
     use raft::{GetEntriesContext, Storage};
 
     const VOTERS: [u64; 3] = [1, 2, 3];
@@ -293,7 +375,8 @@ mod tests {
             recovery,
             Recovery {
                 entries_replayed: 0,
-                torn_bytes_cut: 0
+                torn_bytes_cut: 0,
+                entries_dropped_by_snapshot: 0
             }
         );
         store.append(&[entry(1, 1, "a"), entry(2, 1, "b")]).unwrap();
@@ -311,7 +394,8 @@ mod tests {
             recovery,
             Recovery {
                 entries_replayed: 2,
-                torn_bytes_cut: 0
+                torn_bytes_cut: 0,
+                entries_dropped_by_snapshot: 0
             }
         );
         check(&store, &[(1, 1, "a"), (2, 1, "b")]);
@@ -357,7 +441,8 @@ mod tests {
                 recovery,
                 Recovery {
                     entries_replayed: 2,
-                    torn_bytes_cut: cut - whole_two
+                    torn_bytes_cut: cut - whole_two,
+                    entries_dropped_by_snapshot: 0
                 }
             );
             check(&store, &[(1, 1, "a"), (2, 1, "b")]);
@@ -404,6 +489,226 @@ mod tests {
         let last = bytes.len() - 1;
         bytes[last] ^= 0xff;
         fs::write(&path, &bytes).unwrap();
+        let result = FileStore::open(dir.path(), &VOTERS);
+        assert!(
+            matches!(result, Err(Error::Corrupt { .. })),
+            "{:?}",
+            result.err()
+        );
+    }
+
+    fn snapshot(index: u64, term: u64, data: &str) -> Snapshot {
+        let mut snapshot = Snapshot::default();
+        snapshot.set_data(data.as_bytes().to_vec().into());
+        let metadata = snapshot.mut_metadata();
+        metadata.index = index;
+        metadata.term = term;
+        metadata.set_conf_state(ConfState::from((VOTERS.to_vec(), Vec::new())));
+        snapshot
+    }
+
+    /// A store holding entries 1..=5 of term 1, committed through 5.
+    fn five_entries(dir: &Path) -> FileStore {
+        let (mut store, _) = FileStore::open(dir, &VOTERS).unwrap();
+        let entries: Vec<Entry> = (1..=5).map(|i| entry(i, 1, &format!("e{i}"))).collect();
+        store.append(&entries).unwrap();
+        store
+            .set_hard_state(&HardState {
+                term: 1,
+                vote: 1,
+                commit: 5,
+                ..Default::default()
+            })
+            .unwrap();
+        store
+    }
+
+    /// The snapshot raft-rs would be given and the log after it.
+    fn check_snapshot(store: &FileStore, index: u64, term: u64, data: &str) {
+        let snapshot = store.snapshot(0, 2).unwrap();
+        assert_eq!(snapshot.get_metadata().index, index);
+        assert_eq!(snapshot.get_metadata().term, term);
+        assert_eq!(snapshot.get_data(), data.as_bytes());
+        assert_eq!(store.latest_snapshot(), Some(snapshot));
+        assert_eq!(store.first_index().unwrap(), index + 1);
+        assert_eq!(store.term(index).unwrap(), term);
+        assert!(matches!(
+            store.term(index - 1),
+            Err(raft::Error::Store(raft::StorageError::Compacted))
+        ));
+        assert!(matches!(
+            store.entries(index, index + 1, None, GetEntriesContext::empty(false)),
+            Err(raft::Error::Store(raft::StorageError::Compacted))
+        ));
+    }
+
+    fn check_after(store: &FileStore, expected: &[(u64, u64, &str)]) {
+        let first = store.first_index().unwrap();
+        let last = store.last_index().unwrap();
+        let got: Vec<_> = store
+            .entries(first, last + 1, None, GetEntriesContext::empty(false))
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.index, e.term, e.data.to_vec()))
+            .collect();
+        let expected: Vec<_> = expected
+            .iter()
+            .map(|&(i, t, d)| (i, t, d.as_bytes().to_vec()))
+            .collect();
+        assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn a_store_without_a_snapshot_has_none_to_send() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = five_entries(dir.path());
+        assert_eq!(store.latest_snapshot(), None);
+        assert!(matches!(
+            store.snapshot(0, 2),
+            Err(raft::Error::Store(
+                raft::StorageError::SnapshotTemporarilyUnavailable
+            ))
+        ));
+        assert!(0 < store.log_bytes_through(2));
+        assert!(store.log_bytes_through(2) < store.log_bytes_through(5));
+        assert_eq!(store.log_bytes_through(9), store.log_bytes_through(5));
+    }
+
+    #[test]
+    fn compaction_keeps_the_later_entries_and_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = five_entries(dir.path());
+        let bytes_five = store.log_bytes_through(5);
+        let bytes_three = store.log_bytes_through(3);
+        assert!(bytes_three > 0 && bytes_three < bytes_five);
+
+        store.compact(snapshot(3, 1, "state at 3")).unwrap();
+        check_snapshot(&store, 3, 1, "state at 3");
+        check_after(&store, &[(4, 1, "e4"), (5, 1, "e5")]);
+        assert_eq!(store.log_bytes_through(3), 0);
+        assert_eq!(store.log_bytes_through(5), bytes_five - bytes_three);
+        // The entries file holds only the entries after the snapshot.
+        let file_bytes = fs::metadata(dir.path().join(ENTRIES_FILE)).unwrap().len();
+        assert_eq!(
+            file_bytes,
+            (bytes_five - bytes_three) + 2 * FRAME_HEADER_BYTES as u64
+        );
+        drop(store);
+
+        let (mut store, recovery) = FileStore::open(dir.path(), &VOTERS).unwrap();
+        assert_eq!(
+            recovery,
+            Recovery {
+                entries_replayed: 2,
+                torn_bytes_cut: 0,
+                entries_dropped_by_snapshot: 0
+            }
+        );
+        check_snapshot(&store, 3, 1, "state at 3");
+        check_after(&store, &[(4, 1, "e4"), (5, 1, "e5")]);
+        assert_eq!(store.hard_state().commit, 5);
+
+        // Appends and a second compaction continue from there.
+        store.append(&[entry(6, 2, "e6")]).unwrap();
+        store.compact(snapshot(5, 1, "state at 5")).unwrap();
+        drop(store);
+        let (store, _) = FileStore::open(dir.path(), &VOTERS).unwrap();
+        check_snapshot(&store, 5, 1, "state at 5");
+        check_after(&store, &[(6, 2, "e6")]);
+
+        // Compacting everything leaves an empty log after the snapshot.
+        let (mut store, _) = FileStore::open(dir.path(), &VOTERS).unwrap();
+        store.compact(snapshot(6, 2, "state at 6")).unwrap();
+        drop(store);
+        let (store, recovery) = FileStore::open(dir.path(), &VOTERS).unwrap();
+        assert_eq!(recovery.entries_replayed, 0);
+        check_snapshot(&store, 6, 2, "state at 6");
+        assert_eq!(store.last_index().unwrap(), 6);
+    }
+
+    #[test]
+    fn a_crash_between_snapshot_and_rewrite_keeps_the_entries_after_the_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = five_entries(dir.path());
+        let path = dir.path().join(ENTRIES_FILE);
+        let before = fs::read(&path).unwrap();
+        store.compact(snapshot(3, 1, "state at 3")).unwrap();
+        drop(store);
+        // The crash: the snapshot was renamed into place, the rewritten entries file was not;
+        // a half-written next snapshot lies aside.
+        fs::write(&path, &before).unwrap();
+        fs::write(dir.path().join(format!("{SNAPSHOT_FILE}.tmp")), b"half").unwrap();
+
+        let (store, recovery) = FileStore::open(dir.path(), &VOTERS).unwrap();
+        assert_eq!(
+            recovery,
+            Recovery {
+                entries_replayed: 2,
+                torn_bytes_cut: 0,
+                entries_dropped_by_snapshot: 3
+            }
+        );
+        check_snapshot(&store, 3, 1, "state at 3");
+        check_after(&store, &[(4, 1, "e4"), (5, 1, "e5")]);
+        drop(store);
+        // Open finished the rewrite.
+        let (store, recovery) = FileStore::open(dir.path(), &VOTERS).unwrap();
+        assert_eq!(recovery.entries_dropped_by_snapshot, 0);
+        check_after(&store, &[(4, 1, "e4"), (5, 1, "e5")]);
+    }
+
+    #[test]
+    fn a_crash_between_an_installed_snapshot_and_rewrite_drops_the_replaced_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = FileStore::open(dir.path(), &VOTERS).unwrap();
+        let entries: Vec<Entry> = (1..=5).map(|i| entry(i, 1, &format!("e{i}"))).collect();
+        store.append(&entries).unwrap();
+        store
+            .set_hard_state(&HardState {
+                term: 1,
+                vote: 1,
+                commit: 2,
+                ..Default::default()
+            })
+            .unwrap();
+        let path = dir.path().join(ENTRIES_FILE);
+        let before = fs::read(&path).unwrap();
+        // A leader of term 2 sends its state at 4, where this log has an entry of term 1.
+        store
+            .apply_snapshot(snapshot(4, 2, "leader state"))
+            .unwrap();
+        assert_eq!(store.last_index().unwrap(), 4);
+        drop(store);
+        // The crash: neither the entries file nor the hard state of that round was written.
+        fs::write(&path, &before).unwrap();
+
+        let (store, recovery) = FileStore::open(dir.path(), &VOTERS).unwrap();
+        assert_eq!(
+            recovery,
+            Recovery {
+                entries_replayed: 0,
+                torn_bytes_cut: 0,
+                entries_dropped_by_snapshot: 5
+            }
+        );
+        check_snapshot(&store, 4, 2, "leader state");
+        assert_eq!(store.last_index().unwrap(), 4);
+        // The snapshot's entries are committed; a vote of term 1 is no vote in term 2.
+        let hard_state = store.hard_state();
+        assert_eq!(
+            (hard_state.term, hard_state.vote, hard_state.commit),
+            (2, 0, 4)
+        );
+    }
+
+    #[test]
+    fn a_snapshot_newer_than_the_entries_file_is_corrupt_not_a_gap() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = five_entries(dir.path());
+        store.compact(snapshot(2, 1, "state at 2")).unwrap();
+        drop(store);
+        // Entries 3..=5 remain; a lost snapshot file would leave a log starting at 3.
+        fs::remove_file(dir.path().join(SNAPSHOT_FILE)).unwrap();
         let result = FileStore::open(dir.path(), &VOTERS);
         assert!(
             matches!(result, Err(Error::Corrupt { .. })),

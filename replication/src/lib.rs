@@ -9,14 +9,24 @@
 //! 2. [`quorum::Quorum::persist`] writes them through the [`store::LogStore`] and only then
 //!    returns a [`quorum::Persisted`] token, which nothing else can make.
 //! 3. [`quorum::Quorum::advance`] takes that token and gives the [`quorum::Actions`]: messages
-//!    to send (each with its destination node id) and committed entries to apply, in log order.
+//!    to send (each with its destination node id), a snapshot from the leader to install, and
+//!    committed entries to apply, in log order.
+//!
+//! Log compaction: the application hands its state at an applied index to
+//! [`quorum::Quorum::compact`] when [`quorum::SnapshotPolicy`] says the log since the last
+//! snapshot has grown too large. The store keeps that snapshot with its data, drops the entries
+//! it covers, and serves it to raft-rs, whose leader sends it to a follower that is too far
+//! behind; the transport reports each snapshot message's fate
+//! ([`quorum::Quorum::report_snapshot`]).
 //!
 //! So no vote or append acknowledgement can leave a node before the state it promises is on
 //! its store. Time is the caller's `tick()`; the network is the caller's `step(message)`.
 //!
 //! Stores: [`store::MemoryStore`] (in memory, for tests) and [`file_store::FileStore`] (an
-//! append-only entries file with length+CRC-32 frames, torn tail cut at open; hard state and
-//! snapshot replaced atomically). Both implement [`store::LogStore`] over `raft::Storage`.
+//! append-only entries file with length+CRC-32 frames, torn tail cut at open, rewritten whole
+//! after a snapshot; hard state and snapshot replaced atomically). Both implement
+//! [`store::LogStore`] over `raft::Storage` and answer reads from one in-memory copy of the
+//! log (`store::LogCache`).
 //!
 //! Architecture invariant: this crate does no I/O of its own except the file store, and knows
 //! nothing of glommio, sockets or Kafka requests; a whole quorum runs on one thread in

@@ -5,10 +5,18 @@
 //!   [`Persisted`] token that only [`Quorum::persist`] returns after the store said `Ok`.
 //! - One [`Pending`] at a time: `ready` returns `None` while one is out (raft-rs requires
 //!   each `Ready` to be persisted and advanced before the next).
-//! - Committed entries are returned in log order, each index exactly once per incarnation.
+//! - Committed entries are returned in log order, each index exactly once per incarnation;
+//!   an installed snapshot comes before the entries that follow it, and replaces all before.
+//!
+//! Snapshots: the application calls [`Quorum::compact`] with its state at an applied index
+//! (when [`SnapshotPolicy::is_due`] says the log since the last snapshot has grown past its
+//! bound); the store keeps that snapshot with its data and drops the entries it covers. A
+//! leader sends it to a follower that needs those entries; the follower's application gets it
+//! as [`Actions::snapshot`]. After a restart the application starts from
+//! [`Quorum::latest_snapshot`] and is given only the committed entries after it.
 
-use raft::eraftpb::{ConfState, Entry, EntryType, HardState, Message, Snapshot};
-use raft::{RawNode, StateRole};
+use raft::eraftpb::{ConfState, Entry, EntryType, HardState, Message, MessageType, Snapshot};
+use raft::{RawNode, SnapshotStatus, StateRole};
 
 use crate::store::LogStore;
 use crate::Error;
@@ -25,7 +33,9 @@ pub struct QuorumConfig {
     pub election_ticks_max: usize,
     /// The leader sends heartbeats every this many ticks.
     pub heartbeat_ticks: usize,
-    /// The last index the caller's state machine has applied (0 after a restart that lost it).
+    /// The last index the caller's state machine has applied: 0 after a restart that lost it
+    /// (the quorum then starts after the stored snapshot, see [`Quorum::latest_snapshot`]),
+    /// else at least the stored snapshot's index.
     pub applied_index: u64,
 }
 
@@ -85,13 +95,80 @@ pub struct Outgoing {
     pub message: Message,
 }
 
-/// What the caller must do after a persist, in this order: send, then apply.
+impl Outgoing {
+    /// Whether the message carries a snapshot, whose delivery the transport must report with
+    /// [`Quorum::report_snapshot`].
+    pub fn is_snapshot(&self) -> bool {
+        self.message.get_msg_type() == MessageType::MsgSnapshot
+    }
+}
+
+/// What the caller must do after a persist, in this order: send, then install the snapshot,
+/// then apply the committed entries.
 #[derive(Debug, Default)]
 pub struct Actions {
     pub messages: Vec<Outgoing>,
+    /// A snapshot the leader sent, now durable: the application replaces its whole state with
+    /// the snapshot's data, then applies `committed`, which starts right after it.
+    pub snapshot: Option<InstalledSnapshot>,
     /// Committed entries in log order; apply those with non-empty `data` (empty ones are the
     /// leaders' no-op entries, kept so that indexes are contiguous).
     pub committed: Vec<Committed>,
+}
+
+/// The application's state as of log entry `index` (of term `term`): what an application
+/// made with [`Quorum::compact`], on this node or on the leader that sent it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstalledSnapshot {
+    pub index: u64,
+    pub term: u64,
+    pub data: Vec<u8>,
+}
+
+impl InstalledSnapshot {
+    fn of(snapshot: &Snapshot) -> Self {
+        InstalledSnapshot {
+            index: snapshot.get_metadata().index,
+            term: snapshot.get_metadata().term,
+            data: snapshot.get_data().to_vec(),
+        }
+    }
+}
+
+/// When to compact: once the applied entries since the latest snapshot take more than
+/// `log_bytes_max` bytes (encoded). The application checks it after applying.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotPolicy {
+    pub log_bytes_max: u64,
+}
+
+impl SnapshotPolicy {
+    /// The default bound on the log a restart replays and a lagging follower is sent entry
+    /// by entry; a metadata image is expected to be far smaller than that much log.
+    pub const LOG_BYTES_MAX_DEFAULT: u64 = 16 * 1024 * 1024;
+
+    /// Whether `quorum` should be compacted at its applied index now.
+    pub fn is_due<S: LogStore>(&self, quorum: &Quorum<S>) -> bool {
+        quorum.log_bytes_applied_since_snapshot() > self.log_bytes_max
+    }
+}
+
+impl Default for SnapshotPolicy {
+    fn default() -> Self {
+        SnapshotPolicy {
+            log_bytes_max: Self::LOG_BYTES_MAX_DEFAULT,
+        }
+    }
+}
+
+/// What the transport knows of a snapshot message it carried (a `MsgSnapshot` in
+/// [`Actions::messages`]): the leader sends the follower nothing more until it hears.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnapshotDelivery {
+    /// The follower received it (whether it then persisted it, its replies tell).
+    Delivered,
+    /// It was lost: the leader tries again after a heartbeat.
+    Failed,
 }
 
 /// An entry the quorum has committed.
@@ -108,6 +185,16 @@ impl<S: LogStore> Quorum<S> {
         assert!(
             config.voters.contains(&config.node_id),
             "node must be a voter"
+        );
+        let snapshot_index = store.first_index().map_err(|source| Error::Raft {
+            op: "first index",
+            source,
+        })? - 1;
+        assert!(
+            config.applied_index == 0 || config.applied_index >= snapshot_index,
+            "applied index {} is below the stored snapshot's {snapshot_index}: start the \
+             application from Quorum::latest_snapshot",
+            config.applied_index
         );
         let raft_config = raft::Config {
             id: config.node_id,
@@ -191,11 +278,15 @@ impl<S: LogStore> Quorum<S> {
         Ok(Persisted { ready })
     }
 
-    /// Consumes a persisted round: messages to send, then committed entries to apply.
+    /// Consumes a persisted round: messages to send, a snapshot to install, then committed
+    /// entries to apply.
     pub fn advance(&mut self, persisted: Persisted) -> Result<Actions, Error> {
         let Persisted { mut ready } = persisted;
         assert_eq!(self.outstanding.take(), Some(ready.number()));
         let mut actions = Actions::default();
+        if !ready.snapshot().is_empty() {
+            actions.snapshot = Some(InstalledSnapshot::of(ready.snapshot()));
+        }
         push_messages(&mut actions, ready.take_messages());
         push_messages(&mut actions, ready.take_persisted_messages());
         push_committed(&mut actions, ready.take_committed_entries());
@@ -209,6 +300,76 @@ impl<S: LogStore> Quorum<S> {
         push_committed(&mut actions, light.take_committed_entries());
         self.node.advance_apply();
         Ok(actions)
+    }
+
+    /// Records the application's state `data` as of `applied_index` as the latest snapshot
+    /// (durably), then drops the log entries it covers. Call it between rounds (no
+    /// [`Pending`] out), with an index the application has applied. An index at or below the
+    /// latest snapshot's changes nothing (a leader's snapshot got there first).
+    pub fn compact(&mut self, applied_index: u64, data: Vec<u8>) -> Result<(), Error> {
+        assert!(
+            self.outstanding.is_none(),
+            "compact between rounds, not while a Pending is out"
+        );
+        let applied = self.node.raft.raft_log.applied;
+        assert!(
+            applied_index <= applied,
+            "compact at {applied_index}, past the applied index {applied}"
+        );
+        let store = self.node.store();
+        let snapshot_index = store.first_index().map_err(|source| Error::Raft {
+            op: "first index",
+            source,
+        })? - 1;
+        if applied_index <= snapshot_index {
+            return Ok(());
+        }
+        let term = store.term(applied_index).map_err(|source| Error::Raft {
+            op: "term of the applied index",
+            source,
+        })?;
+        let conf_state = store
+            .initial_state()
+            .map_err(|source| Error::Raft {
+                op: "conf state",
+                source,
+            })?
+            .conf_state;
+        let mut snapshot = Snapshot::default();
+        snapshot.set_data(data.into());
+        let metadata = snapshot.mut_metadata();
+        metadata.index = applied_index;
+        metadata.term = term;
+        metadata.set_conf_state(conf_state);
+        self.node.mut_store().compact(snapshot)
+    }
+
+    /// The latest snapshot in the store, with its data: after a restart the application
+    /// starts from it; the committed entries it is then given start right after it.
+    pub fn latest_snapshot(&self) -> Option<InstalledSnapshot> {
+        self.node
+            .store()
+            .latest_snapshot()
+            .map(|snapshot| InstalledSnapshot::of(&snapshot))
+    }
+
+    /// Encoded bytes of the log entries after the latest snapshot up to the applied index:
+    /// what a compaction now would drop. See [`SnapshotPolicy`].
+    pub fn log_bytes_applied_since_snapshot(&self) -> u64 {
+        self.node
+            .store()
+            .log_bytes_through(self.node.raft.raft_log.applied)
+    }
+
+    /// Tells the leader what became of a snapshot message it sent to `to`. Until it hears, it
+    /// sends that follower nothing more (raft-rs pauses it), so a transport reports every
+    /// `MsgSnapshot` it was given, either way.
+    pub fn report_snapshot(&mut self, to: u64, delivery: SnapshotDelivery) {
+        let status = match delivery {
+            SnapshotDelivery::Delivered => SnapshotStatus::Finish,
+            SnapshotDelivery::Failed => SnapshotStatus::Failure,
+        };
+        self.node.report_snapshot(to, status);
     }
 
     /// Whether this node believes it is the leader.
@@ -320,11 +481,16 @@ fn push_committed(actions: &mut Actions, entries: Vec<Entry>) {
     for entry in entries {
         // Static voters: no conf-change entries are ever proposed.
         assert_eq!(entry.get_entry_type(), EntryType::EntryNormal);
-        if let Some(last) = actions.committed.last() {
+        let previous = actions
+            .committed
+            .last()
+            .map(|last| last.index)
+            .or(actions.snapshot.as_ref().map(|snapshot| snapshot.index));
+        if let Some(previous) = previous {
             assert_eq!(
-                last.index + 1,
+                previous + 1,
                 entry.index,
-                "committed entries are contiguous"
+                "committed entries are contiguous and follow an installed snapshot"
             );
         }
         actions.committed.push(Committed {

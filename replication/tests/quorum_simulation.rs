@@ -2,20 +2,31 @@
 //!
 //! Faults injected (all from one seeded RNG, virtual time = ticks, no sleeps): message loss,
 //! per-message delay (which also reorders), a partition that isolates the leader and heals,
-//! and crashes, some of them between `ready` and `persist` (the unpersisted round is lost),
-//! followed by a restart from the node's store (the state machine restarts empty).
+//! another that cuts a follower off long enough to fall behind the leader's snapshot, and
+//! crashes, some of them between `ready` and `persist` (the unpersisted round is lost),
+//! followed by a restart from the node's store.
 //!
-//! Checked for every seed: at most one leader per term (election safety); every node applies
-//! a prefix of one common sequence of committed entries, and an entry once applied is never
-//! applied differently (state machine safety); after healing, a proposal is applied on every
-//! node within `HEAL_TICKS_MAX` ticks (liveness).
+//! The application state of a node is the list of entries it applied, from index 1. Every
+//! node compacts its log whenever the applied entries since its last snapshot pass
+//! `SNAPSHOT_LOG_BYTES_MAX`, with that list as the snapshot data; a restarted node starts from
+//! its latest snapshot, and a node that installs a leader's snapshot replaces its list with
+//! the snapshot's. The transport reports every snapshot message as delivered or lost.
+//!
+//! Checked for every seed: at most one leader per term (election safety); every node's state
+//! is a prefix of one common sequence of committed entries, and an entry once applied is
+//! never applied differently, whether it came as an entry or inside a snapshot (state machine
+//! safety); after healing, a proposal is applied on every node within `HEAL_TICKS_MAX` ticks
+//! (liveness), and then all nodes' states are identical and hold every entry any node ever
+//! applied (no committed entry lost to a compaction or a snapshot).
 //!
 //! raft-rs draws election timeouts from `thread_rng`; to keep a seed reproducible each node's
 //! timeout range is one tick wide, drawn from the seeded RNG at every (re)start.
 
 use std::collections::{BTreeMap, HashMap};
 
-use replication::quorum::{Committed, Outgoing, Quorum, QuorumConfig};
+use replication::quorum::{
+    Committed, InstalledSnapshot, Outgoing, Quorum, QuorumConfig, SnapshotDelivery, SnapshotPolicy,
+};
 use replication::store::MemoryStore;
 use replication::{Error, Message};
 
@@ -27,6 +38,10 @@ const READY_ROUNDS_MAX: usize = 64;
 const ELECTION_TICKS_MIN: usize = 10;
 const ELECTION_TICKS_SPREAD: usize = 15;
 const DELAY_TICKS_MAX: u64 = 4;
+/// About ten applied entries: a follower cut off for `CUT_OFF_TICKS_MIN` misses more.
+const SNAPSHOT_LOG_BYTES_MAX: u64 = 256;
+const CUT_OFF_TICKS_MIN: u64 = 60;
+const CUT_OFF_TICKS_MAX: u64 = 150;
 
 struct Faults {
     loss_percent: u32,
@@ -41,6 +56,7 @@ struct InFlight {
     shuffle: u64,
     from: u64,
     message: Message,
+    snapshot: bool,
 }
 
 /// What the faults and the quorum did, summed over seeds, so that a run that exercised
@@ -54,6 +70,10 @@ struct Stats {
     terms_with_leader: u64,
     entries_committed_under_faults: u64,
     heal_ticks_max: u64,
+    compactions: u64,
+    snapshots_installed: u64,
+    seeds_with_snapshot_installed: u64,
+    snapshot_deliveries_failed: u64,
 }
 
 struct Sim {
@@ -64,13 +84,17 @@ struct Sim {
     nodes: Vec<Option<Quorum<MemoryStore>>>,
     disks: Vec<MemoryStore>,
     restart_at: Vec<Option<u64>>,
-    /// Per node, the entries its current incarnation applied.
+    /// Per node, its application state: the entries applied, from index 1 on.
     applied: Vec<Vec<Committed>>,
     /// The one committed sequence, by index.
     log: BTreeMap<u64, Committed>,
     leaders_by_term: HashMap<u64, u64>,
     in_flight: Vec<InFlight>,
+    /// A node alone in its partition: the leader at the time of the partition.
     isolated: Option<u64>,
+    /// A follower alone in its partition.
+    cut_off: Option<u64>,
+    policy: SnapshotPolicy,
     now: u64,
     faults: Faults,
     next_payload: u64,
@@ -100,6 +124,10 @@ impl Sim {
             leaders_by_term: HashMap::new(),
             in_flight: Vec::new(),
             isolated: None,
+            cut_off: None,
+            policy: SnapshotPolicy {
+                log_bytes_max: SNAPSHOT_LOG_BYTES_MAX,
+            },
             now: 0,
             faults,
             next_payload: 0,
@@ -116,11 +144,34 @@ impl Sim {
         config.election_ticks_min = election_ticks;
         config.election_ticks_max = election_ticks + 1;
         config.heartbeat_ticks = 2;
-        // The state machine is volatile: a restarted node applies from the start again.
+        // The state machine is volatile: a restarted node starts from its latest snapshot and
+        // applies the committed entries after it again.
         config.applied_index = 0;
-        self.applied[index].clear();
-        self.nodes[index] = Some(Quorum::new(&config, self.disks[index].clone()).expect("start"));
+        let node = Quorum::new(&config, self.disks[index].clone()).expect("start");
+        let snapshot = node.latest_snapshot();
+        self.nodes[index] = Some(node);
         self.restart_at[index] = None;
+        match snapshot {
+            Some(snapshot) => self.install(index, snapshot),
+            None => self.applied[index].clear(),
+        }
+    }
+
+    /// Replaces node `index`'s state with a snapshot's, checking it against the common log.
+    fn install(&mut self, index: usize, snapshot: InstalledSnapshot) {
+        let seed = self.seed;
+        let state = decode_state(&snapshot.data);
+        assert_eq!(
+            state.last().map(|e| (e.index, e.term)),
+            Some((snapshot.index, snapshot.term)),
+            "seed {seed}: node {} got a snapshot whose state does not end at its index",
+            index + 1
+        );
+        for (position, entry) in state.iter().enumerate() {
+            assert_eq!(entry.index, position as u64 + 1, "seed {seed}: a gap");
+            self.check_common(index, entry);
+        }
+        self.applied[index] = state;
     }
 
     fn crash(&mut self, index: usize) {
@@ -130,9 +181,18 @@ impl Sim {
     }
 
     fn connected(&self, from: u64, to: u64) -> bool {
-        match self.isolated {
-            Some(isolated) => (from == isolated) == (to == isolated),
-            None => true,
+        [self.isolated, self.cut_off]
+            .into_iter()
+            .flatten()
+            .all(|alone| (from == alone) == (to == alone))
+    }
+
+    fn report_snapshot(&mut self, from: u64, to: u64, delivery: SnapshotDelivery) {
+        if delivery == SnapshotDelivery::Failed {
+            self.stats.snapshot_deliveries_failed += 1;
+        }
+        if let Some(node) = self.nodes[(from - 1) as usize].as_mut() {
+            node.report_snapshot(to, delivery);
         }
     }
 
@@ -180,13 +240,23 @@ impl Sim {
         }
         self.in_flight = later;
         due.sort_by_key(|m| (m.deliver_at, m.shuffle));
-        for InFlight { from, message, .. } in due {
+        for InFlight {
+            from,
+            message,
+            snapshot,
+            ..
+        } in due
+        {
             let to = message.to;
-            if !self.connected(from, to) {
-                continue;
-            }
-            let Some(node) = self.nodes[(to - 1) as usize].as_mut() else {
-                continue;
+            let connected = self.connected(from, to);
+            let node = match self.nodes[(to - 1) as usize].as_mut() {
+                Some(node) if connected => node,
+                _ => {
+                    if snapshot {
+                        self.report_snapshot(from, to, SnapshotDelivery::Failed);
+                    }
+                    continue;
+                }
             };
             match node.step(message) {
                 Ok(())
@@ -195,6 +265,9 @@ impl Sim {
                     ..
                 }) => {}
                 Err(other) => panic!("seed {}: step: {other}", self.seed),
+            }
+            if snapshot {
+                self.report_snapshot(from, to, SnapshotDelivery::Delivered);
             }
         }
         for index in 0..self.nodes.len() {
@@ -221,10 +294,15 @@ impl Sim {
             let persisted = node.persist(pending).expect("memory store");
             let actions = node.advance(persisted).expect("advance");
             let from = self.voters[index];
-            for Outgoing { to, message } in actions.messages {
+            for outgoing in actions.messages {
+                let snapshot = outgoing.is_snapshot();
+                let Outgoing { to, message } = outgoing;
                 assert_ne!(to, from, "seed {}: a node messaged itself", self.seed);
                 if chaos && self.rng.u32(0..100) < self.faults.loss_percent {
                     self.stats.messages_lost += 1;
+                    if snapshot {
+                        self.report_snapshot(from, to, SnapshotDelivery::Failed);
+                    }
                     continue;
                 }
                 let deliver_at = self.now + self.rng.u64(1..=self.faults.delay_ticks_max);
@@ -234,10 +312,22 @@ impl Sim {
                     shuffle,
                     from,
                     message,
+                    snapshot,
                 });
+            }
+            if let Some(snapshot) = actions.snapshot {
+                self.stats.snapshots_installed += 1;
+                self.install(index, snapshot);
             }
             for entry in actions.committed {
                 self.apply(index, entry);
+            }
+            let node = self.nodes[index].as_mut().expect("up");
+            if self.policy.is_due(node) {
+                let applied = self.applied[index].last().expect("applied something").index;
+                node.compact(applied, encode_state(&self.applied[index]))
+                    .expect("memory store");
+                self.stats.compactions += 1;
             }
         }
         panic!(
@@ -256,11 +346,18 @@ impl Sim {
             "seed {seed}: node {} applied out of order",
             index + 1
         );
+        self.check_common(index, &entry);
+        self.applied[index].push(entry);
+    }
+
+    /// Checks `entry` against the common log, or adds it there as the first to apply it.
+    fn check_common(&mut self, index: usize, entry: &Committed) {
         match self.log.get(&entry.index) {
             Some(known) => assert_eq!(
                 known,
-                &entry,
-                "seed {seed}: node {} applied a different entry at index {} than another node",
+                entry,
+                "seed {}: node {} applied a different entry at index {} than another node",
+                self.seed,
                 index + 1,
                 entry.index
             ),
@@ -268,7 +365,6 @@ impl Sim {
                 self.log.insert(entry.index, entry.clone());
             }
         }
-        self.applied[index].push(entry);
     }
 
     fn check_leaders(&mut self) {
@@ -295,17 +391,53 @@ impl Sim {
         format!("seed {} record {}", self.seed, self.next_payload).into_bytes()
     }
 
+    /// Whether every node applied `payload`, and all applied as far as each other.
     fn applied_everywhere(&self, payload: &[u8]) -> bool {
         self.applied
             .iter()
             .all(|applied| applied.iter().any(|e| e.data == payload))
+            && self
+                .applied
+                .iter()
+                .all(|applied| applied.len() == self.applied[0].len())
     }
+}
+
+/// An application state as snapshot data: per entry, index, term, data length, data.
+fn encode_state(state: &[Committed]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for entry in state {
+        out.extend_from_slice(&entry.index.to_le_bytes());
+        out.extend_from_slice(&entry.term.to_le_bytes());
+        out.extend_from_slice(&(entry.data.len() as u32).to_le_bytes());
+        out.extend_from_slice(&entry.data);
+    }
+    out
+}
+
+fn decode_state(mut bytes: &[u8]) -> Vec<Committed> {
+    fn take<'a>(bytes: &mut &'a [u8], n: usize) -> &'a [u8] {
+        let (head, rest) = bytes.split_at(n);
+        *bytes = rest;
+        head
+    }
+    let mut state = Vec::new();
+    while !bytes.is_empty() {
+        let index = u64::from_le_bytes(take(&mut bytes, 8).try_into().expect("8 bytes"));
+        let term = u64::from_le_bytes(take(&mut bytes, 8).try_into().expect("8 bytes"));
+        let len = u32::from_le_bytes(take(&mut bytes, 4).try_into().expect("4 bytes")) as usize;
+        let data = take(&mut bytes, len).to_vec();
+        state.push(Committed { index, term, data });
+    }
+    state
 }
 
 fn run_seed(seed: u64, size: u64) -> Stats {
     let mut sim = Sim::new(seed, size);
     let partition_at = sim.rng.u64(20..CHAOS_TICKS / 2);
     let partition_ticks = sim.rng.u64(20..120);
+    let cut_off_at = sim.rng.u64(20..CHAOS_TICKS - CUT_OFF_TICKS_MIN);
+    let cut_off_ticks = sim.rng.u64(CUT_OFF_TICKS_MIN..CUT_OFF_TICKS_MAX);
     for _ in 0..CHAOS_TICKS {
         if sim.now == partition_at {
             sim.isolated = sim.leader().map(|i| sim.voters[i]);
@@ -313,6 +445,19 @@ fn run_seed(seed: u64, size: u64) -> Stats {
         }
         if sim.now == partition_at + partition_ticks {
             sim.isolated = None;
+        }
+        if sim.now == cut_off_at {
+            let leader = sim.leader().map(|i| sim.voters[i]);
+            let followers: Vec<u64> = sim
+                .voters
+                .iter()
+                .copied()
+                .filter(|&id| Some(id) != leader)
+                .collect();
+            sim.cut_off = Some(followers[sim.rng.usize(0..followers.len())]);
+        }
+        if sim.now == cut_off_at + cut_off_ticks {
+            sim.cut_off = None;
         }
         if sim.rng.u32(0..1000) < sim.faults.crash_per_mille {
             let index = sim.rng.usize(0..sim.nodes.len());
@@ -332,6 +477,7 @@ fn run_seed(seed: u64, size: u64) -> Stats {
 
     // Heal: no partition, every node up, no loss (delays and reordering stay).
     sim.isolated = None;
+    sim.cut_off = None;
     for index in 0..sim.nodes.len() {
         if sim.nodes[index].is_none() {
             sim.start(index);
@@ -354,17 +500,17 @@ fn run_seed(seed: u64, size: u64) -> Stats {
         sim.step(false);
     }
 
-    // Every node's applied sequence is a prefix of the common one.
+    // Every node's state is the whole common sequence: nothing any node applied is missing.
+    let common: Vec<&Committed> = sim.log.values().collect();
     for (index, applied) in sim.applied.iter().enumerate() {
-        for entry in applied {
-            assert_eq!(
-                sim.log.get(&entry.index),
-                Some(entry),
-                "seed {seed}: node {} diverged",
-                index + 1
-            );
-        }
+        assert_eq!(
+            applied.iter().collect::<Vec<_>>(),
+            common,
+            "seed {seed}: node {}'s state differs from the common log",
+            index + 1
+        );
     }
+    sim.stats.seeds_with_snapshot_installed = u64::from(sim.stats.snapshots_installed > 0);
     sim.stats.terms_with_leader = sim.leaders_by_term.len() as u64;
     sim.stats.heal_ticks_max = sim.now - healed_at;
     sim.stats
@@ -389,6 +535,10 @@ fn run_seeds(size: u64) {
         total.terms_with_leader += stats.terms_with_leader;
         total.entries_committed_under_faults += stats.entries_committed_under_faults;
         total.heal_ticks_max = total.heal_ticks_max.max(stats.heal_ticks_max);
+        total.compactions += stats.compactions;
+        total.snapshots_installed += stats.snapshots_installed;
+        total.seeds_with_snapshot_installed += stats.seeds_with_snapshot_installed;
+        total.snapshot_deliveries_failed += stats.snapshot_deliveries_failed;
     }
     eprintln!("{size} voters, {} seeds: {total:?}", seeds.len());
     if only.is_none() {
@@ -402,6 +552,14 @@ fn run_seeds(size: u64) {
         );
         assert!(total.terms_with_leader > seeds.len() as u64, "{total:?}");
         assert!(total.entries_committed_under_faults > 0, "{total:?}");
+        assert!(
+            total.compactions > 0 && total.snapshot_deliveries_failed > 0,
+            "{total:?}"
+        );
+        assert!(
+            total.seeds_with_snapshot_installed * 2 > seeds.len() as u64,
+            "most seeds must install a snapshot somewhere: {total:?}"
+        );
     }
 }
 

@@ -254,7 +254,7 @@ impl Agent {
                 Frame::FetchReply(FetchReply::Snapshot {
                     index,
                     image: bytes,
-                }) => match crate::metadata::snapshot::decode(&bytes, self.cluster.node_id) {
+                }) => match crate::metadata::decode_snapshot(&bytes, self.cluster.node_id) {
                     Ok(mut loaded) => {
                         loaded.offset = index;
                         tracing::info!(

@@ -84,6 +84,9 @@ pub struct Cluster {
     pub voters: Vec<VoterAddress>,
     bootstrap_servers: Vec<(String, u16)>,
     pub timing: ClusterTiming,
+    /// A voter snapshots its metadata image after this many bytes of
+    /// log applied since its last snapshot (`strom.metadata.snapshot.bytes`).
+    pub snapshot_log_bytes: u64,
     /// The quorum thread's inbox, on a voter.
     pub inbox: Option<flume::Sender<Input>>,
     image: RwLock<Arc<MetadataImage>>,
@@ -108,6 +111,7 @@ impl Cluster {
             node_id: config.node_id,
             voters: config.quorum.voters.clone(),
             bootstrap_servers: config.quorum.bootstrap_servers.clone(),
+            snapshot_log_bytes: config.metadata_snapshot_bytes,
             timing: config.cluster_timing,
             status: Mutex::new(QuorumStatus {
                 role: if inbox.is_some() {

@@ -48,16 +48,17 @@ impl Peers {
     }
 
     /// Queues `message` for voter `to`; dropped when its queue is full.
-    pub fn send(&self, to: u64, cluster_id: &str, message: replication::Message) {
+    /// Whether it was queued.
+    pub fn send(&self, to: u64, cluster_id: &str, message: replication::Message) -> bool {
         let Some(sender) = self.senders.get(&to) else {
-            return;
+            return false;
         };
         let frame = Envelope {
             cluster_id: cluster_id.to_string(),
             frame: Frame::Raft(Box::new(message)),
         }
         .encode();
-        let _ = sender.try_send(frame);
+        sender.try_send(frame).is_ok()
     }
 }
 

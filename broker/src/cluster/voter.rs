@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use replication::file_store::FileStore;
-use replication::quorum::{Quorum, QuorumConfig};
+use replication::quorum::{Quorum, QuorumConfig, SnapshotDelivery, SnapshotPolicy};
 
 use super::net::Peers;
 use super::wire::{self, FetchReply, Heartbeat, HeartbeatReply, HeartbeatStatus};
@@ -77,6 +77,8 @@ pub struct Voter {
     /// delete partitions for states long gone (a topic deleted and created
     /// again under its name would lose the new data).
     replayed_to: u64,
+    /// When a snapshot is taken (by the bytes of log applied since the last).
+    snapshots: SnapshotPolicy,
 }
 
 impl Voter {
@@ -100,8 +102,28 @@ impl Voter {
         config.heartbeat_ticks = 2;
         let quorum = Quorum::new(&config, store)?;
         let replayed_to = quorum.commit_index();
+        // The image starts from the last snapshot; entries after it follow.
+        let image = match quorum.latest_snapshot() {
+            Some(snapshot) => {
+                let mut loaded = crate::metadata::decode_snapshot(&snapshot.data, cluster.node_id)
+                    .map_err(|error| {
+                        anyhow::anyhow!(
+                            "the metadata snapshot at index {} in {} does not decode: {error}",
+                            snapshot.index,
+                            dir.display()
+                        )
+                    })?;
+                loaded.offset = snapshot.index;
+                tracing::info!(index = snapshot.index, "metadata snapshot loaded");
+                loaded
+            }
+            None => image,
+        };
         Ok(Voter {
             replayed_to,
+            snapshots: SnapshotPolicy {
+                log_bytes_max: cluster.snapshot_log_bytes,
+            },
             quorum,
             peers,
             inbox,
@@ -277,7 +299,7 @@ impl Voter {
             }
             None => Some(FetchReply::Snapshot {
                 index: self.applied,
-                image: crate::metadata::snapshot::encode(&self.image),
+                image: crate::metadata::encode_snapshot(&self.image),
             }),
         }
     }
@@ -348,8 +370,39 @@ impl Voter {
             let persisted = self.quorum.persist(pending)?;
             let actions = self.quorum.advance(persisted)?;
             for outgoing in actions.messages {
-                self.peers
-                    .send(outgoing.to, &self.cluster.cluster_id(), outgoing.message);
+                let to = outgoing.to;
+                let snapshot = outgoing.is_snapshot();
+                let queued = self
+                    .peers
+                    .send(to, &self.cluster.cluster_id(), outgoing.message);
+                if snapshot {
+                    // raft-rs sends that follower nothing more until told.
+                    let delivery = if queued {
+                        SnapshotDelivery::Delivered
+                    } else {
+                        SnapshotDelivery::Failed
+                    };
+                    self.quorum.report_snapshot(to, delivery);
+                }
+            }
+            if let Some(snapshot) = actions.snapshot {
+                match crate::metadata::decode_snapshot(&snapshot.data, self.cluster.node_id) {
+                    Ok(mut loaded) => {
+                        loaded.offset = snapshot.index;
+                        tracing::info!(
+                            index = snapshot.index,
+                            "metadata snapshot installed from the leader"
+                        );
+                        self.image = loaded;
+                        self.applied = snapshot.index;
+                        changed = true;
+                    }
+                    Err(error) => crate::fatal::exit(&format!(
+                        "the leader's metadata snapshot at index {} does not decode ({error}); \
+                         this broker cannot follow the cluster's metadata",
+                        snapshot.index
+                    )),
+                }
             }
             for entry in actions.committed {
                 self.apply(entry.index, entry.term, &entry.data);
@@ -358,6 +411,16 @@ impl Voter {
         }
         if changed && self.applied >= self.replayed_to {
             self.cluster.publish(&self.image);
+        }
+        if changed && self.snapshots.is_due(&self.quorum) {
+            let data = crate::metadata::encode_snapshot(&self.image);
+            let bytes = data.len();
+            self.quorum.compact(self.applied, data)?;
+            tracing::info!(
+                index = self.applied,
+                bytes,
+                "metadata snapshot taken, the log behind it dropped"
+            );
         }
         if !self.quorum.is_leader() {
             for pending in self.pending.drain(..) {

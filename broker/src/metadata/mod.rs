@@ -25,10 +25,11 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::{Arc, RwLock};
 
-pub mod snapshot;
+mod snapshot;
 pub use image::{place_partitions, BrokerMeta, MetadataImage, PartitionState, TopicMeta};
 pub use log::{repair, FileMetadataLog, MetadataLog, MetadataWriter, RepairReport};
 pub use records::MetadataRecord;
+pub use snapshot::{decode as decode_snapshot, encode as encode_snapshot};
 
 pub const METADATA_DIR: &str = "__metadata";
 /// Topics the broker writes itself: clients may read them, but not write,
