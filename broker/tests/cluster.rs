@@ -327,6 +327,9 @@ fn a_voter_and_a_broker_far_behind_catch_up_from_a_snapshot() {
     settled(&cluster, 1, &[1, 2, 3]);
     cluster.node_mut(3).broker.kill();
     let bootstrap = cluster.node(1).broker.bootstrap();
+    cluster.wait_for("an active controller among the live voters", || {
+        listed(&bootstrap).filter(|l| [1, 2].contains(&l.controller))
+    });
     for i in 0..20 {
         let topic = format!("snap-{i}");
         strom_ok(
