@@ -371,3 +371,47 @@ fn a_voter_and_a_broker_far_behind_catch_up_from_a_snapshot() {
         "{log}"
     );
 }
+
+#[test]
+fn a_broker_stopped_cleanly_is_fenced_by_the_controller_before_it_exits() {
+    // A session long enough that only the controlled shutdown can fence
+    // the broker within the wait below.
+    let mut cluster = Cluster::start(3, &["--set", "broker.session.timeout.ms=60000"]);
+    let listed_before = settled(&cluster, 1, &[1, 2, 3]);
+    let stopping = (1..=3).find(|&n| n != listed_before.controller).unwrap();
+    strom_ok(
+        &cluster.node(1).broker,
+        &["topic", "create", "clean", "--partitions", "3"],
+    );
+    let bootstrap = cluster.node(listed_before.controller).broker.bootstrap();
+    cluster.wait_for("every partition led", || {
+        listed(&bootstrap).filter(|l| l.partitions.values().all(|(leader, _)| *leader > 0))
+    });
+    let stopped = Instant::now();
+    cluster.node_mut(stopping).broker.stop();
+    let log = cluster.node(stopping).broker.log();
+    assert!(
+        log.contains("the controller fenced this broker for its shutdown"),
+        "{log}"
+    );
+    let others: Vec<i32> = (1..=3).filter(|&n| n != stopping).collect();
+    let after = settled(&cluster, listed_before.controller, &others);
+    assert!(
+        stopped.elapsed() < Duration::from_secs(30),
+        "fenced only after {:?}",
+        stopped.elapsed()
+    );
+    // Its partition (one replica) has no leader until it is back.
+    let offline: Vec<_> = after
+        .partitions
+        .iter()
+        .filter(|(_, (leader, _))| *leader == -1)
+        .collect();
+    assert_eq!(offline.len(), 1, "{after:?}");
+    cluster.node_mut(stopping).broker.start_again();
+    cluster.wait_for("the broker leads its partition again", || {
+        listed(&bootstrap).filter(|l| {
+            l.brokers == [1, 2, 3] && l.partitions.values().all(|(leader, _)| *leader > 0)
+        })
+    });
+}
