@@ -123,9 +123,16 @@ fn three_brokers_spread_partitions_serve_clients_and_share_a_group() {
 }
 
 #[test]
-fn replication_factor_above_the_live_brokers_is_refused() {
+fn admin_changes_through_any_broker_and_refusals() {
     let cluster = Cluster::start(3, &[]);
-    settled(&cluster, 1, &[1, 2, 3]);
+    let listed = settled(&cluster, 1, &[1, 2, 3]);
+    let other = (1..=3).find(|&n| n != listed.controller).unwrap();
+    let out = python(&[
+        "admin",
+        &cluster.node(other).broker.bootstrap(),
+        &listed.controller.to_string(),
+    ]);
+    assert!(out.contains("admin: ok"), "{out}");
     let out = test_support::strom_fails(
         &cluster.node(1).broker,
         &[
@@ -414,4 +421,92 @@ fn a_broker_stopped_cleanly_is_fenced_by_the_controller_before_it_exits() {
             l.brokers == [1, 2, 3] && l.partitions.values().all(|(leader, _)| *leader > 0)
         })
     });
+}
+
+/// A Produce (v12) and a Fetch (v16) sent to a broker that does not lead
+/// the partition answer NOT_LEADER_OR_FOLLOWER with the leader, its epoch
+/// and its endpoint (KIP-951), so clients go there without a Metadata
+/// round trip.
+#[test]
+fn a_partition_led_elsewhere_answers_not_leader_with_the_leader() {
+    use bytes::Bytes;
+    use protocol::batch::build::{batch, NewRecord};
+    use protocol::kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use protocol::kafka_protocol::messages::produce_request::{
+        PartitionProduceData, TopicProduceData,
+    };
+    use protocol::kafka_protocol::messages::{
+        ApiKey, BrokerId, FetchRequest, FetchResponse, ProduceRequest, ProduceResponse, TopicName,
+    };
+    use protocol::kafka_protocol::protocol::StrBytes;
+
+    const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+    let cluster = Cluster::start(3, &[]);
+    settled(&cluster, 1, &[1, 2, 3]);
+    strom_ok(
+        &cluster.node(1).broker,
+        &["topic", "create", "hints", "--partitions", "1"],
+    );
+    let listed = cluster.wait_for("the partition led", || {
+        listed(&cluster.node(1).broker.bootstrap()).filter(|l| {
+            l.partitions
+                .get(&("hints".to_string(), 0))
+                .is_some_and(|p| p.0 > 0)
+        })
+    });
+    let leader = listed.partitions[&("hints".to_string(), 0)].0;
+    let other = (1..=3).find(|&n| n != leader).unwrap();
+    let leader_port = i32::from(cluster.node(leader).broker.port);
+    let mut stream = common::raw::connect(&cluster.node(other).broker);
+
+    let records = Bytes::from(batch(
+        1_700_000_000_000,
+        &[NewRecord {
+            key: Some(b"k".to_vec()),
+            value: Some(b"v".to_vec()),
+            headers: Vec::new(),
+            timestamp_delta: 0,
+        }],
+    ));
+    let produce = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(10_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_static_str("hints")))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(records))])]);
+    let response: ProduceResponse =
+        common::raw::call(&mut stream, ApiKey::Produce, 12, 1, "hints-test", &produce);
+    let partition = &response.responses[0].partition_responses[0];
+    assert_eq!(partition.error_code, NOT_LEADER_OR_FOLLOWER);
+    assert_eq!(partition.current_leader.leader_id, BrokerId(leader));
+    assert_eq!(partition.current_leader.leader_epoch, 0);
+    assert_eq!(response.node_endpoints.len(), 1, "{response:?}");
+    assert_eq!(response.node_endpoints[0].node_id, BrokerId(leader));
+    assert_eq!(response.node_endpoints[0].port, leader_port);
+
+    let fetch = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_static_str("hints")))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(1 << 20)])]);
+    // v16 names topics by id: ask by name at v12, the last by-name version
+    // that carries the current leader, then by id at v16 for the endpoints.
+    let response: FetchResponse =
+        common::raw::call(&mut stream, ApiKey::Fetch, 12, 2, "hints-test", &fetch);
+    let partition = &response.responses[0].partitions[0];
+    assert_eq!(partition.error_code, NOT_LEADER_OR_FOLLOWER);
+    assert_eq!(partition.current_leader.leader_id, BrokerId(leader));
+    // The leader itself serves it.
+    let mut direct = common::raw::connect(&cluster.node(leader).broker);
+    let response: FetchResponse =
+        common::raw::call(&mut direct, ApiKey::Fetch, 12, 3, "hints-test", &fetch);
+    assert_eq!(response.responses[0].partitions[0].error_code, 0);
 }

@@ -8,6 +8,11 @@ Usage: cluster_check.py MODE BOOTSTRAP [ARGS...]
                                       kafka-python produce N keyed records with
                                       headers each; both read all 2N back from
                                       every leader and check every byte
+  admin BOOTSTRAP CONTROLLER_ID       through a broker that is not the active
+                                      controller: describe_cluster names
+                                      CONTROLLER_ID and every broker; create,
+                                      add partitions, alter and incrementally
+                                      alter configs, delete, each seen after
   group BOOTSTRAP_A BOOTSTRAP_B TOPIC N
                                       two members of one group, each bootstrapped
                                       from another broker, share TOPIC's N records
@@ -201,6 +206,50 @@ def group(bootstrap_a, bootstrap_b, topic, n):
     print(f"group: {n} ok, assignments {assignments}")
 
 
+def admin(bootstrap, controller_id):
+    from confluent_kafka.admin import (
+        AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, ResourceType,
+    )
+    client = AdminClient({"bootstrap.servers": bootstrap})
+    cluster = client.describe_cluster(request_timeout=30).result()
+    check(cluster.controller.id == int(controller_id),
+          f"describe_cluster names controller {cluster.controller.id}, not {controller_id}")
+    check(sorted(n.id for n in cluster.nodes) == [1, 2, 3], f"nodes {cluster.nodes}")
+
+    topic = f"admin-{uuid.uuid4().hex[:8]}"
+    create(bootstrap, topic, 3)
+    for _, f in client.create_partitions([NewPartitions(topic, 5)]).items():
+        f.result(timeout=60)
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    for _, f in client.alter_configs([ConfigResource(ResourceType.TOPIC, topic,
+                                                     set_config={"retention.ms": "3600000"})]).items():
+        f.result(timeout=60)
+    entry = ConfigEntry("segment.bytes", "1048576",
+                        incremental_operation=AlterConfigOpType.SET)
+    for _, f in client.incremental_alter_configs(
+            [ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[entry])]).items():
+        f.result(timeout=60)
+    deadline = time.time() + DEADLINE_S
+    while time.time() < deadline:
+        t = client.list_topics(topic, timeout=10).topics[topic]
+        configs = client.describe_configs([resource])[resource].result(timeout=30)
+        if len(t.partitions) == 5 and configs["retention.ms"].value == "3600000" \
+                and configs["segment.bytes"].value == "1048576":
+            break
+        time.sleep(0.1)
+    else:
+        fail("the changes made through a non-controller broker are not all seen")
+    for _, f in client.delete_topics([topic]).items():
+        f.result(timeout=60)
+    while time.time() < deadline:
+        if topic not in client.list_topics(timeout=10).topics:
+            break
+        time.sleep(0.1)
+    else:
+        fail(f"{topic} still listed after its deletion")
+    print("admin: ok")
+
+
 def main():
     if len(sys.argv) < 3:
         fail(__doc__)
@@ -210,6 +259,8 @@ def main():
         spread(*args)
     elif mode == "roundtrip":
         roundtrip(*args)
+    elif mode == "admin":
+        admin(*args)
     elif mode == "group":
         group(*args)
     else:
