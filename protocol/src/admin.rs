@@ -8,6 +8,7 @@
 //! Metadata and keeps one connection per leader, the bootstrap connection
 //! standing for the broker it reached.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::RangeInclusive;
 
@@ -211,6 +212,10 @@ pub async fn list_topic_offsets(
         .collect())
 }
 
+/// Items by the broker id of their partition's leader: (topic, partition,
+/// item) in the order given.
+pub type ByLeader<'p, T> = BTreeMap<i32, Vec<(&'p str, i32, T)>>;
+
 /// Where partition requests go: each partition's leader as Metadata
 /// named it, and one connection per leader, opened when first needed with
 /// the bootstrap connection's settings. The bootstrap connection is used
@@ -289,8 +294,8 @@ impl Router {
     pub fn by_leader<'p, T>(
         &self,
         partitions: impl IntoIterator<Item = (&'p str, i32, T)>,
-    ) -> Result<BTreeMap<i32, Vec<(&'p str, i32, T)>>, ClientError> {
-        let mut grouped: BTreeMap<i32, Vec<(&'p str, i32, T)>> = BTreeMap::new();
+    ) -> Result<ByLeader<'p, T>, ClientError> {
+        let mut grouped: ByLeader<'p, T> = BTreeMap::new();
         for (topic, partition, item) in partitions {
             let leader = self.leader(topic, partition)?;
             grouped
@@ -319,11 +324,13 @@ impl Router {
                 leader,
             });
         };
-        if !self.others.contains_key(&leader) {
-            let connection = Connection::connect(address, bootstrap.config().clone()).await?;
-            self.others.insert(leader, connection);
+        match self.others.entry(leader) {
+            Entry::Occupied(open) => Ok(open.into_mut()),
+            Entry::Vacant(slot) => {
+                let connection = Connection::connect(address, bootstrap.config().clone()).await?;
+                Ok(slot.insert(connection))
+            }
         }
-        Ok(self.others.get_mut(&leader).expect("inserted above"))
     }
 
     /// ListOffsets of `partitions` at `timestamp` (as [`list_offsets`]),
