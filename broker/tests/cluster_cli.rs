@@ -69,13 +69,13 @@ fn describe(cluster: &Cluster, bootstrap: &str) -> BTreeMap<i32, PartitionRow> {
         .collect()
 }
 
-/// `strom cluster status` as text: (lines of the broker table by id,
-/// the quorum line, voter lines by id, the partitions line, controller).
+/// `strom cluster status` as text, in parts.
 struct Status {
     controller: String,
     brokers: BTreeMap<i32, Vec<String>>,
     quorum: String,
     voters: BTreeMap<i32, Vec<String>>,
+    observers: String,
     partitions: String,
 }
 
@@ -86,6 +86,7 @@ fn status(cluster: &Cluster, bootstrap: &str) -> Status {
         brokers: BTreeMap::new(),
         quorum: String::new(),
         voters: BTreeMap::new(),
+        observers: String::new(),
         partitions: String::new(),
     };
     let mut table = "";
@@ -98,6 +99,8 @@ fn status(cluster: &Cluster, bootstrap: &str) -> Status {
             table = "voters";
         } else if line.starts_with("QuorumLeader:") {
             parsed.quorum = line.to_string();
+        } else if let Some(ids) = line.strip_prefix("Observers: ") {
+            parsed.observers = ids.to_string();
         } else if line.starts_with("Partitions:") {
             parsed.partitions = line.to_string();
         } else if let Some(Ok(id)) = line.split('\t').next().map(str::parse::<i32>) {
@@ -264,10 +267,23 @@ fn tools_reach_each_partitions_leader_and_cluster_status_shows_fencing() {
         assert_eq!(lag, (high_watermark - log_end).max(0), "voter {id}");
         assert!(log_end <= high_watermark + 1, "voter {id}: {cells:?}");
     }
+    assert_eq!(healthy.observers, "-");
     assert_eq!(
         healthy.partitions,
         format!("Partitions: {PARTITIONS}\tUnderReplicated: 0\tOffline: 0")
     );
+
+    // A broker that is not a voter is an observer of the quorum, and
+    // forwards DescribeQuorum too.
+    let observer = cluster.add_broker(4).broker.bootstrap();
+    let joined = cluster.wait_for("broker 4 live", || {
+        let now = status(&cluster, &observer);
+        let state = now.brokers.get(&4).map(|cells| cells[2..].join(" "));
+        (state.as_deref() == Some("live no")).then_some(now)
+    });
+    assert_eq!(joined.observers, "4");
+    assert_eq!(joined.voters.len(), 3);
+    assert_eq!(joined.controller, healthy.controller);
 
     // A broker that is not the controller dies: once its session expires
     // it is fenced and the partitions it alone held are offline.
@@ -279,7 +295,7 @@ fn tools_reach_each_partitions_leader_and_cluster_status_shows_fencing() {
         let now = status(&cluster, &via(asked, &cluster));
         (now.brokers.get(&victim).map(|c| c[2].as_str()) == Some("fenced")).then_some(now)
     });
-    assert_eq!(fenced.brokers.len(), 3);
+    assert_eq!(fenced.brokers.len(), 4);
     assert_eq!(
         fenced.partitions,
         format!("Partitions: {PARTITIONS}\tUnderReplicated: 0\tOffline: {lost}")
@@ -313,12 +329,36 @@ fn a_single_node_is_a_quorum_of_one_and_no_broker_is_an_error() {
     let high_watermark = field(lines[4], "HighWatermark").unwrap();
     assert_eq!(lines[5], "VOTER\tLOG-END\tLAG");
     assert_eq!(lines[6], format!("0\t{high_watermark}\t0"));
-    assert_eq!(lines[7], "Partitions: 2\tUnderReplicated: 0\tOffline: 0");
-    assert_eq!(lines.len(), 8, "{text}");
+    assert_eq!(lines[7], "Observers: -");
+    assert_eq!(lines[8], "Partitions: 2\tUnderReplicated: 0\tOffline: 0");
+    assert_eq!(lines.len(), 9, "{text}");
 
-    let json = common::strom_ok(&broker, &["cluster", "status", "--json"]);
-    assert!(json.contains("\"controller\": 0"), "{json}");
-    assert!(json.contains("\"offline\": 0"), "{json}");
+    let json: serde_json::Value =
+        serde_json::from_str(&common::strom_ok(&broker, &["cluster", "status", "--json"]))
+            .expect("--json prints JSON");
+    let high_watermark: i64 = high_watermark.parse().unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({
+            "cluster_id": lines[0].strip_prefix("ClusterId: ").unwrap(),
+            "controller": 0,
+            "brokers": [{
+                "id": 0,
+                "address": broker.bootstrap(),
+                "rack": null,
+                "fenced": false,
+                "voter": true,
+            }],
+            "quorum": {
+                "leader": 0,
+                "leader_epoch": 0,
+                "high_watermark": high_watermark,
+                "voters": [{"id": 0, "log_end_offset": high_watermark, "lag": 0}],
+                "observers": [],
+            },
+            "partitions": {"total": 2, "under_replicated": 0, "offline": 0},
+        })
+    );
 
     let nobody = format!("127.0.0.1:{}", free_port());
     let output = strom_at(

@@ -42,8 +42,9 @@ enum ClusterCommand {
     /// Show the cluster: its id and active controller; every broker with
     /// its address, rack, state (live, or fenced: its session expired or
     /// it shut down) and whether it is a voter of the metadata quorum; the
-    /// quorum's leader epoch, high watermark and each voter's lag behind
-    /// it (in metadata records); and how many partitions there are, how
+    /// quorum's leader epoch, high watermark, each voter's lag behind
+    /// it (in metadata records) and the brokers that are not voters
+    /// (observers); and how many partitions there are, how
     /// many are under-replicated (fewer in-sync replicas than replicas)
     /// and how many are offline (no leader). Any broker of the cluster
     /// can be asked. Exits 1 when no broker answers.
@@ -266,6 +267,16 @@ fn render(status: &ClusterStatus) -> String {
                     v.lag.map_or_else(unknown, |l| l.to_string())
                 );
             }
+            let observers: Vec<String> = q.observers.iter().map(i32::to_string).collect();
+            let _ = writeln!(
+                out,
+                "Observers: {}",
+                if observers.is_empty() {
+                    "-".to_string()
+                } else {
+                    observers.join(",")
+                }
+            );
         }
         None => {
             let _ = writeln!(
