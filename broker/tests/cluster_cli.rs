@@ -49,10 +49,13 @@ struct PartitionRow {
     end: Option<i64>,
 }
 
-fn describe(cluster: &Cluster, bootstrap: &str) -> BTreeMap<i32, PartitionRow> {
-    let text = tool_text(cluster, bootstrap, &["topic", "describe", TOPIC]);
+/// `strom topic describe` of every topic: each partition line by topic
+/// and partition.
+fn describe_all(cluster: &Cluster, bootstrap: &str) -> BTreeMap<(String, i32), PartitionRow> {
+    let text = tool_text(cluster, bootstrap, &["topic", "describe"]);
     text.lines()
         .filter_map(|line| {
+            let topic = field(line, "Topic")?.to_string();
             let partition = field(line, "Partition")?.parse().ok()?;
             let row = PartitionRow {
                 leader: field(line, "Leader")?.to_string(),
@@ -64,8 +67,17 @@ fn describe(cluster: &Cluster, bootstrap: &str) -> BTreeMap<i32, PartitionRow> {
             if row.end.is_some() {
                 assert_eq!(field(line, "StartOffset"), Some("0"), "{line}");
             }
-            Some((partition, row))
+            Some(((topic, partition), row))
         })
+        .collect()
+}
+
+/// `strom topic describe` of the test's topic, by partition.
+fn describe(cluster: &Cluster, bootstrap: &str) -> BTreeMap<i32, PartitionRow> {
+    describe_all(cluster, bootstrap)
+        .into_iter()
+        .filter(|((topic, _), _)| topic == TOPIC)
+        .map(|((_, partition), row)| (partition, row))
         .collect()
 }
 
@@ -230,6 +242,39 @@ fn tools_reach_each_partitions_leader_and_cluster_status_shows_fencing() {
     let total: i64 = ends.values().map(|r| r.end.unwrap()).sum();
     assert_eq!(total, 3 + 2 + 30, "{ends:?}");
 
+    // A group member reads everything (its coordinator found with
+    // FindCoordinator, offsets from the leaders); the group's lag,
+    // described through another broker, is 0 everywhere.
+    let read = tool(
+        &cluster,
+        &via(3, &cluster),
+        &[
+            "consume",
+            TOPIC,
+            "--group",
+            "g",
+            "--from-beginning",
+            "--exit-at-end",
+        ],
+        None,
+    );
+    assert_eq!(read.iter().filter(|b| **b == b'\n').count(), 5 + 30);
+    let described = tool_text(&cluster, &via(1, &cluster), &["group", "describe", "g"]);
+    let lag_rows: Vec<Vec<&str>> = described
+        .lines()
+        .filter(|l| l.starts_with(&format!("{TOPIC}\t")))
+        .map(|l| l.split('\t').collect())
+        .collect();
+    assert_eq!(lag_rows.len(), PARTITIONS, "{described}");
+    for row in &lag_rows {
+        let end = ends[&row[1].parse::<i32>().unwrap()]
+            .end
+            .unwrap()
+            .to_string();
+        assert_eq!(row[2..5], [end.as_str(), end.as_str(), "0"], "{described}");
+    }
+    let all_partitions = describe_all(&cluster, &via(2, &cluster));
+
     // The cluster and its quorum, asked of a broker that may not be the
     // controller (DescribeQuorum is forwarded).
     let healthy = status(&cluster, &via(2, &cluster));
@@ -270,7 +315,10 @@ fn tools_reach_each_partitions_leader_and_cluster_status_shows_fencing() {
     assert_eq!(healthy.observers, "-");
     assert_eq!(
         healthy.partitions,
-        format!("Partitions: {PARTITIONS}\tUnderReplicated: 0\tOffline: 0")
+        format!(
+            "Partitions: {}\tUnderReplicated: 0\tOffline: 0",
+            all_partitions.len()
+        )
     );
 
     // A broker that is not a voter is an observer of the quorum, and
@@ -290,7 +338,11 @@ fn tools_reach_each_partitions_leader_and_cluster_status_shows_fencing() {
     let victim = (1..=3).rev().find(|&id| id != controller).unwrap();
     let asked = (1..=3).find(|&id| id != victim).unwrap();
     cluster.node_mut(victim).broker.kill();
-    let lost = led[&victim].len();
+    // Every replica factor is 1: what the victim led goes offline.
+    let lost = all_partitions
+        .values()
+        .filter(|row| row.leader == victim.to_string())
+        .count();
     let fenced = cluster.wait_for("the killed broker fenced", || {
         let now = status(&cluster, &via(asked, &cluster));
         (now.brokers.get(&victim).map(|c| c[2].as_str()) == Some("fenced")).then_some(now)
@@ -298,7 +350,10 @@ fn tools_reach_each_partitions_leader_and_cluster_status_shows_fencing() {
     assert_eq!(fenced.brokers.len(), 4);
     assert_eq!(
         fenced.partitions,
-        format!("Partitions: {PARTITIONS}\tUnderReplicated: 0\tOffline: {lost}")
+        format!(
+            "Partitions: {}\tUnderReplicated: 0\tOffline: {lost}",
+            all_partitions.len()
+        )
     );
     let rows = describe(&cluster, &via(asked, &cluster));
     for (partition, row) in &rows {
