@@ -128,6 +128,75 @@ fn status(cluster: &Cluster, bootstrap: &str) -> Status {
     parsed
 }
 
+/// DescribeQuorum at `version`, asked of node `asked` (forwarded to the
+/// controller unless it is one): the quorum of voters 1-3 led by
+/// `controller`, broker 4 an observer; another topic is unknown.
+fn check_describe_quorum(cluster: &Cluster, asked: i32, version: i16, controller: i32) {
+    use protocol::kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
+    use protocol::kafka_protocol::messages::{
+        ApiKey, DescribeQuorumRequest, DescribeQuorumResponse, TopicName,
+    };
+    use protocol::kafka_protocol::protocol::StrBytes;
+
+    let topic = |name: &'static str| {
+        TopicData::default()
+            .with_topic_name(TopicName(StrBytes::from_static_str(name)))
+            .with_partitions(vec![PartitionData::default().with_partition_index(0)])
+    };
+    let request = DescribeQuorumRequest::default()
+        .with_topics(vec![topic("__cluster_metadata"), topic("other")]);
+    let mut stream = common::raw::connect(&cluster.node(asked).broker);
+    let response: DescribeQuorumResponse = common::raw::call(
+        &mut stream,
+        ApiKey::DescribeQuorum,
+        version,
+        7,
+        "dq",
+        &request,
+    );
+    let context = format!("v{version}: {response:?}");
+    assert_eq!(response.error_code, 0, "{context}");
+    assert_eq!(response.topics.len(), 2, "{context}");
+    let quorum = &response.topics[0].partitions[0];
+    assert_eq!(quorum.error_code, 0, "{context}");
+    assert_eq!(quorum.leader_id.0, controller, "{context}");
+    assert!(quorum.leader_epoch > 0, "{context}");
+    assert!(quorum.high_watermark > 0, "{context}");
+    let voters: Vec<i32> = quorum
+        .current_voters
+        .iter()
+        .map(|v| v.replica_id.0)
+        .collect();
+    assert_eq!(voters, [1, 2, 3], "{context}");
+    for voter in &quorum.current_voters {
+        assert!(
+            (0..=quorum.high_watermark + 1).contains(&voter.log_end_offset),
+            "{context}"
+        );
+    }
+    let observers: Vec<(i32, i64)> = quorum
+        .observers
+        .iter()
+        .map(|o| (o.replica_id.0, o.log_end_offset))
+        .collect();
+    assert_eq!(observers, [(4, -1)], "{context}");
+    let other = &response.topics[1].partitions[0];
+    assert_eq!(other.error_code, 3, "UNKNOWN_TOPIC_OR_PARTITION; {context}");
+    let endpoints: Vec<(i32, u16)> = response
+        .nodes
+        .iter()
+        .map(|n| (n.node_id.0, n.listeners[0].port))
+        .collect();
+    if version >= 2 {
+        let expected: Vec<(i32, u16)> = (1..=3)
+            .map(|id| (id, cluster.node(id).controller_port))
+            .collect();
+        assert_eq!(endpoints, expected, "{context}");
+    } else {
+        assert!(endpoints.is_empty(), "{context}");
+    }
+}
+
 #[test]
 fn tools_reach_each_partitions_leader_and_cluster_status_shows_fencing() {
     let mut cluster = Cluster::start(3, &[]);
@@ -332,6 +401,9 @@ fn tools_reach_each_partitions_leader_and_cluster_status_shows_fencing() {
     assert_eq!(joined.observers, "4");
     assert_eq!(joined.voters.len(), 3);
     assert_eq!(joined.controller, healthy.controller);
+    for version in 0..=2 {
+        check_describe_quorum(&cluster, 4, version, controller);
+    }
 
     // A broker that is not the controller dies: once its session expires
     // it is fenced and the partitions it alone held are offline.

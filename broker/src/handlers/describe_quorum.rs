@@ -29,6 +29,8 @@ pub const METADATA_TOPIC: &str = "__cluster_metadata";
 const METADATA_PARTITION: i32 = 0;
 /// The listener name voters' endpoints are given under (v2).
 const CONTROLLER_LISTENER: &str = "CONTROLLER";
+/// The first version with the voters' endpoints.
+const NODES_VERSION_MIN: i16 = 2;
 /// A time or offset the quorum does not track.
 const UNKNOWN: i64 = -1;
 
@@ -44,7 +46,11 @@ struct Quorum {
     error_code: i16,
 }
 
-pub fn handle(shard: &Rc<Shard>, request: DescribeQuorumRequest) -> DescribeQuorumResponse {
+pub fn handle(
+    shard: &Rc<Shard>,
+    request: DescribeQuorumRequest,
+    version: i16,
+) -> DescribeQuorumResponse {
     let quorum = quorum(shard);
     let topics = request
         .topics
@@ -73,9 +79,13 @@ pub fn handle(shard: &Rc<Shard>, request: DescribeQuorumRequest) -> DescribeQuor
                 )
         })
         .collect();
-    DescribeQuorumResponse::default()
-        .with_topics(topics)
-        .with_nodes(nodes(shard, &quorum))
+    let response = DescribeQuorumResponse::default().with_topics(topics);
+    // Endpoints are v2's: an older version cannot carry them.
+    if version >= NODES_VERSION_MIN {
+        response.with_nodes(nodes(shard, &quorum))
+    } else {
+        response
+    }
 }
 
 fn quorum(shard: &Shard) -> Quorum {

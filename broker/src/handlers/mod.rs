@@ -333,7 +333,9 @@ async fn dispatch(
         RequestKind::DescribeCluster(body) => {
             out.encode(&describe_cluster::handle(&shard, body, version))
         }
-        RequestKind::DescribeQuorum(body) => out.encode(&describe_quorum::handle(&shard, body)),
+        RequestKind::DescribeQuorum(body) => {
+            out.encode(&describe_quorum::handle(&shard, body, version))
+        }
         RequestKind::DescribeLogDirs(body) => {
             out.encode(&describe_log_dirs::handle(&shard, body).await)
         }
