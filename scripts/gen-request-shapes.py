@@ -34,6 +34,7 @@ REQUESTS = {
     35: "describe_log_dirs_request", 36: "sasl_authenticate_request",
     37: "create_partitions_request", 42: "delete_groups_request",
     44: "incremental_alter_configs_request", 47: "offset_delete_request",
+    55: "describe_quorum_request",
     60: "describe_cluster_request", 61: "describe_producers_request",
     65: "describe_transactions_request", 66: "list_transactions_request",
     68: "consumer_group_heartbeat_request", 69: "consumer_group_describe_request",

@@ -38,6 +38,8 @@ enum Command {
     Consume(cli::consume::ConsumeArgs),
     /// List, describe, reset the offsets of and delete consumer groups.
     Group(cli::group::GroupArgs),
+    /// Show the cluster's brokers, controller quorum and partition health.
+    Cluster(cli::cluster::ClusterArgs),
     /// Show a broker's settings (DescribeConfigs).
     Config(cli::config::ConfigArgs),
     /// One-screen summary of a running broker (from its admin listener).
@@ -142,6 +144,7 @@ fn main() -> ExitCode {
         Some(Command::Produce(args)) => cli::run("produce", cli::produce::run(args)),
         Some(Command::Consume(args)) => cli::run("consume", cli::consume::run(args)),
         Some(Command::Group(args)) => cli::run("group", cli::group::run(args)),
+        Some(Command::Cluster(args)) => cli::run("cluster", cli::cluster::run(args)),
         Some(Command::Config(args)) => cli::run("config", cli::config::run(args)),
         Some(Command::Status(args)) => cli::status::run(args),
         Some(Command::Repair(args)) => match cli::repair::run(args) {

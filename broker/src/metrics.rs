@@ -687,6 +687,17 @@ mod error_codes {
         }
     }
 
+    impl ErrorCodes for DescribeQuorumResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            each(self.error_code);
+            for topic in &self.topics {
+                for partition in &topic.partitions {
+                    each(partition.error_code);
+                }
+            }
+        }
+    }
+
     impl ErrorCodes for DescribeLogDirsResponse {
         fn each_error_code(&self, version: i16, each: &mut impl FnMut(i16)) {
             if version >= 3 {

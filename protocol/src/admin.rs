@@ -2,7 +2,13 @@
 //! a [`Connection`]: Metadata (every topic or some, a topic's partitions,
 //! each partition's leader), ListOffsets and InitProducerId. The admin CLI
 //! and the load generator both use these, against any Kafka broker.
+//!
+//! In a cluster, partition requests (Produce, Fetch, ListOffsets) must go
+//! to each partition's leader: a [`Router`] learns the leaders from
+//! Metadata and keeps one connection per leader, the bootstrap connection
+//! standing for the broker it reached.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::RangeInclusive;
 
@@ -15,6 +21,9 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use crate::client::{check_error, ClientError, Connection, ERROR_NONE};
+
+/// A topic partition: (topic, partition index).
+pub type TopicPartition = (String, i32);
 
 /// Metadata versions spoken (v1+: a null topic list means every topic).
 pub const METADATA_VERSIONS: RangeInclusive<i16> = 1..=12;
@@ -186,19 +195,185 @@ pub async fn list_offsets(
     Ok(offsets)
 }
 
-/// ListOffsets of some partitions of one topic: partition → offset.
+/// ListOffsets of some partitions of one topic, each asked of its leader
+/// (see [`Router`]): partition → offset.
 pub async fn list_topic_offsets(
-    connection: &mut Connection,
+    bootstrap: &mut Connection,
     topic: &str,
     partitions: &[i32],
     timestamp: i64,
 ) -> Result<BTreeMap<i32, i64>, ClientError> {
     let wanted: Vec<(String, i32)> = partitions.iter().map(|&p| (topic.to_string(), p)).collect();
-    let offsets = list_offsets(connection, &wanted, timestamp).await?;
+    let mut router = Router::discover(bootstrap, &[topic.to_string()]).await?;
+    let offsets = router.list_offsets(bootstrap, &wanted, timestamp).await?;
     Ok(offsets
         .into_iter()
         .map(|((_, p), offset)| (p, offset))
         .collect())
+}
+
+/// Items by the broker id of their partition's leader: (topic, partition,
+/// item) in the order given.
+pub type ByLeader<'p, T> = BTreeMap<i32, Vec<(&'p str, i32, T)>>;
+
+/// Where partition requests go: each partition's leader as Metadata
+/// named it, and one connection per leader, opened when first needed with
+/// the bootstrap connection's settings. The bootstrap connection is used
+/// for the broker it reached, so a single broker needs no other
+/// connection. A leader that moved answers NOT_LEADER_OR_FOLLOWER; the
+/// caller then discovers again.
+pub struct Router {
+    /// Broker id → `host:port`.
+    brokers: BTreeMap<i32, String>,
+    /// Each partition's leader id (-1: none).
+    leaders: HashMap<TopicPartition, i32>,
+    /// The broker the bootstrap connection reached, if it is known.
+    bootstrap_id: Option<i32>,
+    /// Connections to the other leaders, by broker id.
+    others: HashMap<i32, Connection>,
+}
+
+impl Router {
+    /// The leaders of every partition of `topics`, from the bootstrap
+    /// broker's Metadata.
+    pub async fn discover(
+        bootstrap: &mut Connection,
+        topics: &[String],
+    ) -> Result<Router, ClientError> {
+        let response = metadata(bootstrap, Some(topics), false).await?;
+        Ok(Router::from_metadata(bootstrap, &response))
+    }
+
+    /// The leaders `response` names (for callers that have asked
+    /// Metadata already).
+    pub fn from_metadata(bootstrap: &Connection, response: &MetadataResponse) -> Router {
+        let brokers: BTreeMap<i32, String> = response
+            .brokers
+            .iter()
+            .map(|b| (b.node_id.0, format!("{}:{}", b.host, b.port)))
+            .collect();
+        let mut leaders = HashMap::new();
+        for topic in &response.topics {
+            let Some(name) = topic.name.as_ref() else {
+                continue;
+            };
+            for partition in &topic.partitions {
+                leaders.insert(
+                    (name.0.to_string(), partition.partition_index),
+                    partition.leader_id.0,
+                );
+            }
+        }
+        let bootstrap_id = reached_broker(bootstrap.address(), &brokers);
+        Router {
+            brokers,
+            leaders,
+            bootstrap_id,
+            others: HashMap::new(),
+        }
+    }
+
+    /// The leader of a partition, if it has a live one.
+    pub fn leader(&self, topic: &str, partition: i32) -> Result<i32, ClientError> {
+        let leader = self
+            .leaders
+            .get(&(topic.to_string(), partition))
+            .copied()
+            .unwrap_or(-1);
+        if !self.brokers.contains_key(&leader) {
+            return Err(ClientError::NoLeader {
+                topic: topic.to_string(),
+                partition,
+                leader,
+            });
+        }
+        Ok(leader)
+    }
+
+    /// `partitions` grouped by leader (an error if one has none).
+    pub fn by_leader<'p, T>(
+        &self,
+        partitions: impl IntoIterator<Item = (&'p str, i32, T)>,
+    ) -> Result<ByLeader<'p, T>, ClientError> {
+        let mut grouped: ByLeader<'p, T> = BTreeMap::new();
+        for (topic, partition, item) in partitions {
+            let leader = self.leader(topic, partition)?;
+            grouped
+                .entry(leader)
+                .or_default()
+                .push((topic, partition, item));
+        }
+        Ok(grouped)
+    }
+
+    /// The connection to broker `leader`: the bootstrap one if that is the
+    /// broker it reached, else one of this router's own (opened now if
+    /// needed).
+    pub async fn connection<'c>(
+        &'c mut self,
+        bootstrap: &'c mut Connection,
+        leader: i32,
+    ) -> Result<&'c mut Connection, ClientError> {
+        if self.bootstrap_id == Some(leader) {
+            return Ok(bootstrap);
+        }
+        let Some(address) = self.brokers.get(&leader) else {
+            return Err(ClientError::NoLeader {
+                topic: String::new(),
+                partition: -1,
+                leader,
+            });
+        };
+        match self.others.entry(leader) {
+            Entry::Occupied(open) => Ok(open.into_mut()),
+            Entry::Vacant(slot) => {
+                let connection = Connection::connect(address, bootstrap.config().clone()).await?;
+                Ok(slot.insert(connection))
+            }
+        }
+    }
+
+    /// ListOffsets of `partitions` at `timestamp` (as [`list_offsets`]),
+    /// one request per leader.
+    pub async fn list_offsets(
+        &mut self,
+        bootstrap: &mut Connection,
+        partitions: &[TopicPartition],
+        timestamp: i64,
+    ) -> Result<BTreeMap<TopicPartition, i64>, ClientError> {
+        let grouped = self.by_leader(partitions.iter().map(|(t, p)| (t.as_str(), *p, ())))?;
+        let mut offsets = BTreeMap::new();
+        for (leader, wanted) in grouped {
+            let wanted: Vec<TopicPartition> = wanted
+                .iter()
+                .map(|(t, p, ())| (t.to_string(), *p))
+                .collect();
+            let connection = self.connection(bootstrap, leader).await?;
+            offsets.extend(list_offsets(connection, &wanted, timestamp).await?);
+        }
+        Ok(offsets)
+    }
+}
+
+/// Which of `brokers` a connection to `address` reached: the only one, or
+/// the one with that address (as written, else as resolved).
+fn reached_broker(address: &str, brokers: &BTreeMap<i32, String>) -> Option<i32> {
+    if brokers.len() == 1 {
+        return brokers.keys().next().copied();
+    }
+    if let Some((&id, _)) = brokers.iter().find(|(_, a)| a.as_str() == address) {
+        return Some(id);
+    }
+    let resolve = |a: &str| -> Vec<std::net::SocketAddr> {
+        std::net::ToSocketAddrs::to_socket_addrs(a)
+            .map(Iterator::collect)
+            .unwrap_or_default()
+    };
+    let reached = resolve(address);
+    brokers
+        .iter()
+        .find(|(_, a)| resolve(a).iter().any(|s| reached.contains(s)))
+        .map(|(&id, _)| id)
 }
 
 /// A producer id and epoch for an idempotent producer.
@@ -222,4 +397,26 @@ fn check_topic(api_key: ApiKey, topic: &str, code: i16) -> Result<(), ClientErro
         topic: topic.to_string(),
         code,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bootstrap_connection_stands_for_the_broker_it_reached() {
+        let brokers = |list: &[(i32, &str)]| -> BTreeMap<i32, String> {
+            list.iter().map(|(id, a)| (*id, a.to_string())).collect()
+        };
+        let one = brokers(&[(7, "broker.example:9092")]);
+        assert_eq!(reached_broker("127.0.0.1:9092", &one), Some(7));
+        let three = brokers(&[
+            (1, "127.0.0.1:41092"),
+            (2, "127.0.0.1:51092"),
+            (3, "127.0.0.1:61092"),
+        ]);
+        assert_eq!(reached_broker("127.0.0.1:51092", &three), Some(2));
+        assert_eq!(reached_broker("localhost:61092", &three), Some(3));
+        assert_eq!(reached_broker("127.0.0.1:9092", &three), None);
+    }
 }

@@ -403,6 +403,12 @@ impl Connection {
         &self.address
     }
 
+    /// The settings this connection was opened with (for connections to
+    /// other brokers of the same cluster).
+    pub fn config(&self) -> &ClientConfig {
+        &self.config
+    }
+
     pub fn broker_versions(&self) -> &BrokerVersions {
         &self.versions
     }

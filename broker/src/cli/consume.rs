@@ -32,7 +32,7 @@ use protocol::kafka_protocol::error::ResponseError;
 use signal_hook::consts::{SIGINT, SIGTERM};
 
 use super::group::GroupMember;
-use protocol::admin::{list_topic_offsets, partitions, topic_name};
+use protocol::admin::{list_topic_offsets, partitions, topic_name, Router};
 
 use super::ConnectArgs;
 
@@ -215,7 +215,8 @@ fn connection_lost(error: &anyhow::Error) -> bool {
                 | ClientError::Timeout { .. }
                 | ClientError::Io { .. }
                 | ClientError::Closed { .. }
-                | ClientError::Broken { .. } => true,
+                | ClientError::Broken { .. }
+                | ClientError::NoLeader { .. } => true,
                 _ => error
                     .kafka_error()
                     .is_some_and(|e| RETRIABLE_AFTER_RESTART.contains(&e)),
@@ -261,11 +262,16 @@ async fn session(
             }
         }
     };
+    let mut router = Router::discover(&mut connection, std::slice::from_ref(&args.topic)).await?;
+    let mut leaders = Leaders {
+        bootstrap: &mut connection,
+        router: &mut router,
+    };
     let outcome = fetch_loop(
         args,
         stop,
         progress,
-        &mut connection,
+        &mut leaders,
         &mut member,
         &mut positions,
     )
@@ -284,17 +290,24 @@ async fn session(
     }
 }
 
-/// Fetches and prints until done (Ok), stdout fails or the connection
-/// breaks (Err). `positions` is kept current with what was printed.
+/// The connections fetches go on: each partition's leader's.
+struct Leaders<'a> {
+    bootstrap: &'a mut Connection,
+    router: &'a mut Router,
+}
+
+/// Fetches and prints until done (Ok), stdout fails or a connection
+/// breaks or a leader moves (Err). Each round sends one fetch to every
+/// leader of a partition read, then prints the answers as they come.
+/// `positions` is kept current with what was printed.
 async fn fetch_loop(
     args: &ConsumeArgs,
     stop: &StopSignal,
     progress: &mut Progress,
-    connection: &mut Connection,
+    leaders: &mut Leaders<'_>,
     member: &mut Option<GroupMember>,
     positions: &mut BTreeMap<i32, i64>,
 ) -> anyhow::Result<()> {
-    let version = connection.version::<FetchRequest>(FETCH_VERSIONS)?;
     // Half the request timeout at most, so a long poll never times out.
     let fetch_wait_ms = i32::try_from(args.connect.timeout_ms / 2)
         .unwrap_or(i32::MAX)
@@ -307,70 +320,87 @@ async fn fetch_loop(
         if stop.raised() {
             return Ok(());
         }
-        let request = FetchRequest::default()
-            .with_replica_id(BrokerId(-1))
-            .with_max_wait_ms(fetch_wait_ms)
-            .with_min_bytes(1)
-            .with_max_bytes(FETCH_BYTES_MAX)
-            .with_isolation_level(0)
-            .with_session_id(0)
-            .with_session_epoch(-1)
-            .with_topics(vec![FetchTopic::default()
-                .with_topic(topic_name(&args.topic))
-                .with_partitions(
-                    positions
-                        .iter()
-                        .map(|(&partition, &offset)| {
-                            FetchPartition::default()
-                                .with_partition(partition)
-                                .with_current_leader_epoch(-1)
-                                .with_fetch_offset(offset)
-                                .with_last_fetched_epoch(-1)
-                                .with_log_start_offset(-1)
-                                .with_partition_max_bytes(FETCH_PARTITION_BYTES_MAX)
-                        })
-                        .collect(),
-                )]);
-        let response = connection.call(&request, version).await?;
-        check_error(ApiKey::Fetch, response.error_code, None).context("fetch failed")?;
-        for topic in &response.responses {
-            for partition in &topic.partitions {
-                let index = partition.partition_index;
-                check_error(ApiKey::Fetch, partition.error_code, None).with_context(|| {
-                    format!(
-                        "cannot fetch {}-{index} at offset {}",
-                        args.topic,
-                        positions.get(&index).copied().unwrap_or(-1)
-                    )
-                })?;
-                let Some(position) = positions.get_mut(&index) else {
-                    continue;
-                };
-                let records = partition.records.clone().unwrap_or_default();
-                for result in batch::split_batches(records) {
-                    // A fetch may end inside a batch; the next fetch gets it whole.
-                    let Ok(batch) = result else { break };
-                    let next = batch.header().last_offset() + 1;
-                    if batch.header().is_control() {
-                        *position = (*position).max(next);
+        let by_leader = leaders.router.by_leader(
+            positions
+                .iter()
+                .map(|(&partition, &offset)| (args.topic.as_str(), partition, offset)),
+        )?;
+        let mut pending = Vec::with_capacity(by_leader.len());
+        for (leader, wanted) in by_leader {
+            let request = FetchRequest::default()
+                .with_replica_id(BrokerId(-1))
+                .with_max_wait_ms(fetch_wait_ms)
+                .with_min_bytes(1)
+                .with_max_bytes(FETCH_BYTES_MAX)
+                .with_isolation_level(0)
+                .with_session_id(0)
+                .with_session_epoch(-1)
+                .with_topics(vec![FetchTopic::default()
+                    .with_topic(topic_name(&args.topic))
+                    .with_partitions(
+                        wanted
+                            .iter()
+                            .map(|&(_, partition, offset)| {
+                                FetchPartition::default()
+                                    .with_partition(partition)
+                                    .with_current_leader_epoch(-1)
+                                    .with_fetch_offset(offset)
+                                    .with_last_fetched_epoch(-1)
+                                    .with_log_start_offset(-1)
+                                    .with_partition_max_bytes(FETCH_PARTITION_BYTES_MAX)
+                            })
+                            .collect(),
+                    )]);
+            let connection = leaders.router.connection(leaders.bootstrap, leader).await?;
+            let version = connection.version::<FetchRequest>(FETCH_VERSIONS)?;
+            pending.push((leader, connection.send(&request, version).await?));
+        }
+        let mut responses = Vec::with_capacity(pending.len());
+        for (leader, pending) in pending {
+            let connection = leaders.router.connection(leaders.bootstrap, leader).await?;
+            responses.push(connection.receive(pending).await?);
+        }
+        for response in &responses {
+            check_error(ApiKey::Fetch, response.error_code, None).context("fetch failed")?;
+            for topic in &response.responses {
+                for partition in &topic.partitions {
+                    let index = partition.partition_index;
+                    check_error(ApiKey::Fetch, partition.error_code, None).with_context(|| {
+                        format!(
+                            "cannot fetch {}-{index} at offset {}",
+                            args.topic,
+                            positions.get(&index).copied().unwrap_or(-1)
+                        )
+                    })?;
+                    let Some(position) = positions.get_mut(&index) else {
                         continue;
-                    }
-                    for record in decode(&batch)? {
-                        if record.offset < *position {
+                    };
+                    let records = partition.records.clone().unwrap_or_default();
+                    for result in batch::split_batches(records) {
+                        // A fetch may end inside a batch; the next fetch gets it whole.
+                        let Ok(batch) = result else { break };
+                        let next = batch.header().last_offset() + 1;
+                        if batch.header().is_control() {
+                            *position = (*position).max(next);
                             continue;
                         }
-                        print_record(&mut out, args, index, &record)
-                            .context("cannot write to stdout")?;
-                        *position = record.offset + 1;
-                        progress.printed += 1;
-                        if args.max_messages.is_some_and(|max| progress.printed >= max) {
-                            out.flush().context("cannot write to stdout")?;
-                            return Ok(());
+                        for record in decode(&batch)? {
+                            if record.offset < *position {
+                                continue;
+                            }
+                            print_record(&mut out, args, index, &record)
+                                .context("cannot write to stdout")?;
+                            *position = record.offset + 1;
+                            progress.printed += 1;
+                            if args.max_messages.is_some_and(|max| progress.printed >= max) {
+                                out.flush().context("cannot write to stdout")?;
+                                return Ok(());
+                            }
                         }
+                        *position = (*position).max(next);
                     }
-                    *position = (*position).max(next);
+                    at_end.insert(index, *position >= partition.high_watermark);
                 }
-                at_end.insert(index, *position >= partition.high_watermark);
             }
         }
         progress.fetched = true;

@@ -1,5 +1,6 @@
 //! The admin and console tools of the `strom` binary (`strom topic`,
-//! `strom produce`, `strom consume`, `strom group`, `strom config`), built
+//! `strom produce`, `strom consume`, `strom group`, `strom config`,
+//! `strom cluster`), built
 //! on `protocol::client`, `protocol::admin` and `protocol::consumer_protocol`
 //! (not on the broker's internals), so they work against any Kafka broker;
 //! only `strom repair` and `strom status` read the broker's own files and
@@ -21,6 +22,7 @@ macro_rules! outln {
     ($($arg:tt)*) => { $crate::cli::write_stdout(format_args!("{}\n", format_args!($($arg)*))) };
 }
 
+pub mod cluster;
 pub mod config;
 pub mod consume;
 pub mod group;

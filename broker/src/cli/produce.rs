@@ -4,9 +4,11 @@
 //! are batched while more input is already buffered, so piped input goes in
 //! large batches and typed input goes out line by line. A record's
 //! partition is `--partition`, else the Java client's murmur2 hash of its
-//! key, else round-robin per batch. Up to [`PRODUCE_IN_FLIGHT_MAX`]
-//! requests are pipelined on the one connection, which keeps per-partition
-//! order.
+//! key, else round-robin per batch. Each partition's records go to its
+//! leader (one connection per leader, the bootstrap one for the broker it
+//! reached). Up to [`PRODUCE_IN_FLIGHT_MAX`] requests are pipelined in
+//! all; a partition's requests all go on its leader's connection, which
+//! keeps per-partition order.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, BufReader};
@@ -19,7 +21,7 @@ use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 use protocol::batch::build::{self, NewRecord};
 use protocol::client::{check_error, Connection, Pending};
 
-use protocol::admin::{partitions, topic_name};
+use protocol::admin::{partitions, topic_name, Router};
 
 use super::{key_value, ConnectArgs};
 
@@ -97,6 +99,7 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
             );
         }
     }
+    let router = Router::discover(&mut connection, std::slice::from_ref(&args.topic)).await?;
     let headers: Vec<(Vec<u8>, Option<Vec<u8>>)> = args
         .headers
         .iter()
@@ -108,7 +111,8 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
     }
 
     let mut producer = Producer {
-        connection: &mut connection,
+        bootstrap: &mut connection,
+        router,
         topic: args.topic.clone(),
         version,
         acks: args.acks,
@@ -197,11 +201,14 @@ fn assign(
 }
 
 struct Producer<'a> {
-    connection: &'a mut Connection,
+    bootstrap: &'a mut Connection,
+    router: Router,
     topic: String,
+    /// The Produce version the bootstrap broker and this tool share.
     version: i16,
     acks: Acks,
-    in_flight: VecDeque<Pending<ProduceResponse>>,
+    /// Requests awaiting their response, oldest first, with their leader.
+    in_flight: VecDeque<(i32, Pending<ProduceResponse>)>,
 }
 
 impl Producer<'_> {
@@ -210,7 +217,51 @@ impl Producer<'_> {
         by_partition: BTreeMap<i32, Vec<Line>>,
         headers: &[(Vec<u8>, Option<Vec<u8>>)],
     ) -> anyhow::Result<()> {
-        let partition_data = by_partition
+        let topic = self.topic.clone();
+        let by_leader = self
+            .router
+            .by_leader(
+                by_partition
+                    .into_iter()
+                    .map(|(p, lines)| (topic.as_str(), p, lines)),
+            )?
+            .into_iter()
+            .map(|(leader, parts)| {
+                let parts: Vec<(i32, Vec<Line>)> =
+                    parts.into_iter().map(|(_, p, lines)| (p, lines)).collect();
+                (leader, parts)
+            })
+            .collect::<BTreeMap<i32, Vec<(i32, Vec<Line>)>>>();
+        for (leader, parts) in by_leader {
+            let request = self.request(parts, headers);
+            if let Acks::None = self.acks {
+                let connection = self.router.connection(self.bootstrap, leader).await?;
+                let version = self
+                    .version
+                    .min(connection.version::<ProduceRequest>(PRODUCE_VERSIONS)?);
+                connection.send_without_response(&request, version).await?;
+                continue;
+            }
+            while self.in_flight.len() >= PRODUCE_IN_FLIGHT_MAX {
+                self.receive_oldest().await?;
+            }
+            let connection = self.router.connection(self.bootstrap, leader).await?;
+            let version = self
+                .version
+                .min(connection.version::<ProduceRequest>(PRODUCE_VERSIONS)?);
+            let pending = connection.send(&request, version).await?;
+            self.in_flight.push_back((leader, pending));
+        }
+        Ok(())
+    }
+
+    /// One Produce request holding a batch per partition.
+    fn request(
+        &self,
+        parts: Vec<(i32, Vec<Line>)>,
+        headers: &[(Vec<u8>, Option<Vec<u8>>)],
+    ) -> ProduceRequest {
+        let partition_data = parts
             .into_iter()
             .map(|(partition, lines)| {
                 let base_timestamp = lines.first().map_or(0, |l| l.timestamp_ms);
@@ -228,31 +279,20 @@ impl Producer<'_> {
                     .with_records(Some(Bytes::from(build::batch(base_timestamp, &records))))
             })
             .collect();
-        let request = ProduceRequest::default()
+        ProduceRequest::default()
             .with_acks(self.acks.wire())
             .with_timeout_ms(PRODUCE_TIMEOUT_MS)
             .with_topic_data(vec![TopicProduceData::default()
                 .with_name(topic_name(&self.topic))
-                .with_partition_data(partition_data)]);
-        if let Acks::None = self.acks {
-            self.connection
-                .send_without_response(&request, self.version)
-                .await?;
-            return Ok(());
-        }
-        while self.in_flight.len() >= PRODUCE_IN_FLIGHT_MAX {
-            self.receive_oldest().await?;
-        }
-        let pending = self.connection.send(&request, self.version).await?;
-        self.in_flight.push_back(pending);
-        Ok(())
+                .with_partition_data(partition_data)])
     }
 
     async fn receive_oldest(&mut self) -> anyhow::Result<()> {
-        let Some(pending) = self.in_flight.pop_front() else {
+        let Some((leader, pending)) = self.in_flight.pop_front() else {
             return Ok(());
         };
-        let response = self.connection.receive(pending).await?;
+        let connection = self.router.connection(self.bootstrap, leader).await?;
+        let response = connection.receive(pending).await?;
         for topic in &response.responses {
             for partition in &topic.partition_responses {
                 check_error(

@@ -50,8 +50,9 @@ enum TopicCommand {
     Create(CreateArgs),
     /// List the names of all topics, one per line.
     List(ListArgs),
-    /// Show partitions (leader, replicas, in-sync replicas, start and end
-    /// offsets) and configs of topics.
+    /// Show partitions (leader, replicas, in-sync replicas, offline
+    /// replicas, start and end offsets as the leaders report them) and
+    /// configs of topics.
     Describe(DescribeArgs),
     /// Change topic configs or add partitions.
     Alter(AlterArgs),
@@ -247,7 +248,7 @@ async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
         partitions.sort_by_key(|p| p.partition_index);
         let readable: Vec<i32> = partitions
             .iter()
-            .filter(|p| p.error_code == ERROR_NONE)
+            .filter(|p| p.error_code == ERROR_NONE && p.leader_id.0 >= 0)
             .map(|p| p.partition_index)
             .collect();
         let (starts, ends) = if readable.is_empty() {
@@ -278,6 +279,11 @@ async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
                 ids(&partition.replica_nodes),
                 ids(&partition.isr_nodes),
             );
+            // Only when some are (a single node has none): the line stays
+            // as Kafka's tool prints a healthy partition.
+            if !partition.offline_replicas.is_empty() {
+                let _ = write!(out, "\tOffline: {}", ids(&partition.offline_replicas));
+            }
             if let (Some(start), Some(end)) = (
                 starts.get(&partition.partition_index),
                 ends.get(&partition.partition_index),

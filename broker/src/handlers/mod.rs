@@ -27,6 +27,7 @@ pub mod describe_cluster;
 pub mod describe_groups;
 pub mod describe_log_dirs;
 pub mod describe_producers;
+pub mod describe_quorum;
 pub mod describe_topic_partitions;
 pub mod fetch;
 pub mod find_coordinator;
@@ -103,6 +104,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
         ApiKey::DescribeCluster,
         describe_cluster::VERSION_MIN,
         describe_cluster::VERSION_MAX,
+    ),
+    (
+        ApiKey::DescribeQuorum,
+        describe_quorum::VERSION_MIN,
+        describe_quorum::VERSION_MAX,
     ),
     (
         ApiKey::DescribeLogDirs,
@@ -326,6 +332,9 @@ async fn dispatch(
         }
         RequestKind::DescribeCluster(body) => {
             out.encode(&describe_cluster::handle(&shard, body, version))
+        }
+        RequestKind::DescribeQuorum(body) => {
+            out.encode(&describe_quorum::handle(&shard, body, version))
         }
         RequestKind::DescribeLogDirs(body) => {
             out.encode(&describe_log_dirs::handle(&shard, body).await)

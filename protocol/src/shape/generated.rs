@@ -2246,6 +2246,50 @@ pub static OFFSET_DELETE_REQUEST__OFFSET_DELETE_REQUEST_PARTITION: Struct = Stru
     tags: &[],
 };
 
+pub static DESCRIBE_QUORUM_REQUEST: Struct = Struct {
+    versions: (0, 2),
+    flexible_since: 0,
+    fields: &[
+        Field {
+            kind: CompactArray(&DESCRIBE_QUORUM_REQUEST__TOPIC_DATA),
+            since: 0,
+            until: 2,
+        }, // topics
+    ],
+    tags: &[],
+};
+
+pub static DESCRIBE_QUORUM_REQUEST__TOPIC_DATA: Struct = Struct {
+    versions: (0, 2),
+    flexible_since: 0,
+    fields: &[
+        Field {
+            kind: CompactStr,
+            since: 0,
+            until: 2,
+        }, // topic_name
+        Field {
+            kind: CompactArray(&DESCRIBE_QUORUM_REQUEST__PARTITION_DATA),
+            since: 0,
+            until: 2,
+        }, // partitions
+    ],
+    tags: &[],
+};
+
+pub static DESCRIBE_QUORUM_REQUEST__PARTITION_DATA: Struct = Struct {
+    versions: (0, 2),
+    flexible_since: 0,
+    fields: &[
+        Field {
+            kind: Fixed(4),
+            since: 0,
+            until: 2,
+        }, // partition_index
+    ],
+    tags: &[],
+};
+
 pub static DESCRIBE_CLUSTER_REQUEST: Struct = Struct {
     versions: (0, 2),
     flexible_since: 0,
@@ -2538,6 +2582,7 @@ pub fn request(api_key: i16) -> Option<&'static Struct> {
         42 => &DELETE_GROUPS_REQUEST,
         44 => &INCREMENTAL_ALTER_CONFIGS_REQUEST,
         47 => &OFFSET_DELETE_REQUEST,
+        55 => &DESCRIBE_QUORUM_REQUEST,
         60 => &DESCRIBE_CLUSTER_REQUEST,
         61 => &DESCRIBE_PRODUCERS_REQUEST,
         65 => &DESCRIBE_TRANSACTIONS_REQUEST,

@@ -1,0 +1,295 @@
+//! `strom cluster status`: the cluster as its brokers report it, with
+//! DescribeCluster (brokers, fenced ones too, and the active controller),
+//! DescribeQuorum (the metadata quorum, forwarded by any broker to the
+//! active controller) and Metadata (each partition's replicas, in-sync
+//! replicas and leader). Works against any Kafka cluster in KRaft mode.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use kafka_protocol::messages::describe_quorum_request::{
+    PartitionData as QuorumPartition, TopicData as QuorumTopic,
+};
+use kafka_protocol::messages::{
+    ApiKey, DescribeClusterRequest, DescribeClusterResponse, DescribeQuorumRequest,
+    DescribeQuorumResponse, MetadataResponse,
+};
+use protocol::admin::{metadata, topic_name};
+use protocol::client::{check_error, Connection};
+use serde::Serialize;
+
+use super::ConnectArgs;
+
+const DESCRIBE_CLUSTER_VERSIONS: std::ops::RangeInclusive<i16> = 0..=2;
+const DESCRIBE_QUORUM_VERSIONS: std::ops::RangeInclusive<i16> = 0..=2;
+/// DescribeCluster v2 can list fenced brokers too.
+const DESCRIBE_CLUSTER_FENCED_MIN: i16 = 2;
+/// The metadata log, as Kafka names it.
+const METADATA_TOPIC: &str = "__cluster_metadata";
+/// DescribeCluster's endpoint type for brokers.
+const ENDPOINT_BROKER: i8 = 1;
+
+#[derive(Args, Debug)]
+pub struct ClusterArgs {
+    #[command(subcommand)]
+    command: ClusterCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum ClusterCommand {
+    /// Show the cluster: its id and active controller; every broker with
+    /// its address, rack, state (live, or fenced: its session expired or
+    /// it shut down) and whether it is a voter of the metadata quorum; the
+    /// quorum's leader epoch, high watermark, each voter's lag behind
+    /// it (in metadata records) and the brokers that are not voters
+    /// (observers); and how many partitions there are, how
+    /// many are under-replicated (fewer in-sync replicas than replicas)
+    /// and how many are offline (no leader). Any broker of the cluster
+    /// can be asked. Exits 1 when no broker answers.
+    Status(StatusArgs),
+}
+
+#[derive(Args, Debug)]
+struct StatusArgs {
+    /// Print the status as one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    connect: ConnectArgs,
+}
+
+pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
+    match args.command {
+        ClusterCommand::Status(args) => status(args).await,
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct ClusterStatus {
+    cluster_id: String,
+    /// -1: none known.
+    controller: i32,
+    brokers: Vec<Broker>,
+    /// `None` when the cluster does not answer DescribeQuorum.
+    quorum: Option<Quorum>,
+    partitions: Partitions,
+}
+
+#[derive(Debug, Serialize)]
+struct Broker {
+    id: i32,
+    address: String,
+    rack: Option<String>,
+    fenced: bool,
+    voter: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct Quorum {
+    leader: i32,
+    leader_epoch: i32,
+    high_watermark: i64,
+    voters: Vec<Voter>,
+    observers: Vec<i32>,
+}
+
+#[derive(Debug, Serialize)]
+struct Voter {
+    id: i32,
+    /// -1: unknown.
+    log_end_offset: i64,
+    /// High watermark − log end offset (`None`: unknown).
+    lag: Option<i64>,
+}
+
+#[derive(Debug, Default, Serialize)]
+struct Partitions {
+    total: usize,
+    under_replicated: usize,
+    offline: usize,
+}
+
+async fn status(args: StatusArgs) -> anyhow::Result<()> {
+    let mut connection = args.connect.connect().await?;
+    let cluster = describe_cluster(&mut connection).await?;
+    let quorum = describe_quorum(&mut connection).await?;
+    let topics = metadata(&mut connection, None, false).await?;
+    let status = summarize(&cluster, quorum.as_ref(), &topics);
+    if args.json {
+        let text = serde_json::to_string_pretty(&status).context("cannot write JSON")?;
+        outln!("{text}");
+    } else {
+        out!("{}", render(&status));
+    }
+    Ok(())
+}
+
+async fn describe_cluster(connection: &mut Connection) -> anyhow::Result<DescribeClusterResponse> {
+    let version = connection.version::<DescribeClusterRequest>(DESCRIBE_CLUSTER_VERSIONS)?;
+    let request = DescribeClusterRequest::default()
+        .with_include_cluster_authorized_operations(false)
+        .with_endpoint_type(ENDPOINT_BROKER)
+        .with_include_fenced_brokers(version >= DESCRIBE_CLUSTER_FENCED_MIN);
+    let response = connection.call(&request, version).await?;
+    check_error(
+        ApiKey::DescribeCluster,
+        response.error_code,
+        response.error_message.as_ref().map(|m| m.as_str()),
+    )?;
+    Ok(response)
+}
+
+/// The quorum, or `None` when the broker does not serve DescribeQuorum
+/// (or no controller could answer it).
+async fn describe_quorum(
+    connection: &mut Connection,
+) -> anyhow::Result<Option<DescribeQuorumResponse>> {
+    let Ok(version) = connection.version::<DescribeQuorumRequest>(DESCRIBE_QUORUM_VERSIONS) else {
+        return Ok(None);
+    };
+    let request = DescribeQuorumRequest::default().with_topics(vec![QuorumTopic::default()
+        .with_topic_name(topic_name(METADATA_TOPIC))
+        .with_partitions(vec![QuorumPartition::default().with_partition_index(0)])]);
+    let response = connection.call(&request, version).await?;
+    if check_error(ApiKey::DescribeQuorum, response.error_code, None).is_err() {
+        return Ok(None);
+    }
+    Ok(Some(response))
+}
+
+fn summarize(
+    cluster: &DescribeClusterResponse,
+    quorum: Option<&DescribeQuorumResponse>,
+    topics: &MetadataResponse,
+) -> ClusterStatus {
+    let partition = quorum
+        .and_then(|q| q.topics.first())
+        .and_then(|t| t.partitions.first())
+        .filter(|p| p.error_code == protocol::client::ERROR_NONE);
+    let quorum = partition.map(|p| Quorum {
+        leader: p.leader_id.0,
+        leader_epoch: p.leader_epoch,
+        high_watermark: p.high_watermark,
+        voters: p
+            .current_voters
+            .iter()
+            .map(|v| Voter {
+                id: v.replica_id.0,
+                log_end_offset: v.log_end_offset,
+                lag: (v.log_end_offset >= 0).then(|| (p.high_watermark - v.log_end_offset).max(0)),
+            })
+            .collect(),
+        observers: p.observers.iter().map(|o| o.replica_id.0).collect(),
+    });
+    let voters: BTreeSet<i32> = quorum
+        .as_ref()
+        .map(|q| q.voters.iter().map(|v| v.id).collect())
+        .unwrap_or_default();
+    let mut brokers: Vec<Broker> = cluster
+        .brokers
+        .iter()
+        .map(|b| Broker {
+            id: b.broker_id.0,
+            address: format!("{}:{}", b.host, b.port),
+            rack: b.rack.as_ref().map(|r| r.to_string()),
+            fenced: b.is_fenced,
+            voter: voters.contains(&b.broker_id.0),
+        })
+        .collect();
+    brokers.sort_by_key(|b| b.id);
+    let mut partitions = Partitions::default();
+    for topic in &topics.topics {
+        for p in &topic.partitions {
+            partitions.total += 1;
+            if p.isr_nodes.len() < p.replica_nodes.len() {
+                partitions.under_replicated += 1;
+            }
+            if p.leader_id.0 < 0 {
+                partitions.offline += 1;
+            }
+        }
+    }
+    ClusterStatus {
+        cluster_id: cluster.cluster_id.to_string(),
+        controller: cluster.controller_id.0,
+        brokers,
+        quorum,
+        partitions,
+    }
+}
+
+fn render(status: &ClusterStatus) -> String {
+    let mut out = String::new();
+    let or_none = |id: i32| {
+        if id < 0 {
+            "none".to_string()
+        } else {
+            id.to_string()
+        }
+    };
+    let _ = writeln!(out, "ClusterId: {}", status.cluster_id);
+    let _ = writeln!(out, "Controller: {}", or_none(status.controller));
+    let _ = writeln!(out, "BROKER\tADDRESS\tRACK\tSTATE\tVOTER");
+    for b in &status.brokers {
+        let _ = writeln!(
+            out,
+            "{}\t{}\t{}\t{}\t{}",
+            b.id,
+            b.address,
+            b.rack.as_deref().unwrap_or("-"),
+            if b.fenced { "fenced" } else { "live" },
+            if b.voter { "yes" } else { "no" }
+        );
+    }
+    match &status.quorum {
+        Some(q) => {
+            let _ = writeln!(
+                out,
+                "QuorumLeader: {}\tLeaderEpoch: {}\tHighWatermark: {}",
+                or_none(q.leader),
+                q.leader_epoch,
+                q.high_watermark
+            );
+            let _ = writeln!(out, "VOTER\tLOG-END\tLAG");
+            for v in &q.voters {
+                let unknown = || "-".to_string();
+                let _ = writeln!(
+                    out,
+                    "{}\t{}\t{}",
+                    v.id,
+                    if v.log_end_offset >= 0 {
+                        v.log_end_offset.to_string()
+                    } else {
+                        unknown()
+                    },
+                    v.lag.map_or_else(unknown, |l| l.to_string())
+                );
+            }
+            let observers: Vec<String> = q.observers.iter().map(i32::to_string).collect();
+            let _ = writeln!(
+                out,
+                "Observers: {}",
+                if observers.is_empty() {
+                    "-".to_string()
+                } else {
+                    observers.join(",")
+                }
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "QuorumLeader: unknown (no controller answered DescribeQuorum)"
+            );
+        }
+    }
+    let p = &status.partitions;
+    let _ = writeln!(
+        out,
+        "Partitions: {}\tUnderReplicated: {}\tOffline: {}",
+        p.total, p.under_replicated, p.offline
+    );
+    out
+}

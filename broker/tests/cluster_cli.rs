@@ -1,0 +1,502 @@
+//! The `strom` tools against a cluster of three real strom processes
+//! (voters and brokers): topic describe, produce and consume reach each
+//! partition's leader whichever broker they bootstrap from; `strom cluster
+//! status` shows the brokers, the metadata quorum (DescribeQuorum) and the
+//! partitions' health, and a killed broker as fenced with its partitions
+//! offline. A single node answers as a quorum of one.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::{free_port, strom_at, Broker};
+use test_support::cluster::Cluster;
+
+const TOPIC: &str = "t";
+const PARTITIONS: usize = 10;
+
+/// Runs a tool through `bootstrap`; its stdout, or the test fails with
+/// every node's log.
+fn tool(cluster: &Cluster, bootstrap: &str, args: &[&str], stdin: Option<&[u8]>) -> Vec<u8> {
+    let output = strom_at(Some(bootstrap), args, stdin);
+    assert!(
+        output.status.success(),
+        "strom {args:?} through {bootstrap} failed ({}): {}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr),
+        cluster.logs()
+    );
+    output.stdout
+}
+
+fn tool_text(cluster: &Cluster, bootstrap: &str, args: &[&str]) -> String {
+    String::from_utf8(tool(cluster, bootstrap, args, None)).expect("the tool prints UTF-8")
+}
+
+/// One `Key: value` field of a tab-separated line.
+fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split('\t')
+        .find_map(|part| part.trim().strip_prefix(key)?.strip_prefix(": "))
+}
+
+/// A partition line of `strom topic describe`.
+#[derive(Debug, Clone, PartialEq)]
+struct PartitionRow {
+    leader: String,
+    replicas: String,
+    isr: String,
+    offline: Option<String>,
+    end: Option<i64>,
+}
+
+/// `strom topic describe` of every topic: each partition line by topic
+/// and partition.
+fn describe_all(cluster: &Cluster, bootstrap: &str) -> BTreeMap<(String, i32), PartitionRow> {
+    let text = tool_text(cluster, bootstrap, &["topic", "describe"]);
+    text.lines()
+        .filter_map(|line| {
+            let topic = field(line, "Topic")?.to_string();
+            let partition = field(line, "Partition")?.parse().ok()?;
+            let row = PartitionRow {
+                leader: field(line, "Leader")?.to_string(),
+                replicas: field(line, "Replicas")?.to_string(),
+                isr: field(line, "Isr")?.to_string(),
+                offline: field(line, "Offline").map(str::to_string),
+                end: field(line, "EndOffset").map(|e| e.parse().unwrap()),
+            };
+            if row.end.is_some() {
+                assert_eq!(field(line, "StartOffset"), Some("0"), "{line}");
+            }
+            Some(((topic, partition), row))
+        })
+        .collect()
+}
+
+/// `strom topic describe` of the test's topic, by partition.
+fn describe(cluster: &Cluster, bootstrap: &str) -> BTreeMap<i32, PartitionRow> {
+    describe_all(cluster, bootstrap)
+        .into_iter()
+        .filter(|((topic, _), _)| topic == TOPIC)
+        .map(|((_, partition), row)| (partition, row))
+        .collect()
+}
+
+/// `strom cluster status` as text, in parts.
+struct Status {
+    controller: String,
+    brokers: BTreeMap<i32, Vec<String>>,
+    quorum: String,
+    voters: BTreeMap<i32, Vec<String>>,
+    observers: String,
+    partitions: String,
+}
+
+fn status(cluster: &Cluster, bootstrap: &str) -> Status {
+    let text = tool_text(cluster, bootstrap, &["cluster", "status"]);
+    let mut parsed = Status {
+        controller: String::new(),
+        brokers: BTreeMap::new(),
+        quorum: String::new(),
+        voters: BTreeMap::new(),
+        observers: String::new(),
+        partitions: String::new(),
+    };
+    let mut table = "";
+    for line in text.lines() {
+        if let Some(id) = line.strip_prefix("Controller: ") {
+            parsed.controller = id.to_string();
+        } else if line.starts_with("BROKER\t") {
+            table = "brokers";
+        } else if line.starts_with("VOTER\t") {
+            table = "voters";
+        } else if line.starts_with("QuorumLeader:") {
+            parsed.quorum = line.to_string();
+        } else if let Some(ids) = line.strip_prefix("Observers: ") {
+            parsed.observers = ids.to_string();
+        } else if line.starts_with("Partitions:") {
+            parsed.partitions = line.to_string();
+        } else if let Some(Ok(id)) = line.split('\t').next().map(str::parse::<i32>) {
+            let cells: Vec<String> = line.split('\t').skip(1).map(str::to_string).collect();
+            match table {
+                "brokers" => parsed.brokers.insert(id, cells),
+                "voters" => parsed.voters.insert(id, cells),
+                _ => panic!("a row outside a table: {line}\n{text}"),
+            };
+        }
+    }
+    assert!(text.starts_with("ClusterId: "), "{text}");
+    parsed
+}
+
+/// DescribeQuorum at `version`, asked of node `asked` (forwarded to the
+/// controller unless it is one): the quorum of voters 1-3 led by
+/// `controller`, broker 4 an observer; another topic is unknown.
+fn check_describe_quorum(cluster: &Cluster, asked: i32, version: i16, controller: i32) {
+    use protocol::kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
+    use protocol::kafka_protocol::messages::{
+        ApiKey, DescribeQuorumRequest, DescribeQuorumResponse, TopicName,
+    };
+    use protocol::kafka_protocol::protocol::StrBytes;
+
+    let topic = |name: &'static str| {
+        TopicData::default()
+            .with_topic_name(TopicName(StrBytes::from_static_str(name)))
+            .with_partitions(vec![PartitionData::default().with_partition_index(0)])
+    };
+    let request = DescribeQuorumRequest::default()
+        .with_topics(vec![topic("__cluster_metadata"), topic("other")]);
+    let mut stream = common::raw::connect(&cluster.node(asked).broker);
+    let response: DescribeQuorumResponse = common::raw::call(
+        &mut stream,
+        ApiKey::DescribeQuorum,
+        version,
+        7,
+        "dq",
+        &request,
+    );
+    let context = format!("v{version}: {response:?}");
+    assert_eq!(response.error_code, 0, "{context}");
+    assert_eq!(response.topics.len(), 2, "{context}");
+    let quorum = &response.topics[0].partitions[0];
+    assert_eq!(quorum.error_code, 0, "{context}");
+    assert_eq!(quorum.leader_id.0, controller, "{context}");
+    assert!(quorum.leader_epoch > 0, "{context}");
+    assert!(quorum.high_watermark > 0, "{context}");
+    let voters: Vec<i32> = quorum
+        .current_voters
+        .iter()
+        .map(|v| v.replica_id.0)
+        .collect();
+    assert_eq!(voters, [1, 2, 3], "{context}");
+    for voter in &quorum.current_voters {
+        assert!(
+            (0..=quorum.high_watermark + 1).contains(&voter.log_end_offset),
+            "{context}"
+        );
+    }
+    let observers: Vec<(i32, i64)> = quorum
+        .observers
+        .iter()
+        .map(|o| (o.replica_id.0, o.log_end_offset))
+        .collect();
+    assert_eq!(observers, [(4, -1)], "{context}");
+    let other = &response.topics[1].partitions[0];
+    assert_eq!(other.error_code, 3, "UNKNOWN_TOPIC_OR_PARTITION; {context}");
+    let endpoints: Vec<(i32, u16)> = response
+        .nodes
+        .iter()
+        .map(|n| (n.node_id.0, n.listeners[0].port))
+        .collect();
+    if version >= 2 {
+        let expected: Vec<(i32, u16)> = (1..=3)
+            .map(|id| (id, cluster.node(id).controller_port))
+            .collect();
+        assert_eq!(endpoints, expected, "{context}");
+    } else {
+        assert!(endpoints.is_empty(), "{context}");
+    }
+}
+
+#[test]
+fn tools_reach_each_partitions_leader_and_cluster_status_shows_fencing() {
+    let mut cluster = Cluster::start(3, &[]);
+    let via = |id: i32, cluster: &Cluster| cluster.node(id).broker.bootstrap();
+
+    // Every broker registered and a controller elected.
+    cluster.wait_for("three live brokers and a controller", || {
+        let output = strom_at(Some(&via(1, &cluster)), &["cluster", "status"], None);
+        let text = String::from_utf8_lossy(&output.stdout).to_string();
+        let live = text.lines().filter(|l| l.contains("\tlive\tyes")).count();
+        (output.status.success() && live == 3 && !text.contains("Controller: none")).then_some(())
+    });
+
+    let created = tool_text(
+        &cluster,
+        &via(2, &cluster),
+        &[
+            "topic",
+            "create",
+            TOPIC,
+            "--partitions",
+            &PARTITIONS.to_string(),
+            "--replication-factor",
+            "1",
+        ],
+    );
+    assert_eq!(created, format!("Created topic {TOPIC}.\n"));
+
+    // Through node 3, offsets come from each partition's leader.
+    let rows = cluster.wait_for("every partition has a leader", || {
+        let rows = describe(&cluster, &via(3, &cluster));
+        (rows.len() == PARTITIONS && rows.values().all(|r| r.end.is_some())).then_some(rows)
+    });
+    let mut led: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
+    for (partition, row) in &rows {
+        assert_eq!(row.replicas, row.leader, "partition {partition}: {row:?}");
+        assert_eq!(row.isr, row.leader, "partition {partition}: {row:?}");
+        assert_eq!(row.offline, None);
+        assert_eq!(row.end, Some(0));
+        led.entry(row.leader.parse().unwrap())
+            .or_default()
+            .push(*partition);
+    }
+    let mut spread: Vec<usize> = led.values().map(Vec::len).collect();
+    spread.sort_unstable();
+    assert_eq!(spread, [3, 3, 4], "leaders: {led:?}");
+
+    // Records for partitions nodes 1 and 2 lead, produced through node 1
+    // and read back byte for byte through node 3, which leads neither.
+    let p1 = led[&1][0];
+    let p2 = led[&2][0];
+    let records: [&[u8]; 2] = [
+        b"first\tline \xff\xfe raw bytes\n\nthird after an empty one\n",
+        b"{\"json\": true}\n\x00\x01 binary\n",
+    ];
+    for (partition, bytes) in [p1, p2].iter().zip(records) {
+        tool(
+            &cluster,
+            &via(1, &cluster),
+            &["produce", TOPIC, "--partition", &partition.to_string()],
+            Some(bytes),
+        );
+    }
+    for (partition, bytes) in [p1, p2].iter().zip(records) {
+        let consumed = tool(
+            &cluster,
+            &via(3, &cluster),
+            &[
+                "consume",
+                TOPIC,
+                "--partition",
+                &partition.to_string(),
+                "--from-beginning",
+                "--exit-at-end",
+            ],
+            None,
+        );
+        assert_eq!(consumed, bytes, "partition {partition}");
+    }
+    // Every partition at once (one fetch per leader), keyed records
+    // produced through node 3 to whichever partitions their keys hash to.
+    let keyed: String = (0..30).map(|i| format!("key-{i}:value-{i}\n")).collect();
+    tool(
+        &cluster,
+        &via(3, &cluster),
+        &["produce", TOPIC, "--key-separator", ":"],
+        Some(keyed.as_bytes()),
+    );
+    let all = tool(
+        &cluster,
+        &via(2, &cluster),
+        &[
+            "consume",
+            TOPIC,
+            "--from-beginning",
+            "--exit-at-end",
+            "--print-key",
+        ],
+        None,
+    );
+    let mut values: Vec<&[u8]> = all
+        .split(|b| *b == b'\n')
+        .filter(|l| l.starts_with(b"key-"))
+        .collect();
+    values.sort_unstable();
+    let mut expected: Vec<Vec<u8>> = (0..30)
+        .map(|i| format!("key-{i}\tvalue-{i}").into_bytes())
+        .collect();
+    expected.sort_unstable();
+    assert_eq!(values, expected);
+    let ends = describe(&cluster, &via(1, &cluster));
+    let total: i64 = ends.values().map(|r| r.end.unwrap()).sum();
+    assert_eq!(total, 3 + 2 + 30, "{ends:?}");
+
+    // A group member reads everything (its coordinator found with
+    // FindCoordinator, offsets from the leaders); the group's lag,
+    // described through another broker, is 0 everywhere.
+    let read = tool(
+        &cluster,
+        &via(3, &cluster),
+        &[
+            "consume",
+            TOPIC,
+            "--group",
+            "g",
+            "--from-beginning",
+            "--exit-at-end",
+        ],
+        None,
+    );
+    assert_eq!(read.iter().filter(|b| **b == b'\n').count(), 5 + 30);
+    let described = tool_text(&cluster, &via(1, &cluster), &["group", "describe", "g"]);
+    let lag_rows: Vec<Vec<&str>> = described
+        .lines()
+        .filter(|l| l.starts_with(&format!("{TOPIC}\t")))
+        .map(|l| l.split('\t').collect())
+        .collect();
+    assert_eq!(lag_rows.len(), PARTITIONS, "{described}");
+    for row in &lag_rows {
+        let end = ends[&row[1].parse::<i32>().unwrap()]
+            .end
+            .unwrap()
+            .to_string();
+        assert_eq!(row[2..5], [end.as_str(), end.as_str(), "0"], "{described}");
+    }
+    let all_partitions = describe_all(&cluster, &via(2, &cluster));
+
+    // The cluster and its quorum, asked of a broker that may not be the
+    // controller (DescribeQuorum is forwarded).
+    let healthy = status(&cluster, &via(2, &cluster));
+    let controller: i32 = healthy.controller.parse().expect("a controller");
+    assert_eq!(healthy.brokers.len(), 3);
+    for (id, cells) in &healthy.brokers {
+        assert_eq!(cells[0], via(*id, &cluster));
+        assert_eq!(cells[2..], ["live", "yes"], "broker {id}");
+    }
+    assert_eq!(
+        field(&healthy.quorum, "QuorumLeader"),
+        Some(healthy.controller.as_str())
+    );
+    let high_watermark: i64 = field(&healthy.quorum, "HighWatermark")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(high_watermark > 0, "{}", healthy.quorum);
+    assert!(
+        field(&healthy.quorum, "LeaderEpoch")
+            .unwrap()
+            .parse::<i32>()
+            .unwrap()
+            > 0
+    );
+    assert_eq!(
+        healthy.voters.keys().copied().collect::<Vec<_>>(),
+        [1, 2, 3]
+    );
+    for (id, cells) in &healthy.voters {
+        let log_end: i64 = cells[0]
+            .parse()
+            .unwrap_or_else(|_| panic!("voter {id}: {cells:?}"));
+        let lag: i64 = cells[1].parse().unwrap();
+        assert_eq!(lag, (high_watermark - log_end).max(0), "voter {id}");
+        assert!(log_end <= high_watermark + 1, "voter {id}: {cells:?}");
+    }
+    assert_eq!(healthy.observers, "-");
+    assert_eq!(
+        healthy.partitions,
+        format!(
+            "Partitions: {}\tUnderReplicated: 0\tOffline: 0",
+            all_partitions.len()
+        )
+    );
+
+    // A broker that is not a voter is an observer of the quorum, and
+    // forwards DescribeQuorum too.
+    let observer = cluster.add_broker(4).broker.bootstrap();
+    let joined = cluster.wait_for("broker 4 live", || {
+        let now = status(&cluster, &observer);
+        let state = now.brokers.get(&4).map(|cells| cells[2..].join(" "));
+        (state.as_deref() == Some("live no")).then_some(now)
+    });
+    assert_eq!(joined.observers, "4");
+    assert_eq!(joined.voters.len(), 3);
+    assert_eq!(joined.controller, healthy.controller);
+    for version in 0..=2 {
+        check_describe_quorum(&cluster, 4, version, controller);
+    }
+
+    // A broker that is not the controller dies: once its session expires
+    // it is fenced and the partitions it alone held are offline.
+    let victim = (1..=3).rev().find(|&id| id != controller).unwrap();
+    let asked = (1..=3).find(|&id| id != victim).unwrap();
+    cluster.node_mut(victim).broker.kill();
+    // Every replica factor is 1: what the victim led goes offline.
+    let lost = all_partitions
+        .values()
+        .filter(|row| row.leader == victim.to_string())
+        .count();
+    let fenced = cluster.wait_for("the killed broker fenced", || {
+        let now = status(&cluster, &via(asked, &cluster));
+        (now.brokers.get(&victim).map(|c| c[2].as_str()) == Some("fenced")).then_some(now)
+    });
+    assert_eq!(fenced.brokers.len(), 4);
+    assert_eq!(
+        fenced.partitions,
+        format!(
+            "Partitions: {}\tUnderReplicated: 0\tOffline: {lost}",
+            all_partitions.len()
+        )
+    );
+    let rows = describe(&cluster, &via(asked, &cluster));
+    for (partition, row) in &rows {
+        if led[&victim].contains(partition) {
+            assert_eq!(row.leader, "none", "partition {partition}: {row:?}");
+            assert_eq!(row.offline.as_deref(), Some(victim.to_string().as_str()));
+            assert_eq!(row.end, None);
+        } else {
+            assert!(row.end.is_some(), "partition {partition}: {row:?}");
+        }
+    }
+}
+
+#[test]
+fn a_single_node_is_a_quorum_of_one_and_no_broker_is_an_error() {
+    let broker = Broker::start(&["--set", "num.partitions=2"]);
+    common::strom_ok(&broker, &["topic", "create", "solo"]);
+    let text = common::strom_ok(&broker, &["cluster", "status"]);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("ClusterId: "), "{text}");
+    assert_eq!(lines[1], "Controller: 0", "{text}");
+    assert_eq!(lines[2], "BROKER\tADDRESS\tRACK\tSTATE\tVOTER");
+    assert_eq!(lines[3], format!("0\t{}\t-\tlive\tyes", broker.bootstrap()));
+    assert!(
+        lines[4].starts_with("QuorumLeader: 0\tLeaderEpoch: 0\tHighWatermark: "),
+        "{text}"
+    );
+    let high_watermark = field(lines[4], "HighWatermark").unwrap();
+    assert_eq!(lines[5], "VOTER\tLOG-END\tLAG");
+    assert_eq!(lines[6], format!("0\t{high_watermark}\t0"));
+    assert_eq!(lines[7], "Observers: -");
+    assert_eq!(lines[8], "Partitions: 2\tUnderReplicated: 0\tOffline: 0");
+    assert_eq!(lines.len(), 9, "{text}");
+
+    let json: serde_json::Value =
+        serde_json::from_str(&common::strom_ok(&broker, &["cluster", "status", "--json"]))
+            .expect("--json prints JSON");
+    let high_watermark: i64 = high_watermark.parse().unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({
+            "cluster_id": lines[0].strip_prefix("ClusterId: ").unwrap(),
+            "controller": 0,
+            "brokers": [{
+                "id": 0,
+                "address": broker.bootstrap(),
+                "rack": null,
+                "fenced": false,
+                "voter": true,
+            }],
+            "quorum": {
+                "leader": 0,
+                "leader_epoch": 0,
+                "high_watermark": high_watermark,
+                "voters": [{"id": 0, "log_end_offset": high_watermark, "lag": 0}],
+                "observers": [],
+            },
+            "partitions": {"total": 2, "under_replicated": 0, "offline": 0},
+        })
+    );
+
+    let nobody = format!("127.0.0.1:{}", free_port());
+    let output = strom_at(
+        Some(&nobody),
+        &["cluster", "status", "--timeout-ms", "2000"],
+        None,
+    );
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.starts_with("strom cluster: ") && stderr.contains(&nobody),
+        "{stderr}"
+    );
+}
