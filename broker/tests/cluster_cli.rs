@@ -189,7 +189,7 @@ fn check_describe_quorum(cluster: &Cluster, asked: i32, version: i16, controller
         .collect();
     if version >= 2 {
         let expected: Vec<(i32, u16)> = (1..=3)
-            .map(|id| (id, cluster.node(id).controller_port))
+            .map(|id| (id, cluster.node(id).ports.controller.expect("a voter")))
             .collect();
         assert_eq!(endpoints, expected, "{context}");
     } else {

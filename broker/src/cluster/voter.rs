@@ -28,6 +28,8 @@ use crate::metadata::{MetadataImage, MetadataRecord};
 const FETCH_BYTES_MAX: u64 = 4 << 20;
 /// A change proposed for a broker is not proposed again sooner than this.
 const REPROPOSE_AFTER: Duration = Duration::from_secs(2);
+/// The key of the cluster id's proposal among the brokers' (ids are >= 0).
+const CLUSTER_ID_KEY: i32 = -1;
 
 /// Work for the quorum thread.
 pub enum Input {
@@ -232,6 +234,21 @@ impl Voter {
         }
     }
 
+    /// Whether a change for `key` (a broker id, or [`CLUSTER_ID_KEY`]) may
+    /// be proposed now: not within [`REPROPOSE_AFTER`] of the last one,
+    /// which may still be on its way to commit. Records the attempt.
+    fn may_propose(&mut self, key: i32, now: Instant) -> bool {
+        if self
+            .proposed
+            .get(&key)
+            .is_some_and(|at| now.duration_since(*at) < REPROPOSE_AFTER)
+        {
+            return false;
+        }
+        self.proposed.insert(key, now);
+        true
+    }
+
     fn heartbeat(&mut self, heartbeat: Heartbeat) -> HeartbeatReply {
         let not_controller = HeartbeatReply {
             status: HeartbeatStatus::NotController,
@@ -250,11 +267,7 @@ impl Voter {
             BrokerKey::of(b) == BrokerKey::of(&broker) && b.incarnation == broker.incarnation
         });
         let fenced = known.is_none_or(|b| b.fenced);
-        let recently = self
-            .proposed
-            .get(&id)
-            .is_some_and(|at| now.duration_since(*at) < REPROPOSE_AFTER);
-        if !recently {
+        if self.may_propose(id, now) {
             let records = if !registered {
                 tracing::info!(broker = id, host = %broker.host, port = broker.port, "broker registers");
                 let mut records = vec![MetadataRecord::BrokerRegistered(broker)];
@@ -270,8 +283,10 @@ impl Voter {
             } else {
                 Vec::new()
             };
-            if !records.is_empty() {
-                self.proposed.insert(id, now);
+            if records.is_empty() {
+                // Nothing to change: the next change may come at once.
+                self.proposed.remove(&id);
+            } else {
                 self.propose(records, None);
             }
         }
@@ -324,13 +339,7 @@ impl Voter {
             return;
         }
         let now = Instant::now();
-        if self.image.cluster_id.is_empty()
-            && !self
-                .proposed
-                .get(&-1)
-                .is_some_and(|at| now.duration_since(*at) < REPROPOSE_AFTER)
-        {
-            self.proposed.insert(-1, now);
+        if self.image.cluster_id.is_empty() && self.may_propose(CLUSTER_ID_KEY, now) {
             let id = crate::metadata::new_cluster_id();
             tracing::info!(cluster_id = %id, "a new cluster: its id is proposed");
             self.propose(vec![MetadataRecord::ClusterId(id)], None);
@@ -346,11 +355,7 @@ impl Voter {
             .map(|b| b.id)
             .collect();
         for id in expired {
-            if self
-                .proposed
-                .get(&id)
-                .is_some_and(|at| now.duration_since(*at) < REPROPOSE_AFTER)
-            {
+            if !self.may_propose(id, now) {
                 continue;
             }
             tracing::warn!(
@@ -358,7 +363,6 @@ impl Voter {
                 session_timeout_ms = self.session_timeout.as_millis() as u64,
                 "broker missed its heartbeats: fenced, its leaderships move"
             );
-            self.proposed.insert(id, now);
             let records = placement::fence(&self.image, id);
             self.propose(records, None);
         }

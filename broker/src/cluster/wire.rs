@@ -336,10 +336,12 @@ mod tests {
 
     #[test]
     fn frames_round_trip_and_damage_is_refused() {
-        let mut message = Message::default();
-        message.from = 1;
-        message.to = 3;
-        message.term = 7;
+        let message = Message {
+            from: 1,
+            to: 3,
+            term: 7,
+            ..Default::default()
+        };
         round_trip(Frame::Raft(Box::new(message)));
         round_trip(Frame::Heartbeat(Heartbeat {
             broker: broker(),
