@@ -257,7 +257,7 @@ async fn forward_to_controller(shard: &Rc<Shard>, frame: &Bytes) -> Option<Bytes
     if !crate::cluster::forward::is_controller_api(api_key) {
         return None;
     }
-    crate::cluster::forward::forward(shard, frame).await
+    crate::cluster::forward::forward(shard, api_key, frame).await
 }
 
 /// Kafka's answer to an ApiVersions request at a version it does not serve
