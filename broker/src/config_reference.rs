@@ -389,7 +389,7 @@ pub const TOPIC_SETTINGS: &[TopicSetting] = &[
     TopicSetting {
         topic_key: "min.insync.replicas",
         broker_key: "min.insync.replicas",
-        meaning: "1 on a single node.",
+        meaning: "In-sync replicas an `acks=all` produce needs: with fewer in the ISR it is refused with NOT_ENOUGH_REPLICAS (or answered NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank while it waited). More than the replication factor makes every `acks=all` produce fail, as in Kafka.",
     },
 ];
 

@@ -21,9 +21,10 @@ use crate::errors;
 use crate::limits::{
     PRODUCER_RECOVERY_READ_BYTES, PRODUCER_SNAPSHOTS_KEPT, PRODUCER_SNAPSHOT_BYTES_MAX,
 };
+use crate::metadata::PartitionState;
 use crate::producer_state::{last_sequence, ProducerTable, RecoveredBatch, SequenceCheck};
 use crate::replica::{
-    Action, Assignment, NodeId, ReplicaConfig, ReplicaState, WaiterId,
+    Action, Assignment, IsrProposal, NodeId, ReplicaConfig, ReplicaState, Role, WaiterId,
     REPLICA_LAG_TIME_MAX_MS_DEFAULT,
 };
 use crate::sync::Condition;
@@ -54,6 +55,9 @@ pub struct Partition {
     /// One snapshot write at a time (a roll's and the stop's may overlap).
     snapshot_lock: glommio::sync::Semaphore,
     replica: RefCell<ReplicaState>,
+    /// An ISR change the replica state asked for, waiting to be sent to
+    /// the active controller (`cluster::replication` takes it).
+    isr_outbox: RefCell<Option<IsrProposal>>,
     acks: RefCell<AcksWaiters>,
     /// Raised for every answered `acks=all` waiter.
     acks_answered: Condition,
@@ -288,25 +292,8 @@ async fn recover_producers(
         let result = log.read(from, PRODUCER_RECOVERY_READ_BYTES, end).await?;
         let mut bytes = &result.bytes[..];
         while let Ok(header) = BatchHeader::parse(bytes) {
-            if header.producer_id >= 0 && !header.is_control() && !header.is_transactional() {
-                let log_append_time_ms = if header.is_log_append_time() {
-                    header.max_timestamp
-                } else {
-                    -1
-                };
-                table.recover(RecoveredBatch {
-                    producer_id: header.producer_id,
-                    epoch: header.producer_epoch,
-                    first_sequence: header.base_sequence,
-                    last_sequence: last_sequence(header.base_sequence, header.last_offset_delta),
-                    base_offset: header.base_offset,
-                    log_append_time_ms,
-                    max_timestamp_ms: if header.is_log_append_time() {
-                        header.max_timestamp
-                    } else {
-                        now
-                    },
-                });
+            if let Some(batch) = recovered_batch(&header, now) {
+                table.recover(batch);
                 batches += 1;
             }
             if header.size() > bytes.len() {
@@ -321,6 +308,39 @@ async fn recover_producers(
     }
     tracing::debug!(dir = %dir.display(), snapshot = snapshot.map_or(-1, |offset| offset as i64), replayed_from = replay_from, log_end = end, idempotent_batches = batches, producers = table.len(), "producer state rebuilt");
     Ok(table)
+}
+
+fn sorted(ids: &[NodeId]) -> Vec<NodeId> {
+    let mut ids = ids.to_vec();
+    ids.sort_unstable();
+    ids
+}
+
+/// What the producer state keeps of an idempotent batch read back from a
+/// log (at start-up, or as a follower appends it); `None` for batches it
+/// does not track. `now_ms` stands for a CreateTime batch's last use.
+fn recovered_batch(header: &BatchHeader, now_ms: i64) -> Option<RecoveredBatch> {
+    if header.producer_id < 0 || header.is_control() || header.is_transactional() {
+        return None;
+    }
+    let log_append_time = header.is_log_append_time();
+    Some(RecoveredBatch {
+        producer_id: header.producer_id,
+        epoch: header.producer_epoch,
+        first_sequence: header.base_sequence,
+        last_sequence: last_sequence(header.base_sequence, header.last_offset_delta),
+        base_offset: header.base_offset,
+        log_append_time_ms: if log_append_time {
+            header.max_timestamp
+        } else {
+            -1
+        },
+        max_timestamp_ms: if log_append_time {
+            header.max_timestamp
+        } else {
+            now_ms
+        },
+    })
 }
 
 /// Writes `bytes` as the snapshot at `offset` durably (temporary file,
@@ -367,8 +387,7 @@ impl Partition {
         let mut replica = ReplicaState::new(
             ReplicaConfig {
                 local_id: node_id,
-                // The only value a single node accepts (topic_config.rs).
-                min_insync_replicas: 1,
+                min_insync_replicas: config.min_insync_replicas,
                 lag_time_max_ms: REPLICA_LAG_TIME_MAX_MS_DEFAULT,
             },
             log.start_offset(),
@@ -399,6 +418,7 @@ impl Partition {
             }),
             snapshot_lock: glommio::sync::Semaphore::new(1),
             replica: RefCell::new(replica),
+            isr_outbox: RefCell::new(None),
             acks: RefCell::new(AcksWaiters::default()),
             acks_answered: Condition::default(),
             high_watermark_advanced: Condition::default(),
@@ -438,6 +458,242 @@ impl Partition {
     pub fn apply_config(&self, config: &EffectiveConfig) {
         self.log.set_config(config.log.clone());
         self.timestamp_type.set(config.timestamp_type);
+        self.replica
+            .borrow_mut()
+            .set_min_insync_replicas(config.min_insync_replicas);
+    }
+
+    /// In a cluster: takes the replication state the metadata records for
+    /// this partition (leader, epochs, replicas, ISR), when it is newer
+    /// than the one it has. Led here: becomes (or stays) leader; else a
+    /// follower of the recorded leader (-1: none while it is offline).
+    pub fn assign(&self, state: &PartitionState, node_id: NodeId) {
+        let assignment = Assignment {
+            leader_epoch: state.leader_epoch,
+            partition_epoch: state.partition_epoch,
+            replicas: state.replicas.clone(),
+            isr: state.isr.clone(),
+        };
+        let leading = state.leader == node_id;
+        {
+            let replica = self.replica.borrow();
+            let role_same = match replica.role() {
+                Role::Leader => leading,
+                Role::Follower { leader_id } => !leading && leader_id == state.leader,
+                Role::Offline => false,
+            };
+            if role_same
+                && replica.leader_epoch() == state.leader_epoch
+                && replica.partition_epoch() == state.partition_epoch
+                && replica.replicas() == state.replicas.as_slice()
+                && replica.isr() == sorted(&state.isr)
+            {
+                return;
+            }
+        }
+        self.observe_log_end();
+        let mut actions = Vec::new();
+        let result = {
+            let mut replica = self.replica.borrow_mut();
+            if leading {
+                replica.become_leader(assignment, self.clock.monotonic_ms(), &mut actions)
+            } else {
+                replica.become_follower(state.leader, assignment, &mut actions)
+            }
+        };
+        match result {
+            Ok(()) => tracing::info!(
+                topic = %self.topic,
+                partition = self.index,
+                leader = state.leader,
+                leader_epoch = state.leader_epoch,
+                isr = ?state.isr,
+                "{}",
+                if leading { "leading" } else { "following" }
+            ),
+            Err(code) => tracing::warn!(
+                topic = %self.topic,
+                partition = self.index,
+                ?state,
+                error = %protocol::client::error_name(code),
+                "replication state from the metadata not taken"
+            ),
+        }
+        self.apply(actions);
+        // Fetchers waiting here look again: the role may have changed.
+        self.high_watermark_advanced.notify_all();
+    }
+
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    pub fn index(&self) -> i32 {
+        self.index
+    }
+
+    /// The ISR change waiting to be sent to the controller, taken.
+    pub fn take_isr_proposal(&self) -> Option<IsrProposal> {
+        self.isr_outbox.borrow_mut().take()
+    }
+
+    /// The controller refused (or never heard) the ISR change: the replica
+    /// state may propose again.
+    pub fn isr_proposal_failed(&self) {
+        self.replica.borrow_mut().isr_proposal_failed();
+    }
+
+    /// The leader this partition follows, while it is a follower.
+    pub fn following(&self) -> Option<(NodeId, i32)> {
+        let replica = self.replica.borrow();
+        match replica.role() {
+            Role::Follower { leader_id } if leader_id >= 0 => {
+                Some((leader_id, replica.leader_epoch()))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether this broker leads the partition.
+    pub fn is_leader(&self) -> bool {
+        self.replica.borrow().role() == Role::Leader
+    }
+
+    /// The log end offset: where a follower fetches from next.
+    pub fn log_end_offset(&self) -> i64 {
+        self.log.next_offset() as i64
+    }
+
+    /// Advances the leader's view of time: followers not caught up for
+    /// `replica.lag.time.max.ms` are proposed out of the ISR.
+    pub fn tick(&self) {
+        let mut actions = Vec::new();
+        self.replica
+            .borrow_mut()
+            .tick(self.clock.monotonic_ms(), &mut actions);
+        self.apply(actions);
+    }
+
+    /// A follower's fetch at the leader: records from `fetch_offset` up to
+    /// the log end (not the high watermark), after the fetch offset counts
+    /// as the follower's log end (the follower promises it is durable under
+    /// its flush policy), which may move the high watermark and answer
+    /// `acks=all` produces.
+    pub async fn read_for_follower(
+        &self,
+        replica_id: NodeId,
+        leader_epoch: i32,
+        fetch_offset: i64,
+        max_bytes: usize,
+    ) -> FetchOutcome {
+        self.observe_log_end();
+        let mut actions = Vec::new();
+        let taken = self.replica.borrow_mut().follower_fetch(
+            replica_id,
+            leader_epoch,
+            fetch_offset.max(0) as u64,
+            self.clock.monotonic_ms(),
+            &mut actions,
+        );
+        self.apply(actions);
+        let high_watermark = self.high_watermark();
+        let log_start_offset = self.log_start_offset();
+        if let Err(code) = taken {
+            return FetchOutcome {
+                error_code: code,
+                high_watermark,
+                log_start_offset,
+                records: Bytes::new(),
+            };
+        }
+        let end = self.log.next_offset();
+        if fetch_offset < log_start_offset || fetch_offset as u64 > end {
+            return FetchOutcome {
+                error_code: errors::OFFSET_OUT_OF_RANGE,
+                high_watermark,
+                log_start_offset,
+                records: Bytes::new(),
+            };
+        }
+        let records = if fetch_offset as u64 == end {
+            Bytes::new()
+        } else {
+            match self.log.read(fetch_offset as u64, max_bytes, end).await {
+                Ok(result) => result.bytes,
+                Err(error) => {
+                    return FetchOutcome {
+                        error_code: errors::storage_error_code(&error),
+                        high_watermark,
+                        log_start_offset,
+                        records: Bytes::new(),
+                    }
+                }
+            }
+        };
+        FetchOutcome {
+            error_code: errors::NONE,
+            high_watermark,
+            log_start_offset,
+            records,
+        }
+    }
+
+    /// A follower's append of what its leader sent: each batch keeps the
+    /// leader's offsets and epoch (batches below the log end, sent again,
+    /// are skipped); the producer state learns the idempotent ones, so a
+    /// new leader knows every producer's sequence. Returns once the
+    /// batches are durable under the flush policy, then takes the
+    /// leader's high watermark.
+    pub async fn append_replicated(
+        &self,
+        records: Bytes,
+        leader_high_watermark: i64,
+    ) -> Result<(), i16> {
+        let mut last = None;
+        for batch in protocol::batch::split_batches(records) {
+            let batch = match batch {
+                Ok(batch) => batch,
+                // A fetch may end in a partial batch: the next fetch gets it.
+                Err(protocol::batch::BatchError::Truncated { .. }) => break,
+                Err(error) => {
+                    tracing::warn!(topic = %self.topic, partition = self.index, %error, "a replicated batch is damaged");
+                    return Err(errors::CORRUPT_MESSAGE);
+                }
+            };
+            let header = *batch.header();
+            let next = self.log.next_offset() as i64;
+            if header.base_offset + i64::from(header.last_offset_delta) < next {
+                continue;
+            }
+            match self.log.append_batch_at(batch).await {
+                Ok(info) => last = Some(info.last_offset),
+                Err(error) => {
+                    tracing::warn!(topic = %self.topic, partition = self.index, %error, "a replicated append failed");
+                    return Err(errors::storage_error_code(&error));
+                }
+            }
+            if let Some(recovered) = recovered_batch(&header, self.clock.wall_ms()) {
+                self.producers.borrow_mut().recover(recovered);
+            }
+        }
+        self.observe_log_end();
+        if let Some(last_offset) = last {
+            if let Err(error) = self.log.wait_durable(last_offset).await {
+                tracing::error!(topic = %self.topic, partition = self.index, %error, "sync failed");
+                return Err(errors::storage_error_code(&error));
+            }
+            let mut actions = Vec::new();
+            self.replica
+                .borrow_mut()
+                .local_durable(last_offset + 1, &mut actions);
+            self.apply(actions);
+        }
+        let mut actions = Vec::new();
+        self.replica
+            .borrow_mut()
+            .leader_high_watermark(leader_high_watermark.max(0) as u64, &mut actions);
+        self.apply(actions);
+        Ok(())
     }
 
     /// The partition's log, for metrics.
@@ -485,10 +741,8 @@ impl Partition {
                     self.acks_answered.notify_all();
                 }
                 Action::ProposeIsr(proposal) => {
-                    // No controller takes ISR changes yet; a partition led
-                    // alone never proposes one.
-                    tracing::error!(topic = %self.topic, partition = self.index, ?proposal, "ISR change proposed without a controller to take it");
-                    self.replica.borrow_mut().isr_proposal_failed();
+                    tracing::info!(topic = %self.topic, partition = self.index, isr = ?proposal.isr, "ISR change proposed");
+                    *self.isr_outbox.borrow_mut() = Some(proposal);
                 }
             }
         }
@@ -711,6 +965,12 @@ impl Partition {
         self.high_watermark_advanced
             .wait_until(|| self.replica.borrow().high_watermark() > offset)
             .await
+    }
+
+    /// Resolves once the log holds a record at `offset` (what a follower
+    /// long-polls for), or the log closes.
+    pub async fn wait_for_log_end(&self, offset: i64) {
+        self.log.wait_for_append(offset.max(0) as u64).await;
     }
 
     pub async fn list_offset(&self, timestamp: i64) -> OffsetOutcome {

@@ -212,6 +212,11 @@ impl ReplicaState {
         self.followers.get(&id).and_then(|f| f.log_end_offset)
     }
 
+    /// A new `min.insync.replicas` (a topic config change).
+    pub fn set_min_insync_replicas(&mut self, min_insync_replicas: usize) {
+        self.config.min_insync_replicas = min_insync_replicas.max(1);
+    }
+
     pub fn waiter_count(&self) -> usize {
         self.waiters.len()
     }

@@ -144,8 +144,13 @@ async fn core_main(
         partitions: opened,
     });
     let accept = glommio::spawn_local(server::accept_loop(shard.clone(), listener));
-    if core == 0 {
-        if let Some(cluster) = shard.cluster().cloned() {
+    if let Some(cluster) = shard.cluster().cloned() {
+        glommio::spawn_local(crate::cluster::replication::run(
+            shard.clone(),
+            cluster.clone(),
+        ))
+        .detach();
+        if core == 0 {
             glommio::spawn_local(crate::cluster::reconcile_loop(shard.clone(), cluster)).detach();
         }
     }

@@ -121,7 +121,7 @@ fn validate_broker_applied(name: &str, value: &str) -> Result<(), String> {
         "compression.lz4.level" => level(recompress::LZ4_LEVELS),
         "compression.zstd.level" => level(recompress::ZSTD_LEVELS),
         "message.timestamp.type" => matches!(value, "CreateTime" | "LogAppendTime"),
-        "min.insync.replicas" => value == "1",
+        "min.insync.replicas" => value.parse::<u16>().is_ok_and(|n| n >= 1),
         _ => false,
     };
     if ok {
@@ -134,7 +134,7 @@ fn validate_broker_applied(name: &str, value: &str) -> Result<(), String> {
         "compression.lz4.level" => "1 to 17",
         "compression.zstd.level" => "-131072 to 22",
         "message.timestamp.type" => "CreateTime or LogAppendTime",
-        "min.insync.replicas" => "1 on a single node",
+        "min.insync.replicas" => "a whole number of at least 1",
         _ => "a known value",
     };
     Err(format!(
@@ -166,6 +166,8 @@ pub fn compression_codec(value_of: impl Fn(&str) -> Option<String>) -> Option<Co
 pub struct EffectiveConfig {
     pub log: LogConfig,
     pub timestamp_type: TimestampType,
+    /// `min.insync.replicas`: in-sync replicas an `acks=all` produce needs.
+    pub min_insync_replicas: usize,
 }
 
 /// Topic-level defaults as the broker configuration sets them.
@@ -231,7 +233,16 @@ impl TopicDefaults {
             Some("LogAppendTime") => TimestampType::LogAppendTime,
             _ => TimestampType::CreateTime,
         };
+        let positive = |value: Option<&String>| {
+            value
+                .and_then(|v| v.parse::<usize>().ok())
+                .filter(|&n| n >= 1)
+        };
+        let mut min_insync_replicas = positive(self.broker.get("min.insync.replicas")).unwrap_or(1);
         for (name, value) in overrides {
+            if name == "min.insync.replicas" {
+                min_insync_replicas = positive(Some(value)).unwrap_or(min_insync_replicas);
+            }
             if is_storage_key(name) {
                 if let Err(e) = log.set(name, value) {
                     tracing::warn!(key = %name, %value, error = %e, "ignoring a topic config storage refused");
@@ -247,6 +258,7 @@ impl TopicDefaults {
         EffectiveConfig {
             log,
             timestamp_type,
+            min_insync_replicas,
         }
     }
 }

@@ -22,6 +22,7 @@ pub mod agent;
 pub mod forward;
 pub mod net;
 pub mod placement;
+pub mod replication;
 pub mod voter;
 pub mod wire;
 
@@ -233,6 +234,25 @@ impl Cluster {
         rx.recv_async().await.unwrap_or(0)
     }
 
+    /// Sends a leader's ISR change to the active controller; its Kafka
+    /// error code (NONE once committed).
+    pub async fn alter_partition(&self, alter: wire::AlterPartition) -> i16 {
+        let Some(agent) = self.agent.get() else {
+            return crate::errors::NOT_CONTROLLER;
+        };
+        let (tx, rx) = flume::bounded(1);
+        if agent
+            .send_async(agent::Command::AlterPartition(alter, tx))
+            .await
+            .is_err()
+        {
+            return crate::errors::NOT_CONTROLLER;
+        }
+        rx.recv_async()
+            .await
+            .unwrap_or(crate::errors::NOT_CONTROLLER)
+    }
+
     /// Controlled shutdown: the active controller fences this broker and
     /// moves its leaderships before it stops. Whether it confirmed
     /// within `timeout`.
@@ -319,8 +339,30 @@ pub async fn reconcile_everywhere(shard: &Rc<Shard>, image: &Arc<MetadataImage>)
                     tracing::error!(%failure, "a partition assigned to this broker cannot be opened");
                 }
                 crate::reconciler::remove_gone(&shard, crate::reconciler::Removal::Delete).await;
+                assign_states(&shard);
             })
             .await;
+    }
+}
+
+/// Gives each of this core's partitions the replication state its image
+/// records (leader or follower, epochs, ISR).
+fn assign_states(shard: &Rc<Shard>) {
+    let image = shard.metadata.image();
+    let partitions: Vec<_> = shard
+        .partitions
+        .borrow()
+        .values()
+        .flat_map(|by_index| by_index.values().cloned())
+        .collect();
+    for partition in partitions {
+        let state = image
+            .topics
+            .get(partition.topic())
+            .and_then(|t| t.partition(partition.index()));
+        if let Some(state) = state {
+            partition.assign(state, shard.config.node_id);
+        }
     }
 }
 

@@ -203,6 +203,18 @@ fn serve_connection(mut stream: TcpStream, cluster: &Cluster) -> std::io::Result
                     _ => continue,
                 }
             }
+            Frame::AlterPartition(alter) if !foreign => {
+                let (tx, rx) = flume::bounded(1);
+                if inbox.send(Input::AlterPartition(alter, tx)).is_err() {
+                    return Ok(());
+                }
+                match rx.recv_timeout(IO_TIMEOUT) {
+                    Ok(error_code) => Frame::AlterPartitionReply { error_code },
+                    Err(_) => Frame::AlterPartitionReply {
+                        error_code: crate::errors::REQUEST_TIMED_OUT,
+                    },
+                }
+            }
             other => {
                 tracing::debug!(frame = ?std::mem::discriminant(&other), "unexpected frame on the controller listener");
                 return Ok(());

@@ -144,6 +144,51 @@ pub fn unfence(image: &MetadataImage, id: i32) -> Vec<MetadataRecord> {
     records
 }
 
+/// The record of a leader's ISR change, if the controller takes it
+/// (Kafka's AlterPartition checks): the sender still leads at the leader
+/// epoch it names, the partition epoch is current (else another change
+/// came first), the new ISR holds the leader and only replicas, and every
+/// member it adds is a live broker. Else the Kafka error code.
+pub fn alter_partition(
+    image: &MetadataImage,
+    alter: &crate::cluster::wire::AlterPartition,
+) -> Result<MetadataRecord, i16> {
+    use crate::errors;
+    let state = image
+        .topics
+        .get(&alter.topic)
+        .and_then(|t| t.partition(alter.partition))
+        .ok_or(errors::UNKNOWN_TOPIC_OR_PARTITION)?;
+    if state.leader != alter.leader || state.leader_epoch != alter.leader_epoch {
+        return Err(errors::FENCED_LEADER_EPOCH);
+    }
+    if state.partition_epoch != alter.partition_epoch {
+        return Err(errors::INVALID_UPDATE_VERSION);
+    }
+    if !alter.isr.contains(&alter.leader) || !alter.isr.iter().all(|r| state.replicas.contains(r)) {
+        return Err(errors::INVALID_REQUEST);
+    }
+    if alter
+        .isr
+        .iter()
+        .any(|r| !state.isr.contains(r) && !image.is_live(*r))
+    {
+        return Err(errors::INELIGIBLE_REPLICA);
+    }
+    let mut isr = alter.isr.clone();
+    isr.sort_unstable();
+    isr.dedup();
+    Ok(MetadataRecord::PartitionChanged {
+        name: alter.topic.clone(),
+        index: alter.partition,
+        state: PartitionState {
+            isr,
+            partition_epoch: state.partition_epoch + 1,
+            ..state.clone()
+        },
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -256,6 +301,63 @@ mod tests {
         assert!(place_replicas(&image, 1, 3).is_none());
         assert!(place_replicas(&image, 1, 2).is_some());
         assert!(place_replicas(&image, 1, 0).is_none());
+    }
+
+    #[test]
+    fn isr_changes_are_taken_only_from_the_current_leader_at_current_epochs() {
+        use crate::cluster::wire::AlterPartition;
+        use crate::errors;
+        let mut image = cluster(&[(1, None), (2, None), (3, None)]);
+        create(&mut image, "t", vec![vec![1, 2, 3]]);
+        let alter = |leader, leader_epoch, partition_epoch, isr: &[i32]| AlterPartition {
+            topic: "t".to_string(),
+            partition: 0,
+            leader,
+            leader_epoch,
+            partition_epoch,
+            isr: isr.to_vec(),
+        };
+        let shrunk = alter_partition(&image, &alter(1, 0, 0, &[1, 3])).unwrap();
+        image.apply(&shrunk);
+        let state = &image.topics["t"].partitions[0];
+        assert_eq!((state.isr.clone(), state.partition_epoch), (vec![1, 3], 1));
+        // The same change again: the partition epoch moved on.
+        assert_eq!(
+            alter_partition(&image, &alter(1, 0, 0, &[1])).unwrap_err(),
+            errors::INVALID_UPDATE_VERSION
+        );
+        // Not the leader, or a stale leader epoch.
+        assert_eq!(
+            alter_partition(&image, &alter(2, 0, 1, &[2, 3])).unwrap_err(),
+            errors::FENCED_LEADER_EPOCH
+        );
+        assert_eq!(
+            alter_partition(&image, &alter(1, 1, 1, &[1])).unwrap_err(),
+            errors::FENCED_LEADER_EPOCH
+        );
+        // Without the leader, or naming a broker that holds no replica.
+        assert_eq!(
+            alter_partition(&image, &alter(1, 0, 1, &[3])).unwrap_err(),
+            errors::INVALID_REQUEST
+        );
+        assert_eq!(
+            alter_partition(&image, &alter(1, 0, 1, &[1, 4])).unwrap_err(),
+            errors::INVALID_REQUEST
+        );
+        // A fenced broker does not come back into the ISR.
+        image.apply(&MetadataRecord::BrokerFencing {
+            id: 2,
+            fenced: true,
+        });
+        assert_eq!(
+            alter_partition(&image, &alter(1, 0, 1, &[1, 2, 3])).unwrap_err(),
+            errors::INELIGIBLE_REPLICA
+        );
+        image.apply(&MetadataRecord::BrokerFencing {
+            id: 2,
+            fenced: false,
+        });
+        assert!(alter_partition(&image, &alter(1, 0, 1, &[1, 2, 3])).is_ok());
     }
 
     #[test]

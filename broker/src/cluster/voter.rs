@@ -40,6 +40,34 @@ pub enum Input {
         Vec<MetadataRecord>,
         flume::Sender<Result<u64, ProposeError>>,
     ),
+    /// A leader's ISR change, answered with a Kafka error code once
+    /// committed (or refused).
+    AlterPartition(wire::AlterPartition, flume::Sender<i16>),
+}
+
+/// Who hears how a proposal ended.
+enum Reply {
+    Propose(flume::Sender<Result<u64, ProposeError>>),
+    Code(flume::Sender<i16>),
+}
+
+impl Reply {
+    fn send(self, outcome: Result<u64, ProposeError>) {
+        match self {
+            Reply::Propose(reply) => {
+                let _ = reply.send(outcome);
+            }
+            Reply::Code(reply) => {
+                let _ = reply.send(match outcome {
+                    Ok(_) => crate::errors::NONE,
+                    Err(ProposeError::NotController { .. } | ProposeError::LeadershipLost) => {
+                        crate::errors::NOT_CONTROLLER
+                    }
+                    Err(ProposeError::Failed(_)) => crate::errors::UNKNOWN_SERVER_ERROR,
+                });
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -55,7 +83,7 @@ pub enum ProposeError {
 struct Pending {
     index: u64,
     term: u64,
-    reply: flume::Sender<Result<u64, ProposeError>>,
+    reply: Reply,
 }
 
 pub struct Voter {
@@ -190,7 +218,19 @@ impl Voter {
                     }));
                     return;
                 }
-                self.propose(records, Some(reply));
+                self.propose(records, Some(Reply::Propose(reply)));
+            }
+            Input::AlterPartition(alter, reply) => {
+                if !self.ready_to_lead() {
+                    let _ = reply.send(crate::errors::NOT_CONTROLLER);
+                    return;
+                }
+                match placement::alter_partition(&self.image, &alter) {
+                    Ok(record) => self.propose(vec![record], Some(Reply::Code(reply))),
+                    Err(code) => {
+                        let _ = reply.send(code);
+                    }
+                }
             }
         }
     }
@@ -210,11 +250,7 @@ impl Voter {
             && self.applied >= self.quorum.commit_index()
     }
 
-    fn propose(
-        &mut self,
-        records: Vec<MetadataRecord>,
-        reply: Option<flume::Sender<Result<u64, ProposeError>>>,
-    ) {
+    fn propose(&mut self, records: Vec<MetadataRecord>, reply: Option<Reply>) {
         let data = wire::encode_records(&records);
         match self.quorum.propose(data) {
             Ok(()) => {
@@ -228,7 +264,7 @@ impl Voter {
             }
             Err(error) => {
                 if let Some(reply) = reply {
-                    let _ = reply.send(Err(ProposeError::Failed(error.to_string())));
+                    reply.send(Err(ProposeError::Failed(error.to_string())));
                 }
             }
         }
@@ -428,7 +464,7 @@ impl Voter {
         }
         if !self.quorum.is_leader() {
             for pending in self.pending.drain(..) {
-                let _ = pending.reply.send(Err(ProposeError::LeadershipLost));
+                pending.reply.send(Err(ProposeError::LeadershipLost));
             }
         }
         self.publish_status();
@@ -465,7 +501,7 @@ impl Voter {
             } else {
                 Err(ProposeError::LeadershipLost)
             };
-            let _ = pending.reply.send(outcome);
+            pending.reply.send(outcome);
         }
     }
 

@@ -25,6 +25,20 @@ const KIND_HEARTBEAT: u8 = 2;
 const KIND_HEARTBEAT_REPLY: u8 = 3;
 const KIND_FETCH: u8 = 4;
 const KIND_FETCH_REPLY: u8 = 5;
+const KIND_ALTER_PARTITION: u8 = 6;
+const KIND_ALTER_PARTITION_REPLY: u8 = 7;
+
+/// A leader's ISR change for one partition (Kafka's AlterPartition
+/// shape): taken only when the leader and both epochs are still current.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlterPartition {
+    pub topic: String,
+    pub partition: i32,
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+    pub isr: Vec<i32>,
+}
 
 /// A broker's heartbeat to the active controller; the first one of an
 /// incarnation registers it.
@@ -70,8 +84,15 @@ pub enum Frame {
     Raft(Box<Message>),
     Heartbeat(Heartbeat),
     HeartbeatReply(HeartbeatReply),
-    Fetch { after: u64 },
+    Fetch {
+        after: u64,
+    },
     FetchReply(FetchReply),
+    AlterPartition(AlterPartition),
+    /// A Kafka error code: NONE once the change is committed.
+    AlterPartitionReply {
+        error_code: i16,
+    },
 }
 
 /// A frame and the cluster id its sender knows ("" before it knows one).
@@ -114,6 +135,8 @@ impl Envelope {
             Frame::HeartbeatReply(_) => KIND_HEARTBEAT_REPLY,
             Frame::Fetch { .. } => KIND_FETCH,
             Frame::FetchReply(_) => KIND_FETCH_REPLY,
+            Frame::AlterPartition(_) => KIND_ALTER_PARTITION,
+            Frame::AlterPartitionReply { .. } => KIND_ALTER_PARTITION_REPLY,
         };
         payload.push(kind);
         put_bytes(&mut payload, self.cluster_id.as_bytes());
@@ -155,6 +178,24 @@ impl Envelope {
                 payload.push(1);
                 payload.extend_from_slice(&index.to_be_bytes());
                 put_bytes(&mut payload, image);
+            }
+            Frame::AlterPartition(alter) => {
+                put_bytes(&mut payload, alter.topic.as_bytes());
+                for value in [
+                    alter.partition,
+                    alter.leader,
+                    alter.leader_epoch,
+                    alter.partition_epoch,
+                ] {
+                    payload.extend_from_slice(&value.to_be_bytes());
+                }
+                put_u32(&mut payload, alter.isr.len() as u32);
+                for id in &alter.isr {
+                    payload.extend_from_slice(&id.to_be_bytes());
+                }
+            }
+            Frame::AlterPartitionReply { error_code } => {
+                payload.extend_from_slice(&error_code.to_be_bytes());
             }
         }
         let mut out = Vec::with_capacity(payload.len() + 8);
@@ -223,6 +264,32 @@ impl Envelope {
                     image: take_bytes(&mut buf)?.to_vec(),
                 }),
                 other => return Err(format!("fetch reply kind {other}")),
+            },
+            KIND_ALTER_PARTITION => {
+                let topic = String::from_utf8(take_bytes(&mut buf)?.to_vec())
+                    .map_err(|_| "the topic name is not UTF-8".to_string())?;
+                let mut ints = [0i32; 4];
+                for value in &mut ints {
+                    *value = i32::from_be_bytes(take::<4>(&mut buf)?);
+                }
+                let count = take_u32(&mut buf)? as usize;
+                if count > buf.len() / 4 {
+                    return Err(format!("{count} ISR members in {} bytes", buf.len()));
+                }
+                let isr = (0..count)
+                    .map(|_| take::<4>(&mut buf).map(i32::from_be_bytes))
+                    .collect::<Result<_, _>>()?;
+                Frame::AlterPartition(AlterPartition {
+                    topic,
+                    partition: ints[0],
+                    leader: ints[1],
+                    leader_epoch: ints[2],
+                    partition_epoch: ints[3],
+                    isr,
+                })
+            }
+            KIND_ALTER_PARTITION_REPLY => Frame::AlterPartitionReply {
+                error_code: i16::from_be_bytes(take::<2>(&mut buf)?),
             },
             other => return Err(format!("unknown frame kind {other}")),
         };
@@ -368,6 +435,15 @@ mod tests {
             index: 30,
             image: vec![1, 2, 3],
         }));
+        round_trip(Frame::AlterPartition(AlterPartition {
+            topic: "t".to_string(),
+            partition: 3,
+            leader: 2,
+            leader_epoch: 4,
+            partition_epoch: 9,
+            isr: vec![2, 3],
+        }));
+        round_trip(Frame::AlterPartitionReply { error_code: 6 });
     }
 
     #[test]

@@ -39,6 +39,8 @@ struct Wanted {
     partition: i32,
     fetch_offset: i64,
     partition_max_bytes: usize,
+    /// A follower's fetch: its broker id and the leader epoch it follows.
+    replica: Option<(i32, i32)>,
 }
 
 type BoxFuture<'a, T> = Pin<Box<dyn std::future::Future<Output = T> + 'a>>;
@@ -53,13 +55,15 @@ async fn read_core(
     let mut budget = max_bytes;
     let mut results = Vec::with_capacity(wanted.len());
     for (slot, w) in wanted {
-        let outcome = match owner.partition(&w.topic, w.partition) {
-            Some(partition) => {
+        let max = w.partition_max_bytes.min(budget.max(1));
+        let outcome = match (owner.partition(&w.topic, w.partition), w.replica) {
+            (Some(partition), None) => partition.read(w.fetch_offset, max).await,
+            (Some(partition), Some((replica_id, leader_epoch))) => {
                 partition
-                    .read(w.fetch_offset, w.partition_max_bytes.min(budget.max(1)))
+                    .read_for_follower(replica_id, leader_epoch, w.fetch_offset, max)
                     .await
             }
-            None => FetchOutcome::error(errors::NOT_LEADER_OR_FOLLOWER),
+            (None, _) => FetchOutcome::error(errors::NOT_LEADER_OR_FOLLOWER),
         };
         budget = budget.saturating_sub(outcome.records.len());
         results.push((slot, outcome));
@@ -77,17 +81,30 @@ async fn wait_for_data(
     let waits: Vec<BoxFuture<'_, ()>> = scatter
         .by_core()
         .map(|(core, wanted)| {
-            let wanted: Vec<(String, i32, i64)> = wanted
+            let wanted: Vec<(String, i32, i64, bool)> = wanted
                 .iter()
-                .map(|(_, w)| (w.topic.clone(), w.partition, w.fetch_offset))
+                .map(|(_, w)| {
+                    (
+                        w.topic.clone(),
+                        w.partition,
+                        w.fetch_offset,
+                        w.replica.is_some(),
+                    )
+                })
                 .collect();
             Box::pin(shard.run_on(core, move |owner| async move {
                 let mut waits: Vec<BoxFuture<'static, ()>> = Vec::new();
-                for (topic, index, offset) in wanted {
+                for (topic, index, offset, replica) in wanted {
                     if let Some(partition) = owner.partition(&topic, index) {
-                        waits.push(Box::pin(
-                            async move { partition.wait_for_append(offset).await },
-                        ));
+                        // A follower reads up to the log end, a consumer up
+                        // to the high watermark.
+                        waits.push(Box::pin(async move {
+                            if replica {
+                                partition.wait_for_log_end(offset).await
+                            } else {
+                                partition.wait_for_append(offset).await
+                            }
+                        }));
                     }
                 }
                 let timeout = deadline.saturating_duration_since(Instant::now());
@@ -109,6 +126,7 @@ async fn wait_for_data(
 pub async fn handle(
     shard: &Rc<Shard>,
     request: FetchRequest,
+    version: i16,
     budget: &mut ResponseBudget,
 ) -> FetchResponse {
     let image = shard.metadata.image();
@@ -124,6 +142,12 @@ pub async fn handle(
     let max_bytes = budget.reserve_up_to(asked);
 
     let mut scatter: Scatter<Wanted, FetchOutcome> = Scatter::default();
+    // A follower's fetch names its broker (v15+ in replica_state).
+    let replica_id = if version >= 15 {
+        request.replica_state.replica_id.0
+    } else {
+        request.replica_id.0
+    };
     // v13+ name topics by id (and leave the name empty).
     let names: Vec<Option<String>> = request
         .topics
@@ -161,6 +185,7 @@ pub async fn handle(
                         partition: p.partition,
                         fetch_offset: p.fetch_offset,
                         partition_max_bytes: p.partition_max_bytes.max(0) as usize,
+                        replica: (replica_id >= 0).then_some((replica_id, p.current_leader_epoch)),
                     },
                 ),
             };

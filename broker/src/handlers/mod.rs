@@ -315,7 +315,9 @@ async fn dispatch(
             Some(response) => out.encode(&response),
             None => return Ok(None),
         },
-        RequestKind::Fetch(body) => out.encode_fetch(&fetch::handle(&shard, body, budget).await),
+        RequestKind::Fetch(body) => {
+            out.encode_fetch(&fetch::handle(&shard, body, version, budget).await)
+        }
         RequestKind::ListOffsets(body) => {
             out.encode(&list_offsets::handle(&shard, body, version).await)
         }

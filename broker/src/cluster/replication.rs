@@ -1,0 +1,252 @@
+//! Replication on each core of a cluster member (the design's per-core
+//! replication tasks):
+//! - every [`TICK`], the leaders among the core's partitions tick (a
+//!   follower that has not caught up for `replica.lag.time.max.ms` is
+//!   proposed out of the ISR) and their ISR changes go to the active
+//!   controller (AlterPartition through the agent);
+//! - one fetcher per (leader broker, core) fetches, as a follower, every
+//!   partition this core follows on that leader, with Kafka's Fetch
+//!   carrying this broker's id, over one connection, and appends what it
+//!   gets with the leader's offsets and epochs.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
+use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use protocol::client::{ClientConfig, Connection};
+
+use super::wire::AlterPartition;
+use super::Cluster;
+use crate::errors;
+use crate::partition::Partition;
+use crate::shard::Shard;
+
+/// How often leaders tick and fetchers are started for new leaders.
+const TICK: Duration = Duration::from_millis(100);
+/// A follower's fetch waits this long at the leader for new records.
+const FETCH_WAIT_MS: i32 = 500;
+/// Bytes a follower asks for per fetch, and per partition.
+const FETCH_BYTES_MAX: i32 = 16 << 20;
+const FETCH_PARTITION_BYTES_MAX: i32 = 4 << 20;
+/// After a failed fetch (leader unreachable, no leader), the next is tried
+/// this much later.
+const RETRY_AFTER: Duration = Duration::from_millis(100);
+/// The highest Fetch version a follower uses: names topics (v13 on names
+/// them by id) and carries the replica id in the request.
+const FETCH_VERSION_MAX: i16 = 12;
+
+/// Runs the core's replication until the broker stops.
+pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>) {
+    // The leaders a fetcher of this core runs for; each leaves on exit.
+    let fetchers: Rc<RefCell<BTreeSet<i32>>> = Rc::default();
+    loop {
+        if shard.stopping.sleep_unless_raised(TICK).await {
+            return;
+        }
+        let partitions = owned_partitions(&shard);
+        for partition in &partitions {
+            if partition.is_leader() {
+                partition.tick();
+            }
+            if let Some(proposal) = partition.take_isr_proposal() {
+                let alter = AlterPartition {
+                    topic: partition.topic().to_string(),
+                    partition: partition.index(),
+                    leader: shard.config.node_id,
+                    leader_epoch: proposal.leader_epoch,
+                    partition_epoch: proposal.partition_epoch,
+                    isr: proposal.isr,
+                };
+                let (cluster, partition) = (cluster.clone(), partition.clone());
+                glommio::spawn_local(async move {
+                    let code = cluster.alter_partition(alter.clone()).await;
+                    if code != errors::NONE {
+                        tracing::info!(
+                            topic = %alter.topic,
+                            partition = alter.partition,
+                            isr = ?alter.isr,
+                            error = %protocol::client::error_name(code),
+                            "ISR change not taken"
+                        );
+                        partition.isr_proposal_failed();
+                    }
+                })
+                .detach();
+            }
+        }
+        let leaders: BTreeSet<i32> = partitions
+            .iter()
+            .filter_map(|p| p.following().map(|(leader, _)| leader))
+            .collect();
+        for leader in leaders {
+            if !fetchers.borrow_mut().insert(leader) {
+                continue;
+            }
+            let (shard, fetchers) = (shard.clone(), fetchers.clone());
+            glommio::spawn_local(async move {
+                fetch_from(shard, leader).await;
+                fetchers.borrow_mut().remove(&leader);
+            })
+            .detach();
+        }
+    }
+}
+
+fn owned_partitions(shard: &Shard) -> Vec<Rc<Partition>> {
+    shard
+        .partitions
+        .borrow()
+        .values()
+        .flat_map(|by_index| by_index.values().cloned())
+        .collect()
+}
+
+/// The partitions of this core that follow `leader`, with their leader epoch.
+fn following(shard: &Shard, leader: i32) -> Vec<(Rc<Partition>, i32)> {
+    owned_partitions(shard)
+        .into_iter()
+        .filter_map(|p| match p.following() {
+            Some((l, epoch)) if l == leader => Some((p, epoch)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Fetches from `leader` for this core's partitions that follow it,
+/// until none does (or the broker stops).
+async fn fetch_from(shard: Rc<Shard>, leader: i32) {
+    let mut connection: Option<Connection> = None;
+    loop {
+        if shard.stopping.is_raised() {
+            return;
+        }
+        let wanted = following(&shard, leader);
+        if wanted.is_empty() {
+            return;
+        }
+        let address = shard
+            .metadata
+            .image()
+            .brokers
+            .get(&leader)
+            .filter(|b| !b.fenced)
+            .map(|b| format!("{}:{}", b.host, b.port));
+        let Some(address) = address else {
+            glommio::timer::sleep(RETRY_AFTER).await;
+            continue;
+        };
+        if connection.as_ref().is_none_or(|c| c.address() != address) {
+            let config = ClientConfig {
+                client_id: format!("strom-replica-{}", shard.config.node_id),
+                connect_timeout: Duration::from_secs(2),
+                request_timeout: Duration::from_millis(FETCH_WAIT_MS as u64)
+                    + Duration::from_secs(10),
+                ..ClientConfig::default()
+            };
+            match Connection::connect(&address, config).await {
+                Ok(connected) => connection = Some(connected),
+                Err(error) => {
+                    tracing::debug!(leader, %address, %error, "leader unreachable");
+                    glommio::timer::sleep(RETRY_AFTER).await;
+                    continue;
+                }
+            }
+        }
+        let conn = connection.as_mut().expect("connected");
+        match fetch_once(&shard, conn, &wanted).await {
+            Ok(true) => {}
+            // Every partition refused (the leader has not taken its
+            // leadership yet, or lost it): ask again a little later.
+            Ok(false) => glommio::timer::sleep(RETRY_AFTER).await,
+            Err(error) => {
+                tracing::debug!(leader, %address, %error, "follower fetch failed");
+                connection = None;
+                glommio::timer::sleep(RETRY_AFTER).await;
+            }
+        }
+    }
+}
+
+/// One fetch for `wanted` and the appends of what it brought; whether
+/// any partition was served.
+async fn fetch_once(
+    shard: &Rc<Shard>,
+    connection: &mut Connection,
+    wanted: &[(Rc<Partition>, i32)],
+) -> Result<bool, protocol::client::ClientError> {
+    let version = connection.version::<FetchRequest>(4..=FETCH_VERSION_MAX)?;
+    let mut by_topic: BTreeMap<&str, Vec<FetchPartition>> = BTreeMap::new();
+    for (partition, epoch) in wanted {
+        by_topic.entry(partition.topic()).or_default().push(
+            FetchPartition::default()
+                .with_partition(partition.index())
+                .with_current_leader_epoch(*epoch)
+                .with_fetch_offset(partition.log_end_offset())
+                .with_log_start_offset(-1)
+                .with_partition_max_bytes(FETCH_PARTITION_BYTES_MAX),
+        );
+    }
+    let topics = by_topic
+        .into_iter()
+        .map(|(topic, partitions)| {
+            FetchTopic::default()
+                .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_partitions(partitions)
+        })
+        .collect();
+    let node = BrokerId(shard.config.node_id);
+    let request = FetchRequest::default()
+        .with_replica_id(node)
+        .with_replica_state(ReplicaState::default().with_replica_id(node))
+        .with_max_wait_ms(FETCH_WAIT_MS)
+        .with_min_bytes(1)
+        .with_max_bytes(FETCH_BYTES_MAX)
+        .with_isolation_level(0)
+        .with_session_id(0)
+        .with_session_epoch(-1)
+        .with_topics(topics);
+    let response = connection.call(&request, version).await?;
+    let mut served = false;
+    for topic in response.responses {
+        let name = topic.topic.0.to_string();
+        for data in topic.partitions {
+            let Some((partition, _)) = wanted
+                .iter()
+                .find(|(p, _)| p.topic() == name && p.index() == data.partition_index)
+            else {
+                continue;
+            };
+            match data.error_code {
+                errors::NONE => {
+                    served = true;
+                    let records = data.records.unwrap_or_default();
+                    if let Err(code) = partition
+                        .append_replicated(records, data.high_watermark)
+                        .await
+                    {
+                        tracing::warn!(
+                            topic = %name,
+                            partition = data.partition_index,
+                            error = %protocol::client::error_name(code),
+                            "replicated records not appended"
+                        );
+                    }
+                }
+                code => {
+                    tracing::debug!(
+                        topic = %name,
+                        partition = data.partition_index,
+                        error = %protocol::client::error_name(code),
+                        "the leader refused a follower fetch"
+                    );
+                }
+            }
+        }
+    }
+    Ok(served)
+}
