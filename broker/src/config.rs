@@ -181,6 +181,9 @@ pub struct ClusterTiming {
     /// `controller.quorum.election.timeout.ms`: a voter that hears no
     /// leader for a random time between this and twice this campaigns.
     pub election_timeout_ms: u64,
+    /// `replica.lag.time.max.ms`: a follower not caught up with its leader
+    /// for this long leaves the ISR.
+    pub replica_lag_time_max_ms: u64,
 }
 
 impl Default for ClusterTiming {
@@ -190,6 +193,7 @@ impl Default for ClusterTiming {
             session_timeout_ms: 9_000,
             heartbeat_interval_ms: 2_000,
             election_timeout_ms: 1_000,
+            replica_lag_time_max_ms: crate::replica::REPLICA_LAG_TIME_MAX_MS_DEFAULT,
         }
     }
 }
@@ -627,6 +631,10 @@ impl Builder {
                     ));
                 }
                 self.metadata_snapshot_bytes = bytes;
+            }
+            "replica.lag.time.max.ms" => {
+                self.cluster_timing.replica_lag_time_max_ms =
+                    parse_ms_between(key, value, source, 100, 3_600_000)?;
             }
             "controller.quorum.election.timeout.ms" => {
                 self.cluster_timing.election_timeout_ms =

@@ -227,6 +227,12 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         meaning: "In a cluster, how often a broker heartbeats to the active controller (Kafka's default). Keep it well below `broker.session.timeout.ms`.",
     },
     Setting {
+        keys: &["replica.lag.time.max.ms"],
+        flag: None,
+        default: Default::Value("30000"),
+        meaning: "A follower that has not caught up with its leader's log end for this long is taken out of the partition's ISR by the leader (through the active controller); it comes back once it has caught up to the high watermark (Kafka's default).",
+    },
+    Setting {
         keys: &["controller.quorum.election.timeout.ms"],
         flag: None,
         default: Default::Value("1000"),

@@ -65,6 +65,7 @@ pub fn broker_value(config: &BrokerConfig, key: &str) -> Option<String> {
         "producer.id.expiration.ms" => config.producer_id_expiration_ms.to_string(),
         "broker.session.timeout.ms" => config.cluster_timing.session_timeout_ms.to_string(),
         "strom.metadata.snapshot.bytes" => config.metadata_snapshot_bytes.to_string(),
+        "replica.lag.time.max.ms" => config.cluster_timing.replica_lag_time_max_ms.to_string(),
         "broker.heartbeat.interval.ms" => config.cluster_timing.heartbeat_interval_ms.to_string(),
         "controller.quorum.election.timeout.ms" => {
             config.cluster_timing.election_timeout_ms.to_string()

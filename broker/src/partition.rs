@@ -25,7 +25,6 @@ use crate::metadata::PartitionState;
 use crate::producer_state::{last_sequence, ProducerTable, RecoveredBatch, SequenceCheck};
 use crate::replica::{
     Action, Assignment, IsrProposal, NodeId, ReplicaConfig, ReplicaState, Role, WaiterId,
-    REPLICA_LAG_TIME_MAX_MS_DEFAULT,
 };
 use crate::sync::Condition;
 use crate::topic_config::{EffectiveConfig, TimestampType};
@@ -373,6 +372,7 @@ impl Partition {
         config: &EffectiveConfig,
         producer_id_expiration_ms: i64,
         node_id: NodeId,
+        replica_lag_time_max_ms: u64,
     ) -> Result<Rc<Partition>, StorageError> {
         let dir = data_dir.join(format!("{topic}-{index}"));
         let log = Log::open(ctx, dir, config.log.clone()).await?;
@@ -388,7 +388,7 @@ impl Partition {
             ReplicaConfig {
                 local_id: node_id,
                 min_insync_replicas: config.min_insync_replicas,
-                lag_time_max_ms: REPLICA_LAG_TIME_MAX_MS_DEFAULT,
+                lag_time_max_ms: replica_lag_time_max_ms,
             },
             log.start_offset(),
             log.next_offset(),

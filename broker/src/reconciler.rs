@@ -77,6 +77,7 @@ pub async fn open_missing(shard: &Rc<Shard>, image: &MetadataImage) -> Result<us
                 effective,
                 shard.config.producer_id_expiration_ms,
                 shard.config.node_id,
+                shard.config.cluster_timing.replica_lag_time_max_ms,
             )
             .await
             .map_err(|error| OpenFailure {

@@ -1,0 +1,140 @@
+"""An idempotent acks=all producer and its checker, for failover tests.
+
+Usage:
+  replication_check.py produce BOOTSTRAP TOPIC N ACKS_FILE
+      writes records "r-0" .. "r-(N-1)" (self-checking values), keyed so
+      that each key stays in one partition, and appends one line
+      "KEY PARTITION OFFSET ACK_TIME_MS" to ACKS_FILE per acknowledgement
+      (flushed at once); ends when every record is acknowledged or failed
+      for good (printed as "failed: COUNT")
+  check BOOTSTRAP TOPIC ACKS_FILE N
+      reads the whole topic and checks: every acknowledged record is there
+      byte-exact, none twice, and within each partition the records of the
+      producer are in the order sent; prints the counts
+"""
+
+import sys
+import time
+import uuid
+import zlib
+
+from checks import check, fail
+
+from confluent_kafka import Consumer, Producer
+
+DEADLINE_S = 600
+
+
+def value_of(i):
+    body = bytes((i * 13 + j) % 251 for j in range(100 + i % 300))
+    return f"r-{i}:{zlib.crc32(body)}:".encode() + body
+
+
+def produce(bootstrap, topic, n, acks_file):
+    n = int(n)
+    producer = Producer({
+        "bootstrap.servers": bootstrap,
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 2,
+        "max.in.flight.requests.per.connection": 5,
+        "message.timeout.ms": 120000,
+        "retry.backoff.ms": 50,
+        "topic.metadata.refresh.interval.ms": 1000,
+    })
+    out = open(acks_file, "a", buffering=1)
+    failed = []
+
+    def delivered(error, message):
+        if error is not None:
+            failed.append((message.key().decode(), str(error)))
+            return
+        out.write(f"{message.key().decode()} {message.partition()} {message.offset()} "
+                  f"{int(time.time() * 1000)}\n")
+
+    deadline = time.time() + DEADLINE_S
+    for i in range(n):
+        while True:
+            try:
+                producer.produce(topic, key=f"r-{i}".encode(), value=value_of(i),
+                                 on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+        # A steady pace, so that faults land mid-stream.
+        if i % 50 == 49:
+            producer.poll(0.01)
+        if time.time() > deadline:
+            fail("the producer ran past its deadline")
+    check(producer.flush(DEADLINE_S) == 0, "the producer did not flush")
+    out.close()
+    print(f"failed: {len(failed)}")
+    for key, error in failed[:10]:
+        print(f"  {key}: {error}")
+
+
+def check_topic(bootstrap, topic, acks_file, n):
+    n = int(n)
+    acknowledged = {}
+    for line in open(acks_file):
+        key, partition, offset, _ = line.split()
+        acknowledged[key] = (int(partition), int(offset))
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": f"check-{uuid.uuid4()}",
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    })
+    consumer.subscribe([topic])
+    seen = {}
+    duplicated = 0
+    out_of_order = 0
+    last_in_partition = {}
+    idle_since = time.time()
+    deadline = time.time() + DEADLINE_S
+    while time.time() < deadline:
+        messages = consumer.consume(1000, timeout=1.0)
+        if not messages:
+            if all(k in seen for k in acknowledged) and time.time() - idle_since > 3:
+                break
+            continue
+        idle_since = time.time()
+        for message in messages:
+            if message.error():
+                fail(f"consume error: {message.error()}")
+            key = message.key().decode()
+            i = int(key.split("-")[1])
+            check(message.value() == value_of(i), f"{key}: value differs")
+            if key in seen:
+                duplicated += 1
+            seen[key] = (message.partition(), message.offset())
+            last = last_in_partition.get(message.partition(), -1)
+            if i < last:
+                out_of_order += 1
+            last_in_partition[message.partition()] = max(last, i)
+    consumer.close()
+    lost = [k for k in acknowledged if k not in seen]
+    moved = [k for k, at in acknowledged.items() if k in seen and seen[k] != at]
+    print(f"acknowledged: {len(acknowledged)} read: {len(seen)} lost: {len(lost)} "
+          f"duplicated: {duplicated} out_of_order: {out_of_order} moved: {len(moved)}")
+    check(not lost, f"acknowledged records lost: {lost[:10]}")
+    check(duplicated == 0, f"{duplicated} records read twice")
+    check(out_of_order == 0, f"{out_of_order} records out of order")
+    check(not moved, f"acknowledged records at other offsets than acknowledged: {moved[:10]}")
+
+
+def main():
+    if len(sys.argv) < 2:
+        fail(__doc__)
+    mode, args = sys.argv[1], sys.argv[2:]
+    if mode == "produce":
+        produce(*args)
+    elif mode == "check":
+        check_topic(*args)
+    else:
+        fail(f"unknown mode {mode}")
+
+
+if __name__ == "__main__":
+    main()

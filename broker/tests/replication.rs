@@ -1,0 +1,233 @@
+//! Replication across real `strom` processes: three brokers (each
+//! `--cores 1` on loopback), a topic with three replicas and
+//! `min.insync.replicas=2`, and an idempotent `acks=all` confluent-kafka
+//! producer writing self-checking records while leaders are killed with
+//! `kill -9` (tests/clients/replication_check.py). The claim: no
+//! acknowledged record lost, none duplicated, order kept. Each round's
+//! unavailability (kill to the first acknowledgement after it) is
+//! printed; `scripts/soak` runs many rounds.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::SoakBudget;
+use test_support::cluster::Cluster;
+use test_support::{poll_until, run, strom_ok, wait_deadline};
+
+const TOPIC: &str = "replicated";
+const PARTITIONS: i32 = 6;
+const RECORDS: usize = 40_000;
+/// Acknowledgements between two kills, so that each kill lands mid-stream.
+const ACKS_PER_ROUND: usize = 2_000;
+const ROUND_DEADLINE: Duration = Duration::from_secs(90);
+const PRODUCER_DEADLINE: Duration = Duration::from_secs(600);
+
+/// (leader, ISR) of each partition of `TOPIC`, as kcat lists them.
+fn partitions(bootstrap: &str) -> Option<BTreeMap<i32, (i32, Vec<i32>)>> {
+    let output = run(
+        Command::new("kcat").args(["-b", bootstrap, "-L", "-J", "-m", "5", "-t", TOPIC]),
+        None,
+        Duration::from_secs(20),
+    );
+    if !output.status.success() {
+        return None;
+    }
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
+    let topic = json["topics"].as_array()?.first()?;
+    let mut out = BTreeMap::new();
+    for p in topic["partitions"].as_array()? {
+        let isr = p["isrs"]
+            .as_array()?
+            .iter()
+            .filter_map(|r| r["id"].as_i64())
+            .map(|id| id as i32)
+            .collect();
+        out.insert(
+            p["partition"].as_i64()? as i32,
+            (p["leader"].as_i64()? as i32, isr),
+        );
+    }
+    (out.len() == PARTITIONS as usize).then_some(out)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// (key, partition, ack time ms) of every acknowledgement so far.
+fn acks(path: &Path) -> Vec<(String, i32, u64)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| {
+            let mut parts = line.split_whitespace();
+            let key = parts.next()?.to_string();
+            let partition = parts.next()?.parse().ok()?;
+            let _offset = parts.next()?;
+            let at = parts.next()?.parse().ok()?;
+            Some((key, partition, at))
+        })
+        .collect()
+}
+
+fn script() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/replication_check.py")
+}
+
+fn median(values: &mut [u64]) -> u64 {
+    values.sort_unstable();
+    values[values.len() / 2]
+}
+
+#[test]
+fn killing_leaders_under_acks_all_loses_no_acknowledged_record() {
+    let budget = SoakBudget::from_env(3);
+    let mut cluster = Cluster::start(3, &["--set", "replica.lag.time.max.ms=5000"]);
+    let any = cluster.node(1).broker.bootstrap();
+    cluster.wait_for("three brokers listed", || {
+        let output = run(
+            Command::new("kcat").args(["-b", &any, "-L", "-J", "-m", "5"]),
+            None,
+            Duration::from_secs(20),
+        );
+        let json: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
+        (json["brokers"].as_array()?.len() == 3 && json["controllerid"].as_i64()? > 0).then_some(())
+    });
+    strom_ok(
+        &cluster.node(1).broker,
+        &[
+            "topic",
+            "create",
+            TOPIC,
+            "--partitions",
+            &PARTITIONS.to_string(),
+            "--replication-factor",
+            "3",
+            "--config",
+            "min.insync.replicas=2",
+        ],
+    );
+    cluster.wait_for("every partition led with three in sync", || {
+        partitions(&any).filter(|p| p.values().all(|(l, isr)| *l > 0 && isr.len() == 3))
+    });
+
+    let dir = tempfile::tempdir().unwrap();
+    let acks_file = dir.path().join("acks");
+    let producer_log = dir.path().join("producer.log");
+    let mut producer: Child = Command::new("python3")
+        .arg(script())
+        .args(["produce", &cluster.bootstrap(), TOPIC, &RECORDS.to_string()])
+        .arg(&acks_file)
+        .stdout(std::fs::File::create(&producer_log).unwrap())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("python3 runs");
+
+    let mut unavailable_ms = Vec::new();
+    let mut rounds = 0u64;
+    let mut producer_done = false;
+    while budget.more(rounds) {
+        let before = acks(&acks_file).len();
+        let progressed = poll_until(ROUND_DEADLINE, || {
+            (acks(&acks_file).len() >= before + ACKS_PER_ROUND).then_some(())
+        });
+        if progressed.is_none() {
+            if producer.try_wait().unwrap().is_some() {
+                producer_done = true;
+                break;
+            }
+            panic!("no progress in round {rounds}\n{}", cluster.logs());
+        }
+        // The leader of the partition with the most acknowledgements.
+        let mut per_partition: BTreeMap<i32, usize> = BTreeMap::new();
+        for (_, partition, _) in acks(&acks_file) {
+            *per_partition.entry(partition).or_default() += 1;
+        }
+        let busiest = per_partition
+            .iter()
+            .max_by_key(|(_, n)| **n)
+            .map(|(p, _)| *p)
+            .unwrap();
+        let alive: Vec<i32> = cluster.nodes.iter().map(|n| n.id).collect();
+        let listed = cluster.wait_for("the partitions listed", || {
+            alive
+                .iter()
+                .find_map(|&id| partitions(&cluster.node(id).broker.bootstrap()))
+        });
+        let victim = listed[&busiest].0;
+        let survivor = cluster
+            .node((1..=3).find(|&n| n != victim).unwrap())
+            .broker
+            .bootstrap();
+        let killed_at = now_ms();
+        cluster.node_mut(victim).broker.kill();
+        // Unavailability: kill to the first acknowledgement after it of a
+        // record of the partition the killed broker led (the others keep
+        // acknowledging all along).
+        let acked_after = cluster.wait_for("an acknowledgement after the kill", || {
+            acks(&acks_file)
+                .iter()
+                .filter(|(_, partition, at)| *partition == busiest && *at > killed_at)
+                .map(|(_, _, at)| *at)
+                .min()
+        });
+        unavailable_ms.push(acked_after - killed_at);
+        cluster.wait_for("another leader for every partition", || {
+            partitions(&survivor).filter(|p| p.values().all(|(l, _)| *l > 0 && *l != victim))
+        });
+        cluster.node_mut(victim).broker.start_again();
+        cluster.wait_for("the killed broker back in every ISR", || {
+            partitions(&survivor).filter(|p| p.values().all(|(_, isr)| isr.len() == 3))
+        });
+        rounds += 1;
+        println!(
+            "round {rounds}: killed broker {victim} (leader of partition {busiest}); \
+             unavailable {} ms",
+            acked_after - killed_at
+        );
+    }
+    if !producer_done {
+        let status = wait_deadline(&mut producer, PRODUCER_DEADLINE)
+            .unwrap_or_else(|| panic!("the producer did not finish\n{}", cluster.logs()));
+        assert!(status.success(), "producer: {status}");
+    }
+    let produced = std::fs::read_to_string(&producer_log).unwrap();
+    assert!(produced.contains("failed: 0"), "{produced}");
+
+    let output = run(
+        Command::new("python3").arg(script()).args([
+            "check",
+            &cluster.bootstrap(),
+            TOPIC,
+            acks_file.to_str().unwrap(),
+            &RECORDS.to_string(),
+        ]),
+        None,
+        PRODUCER_DEADLINE,
+    );
+    let checked = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(
+        output.status.success(),
+        "{checked}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        checked.contains(&format!(
+            "acknowledged: {RECORDS} read: {RECORDS} lost: 0 duplicated: 0 out_of_order: 0"
+        )),
+        "{checked}"
+    );
+    assert!(rounds >= 1, "no kill happened");
+    println!(
+        "{rounds} rounds: unavailability median {} ms, max {} ms; {checked}",
+        median(&mut unavailable_ms.clone()),
+        unavailable_ms.iter().max().unwrap()
+    );
+}
