@@ -397,6 +397,11 @@ pub const TOPIC_SETTINGS: &[TopicSetting] = &[
         broker_key: "min.insync.replicas",
         meaning: "In-sync replicas an `acks=all` produce needs: with fewer in the ISR it is refused with NOT_ENOUGH_REPLICAS (or answered NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank while it waited). More than the replication factor makes every `acks=all` produce fail, as in Kafka.",
     },
+    TopicSetting {
+        topic_key: "unclean.leader.election.enable",
+        broker_key: "unclean.leader.election.enable",
+        meaning: "When a partition's leader is fenced and no other in-sync replica is live, `true` lets a live replica that is not in sync lead (records only the old leader had are lost: availability over the guarantee); `false` leaves the partition without a leader until an in-sync replica returns.",
+    },
 ];
 
 /// A consumer group setting (`crate::group::GROUP_CONFIG_KEYS`).

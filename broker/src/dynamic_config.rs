@@ -41,9 +41,10 @@ pub mod sources {
 /// The type of a setting, by any of its names (broker, topic or group).
 pub fn config_type(name: &str) -> i8 {
     match name {
-        "auto.create.topics.enable" | "delete.topic.enable" | "strom.metrics.partition.labels" => {
-            types::BOOLEAN
-        }
+        "auto.create.topics.enable"
+        | "delete.topic.enable"
+        | "strom.metrics.partition.labels"
+        | "unclean.leader.election.enable" => types::BOOLEAN,
         "cleanup.policy"
         | "log.cleanup.policy"
         | "process.roles"

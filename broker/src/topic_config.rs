@@ -52,6 +52,10 @@ const BROKER_KEYS: &[BrokerKey] = &[
         name: "min.insync.replicas",
         broker_name: "min.insync.replicas",
     },
+    BrokerKey {
+        name: "unclean.leader.election.enable",
+        broker_name: "unclean.leader.election.enable",
+    },
 ];
 
 /// Broker-level names of the storage keys, where Kafka's differ.
@@ -122,6 +126,7 @@ fn validate_broker_applied(name: &str, value: &str) -> Result<(), String> {
         "compression.zstd.level" => level(recompress::ZSTD_LEVELS),
         "message.timestamp.type" => matches!(value, "CreateTime" | "LogAppendTime"),
         "min.insync.replicas" => value.parse::<u16>().is_ok_and(|n| n >= 1),
+        "unclean.leader.election.enable" => matches!(value, "true" | "false"),
         _ => false,
     };
     if ok {
@@ -135,6 +140,7 @@ fn validate_broker_applied(name: &str, value: &str) -> Result<(), String> {
         "compression.zstd.level" => "-131072 to 22",
         "message.timestamp.type" => "CreateTime or LogAppendTime",
         "min.insync.replicas" => "a whole number of at least 1",
+        "unclean.leader.election.enable" => "true or false",
         _ => "a known value",
     };
     Err(format!(
@@ -194,6 +200,7 @@ impl TopicDefaults {
             ("compression.zstd.level", "3"),
             ("message.timestamp.type", "CreateTime"),
             ("min.insync.replicas", "1"),
+            ("unclean.leader.election.enable", "false"),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))

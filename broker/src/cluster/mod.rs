@@ -88,6 +88,9 @@ pub struct Cluster {
     /// A voter snapshots its metadata image after this many bytes of
     /// log applied since its last snapshot (`strom.metadata.snapshot.bytes`).
     pub snapshot_log_bytes: u64,
+    /// `unclean.leader.election.enable` of the configuration (a topic's
+    /// own setting wins).
+    pub unclean_default: bool,
     /// The quorum thread's inbox, on a voter.
     pub inbox: Option<flume::Sender<Input>>,
     image: RwLock<Arc<MetadataImage>>,
@@ -113,6 +116,10 @@ impl Cluster {
             voters: config.quorum.voters.clone(),
             bootstrap_servers: config.quorum.bootstrap_servers.clone(),
             snapshot_log_bytes: config.metadata_snapshot_bytes,
+            unclean_default: config
+                .topic_defaults
+                .get("unclean.leader.election.enable")
+                .is_some_and(|v| v == "true"),
             timing: config.cluster_timing,
             status: Mutex::new(QuorumStatus {
                 role: if inbox.is_some() {

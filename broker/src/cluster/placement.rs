@@ -95,7 +95,7 @@ fn led_by(state: &PartitionState, leader: i32, isr: Vec<i32>) -> PartitionState 
 /// member (the first in replica order), or has no leader when none is
 /// left (the last ISR member stays in the ISR, as in Kafka, so that it
 /// can lead again when it returns).
-pub fn fence(image: &MetadataImage, id: i32) -> Vec<MetadataRecord> {
+pub fn fence(image: &MetadataImage, id: i32, unclean_default: bool) -> Vec<MetadataRecord> {
     let mut records = vec![MetadataRecord::BrokerFencing { id, fenced: true }];
     for topic in image.topics.values() {
         for (index, state) in topic.partitions.iter().enumerate() {
@@ -108,9 +108,24 @@ pub fn fence(image: &MetadataImage, id: i32) -> Vec<MetadataRecord> {
                 .iter()
                 .copied()
                 .find(|r| others.contains(r) && *r != id && image.is_live(*r));
+            let unclean = unclean_allowed(topic, unclean_default)
+                .then(|| {
+                    state
+                        .replicas
+                        .iter()
+                        .copied()
+                        .find(|&r| r != id && image.is_live(r))
+                })
+                .flatten();
             let changed = match (state.leader == id, live_other) {
                 (true, Some(next)) => led_by(state, next, others),
-                (true, None) => led_by(state, -1, state.isr.clone()),
+                (true, None) => match unclean {
+                    Some(next) => {
+                        tracing::warn!(topic = %topic.name, partition = index, leader = next, "unclean leader election: a replica out of sync leads");
+                        led_by(state, next, vec![next])
+                    }
+                    None => led_by(state, -1, state.isr.clone()),
+                },
                 (false, _) if state.isr.contains(&id) && !others.is_empty() => {
                     led_by(state, state.leader, others)
                 }
@@ -126,19 +141,37 @@ pub fn fence(image: &MetadataImage, id: i32) -> Vec<MetadataRecord> {
     records
 }
 
+/// Whether `topic` allows an unclean leader election: its own
+/// `unclean.leader.election.enable`, else the broker default.
+fn unclean_allowed(topic: &crate::metadata::TopicMeta, default: bool) -> bool {
+    topic
+        .configs
+        .get("unclean.leader.election.enable")
+        .map_or(default, |v| v == "true")
+}
+
 /// The records that unfence broker `id`: partitions without a leader
-/// whose ISR names it get it as leader.
-pub fn unfence(image: &MetadataImage, id: i32) -> Vec<MetadataRecord> {
+/// whose ISR names it get it as leader (or, where unclean elections are
+/// allowed, any partition without a leader it holds a replica of).
+pub fn unfence(image: &MetadataImage, id: i32, unclean_default: bool) -> Vec<MetadataRecord> {
     let mut records = vec![MetadataRecord::BrokerFencing { id, fenced: false }];
     for topic in image.topics.values() {
         for (index, state) in topic.partitions.iter().enumerate() {
-            if state.leader == -1 && state.isr.contains(&id) {
-                records.push(MetadataRecord::PartitionChanged {
-                    name: topic.name.clone(),
-                    index: index as i32,
-                    state: led_by(state, id, state.isr.clone()),
-                });
+            if state.leader != -1 || !state.replicas.contains(&id) {
+                continue;
             }
+            let state = if state.isr.contains(&id) {
+                led_by(state, id, state.isr.clone())
+            } else if unclean_allowed(topic, unclean_default) {
+                led_by(state, id, vec![id])
+            } else {
+                continue;
+            };
+            records.push(MetadataRecord::PartitionChanged {
+                name: topic.name.clone(),
+                index: index as i32,
+                state,
+            });
         }
     }
     records
@@ -304,6 +337,58 @@ mod tests {
     }
 
     #[test]
+    fn an_unclean_election_lets_a_replica_out_of_sync_lead_only_when_allowed() {
+        let mut image = cluster(&[(1, None), (2, None), (3, None)]);
+        create(&mut image, "t", vec![vec![1, 2]]);
+        // The ISR shrank to the leader alone, then the leader is fenced.
+        image.apply(&MetadataRecord::PartitionChanged {
+            name: "t".to_string(),
+            index: 0,
+            state: PartitionState {
+                replicas: vec![1, 2],
+                leader: 1,
+                leader_epoch: 0,
+                isr: vec![1],
+                partition_epoch: 1,
+            },
+        });
+        let clean = image.with(&fence(&image, 1, false));
+        assert_eq!(clean.topics["t"].partitions[0].leader, -1);
+        let unclean = image.with(&fence(&image, 1, true));
+        let state = &unclean.topics["t"].partitions[0];
+        assert_eq!(
+            (state.leader, state.isr.clone(), state.leader_epoch),
+            (2, vec![2], 1)
+        );
+        // A topic's own setting wins over the default.
+        image.apply(&MetadataRecord::TopicConfigsSet {
+            name: "t".to_string(),
+            configs: BTreeMap::from([(
+                "unclean.leader.election.enable".to_string(),
+                "true".to_string(),
+            )]),
+        });
+        assert_eq!(
+            image.with(&fence(&image, 1, false)).topics["t"].partitions[0].leader,
+            2
+        );
+        // Left without a leader, it gets one when an out-of-sync replica
+        // comes back, if allowed.
+        let offline = clean.with(&[MetadataRecord::BrokerFencing {
+            id: 2,
+            fenced: true,
+        }]);
+        assert_eq!(
+            offline.with(&unfence(&offline, 2, false)).topics["t"].partitions[0].leader,
+            -1
+        );
+        assert_eq!(
+            offline.with(&unfence(&offline, 2, true)).topics["t"].partitions[0].leader,
+            2
+        );
+    }
+
+    #[test]
     fn isr_changes_are_taken_only_from_the_current_leader_at_current_epochs() {
         use crate::cluster::wire::AlterPartition;
         use crate::errors;
@@ -365,7 +450,7 @@ mod tests {
         let mut image = cluster(&[(1, None), (2, None), (3, None)]);
         create(&mut image, "r3", vec![vec![1, 2, 3]]);
         create(&mut image, "r1", vec![vec![1]]);
-        let records = fence(&image, 1);
+        let records = fence(&image, 1, false);
         for record in &records {
             image.apply(record);
         }
@@ -377,7 +462,7 @@ mod tests {
         assert_eq!(r1.isr, vec![1], "the last ISR member stays");
         assert!(!image.is_live(1));
 
-        for record in unfence(&image, 1) {
+        for record in unfence(&image, 1, false) {
             image.apply(&record);
         }
         let r1 = &image.topics["r1"].partitions[0];

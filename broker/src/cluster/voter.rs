@@ -308,14 +308,18 @@ impl Voter {
                 tracing::info!(broker = id, host = %broker.host, port = broker.port, "broker registers");
                 let mut records = vec![MetadataRecord::BrokerRegistered(broker)];
                 let registered = self.image.with(&records);
-                records.extend(placement::unfence(&registered, id).into_iter().skip(1));
+                records.extend(
+                    placement::unfence(&registered, id, self.cluster.unclean_default)
+                        .into_iter()
+                        .skip(1),
+                );
                 records
             } else if heartbeat.shutting_down && !fenced {
                 tracing::info!(broker = id, "broker stops: fenced, its leaderships move");
-                placement::fence(&self.image, id)
+                placement::fence(&self.image, id, self.cluster.unclean_default)
             } else if fenced && !heartbeat.shutting_down {
                 tracing::info!(broker = id, "broker heartbeats again: unfenced");
-                placement::unfence(&self.image, id)
+                placement::unfence(&self.image, id, self.cluster.unclean_default)
             } else {
                 Vec::new()
             };
@@ -399,7 +403,7 @@ impl Voter {
                 session_timeout_ms = self.session_timeout.as_millis() as u64,
                 "broker missed its heartbeats: fenced, its leaderships move"
             );
-            let records = placement::fence(&self.image, id);
+            let records = placement::fence(&self.image, id, self.cluster.unclean_default);
             self.propose(records, None);
         }
     }
