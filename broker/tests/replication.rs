@@ -54,6 +54,17 @@ fn partitions(bootstrap: &str) -> Option<BTreeMap<i32, (i32, Vec<i32>)>> {
     (out.len() == PARTITIONS as usize).then_some(out)
 }
 
+/// Some when `bootstrap` lists three brokers and a controller.
+fn three_brokers(bootstrap: &str) -> Option<()> {
+    let output = run(
+        Command::new("kcat").args(["-b", bootstrap, "-L", "-J", "-m", "5"]),
+        None,
+        Duration::from_secs(20),
+    );
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
+    (json["brokers"].as_array()?.len() == 3 && json["controllerid"].as_i64()? > 0).then_some(())
+}
+
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -91,15 +102,7 @@ fn killing_leaders_under_acks_all_loses_no_acknowledged_record() {
     let budget = SoakBudget::from_env(3);
     let mut cluster = Cluster::start(3, &["--set", "replica.lag.time.max.ms=5000"]);
     let any = cluster.node(1).broker.bootstrap();
-    cluster.wait_for("three brokers listed", || {
-        let output = run(
-            Command::new("kcat").args(["-b", &any, "-L", "-J", "-m", "5"]),
-            None,
-            Duration::from_secs(20),
-        );
-        let json: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
-        (json["brokers"].as_array()?.len() == 3 && json["controllerid"].as_i64()? > 0).then_some(())
-    });
+    cluster.wait_for("three brokers listed", || three_brokers(&any));
     strom_ok(
         &cluster.node(1).broker,
         &[
@@ -229,5 +232,160 @@ fn killing_leaders_under_acks_all_loses_no_acknowledged_record() {
         "{rounds} rounds: unavailability median {} ms, max {} ms; {checked}",
         median(&mut unavailable_ms.clone()),
         unavailable_ms.iter().max().unwrap()
+    );
+}
+
+/// Produces one record with `acks=all` over raw Kafka requests; the
+/// partition's error code.
+fn produce_one(
+    broker: &test_support::Broker,
+    topic: &str,
+    correlation_id: i32,
+    value: &[u8],
+) -> i16 {
+    use bytes::Bytes;
+    use protocol::batch::build::{batch, NewRecord};
+    use protocol::kafka_protocol::messages::produce_request::{
+        PartitionProduceData, TopicProduceData,
+    };
+    use protocol::kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, TopicName};
+    use protocol::kafka_protocol::protocol::StrBytes;
+    let records = Bytes::from(batch(
+        1_700_000_000_000,
+        &[NewRecord {
+            key: None,
+            value: Some(value.to_vec()),
+            headers: Vec::new(),
+            timestamp_delta: 0,
+        }],
+    ));
+    let request = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(20_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(records))])]);
+    let mut stream = common::raw::connect(broker);
+    let response: ProduceResponse = common::raw::call(
+        &mut stream,
+        ApiKey::Produce,
+        9,
+        correlation_id,
+        "replication-test",
+        &request,
+    );
+    response.responses[0].partition_responses[0].error_code
+}
+
+/// The ISR of partition 0 of `topic` as `bootstrap` lists it.
+fn isr(bootstrap: &str, topic: &str) -> Option<(i32, Vec<i32>)> {
+    let output = run(
+        Command::new("kcat").args(["-b", bootstrap, "-L", "-J", "-m", "5", "-t", topic]),
+        None,
+        Duration::from_secs(20),
+    );
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
+    let p = &json["topics"].as_array()?.first()?["partitions"]
+        .as_array()?
+        .first()?
+        .clone();
+    let mut isr: Vec<i32> = p["isrs"]
+        .as_array()?
+        .iter()
+        .filter_map(|r| r["id"].as_i64())
+        .map(|id| id as i32)
+        .collect();
+    isr.sort_unstable();
+    Some((p["leader"].as_i64()? as i32, isr))
+}
+
+#[test]
+fn a_stopped_follower_leaves_the_isr_and_two_stopped_refuse_acks_all() {
+    const NOT_ENOUGH_REPLICAS: i16 = 19;
+    // Sessions long enough that only the replica lag takes a stopped
+    // follower out of the ISR.
+    let cluster = Cluster::start(
+        3,
+        &[
+            "--set",
+            "broker.session.timeout.ms=60000",
+            "--set",
+            "replica.lag.time.max.ms=2000",
+        ],
+    );
+    let any = cluster.node(1).broker.bootstrap();
+    cluster.wait_for("three brokers listed", || three_brokers(&any));
+    strom_ok(
+        &cluster.node(1).broker,
+        &[
+            "topic",
+            "create",
+            "lag",
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "3",
+            "--config",
+            "min.insync.replicas=2",
+        ],
+    );
+    let (leader, _) = cluster.wait_for("three in sync", || {
+        isr(&any, "lag").filter(|(l, isr)| *l > 0 && isr.len() == 3)
+    });
+    let followers: Vec<i32> = (1..=3).filter(|&n| n != leader).collect();
+    let leader_broker = &cluster.node(leader).broker;
+    let mut acknowledged = 0;
+    assert_eq!(produce_one(leader_broker, "lag", 1, b"all three"), 0);
+    acknowledged += 1;
+
+    // One follower stopped: it leaves the ISR, acks=all goes on with two.
+    cluster.node(followers[0]).broker.signal(libc::SIGSTOP);
+    let shrunk = cluster.wait_for("the stopped follower out of the ISR", || {
+        isr(&any, "lag").filter(|(_, isr)| isr.len() == 2)
+    });
+    assert!(!shrunk.1.contains(&followers[0]), "{shrunk:?}");
+    assert_eq!(produce_one(leader_broker, "lag", 2, b"two in sync"), 0);
+    acknowledged += 1;
+    cluster.node(followers[0]).broker.signal(libc::SIGCONT);
+    cluster.wait_for("the follower back in the ISR", || {
+        isr(&any, "lag").filter(|(_, isr)| isr.len() == 3)
+    });
+
+    // Two stopped: the ISR is the leader alone, below min.insync.replicas.
+    for follower in &followers {
+        cluster.node(*follower).broker.signal(libc::SIGSTOP);
+    }
+    cluster.wait_for("the leader alone in the ISR", || {
+        isr(&any, "lag").filter(|(_, isr)| *isr == [leader])
+    });
+    assert_eq!(
+        produce_one(leader_broker, "lag", 3, b"refused"),
+        NOT_ENOUGH_REPLICAS
+    );
+    for follower in &followers {
+        cluster.node(*follower).broker.signal(libc::SIGCONT);
+    }
+    cluster.wait_for("all three back in sync", || {
+        isr(&any, "lag").filter(|(_, isr)| isr.len() == 3)
+    });
+    assert_eq!(produce_one(leader_broker, "lag", 4, b"all three again"), 0);
+    acknowledged += 1;
+
+    // Every acknowledged record is there, the refused one is not.
+    let output = run(
+        Command::new("kcat").args(["-b", &any, "-C", "-t", "lag", "-e", "-q", "-f", "%s\n"]),
+        None,
+        Duration::from_secs(60),
+    );
+    let values: Vec<String> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        values,
+        ["all three", "two in sync", "all three again"],
+        "{acknowledged}"
     );
 }
