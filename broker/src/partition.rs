@@ -759,8 +759,8 @@ impl Partition {
     }
 
     /// The OffsetForLeaderEpoch answer for one partition, or its error:
-    /// `FENCED_LEADER_EPOCH` when `current_leader_epoch` (-1: not checked)
-    /// is older than this replica's, `UNKNOWN_LEADER_EPOCH` when newer,
+    /// `FENCED_LEADER_EPOCH` when `current_leader_epoch` (negative, -1 as
+    /// clients send it: not checked) is older than this replica's, `UNKNOWN_LEADER_EPOCH` when newer,
     /// `NOT_LEADER_OR_FOLLOWER` when this replica does not lead (only the
     /// leader answers, for consumers and followers alike, as Kafka).
     pub fn offset_for_leader_epoch(
