@@ -28,6 +28,7 @@ use crate::replica::{
 };
 use crate::sync::Condition;
 use crate::topic_config::{EffectiveConfig, TimestampType};
+use storage::epoch_cache::EpochCache;
 use storage::{small_file, AppendOptions, Clock, Log, StorageError};
 
 /// Kafka's ListOffsets special timestamps.
@@ -54,6 +55,9 @@ pub struct Partition {
     /// One snapshot write at a time (a roll's and the stop's may overlap).
     snapshot_lock: glommio::sync::Semaphore,
     replica: RefCell<ReplicaState>,
+    /// The leader epoch up to which this follower's log is known to agree
+    /// with its leader's (KIP-101/279); a new epoch asks again.
+    reconciled_epoch: Cell<Option<i32>>,
     /// An ISR change the replica state asked for, waiting to be sent to
     /// the active controller (`cluster::replication` takes it).
     isr_outbox: RefCell<Option<IsrProposal>>,
@@ -189,6 +193,17 @@ impl OffsetOutcome {
     }
 }
 
+/// Why [`Partition::truncate_to`] did not truncate.
+#[derive(Debug, thiserror::Error)]
+pub enum TruncateError {
+    /// A produce is between its append and its producer-state record; a
+    /// follower admits none, so only a partition still leading sees this.
+    #[error("{appends} append(s) in flight; truncation refused")]
+    AppendsInFlight { appends: usize },
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
 fn io_error(op: &'static str, path: &Path, error: impl Into<std::io::Error>) -> StorageError {
     StorageError::Io {
         op,
@@ -280,6 +295,12 @@ async fn recover_producers(
         Some((offset, table)) => (table, Some(offset)),
         None => (ProducerTable::default(), None),
     };
+    // A snapshot may hold batches past its offset; those past the log end
+    // are gone (a log cut at recovery or by a truncation).
+    let forgotten = table.forget_from(end);
+    if forgotten > 0 {
+        tracing::info!(dir = %dir.display(), log_end = end, producers = forgotten, "producers whose batches are all past the log end forgotten");
+    }
     let replay_from = snapshot.unwrap_or(0).max(log.start_offset());
     let mut from = replay_from;
     let mut batches = 0u64;
@@ -418,6 +439,7 @@ impl Partition {
             }),
             snapshot_lock: glommio::sync::Semaphore::new(1),
             replica: RefCell::new(replica),
+            reconciled_epoch: Cell::new(None),
             isr_outbox: RefCell::new(None),
             acks: RefCell::new(AcksWaiters::default()),
             acks_answered: Condition::default(),
@@ -530,6 +552,34 @@ impl Partition {
 
     pub fn index(&self) -> i32 {
         self.index
+    }
+
+    /// Whether this follower's log is known to agree with its leader's at
+    /// leader epoch `epoch` (it asked with OffsetForLeaderEpoch and cut
+    /// what diverged).
+    pub fn reconciled_at(&self, epoch: i32) -> bool {
+        self.reconciled_epoch.get() == Some(epoch)
+    }
+
+    pub fn set_reconciled(&self, epoch: i32) {
+        self.reconciled_epoch.set(Some(epoch));
+    }
+
+    pub fn clear_reconciled(&self) {
+        self.reconciled_epoch.set(None);
+    }
+
+    /// The latest leader epoch of this replica's log (-1: none).
+    pub fn latest_log_epoch(&self) -> i32 {
+        self.log.latest_epoch().unwrap_or(-1)
+    }
+
+    /// The local high watermark.
+    pub fn follower_log(&self) -> crate::replica::FollowerLog {
+        crate::replica::FollowerLog {
+            log_end: self.log.next_offset(),
+            high_watermark: self.replica.borrow().high_watermark(),
+        }
     }
 
     /// The ISR change waiting to be sent to the controller, taken.
@@ -973,6 +1023,101 @@ impl Partition {
         self.log.wait_for_append(offset.max(0) as u64).await;
     }
 
+    /// OffsetForLeaderEpoch on this replica: where `epoch` ends in its
+    /// log, as (epoch, end offset) by Kafka's rules (see
+    /// [`EpochCache::end_offset_for`]). A leader answers as if its current
+    /// epoch started at its log end when no batch carries it yet: Kafka's
+    /// leader puts that entry in its cache when it takes leadership, so a
+    /// follower asking for an epoch between its last batch's and the
+    /// current one learns where the last one ended.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
+        let replica = self.replica.borrow();
+        let current = replica.leader_epoch();
+        let leads_an_unwritten_epoch = replica.role() == Role::Leader
+            && self
+                .log
+                .latest_epoch()
+                .is_none_or(|latest| latest < current);
+        if !leads_an_unwritten_epoch {
+            return self.log.end_offset_for(epoch);
+        }
+        let log_end = self.log.next_offset();
+        let mut cache = EpochCache::default();
+        for entry in self.log.epoch_entries() {
+            cache.assign(entry.epoch, entry.start_offset);
+        }
+        cache.assign(current, log_end);
+        cache.end_offset_for(epoch, log_end)
+    }
+
+    /// The OffsetForLeaderEpoch answer for one partition, or its error:
+    /// `FENCED_LEADER_EPOCH` when `current_leader_epoch` (negative, -1 as
+    /// clients send it: not checked) is older than this replica's, `UNKNOWN_LEADER_EPOCH` when newer,
+    /// `NOT_LEADER_OR_FOLLOWER` when this replica does not lead (only the
+    /// leader answers, for consumers and followers alike, as Kafka).
+    pub fn offset_for_leader_epoch(
+        &self,
+        current_leader_epoch: i32,
+        epoch: i32,
+    ) -> Result<(i32, i64), i16> {
+        {
+            let replica = self.replica.borrow();
+            if current_leader_epoch >= 0 {
+                if current_leader_epoch < replica.leader_epoch() {
+                    return Err(errors::FENCED_LEADER_EPOCH);
+                }
+                if current_leader_epoch > replica.leader_epoch() {
+                    return Err(errors::UNKNOWN_LEADER_EPOCH);
+                }
+            }
+            if replica.role() != Role::Leader {
+                return Err(errors::NOT_LEADER_OR_FOLLOWER);
+            }
+        }
+        Ok(self.end_offset_for_epoch(epoch))
+    }
+
+    /// Cuts the log back to `offset` (the whole batch holding it goes), for
+    /// a follower whose log diverged from its new leader ([`divergence`]
+    /// says where). The log's leader-epoch cache is cut with it; the
+    /// idempotent producer state is rebuilt as at open (the newest
+    /// snapshot at or below the new end, without the batches past it, then
+    /// the log after it), so only batches still in the log count; the
+    /// replica state's log end and durable offset go back to the new end,
+    /// and its high watermark too if it was past it (see
+    /// [`ReplicaState::truncated`]). Returns the new log end offset (at or
+    /// below `offset` and at or above the log start; the log end when
+    /// `offset` is past it).
+    ///
+    /// The caller is the partition's only writer meanwhile (a follower
+    /// admits no produce; its fetcher appends and truncates in turn).
+    /// Refused, with nothing done, while a produce's append is in flight.
+    ///
+    /// [`divergence`]: crate::replica::divergence
+    pub async fn truncate_to(&self, offset: u64) -> Result<u64, TruncateError> {
+        let appends = self.snapshots.borrow().in_flight.len();
+        if appends > 0 {
+            return Err(TruncateError::AppendsInFlight { appends });
+        }
+        let before = self.log.next_offset();
+        let new_end = self.log.truncate_to(offset).await?;
+        let mut actions = Vec::new();
+        self.replica.borrow_mut().truncated(new_end, &mut actions);
+        self.apply(actions);
+        if new_end < before {
+            self.snapshots.borrow_mut().segments = self.log.segment_count();
+            // On failure the producer state still holds batches past the
+            // cut (a retry of one is answered as a duplicate); the log is
+            // cut either way and the next open rebuilds from it.
+            let now_ms = self.clock.wall_ms();
+            let mut table = recover_producers(&self.log, &self.dir, now_ms).await?;
+            table.expire(now_ms, self.producer_id_expiration_ms);
+            *self.producers.borrow_mut() = table;
+            tracing::info!(topic = %self.topic, partition = self.index, requested = offset, log_end_before = before, log_end = new_end, "partition truncated");
+        }
+        Ok(new_end)
+    }
+
     pub async fn list_offset(&self, timestamp: i64) -> OffsetOutcome {
         let leader_epoch = self.leader_epoch();
         let ok = |timestamp, offset| OffsetOutcome {
@@ -1037,5 +1182,236 @@ impl Partition {
                 tracing::error!(topic = %self.topic, partition = self.index, %error, "retention failed")
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use protocol::batch::build::patterned;
+    use protocol::batch::compute_crc;
+    use storage::LogConfig;
+
+    use super::*;
+    use crate::producer_state::ProducerView;
+
+    const BASE_TIMESTAMP_MS: i64 = 1_700_000_000_000;
+    const NODE: NodeId = 1;
+    const EXPIRATION_MS: i64 = 7 * 24 * 3_600_000;
+
+    /// A batch of `count` records; from producer `producer_id` (epoch 0)
+    /// starting at `first_sequence` unless the id is -1.
+    fn batch(count: usize, producer_id: i64, first_sequence: i32) -> RecordBatch {
+        let mut bytes = patterned(BASE_TIMESTAMP_MS, count, 16, first_sequence as u64);
+        if producer_id >= 0 {
+            bytes[43..51].copy_from_slice(&producer_id.to_be_bytes());
+            bytes[51..53].copy_from_slice(&0i16.to_be_bytes());
+            bytes[53..57].copy_from_slice(&first_sequence.to_be_bytes());
+            let crc = compute_crc(&bytes);
+            bytes[17..21].copy_from_slice(&crc.to_be_bytes());
+        }
+        RecordBatch::new(Bytes::from(bytes)).expect("a valid batch")
+    }
+
+    async fn produce(partition: &Partition, batch: RecordBatch) -> (i16, i64) {
+        let outcome = partition.produce(batch, -1).await;
+        (outcome.error_code, outcome.base_offset)
+    }
+
+    fn lead(partition: &Partition, epoch: i32) {
+        let mut actions = Vec::new();
+        let assignment = Assignment {
+            leader_epoch: epoch,
+            partition_epoch: epoch,
+            replicas: vec![NODE],
+            isr: vec![NODE],
+        };
+        partition
+            .replica
+            .borrow_mut()
+            .become_leader(assignment, 0, &mut actions)
+            .expect("leadership accepted");
+        partition.apply(actions);
+    }
+
+    fn epochs(partition: &Partition) -> Vec<(i32, u64)> {
+        partition
+            .log()
+            .epoch_entries()
+            .iter()
+            .map(|e| (e.epoch, e.start_offset))
+            .collect()
+    }
+
+    fn sequences(partition: &Partition) -> Vec<(i64, i32)> {
+        let mut views: Vec<(i64, i32)> = partition
+            .producers()
+            .iter()
+            .map(|v: &ProducerView| (v.producer_id, v.last_sequence))
+            .collect();
+        views.sort_unstable();
+        views
+    }
+
+    /// Runs `test` on a glommio executor with a fresh data directory.
+    fn run<F, Fut>(test: F)
+    where
+        F: FnOnce(PathBuf) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + 'static,
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let data_dir = dir.path().to_path_buf();
+        glommio::LocalExecutorBuilder::default()
+            .spawn(move || test(data_dir))
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
+    async fn open(data_dir: &Path) -> Rc<Partition> {
+        let config = EffectiveConfig {
+            log: LogConfig::default(),
+            timestamp_type: TimestampType::CreateTime,
+            min_insync_replicas: 1,
+        };
+        Partition::open(
+            &storage::Context::default(),
+            data_dir,
+            "t",
+            0,
+            &config,
+            EXPIRATION_MS,
+            NODE,
+            crate::replica::REPLICA_LAG_TIME_MAX_MS_DEFAULT,
+        )
+        .await
+        .unwrap()
+    }
+
+    #[test]
+    fn the_leader_answers_where_each_epoch_ends() {
+        run(|data_dir| async move {
+            let p = open(&data_dir).await;
+            assert_eq!(
+                p.offset_for_leader_epoch(-1, 0),
+                Ok((0, 0)),
+                "empty: epoch 0 starts at 0"
+            );
+            assert_eq!(produce(&p, batch(5, -1, 0)).await, (0, 0));
+            assert_eq!(produce(&p, batch(3, -1, 0)).await, (0, 5));
+            assert_eq!(p.offset_for_leader_epoch(0, 0), Ok((0, 8)));
+            assert_eq!(
+                p.offset_for_leader_epoch(-1, 1),
+                Ok((-1, -1)),
+                "above the current"
+            );
+            assert_eq!(p.offset_for_leader_epoch(-1, -1), Ok((-1, -1)));
+            assert_eq!(
+                p.offset_for_leader_epoch(1, 0),
+                Err(errors::UNKNOWN_LEADER_EPOCH)
+            );
+            // A new leadership, nothing written in it yet: epoch 0 ends
+            // where epoch 2 starts, at the log end.
+            lead(&p, 2);
+            assert_eq!(
+                p.offset_for_leader_epoch(1, 0),
+                Err(errors::FENCED_LEADER_EPOCH)
+            );
+            assert_eq!(
+                p.offset_for_leader_epoch(3, 0),
+                Err(errors::UNKNOWN_LEADER_EPOCH)
+            );
+            assert_eq!(p.offset_for_leader_epoch(2, 0), Ok((0, 8)));
+            assert_eq!(p.offset_for_leader_epoch(2, 1), Ok((0, 8)));
+            assert_eq!(p.offset_for_leader_epoch(2, 2), Ok((2, 8)));
+            assert_eq!(epochs(&p), [(0, 0)], "nothing written in epoch 2 yet");
+            assert_eq!(produce(&p, batch(2, -1, 0)).await, (0, 8));
+            assert_eq!(epochs(&p), [(0, 0), (2, 8)]);
+            assert_eq!(p.offset_for_leader_epoch(-1, 1), Ok((0, 8)));
+            assert_eq!(p.offset_for_leader_epoch(-1, 2), Ok((2, 10)));
+            // A follower answers nothing; its own cache still serves
+            // its side of the comparison.
+            let mut actions = Vec::new();
+            let assignment = Assignment {
+                leader_epoch: 3,
+                partition_epoch: 3,
+                replicas: vec![NODE, 2],
+                isr: vec![NODE, 2],
+            };
+            p.replica
+                .borrow_mut()
+                .become_follower(2, assignment, &mut actions)
+                .unwrap();
+            p.apply(actions);
+            assert_eq!(
+                p.offset_for_leader_epoch(3, 2),
+                Err(errors::NOT_LEADER_OR_FOLLOWER)
+            );
+            assert_eq!(
+                p.end_offset_for_epoch(3),
+                (-1, -1),
+                "no virtual epoch on a follower"
+            );
+            assert_eq!(p.end_offset_for_epoch(2), (2, 10));
+            p.close().await;
+        });
+    }
+
+    #[test]
+    fn truncation_takes_the_log_epochs_and_producer_state_back() {
+        run(|data_dir| async move {
+            let p = open(&data_dir).await;
+            assert_eq!(produce(&p, batch(5, 7, 0)).await, (0, 0));
+            assert_eq!(produce(&p, batch(3, -1, 0)).await, (0, 5));
+            lead(&p, 2);
+            assert_eq!(produce(&p, batch(3, 7, 5)).await, (0, 8));
+            assert_eq!(produce(&p, batch(2, 9, 0)).await, (0, 11));
+            assert_eq!(epochs(&p), [(0, 0), (2, 8)]);
+            assert_eq!(sequences(&p), [(7, 7), (9, 1)]);
+            assert_eq!(p.high_watermark(), 13);
+            // A snapshot named 8 holding batches at and after 8 (as
+            // one taken with an append in flight may): the truncation
+            // must not trust what it holds past the cut.
+            let snapshot = p.producers.borrow().encode_snapshot(8);
+            write_snapshot(&p.dir, 8, &snapshot).await.unwrap();
+
+            // Offset 9 is inside the batch at 8: the whole batch goes.
+            assert_eq!(p.truncate_to(9).await.unwrap(), 8);
+            assert_eq!(p.log().next_offset(), 8);
+            assert_eq!(p.high_watermark(), 8, "clamped to the new end");
+            assert_eq!(p.replica.borrow().log_end_offset(), 8);
+            assert_eq!(p.replica.borrow().durable_offset(), 8);
+            assert_eq!(epochs(&p), [(0, 0)]);
+            assert_eq!(
+                sequences(&p),
+                [(7, 4)],
+                "producer 9 only had batches past the cut"
+            );
+            assert_eq!(p.read(8, 1 << 20).await.records.len(), 0);
+            assert_eq!(
+                p.read(9, 1 << 20).await.error_code,
+                errors::OFFSET_OUT_OF_RANGE
+            );
+
+            // Past the log end: nothing to cut.
+            assert_eq!(p.truncate_to(100).await.unwrap(), 8);
+
+            // Appends continue: the cut batches are new again, not
+            // duplicates; a retry of a kept one is still a duplicate.
+            assert_eq!(produce(&p, batch(5, 7, 0)).await, (0, 0));
+            assert_eq!(produce(&p, batch(3, 7, 5)).await, (0, 8));
+            assert_eq!(produce(&p, batch(2, 9, 0)).await, (0, 11));
+            assert_eq!(epochs(&p), [(0, 0), (2, 8)]);
+            assert_eq!(sequences(&p), [(7, 7), (9, 1)]);
+            assert_eq!(p.high_watermark(), 13);
+            assert_eq!(p.offset_for_leader_epoch(2, 0), Ok((0, 8)));
+            p.close().await;
+
+            // What a restart finds agrees.
+            let p = open(&data_dir).await;
+            assert_eq!(p.log().next_offset(), 13);
+            assert_eq!(epochs(&p), [(0, 0), (2, 8)]);
+            assert_eq!(sequences(&p), [(7, 7), (9, 1)]);
+            p.close().await;
+        });
     }
 }

@@ -253,6 +253,28 @@ impl ProducerTable {
             .map_or(batch.last_sequence, |b| b.last_sequence);
     }
 
+    /// Forgets the batches at or after `offset` (the log ends there now: a
+    /// snapshot may hold batches past its own offset, see
+    /// [`Self::encode_snapshot`]). A producer left with no batch goes: the
+    /// state holds only its last few, so its sequence before them is not
+    /// known (its next batch is answered as from an unknown producer).
+    /// Returns how many producers went.
+    pub fn forget_from(&mut self, offset: u64) -> usize {
+        let offset = i64::try_from(offset).unwrap_or(i64::MAX);
+        let before = self.producers.len();
+        self.producers.retain(|_, entry| {
+            entry.batches.retain(|b| b.base_offset < offset);
+            match entry.batches.back() {
+                Some(last) => {
+                    entry.last_sequence = last.last_sequence;
+                    true
+                }
+                None => false,
+            }
+        });
+        before - self.producers.len()
+    }
+
     /// Records an appended batch so a retry of it is recognised.
     pub fn appended(
         &mut self,
@@ -473,6 +495,30 @@ mod tests {
             log_append_time_ms: -1,
             max_timestamp_ms: 1_000,
         }
+    }
+
+    #[test]
+    fn forgetting_from_an_offset_keeps_what_is_below_it() {
+        let mut table = ProducerTable::default();
+        table.recover(batch(1, 0, 0, 4, 0));
+        table.recover(batch(1, 0, 5, 9, 10));
+        table.recover(batch(2, 0, 0, 2, 12));
+        assert_eq!(table.forget_from(10), 1, "producer 2 had nothing below");
+        assert_eq!(table.len(), 1);
+        // Producer 1 is back at sequence 4: 5 is next, a retry of its
+        // first batch is a duplicate at its offset.
+        assert!(matches!(
+            table.check(1, 0, 0, 4),
+            SequenceCheck::Duplicate { base_offset: 0, .. }
+        ));
+        assert!(matches!(
+            table.check(1, 0, 5, 9),
+            SequenceCheck::Append {
+                previous_last_sequence: Some(4)
+            }
+        ));
+        assert_eq!(table.forget_from(0), 1);
+        assert!(table.is_empty());
     }
 
     #[test]

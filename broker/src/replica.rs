@@ -24,7 +24,16 @@
 //! - **High watermark (follower).** The leader's high watermark as the
 //!   last fetch answer carried it, never past the local log end.
 //! - The high watermark never moves back and never passes the local log
-//!   end; both are asserted in release builds.
+//!   end; both are asserted in release builds. The one exception is
+//!   [`ReplicaState::truncated`]: a log cut below the high watermark takes
+//!   it down to the new end (Kafka's `UnifiedLog.truncateTo` does the
+//!   same). A follower of a cleanly elected leader never cuts below it
+//!   (the new leader holds every committed record); only an unclean
+//!   election does.
+//! - **Truncation (follower).** After a leader change a follower asks the
+//!   leader where its latest epoch ended (OffsetForLeaderEpoch) and cuts
+//!   its log where the two diverge: [`divergence`] decides, KIP-101 and
+//!   KIP-279's rules.
 //! - **acks=all.** A waiter for `last_offset` completes once the high
 //!   watermark and the local durable offset (durable under the leader's
 //!   flush policy) are both past it: with `NONE` if the committed ISR then
@@ -347,6 +356,45 @@ impl ReplicaState {
         self.advance_high_watermark(actions);
     }
 
+    /// The local log was cut back to end at `log_end_offset` (a follower
+    /// diverged from its leader; the log is durable up to its new end).
+    /// The log end and the durable offset go back to it and the high
+    /// watermark is clamped to it (see the rules above). A leader does not
+    /// truncate in Kafka's protocol; should one, its parked produces for
+    /// offsets that are gone fail with `NOT_LEADER_OR_FOLLOWER` and what
+    /// its followers have is counted up to the new end only. An end at or
+    /// past the current one is an append.
+    pub fn truncated(&mut self, log_end_offset: u64, actions: &mut Vec<Action>) {
+        if log_end_offset >= self.log_end_offset {
+            self.local_append(log_end_offset, actions);
+            return;
+        }
+        self.log_end_offset = log_end_offset;
+        self.durable_offset = self.durable_offset.min(log_end_offset);
+        self.high_watermark = self.high_watermark.min(log_end_offset);
+        for follower in self.followers.values_mut() {
+            follower.log_end_offset = follower.log_end_offset.map(|end| end.min(log_end_offset));
+            follower.last_fetch_leader_end = follower.last_fetch_leader_end.min(log_end_offset);
+        }
+        let gone: Vec<(u64, WaiterId)> = self
+            .waiters
+            .range((log_end_offset, 0)..)
+            .map(|(&key, ())| key)
+            .collect();
+        for key in gone {
+            self.waiters.remove(&key);
+            actions.push(Action::CompleteAcks {
+                waiter: key.1,
+                error_code: errors::NOT_LEADER_OR_FOLLOWER,
+            });
+        }
+        assert!(
+            self.durable_offset <= self.log_end_offset
+                && self.high_watermark <= self.log_end_offset,
+            "replica offsets past the log end after a truncation"
+        );
+    }
+
     /// Offsets below `durable_offset` are durable under the flush policy.
     pub fn local_durable(&mut self, durable_offset: u64, actions: &mut Vec<Action>) {
         assert!(
@@ -562,6 +610,87 @@ impl ReplicaState {
             entry.remove();
             actions.push(Action::CompleteAcks { waiter, error_code });
         }
+    }
+}
+
+/// Kafka's "no epoch" and "no offset" in an OffsetForLeaderEpoch answer.
+const UNDEFINED_EPOCH: i32 = -1;
+const UNDEFINED_OFFSET: i64 = -1;
+
+/// Where a follower's log stands, for [`divergence`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FollowerLog {
+    /// The local log end offset.
+    pub log_end: u64,
+    /// The follower's high watermark: Kafka's cut when the leader knows no
+    /// end for the epoch asked.
+    pub high_watermark: u64,
+}
+
+/// What a follower does with the leader's OffsetForLeaderEpoch answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Divergence {
+    /// The logs agree up to the local log end: fetch from there.
+    Agree,
+    /// Cut the local log to this offset, then fetch from there.
+    TruncateTo(u64),
+    /// The leader answered an epoch this log does not have (KIP-279): cut
+    /// to the end of the largest local epoch below it, then ask the leader
+    /// again with the local log's latest epoch.
+    TruncateAndAskAgain(u64),
+}
+
+impl Divergence {
+    /// The offset to cut the log to, if any.
+    pub fn truncation_offset(self) -> Option<u64> {
+        match self {
+            Divergence::Agree => None,
+            Divergence::TruncateTo(offset) | Divergence::TruncateAndAskAgain(offset) => {
+                Some(offset)
+            }
+        }
+    }
+}
+
+/// The follower's decision after asking the leader where the follower's
+/// latest epoch ended, as Kafka's fetcher makes it
+/// (`AbstractFetcherThread.getOffsetTruncationState`):
+///
+/// - `leader_answer` is the leader's (epoch, end offset): the largest
+///   epoch it has at or below the one asked, and where that epoch ends in
+///   its log.
+/// - `local_epoch_end` is this log's own answer for the leader's epoch
+///   (`Partition::end_offset_for_epoch(leader_answer.0)`, the local epoch
+///   cache only): the largest local epoch at or below it and its end here.
+///
+/// Rules: with no end offset from the leader (UNDEFINED), cut to the high
+/// watermark; with an end but no epoch (a leader without epochs), or no
+/// local epoch at or below the leader's, cut to the leader's end; when the
+/// local floor epoch is the leader's, cut to the smaller of the two ends;
+/// when it is an older one, cut to its local end and ask again. Never past
+/// the local log end: a cut at or past it means the logs agree.
+pub fn divergence(
+    local_epoch_end: (i32, i64),
+    leader_answer: (i32, i64),
+    follower: FollowerLog,
+) -> Divergence {
+    let offset = |value: i64| u64::try_from(value).unwrap_or(0);
+    let (leader_epoch, leader_end) = leader_answer;
+    let (local_epoch, local_end) = local_epoch_end;
+    let (cut, complete) = if leader_end == UNDEFINED_OFFSET {
+        (follower.high_watermark, true)
+    } else if leader_epoch == UNDEFINED_EPOCH || local_end == UNDEFINED_OFFSET {
+        (offset(leader_end), true)
+    } else if local_epoch != leader_epoch {
+        (offset(local_end), false)
+    } else {
+        (offset(local_end).min(offset(leader_end)), true)
+    };
+    let cut = cut.min(follower.log_end);
+    match (cut < follower.log_end, complete) {
+        (false, true) => Divergence::Agree,
+        (_, false) => Divergence::TruncateAndAskAgain(cut),
+        (true, true) => Divergence::TruncateTo(cut),
     }
 }
 
@@ -957,6 +1086,110 @@ mod tests {
             Err(errors::INVALID_REQUEST),
             "the leader stays in its ISR"
         );
+    }
+
+    #[test]
+    fn truncation_takes_the_log_end_durable_offset_and_high_watermark_back() {
+        let mut h = Harness::single_node();
+        let kept = h.produce_all(4, true);
+        let gone = h.produce_all(3, false);
+        assert_eq!(h.acks.get(&kept), Some(&errors::NONE));
+        assert_eq!((h.hw(), h.replica.durable_offset()), (7, 4));
+        let mut actions = Vec::new();
+        h.replica.truncated(5, &mut actions);
+        h.absorb(actions);
+        assert_eq!(h.replica.log_end_offset(), 5);
+        assert_eq!(h.replica.durable_offset(), 4, "not past what was durable");
+        assert_eq!(h.hw(), 5, "clamped to the new log end");
+        assert_eq!(h.acks.get(&gone), Some(&errors::NOT_LEADER_OR_FOLLOWER));
+        assert_eq!(h.replica.waiter_count(), 0);
+        let mut actions = Vec::new();
+        h.replica.truncated(2, &mut actions);
+        h.absorb(actions);
+        assert_eq!(
+            (
+                h.replica.log_end_offset(),
+                h.replica.durable_offset(),
+                h.hw()
+            ),
+            (2, 2, 2)
+        );
+        h.append(3);
+        assert_eq!(h.hw(), 5, "appends continue from the new end");
+    }
+
+    #[test]
+    fn a_follower_truncated_at_its_end_changes_nothing() {
+        let mut h = Harness::new(2, 1);
+        let mut actions = Vec::new();
+        let assignment = Assignment {
+            leader_epoch: 1,
+            partition_epoch: 1,
+            replicas: vec![1, 2],
+            isr: vec![1, 2],
+        };
+        h.replica
+            .become_follower(1, assignment, &mut actions)
+            .unwrap();
+        h.append(6);
+        h.replica.leader_high_watermark(4, &mut actions);
+        h.replica.truncated(6, &mut actions);
+        assert_eq!((h.replica.log_end_offset(), h.hw()), (6, 4));
+        h.replica.truncated(5, &mut actions);
+        assert_eq!((h.replica.log_end_offset(), h.hw()), (5, 4), "above the hw");
+    }
+
+    /// (local epoch end, leader's answer, log end, high watermark) and the
+    /// decision.
+    fn check_divergence(
+        local: (i32, i64),
+        leader: (i32, i64),
+        log_end: u64,
+        high_watermark: u64,
+        expected: Divergence,
+    ) {
+        let follower = FollowerLog {
+            log_end,
+            high_watermark,
+        };
+        assert_eq!(
+            divergence(local, leader, follower),
+            expected,
+            "local {local:?}, leader {leader:?}, log end {log_end}, hw {high_watermark}"
+        );
+    }
+
+    #[test]
+    fn divergence_follows_kip_101_and_kip_279() {
+        use Divergence::*;
+        // Same epoch, the leader's ends where ours does: the logs agree.
+        check_divergence((3, 20), (3, 20), 20, 10, Agree);
+        // Same epoch, the leader's ends later (it wrote more in it): agree.
+        check_divergence((3, 20), (3, 25), 20, 10, Agree);
+        // Same epoch, the leader's ends earlier: cut there (KIP-101).
+        check_divergence((3, 20), (3, 15), 20, 10, TruncateTo(15));
+        // Our epoch 3 ends at 18 with epoch 4 after it, which the leader
+        // never had; the leader's 3 ends at 25: cut where ours ends.
+        check_divergence((3, 18), (3, 25), 22, 10, TruncateTo(18));
+        // The leader answers a smaller epoch (2) that we do not have; our
+        // largest below it (1) ends at 12: cut there and ask again (KIP-279).
+        check_divergence((1, 12), (2, 15), 20, 10, TruncateAndAskAgain(12));
+        // ...even when that cut is our log end.
+        check_divergence((1, 20), (2, 15), 20, 10, TruncateAndAskAgain(20));
+        // The leader answers a smaller epoch we have, ending below ours.
+        check_divergence((2, 17), (2, 15), 20, 10, TruncateTo(15));
+        // No local epoch at or below the leader's: trust the leader's end.
+        check_divergence((-1, -1), (2, 15), 20, 10, TruncateTo(15));
+        check_divergence((-1, -1), (2, 25), 20, 10, Agree);
+        // A leader without epochs (end, no epoch): its end.
+        check_divergence((3, 20), (-1, 8), 20, 10, TruncateTo(8));
+        // UNDEFINED (the leader knows no epoch as old as ours): the high
+        // watermark, Kafka's fallback.
+        check_divergence((3, 20), (-1, -1), 20, 10, TruncateTo(10));
+        check_divergence((3, 20), (-1, -1), 20, 20, Agree);
+        assert_eq!(TruncateTo(4).truncation_offset(), Some(4));
+        assert_eq!(TruncateAndAskAgain(4).truncation_offset(), Some(4));
+        assert_eq!(Agree.truncation_offset(), None);
     }
 
     #[test]

@@ -95,25 +95,31 @@ impl EpochCache {
     }
 
     /// OffsetForLeaderEpoch: the end of `epoch` in this log as (epoch, end
-    /// offset). For the latest epoch, the log end offset; for an earlier
-    /// one, the largest known epoch at or below it and the start offset of
-    /// the first larger epoch. Undefined (`UNDEFINED_EPOCH`,
-    /// `UNDEFINED_EPOCH_OFFSET`) for an undefined epoch, one below the
-    /// earliest known epoch or above the latest, or an empty cache.
+    /// offset), as Kafka's `LeaderEpochFileCache.endOffsetFor` answers. For
+    /// the latest epoch, the log end offset; for an earlier one, the
+    /// largest known epoch at or below it and the start offset of the first
+    /// larger epoch. For one below the earliest known epoch (its entries
+    /// went with the log start), `epoch` itself and the earliest entry's
+    /// start: the follower keeps nothing the leader no longer has. Undefined
+    /// (`UNDEFINED_EPOCH`, `UNDEFINED_EPOCH_OFFSET`) for an undefined
+    /// epoch, one above the latest, or an empty cache.
     pub fn end_offset_for(&self, epoch: i32, log_end_offset: u64) -> (i32, i64) {
         const UNDEFINED: (i32, i64) = (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET);
-        let (Some(first), Some(latest)) = (self.entries.first(), self.entries.last()) else {
+        let Some(latest) = self.entries.last() else {
             return UNDEFINED;
         };
-        if epoch == UNDEFINED_EPOCH || epoch < first.epoch || epoch > latest.epoch {
+        if epoch == UNDEFINED_EPOCH || epoch > latest.epoch {
             return UNDEFINED;
         }
         if epoch == latest.epoch {
             return (epoch, log_end_offset as i64);
         }
         let higher = self.entries.partition_point(|e| e.epoch <= epoch);
-        let floor = self.entries[higher - 1];
-        (floor.epoch, self.entries[higher].start_offset as i64)
+        let end = self.entries[higher].start_offset as i64;
+        match higher.checked_sub(1) {
+            Some(floor) => (self.entries[floor].epoch, end),
+            None => (epoch, end),
+        }
     }
 
     /// The file's text.
@@ -210,7 +216,7 @@ mod tests {
         check(3, (3, 20)); // the start of the next larger epoch
         check(2, (1, 10)); // unknown, between: the floor epoch
         check(1, (1, 10));
-        check(0, (-1, -1)); // below the earliest known
+        check(0, (0, 5)); // below the earliest known: its start
         check(5, (-1, -1)); // above the latest
         check(-1, (-1, -1));
         assert_eq!(EpochCache::default().end_offset_for(0, 30), (-1, -1));

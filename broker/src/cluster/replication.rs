@@ -158,6 +158,31 @@ async fn fetch_from(shard: Rc<Shard>, leader: i32) {
             }
         }
         let conn = connection.as_mut().expect("connected");
+        // After a leader change a follower first cuts what its log holds
+        // beyond the new leader's history, then fetches; the partitions
+        // not reconciled yet are asked again next round.
+        for (partition, epoch) in &wanted {
+            if partition.reconciled_at(*epoch) {
+                continue;
+            }
+            match reconcile(conn, partition, *epoch).await {
+                Ok(true) => partition.set_reconciled(*epoch),
+                Ok(false) => {}
+                Err(error) => {
+                    tracing::debug!(leader, %address, %error, "OffsetForLeaderEpoch failed");
+                }
+            }
+        }
+        let wanted: Vec<(Rc<Partition>, i32)> = wanted
+            .into_iter()
+            .filter(|(p, epoch)| p.reconciled_at(*epoch))
+            .collect();
+        if wanted.is_empty() {
+            connection = None;
+            glommio::timer::sleep(RETRY_AFTER).await;
+            continue;
+        }
+        let conn = connection.as_mut().expect("connected");
         match fetch_once(&shard, conn, &wanted).await {
             Ok(true) => {}
             // Every partition refused (the leader has not taken its
@@ -170,6 +195,83 @@ async fn fetch_from(shard: Rc<Shard>, leader: i32) {
             }
         }
     }
+}
+
+/// Rounds of OffsetForLeaderEpoch a follower asks before it fetches
+/// (KIP-279: each may cut to an earlier epoch and ask again).
+const RECONCILE_ROUNDS_MAX: usize = 8;
+
+/// Asks the leader where this follower's latest epoch ends in its log and
+/// cuts the local log where it diverges (KIP-101, KIP-279); whether the
+/// logs now agree.
+async fn reconcile(
+    connection: &mut Connection,
+    partition: &Partition,
+    current_epoch: i32,
+) -> Result<bool, protocol::client::ClientError> {
+    use crate::replica::{divergence, Divergence};
+    use kafka_protocol::messages::offset_for_leader_epoch_request::{
+        OffsetForLeaderPartition, OffsetForLeaderTopic,
+    };
+    use kafka_protocol::messages::OffsetForLeaderEpochRequest;
+
+    for _ in 0..RECONCILE_ROUNDS_MAX {
+        let asked = partition.latest_log_epoch();
+        if asked < 0 {
+            // An empty log (or one written before epochs): nothing to cut.
+            return Ok(true);
+        }
+        let version = connection.version::<OffsetForLeaderEpochRequest>(2..=4)?;
+        let request = OffsetForLeaderEpochRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_topics(vec![OffsetForLeaderTopic::default()
+                .with_topic(TopicName(StrBytes::from_string(
+                    partition.topic().to_string(),
+                )))
+                .with_partitions(vec![OffsetForLeaderPartition::default()
+                    .with_partition(partition.index())
+                    .with_current_leader_epoch(current_epoch)
+                    .with_leader_epoch(asked)])]);
+        let response = connection.call(&request, version).await?;
+        let Some(answer) = response.topics.first().and_then(|t| t.partitions.first()) else {
+            return Ok(false);
+        };
+        if answer.error_code != errors::NONE {
+            tracing::debug!(
+                topic = %partition.topic(),
+                partition = partition.index(),
+                error = %protocol::client::error_name(answer.error_code),
+                "the leader did not say where the epoch ends"
+            );
+            return Ok(false);
+        }
+        let leader_answer = (answer.leader_epoch, answer.end_offset);
+        let local = partition.end_offset_for_epoch(answer.leader_epoch);
+        let decision = divergence(local, leader_answer, partition.follower_log());
+        let cut = match decision {
+            Divergence::Agree => return Ok(true),
+            Divergence::TruncateTo(offset) | Divergence::TruncateAndAskAgain(offset) => offset,
+        };
+        let before = partition.log_end_offset();
+        match partition.truncate_to(cut).await {
+            Ok(end) => tracing::info!(
+                topic = %partition.topic(),
+                partition = partition.index(),
+                leader_epoch = current_epoch,
+                log_end_before = before,
+                log_end = end,
+                "follower log cut where it diverges from the leader's"
+            ),
+            Err(error) => {
+                tracing::warn!(topic = %partition.topic(), partition = partition.index(), %error, "follower log not cut");
+                return Ok(false);
+            }
+        }
+        if let Divergence::TruncateTo(_) = decision {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// One fetch for `wanted` and the appends of what it brought; whether
@@ -238,6 +340,10 @@ async fn fetch_once(
                     }
                 }
                 code => {
+                    if code == errors::OFFSET_OUT_OF_RANGE {
+                        // The logs disagree: ask where they diverge again.
+                        partition.clear_reconciled();
+                    }
                     tracing::debug!(
                         topic = %name,
                         partition = data.partition_index,

@@ -42,6 +42,7 @@ pub mod metadata;
 pub mod offset_commit;
 pub mod offset_delete;
 pub mod offset_fetch;
+pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod scatter;
 pub mod sync_group;
@@ -59,6 +60,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
         ApiKey::Metadata,
         metadata::VERSION_MIN,
         metadata::VERSION_MAX,
+    ),
+    (
+        ApiKey::OffsetForLeaderEpoch,
+        offset_for_leader_epoch::VERSION_MIN,
+        offset_for_leader_epoch::VERSION_MAX,
     ),
     (
         ApiKey::ApiVersions,
@@ -320,6 +326,9 @@ async fn dispatch(
         }
         RequestKind::ListOffsets(body) => {
             out.encode(&list_offsets::handle(&shard, body, version).await)
+        }
+        RequestKind::OffsetForLeaderEpoch(body) => {
+            out.encode(&offset_for_leader_epoch::handle(&shard, body).await)
         }
         RequestKind::DeleteTopics(body) => {
             out.encode(&delete_topics::handle(&shard, body, version).await)

@@ -9,6 +9,9 @@ Usage: cluster_check.py MODE BOOTSTRAP [ARGS...]
                                       headers each; both read all 2N back from
                                       every leader and check every byte
   verify BOOTSTRAP TOPIC N            reads back what roundtrip TOPIC N wrote
+  create_assigned BOOTSTRAP TOPIC REPLICAS [KEY=VALUE...]
+                                      creates TOPIC with one partition on the
+                                      comma-separated broker ids REPLICAS
   admin BOOTSTRAP CONTROLLER_ID       through a broker that is not the active
                                       controller: describe_cluster names
                                       CONTROLLER_ID and every broker; create,
@@ -53,6 +56,19 @@ def create(bootstrap, topic, partitions, factor=1):
             return metadata
         time.sleep(0.1)
     fail(f"{topic} has no leader for every partition after {DEADLINE_S} s")
+
+
+def create_assigned(bootstrap, topic, replicas, *configs):
+    """Creates TOPIC with one partition on REPLICAS (comma-separated ids,
+    the leader first) and the KEY=VALUE configs."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    config = dict(c.split("=", 1) for c in configs)
+    assignment = [[int(r) for r in replicas.split(",")]]
+    futures = admin.create_topics([NewTopic(topic, num_partitions=len(assignment), replication_factor=-1,
+                                            replica_assignment=assignment, config=config)])
+    for _, future in futures.items():
+        future.result(timeout=60)
+    print(f"created: {topic} on {assignment[0]}")
 
 
 def spread(bootstrap, topic, partitions):
@@ -277,6 +293,8 @@ def main():
         spread(*args)
     elif mode == "roundtrip":
         roundtrip(*args)
+    elif mode == "create_assigned":
+        create_assigned(*args)
     elif mode == "verify":
         verify(*args)
     elif mode == "admin":

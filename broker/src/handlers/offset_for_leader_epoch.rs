@@ -1,0 +1,104 @@
+//! OffsetForLeaderEpoch (23), versions 2–4 (Kafka 4 serves no older one):
+//! for each partition, where the asked leader epoch ends in the leader's
+//! log, as (epoch, end offset): the largest epoch at or below the one
+//! asked and the start of the next larger one, or the log end for the
+//! current epoch; (-1, -1) when unknown. A follower asks it after a leader
+//! change to find where its log diverged (KIP-101, KIP-279); a consumer
+//! (replica id -1, or none before v3) after a seek or a leader change, to
+//! detect a truncated log. Each partition is answered on its owning core
+//! by its leader, checking `current_leader_epoch` as Fetch does.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::offset_for_leader_epoch_response::{
+    EpochEndOffset, OffsetForLeaderTopicResult,
+};
+use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
+
+use crate::errors;
+use crate::handlers::scatter::{each_in_order, Scatter};
+use crate::shard::Shard;
+
+pub const VERSION_MIN: i16 = 2;
+pub const VERSION_MAX: i16 = 4;
+
+/// One partition's question, on its way to the owning core.
+struct Wanted {
+    topic: String,
+    partition: i32,
+    current_leader_epoch: i32,
+    leader_epoch: i32,
+}
+
+/// One partition's answer: (epoch, end offset) or an error code.
+type Answer = Result<(i32, i64), i16>;
+
+pub async fn handle(
+    shard: &Rc<Shard>,
+    request: OffsetForLeaderEpochRequest,
+) -> OffsetForLeaderEpochResponse {
+    let image = shard.metadata.image();
+    let mut scatter: Scatter<Wanted, Answer> = Scatter::default();
+    for topic in &request.topics {
+        let name = topic.topic.0.as_str();
+        let meta = image.topics.get(name);
+        for p in &topic.partitions {
+            let core = meta.map_or(Err(errors::UNKNOWN_TOPIC_OR_PARTITION), |m| {
+                image.leader_core(m, p.partition, shard.cores)
+            });
+            match core {
+                Ok(core) => scatter.route(
+                    core,
+                    Wanted {
+                        topic: name.to_string(),
+                        partition: p.partition,
+                        current_leader_epoch: p.current_leader_epoch,
+                        leader_epoch: p.leader_epoch,
+                    },
+                ),
+                Err(code) => scatter.answer(Err(code)),
+            };
+        }
+    }
+    scatter
+        .gather(shard, |owner, work| {
+            each_in_order(work, move |w: Wanted| {
+                let partition = owner.partition(&w.topic, w.partition);
+                async move {
+                    match partition {
+                        Some(partition) => partition
+                            .offset_for_leader_epoch(w.current_leader_epoch, w.leader_epoch),
+                        None => Err(errors::NOT_LEADER_OR_FOLLOWER),
+                    }
+                }
+            })
+        })
+        .await;
+    let mut answers = scatter.into_outcomes();
+    let topics = request
+        .topics
+        .iter()
+        .map(|topic| {
+            let partitions = topic
+                .partitions
+                .iter()
+                .map(|p| {
+                    let answer = answers.next().expect("one answer per partition");
+                    let (error_code, (leader_epoch, end_offset)) = match answer {
+                        Ok(found) => (errors::NONE, found),
+                        Err(code) => (code, (-1, -1)),
+                    };
+                    EpochEndOffset::default()
+                        .with_partition(p.partition)
+                        .with_error_code(error_code)
+                        .with_leader_epoch(leader_epoch)
+                        .with_end_offset(end_offset)
+                })
+                .collect();
+            OffsetForLeaderTopicResult::default()
+                .with_topic(topic.topic.clone())
+                .with_partitions(partitions)
+        })
+        .collect();
+    OffsetForLeaderEpochResponse::default().with_topics(topics)
+}
