@@ -382,19 +382,33 @@ async fn write_snapshot(dir: &Path, offset: u64, bytes: &[u8]) -> Result<(), Sto
     small_file::sync_dir(dir).await
 }
 
+/// The broker's settings a partition opens with.
+#[derive(Debug, Clone, Copy)]
+pub struct BrokerSide {
+    /// `producer.id.expiration.ms`.
+    pub producer_id_expiration_ms: i64,
+    /// This broker's id.
+    pub node_id: NodeId,
+    /// `replica.lag.time.max.ms`.
+    pub replica_lag_time_max_ms: u64,
+}
+
 impl Partition {
     /// Opens the partition's log in `<data_dir>/<topic>-<index>`, led by
-    /// `node_id` alone.
+    /// this node alone until [`Partition::assign`] says otherwise.
     pub async fn open(
         ctx: &storage::Context,
         data_dir: &Path,
         topic: &str,
         index: i32,
         config: &EffectiveConfig,
-        producer_id_expiration_ms: i64,
-        node_id: NodeId,
-        replica_lag_time_max_ms: u64,
+        broker: BrokerSide,
     ) -> Result<Rc<Partition>, StorageError> {
+        let BrokerSide {
+            producer_id_expiration_ms,
+            node_id,
+            replica_lag_time_max_ms,
+        } = broker;
         let dir = data_dir.join(format!("{topic}-{index}"));
         let log = Log::open(ctx, dir, config.log.clone()).await?;
         let dir = log.dir().to_path_buf();
@@ -1279,9 +1293,11 @@ mod tests {
             "t",
             0,
             &config,
-            EXPIRATION_MS,
-            NODE,
-            crate::replica::REPLICA_LAG_TIME_MAX_MS_DEFAULT,
+            BrokerSide {
+                producer_id_expiration_ms: EXPIRATION_MS,
+                node_id: NODE,
+                replica_lag_time_max_ms: crate::replica::REPLICA_LAG_TIME_MAX_MS_DEFAULT,
+            },
         )
         .await
         .unwrap()

@@ -75,9 +75,11 @@ pub async fn open_missing(shard: &Rc<Shard>, image: &MetadataImage) -> Result<us
                 &topic.name,
                 index,
                 effective,
-                shard.config.producer_id_expiration_ms,
-                shard.config.node_id,
-                shard.config.cluster_timing.replica_lag_time_max_ms,
+                crate::partition::BrokerSide {
+                    producer_id_expiration_ms: shard.config.producer_id_expiration_ms,
+                    node_id: shard.config.node_id,
+                    replica_lag_time_max_ms: shard.config.cluster_timing.replica_lag_time_max_ms,
+                },
             )
             .await
             .map_err(|error| OpenFailure {

@@ -88,6 +88,16 @@ fn acks(path: &Path) -> Vec<(String, i32, u64)> {
         .collect()
 }
 
+/// A child process killed and reaped when the test ends, however it ends.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn script() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/replication_check.py")
 }
@@ -124,14 +134,16 @@ fn killing_leaders_under_acks_all_loses_no_acknowledged_record() {
     let dir = tempfile::tempdir().unwrap();
     let acks_file = dir.path().join("acks");
     let producer_log = dir.path().join("producer.log");
-    let mut producer: Child = Command::new("python3")
-        .arg(script())
-        .args(["produce", &cluster.bootstrap(), TOPIC, &RECORDS.to_string()])
-        .arg(&acks_file)
-        .stdout(std::fs::File::create(&producer_log).unwrap())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("python3 runs");
+    let mut producer = Reaped(
+        Command::new("python3")
+            .arg(script())
+            .args(["produce", &cluster.bootstrap(), TOPIC, &RECORDS.to_string()])
+            .arg(&acks_file)
+            .stdout(std::fs::File::create(&producer_log).unwrap())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("python3 runs"),
+    );
 
     let mut unavailable_ms = Vec::new();
     let mut rounds = 0u64;
@@ -142,7 +154,7 @@ fn killing_leaders_under_acks_all_loses_no_acknowledged_record() {
             (acks(&acks_file).len() >= before + ACKS_PER_ROUND).then_some(())
         });
         if progressed.is_none() {
-            if producer.try_wait().unwrap().is_some() {
+            if producer.0.try_wait().unwrap().is_some() {
                 producer_done = true;
                 break;
             }
@@ -197,7 +209,7 @@ fn killing_leaders_under_acks_all_loses_no_acknowledged_record() {
         );
     }
     if !producer_done {
-        let status = wait_deadline(&mut producer, PRODUCER_DEADLINE)
+        let status = wait_deadline(&mut producer.0, PRODUCER_DEADLINE)
             .unwrap_or_else(|| panic!("the producer did not finish\n{}", cluster.logs()));
         assert!(status.success(), "producer: {status}");
     }
