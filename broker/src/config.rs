@@ -110,6 +110,9 @@ pub struct BrokerConfig {
     /// Replicas of a topic created without a replication factor
     /// (`default.replication.factor`).
     pub default_replication_factor: i16,
+    /// Replicas of `__consumer_offsets` in a cluster, capped by the live
+    /// brokers when it is created (`offsets.topic.replication.factor`).
+    pub offsets_replication_factor: i16,
     pub delete_topic_enable: bool,
     pub message_max_bytes: u32,
     /// Largest request frame accepted, checked before allocating it.
@@ -238,6 +241,7 @@ struct Builder {
     auto_create_topics: bool,
     num_partitions: i32,
     default_replication_factor: i16,
+    offsets_replication_factor: i16,
     delete_topic_enable: bool,
     message_max_bytes: u32,
     frame_bytes_max: Option<usize>,
@@ -358,6 +362,7 @@ impl Builder {
             auto_create_topics: true,
             num_partitions: 1,
             default_replication_factor: 1,
+            offsets_replication_factor: 3,
             delete_topic_enable: true,
             message_max_bytes: 1_048_588,
             frame_bytes_max: None,
@@ -540,14 +545,10 @@ impl Builder {
             }
             "offsets.topic.replication.factor" => {
                 let factor: i16 = parse_value(key, value, source)?;
-                if factor != 1 {
-                    return Err(invalid(
-                        key,
-                        value,
-                        source,
-                        "the offsets topic has one replica until replicas are copied between brokers",
-                    ));
+                if factor < 1 {
+                    return Err(invalid(key, value, source, "must be at least 1"));
                 }
+                self.offsets_replication_factor = factor;
             }
             "socket.request.max.bytes" => {
                 let bytes: usize = parse_value(key, value, source)?;
@@ -783,6 +784,7 @@ impl Builder {
             auto_create_topics: self.auto_create_topics,
             num_partitions: self.num_partitions,
             default_replication_factor: self.default_replication_factor,
+            offsets_replication_factor: self.offsets_replication_factor,
             delete_topic_enable: self.delete_topic_enable,
             message_max_bytes: self.message_max_bytes,
             frame_bytes_max,

@@ -145,8 +145,8 @@ pub const BROKER_SETTINGS: &[Setting] = &[
     Setting {
         keys: &["offsets.topic.replication.factor"],
         flag: None,
-        default: Default::Value("1"),
-        meaning: "Replicas of `__consumer_offsets`: 1 (the offsets topic gets more once replicas are copied between brokers).",
+        default: Default::Value("3"),
+        meaning: "Replicas of `__consumer_offsets` in a cluster, capped by the live brokers when the topic is created (at the first FindCoordinator): a group's coordinator fails over with its committed offsets. A single node has one.",
     },
     Setting {
         keys: &["socket.request.max.bytes"],

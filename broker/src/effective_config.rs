@@ -42,7 +42,7 @@ pub fn broker_value(config: &BrokerConfig, key: &str) -> Option<String> {
         "num.partitions" => config.num_partitions.to_string(),
         "delete.topic.enable" => config.delete_topic_enable.to_string(),
         "default.replication.factor" => config.default_replication_factor.to_string(),
-        "offsets.topic.replication.factor" => "1".to_string(),
+        "offsets.topic.replication.factor" => config.offsets_replication_factor.to_string(),
         "socket.request.max.bytes" => config.frame_bytes_max.to_string(),
         "queued.max.request.bytes" => config.queued_request_bytes_max.to_string(),
         "strom.queued.max.response.bytes" => config.queued_response_bytes_max.to_string(),

@@ -393,3 +393,66 @@ fn a_stopped_follower_leaves_the_isr_and_two_stopped_refuse_acks_all() {
         .collect();
     assert_eq!(values, ["all three", "two in sync", "all three again"]);
 }
+
+#[test]
+fn a_group_resumes_from_its_committed_offsets_after_its_coordinator_fails() {
+    let mut cluster = Cluster::start(3, &[]);
+    let any = cluster.node(1).broker.bootstrap();
+    cluster.wait_for("three brokers listed", || brokers_listed(&any, 3));
+    strom_ok(
+        &cluster.node(1).broker,
+        &[
+            "topic",
+            "create",
+            "failover",
+            "--partitions",
+            "3",
+            "--replication-factor",
+            "3",
+        ],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("group.json");
+    let state = state.to_str().unwrap();
+    let out = common::run_python(
+        "cluster_check.py",
+        &[
+            "group_phase1",
+            &cluster.bootstrap(),
+            "failover",
+            "resuming",
+            "4000",
+            state,
+        ],
+        Duration::from_secs(240),
+    );
+    let coordinator: i32 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("coordinator: "))
+        .and_then(|id| id.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    // The coordinator and every leader on it go; the offsets topic has
+    // three replicas, so another broker coordinates with the offsets.
+    cluster.node_mut(coordinator).broker.kill();
+    let survivor = cluster
+        .node((1..=3).find(|&n| n != coordinator).unwrap())
+        .broker
+        .bootstrap();
+    cluster.wait_for("the killed broker fenced", || brokers_listed(&survivor, 2));
+    let out = common::run_python(
+        "cluster_check.py",
+        &[
+            "group_phase2",
+            &survivor,
+            "failover",
+            "resuming",
+            "4000",
+            state,
+        ],
+        Duration::from_secs(240),
+    );
+    assert!(
+        out.contains("phase2: resumed at the committed offsets, 4000 of 4000 read"),
+        "{out}"
+    );
+}

@@ -368,7 +368,14 @@ fn assign_states(shard: &Rc<Shard>) {
             .get(partition.topic())
             .and_then(|t| t.partition(partition.index()));
         if let Some(state) = state {
+            let was_leading = partition.is_leader();
             partition.assign(state, shard.config.node_id);
+            if was_leading
+                && !partition.is_leader()
+                && partition.topic() == crate::group::OFFSETS_TOPIC
+            {
+                crate::group::manager::unload(shard, partition.index());
+            }
         }
     }
 }

@@ -58,6 +58,21 @@ fn offsets_partition_count(shard: &Shard) -> i32 {
         .map_or(1, |t| t.partition_cores.len() as i32)
 }
 
+/// Replicas the offsets topic is created with: `offsets.topic.replication.factor`
+/// capped by the live brokers in a cluster, one on a single node.
+fn offsets_replication_factor(shard: &Shard, image: &crate::metadata::MetadataImage) -> i16 {
+    if shard.cluster().is_none() {
+        return 1;
+    }
+    let live = i16::try_from(image.live_brokers().count()).unwrap_or(i16::MAX);
+    shard.config.offsets_replication_factor.min(live).max(1)
+}
+
+/// How long a new coordinator waits for its offsets partition's high
+/// watermark to cover the log it was given before answering
+/// COORDINATOR_LOAD_IN_PROGRESS (clients retry).
+const OFFSETS_LOAD_CATCH_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Where a group lives.
 #[derive(Debug, Clone, Copy)]
 pub struct Placement {
@@ -118,7 +133,7 @@ async fn offsets_image(
         let spec = TopicSpec {
             name: OFFSETS_TOPIC.to_string(),
             partitions: shard.config.groups.offsets_partitions,
-            replication_factor: 1,
+            replication_factor: offsets_replication_factor(shard, &image),
             configs,
         };
         let outcome = controller::create_topics(shard, vec![spec], false).await;
@@ -148,6 +163,31 @@ where
             Ok(work(owner.clone(), placement.partition).await)
         })
         .await
+}
+
+/// This broker no longer leads offsets partition `partition`: its groups
+/// leave this core's coordinator (their members are told NOT_COORDINATOR
+/// and find the new one), and it is loaded again from the log if it comes
+/// back.
+pub fn unload(shard: &Shard, partition: i32) {
+    if !shard.groups.loaded.borrow_mut().remove(&partition) {
+        return;
+    }
+    let count = offsets_partition_count(shard);
+    let mut replies = Vec::new();
+    let forgotten = with_coordinator(shard, |c| {
+        c.forget(
+            |group_id| crate::group::offsets_partition_for(group_id, count) == partition,
+            errors::NOT_COORDINATOR,
+            &mut replies,
+        )
+    });
+    dispatch(shard, replies);
+    tracing::info!(
+        partition,
+        groups = forgotten,
+        "offsets partition led elsewhere now: its groups unloaded"
+    );
 }
 
 /// Loads one offsets partition into this core's coordinator, once.
@@ -186,6 +226,23 @@ fn offsets_partition(shard: &Shard, partition: i32) -> Result<Rc<Partition>, i16
 
 async fn load(shard: &Rc<Shard>, partition: i32) -> Result<(), i16> {
     let log = offsets_partition(shard, partition)?;
+    // A new leader's log may hold commits its high watermark does not
+    // cover yet (they were acknowledged by the in-sync replicas of the
+    // leader before it): load once the followers have caught up to it.
+    let log_end = log.log_end_offset();
+    let caught_up = futures_lite::future::or(
+        async {
+            log.wait_for_append(log_end - 1).await;
+            true
+        },
+        async {
+            glommio::timer::sleep(OFFSETS_LOAD_CATCH_UP_WAIT).await;
+            false
+        },
+    );
+    if log_end > 0 && log.high_watermark() < log_end && !caught_up.await {
+        return Err(errors::COORDINATOR_LOAD_IN_PROGRESS);
+    }
     let end = log.high_watermark();
     let mut from = log.log_start_offset();
     let mut records_loaded = 0u64;
@@ -408,7 +465,9 @@ pub async fn append(
     for records in pending {
         let bytes = Bytes::from(build::batch(timestamp, &records));
         let batch = RecordBatch::new(bytes).map_err(|_| errors::UNKNOWN_SERVER_ERROR)?;
-        let outcome = log.produce(batch, 1).await;
+        // acks=all: a commit is answered once every in-sync replica has
+        // it, so a new coordinator after a failover has it too.
+        let outcome = log.produce(batch, -1).await;
         if outcome.error_code != errors::NONE {
             tracing::error!(
                 partition,

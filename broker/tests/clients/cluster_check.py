@@ -9,6 +9,10 @@ Usage: cluster_check.py MODE BOOTSTRAP [ARGS...]
                                       headers each; both read all 2N back from
                                       every leader and check every byte
   verify BOOTSTRAP TOPIC N            reads back what roundtrip TOPIC N wrote
+  group_phase1 BOOTSTRAP TOPIC GROUP N STATE, group_phase2 ...
+                                      a group reads half and commits, then,
+                                      after a failover, resumes at its
+                                      committed offsets and reads the rest
   create_assigned BOOTSTRAP TOPIC REPLICAS [KEY=VALUE...]
                                       creates TOPIC with one partition on the
                                       comma-separated broker ids REPLICAS
@@ -284,6 +288,73 @@ def admin(bootstrap, controller_id):
     print("admin: ok")
 
 
+def group_phase1(bootstrap, topic, group_id, n, state_file):
+    """Produces N records, reads about half of them in GROUP_ID, commits
+    and records the committed offsets and keys read; prints the group's
+    coordinator."""
+    import json
+    n = int(n)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+    for i in range(n):
+        producer.produce(topic, key=f"f-{i}".encode(), value=payload("failover", i))
+    check(producer.flush(60) == 0, "producer did not flush")
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": group_id,
+        "auto.offset.reset": "earliest", "enable.auto.commit": False,
+    })
+    consumer.subscribe([topic])
+    keys = []
+    deadline = time.time() + DEADLINE_S
+    while len(keys) < n // 2 and time.time() < deadline:
+        for message in consumer.consume(100, timeout=1.0):
+            if message.error():
+                fail(f"consume error: {message.error()}")
+            keys.append(message.key().decode())
+    consumer.commit(asynchronous=False)
+    committed = {tp.partition: tp.offset
+                 for tp in consumer.committed(consumer.assignment(), timeout=10)}
+    consumer.close()
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    description = admin.describe_consumer_groups([group_id])[group_id].result(timeout=30)
+    json.dump({"keys": keys, "committed": committed}, open(state_file, "w"))
+    print(f"coordinator: {description.coordinator.id}")
+    print(f"phase1: read {len(keys)} committed {sum(committed.values())}")
+
+
+def group_phase2(bootstrap, topic, group_id, n, state_file):
+    """Resumes GROUP_ID after a failover: each partition starts exactly at
+    its committed offset, and the two phases together read every record."""
+    import json
+    n = int(n)
+    state = json.load(open(state_file))
+    committed = {int(p): o for p, o in state["committed"].items()}
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": group_id,
+        "auto.offset.reset": "earliest", "enable.auto.commit": False,
+    })
+    consumer.subscribe([topic])
+    first = {}
+    keys = set(state["keys"])
+    deadline = time.time() + DEADLINE_S
+    while len(keys) < n and time.time() < deadline:
+        for message in consumer.consume(200, timeout=1.0):
+            if message.error():
+                fail(f"consume error: {message.error()}")
+            first.setdefault(message.partition(), message.offset())
+            key = message.key().decode()
+            i = int(key.split("-")[1])
+            check(message.value() == payload("failover", i), f"{key}: value differs")
+            keys.add(key)
+    consumer.close()
+    for partition, offset in first.items():
+        # No commit (-1001): the group starts at the earliest offset, 0.
+        expected = max(committed.get(partition, 0), 0)
+        check(offset == expected,
+              f"partition {partition} resumed at {offset}, committed {committed.get(partition)}")
+    check(len(keys) == n, f"the two phases read {len(keys)} of {n}")
+    print(f"phase2: resumed at the committed offsets, {len(keys)} of {n} read")
+
+
 def main():
     if len(sys.argv) < 3:
         fail(__doc__)
@@ -295,6 +366,10 @@ def main():
         roundtrip(*args)
     elif mode == "create_assigned":
         create_assigned(*args)
+    elif mode == "group_phase1":
+        group_phase1(*args)
+    elif mode == "group_phase2":
+        group_phase2(*args)
     elif mode == "verify":
         verify(*args)
     elif mode == "admin":

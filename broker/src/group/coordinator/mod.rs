@@ -169,6 +169,30 @@ impl Coordinator {
         errors::NONE
     }
 
+    /// Drops every group `moved` names (their offsets partition is led by
+    /// another broker now): their parked joins and syncs are answered
+    /// with `error_code`, so the members look for the new coordinator.
+    /// How many groups went.
+    pub fn forget(
+        &mut self,
+        moved: impl Fn(&str) -> bool,
+        error_code: i16,
+        replies: &mut Replies,
+    ) -> usize {
+        let gone: Vec<String> = self.groups.keys().filter(|id| moved(id)).cloned().collect();
+        for group_id in &gone {
+            if let Some(mut group) = self.groups.remove(group_id) {
+                self.member_bytes -= group.member_bytes();
+                self.offsets_count -= group.offsets.len();
+                let members: Vec<String> = group.members.keys().cloned().collect();
+                for member in members {
+                    group.remove_member(&member, replies, error_code);
+                }
+            }
+        }
+        gone.len()
+    }
+
     /// DescribeGroups for one group; an unknown one is Dead.
     pub fn describe(&self, group_id: &str) -> GroupDescription {
         let Some(group) = self.groups.get(group_id) else {
