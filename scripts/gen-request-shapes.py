@@ -33,6 +33,7 @@ REQUESTS = {
     32: "describe_configs_request", 33: "alter_configs_request",
     35: "describe_log_dirs_request", 36: "sasl_authenticate_request",
     37: "create_partitions_request", 42: "delete_groups_request",
+    43: "elect_leaders_request",
     44: "incremental_alter_configs_request", 47: "offset_delete_request",
     55: "describe_quorum_request",
     60: "describe_cluster_request", 61: "describe_producers_request",

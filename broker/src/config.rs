@@ -187,6 +187,11 @@ pub struct ClusterTiming {
     /// `replica.lag.time.max.ms`: a follower not caught up with its leader
     /// for this long leaves the ISR.
     pub replica_lag_time_max_ms: u64,
+    /// `auto.leader.rebalance.enable`: the active controller moves
+    /// leadership back to each partition's first replica once it is in sync.
+    pub auto_leader_rebalance: bool,
+    /// `leader.imbalance.check.interval.seconds`, in ms.
+    pub leader_imbalance_check_interval_ms: u64,
 }
 
 impl Default for ClusterTiming {
@@ -197,6 +202,8 @@ impl Default for ClusterTiming {
             heartbeat_interval_ms: 2_000,
             election_timeout_ms: 1_000,
             replica_lag_time_max_ms: crate::replica::REPLICA_LAG_TIME_MAX_MS_DEFAULT,
+            auto_leader_rebalance: true,
+            leader_imbalance_check_interval_ms: 300_000,
         }
     }
 }
@@ -632,6 +639,13 @@ impl Builder {
                     ));
                 }
                 self.metadata_snapshot_bytes = bytes;
+            }
+            "auto.leader.rebalance.enable" => {
+                self.cluster_timing.auto_leader_rebalance = parse_value(key, value, source)?;
+            }
+            "leader.imbalance.check.interval.seconds" => {
+                let seconds = parse_ms_between(key, value, source, 1, 86_400)?;
+                self.cluster_timing.leader_imbalance_check_interval_ms = seconds * 1000;
             }
             "replica.lag.time.max.ms" => {
                 self.cluster_timing.replica_lag_time_max_ms =

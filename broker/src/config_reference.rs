@@ -233,6 +233,18 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         meaning: "A follower that has not caught up with its leader's log end for this long is taken out of the partition's ISR by the leader (through the active controller); it comes back once it has caught up to the high watermark (Kafka's default).",
     },
     Setting {
+        keys: &["auto.leader.rebalance.enable"],
+        flag: None,
+        default: Default::Value("true"),
+        meaning: "In a cluster, the active controller moves each partition's leadership back to its first (preferred) replica once that replica is live and in sync, every `leader.imbalance.check.interval.seconds` (Kafka's default). `strom topic elect-leaders` (ElectLeaders) does it on demand.",
+    },
+    Setting {
+        keys: &["leader.imbalance.check.interval.seconds"],
+        flag: None,
+        default: Default::Value("300"),
+        meaning: "How often the active controller looks for partitions not led by their preferred replica (Kafka's default).",
+    },
+    Setting {
         keys: &["controller.quorum.election.timeout.ms"],
         flag: None,
         default: Default::Value("1000"),

@@ -616,6 +616,79 @@ pub async fn set_group_configs(
     .await
 }
 
+/// Elects leaders for `partitions` (None: every partition): the preferred
+/// replica, or (not `preferred`) any live replica for a partition without
+/// a leader. One result per partition: NONE when elected, else why not.
+pub async fn elect_leaders(
+    shard: &Rc<Shard>,
+    preferred: bool,
+    partitions: Option<Vec<(String, i32)>>,
+) -> Vec<((String, i32), i16)> {
+    let wanted = move |image: &MetadataImage| -> Vec<(String, i32)> {
+        partitions.clone().unwrap_or_else(|| {
+            image
+                .topics
+                .values()
+                .flat_map(|t| (0..t.partitions.len() as i32).map(move |p| (t.name.clone(), p)))
+                .collect()
+        })
+    };
+    if shard.cluster().is_none() {
+        // A single node leads every partition it has.
+        let image = shard.metadata.image();
+        return wanted(&image)
+            .into_iter()
+            .map(|(topic, p)| {
+                let known = image
+                    .topics
+                    .get(&topic)
+                    .and_then(|t| t.partition(p))
+                    .is_some();
+                let code = if known {
+                    errors::ELECTION_NOT_NEEDED
+                } else {
+                    errors::UNKNOWN_TOPIC_OR_PARTITION
+                };
+                ((topic, p), code)
+            })
+            .collect();
+    }
+    if let Some(refusal) = not_controller(shard) {
+        let image = shard.metadata.image();
+        return wanted(&image)
+            .into_iter()
+            .map(|tp| (tp, refusal.error_code))
+            .collect();
+    }
+    let wanted = wanted.clone();
+    on_controller(shard, move |controller| async move {
+        let image = controller.metadata.store().image();
+        let mut records = Vec::new();
+        let mut results = Vec::new();
+        for (topic, p) in wanted(&image) {
+            match crate::cluster::placement::elect(&image, &topic, p, preferred) {
+                Ok(record) => {
+                    records.push(record);
+                    results.push(((topic, p), errors::NONE));
+                }
+                Err(code) => results.push(((topic, p), code)),
+            }
+        }
+        if !records.is_empty() {
+            let elected = records.len();
+            if let Err(refusal) = propose(&controller, records).await {
+                for (_, code) in results.iter_mut().filter(|(_, c)| *c == errors::NONE) {
+                    *code = refusal.error_code;
+                }
+            } else {
+                tracing::info!(elected, preferred, "leaders elected");
+            }
+        }
+        results
+    })
+    .await
+}
+
 /// Hands out a new producer id, taking a new block from the metadata log
 /// when the current one is used up.
 pub async fn allocate_producer_id(shard: &Rc<Shard>) -> Result<i64, Refusal> {

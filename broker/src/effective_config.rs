@@ -66,6 +66,10 @@ pub fn broker_value(config: &BrokerConfig, key: &str) -> Option<String> {
         "broker.session.timeout.ms" => config.cluster_timing.session_timeout_ms.to_string(),
         "strom.metadata.snapshot.bytes" => config.metadata_snapshot_bytes.to_string(),
         "replica.lag.time.max.ms" => config.cluster_timing.replica_lag_time_max_ms.to_string(),
+        "auto.leader.rebalance.enable" => config.cluster_timing.auto_leader_rebalance.to_string(),
+        "leader.imbalance.check.interval.seconds" => {
+            (config.cluster_timing.leader_imbalance_check_interval_ms / 1000).to_string()
+        }
         "broker.heartbeat.interval.ms" => config.cluster_timing.heartbeat_interval_ms.to_string(),
         "controller.quorum.election.timeout.ms" => {
             config.cluster_timing.election_timeout_ms.to_string()

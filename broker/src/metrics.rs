@@ -697,6 +697,19 @@ mod error_codes {
         }
     }
 
+    impl ErrorCodes for ElectLeadersResponse {
+        fn each_error_code(&self, version: i16, each: &mut impl FnMut(i16)) {
+            if version >= 1 {
+                each(self.error_code);
+            }
+            for topic in &self.replica_election_results {
+                for partition in &topic.partition_result {
+                    each(partition.error_code);
+                }
+            }
+        }
+    }
+
     impl ErrorCodes for DescribeQuorumResponse {
         fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
             each(self.error_code);

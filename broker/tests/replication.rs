@@ -456,3 +456,113 @@ fn a_group_resumes_from_its_committed_offsets_after_its_coordinator_fails() {
         "{out}"
     );
 }
+
+/// Leader of each partition of `topic` and its replicas (preferred first).
+fn leaders(bootstrap: &str, topic: &str) -> Option<BTreeMap<i32, (i32, Vec<i32>, usize)>> {
+    let output = run(
+        Command::new("kcat").args(["-b", bootstrap, "-L", "-J", "-m", "5", "-t", topic]),
+        None,
+        Duration::from_secs(20),
+    );
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
+    let mut out = BTreeMap::new();
+    for p in json["topics"].as_array()?.first()?["partitions"].as_array()? {
+        let ids = |key: &str| -> Option<Vec<i32>> {
+            Some(
+                p[key]
+                    .as_array()?
+                    .iter()
+                    .filter_map(|r| r["id"].as_i64())
+                    .map(|id| id as i32)
+                    .collect(),
+            )
+        };
+        out.insert(
+            p["partition"].as_i64()? as i32,
+            (
+                p["leader"].as_i64()? as i32,
+                ids("replicas")?,
+                ids("isrs")?.len(),
+            ),
+        );
+    }
+    Some(out)
+}
+
+/// Kills and restarts the preferred leader of partition 0 of `topic`:
+/// afterwards it is back in sync but another broker leads partition 0.
+/// Returns the preferred leader.
+fn displace_preferred_leader(cluster: &mut Cluster, topic: &str) -> i32 {
+    let any = cluster.node(1).broker.bootstrap();
+    let before = cluster.wait_for("three in sync", || {
+        leaders(&any, topic).filter(|l| l.values().all(|(leader, _, isr)| *leader > 0 && *isr == 3))
+    });
+    let preferred = before[&0].1[0];
+    assert_eq!(before[&0].0, preferred, "{before:?}");
+    let other = cluster
+        .node((1..=3).find(|&n| n != preferred).unwrap())
+        .broker
+        .bootstrap();
+    cluster.node_mut(preferred).broker.kill();
+    cluster.wait_for("partition 0 led elsewhere", || {
+        leaders(&other, topic).filter(|l| l[&0].0 > 0 && l[&0].0 != preferred)
+    });
+    cluster.node_mut(preferred).broker.start_again();
+    cluster.wait_for("the broker back in sync", || {
+        leaders(&other, topic).filter(|l| l.values().all(|(_, _, isr)| *isr == 3))
+    });
+    preferred
+}
+
+#[test]
+fn preferred_leaders_come_back_by_election_and_by_the_controller() {
+    let create = |cluster: &Cluster, topic: &str| {
+        strom_ok(
+            &cluster.node(1).broker,
+            &[
+                "topic",
+                "create",
+                topic,
+                "--partitions",
+                "3",
+                "--replication-factor",
+                "3",
+            ],
+        );
+    };
+    // On demand: ElectLeaders through `strom topic elect-leaders`.
+    let mut cluster = Cluster::start(3, &["--set", "auto.leader.rebalance.enable=false"]);
+    cluster.wait_for("three brokers listed", || {
+        brokers_listed(&cluster.node(1).broker.bootstrap(), 3)
+    });
+    create(&cluster, "elect");
+    let preferred = displace_preferred_leader(&mut cluster, "elect");
+    let any = cluster.node(2).broker.bootstrap();
+    assert_ne!(
+        leaders(&any, "elect").unwrap()[&0].0,
+        preferred,
+        "no rebalance by itself"
+    );
+    let out = strom_ok(
+        &cluster.node(2).broker,
+        &["topic", "elect-leaders", "elect"],
+    );
+    assert!(out.contains("elect\t0\telected"), "{out}");
+    assert!(out.contains("elect\t1\tunchanged (leads already)"), "{out}");
+    cluster.wait_for("partition 0 led by its preferred replica", || {
+        leaders(&any, "elect").filter(|l| l[&0].0 == preferred)
+    });
+    drop(cluster);
+
+    // By the active controller, every leader.imbalance.check.interval.seconds.
+    let mut cluster = Cluster::start(3, &["--set", "leader.imbalance.check.interval.seconds=1"]);
+    cluster.wait_for("three brokers listed", || {
+        brokers_listed(&cluster.node(1).broker.bootstrap(), 3)
+    });
+    create(&cluster, "rebalanced");
+    let preferred = displace_preferred_leader(&mut cluster, "rebalanced");
+    let any = cluster.node(2).broker.bootstrap();
+    cluster.wait_for("partition 0 led by its preferred replica again", || {
+        leaders(&any, "rebalanced").filter(|l| l[&0].0 == preferred)
+    });
+}

@@ -58,6 +58,24 @@ enum TopicCommand {
     Alter(AlterArgs),
     /// Delete topics and all their data.
     Delete(DeleteArgs),
+    /// Move partitions' leadership to their preferred (first) replica, or
+    /// with --unclean give partitions without a leader a live replica even
+    /// out of sync (records only the lost leader had are lost).
+    ElectLeaders(ElectArgs),
+}
+
+#[derive(Args, Debug)]
+struct ElectArgs {
+    /// Topics whose partitions to elect for [default: every partition].
+    topics: Vec<String>,
+    /// Only this partition of the topic given (repeatable).
+    #[arg(long, value_name = "N")]
+    partition: Vec<i32>,
+    /// Unclean election: only partitions without a leader, any live replica.
+    #[arg(long)]
+    unclean: bool,
+    #[command(flatten)]
+    connect: ConnectArgs,
 }
 
 #[derive(Args, Debug)]
@@ -133,6 +151,7 @@ pub async fn run(args: TopicArgs) -> anyhow::Result<()> {
         TopicCommand::Describe(args) => describe(args).await,
         TopicCommand::Alter(args) => alter(args).await,
         TopicCommand::Delete(args) => delete(args).await,
+        TopicCommand::ElectLeaders(args) => elect_leaders(args).await,
     }
 }
 
@@ -438,3 +457,80 @@ async fn delete(args: DeleteArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// ElectLeaders; prints each partition's result and fails if any partition
+/// could not get the leader asked for (ELECTION_NOT_NEEDED is fine).
+async fn elect_leaders(args: ElectArgs) -> anyhow::Result<()> {
+    use kafka_protocol::messages::elect_leaders_request::TopicPartitions;
+    use kafka_protocol::messages::ElectLeadersRequest;
+    if !args.partition.is_empty() && args.topics.len() != 1 {
+        bail!("--partition needs exactly one topic");
+    }
+    let mut connection = args.connect.connect().await?;
+    let version = connection.version::<ElectLeadersRequest>(0..=2)?;
+    if args.unclean && version == 0 {
+        bail!("the broker does not support unclean elections (ElectLeaders v0 only)");
+    }
+    let topic_partitions = if args.topics.is_empty() {
+        None
+    } else {
+        let metadata = metadata(&mut connection, Some(&args.topics), false).await?;
+        let mut wanted = Vec::new();
+        for topic in &metadata.topics {
+            let name = topic
+                .name
+                .as_ref()
+                .map(|n| n.0.to_string())
+                .unwrap_or_default();
+            check_error(ApiKey::Metadata, topic.error_code, None)
+                .with_context(|| format!("topic {name}"))?;
+            let partitions: Vec<i32> = if args.partition.is_empty() {
+                topic.partitions.iter().map(|p| p.partition_index).collect()
+            } else {
+                args.partition.clone()
+            };
+            wanted.push(
+                TopicPartitions::default()
+                    .with_topic(topic_name(&name))
+                    .with_partitions(partitions),
+            );
+        }
+        Some(wanted)
+    };
+    let request = ElectLeadersRequest::default()
+        .with_election_type(i8::from(args.unclean))
+        .with_topic_partitions(topic_partitions)
+        .with_timeout_ms(ADMIN_TIMEOUT_MS);
+    let response = connection.call(&request, version).await?;
+    check_error(ApiKey::ElectLeaders, response.error_code, None)?;
+    let mut failures = Vec::new();
+    let mut lines = Vec::new();
+    for topic in &response.replica_election_results {
+        for result in &topic.partition_result {
+            let outcome = match result.error_code {
+                ERROR_NONE => "elected".to_string(),
+                code if code == ELECTION_NOT_NEEDED => "unchanged (leads already)".to_string(),
+                code => {
+                    let name = protocol::client::error_name(code);
+                    failures.push(format!("{}-{}: {name}", topic.topic.0, result.partition_id));
+                    name
+                }
+            };
+            lines.push(format!(
+                "{}\t{}\t{outcome}",
+                topic.topic.0, result.partition_id
+            ));
+        }
+    }
+    lines.sort();
+    for line in lines {
+        outln!("{line}");
+    }
+    if !failures.is_empty() {
+        bail!("no leader elected for {}", failures.join(", "));
+    }
+    Ok(())
+}
+
+/// Kafka's ELECTION_NOT_NEEDED: the partition has the leader asked for.
+const ELECTION_NOT_NEEDED: i16 = 84;

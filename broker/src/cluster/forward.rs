@@ -37,6 +37,7 @@ pub fn is_controller_api(api_key: ApiKey) -> bool {
             | ApiKey::AlterConfigs
             | ApiKey::IncrementalAlterConfigs
             | ApiKey::InitProducerId
+            | ApiKey::ElectLeaders
             | ApiKey::DescribeQuorum
     )
 }

@@ -177,6 +177,75 @@ pub fn unfence(image: &MetadataImage, id: i32, unclean_default: bool) -> Vec<Met
     records
 }
 
+/// An election for one partition (ElectLeaders, or the controller's own
+/// preferred-leader rebalance): the record moving leadership, or the
+/// Kafka error code. `preferred`: to the first replica, if it is live and
+/// in sync (ELECTION_NOT_NEEDED when it leads already,
+/// PREFERRED_LEADER_NOT_AVAILABLE otherwise); else unclean: a partition
+/// without a leader gets a live replica even out of sync
+/// (ELECTION_NOT_NEEDED when it has a leader).
+pub fn elect(
+    image: &MetadataImage,
+    topic: &str,
+    partition: i32,
+    preferred: bool,
+) -> Result<MetadataRecord, i16> {
+    use crate::errors;
+    let state = image
+        .topics
+        .get(topic)
+        .and_then(|t| t.partition(partition))
+        .ok_or(errors::UNKNOWN_TOPIC_OR_PARTITION)?;
+    let changed = if preferred {
+        let first = *state
+            .replicas
+            .first()
+            .ok_or(errors::PREFERRED_LEADER_NOT_AVAILABLE)?;
+        if state.leader == first {
+            return Err(errors::ELECTION_NOT_NEEDED);
+        }
+        if !image.is_live(first) || !state.isr.contains(&first) {
+            return Err(errors::PREFERRED_LEADER_NOT_AVAILABLE);
+        }
+        led_by(state, first, state.isr.clone())
+    } else {
+        if state.leader >= 0 {
+            return Err(errors::ELECTION_NOT_NEEDED);
+        }
+        let next = state
+            .replicas
+            .iter()
+            .copied()
+            .find(|&r| image.is_live(r))
+            .ok_or(errors::ELIGIBLE_LEADERS_NOT_AVAILABLE)?;
+        let isr = if state.isr.contains(&next) {
+            state.isr.clone()
+        } else {
+            vec![next]
+        };
+        led_by(state, next, isr)
+    };
+    Ok(MetadataRecord::PartitionChanged {
+        name: topic.to_string(),
+        index: partition,
+        state: changed,
+    })
+}
+
+/// The controller's preferred-leader rebalance
+/// (`auto.leader.rebalance.enable`): every partition whose first replica
+/// is live and in sync but does not lead moves back to it.
+pub fn preferred_leaders(image: &MetadataImage) -> Vec<MetadataRecord> {
+    image
+        .topics
+        .values()
+        .flat_map(|topic| {
+            (0..topic.partitions.len() as i32)
+                .filter_map(move |p| elect(image, &topic.name, p, true).ok())
+        })
+        .collect()
+}
+
 /// The record of a leader's ISR change, if the controller takes it
 /// (Kafka's AlterPartition checks): the sender still leads at the leader
 /// epoch it names, the partition epoch is current (else another change
@@ -385,6 +454,50 @@ mod tests {
         assert_eq!(
             offline.with(&unfence(&offline, 2, true)).topics["t"].partitions[0].leader,
             2
+        );
+    }
+
+    #[test]
+    fn preferred_leaders_come_back_once_in_sync() {
+        use crate::errors;
+        let mut image = cluster(&[(1, None), (2, None), (3, None)]);
+        create(&mut image, "t", vec![vec![1, 2, 3], vec![2, 3, 1]]);
+        assert!(preferred_leaders(&image).is_empty(), "all lead already");
+        assert_eq!(
+            elect(&image, "t", 0, true).unwrap_err(),
+            errors::ELECTION_NOT_NEEDED
+        );
+        // Broker 1 is fenced: partition 0 moves to 2; back when 1 returns
+        // (unfenced, not in the ISR yet: not available until it catches up).
+        image = image.with(&fence(&image, 1, false));
+        image = image.with(&unfence(&image, 1, false));
+        assert_eq!(image.topics["t"].partitions[0].leader, 2);
+        assert_eq!(
+            elect(&image, "t", 0, true).unwrap_err(),
+            errors::PREFERRED_LEADER_NOT_AVAILABLE
+        );
+        let caught_up = alter_partition(
+            &image,
+            &crate::cluster::wire::AlterPartition {
+                topic: "t".to_string(),
+                partition: 0,
+                leader: 2,
+                leader_epoch: 1,
+                partition_epoch: image.topics["t"].partitions[0].partition_epoch,
+                isr: vec![1, 2, 3],
+            },
+        )
+        .unwrap();
+        image.apply(&caught_up);
+        let moves = preferred_leaders(&image);
+        assert_eq!(moves.len(), 1, "{moves:?}");
+        image = image.with(&moves);
+        let state = &image.topics["t"].partitions[0];
+        assert_eq!((state.leader, state.leader_epoch), (1, 2));
+        assert!(preferred_leaders(&image).is_empty());
+        assert_eq!(
+            elect(&image, "t", 9, true).unwrap_err(),
+            errors::UNKNOWN_TOPIC_OR_PARTITION
         );
     }
 

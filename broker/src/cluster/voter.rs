@@ -109,6 +109,9 @@ pub struct Voter {
     replayed_to: u64,
     /// When a snapshot is taken (by the bytes of log applied since the last).
     snapshots: SnapshotPolicy,
+    /// When the active controller last looked for partitions not led by
+    /// their preferred replica.
+    last_rebalance: Instant,
 }
 
 impl Voter {
@@ -151,6 +154,7 @@ impl Voter {
         };
         Ok(Voter {
             replayed_to,
+            last_rebalance: Instant::now(),
             snapshots: SnapshotPolicy {
                 log_bytes_max: cluster.snapshot_log_bytes,
             },
@@ -383,6 +387,21 @@ impl Voter {
             let id = crate::metadata::new_cluster_id();
             tracing::info!(cluster_id = %id, "a new cluster: its id is proposed");
             self.propose(vec![MetadataRecord::ClusterId(id)], None);
+        }
+        let timing = self.cluster.timing;
+        if timing.auto_leader_rebalance
+            && now.duration_since(self.last_rebalance)
+                >= Duration::from_millis(timing.leader_imbalance_check_interval_ms)
+        {
+            self.last_rebalance = now;
+            let moves = placement::preferred_leaders(&self.image);
+            if !moves.is_empty() {
+                tracing::info!(
+                    partitions = moves.len(),
+                    "leadership moves back to preferred replicas"
+                );
+                self.propose(moves, None);
+            }
         }
         let expired: Vec<i32> = self
             .image

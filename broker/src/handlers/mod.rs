@@ -29,6 +29,7 @@ pub mod describe_log_dirs;
 pub mod describe_producers;
 pub mod describe_quorum;
 pub mod describe_topic_partitions;
+pub mod elect_leaders;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod heartbeat;
@@ -110,6 +111,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
         ApiKey::DescribeCluster,
         describe_cluster::VERSION_MIN,
         describe_cluster::VERSION_MAX,
+    ),
+    (
+        ApiKey::ElectLeaders,
+        elect_leaders::VERSION_MIN,
+        elect_leaders::VERSION_MAX,
     ),
     (
         ApiKey::DescribeQuorum,
@@ -343,6 +349,9 @@ async fn dispatch(
         }
         RequestKind::DescribeCluster(body) => {
             out.encode(&describe_cluster::handle(&shard, body, version))
+        }
+        RequestKind::ElectLeaders(body) => {
+            out.encode(&elect_leaders::handle(&shard, body, version).await)
         }
         RequestKind::DescribeQuorum(body) => {
             out.encode(&describe_quorum::handle(&shard, body, version))

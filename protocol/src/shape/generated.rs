@@ -2108,6 +2108,62 @@ pub static DELETE_GROUPS_REQUEST: Struct = Struct {
     tags: &[],
 };
 
+pub static ELECT_LEADERS_REQUEST: Struct = Struct {
+    versions: (0, 2),
+    flexible_since: 2,
+    fields: &[
+        Field {
+            kind: Fixed(1),
+            since: 1,
+            until: 2,
+        }, // election_type
+        Field {
+            kind: Array(&ELECT_LEADERS_REQUEST__TOPIC_PARTITIONS),
+            since: 0,
+            until: 1,
+        }, // topic_partitions
+        Field {
+            kind: CompactArray(&ELECT_LEADERS_REQUEST__TOPIC_PARTITIONS),
+            since: 2,
+            until: 2,
+        }, // topic_partitions
+        Field {
+            kind: Fixed(4),
+            since: 0,
+            until: 2,
+        }, // timeout_ms
+    ],
+    tags: &[],
+};
+
+pub static ELECT_LEADERS_REQUEST__TOPIC_PARTITIONS: Struct = Struct {
+    versions: (0, 2),
+    flexible_since: 2,
+    fields: &[
+        Field {
+            kind: Str,
+            since: 0,
+            until: 1,
+        }, // topic
+        Field {
+            kind: CompactStr,
+            since: 2,
+            until: 2,
+        }, // topic
+        Field {
+            kind: ArrayOf(4),
+            since: 0,
+            until: 1,
+        }, // partitions
+        Field {
+            kind: CompactArrayOf(4),
+            since: 2,
+            until: 2,
+        }, // partitions
+    ],
+    tags: &[],
+};
+
 pub static INCREMENTAL_ALTER_CONFIGS_REQUEST: Struct = Struct {
     versions: (0, 1),
     flexible_since: 1,
@@ -2580,6 +2636,7 @@ pub fn request(api_key: i16) -> Option<&'static Struct> {
         36 => &SASL_AUTHENTICATE_REQUEST,
         37 => &CREATE_PARTITIONS_REQUEST,
         42 => &DELETE_GROUPS_REQUEST,
+        43 => &ELECT_LEADERS_REQUEST,
         44 => &INCREMENTAL_ALTER_CONFIGS_REQUEST,
         47 => &OFFSET_DELETE_REQUEST,
         55 => &DESCRIBE_QUORUM_REQUEST,
