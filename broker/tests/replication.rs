@@ -457,8 +457,11 @@ fn a_group_resumes_from_its_committed_offsets_after_its_coordinator_fails() {
     );
 }
 
-/// Leader of each partition of `topic` and its replicas (preferred first).
-fn leaders(bootstrap: &str, topic: &str) -> Option<BTreeMap<i32, (i32, Vec<i32>, usize)>> {
+/// A partition as kcat lists it: leader, replicas (preferred first), ISR size.
+type Led = (i32, Vec<i32>, usize);
+
+/// Each partition of `topic` by index.
+fn leaders(bootstrap: &str, topic: &str) -> Option<BTreeMap<i32, Led>> {
     let output = run(
         Command::new("kcat").args(["-b", bootstrap, "-L", "-J", "-m", "5", "-t", topic]),
         None,
