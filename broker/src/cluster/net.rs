@@ -146,7 +146,22 @@ pub fn serve(listener: TcpListener, cluster: Arc<Cluster>) -> std::io::Result<()
     Ok(())
 }
 
-fn serve_connection(mut stream: TcpStream, cluster: &Cluster) -> std::io::Result<()> {
+/// Serves one connection; when a broker's heartbeat connection ends, the
+/// quorum thread hears of it (a killed broker's kernel closes it at once).
+fn serve_connection(stream: TcpStream, cluster: &Cluster) -> std::io::Result<()> {
+    let mut heartbeats_of = None;
+    let served = serve_frames(stream, cluster, &mut heartbeats_of);
+    if let (Some(broker), Some(inbox)) = (heartbeats_of, cluster.inbox.as_ref()) {
+        let _ = inbox.try_send(Input::ConnectionLost(broker));
+    }
+    served
+}
+
+fn serve_frames(
+    mut stream: TcpStream,
+    cluster: &Cluster,
+    heartbeats_of: &mut Option<i32>,
+) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     // Voters keep their connections open between messages: no read timeout.
     stream.set_write_timeout(Some(IO_TIMEOUT))?;
@@ -179,6 +194,7 @@ fn serve_connection(mut stream: TcpStream, cluster: &Cluster) -> std::io::Result
                 continue;
             }
             Frame::Heartbeat(heartbeat) if !foreign => {
+                *heartbeats_of = Some(heartbeat.broker.id);
                 let (tx, rx) = flume::bounded(1);
                 if inbox.send(Input::Heartbeat(heartbeat, tx)).is_err() {
                     return Ok(());

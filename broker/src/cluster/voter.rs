@@ -43,6 +43,8 @@ pub enum Input {
     /// A leader's ISR change, answered with a Kafka error code once
     /// committed (or refused).
     AlterPartition(wire::AlterPartition, flume::Sender<i16>),
+    /// The connection a broker heartbeats on ended.
+    ConnectionLost(i32),
 }
 
 /// Who hears how a proposal ended.
@@ -224,6 +226,28 @@ impl Voter {
                 }
                 self.propose(records, Some(Reply::Propose(reply)));
             }
+            Input::ConnectionLost(broker) => {
+                // A live broker reconnects at its next heartbeat; a dead
+                // one (its kernel closed the connection) is fenced after a
+                // grace of one and a half heartbeat intervals instead of
+                // the whole session. A network partition closes nothing:
+                // the session timeout applies there.
+                if !self.ready_to_lead() || !self.image.is_live(broker) {
+                    return;
+                }
+                let interval = Duration::from_millis(self.cluster.timing.heartbeat_interval_ms);
+                let grace = interval + interval / 2;
+                if grace < self.session_timeout {
+                    let expires_at = Instant::now() + grace;
+                    if let Some(last) = self.sessions.get_mut(&broker) {
+                        let short = expires_at
+                            .checked_sub(self.session_timeout)
+                            .unwrap_or(*last);
+                        *last = (*last).min(short);
+                        tracing::info!(broker, grace_ms = grace.as_millis() as u64, "a broker's heartbeat connection closed: fenced unless it heartbeats again soon");
+                    }
+                }
+            }
             Input::AlterPartition(alter, reply) => {
                 if !self.ready_to_lead() {
                     let _ = reply.send(crate::errors::NOT_CONTROLLER);
@@ -368,9 +392,16 @@ impl Voter {
     fn duties(&mut self) {
         let leading = self.ready_to_lead();
         if leading && !self.was_leader {
-            // Every broker gets a full session from the new leader.
+            // A live broker finds the new active controller within a
+            // heartbeat or two (the voters it asks name it): each gets
+            // three heartbeat intervals (at most a session) to be heard,
+            // so a broker that died with the old controller is fenced
+            // soon rather than a whole session later.
             let now = Instant::now();
-            self.sessions = self.image.brokers.keys().map(|&id| (id, now)).collect();
+            let interval = Duration::from_millis(self.cluster.timing.heartbeat_interval_ms);
+            let grace = (interval * 3).min(self.session_timeout);
+            let heard = now.checked_sub(self.session_timeout - grace).unwrap_or(now);
+            self.sessions = self.image.brokers.keys().map(|&id| (id, heard)).collect();
             self.proposed.clear();
             tracing::info!(
                 term = self.quorum.term(),

@@ -1,13 +1,14 @@
 """An idempotent acks=all producer and its checker, for failover tests.
 
 Usage:
-  replication_check.py produce BOOTSTRAP TOPIC N ACKS_FILE
-      writes records "r-0" .. "r-(N-1)" (self-checking values), keyed so
+  replication_check.py produce BOOTSTRAP TOPIC STOP_FILE ACKS_FILE
+      writes records "r-0", "r-1", ... (self-checking values) at a steady
+      pace until STOP_FILE exists, keyed so
       that each key stays in one partition, and appends one line
       "KEY PARTITION OFFSET ACK_TIME_MS" to ACKS_FILE per acknowledgement
       (flushed at once); ends when every record is acknowledged or failed
       for good (printed as "failed: COUNT")
-  check BOOTSTRAP TOPIC ACKS_FILE N
+  check BOOTSTRAP TOPIC ACKS_FILE
       reads the whole topic and checks: every acknowledged record is there
       byte-exact, none twice, and within each partition the records of the
       producer are in the order sent; prints the counts
@@ -30,8 +31,12 @@ def value_of(i):
     return f"r-{i}:{zlib.crc32(body)}:".encode() + body
 
 
-def produce(bootstrap, topic, n, acks_file):
-    n = int(n)
+# Records sent per second: steady, so that faults land mid-stream.
+RATE = 2000
+
+
+def produce(bootstrap, topic, stop_file, acks_file):
+    import os
     producer = Producer({
         "bootstrap.servers": bootstrap,
         "enable.idempotence": True,
@@ -45,40 +50,45 @@ def produce(bootstrap, topic, n, acks_file):
     out = open(acks_file, "a", buffering=1)
     failed = []
 
-    def delivered(error, message):
-        if error is not None:
-            failed.append((message.key().decode(), str(error)))
-            return
-        out.write(f"{message.key().decode()} {message.partition()} {message.offset()} "
-                  f"{int(time.time() * 1000)}\n")
+    def delivered_at(sent_ms):
+        def delivered(error, message):
+            if error is not None:
+                failed.append((message.key().decode(), str(error)))
+                return
+            out.write(f"{message.key().decode()} {message.partition()} {message.offset()} "
+                      f"{int(time.time() * 1000)} {sent_ms}\n")
+        return delivered
 
-    deadline = time.time() + DEADLINE_S
-    for i in range(n):
+    started = time.time()
+    i = 0
+    while not os.path.exists(stop_file):
+        if time.time() - started > DEADLINE_S:
+            fail("the producer ran past its deadline")
+        # Ahead of the pace: wait (serving callbacks meanwhile).
+        ahead = i / RATE - (time.time() - started)
+        if ahead > 0:
+            producer.poll(min(ahead, 0.05))
+            continue
         while True:
             try:
                 producer.produce(topic, key=f"r-{i}".encode(), value=value_of(i),
-                                 on_delivery=delivered)
+                                 on_delivery=delivered_at(int(time.time() * 1000)))
                 break
             except BufferError:
                 producer.poll(0.05)
         producer.poll(0)
-        # A steady pace, so that faults land mid-stream.
-        if i % 50 == 49:
-            producer.poll(0.01)
-        if time.time() > deadline:
-            fail("the producer ran past its deadline")
+        i += 1
     check(producer.flush(DEADLINE_S) == 0, "the producer did not flush")
     out.close()
-    print(f"failed: {len(failed)}")
+    print(f"sent: {i} failed: {len(failed)}")
     for key, error in failed[:10]:
         print(f"  {key}: {error}")
 
 
-def check_topic(bootstrap, topic, acks_file, n):
-    n = int(n)
+def check_topic(bootstrap, topic, acks_file):
     acknowledged = {}
     for line in open(acks_file):
-        key, partition, offset, _ = line.split()
+        key, partition, offset, _, _ = line.split()
         acknowledged[key] = (int(partition), int(offset))
     consumer = Consumer({
         "bootstrap.servers": bootstrap,

@@ -81,6 +81,11 @@ impl SoakBudget {
         }
     }
 
+    /// The rounds asked for.
+    pub fn rounds(&self) -> u64 {
+        self.rounds
+    }
+
     pub fn more(&self, done: u64) -> bool {
         done < self.rounds && Instant::now() < self.until
     }
