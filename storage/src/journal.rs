@@ -1154,9 +1154,19 @@ fn read_chunk(path: &Path) -> Result<Option<ChunkRead>> {
             break;
         }
         let len = u32::from_le_bytes(len) as usize;
-        if len < RECORD_HEAD || len as u64 > JOURNAL_CHUNK_BYTES_MAX {
+        // At a page start, an impossible length (beyond the file, too) is
+        // what an earlier use of the chunk left there: every write of
+        // this use starts on a page, so it is the end of this use's
+        // records (a valid record of this use after it is caught below).
+        // Inside a page it can only be damage.
+        let past_the_file = len as u64 > file_bytes.saturating_sub(position);
+        if len < RECORD_HEAD || len as u64 > JOURNAL_CHUNK_BYTES_MAX || past_the_file {
             if len != 0 && !position.is_multiple_of(PAGE) {
-                damage = Some(format!("record length {len} is not possible"));
+                damage = Some(if past_the_file {
+                    format!("record of {len} bytes runs past the end of the file")
+                } else {
+                    format!("record length {len} is not possible")
+                });
             }
             break;
         }
@@ -1463,6 +1473,34 @@ mod tests {
                 ("t-1/0.log".to_string(), 200, b"second".to_vec()),
             ]
         );
+    }
+
+    /// A chunk used again: where this use's records end on a page, the
+    /// bytes of its earlier use may hold any length, one beyond the file
+    /// too; that is the end, not damage (seen after kill -9 under load).
+    #[test]
+    fn stale_bytes_of_an_earlier_use_at_a_page_start_end_the_records() {
+        let mut chunk = header(9, VERSION);
+        chunk.extend(data("t-0/0.log", 0, b"this use", 9));
+        let len = chunk.len() - PAGE as usize;
+        chunk.extend(pad(padded_len(len) - len, 9));
+        let end = chunk.len();
+        // An earlier use's bytes: a huge length, and whatever follows.
+        chunk.extend(0xD0D0_D0D0u32.to_le_bytes());
+        chunk.extend(vec![0xA5u8; PAGE as usize - 4]);
+        let read = read_checked(&chunk).unwrap().unwrap();
+        assert_eq!(read.end, end as u64);
+        assert!(read.damage.is_none(), "{:?}", read.damage);
+        assert_eq!(read.ops.len(), 1);
+        let later = read_checked(&header(10, VERSION)).unwrap().unwrap();
+        check_chunks(&[read, later]).expect("a clean end, also when a later chunk follows");
+        // Inside a page the same bytes are damage.
+        let mut inside = header(9, VERSION);
+        inside.extend(data("t-0/0.log", 0, b"this use", 9));
+        inside.extend(0xD0D0_D0D0u32.to_le_bytes());
+        inside.extend(vec![0xA5u8; PAGE as usize]);
+        let read = read_checked(&inside).unwrap().unwrap();
+        assert!(read.damage.is_some());
     }
 
     #[test]
