@@ -320,12 +320,7 @@ async fn retention_loop(shard: Rc<Shard>) {
             continue;
         }
         last = now;
-        let partitions: Vec<Rc<Partition>> = shard
-            .partitions
-            .borrow()
-            .values()
-            .flat_map(|by_index| by_index.values().cloned())
-            .collect();
+        let partitions: Vec<Rc<Partition>> = shard.open_partitions();
         for partition in partitions {
             partition.enforce_retention().await;
         }

@@ -265,6 +265,15 @@ impl Shard {
     }
 
     /// The partition `topic`/`partition` if this core owns it and has it open.
+    /// Every partition this core has open.
+    pub fn open_partitions(&self) -> Vec<Rc<Partition>> {
+        self.partitions
+            .borrow()
+            .values()
+            .flat_map(|by_index| by_index.values().cloned())
+            .collect()
+    }
+
     pub fn partition(&self, topic: &str, partition: i32) -> Option<Rc<Partition>> {
         self.partitions
             .borrow()

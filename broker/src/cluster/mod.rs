@@ -356,12 +356,7 @@ pub async fn reconcile_everywhere(shard: &Rc<Shard>, image: &Arc<MetadataImage>)
 /// records (leader or follower, epochs, ISR).
 fn assign_states(shard: &Rc<Shard>) {
     let image = shard.metadata.image();
-    let partitions: Vec<_> = shard
-        .partitions
-        .borrow()
-        .values()
-        .flat_map(|by_index| by_index.values().cloned())
-        .collect();
+    let partitions: Vec<_> = shard.open_partitions();
     for partition in partitions {
         let state = image
             .topics

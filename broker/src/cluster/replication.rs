@@ -48,7 +48,7 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>) {
         if shard.stopping.sleep_unless_raised(TICK).await {
             return;
         }
-        let partitions = owned_partitions(&shard);
+        let partitions = shard.open_partitions();
         for partition in &partitions {
             if partition.is_leader() {
                 partition.tick();
@@ -97,18 +97,10 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>) {
     }
 }
 
-fn owned_partitions(shard: &Shard) -> Vec<Rc<Partition>> {
-    shard
-        .partitions
-        .borrow()
-        .values()
-        .flat_map(|by_index| by_index.values().cloned())
-        .collect()
-}
-
 /// The partitions of this core that follow `leader`, with their leader epoch.
 fn following(shard: &Shard, leader: i32) -> Vec<(Rc<Partition>, i32)> {
-    owned_partitions(shard)
+    shard
+        .open_partitions()
         .into_iter()
         .filter_map(|p| match p.following() {
             Some((l, epoch)) if l == leader => Some((p, epoch)),

@@ -83,12 +83,8 @@ pub struct Placement {
 /// The broker coordinating `group_id`: the leader of its offsets
 /// partition (COORDINATOR_NOT_AVAILABLE while it has none).
 pub async fn coordinator(shard: &Rc<Shard>, group_id: &str) -> Result<i32, i16> {
-    let image = offsets_image(shard).await?;
-    let topic = image
-        .topics
-        .get(OFFSETS_TOPIC)
-        .ok_or(errors::COORDINATOR_NOT_AVAILABLE)?;
-    let partition = offsets_partition_for(group_id, topic.partition_cores.len() as i32);
+    let (image, partition) = group_partition(shard, group_id).await?;
+    let topic = &image.topics[OFFSETS_TOPIC];
     match topic.partition(partition).map(|p| p.leader) {
         Some(leader) if leader >= 0 => Ok(leader),
         _ => Err(errors::COORDINATOR_NOT_AVAILABLE),
@@ -98,19 +94,29 @@ pub async fn coordinator(shard: &Rc<Shard>, group_id: &str) -> Result<i32, i16> 
 /// Returns the group's placement on this node: NOT_COORDINATOR when
 /// another broker leads its offsets partition.
 pub async fn place(shard: &Rc<Shard>, group_id: &str) -> Result<Placement, i16> {
+    let (image, partition) = group_partition(shard, group_id).await?;
+    let core = image
+        .leader_core(&image.topics[OFFSETS_TOPIC], partition, shard.cores)
+        .map_err(|code| match code {
+            errors::NOT_LEADER_OR_FOLLOWER => errors::NOT_COORDINATOR,
+            _ => errors::COORDINATOR_NOT_AVAILABLE,
+        })?;
+    Ok(Placement { partition, core })
+}
+
+/// The image (with `__consumer_offsets` in it) and the offsets partition
+/// of `group_id`.
+async fn group_partition(
+    shard: &Rc<Shard>,
+    group_id: &str,
+) -> Result<(Rc<crate::metadata::MetadataImage>, i32), i16> {
     let image = offsets_image(shard).await?;
     let topic = image
         .topics
         .get(OFFSETS_TOPIC)
         .ok_or(errors::COORDINATOR_NOT_AVAILABLE)?;
     let partition = offsets_partition_for(group_id, topic.partition_cores.len() as i32);
-    let core = image
-        .leader_core(topic, partition, shard.cores)
-        .map_err(|code| match code {
-            errors::NOT_LEADER_OR_FOLLOWER => errors::NOT_COORDINATOR,
-            _ => errors::COORDINATOR_NOT_AVAILABLE,
-        })?;
-    Ok(Placement { partition, core })
+    Ok((image, partition))
 }
 
 /// The image, with `__consumer_offsets` created if missing (as Kafka does
