@@ -171,11 +171,8 @@ pub async fn handle(
             }
             continue;
         };
-        let meta = image.topics.get(name);
         for p in &topic.partitions {
-            let core = meta.map_or(Err(errors::UNKNOWN_TOPIC_OR_PARTITION), |m| {
-                image.leader_core(m, p.partition, shard.cores)
-            });
+            let core = image.leader_core_by_name(name, p.partition, shard.cores);
             match core {
                 Err(code) => scatter.answer(FetchOutcome::error(code)),
                 Ok(core) => scatter.route(

@@ -41,11 +41,8 @@ pub async fn handle(
     let mut scatter: Scatter<Wanted, Answer> = Scatter::default();
     for topic in &request.topics {
         let name = topic.topic.0.as_str();
-        let meta = image.topics.get(name);
         for p in &topic.partitions {
-            let core = meta.map_or(Err(errors::UNKNOWN_TOPIC_OR_PARTITION), |m| {
-                image.leader_core(m, p.partition, shard.cores)
-            });
+            let core = image.leader_core_by_name(name, p.partition, shard.cores);
             match core {
                 Ok(core) => scatter.route(
                     core,

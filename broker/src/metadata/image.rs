@@ -248,6 +248,21 @@ impl MetadataImage {
             .ok_or(crate::errors::NOT_LEADER_OR_FOLLOWER)
     }
 
+    /// [`MetadataImage::leader_core`] of a topic named `topic`
+    /// (UNKNOWN_TOPIC_OR_PARTITION when there is none).
+    pub fn leader_core_by_name(
+        &self,
+        topic: &str,
+        partition: i32,
+        cores: usize,
+    ) -> Result<usize, i16> {
+        let meta = self
+            .topics
+            .get(topic)
+            .ok_or(crate::errors::UNKNOWN_TOPIC_OR_PARTITION)?;
+        self.leader_core(meta, partition, cores)
+    }
+
     /// Partitions per core, to place new ones on the least loaded core.
     pub fn partitions_per_core(&self, cores: usize) -> Vec<usize> {
         let mut counts = vec![0usize; cores];
