@@ -57,12 +57,15 @@ async fn connect_controller(bootstrap: &str) -> Result<Connection> {
     }
 }
 
-/// Creates topics through the controller; waits until every partition has
-/// a leader. A refused creation is an error naming the topic and reason.
+/// Creates topics through the controller with `replication_factor`
+/// replicas per partition (`None`: the broker's default); waits until every
+/// partition has a leader. A refused creation is an error naming the topic
+/// and reason.
 pub async fn create_topics(
     bootstrap: &str,
     names: &[String],
     partitions: usize,
+    replication_factor: Option<i16>,
     configs: &[(String, String)],
 ) -> Result<Leaders> {
     let mut admin = connect_controller(bootstrap).await?;
@@ -73,7 +76,7 @@ pub async fn create_topics(
             CreatableTopic::default()
                 .with_name(topic_name(name))
                 .with_num_partitions(partitions as i32)
-                .with_replication_factor(-1)
+                .with_replication_factor(replication_factor.unwrap_or(-1))
                 .with_configs(
                     configs
                         .iter()

@@ -113,6 +113,11 @@ struct RunArgs {
     /// Produce requests in flight per producer and broker.
     #[arg(long)]
     in_flight: Option<usize>,
+    /// Replicas of each created topic's partitions (OMB's Kafka driver
+    /// `replicationFactor`); without it the broker's
+    /// `default.replication.factor` applies.
+    #[arg(long, value_parser = clap::value_parser!(i16).range(1..))]
+    replication_factor: Option<i16>,
     /// Topic config set at creation, KEY=VALUE (repeatable).
     #[arg(long = "topic-config", value_name = "KEY=VALUE")]
     topic_configs: Vec<String>,
@@ -313,12 +318,14 @@ fn run_mode(mode: ModeArg) -> Result<bool> {
     };
     let setup = {
         let (bootstrap, topics, w) = (bootstrap.clone(), topics.clone(), workload.clone());
+        let replication_factor = args.replication_factor;
         on_executor(move || async move {
             let leaders = if created {
                 kafka::create_topics(
                     &bootstrap,
                     &topics,
                     w.partitions_per_topic,
+                    replication_factor,
                     &w.topic_configs,
                 )
                 .await?

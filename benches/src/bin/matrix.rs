@@ -8,6 +8,16 @@
 //! table: each figure, its ratio to the limit, and the broker's CPU seconds
 //! per GB next to the machine's own for receiving and writing a GB.
 //!
+//! Replicated cases (workload files named `r-...-rf<N>`) run twice per
+//! round: against one broker (the topic with one replica) and against a
+//! cluster of N brokers on this machine that the matrix starts and stops
+//! itself (or another cluster given by `--replicated-bootstrap`), the
+//! topic created with N replicas. Each broker's CPU, the bytes it writes
+//! to disk (`/proc/<pid>/io` `write_bytes`) and the bytes it receives and
+//! sends (its `/metrics` request and response byte counters) are taken
+//! around the load and divided by the GB ingested; the replicated run's
+//! figures are reported next to the single broker's, with their ratio.
+//!
 //! ```text
 //! cargo build --release -p strom-broker -p strom-loadgen
 //! cargo run --release -p strom-benches --bin matrix -- --runs 3 --out target/matrix
@@ -56,6 +66,15 @@ struct Args {
     /// Executors strom-loadgen runs.
     #[arg(long, default_value_t = 1)]
     loadgen_cores: usize,
+    /// Run the replicated cases (`r-` files) against this Kafka-compatible
+    /// cluster (one broker's address) instead of starting strom nodes; the
+    /// single-broker half of each case still uses --bootstrap or strom.
+    #[arg(long)]
+    replicated_bootstrap: Option<String>,
+    /// Process ids of that cluster's brokers on this machine,
+    /// comma-separated, for CPU and disk-write sampling.
+    #[arg(long, value_delimiter = ',')]
+    replicated_pids: Vec<u32>,
 }
 
 #[derive(Debug, Default, Clone, serde::Serialize)]
@@ -104,6 +123,46 @@ struct CaseRun {
     stolen_pct: f64,
 }
 
+/// What one broker did during a load run (deltas over the run).
+#[derive(Debug, Default, Clone, serde::Serialize)]
+struct BrokerLoad {
+    cpu_s: f64,
+    rss_mb: f64,
+    /// `/proc/<pid>/io` `write_bytes`: bytes this process caused to be
+    /// sent to the block layer (O_DIRECT writes, dirtied pages).
+    disk_write_bytes: f64,
+    /// `/proc/<pid>/io` `wchar` and `rchar`: bytes passed to write and
+    /// read system calls (not io_uring's operations, so a partial count
+    /// for strom; kept for brokers without byte counters).
+    wchar: f64,
+    rchar: f64,
+    /// `/metrics` `strom_request_bytes_total` and
+    /// `strom_response_bytes_total` (shard="all"): bytes of requests the
+    /// broker received and of responses it sent, follower fetches
+    /// included; not the requests its own fetchers send (small) nor the
+    /// responses they receive (counted as the leader's response bytes).
+    request_bytes: Option<f64>,
+    response_bytes: Option<f64>,
+}
+
+/// One round of a replicated case: the same workload on one broker and on
+/// the cluster.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+struct ReplicatedRun {
+    single: CaseRun,
+    single_brokers: Vec<BrokerLoad>,
+    cluster: CaseRun,
+    cluster_brokers: Vec<BrokerLoad>,
+    replication_factor: usize,
+    /// Most partitions any node reported under-replicated
+    /// (`strom_under_replicated_partitions`, polled during the load).
+    under_replicated_max: f64,
+    /// "ISR change proposed" lines in the nodes' logs over the run.
+    isr_changes: usize,
+    /// WARN and ERROR lines in the nodes' logs over the run.
+    log_warnings: usize,
+}
+
 fn main() -> Result<()> {
     let args = Args::parse();
     std::fs::create_dir_all(&args.out)?;
@@ -124,12 +183,28 @@ fn main() -> Result<()> {
     }
     let mut limit_runs: Vec<Limits> = Vec::new();
     let mut results: BTreeMap<String, Vec<CaseRun>> = BTreeMap::new();
+    let mut replicated: BTreeMap<String, Vec<ReplicatedRun>> = BTreeMap::new();
     for round in 0..args.runs {
         let limits = measure_limits(&out)?;
         eprintln!("round {round}: limits {limits:?}");
         limit_runs.push(limits);
         for case in &cases {
             let name = case.file_stem().unwrap().to_string_lossy().to_string();
+            if let Some(replicas) = replication_factor_of(&name) {
+                let run = run_replicated_case(&args, &out, case, round, replicas)
+                    .with_context(|| format!("case {name}"))?;
+                eprintln!("round {round}: {name}: {run:?}");
+                results
+                    .entry(format!("{name}, 1 broker, RF=1"))
+                    .or_default()
+                    .push(run.single.clone());
+                results
+                    .entry(format!("{name}, {replicas} brokers, RF={replicas}"))
+                    .or_default()
+                    .push(run.cluster.clone());
+                replicated.entry(name).or_default().push(run);
+                continue;
+            }
             let run = run_case(&args, &out, case, round).with_context(|| format!("case {name}"))?;
             eprintln!("round {round}: {name}: {run:?}");
             results.entry(name).or_default().push(run);
@@ -146,10 +221,14 @@ fn main() -> Result<()> {
         receive_cpu_s_per_gb: median(limit_runs.iter().map(|l| l.receive_cpu_s_per_gb)),
         write_cpu_s_per_gb: median(limit_runs.iter().map(|l| l.write_cpu_s_per_gb)),
     };
-    let table = markdown(&limits, &results, args.runs);
+    let mut table = markdown(&limits, &results, args.runs);
+    if !replicated.is_empty() {
+        table.push('\n');
+        table.push_str(&replicated_markdown(&replicated));
+    }
     println!("{table}");
     std::fs::write(out.join("matrix.md"), &table)?;
-    let json = serde_json::json!({ "limits": limits, "limit_runs": limit_runs, "cases": results });
+    let json = serde_json::json!({ "limits": limits, "limit_runs": limit_runs, "cases": results, "replicated": replicated });
     std::fs::write(
         out.join("matrix.json"),
         serde_json::to_string_pretty(&json)?,
@@ -223,6 +302,142 @@ fn markdown(limits: &Limits, results: &BTreeMap<String, Vec<CaseRun>>, runs: usi
             runs.iter().map(|r| r.errors).sum::<u64>(),
             m(|r| r.stolen_pct),
             runs.iter().map(|r| r.stolen_pct).fold(0.0, f64::max),
+        ));
+    }
+    s
+}
+
+/// The replicated cases' table: each figure on one broker and on the
+/// cluster in the same rounds (medians, each round's figure in brackets),
+/// and their ratio.
+fn replicated_markdown(cases: &BTreeMap<String, Vec<ReplicatedRun>>) -> String {
+    let mut s = String::new();
+    for (name, runs) in cases {
+        let replicas = runs.first().map_or(0, |r| r.replication_factor);
+        s.push_str(&format!(
+            "{name}: figures per GB are bytes per GB of records ingested (produced), over the whole load run (warm-up included)\n\n"
+        ));
+        s.push_str(&format!(
+            "| figure | 1 broker, RF=1 (runs) | {replicas} brokers, RF={replicas} (runs) | replicated / single |\n|---|---|---|---|\n"
+        ));
+        let gb = |c: &CaseRun| c.gb_moved.max(f64::MIN_POSITIVE);
+        type Figure = Box<dyn Fn(&CaseRun, &[BrokerLoad]) -> Option<f64>>;
+        let rows: Vec<(&str, Figure, usize)> = vec![
+            ("produce MB/s", Box::new(|c, _| Some(c.produce_mb_s)), 0),
+            ("publish p99 ms", Box::new(|c, _| Some(c.publish_p99_ms)), 1),
+            (
+                "publish p99.9 ms",
+                Box::new(|c, _| Some(c.publish_p999_ms)),
+                1,
+            ),
+            (
+                "broker CPU s per GB (all brokers)",
+                Box::new(move |c, _| Some(c.broker_cpu_s / gb(c))),
+                2,
+            ),
+            (
+                "disk writes, GB per GB (all brokers, /proc/<pid>/io write_bytes)",
+                Box::new(move |c, b| {
+                    Some(b.iter().map(|l| l.disk_write_bytes).sum::<f64>() / 1e9 / gb(c))
+                }),
+                2,
+            ),
+            (
+                "sent, GB per GB (all brokers, strom_response_bytes_total)",
+                Box::new(move |c, b| {
+                    let sum: Option<f64> = b.iter().map(|l| l.response_bytes).sum();
+                    Some(sum? / 1e9 / gb(c))
+                }),
+                2,
+            ),
+            (
+                "received, GB per GB (all brokers, strom_request_bytes_total)",
+                Box::new(move |c, b| {
+                    let sum: Option<f64> = b.iter().map(|l| l.request_bytes).sum();
+                    Some(sum? / 1e9 / gb(c))
+                }),
+                2,
+            ),
+            (
+                "errors (sum of runs)",
+                Box::new(|c, _| Some(c.errors as f64)),
+                0,
+            ),
+            ("CPU stolen %", Box::new(|c, _| Some(c.stolen_pct)), 1),
+        ];
+        for (label, figure, decimals) in &rows {
+            let column = |single: bool| -> (Option<f64>, String) {
+                let values: Vec<f64> = runs
+                    .iter()
+                    .filter_map(|r| {
+                        if single {
+                            figure(&r.single, &r.single_brokers)
+                        } else {
+                            figure(&r.cluster, &r.cluster_brokers)
+                        }
+                    })
+                    .collect();
+                if values.is_empty() {
+                    return (None, String::new());
+                }
+                let each = values
+                    .iter()
+                    .map(|v| format!("{v:.decimals$}"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let shown = if label.starts_with("errors") {
+                    values.iter().sum::<f64>()
+                } else {
+                    median(values.iter().copied())
+                };
+                (Some(shown), format!("{shown:.decimals$} ({each})"))
+            };
+            let (single, single_text) = column(true);
+            let (cluster, cluster_text) = column(false);
+            let ratio = match (single, cluster) {
+                // A figure near zero on one broker (bytes sent to no
+                // followers) has no meaningful ratio.
+                (Some(a), Some(b)) if a > 0.01 && !label.starts_with("errors") => {
+                    format!("{:.2}", b / a)
+                }
+                _ => String::new(),
+            };
+            s.push_str(&format!(
+                "| {label} | {single_text} | {cluster_text} | {ratio} |\n"
+            ));
+        }
+        // Each broker of the cluster (medians over the rounds).
+        let brokers = runs
+            .iter()
+            .map(|r| r.cluster_brokers.len())
+            .max()
+            .unwrap_or(0);
+        for i in 0..brokers {
+            let of = |f: &dyn Fn(&BrokerLoad, &CaseRun) -> Option<f64>| -> String {
+                let values: Vec<f64> = runs
+                    .iter()
+                    .filter_map(|r| f(r.cluster_brokers.get(i)?, &r.cluster))
+                    .collect();
+                if values.is_empty() {
+                    "–".to_string()
+                } else {
+                    format!("{:.2}", median(values.into_iter()))
+                }
+            };
+            s.push_str(&format!(
+                "| broker {}: CPU s / disk GB / sent GB / received GB per GB | | {} / {} / {} / {} | |\n",
+                i + 1,
+                of(&|l, c| Some(l.cpu_s / gb(c))),
+                of(&|l, c| Some(l.disk_write_bytes / 1e9 / gb(c))),
+                of(&|l, c| Some(l.response_bytes? / 1e9 / gb(c))),
+                of(&|l, c| Some(l.request_bytes? / 1e9 / gb(c))),
+            ));
+        }
+        s.push_str(&format!(
+            "\nUnder-replicated partitions, most seen on any node while loading (per round): {}; ISR changes proposed (per round): {}; WARN/ERROR log lines (per round): {}.\n",
+            runs.iter().map(|r| format!("{:.0}", r.under_replicated_max)).collect::<Vec<_>>().join(", "),
+            runs.iter().map(|r| r.isr_changes.to_string()).collect::<Vec<_>>().join(", "),
+            runs.iter().map(|r| r.log_warnings.to_string()).collect::<Vec<_>>().join(", "),
         ));
     }
     s
@@ -476,6 +691,9 @@ fn wait_listening(port: u16, limit: Duration) -> Result<()> {
 struct StartedBroker {
     child: Child,
     bootstrap: String,
+    /// Port of its admin listener (`/metrics`).
+    admin: u16,
+    log: PathBuf,
 }
 
 fn start_strom(args: &Args, data: &Path) -> Result<StartedBroker> {
@@ -492,7 +710,24 @@ fn spawn_strom(
     log_extension: &str,
     timeout: Duration,
 ) -> Result<StartedBroker> {
-    let log = std::fs::File::create(data.with_extension(log_extension))?;
+    let started = spawn_node(args, data, port, log_extension, &[])?;
+    wait_listening(port, timeout)?;
+    Ok(started)
+}
+
+/// Starts `strom` on `data` listening on `port` with `settings` added
+/// (`--set` and other start flags), its admin listener on a free port;
+/// does not wait for it.
+fn spawn_node(
+    args: &Args,
+    data: &Path,
+    port: u16,
+    log_extension: &str,
+    settings: &[String],
+) -> Result<StartedBroker> {
+    let log_path = data.with_extension(log_extension);
+    let log = std::fs::File::create(&log_path)?;
+    let admin = free_port();
     let child = Command::new(&args.strom)
         .args([
             "start",
@@ -500,18 +735,375 @@ fn spawn_strom(
             &args.broker_cores.to_string(),
             "--listen",
             &format!("127.0.0.1:{port}"),
+            "--admin-listen",
+            &format!("127.0.0.1:{admin}"),
         ])
         .arg("--data-dir")
         .arg(data)
+        .args(settings)
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
         .with_context(|| format!("starting {}", args.strom.display()))?;
-    wait_listening(port, timeout)?;
     Ok(StartedBroker {
         child,
         bootstrap: format!("127.0.0.1:{port}"),
+        admin,
+        log: log_path,
     })
+}
+
+/// Starts a cluster of `nodes` strom nodes on this machine, each a broker
+/// and a controller voter with `--cores` as the single broker's, its own
+/// data dir under `dir` and its own ports (as docs/operations.md's "Three
+/// nodes on one host"), and waits until every node serves clients and
+/// every broker is registered and live.
+fn start_cluster(args: &Args, dir: &Path, nodes: usize) -> Result<Vec<StartedBroker>> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir)?;
+    let ports: Vec<(u16, u16)> = (0..nodes).map(|_| (free_port(), free_port())).collect();
+    let voters = ports
+        .iter()
+        .enumerate()
+        .map(|(i, (_, controller))| format!("{}@127.0.0.1:{controller}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut started = Vec::with_capacity(nodes);
+    for (i, (client, controller)) in ports.iter().enumerate() {
+        let settings: Vec<String> = [
+            ("--node-id", (i + 1).to_string()),
+            (
+                "--set",
+                format!(
+                    "listeners=PLAINTEXT://127.0.0.1:{client},CONTROLLER://127.0.0.1:{controller}"
+                ),
+            ),
+            ("--set", "controller.listener.names=CONTROLLER".to_string()),
+            ("--set", format!("controller.quorum.voters={voters}")),
+        ]
+        .into_iter()
+        .flat_map(|(flag, value)| [flag.to_string(), value])
+        .collect();
+        let data = dir.join(format!("node-{}", i + 1));
+        match spawn_node(args, &data, *client, "log", &settings) {
+            Ok(node) => started.push(node),
+            Err(e) => {
+                started.into_iter().for_each(stop);
+                return Err(e);
+            }
+        }
+    }
+    let ready = (|| -> Result<()> {
+        for node in &started {
+            let port: u16 = node.bootstrap.rsplit(':').next().unwrap().parse()?;
+            wait_listening(port, Duration::from_secs(60))?;
+        }
+        // Every node registered and unfenced, as some node's image says.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let live = started
+                .iter()
+                .filter_map(|n| metrics_text(n.admin))
+                .filter_map(|text| metric_value(&text, "strom_brokers{state=\"live\"}"))
+                .fold(0.0, f64::max);
+            if live >= nodes as f64 {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("{live} of {nodes} brokers live after 60 s");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    })();
+    match ready {
+        Ok(()) => Ok(started),
+        Err(e) => {
+            let logs: Vec<PathBuf> = started.iter().map(|n| n.log.clone()).collect();
+            started.into_iter().rev().for_each(stop);
+            Err(e.context(format!("cluster not ready; logs in {logs:?}")))
+        }
+    }
+}
+
+/// The body of `GET /metrics` on the admin listener at `port`, if it
+/// answers within a second.
+fn metrics_text(port: u16) -> Option<String> {
+    use std::io::{Read, Write};
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(1)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_string())
+}
+
+/// The value of the sample `series` (name and labels exactly as written)
+/// in Prometheus text.
+fn metric_value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
+}
+
+/// `write_bytes`, `rchar` and `wchar` of `/proc/<pid>/io`.
+fn proc_io(pid: u32) -> Option<(f64, f64, f64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
+    proc_io_fields(&text)
+}
+
+fn proc_io_fields(text: &str) -> Option<(f64, f64, f64)> {
+    let field = |name: &str| -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    Some((field("write_bytes")?, field("rchar")?, field("wchar")?))
+}
+
+/// A broker whose work is sampled around a load run: its process (CPU,
+/// RSS, `/proc/<pid>/io`) and its admin listener (byte counters), each
+/// when known.
+#[derive(Debug, Clone, Copy, Default)]
+struct Probe {
+    pid: Option<u32>,
+    admin: Option<u16>,
+}
+
+#[derive(Debug, Default)]
+struct ProbeSample {
+    cpu_s: f64,
+    rss_mb: f64,
+    io: Option<(f64, f64, f64)>,
+    request_bytes: Option<f64>,
+    response_bytes: Option<f64>,
+}
+
+impl Probe {
+    fn sample(&self) -> ProbeSample {
+        let (cpu_s, rss_mb) = self.pid.and_then(sample).unwrap_or_default();
+        let metrics = self.admin.and_then(metrics_text);
+        let counter = |name: &str| {
+            metrics
+                .as_deref()
+                .and_then(|t| metric_value(t, &format!("{name}{{shard=\"all\"}}")))
+        };
+        ProbeSample {
+            cpu_s,
+            rss_mb,
+            io: self.pid.and_then(proc_io),
+            request_bytes: counter("strom_request_bytes_total"),
+            response_bytes: counter("strom_response_bytes_total"),
+        }
+    }
+}
+
+fn broker_load(before: &ProbeSample, after: &ProbeSample) -> BrokerLoad {
+    let delta = |a: Option<f64>, b: Option<f64>| Some(a? - b?);
+    let io = |i: fn(&(f64, f64, f64)) -> f64| {
+        delta(after.io.as_ref().map(i), before.io.as_ref().map(i)).unwrap_or(0.0)
+    };
+    BrokerLoad {
+        cpu_s: after.cpu_s - before.cpu_s,
+        rss_mb: after.rss_mb,
+        disk_write_bytes: io(|x| x.0),
+        rchar: io(|x| x.1),
+        wchar: io(|x| x.2),
+        request_bytes: delta(after.request_bytes, before.request_bytes),
+        response_bytes: delta(after.response_bytes, before.response_bytes),
+    }
+}
+
+/// Runs `load` while sampling every broker of `probes` around it and
+/// polling their under-replicated partitions; fills `run`'s broker CPU and
+/// RSS (summed over the brokers) and stolen CPU. Returns the load's result,
+/// each broker's figures and the most under-replicated partitions seen.
+fn measured_brokers<T>(
+    run: &mut CaseRun,
+    probes: &[Probe],
+    load: impl FnOnce() -> Result<T>,
+) -> Result<(T, Vec<BrokerLoad>, f64)> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let before: Vec<ProbeSample> = probes.iter().map(Probe::sample).collect();
+    let machine_before = std::fs::read_to_string("/proc/stat").ok();
+    let done = std::sync::Arc::new(AtomicBool::new(false));
+    let admins: Vec<u16> = probes.iter().filter_map(|p| p.admin).collect();
+    let poller = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut most = 0.0f64;
+            while !done.load(Ordering::Relaxed) {
+                for admin in &admins {
+                    if let Some(n) = metrics_text(*admin)
+                        .and_then(|t| metric_value(&t, "strom_under_replicated_partitions"))
+                    {
+                        most = most.max(n);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            most
+        })
+    };
+    let result = load();
+    done.store(true, Ordering::Relaxed);
+    let under_replicated_max = poller.join().unwrap_or(0.0);
+    let result = result?;
+    let after: Vec<ProbeSample> = probes.iter().map(Probe::sample).collect();
+    let loads: Vec<BrokerLoad> = before
+        .iter()
+        .zip(&after)
+        .map(|(b, a)| broker_load(b, a))
+        .collect();
+    if probes.iter().any(|p| p.pid.is_some()) {
+        run.broker_cpu_s = loads.iter().map(|l| l.cpu_s).sum();
+        run.broker_rss_mb = loads.iter().map(|l| l.rss_mb).sum();
+    }
+    let machine_after = std::fs::read_to_string("/proc/stat").ok();
+    if let (Some(b), Some(a)) = (machine_before, machine_after) {
+        run.stolen_pct = stolen_pct(&b, &a).unwrap_or(0.0);
+    }
+    Ok((result, loads, under_replicated_max))
+}
+
+/// The replication factor of a replicated case: files named `r-...`,
+/// with `-rf<N>` in the name for N replicas (3 without it).
+fn replication_factor_of(name: &str) -> Option<usize> {
+    if !name.starts_with("r-") {
+        return None;
+    }
+    let named = name
+        .split('-')
+        .find_map(|part| part.strip_prefix("rf")?.parse().ok());
+    Some(named.unwrap_or(3))
+}
+
+/// Counts of "ISR change proposed" lines and of WARN or ERROR lines in a
+/// broker's log.
+fn log_counts(log: &Path) -> (usize, usize) {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let isr = text.matches("ISR change proposed").count();
+    let warnings = text
+        .lines()
+        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+        .count();
+    (isr, warnings)
+}
+
+/// One round of a replicated case: the workload against one broker (one
+/// replica per partition), then against the cluster (`replicas` brokers,
+/// the topic created with `replicas` replicas).
+fn run_replicated_case(
+    args: &Args,
+    out: &Path,
+    workload: &Path,
+    round: usize,
+    replicas: usize,
+) -> Result<ReplicatedRun> {
+    let name = workload.file_stem().unwrap().to_string_lossy().to_string();
+    let mut result = ReplicatedRun {
+        replication_factor: replicas,
+        ..ReplicatedRun::default()
+    };
+
+    // One broker, the topic with one replica.
+    let data = out.join(format!("data-{name}-single-{round}"));
+    let (bootstrap, probes, single) = match &args.bootstrap {
+        Some(b) => {
+            let probe = Probe {
+                pid: args.broker_pid,
+                admin: None,
+            };
+            (b.clone(), vec![probe], None)
+        }
+        None => {
+            let started = start_strom(args, &data)?;
+            let probe = Probe {
+                pid: Some(started.child.id()),
+                admin: Some(started.admin),
+            };
+            (started.bootstrap.clone(), vec![probe], Some(started))
+        }
+    };
+    let report = out.join(format!("{name}-single-{round}.json"));
+    let measured = measured_brokers(&mut result.single, &probes, || {
+        loadgen(
+            args,
+            "produce",
+            &bootstrap,
+            workload,
+            &["--replication-factor", "1"],
+            &report,
+            args.bootstrap.is_none(),
+        )
+    });
+    if let Some(started) = single {
+        stop(started);
+        let _ = std::fs::remove_dir_all(&data);
+    }
+    let (r, loads, _) = measured?;
+    fill_from_report(&mut result.single, &r, false);
+    result.single_brokers = loads;
+
+    // The cluster, the topic with `replicas` replicas.
+    let dir = out.join(format!("data-{name}-cluster-{round}"));
+    let (bootstrap, probes, nodes) = match &args.replicated_bootstrap {
+        Some(b) => {
+            let probes: Vec<Probe> = args
+                .replicated_pids
+                .iter()
+                .map(|&pid| Probe {
+                    pid: Some(pid),
+                    admin: None,
+                })
+                .collect();
+            (b.clone(), probes, Vec::new())
+        }
+        None => {
+            let nodes = start_cluster(args, &dir, replicas)?;
+            let probes: Vec<Probe> = nodes
+                .iter()
+                .map(|n| Probe {
+                    pid: Some(n.child.id()),
+                    admin: Some(n.admin),
+                })
+                .collect();
+            (nodes[0].bootstrap.clone(), probes, nodes)
+        }
+    };
+    let report = out.join(format!("{name}-cluster-{round}.json"));
+    let replicas_arg = replicas.to_string();
+    let measured = measured_brokers(&mut result.cluster, &probes, || {
+        loadgen(
+            args,
+            "produce",
+            &bootstrap,
+            workload,
+            &["--replication-factor", &replicas_arg],
+            &report,
+            args.replicated_bootstrap.is_none(),
+        )
+    });
+    // Logs are counted before the nodes stop: a stop moves leadership.
+    for node in &nodes {
+        let (isr, warnings) = log_counts(&node.log);
+        result.isr_changes += isr;
+        result.log_warnings += warnings;
+    }
+    // The data go, the logs (`node-N.log`) stay for reading.
+    let data_dirs: Vec<PathBuf> = nodes.iter().map(|n| n.log.with_extension("")).collect();
+    nodes.into_iter().rev().for_each(stop);
+    for data in data_dirs {
+        let _ = std::fs::remove_dir_all(data);
+    }
+    let (r, loads, under_replicated_max) = measured?;
+    fill_from_report(&mut result.cluster, &r, false);
+    result.cluster_brokers = loads;
+    result.under_replicated_max = under_replicated_max;
+    Ok(result)
 }
 
 fn stop(mut broker: StartedBroker) {
@@ -617,6 +1209,8 @@ fn load_on_other_cpus(command: &mut Command, broker_cores: usize) {
     }
 }
 
+/// Runs strom-loadgen; `beside_strom`: the brokers are strom processes
+/// started here, pinned to the first CPUs, so the load runs on the others.
 fn loadgen(
     args: &Args,
     mode: &str,
@@ -624,9 +1218,10 @@ fn loadgen(
     workload: &Path,
     extra: &[&str],
     report: &Path,
+    beside_strom: bool,
 ) -> Result<serde_json::Value> {
     let mut command = Command::new(&args.loadgen);
-    if args.bootstrap.is_none() {
+    if beside_strom {
         load_on_other_cpus(&mut command, args.broker_cores);
     }
     let output = command
@@ -680,6 +1275,7 @@ fn run_case(args: &Args, out: &Path, workload: &Path, round: usize) -> Result<Ca
             workload,
             &["--keep"],
             &out.join(format!("{name}-{round}-backlog.json")),
+            args.bootstrap.is_none(),
         )?;
         let topic = backlog_topic(&broker.0, args)?;
         if args.bootstrap.is_none() {
@@ -703,6 +1299,7 @@ fn run_case(args: &Args, out: &Path, workload: &Path, round: usize) -> Result<Ca
                 workload,
                 &["--topic", &topic],
                 &report,
+                args.bootstrap.is_none(),
             )
         })?
     } else {
@@ -712,15 +1309,29 @@ fn run_case(args: &Args, out: &Path, workload: &Path, round: usize) -> Result<Ca
             "produce"
         };
         measured(&mut run, broker.1, || {
-            loadgen(args, mode, &broker.0, workload, &[], &report)
+            loadgen(
+                args,
+                mode,
+                &broker.0,
+                workload,
+                &[],
+                &report,
+                args.bootstrap.is_none(),
+            )
         })?
     };
     if let Some(started) = STARTED.with(|s| s.borrow_mut().take()) {
         stop(started);
         let _ = std::fs::remove_dir_all(&data);
     }
+    fill_from_report(&mut run, &r, consume_case);
+    Ok(run)
+}
+
+/// Fills `run`'s figures from strom-loadgen's JSON report `r`.
+fn fill_from_report(run: &mut CaseRun, r: &serde_json::Value, consume_case: bool) {
     let f = |path: &[&str]| -> f64 {
-        let mut v = &r;
+        let mut v = r;
         for p in path {
             v = &v[*p];
         }
@@ -747,7 +1358,6 @@ fn run_case(args: &Args, out: &Path, workload: &Path, round: usize) -> Result<Ca
     run.errors = r["errors"]
         .as_object()
         .map_or(0, |m| m.values().filter_map(|v| v.as_u64()).sum());
-    Ok(run)
 }
 
 thread_local! {
@@ -780,8 +1390,54 @@ fn backlog_topic(bootstrap: &str, args: &Args) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::{
-        durable_write_percentiles, fio_rate_and_cpu, loopback_rate_and_receive_cpu, stolen_pct,
+        durable_write_percentiles, fio_rate_and_cpu, loopback_rate_and_receive_cpu, metric_value,
+        proc_io_fields, replication_factor_of, stolen_pct,
     };
+
+    #[test]
+    fn replicated_cases_are_r_files_with_their_replication_factor_in_the_name() {
+        assert_eq!(replication_factor_of("r-produce-1kb-16p-rf3"), Some(3));
+        assert_eq!(replication_factor_of("r-produce-1kb-16p-rf5"), Some(5));
+        assert_eq!(replication_factor_of("r-produce-1kb-16p"), Some(3));
+        assert_eq!(replication_factor_of("a-produce-1kb-16p"), None);
+        assert_eq!(replication_factor_of("c-consume-rf3"), None);
+    }
+
+    #[test]
+    fn a_metric_is_read_by_its_exact_name_and_labels() {
+        let text = "# TYPE strom_brokers gauge\nstrom_brokers{state=\"live\"} 3\n\
+            strom_brokers{state=\"fenced\"} 0\nstrom_response_bytes_total{shard=\"0\"} 7\n\
+            strom_response_bytes_total{shard=\"all\"} 1234567\nstrom_under_replicated_partitions 2\n";
+        assert_eq!(
+            metric_value(text, "strom_brokers{state=\"live\"}"),
+            Some(3.0)
+        );
+        assert_eq!(
+            metric_value(text, "strom_brokers{state=\"fenced\"}"),
+            Some(0.0)
+        );
+        assert_eq!(
+            metric_value(text, "strom_response_bytes_total{shard=\"all\"}"),
+            Some(1234567.0)
+        );
+        assert_eq!(
+            metric_value(text, "strom_under_replicated_partitions"),
+            Some(2.0)
+        );
+        assert_eq!(metric_value(text, "strom_brokers"), None);
+        assert_eq!(
+            metric_value(text, "strom_request_bytes_total{shard=\"all\"}"),
+            None
+        );
+    }
+
+    #[test]
+    fn proc_io_gives_write_bytes_rchar_and_wchar() {
+        let text = "rchar: 100\nwchar: 200\nsyscr: 3\nsyscw: 4\nread_bytes: 5\n\
+            write_bytes: 4096\ncancelled_write_bytes: 0\n";
+        assert_eq!(proc_io_fields(text), Some((4096.0, 100.0, 200.0)));
+        assert_eq!(proc_io_fields("rchar: 1\nwchar: 2\n"), None);
+    }
 
     #[test]
     fn a_bare_receiver_takes_every_byte_and_reports_its_cpu() {
