@@ -2,7 +2,7 @@
 //! `--cores 1` on loopback), a topic with three replicas and
 //! `min.insync.replicas=2`, and an idempotent `acks=all` confluent-kafka
 //! producer writing self-checking records while leaders are killed with
-//! `kill -9` (tests/clients/replication_check.py). The claim: no
+//! `kill -9`, then a follower (tests/clients/replication_check.py). The claim: no
 //! acknowledged record lost, none duplicated, order kept. Each round's
 //! unavailability (kill to the first acknowledgement after it) is
 //! printed; `scripts/soak` runs many rounds.
@@ -209,6 +209,23 @@ fn killing_leaders_under_acks_all_loses_no_acknowledged_record() {
             acked_after - killed_at
         );
     }
+    // A follower killed: acks=all goes on with the two left
+    // (min.insync.replicas=2), and it catches up when it is back.
+    let listed = cluster.wait_for("the partitions listed", || partitions(&any));
+    let (leader, isr) = listed[&0].clone();
+    let follower = *isr
+        .iter()
+        .find(|&&r| r != leader)
+        .expect("a follower in sync");
+    let before = acks(&acks_file).len();
+    cluster.node_mut(follower).broker.kill();
+    cluster.wait_for("acknowledgements go on without the follower", || {
+        (acks(&acks_file).len() >= before + ACKS_PER_ROUND).then_some(())
+    });
+    cluster.node_mut(follower).broker.start_again();
+    cluster.wait_for("the follower back in every ISR", || {
+        partitions(&any).filter(|p| p.values().all(|(_, isr)| isr.len() == 3))
+    });
     std::fs::write(&stop_file, b"").unwrap();
     let status = wait_deadline(&mut producer.0, PRODUCER_DEADLINE)
         .unwrap_or_else(|| panic!("the producer did not finish\n{}", cluster.logs()));
