@@ -327,6 +327,58 @@ fn a_node_of_another_cluster_is_refused_and_stays_out() {
     assert_eq!(listed.brokers, vec![1, 2, 3]);
 }
 
+/// A broker-only node given `controller.quorum.bootstrap.servers` instead
+/// of the voters finds the active controller through them and joins.
+#[test]
+fn a_broker_finds_the_controllers_from_bootstrap_servers() {
+    let cluster = Cluster::start(3, &[]);
+    settled(&cluster, 1, &[1, 2, 3]);
+    let servers: Vec<String> = cluster
+        .nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.ports.controller.unwrap()))
+        .collect();
+    let ports = test_support::cluster::Ports::free(false);
+    let mut args: Vec<String> = cluster
+        .args(4, ports)
+        .into_iter()
+        .filter(|a| !a.starts_with("controller.quorum.voters="))
+        .collect();
+    // `--set` before the dropped voter list is dropped too.
+    let dangling = args
+        .windows(2)
+        .position(|w| w[0] == "--set" && w[1] == "--set");
+    if let Some(at) = dangling {
+        args.remove(at);
+    }
+    args.push("--set".to_string());
+    args.push(format!(
+        "controller.quorum.bootstrap.servers={}",
+        servers.join(",")
+    ));
+    let dir = cluster.dir(4);
+    std::fs::create_dir_all(&dir).unwrap();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let broker = test_support::Broker::start_at(
+        &dir.join("data"),
+        &dir.join("strom.log"),
+        ports.client,
+        &args,
+    );
+    let bootstrap = broker.bootstrap();
+    cluster.wait_for("the new broker registered and listed", || {
+        listed(&bootstrap).filter(|l| l.brokers == [1, 2, 3, 4] && l.controller > 0)
+    });
+    assert!(broker
+        .log()
+        .contains("controller.quorum.bootstrap.servers=127.0.0.1:"));
+    assert!(
+        !broker.log().contains("controller.quorum.voters=1@"),
+        "{}",
+        broker.log()
+    );
+}
+
 #[test]
 fn a_voter_and_a_broker_far_behind_catch_up_from_a_snapshot() {
     // Snapshots after every KiB of metadata log: a few topics take several.
