@@ -427,6 +427,24 @@ pub fn leader_of(image: &MetadataImage, topic: Option<&str>, partition: i32) -> 
     (state.leader >= 0).then_some((state.leader, state.leader_epoch))
 }
 
+/// The node endpoints of a KIP-951 answer as the message type `$endpoint`
+/// (Produce and Fetch each have their own): one per broker of `$brokers`.
+#[macro_export]
+macro_rules! node_endpoints {
+    ($endpoint:ty, $brokers:expr) => {
+        $brokers
+            .into_iter()
+            .map(|b| {
+                <$endpoint>::default()
+                    .with_node_id(kafka_protocol::messages::BrokerId(b.id))
+                    .with_host(kafka_protocol::protocol::StrBytes::from_string(b.host))
+                    .with_port(i32::from(b.port))
+                    .with_rack(b.rack.map(kafka_protocol::protocol::StrBytes::from_string))
+            })
+            .collect::<Vec<$endpoint>>()
+    };
+}
+
 /// The listed brokers among `leaders` (each once, -1 and unknown ids
 /// skipped): the node endpoints a KIP-951 answer sends with its hints.
 pub fn leader_endpoints(

@@ -20,7 +20,6 @@ use kafka_protocol::messages::fetch_response::{
     FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
 };
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse};
-use kafka_protocol::protocol::StrBytes;
 
 use crate::errors;
 use crate::handlers::scatter::{CoreWork, Scatter};
@@ -266,22 +265,14 @@ pub async fn handle(
         })
         .collect();
     let responses: Vec<FetchableTopicResponse> = responses;
-    let endpoints = crate::cluster::leader_endpoints(
+    let leaders = crate::cluster::leader_endpoints(
         shard,
         &image,
         responses
             .iter()
             .flat_map(|t| t.partitions.iter().map(|p| p.current_leader.leader_id.0)),
-    )
-    .into_iter()
-    .map(|b| {
-        NodeEndpoint::default()
-            .with_node_id(BrokerId(b.id))
-            .with_host(StrBytes::from_string(b.host))
-            .with_port(i32::from(b.port))
-            .with_rack(b.rack.map(StrBytes::from_string))
-    })
-    .collect();
+    );
+    let endpoints = crate::node_endpoints!(NodeEndpoint, leaders);
     FetchResponse::default()
         .with_session_id(0)
         .with_responses(responses)

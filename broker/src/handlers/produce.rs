@@ -25,7 +25,6 @@ use kafka_protocol::messages::produce_response::{
     LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
 };
 use kafka_protocol::messages::{BrokerId, ProduceRequest, ProduceResponse};
-use kafka_protocol::protocol::StrBytes;
 use protocol::batch::{BatchError, RecordBatch};
 use protocol::codec::RequestFrame;
 
@@ -300,7 +299,7 @@ pub async fn handle(
             }
         }
     }
-    response.node_endpoints = leader_endpoints(
+    let leaders = leader_endpoints(
         shard,
         &image,
         response.responses.iter().flat_map(|t| {
@@ -308,16 +307,8 @@ pub async fn handle(
                 .iter()
                 .map(|p| p.current_leader.leader_id.0)
         }),
-    )
-    .into_iter()
-    .map(|b| {
-        NodeEndpoint::default()
-            .with_node_id(BrokerId(b.id))
-            .with_host(StrBytes::from_string(b.host))
-            .with_port(i32::from(b.port))
-            .with_rack(b.rack.map(StrBytes::from_string))
-    })
-    .collect();
+    );
+    response.node_endpoints = crate::node_endpoints!(NodeEndpoint, leaders);
     Some(response)
 }
 
