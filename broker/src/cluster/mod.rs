@@ -447,12 +447,17 @@ macro_rules! node_endpoints {
 
 /// The listed brokers among `leaders` (each once, -1 and unknown ids
 /// skipped): the node endpoints a KIP-951 answer sends with its hints.
+/// Callers pass only the leaders of partitions answered
+/// NOT_LEADER_OR_FOLLOWER, so an answer without one costs nothing here.
 pub fn leader_endpoints(
     shard: &Shard,
     image: &MetadataImage,
     leaders: impl Iterator<Item = i32>,
 ) -> Vec<BrokerMeta> {
     let mut ids: Vec<i32> = leaders.filter(|&id| id >= 0).collect();
+    if ids.is_empty() {
+        return Vec::new();
+    }
     ids.sort_unstable();
     ids.dedup();
     listed_brokers(shard, image, false)

@@ -270,7 +270,9 @@ pub async fn handle(
         &image,
         responses
             .iter()
-            .flat_map(|t| t.partitions.iter().map(|p| p.current_leader.leader_id.0)),
+            .flat_map(|t| t.partitions.iter())
+            .filter(|p| p.error_code == errors::NOT_LEADER_OR_FOLLOWER)
+            .map(|p| p.current_leader.leader_id.0),
     );
     let endpoints = crate::node_endpoints!(NodeEndpoint, leaders);
     FetchResponse::default()

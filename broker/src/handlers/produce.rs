@@ -305,6 +305,7 @@ pub async fn handle(
         response.responses.iter().flat_map(|t| {
             t.partition_responses
                 .iter()
+                .filter(|p| p.error_code == errors::NOT_LEADER_OR_FOLLOWER)
                 .map(|p| p.current_leader.leader_id.0)
         }),
     );
