@@ -64,6 +64,33 @@ fn brokers_listed(bootstrap: &str, count: usize) -> Option<()> {
     (json["brokers"].as_array()?.len() == count && json["controllerid"].as_i64()? > 0).then_some(())
 }
 
+/// Three voters with `extra` settings, once each lists all three brokers.
+fn three_brokers(extra: &[&str]) -> Cluster {
+    let cluster = Cluster::start(3, extra);
+    let any = cluster.node(1).broker.bootstrap();
+    cluster.wait_for("three brokers listed", || brokers_listed(&any, 3));
+    cluster
+}
+
+/// Creates `topic` with `partitions` partitions of three replicas (and
+/// `configs`, `KEY=VALUE`) through node 1.
+fn create_replicated(cluster: &Cluster, topic: &str, partitions: i32, configs: &[&str]) {
+    let partitions = partitions.to_string();
+    let mut args = vec![
+        "topic",
+        "create",
+        topic,
+        "--partitions",
+        &partitions,
+        "--replication-factor",
+        "3",
+    ];
+    for config in configs {
+        args.extend(["--config", config]);
+    }
+    strom_ok(&cluster.node(1).broker, &args);
+}
+
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -113,23 +140,9 @@ fn median(values: &mut [u64]) -> u64 {
 #[test]
 fn killing_leaders_under_acks_all_loses_no_acknowledged_record() {
     let budget = SoakBudget::from_env(3);
-    let mut cluster = Cluster::start(3, &["--set", "replica.lag.time.max.ms=5000"]);
+    let mut cluster = three_brokers(&["--set", "replica.lag.time.max.ms=5000"]);
     let any = cluster.node(1).broker.bootstrap();
-    cluster.wait_for("three brokers listed", || brokers_listed(&any, 3));
-    strom_ok(
-        &cluster.node(1).broker,
-        &[
-            "topic",
-            "create",
-            TOPIC,
-            "--partitions",
-            &PARTITIONS.to_string(),
-            "--replication-factor",
-            "3",
-            "--config",
-            "min.insync.replicas=2",
-        ],
-    );
+    create_replicated(&cluster, TOPIC, PARTITIONS, &["min.insync.replicas=2"]);
     cluster.wait_for("every partition led with three in sync", || {
         partitions(&any).filter(|p| p.values().all(|(l, isr)| *l > 0 && isr.len() == 3))
     });
@@ -418,21 +431,8 @@ fn a_stopped_follower_leaves_the_isr_and_two_stopped_refuse_acks_all() {
 
 #[test]
 fn a_group_resumes_from_its_committed_offsets_after_its_coordinator_fails() {
-    let mut cluster = Cluster::start(3, &[]);
-    let any = cluster.node(1).broker.bootstrap();
-    cluster.wait_for("three brokers listed", || brokers_listed(&any, 3));
-    strom_ok(
-        &cluster.node(1).broker,
-        &[
-            "topic",
-            "create",
-            "failover",
-            "--partitions",
-            "3",
-            "--replication-factor",
-            "3",
-        ],
-    );
+    let mut cluster = three_brokers(&[]);
+    create_replicated(&cluster, "failover", 3, &[]);
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("group.json");
     let state = state.to_str().unwrap();
@@ -541,26 +541,9 @@ fn displace_preferred_leader(cluster: &mut Cluster, topic: &str) -> i32 {
 
 #[test]
 fn preferred_leaders_come_back_by_election_and_by_the_controller() {
-    let create = |cluster: &Cluster, topic: &str| {
-        strom_ok(
-            &cluster.node(1).broker,
-            &[
-                "topic",
-                "create",
-                topic,
-                "--partitions",
-                "3",
-                "--replication-factor",
-                "3",
-            ],
-        );
-    };
     // On demand: ElectLeaders through `strom topic elect-leaders`.
-    let mut cluster = Cluster::start(3, &["--set", "auto.leader.rebalance.enable=false"]);
-    cluster.wait_for("three brokers listed", || {
-        brokers_listed(&cluster.node(1).broker.bootstrap(), 3)
-    });
-    create(&cluster, "elect");
+    let mut cluster = three_brokers(&["--set", "auto.leader.rebalance.enable=false"]);
+    create_replicated(&cluster, "elect", 3, &[]);
     let preferred = displace_preferred_leader(&mut cluster, "elect");
     let any = cluster.node(2).broker.bootstrap();
     assert_ne!(
@@ -580,11 +563,8 @@ fn preferred_leaders_come_back_by_election_and_by_the_controller() {
     drop(cluster);
 
     // By the active controller, every leader.imbalance.check.interval.seconds.
-    let mut cluster = Cluster::start(3, &["--set", "leader.imbalance.check.interval.seconds=1"]);
-    cluster.wait_for("three brokers listed", || {
-        brokers_listed(&cluster.node(1).broker.bootstrap(), 3)
-    });
-    create(&cluster, "rebalanced");
+    let mut cluster = three_brokers(&["--set", "leader.imbalance.check.interval.seconds=1"]);
+    create_replicated(&cluster, "rebalanced", 3, &[]);
     let preferred = displace_preferred_leader(&mut cluster, "rebalanced");
     let any = cluster.node(2).broker.bootstrap();
     cluster.wait_for("partition 0 led by its preferred replica again", || {
