@@ -689,6 +689,98 @@ pub async fn elect_leaders(
     .await
 }
 
+/// One partition's part of AlterPartitionReassignments: the target
+/// replicas, or `None` to cancel the move under way.
+#[derive(Debug, Clone)]
+pub struct Reassignment {
+    pub topic: String,
+    pub partition: i32,
+    pub target: Option<Vec<i32>>,
+}
+
+/// Starts or cancels the reassignments (see
+/// [`crate::cluster::placement::reassign`]); each partition's outcome in
+/// request order. Without `allow_replication_factor_change` a target with
+/// another count of replicas than the partition has gets
+/// INVALID_REPLICATION_FACTOR.
+pub async fn alter_reassignments(
+    shard: &Rc<Shard>,
+    wanted: Vec<Reassignment>,
+    allow_replication_factor_change: bool,
+) -> Vec<Outcome> {
+    if let Some(refusal) = not_controller(shard) {
+        return wanted.iter().map(|_| Err(refusal.clone())).collect();
+    }
+    on_controller(shard, move |controller| async move {
+        let image = controller.metadata.store().image();
+        let brokers = known_brokers(&controller, &image);
+        let mut outcomes = Vec::with_capacity(wanted.len());
+        let mut records = Vec::new();
+        let mut decided = image.as_ref().clone();
+        for change in &wanted {
+            let outcome =
+                reassignment_record(&decided, &brokers, change, allow_replication_factor_change)
+                    .map(|record| {
+                        if let Some(record) = record {
+                            // Later parts of the request see this one's change.
+                            decided.apply(&record);
+                            records.push(record);
+                        }
+                    });
+            outcomes.push(outcome);
+        }
+        if !records.is_empty() {
+            let changed = records.len();
+            if let Err(refusal) = propose(&controller, records).await {
+                for outcome in outcomes.iter_mut().filter(|o| o.is_ok()) {
+                    *outcome = Err(refusal.clone());
+                }
+            } else {
+                tracing::info!(changed, "partition reassignments started or cancelled");
+            }
+        }
+        outcomes
+    })
+    .await
+}
+
+/// The record of one part of AlterPartitionReassignments, if it changes
+/// anything, or why it is refused.
+fn reassignment_record(
+    image: &MetadataImage,
+    brokers: &[i32],
+    change: &Reassignment,
+    allow_replication_factor_change: bool,
+) -> Result<Option<MetadataRecord>, Refusal> {
+    if let Some(target) = &change.target {
+        check_replicas(target, brokers, None)?;
+        let current = image
+            .topics
+            .get(&change.topic)
+            .and_then(|t| t.partition(change.partition))
+            .map(|p| p.original_replicas().len());
+        if let Some(current) = current {
+            if !allow_replication_factor_change && current != target.len() {
+                return Err(Refusal::new(
+                    errors::INVALID_REPLICATION_FACTOR,
+                    format!(
+                        "the target has {} replicas and the partition {current}; the request \
+                         does not allow a replication factor change",
+                        target.len()
+                    ),
+                ));
+            }
+        }
+    }
+    crate::cluster::placement::reassign(
+        image,
+        &change.topic,
+        change.partition,
+        change.target.as_deref(),
+    )
+    .map_err(|(code, message)| Refusal::new(code, message))
+}
+
 /// Hands out a new producer id, taking a new block from the metadata log
 /// when the current one is used up.
 pub async fn allocate_producer_id(shard: &Rc<Shard>) -> Result<i64, Refusal> {

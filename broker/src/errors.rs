@@ -17,6 +17,7 @@ pub const TOPIC_ALREADY_EXISTS: i16 = ResponseError::TopicAlreadyExists.code();
 pub const INVALID_PARTITIONS: i16 = ResponseError::InvalidPartitions.code();
 pub const INVALID_REPLICATION_FACTOR: i16 = ResponseError::InvalidReplicationFactor.code();
 pub const INVALID_REPLICA_ASSIGNMENT: i16 = ResponseError::InvalidReplicaAssignment.code();
+pub const NO_REASSIGNMENT_IN_PROGRESS: i16 = ResponseError::NoReassignmentInProgress.code();
 pub const INVALID_CONFIG: i16 = ResponseError::InvalidConfig.code();
 pub const INVALID_REQUEST: i16 = ResponseError::InvalidRequest.code();
 pub const UNSUPPORTED_VERSION: i16 = ResponseError::UnsupportedVersion.code();

@@ -710,6 +710,23 @@ mod error_codes {
         }
     }
 
+    impl ErrorCodes for AlterPartitionReassignmentsResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            each(self.error_code);
+            for topic in &self.responses {
+                for partition in &topic.partitions {
+                    each(partition.error_code);
+                }
+            }
+        }
+    }
+
+    impl ErrorCodes for ListPartitionReassignmentsResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            each(self.error_code);
+        }
+    }
+
     impl ErrorCodes for DescribeQuorumResponse {
         fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
             each(self.error_code);

@@ -571,3 +571,259 @@ fn preferred_leaders_come_back_by_election_and_by_the_controller() {
         leaders(&any, "rebalanced").filter(|l| l[&0].0 == preferred)
     });
 }
+
+/// Runs `strom ARGS` through `bootstrap`; its stdout, or its failure.
+fn tool(bootstrap: &str, args: &[&str]) -> Result<String, String> {
+    let output = test_support::strom_at(Some(bootstrap), args, None);
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    if output.status.success() {
+        Ok(stdout)
+    } else {
+        Err(format!(
+            "{stdout}{}",
+            String::from_utf8_lossy(&output.stderr)
+        ))
+    }
+}
+
+#[test]
+fn reassignment_moves_replicas_under_acks_all_load_and_loses_nothing() {
+    const MOVING: &str = "moving";
+    let mut cluster = three_brokers(&["--set", "replica.lag.time.max.ms=5000"]);
+    let any = cluster.node(2).broker.bootstrap();
+    strom_ok(
+        &cluster.node(1).broker,
+        &[
+            "topic",
+            "create",
+            MOVING,
+            "--partitions",
+            "2",
+            "--replication-factor",
+            "3",
+            "--config",
+            "min.insync.replicas=2",
+        ],
+    );
+    let before = cluster.wait_for("both partitions led with three in sync", || {
+        leaders(&any, MOVING)
+            .filter(|l| l.len() == 2 && l.values().all(|(leader, _, isr)| *leader > 0 && *isr == 3))
+    });
+    cluster.add_broker(4);
+    cluster.wait_for("four brokers listed", || brokers_listed(&any, 4));
+
+    let dir = tempfile::tempdir().unwrap();
+    let (acks_file, stop_file) = (dir.path().join("acks"), dir.path().join("stop"));
+    let producer_log = dir.path().join("producer.log");
+    let mut producer = Reaped(
+        Command::new("python3")
+            .arg(script())
+            .args(["produce", &cluster.bootstrap(), MOVING])
+            .arg(&stop_file)
+            .arg(&acks_file)
+            .stdout(std::fs::File::create(&producer_log).unwrap())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("python3 runs"),
+    );
+    cluster.wait_for("records acknowledged before the moves", || {
+        (acks(&acks_file).len() >= ACKS_PER_ROUND).then_some(())
+    });
+
+    // Partition 0: its leader's replica moves to the new broker 4, which
+    // leads once it has the log. Partition 1: from three replicas to two,
+    // the leader and one more leave, 4 joins.
+    let (leader0, replicas0, _) = before[&0].clone();
+    let (leader1, replicas1, _) = before[&1].clone();
+    let mut target0 = vec![4];
+    target0.extend(replicas0.iter().filter(|&&r| r != leader0));
+    let kept1 = *replicas1.iter().find(|&&r| r != leader1).unwrap();
+    let target1 = vec![kept1, 4];
+    let list = |ids: &[i32]| ids.iter().map(i32::to_string).collect::<Vec<_>>().join(",");
+    for (partition, target) in [("0", &target0), ("1", &target1)] {
+        let moved = tool(
+            &any,
+            &[
+                "topic",
+                "reassign",
+                MOVING,
+                "--partition",
+                partition,
+                "--replicas",
+                &list(target),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
+        assert_eq!(moved, format!("{MOVING}\t{partition}\tmoving\n"));
+    }
+    let done = tool(
+        &any,
+        &[
+            "topic",
+            "reassign",
+            MOVING,
+            "--replicas",
+            "4",
+            "--partition",
+            "9",
+        ],
+    );
+    assert!(
+        done.as_ref()
+            .is_err_and(|e| e.contains("UNKNOWN_TOPIC_OR_PARTITION")),
+        "{done:?}"
+    );
+    // The same target again changes nothing; --wait waits for the move.
+    let waited = tool(
+        &any,
+        &[
+            "topic",
+            "reassign",
+            MOVING,
+            "--partition",
+            "0",
+            "--replicas",
+            &list(&target0),
+            "--wait",
+            "180",
+        ],
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
+    assert!(waited.ends_with("done\n"), "{waited}");
+    let after = cluster.wait_for("both moves complete and in sync", || {
+        leaders(&any, MOVING).filter(|l| {
+            l[&0].1 == target0
+                && l[&1].1 == target1
+                && l.values().all(|(_, r, isr)| r.len() == *isr)
+        })
+    });
+    assert_eq!(
+        after[&0].0, 4,
+        "the new replica leads: it has the whole log"
+    );
+    assert!(target1.contains(&after[&1].0), "{after:?}");
+    assert_eq!(
+        tool(&any, &["topic", "reassignments"]).unwrap(),
+        "no partition is being reassigned\n"
+    );
+    // The replicas that left delete their copies; the others keep theirs.
+    for (partition, old, new) in [(0, &replicas0, &target0), (1, &replicas1, &target1)] {
+        for id in 1..=4 {
+            let path = cluster
+                .dir(id)
+                .join("data")
+                .join(format!("{MOVING}-{partition}"));
+            let keeps = new.contains(&id);
+            cluster.wait_for(
+                &format!(
+                    "{path:?} present: {keeps} (was a replica: {})",
+                    old.contains(&id)
+                ),
+                || (path.exists() == keeps).then_some(()),
+            );
+        }
+    }
+
+    // A move to a broker that is down stays under way until cancelled.
+    // Not broker 2, which the tools talk to.
+    let down = *[1, 3].iter().find(|id| !target1.contains(id)).unwrap();
+    cluster.node_mut(down).broker.kill();
+    let mut stuck = target1.clone();
+    stuck.push(down);
+    tool(
+        &any,
+        &[
+            "topic",
+            "reassign",
+            MOVING,
+            "--partition",
+            "1",
+            "--replicas",
+            &list(&stuck),
+        ],
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
+    let listed = tool(&any, &["topic", "reassignments", MOVING]).unwrap();
+    assert_eq!(
+        listed,
+        format!(
+            "TOPIC\tPARTITION\tREPLICAS\tADDING\tREMOVING\n{MOVING}\t1\t{}\t{down}\t\n",
+            list(&stuck)
+        ),
+    );
+    let cancelled = tool(
+        &any,
+        &["topic", "reassign", MOVING, "--partition", "1", "--cancel"],
+    )
+    .unwrap();
+    assert_eq!(cancelled, format!("{MOVING}\t1\tcancelled\n"));
+    assert_eq!(
+        tool(&any, &["topic", "reassignments", MOVING]).unwrap(),
+        "no partition is being reassigned\n"
+    );
+    let again = tool(
+        &any,
+        &["topic", "reassign", MOVING, "--partition", "1", "--cancel"],
+    );
+    assert!(
+        again
+            .as_ref()
+            .is_err_and(|e| e.contains("NO_REASSIGNMENT_IN_PROGRESS")),
+        "{again:?}"
+    );
+    let unknown = tool(
+        &any,
+        &[
+            "topic",
+            "reassign",
+            MOVING,
+            "--partition",
+            "1",
+            "--replicas",
+            "4,9",
+        ],
+    );
+    assert!(
+        unknown
+            .as_ref()
+            .is_err_and(|e| e.contains("INVALID_REPLICA_ASSIGNMENT") && e.contains("broker 9")),
+        "{unknown:?}"
+    );
+
+    // Every acknowledged record, read back from the replicas that hold
+    // the partitions now, is there once and in order.
+    std::fs::write(&stop_file, b"").unwrap();
+    let status = wait_deadline(&mut producer.0, PRODUCER_DEADLINE)
+        .unwrap_or_else(|| panic!("the producer did not finish\n{}", cluster.logs()));
+    assert!(status.success(), "producer: {status}");
+    let produced = std::fs::read_to_string(&producer_log).unwrap();
+    assert!(produced.contains("failed: 0"), "{produced}");
+    let sent: usize = produced
+        .split_whitespace()
+        .skip_while(|w| *w != "sent:")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{produced}"));
+    let output = run(
+        Command::new("python3").arg(script()).args([
+            "check",
+            &any,
+            MOVING,
+            acks_file.to_str().unwrap(),
+        ]),
+        None,
+        PRODUCER_DEADLINE,
+    );
+    let checked = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(
+        output.status.success(),
+        "{checked}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        checked.contains(&format!(
+            "acknowledged: {sent} read: {sent} lost: 0 duplicated: 0 out_of_order: 0"
+        )),
+        "{checked}"
+    );
+}

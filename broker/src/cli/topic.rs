@@ -62,6 +62,49 @@ enum TopicCommand {
     /// with --unclean give partitions without a leader a live replica even
     /// out of sync (records only the lost leader had are lost).
     ElectLeaders(ElectArgs),
+    /// Move partitions' replicas to other brokers or change how many
+    /// there are: the new replicas copy the log from the leader, and the
+    /// old ones leave (deleting their copy) only once every new one is in
+    /// sync. The first replica listed is the preferred leader.
+    Reassign(ReassignArgs),
+    /// List the partitions being reassigned: their replicas, those being
+    /// added and those leaving.
+    Reassignments(ReassignmentsArgs),
+}
+
+#[derive(Args, Debug)]
+struct ReassignArgs {
+    /// The topic whose partitions move.
+    topic: String,
+    /// Only this partition (repeatable) [default: every partition].
+    #[arg(long, value_name = "N")]
+    partition: Vec<i32>,
+    /// The brokers to hold the replicas, comma-separated, preferred leader
+    /// first, e.g. --replicas 4,2,3.
+    #[arg(
+        long,
+        value_name = "IDS",
+        value_delimiter = ',',
+        required_unless_present = "cancel"
+    )]
+    replicas: Vec<i32>,
+    /// Cancel the moves under way instead: back to the replicas before them.
+    #[arg(long, conflicts_with = "replicas")]
+    cancel: bool,
+    /// Wait until the moves are done (every new replica in sync, the old
+    /// ones gone), at most this many seconds; fail if they are not.
+    #[arg(long, value_name = "SECONDS")]
+    wait: Option<u64>,
+    #[command(flatten)]
+    connect: ConnectArgs,
+}
+
+#[derive(Args, Debug)]
+struct ReassignmentsArgs {
+    /// Topics to list [default: every topic].
+    topics: Vec<String>,
+    #[command(flatten)]
+    connect: ConnectArgs,
 }
 
 #[derive(Args, Debug)]
@@ -152,6 +195,8 @@ pub async fn run(args: TopicArgs) -> anyhow::Result<()> {
         TopicCommand::Alter(args) => alter(args).await,
         TopicCommand::Delete(args) => delete(args).await,
         TopicCommand::ElectLeaders(args) => elect_leaders(args).await,
+        TopicCommand::Reassign(args) => reassign(args).await,
+        TopicCommand::Reassignments(args) => reassignments(args).await,
     }
 }
 
@@ -528,6 +573,210 @@ async fn elect_leaders(args: ElectArgs) -> anyhow::Result<()> {
     }
     if !failures.is_empty() {
         bail!("no leader elected for {}", failures.join(", "));
+    }
+    Ok(())
+}
+
+const ALTER_REASSIGNMENTS_VERSIONS: std::ops::RangeInclusive<i16> = 0..=1;
+/// How often `reassign --wait` asks whether the moves are done.
+const REASSIGN_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// AlterPartitionReassignments for the partitions asked (all of the
+/// topic's by default); prints each one's outcome, then with --wait polls
+/// ListPartitionReassignments until none of them is moving.
+async fn reassign(args: ReassignArgs) -> anyhow::Result<()> {
+    use kafka_protocol::messages::alter_partition_reassignments_request::{
+        ReassignablePartition, ReassignableTopic,
+    };
+    use kafka_protocol::messages::{AlterPartitionReassignmentsRequest, BrokerId};
+    let mut connection = args.connect.connect().await?;
+    let version =
+        connection.version::<AlterPartitionReassignmentsRequest>(ALTER_REASSIGNMENTS_VERSIONS)?;
+    let partitions = if args.partition.is_empty() {
+        let metadata = metadata(
+            &mut connection,
+            Some(std::slice::from_ref(&args.topic)),
+            false,
+        )
+        .await?;
+        let topic = metadata
+            .topics
+            .first()
+            .context("the broker answered no topic")?;
+        check_error(ApiKey::Metadata, topic.error_code, None)
+            .with_context(|| format!("topic {}", args.topic))?;
+        let mut all: Vec<i32> = topic.partitions.iter().map(|p| p.partition_index).collect();
+        all.sort_unstable();
+        all
+    } else {
+        args.partition.clone()
+    };
+    let target = (!args.cancel).then(|| {
+        args.replicas
+            .iter()
+            .map(|&id| BrokerId(id))
+            .collect::<Vec<_>>()
+    });
+    let request = AlterPartitionReassignmentsRequest::default()
+        .with_timeout_ms(ADMIN_TIMEOUT_MS)
+        .with_allow_replication_factor_change(true)
+        .with_topics(vec![ReassignableTopic::default()
+            .with_name(topic_name(&args.topic))
+            .with_partitions(
+                partitions
+                    .iter()
+                    .map(|&p| {
+                        ReassignablePartition::default()
+                            .with_partition_index(p)
+                            .with_replicas(target.clone())
+                    })
+                    .collect(),
+            )]);
+    let response = connection.call(&request, version).await?;
+    check_error(
+        ApiKey::AlterPartitionReassignments,
+        response.error_code,
+        response.error_message.as_deref(),
+    )?;
+    let mut failures = Vec::new();
+    for topic in &response.responses {
+        for result in &topic.partitions {
+            let outcome = if result.error_code == ERROR_NONE {
+                if args.cancel { "cancelled" } else { "moving" }.to_string()
+            } else {
+                let reason = format!(
+                    "{}{}",
+                    protocol::client::error_name(result.error_code),
+                    result
+                        .error_message
+                        .as_ref()
+                        .map(|m| format!(": {m}"))
+                        .unwrap_or_default()
+                );
+                failures.push(format!(
+                    "{}-{}: {reason}",
+                    topic.name.0, result.partition_index
+                ));
+                reason
+            };
+            outln!("{}\t{}\t{outcome}", topic.name.0, result.partition_index);
+        }
+    }
+    if !failures.is_empty() {
+        bail!("not reassigned: {}", failures.join("; "));
+    }
+    let Some(seconds) = args.wait else {
+        return Ok(());
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    loop {
+        let moving = list_reassignments(&mut connection, Some(std::slice::from_ref(&args.topic)))
+            .await?
+            .into_iter()
+            .filter(|(_, p, _)| partitions.contains(p))
+            .count();
+        if moving == 0 {
+            outln!("done");
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            bail!(
+                "{moving} partition(s) of {} still moving after {seconds} s (see `strom topic reassignments {}`)",
+                args.topic,
+                args.topic
+            );
+        }
+        glommio::timer::sleep(REASSIGN_POLL).await;
+    }
+}
+
+/// One partition being reassigned: topic, partition, and its replicas,
+/// those being added and those leaving.
+type Moving = (String, i32, [Vec<i32>; 3]);
+
+/// ListPartitionReassignments for `topics` (every partition of each), or
+/// for every topic.
+async fn list_reassignments(
+    connection: &mut Connection,
+    topics: Option<&[String]>,
+) -> anyhow::Result<Vec<Moving>> {
+    use kafka_protocol::messages::list_partition_reassignments_request::ListPartitionReassignmentsTopics;
+    use kafka_protocol::messages::ListPartitionReassignmentsRequest;
+    let version = connection.version::<ListPartitionReassignmentsRequest>(0..=0)?;
+    let wanted = match topics {
+        None => None,
+        Some(topics) => {
+            let metadata = metadata(connection, Some(topics), false).await?;
+            let mut wanted = Vec::new();
+            for topic in &metadata.topics {
+                let name = topic
+                    .name
+                    .as_ref()
+                    .map(|n| n.0.to_string())
+                    .unwrap_or_default();
+                check_error(ApiKey::Metadata, topic.error_code, None)
+                    .with_context(|| format!("topic {name}"))?;
+                wanted.push(
+                    ListPartitionReassignmentsTopics::default()
+                        .with_name(topic_name(&name))
+                        .with_partition_indexes(
+                            topic.partitions.iter().map(|p| p.partition_index).collect(),
+                        ),
+                );
+            }
+            Some(wanted)
+        }
+    };
+    let request = ListPartitionReassignmentsRequest::default()
+        .with_timeout_ms(ADMIN_TIMEOUT_MS)
+        .with_topics(wanted);
+    let response = connection.call(&request, version).await?;
+    check_error(
+        ApiKey::ListPartitionReassignments,
+        response.error_code,
+        response.error_message.as_deref(),
+    )?;
+    let ids =
+        |ids: &[kafka_protocol::messages::BrokerId]| ids.iter().map(|b| b.0).collect::<Vec<_>>();
+    let mut moving: Vec<Moving> = response
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(|p| {
+                (
+                    t.name.0.to_string(),
+                    p.partition_index,
+                    [
+                        ids(&p.replicas),
+                        ids(&p.adding_replicas),
+                        ids(&p.removing_replicas),
+                    ],
+                )
+            })
+        })
+        .collect();
+    moving.sort();
+    Ok(moving)
+}
+
+/// Prints the partitions being reassigned, one per line.
+async fn reassignments(args: ReassignmentsArgs) -> anyhow::Result<()> {
+    let mut connection = args.connect.connect().await?;
+    let topics = (!args.topics.is_empty()).then_some(args.topics.as_slice());
+    let moving = list_reassignments(&mut connection, topics).await?;
+    if moving.is_empty() {
+        outln!("no partition is being reassigned");
+        return Ok(());
+    }
+    let list = |ids: &[i32]| ids.iter().map(i32::to_string).collect::<Vec<_>>().join(",");
+    outln!("TOPIC\tPARTITION\tREPLICAS\tADDING\tREMOVING");
+    for (topic, partition, [replicas, adding, removing]) in moving {
+        outln!(
+            "{topic}\t{partition}\t{}\t{}\t{}",
+            list(&replicas),
+            list(&adding),
+            list(&removing)
+        );
     }
     Ok(())
 }

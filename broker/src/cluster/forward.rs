@@ -38,6 +38,8 @@ pub fn is_controller_api(api_key: ApiKey) -> bool {
             | ApiKey::IncrementalAlterConfigs
             | ApiKey::InitProducerId
             | ApiKey::ElectLeaders
+            | ApiKey::AlterPartitionReassignments
+            | ApiKey::ListPartitionReassignments
             | ApiKey::DescribeQuorum
     )
 }

@@ -82,11 +82,11 @@ pub fn place_replicas(
 /// A partition's state after a leader change to `leader` (-1: none).
 fn led_by(state: &PartitionState, leader: i32, isr: Vec<i32>) -> PartitionState {
     PartitionState {
-        replicas: state.replicas.clone(),
         leader,
         leader_epoch: state.leader_epoch + i32::from(leader != state.leader),
         isr,
         partition_epoch: state.partition_epoch + 1,
+        ..state.clone()
     }
 }
 
@@ -280,15 +280,203 @@ pub fn alter_partition(
     let mut isr = alter.isr.clone();
     isr.sort_unstable();
     isr.dedup();
+    let changed = PartitionState {
+        isr,
+        partition_epoch: state.partition_epoch + 1,
+        ..state.clone()
+    };
     Ok(MetadataRecord::PartitionChanged {
         name: alter.topic.clone(),
         index: alter.partition,
-        state: PartitionState {
-            isr,
-            partition_epoch: state.partition_epoch + 1,
-            ..state.clone()
-        },
+        state: completed(image, changed),
     })
+}
+
+/// A reassignment request refused: the Kafka error code and why.
+pub type ReassignRefusal = (i16, String);
+
+/// AlterPartitionReassignments for one partition, decided on `image`:
+/// the record that starts moving the partition to `target` (its replicas,
+/// the preferred leader first; the caller has checked them: registered
+/// brokers, none twice), or with `target` `None` cancels the move
+/// under way; `None` when nothing changes (the partition has those
+/// replicas already, or is moving to them).
+///
+/// Kafka's way (KIP-455): while it moves, the partition's replicas are
+/// the target's followed by the current ones not in it; `adding` are the
+/// target's new replicas (they fetch the whole log from the leader) and
+/// `removing` the replicas that leave. It completes — replicas become the
+/// target, the ISR keeps only target members and a leader outside the
+/// target hands over to an in-sync target replica — when every target
+/// replica is in the ISR: at once if they all are, else when the leader's
+/// AlterPartition adds the last one ([`alter_partition`]). A broker that
+/// is no longer a replica then deletes its copy. A new target for a
+/// partition still moving replaces the old one (its added replicas the
+/// new one drops leave at completion). Cancelling goes back to the
+/// replicas before the move (the added ones leave the ISR and the
+/// replicas at once; a leader among them hands over).
+pub fn reassign(
+    image: &MetadataImage,
+    topic: &str,
+    partition: i32,
+    target: Option<&[i32]>,
+) -> Result<Option<MetadataRecord>, ReassignRefusal> {
+    use crate::errors;
+    let state = image
+        .topics
+        .get(topic)
+        .and_then(|t| t.partition(partition))
+        .ok_or_else(|| {
+            (
+                errors::UNKNOWN_TOPIC_OR_PARTITION,
+                format!("partition {partition} of topic {topic:?} does not exist"),
+            )
+        })?;
+    let changed = match target {
+        None => {
+            if !state.reassigning() {
+                return Err((
+                    errors::NO_REASSIGNMENT_IN_PROGRESS,
+                    format!("partition {partition} of {topic:?} is not being reassigned"),
+                ));
+            }
+            cancelled(image, state).ok_or_else(|| {
+                (
+                    errors::INVALID_REPLICA_ASSIGNMENT,
+                    format!(
+                        "cancelling would leave partition {partition} of {topic:?} without \
+                         an in-sync replica: only the replicas being added are in sync"
+                    ),
+                )
+            })?
+        }
+        Some(target) => {
+            if target == state.target_replicas().as_slice() {
+                return Ok(None);
+            }
+            let original = state.original_replicas();
+            let mut replicas = target.to_vec();
+            replicas.extend(state.replicas.iter().filter(|r| !target.contains(r)));
+            let started = PartitionState {
+                adding: target
+                    .iter()
+                    .copied()
+                    .filter(|r| !original.contains(r))
+                    .collect(),
+                removing: replicas
+                    .iter()
+                    .copied()
+                    .filter(|r| !target.contains(r))
+                    .collect(),
+                replicas,
+                partition_epoch: state.partition_epoch + 1,
+                ..state.clone()
+            };
+            completed(image, started)
+        }
+    };
+    Ok(Some(MetadataRecord::PartitionChanged {
+        name: topic.to_string(),
+        index: partition,
+        state: changed,
+    }))
+}
+
+/// `state` with its reassignment completed if every target replica is in
+/// sync (else unchanged): the target's replicas, an ISR of target members,
+/// and a leader among them (the current one if it stays, else the first
+/// live in-sync target replica; the leader epoch bumps).
+fn completed(image: &MetadataImage, state: PartitionState) -> PartitionState {
+    if !state.reassigning() {
+        return state;
+    }
+    let target = state.target_replicas();
+    if !target.iter().all(|r| state.isr.contains(r)) {
+        return state;
+    }
+    let isr: Vec<i32> = state
+        .isr
+        .iter()
+        .copied()
+        .filter(|r| target.contains(r))
+        .collect();
+    let leader = if target.contains(&state.leader) {
+        state.leader
+    } else {
+        target
+            .iter()
+            .copied()
+            .find(|&r| image.is_live(r))
+            .unwrap_or(-1)
+    };
+    PartitionState {
+        replicas: target,
+        leader,
+        leader_epoch: state.leader_epoch + i32::from(leader != state.leader),
+        isr,
+        partition_epoch: state.partition_epoch,
+        adding: Vec::new(),
+        removing: Vec::new(),
+    }
+}
+
+/// `state` with its reassignment cancelled: the replicas before it, the
+/// added ones out of the ISR, a leader among the original in-sync
+/// replicas (the current one if it stays). `None` when no original
+/// replica is in sync.
+fn cancelled(image: &MetadataImage, state: &PartitionState) -> Option<PartitionState> {
+    let replicas = state.original_replicas();
+    let isr: Vec<i32> = state
+        .isr
+        .iter()
+        .copied()
+        .filter(|r| replicas.contains(r))
+        .collect();
+    if isr.is_empty() {
+        return None;
+    }
+    let leader = if replicas.contains(&state.leader) {
+        state.leader
+    } else {
+        replicas
+            .iter()
+            .copied()
+            .find(|&r| isr.contains(&r) && image.is_live(r))
+            .unwrap_or(-1)
+    };
+    Some(PartitionState {
+        replicas,
+        leader,
+        leader_epoch: state.leader_epoch + i32::from(leader != state.leader),
+        isr,
+        partition_epoch: state.partition_epoch + 1,
+        adding: Vec::new(),
+        removing: Vec::new(),
+    })
+}
+
+/// The partitions being reassigned, with their state: all of them, or
+/// those of `wanted` (ListPartitionReassignments).
+pub fn reassignments(
+    image: &MetadataImage,
+    wanted: Option<&[(String, i32)]>,
+) -> Vec<(String, i32, PartitionState)> {
+    image
+        .topics
+        .values()
+        .flat_map(|topic| {
+            topic
+                .partitions
+                .iter()
+                .enumerate()
+                .map(move |(index, state)| (topic.name.clone(), index as i32, state))
+        })
+        .filter(|(topic, index, state)| {
+            state.reassigning()
+                && wanted.is_none_or(|w| w.iter().any(|(t, p)| t == topic && p == index))
+        })
+        .map(|(topic, index, state)| (topic, index, state.clone()))
+        .collect()
 }
 
 #[cfg(test)]
@@ -414,11 +602,9 @@ mod tests {
             name: "t".to_string(),
             index: 0,
             state: PartitionState {
-                replicas: vec![1, 2],
-                leader: 1,
-                leader_epoch: 0,
                 isr: vec![1],
                 partition_epoch: 1,
+                ..PartitionState::new(vec![1, 2])
             },
         });
         let clean = image.with(&fence(&image, 1, false));
@@ -582,5 +768,148 @@ mod tests {
         assert_eq!((r1.leader, r1.leader_epoch), (1, 2));
         assert_eq!(image.topics["r3"].partitions[0].leader, 2, "led elsewhere");
         assert!(image.is_live(1));
+    }
+
+    fn state(image: &MetadataImage, topic: &str) -> PartitionState {
+        image.topics[topic].partitions[0].clone()
+    }
+
+    /// The leader's AlterPartition for the partition's ISR `isr`.
+    fn isr_of(image: &MetadataImage, topic: &str, isr: &[i32]) -> MetadataRecord {
+        let s = state(image, topic);
+        let alter = crate::cluster::wire::AlterPartition {
+            topic: topic.to_string(),
+            partition: 0,
+            leader: s.leader,
+            leader_epoch: s.leader_epoch,
+            partition_epoch: s.partition_epoch,
+            isr: isr.to_vec(),
+        };
+        alter_partition(image, &alter).unwrap()
+    }
+
+    #[test]
+    fn a_reassignment_adds_first_and_removes_once_the_target_is_in_sync() {
+        let mut image = cluster(&[(1, None), (2, None), (3, None), (4, None)]);
+        create(&mut image, "t", vec![vec![1, 2, 3]]);
+        // Broker 1 (the leader) moves to 4.
+        let start = reassign(&image, "t", 0, Some(&[4, 2, 3])).unwrap().unwrap();
+        image.apply(&start);
+        let moving = state(&image, "t");
+        assert_eq!(moving.replicas, vec![4, 2, 3, 1]);
+        assert_eq!(
+            (moving.adding.clone(), moving.removing.clone()),
+            (vec![4], vec![1])
+        );
+        assert_eq!(
+            (moving.leader, moving.leader_epoch, moving.partition_epoch),
+            (1, 0, 1)
+        );
+        assert_eq!(
+            moving.isr,
+            vec![1, 2, 3],
+            "nothing leaves before 4 is in sync"
+        );
+        assert_eq!(reassignments(&image, None).len(), 1);
+        assert_eq!(
+            reassign(&image, "t", 0, Some(&[4, 2, 3])).unwrap(),
+            None,
+            "the same target again"
+        );
+
+        // 4 catches up: the leader adds it to the ISR, which completes the move.
+        image.apply(&isr_of(&image, "t", &[1, 2, 3, 4]));
+        let done = state(&image, "t");
+        assert_eq!(done.replicas, vec![4, 2, 3]);
+        assert_eq!(done.isr, vec![2, 3, 4]);
+        assert_eq!(
+            (done.leader, done.leader_epoch),
+            (4, 1),
+            "1 hands over to 4"
+        );
+        assert!(!done.reassigning());
+        assert!(reassignments(&image, None).is_empty());
+        assert_eq!(
+            image.owner_core(&image.topics["t"], 0, 1),
+            None,
+            "this node (1) holds no replica any more: it deletes its copy"
+        );
+    }
+
+    #[test]
+    fn a_smaller_or_reordered_target_in_sync_completes_at_once() {
+        let mut image = cluster(&[(1, None), (2, None), (3, None)]);
+        create(&mut image, "t", vec![vec![1, 2, 3]]);
+        image.apply(&reassign(&image, "t", 0, Some(&[2, 3])).unwrap().unwrap());
+        let s = state(&image, "t");
+        assert_eq!(
+            (s.replicas.clone(), s.isr.clone(), s.leader),
+            (vec![2, 3], vec![2, 3], 2)
+        );
+        assert!(!s.reassigning());
+        assert_eq!(
+            reassign(&image, "t", 0, Some(&[2, 3])).unwrap(),
+            None,
+            "nothing to do"
+        );
+        image.apply(&reassign(&image, "t", 0, Some(&[3, 2])).unwrap().unwrap());
+        let s = state(&image, "t");
+        assert_eq!(
+            (s.replicas.clone(), s.leader),
+            (vec![3, 2], 2),
+            "the leader stays"
+        );
+    }
+
+    #[test]
+    fn a_reassignment_is_cancelled_back_to_the_replicas_before_it() {
+        let mut image = cluster(&[(1, None), (2, None), (3, None), (4, None), (5, None)]);
+        create(&mut image, "t", vec![vec![1, 2]]);
+        image.apply(&reassign(&image, "t", 0, Some(&[4, 5])).unwrap().unwrap());
+        // 4 catches up, 5 does not yet.
+        image.apply(&isr_of(&image, "t", &[1, 2, 4]));
+        assert!(state(&image, "t").reassigning());
+        image.apply(&reassign(&image, "t", 0, None).unwrap().unwrap());
+        let s = state(&image, "t");
+        assert_eq!(
+            (s.replicas.clone(), s.isr.clone(), s.leader),
+            (vec![1, 2], vec![1, 2], 1)
+        );
+        assert!(!s.reassigning());
+        assert_eq!(
+            reassign(&image, "t", 0, None).unwrap_err().0,
+            crate::errors::NO_REASSIGNMENT_IN_PROGRESS
+        );
+    }
+
+    #[test]
+    fn a_new_target_replaces_the_move_under_way() {
+        let mut image = cluster(&[(1, None), (2, None), (3, None), (4, None)]);
+        create(&mut image, "t", vec![vec![1, 2]]);
+        image.apply(&reassign(&image, "t", 0, Some(&[1, 3])).unwrap().unwrap());
+        image.apply(&reassign(&image, "t", 0, Some(&[1, 4])).unwrap().unwrap());
+        let s = state(&image, "t");
+        assert_eq!(s.replicas, vec![1, 4, 3, 2]);
+        assert_eq!(
+            (s.adding.clone(), s.removing.clone()),
+            (vec![4], vec![3, 2])
+        );
+        image.apply(&isr_of(&image, "t", &[1, 2, 4]));
+        let s = state(&image, "t");
+        assert_eq!(
+            (s.replicas.clone(), s.isr.clone()),
+            (vec![1, 4], vec![1, 4])
+        );
+    }
+
+    #[test]
+    fn a_partition_not_there_is_refused() {
+        use crate::errors;
+        let mut image = cluster(&[(1, None), (2, None)]);
+        create(&mut image, "t", vec![vec![1, 2]]);
+        for (topic, partition) in [("t", 1), ("t", -1), ("u", 0)] {
+            let refusal = reassign(&image, topic, partition, Some(&[1])).unwrap_err();
+            assert_eq!(refusal.0, errors::UNKNOWN_TOPIC_OR_PARTITION, "{refusal:?}");
+        }
     }
 }

@@ -44,6 +44,7 @@ pub mod offset_commit;
 pub mod offset_delete;
 pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
+pub mod partition_reassignments;
 pub mod produce;
 pub mod scatter;
 pub mod sync_group;
@@ -116,6 +117,16 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
         ApiKey::ElectLeaders,
         elect_leaders::VERSION_MIN,
         elect_leaders::VERSION_MAX,
+    ),
+    (
+        ApiKey::AlterPartitionReassignments,
+        partition_reassignments::ALTER_VERSION_MIN,
+        partition_reassignments::ALTER_VERSION_MAX,
+    ),
+    (
+        ApiKey::ListPartitionReassignments,
+        partition_reassignments::LIST_VERSION_MIN,
+        partition_reassignments::LIST_VERSION_MAX,
     ),
     (
         ApiKey::DescribeQuorum,
@@ -352,6 +363,12 @@ async fn dispatch(
         }
         RequestKind::ElectLeaders(body) => {
             out.encode(&elect_leaders::handle(&shard, body, version).await)
+        }
+        RequestKind::AlterPartitionReassignments(body) => {
+            out.encode(&partition_reassignments::alter(&shard, body, version).await)
+        }
+        RequestKind::ListPartitionReassignments(body) => {
+            out.encode(&partition_reassignments::list(&shard, body))
         }
         RequestKind::DescribeQuorum(body) => {
             out.encode(&describe_quorum::handle(&shard, body, version))

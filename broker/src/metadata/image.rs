@@ -21,6 +21,13 @@ pub struct PartitionState {
     pub isr: Vec<i32>,
     /// Grows with every change to this state.
     pub partition_epoch: i32,
+    /// While a reassignment moves the partition: the replicas it adds
+    /// (in `replicas`, copying the log; Kafka's `addingReplicas`).
+    pub adding: Vec<i32>,
+    /// While a reassignment moves the partition: the replicas that leave
+    /// once every target replica is in sync (in `replicas` until then;
+    /// Kafka's `removingReplicas`).
+    pub removing: Vec<i32>,
 }
 
 impl PartitionState {
@@ -33,7 +40,34 @@ impl PartitionState {
             isr: replicas.clone(),
             partition_epoch: 0,
             replicas,
+            adding: Vec::new(),
+            removing: Vec::new(),
         }
+    }
+
+    /// Whether a reassignment is moving this partition.
+    pub fn reassigning(&self) -> bool {
+        !self.adding.is_empty() || !self.removing.is_empty()
+    }
+
+    /// The replicas a reassignment moves to (all of them when none runs),
+    /// in the order asked (the preferred leader first).
+    pub fn target_replicas(&self) -> Vec<i32> {
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|r| !self.removing.contains(r))
+            .collect()
+    }
+
+    /// The replicas before the running reassignment (all of them when
+    /// none runs).
+    pub fn original_replicas(&self) -> Vec<i32> {
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|r| !self.adding.contains(r))
+            .collect()
     }
 }
 
@@ -358,7 +392,9 @@ mod tests {
                 leader: NODE,
                 leader_epoch: 0,
                 isr: vec![NODE],
-                partition_epoch: 0
+                partition_epoch: 0,
+                adding: vec![],
+                removing: vec![],
             }
         );
         check(

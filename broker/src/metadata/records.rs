@@ -107,12 +107,18 @@ fn put_partition_states(out: &mut Vec<u8>, partitions: &[PartitionState]) {
     }
 }
 
+/// A PartitionChanged record's state; the replicas a reassignment adds
+/// and removes come last (added after), and only while one runs.
 fn put_partition_state(out: &mut Vec<u8>, state: &PartitionState) {
     put_brokers(out, &state.replicas);
     out.extend_from_slice(&state.leader.to_be_bytes());
     out.extend_from_slice(&state.leader_epoch.to_be_bytes());
     put_brokers(out, &state.isr);
     out.extend_from_slice(&state.partition_epoch.to_be_bytes());
+    if state.reassigning() {
+        put_brokers(out, &state.adding);
+        put_brokers(out, &state.removing);
+    }
 }
 
 fn put_configs(out: &mut Vec<u8>, configs: &BTreeMap<String, String>) {
@@ -261,17 +267,24 @@ impl MetadataRecord {
                     other => return Err(format!("fencing flag {other} is neither 0 nor 1")),
                 },
             },
-            TYPE_PARTITION_CHANGED => MetadataRecord::PartitionChanged {
-                name: take_str(&mut buf)?,
-                index: take_i32(&mut buf)?,
-                state: PartitionState {
+            TYPE_PARTITION_CHANGED => {
+                let name = take_str(&mut buf)?;
+                let index = take_i32(&mut buf)?;
+                let mut state = PartitionState {
                     replicas: take_brokers(&mut buf)?,
                     leader: take_i32(&mut buf)?,
                     leader_epoch: take_i32(&mut buf)?,
                     isr: take_brokers(&mut buf)?,
                     partition_epoch: take_i32(&mut buf)?,
-                },
-            },
+                    adding: Vec::new(),
+                    removing: Vec::new(),
+                };
+                if !buf.is_empty() {
+                    state.adding = take_brokers(&mut buf)?;
+                    state.removing = take_brokers(&mut buf)?;
+                }
+                MetadataRecord::PartitionChanged { name, index, state }
+            }
             other => return Err(format!("unknown record type {other}")),
         };
         if !buf.is_empty() {
@@ -356,6 +369,8 @@ fn take_partition_states(buf: &mut &[u8]) -> Result<Vec<PartitionState>, String>
                 leader_epoch: take_i32(buf)?,
                 isr: take_brokers(buf)?,
                 partition_epoch: take_i32(buf)?,
+                adding: Vec::new(),
+                removing: Vec::new(),
             })
         })
         .collect()
@@ -392,6 +407,8 @@ mod tests {
             leader_epoch: 7,
             isr: vec![3, 5],
             partition_epoch: 9,
+            adding: vec![],
+            removing: vec![],
         };
         let records = [
             MetadataRecord::ClusterId("abc".to_string()),
@@ -457,6 +474,22 @@ mod tests {
                     leader_epoch: 5,
                     isr: vec![2, 3],
                     partition_epoch: 8,
+                    adding: vec![],
+                    removing: vec![],
+                },
+            },
+            // A reassignment from [1, 2] to [3, 2] under way.
+            MetadataRecord::PartitionChanged {
+                name: "t".to_string(),
+                index: 0,
+                state: PartitionState {
+                    replicas: vec![3, 2, 1],
+                    leader: 1,
+                    leader_epoch: 2,
+                    isr: vec![1, 2],
+                    partition_epoch: 3,
+                    adding: vec![3],
+                    removing: vec![1],
                 },
             },
         ];
@@ -505,7 +538,9 @@ mod tests {
                     leader: 4,
                     leader_epoch: 0,
                     isr: vec![4, 2],
-                    partition_epoch: 0
+                    partition_epoch: 0,
+                    adding: vec![],
+                    removing: vec![],
                 },
                 PartitionState::new(vec![2])
             ]

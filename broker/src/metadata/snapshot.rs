@@ -18,8 +18,9 @@ use rkyv::rancor;
 use super::image::{BrokerMeta, MetadataImage, PartitionState, TopicMeta};
 
 const MAGIC: [u8; 8] = *b"STRMIMG\0";
-/// The layout of the mirror structs below; decode reads this one only.
-const FORMAT_VERSION: u32 = 1;
+/// The layout of the mirror structs below. Version 2 added the running
+/// reassignments; decode still reads version 1 (none then).
+const FORMAT_VERSION: u32 = 2;
 /// Magic, version and CRC: 16 bytes, so an archive copied after it stays
 /// as aligned as the header.
 const HEADER_BYTES: usize = MAGIC.len() + 4 + 4;
@@ -38,6 +39,28 @@ struct ImageSnapshot {
     broker_configs: Vec<(String, Configs)>,
     group_configs: Vec<(String, Configs)>,
     brokers: Vec<BrokerSnapshot>,
+    reassignments: Vec<ReassignmentSnapshot>,
+}
+
+/// [`ImageSnapshot`] in format version 1: before reassignments.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+struct ImageSnapshotV1 {
+    offset: u64,
+    cluster_id: String,
+    topics: Vec<TopicSnapshot>,
+    producer_ids_end: i64,
+    broker_configs: Vec<(String, Configs)>,
+    group_configs: Vec<(String, Configs)>,
+    brokers: Vec<BrokerSnapshot>,
+}
+
+/// A partition a reassignment is moving: the replicas it adds and removes.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+struct ReassignmentSnapshot {
+    topic: String,
+    partition: u32,
+    adding: Vec<i32>,
+    removing: Vec<i32>,
 }
 
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
@@ -96,9 +119,9 @@ pub fn decode(bytes: &[u8], node_id: i32) -> Result<MetadataImage, String> {
         return Err(format!("not a metadata snapshot (magic {magic:02x?})"));
     }
     let version = u32::from_le_bytes(rest[0..4].try_into().expect("4 bytes"));
-    if version != FORMAT_VERSION {
+    if version != FORMAT_VERSION && version != 1 {
         return Err(format!(
-            "metadata snapshot format version {version}; this broker reads version \
+            "metadata snapshot format version {version}; this broker reads versions 1 to \
              {FORMAT_VERSION}"
         ));
     }
@@ -114,10 +137,23 @@ pub fn decode(bytes: &[u8], node_id: i32) -> Result<MetadataImage, String> {
     // so it gets an aligned copy.
     let mut aligned = rkyv::util::AlignedVec::<ARCHIVE_ALIGNMENT>::with_capacity(archive.len());
     aligned.extend_from_slice(archive);
-    let archived = rkyv::access::<ArchivedImageSnapshot, rancor::Error>(&aligned)
-        .map_err(|e| format!("metadata snapshot archive does not validate: {e}"))?;
-    let snapshot = rkyv::deserialize::<ImageSnapshot, rancor::Error>(archived)
-        .map_err(|e| format!("metadata snapshot archive does not deserialize: {e}"))?;
+    let snapshot = if version == 1 {
+        let v1 = rkyv::from_bytes::<ImageSnapshotV1, rancor::Error>(&aligned)
+            .map_err(|e| format!("metadata snapshot archive does not validate: {e}"))?;
+        ImageSnapshot {
+            offset: v1.offset,
+            cluster_id: v1.cluster_id,
+            topics: v1.topics,
+            producer_ids_end: v1.producer_ids_end,
+            broker_configs: v1.broker_configs,
+            group_configs: v1.group_configs,
+            brokers: v1.brokers,
+            reassignments: Vec::new(),
+        }
+    } else {
+        rkyv::from_bytes::<ImageSnapshot, rancor::Error>(&aligned)
+            .map_err(|e| format!("metadata snapshot archive does not validate: {e}"))?
+    };
     snapshot.into_image(node_id)
 }
 
@@ -135,6 +171,23 @@ impl ImageSnapshot {
             broker_configs: named_configs(&image.broker_configs),
             group_configs: named_configs(&image.group_configs),
             brokers: image.brokers.values().map(BrokerSnapshot::of).collect(),
+            reassignments: image
+                .topics
+                .values()
+                .flat_map(|topic| {
+                    topic
+                        .partitions
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, p)| p.reassigning())
+                        .map(|(index, p)| ReassignmentSnapshot {
+                            topic: topic.name.clone(),
+                            partition: index as u32,
+                            adding: p.adding.clone(),
+                            removing: p.removing.clone(),
+                        })
+                })
+                .collect(),
         }
     }
 
@@ -143,10 +196,27 @@ impl ImageSnapshot {
         for topic in self.topics {
             let topic = topic.into_meta()?;
             let name = topic.name.clone();
-            if topics.insert(name.clone(), Arc::new(topic)).is_some() {
+            if topics.insert(name.clone(), topic).is_some() {
                 return Err(format!("metadata snapshot lists topic {name:?} twice"));
             }
         }
+        for moving in self.reassignments {
+            let state = topics
+                .get_mut(&moving.topic)
+                .and_then(|t| t.partitions.get_mut(moving.partition as usize))
+                .ok_or_else(|| {
+                    format!(
+                        "metadata snapshot reassigns partition {} of {:?}, which it does not have",
+                        moving.partition, moving.topic
+                    )
+                })?;
+            state.adding = moving.adding;
+            state.removing = moving.removing;
+        }
+        let topics = topics
+            .into_iter()
+            .map(|(name, topic)| (name, Arc::new(topic)))
+            .collect();
         let mut brokers = BTreeMap::new();
         for broker in self.brokers {
             let broker = broker.into_meta();
@@ -213,6 +283,8 @@ impl TopicSnapshot {
                     leader_epoch: p.leader_epoch,
                     isr: p.isr,
                     partition_epoch: p.partition_epoch,
+                    adding: Vec::new(),
+                    removing: Vec::new(),
                 })
                 .collect(),
         })
@@ -284,6 +356,8 @@ mod tests {
             leader_epoch: epochs.0,
             isr: isr.to_vec(),
             partition_epoch: epochs.1,
+            adding: Vec::new(),
+            removing: Vec::new(),
         }
     }
 
@@ -311,12 +385,18 @@ mod tests {
                 name: "orders".to_string(),
                 // Both halves set: a u128 must not come back as a u64.
                 topic_id: 0xfedc_ba98_7654_3210_0123_4567_89ab_cdef,
-                partition_cores: vec![0, 1, 2],
+                partition_cores: vec![0, 1, 2, 0],
                 configs: settings(&[("retention.ms", "604800000"), ("cleanup.policy", "delete")]),
                 partitions: vec![
                     partition(&[1, 2, 3], 1, &[1, 2, 3], (0, 0)),
                     partition(&[2, 3, 1], 3, &[3, 1], (4, 7)),
                     partition(&[3, 1, 2], -1, &[], (9, 12)),
+                    // Moving from [2, 1] to [4, 2].
+                    PartitionState {
+                        adding: vec![4],
+                        removing: vec![1],
+                        ..partition(&[4, 2, 1], 2, &[2, 1], (3, 5))
+                    },
                 ],
             },
             TopicMeta {
@@ -446,12 +526,60 @@ mod tests {
         let mut newer = bytes.clone();
         newer[MAGIC.len()..MAGIC.len() + 4].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
         let error = decode(&newer, NODE).unwrap_err();
-        assert!(error.contains("version 2"), "{error}");
+        assert!(error.contains("version 3"), "{error}");
 
         let mut other = bytes.clone();
         other[..MAGIC.len()].copy_from_slice(b"NOTSTROM");
         let error = decode(&other, NODE).unwrap_err();
         assert!(error.contains("not a metadata snapshot"), "{error}");
+    }
+
+    /// A snapshot written before reassignments were recorded reads as the
+    /// same image with none running.
+    #[test]
+    fn a_format_1_snapshot_still_reads() {
+        let image = rich_image();
+        let now = ImageSnapshot::of(&image);
+        let v1 = ImageSnapshotV1 {
+            offset: now.offset,
+            cluster_id: now.cluster_id,
+            topics: now.topics,
+            producer_ids_end: now.producer_ids_end,
+            broker_configs: now.broker_configs,
+            group_configs: now.group_configs,
+            brokers: now.brokers,
+        };
+        let archive = rkyv::to_bytes::<rancor::Error>(&v1).unwrap();
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend_from_slice(&1u32.to_le_bytes());
+        bytes.extend_from_slice(&crc32fast::hash(&archive).to_le_bytes());
+        bytes.extend_from_slice(&archive);
+        let read = decode(&bytes, NODE).unwrap();
+        let mut expected = image.clone();
+        for topic in expected.topics.values_mut() {
+            for p in &mut Arc::make_mut(topic).partitions {
+                p.adding.clear();
+                p.removing.clear();
+            }
+        }
+        assert_eq!(fields(&read), fields(&expected));
+        assert!(
+            fields(&image) != fields(&expected),
+            "the image had a reassignment"
+        );
+    }
+
+    #[test]
+    fn a_reassignment_of_a_partition_not_there_is_refused() {
+        let mut snapshot = ImageSnapshot::of(&rich_image());
+        snapshot.reassignments[0].partition = 99;
+        let archive = rkyv::to_bytes::<rancor::Error>(&snapshot).unwrap();
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        bytes.extend_from_slice(&crc32fast::hash(&archive).to_le_bytes());
+        bytes.extend_from_slice(&archive);
+        let error = decode(&bytes, NODE).unwrap_err();
+        assert!(error.contains("does not have"), "{error}");
     }
 
     #[test]

@@ -2253,6 +2253,104 @@ pub static INCREMENTAL_ALTER_CONFIGS_REQUEST__ALTERABLE_CONFIG: Struct = Struct 
     tags: &[],
 };
 
+pub static ALTER_PARTITION_REASSIGNMENTS_REQUEST: Struct = Struct {
+    versions: (0, 1),
+    flexible_since: 0,
+    fields: &[
+        Field {
+            kind: Fixed(4),
+            since: 0,
+            until: 1,
+        }, // timeout_ms
+        Field {
+            kind: Fixed(1),
+            since: 1,
+            until: 1,
+        }, // allow_replication_factor_change
+        Field {
+            kind: CompactArray(&ALTER_PARTITION_REASSIGNMENTS_REQUEST__REASSIGNABLE_TOPIC),
+            since: 0,
+            until: 1,
+        }, // topics
+    ],
+    tags: &[],
+};
+
+pub static ALTER_PARTITION_REASSIGNMENTS_REQUEST__REASSIGNABLE_TOPIC: Struct = Struct {
+    versions: (0, 1),
+    flexible_since: 0,
+    fields: &[
+        Field {
+            kind: CompactStr,
+            since: 0,
+            until: 1,
+        }, // name
+        Field {
+            kind: CompactArray(&ALTER_PARTITION_REASSIGNMENTS_REQUEST__REASSIGNABLE_PARTITION),
+            since: 0,
+            until: 1,
+        }, // partitions
+    ],
+    tags: &[],
+};
+
+pub static ALTER_PARTITION_REASSIGNMENTS_REQUEST__REASSIGNABLE_PARTITION: Struct = Struct {
+    versions: (0, 1),
+    flexible_since: 0,
+    fields: &[
+        Field {
+            kind: Fixed(4),
+            since: 0,
+            until: 1,
+        }, // partition_index
+        Field {
+            kind: CompactArrayOf(4),
+            since: 0,
+            until: 1,
+        }, // replicas
+    ],
+    tags: &[],
+};
+
+pub static LIST_PARTITION_REASSIGNMENTS_REQUEST: Struct = Struct {
+    versions: (0, 0),
+    flexible_since: 0,
+    fields: &[
+        Field {
+            kind: Fixed(4),
+            since: 0,
+            until: 0,
+        }, // timeout_ms
+        Field {
+            kind: CompactArray(
+                &LIST_PARTITION_REASSIGNMENTS_REQUEST__LIST_PARTITION_REASSIGNMENTS_TOPICS,
+            ),
+            since: 0,
+            until: 0,
+        }, // topics
+    ],
+    tags: &[],
+};
+
+pub static LIST_PARTITION_REASSIGNMENTS_REQUEST__LIST_PARTITION_REASSIGNMENTS_TOPICS: Struct =
+    Struct {
+        versions: (0, 0),
+        flexible_since: 0,
+        fields: &[
+            Field {
+                kind: CompactStr,
+                since: 0,
+                until: 0,
+            }, // name
+            Field {
+                kind: CompactArrayOf(4),
+                since: 0,
+                until: 0,
+            }, // partition_indexes
+        ],
+        tags: &[],
+    };
+
 pub static OFFSET_DELETE_REQUEST: Struct = Struct {
     versions: (0, 0),
     flexible_since: i16::MAX,
@@ -2638,6 +2736,8 @@ pub fn request(api_key: i16) -> Option<&'static Struct> {
         42 => &DELETE_GROUPS_REQUEST,
         43 => &ELECT_LEADERS_REQUEST,
         44 => &INCREMENTAL_ALTER_CONFIGS_REQUEST,
+        45 => &ALTER_PARTITION_REASSIGNMENTS_REQUEST,
+        46 => &LIST_PARTITION_REASSIGNMENTS_REQUEST,
         47 => &OFFSET_DELETE_REQUEST,
         55 => &DESCRIBE_QUORUM_REQUEST,
         60 => &DESCRIBE_CLUSTER_REQUEST,
