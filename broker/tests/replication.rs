@@ -132,6 +132,76 @@ fn script() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/replication_check.py")
 }
 
+/// The idempotent acks=all producer of `tests/clients/replication_check.py`
+/// writing to `topic` until its stop file exists, with its files in a
+/// temporary directory.
+struct Producing {
+    child: Reaped,
+    dir: tempfile::TempDir,
+}
+
+impl Producing {
+    fn start(bootstrap: &str, topic: &str) -> Producing {
+        let dir = tempfile::tempdir().unwrap();
+        let child = Command::new("python3")
+            .arg(script())
+            .args(["produce", bootstrap, topic])
+            .arg(dir.path().join("stop"))
+            .arg(dir.path().join("acks"))
+            .stdout(std::fs::File::create(dir.path().join("producer.log")).unwrap())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("python3 runs");
+        Producing {
+            child: Reaped(child),
+            dir,
+        }
+    }
+
+    fn acks(&self) -> Vec<Ack> {
+        acks(&self.dir.path().join("acks"))
+    }
+
+    /// Stops the producer, then reads `topic` back through `bootstrap`:
+    /// every acknowledged record must be there once, byte-exact and in
+    /// order, and none may have failed. Returns the checker's counts.
+    fn stop_and_check(mut self, cluster: &Cluster, bootstrap: &str, topic: &str) -> String {
+        std::fs::write(self.dir.path().join("stop"), b"").unwrap();
+        let status = wait_deadline(&mut self.child.0, PRODUCER_DEADLINE)
+            .unwrap_or_else(|| panic!("the producer did not finish\n{}", cluster.logs()));
+        assert!(status.success(), "producer: {status}");
+        let produced = std::fs::read_to_string(self.dir.path().join("producer.log")).unwrap();
+        let sent: usize = produced
+            .split_whitespace()
+            .skip_while(|w| *w != "sent:")
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{produced}"));
+        assert!(produced.contains("failed: 0"), "{produced}");
+        let output = run(
+            Command::new("python3")
+                .arg(script())
+                .args(["check", bootstrap, topic])
+                .arg(self.dir.path().join("acks")),
+            None,
+            PRODUCER_DEADLINE,
+        );
+        let checked = String::from_utf8_lossy(&output.stdout).to_string();
+        assert!(
+            output.status.success(),
+            "{checked}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(
+            checked.contains(&format!(
+                "acknowledged: {sent} read: {sent} lost: 0 duplicated: 0 out_of_order: 0"
+            )),
+            "{checked}"
+        );
+        checked
+    }
+}
+
 fn median(values: &mut [u64]) -> u64 {
     values.sort_unstable();
     values[values.len() / 2]
@@ -147,35 +217,21 @@ fn killing_leaders_under_acks_all_loses_no_acknowledged_record() {
         partitions(&any).filter(|p| p.values().all(|(l, isr)| *l > 0 && isr.len() == 3))
     });
 
-    let dir = tempfile::tempdir().unwrap();
-    let acks_file = dir.path().join("acks");
-    let stop_file = dir.path().join("stop");
-    let producer_log = dir.path().join("producer.log");
-    let mut producer = Reaped(
-        Command::new("python3")
-            .arg(script())
-            .args(["produce", &cluster.bootstrap(), TOPIC])
-            .arg(&stop_file)
-            .arg(&acks_file)
-            .stdout(std::fs::File::create(&producer_log).unwrap())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("python3 runs"),
-    );
+    let producer = Producing::start(&cluster.bootstrap(), TOPIC);
 
     let mut unavailable_ms = Vec::new();
     let mut rounds = 0u64;
     while budget.more(rounds) {
-        let before = acks(&acks_file).len();
+        let before = producer.acks().len();
         let progressed = poll_until(ROUND_DEADLINE, || {
-            (acks(&acks_file).len() >= before + ACKS_PER_ROUND).then_some(())
+            (producer.acks().len() >= before + ACKS_PER_ROUND).then_some(())
         });
         if progressed.is_none() {
             panic!("no progress in round {rounds}\n{}", cluster.logs());
         }
         // The leader of the partition with the most acknowledgements.
         let mut per_partition: BTreeMap<i32, usize> = BTreeMap::new();
-        for (_, partition, _, _) in acks(&acks_file) {
+        for (_, partition, _, _) in producer.acks() {
             *per_partition.entry(partition).or_default() += 1;
         }
         let busiest = per_partition
@@ -201,7 +257,8 @@ fn killing_leaders_under_acks_all_loses_no_acknowledged_record() {
         // partitions keep acknowledging all along, and answers already on
         // their way at the kill do not count).
         let acked_after = cluster.wait_for("an acknowledgement after the kill", || {
-            acks(&acks_file)
+            producer
+                .acks()
                 .iter()
                 .filter(|(_, partition, _, sent)| *partition == busiest && *sent > killed_at)
                 .map(|(_, _, at, _)| *at)
@@ -230,50 +287,16 @@ fn killing_leaders_under_acks_all_loses_no_acknowledged_record() {
         .iter()
         .find(|&&r| r != leader)
         .expect("a follower in sync");
-    let before = acks(&acks_file).len();
+    let before = producer.acks().len();
     cluster.node_mut(follower).broker.kill();
     cluster.wait_for("acknowledgements go on without the follower", || {
-        (acks(&acks_file).len() >= before + ACKS_PER_ROUND).then_some(())
+        (producer.acks().len() >= before + ACKS_PER_ROUND).then_some(())
     });
     cluster.node_mut(follower).broker.start_again();
     cluster.wait_for("the follower back in every ISR", || {
         partitions(&any).filter(|p| p.values().all(|(_, isr)| isr.len() == 3))
     });
-    std::fs::write(&stop_file, b"").unwrap();
-    let status = wait_deadline(&mut producer.0, PRODUCER_DEADLINE)
-        .unwrap_or_else(|| panic!("the producer did not finish\n{}", cluster.logs()));
-    assert!(status.success(), "producer: {status}");
-    let produced = std::fs::read_to_string(&producer_log).unwrap();
-    let sent: usize = produced
-        .split_whitespace()
-        .skip_while(|w| *w != "sent:")
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{produced}"));
-    assert!(produced.contains("failed: 0"), "{produced}");
-
-    let output = run(
-        Command::new("python3").arg(script()).args([
-            "check",
-            &cluster.bootstrap(),
-            TOPIC,
-            acks_file.to_str().unwrap(),
-        ]),
-        None,
-        PRODUCER_DEADLINE,
-    );
-    let checked = String::from_utf8_lossy(&output.stdout).to_string();
-    assert!(
-        output.status.success(),
-        "{checked}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(
-        checked.contains(&format!(
-            "acknowledged: {sent} read: {sent} lost: 0 duplicated: 0 out_of_order: 0"
-        )),
-        "{checked}"
-    );
+    let checked = producer.stop_and_check(&cluster, &cluster.bootstrap(), TOPIC);
     assert!(rounds >= 1, "no kill happened");
     println!(
         "{rounds} rounds: unavailability median {} ms, max {} ms; {checked}",
@@ -612,22 +635,9 @@ fn reassignment_moves_replicas_under_acks_all_load_and_loses_nothing() {
     cluster.add_broker(4);
     cluster.wait_for("four brokers listed", || brokers_listed(&any, 4));
 
-    let dir = tempfile::tempdir().unwrap();
-    let (acks_file, stop_file) = (dir.path().join("acks"), dir.path().join("stop"));
-    let producer_log = dir.path().join("producer.log");
-    let mut producer = Reaped(
-        Command::new("python3")
-            .arg(script())
-            .args(["produce", &cluster.bootstrap(), MOVING])
-            .arg(&stop_file)
-            .arg(&acks_file)
-            .stdout(std::fs::File::create(&producer_log).unwrap())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("python3 runs"),
-    );
+    let producer = Producing::start(&cluster.bootstrap(), MOVING);
     cluster.wait_for("records acknowledged before the moves", || {
-        (acks(&acks_file).len() >= ACKS_PER_ROUND).then_some(())
+        (producer.acks().len() >= ACKS_PER_ROUND).then_some(())
     });
 
     // Partition 0: its leader's replica moves to the new broker 4, which
@@ -792,38 +802,5 @@ fn reassignment_moves_replicas_under_acks_all_load_and_loses_nothing() {
 
     // Every acknowledged record, read back from the replicas that hold
     // the partitions now, is there once and in order.
-    std::fs::write(&stop_file, b"").unwrap();
-    let status = wait_deadline(&mut producer.0, PRODUCER_DEADLINE)
-        .unwrap_or_else(|| panic!("the producer did not finish\n{}", cluster.logs()));
-    assert!(status.success(), "producer: {status}");
-    let produced = std::fs::read_to_string(&producer_log).unwrap();
-    assert!(produced.contains("failed: 0"), "{produced}");
-    let sent: usize = produced
-        .split_whitespace()
-        .skip_while(|w| *w != "sent:")
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{produced}"));
-    let output = run(
-        Command::new("python3").arg(script()).args([
-            "check",
-            &any,
-            MOVING,
-            acks_file.to_str().unwrap(),
-        ]),
-        None,
-        PRODUCER_DEADLINE,
-    );
-    let checked = String::from_utf8_lossy(&output.stdout).to_string();
-    assert!(
-        output.status.success(),
-        "{checked}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(
-        checked.contains(&format!(
-            "acknowledged: {sent} read: {sent} lost: 0 duplicated: 0 out_of_order: 0"
-        )),
-        "{checked}"
-    );
+    producer.stop_and_check(&cluster, &any, MOVING);
 }

@@ -519,28 +519,22 @@ async fn elect_leaders(args: ElectArgs) -> anyhow::Result<()> {
     let topic_partitions = if args.topics.is_empty() {
         None
     } else {
-        let metadata = metadata(&mut connection, Some(&args.topics), false).await?;
-        let mut wanted = Vec::new();
-        for topic in &metadata.topics {
-            let name = topic
-                .name
-                .as_ref()
-                .map(|n| n.0.to_string())
-                .unwrap_or_default();
-            check_error(ApiKey::Metadata, topic.error_code, None)
-                .with_context(|| format!("topic {name}"))?;
-            let partitions: Vec<i32> = if args.partition.is_empty() {
-                topic.partitions.iter().map(|p| p.partition_index).collect()
-            } else {
-                args.partition.clone()
-            };
-            wanted.push(
-                TopicPartitions::default()
-                    .with_topic(topic_name(&name))
-                    .with_partitions(partitions),
-            );
-        }
-        Some(wanted)
+        let known = partitions_of(&mut connection, &args.topics).await?;
+        Some(
+            known
+                .into_iter()
+                .map(|(name, all)| {
+                    let partitions = if args.partition.is_empty() {
+                        all
+                    } else {
+                        args.partition.clone()
+                    };
+                    TopicPartitions::default()
+                        .with_topic(topic_name(&name))
+                        .with_partitions(partitions)
+                })
+                .collect(),
+        )
     };
     let request = ElectLeadersRequest::default()
         .with_election_type(i8::from(args.unclean))
@@ -593,21 +587,8 @@ async fn reassign(args: ReassignArgs) -> anyhow::Result<()> {
     let version =
         connection.version::<AlterPartitionReassignmentsRequest>(ALTER_REASSIGNMENTS_VERSIONS)?;
     let partitions = if args.partition.is_empty() {
-        let metadata = metadata(
-            &mut connection,
-            Some(std::slice::from_ref(&args.topic)),
-            false,
-        )
-        .await?;
-        let topic = metadata
-            .topics
-            .first()
-            .context("the broker answered no topic")?;
-        check_error(ApiKey::Metadata, topic.error_code, None)
-            .with_context(|| format!("topic {}", args.topic))?;
-        let mut all: Vec<i32> = topic.partitions.iter().map(|p| p.partition_index).collect();
-        all.sort_unstable();
-        all
+        let mut known = partitions_of(&mut connection, std::slice::from_ref(&args.topic)).await?;
+        known.pop().map(|(_, all)| all).unwrap_or_default()
     } else {
         args.partition.clone()
     };
@@ -705,27 +686,17 @@ async fn list_reassignments(
     let version = connection.version::<ListPartitionReassignmentsRequest>(0..=0)?;
     let wanted = match topics {
         None => None,
-        Some(topics) => {
-            let metadata = metadata(connection, Some(topics), false).await?;
-            let mut wanted = Vec::new();
-            for topic in &metadata.topics {
-                let name = topic
-                    .name
-                    .as_ref()
-                    .map(|n| n.0.to_string())
-                    .unwrap_or_default();
-                check_error(ApiKey::Metadata, topic.error_code, None)
-                    .with_context(|| format!("topic {name}"))?;
-                wanted.push(
+        Some(topics) => Some(
+            partitions_of(connection, topics)
+                .await?
+                .into_iter()
+                .map(|(name, partitions)| {
                     ListPartitionReassignmentsTopics::default()
                         .with_name(topic_name(&name))
-                        .with_partition_indexes(
-                            topic.partitions.iter().map(|p| p.partition_index).collect(),
-                        ),
-                );
-            }
-            Some(wanted)
-        }
+                        .with_partition_indexes(partitions)
+                })
+                .collect(),
+        ),
     };
     let request = ListPartitionReassignmentsRequest::default()
         .with_timeout_ms(ADMIN_TIMEOUT_MS)
@@ -779,6 +750,29 @@ async fn reassignments(args: ReassignmentsArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Each of `topics` with its partition indexes (ascending), from Metadata;
+/// fails naming the first topic the broker does not have.
+async fn partitions_of(
+    connection: &mut Connection,
+    topics: &[String],
+) -> anyhow::Result<Vec<(String, Vec<i32>)>> {
+    let metadata = metadata(connection, Some(topics), false).await?;
+    let mut known = Vec::with_capacity(metadata.topics.len());
+    for topic in &metadata.topics {
+        let name = topic
+            .name
+            .as_ref()
+            .map(|n| n.0.to_string())
+            .unwrap_or_default();
+        check_error(ApiKey::Metadata, topic.error_code, None)
+            .with_context(|| format!("topic {name}"))?;
+        let mut partitions: Vec<i32> = topic.partitions.iter().map(|p| p.partition_index).collect();
+        partitions.sort_unstable();
+        known.push((name, partitions));
+    }
+    Ok(known)
 }
 
 /// Kafka's ELECTION_NOT_NEEDED: the partition has the leader asked for.

@@ -462,20 +462,12 @@ pub fn reassignments(
     wanted: Option<&[(String, i32)]>,
 ) -> Vec<(String, i32, PartitionState)> {
     image
-        .topics
-        .values()
-        .flat_map(|topic| {
-            topic
-                .partitions
-                .iter()
-                .enumerate()
-                .map(move |(index, state)| (topic.name.clone(), index as i32, state))
-        })
+        .partition_states()
         .filter(|(topic, index, state)| {
             state.reassigning()
-                && wanted.is_none_or(|w| w.iter().any(|(t, p)| t == topic && p == index))
+                && wanted.is_none_or(|w| w.iter().any(|(t, p)| *t == topic.name && p == index))
         })
-        .map(|(topic, index, state)| (topic, index, state.clone()))
+        .map(|(topic, index, state)| (topic.name.clone(), index, state.clone()))
         .collect()
 }
 

@@ -244,6 +244,17 @@ impl MetadataImage {
         self.brokers.get(&id).is_some_and(|b| !b.fenced)
     }
 
+    /// Every partition's state, with its topic and index, topics by name.
+    pub fn partition_states(&self) -> impl Iterator<Item = (&TopicMeta, i32, &PartitionState)> {
+        self.topics.values().flat_map(|topic| {
+            topic
+                .partitions
+                .iter()
+                .enumerate()
+                .map(move |(index, state)| (topic.as_ref(), index as i32, state))
+        })
+    }
+
     /// The core that owns a partition, mapped into the running core count
     /// (the count may have changed since the topic was created).
     /// None when this node holds no replica of it.

@@ -172,20 +172,13 @@ impl ImageSnapshot {
             group_configs: named_configs(&image.group_configs),
             brokers: image.brokers.values().map(BrokerSnapshot::of).collect(),
             reassignments: image
-                .topics
-                .values()
-                .flat_map(|topic| {
-                    topic
-                        .partitions
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, p)| p.reassigning())
-                        .map(|(index, p)| ReassignmentSnapshot {
-                            topic: topic.name.clone(),
-                            partition: index as u32,
-                            adding: p.adding.clone(),
-                            removing: p.removing.clone(),
-                        })
+                .partition_states()
+                .filter(|(_, _, p)| p.reassigning())
+                .map(|(topic, index, p)| ReassignmentSnapshot {
+                    topic: topic.name.clone(),
+                    partition: index as u32,
+                    adding: p.adding.clone(),
+                    removing: p.removing.clone(),
                 })
                 .collect(),
         }
