@@ -393,6 +393,11 @@ pub struct BrokerSide {
     pub replica_lag_time_max_ms: u64,
 }
 
+/// Where partition `index` of `topic` keeps its log: `<data_dir>/<topic>-<index>`.
+pub fn partition_dir(data_dir: &Path, topic: &str, index: i32) -> std::path::PathBuf {
+    data_dir.join(format!("{topic}-{index}"))
+}
+
 impl Partition {
     /// Opens the partition's log in `<data_dir>/<topic>-<index>`, led by
     /// this node alone until [`Partition::assign`] says otherwise.
@@ -409,8 +414,12 @@ impl Partition {
             node_id,
             replica_lag_time_max_ms,
         } = broker;
-        let dir = data_dir.join(format!("{topic}-{index}"));
-        let log = Log::open(ctx, dir, config.log.clone()).await?;
+        let log = Log::open(
+            ctx,
+            partition_dir(data_dir, topic, index),
+            config.log.clone(),
+        )
+        .await?;
         let dir = log.dir().to_path_buf();
         let clock = ctx.clock().clone();
         let mut producers = recover_producers(&log, &dir, clock.wall_ms()).await?;

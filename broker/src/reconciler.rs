@@ -69,24 +69,7 @@ pub async fn open_missing(shard: &Rc<Shard>, image: &MetadataImage) -> Result<us
                 continue;
             }
             let effective = effective.get_or_insert_with(|| defaults.effective(&topic.configs));
-            let partition = Partition::open(
-                &shard.storage,
-                &shard.config.data_dir,
-                &topic.name,
-                index,
-                effective,
-                crate::partition::BrokerSide {
-                    producer_id_expiration_ms: shard.config.producer_id_expiration_ms,
-                    node_id: shard.config.node_id,
-                    replica_lag_time_max_ms: shard.config.cluster_timing.replica_lag_time_max_ms,
-                },
-            )
-            .await
-            .map_err(|error| OpenFailure {
-                topic: topic.name.clone(),
-                partition: index,
-                message: format!("{error}{}", repair_hint(&error)),
-            })?;
+            let partition = open_one(shard, &topic.name, index, effective).await?;
             shard
                 .partitions
                 .borrow_mut()
@@ -97,6 +80,105 @@ pub async fn open_missing(shard: &Rc<Shard>, image: &MetadataImage) -> Result<us
         }
     }
     Ok(opened)
+}
+
+/// Opens partition `index` of `topic` on this core with `effective`
+/// settings.
+async fn open_one(
+    shard: &Rc<Shard>,
+    topic: &str,
+    index: i32,
+    effective: &crate::topic_config::EffectiveConfig,
+) -> Result<Rc<Partition>, OpenFailure> {
+    Partition::open(
+        &shard.storage,
+        &shard.config.data_dir,
+        topic,
+        index,
+        effective,
+        crate::partition::BrokerSide {
+            producer_id_expiration_ms: shard.config.producer_id_expiration_ms,
+            node_id: shard.config.node_id,
+            replica_lag_time_max_ms: shard.config.cluster_timing.replica_lag_time_max_ms,
+        },
+    )
+    .await
+    .map_err(|error| OpenFailure {
+        topic: topic.to_string(),
+        partition: index,
+        message: format!("{error}{}", repair_hint(&error)),
+    })
+}
+
+/// Replaces a follower's copy of a partition whose whole log lies below
+/// its leader's log start (retention or DeleteRecords removed the head
+/// there; a replica just added has nothing yet) with an empty log that
+/// starts at `start`, the leader's log start (Kafka's
+/// `truncateFullyAndStartAt`): the old copy and its directory go, a new
+/// one opens with a checkpoint naming `start`, and takes the replication
+/// state the image records. Returns the new partition. A crash in between leaves
+/// no directory or an empty one at `start`; either is opened at the next
+/// start and fetched again.
+pub async fn restart_empty_at(
+    shard: &Rc<Shard>,
+    old: &Rc<Partition>,
+    start: u64,
+) -> Result<Rc<Partition>, OpenFailure> {
+    let _turn = turn(shard).await;
+    let (topic, index) = (old.topic().to_string(), old.index());
+    let current = shard.partition(&topic, index);
+    if !current.is_some_and(|p| Rc::ptr_eq(&p, old)) {
+        return Err(OpenFailure {
+            topic,
+            partition: index,
+            message: "the partition was closed or replaced meanwhile".to_string(),
+        });
+    }
+    let image = shard.metadata.image();
+    let defaults = crate::dynamic_config::topic_defaults(&shard.config, &image);
+    let configs = image
+        .topics
+        .get(&topic)
+        .map(|t| t.configs.clone())
+        .unwrap_or_default();
+    let effective = defaults.effective(&configs);
+    old.delete().await;
+    let dir = crate::partition::partition_dir(&shard.config.data_dir, &topic, index);
+    let fail = |message: String| OpenFailure {
+        topic: topic.clone(),
+        partition: index,
+        message,
+    };
+    std::fs::create_dir_all(&dir).map_err(|e| fail(format!("create {}: {e}", dir.display())))?;
+    storage::checkpoint::Checkpoint {
+        recovery_point: start,
+        log_start_offset: start,
+        next_offset: start,
+        clean: false,
+    }
+    .write(&dir)
+    .await
+    .map_err(|e| fail(e.to_string()))?;
+    let partition = open_one(shard, &topic, index, &effective).await?;
+    // Its replication state before anything can reach it: a log just
+    // opened counts itself the leader.
+    if let Some(state) = shard
+        .metadata
+        .image()
+        .topics
+        .get(&topic)
+        .and_then(|t| t.partition(index))
+    {
+        partition.assign(state, shard.config.node_id);
+    }
+    shard
+        .partitions
+        .borrow_mut()
+        .entry(topic.clone())
+        .or_default()
+        .insert(index, partition.clone());
+    tracing::info!(%topic, partition = index, start, "follower copy restarted empty at the leader's log start");
+    Ok(partition)
 }
 
 /// Makes `image` this core's copy if it is newer, and gives the open

@@ -595,6 +595,38 @@ fn preferred_leaders_come_back_by_election_and_by_the_controller() {
     });
 }
 
+/// Partition 0 of `topic` read from its start through `bootstrap`: each
+/// record's value by offset.
+fn read_partition(bootstrap: &str, topic: &str) -> BTreeMap<usize, String> {
+    let read = run(
+        Command::new("kcat").args([
+            "-b",
+            bootstrap,
+            "-C",
+            "-t",
+            topic,
+            "-p",
+            "0",
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+            "-f",
+            "%o %s\n",
+        ]),
+        None,
+        Duration::from_secs(60),
+    );
+    assert!(read.status.success(), "{read:?}");
+    String::from_utf8_lossy(&read.stdout)
+        .lines()
+        .map(|l| {
+            let (offset, value) = l.split_once(' ').expect("offset and value");
+            (offset.parse().expect("an offset"), value.to_string())
+        })
+        .collect()
+}
+
 /// Runs `strom ARGS` through `bootstrap`; its stdout, or its failure.
 fn tool(bootstrap: &str, args: &[&str]) -> Result<String, String> {
     let output = test_support::strom_at(Some(bootstrap), args, None);
@@ -612,7 +644,12 @@ fn tool(bootstrap: &str, args: &[&str]) -> Result<String, String> {
 #[test]
 fn reassignment_moves_replicas_under_acks_all_load_and_loses_nothing() {
     const MOVING: &str = "moving";
-    let mut cluster = three_brokers(&["--set", "replica.lag.time.max.ms=5000"]);
+    let mut cluster = three_brokers(&[
+        "--set",
+        "replica.lag.time.max.ms=5000",
+        "--set",
+        "log.retention.check.interval.ms=500",
+    ]);
     let any = cluster.node(2).broker.bootstrap();
     strom_ok(
         &cluster.node(1).broker,
@@ -734,25 +771,131 @@ fn reassignment_moves_replicas_under_acks_all_load_and_loses_nothing() {
         }
     }
 
+    // A partition whose log no longer starts at 0 (retention removed its
+    // head) moves too: the new replica starts empty at the leader's log
+    // start and copies from there.
+    strom_ok(
+        &cluster.node(2).broker,
+        &[
+            "topic",
+            "create",
+            "trimmed",
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "1",
+            "--config",
+            "segment.bytes=16384",
+            "--config",
+            "retention.bytes=65536",
+        ],
+    );
+    let record = |i: usize| format!("t-{i}-{}", "x".repeat(600 + i % 400));
+    let lines: String = (0..400).map(|i| record(i) + "\n").collect();
+    let produced = run(
+        Command::new("kcat").args([
+            "-b",
+            &any,
+            "-P",
+            "-t",
+            "trimmed",
+            "-p",
+            "0",
+            "-X",
+            "acks=all",
+            "-X",
+            "batch.num.messages=5",
+        ]),
+        Some(lines.as_bytes()),
+        Duration::from_secs(60),
+    );
+    assert!(produced.status.success(), "{produced:?}");
+    let start_of = |text: &str| -> Option<i64> {
+        text.lines()
+            .find(|l| l.contains("Partition: 0"))?
+            .split('\t')
+            .find_map(|f| f.trim().strip_prefix("StartOffset: "))?
+            .parse()
+            .ok()
+    };
+    let trimmed_start = cluster.wait_for("retention to remove the log's head", || {
+        start_of(&tool(&any, &["topic", "describe", "trimmed"]).ok()?).filter(|s| *s > 0)
+    });
+    let holder = leaders(&any, "trimmed").unwrap()[&0].0;
+    let before_move = read_partition(&cluster.node(holder).broker.bootstrap(), "trimmed");
+    let held_from = before_move.keys().next().copied().unwrap_or(400);
+    assert!(
+        held_from as i64 >= trimmed_start && before_move.keys().copied().eq(held_from..400),
+        "the holder serves every offset from {held_from}, its start, to 400"
+    );
+    let mut values: Vec<&String> = before_move.values().collect();
+    values.sort();
+    values.dedup();
+    assert!(
+        values.iter().all(|v| (0..400).any(|i| **v == record(i)))
+            && values.len() == before_move.len(),
+        "every record once"
+    );
+    let target = if holder == 4 { 2 } else { 4 };
+    for replicas in [format!("{holder},{target}"), target.to_string()] {
+        let waited = tool(
+            &any,
+            &[
+                "topic",
+                "reassign",
+                "trimmed",
+                "--replicas",
+                &replicas,
+                "--wait",
+                "120",
+            ],
+        )
+        .unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
+        assert!(waited.ends_with("done\n"), "{waited}");
+    }
+    let moved = cluster.wait_for("the new replica leading", || {
+        leaders(&any, "trimmed").filter(|l| l[&0].0 == target && l[&0].1 == [target])
+    });
+    assert_eq!(moved[&0].2, 1);
+    let served = read_partition(&cluster.node(target).broker.bootstrap(), "trimmed");
+    let first = served.keys().next().copied().unwrap_or(400);
+    assert!(
+        first as i64 >= trimmed_start && first > 0,
+        "from {first}, start was {trimmed_start}"
+    );
+    assert_eq!(
+        served.keys().copied().collect::<Vec<_>>(),
+        (first..400).collect::<Vec<_>>(),
+        "every offset from the start on"
+    );
+    for (offset, value) in &served {
+        assert_eq!(Some(value), before_move.get(offset), "offset {offset}");
+    }
+
     // A move to a broker that is down stays under way until cancelled.
     // Not broker 2, which the tools talk to.
     let down = *[1, 3].iter().find(|id| !target1.contains(id)).unwrap();
     cluster.node_mut(down).broker.kill();
     let mut stuck = target1.clone();
     stuck.push(down);
-    tool(
-        &any,
-        &[
-            "topic",
-            "reassign",
-            MOVING,
-            "--partition",
-            "1",
-            "--replicas",
-            &list(&stuck),
-        ],
-    )
-    .unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
+    // The killed broker may have been the active controller: until the
+    // others elect another, changes get NOT_CONTROLLER (retriable).
+    let stuck_list = list(&stuck);
+    cluster.wait_for("the move to a stopped broker taken", || {
+        tool(
+            &any,
+            &[
+                "topic",
+                "reassign",
+                MOVING,
+                "--partition",
+                "1",
+                "--replicas",
+                &stuck_list,
+            ],
+        )
+        .ok()
+    });
     let listed = tool(&any, &["topic", "reassignments", MOVING]).unwrap();
     assert_eq!(
         listed,
@@ -802,5 +945,6 @@ fn reassignment_moves_replicas_under_acks_all_load_and_loses_nothing() {
 
     // Every acknowledged record, read back from the replicas that hold
     // the partitions now, is there once and in order.
-    producer.stop_and_check(&cluster, &any, MOVING);
+    let checked = producer.stop_and_check(&cluster, &any, MOVING);
+    println!("reassignments under acks=all load: {checked}");
 }

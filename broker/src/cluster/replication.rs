@@ -332,6 +332,19 @@ async fn fetch_once(
                     }
                 }
                 code => {
+                    if code == errors::OFFSET_OUT_OF_RANGE
+                        && data.log_start_offset > partition.log_end_offset()
+                    {
+                        // Everything this copy has lies below the leader's
+                        // log start: start over, empty, from there.
+                        let start = data.log_start_offset as u64;
+                        if let Err(failure) =
+                            crate::reconciler::restart_empty_at(shard, partition, start).await
+                        {
+                            tracing::warn!(%failure, "follower copy not restarted at the leader's log start");
+                        }
+                        continue;
+                    }
                     if code == errors::OFFSET_OUT_OF_RANGE {
                         // The logs disagree: ask where they diverge again.
                         partition.clear_reconciled();
