@@ -105,7 +105,9 @@ impl Cluster {
         cluster
     }
 
-    /// Adds node `id` as a broker only (not a voter).
+    /// Adds node `id` as a broker only (not a voter), on loopback: a
+    /// cluster of [`Cluster::start_on`] hosts in a test network has no
+    /// host for it.
     pub fn add_broker(&mut self, id: i32) -> &mut Node {
         let ports = Ports::free(false);
         let args = self.args(id, ports);
