@@ -1,8 +1,10 @@
 //! The real `strom` binary as a test's broker: started on a free
 //! loopback port with a temporary data dir (or a given one), ready once it
 //! logs its start line and accepts; stopped, restarted, crashed, signalled.
+//! A broker may also run on another [`Host`]: an address in a network
+//! namespace of a test network (see [`crate::netns`]).
 
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -40,7 +42,25 @@ pub fn strom_bin() -> PathBuf {
     path
 }
 
+/// Where a broker runs: the address it listens on, and the network
+/// namespace it runs in (`None`: this process's, on loopback).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Host {
+    pub ip: IpAddr,
+    pub netns: Option<String>,
+}
+
+impl Host {
+    pub fn loopback() -> Host {
+        Host {
+            ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            netns: None,
+        }
+    }
+}
+
 pub struct Broker {
+    pub host: Host,
     pub port: u16,
     pub data_dir: PathBuf,
     _temp: Option<tempfile::TempDir>,
@@ -65,6 +85,7 @@ impl Broker {
         let data_dir = temp.path().join("data");
         let log_path = temp.path().join("strom.log");
         let mut broker = Broker {
+            host: Host::loopback(),
             port: free_port(),
             data_dir,
             _temp: Some(temp),
@@ -95,7 +116,21 @@ impl Broker {
     /// As [`Broker::start_in`], listening for clients on `port` (which
     /// the arguments may also name, e.g. in `listeners`).
     pub fn start_at(data_dir: &Path, log_path: &Path, port: u16, extra_args: &[&str]) -> Broker {
+        Self::start_on(Host::loopback(), data_dir, log_path, port, extra_args)
+    }
+
+    /// As [`Broker::start_at`], on `host`: listening on its address and
+    /// run in its network namespace (with `ip netns exec`, which execs, so
+    /// the child is `strom` itself and signals reach it).
+    pub fn start_on(
+        host: Host,
+        data_dir: &Path,
+        log_path: &Path,
+        port: u16,
+        extra_args: &[&str],
+    ) -> Broker {
         let mut broker = Broker {
+            host,
             port,
             data_dir: data_dir.to_path_buf(),
             _temp: None,
@@ -109,11 +144,19 @@ impl Broker {
     }
 
     pub fn bootstrap(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        self.address().to_string()
     }
 
     pub fn address(&self) -> SocketAddr {
-        self.bootstrap().parse().unwrap()
+        SocketAddr::new(self.host.ip, self.port)
+    }
+
+    /// Whether a client connection opens, from the broker's namespace.
+    fn accepts(&self) -> bool {
+        match &self.host.netns {
+            None => TcpStream::connect(self.address()).is_ok(),
+            Some(namespace) => crate::netns::connects_from(namespace, self.address()),
+        }
     }
 
     fn spawn(&mut self) {
@@ -123,7 +166,15 @@ impl Broker {
             .open(&self.log_path)
             .unwrap();
         let started_before = self.log().matches(STARTED_LINE).count();
-        let child = Command::new(strom_bin())
+        let mut command = match &self.host.netns {
+            None => Command::new(strom_bin()),
+            Some(namespace) => {
+                let mut command = Command::new("ip");
+                command.args(["netns", "exec", namespace]).arg(strom_bin());
+                command
+            }
+        };
+        let child = command
             .arg("start")
             .arg("--listen")
             .arg(self.bootstrap())
@@ -143,9 +194,7 @@ impl Broker {
             // accept while the broker is still starting, and a client that
             // connected then was refused moments later (seen in CI, not
             // understood yet), so the start line must be logged as well.
-            if self.log().matches(STARTED_LINE).count() > started_before
-                && TcpStream::connect(self.address()).is_ok()
-            {
+            if self.log().matches(STARTED_LINE).count() > started_before && self.accepts() {
                 return Some(());
             }
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {

@@ -1,12 +1,13 @@
 //! Several `strom` processes forming one cluster on loopback: each node
 //! with `--cores 1`, its own client and controller ports and data dir.
 //! Nodes `1..=voters` are the controller quorum; more nodes join as
-//! brokers only.
+//! brokers only. The voters may run on hosts of a test network instead
+//! ([`Cluster::start_on`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::{free_port, poll_until, Broker};
+use crate::{free_port, poll_until, Broker, Host};
 
 /// How long a cluster may take to elect, register and settle.
 pub const SETTLE_DEADLINE: Duration = Duration::from_secs(60);
@@ -17,6 +18,7 @@ pub const SESSION_MS: u64 = 2_000;
 
 pub struct Node {
     pub id: i32,
+    pub host: Host,
     pub ports: Ports,
     pub broker: Broker,
 }
@@ -45,17 +47,29 @@ pub struct Cluster {
     pub voters: String,
     pub nodes: Vec<Node>,
     extra: Vec<String>,
+    /// Where voter `i + 1` runs; other nodes run on loopback.
+    hosts: Vec<Host>,
 }
 
 impl Cluster {
     /// Starts `voters` nodes that are both broker and controller.
     pub fn start(voters: usize, extra: &[&str]) -> Cluster {
+        Self::start_on(vec![Host::loopback(); voters], extra)
+    }
+
+    /// Starts one node that is both broker and controller on each of
+    /// `hosts` (node `i + 1` on `hosts[i]`).
+    pub fn start_on(hosts: Vec<Host>, extra: &[&str]) -> Cluster {
         let temp = tempfile::tempdir().unwrap();
-        let ports: Vec<Ports> = (0..voters).map(|_| Ports::free(true)).collect();
+        let ports: Vec<Ports> = hosts.iter().map(|_| Ports::free(true)).collect();
         let voter_list = ports
             .iter()
+            .zip(&hosts)
             .enumerate()
-            .map(|(i, p)| format!("{}@127.0.0.1:{}", i + 1, p.controller.unwrap()))
+            .map(|(i, (p, host))| {
+                let address = std::net::SocketAddr::new(host.ip, p.controller.unwrap());
+                format!("{}@{address}", i + 1)
+            })
             .collect::<Vec<_>>()
             .join(",");
         let mut cluster = Cluster {
@@ -63,55 +77,80 @@ impl Cluster {
             voters: voter_list,
             nodes: Vec::new(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            hosts,
         };
         // All at once: each waits for the others to elect a controller.
         let handles: Vec<_> = ports
             .into_iter()
             .enumerate()
             .map(|(i, ports)| {
-                let args = cluster.args(i as i32 + 1, ports);
-                let dir = cluster.dir(i as i32 + 1);
+                let id = i as i32 + 1;
+                let args = cluster.args(id, ports);
+                let dir = cluster.dir(id);
+                let host = cluster.host(id);
                 std::thread::spawn(move || {
-                    let broker = start_node(&dir, ports.client, &args);
-                    (i as i32 + 1, ports, broker)
+                    let broker = start_node(host.clone(), &dir, ports.client, &args);
+                    Node {
+                        id,
+                        host,
+                        ports,
+                        broker,
+                    }
                 })
             })
             .collect();
         for handle in handles {
-            let (id, ports, broker) = handle.join().unwrap();
-            cluster.nodes.push(Node { id, ports, broker });
+            cluster.nodes.push(handle.join().unwrap());
         }
         cluster
     }
 
-    /// Adds node `id` as a broker only (not a voter).
+    /// Adds node `id` as a broker only (not a voter), on loopback: a
+    /// cluster of [`Cluster::start_on`] hosts in a test network has no
+    /// host for it.
     pub fn add_broker(&mut self, id: i32) -> &mut Node {
         let ports = Ports::free(false);
         let args = self.args(id, ports);
-        let broker = start_node(&self.dir(id), ports.client, &args);
-        self.nodes.push(Node { id, ports, broker });
+        let host = self.host(id);
+        let broker = start_node(host.clone(), &self.dir(id), ports.client, &args);
+        self.nodes.push(Node {
+            id,
+            host,
+            ports,
+            broker,
+        });
         self.nodes.last_mut().unwrap()
     }
 
+    /// Where node `id` runs: a voter's host, loopback for the others.
+    pub fn host(&self, id: i32) -> Host {
+        usize::try_from(id - 1)
+            .ok()
+            .and_then(|i| self.hosts.get(i))
+            .cloned()
+            .unwrap_or_else(Host::loopback)
+    }
+
     /// The start arguments of node `id` on `ports` (a voter when they
-    /// have a controller port).
+    /// have a controller port), on its host's address.
     pub fn args(&self, id: i32, ports: Ports) -> Vec<String> {
         let Ports {
             client,
             controller,
             admin,
         } = ports;
+        let at = |port: u16| std::net::SocketAddr::new(self.host(id).ip, port);
         let mut args: Vec<String> = vec![
             "--node-id".into(),
             id.to_string(),
             "--cores".into(),
             "1".into(),
             "--admin-listen".into(),
-            format!("127.0.0.1:{admin}"),
+            at(admin).to_string(),
         ];
         let listeners = match controller {
-            Some(c) => format!("PLAINTEXT://127.0.0.1:{client},CONTROLLER://127.0.0.1:{c}"),
-            None => format!("PLAINTEXT://127.0.0.1:{client}"),
+            Some(c) => format!("PLAINTEXT://{},CONTROLLER://{}", at(client), at(c)),
+            None => format!("PLAINTEXT://{}", at(client)),
         };
         for setting in [
             format!("listeners={listeners}"),
@@ -176,9 +215,16 @@ impl Cluster {
     }
 }
 
-/// Starts one node in `dir` (its log next to it), serving clients on `client`.
-fn start_node(dir: &std::path::Path, client: u16, args: &[String]) -> Broker {
+/// Starts one node on `host` in `dir` (its log next to it), serving
+/// clients on `client`.
+fn start_node(host: Host, dir: &std::path::Path, client: u16, args: &[String]) -> Broker {
     std::fs::create_dir_all(dir).unwrap();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    Broker::start_at(&dir.join("data"), &dir.join("strom.log"), client, &args)
+    Broker::start_on(
+        host,
+        &dir.join("data"),
+        &dir.join("strom.log"),
+        client,
+        &args,
+    )
 }

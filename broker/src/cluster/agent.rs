@@ -19,6 +19,21 @@ use crate::metadata::BrokerMeta;
 /// Fetch rounds per heartbeat at most (each brings up to a few MiB).
 const FETCH_ROUNDS_MAX: usize = 64;
 
+/// How long a heartbeat waits for its answer: a quarter of the session
+/// (the controller answers at once), at least one heartbeat interval, at
+/// most [`net::IO_TIMEOUT`]. A network partition closes nothing: a
+/// heartbeat to an active controller cut off from this broker hangs until
+/// this runs out, and only then does the broker look for the new one,
+/// which gives it this plus a few intervals to be heard (see
+/// `voter::failover_grace`). With the whole `IO_TIMEOUT` (5 s) a broker
+/// missed the new controller's grace, and every broker that had
+/// heartbeated to the old one was fenced, the new controller's own too.
+pub fn heartbeat_timeout(timing: &crate::config::ClusterTiming) -> Duration {
+    Duration::from_millis(timing.session_timeout_ms / 4)
+        .max(Duration::from_millis(timing.heartbeat_interval_ms))
+        .min(net::IO_TIMEOUT)
+}
+
 pub struct Agent {
     cluster: Arc<Cluster>,
     broker: BrokerMeta,
@@ -180,7 +195,8 @@ impl Agent {
                 applied: self.cluster.image().offset,
                 shutting_down,
             });
-            let reply = match self.call(&address, heartbeat) {
+            let timeout = heartbeat_timeout(&self.cluster.timing);
+            let reply = match self.call(&address, heartbeat, timeout) {
                 Ok(reply) => reply,
                 Err(error) => {
                     tracing::debug!(voter = id, %address, %error, "heartbeat not answered");
@@ -214,13 +230,22 @@ impl Agent {
         None
     }
 
-    fn call(&mut self, address: &str, frame: Frame) -> std::io::Result<super::wire::Envelope> {
+    /// Sends `frame` to `address` and waits up to `timeout` for the
+    /// answer; the connection is dropped when the call fails.
+    fn call(
+        &mut self,
+        address: &str,
+        frame: Frame,
+        timeout: Duration,
+    ) -> std::io::Result<super::wire::Envelope> {
         if self.connection.as_ref().is_none_or(|(to, _)| to != address) {
             self.connection = Some((address.to_string(), net::connect(address)?));
         }
         let cluster_id = self.our_cluster_id();
         let (_, stream) = self.connection.as_mut().expect("connected");
-        let result = net::call(stream, &cluster_id, frame);
+        let result = stream
+            .set_read_timeout(Some(timeout))
+            .and_then(|()| net::call(stream, &cluster_id, frame));
         if result.is_err() {
             self.connection = None;
         }
@@ -234,7 +259,11 @@ impl Agent {
             let Some((id, address)) = self.pick_target() else {
                 break;
             };
-            match self.call(&address, Frame::AlterPartition(alter.clone())) {
+            match self.call(
+                &address,
+                Frame::AlterPartition(alter.clone()),
+                net::IO_TIMEOUT,
+            ) {
                 Ok(reply) => match reply.frame {
                     Frame::AlterPartitionReply { error_code } => {
                         if error_code != crate::errors::NOT_CONTROLLER {
@@ -260,7 +289,7 @@ impl Agent {
         let before = image.offset;
         for _ in 0..FETCH_ROUNDS_MAX {
             let after = image.offset;
-            let reply = match self.call(address, Frame::Fetch { after }) {
+            let reply = match self.call(address, Frame::Fetch { after }, net::IO_TIMEOUT) {
                 Ok(reply) => reply,
                 Err(error) => {
                     tracing::debug!(voter = id, %error, "metadata fetch failed");

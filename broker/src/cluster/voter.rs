@@ -11,7 +11,14 @@
 //! broker silent for `broker.session.timeout.ms` is fenced and its
 //! leaderships move (`placement::fence`). Topic changes are decided on
 //! core 0 (`controller`) and arrive here as proposals.
+//!
+//! The active controller decides its own changes (registrations, fencing,
+//! ISR changes, preferred leaders) on the image with its proposals not yet
+//! applied laid over it ([`Voter::deciding_image`]): a record carries a
+//! partition's whole state, so two changes decided on the same image
+//! before the first commits would have the second undo the first.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -99,6 +106,9 @@ pub struct Voter {
     image: MetadataImage,
     applied: u64,
     pending: VecDeque<Pending>,
+    /// The records of this controller's proposals not applied yet, by log
+    /// index, oldest first (dropped when its leadership ends).
+    unapplied: VecDeque<(u64, Vec<MetadataRecord>)>,
     /// Last heartbeat of each broker, kept by the active controller.
     sessions: HashMap<i32, Instant>,
     /// When a registration or fencing change was last proposed per broker.
@@ -168,6 +178,7 @@ impl Voter {
             applied: image.offset,
             image,
             pending: VecDeque::new(),
+            unapplied: VecDeque::new(),
             sessions: HashMap::new(),
             proposed: HashMap::new(),
             was_leader: false,
@@ -253,7 +264,7 @@ impl Voter {
                     let _ = reply.send(crate::errors::NOT_CONTROLLER);
                     return;
                 }
-                match placement::alter_partition(&self.image, &alter) {
+                match placement::alter_partition(&self.deciding_image(), &alter) {
                     Ok(record) => self.propose(vec![record], Some(Reply::Code(reply))),
                     Err(code) => {
                         let _ = reply.send(code);
@@ -278,17 +289,34 @@ impl Voter {
             && self.applied >= self.quorum.commit_index()
     }
 
+    /// The image this controller decides on: the applied one with its
+    /// own proposals not applied yet laid over it.
+    fn deciding_image(&self) -> Cow<'_, MetadataImage> {
+        if self.unapplied.is_empty() {
+            return Cow::Borrowed(&self.image);
+        }
+        let mut image = self.image.clone();
+        for (_, records) in &self.unapplied {
+            for record in records {
+                image.apply(record);
+            }
+        }
+        Cow::Owned(image)
+    }
+
     fn propose(&mut self, records: Vec<MetadataRecord>, reply: Option<Reply>) {
         let data = wire::encode_records(&records);
         match self.quorum.propose(data) {
             Ok(()) => {
+                let index = self.quorum.last_index();
                 if let Some(reply) = reply {
                     self.pending.push_back(Pending {
-                        index: self.quorum.last_index(),
+                        index,
                         term: self.quorum.term(),
                         reply,
                     });
                 }
+                self.unapplied.push_back((index, records));
             }
             Err(error) => {
                 if let Some(reply) = reply {
@@ -326,28 +354,32 @@ impl Voter {
         let broker = heartbeat.broker;
         let id = broker.id;
         self.sessions.insert(id, now);
-        let known = self.image.brokers.get(&id);
-        let registered = known.is_some_and(|b| {
-            BrokerKey::of(b) == BrokerKey::of(&broker) && b.incarnation == broker.incarnation
-        });
-        let fenced = known.is_none_or(|b| b.fenced);
+        // The answer says what is applied; the decision what will be.
+        let fenced = self.image.brokers.get(&id).is_none_or(|b| b.fenced);
         if self.may_propose(id, now) {
+            let image = self.deciding_image();
+            let known = image.brokers.get(&id);
+            let registered = known.is_some_and(|b| {
+                BrokerKey::of(b) == BrokerKey::of(&broker) && b.incarnation == broker.incarnation
+            });
+            let deciding_fenced = known.is_none_or(|b| b.fenced);
+            let unclean = self.cluster.unclean_default;
             let records = if !registered {
                 tracing::info!(broker = id, host = %broker.host, port = broker.port, "broker registers");
                 let mut records = vec![MetadataRecord::BrokerRegistered(broker)];
-                let registered = self.image.with(&records);
+                let registered = image.with(&records);
                 records.extend(
-                    placement::unfence(&registered, id, self.cluster.unclean_default)
+                    placement::unfence(&registered, id, unclean)
                         .into_iter()
                         .skip(1),
                 );
                 records
-            } else if heartbeat.shutting_down && !fenced {
+            } else if heartbeat.shutting_down && !deciding_fenced {
                 tracing::info!(broker = id, "broker stops: fenced, its leaderships move");
-                placement::fence(&self.image, id, self.cluster.unclean_default)
-            } else if fenced && !heartbeat.shutting_down {
+                placement::fence(&image, id, unclean)
+            } else if deciding_fenced && !heartbeat.shutting_down {
                 tracing::info!(broker = id, "broker heartbeats again: unfenced");
-                placement::unfence(&self.image, id, self.cluster.unclean_default)
+                placement::unfence(&image, id, unclean)
             } else {
                 Vec::new()
             };
@@ -392,16 +424,22 @@ impl Voter {
     fn duties(&mut self) {
         let leading = self.ready_to_lead();
         if leading && !self.was_leader {
-            // A live broker finds the new active controller within a
-            // heartbeat or two (the voters it asks name it): each gets
-            // three heartbeat intervals (at most a session) to be heard,
-            // so a broker that died with the old controller is fenced
+            // Each broker gets a grace (at most a session) to be heard, so
+            // that a broker that died with the old controller is fenced
             // soon rather than a whole session later.
             let now = Instant::now();
-            let interval = Duration::from_millis(self.cluster.timing.heartbeat_interval_ms);
-            let grace = (interval * 3).min(self.session_timeout);
+            let grace = failover_grace(&self.cluster.timing);
             let heard = now.checked_sub(self.session_timeout - grace).unwrap_or(now);
+            // A heartbeat taken since the election (its registration may
+            // not be applied yet) counts as it is.
+            let since_election: Vec<(i32, Instant)> = self
+                .sessions
+                .iter()
+                .filter(|(_, at)| **at > heard)
+                .map(|(&id, &at)| (id, at))
+                .collect();
             self.sessions = self.image.brokers.keys().map(|&id| (id, heard)).collect();
+            self.sessions.extend(since_election);
             self.proposed.clear();
             tracing::info!(
                 term = self.quorum.term(),
@@ -425,7 +463,7 @@ impl Voter {
                 >= Duration::from_millis(timing.leader_imbalance_check_interval_ms)
         {
             self.last_rebalance = now;
-            let moves = placement::preferred_leaders(&self.image);
+            let moves = placement::preferred_leaders(&self.deciding_image());
             if !moves.is_empty() {
                 tracing::info!(
                     partitions = moves.len(),
@@ -435,7 +473,7 @@ impl Voter {
             }
         }
         let expired: Vec<i32> = self
-            .image
+            .deciding_image()
             .live_brokers()
             .filter(|b| {
                 self.sessions
@@ -453,7 +491,10 @@ impl Voter {
                 session_timeout_ms = self.session_timeout.as_millis() as u64,
                 "broker missed its heartbeats: fenced, its leaderships move"
             );
-            let records = placement::fence(&self.image, id, self.cluster.unclean_default);
+            // On the image with the fences just proposed: brokers expiring
+            // together each move their leaderships once, to a live broker.
+            let records =
+                placement::fence(&self.deciding_image(), id, self.cluster.unclean_default);
             self.propose(records, None);
         }
     }
@@ -520,6 +561,7 @@ impl Voter {
             for pending in self.pending.drain(..) {
                 pending.reply.send(Err(ProposeError::LeadershipLost));
             }
+            self.unapplied.clear();
         }
         self.publish_status();
         Ok(())
@@ -544,6 +586,10 @@ impl Voter {
         }
         self.image.offset = index;
         self.applied = index;
+        // Applied now, or replaced by another term's entry at its index.
+        while self.unapplied.front().is_some_and(|(at, _)| *at <= index) {
+            self.unapplied.pop_front();
+        }
         while let Some(front) = self.pending.front() {
             if front.index > index {
                 break;
@@ -583,6 +629,17 @@ impl Voter {
     }
 }
 
+/// How long a new active controller waits to hear each broker before it
+/// fences it: long enough for a live broker whose heartbeat hangs on the
+/// old controller (cut off by a network partition) to give up on it
+/// ([`super::agent::heartbeat_timeout`]) and find the new one within three
+/// more heartbeat intervals; at most a session.
+pub fn failover_grace(timing: &crate::config::ClusterTiming) -> Duration {
+    let interval = Duration::from_millis(timing.heartbeat_interval_ms);
+    (super::agent::heartbeat_timeout(timing) + interval * 3)
+        .min(Duration::from_millis(timing.session_timeout_ms))
+}
+
 /// What identifies a broker's registration apart from its incarnation.
 #[derive(PartialEq, Eq)]
 struct BrokerKey<'a> {
@@ -599,6 +656,200 @@ impl<'a> BrokerKey<'a> {
             port: b.port,
             rack: b.rack.as_deref(),
             controller_address: &b.controller_address,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metadata::{BrokerMeta, PartitionState, TopicMeta};
+
+    const TICKS_MAX: usize = 1_000;
+
+    /// A voter alone in its quorum (node 1), leading once it returns.
+    fn leading_voter(dir: &std::path::Path) -> Voter {
+        let mut voter = elected_voter(dir);
+        voter.duties();
+        voter
+    }
+
+    /// A voter alone in its quorum, elected but not yet through the
+    /// duties of a new active controller.
+    fn elected_voter(dir: &std::path::Path) -> Voter {
+        let config = crate::config::load(&crate::config::flags_with(&[
+            ("node.id", "1"),
+            ("process.roles", "broker,controller"),
+            ("controller.quorum.voters", "1@127.0.0.1:9093"),
+        ]))
+        .expect("valid config");
+        let (inbox_tx, inbox) = flume::unbounded();
+        let image = MetadataImage::new(1);
+        let cluster = Arc::new(Cluster::new(&config, Some(inbox_tx), image.clone()));
+        let peers = Peers::start(&[]).unwrap();
+        let mut voter = Voter::open(cluster, dir, peers, inbox, image).unwrap();
+        for _ in 0..TICKS_MAX {
+            if voter.ready_to_lead() {
+                return voter;
+            }
+            voter.quorum.tick();
+            voter.process_ready().unwrap();
+        }
+        panic!("a voter alone did not lead within {TICKS_MAX} ticks");
+    }
+
+    fn broker(id: i32) -> BrokerMeta {
+        BrokerMeta {
+            id,
+            incarnation: 7,
+            host: "127.0.0.1".to_string(),
+            port: 9000 + id as u16,
+            rack: None,
+            controller_address: String::new(),
+            fenced: false,
+        }
+    }
+
+    fn heartbeat(voter: &mut Voter, id: i32) {
+        voter.heartbeat(Heartbeat {
+            broker: broker(id),
+            applied: 0,
+            shutting_down: false,
+        });
+        voter.process_ready().unwrap();
+    }
+
+    /// Brokers 1-3 registered, and topic "t" with a partition led by each
+    /// (replicas in that order, all in sync).
+    fn three_brokers_and_a_topic(voter: &mut Voter) {
+        for id in 1..=3 {
+            heartbeat(voter, id);
+        }
+        let led = |leader: i32| PartitionState {
+            replicas: (0..3).map(|i| (leader - 1 + i) % 3 + 1).collect(),
+            leader,
+            leader_epoch: 0,
+            isr: vec![1, 2, 3],
+            partition_epoch: 0,
+        };
+        voter.propose(
+            vec![MetadataRecord::TopicCreated(TopicMeta {
+                name: "t".to_string(),
+                topic_id: 42,
+                partition_cores: vec![0; 3],
+                configs: Default::default(),
+                partitions: (1..=3).map(led).collect(),
+            })],
+            None,
+        );
+        voter.process_ready().unwrap();
+        assert!(voter.unapplied.is_empty());
+        let image = &voter.image;
+        assert!((1..=3).all(|id| image.is_live(id)), "{image:?}");
+    }
+
+    fn partitions(voter: &Voter) -> Vec<PartitionState> {
+        voter.image.topics["t"].partitions.clone()
+    }
+
+    /// Two brokers whose sessions run out in the same tick: the second
+    /// fence is decided with the first in it, so every partition ends led
+    /// by the one live broker with the leader epochs only grown. (Decided
+    /// on the applied image alone, the second fence undid the first:
+    /// partitions led by a fenced broker, an epoch taken back.)
+    #[test]
+    fn brokers_fenced_together_each_move_their_leaderships_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut voter = leading_voter(dir.path());
+        three_brokers_and_a_topic(&mut voter);
+        let before = partitions(&voter);
+        let long_ago = Instant::now() - voter.session_timeout * 2;
+        voter.sessions.insert(1, long_ago);
+        voter.sessions.insert(2, long_ago);
+        voter.sessions.insert(3, Instant::now());
+        // The registrations were proposed more than REPROPOSE_AFTER ago.
+        voter.proposed.clear();
+        voter.duties();
+        voter.process_ready().unwrap();
+        let after = partitions(&voter);
+        assert!(!voter.image.is_live(1) && !voter.image.is_live(2));
+        for (was, now) in before.iter().zip(&after) {
+            assert_eq!(now.leader, 3, "{after:?}");
+            assert_eq!(now.isr, vec![3], "{after:?}");
+            assert!(now.leader_epoch >= was.leader_epoch, "{after:?}");
+            assert!(now.partition_epoch > was.partition_epoch, "{after:?}");
+        }
+    }
+
+    /// A broker that registers between the election and the new
+    /// controller's first duties keeps the session its heartbeat started,
+    /// though its registration is not applied yet.
+    #[test]
+    fn a_registration_right_after_the_election_is_not_fenced() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut voter = elected_voter(dir.path());
+        voter.heartbeat(Heartbeat {
+            broker: broker(2),
+            applied: 0,
+            shutting_down: false,
+        });
+        voter.duties();
+        voter.process_ready().unwrap();
+        assert!(voter.image.is_live(2), "{:?}", voter.image.brokers);
+    }
+
+    /// An ISR change decided while a fence that moves the partition's
+    /// leadership is not applied yet is refused: it names a leader the
+    /// controller has already replaced.
+    #[test]
+    fn an_isr_change_by_a_leader_being_fenced_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut voter = leading_voter(dir.path());
+        three_brokers_and_a_topic(&mut voter);
+        let state = partitions(&voter)[0].clone();
+        assert_eq!(state.leader, 1);
+        let records = placement::fence(&voter.image, 1, false);
+        voter.propose(records, None);
+        // Not applied yet: the ISR change arrives before the fence commits.
+        let (reply, answer) = flume::bounded(1);
+        voter.handle(Input::AlterPartition(
+            wire::AlterPartition {
+                topic: "t".to_string(),
+                partition: 0,
+                leader: 1,
+                leader_epoch: state.leader_epoch,
+                partition_epoch: state.partition_epoch,
+                isr: vec![1],
+            },
+            reply,
+        ));
+        voter.process_ready().unwrap();
+        assert_eq!(
+            answer.try_recv().unwrap(),
+            crate::errors::FENCED_LEADER_EPOCH
+        );
+        let now = &partitions(&voter)[0];
+        assert_eq!((now.leader, now.isr.clone()), (2, vec![2, 3]), "{now:?}");
+    }
+
+    /// A live broker whose heartbeat hangs on an old controller cut off
+    /// from it gives up and finds the new one within the new controller's
+    /// grace (one more heartbeat interval and a round of asking), with
+    /// the harness's timings and Kafka's.
+    #[test]
+    fn a_broker_stuck_on_the_old_controller_is_heard_within_the_failover_grace() {
+        use crate::config::ClusterTiming;
+        let tests = ClusterTiming {
+            session_timeout_ms: 2_000,
+            heartbeat_interval_ms: 250,
+            ..ClusterTiming::default()
+        };
+        for timing in [tests, ClusterTiming::default()] {
+            let interval = Duration::from_millis(timing.heartbeat_interval_ms);
+            let found = super::super::agent::heartbeat_timeout(&timing) + interval * 2;
+            let grace = failover_grace(&timing);
+            assert!(found < grace, "{timing:?}: {found:?} >= {grace:?}");
+            assert!(grace <= Duration::from_millis(timing.session_timeout_ms));
         }
     }
 }

@@ -1,0 +1,475 @@
+//! A network partition that isolates a partition leader: three brokers
+//! (each `--cores 1`, all three controller voters), each in a network
+//! namespace of its own, and a client in a fourth, all on one bridge (see
+//! `test_support::netns`). A topic with three replicas and
+//! `min.insync.replicas=2` takes self-checking records from an idempotent
+//! `acks=all` confluent-kafka producer (tests/clients/replication_check.py)
+//! that records every acknowledgement. Then blackhole routes cut the leader
+//! of the busiest partition off from the two other brokers, while the
+//! client still reaches all three, for well past the session timeout, and
+//! the cut is healed; a second round does the same to the active
+//! controller (a leader too), so that a leader cut off together with the
+//! controller is covered in every run. The claims: the isolated leader acknowledges nothing
+//! it cannot keep (no acknowledged record lost, none duplicated, order
+//! kept); the majority elects new leaders and acknowledgements resume on
+//! the isolated leader's partitions while the cut holds; after healing the
+//! old leader is back in every ISR, leads its partitions again, and the
+//! producer ends with no failed record.
+//!
+//! Needs root (network namespaces); elsewhere it prints
+//! `SKIPPED: network namespaces not available: ...` and returns.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use test_support::cluster::Cluster;
+use test_support::netns::Network;
+use test_support::{poll_until, run, strom_bin, wait_deadline};
+
+const TOPIC: &str = "partitioned";
+const PARTITIONS: i32 = 6;
+/// The client's host in the test network; the brokers are "1", "2", "3".
+const CLIENT: &str = "client";
+/// Acknowledgements before the cut, so that it lands mid-stream.
+const ACKS_BEFORE_CUT: usize = 2_000;
+/// Acknowledgements after healing, so that the producer runs on through
+/// the old leader's return.
+const ACKS_AFTER_HEAL: usize = 2_000;
+/// How long the cut holds at least: five sessions (2 s in the harness) and
+/// twice `replica.lag.time.max.ms`, so the isolated leader is fenced and
+/// would have shrunk its ISR if it could.
+const CUT_HELD_MIN: Duration = Duration::from_secs(10);
+/// By when, after the cut, the majority must have new leaders and
+/// acknowledgements on every partition the isolated broker led.
+const CUT_RESUME_DEADLINE: Duration = Duration::from_secs(40);
+const SETTLE_DEADLINE: Duration = Duration::from_secs(60);
+const PRODUCER_DEADLINE: Duration = Duration::from_secs(300);
+const KCAT_DEADLINE: Duration = Duration::from_secs(20);
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/replication_check.py")
+}
+
+/// What one broker's metadata says, as kcat in the client's namespace
+/// lists it through `bootstrap` (naming `TOPIC` only once it exists: a
+/// request naming it would create it).
+#[derive(Debug, Clone)]
+struct Listed {
+    controller: i32,
+    brokers: usize,
+    /// Each partition of `TOPIC`: (leader, ISR).
+    partitions: BTreeMap<i32, (i32, BTreeSet<i32>)>,
+}
+
+fn listed(network: &Network, bootstrap: &str) -> Option<Listed> {
+    listed_with(network, bootstrap, &["-t", TOPIC])
+}
+
+fn listed_with(network: &Network, bootstrap: &str, args: &[&str]) -> Option<Listed> {
+    let output = run(
+        network
+            .command(CLIENT, "kcat")
+            .args(["-b", bootstrap, "-L", "-J", "-m", "5"])
+            .args(args),
+        None,
+        KCAT_DEADLINE,
+    );
+    if !output.status.success() {
+        return None;
+    }
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
+    let mut partitions = BTreeMap::new();
+    if let Some(topic) = json["topics"]
+        .as_array()?
+        .iter()
+        .find(|t| t["topic"] == TOPIC)
+    {
+        for p in topic["partitions"].as_array().into_iter().flatten() {
+            let isr = p["isrs"]
+                .as_array()?
+                .iter()
+                .filter_map(|r| r["id"].as_i64())
+                .map(|id| id as i32)
+                .collect();
+            partitions.insert(
+                p["partition"].as_i64()? as i32,
+                (p["leader"].as_i64()? as i32, isr),
+            );
+        }
+    }
+    Some(Listed {
+        controller: json["controllerid"].as_i64()? as i32,
+        brokers: json["brokers"].as_array()?.len(),
+        partitions,
+    })
+}
+
+/// Every partition of `TOPIC` led, with its whole ISR, as `bootstrap` lists it.
+fn all_in_sync(network: &Network, bootstrap: &str) -> Option<Listed> {
+    listed(network, bootstrap).filter(|l| {
+        l.partitions.len() == PARTITIONS as usize
+            && l.partitions
+                .values()
+                .all(|(leader, isr)| *leader > 0 && isr.len() == 3)
+    })
+}
+
+/// An acknowledgement: key, partition, when it came, when the record was sent.
+type Ack = (String, i32, u64, u64);
+
+fn acks(path: &Path) -> Vec<Ack> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| {
+            let mut parts = line.split_whitespace();
+            let key = parts.next()?.to_string();
+            let partition = parts.next()?.parse().ok()?;
+            let _offset = parts.next()?;
+            let at = parts.next()?.parse().ok()?;
+            let sent = parts.next()?.parse().ok()?;
+            Some((key, partition, at, sent))
+        })
+        .collect()
+}
+
+/// A child process killed and reaped when the test ends, however it ends.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Whom a round cuts off from the two other brokers.
+#[derive(Debug, Clone, Copy)]
+enum Isolate {
+    /// The leader of the partition with the most acknowledgements.
+    BusiestLeader,
+    /// The active controller.
+    Controller,
+}
+
+/// What one round measured.
+struct RoundReport {
+    isolated: i32,
+    /// The partitions it led at the cut.
+    led: BTreeSet<i32>,
+    /// The active controller at the cut.
+    controller: i32,
+    held: Duration,
+    /// Cut to the majority listing new leaders for `led`.
+    elected_after: Duration,
+    /// Cut to the first acknowledgement of a record sent after it, per
+    /// partition of `led`.
+    resumed_after_ms: BTreeMap<i32, u64>,
+    acked_during_cut: usize,
+    /// Healing to the old leader back in every ISR and leading `led`.
+    rejoined_after: Duration,
+}
+
+impl std::fmt::Display for RoundReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "isolated broker {} (leader of {:?}; controller was {}) for {} ms: majority \
+             listed new leaders after {} ms; first acknowledgement after the cut on each of \
+             its partitions after {:?} ms ({} acknowledged during the cut); back in every ISR \
+             and leading again {} ms after healing",
+            self.isolated,
+            self.led,
+            self.controller,
+            self.held.as_millis(),
+            self.elected_after.as_millis(),
+            self.resumed_after_ms,
+            self.acked_during_cut,
+            self.rejoined_after.as_millis(),
+        )
+    }
+}
+
+struct Round<'a> {
+    network: &'a Network,
+    cluster: &'a Cluster,
+    acks_file: &'a Path,
+}
+
+impl Round<'_> {
+    fn bootstrap_of(&self, id: i32) -> String {
+        self.cluster.node(id).broker.bootstrap()
+    }
+
+    /// Cuts `choice` off from the two other brokers for at least
+    /// [`CUT_HELD_MIN`], checking that the majority takes over its
+    /// partitions and acknowledges on them meanwhile, heals the cut and
+    /// waits for the old leader to be back in every ISR and leading its
+    /// partitions again.
+    fn isolate(&self, choice: Isolate) -> RoundReport {
+        let (network, cluster, acks_file) = (self.network, self.cluster, self.acks_file);
+        let mut per_partition: BTreeMap<i32, usize> = BTreeMap::new();
+        for (_, partition, _, _) in acks(acks_file) {
+            *per_partition.entry(partition).or_default() += 1;
+        }
+        let busiest = *per_partition.iter().max_by_key(|(_, n)| **n).unwrap().0;
+        let before = cluster.wait_for("the partitions listed before the cut", || {
+            all_in_sync(network, &self.bootstrap_of(1)).filter(|l| l.controller > 0)
+        });
+        let isolated = match choice {
+            Isolate::BusiestLeader => before.partitions[&busiest].0,
+            Isolate::Controller => before.controller,
+        };
+        let led: BTreeSet<i32> = before
+            .partitions
+            .iter()
+            .filter(|(_, (leader, _))| *leader == isolated)
+            .map(|(p, _)| *p)
+            .collect();
+        assert!(
+            !led.is_empty(),
+            "broker {isolated} leads nothing: {before:?}"
+        );
+        let majority: Vec<i32> = (1..=3).filter(|&id| id != isolated).collect();
+        let acked_before_cut = acks(acks_file).len();
+
+        let isolated_host = isolated.to_string();
+        for other in &majority {
+            network.cut(&isolated_host, &other.to_string());
+        }
+        // From when the cut is whole: a record sent before may still have
+        // been replicated and acknowledged.
+        let cut_at = now_ms();
+        let cut = Instant::now();
+        // While the cut holds: the majority lists new leaders for the
+        // isolated broker's partitions, and records sent after the cut
+        // are acknowledged on each of them.
+        let mut elected_after: Option<Duration> = None;
+        let mut first_ack_after_cut: BTreeMap<i32, u64> = BTreeMap::new();
+        let held = poll_until(CUT_RESUME_DEADLINE, || {
+            for (_, partition, at, sent) in acks(acks_file) {
+                if led.contains(&partition) && sent > cut_at {
+                    let first = first_ack_after_cut.entry(partition).or_insert(at);
+                    *first = (*first).min(at);
+                }
+            }
+            if elected_after.is_none() {
+                let majority_view = listed(network, &self.bootstrap_of(majority[0]));
+                let elected = majority_view.is_some_and(|l| {
+                    led.iter().all(|p| {
+                        l.partitions.get(p).is_some_and(|(leader, isr)| {
+                            majority.contains(leader) && !isr.contains(&isolated)
+                        })
+                    })
+                });
+                if elected {
+                    elected_after = Some(cut.elapsed());
+                }
+            }
+            (cut.elapsed() >= CUT_HELD_MIN
+                && elected_after.is_some()
+                && first_ack_after_cut.len() == led.len())
+            .then_some(())
+        });
+        if held.is_none() {
+            panic!(
+                "within {CUT_RESUME_DEADLINE:?} of isolating broker {isolated}: new leaders \
+                 for its partitions {led:?} listed by the majority: {elected_after:?}; \
+                 partitions acknowledged since: {:?}\n{}",
+                first_ack_after_cut.keys().collect::<Vec<_>>(),
+                cluster.logs()
+            );
+        }
+        let acked_during_cut = acks(acks_file).len() - acked_before_cut;
+        let cut_held = cut.elapsed();
+        for other in &majority {
+            network.heal(&isolated_host, &other.to_string());
+        }
+
+        // After healing: the old leader back in every ISR, and leading
+        // its partitions again (the controller's rebalance), as the
+        // majority's metadata says (the old leader's own may still be the
+        // stale one).
+        let healed = Instant::now();
+        let rejoined = poll_until(SETTLE_DEADLINE, || {
+            all_in_sync(network, &self.bootstrap_of(majority[0])).filter(|l| {
+                led.iter().all(|p| {
+                    l.partitions
+                        .get(p)
+                        .is_some_and(|(leader, _)| *leader == isolated)
+                })
+            })
+        });
+        if rejoined.is_none() {
+            panic!(
+                "broker {isolated} not back in every ISR and leading {led:?} within \
+                 {SETTLE_DEADLINE:?} of healing: {:?}\n{}",
+                listed(network, &self.bootstrap_of(majority[0])),
+                cluster.logs()
+            );
+        }
+        RoundReport {
+            isolated,
+            controller: before.controller,
+            held: cut_held,
+            elected_after: elected_after.expect("checked"),
+            resumed_after_ms: first_ack_after_cut
+                .iter()
+                .map(|(p, at)| (*p, at - cut_at))
+                .collect(),
+            acked_during_cut,
+            rejoined_after: healed.elapsed(),
+            led,
+        }
+    }
+}
+
+#[test]
+fn an_isolated_leader_acknowledges_nothing_it_cannot_keep_and_rejoins() {
+    // Dropped last (declared first): the brokers and the producer end
+    // before their namespaces go.
+    let network = match Network::create(&["1", "2", "3", CLIENT]) {
+        Ok(network) => network,
+        Err(why) => {
+            eprintln!("SKIPPED: network namespaces not available: {why}");
+            return;
+        }
+    };
+    let hosts = (1..=3).map(|id| network.host(&id.to_string())).collect();
+    let cluster = Cluster::start_on(
+        hosts,
+        &[
+            "--set",
+            "replica.lag.time.max.ms=5000",
+            // The old leader takes its partitions back once in sync, so
+            // the final read goes through its log too.
+            "--set",
+            "leader.imbalance.check.interval.seconds=1",
+        ],
+    );
+    let bootstrap_of = |id: i32| cluster.node(id).broker.bootstrap();
+    cluster.wait_for("three brokers and a controller listed", || {
+        listed_with(&network, &bootstrap_of(1), &[]).filter(|l| l.brokers == 3 && l.controller > 0)
+    });
+    let created = run(
+        network.command(CLIENT, strom_bin()).args([
+            "topic",
+            "create",
+            TOPIC,
+            "--partitions",
+            &PARTITIONS.to_string(),
+            "--replication-factor",
+            "3",
+            "--config",
+            "min.insync.replicas=2",
+            "--bootstrap",
+            &bootstrap_of(1),
+        ]),
+        None,
+        SETTLE_DEADLINE,
+    );
+    assert!(
+        created.status.success(),
+        "topic create: {}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    cluster.wait_for("every partition led with three in sync", || {
+        all_in_sync(&network, &bootstrap_of(1))
+    });
+
+    let dir = tempfile::tempdir().unwrap();
+    let acks_file = dir.path().join("acks");
+    let stop_file = dir.path().join("stop");
+    let producer_log = dir.path().join("producer.log");
+    let mut producer = Reaped(
+        network
+            .command(CLIENT, "python3")
+            .arg(script())
+            .args(["produce", &cluster.bootstrap(), TOPIC])
+            .arg(&stop_file)
+            .arg(&acks_file)
+            .stdout(std::fs::File::create(&producer_log).unwrap())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("python3 runs in the client's namespace"),
+    );
+    cluster.wait_for("acknowledgements before the cut", || {
+        (acks(&acks_file).len() >= ACKS_BEFORE_CUT).then_some(())
+    });
+
+    // Round 1 cuts off the leader of the partition with the most
+    // acknowledgements; round 2 the active controller (which leads
+    // partitions too), so that a leader cut off together with the
+    // controller is always covered.
+    let mut rounds = Vec::new();
+    for choice in [Isolate::BusiestLeader, Isolate::Controller] {
+        let round = Round {
+            network: &network,
+            cluster: &cluster,
+            acks_file: &acks_file,
+        };
+        rounds.push(round.isolate(choice));
+        let acked = acks(&acks_file).len();
+        cluster.wait_for("acknowledgements after healing", || {
+            (acks(&acks_file).len() >= acked + ACKS_AFTER_HEAL).then_some(())
+        });
+    }
+
+    std::fs::write(&stop_file, b"").unwrap();
+    let status = wait_deadline(&mut producer.0, PRODUCER_DEADLINE)
+        .unwrap_or_else(|| panic!("the producer did not finish\n{}", cluster.logs()));
+    let produced = std::fs::read_to_string(&producer_log).unwrap();
+    assert!(status.success(), "producer: {status}\n{produced}");
+    let sent: usize = produced
+        .split_whitespace()
+        .skip_while(|w| *w != "sent:")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{produced}"));
+    assert!(produced.contains("failed: 0"), "{produced}");
+
+    let output = run(
+        network
+            .command(CLIENT, "python3")
+            .arg(script())
+            .args(["check", &cluster.bootstrap(), TOPIC])
+            .arg(&acks_file),
+        None,
+        PRODUCER_DEADLINE,
+    );
+    let checked = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(
+        output.status.success(),
+        "{checked}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        checked.contains(&format!(
+            "acknowledged: {sent} read: {sent} lost: 0 duplicated: 0 out_of_order: 0"
+        )),
+        "{checked}"
+    );
+    // What the controllers did, for the record.
+    for node in &cluster.nodes {
+        for line in node.broker.log().lines().filter(|l| {
+            ["active controller", "fenced", "unfenced", "diverges"]
+                .iter()
+                .any(|w| l.contains(w))
+        }) {
+            println!("node {}: {line}", node.id);
+        }
+    }
+    for (n, round) in rounds.iter().enumerate() {
+        println!("round {}: {round}", n + 1);
+    }
+    println!("{}", checked.trim());
+}
