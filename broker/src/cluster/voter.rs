@@ -726,11 +726,8 @@ mod tests {
             heartbeat(voter, id);
         }
         let led = |leader: i32| PartitionState {
-            replicas: (0..3).map(|i| (leader - 1 + i) % 3 + 1).collect(),
-            leader,
-            leader_epoch: 0,
             isr: vec![1, 2, 3],
-            partition_epoch: 0,
+            ..PartitionState::new((0..3).map(|i| (leader - 1 + i) % 3 + 1).collect())
         };
         voter.propose(
             vec![MetadataRecord::TopicCreated(TopicMeta {

@@ -227,7 +227,22 @@ impl MetadataImage {
                         .ok()
                         .and_then(|i| topic.partitions.get_mut(i))
                     {
-                        *slot = state.clone();
+                        // Every change is decided on the state it follows
+                        // and records the next partition epoch; one
+                        // decided on a state another change has replaced
+                        // meanwhile would undo that change, and is dropped
+                        // (on every node alike: the log's order decides).
+                        if state.partition_epoch == slot.partition_epoch + 1 {
+                            *slot = state.clone();
+                        } else {
+                            tracing::warn!(
+                                topic = %name,
+                                partition = index,
+                                recorded_epoch = slot.partition_epoch,
+                                change_epoch = state.partition_epoch,
+                                "a partition change decided on an older state is dropped"
+                            );
+                        }
                     }
                 }
             }
@@ -496,6 +511,35 @@ mod tests {
         log.append(&[topic("b", &[0], Vec::new())]).unwrap();
         let image = MetadataImage::replay(NODE, &log.crash().replay().unwrap());
         assert_eq!(image.topics.keys().collect::<Vec<_>>(), vec!["a"]);
+    }
+
+    /// Two changes decided on the same state: the first recorded wins, the
+    /// second (which would undo it) is dropped; a change decided after
+    /// the first applies.
+    #[test]
+    fn a_partition_change_decided_on_an_older_state_is_dropped() {
+        let start = PartitionState::new(vec![1, 2, 3]);
+        let change = |leader: i32, partition_epoch: i32| MetadataRecord::PartitionChanged {
+            name: "a".to_string(),
+            index: 0,
+            state: PartitionState {
+                leader,
+                partition_epoch,
+                ..start.clone()
+            },
+        };
+        let image = MetadataImage::replay(
+            NODE,
+            &[
+                topic("a", &[0], vec![start.clone()]),
+                change(2, 1),
+                change(3, 1),
+            ],
+        );
+        assert_eq!(image.topics["a"].partitions[0].leader, 2);
+        let image = image.with(&[change(3, 2)]);
+        let state = &image.topics["a"].partitions[0];
+        assert_eq!((state.leader, state.partition_epoch), (3, 2));
     }
 
     #[test]
