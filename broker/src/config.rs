@@ -170,6 +170,10 @@ pub struct BrokerConfig {
     /// balancer), so a request for a partition led elsewhere is forwarded
     /// to its leader instead of refused.
     pub balancer_enable: bool,
+    /// In load-balancer mode, list one broker that leads every partition
+    /// (`strom.balancer.single.broker`), for clients that keep one
+    /// connection per address.
+    pub balancer_single_broker: bool,
     /// The address other brokers reach this one at: the client listener's
     /// (127.0.0.1 when it is 0.0.0.0), or `strom.balancer.broker.address`.
     /// In load-balancer mode this is what the broker registers, since the
@@ -286,6 +290,7 @@ struct Builder {
     log_format: LogFormat,
     metrics_partition_labels: bool,
     balancer_enable: bool,
+    balancer_single_broker: bool,
     balancer_broker_address: Option<(String, u16)>,
     roles: ProcessRoles,
     voters: Vec<kraft_config::Voter>,
@@ -413,6 +418,7 @@ impl Builder {
             log_format: LogFormat::Text,
             metrics_partition_labels: false,
             balancer_enable: false,
+            balancer_single_broker: false,
             balancer_broker_address: None,
             roles: ProcessRoles::parse(kraft_config::PROCESS_ROLES_DEFAULT)
                 .expect("default roles parse"),
@@ -450,6 +456,9 @@ impl Builder {
                 self.metrics_partition_labels = parse_value(key, value, source)?
             }
             "strom.balancer.enable" => self.balancer_enable = parse_value(key, value, source)?,
+            "strom.balancer.single.broker" => {
+                self.balancer_single_broker = parse_value(key, value, source)?
+            }
             "strom.balancer.broker.address" => {
                 self.balancer_broker_address = Some(parse_host_port(key, value, source)?);
             }
@@ -846,6 +855,7 @@ impl Builder {
             log_format: self.log_format,
             metrics_partition_labels: self.metrics_partition_labels,
             balancer_enable: self.balancer_enable,
+            balancer_single_broker: self.balancer_single_broker,
             broker_host,
             broker_port,
             quorum,

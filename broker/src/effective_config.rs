@@ -39,6 +39,7 @@ pub fn broker_value(config: &BrokerConfig, key: &str) -> Option<String> {
         "log.format" => config.log_format.name().to_string(),
         "strom.metrics.partition.labels" => config.metrics_partition_labels.to_string(),
         "strom.balancer.enable" => config.balancer_enable.to_string(),
+        "strom.balancer.single.broker" => config.balancer_single_broker.to_string(),
         "strom.balancer.broker.address" => format!("{}:{}", config.broker_host, config.broker_port),
         "auto.create.topics.enable" => config.auto_create_topics.to_string(),
         "num.partitions" => config.num_partitions.to_string(),

@@ -392,10 +392,12 @@ fn assign_states(shard: &Rc<Shard>) {
 pub fn listed_brokers(shard: &Shard, image: &MetadataImage, with_fenced: bool) -> Vec<BrokerMeta> {
     if shard.cluster().is_some() {
         let config = &shard.config;
+        let single = single_listed(shard, image);
         return image
             .brokers
             .values()
             .filter(|b| with_fenced || !b.fenced)
+            .filter(|b| single.is_none_or(|id| id == b.id))
             .cloned()
             .map(|mut b| {
                 if config.balancer_enable {
@@ -431,9 +433,41 @@ pub fn broker_address(image: &MetadataImage, id: i32) -> Option<String> {
 /// The active controller clients are told of (-1 while none is known).
 pub fn controller_id(shard: &Shard) -> i32 {
     match shard.cluster() {
-        Some(cluster) => cluster.active_controller(),
+        Some(cluster) => {
+            client_node(shard, &shard.metadata.image(), cluster.active_controller())
+        }
         None => shard.config.node_id,
     }
+}
+
+/// Behind a load balancer with `strom.balancer.single.broker`: the one
+/// broker clients are told of, the live broker with the lowest id (the
+/// same answer from every broker). Clients that keep one connection per
+/// address (librdkafka before 2.x's releases that tell brokers apart by
+/// id, such as Debian 12's kcat on librdkafka 2.0.2) then see one broker
+/// that leads everything, and every broker forwards what it does not lead.
+pub fn single_listed(shard: &Shard, image: &MetadataImage) -> Option<i32> {
+    let config = &shard.config;
+    if !config.balancer_enable || !config.balancer_single_broker || shard.cluster().is_none() {
+        return None;
+    }
+    image
+        .brokers
+        .values()
+        .filter(|b| !b.fenced)
+        .map(|b| b.id)
+        .min()
+        .or(Some(config.node_id))
+}
+
+/// The id clients are told for broker `id` (a leader, a coordinator, the
+/// controller): itself, or the one listed broker under
+/// `strom.balancer.single.broker`. Negative ids (none) stay as they are.
+pub fn client_node(shard: &Shard, image: &MetadataImage, id: i32) -> i32 {
+    if id < 0 {
+        return id;
+    }
+    single_listed(shard, image).unwrap_or(id)
 }
 
 /// The replicas of a partition on brokers that are not live (none on a

@@ -298,7 +298,9 @@ pub async fn handle(
                         .flatten()
                         .map_or_else(LeaderIdAndEpoch::default, |(leader, epoch)| {
                             LeaderIdAndEpoch::default()
-                                .with_leader_id(BrokerId(leader))
+                                .with_leader_id(BrokerId(crate::cluster::client_node(
+                                    shard, &image, leader,
+                                )))
                                 .with_leader_epoch(epoch)
                         });
                     PartitionData::default()

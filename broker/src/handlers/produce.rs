@@ -35,7 +35,7 @@ use protocol::batch::{BatchError, RecordBatch};
 use protocol::codec::RequestFrame;
 
 use crate::cluster::links::{self, Origin};
-use crate::cluster::{leader_endpoints, leader_of};
+use crate::cluster::{client_node, leader_endpoints, leader_of};
 use crate::controller::{self, TopicSpec};
 use crate::errors;
 use crate::handlers::scatter::{
@@ -333,7 +333,7 @@ pub async fn handle(
             if partition.error_code == errors::NOT_LEADER_OR_FOLLOWER {
                 if let Some((leader, epoch)) = leader_of(&image, name.as_deref(), partition.index) {
                     partition.current_leader = LeaderIdAndEpoch::default()
-                        .with_leader_id(BrokerId(leader))
+                        .with_leader_id(BrokerId(client_node(shard, &image, leader)))
                         .with_leader_epoch(epoch);
                 }
             }

@@ -1,0 +1,406 @@
+//! A cluster behind a real TCP load balancer: HAProxy in TCP mode,
+//! round-robin, in front of three `strom` brokers in load-balancer mode
+//! (`strom.balancer.enable=true`, every broker advertising HAProxy's
+//! address). Clients are given only HAProxy's address, so each of their
+//! connections to "node X" lands on any broker, and the brokers forward
+//! the parts they do not lead. kcat and confluent-kafka (an idempotent
+//! acks=all producer with keyed records and headers, then a consumer
+//! assigned to every partition) write and read back every record
+//! byte-exact (tests/clients/balancer_check.py).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use test_support::cluster::Cluster;
+use test_support::{free_port, poll_until, run};
+
+const TOPIC: &str = "balanced";
+const PARTITIONS: i32 = 6;
+const PYTHON_RECORDS: usize = 20_000;
+const KCAT_RECORDS: usize = 3_000;
+const HAPROXY_START_DEADLINE: Duration = Duration::from_secs(10);
+const CLIENT_DEADLINE: Duration = Duration::from_secs(300);
+
+/// HAProxy, started on `port` with a generated config in a temp dir,
+/// killed and reaped when dropped.
+struct HaProxy {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+fn haproxy_bin() -> PathBuf {
+    let found = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
+        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/local/sbin")])
+        .map(|dir| dir.join("haproxy"))
+        .find(|path| path.is_file());
+    found.unwrap_or_else(|| {
+        panic!(
+            "haproxy is not installed: this test runs a real HAProxy in front of the cluster. \
+             Install it with `apt-get install haproxy` (scripts/test does)"
+        )
+    })
+}
+
+impl HaProxy {
+    /// Round-robin over `backends` (loopback client ports), TCP mode.
+    fn start(port: u16, backends: &[u16]) -> HaProxy {
+        let dir = tempfile::tempdir().unwrap();
+        let servers: String = backends
+            .iter()
+            .enumerate()
+            .map(|(i, backend)| format!("    server broker{} 127.0.0.1:{backend}\n", i + 1))
+            .collect();
+        let config = format!(
+            "global\n    maxconn 4096\n\n\
+             defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 120s\n    timeout server 120s\n\n\
+             frontend kafka\n    bind 127.0.0.1:{port}\n    default_backend brokers\n\n\
+             backend brokers\n    balance roundrobin\n{servers}"
+        );
+        let config_path = dir.path().join("haproxy.cfg");
+        std::fs::write(&config_path, config).unwrap();
+        let log = std::fs::File::create(dir.path().join("haproxy.log")).unwrap();
+        // -db: stay in the foreground, so the child is HAProxy itself.
+        let child = Command::new(haproxy_bin())
+            .arg("-db")
+            .arg("-f")
+            .arg(&config_path)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("haproxy starts");
+        let mut haproxy = HaProxy {
+            child,
+            port,
+            _dir: dir,
+        };
+        let listening = poll_until(HAPROXY_START_DEADLINE, || {
+            if let Some(status) = haproxy.child.try_wait().unwrap() {
+                panic!("haproxy exited with {status}:\n{}", haproxy.log());
+            }
+            TcpStream::connect(("127.0.0.1", port)).ok().map(|_| ())
+        });
+        assert!(
+            listening.is_some(),
+            "haproxy did not listen on {port} within {HAPROXY_START_DEADLINE:?}:\n{}",
+            haproxy.log()
+        );
+        haproxy
+    }
+
+    fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self._dir.path().join("haproxy.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for HaProxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The brokers (id -> host:port) and partitions (index -> (leader, ISR
+/// size)) of `topic` as kcat lists them through `bootstrap`.
+fn metadata(bootstrap: &str, topic: &str) -> Option<Listing> {
+    let output = run(
+        Command::new("kcat").args(["-b", bootstrap, "-L", "-J", "-m", "5", "-t", topic]),
+        None,
+        Duration::from_secs(20),
+    );
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
+    let brokers = json["brokers"]
+        .as_array()?
+        .iter()
+        .filter_map(|b| Some((b["id"].as_i64()?, b["name"].as_str()?.to_string())))
+        .collect();
+    let topic = json["topics"].as_array()?.first()?;
+    let partitions = topic["partitions"]
+        .as_array()?
+        .iter()
+        .filter_map(|p| {
+            Some((
+                p["partition"].as_i64()?,
+                (p["leader"].as_i64()?, p["isrs"].as_array()?.len()),
+            ))
+        })
+        .collect();
+    Some((brokers, partitions))
+}
+
+/// The sum over `cluster`'s nodes of `strom_forwarded_requests_total` for
+/// `api` (all shards).
+fn forwarded(cluster: &Cluster, api: &str) -> u64 {
+    cluster
+        .nodes
+        .iter()
+        .map(|node| {
+            let admin = format!("127.0.0.1:{}", node.ports.admin);
+            let (_, body) = common::admin::http_get(&admin, "/metrics");
+            body.lines()
+                .filter(|line| {
+                    line.starts_with("strom_forwarded_requests_total{shard=\"all\"")
+                        && line.contains(&format!("api=\"{api}\""))
+                })
+                .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+                .sum::<u64>()
+        })
+        .sum()
+}
+
+fn kcat(args: &[&str], stdin: Option<&[u8]>) -> Vec<u8> {
+    let output = run(Command::new("kcat").args(args), stdin, CLIENT_DEADLINE);
+    assert!(
+        output.status.success(),
+        "kcat {args:?} failed ({}): {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output.stdout
+}
+
+/// kcat writes keyed lines with a header through the balancer, then reads
+/// each partition back (assigned, no group): every record once, byte-exact,
+/// each partition in the order written.
+fn kcat_roundtrip(bootstrap: &str, topic: &str) {
+    let lines: String = (0..KCAT_RECORDS)
+        .map(|i| format!("kcat-{i}:value-{i}-{}\n", "x".repeat(i % 97)))
+        .collect();
+    kcat(
+        &[
+            "-b",
+            bootstrap,
+            "-P",
+            "-t",
+            topic,
+            "-K",
+            ":",
+            "-H",
+            "origin=kcat",
+            "-X",
+            "acks=all",
+        ],
+        Some(lines.as_bytes()),
+    );
+    let mut seen = BTreeMap::new();
+    for partition in 0..PARTITIONS {
+        let partition = partition.to_string();
+        let out = kcat(
+            &[
+                "-b",
+                bootstrap,
+                "-C",
+                "-t",
+                topic,
+                "-p",
+                &partition,
+                "-o",
+                "beginning",
+                "-e",
+                "-f",
+                "%o %k %s %h\n",
+            ],
+            None,
+        );
+        let mut last = -1i64;
+        for line in String::from_utf8(out).unwrap().lines() {
+            let fields: Vec<&str> = line.splitn(4, ' ').collect();
+            let [offset, key, value, headers] = fields[..] else {
+                panic!("partition {partition}: unexpected line {line:?}");
+            };
+            let offset: i64 = offset.parse().unwrap();
+            assert!(offset > last, "partition {partition}: offsets go back");
+            last = offset;
+            let i: usize = key.strip_prefix("kcat-").unwrap().parse().unwrap();
+            assert_eq!(value, format!("value-{i}-{}", "x".repeat(i % 97)), "{key}");
+            assert_eq!(headers, "origin=kcat", "{key}");
+            assert!(seen.insert(i, offset).is_none(), "{key} twice");
+        }
+    }
+    assert_eq!(seen.len(), KCAT_RECORDS, "kcat read back every record once");
+}
+
+/// Creates `topic` (`PARTITIONS` partitions of three replicas) with the
+/// `strom` tool through the balancer: whichever broker takes the request
+/// passes it to the active controller. Asked again until the three
+/// brokers have registered (a replication factor above the live brokers
+/// is refused).
+fn create_topic(cluster: &Cluster, bootstrap: &str, topic: &str) {
+    let partitions = PARTITIONS.to_string();
+    let args = [
+        "topic",
+        "create",
+        topic,
+        "--partitions",
+        &partitions,
+        "--replication-factor",
+        "3",
+    ];
+    let mut last_error = String::new();
+    let created = poll_until(test_support::cluster::SETTLE_DEADLINE, || {
+        let output = test_support::strom_at(Some(bootstrap), &args, None);
+        let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+        let done = output.status.success() || stderr.contains("TOPIC_ALREADY_EXISTS");
+        last_error = stderr;
+        done.then_some(())
+    });
+    assert!(
+        created.is_some(),
+        "strom {args:?} through {bootstrap}: {last_error}\n{}",
+        cluster.logs()
+    );
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/balancer_check.py")
+}
+
+/// The cluster behind its balancer, with a replicated topic.
+struct Balanced {
+    cluster: Cluster,
+    haproxy: HaProxy,
+}
+
+/// Three brokers in load-balancer mode (and `extra` settings) behind
+/// HAProxy, and `topic` with `PARTITIONS` partitions of three replicas,
+/// once every replica is in sync. Returns what kcat lists through the
+/// balancer: brokers and partitions.
+fn balanced(extra: &[&str], topic: &str) -> (Balanced, Listing) {
+    let balancer_port = free_port();
+    let advertised = format!("advertised.listeners=PLAINTEXT://127.0.0.1:{balancer_port}");
+    let mut settings = vec![
+        "--set",
+        "strom.balancer.enable=true",
+        "--set",
+        &advertised,
+        // Listing a topic must not create it with one partition.
+        "--set",
+        "auto.create.topics.enable=false",
+    ];
+    settings.extend_from_slice(extra);
+    let cluster = Cluster::start(3, &settings);
+    let backends: Vec<u16> = cluster.nodes.iter().map(|n| n.ports.client).collect();
+    let haproxy = HaProxy::start(balancer_port, &backends);
+    create_topic(&cluster, &haproxy.bootstrap(), topic);
+    let bootstrap = haproxy.bootstrap();
+    let listing = cluster.wait_for("every replica in sync", || {
+        let (brokers, partitions) = metadata(&bootstrap, topic)?;
+        let settled = partitions.len() == PARTITIONS as usize
+            && partitions
+                .values()
+                .all(|&(leader, isr)| leader > 0 && isr == 3);
+        settled.then_some((brokers, partitions))
+    });
+    (Balanced { cluster, haproxy }, listing)
+}
+
+type Listing = (BTreeMap<i64, String>, BTreeMap<i64, (i64, usize)>);
+
+const SINGLE_BROKER: &str = "strom.balancer.single.broker=true";
+
+/// Runs balancer_check.py roundtrip through the balancer.
+fn python_roundtrip(balanced: &Balanced, topic: &str, records: usize) {
+    let output = run(
+        Command::new("python3").arg(script()).args([
+            "roundtrip",
+            &balanced.haproxy.bootstrap(),
+            topic,
+            &PARTITIONS.to_string(),
+            &records.to_string(),
+        ]),
+        None,
+        CLIENT_DEADLINE,
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "balancer_check.py failed ({}); needs `pip install confluent-kafka`\nstdout:\n{stdout}\nstderr:\n{}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr),
+        balanced.cluster.logs()
+    );
+    assert!(
+        stdout.contains(&format!("produced {records} consumed {records}")),
+        "{stdout}"
+    );
+}
+
+/// The brokers forwarded: a round-robin balancer sends most connections
+/// to a broker that does not lead what they ask for.
+fn assert_forwarded(cluster: &Cluster, apis: &[&str]) {
+    for api in apis {
+        let count = forwarded(cluster, api);
+        assert!(count > 0, "no {api} request was forwarded");
+        println!("{api} requests forwarded: {count}");
+    }
+}
+
+/// One cluster at a time: each test runs three brokers, HAProxy and the
+/// clients.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[test]
+fn every_broker_is_listed_at_the_balancer_and_confluent_kafka_reads_back_every_record() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (balanced, (brokers, partitions)) = balanced(&[], TOPIC);
+    let bootstrap = balanced.haproxy.bootstrap();
+    // Every broker is listed by its own id at the balancer's address.
+    assert_eq!(
+        brokers.keys().copied().collect::<Vec<_>>(),
+        [1, 2, 3],
+        "{brokers:?}"
+    );
+    for (id, name) in &brokers {
+        assert_eq!(name, &bootstrap, "broker {id} is listed at {name}");
+    }
+    let leaders: std::collections::BTreeSet<i64> =
+        partitions.values().map(|&(leader, _)| leader).collect();
+    assert_eq!(
+        leaders.len(),
+        3,
+        "the partitions' leaders are spread over the brokers: {partitions:?}"
+    );
+    python_roundtrip(&balanced, TOPIC, PYTHON_RECORDS);
+    assert_forwarded(&balanced.cluster, &["Produce", "Fetch", "ListOffsets"]);
+}
+
+#[test]
+fn with_one_broker_listed_kcat_and_confluent_kafka_read_back_every_record() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (balanced, (brokers, partitions)) = balanced(&["--set", SINGLE_BROKER], TOPIC);
+    let bootstrap = balanced.haproxy.bootstrap();
+    // One broker, the lowest id, at the balancer's address, leads all.
+    assert_eq!(
+        brokers,
+        BTreeMap::from([(1, bootstrap.clone())]),
+        "one broker listed"
+    );
+    assert!(
+        partitions.values().all(|&(leader, _)| leader == 1),
+        "{partitions:?}"
+    );
+    // Debian's kcat (librdkafka 2.0.2) keeps one connection per address.
+    kcat_roundtrip(&bootstrap, TOPIC);
+    let python_topic = format!("{TOPIC}-python");
+    create_topic(&balanced.cluster, &bootstrap, &python_topic);
+    balanced.cluster.wait_for("the python topic in sync", || {
+        let (_, partitions) = metadata(&bootstrap, &python_topic)?;
+        (partitions.len() == PARTITIONS as usize
+            && partitions.values().all(|&(leader, isr)| leader > 0 && isr == 3))
+        .then_some(())
+    });
+    python_roundtrip(&balanced, &python_topic, PYTHON_RECORDS);
+    assert_forwarded(&balanced.cluster, &["Produce", "Fetch", "ListOffsets"]);
+}
