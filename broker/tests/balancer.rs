@@ -1,12 +1,23 @@
-//! A cluster behind a real TCP load balancer: HAProxy in TCP mode,
-//! round-robin, in front of three `strom` brokers in load-balancer mode
+//! A cluster behind a real TCP load balancer: HAProxy in TCP mode in
+//! front of three `strom` brokers in load-balancer mode
 //! (`strom.balancer.enable=true`, every broker advertising HAProxy's
-//! address). Clients are given only HAProxy's address, so each of their
-//! connections to "node X" lands on any broker, and the brokers forward
-//! the parts they do not lead. kcat and confluent-kafka (an idempotent
-//! acks=all producer with keyed records and headers, then a consumer
-//! assigned to every partition) write and read back every record
-//! byte-exact (tests/clients/balancer_check.py).
+//! address), and a topic of six partitions with three replicas. Clients
+//! are given only HAProxy's address, so each of their connections to
+//! "node X" lands on whichever broker HAProxy picks, and the brokers
+//! forward the parts they do not lead.
+//!
+//! - Every broker listed by its id at the balancer's address, HAProxy
+//!   sending every connection to one broker (the worst case):
+//!   confluent-kafka (librdkafka 2.16; an idempotent acks=all producer of
+//!   keyed records with headers, then a consumer assigned to every
+//!   partition, watermarks and offsets by time) reads back every record
+//!   byte-exact (tests/clients/balancer_check.py).
+//! - One broker listed (`strom.balancer.single.broker`), HAProxy
+//!   round-robin: Debian's kcat (librdkafka 2.0.2, one connection per
+//!   address) and confluent-kafka both write and read back every record.
+//!
+//! Both check in `/metrics` that Produce, Fetch and ListOffsets were
+//! forwarded.
 
 mod common;
 
@@ -25,6 +36,25 @@ const PYTHON_RECORDS: usize = 20_000;
 const KCAT_RECORDS: usize = 3_000;
 const HAPROXY_START_DEADLINE: Duration = Duration::from_secs(10);
 const CLIENT_DEADLINE: Duration = Duration::from_secs(300);
+
+/// How HAProxy picks a broker for each connection.
+#[derive(Clone, Copy)]
+enum Balance {
+    /// In turn, as users run it.
+    RoundRobin,
+    /// Always the first broker: every part another broker leads is
+    /// forwarded, whatever order the client opens its connections in.
+    First,
+}
+
+impl Balance {
+    fn name(self) -> &'static str {
+        match self {
+            Balance::RoundRobin => "roundrobin",
+            Balance::First => "first",
+        }
+    }
+}
 
 /// HAProxy, started on `port` with a generated config in a temp dir,
 /// killed and reaped when dropped.
@@ -50,8 +80,9 @@ fn haproxy_bin() -> PathBuf {
 }
 
 impl HaProxy {
-    /// Round-robin over `backends` (loopback client ports), TCP mode.
-    fn start(port: u16, backends: &[u16]) -> HaProxy {
+    /// TCP mode over `backends` (loopback client ports), choosing a
+    /// backend per connection by `balance` (HAProxy's algorithm).
+    fn start(port: u16, backends: &[u16], balance: Balance) -> HaProxy {
         let dir = tempfile::tempdir().unwrap();
         let servers: String = backends
             .iter()
@@ -62,7 +93,8 @@ impl HaProxy {
             "global\n    maxconn 4096\n\n\
              defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 120s\n    timeout server 120s\n\n\
              frontend kafka\n    bind 127.0.0.1:{port}\n    default_backend brokers\n\n\
-             backend brokers\n    balance roundrobin\n{servers}"
+             backend brokers\n    balance {}\n{servers}",
+            balance.name()
         );
         let config_path = dir.path().join("haproxy.cfg");
         std::fs::write(&config_path, config).unwrap();
@@ -277,7 +309,7 @@ struct Balanced {
 /// HAProxy, and `topic` with `PARTITIONS` partitions of three replicas,
 /// once every replica is in sync. Returns what kcat lists through the
 /// balancer: brokers and partitions.
-fn balanced(extra: &[&str], topic: &str) -> (Balanced, Listing) {
+fn balanced(extra: &[&str], balance: Balance, topic: &str) -> (Balanced, Listing) {
     let balancer_port = free_port();
     let advertised = format!("advertised.listeners=PLAINTEXT://127.0.0.1:{balancer_port}");
     let mut settings = vec![
@@ -292,7 +324,7 @@ fn balanced(extra: &[&str], topic: &str) -> (Balanced, Listing) {
     settings.extend_from_slice(extra);
     let cluster = Cluster::start(3, &settings);
     let backends: Vec<u16> = cluster.nodes.iter().map(|n| n.ports.client).collect();
-    let haproxy = HaProxy::start(balancer_port, &backends);
+    let haproxy = HaProxy::start(balancer_port, &backends, balance);
     create_topic(&cluster, &haproxy.bootstrap(), topic);
     let bootstrap = haproxy.bootstrap();
     let listing = cluster.wait_for("every replica in sync", || {
@@ -354,7 +386,10 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 #[test]
 fn every_broker_is_listed_at_the_balancer_and_confluent_kafka_reads_back_every_record() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let (balanced, (brokers, partitions)) = balanced(&[], TOPIC);
+    // Every connection to the first broker: the worst case for
+    // forwarding, and what a round-robin balancer does to some of a
+    // client's connections.
+    let (balanced, (brokers, partitions)) = balanced(&[], Balance::First, TOPIC);
     let bootstrap = balanced.haproxy.bootstrap();
     // Every broker is listed by its own id at the balancer's address.
     assert_eq!(
@@ -379,7 +414,8 @@ fn every_broker_is_listed_at_the_balancer_and_confluent_kafka_reads_back_every_r
 #[test]
 fn with_one_broker_listed_kcat_and_confluent_kafka_read_back_every_record() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let (balanced, (brokers, partitions)) = balanced(&["--set", SINGLE_BROKER], TOPIC);
+    let (balanced, (brokers, partitions)) =
+        balanced(&["--set", SINGLE_BROKER], Balance::RoundRobin, TOPIC);
     let bootstrap = balanced.haproxy.bootstrap();
     // One broker, the lowest id, at the balancer's address, leads all.
     assert_eq!(
