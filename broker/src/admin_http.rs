@@ -361,10 +361,18 @@ impl Exposition {
     }
 }
 
+/// A per-destination figure of forwarded requests: metric name, help text,
+/// and how to read it.
+type ForwardFigure = (
+    &'static str,
+    &'static str,
+    fn(&crate::metrics::ForwardSnapshot) -> u64,
+);
+
 /// The requests forwarded to other brokers (load-balancer mode), by
 /// destination broker and API.
 fn render_forwarded(e: &mut Exposition, rows: &[(String, &ShardSnapshot)]) {
-    let per_destination: [(&str, &str, fn(&crate::metrics::ForwardSnapshot) -> u64); 4] = [
+    let per_destination: [ForwardFigure; 4] = [
         (
             "strom_forwarded_requests_total",
             "Requests sent to the broker that leads their partitions (load-balancer mode), by destination broker and API.",

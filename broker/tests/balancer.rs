@@ -434,7 +434,9 @@ fn with_one_broker_listed_kcat_and_confluent_kafka_read_back_every_record() {
     balanced.cluster.wait_for("the python topic in sync", || {
         let (_, partitions) = metadata(&bootstrap, &python_topic)?;
         (partitions.len() == PARTITIONS as usize
-            && partitions.values().all(|&(leader, isr)| leader > 0 && isr == 3))
+            && partitions
+                .values()
+                .all(|&(leader, isr)| leader > 0 && isr == 3))
         .then_some(())
     });
     python_roundtrip(&balanced, &python_topic, PYTHON_RECORDS);

@@ -433,9 +433,7 @@ pub fn broker_address(image: &MetadataImage, id: i32) -> Option<String> {
 /// The active controller clients are told of (-1 while none is known).
 pub fn controller_id(shard: &Shard) -> i32 {
     match shard.cluster() {
-        Some(cluster) => {
-            client_node(shard, &shard.metadata.image(), cluster.active_controller())
-        }
+        Some(cluster) => client_node(shard, &shard.metadata.image(), cluster.active_controller()),
         None => shard.config.node_id,
     }
 }

@@ -25,14 +25,14 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::fetch_response::{
     FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
 };
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse};
 
-use crate::errors;
 use crate::cluster::links::{self, Origin};
+use crate::errors;
 use crate::handlers::scatter::{
     forwarded_outcomes, forwarded_topics, BrokerWork, CoreWork, Scatter,
 };

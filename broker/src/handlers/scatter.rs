@@ -176,8 +176,12 @@ impl<W: Send + 'static, O: Send + 'static, R> Scatter<W, O, R> {
     /// As [`Scatter::gather`], and at the same time `forward` sends each
     /// other broker its work (on this core) and returns one
     /// `(slot, outcome)` per `(slot, work)` it was given.
-    pub async fn gather_forwarding<F, Fut, G, GFut>(&mut self, shard: &Rc<Shard>, run: F, forward: G)
-    where
+    pub async fn gather_forwarding<F, Fut, G, GFut>(
+        &mut self,
+        shard: &Rc<Shard>,
+        run: F,
+        forward: G,
+    ) where
         F: Fn(Rc<Shard>, CoreWork<W>) -> Fut + Clone + Send + 'static,
         Fut: Future<Output = CoreWork<O>> + 'static,
         G: Fn(i32, BrokerWork<R>) -> GFut,
@@ -300,7 +304,9 @@ pub fn forwarded_outcomes<R, O>(
             .collect(),
         Err(error) => {
             tracing::debug!(broker, %error, partitions = work.len(), "forwarded request not answered");
-            work.into_iter().map(|(slot, _)| (slot, refused())).collect()
+            work.into_iter()
+                .map(|(slot, _)| (slot, refused()))
+                .collect()
         }
     }
 }
@@ -431,6 +437,84 @@ mod tests {
             .map(|(_, work)| work.iter().map(|(_, value)| *value).collect())
             .collect();
         assert_eq!(work, [vec![6], vec![5, 7, 8]]);
+    }
+
+    #[test]
+    fn forwarded_answers_take_their_slots_among_local_ones() {
+        let mut scatter: Scatter<&'static str, String, &'static str> = Scatter::default();
+        scatter.route(0, "a-0");
+        assert_eq!(scatter.forward(2, "a-1"), 1);
+        scatter.answer("x-0@here".to_string());
+        scatter.forward(3, "b-0");
+        scatter.forward(2, "b-1");
+        scatter.route(1, "b-2");
+        let forwarded = scatter.take_forwarded();
+        let brokers: Vec<i32> = forwarded.keys().copied().collect();
+        assert_eq!(brokers, [2, 3]);
+        // The leader answers its parts in the order sent.
+        let answers: Vec<BrokerWork<String>> = forwarded
+            .into_iter()
+            .map(|(broker, work)| {
+                forwarded_outcomes(
+                    broker,
+                    work.clone(),
+                    Ok(work.iter().map(|(_, w)| format!("{w}@{broker}")).collect()),
+                    || "refused".to_string(),
+                )
+            })
+            .collect();
+        scatter.place_forwarded(answers);
+        let hop = |core: usize, work: CoreWork<&'static str>| {
+            Box::pin(async move {
+                work.into_iter()
+                    .map(|(slot, name)| (slot, format!("{name}@core{core}")))
+                    .collect()
+            }) as BoxFuture<'_, _>
+        };
+        let by_core = std::mem::take(&mut scatter.by_core);
+        let answers = futures_lite::future::block_on(run_all(by_core.into_iter(), hop));
+        scatter.place(answers);
+        let got: Vec<String> = scatter.into_outcomes().collect();
+        assert_eq!(
+            got,
+            [
+                "a-0@core0",
+                "a-1@2",
+                "x-0@here",
+                "b-0@3",
+                "b-1@2",
+                "b-2@core1"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_forwarded_answer_that_misses_parts_refuses_them_all() {
+        let work: BrokerWork<u32> = vec![(Slot(0), 10), (Slot(3), 11)];
+        let refused = forwarded_outcomes(2, work.clone(), Ok(vec![1]), || 6);
+        assert_eq!(refused, [(Slot(0), 6), (Slot(3), 6)]);
+        let failed = forwarded_outcomes(2, work.clone(), Err("unreachable".into()), || 6);
+        assert_eq!(failed, [(Slot(0), 6), (Slot(3), 6)]);
+        let answered = forwarded_outcomes(2, work, Ok(vec![0, 0]), || 6);
+        assert_eq!(answered, [(Slot(0), 0), (Slot(3), 0)]);
+    }
+
+    #[test]
+    fn forwarded_topics_follow_the_request() {
+        // (topic index, partition) parts, in request order.
+        let work: BrokerWork<(usize, i32)> = vec![
+            (Slot(0), (0, 1)),
+            (Slot(1), (0, 4)),
+            (Slot(3), (1, 0)),
+            (Slot(5), (0, 2)),
+        ];
+        let topics = forwarded_topics(
+            &work,
+            |part| part.0,
+            |index| (index, Vec::new()),
+            |topic: &mut (usize, Vec<i32>), part| topic.1.push(part.1),
+        );
+        assert_eq!(topics, [(0, vec![1, 4]), (1, vec![0]), (0, vec![2])]);
     }
 
     #[test]
