@@ -27,6 +27,24 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use bytes::Bytes;
+use common::raw;
+use protocol::batch::build::patterned;
+use protocol::kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use protocol::kafka_protocol::messages::list_offsets_request::{
+    ListOffsetsPartition, ListOffsetsTopic,
+};
+use protocol::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use protocol::kafka_protocol::messages::offset_for_leader_epoch_request::{
+    OffsetForLeaderPartition, OffsetForLeaderTopic,
+};
+use protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use protocol::kafka_protocol::messages::{
+    ApiKey, BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
+    MetadataRequest, MetadataResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
+    ProduceRequest, ProduceResponse, TopicName,
+};
+use protocol::kafka_protocol::protocol::StrBytes;
 use test_support::cluster::Cluster;
 use test_support::{free_port, poll_until, run};
 
@@ -379,6 +397,243 @@ fn assert_forwarded(cluster: &Cluster, apis: &[&str]) {
     }
 }
 
+/// The partitions of the raw requests, in the order asked: every one of
+/// `TOPIC`'s, out of order, partition 0 twice.
+const ASKED: [i32; 7] = [5, 0, 3, 0, 1, 4, 2];
+const RAW_CLIENT_ID: &str = "balancer-raw";
+
+fn topic_name(topic: &str) -> TopicName {
+    TopicName(StrBytes::from_string(topic.to_string()))
+}
+
+/// Each partition's leader epoch, as broker `node` lists them.
+fn leader_epochs(cluster: &Cluster, node: i32, topic: &str) -> BTreeMap<i32, i32> {
+    let mut stream = raw::connect(&cluster.node(node).broker);
+    let response: MetadataResponse = raw::call(
+        &mut stream,
+        ApiKey::Metadata,
+        9,
+        1,
+        RAW_CLIENT_ID,
+        &MetadataRequest::default().with_topics(Some(vec![
+            MetadataRequestTopic::default().with_name(Some(topic_name(topic)))
+        ])),
+    );
+    response.topics[0]
+        .partitions
+        .iter()
+        .map(|p| (p.partition_index, p.leader_epoch))
+        .collect()
+}
+
+/// Asks each broker directly, for all of `topic`'s partitions at once
+/// (each broker leads two of six), what only their leaders know: every
+/// broker answers as the leaders do, in the order asked.
+/// - Produce (acks=all): each broker writes one batch to every partition;
+/// - ListOffsets (latest): the same answers from every broker;
+/// - OffsetForLeaderEpoch (a consumer's): the current epoch ends at the
+///   log end;
+/// - Fetch: each broker's batches come back byte for byte (only the base
+///   offset and leader epoch, which the CRC does not cover, rewritten).
+fn any_broker_answers_as_the_leader(cluster: &Cluster, topic: &str) {
+    let epochs = leader_epochs(cluster, 1, topic);
+    // (node, partition) -> (base offset, batch sent).
+    let mut sent: BTreeMap<(i32, i32), (i64, Bytes)> = BTreeMap::new();
+    for node in [1, 2, 3] {
+        let mut stream = raw::connect(&cluster.node(node).broker);
+        // Each partition once (a produce names a partition once), in
+        // ASKED's order.
+        let mut batches: Vec<(i32, Bytes)> = Vec::new();
+        for p in ASKED {
+            if batches.iter().all(|(q, _)| *q != p) {
+                let seed = (node * 100 + p) as u64;
+                batches.push((p, Bytes::from(patterned(1_700_000_000_000, 5, 40, seed))));
+            }
+        }
+        let partition_data = batches
+            .iter()
+            .map(|(p, batch)| {
+                PartitionProduceData::default()
+                    .with_index(*p)
+                    .with_records(Some(batch.clone()))
+            })
+            .collect();
+        let response: ProduceResponse = raw::call(
+            &mut stream,
+            ApiKey::Produce,
+            9,
+            1,
+            RAW_CLIENT_ID,
+            &ProduceRequest::default()
+                .with_acks(-1)
+                .with_timeout_ms(30_000)
+                .with_topic_data(vec![TopicProduceData::default()
+                    .with_name(topic_name(topic))
+                    .with_partition_data(partition_data)]),
+        );
+        let answers = &response.responses[0].partition_responses;
+        assert_eq!(answers.len(), batches.len(), "{response:?}");
+        for ((p, batch), answer) in batches.iter().zip(answers) {
+            assert_eq!(answer.index, *p, "answers in the order asked: {response:?}");
+            assert_eq!(
+                answer.error_code, 0,
+                "node {node} partition {p}: {answer:?}"
+            );
+            sent.insert((node, *p), (answer.base_offset, batch.clone()));
+        }
+    }
+    let mut latest_by_node = Vec::new();
+    for node in [1, 2, 3] {
+        let mut stream = raw::connect(&cluster.node(node).broker);
+        let partitions = ASKED
+            .iter()
+            .map(|&p| {
+                ListOffsetsPartition::default()
+                    .with_partition_index(p)
+                    .with_current_leader_epoch(-1)
+                    .with_timestamp(-1)
+            })
+            .collect();
+        let response: ListOffsetsResponse = raw::call(
+            &mut stream,
+            ApiKey::ListOffsets,
+            7,
+            2,
+            RAW_CLIENT_ID,
+            &ListOffsetsRequest::default()
+                .with_replica_id(BrokerId(-1))
+                .with_topics(vec![ListOffsetsTopic::default()
+                    .with_name(topic_name(topic))
+                    .with_partitions(partitions)]),
+        );
+        let latest: Vec<(i32, i16, i64)> = response.topics[0]
+            .partitions
+            .iter()
+            .map(|p| (p.partition_index, p.error_code, p.offset))
+            .collect();
+        assert_eq!(
+            latest.iter().map(|l| l.0).collect::<Vec<_>>(),
+            ASKED,
+            "node {node}: {latest:?}"
+        );
+        for &(p, code, offset) in &latest {
+            assert_eq!(code, 0, "node {node} partition {p}");
+            let last_sent = [1, 2, 3]
+                .iter()
+                .map(|n| sent[&(*n, p)].0 + 5)
+                .max()
+                .unwrap();
+            assert!(
+                offset >= last_sent,
+                "node {node} partition {p}: {offset} < {last_sent}"
+            );
+        }
+        latest_by_node.push(latest);
+    }
+    assert!(
+        latest_by_node.windows(2).all(|w| w[0] == w[1]),
+        "every broker answers ListOffsets alike: {latest_by_node:?}"
+    );
+    let latest: BTreeMap<i32, i64> = latest_by_node[0].iter().map(|l| (l.0, l.2)).collect();
+    for node in [1, 2, 3] {
+        let mut stream = raw::connect(&cluster.node(node).broker);
+        let partitions = ASKED
+            .iter()
+            .map(|&p| {
+                OffsetForLeaderPartition::default()
+                    .with_partition(p)
+                    .with_current_leader_epoch(epochs[&p])
+                    .with_leader_epoch(epochs[&p])
+            })
+            .collect();
+        let response: OffsetForLeaderEpochResponse = raw::call(
+            &mut stream,
+            ApiKey::OffsetForLeaderEpoch,
+            4,
+            3,
+            RAW_CLIENT_ID,
+            &OffsetForLeaderEpochRequest::default()
+                .with_replica_id(BrokerId(-1))
+                .with_topics(vec![OffsetForLeaderTopic::default()
+                    .with_topic(topic_name(topic))
+                    .with_partitions(partitions)]),
+        );
+        let answers = &response.topics[0].partitions;
+        assert_eq!(answers.len(), ASKED.len(), "{response:?}");
+        for (answer, &p) in answers.iter().zip(&ASKED) {
+            assert_eq!(answer.partition, p, "node {node}: {response:?}");
+            assert_eq!(
+                answer.error_code, 0,
+                "node {node} partition {p}: {answer:?}"
+            );
+            assert_eq!(answer.leader_epoch, epochs[&p], "node {node} partition {p}");
+            assert_eq!(answer.end_offset, latest[&p], "node {node} partition {p}");
+        }
+    }
+    for node in [1, 2, 3] {
+        let mut stream = raw::connect(&cluster.node(node).broker);
+        let partitions = ASKED
+            .iter()
+            .map(|&p| {
+                FetchPartition::default()
+                    .with_partition(p)
+                    .with_current_leader_epoch(epochs[&p])
+                    .with_fetch_offset(sent[&(node, p)].0)
+                    .with_partition_max_bytes(1 << 20)
+            })
+            .collect();
+        let response: FetchResponse = raw::call(
+            &mut stream,
+            ApiKey::Fetch,
+            12,
+            4,
+            RAW_CLIENT_ID,
+            &FetchRequest::default()
+                .with_max_wait_ms(500)
+                .with_min_bytes(1)
+                .with_max_bytes(16 << 20)
+                .with_topics(vec![FetchTopic::default()
+                    .with_topic(topic_name(topic))
+                    .with_partitions(partitions)]),
+        );
+        let answers = &response.responses[0].partitions;
+        assert_eq!(answers.len(), ASKED.len(), "{response:?}");
+        for (answer, &p) in answers.iter().zip(&ASKED) {
+            assert_eq!(answer.partition_index, p, "node {node}");
+            assert_eq!(
+                answer.error_code, 0,
+                "node {node} partition {p}: {answer:?}"
+            );
+            assert_eq!(
+                answer.high_watermark, latest[&p],
+                "node {node} partition {p}"
+            );
+            let (base_offset, batch) = &sent[&(node, p)];
+            let records = answer.records.clone().unwrap_or_default();
+            // The first batch is the one this node produced, whole.
+            assert!(
+                records.len() >= batch.len(),
+                "node {node} partition {p}: short"
+            );
+            assert_eq!(
+                &records[..8],
+                &base_offset.to_be_bytes(),
+                "node {node} partition {p}: base offset"
+            );
+            assert_eq!(
+                &records[8..12],
+                &batch[8..12],
+                "node {node} partition {p}: batch length"
+            );
+            assert_eq!(
+                &records[16..batch.len()],
+                &batch[16..],
+                "node {node} partition {p}: the batch as produced"
+            );
+        }
+    }
+}
+
 /// One cluster at a time: each test runs three brokers, HAProxy and the
 /// clients.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -408,7 +663,11 @@ fn every_broker_is_listed_at_the_balancer_and_confluent_kafka_reads_back_every_r
         "the partitions' leaders are spread over the brokers: {partitions:?}"
     );
     python_roundtrip(&balanced, TOPIC, PYTHON_RECORDS);
-    assert_forwarded(&balanced.cluster, &["Produce", "Fetch", "ListOffsets"]);
+    any_broker_answers_as_the_leader(&balanced.cluster, TOPIC);
+    assert_forwarded(
+        &balanced.cluster,
+        &["Produce", "Fetch", "ListOffsets", "OffsetForLeaderEpoch"],
+    );
 }
 
 #[test]
