@@ -634,6 +634,77 @@ fn any_broker_answers_as_the_leader(cluster: &Cluster, topic: &str) {
     }
 }
 
+/// Kills broker 3, and at once (before the controller fences it) asks
+/// broker 1 to produce to a partition broker 3 leads and to one broker 1
+/// leads: the first is answered NOT_LEADER_OR_FOLLOWER (retriable) without
+/// waiting, the second written; broker 1 counts the failed forward.
+fn an_unreachable_leader_is_not_leader(
+    cluster: &mut Cluster,
+    topic: &str,
+    leaders: &BTreeMap<i64, (i64, usize)>,
+) {
+    let led_by = |node: i64| {
+        leaders
+            .iter()
+            .find(|(_, &(leader, _))| leader == node)
+            .map(|(&p, _)| p as i32)
+            .unwrap_or_else(|| panic!("broker {node} leads a partition: {leaders:?}"))
+    };
+    let (elsewhere, here) = (led_by(3), led_by(1));
+    let mut stream = raw::connect(&cluster.node(1).broker);
+    cluster.node_mut(3).broker.kill();
+    let started = std::time::Instant::now();
+    let partition_data = [elsewhere, here]
+        .iter()
+        .map(|&p| {
+            PartitionProduceData::default()
+                .with_index(p)
+                .with_records(Some(Bytes::from(patterned(1_700_000_000_000, 3, 10, 7))))
+        })
+        .collect();
+    let response: ProduceResponse = raw::call(
+        &mut stream,
+        ApiKey::Produce,
+        9,
+        9,
+        RAW_CLIENT_ID,
+        &ProduceRequest::default()
+            .with_acks(1)
+            .with_timeout_ms(30_000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(topic_name(topic))
+                .with_partition_data(partition_data)]),
+    );
+    let answers = &response.responses[0].partition_responses;
+    assert_eq!(
+        (answers[0].index, answers[0].error_code),
+        (elsewhere, NOT_LEADER_OR_FOLLOWER),
+        "{response:?}"
+    );
+    assert_eq!(
+        (answers[1].index, answers[1].error_code),
+        (here, 0),
+        "{response:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "answered after {:?}",
+        started.elapsed()
+    );
+    let admin = format!("127.0.0.1:{}", cluster.node(1).ports.admin);
+    let (_, body) = common::admin::http_get(&admin, "/metrics");
+    let failed = format!(
+        "strom_forwarded_request_failures_total{{shard=\"all\",broker=\"3\",api=\"Produce\"}} "
+    );
+    assert!(
+        body.lines()
+            .any(|l| l.starts_with(&failed) && !l.ends_with(" 0")),
+        "broker 1 counts its failed forward to broker 3:\n{body}"
+    );
+}
+
+const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+
 /// One cluster at a time: each test runs three brokers, HAProxy and the
 /// clients.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -668,6 +739,8 @@ fn every_broker_is_listed_at_the_balancer_and_confluent_kafka_reads_back_every_r
         &balanced.cluster,
         &["Produce", "Fetch", "ListOffsets", "OffsetForLeaderEpoch"],
     );
+    let mut balanced = balanced;
+    an_unreachable_leader_is_not_leader(&mut balanced.cluster, TOPIC, &partitions);
 }
 
 #[test]

@@ -43,6 +43,11 @@ use crate::limits::{
 use crate::metadata::MetadataImage;
 use crate::shard::Shard;
 
+/// After a failed connect to a broker, its link refuses calls for this
+/// long before it tries again (the parts are answered
+/// NOT_LEADER_OR_FOLLOWER, which clients retry after a metadata refresh).
+const RECONNECT_AFTER_MS: u64 = 250;
+
 /// The client id of every forwarded request (then this broker's id).
 pub const FORWARDED_CLIENT_ID_PREFIX: &str = "strom-forward-";
 
@@ -390,6 +395,9 @@ async fn run_pipelined(shard: Rc<Shard>, broker: i32, requests: LocalReceiver<Ex
     let idle_after = Duration::from_millis((shard.config.connections_max_idle_ms / 2).max(1_000));
     let mut connection: Option<Connection> = None;
     let mut in_flight: VecDeque<InFlight> = VecDeque::new();
+    // After a failed connect the calls queued behind it are refused at
+    // once for a while, not each after its own connect timeout.
+    let mut refused_until: Option<(Instant, String)> = None;
     loop {
         let event = match connection.as_mut() {
             Some(open) if !in_flight.is_empty() => {
@@ -416,10 +424,21 @@ async fn run_pipelined(shard: Rc<Shard>, broker: i32, requests: LocalReceiver<Ex
             }
             Event::Call(Some(exchange)) => {
                 if connection.is_none() {
+                    if let Some((until, message)) = &refused_until {
+                        if Instant::now() < *until {
+                            let _ = exchange.reply.try_send(Err(message.clone()));
+                            continue;
+                        }
+                    }
                     match connect(&shard, broker).await {
-                        Ok(open) => connection = Some(open),
+                        Ok(open) => {
+                            connection = Some(open);
+                            refused_until = None;
+                        }
                         Err(message) => {
                             tracing::warn!(broker, %message, "cannot forward to the partition leader");
+                            let until = Instant::now() + Duration::from_millis(RECONNECT_AFTER_MS);
+                            refused_until = Some((until, message.clone()));
                             let _ = exchange.reply.try_send(Err(message));
                             continue;
                         }
