@@ -693,12 +693,11 @@ fn an_unreachable_leader_is_not_leader(
     );
     let admin = format!("127.0.0.1:{}", cluster.node(1).ports.admin);
     let (_, body) = common::admin::http_get(&admin, "/metrics");
-    let failed = format!(
-        "strom_forwarded_request_failures_total{{shard=\"all\",broker=\"3\",api=\"Produce\"}} "
-    );
+    let failed =
+        "strom_forwarded_request_failures_total{shard=\"all\",broker=\"3\",api=\"Produce\"} ";
     assert!(
         body.lines()
-            .any(|l| l.starts_with(&failed) && !l.ends_with(" 0")),
+            .any(|l| l.starts_with(failed) && !l.ends_with(" 0")),
         "broker 1 counts its failed forward to broker 3:\n{body}"
     );
 }
