@@ -40,7 +40,8 @@ use protocol::kafka_protocol::messages::offset_for_leader_epoch_request::{
 };
 use protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use protocol::kafka_protocol::messages::{
-    ApiKey, BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
+    ApiKey, BrokerId, DescribeClusterRequest, DescribeClusterResponse, FetchRequest, FetchResponse,
+    FindCoordinatorRequest, FindCoordinatorResponse, ListOffsetsRequest, ListOffsetsResponse,
     MetadataRequest, MetadataResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
     ProduceRequest, ProduceResponse, TopicName,
 };
@@ -634,6 +635,52 @@ fn any_broker_answers_as_the_leader(cluster: &Cluster, topic: &str) {
     }
 }
 
+/// Every broker names the balancer's address for every broker in
+/// DescribeCluster, and for a group's coordinator in FindCoordinator.
+fn every_answer_names_the_balancer(cluster: &Cluster, balancer: &str) {
+    for node in [1, 2, 3] {
+        let mut stream = raw::connect(&cluster.node(node).broker);
+        let described: DescribeClusterResponse = raw::call(
+            &mut stream,
+            ApiKey::DescribeCluster,
+            0,
+            5,
+            RAW_CLIENT_ID,
+            &DescribeClusterRequest::default(),
+        );
+        let listed: Vec<(i32, String)> = described
+            .brokers
+            .iter()
+            .map(|b| (b.broker_id.0, format!("{}:{}", b.host.as_str(), b.port)))
+            .collect();
+        assert_eq!(
+            listed,
+            [1, 2, 3].map(|id| (id, balancer.to_string())),
+            "DescribeCluster from broker {node}"
+        );
+        // The first ask creates the offsets topic: asked again until its
+        // leaders are elected.
+        let found = cluster.wait_for("the group's coordinator", || {
+            let found: FindCoordinatorResponse = raw::call(
+                &mut stream,
+                ApiKey::FindCoordinator,
+                3,
+                6,
+                RAW_CLIENT_ID,
+                &FindCoordinatorRequest::default()
+                    .with_key(StrBytes::from_static_str("balanced-group"))
+                    .with_key_type(0),
+            );
+            (found.error_code == 0).then_some(found)
+        });
+        assert_eq!(
+            format!("{}:{}", found.host.as_str(), found.port),
+            balancer,
+            "FindCoordinator from broker {node}: {found:?}"
+        );
+    }
+}
+
 /// Kills broker 3, and at once (before the controller fences it) asks
 /// broker 1 to produce to a partition broker 3 leads and to one broker 1
 /// leads: the first is answered NOT_LEADER_OR_FOLLOWER (retriable) without
@@ -732,6 +779,7 @@ fn every_broker_is_listed_at_the_balancer_and_confluent_kafka_reads_back_every_r
         3,
         "the partitions' leaders are spread over the brokers: {partitions:?}"
     );
+    every_answer_names_the_balancer(&balanced.cluster, &bootstrap);
     python_roundtrip(&balanced, TOPIC, PYTHON_RECORDS);
     any_broker_answers_as_the_leader(&balanced.cluster, TOPIC);
     assert_forwarded(
