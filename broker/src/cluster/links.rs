@@ -407,7 +407,25 @@ async fn run_pipelined(shard: Rc<Shard>, broker: i32, requests: LocalReceiver<Ex
                 })
                 .await
             }
-            _ => {
+            // Nothing in flight: what the connection reads now is its end
+            // (the broker stopped or closed it), seen before a call is
+            // written to it.
+            Some(open) => {
+                let ended = async {
+                    open.readable().await;
+                    Event::Ended
+                };
+                let idle = async {
+                    glommio::timer::sleep(idle_after).await;
+                    Event::Idle
+                };
+                futures_lite::future::or(
+                    async { Event::Call(requests.recv().await) },
+                    futures_lite::future::or(ended, idle),
+                )
+                .await
+            }
+            None => {
                 futures_lite::future::or(async { Event::Call(requests.recv().await) }, async {
                     glommio::timer::sleep(idle_after).await;
                     Event::Idle
@@ -421,6 +439,10 @@ async fn run_pipelined(shard: Rc<Shard>, broker: i32, requests: LocalReceiver<Ex
                 if connection.take().is_some() {
                     tracing::debug!(broker, "closing an idle forwarding connection");
                 }
+            }
+            Event::Ended => {
+                connection = None;
+                tracing::debug!(broker, "the broker ended an idle forwarding connection");
             }
             Event::Call(Some(exchange)) => {
                 if connection.is_none() {
@@ -483,8 +505,13 @@ async fn run_pipelined(shard: Rc<Shard>, broker: i32, requests: LocalReceiver<Ex
 
 enum Event {
     Call(Option<Exchange>),
+    /// An answer is arriving.
     Readable,
+    /// Nothing to send for a while.
     Idle,
+    /// The connection, with nothing in flight, was closed or read bytes
+    /// nobody asked for.
+    Ended,
 }
 
 async fn connect(shard: &Rc<Shard>, broker: i32) -> Result<Connection, String> {
