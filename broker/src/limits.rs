@@ -206,6 +206,6 @@ pub const FORWARD_FETCH_CONNECTIONS_MAX: usize = 16;
 /// How long a forwarded Produce, ListOffsets or OffsetForLeaderEpoch may
 /// take at the leader before the part is answered NOT_LEADER_OR_FOLLOWER.
 pub const FORWARD_TIMEOUT_MS: u64 = 30_000;
-/// Connecting to another broker.
+/// Connecting to another broker (forwarded parts, admin requests).
 pub const FORWARD_CONNECT_TIMEOUT_MS: u64 = 2_000;
 const _: () = assert!(FORWARD_IN_FLIGHT_BYTES_MAX >= (1 << 20));

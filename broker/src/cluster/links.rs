@@ -69,8 +69,10 @@ impl Origin {
     }
 }
 
-/// The settings of an inter-broker connection from this node: its client
-/// id names this node, connects are short.
+/// The settings of an inter-broker connection from this node (forwarded
+/// parts here, admin requests for the active controller in
+/// [`super::forward`]): its client id names this node, connects are
+/// short.
 pub fn broker_client_config(
     shard: &Shard,
     client_id_prefix: &str,
