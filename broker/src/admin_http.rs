@@ -361,6 +361,73 @@ impl Exposition {
     }
 }
 
+/// A per-destination figure of forwarded requests: metric name, help text,
+/// and how to read it.
+type ForwardFigure = (
+    &'static str,
+    &'static str,
+    fn(&crate::metrics::ForwardSnapshot) -> u64,
+);
+
+/// The requests forwarded to other brokers (load-balancer mode), by
+/// destination broker and API.
+fn render_forwarded(e: &mut Exposition, rows: &[(String, &ShardSnapshot)]) {
+    let per_destination: [ForwardFigure; 4] = [
+        (
+            "strom_forwarded_requests_total",
+            "Requests sent to the broker that leads their partitions (load-balancer mode), by destination broker and API.",
+            |f| f.requests,
+        ),
+        (
+            "strom_forwarded_request_failures_total",
+            "Forwarded requests that got no answer (leader unreachable, timed out, connection lost): their partitions were answered NOT_LEADER_OR_FOLLOWER.",
+            |f| f.failures,
+        ),
+        (
+            "strom_forwarded_request_bytes_total",
+            "Bytes of forwarded request bodies, by destination broker and API.",
+            |f| f.bytes_out,
+        ),
+        (
+            "strom_forwarded_response_bytes_total",
+            "Bytes of the answers to forwarded requests, by destination broker and API.",
+            |f| f.bytes_in,
+        ),
+    ];
+    for (name, help, value) in per_destination {
+        e.family(name, "counter", help);
+        for (shard, s) in rows {
+            for f in &s.forwarded {
+                let broker = f.broker.to_string();
+                let api = metrics::api_name(f.api_key);
+                e.sample(
+                    name,
+                    &[("shard", shard), ("broker", &broker), ("api", &api)],
+                    value(f),
+                );
+            }
+        }
+    }
+    e.family(
+        "strom_forward_latency_seconds",
+        "histogram",
+        "Time from handing a forwarded request over (including the wait for room in flight) to the leader's answer, by destination broker and API.",
+    );
+    for (shard, s) in rows {
+        for f in &s.forwarded {
+            let broker = f.broker.to_string();
+            let api = metrics::api_name(f.api_key);
+            e.histogram(
+                "strom_forward_latency_seconds",
+                &[("shard", shard), ("broker", &broker), ("api", &api)],
+                &LATENCY_BOUNDS_US,
+                &f.latency_buckets,
+                f.latency_us_total,
+            );
+        }
+    }
+}
+
 /// Sums shard snapshots into the `shard="all"` figures.
 fn total(snapshots: &[ShardSnapshot]) -> ShardSnapshot {
     let mut all = ShardSnapshot {
@@ -405,7 +472,18 @@ fn total(snapshots: &[ShardSnapshot]) -> ShardSnapshot {
         all.connections_closed_idle += s.connections_closed_idle;
         all.connections_closed_receive_timeout += s.connections_closed_receive_timeout;
         all.storage.add(&s.storage);
+        for forwarded in &s.forwarded {
+            match all
+                .forwarded
+                .iter_mut()
+                .find(|f| f.broker == forwarded.broker && f.api_key == forwarded.api_key)
+            {
+                Some(sum) => sum.add(forwarded),
+                None => all.forwarded.push(forwarded.clone()),
+            }
+        }
     }
+    all.forwarded.sort_by_key(|f| (f.broker, f.api_key));
     all.apis.sort_by_key(|a| a.api_key);
     all.errors.sort();
     all
@@ -599,6 +677,7 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
             );
         }
     }
+    render_forwarded(&mut e, &rows);
     let counters: [ShardFigure; 5] = [
         (
             "strom_request_bytes_total",

@@ -165,6 +165,21 @@ pub struct BrokerConfig {
     /// Per-partition series (a `partition` label) on `/metrics`
     /// (`strom.metrics.partition.labels`); per topic otherwise.
     pub metrics_partition_labels: bool,
+    /// Load-balancer mode (`strom.balancer.enable`): clients reach every
+    /// broker through one address (`advertised.listeners` names the
+    /// balancer), so a request for a partition led elsewhere is forwarded
+    /// to its leader instead of refused.
+    pub balancer_enable: bool,
+    /// In load-balancer mode, list one broker that leads every partition
+    /// (`strom.balancer.single.broker`), for clients that keep one
+    /// connection per address.
+    pub balancer_single_broker: bool,
+    /// The address other brokers reach this one at: the client listener's
+    /// (127.0.0.1 when it is 0.0.0.0), or `strom.balancer.broker.address`.
+    /// In load-balancer mode this is what the broker registers, since the
+    /// advertised address is the balancer's.
+    pub broker_host: String,
+    pub broker_port: u16,
     /// The KRaft settings: roles, voters, named listeners, rack. A single
     /// node without voters only checks them.
     pub quorum: Quorum,
@@ -274,6 +289,9 @@ struct Builder {
     groups: crate::group::GroupConfig,
     log_format: LogFormat,
     metrics_partition_labels: bool,
+    balancer_enable: bool,
+    balancer_single_broker: bool,
+    balancer_broker_address: Option<(String, u16)>,
     roles: ProcessRoles,
     voters: Vec<kraft_config::Voter>,
     bootstrap_servers: Vec<(String, u16)>,
@@ -399,6 +417,9 @@ impl Builder {
             groups: crate::group::GroupConfig::default(),
             log_format: LogFormat::Text,
             metrics_partition_labels: false,
+            balancer_enable: false,
+            balancer_single_broker: false,
+            balancer_broker_address: None,
             roles: ProcessRoles::parse(kraft_config::PROCESS_ROLES_DEFAULT)
                 .expect("default roles parse"),
             voters: Vec::new(),
@@ -433,6 +454,13 @@ impl Builder {
             }
             "strom.metrics.partition.labels" => {
                 self.metrics_partition_labels = parse_value(key, value, source)?
+            }
+            "strom.balancer.enable" => self.balancer_enable = parse_value(key, value, source)?,
+            "strom.balancer.single.broker" => {
+                self.balancer_single_broker = parse_value(key, value, source)?
+            }
+            "strom.balancer.broker.address" => {
+                self.balancer_broker_address = Some(parse_host_port(key, value, source)?);
             }
             "node.id" | "broker.id" => {
                 self.node_id = parse_value(key, value, source)?;
@@ -773,18 +801,23 @@ impl Builder {
             .iter()
             .find(|a| a.name == client.name)
             .map(|a| (a.host.clone(), a.port));
-        let (advertise_host, advertise_port) = match self.advertise.or(named_advertise) {
-            Some(address) => address,
-            None => {
-                let ip = self.listen.ip();
-                let host = if ip.is_unspecified() {
-                    "127.0.0.1".to_string()
-                } else {
-                    ip.to_string()
-                };
-                (host, self.listen.port())
-            }
+        let listener_address = {
+            let ip = self.listen.ip();
+            let host = if ip.is_unspecified() {
+                "127.0.0.1".to_string()
+            } else {
+                ip.to_string()
+            };
+            (host, self.listen.port())
         };
+        let (advertise_host, advertise_port) = self
+            .advertise
+            .or(named_advertise)
+            .unwrap_or_else(|| listener_address.clone());
+        let (broker_host, broker_port) = self
+            .balancer_broker_address
+            .clone()
+            .unwrap_or(listener_address);
         let frame_bytes_max = self
             .frame_bytes_max
             .unwrap_or(FRAME_OVERHEAD_BYTES + self.message_max_bytes as usize);
@@ -821,6 +854,10 @@ impl Builder {
             groups: self.groups,
             log_format: self.log_format,
             metrics_partition_labels: self.metrics_partition_labels,
+            balancer_enable: self.balancer_enable,
+            balancer_single_broker: self.balancer_single_broker,
+            broker_host,
+            broker_port,
             quorum,
             given: self.given,
         })

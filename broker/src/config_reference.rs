@@ -119,6 +119,24 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         meaning: "`/metrics` topic and consumer group series per partition (a `partition` label) instead of per topic: one series per partition and group, mind the cardinality.",
     },
     Setting {
+        keys: &["strom.balancer.enable"],
+        flag: None,
+        default: Default::Value("false"),
+        meaning: "Load-balancer mode: clients reach the brokers through one TCP load balancer, whose address every broker gives in `advertised.listeners`. Metadata then lists every broker at that address, and a broker forwards the parts of Produce, Fetch, ListOffsets and OffsetForLeaderEpoch requests for partitions another broker leads to that leader over pooled connections, answering the client in its request order. The brokers register `strom.balancer.broker.address` for each other's traffic (replication, forwarding).",
+    },
+    Setting {
+        keys: &["strom.balancer.single.broker"],
+        flag: None,
+        default: Default::Value("false"),
+        meaning: "In load-balancer mode, tell clients of one broker only (the live one with the lowest id, at the balancer's address) and name it as the leader of every partition, the coordinator and the controller. For clients that keep one connection per address and so cannot follow several brokers listed at one address: librdkafka 2.0.2 (Debian 12's kcat) is one; librdkafka 2.16 and the Java client are not.",
+    },
+    Setting {
+        keys: &["strom.balancer.broker.address"],
+        flag: None,
+        default: Default::Described("the client listener's address (127.0.0.1 when it is 0.0.0.0)"),
+        meaning: "`HOST:PORT` at which the other brokers reach this one's client listener (never through the balancer). Registered in load-balancer mode instead of the advertised address; set it when the listener is on 0.0.0.0 and brokers run on different hosts.",
+    },
+    Setting {
         keys: &["auto.create.topics.enable"],
         flag: None,
         default: Default::Value("true"),

@@ -191,3 +191,21 @@ pub const DISK_USAGE_ENTRIES_MAX: usize = 1_000_000;
 /// client asks for (Kafka's `max.request.partition.size.limit` default);
 /// the rest follow through the cursor.
 pub const DESCRIBE_TOPIC_PARTITIONS_MAX: i32 = 2000;
+
+// Forwarding to other brokers (load-balancer mode), per destination
+// broker and per core.
+
+/// Request bytes forwarded and not yet answered; a part that does not fit
+/// waits (and so does its client connection).
+pub const FORWARD_IN_FLIGHT_BYTES_MAX: usize = 64 << 20;
+/// Forwarded requests handed to the pipelined connection and not yet sent.
+pub const FORWARD_QUEUE_MAX: usize = 256;
+/// Connections that carry forwarded fetches, each one fetch at a time (a
+/// long poll must not hold up another client's answer).
+pub const FORWARD_FETCH_CONNECTIONS_MAX: usize = 16;
+/// How long a forwarded Produce, ListOffsets or OffsetForLeaderEpoch may
+/// take at the leader before the part is answered NOT_LEADER_OR_FOLLOWER.
+pub const FORWARD_TIMEOUT_MS: u64 = 30_000;
+/// Connecting to another broker (forwarded parts, admin requests).
+pub const FORWARD_CONNECT_TIMEOUT_MS: u64 = 2_000;
+const _: () = assert!(FORWARD_IN_FLIGHT_BYTES_MAX >= (1 << 20));

@@ -79,6 +79,9 @@ struct Probe {
     hops: Cell<u64>,
     closed_idle: Cell<u64>,
     closed_receive_timeout: Cell<u64>,
+    /// (destination broker, api key) -> forwarded requests (load-balancer
+    /// mode). Allocates the first time a pair is seen.
+    forwarded: RefCell<BTreeMap<(i32, i16), ForwardSnapshot>>,
 }
 
 impl Probe {
@@ -100,6 +103,7 @@ impl Probe {
             hops: Cell::new(0),
             closed_idle: Cell::new(0),
             closed_receive_timeout: Cell::new(0),
+            forwarded: RefCell::new(BTreeMap::new()),
         }
     }
 }
@@ -174,6 +178,45 @@ pub fn records_in_batches(mut bytes: &[u8]) -> u64 {
         bytes = &bytes[header.size()..];
     }
     records
+}
+
+/// One request forwarded to another broker, as it ended.
+pub struct Forwarded {
+    pub broker: i32,
+    pub api_key: i16,
+    /// The request's and the answer's encoded bodies.
+    pub bytes_out: u64,
+    pub bytes_in: u64,
+    /// From handing it over (including the wait for in-flight room) to
+    /// its answer.
+    pub latency_us: u64,
+    /// No answer: the parts were answered NOT_LEADER_OR_FOLLOWER.
+    pub failed: bool,
+}
+
+/// Counts a request forwarded to another broker.
+pub fn record_forward(forwarded: Forwarded) {
+    PROBE.with(|p| {
+        let mut by_destination = p.forwarded.borrow_mut();
+        let counts = by_destination
+            .entry((forwarded.broker, forwarded.api_key))
+            .or_insert_with(|| ForwardSnapshot {
+                broker: forwarded.broker,
+                api_key: forwarded.api_key,
+                latency_buckets: vec![0; LATENCY_BUCKETS],
+                ..ForwardSnapshot::default()
+            });
+        counts.requests += 1;
+        counts.failures += u64::from(forwarded.failed);
+        counts.bytes_out += forwarded.bytes_out;
+        counts.bytes_in += forwarded.bytes_in;
+        counts.latency_us_total += forwarded.latency_us;
+        let bucket = LATENCY_BOUNDS_US
+            .iter()
+            .position(|&bound| forwarded.latency_us <= bound)
+            .unwrap_or(LATENCY_BOUNDS_US.len());
+        counts.latency_buckets[bucket] += 1;
+    });
 }
 
 /// Counts one hop of work to another core.
@@ -342,6 +385,40 @@ pub struct ShardSnapshot {
     /// Committed offsets of the groups the shard coordinates (those loaded).
     #[serde(default)]
     pub committed: Vec<CommittedSnapshot>,
+    /// Requests forwarded to other brokers, by destination and API.
+    #[serde(default)]
+    pub forwarded: Vec<ForwardSnapshot>,
+}
+
+/// Requests of one API a shard forwarded to one other broker.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForwardSnapshot {
+    pub broker: i32,
+    pub api_key: i16,
+    pub requests: u64,
+    pub failures: u64,
+    pub bytes_out: u64,
+    pub bytes_in: u64,
+    pub latency_us_total: u64,
+    /// Count per bucket of [`LATENCY_BOUNDS_US`], then slower.
+    pub latency_buckets: Vec<u64>,
+}
+
+impl ForwardSnapshot {
+    /// Adds the counts of `other` (same destination and API).
+    pub fn add(&mut self, other: &ForwardSnapshot) {
+        self.requests += other.requests;
+        self.failures += other.failures;
+        self.bytes_out += other.bytes_out;
+        self.bytes_in += other.bytes_in;
+        self.latency_us_total += other.latency_us_total;
+        if self.latency_buckets.len() < other.latency_buckets.len() {
+            self.latency_buckets.resize(other.latency_buckets.len(), 0);
+        }
+        for (total, count) in self.latency_buckets.iter_mut().zip(&other.latency_buckets) {
+            *total += count;
+        }
+    }
 }
 
 /// One partition's log as its owning shard sees it.
@@ -499,6 +576,7 @@ pub fn snapshot(shard: &Shard) -> ShardSnapshot {
         partition_logs,
         traffic,
         committed: committed_snapshot(shard),
+        forwarded: PROBE.with(|p| p.forwarded.borrow().values().cloned().collect()),
     }
 }
 

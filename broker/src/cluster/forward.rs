@@ -21,7 +21,7 @@ use crate::shard::Shard;
 
 /// How long a forwarded admin request may take.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(crate::limits::FORWARD_CONNECT_TIMEOUT_MS);
 /// How long a broker waits for its image to show a forwarded change.
 const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(5);
 /// The largest answer accepted from the controller.
@@ -188,12 +188,7 @@ pub async fn create_topics(
         .with_topics(topics)
         .with_timeout_ms(FORWARD_TIMEOUT.as_millis() as i32)
         .with_validate_only(validate_only);
-    let config = protocol::client::ClientConfig {
-        client_id: format!("strom-broker-{}", shard.config.node_id),
-        connect_timeout: CONNECT_TIMEOUT,
-        request_timeout: FORWARD_TIMEOUT,
-        ..protocol::client::ClientConfig::default()
-    };
+    let config = super::links::broker_client_config(shard, "strom-broker-", FORWARD_TIMEOUT);
     let response = async {
         let mut connection = protocol::client::Connection::connect(&address, config).await?;
         let version = connection.version::<CreateTopicsRequest>(

@@ -20,6 +20,7 @@
 
 pub mod agent;
 pub mod forward;
+pub mod links;
 pub mod net;
 pub mod placement;
 pub mod replication;
@@ -307,11 +308,19 @@ pub fn identity(config: &BrokerConfig) -> BrokerMeta {
         .find(|v| v.id == config.node_id && config.quorum.roles.controller)
         .map(|v| format!("{}:{}", v.host, v.port))
         .unwrap_or_default();
+    // Behind a load balancer every broker advertises the balancer: the
+    // image then keeps the address the brokers reach each other at, and
+    // only the answers to clients name the balancer (`listed_brokers`).
+    let (host, port) = if config.balancer_enable {
+        (config.broker_host.clone(), config.broker_port)
+    } else {
+        (config.advertise_host.clone(), config.advertise_port)
+    };
     BrokerMeta {
         id: config.node_id,
         incarnation: nanos ^ (u64::from(std::process::id()) << 40),
-        host: config.advertise_host.clone(),
-        port: config.advertise_port,
+        host,
+        port,
         rack: config.quorum.rack.clone(),
         controller_address,
         fenced: false,
@@ -377,14 +386,26 @@ fn assign_states(shard: &Rc<Shard>) {
 
 /// The brokers clients are told of: in a cluster every registered broker
 /// that is not fenced (and the fenced ones too when `with_fenced`), on a
-/// single node the node itself.
+/// single node the node itself. In load-balancer mode each keeps its id
+/// but is given at this broker's advertised address (the balancer's):
+/// any broker serves a request for any node.
 pub fn listed_brokers(shard: &Shard, image: &MetadataImage, with_fenced: bool) -> Vec<BrokerMeta> {
     if shard.cluster().is_some() {
+        let config = &shard.config;
+        let single = single_listed(shard, image);
         return image
             .brokers
             .values()
             .filter(|b| with_fenced || !b.fenced)
+            .filter(|b| single.is_none_or(|id| id == b.id))
             .cloned()
+            .map(|mut b| {
+                if config.balancer_enable {
+                    b.host.clone_from(&config.advertise_host);
+                    b.port = config.advertise_port;
+                }
+                b
+            })
             .collect();
     }
     let config = &shard.config;
@@ -399,12 +420,52 @@ pub fn listed_brokers(shard: &Shard, image: &MetadataImage, with_fenced: bool) -
     }]
 }
 
+/// The `HOST:PORT` at which this node reaches broker `id` (its registered
+/// address, never the balancer's), if it is registered and not fenced.
+pub fn broker_address(image: &MetadataImage, id: i32) -> Option<String> {
+    image
+        .brokers
+        .get(&id)
+        .filter(|b| !b.fenced)
+        .map(|b| format!("{}:{}", b.host, b.port))
+}
+
 /// The active controller clients are told of (-1 while none is known).
 pub fn controller_id(shard: &Shard) -> i32 {
     match shard.cluster() {
-        Some(cluster) => cluster.active_controller(),
+        Some(cluster) => client_node(shard, &shard.metadata.image(), cluster.active_controller()),
         None => shard.config.node_id,
     }
+}
+
+/// Behind a load balancer with `strom.balancer.single.broker`: the one
+/// broker clients are told of, the live broker with the lowest id (the
+/// same answer from every broker). Clients that keep one connection per
+/// address (librdkafka before 2.x's releases that tell brokers apart by
+/// id, such as Debian 12's kcat on librdkafka 2.0.2) then see one broker
+/// that leads everything, and every broker forwards what it does not lead.
+pub fn single_listed(shard: &Shard, image: &MetadataImage) -> Option<i32> {
+    let config = &shard.config;
+    if !config.balancer_enable || !config.balancer_single_broker || shard.cluster().is_none() {
+        return None;
+    }
+    image
+        .brokers
+        .values()
+        .filter(|b| !b.fenced)
+        .map(|b| b.id)
+        .min()
+        .or(Some(config.node_id))
+}
+
+/// The id clients are told for broker `id` (a leader, a coordinator, the
+/// controller): itself, or the one listed broker under
+/// `strom.balancer.single.broker`. Negative ids (none) stay as they are.
+pub fn client_node(shard: &Shard, image: &MetadataImage, id: i32) -> i32 {
+    if id < 0 {
+        return id;
+    }
+    single_listed(shard, image).unwrap_or(id)
 }
 
 /// The replicas of a partition on brokers that are not live (none on a

@@ -117,7 +117,11 @@ pub fn handle(
             .map(|(index, state)| {
                 DescribeTopicPartitionsResponsePartition::default()
                     .with_partition_index(index)
-                    .with_leader_id(BrokerId(state.leader))
+                    .with_leader_id(BrokerId(crate::cluster::client_node(
+                        shard,
+                        &image,
+                        state.leader,
+                    )))
                     .with_leader_epoch(state.leader_epoch)
                     .with_replica_nodes(broker_ids(&state.replicas))
                     .with_isr_nodes(broker_ids(&state.isr))

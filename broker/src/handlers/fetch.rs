@@ -10,19 +10,32 @@
 //! append to any of the partitions (woken by the log, no polling loop) and
 //! read again. `max_bytes` is applied over the gathered answer in request
 //! order; the first non-empty partition is always kept whole.
+//!
+//! In load-balancer mode (`strom.balancer.enable`) the partitions another
+//! broker leads go to that leader in one consumer Fetch per leader
+//! ([`crate::cluster::links`]), carrying what is left of the client's
+//! wait, its `min_bytes`, `max_bytes` and isolation level, while the
+//! local partitions are read and waited on here; the answer comes when
+//! both are done. (A client that sends each leader's partitions to that
+//! node, as Kafka clients do, sends fetches that are all local or all
+//! forwarded.) A follower's fetch is never forwarded.
 
 use std::pin::Pin;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::fetch_response::{
     FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
 };
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse};
 
+use crate::cluster::links::{self, Origin};
 use crate::errors;
-use crate::handlers::scatter::{CoreWork, Scatter};
+use crate::handlers::scatter::{
+    forwarded_outcomes, forwarded_topics, BrokerWork, CoreWork, Scatter,
+};
 use crate::limits::FETCH_WAIT_MS_MAX;
 use crate::memory::ResponseBudget;
 use crate::partition::FetchOutcome;
@@ -40,6 +53,13 @@ struct Wanted {
     partition_max_bytes: usize,
     /// A follower's fetch: its broker id and the leader epoch it follows.
     replica: Option<(i32, i32)>,
+}
+
+/// One partition for the broker that leads it: the index of its topic in
+/// the request, and the partition as the client asked.
+struct Forward {
+    topic: usize,
+    partition: FetchPartition,
 }
 
 type BoxFuture<'a, T> = Pin<Box<dyn std::future::Future<Output = T> + 'a>>;
@@ -74,7 +94,7 @@ async fn read_core(
 /// deadline passes.
 async fn wait_for_data(
     shard: &Rc<Shard>,
-    scatter: &Scatter<Wanted, FetchOutcome>,
+    scatter: &Scatter<Wanted, FetchOutcome, Forward>,
     deadline: Instant,
 ) {
     let waits: Vec<BoxFuture<'_, ()>> = scatter
@@ -127,6 +147,7 @@ pub async fn handle(
     request: FetchRequest,
     version: i16,
     budget: &mut ResponseBudget,
+    origin: Origin,
 ) -> FetchResponse {
     let image = shard.metadata.image();
     let max_wait =
@@ -140,7 +161,9 @@ pub async fn handle(
     };
     let max_bytes = budget.reserve_up_to(asked);
 
-    let mut scatter: Scatter<Wanted, FetchOutcome> = Scatter::default();
+    let mut scatter: Scatter<Wanted, FetchOutcome, Forward> = Scatter::default();
+    // Slots answered by another broker: that broker counts their traffic.
+    let mut forwarded_slots = std::collections::BTreeSet::new();
     // A follower's fetch names its broker (v15+ in replica_state).
     let replica_id = if version >= 15 {
         request.replica_state.replica_id.0
@@ -163,7 +186,7 @@ pub async fn handle(
             }
         })
         .collect();
-    for (topic, name) in request.topics.iter().zip(&names) {
+    for (topic_index, (topic, name)) in request.topics.iter().zip(&names).enumerate() {
         let Some(name) = name.as_deref() else {
             for _ in &topic.partitions {
                 scatter.answer(FetchOutcome::error(errors::UNKNOWN_TOPIC_ID));
@@ -171,6 +194,20 @@ pub async fn handle(
             continue;
         };
         for p in &topic.partitions {
+            let elsewhere = (replica_id < 0)
+                .then(|| links::leader_elsewhere(shard, &image, origin, name, p.partition))
+                .flatten();
+            if let Some(broker) = elsewhere {
+                let slot = scatter.forward(
+                    broker,
+                    Forward {
+                        topic: topic_index,
+                        partition: p.clone(),
+                    },
+                );
+                forwarded_slots.insert(slot);
+                continue;
+            }
             let core = image.leader_core_by_name(name, p.partition, shard.cores);
             match core {
                 Err(code) => scatter.answer(FetchOutcome::error(code)),
@@ -187,29 +224,48 @@ pub async fn handle(
             };
         }
     }
-    loop {
-        scatter
-            .gather_again(shard, move |owner, wanted| {
-                read_core(owner, wanted, max_bytes)
+    let by_broker = scatter.take_forwarded();
+    let forwarded = crate::sync::join_all(
+        by_broker
+            .into_iter()
+            .map(|(broker, work)| {
+                let asked = Asked {
+                    request: &request,
+                    version,
+                    max_bytes,
+                    deadline,
+                };
+                Box::pin(forward(shard, asked, broker, work)) as BoxFuture<'_, _>
             })
-            .await;
-        let mut total = 0usize;
-        let mut failed = false;
-        for outcome in scatter.routed_outcomes() {
-            total += outcome.records.len();
-            failed |= outcome.error_code != errors::NONE;
+            .collect(),
+    );
+    let local = async {
+        loop {
+            scatter
+                .gather_again(shard, move |owner, wanted| {
+                    read_core(owner, wanted, max_bytes)
+                })
+                .await;
+            let mut total = 0usize;
+            let mut failed = false;
+            for outcome in scatter.routed_outcomes() {
+                total += outcome.records.len();
+                failed |= outcome.error_code != errors::NONE;
+            }
+            let expired = Instant::now() >= deadline;
+            if total >= min_bytes
+                || failed
+                || expired
+                || scatter.nothing_routed()
+                || shard.stopping.is_raised()
+            {
+                break;
+            }
+            wait_for_data(shard, &scatter, deadline).await;
         }
-        let expired = Instant::now() >= deadline;
-        if total >= min_bytes
-            || failed
-            || expired
-            || scatter.nothing_routed()
-            || shard.stopping.is_raised()
-        {
-            break;
-        }
-        wait_for_data(shard, &scatter, deadline).await;
-    }
+    };
+    let ((), forwarded) = futures_lite::future::zip(local, forwarded).await;
+    scatter.place_forwarded(forwarded);
     // Apply max_bytes across partitions in request order.
     let mut used = 0usize;
     for outcome in scatter.outcomes_mut() {
@@ -223,7 +279,7 @@ pub async fn handle(
             used += len;
         }
     }
-    let mut outcomes = scatter.into_outcomes();
+    let mut outcomes = scatter.into_outcomes().enumerate();
     let responses = request
         .topics
         .iter()
@@ -233,8 +289,8 @@ pub async fn handle(
                 .partitions
                 .iter()
                 .map(|p| {
-                    let outcome = outcomes.next().expect("one outcome per partition");
-                    if let Some(name) = name {
+                    let (slot, outcome) = outcomes.next().expect("one outcome per partition");
+                    if let (Some(name), false) = (name, forwarded_slots.contains(&slot)) {
                         crate::metrics::record_fetched(name, p.partition, &outcome.records);
                     }
                     let leader = (outcome.error_code == errors::NOT_LEADER_OR_FOLLOWER)
@@ -242,7 +298,9 @@ pub async fn handle(
                         .flatten()
                         .map_or_else(LeaderIdAndEpoch::default, |(leader, epoch)| {
                             LeaderIdAndEpoch::default()
-                                .with_leader_id(BrokerId(leader))
+                                .with_leader_id(BrokerId(crate::cluster::client_node(
+                                    shard, &image, leader,
+                                )))
                                 .with_leader_epoch(epoch)
                         });
                     PartitionData::default()
@@ -279,4 +337,64 @@ pub async fn handle(
         .with_session_id(0)
         .with_responses(responses)
         .with_node_endpoints(endpoints)
+}
+
+/// What a forwarded fetch carries over from the client's.
+#[derive(Clone, Copy)]
+struct Asked<'a> {
+    request: &'a FetchRequest,
+    version: i16,
+    max_bytes: usize,
+    deadline: Instant,
+}
+
+/// Sends a leader the partitions it leads as one consumer fetch (the
+/// client's version, min_bytes, isolation level and rack; max_bytes as far
+/// as this answer may hold; the wait left when it is sent); its answer for
+/// each, or NOT_LEADER_OR_FOLLOWER for all when there is none.
+async fn forward(
+    shard: &Rc<Shard>,
+    asked: Asked<'_>,
+    broker: i32,
+    work: BrokerWork<Forward>,
+) -> BrokerWork<FetchOutcome> {
+    let request = asked.request;
+    let topics = forwarded_topics(
+        &work,
+        |part| part.topic,
+        |index| {
+            let topic = &request.topics[index];
+            FetchTopic::default()
+                .with_topic(topic.topic.clone())
+                .with_topic_id(topic.topic_id)
+        },
+        |topic, part| topic.partitions.push(part.partition.clone()),
+    );
+    let forwarded = FetchRequest::default()
+        .with_min_bytes(request.min_bytes)
+        .with_max_bytes(asked.max_bytes.min(i32::MAX as usize) as i32)
+        .with_isolation_level(request.isolation_level)
+        .with_session_id(0)
+        .with_session_epoch(-1)
+        .with_rack_id(request.rack_id.clone())
+        .with_topics(topics);
+    let answers = links::fetch(shard, broker, forwarded, asked.version, asked.deadline)
+        .await
+        .map(|response| {
+            response
+                .responses
+                .into_iter()
+                .flat_map(|t| t.partitions)
+                .map(|p| FetchOutcome {
+                    error_code: p.error_code,
+                    high_watermark: p.high_watermark,
+                    log_start_offset: p.log_start_offset,
+                    records: p.records.unwrap_or_default(),
+                })
+                .collect()
+        })
+        .map_err(|error| error.to_string());
+    forwarded_outcomes(broker, work, answers, || {
+        FetchOutcome::error(errors::NOT_LEADER_OR_FOLLOWER)
+    })
 }

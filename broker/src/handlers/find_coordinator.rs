@@ -32,6 +32,7 @@ async fn find(shard: &Rc<Shard>, key: &str, key_type: i8) -> Result<(i32, StrByt
         _ => return Err(errors::INVALID_REQUEST),
     };
     let image = shard.metadata.image();
+    let id = crate::cluster::client_node(shard, &image, id);
     crate::cluster::listed_brokers(shard, &image, false)
         .into_iter()
         .find(|b| b.id == id)

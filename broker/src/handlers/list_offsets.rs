@@ -6,16 +6,22 @@
 //! v10's `timeout_ms` bounds Kafka's reads from remote storage: every
 //! answer here is local, so it is accepted and never waited on.
 //! From v4 each answer carries the leader epoch of the offset found.
+//! In load-balancer mode the partitions another broker leads are asked of
+//! that leader ([`crate::cluster::links`]) and its answers put in place.
 
 use std::rc::Rc;
 
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
+use crate::cluster::links::{self, Origin};
 use crate::errors;
-use crate::handlers::scatter::{each_in_order, Scatter};
+use crate::handlers::scatter::{
+    each_in_order, forwarded_outcomes, forwarded_topics, BrokerWork, Scatter,
+};
 use crate::partition::OffsetOutcome;
 use crate::shard::Shard;
 
@@ -31,6 +37,13 @@ struct Wanted {
     timestamp: i64,
 }
 
+/// One partition for the broker that leads it: the index of its topic in
+/// the request, and the partition as the client asked.
+struct Forward {
+    topic: usize,
+    partition: ListOffsetsPartition,
+}
+
 fn error(error_code: i16) -> OffsetOutcome {
     OffsetOutcome {
         error_code,
@@ -44,12 +57,25 @@ pub async fn handle(
     shard: &Rc<Shard>,
     request: ListOffsetsRequest,
     version: i16,
+    origin: Origin,
 ) -> ListOffsetsResponse {
     let image = shard.metadata.image();
-    let mut scatter: Scatter<Wanted, OffsetOutcome> = Scatter::default();
-    for topic in &request.topics {
+    let mut scatter: Scatter<Wanted, OffsetOutcome, Forward> = Scatter::default();
+    for (topic_index, topic) in request.topics.iter().enumerate() {
         let name = topic.name.0.as_str();
         for p in &topic.partitions {
+            if let Some(broker) =
+                links::leader_elsewhere(shard, &image, origin, name, p.partition_index)
+            {
+                scatter.forward(
+                    broker,
+                    Forward {
+                        topic: topic_index,
+                        partition: p.clone(),
+                    },
+                );
+                continue;
+            }
             let core = image.leader_core_by_name(name, p.partition_index, shard.cores);
             match core {
                 Ok(core) => scatter.route(
@@ -65,17 +91,21 @@ pub async fn handle(
         }
     }
     scatter
-        .gather(shard, |owner, work| {
-            each_in_order(work, move |w: Wanted| {
-                let partition = owner.partition(&w.topic, w.partition);
-                async move {
-                    match partition {
-                        Some(partition) => partition.list_offset(w.timestamp).await,
-                        None => error(errors::NOT_LEADER_OR_FOLLOWER),
+        .gather_forwarding(
+            shard,
+            |owner, work| {
+                each_in_order(work, move |w: Wanted| {
+                    let partition = owner.partition(&w.topic, w.partition);
+                    async move {
+                        match partition {
+                            Some(partition) => partition.list_offset(w.timestamp).await,
+                            None => error(errors::NOT_LEADER_OR_FOLLOWER),
+                        }
                     }
-                }
-            })
-        })
+                })
+            },
+            |broker, work| forward(shard, &request, version, broker, work),
+        )
         .await;
     let mut outcomes = scatter.into_outcomes();
     let topics = request
@@ -105,4 +135,44 @@ pub async fn handle(
         })
         .collect();
     ListOffsetsResponse::default().with_topics(topics)
+}
+
+/// Asks a leader for the partitions it leads, as the client asked them.
+async fn forward(
+    shard: &Rc<Shard>,
+    request: &ListOffsetsRequest,
+    version: i16,
+    broker: i32,
+    work: BrokerWork<Forward>,
+) -> BrokerWork<OffsetOutcome> {
+    let topics = forwarded_topics(
+        &work,
+        |part| part.topic,
+        |index| ListOffsetsTopic::default().with_name(request.topics[index].name.clone()),
+        |topic, part| topic.partitions.push(part.partition.clone()),
+    );
+    let forwarded = ListOffsetsRequest::default()
+        .with_replica_id(request.replica_id)
+        .with_isolation_level(request.isolation_level)
+        .with_timeout_ms(request.timeout_ms)
+        .with_topics(topics);
+    let answers = links::list_offsets(shard, broker, forwarded, version)
+        .await
+        .map(|response| {
+            response
+                .topics
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .map(|p| OffsetOutcome {
+                    error_code: p.error_code,
+                    timestamp: p.timestamp,
+                    offset: p.offset,
+                    leader_epoch: p.leader_epoch,
+                })
+                .collect()
+        })
+        .map_err(|error| error.to_string());
+    forwarded_outcomes(broker, work, answers, || {
+        error(errors::NOT_LEADER_OR_FOLLOWER)
+    })
 }

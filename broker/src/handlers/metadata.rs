@@ -66,6 +66,23 @@ pub fn topic_id(topic: &TopicMeta) -> uuid::Uuid {
 }
 
 pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -> MetadataResponse {
+    let mut response = answer(shard, request, version).await;
+    // One listed broker behind a load balancer: it leads every partition
+    // in the clients' view (the brokers forward to the real leaders).
+    if crate::cluster::single_listed(shard, &shard.metadata.image()).is_some() {
+        let image = shard.metadata.image();
+        for partition in response.topics.iter_mut().flat_map(|t| &mut t.partitions) {
+            partition.leader_id = BrokerId(crate::cluster::client_node(
+                shard,
+                &image,
+                partition.leader_id.0,
+            ));
+        }
+    }
+    response
+}
+
+async fn answer(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -> MetadataResponse {
     let config = &shard.config;
     let asked = request.topics.clone().unwrap_or_default();
     // Topic ids are asked for from v12 on; v10-11 carry the field but

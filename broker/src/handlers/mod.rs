@@ -330,22 +330,23 @@ async fn dispatch(
         version: request.api_version,
     };
     let version = request.api_version;
+    let origin = crate::cluster::links::Origin::of(request.client_id.as_deref());
     let encoded = match body {
         RequestKind::ApiVersions(_) => out.encode(&api_versions::handle(version)),
         RequestKind::Metadata(body) => out.encode(&metadata::handle(&shard, body, version).await),
         RequestKind::CreateTopics(body) => out.encode(&create_topics::handle(&shard, body).await),
-        RequestKind::Produce(body) => match produce::handle(&shard, body, version).await {
+        RequestKind::Produce(body) => match produce::handle(&shard, body, version, origin).await {
             Some(response) => out.encode(&response),
             None => return Ok(None),
         },
         RequestKind::Fetch(body) => {
-            out.encode_fetch(&fetch::handle(&shard, body, version, budget).await)
+            out.encode_fetch(&fetch::handle(&shard, body, version, budget, origin).await)
         }
         RequestKind::ListOffsets(body) => {
-            out.encode(&list_offsets::handle(&shard, body, version).await)
+            out.encode(&list_offsets::handle(&shard, body, version, origin).await)
         }
         RequestKind::OffsetForLeaderEpoch(body) => {
-            out.encode(&offset_for_leader_epoch::handle(&shard, body).await)
+            out.encode(&offset_for_leader_epoch::handle(&shard, body, version, origin).await)
         }
         RequestKind::DeleteTopics(body) => {
             out.encode(&delete_topics::handle(&shard, body, version).await)

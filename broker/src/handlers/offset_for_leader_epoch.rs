@@ -6,17 +6,26 @@
 //! change to find where its log diverged (KIP-101, KIP-279); a consumer
 //! (replica id -1, or none before v3) after a seek or a leader change, to
 //! detect a truncated log. Each partition is answered on its owning core
-//! by its leader, checking `current_leader_epoch` as Fetch does.
+//! by its leader, checking `current_leader_epoch` as Fetch does. In
+//! load-balancer mode a consumer's question about a partition another
+//! broker leads is asked of that leader ([`crate::cluster::links`]); a
+//! follower's never is.
 
 use std::rc::Rc;
 
+use kafka_protocol::messages::offset_for_leader_epoch_request::{
+    OffsetForLeaderPartition, OffsetForLeaderTopic,
+};
 use kafka_protocol::messages::offset_for_leader_epoch_response::{
     EpochEndOffset, OffsetForLeaderTopicResult,
 };
 use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
 
+use crate::cluster::links::{self, Origin};
 use crate::errors;
-use crate::handlers::scatter::{each_in_order, Scatter};
+use crate::handlers::scatter::{
+    each_in_order, forwarded_outcomes, forwarded_topics, BrokerWork, Scatter,
+};
 use crate::shard::Shard;
 
 pub const VERSION_MIN: i16 = 2;
@@ -30,18 +39,42 @@ struct Wanted {
     leader_epoch: i32,
 }
 
+/// One partition for the broker that leads it: the index of its topic in
+/// the request, and the partition as the client asked.
+struct Forward {
+    topic: usize,
+    partition: OffsetForLeaderPartition,
+}
+
 /// One partition's answer: (epoch, end offset) or an error code.
 type Answer = Result<(i32, i64), i16>;
 
 pub async fn handle(
     shard: &Rc<Shard>,
     request: OffsetForLeaderEpochRequest,
+    version: i16,
+    origin: Origin,
 ) -> OffsetForLeaderEpochResponse {
     let image = shard.metadata.image();
-    let mut scatter: Scatter<Wanted, Answer> = Scatter::default();
-    for topic in &request.topics {
+    let mut scatter: Scatter<Wanted, Answer, Forward> = Scatter::default();
+    // A follower (replica id 0 or more, v3+) asks the leader itself.
+    let consumer = request.replica_id.0 < 0;
+    for (topic_index, topic) in request.topics.iter().enumerate() {
         let name = topic.topic.0.as_str();
         for p in &topic.partitions {
+            let elsewhere = consumer
+                .then(|| links::leader_elsewhere(shard, &image, origin, name, p.partition))
+                .flatten();
+            if let Some(broker) = elsewhere {
+                scatter.forward(
+                    broker,
+                    Forward {
+                        topic: topic_index,
+                        partition: p.clone(),
+                    },
+                );
+                continue;
+            }
             let core = image.leader_core_by_name(name, p.partition, shard.cores);
             match core {
                 Ok(core) => scatter.route(
@@ -58,18 +91,22 @@ pub async fn handle(
         }
     }
     scatter
-        .gather(shard, |owner, work| {
-            each_in_order(work, move |w: Wanted| {
-                let partition = owner.partition(&w.topic, w.partition);
-                async move {
-                    match partition {
-                        Some(partition) => partition
-                            .offset_for_leader_epoch(w.current_leader_epoch, w.leader_epoch),
-                        None => Err(errors::NOT_LEADER_OR_FOLLOWER),
+        .gather_forwarding(
+            shard,
+            |owner, work| {
+                each_in_order(work, move |w: Wanted| {
+                    let partition = owner.partition(&w.topic, w.partition);
+                    async move {
+                        match partition {
+                            Some(partition) => partition
+                                .offset_for_leader_epoch(w.current_leader_epoch, w.leader_epoch),
+                            None => Err(errors::NOT_LEADER_OR_FOLLOWER),
+                        }
                     }
-                }
-            })
-        })
+                })
+            },
+            |broker, work| forward(shard, &request, version, broker, work),
+        )
         .await;
     let mut answers = scatter.into_outcomes();
     let topics = request
@@ -98,4 +135,43 @@ pub async fn handle(
         })
         .collect();
     OffsetForLeaderEpochResponse::default().with_topics(topics)
+}
+
+/// Asks a leader about the partitions it leads, as the client asked.
+async fn forward(
+    shard: &Rc<Shard>,
+    request: &OffsetForLeaderEpochRequest,
+    version: i16,
+    broker: i32,
+    work: BrokerWork<Forward>,
+) -> BrokerWork<Answer> {
+    let topics = forwarded_topics(
+        &work,
+        |part| part.topic,
+        |index| OffsetForLeaderTopic::default().with_topic(request.topics[index].topic.clone()),
+        |topic, part| topic.partitions.push(part.partition.clone()),
+    );
+    let forwarded = OffsetForLeaderEpochRequest::default()
+        .with_replica_id(request.replica_id)
+        .with_topics(topics);
+    let answers = links::offset_for_leader_epoch(shard, broker, forwarded, version)
+        .await
+        .map(|response| {
+            response
+                .topics
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .map(|p| {
+                    if p.error_code == errors::NONE {
+                        Ok((p.leader_epoch, p.end_offset))
+                    } else {
+                        Err(p.error_code)
+                    }
+                })
+                .collect()
+        })
+        .map_err(|error| error.to_string());
+    forwarded_outcomes(broker, work, answers, || {
+        Err(errors::NOT_LEADER_OR_FOLLOWER)
+    })
 }

@@ -8,6 +8,12 @@
 //! partitions, as in Kafka, and nothing is auto-created (there is no name
 //! to create).
 //!
+//! In load-balancer mode (`strom.balancer.enable`) a partition another
+//! broker leads is not validated here: its batch goes, as the client sent
+//! it, to that leader in a Produce of the same acks, timeout and
+//! transactional id (one per leader, [`crate::cluster::links`]), and the
+//! leader's answer takes the partition's place in this answer.
+//!
 //! Path: validate each partition's batch here (size, CRC, one v2 batch,
 //! then every record as Kafka's LogValidator does: the offset range against
 //! the count, lengths, varints, offset deltas, timestamps, headers, through
@@ -20,7 +26,7 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::produce_request::PartitionProduceData;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::produce_response::{
     LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
 };
@@ -28,10 +34,13 @@ use kafka_protocol::messages::{BrokerId, ProduceRequest, ProduceResponse};
 use protocol::batch::{BatchError, RecordBatch};
 use protocol::codec::RequestFrame;
 
-use crate::cluster::{leader_endpoints, leader_of};
+use crate::cluster::links::{self, Origin};
+use crate::cluster::{client_node, leader_endpoints, leader_of};
 use crate::controller::{self, TopicSpec};
 use crate::errors;
-use crate::handlers::scatter::{each_concurrently, Scatter};
+use crate::handlers::scatter::{
+    each_concurrently, forwarded_outcomes, forwarded_topics, BrokerWork, Scatter,
+};
 use crate::limits::{DECOMPRESSED_BATCH_BYTES_MAX, DECOMPRESSION_RATIO_MAX};
 use crate::metadata::{validate_topic_name, MetadataImage, TopicMeta};
 use crate::partition::ProduceOutcome;
@@ -49,6 +58,13 @@ struct Append {
     topic: String,
     partition: i32,
     batch: RecordBatch,
+}
+
+/// One partition's data for the broker that leads it: the index of its
+/// topic in the request, and the partition as the client sent it.
+struct Forward {
+    topic: usize,
+    data: PartitionProduceData,
 }
 
 /// A routed batch's bytes and records, for the topic metrics.
@@ -165,6 +181,7 @@ struct Asked<'a> {
     image: &'a MetadataImage,
     acks: i16,
     by_id: bool,
+    origin: Origin,
 }
 
 /// Checks one partition's batch and finds its owner: the owning core and
@@ -181,6 +198,7 @@ fn check_partition(
         image,
         acks,
         by_id,
+        ..
     } = *asked;
     if !matches!(acks, -1..=1) {
         return Err(errors::INVALID_REQUIRED_ACKS);
@@ -218,10 +236,27 @@ fn check_partition(
         })
 }
 
+/// The broker a partition's data is forwarded to, as it came: another
+/// broker leads it (load-balancer mode), and nothing this broker checks
+/// first refuses it (acks, an unknown or internal topic).
+fn leader_elsewhere(
+    asked: &Asked<'_>,
+    name: &str,
+    topic: Option<&TopicMeta>,
+    partition: i32,
+) -> Option<i32> {
+    if !matches!(asked.acks, -1..=1) || topic.is_none() || crate::metadata::is_internal_topic(name)
+    {
+        return None;
+    }
+    links::leader_elsewhere(asked.shard, asked.image, asked.origin, name, partition)
+}
+
 pub async fn handle(
     shard: &Rc<Shard>,
     request: ProduceRequest,
     version: i16,
+    origin: Origin,
 ) -> Option<ProduceResponse> {
     let acks = request.acks;
     let by_id = version >= VERSION_TOPIC_IDS_MIN;
@@ -252,21 +287,26 @@ pub async fn handle(
         image: &image,
         acks,
         by_id,
+        origin,
     };
     let (mut scatter, appended) = route(&asked, &request, &names);
     scatter
-        .gather(shard, move |owner, work| async move {
-            each_concurrently(work, |append: Append| {
-                let partition = owner.partition(&append.topic, append.partition);
-                async move {
-                    match partition {
-                        Some(partition) => partition.produce(append.batch, acks).await,
-                        None => ProduceOutcome::error(errors::NOT_LEADER_OR_FOLLOWER),
+        .gather_forwarding(
+            shard,
+            move |owner, work| async move {
+                each_concurrently(work, |append: Append| {
+                    let partition = owner.partition(&append.topic, append.partition);
+                    async move {
+                        match partition {
+                            Some(partition) => partition.produce(append.batch, acks).await,
+                            None => ProduceOutcome::error(errors::NOT_LEADER_OR_FOLLOWER),
+                        }
                     }
-                }
-            })
-            .await
-        })
+                })
+                .await
+            },
+            |broker, work| forward(shard, &request, version, broker, work),
+        )
         .await;
     let slots = request
         .topic_data
@@ -293,7 +333,7 @@ pub async fn handle(
             if partition.error_code == errors::NOT_LEADER_OR_FOLLOWER {
                 if let Some((leader, epoch)) = leader_of(&image, name.as_deref(), partition.index) {
                     partition.current_leader = LeaderIdAndEpoch::default()
-                        .with_leader_id(BrokerId(leader))
+                        .with_leader_id(BrokerId(client_node(shard, &image, leader)))
                         .with_leader_epoch(epoch);
                 }
             }
@@ -313,20 +353,83 @@ pub async fn handle(
     Some(response)
 }
 
-/// Per partition, in request order: its answer now, or its batch routed
-/// to the owning core; and the routed batch's bytes and records, for the
-/// topic metrics.
+/// Sends a leader the partitions it leads, in one Produce as the client
+/// asked (acks, timeout, transactional id, version; batches as they came);
+/// its answer for each, or NOT_LEADER_OR_FOLLOWER for all when there is
+/// none (the client retries after refreshing its metadata).
+async fn forward(
+    shard: &Rc<Shard>,
+    request: &ProduceRequest,
+    version: i16,
+    broker: i32,
+    work: BrokerWork<Forward>,
+) -> BrokerWork<ProduceOutcome> {
+    let topic_data = forwarded_topics(
+        &work,
+        |part| part.topic,
+        |index| {
+            let asked = &request.topic_data[index];
+            TopicProduceData::default()
+                .with_name(asked.name.clone())
+                .with_topic_id(asked.topic_id)
+        },
+        |topic, part| topic.partition_data.push(part.data.clone()),
+    );
+    let forwarded = ProduceRequest::default()
+        .with_acks(request.acks)
+        .with_timeout_ms(request.timeout_ms)
+        .with_transactional_id(request.transactional_id.clone())
+        .with_topic_data(topic_data);
+    let answers = match links::produce(shard, broker, forwarded, version).await {
+        // acks=0: nothing is answered to the client either.
+        Ok(None) => Ok(work
+            .iter()
+            .map(|_| ProduceOutcome::error(errors::NONE))
+            .collect()),
+        Ok(Some(response)) => Ok(response
+            .responses
+            .iter()
+            .flat_map(|t| &t.partition_responses)
+            .map(|p| ProduceOutcome {
+                error_code: p.error_code,
+                base_offset: p.base_offset,
+                log_append_time_ms: p.log_append_time_ms,
+                log_start_offset: p.log_start_offset,
+            })
+            .collect()),
+        Err(error) => Err(error.to_string()),
+    };
+    forwarded_outcomes(broker, work, answers, || {
+        ProduceOutcome::error(errors::NOT_LEADER_OR_FOLLOWER)
+    })
+}
+
+/// Per partition, in request order: its answer now, its batch routed to
+/// the owning core, or (load-balancer mode) its data forwarded to the
+/// broker that leads it; and the routed batch's bytes and records, for the
+/// topic metrics (counted by the leader for a forwarded one).
 fn route(
     asked: &Asked<'_>,
     request: &ProduceRequest,
     names: &[Option<String>],
-) -> (Scatter<Append, ProduceOutcome>, Vec<Appended>) {
+) -> (Scatter<Append, ProduceOutcome, Forward>, Vec<Appended>) {
     let mut scatter = Scatter::default();
     let mut appended = Vec::new();
-    for (topic_data, name) in request.topic_data.iter().zip(names) {
+    for (topic_index, (topic_data, name)) in request.topic_data.iter().zip(names).enumerate() {
         let name = name.as_deref().unwrap_or_default();
         let topic = asked.image.topics.get(name).map(|topic| &**topic);
         for partition_data in &topic_data.partition_data {
+            if let Some(broker) = leader_elsewhere(asked, name, topic, partition_data.index) {
+                appended.push(None);
+                scatter.forward(
+                    broker,
+                    Forward {
+                        topic: topic_index,
+                        data: partition_data.clone(),
+                    },
+                );
+                continue;
+            }
             match check_partition(asked, name, topic, partition_data) {
                 Ok((core, batch)) => {
                     appended.push(Some((

@@ -8,8 +8,10 @@
 //!
 //! A partition answered without a hop (an unknown topic, a bad batch) takes
 //! its slot through [`Scatter::answer`]; a routed one through
-//! [`Scatter::route`]. The outcome type is the handler's own, so the same
-//! helper carries errors decided here, answers from the owner, and later
+//! [`Scatter::route`]; one another broker leads (load-balancer mode)
+//! through [`Scatter::forward`], with work of its own type `R` (what the
+//! leader is sent). The outcome type is the handler's own, so the same
+//! helper carries errors decided here, answers from the owner, and
 //! answers from another broker.
 
 use std::collections::BTreeMap;
@@ -31,24 +33,31 @@ pub struct Slot(usize);
 /// order the request named them.
 pub type CoreWork<W> = Vec<(Slot, W)>;
 
+/// The work for one other broker: each forwarded partition's slot and
+/// work, in request order.
+pub type BrokerWork<R> = Vec<(Slot, R)>;
+
 /// One request's partitions: their outcomes in request order, and the work
-/// still to run, grouped by owning core.
-pub struct Scatter<W, O> {
+/// still to run, grouped by owning core, or by leading broker when it is
+/// another one.
+pub struct Scatter<W, O, R = ()> {
     /// `None` until a routed partition's owner answers.
     outcomes: Vec<Option<O>>,
     by_core: BTreeMap<usize, CoreWork<W>>,
+    by_broker: BTreeMap<i32, BrokerWork<R>>,
 }
 
-impl<W, O> Default for Scatter<W, O> {
+impl<W, O, R> Default for Scatter<W, O, R> {
     fn default() -> Self {
         Self {
             outcomes: Vec::new(),
             by_core: BTreeMap::new(),
+            by_broker: BTreeMap::new(),
         }
     }
 }
 
-impl<W, O> Scatter<W, O> {
+impl<W, O, R> Scatter<W, O, R> {
     /// The next partition of the request, answered here without a hop.
     /// Returns its index in request order.
     pub fn answer(&mut self, outcome: O) -> usize {
@@ -66,6 +75,29 @@ impl<W, O> Scatter<W, O> {
             .or_default()
             .push((Slot(index), work));
         index
+    }
+
+    /// The next partition of the request, to be answered by the broker
+    /// `broker` that leads it. Returns its index in request order.
+    pub fn forward(&mut self, broker: i32, work: R) -> usize {
+        let index = self.outcomes.len();
+        self.outcomes.push(None);
+        self.by_broker
+            .entry(broker)
+            .or_default()
+            .push((Slot(index), work));
+        index
+    }
+
+    /// The forwarded work, by broker, handed over: the caller sends it and
+    /// gives the answers back with [`Scatter::place_forwarded`].
+    pub fn take_forwarded(&mut self) -> BTreeMap<i32, BrokerWork<R>> {
+        std::mem::take(&mut self.by_broker)
+    }
+
+    /// Puts the answers of forwarded work in their slots.
+    pub fn place_forwarded(&mut self, answers: Vec<BrokerWork<O>>) {
+        self.place(answers);
     }
 
     /// Whether no partition waits for a core.
@@ -126,7 +158,7 @@ impl<W, O> Scatter<W, O> {
     }
 }
 
-impl<W: Send + 'static, O: Send + 'static> Scatter<W, O> {
+impl<W: Send + 'static, O: Send + 'static, R> Scatter<W, O, R> {
     /// Runs `run` on every owning core with that core's work, all cores
     /// concurrently, and places the outcomes it returns. `run` gets the
     /// owner's shard and returns one `(slot, outcome)` per `(slot, work)`
@@ -138,6 +170,34 @@ impl<W: Send + 'static, O: Send + 'static> Scatter<W, O> {
     {
         let by_core = std::mem::take(&mut self.by_core);
         let answers = run_all(by_core.into_iter(), hop_to(shard, run)).await;
+        self.place(answers);
+    }
+
+    /// As [`Scatter::gather`], and at the same time `forward` sends each
+    /// other broker its work (on this core) and returns one
+    /// `(slot, outcome)` per `(slot, work)` it was given.
+    pub async fn gather_forwarding<F, Fut, G, GFut>(
+        &mut self,
+        shard: &Rc<Shard>,
+        run: F,
+        forward: G,
+    ) where
+        F: Fn(Rc<Shard>, CoreWork<W>) -> Fut + Clone + Send + 'static,
+        Fut: Future<Output = CoreWork<O>> + 'static,
+        G: Fn(i32, BrokerWork<R>) -> GFut,
+        GFut: Future<Output = BrokerWork<O>>,
+    {
+        let by_core = std::mem::take(&mut self.by_core);
+        let by_broker = self.take_forwarded();
+        let forwarded = join_all(
+            by_broker
+                .into_iter()
+                .map(|(broker, work)| Box::pin(forward(broker, work)) as BoxFuture<'_, _>)
+                .collect(),
+        );
+        let local = run_all(by_core.into_iter(), hop_to(shard, run));
+        let (mut answers, forwarded) = futures_lite::future::zip(local, forwarded).await;
+        answers.extend(forwarded);
         self.place(answers);
     }
 
@@ -188,6 +248,66 @@ where
     move |core, work| {
         let run = run.clone();
         Box::pin(shard.run_on(core, move |owner| run(owner, work)))
+    }
+}
+
+/// The topics of a request forwarded to one broker, built from its parts
+/// in request order: consecutive parts of the same topic of the client's
+/// request (`topic_of` gives its index there) share one entry, made by
+/// `topic` and filled by `add`. A topic whose parts are not consecutive in
+/// the client's request is listed again, as the client listed it.
+pub fn forwarded_topics<R, T>(
+    work: &BrokerWork<R>,
+    topic_of: impl Fn(&R) -> usize,
+    topic: impl Fn(usize) -> T,
+    mut add: impl FnMut(&mut T, &R),
+) -> Vec<T> {
+    let mut topics: Vec<T> = Vec::new();
+    let mut last = None;
+    for (_, part) in work {
+        let index = topic_of(part);
+        if last != Some(index) {
+            topics.push(topic(index));
+            last = Some(index);
+        }
+        add(topics.last_mut().expect("pushed above"), part);
+    }
+    topics
+}
+
+/// A forwarded request's outcomes placed in the slots of its parts: the
+/// leader's answers, one per part in the order sent; or, when there is no
+/// answer or it does not list every part, `refused` for each part (the
+/// client retries after refreshing its metadata).
+pub fn forwarded_outcomes<R, O>(
+    broker: i32,
+    work: BrokerWork<R>,
+    answers: Result<Vec<O>, String>,
+    refused: impl Fn() -> O,
+) -> BrokerWork<O> {
+    let answers = answers.and_then(|answers| {
+        if answers.len() == work.len() {
+            Ok(answers)
+        } else {
+            Err(format!(
+                "the leader answered {} partitions of {}",
+                answers.len(),
+                work.len()
+            ))
+        }
+    });
+    match answers {
+        Ok(answers) => work
+            .into_iter()
+            .map(|(slot, _)| slot)
+            .zip(answers)
+            .collect(),
+        Err(error) => {
+            tracing::debug!(broker, %error, partitions = work.len(), "forwarded request not answered");
+            work.into_iter()
+                .map(|(slot, _)| (slot, refused()))
+                .collect()
+        }
     }
 }
 
@@ -317,6 +437,84 @@ mod tests {
             .map(|(_, work)| work.iter().map(|(_, value)| *value).collect())
             .collect();
         assert_eq!(work, [vec![6], vec![5, 7, 8]]);
+    }
+
+    #[test]
+    fn forwarded_answers_take_their_slots_among_local_ones() {
+        let mut scatter: Scatter<&'static str, String, &'static str> = Scatter::default();
+        scatter.route(0, "a-0");
+        assert_eq!(scatter.forward(2, "a-1"), 1);
+        scatter.answer("x-0@here".to_string());
+        scatter.forward(3, "b-0");
+        scatter.forward(2, "b-1");
+        scatter.route(1, "b-2");
+        let forwarded = scatter.take_forwarded();
+        let brokers: Vec<i32> = forwarded.keys().copied().collect();
+        assert_eq!(brokers, [2, 3]);
+        // The leader answers its parts in the order sent.
+        let answers: Vec<BrokerWork<String>> = forwarded
+            .into_iter()
+            .map(|(broker, work)| {
+                forwarded_outcomes(
+                    broker,
+                    work.clone(),
+                    Ok(work.iter().map(|(_, w)| format!("{w}@{broker}")).collect()),
+                    || "refused".to_string(),
+                )
+            })
+            .collect();
+        scatter.place_forwarded(answers);
+        let hop = |core: usize, work: CoreWork<&'static str>| {
+            Box::pin(async move {
+                work.into_iter()
+                    .map(|(slot, name)| (slot, format!("{name}@core{core}")))
+                    .collect()
+            }) as BoxFuture<'_, _>
+        };
+        let by_core = std::mem::take(&mut scatter.by_core);
+        let answers = futures_lite::future::block_on(run_all(by_core.into_iter(), hop));
+        scatter.place(answers);
+        let got: Vec<String> = scatter.into_outcomes().collect();
+        assert_eq!(
+            got,
+            [
+                "a-0@core0",
+                "a-1@2",
+                "x-0@here",
+                "b-0@3",
+                "b-1@2",
+                "b-2@core1"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_forwarded_answer_that_misses_parts_refuses_them_all() {
+        let work: BrokerWork<u32> = vec![(Slot(0), 10), (Slot(3), 11)];
+        let refused = forwarded_outcomes(2, work.clone(), Ok(vec![1]), || 6);
+        assert_eq!(refused, [(Slot(0), 6), (Slot(3), 6)]);
+        let failed = forwarded_outcomes(2, work.clone(), Err("unreachable".into()), || 6);
+        assert_eq!(failed, [(Slot(0), 6), (Slot(3), 6)]);
+        let answered = forwarded_outcomes(2, work, Ok(vec![0, 0]), || 6);
+        assert_eq!(answered, [(Slot(0), 0), (Slot(3), 0)]);
+    }
+
+    #[test]
+    fn forwarded_topics_follow_the_request() {
+        // (topic index, partition) parts, in request order.
+        let work: BrokerWork<(usize, i32)> = vec![
+            (Slot(0), (0, 1)),
+            (Slot(1), (0, 4)),
+            (Slot(3), (1, 0)),
+            (Slot(5), (0, 2)),
+        ];
+        let topics = forwarded_topics(
+            &work,
+            |part| part.0,
+            |index| (index, Vec::new()),
+            |topic: &mut (usize, Vec<i32>), part| topic.1.push(part.1),
+        );
+        assert_eq!(topics, [(0, vec![1, 4]), (1, vec![0]), (0, vec![2])]);
     }
 
     #[test]
