@@ -203,6 +203,13 @@ pub const FORWARD_QUEUE_MAX: usize = 256;
 /// Connections that carry forwarded fetches, each one fetch at a time (a
 /// long poll must not hold up another client's answer).
 pub const FORWARD_FETCH_CONNECTIONS_MAX: usize = 16;
+/// Connections that carry forwarded group coordinator requests, per
+/// destination broker and core, each one request at a time (a JoinGroup
+/// waits for the whole group).
+pub const FORWARD_GROUP_CONNECTIONS_MAX: usize = 64;
+/// The largest answer a broker takes from another for a request it
+/// forwarded whole (admin and group requests).
+pub const FORWARDED_ANSWER_BYTES_MAX: usize = 64 << 20;
 /// How long a forwarded Produce, ListOffsets or OffsetForLeaderEpoch may
 /// take at the leader before the part is answered NOT_LEADER_OR_FOLLOWER.
 pub const FORWARD_TIMEOUT_MS: u64 = 30_000;

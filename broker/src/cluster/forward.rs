@@ -12,7 +12,6 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use kafka_protocol::messages::ApiKey;
 
 use crate::controller::{Assignment, Outcome, Refusal, TopicSpec};
@@ -21,11 +20,8 @@ use crate::shard::Shard;
 
 /// How long a forwarded admin request may take.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
-const CONNECT_TIMEOUT: Duration = Duration::from_millis(crate::limits::FORWARD_CONNECT_TIMEOUT_MS);
 /// How long a broker waits for its image to show a forwarded change.
 const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(5);
-/// The largest answer accepted from the controller.
-const RESPONSE_BYTES_MAX: usize = 64 << 20;
 
 /// The APIs that change metadata and so are decided by the active controller.
 pub fn is_controller_api(api_key: ApiKey) -> bool {
@@ -66,7 +62,12 @@ pub fn controller_address(shard: &Shard) -> Option<String> {
 /// the client to retry.
 pub async fn forward(shard: &Rc<Shard>, api_key: ApiKey, frame: &Bytes) -> Option<Bytes> {
     let address = controller_address(shard)?;
-    let answer = glommio::timer::timeout(FORWARD_TIMEOUT, exchange(&address, frame)).await;
+    let answer = glommio::timer::timeout(FORWARD_TIMEOUT, async {
+        exchange(&address, frame)
+            .await
+            .map_err(|e| glommio::GlommioError::<()>::IoError(std::io::Error::other(e)))
+    })
+    .await;
     match answer {
         Ok(answer) => {
             // A read changes nothing here to catch up with.
@@ -82,30 +83,11 @@ pub async fn forward(shard: &Rc<Shard>, api_key: ApiKey, frame: &Bytes) -> Optio
     }
 }
 
-async fn exchange(address: &str, frame: &Bytes) -> glommio::Result<Bytes, ()> {
-    let to_io = |error: std::io::Error| glommio::GlommioError::<()>::IoError(error);
-    let target: std::net::SocketAddr = std::net::ToSocketAddrs::to_socket_addrs(address)
-        .map_err(to_io)?
-        .next()
-        .ok_or_else(|| to_io(std::io::Error::other("the address resolves to nothing")))?;
-    let mut stream = glommio::net::TcpStream::connect_timeout(target, CONNECT_TIMEOUT).await?;
-    let _ = stream.set_nodelay(true);
-    let mut request = Vec::with_capacity(frame.len() + 4);
-    request.extend_from_slice(&(frame.len() as u32).to_be_bytes());
-    request.extend_from_slice(frame);
-    stream.write_all(&request).await.map_err(to_io)?;
-    let mut head = [0u8; 4];
-    stream.read_exact(&mut head).await.map_err(to_io)?;
-    let len = u32::from_be_bytes(head) as usize;
-    if len > RESPONSE_BYTES_MAX {
-        return Err(to_io(std::io::Error::other(format!(
-            "an answer of {len} bytes is above the {RESPONSE_BYTES_MAX}-byte limit"
-        ))));
-    }
-    let mut answer = vec![0u8; len + 4];
-    answer[..4].copy_from_slice(&head);
-    stream.read_exact(&mut answer[4..]).await.map_err(to_io)?;
-    Ok(Bytes::from(answer))
+async fn exchange(address: &str, frame: &Bytes) -> Result<Bytes, String> {
+    let mut stream = super::coordinator_forward::connect(address).await?;
+    super::coordinator_forward::round_trip(&mut stream, frame)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// Waits until this broker's image is at least as new as what the

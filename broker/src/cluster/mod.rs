@@ -19,6 +19,7 @@
 //! file, as before: a quorum of one needs no consensus.
 
 pub mod agent;
+pub mod coordinator_forward;
 pub mod forward;
 pub mod links;
 pub mod net;

@@ -250,6 +250,8 @@ pub async fn handle(
     if let Some(answer) = forward_to_controller(&shard, &frame).await {
         return Ok(Some(answer.into()));
     }
+    // The frame as the client framed it, for a group request forwarded whole.
+    let original = frame.clone();
     let request = codec::decode_header(frame)?;
     let api_key = request.api_key;
     let version = request.api_version;
@@ -266,6 +268,11 @@ pub async fn handle(
         });
     }
     let body = codec::decode_body(&request)?;
+    if let Some(answer) =
+        crate::cluster::coordinator_forward::forward(&shard, &request, &body, &original, peer).await
+    {
+        return Ok(Some(answer.into()));
+    }
     dispatch(shard, &request, body, budget, peer).await
 }
 
@@ -393,12 +400,19 @@ async fn dispatch(
             out.encode(&find_coordinator::handle(&shard, body, version).await)
         }
         RequestKind::JoinGroup(body) => {
-            let client_id = request
-                .client_id
-                .as_ref()
-                .map(|c| c.to_string())
-                .unwrap_or_default();
-            let client_host = peer.map(join_group::client_host).unwrap_or_default();
+            // A JoinGroup another broker forwarded names its member's own.
+            let forwarded =
+                crate::cluster::coordinator_forward::forwarded_client(request.client_id.as_deref());
+            let (client_host, client_id) = forwarded.unwrap_or_else(|| {
+                (
+                    peer.map(join_group::client_host).unwrap_or_default(),
+                    request
+                        .client_id
+                        .as_ref()
+                        .map(|c| c.to_string())
+                        .unwrap_or_default(),
+                )
+            });
             let client = join_group::Client {
                 id: client_id,
                 host: client_host,

@@ -1,0 +1,294 @@
+//! Load-balancer mode: a group coordinator request (JoinGroup, SyncGroup,
+//! Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, OffsetDelete,
+//! DescribeGroups, DeleteGroups) that reaches a broker which does not
+//! coordinate its group goes, as the client framed it, to the broker that
+//! does; its answer comes back unchanged (the correlation id is the
+//! client's). Only the header's client id changes on the way: it becomes
+//! `strom-forward-<this node>/<client host>/<client id>`, so the
+//! coordinator never forwards it again and records the member's own
+//! client id and host ([`forwarded_client`]).
+//!
+//! Each forwarded request takes a connection of its own from a pool per
+//! destination on this core (JoinGroup and SyncGroup wait at the
+//! coordinator for the whole group, minutes at worst, and must not hold
+//! up a heartbeat), at most [`FORWARD_GROUP_CONNECTIONS_MAX`] at once:
+//! beyond, the client's connection waits. When the coordinator cannot be
+//! reached the request is answered here, by a broker that does not
+//! coordinate the group: NOT_COORDINATOR, which sends the client back to
+//! FindCoordinator, as a direct connection to a former coordinator would.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::TcpStream;
+use glommio::sync::Semaphore;
+use kafka_protocol::messages::RequestKind;
+use protocol::codec::RequestFrame;
+
+use super::links::{Origin, FORWARDED_CLIENT_ID_PREFIX};
+use crate::limits::{
+    FORWARDED_ANSWER_BYTES_MAX, FORWARD_CONNECT_TIMEOUT_MS, FORWARD_GROUP_CONNECTIONS_MAX,
+    FORWARD_TIMEOUT_MS,
+};
+use crate::shard::Shard;
+
+/// The groups a request is for, if it is a group coordinator request.
+fn groups(body: &RequestKind) -> Vec<&str> {
+    match body {
+        RequestKind::JoinGroup(r) => vec![r.group_id.0.as_str()],
+        RequestKind::SyncGroup(r) => vec![r.group_id.0.as_str()],
+        RequestKind::Heartbeat(r) => vec![r.group_id.0.as_str()],
+        RequestKind::LeaveGroup(r) => vec![r.group_id.0.as_str()],
+        RequestKind::OffsetCommit(r) => vec![r.group_id.0.as_str()],
+        RequestKind::OffsetDelete(r) => vec![r.group_id.0.as_str()],
+        RequestKind::OffsetFetch(r) if r.groups.is_empty() => vec![r.group_id.0.as_str()],
+        RequestKind::OffsetFetch(r) => r.groups.iter().map(|g| g.group_id.0.as_str()).collect(),
+        RequestKind::DescribeGroups(r) => r.groups.iter().map(|g| g.0.as_str()).collect(),
+        RequestKind::DeleteGroups(r) => r.groups_names.iter().map(|g| g.0.as_str()).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// How long a forwarded SyncGroup may wait for the leader's assignment:
+/// Kafka's default rebalance timeout (`max.poll.interval.ms`).
+const SYNC_WAIT_MS: u64 = 300_000;
+
+/// How long the coordinator may take: a JoinGroup waits up to the
+/// group's rebalance timeout for the other members, a SyncGroup for the
+/// leader's assignment; the rest answer at once.
+fn timeout(body: &RequestKind) -> Duration {
+    let wait_ms = match body {
+        RequestKind::JoinGroup(r) => {
+            u64::try_from(r.rebalance_timeout_ms.max(r.session_timeout_ms)).unwrap_or(0)
+        }
+        RequestKind::SyncGroup(_) => SYNC_WAIT_MS,
+        _ => 0,
+    };
+    Duration::from_millis(wait_ms + FORWARD_TIMEOUT_MS)
+}
+
+/// Forwards `frame` (the whole request, without its length prefix) to
+/// the coordinator of its group when that is another live broker and
+/// this one is in load-balancer mode; the coordinator's answer (a whole
+/// response frame with its length prefix). `None`: answered here.
+pub async fn forward(
+    shard: &Rc<Shard>,
+    request: &RequestFrame,
+    body: &RequestKind,
+    frame: &Bytes,
+    peer: Option<IpAddr>,
+) -> Option<Bytes> {
+    if !shard.config.balancer_enable
+        || shard.cluster().is_none()
+        || Origin::of(request.client_id.as_deref()) == Origin::Forwarded
+    {
+        return None;
+    }
+    let groups = groups(body);
+    let mut coordinator = None;
+    for group in &groups {
+        let found = crate::group::manager::coordinator(shard, group)
+            .await
+            .ok()?;
+        if coordinator.is_some_and(|c| c != found) {
+            // Groups of several coordinators: each answered here (the
+            // ones coordinated elsewhere NOT_COORDINATOR).
+            return None;
+        }
+        coordinator = Some(found);
+    }
+    let coordinator = coordinator?;
+    if coordinator == shard.config.node_id || !shard.metadata.image().is_live(coordinator) {
+        return None;
+    }
+    // The host without its leading '/', which stands between the parts.
+    let host = peer
+        .map(crate::handlers::join_group::client_host)
+        .unwrap_or_default();
+    let host = host.trim_start_matches('/');
+    let marked = format!(
+        "{FORWARDED_CLIENT_ID_PREFIX}{}/{host}/{}",
+        shard.config.node_id,
+        request.client_id.as_deref().unwrap_or("")
+    );
+    let framed = with_client_id(frame, &marked)?;
+    let started = Instant::now();
+    let bytes_out = framed.len() as u64;
+    let answer = exchange(shard, coordinator, framed, timeout(body)).await;
+    crate::metrics::record_forward(crate::metrics::Forwarded {
+        broker: coordinator,
+        api_key: request.api_key as i16,
+        bytes_out,
+        bytes_in: answer.as_ref().map_or(0, |a| a.len() as u64),
+        latency_us: started.elapsed().as_micros() as u64,
+        failed: answer.is_err(),
+    });
+    match answer {
+        Ok(answer) => Some(answer),
+        Err(error) => {
+            tracing::info!(
+                coordinator,
+                api = ?request.api_key,
+                %error,
+                "cannot forward a group request to its coordinator: answered here"
+            );
+            None
+        }
+    }
+}
+
+/// The client host and id a forwarded request carries for its client
+/// (see the module documentation); `None` for a request from a client.
+pub fn forwarded_client(client_id: Option<&str>) -> Option<(String, String)> {
+    let marked = client_id?.strip_prefix(FORWARDED_CLIENT_ID_PREFIX)?;
+    let (_node, rest) = marked.split_once('/')?;
+    let (host, client) = rest.split_once('/')?;
+    Some((format!("/{host}"), client.to_string()))
+}
+
+/// `frame` with its header's client id replaced by `client_id` (every
+/// request header version has it at the same place, as a nullable
+/// string); `None` for a frame too short to hold one.
+fn with_client_id(frame: &Bytes, client_id: &str) -> Option<Bytes> {
+    let len_at = 8;
+    let old = i16::from_be_bytes(frame.get(len_at..len_at + 2)?.try_into().ok()?);
+    let rest_at = len_at + 2 + usize::try_from(old.max(0)).ok()?;
+    let rest = frame.get(rest_at..)?;
+    let new_len = i16::try_from(client_id.len()).ok()?;
+    let mut out = Vec::with_capacity(rest_at + client_id.len() + rest.len());
+    out.extend_from_slice(&frame[..len_at]);
+    out.extend_from_slice(&new_len.to_be_bytes());
+    out.extend_from_slice(client_id.as_bytes());
+    out.extend_from_slice(rest);
+    Some(Bytes::from(out))
+}
+
+/// This core's connections to one coordinator: idle ones, and the bound
+/// on those in use.
+struct Pool {
+    idle: RefCell<Vec<(String, TcpStream)>>,
+    slots: Semaphore,
+}
+
+thread_local! {
+    static POOLS: RefCell<HashMap<i32, Rc<Pool>>> = RefCell::new(HashMap::new());
+}
+
+fn pool(broker: i32) -> Rc<Pool> {
+    POOLS.with_borrow_mut(|pools| {
+        pools
+            .entry(broker)
+            .or_insert_with(|| {
+                Rc::new(Pool {
+                    idle: RefCell::new(Vec::new()),
+                    slots: Semaphore::new(FORWARD_GROUP_CONNECTIONS_MAX as u64),
+                })
+            })
+            .clone()
+    })
+}
+
+/// Sends `frame` to `broker` on a pooled connection and reads its answer.
+async fn exchange(
+    shard: &Rc<Shard>,
+    broker: i32,
+    frame: Bytes,
+    limit: Duration,
+) -> Result<Bytes, String> {
+    let address = super::broker_address(&shard.metadata.image(), broker)
+        .ok_or_else(|| format!("broker {broker} is not registered or is fenced"))?;
+    let pool = pool(broker);
+    let _slot = pool
+        .slots
+        .acquire_permit(1)
+        .await
+        .map_err(|e| e.to_string())?;
+    let idle = pool.idle.borrow_mut().pop();
+    let mut stream = match idle {
+        Some((at, stream)) if at == address => stream,
+        _ => connect(&address).await?,
+    };
+    let answer = glommio::timer::timeout(limit, async {
+        round_trip(&mut stream, &frame)
+            .await
+            .map_err(glommio::GlommioError::<()>::IoError)
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    pool.idle.borrow_mut().push((address, stream));
+    Ok(answer)
+}
+
+pub(super) async fn connect(address: &str) -> Result<TcpStream, String> {
+    let target: std::net::SocketAddr = std::net::ToSocketAddrs::to_socket_addrs(address)
+        .map_err(|e| e.to_string())?
+        .next()
+        .ok_or_else(|| format!("{address} resolves to nothing"))?;
+    let stream =
+        TcpStream::connect_timeout(target, Duration::from_millis(FORWARD_CONNECT_TIMEOUT_MS))
+            .await
+            .map_err(|e| e.to_string())?;
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
+/// Writes one request frame (with its length prefix) and reads one whole
+/// response frame (returned with its length prefix).
+pub(super) async fn round_trip(stream: &mut TcpStream, frame: &[u8]) -> std::io::Result<Bytes> {
+    let max = FORWARDED_ANSWER_BYTES_MAX;
+    let mut request = Vec::with_capacity(frame.len() + 4);
+    request.extend_from_slice(&(frame.len() as u32).to_be_bytes());
+    request.extend_from_slice(frame);
+    stream.write_all(&request).await?;
+    let mut head = [0u8; 4];
+    stream.read_exact(&mut head).await?;
+    let len = u32::from_be_bytes(head) as usize;
+    if len > max {
+        return Err(std::io::Error::other(format!(
+            "an answer of {len} bytes is above the {max}-byte limit"
+        )));
+    }
+    let mut answer = vec![0u8; len + 4];
+    answer[..4].copy_from_slice(&head);
+    stream.read_exact(&mut answer[4..]).await?;
+    Ok(Bytes::from(answer))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_client_id_is_replaced_and_read_back() {
+        // api key 12, version 4, correlation id 7, client id "app", body.
+        let mut frame = vec![0, 12, 0, 4, 0, 0, 0, 7, 0, 3];
+        frame.extend_from_slice(b"app");
+        frame.extend_from_slice(b"\x00body");
+        let marked = with_client_id(&Bytes::from(frame), "strom-forward-2/10.0.0.1/app/x").unwrap();
+        assert_eq!(&marked[..8], &[0, 12, 0, 4, 0, 0, 0, 7]);
+        let len = i16::from_be_bytes([marked[8], marked[9]]) as usize;
+        let id = std::str::from_utf8(&marked[10..10 + len]).unwrap();
+        assert_eq!(id, "strom-forward-2/10.0.0.1/app/x");
+        assert_eq!(&marked[10 + len..], b"\x00body");
+        assert_eq!(Origin::of(Some(id)), Origin::Forwarded);
+        assert_eq!(
+            forwarded_client(Some(id)),
+            Some(("/10.0.0.1".to_string(), "app/x".to_string()))
+        );
+        assert_eq!(forwarded_client(Some("app")), None);
+        // A null client id, and a frame cut inside the header.
+        let null = Bytes::from(vec![0, 12, 0, 4, 0, 0, 0, 7, 0xff, 0xff, 9]);
+        let marked = with_client_id(&null, "m").unwrap();
+        assert_eq!(&marked[8..], &[0, 1, b'm', 9]);
+        assert!(with_client_id(
+            &Bytes::from_static(&[0, 12, 0, 4, 0, 0, 0, 7, 0, 9, 1]),
+            "m"
+        )
+        .is_none());
+    }
+}
