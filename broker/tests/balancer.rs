@@ -47,7 +47,7 @@ use protocol::kafka_protocol::messages::{
 };
 use protocol::kafka_protocol::protocol::StrBytes;
 use test_support::cluster::Cluster;
-use test_support::{free_port, poll_until, run};
+use test_support::{free_port, poll_until, run, wait_deadline};
 
 const TOPIC: &str = "balanced";
 const PARTITIONS: i32 = 6;
@@ -106,7 +106,13 @@ impl HaProxy {
         let servers: String = backends
             .iter()
             .enumerate()
-            .map(|(i, backend)| format!("    server broker{} 127.0.0.1:{backend}\n", i + 1))
+            // TCP health checks: a broker that is down gets no connections.
+            .map(|(i, backend)| {
+                format!(
+                    "    server broker{} 127.0.0.1:{backend} check inter 500 fall 2 rise 2\n",
+                    i + 1
+                )
+            })
             .collect();
         let config = format!(
             "global\n    maxconn 4096\n\n\
@@ -197,17 +203,20 @@ fn forwarded(cluster: &Cluster, api: &str) -> u64 {
     cluster
         .nodes
         .iter()
-        .map(|node| {
-            let admin = format!("127.0.0.1:{}", node.ports.admin);
-            let (_, body) = common::admin::http_get(&admin, "/metrics");
-            body.lines()
-                .filter(|line| {
-                    line.starts_with("strom_forwarded_requests_total{shard=\"all\"")
-                        && line.contains(&format!("api=\"{api}\""))
-                })
-                .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
-                .sum::<u64>()
+        .map(|node| forwarded_by(cluster, node.id, api))
+        .sum()
+}
+
+/// Node `id`'s `strom_forwarded_requests_total` for `api` (all shards).
+fn forwarded_by(cluster: &Cluster, id: i32, api: &str) -> u64 {
+    let admin = format!("127.0.0.1:{}", cluster.node(id).ports.admin);
+    let (_, body) = common::admin::http_get(&admin, "/metrics");
+    body.lines()
+        .filter(|line| {
+            line.starts_with("strom_forwarded_requests_total{shard=\"all\"")
+                && line.contains(&format!("api=\"{api}\""))
         })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
         .sum()
 }
 
@@ -820,4 +829,102 @@ fn with_one_broker_listed_kcat_and_confluent_kafka_read_back_every_record() {
     });
     python_roundtrip(&balanced, &python_topic, PYTHON_RECORDS);
     assert_forwarded(&balanced.cluster, &["Produce", "Fetch", "ListOffsets"]);
+}
+
+/// Records the group test writes through the balancer.
+const GROUP_RECORDS: usize = 100_000;
+
+#[test]
+fn a_group_and_a_producer_carry_on_through_a_round_robin_balancer_while_a_broker_is_killed() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (mut balanced, _) = balanced(&[], Balance::RoundRobin, TOPIC);
+    let bootstrap = balanced.haproxy.bootstrap();
+
+    // Admin changes through the balancer, whichever broker each lands on.
+    let admin = run(
+        Command::new("python3")
+            .arg(script())
+            .args(["admin", &bootstrap, "balanced-admin"]),
+        None,
+        CLIENT_DEADLINE,
+    );
+    assert!(
+        admin.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&admin.stdout),
+        String::from_utf8_lossy(&admin.stderr)
+    );
+
+    // An idempotent acks=all producer and a group of three, all through
+    // the balancer; a broker is killed with kill -9 once a fifth is read.
+    let dir = tempfile::tempdir().unwrap();
+    let progress = dir.path().join("progress");
+    let mut client = Command::new("python3")
+        .arg(script())
+        .args([
+            "group",
+            &bootstrap,
+            TOPIC,
+            &PARTITIONS.to_string(),
+            &GROUP_RECORDS.to_string(),
+        ])
+        .arg(&progress)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let read_so_far = || {
+        std::fs::read_to_string(&progress)
+            .ok()
+            .and_then(|s| s.trim().parse::<usize>().ok())
+    };
+    let started = poll_until(CLIENT_DEADLINE, || {
+        if let Some(status) = client.try_wait().unwrap() {
+            panic!("the group client ended early ({status})");
+        }
+        read_so_far().filter(|&n| n >= GROUP_RECORDS / 5)
+    });
+    assert!(
+        started.is_some(),
+        "the group read too little\n{}",
+        balanced.cluster.logs()
+    );
+    balanced.cluster.node_mut(3).broker.kill();
+    let status = wait_deadline(&mut client, CLIENT_DEADLINE).unwrap_or_else(|| {
+        let _ = client.kill();
+        panic!(
+            "the group client did not finish\n{}",
+            balanced.cluster.logs()
+        )
+    });
+    let output = client.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(
+        status.success(),
+        "{stdout}\n{}\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        balanced.cluster.logs()
+    );
+    assert!(
+        stdout.contains(&format!(
+            "produced {GROUP_RECORDS} consumed {GROUP_RECORDS} "
+        )) && stdout.contains("members 3"),
+        "{stdout}"
+    );
+    println!("through the balancer, broker 3 killed: {stdout}");
+    for api in [
+        "JoinGroup",
+        "SyncGroup",
+        "Heartbeat",
+        "OffsetCommit",
+        "Produce",
+        "Fetch",
+    ] {
+        let count: u64 = [1, 2]
+            .iter()
+            .map(|&id| forwarded_by(&balanced.cluster, id, api))
+            .sum();
+        assert!(count > 0, "no {api} request was forwarded");
+        println!("{api} requests forwarded: {count}");
+    }
 }

@@ -12,15 +12,33 @@ Usage:
       the order produced; the watermarks (ListOffsets) agree with what was
       read; offsets_for_times finds the first record of each partition.
       Prints "produced N consumed N".
+  group BOOTSTRAP TOPIC PARTITIONS COUNT PROGRESS_FILE
+      an idempotent acks=all producer writes COUNT keyed records with
+      headers at a steady pace while three consumers of one group (each
+      its own connections, committing after each batch) read them; the
+      count read so far goes to PROGRESS_FILE (the test times a kill by
+      it). Checks: every acknowledged record read, byte-exact, at the
+      offset its delivery report gave; no record at two offsets; each
+      member's reads of a key in order; all three members got
+      partitions; at the end the group's committed offsets are the high
+      watermarks. A record read again after a rebalance is counted
+      ("reread"), as Kafka's at-least-once delivery allows. Prints
+      "produced N consumed N reread R members 3".
+  admin BOOTSTRAP TOPIC
+      AdminClient through the balancer: creates TOPIC (3 partitions, 3
+      replicas), describes it, deletes it, each seen in the metadata.
 """
 
 import sys
+import threading
 import time
+import uuid
 import zlib
 
 from checks import check, fail
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
 DEADLINE_S = 300
 
@@ -41,7 +59,7 @@ def key_of(i):
     return f"k-{i // 10}".encode()
 
 
-def produce(bootstrap, topic, count):
+def produce(bootstrap, topic, count, rate=None):
     producer = Producer({
         "bootstrap.servers": bootstrap,
         "enable.idempotence": True,
@@ -65,7 +83,11 @@ def produce(bootstrap, topic, count):
         return on_delivery
 
     deadline = time.time() + DEADLINE_S
+    started = time.time()
     for i in range(count):
+        # At `rate` records/s, if given: faults land mid-stream.
+        while rate is not None and i / rate > time.time() - started:
+            producer.poll(0.01)
         while True:
             try:
                 producer.produce(topic, key=key_of(i), value=value_of(i), headers=headers_of(i),
@@ -135,16 +157,168 @@ def consume(bootstrap, topic, partitions, delivered):
     return len(seen)
 
 
+GROUP_MEMBERS = 3
+
+
+def group(bootstrap, topic, partitions, count, progress_file):
+    group_id = f"balanced-{uuid.uuid4()}"
+    delivered = {}
+    produced = threading.Event()
+    producer_error = []
+
+    def producing():
+        try:
+            delivered.update(produce(bootstrap, topic, count, rate=2000))
+        except SystemExit as error:
+            producer_error.append(str(error))
+        except Exception as error:  # reported below, not lost in the thread
+            producer_error.append(repr(error))
+        produced.set()
+
+    lock = threading.Lock()
+    reads = []  # (member, partition, offset, key, value, headers)
+    member_partitions = [set() for _ in range(GROUP_MEMBERS)]
+    errors = []
+    stop = threading.Event()
+
+    def member(n):
+        consumer = Consumer({
+            "bootstrap.servers": bootstrap,
+            "group.id": group_id,
+            "client.id": f"member-{n}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 200,
+            "session.timeout.ms": 10000,
+            "heartbeat.interval.ms": 1000,
+        })
+        consumer.subscribe([topic])
+        try:
+            while not stop.is_set():
+                messages = consumer.consume(500, timeout=0.5)
+                batch = []
+                for message in messages:
+                    if message.error():
+                        if not message.error().retriable():
+                            errors.append(f"member {n}: {message.error()}")
+                        continue
+                    batch.append((n, message.partition(), message.offset(), message.key(),
+                                  message.value(), message.headers()))
+                    member_partitions[n].add(message.partition())
+                if batch:
+                    with lock:
+                        reads.extend(batch)
+                        done = len(reads)
+                    with open(progress_file, "w") as out:
+                        out.write(str(done))
+                    try:
+                        consumer.commit(asynchronous=False)
+                    except Exception as error:
+                        # A commit refused during a rebalance or a failover:
+                        # those records are read again, as Kafka allows.
+                        if "REBALANCE" not in str(error) and "COORDINATOR" not in str(error) \
+                                and "UNKNOWN_MEMBER" not in str(error) \
+                                and "ILLEGAL_GENERATION" not in str(error):
+                            errors.append(f"member {n} commit: {error}")
+        finally:
+            consumer.close()
+
+    threads = [threading.Thread(target=producing)]
+    threads += [threading.Thread(target=member, args=(n,)) for n in range(GROUP_MEMBERS)]
+    for thread in threads:
+        thread.start()
+    deadline = time.time() + DEADLINE_S
+    try:
+        while True:
+            check(time.time() < deadline, f"read {len(reads)} records, {len(delivered)} delivered")
+            check(not errors, f"consumer errors: {errors[:5]}")
+            if produced.is_set():
+                check(not producer_error, f"producer: {producer_error}")
+                with lock:
+                    read_at = {(r[1], r[2]) for r in reads}
+                if all(at in read_at for at in delivered.values()):
+                    break
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+    check(not errors, f"consumer errors: {errors[:5]}")
+
+    index_at = {at: i for i, at in delivered.items()}
+    first_read = {}
+    reread = 0
+    last_of_key = {}
+    for n, partition, offset, key, value, headers in reads:
+        at = (partition, offset)
+        check(at in index_at, f"a record at {at} that no delivery report named")
+        i = index_at[at]
+        check(key == key_of(i), f"record {i}: key differs")
+        check(value == value_of(i), f"record {i}: value differs")
+        check(headers == headers_of(i), f"record {i}: headers differ: {headers}")
+        if at in first_read:
+            reread += 1
+            continue
+        first_read[at] = n
+        last = last_of_key.get((n, key), -1)
+        check(last < i, f"record {i}: member {n} read key {key} out of order")
+        last_of_key[(n, key)] = i
+    check(len(first_read) == len(delivered), f"{len(first_read)} of {len(delivered)} read")
+    members = sum(1 for p in member_partitions if p)
+    check(members == GROUP_MEMBERS, f"only {members} members got partitions")
+
+    # The committed offsets are where the records end.
+    checker = Consumer({"bootstrap.servers": bootstrap, "group.id": group_id,
+                        "enable.auto.commit": False})
+    ends = {}
+    for partition, offset in delivered.values():
+        ends[partition] = max(ends.get(partition, -1), offset + 1)
+    committed = checker.committed([TopicPartition(topic, p) for p in range(partitions)],
+                                  timeout=30)
+    for tp in committed:
+        check(tp.offset == ends.get(tp.partition, 0),
+              f"partition {tp.partition}: committed {tp.offset}, end {ends.get(tp.partition)}")
+    checker.close()
+    print(f"produced {len(delivered)} consumed {len(first_read)} reread {reread} "
+          f"members {members}")
+
+
+def admin(bootstrap, topic):
+    client = AdminClient({"bootstrap.servers": bootstrap})
+    futures = client.create_topics([NewTopic(topic, num_partitions=3, replication_factor=3)])
+    futures[topic].result(timeout=60)
+    deadline = time.time() + 60
+    while True:
+        listed = client.list_topics(topic, timeout=10).topics.get(topic)
+        if listed is not None and listed.error is None and len(listed.partitions) == 3 \
+                and all(len(p.replicas) == 3 for p in listed.partitions.values()):
+            break
+        check(time.time() < deadline, f"{topic} not described with 3 partitions of 3 replicas")
+        time.sleep(0.2)
+    client.delete_topics([topic])[topic].result(timeout=60)
+    while topic in client.list_topics(timeout=10).topics:
+        check(time.time() < deadline, f"{topic} still listed after its deletion")
+        time.sleep(0.2)
+    print(f"created, described and deleted {topic}")
+
+
 def main():
-    if len(sys.argv) != 6 or sys.argv[1] != "roundtrip":
+    mode = sys.argv[1] if len(sys.argv) > 1 else ""
+    if mode == "roundtrip" and len(sys.argv) == 6:
+        _, _, bootstrap, topic, partitions, count = sys.argv
+        partitions, count = int(partitions), int(count)
+        delivered = produce(bootstrap, topic, count)
+        used = {partition for partition, _ in delivered.values()}
+        check(len(used) == partitions, f"records went to partitions {sorted(used)} only")
+        consumed = consume(bootstrap, topic, partitions, delivered)
+        print(f"produced {len(delivered)} consumed {consumed}")
+    elif mode == "group" and len(sys.argv) == 7:
+        _, _, bootstrap, topic, partitions, count, progress_file = sys.argv
+        group(bootstrap, topic, int(partitions), int(count), progress_file)
+    elif mode == "admin" and len(sys.argv) == 4:
+        admin(sys.argv[2], sys.argv[3])
+    else:
         fail(__doc__)
-    _, _, bootstrap, topic, partitions, count = sys.argv
-    partitions, count = int(partitions), int(count)
-    delivered = produce(bootstrap, topic, count)
-    used = {partition for partition, _ in delivered.values()}
-    check(len(used) == partitions, f"records went to partitions {sorted(used)} only")
-    consumed = consume(bootstrap, topic, partitions, delivered)
-    print(f"produced {len(delivered)} consumed {consumed}")
 
 
 if __name__ == "__main__":
