@@ -855,6 +855,37 @@ fn a_group_and_a_producer_carry_on_through_a_round_robin_balancer_while_a_broker
         String::from_utf8_lossy(&admin.stderr)
     );
 
+    // kafka-python: a producer and a group member through the balancer,
+    // on a topic of their own.
+    let kafka_python_topic = format!("{TOPIC}-kafka-python");
+    create_topic(&balanced.cluster, &bootstrap, &kafka_python_topic);
+    balanced
+        .cluster
+        .wait_for("the kafka-python topic in sync", || {
+            let (_, partitions) = metadata(&bootstrap, &kafka_python_topic)?;
+            (partitions.len() == PARTITIONS as usize
+                && partitions
+                    .values()
+                    .all(|&(leader, isr)| leader > 0 && isr == 3))
+            .then_some(())
+        });
+    let python = run(
+        Command::new("python3").arg(script()).args([
+            "kafka_python",
+            &bootstrap,
+            &kafka_python_topic,
+            "3000",
+        ]),
+        None,
+        CLIENT_DEADLINE,
+    );
+    let said = String::from_utf8_lossy(&python.stdout).to_string();
+    assert!(
+        python.status.success() && said.contains("kafka-python produced 3000 consumed 3000"),
+        "{said}\n{}",
+        String::from_utf8_lossy(&python.stderr)
+    );
+
     // An idempotent acks=all producer and a group of three, all through
     // the balancer; a broker is killed with kill -9 once a fifth is read.
     let dir = tempfile::tempdir().unwrap();

@@ -24,6 +24,12 @@ Usage:
       watermarks. A record read again after a rebalance is counted
       ("reread"), as Kafka's at-least-once delivery allows. Prints
       "produced N consumed N reread R members 3".
+  kafka_python BOOTSTRAP TOPIC COUNT
+      kafka-python through the balancer: an idempotent acks=all
+      KafkaProducer writes COUNT keyed records with headers, a
+      KafkaConsumer of a group reads them all back byte-exact at the
+      offsets the producer was told and commits; the committed offsets
+      are the log ends. Prints "kafka-python produced N consumed N".
   admin BOOTSTRAP TOPIC
       AdminClient through the balancer: creates TOPIC (3 partitions, 3
       replicas), describes it, deletes it, each seen in the metadata.
@@ -37,7 +43,7 @@ import zlib
 
 from checks import check, fail
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 DEADLINE_S = 300
@@ -158,6 +164,14 @@ def consume(bootstrap, topic, partitions, delivered):
 
 
 GROUP_MEMBERS = 3
+# Commit refusals that a rebalance or a coordinator failover brings: the
+# member's records are read again by whoever gets its partitions.
+REBALANCING = {
+    KafkaError._ASSIGNMENT_LOST, KafkaError.REBALANCE_IN_PROGRESS,
+    KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID,
+    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError._NO_OFFSET,
+}
 
 
 def group(bootstrap, topic, partitions, count, progress_file):
@@ -213,12 +227,10 @@ def group(bootstrap, topic, partitions, count, progress_file):
                         out.write(str(done))
                     try:
                         consumer.commit(asynchronous=False)
-                    except Exception as error:
+                    except KafkaException as error:
                         # A commit refused during a rebalance or a failover:
                         # those records are read again, as Kafka allows.
-                        if "REBALANCE" not in str(error) and "COORDINATOR" not in str(error) \
-                                and "UNKNOWN_MEMBER" not in str(error) \
-                                and "ILLEGAL_GENERATION" not in str(error):
+                        if error.args[0].code() not in REBALANCING:
                             errors.append(f"member {n} commit: {error}")
         finally:
             consumer.close()
@@ -283,6 +295,46 @@ def group(bootstrap, topic, partitions, count, progress_file):
           f"members {members}")
 
 
+def kafka_python(bootstrap, topic, count):
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KafkaTopicPartition
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
+                             retries=20, request_timeout_ms=30000)
+    futures = [(i, producer.send(topic, key=key_of(i), value=value_of(i), headers=headers_of(i)))
+               for i in range(count)]
+    producer.flush(timeout=DEADLINE_S)
+    delivered = {}
+    for i, future in futures:
+        metadata = future.get(timeout=DEADLINE_S)
+        delivered[(metadata.partition, metadata.offset)] = i
+    producer.close()
+    group_id = f"kafka-python-{uuid.uuid4()}"
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group_id,
+                             auto_offset_reset="earliest", enable_auto_commit=False,
+                             consumer_timeout_ms=1000)
+    seen = set()
+    deadline = time.time() + DEADLINE_S
+    while len(seen) < len(delivered):
+        check(time.time() < deadline, f"kafka-python read {len(seen)} of {len(delivered)}")
+        for message in consumer:
+            at = (message.partition, message.offset)
+            check(at in delivered, f"a record at {at} that the producer was not told of")
+            i = delivered[at]
+            check(message.key == key_of(i) and message.value == value_of(i),
+                  f"record {i}: differs")
+            check(list(message.headers) == headers_of(i), f"record {i}: headers differ")
+            seen.add(at)
+        consumer.commit()
+    ends = {}
+    for partition, offset in delivered:
+        ends[partition] = max(ends.get(partition, -1), offset + 1)
+    for partition, end in ends.items():
+        committed = consumer.committed(KafkaTopicPartition(topic, partition))
+        check(committed == end, f"partition {partition}: committed {committed}, end {end}")
+    consumer.close()
+    print(f"kafka-python produced {len(delivered)} consumed {len(seen)}")
+
+
 def admin(bootstrap, topic):
     client = AdminClient({"bootstrap.servers": bootstrap})
     futures = client.create_topics([NewTopic(topic, num_partitions=3, replication_factor=3)])
@@ -315,6 +367,8 @@ def main():
     elif mode == "group" and len(sys.argv) == 7:
         _, _, bootstrap, topic, partitions, count, progress_file = sys.argv
         group(bootstrap, topic, int(partitions), int(count), progress_file)
+    elif mode == "kafka_python" and len(sys.argv) == 5:
+        kafka_python(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     elif mode == "admin" and len(sys.argv) == 4:
         admin(sys.argv[2], sys.argv[3])
     else:
