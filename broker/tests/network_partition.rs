@@ -19,11 +19,14 @@
 //! Needs root (network namespaces); elsewhere it prints
 //! `SKIPPED: network namespaces not available: ...` and returns.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+mod common;
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::acks::{acks, now_ms, replication_script, Reaped};
 use test_support::cluster::Cluster;
 use test_support::netns::Network;
 use test_support::{poll_until, run, strom_bin, wait_deadline};
@@ -47,17 +50,6 @@ const CUT_RESUME_DEADLINE: Duration = Duration::from_secs(40);
 const SETTLE_DEADLINE: Duration = Duration::from_secs(60);
 const PRODUCER_DEADLINE: Duration = Duration::from_secs(300);
 const KCAT_DEADLINE: Duration = Duration::from_secs(20);
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
-
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/replication_check.py")
-}
 
 /// What one broker's metadata says, as kcat in the client's namespace
 /// lists it through `bootstrap` (naming `TOPIC` only once it exists: a
@@ -121,35 +113,6 @@ fn all_in_sync(network: &Network, bootstrap: &str) -> Option<Listed> {
                 .values()
                 .all(|(leader, isr)| *leader > 0 && isr.len() == 3)
     })
-}
-
-/// An acknowledgement: key, partition, when it came, when the record was sent.
-type Ack = (String, i32, u64, u64);
-
-fn acks(path: &Path) -> Vec<Ack> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|line| {
-            let mut parts = line.split_whitespace();
-            let key = parts.next()?.to_string();
-            let partition = parts.next()?.parse().ok()?;
-            let _offset = parts.next()?;
-            let at = parts.next()?.parse().ok()?;
-            let sent = parts.next()?.parse().ok()?;
-            Some((key, partition, at, sent))
-        })
-        .collect()
-}
-
-/// A child process killed and reaped when the test ends, however it ends.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// Whom a round cuts off from the two other brokers.
@@ -393,7 +356,7 @@ fn an_isolated_leader_acknowledges_nothing_it_cannot_keep_and_rejoins() {
     let mut producer = Reaped(
         network
             .command(CLIENT, "python3")
-            .arg(script())
+            .arg(replication_script())
             .args(["produce", &cluster.bootstrap(), TOPIC])
             .arg(&stop_file)
             .arg(&acks_file)
@@ -440,7 +403,7 @@ fn an_isolated_leader_acknowledges_nothing_it_cannot_keep_and_rejoins() {
     let output = run(
         network
             .command(CLIENT, "python3")
-            .arg(script())
+            .arg(replication_script())
             .args(["check", &cluster.bootstrap(), TOPIC])
             .arg(&acks_file),
         None,

@@ -10,10 +10,10 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
+use common::acks::{acks, now_ms, replication_script, Ack, Reaped};
 use common::SoakBudget;
 use test_support::cluster::Cluster;
 use test_support::{poll_until, run, strom_ok, wait_deadline};
@@ -91,47 +91,6 @@ fn create_replicated(cluster: &Cluster, topic: &str, partitions: i32, configs: &
     strom_ok(&cluster.node(1).broker, &args);
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
-
-/// An acknowledgement: key, partition, when it came, when the record was sent.
-type Ack = (String, i32, u64, u64);
-
-/// Every acknowledgement so far.
-fn acks(path: &Path) -> Vec<Ack> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|line| {
-            let mut parts = line.split_whitespace();
-            let key = parts.next()?.to_string();
-            let partition = parts.next()?.parse().ok()?;
-            let _offset = parts.next()?;
-            let at = parts.next()?.parse().ok()?;
-            let sent = parts.next()?.parse().ok()?;
-            Some((key, partition, at, sent))
-        })
-        .collect()
-}
-
-/// A child process killed and reaped when the test ends, however it ends.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn script() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/replication_check.py")
-}
-
 /// The idempotent acks=all producer of `tests/clients/replication_check.py`
 /// writing to `topic` until its stop file exists, with its files in a
 /// temporary directory.
@@ -144,7 +103,7 @@ impl Producing {
     fn start(bootstrap: &str, topic: &str) -> Producing {
         let dir = tempfile::tempdir().unwrap();
         let child = Command::new("python3")
-            .arg(script())
+            .arg(replication_script())
             .args(["produce", bootstrap, topic])
             .arg(dir.path().join("stop"))
             .arg(dir.path().join("acks"))
@@ -180,7 +139,7 @@ impl Producing {
         assert!(produced.contains("failed: 0"), "{produced}");
         let output = run(
             Command::new("python3")
-                .arg(script())
+                .arg(replication_script())
                 .args(["check", bootstrap, topic])
                 .arg(self.dir.path().join("acks")),
             None,

@@ -6,6 +6,7 @@
 
 #![allow(dead_code)]
 
+pub mod acks;
 pub mod admin;
 pub mod hostile;
 pub mod raw;
