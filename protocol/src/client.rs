@@ -24,7 +24,7 @@ use futures_lite::io::{AsyncBufRead, AsyncReadExt, AsyncWriteExt, BufReader, Rea
 use glommio::net::TcpStream;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader};
-use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+use kafka_protocol::protocol::{Decodable, HeaderVersion, Request, StrBytes};
 
 use crate::frame::LENGTH_PREFIX_BYTES;
 
@@ -449,7 +449,19 @@ impl Connection {
         request: &R,
         version: i16,
     ) -> Result<Pending<R::Response>, ClientError> {
-        let correlation_id = self.write_request(request, version).await?;
+        self.send_sharing(request, version, &[]).await
+    }
+
+    /// Writes a request whose byte fields that are slices of `shared`
+    /// (at least 16 KiB; a forwarded produce's record batches) go to the
+    /// socket from those buffers, not copied into the frame.
+    pub async fn send_sharing<R: Request>(
+        &mut self,
+        request: &R,
+        version: i16,
+        shared: &[Bytes],
+    ) -> Result<Pending<R::Response>, ClientError> {
+        let correlation_id = self.write_request(request, version, shared).await?;
         self.in_flight.push_back(correlation_id);
         Ok(Pending {
             correlation_id,
@@ -465,7 +477,21 @@ impl Connection {
         request: &R,
         version: i16,
     ) -> Result<(), ClientError> {
-        self.write_request(request, version).await.map(|_| ())
+        self.send_without_response_sharing(request, version, &[])
+            .await
+    }
+
+    /// [`Connection::send_without_response`], sharing as
+    /// [`Connection::send_sharing`] does.
+    pub async fn send_without_response_sharing<R: Request>(
+        &mut self,
+        request: &R,
+        version: i16,
+        shared: &[Bytes],
+    ) -> Result<(), ClientError> {
+        self.write_request(request, version, shared)
+            .await
+            .map(|_| ())
     }
 
     /// Resolves once response bytes are waiting to be read (or the stream
@@ -498,6 +524,7 @@ impl Connection {
         &mut self,
         request: &R,
         version: i16,
+        shared: &[Bytes],
     ) -> Result<i32, ClientError> {
         self.usable()?;
         let api_key = api_key_of::<R>();
@@ -508,32 +535,18 @@ impl Connection {
             .with_request_api_version(version)
             .with_correlation_id(correlation_id)
             .with_client_id(Some(StrBytes::from_string(self.config.client_id.clone())));
-        let encode_error = |e: anyhow::Error| ClientError::Encode {
-            api_key,
-            version,
-            message: e.to_string(),
-        };
-        // Sized up front: a produce request grown from a small buffer
-        // copies its batches once per doubling.
-        let size = header
-            .compute_size(R::header_version(version))
-            .and_then(|h| Ok(h + request.compute_size(version)?))
-            .map_err(encode_error)?;
-        let mut frame = BytesMut::with_capacity(LENGTH_PREFIX_BYTES + size);
-        frame.extend_from_slice(&[0; LENGTH_PREFIX_BYTES]);
-        header
-            .encode(&mut frame, R::header_version(version))
-            .map_err(encode_error)?;
-        request.encode(&mut frame, version).map_err(encode_error)?;
-        let length =
-            i32::try_from(frame.len() - LENGTH_PREFIX_BYTES).map_err(|_| ClientError::Encode {
+        // Sized up front (a produce request grown from a small buffer
+        // copies its batches once per doubling); shared runs not at all.
+        let frame = crate::codec::encode_request_sharing(&header, version, request, shared)
+            .map_err(|e| ClientError::Encode {
                 api_key,
                 version,
-                message: format!("{} bytes do not fit a frame", frame.len()),
+                message: e.to_string(),
             })?;
-        frame[..LENGTH_PREFIX_BYTES].copy_from_slice(&length.to_be_bytes());
         let written = async {
-            self.writer.write_all(&frame).await?;
+            for part in frame.parts() {
+                self.writer.write_all(part).await?;
+            }
             self.writer.flush().await
         };
         match with_timeout(self.config.request_timeout, written).await {

@@ -228,7 +228,7 @@ impl kafka_protocol::protocol::buf::ByteBufMut for Gather<'_> {
     fn seek(&mut self, offset: usize) {
         let local = offset
             .checked_sub(self.done_len)
-            .expect("response encoders do not seek back over a shared run");
+            .expect("encoders do not seek back over a shared run");
         self.current.resize(local, 0);
     }
 
@@ -236,7 +236,7 @@ impl kafka_protocol::protocol::buf::ByteBufMut for Gather<'_> {
         let start = r
             .start
             .checked_sub(self.done_len)
-            .expect("response encoders do not revisit a shared run");
+            .expect("encoders do not revisit a shared run");
         &mut self.current[start..r.end - self.done_len]
     }
 }
@@ -256,12 +256,63 @@ pub fn encode_response_sharing<T: Encodable + HeaderVersion>(
         message: e.to_string(),
     };
     let size = body.compute_size(api_version).map_err(encode_error)?;
-    let length = i32::try_from(size + 4 + usize::from(T::header_version(api_version) >= 1))
-        .map_err(|_| CodecError::Encode {
-            what: "response body",
-            api_version,
-            message: format!("{size} bytes do not fit a frame"),
-        })?;
+    let flexible = T::header_version(api_version) >= 1;
+    gather_frame(
+        "response body",
+        api_version,
+        size + 4 + usize::from(flexible),
+        shared,
+        |out| {
+            out.put_i32(correlation_id);
+            if flexible {
+                // No tagged fields in the response header.
+                out.put_u8(0);
+            }
+            body.encode(out, api_version).map_err(encode_error)
+        },
+    )
+}
+
+/// Encodes a request with its length prefix and `header`, byte fields
+/// that are slices of `shared` (at least 16 KiB: a produce request's
+/// record batches) shared rather than copied, as
+/// [`encode_response_sharing`] does for answers.
+pub fn encode_request_sharing<T: Encodable + HeaderVersion>(
+    header: &RequestHeader,
+    api_version: i16,
+    body: &T,
+    shared: &[Bytes],
+) -> Result<Encoded, CodecError> {
+    let encode_error = |e: anyhow::Error| CodecError::Encode {
+        what: "request",
+        api_version,
+        message: e.to_string(),
+    };
+    let header_version = T::header_version(api_version);
+    let size = header
+        .compute_size(header_version)
+        .and_then(|h| Ok(h + body.compute_size(api_version)?))
+        .map_err(encode_error)?;
+    gather_frame("request", api_version, size, shared, |out| {
+        header.encode(out, header_version).map_err(encode_error)?;
+        body.encode(out, api_version).map_err(encode_error)
+    })
+}
+
+/// A frame of `size` bytes after its length prefix, written by `write`
+/// into a [`Gather`] over `shared`; checks that `write` wrote `size`.
+fn gather_frame(
+    what: &'static str,
+    api_version: i16,
+    size: usize,
+    shared: &[Bytes],
+    write: impl FnOnce(&mut Gather<'_>) -> Result<(), CodecError>,
+) -> Result<Encoded, CodecError> {
+    let length = i32::try_from(size).map_err(|_| CodecError::Encode {
+        what,
+        api_version,
+        message: format!("{size} bytes do not fit a frame"),
+    })?;
     // Only the runs that will be shared stay out of the copied buffer.
     let shared_len: usize = shared
         .iter()
@@ -273,29 +324,20 @@ pub fn encode_response_sharing<T: Encodable + HeaderVersion>(
         next_shared: 0,
         done: Vec::new(),
         done_len: 0,
-        current: BytesMut::with_capacity((4 + 5 + size).saturating_sub(shared_len).max(64)),
+        current: BytesMut::with_capacity((4 + size).saturating_sub(shared_len).max(64)),
     };
     out.put_i32(length);
-    out.put_i32(correlation_id);
-    if T::header_version(api_version) >= 1 {
-        // No tagged fields in the response header.
-        out.put_u8(0);
-    }
-    body.encode(&mut out, api_version).map_err(encode_error)?;
+    write(&mut out)?;
     let mut parts = out.done;
     if !out.current.is_empty() {
         parts.push(out.current.freeze());
     }
     let encoded = Encoded { parts };
-    if encoded.len() != length as usize + 4 {
+    if encoded.len() != size + 4 {
         return Err(CodecError::Encode {
-            what: "response body",
+            what,
             api_version,
-            message: format!(
-                "encoded {} bytes, computed {}",
-                encoded.len(),
-                length as usize + 4
-            ),
+            message: format!("encoded {} bytes, computed {}", encoded.len(), size + 4),
         });
     }
     Ok(encoded)
@@ -402,6 +444,55 @@ mod tests {
             assert_eq!(big_runs[0].as_ptr(), big[10..].as_ptr());
             assert_eq!(big_runs[1].as_ptr(), big.as_ptr());
             assert!(sharing.parts().iter().all(|p| p.as_ptr() != small.as_ptr()));
+        }
+    }
+
+    /// A forwarded produce: the frame is the one a plain encoder writes,
+    /// and a large batch goes out of the buffer it came in.
+    #[test]
+    fn a_request_shares_its_large_batches() {
+        use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+        use kafka_protocol::messages::{ProduceRequest, TopicName};
+        let big = Bytes::from((0..40_000u32).map(|i| (i % 13) as u8).collect::<Vec<_>>());
+        let small = Bytes::from_static(b"small batch");
+        let body = ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(30_000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_static_str("t")))
+                .with_partition_data(vec![
+                    PartitionProduceData::default()
+                        .with_index(0)
+                        .with_records(Some(big.clone())),
+                    PartitionProduceData::default()
+                        .with_index(1)
+                        .with_records(Some(small.clone())),
+                ])]);
+        for version in [3, 9, 11] {
+            let header = RequestHeader::default()
+                .with_request_api_key(ApiKey::Produce as i16)
+                .with_request_api_version(version)
+                .with_correlation_id(77)
+                .with_client_id(Some(StrBytes::from_static_str("test")));
+            let plain = request_bytes(ApiKey::Produce, version, &body);
+            let sharing =
+                encode_request_sharing(&header, version, &body, &[big.clone(), small.clone()])
+                    .unwrap();
+            let frame = sharing.to_bytes();
+            assert_eq!(&frame[4..], &plain[..], "v{version}");
+            assert_eq!(&frame[..4], &(plain.len() as i32).to_be_bytes());
+            let runs: Vec<&Bytes> = sharing
+                .parts()
+                .iter()
+                .filter(|p| p.len() >= 40_000)
+                .collect();
+            assert_eq!(runs.len(), 1, "v{version}");
+            assert_eq!(runs[0].as_ptr(), big.as_ptr(), "the batch is not copied");
+            let decoded = decode_header(frame.slice(4..)).unwrap();
+            assert!(matches!(
+                decode_body(&decoded).unwrap(),
+                RequestKind::Produce(_)
+            ));
         }
     }
 

@@ -550,9 +550,17 @@ async fn send(connection: &mut Connection, exchange: Exchange) -> Result<Option<
             let Some(version) = same_version::<ProduceRequest>(connection, version, &reply) else {
                 return Ok(None);
             };
+            // The client's batches go to the socket from the buffers
+            // they were read into: no copy into the forwarded frame.
+            let batches: Vec<bytes::Bytes> = request
+                .topic_data
+                .iter()
+                .flat_map(|t| &t.partition_data)
+                .filter_map(|p| p.records.clone())
+                .collect();
             if request.acks == 0 {
                 connection
-                    .send_without_response(&request, version)
+                    .send_without_response_sharing(&request, version, &batches)
                     .await
                     .map_err(|e| e.to_string())?;
                 let _ = reply.try_send(Ok(Reply::Produce(None)));
@@ -560,7 +568,7 @@ async fn send(connection: &mut Connection, exchange: Exchange) -> Result<Option<
             }
             Waiting::Produce(
                 connection
-                    .send(&request, version)
+                    .send_sharing(&request, version, &batches)
                     .await
                     .map_err(|e| e.to_string())?,
             )
