@@ -959,3 +959,230 @@ fn a_group_and_a_producer_carry_on_through_a_round_robin_balancer_while_a_broker
         println!("{api} requests forwarded: {count}");
     }
 }
+
+/// Produce requests of about 1 MiB each that a test writes to one broker
+/// for a partition another broker leads.
+const PRESSED_REQUEST_RECORDS: usize = 1_000;
+const PRESSED_CONNECTIONS: usize = 8;
+/// What the writers offer in all, far above the forwarding bound.
+const PRESSED_OFFERED_BYTES: usize = 400 << 20;
+/// The broker's budget for requests read and not answered yet
+/// (`queued.max.request.bytes`), set low for this test: what waits for a
+/// stalled leader counts against it.
+const PRESSED_QUEUED_BYTES: u64 = 64 << 20;
+/// The forwarding broker's memory may grow by at most this while the
+/// leader does not answer: the request budget, and as much again for the
+/// buffers around it.
+const PRESSED_GROWTH_MAX: u64 = 2 * PRESSED_QUEUED_BYTES;
+
+/// One writer's connection: the frames it wrote whole, and where it is
+/// in the one it is writing.
+struct Writer {
+    stream: TcpStream,
+    frames: Vec<Vec<u8>>,
+    written: usize,
+    at: usize,
+}
+
+impl Writer {
+    /// Writes until the socket blocks for `patience` or `budget` bytes
+    /// went; whether it blocked.
+    fn write_until_blocked(&mut self, budget: usize, patience: Duration) -> bool {
+        use std::io::Write;
+        self.stream.set_write_timeout(Some(patience)).unwrap();
+        let mut sent = 0;
+        while sent < budget {
+            if self.written == self.frames.len() {
+                let next = self.frames[self.written - 1].clone();
+                self.frames.push(next);
+            }
+            let frame = &self.frames[self.written];
+            match self.stream.write(&frame[self.at..]) {
+                Ok(n) => {
+                    sent += n;
+                    self.at += n;
+                    if self.at == frame.len() {
+                        self.written += 1;
+                        self.at = 0;
+                    }
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return true
+                }
+                Err(e) => panic!("write: {e}"),
+            }
+        }
+        false
+    }
+}
+
+#[test]
+fn forwarded_produces_to_a_stalled_leader_are_held_back_not_buffered() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let advertised = format!("advertised.listeners=PLAINTEXT://127.0.0.1:{}", free_port());
+    let queued = format!("queued.max.request.bytes={PRESSED_QUEUED_BYTES}");
+    // A stopped broker stays registered (its session outlives the test's
+    // stall), so the others keep forwarding to it.
+    let mut cluster = Cluster::start(
+        3,
+        &[
+            "--set",
+            "strom.balancer.enable=true",
+            "--set",
+            &advertised,
+            "--set",
+            "broker.session.timeout.ms=60000",
+            "--set",
+            &queued,
+        ],
+    );
+    let topic = "pressed";
+    let first = cluster.node(1).broker.bootstrap();
+    let created = poll_until(test_support::cluster::SETTLE_DEADLINE, || {
+        let output = test_support::strom_at(
+            Some(&first),
+            &[
+                "topic",
+                "create",
+                topic,
+                "--partitions",
+                "1",
+                "--replication-factor",
+                "1",
+            ],
+            None,
+        );
+        output.status.success().then_some(())
+    });
+    assert!(created.is_some(), "{}", cluster.logs());
+    let leader = cluster.wait_for("the partition led", || {
+        let (_, partitions) = metadata(&first, topic)?;
+        partitions
+            .get(&0)
+            .map(|&(l, _)| l as i32)
+            .filter(|&l| l > 0)
+    });
+    let forwarder = if leader == 1 { 2 } else { 1 };
+    let pid = cluster.node(forwarder).broker.pid();
+    let batch = Bytes::from(patterned(
+        1_700_000_000_000,
+        PRESSED_REQUEST_RECORDS,
+        1_000,
+        7,
+    ));
+    let request = ProduceRequest::default()
+        .with_acks(1)
+        .with_timeout_ms(60_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(topic_name(topic))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(batch))])]);
+    let mut writers: Vec<Writer> = (0..PRESSED_CONNECTIONS)
+        .map(|_| Writer {
+            stream: raw::connect(&cluster.node(forwarder).broker),
+            frames: vec![raw::frame(ApiKey::Produce, 9, 1, RAW_CLIENT_ID, &request)],
+            written: 0,
+            at: 0,
+        })
+        .collect();
+    let before = common::hostile::rss_bytes(pid).unwrap();
+    cluster.node(leader).broker.signal(libc::SIGSTOP);
+    let per_writer = PRESSED_OFFERED_BYTES / PRESSED_CONNECTIONS;
+    let mut blocked = 0;
+    let mut peak = before;
+    for writer in &mut writers {
+        if writer.write_until_blocked(per_writer, Duration::from_secs(2)) {
+            blocked += 1;
+        }
+        peak = peak.max(common::hostile::rss_bytes(pid).unwrap());
+    }
+    // Let the broker take what it will, then look again.
+    let settle_until = std::time::Instant::now() + Duration::from_secs(3);
+    while std::time::Instant::now() < settle_until {
+        peak = peak.max(common::hostile::rss_bytes(pid).unwrap());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let offered: usize = writers
+        .iter()
+        .map(|w| w.written * w.frames[0].len() + w.at)
+        .sum();
+    let growth = peak.saturating_sub(before);
+    println!(
+        "offered {} MiB to broker {forwarder} for broker {leader}, stopped; {blocked} of \
+         {PRESSED_CONNECTIONS} connections blocked; memory grew {} MiB",
+        offered >> 20,
+        growth >> 20
+    );
+    // Once the budget is taken the broker reads no more: the connections
+    // after it are held back (what they wrote waits in socket buffers).
+    assert!(
+        blocked >= PRESSED_CONNECTIONS / 2 && offered < PRESSED_OFFERED_BYTES,
+        "the broker read what was offered instead of holding connections back"
+    );
+    assert!(
+        growth < PRESSED_GROWTH_MAX,
+        "memory grew {growth} bytes (bound {PRESSED_GROWTH_MAX})"
+    );
+
+    // The leader back: every request written is answered, written or
+    // (those that waited past the forwarding timeout) with the retriable
+    // NOT_LEADER_OR_FOLLOWER a client retries, as after a direct
+    // connection's timeout.
+    cluster.node(leader).broker.signal(libc::SIGCONT);
+    let (mut answered, mut retriable) = (0usize, 0usize);
+    for writer in &mut writers {
+        if writer.at > 0 {
+            use std::io::Write;
+            writer
+                .stream
+                .set_write_timeout(Some(Duration::from_secs(60)))
+                .unwrap();
+            let rest = writer.frames[writer.written][writer.at..].to_vec();
+            writer.stream.write_all(&rest).unwrap();
+            writer.written += 1;
+        }
+        for _ in 0..writer.written {
+            let response: ProduceResponse = raw::read_response(&mut writer.stream, 9, 1);
+            let answer = &response.responses[0].partition_responses[0];
+            match answer.error_code {
+                0 => answered += 1,
+                NOT_LEADER_OR_FOLLOWER => retriable += 1,
+                _ => panic!("{answer:?}\n{}", cluster.logs()),
+            }
+        }
+    }
+    let mut stream = raw::connect(&cluster.node(leader).broker);
+    let response: ListOffsetsResponse = raw::call(
+        &mut stream,
+        ApiKey::ListOffsets,
+        7,
+        2,
+        RAW_CLIENT_ID,
+        &ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(topic_name(topic))
+                .with_partitions(vec![ListOffsetsPartition::default()
+                    .with_partition_index(0)
+                    .with_current_leader_epoch(-1)
+                    .with_timestamp(-1)])]),
+    );
+    let end = response.topics[0].partitions[0].offset as usize;
+    // Every batch answered as written is in the log; a retriable answer
+    // may or may not have reached it (its retry is the client's).
+    assert!(
+        end % PRESSED_REQUEST_RECORDS == 0
+            && (answered..=answered + retriable).contains(&(end / PRESSED_REQUEST_RECORDS)),
+        "log end {end}: {answered} written, {retriable} answered NOT_LEADER_OR_FOLLOWER"
+    );
+    println!(
+        "after the leader came back: {answered} forwarded produces written, {retriable} \
+         answered NOT_LEADER_OR_FOLLOWER (past the forwarding timeout); log end {end}"
+    );
+}
