@@ -1028,7 +1028,7 @@ fn forwarded_produces_to_a_stalled_leader_are_held_back_not_buffered() {
     let queued = format!("queued.max.request.bytes={PRESSED_QUEUED_BYTES}");
     // A stopped broker stays registered (its session outlives the test's
     // stall), so the others keep forwarding to it.
-    let mut cluster = Cluster::start(
+    let cluster = Cluster::start(
         3,
         &[
             "--set",
@@ -1177,7 +1177,7 @@ fn forwarded_produces_to_a_stalled_leader_are_held_back_not_buffered() {
     // Every batch answered as written is in the log; a retriable answer
     // may or may not have reached it (its retry is the client's).
     assert!(
-        end % PRESSED_REQUEST_RECORDS == 0
+        end.is_multiple_of(PRESSED_REQUEST_RECORDS)
             && (answered..=answered + retriable).contains(&(end / PRESSED_REQUEST_RECORDS)),
         "log end {end}: {answered} written, {retriable} answered NOT_LEADER_OR_FOLLOWER"
     );
