@@ -333,10 +333,11 @@ fn run_mode(mode: ModeArg) -> Result<bool> {
                 let mut conn = kafka::connect(&bootstrap).await?;
                 protocol::admin::leaders(&mut conn, &topics).await?
             };
-            Ok(leaders)
+            let leader_ids = kafka::leader_ids(&bootstrap, &topics).await?;
+            Ok((leaders, leader_ids))
         })
     };
-    let leaders = setup?;
+    let (leaders, leader_ids) = setup?;
     if !created {
         // Partition counts come from the broker for existing topics.
         let counts: Vec<usize> = topics
@@ -392,6 +393,7 @@ fn run_mode(mode: ModeArg) -> Result<bool> {
         workload: workload.clone(),
         topics: topics.clone(),
         leaders,
+        leader_ids,
         start_offsets,
         end_offsets,
         payload,
