@@ -708,6 +708,18 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// `count` distinct free ports: each listener is held until all are
+/// taken, so no two are the same (ports chosen one at a time and released
+/// could be handed out again before a node binds them).
+fn free_ports(count: usize) -> Vec<u16> {
+    let held: Vec<TcpListener> = (0..count)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    held.iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect()
+}
+
 fn wait_listening(port: u16, limit: Duration) -> Result<()> {
     let deadline = Instant::now() + limit;
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -741,24 +753,24 @@ fn spawn_strom(
     log_extension: &str,
     timeout: Duration,
 ) -> Result<StartedBroker> {
-    let started = spawn_node(args, data, port, log_extension, &[])?;
+    let started = spawn_node(args, data, port, free_port(), log_extension, &[])?;
     wait_listening(port, timeout)?;
     Ok(started)
 }
 
 /// Starts `strom` on `data` listening on `port` with `settings` added
-/// (`--set` and other start flags), its admin listener on a free port;
-/// does not wait for it.
+/// (`--set` and other start flags), its admin listener on `admin`; does
+/// not wait for it.
 fn spawn_node(
     args: &Args,
     data: &Path,
     port: u16,
+    admin: u16,
     log_extension: &str,
     settings: &[String],
 ) -> Result<StartedBroker> {
     let log_path = data.with_extension(log_extension);
     let log = std::fs::File::create(&log_path)?;
-    let admin = free_port();
     let child = Command::new(&args.strom)
         .args([
             "start",
@@ -797,15 +809,19 @@ fn start_cluster(
 ) -> Result<Vec<StartedBroker>> {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir)?;
-    let ports: Vec<(u16, u16)> = (0..nodes).map(|_| (free_port(), free_port())).collect();
+    // Client, controller and admin ports of every node, all distinct.
+    let ports: Vec<(u16, u16, u16)> = free_ports(3 * nodes)
+        .chunks(3)
+        .map(|p| (p[0], p[1], p[2]))
+        .collect();
     let voters = ports
         .iter()
         .enumerate()
-        .map(|(i, (_, controller))| format!("{}@127.0.0.1:{controller}", i + 1))
+        .map(|(i, (_, controller, _))| format!("{}@127.0.0.1:{controller}", i + 1))
         .collect::<Vec<_>>()
         .join(",");
     let mut started = Vec::with_capacity(nodes);
-    for (i, (client, controller)) in ports.iter().enumerate() {
+    for (i, (client, controller, admin)) in ports.iter().enumerate() {
         let settings: Vec<String> = [
             ("--node-id", (i + 1).to_string()),
             (
@@ -822,7 +838,7 @@ fn start_cluster(
         .chain(extra.iter().cloned())
         .collect();
         let data = dir.join(format!("node-{}", i + 1));
-        match spawn_node(args, &data, *client, "log", &settings) {
+        match spawn_node(args, &data, *client, *admin, "log", &settings) {
             Ok(node) => started.push(node),
             Err(e) => {
                 started.into_iter().for_each(stop);
@@ -1591,7 +1607,9 @@ fn run_balancer_side(
     let name = workload.file_stem().unwrap().to_string_lossy().to_string();
     let side = if balancer { "balancer" } else { "direct" };
     let dir = out.join(format!("data-{name}-{side}-{round}"));
-    let balancer_port = free_port();
+    // Held until HAProxy starts, so no node is given the same port.
+    let balancer_listener = TcpListener::bind("127.0.0.1:0")?;
+    let balancer_port = balancer_listener.local_addr()?.port();
     let settings: Vec<String> = if balancer {
         vec![
             "--set".into(),
@@ -1618,6 +1636,7 @@ fn run_balancer_side(
                 .iter()
                 .map(|n| n.bootstrap.rsplit(':').next().unwrap().parse())
                 .collect::<Result<_, _>>()?;
+            drop(balancer_listener);
             cluster.haproxy = Some(start_haproxy(args, &dir, balancer_port, &backends)?);
         }
         let bootstrap = match &cluster.haproxy {
