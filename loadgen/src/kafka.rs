@@ -40,6 +40,31 @@ pub async fn connect(address: &str) -> Result<Connection> {
         .with_context(|| format!("connecting to {address}"))
 }
 
+/// The node id of every partition's leader of `topics`. Connections are
+/// kept per node id, as Kafka's clients keep them: behind a load balancer
+/// every broker is listed at the balancer's one address, and each leader
+/// still gets a connection of its own (landing on whichever broker the
+/// balancer picks).
+pub async fn leader_ids(bootstrap: &str, topics: &[String]) -> Result<HashMap<(String, i32), i32>> {
+    let mut conn = connect(bootstrap).await?;
+    let meta = metadata(&mut conn, Some(topics), false).await?;
+    let mut ids = HashMap::new();
+    for topic in &meta.topics {
+        let name = topic
+            .name
+            .as_ref()
+            .map(|n| n.0.to_string())
+            .unwrap_or_default();
+        for partition in &topic.partitions {
+            ids.insert(
+                (name.clone(), partition.partition_index),
+                partition.leader_id.0,
+            );
+        }
+    }
+    Ok(ids)
+}
+
 /// A connection to the controller (admin requests go there).
 async fn connect_controller(bootstrap: &str) -> Result<Connection> {
     let mut conn = connect(bootstrap).await?;

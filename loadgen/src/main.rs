@@ -239,6 +239,10 @@ fn payload(w: &Workload) -> Result<Bytes> {
     }
 }
 
+/// How long the start-up ListOffsets are retried while a new partition's
+/// leader does not yet know it leads.
+const LIST_OFFSETS_RETRY_MAX: Duration = Duration::from_secs(30);
+
 /// Runs `f` on a one-off executor (admin calls before and after the run).
 fn on_executor<T: Send + 'static, F: std::future::Future<Output = Result<T>> + 'static>(
     f: impl FnOnce() -> F + Send + 'static,
@@ -333,10 +337,11 @@ fn run_mode(mode: ModeArg) -> Result<bool> {
                 let mut conn = kafka::connect(&bootstrap).await?;
                 protocol::admin::leaders(&mut conn, &topics).await?
             };
-            Ok(leaders)
+            let leader_ids = kafka::leader_ids(&bootstrap, &topics).await?;
+            Ok((leaders, leader_ids))
         })
     };
-    let leaders = setup?;
+    let (leaders, leader_ids) = setup?;
     if !created {
         // Partition counts come from the broker for existing topics.
         let counts: Vec<usize> = topics
@@ -370,8 +375,27 @@ fn run_mode(mode: ModeArg) -> Result<bool> {
             }
             for (leader, tps) in by_leader {
                 let mut conn = kafka::connect(&leader).await?;
-                let latest = protocol::admin::list_offsets(&mut conn, &tps, LATEST).await?;
-                let earliest = protocol::admin::list_offsets(&mut conn, &tps, EARLIEST).await?;
+                // A just-created partition's leader may not know it leads
+                // yet (NOT_LEADER_OR_FOLLOWER), as when a broker behind a
+                // load balancer forwards to it: retry, as Kafka's clients
+                // do, within a bound.
+                let deadline = Instant::now() + LIST_OFFSETS_RETRY_MAX;
+                let (latest, earliest) = loop {
+                    let offsets = async {
+                        let latest = protocol::admin::list_offsets(&mut conn, &tps, LATEST).await?;
+                        let earliest =
+                            protocol::admin::list_offsets(&mut conn, &tps, EARLIEST).await?;
+                        Ok::<_, protocol::client::ClientError>((latest, earliest))
+                    };
+                    match offsets.await {
+                        Ok(found) => break found,
+                        Err(e) if Instant::now() < deadline => {
+                            tracing::debug!("list offsets at {leader}: {e}; retrying");
+                            glommio::timer::sleep(Duration::from_millis(100)).await;
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                };
                 if mode == Mode::Consume {
                     start.extend(earliest);
                 } else {
@@ -392,6 +416,7 @@ fn run_mode(mode: ModeArg) -> Result<bool> {
         workload: workload.clone(),
         topics: topics.clone(),
         leaders,
+        leader_ids,
         start_offsets,
         end_offsets,
         payload,

@@ -18,6 +18,17 @@
 //! around the load and divided by the GB ingested; the replicated run's
 //! figures are reported next to the single broker's, with their ratio.
 //!
+//! Load-balancer cases (`lb-...-rf<N>`) run twice per round, on two fresh
+//! clusters of N nodes the matrix starts: one without load-balancer mode,
+//! the clients bootstrapping from node 1 and sending to each leader
+//! directly, and one in load-balancer mode (`strom.balancer.enable`,
+//! every node advertising HAProxy's address) behind HAProxy in TCP mode,
+//! so every connection lands on a broker in turn and the brokers forward
+//! to the leaders. Each side produces the workload into a topic of N
+//! replicas, then consumes all of it back; the side that runs first
+//! alternates by round. HAProxy's CPU and the bytes forwarded between
+//! brokers (`strom_forwarded_*`) are reported next to the brokers' own.
+//!
 //! ```text
 //! cargo build --release -p strom-broker -p strom-loadgen
 //! cargo run --release -p strom-benches --bin matrix -- --runs 3 --out target/matrix
@@ -75,6 +86,10 @@ struct Args {
     /// comma-separated, for CPU and disk-write sampling.
     #[arg(long, value_delimiter = ',')]
     replicated_pids: Vec<u32>,
+    /// The HAProxy binary the load-balancer cases (`lb-` files) put in
+    /// front of their cluster.
+    #[arg(long, default_value = "/usr/sbin/haproxy")]
+    haproxy: PathBuf,
 }
 
 #[derive(Debug, Default, Clone, serde::Serialize)]
@@ -111,6 +126,7 @@ struct CaseRun {
     produce_mb_s: f64,
     produce_records_s: f64,
     consume_mb_s: f64,
+    publish_p50_ms: f64,
     publish_p99_ms: f64,
     publish_p999_ms: f64,
     e2e_p99_ms: f64,
@@ -184,12 +200,20 @@ fn main() -> Result<()> {
     let mut limit_runs: Vec<Limits> = Vec::new();
     let mut results: BTreeMap<String, Vec<CaseRun>> = BTreeMap::new();
     let mut replicated: BTreeMap<String, Vec<ReplicatedRun>> = BTreeMap::new();
+    let mut balanced: BTreeMap<String, Vec<BalancerRun>> = BTreeMap::new();
     for round in 0..args.runs {
         let limits = measure_limits(&out)?;
         eprintln!("round {round}: limits {limits:?}");
         limit_runs.push(limits);
         for case in &cases {
             let name = case.file_stem().unwrap().to_string_lossy().to_string();
+            if is_balancer_case(&name) {
+                let run = run_balancer_case(&args, &out, case, round)
+                    .with_context(|| format!("case {name}"))?;
+                eprintln!("round {round}: {name}: {run:?}");
+                balanced.entry(name).or_default().push(run);
+                continue;
+            }
             if let Some(replicas) = replication_factor_of(&name) {
                 let run = run_replicated_case(&args, &out, case, round, replicas)
                     .with_context(|| format!("case {name}"))?;
@@ -226,9 +250,13 @@ fn main() -> Result<()> {
         table.push('\n');
         table.push_str(&replicated_markdown(&replicated));
     }
+    if !balanced.is_empty() {
+        table.push('\n');
+        table.push_str(&balancer_markdown(&limits, &balanced));
+    }
     println!("{table}");
     std::fs::write(out.join("matrix.md"), &table)?;
-    let json = serde_json::json!({ "limits": limits, "limit_runs": limit_runs, "cases": results, "replicated": replicated });
+    let json = serde_json::json!({ "limits": limits, "limit_runs": limit_runs, "cases": results, "replicated": replicated, "balancer": balanced });
     std::fs::write(
         out.join("matrix.json"),
         serde_json::to_string_pretty(&json)?,
@@ -260,6 +288,9 @@ fn markdown(limits: &Limits, results: &BTreeMap<String, Vec<CaseRun>>, runs: usi
         limits.receive_cpu_s_per_gb,
         limits.write_cpu_s_per_gb,
     ));
+    if results.is_empty() {
+        return s;
+    }
     s.push_str("| case | produce MB/s | records/s | consume MB/s | ratio to disk limit | publish p99 / p99.9 ms | ratio to durable write p99 / p99.9 | e2e p99 ms | broker CPU s/GB | ratio to CPU floor | broker RSS MB | errors | CPU stolen % (max) |\n");
     s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (name, runs) in results {
@@ -677,6 +708,18 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// `count` distinct free ports: each listener is held until all are
+/// taken, so no two are the same (ports chosen one at a time and released
+/// could be handed out again before a node binds them).
+fn free_ports(count: usize) -> Vec<u16> {
+    let held: Vec<TcpListener> = (0..count)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    held.iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect()
+}
+
 fn wait_listening(port: u16, limit: Duration) -> Result<()> {
     let deadline = Instant::now() + limit;
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -710,24 +753,24 @@ fn spawn_strom(
     log_extension: &str,
     timeout: Duration,
 ) -> Result<StartedBroker> {
-    let started = spawn_node(args, data, port, log_extension, &[])?;
+    let started = spawn_node(args, data, port, free_port(), log_extension, &[])?;
     wait_listening(port, timeout)?;
     Ok(started)
 }
 
 /// Starts `strom` on `data` listening on `port` with `settings` added
-/// (`--set` and other start flags), its admin listener on a free port;
-/// does not wait for it.
+/// (`--set` and other start flags), its admin listener on `admin`; does
+/// not wait for it.
 fn spawn_node(
     args: &Args,
     data: &Path,
     port: u16,
+    admin: u16,
     log_extension: &str,
     settings: &[String],
 ) -> Result<StartedBroker> {
     let log_path = data.with_extension(log_extension);
     let log = std::fs::File::create(&log_path)?;
-    let admin = free_port();
     let child = Command::new(&args.strom)
         .args([
             "start",
@@ -758,18 +801,27 @@ fn spawn_node(
 /// data dir under `dir` and its own ports (as docs/operations.md's "Three
 /// nodes on one host"), and waits until every node serves clients and
 /// every broker is registered and live.
-fn start_cluster(args: &Args, dir: &Path, nodes: usize) -> Result<Vec<StartedBroker>> {
+fn start_cluster(
+    args: &Args,
+    dir: &Path,
+    nodes: usize,
+    extra: &[String],
+) -> Result<Vec<StartedBroker>> {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir)?;
-    let ports: Vec<(u16, u16)> = (0..nodes).map(|_| (free_port(), free_port())).collect();
+    // Client, controller and admin ports of every node, all distinct.
+    let ports: Vec<(u16, u16, u16)> = free_ports(3 * nodes)
+        .chunks(3)
+        .map(|p| (p[0], p[1], p[2]))
+        .collect();
     let voters = ports
         .iter()
         .enumerate()
-        .map(|(i, (_, controller))| format!("{}@127.0.0.1:{controller}", i + 1))
+        .map(|(i, (_, controller, _))| format!("{}@127.0.0.1:{controller}", i + 1))
         .collect::<Vec<_>>()
         .join(",");
     let mut started = Vec::with_capacity(nodes);
-    for (i, (client, controller)) in ports.iter().enumerate() {
+    for (i, (client, controller, admin)) in ports.iter().enumerate() {
         let settings: Vec<String> = [
             ("--node-id", (i + 1).to_string()),
             (
@@ -783,9 +835,10 @@ fn start_cluster(args: &Args, dir: &Path, nodes: usize) -> Result<Vec<StartedBro
         ]
         .into_iter()
         .flat_map(|(flag, value)| [flag.to_string(), value])
+        .chain(extra.iter().cloned())
         .collect();
         let data = dir.join(format!("node-{}", i + 1));
-        match spawn_node(args, &data, *client, "log", &settings) {
+        match spawn_node(args, &data, *client, *admin, "log", &settings) {
             Ok(node) => started.push(node),
             Err(e) => {
                 started.into_iter().for_each(stop);
@@ -972,13 +1025,7 @@ fn measured_brokers<T>(
 /// The replication factor of a replicated case: files named `r-...`,
 /// with `-rf<N>` in the name for N replicas (3 without it).
 fn replication_factor_of(name: &str) -> Option<usize> {
-    if !name.starts_with("r-") {
-        return None;
-    }
-    let named = name
-        .split('-')
-        .find_map(|part| part.strip_prefix("rf")?.parse().ok());
-    Some(named.unwrap_or(3))
+    name.starts_with("r-").then(|| replicas_named(name))
 }
 
 /// Counts of "ISR change proposed" lines and of WARN or ERROR lines in a
@@ -1063,7 +1110,7 @@ fn run_replicated_case(
             (b.clone(), probes, Vec::new())
         }
         None => {
-            let nodes = start_cluster(args, &dir, replicas)?;
+            let nodes = start_cluster(args, &dir, replicas, &[])?;
             let probes: Vec<Probe> = nodes
                 .iter()
                 .map(|n| Probe {
@@ -1340,6 +1387,7 @@ fn fill_from_report(run: &mut CaseRun, r: &serde_json::Value, consume_case: bool
     run.produce_mb_s = f(&["produce", "mb_per_s"]);
     run.produce_records_s = f(&["produce", "records_per_s"]);
     run.consume_mb_s = f(&["consume", "mb_per_s"]);
+    run.publish_p50_ms = f(&["publish_latency", "percentiles_ms", "p50"]);
     run.publish_p99_ms = f(&["publish_latency", "percentiles_ms", "p99"]);
     run.publish_p999_ms = f(&["publish_latency", "percentiles_ms", "p99.9"]);
     run.e2e_p99_ms = f(&["end_to_end_latency", "percentiles_ms", "p99"]);
@@ -1387,12 +1435,486 @@ fn backlog_topic(bootstrap: &str, args: &Args) -> Result<String> {
         .context("no loadgen topic after the backlog run")
 }
 
+/// The load-balancer cases: files named `lb-...-rf<N>`.
+fn is_balancer_case(name: &str) -> bool {
+    name.starts_with("lb-")
+}
+
+/// The replicas a case's file name asks for (`-rf<N>`), 3 without it.
+fn replicas_named(name: &str) -> usize {
+    name.split('-')
+        .find_map(|part| part.strip_prefix("rf")?.parse().ok())
+        .unwrap_or(3)
+}
+
+/// One side of a balancer case: a cluster's produce run, then a consume
+/// run of what it produced, with the brokers' and HAProxy's work.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+struct BalancerSide {
+    produce: CaseRun,
+    consume: CaseRun,
+    produce_brokers: Vec<BrokerLoad>,
+    consume_brokers: Vec<BrokerLoad>,
+    /// CPU seconds HAProxy used during each load (0 direct).
+    haproxy_produce_cpu_s: f64,
+    haproxy_consume_cpu_s: f64,
+    /// Bytes of produce requests forwarded between brokers, and of fetch
+    /// answers forwarded back (`strom_forwarded_request_bytes_total` and
+    /// `strom_forwarded_response_bytes_total`, all nodes, shard `all`).
+    forwarded_produce_bytes: f64,
+    forwarded_fetch_bytes: f64,
+    /// WARN and ERROR lines in the nodes' logs over the side's run.
+    log_warnings: usize,
+}
+
+/// One round of a balancer case: the same workload direct to the leaders
+/// of a cluster without load-balancer mode, and through HAProxy in front
+/// of a cluster in load-balancer mode.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+struct BalancerRun {
+    direct: BalancerSide,
+    balancer: BalancerSide,
+    /// Which side ran first in this round (they alternate by round).
+    balancer_first: bool,
+    replication_factor: usize,
+}
+
+/// HAProxy in TCP mode in front of a cluster's client listeners, one
+/// backend chosen per connection in turn (`balance roundrobin`), as
+/// `broker/tests/balancer.rs` runs it.
+struct HaProxy {
+    child: Child,
+    port: u16,
+}
+
+fn start_haproxy(args: &Args, dir: &Path, port: u16, backends: &[u16]) -> Result<HaProxy> {
+    let servers: String = backends
+        .iter()
+        .enumerate()
+        .map(|(i, backend)| format!("    server broker{} 127.0.0.1:{backend}\n", i + 1))
+        .collect();
+    let config = format!(
+        "global\n    maxconn 4096\n\n\
+         defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 120s\n    timeout server 120s\n\n\
+         frontend kafka\n    bind 127.0.0.1:{port}\n    default_backend brokers\n\n\
+         backend brokers\n    balance roundrobin\n{servers}"
+    );
+    let config_path = dir.join("haproxy.cfg");
+    std::fs::write(&config_path, config)?;
+    let log = std::fs::File::create(dir.join("haproxy.log"))?;
+    // -db: in the foreground, so the child is HAProxy itself.
+    let child = Command::new(&args.haproxy)
+        .arg("-db")
+        .arg("-f")
+        .arg(&config_path)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .with_context(|| {
+            format!(
+                "starting {} (apt-get install haproxy)",
+                args.haproxy.display()
+            )
+        })?;
+    let mut haproxy = HaProxy { child, port };
+    if let Err(e) = wait_listening(port, Duration::from_secs(10)) {
+        haproxy.stop();
+        return Err(e.context(format!("haproxy; its log is {}/haproxy.log", dir.display())));
+    }
+    Ok(haproxy)
+}
+
+impl HaProxy {
+    fn stop(&mut self) {
+        // SAFETY: kill(2) on a child process id we own.
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A cluster the matrix started, and HAProxy in front of it when in
+/// load-balancer mode; dropping it stops HAProxy, then the nodes in
+/// reverse order, also when a run fails.
+struct RunningCluster {
+    nodes: Vec<StartedBroker>,
+    haproxy: Option<HaProxy>,
+}
+
+impl Drop for RunningCluster {
+    fn drop(&mut self) {
+        if let Some(haproxy) = self.haproxy.as_mut() {
+            haproxy.stop();
+        }
+        std::mem::take(&mut self.nodes)
+            .into_iter()
+            .rev()
+            .for_each(stop);
+    }
+}
+
+/// Sum over the samples of `family` with labels `shard="all"` and
+/// `api="<api>"` in Prometheus text (every destination broker).
+fn forwarded_sum(text: &str, family: &str, api: &str) -> f64 {
+    let api_label = format!("api=\"{api}\"");
+    text.lines()
+        .filter_map(|line| {
+            let labels_and_value = line.strip_prefix(family)?.strip_prefix('{')?;
+            let (labels, value) = labels_and_value.split_once("} ")?;
+            let wanted = labels.contains("shard=\"all\"") && labels.contains(&api_label);
+            wanted.then(|| value.trim().parse::<f64>().ok())?
+        })
+        .sum()
+}
+
+/// (forwarded produce request bytes, forwarded fetch response bytes) over
+/// every node of `nodes`.
+fn forwarded_bytes(nodes: &[StartedBroker]) -> (f64, f64) {
+    nodes
+        .iter()
+        .filter_map(|n| metrics_text(n.admin))
+        .map(|t| {
+            (
+                forwarded_sum(&t, "strom_forwarded_request_bytes_total", "Produce"),
+                forwarded_sum(&t, "strom_forwarded_response_bytes_total", "Fetch"),
+            )
+        })
+        .fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1))
+}
+
+/// One side of a balancer case: starts a cluster of `replicas` nodes (in
+/// load-balancer mode behind HAProxy when `balancer`), produces the
+/// workload into a topic of `replicas` replicas, consumes all of it back,
+/// and stops everything.
+fn run_balancer_side(
+    args: &Args,
+    out: &Path,
+    workload: &Path,
+    round: usize,
+    replicas: usize,
+    balancer: bool,
+) -> Result<BalancerSide> {
+    let name = workload.file_stem().unwrap().to_string_lossy().to_string();
+    let side = if balancer { "balancer" } else { "direct" };
+    let dir = out.join(format!("data-{name}-{side}-{round}"));
+    // Held until HAProxy starts, so no node is given the same port.
+    let balancer_listener = TcpListener::bind("127.0.0.1:0")?;
+    let balancer_port = balancer_listener.local_addr()?.port();
+    let settings: Vec<String> = if balancer {
+        vec![
+            "--set".into(),
+            "strom.balancer.enable=true".into(),
+            "--set".into(),
+            format!("advertised.listeners=PLAINTEXT://127.0.0.1:{balancer_port}"),
+        ]
+    } else {
+        Vec::new()
+    };
+    let mut cluster = RunningCluster {
+        nodes: start_cluster(args, &dir, replicas, &settings)?,
+        haproxy: None,
+    };
+    let data_dirs: Vec<PathBuf> = cluster
+        .nodes
+        .iter()
+        .map(|n| n.log.with_extension(""))
+        .collect();
+    let result = (|| -> Result<BalancerSide> {
+        if balancer {
+            let backends: Vec<u16> = cluster
+                .nodes
+                .iter()
+                .map(|n| n.bootstrap.rsplit(':').next().unwrap().parse())
+                .collect::<Result<_, _>>()?;
+            drop(balancer_listener);
+            cluster.haproxy = Some(start_haproxy(args, &dir, balancer_port, &backends)?);
+        }
+        let bootstrap = match &cluster.haproxy {
+            Some(h) => format!("127.0.0.1:{}", h.port),
+            None => cluster.nodes[0].bootstrap.clone(),
+        };
+        let probes: Vec<Probe> = cluster
+            .nodes
+            .iter()
+            .map(|n| Probe {
+                pid: Some(n.child.id()),
+                admin: Some(n.admin),
+            })
+            .collect();
+        let haproxy_cpu = |c: &RunningCluster| {
+            c.haproxy
+                .as_ref()
+                .and_then(|h| sample(h.child.id()))
+                .map_or(0.0, |(cpu, _)| cpu)
+        };
+        let mut result = BalancerSide::default();
+
+        let replicas_arg = replicas.to_string();
+        let forwarded_before = forwarded_bytes(&cluster.nodes);
+        let haproxy_before = haproxy_cpu(&cluster);
+        let (r, loads, _) = measured_brokers(&mut result.produce, &probes, || {
+            loadgen(
+                args,
+                "produce",
+                &bootstrap,
+                workload,
+                &["--replication-factor", &replicas_arg, "--keep"],
+                &out.join(format!("{name}-{side}-produce-{round}.json")),
+                true,
+            )
+        })?;
+        result.haproxy_produce_cpu_s = haproxy_cpu(&cluster) - haproxy_before;
+        let forwarded_between = forwarded_bytes(&cluster.nodes);
+        result.forwarded_produce_bytes = forwarded_between.0 - forwarded_before.0;
+        fill_from_report(&mut result.produce, &r, false);
+        result.produce_brokers = loads;
+
+        // Everything just produced, read back from the start by the
+        // workload's consumers (no warm-up: the run ends when all is read).
+        let topic = backlog_topic(&cluster.nodes[0].bootstrap, args)?;
+        let haproxy_before = haproxy_cpu(&cluster);
+        let (r, loads, _) = measured_brokers(&mut result.consume, &probes, || {
+            loadgen(
+                args,
+                "consume",
+                &bootstrap,
+                workload,
+                &["--topic", &topic, "--warmup", "0"],
+                &out.join(format!("{name}-{side}-consume-{round}.json")),
+                true,
+            )
+        })?;
+        result.haproxy_consume_cpu_s = haproxy_cpu(&cluster) - haproxy_before;
+        result.forwarded_fetch_bytes = forwarded_bytes(&cluster.nodes).1 - forwarded_between.1;
+        fill_from_report(&mut result.consume, &r, true);
+        result.consume_brokers = loads;
+        result.log_warnings = cluster.nodes.iter().map(|n| log_counts(&n.log).1).sum();
+        Ok(result)
+    })();
+    drop(cluster);
+    // The data go; the logs (`node-N.log`, `haproxy.log`) stay for reading.
+    for data in data_dirs {
+        let _ = std::fs::remove_dir_all(data);
+    }
+    result
+}
+
+/// One round of a balancer case; the side that runs first alternates by
+/// round, so neither always gets the fresher machine.
+fn run_balancer_case(
+    args: &Args,
+    out: &Path,
+    workload: &Path,
+    round: usize,
+) -> Result<BalancerRun> {
+    let name = workload.file_stem().unwrap().to_string_lossy().to_string();
+    let replicas = replicas_named(&name);
+    let balancer_first = round % 2 == 1;
+    let mut run = BalancerRun {
+        balancer_first,
+        replication_factor: replicas,
+        ..BalancerRun::default()
+    };
+    for balancer in [balancer_first, !balancer_first] {
+        let side = run_balancer_side(args, out, workload, round, replicas, balancer).with_context(
+            || {
+                if balancer {
+                    "through the balancer"
+                } else {
+                    "direct to the leaders"
+                }
+            },
+        )?;
+        if balancer {
+            run.balancer = side;
+        } else {
+            run.direct = side;
+        }
+    }
+    Ok(run)
+}
+
+/// The balancer cases' table: each figure direct to the leaders and
+/// through the balancer in the same rounds (medians, each round's figure
+/// in brackets), the ratio of the medians and each round's ratio.
+fn balancer_markdown(limits: &Limits, cases: &BTreeMap<String, Vec<BalancerRun>>) -> String {
+    let mut s = String::new();
+    for (name, runs) in cases {
+        let replicas = runs.first().map_or(0, |r| r.replication_factor);
+        s.push_str(&format!(
+            "{name}: {replicas} brokers, RF={replicas}; direct to the leaders (no load-balancer mode) against HAProxy in front of a cluster of the same shape in load-balancer mode; rounds with the balancer first: {}\n\n",
+            runs.iter().enumerate().filter(|(_, r)| r.balancer_first).map(|(i, _)| i.to_string()).collect::<Vec<_>>().join(", "),
+        ));
+        s.push_str(
+            "| figure | direct to leaders (runs) | through the balancer (runs) | balancer / direct (per round) |\n|---|---|---|---|\n",
+        );
+        // Seconds or GB over the GB the run moved (warm-up included).
+        let per_gb = |x: f64, c: &CaseRun| x / c.gb_moved.max(f64::MIN_POSITIVE);
+        type Figure<'a> = Box<dyn Fn(&BalancerSide) -> f64 + 'a>;
+        let rows: Vec<(&str, Figure<'_>, usize)> = vec![
+            ("produce MB/s", Box::new(|b| b.produce.produce_mb_s), 0),
+            (
+                "produce MB/s over fio write",
+                Box::new(|b| b.produce.produce_mb_s / limits.fio_write_mb_s.max(f64::MIN_POSITIVE)),
+                2,
+            ),
+            ("publish p50 ms", Box::new(|b| b.produce.publish_p50_ms), 1),
+            ("publish p99 ms", Box::new(|b| b.produce.publish_p99_ms), 1),
+            (
+                "publish p99.9 ms",
+                Box::new(|b| b.produce.publish_p999_ms),
+                1,
+            ),
+            ("consume MB/s", Box::new(|b| b.consume.consume_mb_s), 0),
+            (
+                "consume MB/s over loopback TCP",
+                Box::new(|b| b.consume.consume_mb_s / limits.loopback_mb_s.max(f64::MIN_POSITIVE)),
+                2,
+            ),
+            (
+                "broker CPU s per GB produced (all brokers)",
+                Box::new(move |b| per_gb(b.produce.broker_cpu_s, &b.produce)),
+                2,
+            ),
+            (
+                "HAProxy CPU s per GB produced",
+                Box::new(move |b| per_gb(b.haproxy_produce_cpu_s, &b.produce)),
+                2,
+            ),
+            (
+                "broker CPU s per GB consumed (all brokers)",
+                Box::new(move |b| per_gb(b.consume.broker_cpu_s, &b.consume)),
+                2,
+            ),
+            (
+                "HAProxy CPU s per GB consumed",
+                Box::new(move |b| per_gb(b.haproxy_consume_cpu_s, &b.consume)),
+                2,
+            ),
+            (
+                "produce bytes forwarded between brokers, GB per GB produced",
+                Box::new(move |b| per_gb(b.forwarded_produce_bytes / 1e9, &b.produce)),
+                2,
+            ),
+            (
+                "fetch answers forwarded between brokers, GB per GB consumed",
+                Box::new(move |b| per_gb(b.forwarded_fetch_bytes / 1e9, &b.consume)),
+                2,
+            ),
+            (
+                "errors, produce + consume (sum of runs)",
+                Box::new(|b| (b.produce.errors + b.consume.errors) as f64),
+                0,
+            ),
+            (
+                "WARN/ERROR log lines, all nodes (sum of runs)",
+                Box::new(|b| b.log_warnings as f64),
+                0,
+            ),
+            (
+                "CPU stolen % (produce)",
+                Box::new(|b| b.produce.stolen_pct),
+                1,
+            ),
+        ];
+        for (label, figure, decimals) in &rows {
+            let summed = label.contains("sum of runs");
+            let column = |values: Vec<f64>| -> (f64, String) {
+                let each = values
+                    .iter()
+                    .map(|v| format!("{v:.decimals$}"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let shown = if summed {
+                    values.iter().sum::<f64>()
+                } else {
+                    median(values.iter().copied())
+                };
+                (shown, format!("{shown:.decimals$} ({each})"))
+            };
+            let direct: Vec<f64> = runs.iter().map(|r| figure(&r.direct)).collect();
+            let through: Vec<f64> = runs.iter().map(|r| figure(&r.balancer)).collect();
+            let (direct_shown, direct_text) = column(direct.clone());
+            let (through_shown, through_text) = column(through.clone());
+            let ratio = if summed
+                || direct_shown <= 0.001
+                || label.contains("HAProxy")
+                || label.contains("forwarded")
+            {
+                String::new()
+            } else {
+                let each = direct
+                    .iter()
+                    .zip(&through)
+                    .map(|(d, t)| {
+                        if *d > 0.0 {
+                            format!("{:.2}", t / d)
+                        } else {
+                            "–".into()
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                format!("{:.2} ({each})", through_shown / direct_shown)
+            };
+            s.push_str(&format!(
+                "| {label} | {direct_text} | {through_text} | {ratio} |\n"
+            ));
+        }
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::{
-        durable_write_percentiles, fio_rate_and_cpu, loopback_rate_and_receive_cpu, metric_value,
-        proc_io_fields, replication_factor_of, stolen_pct,
+        durable_write_percentiles, fio_rate_and_cpu, forwarded_sum, is_balancer_case,
+        loopback_rate_and_receive_cpu, metric_value, proc_io_fields, replicas_named,
+        replication_factor_of, stolen_pct,
     };
+
+    #[test]
+    fn balancer_cases_are_lb_files_with_their_replicas_in_the_name() {
+        assert!(is_balancer_case("lb-produce-consume-1kb-16p-rf3"));
+        assert!(!is_balancer_case("r-produce-1kb-16p-rf3"));
+        assert_eq!(replicas_named("lb-produce-consume-1kb-16p-rf3"), 3);
+        assert_eq!(replicas_named("lb-produce-consume-1kb-16p-rf5"), 5);
+        assert_eq!(replicas_named("lb-produce-consume-1kb-16p"), 3);
+    }
+
+    #[test]
+    fn forwarded_bytes_sum_every_destination_of_one_api_on_shard_all() {
+        let text = "\
+# TYPE strom_forwarded_request_bytes_total counter
+strom_forwarded_request_bytes_total{shard=\"0\",broker=\"2\",api=\"Produce\"} 100
+strom_forwarded_request_bytes_total{shard=\"all\",broker=\"2\",api=\"Produce\"} 100
+strom_forwarded_request_bytes_total{shard=\"all\",broker=\"3\",api=\"Produce\"} 50
+strom_forwarded_request_bytes_total{shard=\"all\",broker=\"3\",api=\"Fetch\"} 7
+strom_forwarded_response_bytes_total{shard=\"all\",broker=\"3\",api=\"Produce\"} 9
+";
+        assert_eq!(
+            forwarded_sum(text, "strom_forwarded_request_bytes_total", "Produce"),
+            150.0
+        );
+        assert_eq!(
+            forwarded_sum(text, "strom_forwarded_request_bytes_total", "Fetch"),
+            7.0
+        );
+        assert_eq!(
+            forwarded_sum(text, "strom_forwarded_response_bytes_total", "Fetch"),
+            0.0
+        );
+    }
 
     #[test]
     fn replicated_cases_are_r_files_with_their_replication_factor_in_the_name() {

@@ -24,21 +24,16 @@ pub(super) async fn consume(
     recorder: Rc<RefCell<Recorder>>,
     tracker: Rc<RefCell<Tracker>>,
 ) -> Result<()> {
-    // One connection per leader broker.
-    let mut by_leader: HashMap<String, Vec<(String, i32)>> = HashMap::new();
+    // One connection per leader broker (node id).
+    let mut by_leader: HashMap<(i32, String), Vec<(String, i32)>> = HashMap::new();
     for tp in &job.partitions {
         let leader = plan
-            .leaders
-            .partitions
-            .get(tp)
+            .leader_of(tp)
             .with_context(|| format!("no leader for {}-{}", tp.0, tp.1))?;
-        by_leader
-            .entry(leader.clone())
-            .or_default()
-            .push(tp.clone());
+        by_leader.entry(leader).or_default().push(tp.clone());
     }
     let mut tasks = Vec::new();
-    for (leader, partitions) in by_leader {
+    for ((_, leader), partitions) in by_leader {
         let ctx = (
             plan.clone(),
             control.clone(),

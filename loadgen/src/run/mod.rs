@@ -59,6 +59,8 @@ pub struct Plan {
     pub workload: Workload,
     pub topics: Vec<String>,
     pub leaders: protocol::admin::Leaders,
+    /// Each partition's leader's node id (connections are per node id).
+    pub leader_ids: HashMap<(String, i32), i32>,
     /// Where consumers start, per partition.
     pub start_offsets: HashMap<(String, i32), i64>,
     /// Where consume mode stops, per partition (the log end at start).
@@ -73,6 +75,16 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// The connection a partition's requests go on: its leader's node id
+    /// and address. Kafka's clients keep one connection per node id, so
+    /// brokers listed at one address (behind a load balancer) still get one
+    /// each; a partition whose id is unknown gets one per address.
+    fn leader_of(&self, tp: &(String, i32)) -> Option<(i32, String)> {
+        let address = self.leaders.partitions.get(tp)?.clone();
+        let id = self.leader_ids.get(tp).copied().unwrap_or(-1);
+        Some((id, address))
+    }
+
     fn unix_us(&self, at: Instant) -> u64 {
         self.start_unix_us + at.saturating_duration_since(self.start).as_micros() as u64
     }

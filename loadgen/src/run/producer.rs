@@ -42,11 +42,11 @@ fn next_key(distributor: KeyDistributor, counter: &mut u64, now_unix_us: u64) ->
 /// (a connection pipelining up to `in_flight_max` requests) per leader,
 /// its queue holding up to one ready batch per partition.
 struct Lanes {
-    /// Leader address → its lane's queue.
-    senders: HashMap<String, flume::Sender<Outgoing>>,
+    /// Leader (node id and address) → its lane's queue.
+    senders: HashMap<(i32, String), flume::Sender<Outgoing>>,
     tasks: Vec<glommio::Task<()>>,
-    /// Leader address → producer id and epoch, when idempotent.
-    producer_ids: HashMap<String, (i64, i16)>,
+    /// Leader → producer id and epoch, when idempotent.
+    producer_ids: HashMap<(i32, String), (i64, i16)>,
 }
 
 /// Connects a lane to every leader of the job's partitions (and asks
@@ -66,24 +66,21 @@ async fn open_lanes(
         producer_ids: HashMap::new(),
     };
     for p in 0..partitions {
-        let address = plan
-            .leaders
-            .partitions
-            .get(&(job.topic.clone(), p as i32))
-            .with_context(|| format!("no leader for {}-{p}", job.topic))?
-            .clone();
-        if lanes.senders.contains_key(&address) {
+        let leader = plan
+            .leader_of(&(job.topic.clone(), p as i32))
+            .with_context(|| format!("no leader for {}-{p}", job.topic))?;
+        if lanes.senders.contains_key(&leader) {
             continue;
         }
-        let mut conn = kafka::connect(&address).await?;
-        if settings.idempotence && !lanes.producer_ids.contains_key(&address) {
+        let mut conn = kafka::connect(&leader.1).await?;
+        if settings.idempotence && !lanes.producer_ids.contains_key(&leader) {
             lanes.producer_ids.insert(
-                address.clone(),
+                leader.clone(),
                 protocol::admin::init_producer_id(&mut conn).await?,
             );
         }
         let (tx, rx) = flume::bounded(partitions.max(4));
-        lanes.senders.insert(address.clone(), tx);
+        lanes.senders.insert(leader, tx);
         lanes.tasks.push(glommio::spawn_local(lane(
             conn,
             LaneQueue {
@@ -215,10 +212,10 @@ struct BatchSender<'a> {
     job: &'a ProducerJob,
     plan: &'a Plan,
     compression: Compression,
-    /// Leader address → its lane's queue.
-    senders: HashMap<String, flume::Sender<Outgoing>>,
-    /// Leader address → producer id and epoch, when idempotent.
-    producer_ids: HashMap<String, (i64, i16)>,
+    /// Leader (node id and address) → its lane's queue.
+    senders: HashMap<(i32, String), flume::Sender<Outgoing>>,
+    /// Leader → producer id and epoch, when idempotent.
+    producer_ids: HashMap<(i32, String), (i64, i16)>,
     waiting: Rc<Waiting>,
     /// Each partition's next base sequence (idempotence).
     sequences: Vec<i32>,
@@ -228,8 +225,11 @@ impl BatchSender<'_> {
     async fn send(&mut self, p: usize, acc: &mut Accumulator) -> Result<()> {
         let sealed = acc.seal();
         let count = sealed.values.len();
-        let address = self.plan.leaders.partitions[&(self.job.topic.clone(), p as i32)].clone();
-        let pid = self.producer_ids.get(&address).copied().unwrap_or((-1, -1));
+        let leader = self
+            .plan
+            .leader_of(&(self.job.topic.clone(), p as i32))
+            .expect("every partition's lane was opened");
+        let pid = self.producer_ids.get(&leader).copied().unwrap_or((-1, -1));
         let base_sequence = if pid.0 >= 0 {
             let base = self.sequences[p];
             self.sequences[p] = base.wrapping_add(count as i32);
@@ -256,7 +256,7 @@ impl BatchSender<'_> {
             sequences: sealed.sequences,
         };
         self.waiting.queued(p);
-        let sender = self.senders[&address].clone();
+        let sender = self.senders[&leader].clone();
         sender
             .send_async(outgoing)
             .await
