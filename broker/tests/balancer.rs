@@ -436,6 +436,38 @@ fn leader_epochs(cluster: &Cluster, node: i32, topic: &str) -> BTreeMap<i32, i32
         .collect()
 }
 
+/// ListOffsets (latest) of `partitions` of `topic`, asked of node `node`
+/// over a raw connection, answered in the order asked.
+fn latest_offsets(
+    cluster: &Cluster,
+    node: i32,
+    topic: &str,
+    partitions: &[i32],
+) -> ListOffsetsResponse {
+    let mut stream = raw::connect(&cluster.node(node).broker);
+    let partitions = partitions
+        .iter()
+        .map(|&p| {
+            ListOffsetsPartition::default()
+                .with_partition_index(p)
+                .with_current_leader_epoch(-1)
+                .with_timestamp(-1)
+        })
+        .collect();
+    raw::call(
+        &mut stream,
+        ApiKey::ListOffsets,
+        7,
+        2,
+        RAW_CLIENT_ID,
+        &ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(topic_name(topic))
+                .with_partitions(partitions)]),
+    )
+}
+
 /// Asks each broker directly, for all of `topic`'s partitions at once
 /// (each broker leads two of six), what only their leaders know: every
 /// broker answers as the leaders do, in the order asked.
@@ -494,28 +526,7 @@ fn any_broker_answers_as_the_leader(cluster: &Cluster, topic: &str) {
     }
     let mut latest_by_node = Vec::new();
     for node in [1, 2, 3] {
-        let mut stream = raw::connect(&cluster.node(node).broker);
-        let partitions = ASKED
-            .iter()
-            .map(|&p| {
-                ListOffsetsPartition::default()
-                    .with_partition_index(p)
-                    .with_current_leader_epoch(-1)
-                    .with_timestamp(-1)
-            })
-            .collect();
-        let response: ListOffsetsResponse = raw::call(
-            &mut stream,
-            ApiKey::ListOffsets,
-            7,
-            2,
-            RAW_CLIENT_ID,
-            &ListOffsetsRequest::default()
-                .with_replica_id(BrokerId(-1))
-                .with_topics(vec![ListOffsetsTopic::default()
-                    .with_name(topic_name(topic))
-                    .with_partitions(partitions)]),
-        );
+        let response = latest_offsets(cluster, node, topic, &ASKED);
         let latest: Vec<(i32, i16, i64)> = response.topics[0]
             .partitions
             .iter()
@@ -1157,22 +1168,7 @@ fn forwarded_produces_to_a_stalled_leader_are_held_back_not_buffered() {
             }
         }
     }
-    let mut stream = raw::connect(&cluster.node(leader).broker);
-    let response: ListOffsetsResponse = raw::call(
-        &mut stream,
-        ApiKey::ListOffsets,
-        7,
-        2,
-        RAW_CLIENT_ID,
-        &ListOffsetsRequest::default()
-            .with_replica_id(BrokerId(-1))
-            .with_topics(vec![ListOffsetsTopic::default()
-                .with_name(topic_name(topic))
-                .with_partitions(vec![ListOffsetsPartition::default()
-                    .with_partition_index(0)
-                    .with_current_leader_epoch(-1)
-                    .with_timestamp(-1)])]),
-    );
+    let response = latest_offsets(&cluster, leader, topic, &[0]);
     let end = response.topics[0].partitions[0].offset as usize;
     // Every batch answered as written is in the log; a retriable answer
     // may or may not have reached it (its retry is the client's).
