@@ -975,6 +975,8 @@ fn a_group_and_a_producer_carry_on_through_a_round_robin_balancer_while_a_broker
 /// for a partition another broker leads.
 const PRESSED_REQUEST_RECORDS: usize = 1_000;
 const PRESSED_CONNECTIONS: usize = 8;
+/// How long the test waits for the broker's memory to stop growing.
+const PRESSED_SETTLE_DEADLINE: Duration = Duration::from_secs(10);
 /// What the writers offer in all, far above the forwarding bound.
 const PRESSED_OFFERED_BYTES: usize = 400 << 20;
 /// The broker's budget for requests read and not answered yet
@@ -1113,12 +1115,16 @@ fn forwarded_produces_to_a_stalled_leader_are_held_back_not_buffered() {
         }
         peak = peak.max(common::hostile::rss_bytes(pid).unwrap());
     }
-    // Let the broker take what it will, then look again.
-    let settle_until = std::time::Instant::now() + Duration::from_secs(3);
-    while std::time::Instant::now() < settle_until {
-        peak = peak.max(common::hostile::rss_bytes(pid).unwrap());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    // Let the broker take what it will: until its memory stops growing
+    // from one look to the next (bounded; the peak counts either way).
+    let mut last = 0;
+    let _ = poll_until(PRESSED_SETTLE_DEADLINE, || {
+        let now = common::hostile::rss_bytes(pid).unwrap();
+        peak = peak.max(now);
+        let settled = now <= last;
+        last = now;
+        settled.then_some(())
+    });
     let offered: usize = writers
         .iter()
         .map(|w| w.written * w.frames[0].len() + w.at)

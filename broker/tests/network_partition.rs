@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use common::acks::{acks, now_ms, replication_script, Reaped};
 use test_support::cluster::Cluster;
 use test_support::netns::Network;
-use test_support::{poll_until, run, strom_bin, wait_deadline};
+use test_support::{poll_until, run, strom_bin};
 
 const TOPIC: &str = "partitioned";
 const PARTITIONS: i32 = 6;
@@ -48,7 +48,6 @@ const CUT_HELD_MIN: Duration = Duration::from_secs(10);
 /// acknowledgements on every partition the isolated broker led.
 const CUT_RESUME_DEADLINE: Duration = Duration::from_secs(40);
 const SETTLE_DEADLINE: Duration = Duration::from_secs(60);
-const PRODUCER_DEADLINE: Duration = Duration::from_secs(300);
 const KCAT_DEADLINE: Duration = Duration::from_secs(20);
 
 /// What one broker's metadata says, as kcat in the client's namespace
@@ -387,39 +386,16 @@ fn an_isolated_leader_acknowledges_nothing_it_cannot_keep_and_rejoins() {
         });
     }
 
-    std::fs::write(&stop_file, b"").unwrap();
-    let status = wait_deadline(&mut producer.0, PRODUCER_DEADLINE)
-        .unwrap_or_else(|| panic!("the producer did not finish\n{}", cluster.logs()));
-    let produced = std::fs::read_to_string(&producer_log).unwrap();
-    assert!(status.success(), "producer: {status}\n{produced}");
-    let sent: usize = produced
-        .split_whitespace()
-        .skip_while(|w| *w != "sent:")
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{produced}"));
-    assert!(produced.contains("failed: 0"), "{produced}");
-
-    let output = run(
+    let checked = common::acks::stop_and_check(
+        &mut producer,
+        &stop_file,
+        &producer_log,
         network
             .command(CLIENT, "python3")
             .arg(replication_script())
             .args(["check", &cluster.bootstrap(), TOPIC])
             .arg(&acks_file),
-        None,
-        PRODUCER_DEADLINE,
-    );
-    let checked = String::from_utf8_lossy(&output.stdout).to_string();
-    assert!(
-        output.status.success(),
-        "{checked}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(
-        checked.contains(&format!(
-            "acknowledged: {sent} read: {sent} lost: 0 duplicated: 0 out_of_order: 0"
-        )),
-        "{checked}"
+        || cluster.logs(),
     );
     // What the controllers did, for the record.
     for node in &cluster.nodes {

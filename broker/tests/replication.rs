@@ -16,14 +16,13 @@ use std::time::Duration;
 use common::acks::{acks, now_ms, replication_script, Ack, Reaped};
 use common::SoakBudget;
 use test_support::cluster::Cluster;
-use test_support::{poll_until, run, strom_ok, wait_deadline};
+use test_support::{poll_until, run, strom_ok};
 
 const TOPIC: &str = "replicated";
 const PARTITIONS: i32 = 6;
 /// Acknowledgements between two kills, so that each kill lands mid-stream.
 const ACKS_PER_ROUND: usize = 2_000;
 const ROUND_DEADLINE: Duration = Duration::from_secs(90);
-const PRODUCER_DEADLINE: Duration = Duration::from_secs(600);
 
 /// (leader, ISR) of each partition of `TOPIC`, as kcat lists them.
 fn partitions(bootstrap: &str) -> Option<BTreeMap<i32, (i32, Vec<i32>)>> {
@@ -125,39 +124,17 @@ impl Producing {
     /// every acknowledged record must be there once, byte-exact and in
     /// order, and none may have failed. Returns the checker's counts.
     fn stop_and_check(mut self, cluster: &Cluster, bootstrap: &str, topic: &str) -> String {
-        std::fs::write(self.dir.path().join("stop"), b"").unwrap();
-        let status = wait_deadline(&mut self.child.0, PRODUCER_DEADLINE)
-            .unwrap_or_else(|| panic!("the producer did not finish\n{}", cluster.logs()));
-        assert!(status.success(), "producer: {status}");
-        let produced = std::fs::read_to_string(self.dir.path().join("producer.log")).unwrap();
-        let sent: usize = produced
-            .split_whitespace()
-            .skip_while(|w| *w != "sent:")
-            .nth(1)
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("{produced}"));
-        assert!(produced.contains("failed: 0"), "{produced}");
-        let output = run(
+        let dir = self.dir.path();
+        common::acks::stop_and_check(
+            &mut self.child,
+            &dir.join("stop"),
+            &dir.join("producer.log"),
             Command::new("python3")
                 .arg(replication_script())
                 .args(["check", bootstrap, topic])
-                .arg(self.dir.path().join("acks")),
-            None,
-            PRODUCER_DEADLINE,
-        );
-        let checked = String::from_utf8_lossy(&output.stdout).to_string();
-        assert!(
-            output.status.success(),
-            "{checked}\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        assert!(
-            checked.contains(&format!(
-                "acknowledged: {sent} read: {sent} lost: 0 duplicated: 0 out_of_order: 0"
-            )),
-            "{checked}"
-        );
-        checked
+                .arg(dir.join("acks")),
+            || cluster.logs(),
+        )
     }
 }
 

@@ -3,8 +3,8 @@
 //! processes they run in.
 
 use std::path::{Path, PathBuf};
-use std::process::Child;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::process::{Child, Command};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The idempotent acks=all producer and checker of the failover tests.
 pub fn replication_script() -> PathBuf {
@@ -47,4 +47,48 @@ impl Drop for Reaped {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// How long the producer may take to finish and the checker to read back.
+pub const PRODUCER_DEADLINE: Duration = Duration::from_secs(600);
+
+/// Stops the producer (`stop_file` appears, it must end successfully
+/// within [`PRODUCER_DEADLINE`] with none failed, as `producer_log`
+/// says), then runs `check` (the checker's `check` mode, however the
+/// caller reaches the cluster): every acknowledged record must be read
+/// back once, byte-exact and in order. Returns the checker's counts;
+/// `logs` is shown with any failure.
+pub fn stop_and_check(
+    producer: &mut Reaped,
+    stop_file: &Path,
+    producer_log: &Path,
+    check: &mut Command,
+    logs: impl Fn() -> String,
+) -> String {
+    std::fs::write(stop_file, b"").unwrap();
+    let status = super::wait_deadline(&mut producer.0, PRODUCER_DEADLINE)
+        .unwrap_or_else(|| panic!("the producer did not finish\n{}", logs()));
+    let produced = std::fs::read_to_string(producer_log).unwrap();
+    assert!(status.success(), "producer: {status}\n{produced}");
+    let sent: usize = produced
+        .split_whitespace()
+        .skip_while(|w| *w != "sent:")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{produced}"));
+    assert!(produced.contains("failed: 0"), "{produced}");
+    let output = super::run(check, None, PRODUCER_DEADLINE);
+    let checked = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(
+        output.status.success(),
+        "{checked}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        checked.contains(&format!(
+            "acknowledged: {sent} read: {sent} lost: 0 duplicated: 0 out_of_order: 0"
+        )),
+        "{checked}"
+    );
+    checked
 }
