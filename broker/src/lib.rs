@@ -3,6 +3,7 @@
 
 pub mod admin_http;
 pub mod allocator;
+pub mod clean_shutdown;
 pub mod cluster;
 pub mod config;
 pub mod config_reference;

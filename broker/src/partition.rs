@@ -512,12 +512,21 @@ impl Partition {
     /// this partition (leader, epochs, replicas, ISR), when it is newer
     /// than the one it has. Led here: becomes (or stays) leader; else a
     /// follower of the recorded leader (-1: none while it is offline).
-    pub fn assign(&self, state: &PartitionState, node_id: NodeId) {
+    /// `may_lead` false (this process's registration is not in the
+    /// metadata yet): a leadership the state gives this node is taken as
+    /// no leader at all, so the partition answers neither produces nor
+    /// followers until the controller has decided on this process.
+    pub fn assign(&self, state: &PartitionState, node_id: NodeId, may_lead: bool) {
         let assignment = Assignment {
             leader_epoch: state.leader_epoch,
             partition_epoch: state.partition_epoch,
             replicas: state.replicas.clone(),
             isr: state.isr.clone(),
+        };
+        let withheld = state.leader == node_id && !may_lead;
+        let state = &PartitionState {
+            leader: if withheld { -1 } else { state.leader },
+            ..state.clone()
         };
         let leading = state.leader == node_id;
         {
@@ -888,12 +897,24 @@ impl Partition {
                     base_offset,
                     log_append_time_ms,
                 } => {
+                    // A retry is answered as its original would be: with
+                    // the original's offsets, and for acks=all only once
+                    // the original holds acks=all. The first attempt may
+                    // have timed out on the client exactly because the
+                    // ISR did not have it yet; answering at once would
+                    // acknowledge records only this replica holds.
+                    if acks == -1 {
+                        let last_offset = base_offset as u64 + header.last_offset_delta as u64;
+                        if let Err(code) = self.wait_acks_all(last_offset).await {
+                            return ProduceOutcome::error(code);
+                        }
+                    }
                     return ProduceOutcome {
                         error_code: errors::NONE,
                         base_offset,
                         log_append_time_ms,
                         log_start_offset: self.log_start_offset(),
-                    }
+                    };
                 }
                 SequenceCheck::Reject(code) => return ProduceOutcome::error(code),
             }

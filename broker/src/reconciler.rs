@@ -169,7 +169,11 @@ pub async fn restart_empty_at(
         .get(&topic)
         .and_then(|t| t.partition(index))
     {
-        partition.assign(state, shard.config.node_id);
+        partition.assign(
+            state,
+            shard.config.node_id,
+            shard.may_lead(&shard.metadata.image()),
+        );
     }
     shard
         .partitions

@@ -201,6 +201,7 @@ const CONTROLLED_SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
 fn start_cluster(
     config: &BrokerConfig,
     stored_meta: Option<crate::meta_properties::MetaProperties>,
+    clean_shutdown: bool,
 ) -> anyhow::Result<Arc<crate::cluster::Cluster>> {
     use crate::cluster::{net, voter::Voter, Cluster};
     let local_log = config
@@ -224,7 +225,7 @@ fn start_cluster(
     let Some(own) = voter_entry else {
         let cluster = Arc::new(Cluster::new(config, None, image));
         cluster
-            .start_agent(config, stored_meta)
+            .start_agent(config, stored_meta, clean_shutdown)
             .context("cannot start the broker's agent thread")?;
         return Ok(cluster);
     };
@@ -267,7 +268,7 @@ fn start_cluster(
         .spawn(move || voter.run())
         .context("cannot start the quorum thread")?;
     cluster
-        .start_agent(config, stored_meta)
+        .start_agent(config, stored_meta, clean_shutdown)
         .context("cannot start the broker's agent thread")?;
     tracing::info!(
         node_id = config.node_id,
@@ -369,9 +370,27 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     );
     crate::io_properties::log_use(&config);
     let stored_meta = crate::meta_properties::check_node(&config.data_dir, config.node_id)?;
+    let clean_shutdown = crate::clean_shutdown::take(&config.data_dir).with_context(|| {
+        format!(
+            "cannot take the clean-shutdown marker {} from the data dir",
+            config
+                .data_dir
+                .join(crate::clean_shutdown::FILE_NAME)
+                .display()
+        )
+    })?;
+    tracing::info!(
+        clean_shutdown,
+        "{}",
+        if clean_shutdown {
+            "the previous process stopped cleanly"
+        } else {
+            "no clean stop recorded before this start (a crash, or a new data dir)"
+        }
+    );
     let signals = block_stop_signals();
     let (metadata, topics, cluster) = if crate::cluster::is_cluster(&config) {
-        let cluster = start_cluster(&config, stored_meta)?;
+        let cluster = start_cluster(&config, stored_meta, clean_shutdown)?;
         let store = Arc::new(MetadataStore::replicated(cluster.clone()));
         (store, 0, Some(cluster))
     } else {
@@ -581,6 +600,10 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     }
     if let Some(message) = failure {
         bail!(message);
+    }
+    if let Err(error) = crate::clean_shutdown::mark(&config.data_dir) {
+        // The next start is then taken as after a crash: safe, only slower.
+        tracing::warn!(%error, "cannot mark the stop clean in the data dir");
     }
     tracing::info!(
         partitions_closed,

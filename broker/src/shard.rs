@@ -123,6 +123,13 @@ impl Shard {
         self.metadata.store().cluster()
     }
 
+    /// Whether this node may act on the leaderships `image` gives it: on
+    /// a single node always; in a cluster once the image holds this
+    /// process's registration ([`crate::cluster::Cluster::may_lead`]).
+    pub fn may_lead(&self, image: &crate::metadata::MetadataImage) -> bool {
+        self.cluster().is_none_or(|cluster| cluster.may_lead(image))
+    }
+
     /// Wall time from the core's clock (`storage.clock()`), in ms since
     /// the Unix epoch: what group sessions, offset commits and producer
     /// expiry decide on.

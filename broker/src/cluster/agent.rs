@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::net;
-use super::wire::{FetchReply, Frame, Heartbeat, HeartbeatStatus};
+use super::wire::{FetchReply, Frame, Heartbeat, HeartbeatStatus, Startup};
 use super::Cluster;
 use crate::meta_properties::{self, MetaProperties};
 use crate::metadata::BrokerMeta;
@@ -39,6 +39,8 @@ pub struct Agent {
     broker: BrokerMeta,
     data_dir: PathBuf,
     stored: Option<MetaProperties>,
+    /// How the data dir was found at start, told with every heartbeat.
+    startup: Startup,
     interval: Duration,
     /// The voter tried next and its open connection.
     target: usize,
@@ -64,6 +66,7 @@ impl Agent {
         broker: BrokerMeta,
         data_dir: PathBuf,
         stored: Option<MetaProperties>,
+        clean_shutdown: bool,
     ) -> std::io::Result<flume::Sender<Command>> {
         let (commands_tx, commands) = flume::bounded(16);
         let interval = Duration::from_millis(cluster.timing.heartbeat_interval_ms);
@@ -76,6 +79,10 @@ impl Agent {
             cluster,
             broker,
             data_dir,
+            startup: Startup {
+                clean: clean_shutdown,
+                new_directory: stored.is_none(),
+            },
             stored,
             interval,
             connection: None,
@@ -194,6 +201,7 @@ impl Agent {
                 broker: self.broker.clone(),
                 applied: self.cluster.image().offset,
                 shutting_down,
+                startup: self.startup,
             });
             let timeout = heartbeat_timeout(&self.cluster.timing);
             let reply = match self.call(&address, heartbeat, timeout) {

@@ -104,6 +104,8 @@ pub struct Cluster {
     changed_rx: Mutex<Option<flume::Receiver<()>>>,
     /// The agent's command queue, once it runs.
     agent: std::sync::OnceLock<flume::Sender<agent::Command>>,
+    /// This process's incarnation, once the agent runs.
+    incarnation: std::sync::OnceLock<u64>,
 }
 
 impl Cluster {
@@ -138,7 +140,24 @@ impl Cluster {
             changed,
             changed_rx: Mutex::new(Some(changed_rx)),
             agent: std::sync::OnceLock::new(),
+            incarnation: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Whether this process may act on leaderships `image` gives this
+    /// node: only once the image holds this incarnation's registration,
+    /// unfenced. Before that the image's leaderships are an earlier
+    /// process's, decided before the controller knew how this one found
+    /// its data dir (it may have lost what that one held): leading on
+    /// them could make the followers cut their logs to an empty one.
+    pub fn may_lead(&self, image: &MetadataImage) -> bool {
+        let Some(incarnation) = self.incarnation.get() else {
+            return false;
+        };
+        image
+            .brokers
+            .get(&self.node_id)
+            .is_some_and(|b| b.incarnation == *incarnation && !b.fenced)
     }
 
     pub fn is_voter(&self) -> bool {
@@ -219,12 +238,16 @@ impl Cluster {
         self: &Arc<Self>,
         config: &BrokerConfig,
         stored: Option<crate::meta_properties::MetaProperties>,
+        clean_shutdown: bool,
     ) -> std::io::Result<()> {
+        let broker = identity(config);
+        let _ = self.incarnation.set(broker.incarnation);
         let commands = agent::Agent::start(
             self.clone(),
-            identity(config),
+            broker,
             config.data_dir.clone(),
             stored,
+            clean_shutdown,
         )?;
         let _ = self.agent.set(commands);
         Ok(())
@@ -374,7 +397,7 @@ fn assign_states(shard: &Rc<Shard>) {
             .and_then(|t| t.partition(partition.index()));
         if let Some(state) = state {
             let was_leading = partition.is_leader();
-            partition.assign(state, shard.config.node_id);
+            partition.assign(state, shard.config.node_id, shard.may_lead(&image));
             if was_leading
                 && !partition.is_leader()
                 && partition.topic() == crate::group::OFFSETS_TOPIC

@@ -177,6 +177,106 @@ pub fn unfence(image: &MetadataImage, id: i32, unclean_default: bool) -> Vec<Met
     records
 }
 
+/// How a broker returns with a new incarnation, as its registration says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Return {
+    /// Its previous process stopped cleanly (or it was never registered):
+    /// its logs hold all it acknowledged.
+    Clean,
+    /// Its previous process crashed: its logs hold what was durable, which
+    /// is all it acknowledged under acks=all, but it may lack what the
+    /// other in-sync replicas took meanwhile.
+    Crashed,
+    /// Its data dir is new: whatever the earlier incarnation held is gone.
+    EmptyDirectory,
+}
+
+/// The records that register broker `id` returning as `how`, decided on
+/// `image` that already holds its registration. A broker that crashed or
+/// lost its disk never leads or stays in sync on the word of its earlier
+/// incarnation: it leaves every ISR that has another member (and hands
+/// its leaderships to a live one of them; with none live the partition
+/// waits without a leader for one to return), and rejoins each ISR once
+/// it caught up, as any follower does. Where it is the last ISR member,
+/// a crashed broker holds everything acknowledged (acks=all waits until
+/// it is durable on every ISR member) and leads, at a new leader epoch;
+/// one that lost its disk holds nothing, so the partition is left
+/// without a leader and with an empty ISR (only an unclean election,
+/// where the topic allows it, brings it back). A clean return is
+/// [`unfence`]'s: leaderless partitions whose ISR names it get it back.
+/// Every leadership this broker holds after the registration is at a new
+/// leader epoch, even the same one it held before.
+pub fn register(
+    image: &MetadataImage,
+    id: i32,
+    how: Return,
+    unclean_default: bool,
+) -> Vec<MetadataRecord> {
+    let mut records = Vec::new();
+    for topic in image.topics.values() {
+        let unclean = unclean_allowed(topic, unclean_default);
+        for (index, state) in topic.partitions.iter().enumerate() {
+            if !state.replicas.contains(&id) {
+                continue;
+            }
+            let in_sync = state.isr.contains(&id);
+            let others: Vec<i32> = state.isr.iter().copied().filter(|&r| r != id).collect();
+            let changed = match how {
+                _ if state.leader == -1 && !in_sync && unclean => {
+                    tracing::warn!(topic = %topic.name, partition = index, leader = id, "unclean leader election: a replica out of sync leads");
+                    lead(state, id, vec![id])
+                }
+                Return::Clean if in_sync && (state.leader == -1 || state.leader == id) => {
+                    lead(state, id, state.isr.clone())
+                }
+                Return::Clean => continue,
+                Return::Crashed | Return::EmptyDirectory if in_sync && !others.is_empty() => {
+                    if state.leader == id || state.leader == -1 {
+                        let next = state
+                            .replicas
+                            .iter()
+                            .copied()
+                            .find(|r| others.contains(r) && image.is_live(*r))
+                            .unwrap_or(-1);
+                        led_by(state, next, others)
+                    } else {
+                        led_by(state, state.leader, others)
+                    }
+                }
+                Return::Crashed if in_sync => lead(state, id, state.isr.clone()),
+                Return::EmptyDirectory if in_sync => {
+                    if unclean {
+                        tracing::warn!(topic = %topic.name, partition = index, leader = id, "unclean leader election: a replica whose data dir was emptied leads");
+                        lead(state, id, vec![id])
+                    } else {
+                        tracing::error!(topic = %topic.name, partition = index, broker = id, "the only in-sync replica returned with an emptied data dir: the partition has no leader until an unclean election");
+                        led_by(state, -1, Vec::new())
+                    }
+                }
+                Return::Crashed | Return::EmptyDirectory => continue,
+            };
+            records.push(MetadataRecord::PartitionChanged {
+                name: topic.name.clone(),
+                index: index as i32,
+                state: changed,
+            });
+        }
+    }
+    records
+}
+
+/// `id` leads at the next leader epoch, with `isr`: a new incarnation's
+/// leadership is never the old one's, even where `id` led before.
+fn lead(state: &PartitionState, id: i32, isr: Vec<i32>) -> PartitionState {
+    PartitionState {
+        leader: id,
+        leader_epoch: state.leader_epoch + 1,
+        isr,
+        partition_epoch: state.partition_epoch + 1,
+        ..state.clone()
+    }
+}
+
 /// An election for one partition (ElectLeaders, or the controller's own
 /// preferred-leader rebalance): the record moving leadership, or the
 /// Kafka error code. `preferred`: to the first replica, if it is live and
@@ -760,6 +860,90 @@ mod tests {
         assert_eq!((r1.leader, r1.leader_epoch), (1, 2));
         assert_eq!(image.topics["r3"].partitions[0].leader, 2, "led elsewhere");
         assert!(image.is_live(1));
+    }
+
+    /// The partition states after broker `id` registers returning `how`
+    /// (its registration record is what the image holds already).
+    fn after_return(image: &MetadataImage, id: i32, how: Return, unclean: bool) -> MetadataImage {
+        let mut image = image.clone();
+        for record in register(&image, id, how, unclean) {
+            image.apply(&record);
+        }
+        image
+    }
+
+    #[test]
+    fn a_returning_broker_leads_only_what_it_can_hold() {
+        let mut image = cluster(&[(1, None), (2, None), (3, None)]);
+        create(&mut image, "r3", vec![vec![1, 2, 3]]);
+        create(&mut image, "r3f", vec![vec![2, 1, 3]]);
+        create(&mut image, "r1", vec![vec![1]]);
+        let r3 = state(&image, "r3");
+        let r3f = state(&image, "r3f");
+        let r1 = state(&image, "r1");
+        let check = |how: Return, unclean: bool| {
+            let image = after_return(&image, 1, how, unclean);
+            (
+                state(&image, "r3"),
+                state(&image, "r3f"),
+                state(&image, "r1"),
+            )
+        };
+
+        // Crashed: out of every ISR with others; leaderships move to a
+        // live in-sync member; the last ISR member leads at a new epoch.
+        let (a, b, c) = check(Return::Crashed, false);
+        assert_eq!(
+            (a.leader, a.leader_epoch, a.isr.clone()),
+            (2, r3.leader_epoch + 1, vec![2, 3])
+        );
+        assert_eq!(
+            (b.leader, b.leader_epoch, b.isr.clone()),
+            (2, r3f.leader_epoch, vec![2, 3])
+        );
+        assert_eq!(
+            (c.leader, c.leader_epoch, c.isr.clone()),
+            (1, r1.leader_epoch + 1, vec![1])
+        );
+
+        // An emptied data dir: the same, but the last ISR member holds
+        // nothing: no leader, no ISR, unless unclean elections are on.
+        let (a, _, c) = check(Return::EmptyDirectory, false);
+        assert_eq!((a.leader, a.isr.clone()), (2, vec![2, 3]));
+        assert_eq!((c.leader, c.isr.clone()), (-1, Vec::<i32>::new()));
+        assert!(c.leader_epoch >= r1.leader_epoch);
+        let (_, _, c) = check(Return::EmptyDirectory, true);
+        assert_eq!(
+            (c.leader, c.leader_epoch, c.isr.clone()),
+            (1, r1.leader_epoch + 1, vec![1])
+        );
+
+        // Clean: keeps its ISR places, re-elected at a new epoch.
+        let (a, b, c) = check(Return::Clean, false);
+        assert_eq!(
+            (a.leader, a.leader_epoch, a.isr.clone()),
+            (1, r3.leader_epoch + 1, vec![1, 2, 3])
+        );
+        assert_eq!(b, r3f);
+        assert_eq!((c.leader, c.leader_epoch), (1, r1.leader_epoch + 1));
+
+        // With the other in-sync members not live, a crashed leader hands
+        // over to none: the partition waits for one of them.
+        let mut fenced = image.clone();
+        for id in [2, 3] {
+            fenced.apply(&MetadataRecord::BrokerFencing { id, fenced: true });
+        }
+        let a = state(&after_return(&fenced, 1, Return::Crashed, false), "r3");
+        assert_eq!((a.leader, a.isr.clone()), (-1, vec![2, 3]));
+        // Every change is one partition epoch on: the image takes it.
+        for how in [Return::Clean, Return::Crashed, Return::EmptyDirectory] {
+            for record in register(&image, 1, how, false) {
+                let MetadataRecord::PartitionChanged { name, state: s, .. } = &record else {
+                    panic!("{record:?}")
+                };
+                assert_eq!(s.partition_epoch, state(&image, name).partition_epoch + 1);
+            }
+        }
     }
 
     fn state(image: &MetadataImage, topic: &str) -> PartitionState {

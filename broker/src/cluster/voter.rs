@@ -19,7 +19,7 @@
 //! before the first commits would have the second undo the first.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,16 +33,35 @@ use crate::metadata::{MetadataImage, MetadataRecord};
 
 /// Entries sent to a broker per fetch, about.
 const FETCH_BYTES_MAX: u64 = 4 << 20;
+/// Longest a broker's metadata fetch is held for something newer,
+/// whatever it asks: well within the time the controller listener waits
+/// for this thread's answer.
+pub const FETCH_WAIT_MAX: Duration = Duration::from_secs(1);
+const _: () = assert!(FETCH_WAIT_MAX.as_millis() * 2 < super::net::IO_TIMEOUT.as_millis());
+/// Fetches held at once: each controller-listener connection has at most
+/// one in flight. One more is answered at once.
+const FETCHES_PARKED_MAX: usize = super::net::CONNECTIONS_MAX;
 /// A change proposed for a broker is not proposed again sooner than this.
 const REPROPOSE_AFTER: Duration = Duration::from_secs(2);
 /// The key of the cluster id's proposal among the brokers' (ids are >= 0).
 const CLUSTER_ID_KEY: i32 = -1;
+/// The quorum thread turns its loop at least once a tick; a turn that
+/// comes this many ticks late means the thread did not run (the process
+/// was stopped, a VM stalled): heartbeats sent meanwhile could not be
+/// taken, so the time does not count against the brokers' sessions.
+const STALL_TICKS_MIN: u32 = 3;
 
 /// Work for the quorum thread.
 pub enum Input {
     Raft(Box<replication::Message>),
     Heartbeat(Heartbeat, flume::Sender<HeartbeatReply>),
-    Fetch(u64, flume::Sender<Option<FetchReply>>),
+    /// A broker's metadata fetch: answered once something after `after`
+    /// is applied, or when `wait` has passed (long polling).
+    Fetch {
+        after: u64,
+        wait: Duration,
+        reply: flume::Sender<Option<FetchReply>>,
+    },
     Propose(
         Vec<MetadataRecord>,
         flume::Sender<Result<u64, ProposeError>>,
@@ -124,6 +143,27 @@ pub struct Voter {
     /// When the active controller last looked for partitions not led by
     /// their preferred replica.
     last_rebalance: Instant,
+    /// When the run loop last turned: a late turn is a stall.
+    last_turn: Instant,
+    /// When a Raft message last came from each other voter. The active
+    /// controller fences only while it has heard a majority within an
+    /// election timeout (it may no longer lead otherwise: it learns of a
+    /// newer term only from those messages).
+    voters_heard: HashMap<u64, Instant>,
+    /// Brokers whose heartbeat connection closed since their last
+    /// heartbeat: their session is the short grace, not the whole one.
+    connections_lost: HashSet<i32>,
+    /// Brokers' metadata fetches held until something newer is applied.
+    parked_fetches: Vec<ParkedFetch>,
+    /// When `applied` was reached, in microseconds since the Unix epoch.
+    applied_at_us: u64,
+}
+
+/// A broker's metadata fetch waiting for an entry after `after`.
+struct ParkedFetch {
+    after: u64,
+    until: Instant,
+    reply: flume::Sender<Option<FetchReply>>,
 }
 
 impl Voter {
@@ -167,6 +207,11 @@ impl Voter {
         Ok(Voter {
             replayed_to,
             last_rebalance: Instant::now(),
+            last_turn: Instant::now(),
+            voters_heard: HashMap::new(),
+            connections_lost: HashSet::new(),
+            parked_fetches: Vec::new(),
+            applied_at_us: super::unix_time_us(),
             snapshots: SnapshotPolicy {
                 log_bytes_max: cluster.snapshot_log_bytes,
             },
@@ -192,7 +237,14 @@ impl Voter {
         let mut next_tick = Instant::now() + self.tick;
         loop {
             let now = Instant::now();
+            self.observe_stall(now);
             if now >= next_tick {
+                // What arrived while this thread did not run first: a
+                // newer term among it ends this leadership before any
+                // duty is decided on a stale view.
+                while let Ok(input) = self.inbox.try_recv() {
+                    self.handle(input);
+                }
                 self.quorum.tick();
                 next_tick = now + self.tick;
                 self.duties();
@@ -214,9 +266,53 @@ impl Voter {
         }
     }
 
+    /// Notes a loop turn at `now`. A turn [`STALL_TICKS_MIN`] ticks late
+    /// means this thread was not running: every broker's session is moved
+    /// on by the stall (liveness counts only time in which a heartbeat
+    /// could have been taken) and is at least a failover grace from now.
+    fn observe_stall(&mut self, now: Instant) {
+        let stalled = now.saturating_duration_since(self.last_turn);
+        self.last_turn = now;
+        if stalled < self.tick * STALL_TICKS_MIN {
+            return;
+        }
+        let grace = failover_grace(&self.cluster.timing);
+        let fresh = now.checked_sub(self.session_timeout.saturating_sub(grace));
+        for heard in self.sessions.values_mut() {
+            let moved = *heard + stalled;
+            *heard = fresh.map_or(moved, |fresh| moved.max(fresh)).min(now);
+        }
+        if self.quorum.is_leader() {
+            tracing::warn!(
+                stalled_ms = stalled.as_millis() as u64,
+                "the controller did not run for a while: brokers' sessions resume from now, none is fenced for the time it could not hear them"
+            );
+        }
+    }
+
+    /// Whether the active controller heard a majority of the voters
+    /// (itself included) within an election timeout at `now`.
+    fn majority_heard(&self, now: Instant) -> bool {
+        let window = Duration::from_millis(self.cluster.timing.election_timeout_ms);
+        let heard = self
+            .cluster
+            .voters
+            .iter()
+            .filter(|v| {
+                v.id == self.cluster.node_id
+                    || self
+                        .voters_heard
+                        .get(&(v.id as u64))
+                        .is_some_and(|at| now.saturating_duration_since(*at) <= window)
+            })
+            .count();
+        heard * 2 > self.cluster.voters.len()
+    }
+
     fn handle(&mut self, input: Input) {
         match input {
             Input::Raft(message) => {
+                self.voters_heard.insert(message.from, Instant::now());
                 if let Err(error) = self.quorum.step(*message) {
                     tracing::debug!(%error, "raft message not taken");
                 }
@@ -225,9 +321,7 @@ impl Voter {
                 let answer = self.heartbeat(heartbeat);
                 let _ = reply.send(answer);
             }
-            Input::Fetch(after, reply) => {
-                let _ = reply.send(self.fetch(after));
-            }
+            Input::Fetch { after, wait, reply } => self.fetch_or_park(after, wait, reply),
             Input::Propose(records, reply) => {
                 if !self.ready_to_lead() {
                     let _ = reply.send(Err(ProposeError::NotController {
@@ -255,6 +349,7 @@ impl Voter {
                             .checked_sub(self.session_timeout)
                             .unwrap_or(*last);
                         *last = (*last).min(short);
+                        self.connections_lost.insert(broker);
                         tracing::info!(broker, grace_ms = grace.as_millis() as u64, "a broker's heartbeat connection closed: fenced unless it heartbeats again soon");
                     }
                 }
@@ -354,6 +449,7 @@ impl Voter {
         let broker = heartbeat.broker;
         let id = broker.id;
         self.sessions.insert(id, now);
+        self.connections_lost.remove(&id);
         // The answer says what is applied; the decision what will be.
         let fenced = self.image.brokers.get(&id).is_none_or(|b| b.fenced);
         if self.may_propose(id, now) {
@@ -365,14 +461,20 @@ impl Voter {
             let deciding_fenced = known.is_none_or(|b| b.fenced);
             let unclean = self.cluster.unclean_default;
             let records = if !registered {
-                tracing::info!(broker = id, host = %broker.host, port = broker.port, "broker registers");
+                // A broker seen before returns as its start-up found its
+                // data dir; one never seen has nothing to lose.
+                let how = match (known, heartbeat.startup) {
+                    (None, _) => placement::Return::Clean,
+                    (Some(_), startup) if startup.new_directory => {
+                        placement::Return::EmptyDirectory
+                    }
+                    (Some(_), startup) if !startup.clean => placement::Return::Crashed,
+                    (Some(_), _) => placement::Return::Clean,
+                };
+                tracing::info!(broker = id, host = %broker.host, port = broker.port, returns = ?how, "broker registers");
                 let mut records = vec![MetadataRecord::BrokerRegistered(broker)];
                 let registered = image.with(&records);
-                records.extend(
-                    placement::unfence(&registered, id, unclean)
-                        .into_iter()
-                        .skip(1),
-                );
+                records.extend(placement::register(&registered, id, how, unclean));
                 records
             } else if heartbeat.shutting_down && !deciding_fenced {
                 tracing::info!(broker = id, "broker stops: fenced, its leaderships move");
@@ -410,12 +512,56 @@ impl Voter {
                     };
                     out.push((entry.index, records));
                 }
-                Some(FetchReply::Entries(out))
+                Some(FetchReply::Entries {
+                    entries: out,
+                    applied: self.applied,
+                    applied_at_us: self.applied_at_us,
+                })
             }
             None => Some(FetchReply::Snapshot {
                 index: self.applied,
                 image: crate::metadata::encode_snapshot(&self.image),
             }),
+        }
+    }
+
+    /// Answers a broker's metadata fetch now when this voter has applied
+    /// something after `after` (or it asks no wait), else holds it until
+    /// it has or `wait` ([`FETCH_WAIT_MAX`] at most) passed: a broker that
+    /// is not a voter follows the metadata log as it commits, as Kafka's
+    /// brokers do, instead of learning of changes at its next heartbeat.
+    fn fetch_or_park(
+        &mut self,
+        after: u64,
+        wait: Duration,
+        reply: flume::Sender<Option<FetchReply>>,
+    ) {
+        if self.applied > after || wait.is_zero() || self.parked_fetches.len() >= FETCHES_PARKED_MAX
+        {
+            let _ = reply.send(self.fetch(after));
+            return;
+        }
+        self.parked_fetches.push(ParkedFetch {
+            after,
+            until: Instant::now() + wait.min(FETCH_WAIT_MAX),
+            reply,
+        });
+    }
+
+    /// Answers the held fetches that something newer was applied for, or
+    /// whose wait passed (with what there is: nothing newer).
+    fn serve_parked_fetches(&mut self) {
+        if self.parked_fetches.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let parked = std::mem::take(&mut self.parked_fetches);
+        for fetch in parked {
+            if self.applied > fetch.after || now >= fetch.until {
+                let _ = fetch.reply.send(self.fetch(fetch.after));
+            } else {
+                self.parked_fetches.push(fetch);
+            }
         }
     }
 
@@ -472,6 +618,12 @@ impl Voter {
                 self.propose(moves, None);
             }
         }
+        if !self.majority_heard(now) {
+            // Not heard from a majority: this node may have been cut off
+            // or stopped while another took over; it fences no one on a
+            // view that may be stale.
+            return;
+        }
         let expired: Vec<i32> = self
             .deciding_image()
             .live_brokers()
@@ -486,11 +638,24 @@ impl Voter {
             if !self.may_propose(id, now) {
                 continue;
             }
-            tracing::warn!(
-                broker = id,
-                session_timeout_ms = self.session_timeout.as_millis() as u64,
-                "broker missed its heartbeats: fenced, its leaderships move"
-            );
+            let silent_ms = self
+                .sessions
+                .get(&id)
+                .map(|at| now.saturating_duration_since(*at).as_millis() as u64);
+            if self.connections_lost.remove(&id) {
+                tracing::warn!(
+                    broker = id,
+                    silent_ms,
+                    "broker's heartbeat connection closed and it did not heartbeat again within the grace: fenced, its leaderships move"
+                );
+            } else {
+                tracing::warn!(
+                    broker = id,
+                    silent_ms,
+                    session_timeout_ms = self.session_timeout.as_millis() as u64,
+                    "broker missed its heartbeats for the session timeout: fenced, its leaderships move"
+                );
+            }
             // On the image with the fences just proposed: brokers expiring
             // together each move their leaderships once, to a live broker.
             let records =
@@ -544,9 +709,15 @@ impl Voter {
                 changed = true;
             }
         }
+        if changed {
+            self.applied_at_us = super::unix_time_us();
+        }
         if changed && self.applied >= self.replayed_to {
             self.cluster.publish(&self.image);
         }
+        // Every turn: the brokers hear of what was just applied at once,
+        // and held fetches whose wait passed are answered.
+        self.serve_parked_fetches();
         if changed && self.snapshots.is_due(&self.quorum) {
             let data = crate::metadata::encode_snapshot(&self.image);
             let bytes = data.len();
@@ -715,6 +886,10 @@ mod tests {
             broker: broker(id),
             applied: 0,
             shutting_down: false,
+            startup: wire::Startup {
+                clean: true,
+                new_directory: false,
+            },
         });
         voter.process_ready().unwrap();
     }
@@ -778,6 +953,107 @@ mod tests {
         }
     }
 
+    /// A controller that did not run for longer than a session (stopped,
+    /// a stalled VM) fences no one for the time it could not hear them:
+    /// the brokers' sessions resume when it does. Without the stall seen,
+    /// every broker, this node's own included, was fenced at once.
+    #[test]
+    fn a_controller_that_did_not_run_fences_no_live_broker() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut voter = leading_voter(dir.path());
+        three_brokers_and_a_topic(&mut voter);
+        let before = partitions(&voter);
+        let stall = voter.session_timeout * 2;
+        let now = Instant::now();
+        let heard = now - stall - Duration::from_millis(100);
+        for id in 1..=3 {
+            voter.sessions.insert(id, heard);
+        }
+        voter.last_turn = now - stall;
+        voter.proposed.clear();
+        voter.observe_stall(now);
+        voter.duties();
+        voter.process_ready().unwrap();
+        assert!(
+            (1..=3).all(|id| voter.image.is_live(id)),
+            "{:?}",
+            voter.image.brokers
+        );
+        assert_eq!(partitions(&voter), before);
+        // Time it runs without hearing a broker still counts: a session
+        // later, a silent broker is fenced.
+        for id in [1, 2] {
+            voter.sessions.insert(id, Instant::now());
+        }
+        voter
+            .sessions
+            .insert(3, Instant::now() - voter.session_timeout * 2);
+        voter.last_turn = Instant::now();
+        voter.duties();
+        voter.process_ready().unwrap();
+        assert!(!voter.image.is_live(3), "{:?}", voter.image.brokers);
+        assert!(voter.image.is_live(1) && voter.image.is_live(2));
+    }
+
+    /// A broker back with a new incarnation after a crash leaves the ISRs
+    /// that have other members and leads nothing on its old word; one
+    /// back after a clean stop keeps its place, at a new leader epoch.
+    #[test]
+    fn a_broker_back_from_a_crash_leads_nothing_until_it_caught_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut voter = leading_voter(dir.path());
+        three_brokers_and_a_topic(&mut voter);
+        let before = partitions(&voter);
+        voter.proposed.clear();
+        voter.heartbeat(Heartbeat {
+            broker: BrokerMeta {
+                incarnation: 8,
+                ..broker(1)
+            },
+            applied: 0,
+            shutting_down: false,
+            startup: wire::Startup {
+                clean: false,
+                new_directory: true,
+            },
+        });
+        voter.process_ready().unwrap();
+        assert_eq!(voter.image.brokers[&1].incarnation, 8);
+        let after = partitions(&voter);
+        for (was, now) in before.iter().zip(&after) {
+            assert!(!now.isr.contains(&1), "{after:?}");
+            assert_ne!(now.leader, 1, "{after:?}");
+            assert!(now.leader_epoch >= was.leader_epoch);
+            if was.leader == 1 {
+                assert!(now.leader_epoch > was.leader_epoch, "{after:?}");
+            }
+        }
+        voter.proposed.clear();
+        voter.heartbeat(Heartbeat {
+            broker: BrokerMeta {
+                incarnation: 9,
+                ..broker(2)
+            },
+            applied: 0,
+            shutting_down: false,
+            startup: wire::Startup {
+                clean: true,
+                new_directory: false,
+            },
+        });
+        voter.process_ready().unwrap();
+        let clean = partitions(&voter);
+        for (was, now) in after.iter().zip(&clean) {
+            assert_eq!(now.isr, was.isr, "a clean return keeps its ISR places");
+            if was.leader == 2 {
+                assert_eq!(now.leader, 2);
+                assert_eq!(now.leader_epoch, was.leader_epoch + 1, "{clean:?}");
+            } else {
+                assert_eq!(now, was);
+            }
+        }
+    }
+
     /// A broker that registers between the election and the new
     /// controller's first duties keeps the session its heartbeat started,
     /// though its registration is not applied yet.
@@ -789,6 +1065,10 @@ mod tests {
             broker: broker(2),
             applied: 0,
             shutting_down: false,
+            startup: wire::Startup {
+                clean: true,
+                new_directory: false,
+            },
         });
         voter.duties();
         voter.process_ready().unwrap();

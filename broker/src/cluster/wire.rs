@@ -28,6 +28,11 @@ const KIND_FETCH_REPLY: u8 = 5;
 const KIND_ALTER_PARTITION: u8 = 6;
 const KIND_ALTER_PARTITION_REPLY: u8 = 7;
 
+/// A heartbeat's start-up flags ([`Startup`]).
+const STARTUP_KNOWN: u8 = 1;
+const STARTUP_CLEAN: u8 = 2;
+const STARTUP_NEW_DIRECTORY: u8 = 4;
+
 /// A leader's ISR change for one partition (Kafka's AlterPartition
 /// shape): taken only when the leader and both epochs are still current.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +55,22 @@ pub struct Heartbeat {
     /// The broker is stopping (SIGTERM): fence it and move its
     /// leaderships away now (controlled shutdown).
     pub shutting_down: bool,
+    /// How this incarnation's process found its data dir at start: what
+    /// the controller needs to know whether the broker may have lost
+    /// records it acknowledged in an earlier incarnation.
+    pub startup: Startup,
+}
+
+/// How a broker's process found its data dir when it started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Startup {
+    /// The previous process stopped cleanly: its logs were closed with
+    /// everything durable.
+    pub clean: bool,
+    /// The data dir was new (no `meta.properties`): whatever an earlier
+    /// incarnation of this node id held is gone (a replaced or emptied
+    /// disk).
+    pub new_directory: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,8 +93,19 @@ pub struct HeartbeatReply {
 /// What a broker without a copy of the Raft log asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FetchReply {
-    /// Committed entries after the asked offset, in order: (index, records).
-    Entries(Vec<(u64, Vec<MetadataRecord>)>),
+    /// Committed entries after the asked offset, in order, and where the
+    /// answering voter stood when it answered.
+    Entries {
+        /// (index, records) of each entry.
+        entries: Vec<(u64, Vec<MetadataRecord>)>,
+        /// The offset the voter had applied: a broker is caught up once it
+        /// has applied this much.
+        applied: u64,
+        /// When the voter applied `applied`, in microseconds since the Unix
+        /// epoch on its clock (0: unknown); the broker measures how long a
+        /// change took to reach it from this.
+        applied_at_us: u64,
+    },
     /// The asked offset is behind the voter's snapshot: the image at `index`.
     Snapshot { index: u64, image: Vec<u8> },
 }
@@ -84,8 +116,12 @@ pub enum Frame {
     Raft(Box<Message>),
     Heartbeat(Heartbeat),
     HeartbeatReply(HeartbeatReply),
+    /// Committed entries after `after`. The voter holds the request up to
+    /// `wait_ms` while it has applied nothing newer (a long poll: the
+    /// answer goes out as soon as something newer is applied).
     Fetch {
         after: u64,
+        wait_ms: u32,
     },
     FetchReply(FetchReply),
     AlterPartition(AlterPartition),
@@ -154,6 +190,19 @@ impl Envelope {
                 );
                 payload.extend_from_slice(&heartbeat.applied.to_be_bytes());
                 payload.push(u8::from(heartbeat.shutting_down));
+                payload.push(
+                    STARTUP_KNOWN
+                        | if heartbeat.startup.clean {
+                            STARTUP_CLEAN
+                        } else {
+                            0
+                        }
+                        | if heartbeat.startup.new_directory {
+                            STARTUP_NEW_DIRECTORY
+                        } else {
+                            0
+                        },
+                );
             }
             Frame::HeartbeatReply(reply) => {
                 let status = match reply.status {
@@ -165,14 +214,23 @@ impl Envelope {
                 payload.extend_from_slice(&reply.leader.to_be_bytes());
                 payload.extend_from_slice(&reply.applied.to_be_bytes());
             }
-            Frame::Fetch { after } => payload.extend_from_slice(&after.to_be_bytes()),
-            Frame::FetchReply(FetchReply::Entries(entries)) => {
+            Frame::Fetch { after, wait_ms } => {
+                payload.extend_from_slice(&after.to_be_bytes());
+                payload.extend_from_slice(&wait_ms.to_be_bytes());
+            }
+            Frame::FetchReply(FetchReply::Entries {
+                entries,
+                applied,
+                applied_at_us,
+            }) => {
                 payload.push(0);
                 put_u32(&mut payload, entries.len() as u32);
                 for (index, records) in entries {
                     payload.extend_from_slice(&index.to_be_bytes());
                     put_bytes(&mut payload, &encode_records(records));
                 }
+                payload.extend_from_slice(&applied.to_be_bytes());
+                payload.extend_from_slice(&applied_at_us.to_be_bytes());
             }
             Frame::FetchReply(FetchReply::Snapshot { index, image }) => {
                 payload.push(1);
@@ -224,10 +282,21 @@ impl Envelope {
                 };
                 let applied = u64::from_be_bytes(take::<8>(&mut buf)?);
                 let shutting_down = take::<1>(&mut buf)?[0] != 0;
+                let flags = take::<1>(&mut buf)?[0];
+                if flags & !(STARTUP_KNOWN | STARTUP_CLEAN | STARTUP_NEW_DIRECTORY) != 0
+                    || flags & STARTUP_KNOWN == 0
+                {
+                    return Err(format!("heartbeat start-up flags {flags:#04x}"));
+                }
+                let startup = Startup {
+                    clean: flags & STARTUP_CLEAN != 0,
+                    new_directory: flags & STARTUP_NEW_DIRECTORY != 0,
+                };
                 Frame::Heartbeat(Heartbeat {
                     broker,
                     applied,
                     shutting_down,
+                    startup,
                 })
             }
             KIND_HEARTBEAT_REPLY => {
@@ -243,9 +312,16 @@ impl Envelope {
                     applied: u64::from_be_bytes(take::<8>(&mut buf)?),
                 })
             }
-            KIND_FETCH => Frame::Fetch {
-                after: u64::from_be_bytes(take::<8>(&mut buf)?),
-            },
+            KIND_FETCH => {
+                let after = u64::from_be_bytes(take::<8>(&mut buf)?);
+                // A broker of an earlier release sends no wait: answered at once.
+                let wait_ms = if buf.is_empty() {
+                    0
+                } else {
+                    u32::from_be_bytes(take::<4>(&mut buf)?)
+                };
+                Frame::Fetch { after, wait_ms }
+            }
             KIND_FETCH_REPLY => match take::<1>(&mut buf)?[0] {
                 0 => {
                     let count = take_u32(&mut buf)? as usize;
@@ -257,7 +333,21 @@ impl Envelope {
                         let index = u64::from_be_bytes(take::<8>(&mut buf)?);
                         entries.push((index, decode_records(take_bytes(&mut buf)?)?));
                     }
-                    Frame::FetchReply(FetchReply::Entries(entries))
+                    // A voter of an earlier release sends neither: its last
+                    // entry is all it had, its time unknown.
+                    let (applied, applied_at_us) = if buf.is_empty() {
+                        (entries.last().map_or(0, |(index, _)| *index), 0)
+                    } else {
+                        (
+                            u64::from_be_bytes(take::<8>(&mut buf)?),
+                            u64::from_be_bytes(take::<8>(&mut buf)?),
+                        )
+                    };
+                    Frame::FetchReply(FetchReply::Entries {
+                        entries,
+                        applied,
+                        applied_at_us,
+                    })
                 }
                 1 => Frame::FetchReply(FetchReply::Snapshot {
                     index: u64::from_be_bytes(take::<8>(&mut buf)?),
@@ -414,6 +504,10 @@ mod tests {
             broker: broker(),
             applied: 42,
             shutting_down: true,
+            startup: Startup {
+                clean: false,
+                new_directory: true,
+            },
         }));
         for status in [
             HeartbeatStatus::Accepted { fenced: false },
@@ -426,11 +520,18 @@ mod tests {
                 applied: 5,
             }));
         }
-        round_trip(Frame::Fetch { after: 17 });
-        round_trip(Frame::FetchReply(FetchReply::Entries(vec![
-            (18, vec![MetadataRecord::ClusterId("x".to_string())]),
-            (19, vec![MetadataRecord::BrokerRegistered(broker())]),
-        ])));
+        round_trip(Frame::Fetch {
+            after: 17,
+            wait_ms: 500,
+        });
+        round_trip(Frame::FetchReply(FetchReply::Entries {
+            entries: vec![
+                (18, vec![MetadataRecord::ClusterId("x".to_string())]),
+                (19, vec![MetadataRecord::BrokerRegistered(broker())]),
+            ],
+            applied: 19,
+            applied_at_us: 1_700_000_000_000_000,
+        }));
         round_trip(Frame::FetchReply(FetchReply::Snapshot {
             index: 30,
             image: vec![1, 2, 3],
@@ -444,6 +545,38 @@ mod tests {
             isr: vec![2, 3],
         }));
         round_trip(Frame::AlterPartitionReply { error_code: 6 });
+    }
+
+    /// Frames of a release before long polls (a fetch without its wait,
+    /// entries without the voter's applied offset) still decode.
+    #[test]
+    fn fetch_frames_without_their_later_fields_decode() {
+        let decode = |payload: Vec<u8>| Envelope::decode(&payload).unwrap().frame;
+        let mut fetch = vec![KIND_FETCH];
+        put_bytes(&mut fetch, b"c1");
+        fetch.extend_from_slice(&17u64.to_be_bytes());
+        assert!(matches!(
+            decode(fetch),
+            Frame::Fetch {
+                after: 17,
+                wait_ms: 0
+            }
+        ));
+        let mut reply = vec![KIND_FETCH_REPLY];
+        put_bytes(&mut reply, b"c1");
+        reply.push(0);
+        put_u32(&mut reply, 1);
+        reply.extend_from_slice(&18u64.to_be_bytes());
+        put_bytes(&mut reply, &encode_records(&[]));
+        let Frame::FetchReply(FetchReply::Entries {
+            entries,
+            applied,
+            applied_at_us,
+        }) = decode(reply)
+        else {
+            panic!("not entries");
+        };
+        assert_eq!((entries.len(), applied, applied_at_us), (1, 18, 0));
     }
 
     #[test]
