@@ -57,6 +57,21 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A change of the voter set that the quorum refuses now (not the leader, another change
+    /// still in progress, a node that is not where the change needs it).
+    #[error("voter change refused: {reason}")]
+    VoterChange { reason: String },
+    /// The leader says this node acknowledged log entries it no longer has: its log was lost
+    /// (an emptied or replaced disk). Following on would break Raft's safety; the node stops.
+    #[error(
+        "this node's Raft log ends at {last_index}, but the leader says it acknowledged \
+         entries through {acknowledged}: the log was lost"
+    )]
+    LogLost { last_index: u64, acknowledged: u64 },
+    /// The application must take a snapshot ([`quorum::Quorum::compact`]) before the quorum
+    /// takes more messages ([`quorum::Quorum::snapshot_required`]).
+    #[error("a snapshot is required before the quorum goes on")]
+    SnapshotRequired,
     /// A store file holds bytes that do not decode (outside a torn tail, which is cut).
     #[error("store corrupt: {path}: {reason}")]
     Corrupt {

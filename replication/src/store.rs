@@ -191,6 +191,8 @@ impl LogCache {
         for bytes in &mut self.bytes_through {
             *bytes -= dropped_bytes;
         }
+        // A restart starts from the snapshot's configuration, then applies the changes after.
+        self.conf_state = snapshot.get_metadata().get_conf_state().clone();
         self.snapshot = snapshot;
     }
 }
