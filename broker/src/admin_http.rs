@@ -5,7 +5,7 @@
 //! |---|---|
 //! | `GET /metrics` | Prometheus text, per shard (`shard="N"`) and in total (`shard="all"`) |
 //! | `GET /health` | 200 while the process runs |
-//! | `GET /ready` | 200 once every core has recovered its partitions and listens, 503 before and while stopping |
+//! | `GET /ready` | 200 once every core has recovered its partitions and accepts clients (in a cluster: once the broker is registered and caught up with the metadata), 503 before and while stopping |
 //! | `GET /status` | JSON summary for `strom status` |
 //!
 //! A scrape asks every core for a [`ShardSnapshot`] over a bounded flume
@@ -70,8 +70,15 @@ impl AdminState {
         self.stopping.store(true, Ordering::Release);
     }
 
+    /// Every core listens and, in a cluster, accepts clients: the broker
+    /// is registered and caught up with the metadata.
     fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire) && !self.stopping.load(Ordering::Acquire)
+        self.ready.load(Ordering::Acquire)
+            && !self.stopping.load(Ordering::Acquire)
+            && self
+                .metadata
+                .cluster()
+                .is_none_or(|cluster| cluster.is_serving())
     }
 
     /// Asks every core for its snapshot; cores that do not answer within
@@ -518,7 +525,7 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
     e.family(
         "strom_ready",
         "gauge",
-        "1 once every core has recovered its partitions and accepts clients.",
+        "1 once every core has recovered its partitions and accepts clients (in a cluster: once the broker is registered and caught up with the metadata).",
     );
     e.sample("strom_ready", &[], u8::from(state.is_ready()));
     e.family("strom_cores", "gauge", "Executors (shards) configured.");
@@ -623,6 +630,19 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
             image.brokers.len() - fenced,
         );
         e.sample("strom_brokers", &[("state", "fenced")], fenced);
+        e.family(
+            "strom_metadata_propagation_seconds",
+            "histogram",
+            "On a broker that is not a voter: time from the active controller applying a metadata change to this broker publishing it to its cores (the controller's wall clock against this host's: skew between hosts adds to it).",
+        );
+        let (buckets, sum_us) = cluster.propagation.snapshot();
+        e.histogram(
+            "strom_metadata_propagation_seconds",
+            &[],
+            &LATENCY_BOUNDS_US,
+            &buckets,
+            sum_us,
+        );
     }
 
     let all = total(snapshots);

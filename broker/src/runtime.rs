@@ -143,7 +143,7 @@ async fn core_main(
         core,
         partitions: opened,
     });
-    let accept = glommio::spawn_local(server::accept_loop(shard.clone(), listener));
+    let accept = glommio::spawn_local(accept_once_serving(shard.clone(), listener));
     if let Some(cluster) = shard.cluster().cloned() {
         glommio::spawn_local(crate::cluster::replication::run(
             shard.clone(),
@@ -186,6 +186,31 @@ async fn core_main(
         core,
         partitions: closed,
     });
+}
+
+/// Accepts clients on this core, in a cluster only once this broker is
+/// registered and caught up with the metadata (as Kafka's brokers do):
+/// until then the listener is bound, so a client's connection waits in
+/// its backlog and is served from then on, rather than hearing of no
+/// brokers and no controller. Ends when the broker stops.
+async fn accept_once_serving(shard: Rc<Shard>, listener: glommio::net::TcpListener) {
+    if let Some(cluster) = shard.cluster().cloned() {
+        let stopped = futures_lite::future::or(
+            async {
+                cluster.until_serving().await;
+                false
+            },
+            async {
+                shard.stopping.wait().await;
+                true
+            },
+        )
+        .await;
+        if stopped {
+            return;
+        }
+    }
+    server::accept_loop(shard, listener).await;
 }
 
 /// Warns about each partition directory the metadata does not name: its

@@ -562,3 +562,246 @@ fn a_partition_led_elsewhere_answers_not_leader_with_the_leader() {
         common::raw::call(&mut direct, ApiKey::Fetch, 12, 3, "hints-test", &fetch);
     assert_eq!(response.responses[0].partitions[0].error_code, 0);
 }
+
+/// How long a client that asks as the nodes start may wait for its
+/// answer: the election (1–2 s) and the registrations take a few seconds
+/// on a loaded machine. A client that heard of no brokers and no
+/// controller stalled for about 40 s.
+const STARTUP_BOUND: Duration = Duration::from_secs(15);
+
+/// A cluster whose nodes were just started: clients that ask at once (a
+/// script that starts the nodes and creates a topic) are served as soon as
+/// the broker they reach is registered and caught up, and never hear of
+/// no brokers and no controller; `/ready` turns 200 only then.
+#[test]
+fn clients_asking_as_the_cluster_starts_get_brokers_and_a_controller() {
+    let cluster = Cluster::start(3, &[]);
+    let started = Instant::now();
+    // At once, from two clients at two brokers: nothing waited for.
+    let kcat_bootstrap = cluster.node(1).broker.bootstrap();
+    let kcat = std::thread::spawn(move || {
+        let output = run(
+            std::process::Command::new("kcat").args([
+                "-b",
+                &kcat_bootstrap,
+                "-L",
+                "-J",
+                "-m",
+                "60",
+            ]),
+            None,
+            Duration::from_secs(90),
+        );
+        (started.elapsed(), output)
+    });
+    let create_bootstrap = cluster.node(2).broker.bootstrap();
+    let create = std::thread::spawn(move || {
+        run_python(
+            "startup_check.py",
+            &["create", &create_bootstrap, "early", "3"],
+            SCRIPT_DEADLINE,
+        )
+    });
+    // The third broker's /ready turns 200 only once it serves: a client
+    // then hears of it and of a controller at once.
+    let admin = format!("127.0.0.1:{}", cluster.node(3).ports.admin);
+    cluster.wait_for("node 3 ready", || {
+        let (status, _) = common::admin::http_get(&admin, "/ready");
+        (status == 200).then_some(())
+    });
+    let ready_after = started.elapsed();
+    let at_ready = listed(&cluster.node(3).broker.bootstrap());
+    assert!(
+        at_ready
+            .as_ref()
+            .is_some_and(|l| l.brokers.contains(&3) && l.controller > 0),
+        "node 3 was ready but answered {at_ready:?}\n{}",
+        cluster.logs()
+    );
+
+    let (kcat_took, output) = kcat.join().unwrap();
+    assert!(
+        output.status.success(),
+        "kcat -L at start: {}\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        cluster.logs()
+    );
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let brokers = json["brokers"].as_array().map_or(0, Vec::len);
+    let controller = json["controllerid"].as_i64().unwrap_or(-1);
+    assert!(
+        brokers > 0 && controller > 0,
+        "kcat's first answer named {brokers} brokers and controller {controller}: {json}"
+    );
+    let out = create.join().unwrap();
+    let created_ms: u64 = out
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("created in ")?
+                .strip_suffix(" ms")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no creation time in {out}"));
+    println!(
+        "as the cluster starts: kcat -L answered after {} ms ({brokers} brokers, controller {controller}); \
+         create_topics took {created_ms} ms; node 3 ready after {} ms",
+        kcat_took.as_millis(),
+        ready_after.as_millis()
+    );
+    assert!(kcat_took < STARTUP_BOUND, "kcat -L took {kcat_took:?}");
+    assert!(
+        Duration::from_millis(created_ms) < STARTUP_BOUND,
+        "create_topics took {created_ms} ms\n{out}"
+    );
+    assert!(!out.contains("brokers: 0 "), "{out}");
+}
+
+/// A created topic is served by a broker that is not a voter within this
+/// of the CreateTopics answer: it follows the metadata log as it commits
+/// (tens of milliseconds on loopback); the bound has margin for a loaded
+/// 2-core machine. A broker that learned of changes at its heartbeats
+/// (Kafka's 2 s interval, which the test sets) took up to 2 s.
+const PROPAGATION_BOUND: Duration = Duration::from_millis(500);
+/// Topics created, one after another, each measured.
+const PROPAGATION_ROUNDS: usize = 10;
+
+/// A fourth node, a broker only, leads every partition of topics created
+/// through a voter, and serves them (ListOffsets answered) right after
+/// CreateTopics answered; its metrics show how long the changes took to
+/// reach it.
+#[test]
+fn a_broker_only_node_serves_a_new_topic_right_after_create_topics_answers() {
+    use protocol::kafka_protocol::messages::create_topics_request::{
+        CreatableReplicaAssignment, CreatableTopic,
+    };
+    use protocol::kafka_protocol::messages::list_offsets_request::{
+        ListOffsetsPartition, ListOffsetsTopic,
+    };
+    use protocol::kafka_protocol::messages::{
+        ApiKey, BrokerId, CreateTopicsRequest, CreateTopicsResponse, ListOffsetsRequest,
+        ListOffsetsResponse, TopicName,
+    };
+    use protocol::kafka_protocol::protocol::StrBytes;
+
+    const PARTITIONS: i32 = 3;
+    // Kafka's defaults: a broker that learned metadata only at its
+    // heartbeats would miss the bound by far.
+    let mut cluster = Cluster::start(
+        3,
+        &[
+            "--set",
+            "broker.heartbeat.interval.ms=2000",
+            "--set",
+            "broker.session.timeout.ms=9000",
+        ],
+    );
+    cluster.add_broker(4);
+    settled(&cluster, 4, &[1, 2, 3, 4]);
+    let mut creating = common::raw::connect(&cluster.node(1).broker);
+    let mut asking = common::raw::connect(&cluster.node(4).broker);
+    let mut took = Vec::with_capacity(PROPAGATION_ROUNDS);
+    for round in 0..PROPAGATION_ROUNDS {
+        let topic = format!("follow-{round}");
+        let name = || TopicName(StrBytes::from_string(topic.clone()));
+        // Led by node 4, followed by two voters.
+        let assignments = (0..PARTITIONS)
+            .map(|p| {
+                CreatableReplicaAssignment::default()
+                    .with_partition_index(p)
+                    .with_broker_ids(vec![
+                        BrokerId(4),
+                        BrokerId(p % 3 + 1),
+                        BrokerId((p + 1) % 3 + 1),
+                    ])
+            })
+            .collect();
+        let correlation = round as i32 * 1_000;
+        let created: CreateTopicsResponse = common::raw::call(
+            &mut creating,
+            ApiKey::CreateTopics,
+            7,
+            correlation,
+            "follow-test",
+            &CreateTopicsRequest::default()
+                .with_timeout_ms(30_000)
+                .with_topics(vec![CreatableTopic::default()
+                    .with_name(name())
+                    .with_num_partitions(-1)
+                    .with_replication_factor(-1)
+                    .with_assignments(assignments)]),
+        );
+        let answered = Instant::now();
+        assert_eq!(created.topics[0].error_code, 0, "{created:?}");
+        let request = ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(name())
+                .with_partitions(
+                    (0..PARTITIONS)
+                        .map(|p| {
+                            ListOffsetsPartition::default()
+                                .with_partition_index(p)
+                                .with_current_leader_epoch(-1)
+                                .with_timestamp(-1)
+                        })
+                        .collect(),
+                )]);
+        // Asked back to back (each answer paces the next), to the
+        // deadline: the first all-served answer is the measurement.
+        let deadline = answered + SCRIPT_DEADLINE;
+        for attempt in 1.. {
+            let response: ListOffsetsResponse = common::raw::call(
+                &mut asking,
+                ApiKey::ListOffsets,
+                7,
+                correlation + attempt,
+                "follow-test",
+                &request,
+            );
+            let last: Vec<i16> = response.topics[0]
+                .partitions
+                .iter()
+                .map(|p| p.error_code)
+                .collect();
+            if last.len() == PARTITIONS as usize && last.iter().all(|&code| code == 0) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline && attempt < 999,
+                "node 4 does not serve {topic}: {last:?}\n{}",
+                cluster.logs()
+            );
+        }
+        took.push(answered.elapsed());
+    }
+    took.sort_unstable();
+    let median = took[took.len() / 2];
+    let worst = *took.last().unwrap();
+    let admin = format!("127.0.0.1:{}", cluster.node(4).ports.admin);
+    let (_, metrics) = common::admin::http_get(&admin, "/metrics");
+    let figure = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} not in\n{metrics}"))
+    };
+    let count = figure("strom_metadata_propagation_seconds_count");
+    let sum = figure("strom_metadata_propagation_seconds_sum");
+    println!(
+        "broker-only node 4 served a new topic after CreateTopics answered: median {} ms, worst {} ms of {PROPAGATION_ROUNDS}; \
+         strom_metadata_propagation_seconds: {count} changes, mean {:.2} ms",
+        median.as_millis(),
+        worst.as_millis(),
+        sum * 1000.0 / count.max(1.0)
+    );
+    assert!(
+        worst < PROPAGATION_BOUND,
+        "node 4 served a new topic only {worst:?} after CreateTopics answered: {took:?}\n{}",
+        cluster.logs()
+    );
+    assert!(
+        count >= PROPAGATION_ROUNDS as f64,
+        "{count} propagations measured for {PROPAGATION_ROUNDS} topics\n{metrics}"
+    );
+}

@@ -2,8 +2,10 @@
 //! active controller every `broker.heartbeat.interval.ms` (the first of an
 //! incarnation registers the broker), keeps `meta.properties` in step with
 //! the cluster id, refuses to serve a cluster other than the data dir's,
-//! stops the broker cleanly on request, and on a broker that is not a
-//! voter fetches the committed metadata from the controllers.
+//! stops the broker cleanly on request, and opens the broker to clients
+//! once it is registered and caught up with the metadata
+//! ([`Cluster::start_serving`]). On a broker that is not a voter the
+//! committed metadata arrives through the [`super::follower`].
 
 use std::net::TcpStream;
 use std::path::PathBuf;
@@ -11,13 +13,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::net;
-use super::wire::{FetchReply, Frame, Heartbeat, HeartbeatStatus, Startup};
+use super::wire::{Frame, Heartbeat, HeartbeatStatus, Startup};
 use super::Cluster;
 use crate::meta_properties::{self, MetaProperties};
 use crate::metadata::BrokerMeta;
 
-/// Fetch rounds per heartbeat at most (each brings up to a few MiB).
-const FETCH_ROUNDS_MAX: usize = 64;
+/// The heartbeat interval until the broker serves clients: registering
+/// and seeing the registration applied takes a few heartbeats, and
+/// clients wait for it, so these come much sooner than
+/// `broker.heartbeat.interval.ms` (Kafka's 2 s).
+const STARTING_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(50);
+/// While the broker does not serve clients yet, it says why this often.
+const NOT_SERVING_NOTICE_EVERY: Duration = Duration::from_secs(10);
 
 /// How long a heartbeat waits for its answer: a quarter of the session
 /// (the controller answers at once), at least one heartbeat interval, at
@@ -46,6 +53,10 @@ pub struct Agent {
     target: usize,
     connection: Option<(String, TcpStream)>,
     commands: flume::Receiver<Command>,
+    /// When the agent started, and when it last said why the broker does
+    /// not serve clients yet.
+    started: std::time::Instant,
+    noticed: std::time::Instant,
 }
 
 /// What the rest of the broker asks of its agent.
@@ -87,6 +98,8 @@ impl Agent {
             interval,
             connection: None,
             commands,
+            started: std::time::Instant::now(),
+            noticed: std::time::Instant::now(),
         };
         std::thread::Builder::new()
             .name("strom-broker-agent".to_string())
@@ -109,6 +122,9 @@ impl Agent {
             }
             let wait = if shutting_down {
                 Duration::from_millis(100)
+            } else if !self.cluster.is_serving() {
+                self.note_not_serving();
+                STARTING_HEARTBEAT_INTERVAL.min(self.interval)
             } else {
                 self.interval
             };
@@ -177,19 +193,56 @@ impl Agent {
 
     /// The voter to ask: the active controller if known, else the next.
     fn pick_target(&mut self) -> Option<(i32, String)> {
-        let leader = self.cluster.active_controller();
-        if let Some(address) = (leader > 0)
-            .then(|| self.cluster.voter_address(leader))
-            .flatten()
-        {
-            return Some((leader, address));
+        self.cluster.controller_to_ask(&mut self.target)
+    }
+
+    /// Opens the broker to clients once the active controller accepted a
+    /// heartbeat, this process's registration is in the metadata this
+    /// node applied, unfenced, and that metadata is at least what the
+    /// controller had applied when it answered (`controller_applied`).
+    /// Kafka's brokers open their client listeners at the same point: a
+    /// client served before it would hear of no brokers and no controller.
+    fn serve_once_caught_up(&self, controller_applied: u64) {
+        if self.cluster.is_serving() {
+            return;
         }
-        let candidates = self.cluster.controller_candidates();
-        if candidates.is_empty() {
-            return None;
+        let image = self.cluster.image();
+        let registered = image
+            .brokers
+            .get(&self.broker.id)
+            .is_some_and(|b| b.incarnation == self.broker.incarnation && !b.fenced);
+        if !registered || image.offset < controller_applied {
+            return;
         }
-        self.target = (self.target + 1) % candidates.len();
-        Some(candidates[self.target].clone())
+        self.cluster.start_serving();
+        tracing::info!(
+            metadata_offset = image.offset,
+            controller = self.cluster.active_controller(),
+            elapsed_ms = self.started.elapsed().as_millis() as u64,
+            "registered with the active controller and caught up with the metadata: serving clients"
+        );
+    }
+
+    /// Says, now and then, why the broker does not serve clients yet.
+    fn note_not_serving(&mut self) {
+        if self.noticed.elapsed() < NOT_SERVING_NOTICE_EVERY {
+            return;
+        }
+        self.noticed = std::time::Instant::now();
+        let image = self.cluster.image();
+        let registration = match image.brokers.get(&self.broker.id) {
+            Some(b) if b.incarnation != self.broker.incarnation => "an earlier process's",
+            Some(b) if b.fenced => "fenced",
+            Some(_) => "unfenced",
+            None => "none",
+        };
+        tracing::info!(
+            waited_ms = self.started.elapsed().as_millis() as u64,
+            controller = self.cluster.active_controller(),
+            metadata_offset = image.offset,
+            registration,
+            "not serving clients yet: waiting to be registered with the active controller and caught up with the metadata"
+        );
     }
 
     /// One heartbeat round (following one redirect); whether the broker
@@ -228,9 +281,7 @@ impl Agent {
                     // The next round asks the leader this voter named.
                 }
                 HeartbeatStatus::Accepted { fenced } => {
-                    if !self.cluster.is_voter() && reply.applied > self.cluster.image().offset {
-                        self.catch_up(id, &address);
-                    }
+                    self.serve_once_caught_up(reply.applied);
                     return Some((fenced, reply.applied));
                 }
             }
@@ -287,60 +338,5 @@ impl Agent {
             }
         }
         crate::errors::NOT_CONTROLLER
-    }
-
-    /// A broker that is not a voter: fetches committed metadata until it
-    /// has what the controller had applied, and publishes the image once,
-    /// at the end (never a state between).
-    fn catch_up(&mut self, id: i32, address: &str) {
-        let mut image = (*self.cluster.image()).clone();
-        let before = image.offset;
-        for _ in 0..FETCH_ROUNDS_MAX {
-            let after = image.offset;
-            let reply = match self.call(address, Frame::Fetch { after }, net::IO_TIMEOUT) {
-                Ok(reply) => reply,
-                Err(error) => {
-                    tracing::debug!(voter = id, %error, "metadata fetch failed");
-                    break;
-                }
-            };
-            match reply.frame {
-                Frame::FetchReply(FetchReply::Entries(entries)) => {
-                    if entries.is_empty() {
-                        break;
-                    }
-                    for (index, records) in entries {
-                        if index <= image.offset {
-                            continue;
-                        }
-                        for record in &records {
-                            image.apply(record);
-                        }
-                        image.offset = index;
-                    }
-                }
-                Frame::FetchReply(FetchReply::Snapshot {
-                    index,
-                    image: bytes,
-                }) => match crate::metadata::decode_snapshot(&bytes, self.cluster.node_id) {
-                    Ok(mut loaded) => {
-                        loaded.offset = index;
-                        tracing::info!(
-                            offset = index,
-                            "metadata snapshot loaded from the controller"
-                        );
-                        image = loaded;
-                    }
-                    Err(error) => {
-                        tracing::warn!(%error, "the controller's metadata snapshot does not decode");
-                        break;
-                    }
-                },
-                _ => break,
-            }
-        }
-        if image.offset > before {
-            self.cluster.publish(&image);
-        }
     }
 }

@@ -20,6 +20,7 @@
 
 pub mod agent;
 pub mod coordinator_forward;
+pub mod follower;
 pub mod forward;
 pub mod links;
 pub mod net;
@@ -29,7 +30,7 @@ pub mod voter;
 pub mod wire;
 
 use std::rc::Rc;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use crate::config::{BrokerConfig, ClusterTiming};
@@ -104,6 +105,17 @@ pub struct Cluster {
     changed_rx: Mutex<Option<flume::Receiver<()>>>,
     /// The agent's command queue, once it runs.
     agent: std::sync::OnceLock<flume::Sender<agent::Command>>,
+    /// Whether this broker serves clients: once it is registered and has
+    /// caught up with the metadata ([`Cluster::start_serving`]).
+    serving: AtomicBool,
+    /// Dropped when serving starts, which wakes every core waiting on
+    /// `serving_rx` ([`Cluster::until_serving`]).
+    serving_tx: Mutex<Option<flume::Sender<()>>>,
+    serving_rx: flume::Receiver<()>,
+    /// How long committed metadata took to reach this broker (a broker
+    /// that is not a voter): from the active controller's apply to this
+    /// broker's publish.
+    pub propagation: PropagationHistogram,
     /// This process's incarnation, once the agent runs.
     incarnation: std::sync::OnceLock<u64>,
 }
@@ -115,6 +127,7 @@ impl Cluster {
         image: MetadataImage,
     ) -> Self {
         let (changed, changed_rx) = flume::bounded(1);
+        let (serving_tx, serving_rx) = flume::bounded(1);
         Cluster {
             node_id: config.node_id,
             voters: config.quorum.voters.clone(),
@@ -140,6 +153,10 @@ impl Cluster {
             changed,
             changed_rx: Mutex::new(Some(changed_rx)),
             agent: std::sync::OnceLock::new(),
+            serving: AtomicBool::new(false),
+            serving_tx: Mutex::new(Some(serving_tx)),
+            serving_rx,
+            propagation: PropagationHistogram::default(),
             incarnation: std::sync::OnceLock::new(),
         }
     }
@@ -177,6 +194,44 @@ impl Cluster {
     pub fn publish(&self, image: &MetadataImage) {
         *self.image.write().expect("cluster image lock") = Arc::new(image.clone());
         let _ = self.changed.try_send(());
+    }
+
+    /// Whether this broker serves clients yet.
+    pub fn is_serving(&self) -> bool {
+        self.serving.load(Ordering::Acquire)
+    }
+
+    /// This broker is registered and caught up with the metadata: its
+    /// cores start accepting clients (once; later calls do nothing).
+    pub fn start_serving(&self) {
+        self.serving.store(true, Ordering::Release);
+        // Every core waiting in `until_serving` wakes: the channel closed.
+        self.serving_tx.lock().expect("serving lock").take();
+    }
+
+    /// Returns once this broker serves clients.
+    pub async fn until_serving(&self) {
+        if self.is_serving() {
+            return;
+        }
+        // Nothing is ever sent: the sender's drop ends the wait.
+        let _ = self.serving_rx.recv_async().await;
+    }
+
+    /// The controller to ask: the active one if known, else the next of
+    /// [`Cluster::controller_candidates`] after `*rotation` (which moves
+    /// on, so each failure tries another).
+    pub fn controller_to_ask(&self, rotation: &mut usize) -> Option<(i32, String)> {
+        let leader = self.active_controller();
+        if let Some(address) = (leader > 0).then(|| self.voter_address(leader)).flatten() {
+            return Some((leader, address));
+        }
+        let candidates = self.controller_candidates();
+        if candidates.is_empty() {
+            return None;
+        }
+        *rotation = (*rotation + 1) % candidates.len();
+        Some(candidates[*rotation].clone())
     }
 
     pub fn set_quorum_status(&self, status: QuorumStatus) {
@@ -233,7 +288,8 @@ impl Cluster {
             .collect()
     }
 
-    /// Starts this node's agent (once).
+    /// Starts this node's agent (once), and on a broker that is not a
+    /// voter its metadata follower.
     pub fn start_agent(
         self: &Arc<Self>,
         config: &BrokerConfig,
@@ -250,6 +306,9 @@ impl Cluster {
             clean_shutdown,
         )?;
         let _ = self.agent.set(commands);
+        if !self.is_voter() {
+            follower::Follower::start(self.clone())?;
+        }
         Ok(())
     }
 
@@ -315,6 +374,40 @@ impl Cluster {
         rx.recv_async()
             .await
             .map_err(|_| ProposeError::Failed("the quorum thread has stopped".to_string()))?
+    }
+}
+
+/// Microseconds since the Unix epoch on this host's clock (0 before it).
+pub fn unix_time_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// A histogram of metadata propagation delays over
+/// [`crate::metrics::LATENCY_BOUNDS_US`] (then +Inf), updated by the
+/// metadata follower thread and read by the admin thread.
+#[derive(Default)]
+pub struct PropagationHistogram {
+    buckets: [AtomicU64; crate::metrics::LATENCY_BOUNDS_US.len() + 1],
+    sum_us: AtomicU64,
+}
+
+impl PropagationHistogram {
+    pub fn record(&self, delay_us: u64) {
+        let bucket = crate::metrics::LATENCY_BOUNDS_US.partition_point(|bound| *bound < delay_us);
+        self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        self.sum_us.fetch_add(delay_us, Ordering::Relaxed);
+    }
+
+    /// The count of each bucket (not cumulative) and the sum.
+    pub fn snapshot(&self) -> (Vec<u64>, u64) {
+        let buckets = self
+            .buckets
+            .iter()
+            .map(|b| b.load(Ordering::Relaxed))
+            .collect();
+        (buckets, self.sum_us.load(Ordering::Relaxed))
     }
 }
 

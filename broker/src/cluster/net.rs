@@ -5,7 +5,8 @@
 //!   it connects on demand and drops what it cannot deliver (Raft resends).
 //! - [`serve`]: accepts on the controller listener; each connection gets a
 //!   thread (at most [`CONNECTIONS_MAX`]) that reads frames: Raft messages
-//!   go to the quorum thread, heartbeats and fetches are answered.
+//!   go to the quorum thread, heartbeats and fetches are answered (a
+//!   fetch once the quorum thread has something newer, a long poll).
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -209,11 +210,17 @@ fn serve_frames(
                 leader: -1,
                 applied: 0,
             }),
-            Frame::Fetch { after } if !foreign => {
+            Frame::Fetch { after, wait_ms } if !foreign => {
                 let (tx, rx) = flume::bounded(1);
-                if inbox.send(Input::Fetch(after, tx)).is_err() {
+                let fetch = Input::Fetch {
+                    after,
+                    wait: Duration::from_millis(u64::from(wait_ms)),
+                    reply: tx,
+                };
+                if inbox.send(fetch).is_err() {
                     return Ok(());
                 }
+                // The quorum thread holds it at most `voter::FETCH_WAIT_MAX`.
                 match rx.recv_timeout(IO_TIMEOUT) {
                     Ok(Some(reply)) => Frame::FetchReply(reply),
                     _ => continue,
