@@ -31,6 +31,7 @@ pub mod replica;
 pub mod runtime;
 pub mod server;
 pub mod shard;
+pub mod storage_health;
 pub mod sync;
 pub mod topic_config;
 pub mod transport;

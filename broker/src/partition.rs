@@ -58,6 +58,9 @@ pub struct Partition {
     /// The leader epoch up to which this follower's log is known to agree
     /// with its leader's (KIP-101/279); a new epoch asks again.
     reconciled_epoch: Cell<Option<i32>>,
+    /// The leader epoch at which a cut below the high watermark was last
+    /// refused (logged once per epoch).
+    truncation_refused_epoch: Cell<Option<i32>>,
     /// An ISR change the replica state asked for, waiting to be sent to
     /// the active controller (`cluster::replication` takes it).
     isr_outbox: RefCell<Option<IsrProposal>>,
@@ -391,6 +394,12 @@ pub struct BrokerSide {
     pub node_id: NodeId,
     /// `replica.lag.time.max.ms`.
     pub replica_lag_time_max_ms: u64,
+    /// A single node leads its partitions alone from the moment they
+    /// open. A cluster member's partition stays offline until the
+    /// metadata assigns it ([`Partition::assign`]), its high watermark at
+    /// its log start: taken as the log end, records this replica alone
+    /// took before a crash would count as committed.
+    pub led_alone: bool,
 }
 
 /// Where partition `index` of `topic` keeps its log: `<data_dir>/<topic>-<index>`.
@@ -413,6 +422,7 @@ impl Partition {
             producer_id_expiration_ms,
             node_id,
             replica_lag_time_max_ms,
+            led_alone,
         } = broker;
         let log = Log::open(
             ctx,
@@ -439,15 +449,17 @@ impl Partition {
             // Recovery kept only what was durable under the flush policy.
             log.next_offset(),
         );
-        let mut actions = Vec::new();
-        let alone = Assignment {
-            leader_epoch: 0,
-            partition_epoch: 0,
-            replicas: vec![node_id],
-            isr: vec![node_id],
-        };
-        let led = replica.become_leader(alone, clock.monotonic_ms(), &mut actions);
-        assert!(led.is_ok(), "a partition led alone is a valid assignment");
+        if led_alone {
+            let mut actions = Vec::new();
+            let alone = Assignment {
+                leader_epoch: 0,
+                partition_epoch: 0,
+                replicas: vec![node_id],
+                isr: vec![node_id],
+            };
+            let led = replica.become_leader(alone, clock.monotonic_ms(), &mut actions);
+            assert!(led.is_ok(), "a partition led alone is a valid assignment");
+        }
         Ok(Rc::new(Partition {
             topic: topic.to_string(),
             index,
@@ -463,6 +475,7 @@ impl Partition {
             snapshot_lock: glommio::sync::Semaphore::new(1),
             replica: RefCell::new(replica),
             reconciled_epoch: Cell::new(None),
+            truncation_refused_epoch: Cell::new(None),
             isr_outbox: RefCell::new(None),
             acks: RefCell::new(AcksWaiters::default()),
             acks_answered: Condition::default(),
@@ -591,6 +604,12 @@ impl Partition {
     /// what diverged).
     pub fn reconciled_at(&self, epoch: i32) -> bool {
         self.reconciled_epoch.get() == Some(epoch)
+    }
+
+    /// Notes a cut below the high watermark refused at leader epoch
+    /// `epoch`; true the first time for that epoch.
+    pub fn note_truncation_refused(&self, epoch: i32) -> bool {
+        self.truncation_refused_epoch.replace(Some(epoch)) != Some(epoch)
     }
 
     pub fn set_reconciled(&self, epoch: i32) {
@@ -750,7 +769,14 @@ impl Partition {
             match self.log.append_batch_at(batch).await {
                 Ok(info) => last = Some(info.last_offset),
                 Err(error) => {
-                    tracing::warn!(topic = %self.topic, partition = self.index, %error, "a replicated append failed");
+                    if error.is_out_of_space() {
+                        crate::storage_health::StorageHealth::get().refused_for_space();
+                    }
+                    if let Some(not_logged) =
+                        crate::storage_health::log_now("replicated append failed")
+                    {
+                        tracing::warn!(topic = %self.topic, partition = self.index, %error, not_logged, "a replicated append failed");
+                    }
                     return Err(errors::storage_error_code(&error));
                 }
             }
@@ -944,7 +970,12 @@ impl Partition {
                         previous,
                     );
                 }
-                tracing::warn!(topic = %self.topic, partition = self.index, %error, "append failed");
+                if error.is_out_of_space() {
+                    crate::storage_health::StorageHealth::get().refused_for_space();
+                }
+                if let Some(not_logged) = crate::storage_health::log_now("append failed") {
+                    tracing::warn!(topic = %self.topic, partition = self.index, %error, not_logged, "append failed");
+                }
                 return ProduceOutcome::error(errors::storage_error_code(&error));
             }
         };
@@ -1327,6 +1358,7 @@ mod tests {
                 producer_id_expiration_ms: EXPIRATION_MS,
                 node_id: NODE,
                 replica_lag_time_max_ms: crate::replica::REPLICA_LAG_TIME_MAX_MS_DEFAULT,
+                led_alone: true,
             },
         )
         .await

@@ -28,6 +28,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{ConfigError, FlushPolicy, FlushScope, LogConfig, LOG_CONFIG_KEYS};
 pub use context::{Context, ContextConfig};
 pub use error::{Result, StorageError};
+pub use file::free_bytes;
 pub use limits::SHARD_CACHE_BYTES_MAX;
 pub use log::{
     AppendInfo, AppendOptions, FoundRecord, Log, LogStats, ReadResult, RecoveryReport,

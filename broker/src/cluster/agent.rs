@@ -255,6 +255,8 @@ impl Agent {
                 applied: self.cluster.image().offset,
                 shutting_down,
                 startup: self.startup,
+                storage_full: crate::storage_health::StorageHealth::get()
+                    .check_room(&self.data_dir),
             });
             let timeout = heartbeat_timeout(&self.cluster.timing);
             let reply = match self.call(&address, heartbeat, timeout) {

@@ -305,6 +305,12 @@ impl Cluster {
             stored,
             clean_shutdown,
         )?;
+        // A data dir that starts refusing writes is told at once.
+        let wake = commands.clone();
+        crate::storage_health::StorageHealth::get().on_full(Box::new(move || {
+            let (answer, _) = flume::bounded(1);
+            let _ = wake.try_send(agent::Command::Sync(answer));
+        }));
         let _ = self.agent.set(commands);
         if !self.is_voter() {
             follower::Follower::start(self.clone())?;

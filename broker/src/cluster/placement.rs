@@ -141,9 +141,48 @@ pub fn fence(image: &MetadataImage, id: i32, unclean_default: bool) -> Vec<Metad
     records
 }
 
+/// The records for broker `id` whose data dir refuses writes (Kafka's
+/// offline log dir): it leaves every ISR that has another member, and a
+/// live in-sync member takes each of its leaderships; where it is the
+/// last ISR member it stays (it holds everything committed, and serves
+/// reads). It stays registered and unfenced: it goes on following, and
+/// rejoins each ISR once its data dir takes writes and it caught up.
+pub fn storage_full(image: &MetadataImage, id: i32) -> Vec<MetadataRecord> {
+    let mut records = Vec::new();
+    for topic in image.topics.values() {
+        for (index, state) in topic.partitions.iter().enumerate() {
+            if !state.isr.contains(&id) || state.isr.len() == 1 {
+                continue;
+            }
+            let others: Vec<i32> = state.isr.iter().copied().filter(|&r| r != id).collect();
+            let changed = if state.leader == id {
+                let Some(next) = state
+                    .replicas
+                    .iter()
+                    .copied()
+                    .find(|r| others.contains(r) && image.is_live(*r))
+                else {
+                    // No live member to take over: it keeps leading (and
+                    // refusing produces) rather than leave none.
+                    continue;
+                };
+                led_by(state, next, others)
+            } else {
+                led_by(state, state.leader, others)
+            };
+            records.push(MetadataRecord::PartitionChanged {
+                name: topic.name.clone(),
+                index: index as i32,
+                state: changed,
+            });
+        }
+    }
+    records
+}
+
 /// Whether `topic` allows an unclean leader election: its own
 /// `unclean.leader.election.enable`, else the broker default.
-fn unclean_allowed(topic: &crate::metadata::TopicMeta, default: bool) -> bool {
+pub fn unclean_allowed(topic: &crate::metadata::TopicMeta, default: bool) -> bool {
     topic
         .configs
         .get("unclean.leader.election.enable")

@@ -157,7 +157,19 @@ async fn fetch_from(shard: Rc<Shard>, leader: i32) {
             if partition.reconciled_at(*epoch) {
                 continue;
             }
-            match reconcile(conn, partition, *epoch).await {
+            // Only an unclean election may cut below the high watermark.
+            let unclean = shard
+                .metadata
+                .image()
+                .topics
+                .get(partition.topic())
+                .is_some_and(|t| {
+                    super::placement::unclean_allowed(
+                        t,
+                        shard.cluster().is_some_and(|c| c.unclean_default),
+                    )
+                });
+            match reconcile(conn, partition, *epoch, unclean).await {
                 Ok(true) => partition.set_reconciled(*epoch),
                 Ok(false) => {}
                 Err(error) => {
@@ -196,10 +208,17 @@ const RECONCILE_ROUNDS_MAX: usize = 8;
 /// Asks the leader where this follower's latest epoch ends in its log and
 /// cuts the local log where it diverges (KIP-101, KIP-279); whether the
 /// logs now agree.
+///
+/// A cut below the high watermark this replica knows would remove records
+/// every ISR member held, some acknowledged: a leader whose history says
+/// so lost them (an emptied disk, an unclean election). It is refused
+/// unless the topic allows unclean elections; the replica then stays out
+/// of sync, its copy intact, until the leader changes.
 async fn reconcile(
     connection: &mut Connection,
     partition: &Partition,
     current_epoch: i32,
+    unclean_allowed: bool,
 ) -> Result<bool, protocol::client::ClientError> {
     use crate::replica::{divergence, Divergence};
     use kafka_protocol::messages::offset_for_leader_epoch_request::{
@@ -244,6 +263,22 @@ async fn reconcile(
             Divergence::Agree => return Ok(true),
             Divergence::TruncateTo(offset) | Divergence::TruncateAndAskAgain(offset) => offset,
         };
+        let high_watermark = partition.follower_log().high_watermark;
+        if cut < high_watermark && !unclean_allowed {
+            if partition.note_truncation_refused(current_epoch) {
+                tracing::error!(
+                    topic = %partition.topic(),
+                    partition = partition.index(),
+                    leader_epoch = current_epoch,
+                    cut,
+                    high_watermark,
+                    "the leader's history would cut this replica below its high watermark: \
+                     refused, the copy is kept (the leader lost committed records; only an \
+                     unclean election may cut them)"
+                );
+            }
+            return Ok(false);
+        }
         let before = partition.log_end_offset();
         match partition.truncate_to(cut).await {
             Ok(end) => tracing::info!(
@@ -317,13 +352,22 @@ async fn fetch_once(
             };
             match data.error_code {
                 errors::NONE => {
-                    served = true;
                     let records = data.records.unwrap_or_default();
-                    if let Err(code) = partition
+                    // A refused append (a full disk) does not count as
+                    // served: with none served the fetcher waits a little
+                    // before it asks again instead of spinning.
+                    let appended = partition
                         .append_replicated(records, data.high_watermark)
-                        .await
-                    {
+                        .await;
+                    served |= appended.is_ok();
+                    if let Err(code) = appended {
+                        let Some(not_logged) =
+                            crate::storage_health::log_now("replicated records not appended")
+                        else {
+                            continue;
+                        };
                         tracing::warn!(
+                            not_logged,
                             topic = %name,
                             partition = data.partition_index,
                             error = %protocol::client::error_name(code),

@@ -153,6 +153,9 @@ pub struct Voter {
     /// Brokers whose heartbeat connection closed since their last
     /// heartbeat: their session is the short grace, not the whole one.
     connections_lost: HashSet<i32>,
+    /// Brokers whose last heartbeat said their data dir refuses writes:
+    /// they lead nothing and join no ISR until it takes writes again.
+    storage_full: HashSet<i32>,
     /// Brokers' metadata fetches held until something newer is applied.
     parked_fetches: Vec<ParkedFetch>,
     /// When `applied` was reached, in microseconds since the Unix epoch.
@@ -210,6 +213,7 @@ impl Voter {
             last_turn: Instant::now(),
             voters_heard: HashMap::new(),
             connections_lost: HashSet::new(),
+            storage_full: HashSet::new(),
             parked_fetches: Vec::new(),
             applied_at_us: super::unix_time_us(),
             snapshots: SnapshotPolicy {
@@ -359,7 +363,23 @@ impl Voter {
                     let _ = reply.send(crate::errors::NOT_CONTROLLER);
                     return;
                 }
-                match placement::alter_partition(&self.deciding_image(), &alter) {
+                let image = self.deciding_image();
+                let was_isr = image
+                    .topics
+                    .get(&alter.topic)
+                    .and_then(|t| t.partition(alter.partition))
+                    .map(|p| p.isr.clone())
+                    .unwrap_or_default();
+                if alter
+                    .isr
+                    .iter()
+                    .any(|r| !was_isr.contains(r) && self.storage_full.contains(r))
+                {
+                    // A replica that cannot write cannot stay in sync.
+                    let _ = reply.send(crate::errors::INELIGIBLE_REPLICA);
+                    return;
+                }
+                match placement::alter_partition(&image, &alter) {
                     Ok(record) => self.propose(vec![record], Some(Reply::Code(reply))),
                     Err(code) => {
                         let _ = reply.send(code);
@@ -450,6 +470,11 @@ impl Voter {
         let id = broker.id;
         self.sessions.insert(id, now);
         self.connections_lost.remove(&id);
+        if heartbeat.storage_full && self.storage_full.insert(id) {
+            tracing::warn!(broker = id, "broker's data dir refuses writes: it leaves the ISRs and its leaderships move");
+        } else if !heartbeat.storage_full && self.storage_full.remove(&id) {
+            tracing::info!(broker = id, "broker's data dir takes writes again: it rejoins the ISRs as it catches up");
+        }
         // The answer says what is applied; the decision what will be.
         let fenced = self.image.brokers.get(&id).is_none_or(|b| b.fenced);
         if self.may_propose(id, now) {
@@ -482,6 +507,8 @@ impl Voter {
             } else if deciding_fenced && !heartbeat.shutting_down {
                 tracing::info!(broker = id, "broker heartbeats again: unfenced");
                 placement::unfence(&image, id, unclean)
+            } else if heartbeat.storage_full {
+                placement::storage_full(&image, id)
             } else {
                 Vec::new()
             };
@@ -890,6 +917,7 @@ mod tests {
                 clean: true,
                 new_directory: false,
             },
+            storage_full: false,
         });
         voter.process_ready().unwrap();
     }
@@ -1016,6 +1044,7 @@ mod tests {
                 clean: false,
                 new_directory: true,
             },
+            storage_full: false,
         });
         voter.process_ready().unwrap();
         assert_eq!(voter.image.brokers[&1].incarnation, 8);
@@ -1040,6 +1069,7 @@ mod tests {
                 clean: true,
                 new_directory: false,
             },
+            storage_full: false,
         });
         voter.process_ready().unwrap();
         let clean = partitions(&voter);
@@ -1069,6 +1099,7 @@ mod tests {
                 clean: true,
                 new_directory: false,
             },
+            storage_full: false,
         });
         voter.duties();
         voter.process_ready().unwrap();

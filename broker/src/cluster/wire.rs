@@ -32,6 +32,8 @@ const KIND_ALTER_PARTITION_REPLY: u8 = 7;
 const STARTUP_KNOWN: u8 = 1;
 const STARTUP_CLEAN: u8 = 2;
 const STARTUP_NEW_DIRECTORY: u8 = 4;
+/// The heartbeat's broker has a data dir that refuses writes.
+const STORAGE_FULL: u8 = 8;
 
 /// A leader's ISR change for one partition (Kafka's AlterPartition
 /// shape): taken only when the leader and both epochs are still current.
@@ -59,6 +61,9 @@ pub struct Heartbeat {
     /// the controller needs to know whether the broker may have lost
     /// records it acknowledged in an earlier incarnation.
     pub startup: Startup,
+    /// The broker's data dir refuses writes for want of space: take it
+    /// out of the ISRs and move its leaderships until it says otherwise.
+    pub storage_full: bool,
 }
 
 /// How a broker's process found its data dir when it started.
@@ -201,6 +206,11 @@ impl Envelope {
                             STARTUP_NEW_DIRECTORY
                         } else {
                             0
+                        }
+                        | if heartbeat.storage_full {
+                            STORAGE_FULL
+                        } else {
+                            0
                         },
                 );
             }
@@ -283,7 +293,8 @@ impl Envelope {
                 let applied = u64::from_be_bytes(take::<8>(&mut buf)?);
                 let shutting_down = take::<1>(&mut buf)?[0] != 0;
                 let flags = take::<1>(&mut buf)?[0];
-                if flags & !(STARTUP_KNOWN | STARTUP_CLEAN | STARTUP_NEW_DIRECTORY) != 0
+                if flags & !(STARTUP_KNOWN | STARTUP_CLEAN | STARTUP_NEW_DIRECTORY | STORAGE_FULL)
+                    != 0
                     || flags & STARTUP_KNOWN == 0
                 {
                     return Err(format!("heartbeat start-up flags {flags:#04x}"));
@@ -297,6 +308,7 @@ impl Envelope {
                     applied,
                     shutting_down,
                     startup,
+                    storage_full: flags & STORAGE_FULL != 0,
                 })
             }
             KIND_HEARTBEAT_REPLY => {
@@ -508,6 +520,7 @@ mod tests {
                 clean: false,
                 new_directory: true,
             },
+            storage_full: true,
         }));
         for status in [
             HeartbeatStatus::Accepted { fenced: false },

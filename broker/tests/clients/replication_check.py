@@ -1,7 +1,7 @@
 """An idempotent acks=all producer and its checker, for failover tests.
 
 Usage:
-  replication_check.py produce BOOTSTRAP TOPIC STOP_FILE ACKS_FILE
+  replication_check.py produce BOOTSTRAP TOPIC STOP_FILE ACKS_FILE [SETTING=VALUE...]
       writes records "r-0", "r-1", ... (self-checking values) at a steady
       pace until STOP_FILE exists, keyed so
       that each key stays in one partition, and appends one line
@@ -10,13 +10,23 @@ Usage:
       DUPLICATE_SEQUENCE_NUMBER answer as the acknowledgement of a retry
       whose first send was written: stored, offset not told); ends when
       every record is acknowledged or failed for good (printed as
-      "failed: COUNT")
+      "failed: COUNT"); SETTING=VALUE pairs override the producer's
+      librdkafka settings (e.g. request.timeout.ms=1500, so that it
+      resends a batch the broker has not answered)
   check BOOTSTRAP TOPIC ACKS_FILE
       reads the whole topic and checks: every acknowledged record is there
       byte-exact, none twice, and within each partition the records of the
       producer are in the order sent; prints the counts
+  check-replicas TOPIC ACKS_FILE DATA_DIR...
+      reads each replica's copy of the topic from its data dir (the
+      segment files, with the brokers stopped) and checks there: every
+      acknowledged record is at the offset it was acknowledged at (or,
+      where the offset was not told, there once), byte-exact, and no
+      record of the producer is stored twice; prints the counts per dir
 """
 
+import os
+import struct
 import sys
 import time
 import uuid
@@ -38,9 +48,8 @@ def value_of(i):
 RATE = 2000
 
 
-def produce(bootstrap, topic, stop_file, acks_file):
-    import os
-    producer = Producer({
+def produce(bootstrap, topic, stop_file, acks_file, *settings):
+    config = {
         "bootstrap.servers": bootstrap,
         "enable.idempotence": True,
         "acks": "all",
@@ -49,7 +58,12 @@ def produce(bootstrap, topic, stop_file, acks_file):
         "message.timeout.ms": 120000,
         "retry.backoff.ms": 50,
         "topic.metadata.refresh.interval.ms": 1000,
-    })
+    }
+    for setting in settings:
+        key, _, value = setting.partition("=")
+        check(key and value, f"{setting!r} is not SETTING=VALUE")
+        config[key] = value
+    producer = Producer(config)
     out = open(acks_file, "a", buffering=1)
     failed = []
 
@@ -140,6 +154,104 @@ def check_topic(bootstrap, topic, acks_file):
     check(not moved, f"acknowledged records at other offsets than acknowledged: {moved[:10]}")
 
 
+def varint(buf, at):
+    """A zigzag varint of a Kafka record at `at`: (value, next position)."""
+    shift = 0
+    raw = 0
+    while True:
+        check(at < len(buf), "a record's varint runs past its batch")
+        byte = buf[at]
+        at += 1
+        raw |= (byte & 0x7F) << shift
+        if byte & 0x80 == 0:
+            break
+        shift += 7
+        check(shift < 64, "a varint longer than 64 bits")
+    return (raw >> 1) ^ -(raw & 1), at
+
+
+# A v2 record batch's header, after baseOffset and batchLength.
+BATCH_HEADER = struct.Struct(">ibIhiqqqhii")
+
+
+def stored_records(partition_dir):
+    """Every record of a partition's segment files: {offset: (key, value)}."""
+    records = {}
+    segments = sorted(f for f in os.listdir(partition_dir) if f.endswith(".log"))
+    for segment in segments:
+        data = open(os.path.join(partition_dir, segment), "rb").read()
+        at = 0
+        while at + 12 <= len(data):
+            base_offset, length = struct.unpack_from(">qi", data, at)
+            if length == 0:
+                break  # the zeroed space the file was grown by
+            check(length >= BATCH_HEADER.size and at + 12 + length <= len(data),
+                  f"{segment}: a batch of {length} bytes at position {at} runs past the file")
+            (_, magic, _, attributes, _, _, _, _, _, _, count) = \
+                BATCH_HEADER.unpack_from(data, at + 12)
+            check(magic == 2, f"{segment}: magic {magic} at position {at}")
+            body_end = at + 12 + length
+            if attributes & 0x20:  # a control batch
+                at = body_end
+                continue
+            check(attributes & 0x07 == 0, f"{segment}: a compressed batch (the producer sends none)")
+            pos = at + 12 + BATCH_HEADER.size
+            for _ in range(count):
+                size, pos = varint(data, pos)
+                end = pos + size
+                pos += 1  # attributes
+                _, pos = varint(data, pos)  # timestamp delta
+                delta, pos = varint(data, pos)
+                key_len, pos = varint(data, pos)
+                key = None if key_len < 0 else data[pos:pos + key_len]
+                pos += max(key_len, 0)
+                value_len, pos = varint(data, pos)
+                value = None if value_len < 0 else data[pos:pos + value_len]
+                records[base_offset + delta] = (key, value)
+                pos = end
+            at = body_end
+    return records
+
+
+def check_replicas(topic, acks_file, *data_dirs):
+    acknowledged = {}
+    for line in open(acks_file):
+        key, partition, offset, _, _ = line.split()
+        acknowledged[key] = (int(partition), None if offset == "None" else int(offset))
+    partitions = sorted({p for p, _ in acknowledged.values()})
+    check(data_dirs, "no data dir to check")
+    for data_dir in data_dirs:
+        lost = []
+        misplaced = []
+        twice = 0
+        for partition in partitions:
+            partition_dir = os.path.join(data_dir, f"{topic}-{partition}")
+            check(os.path.isdir(partition_dir), f"{partition_dir}: no copy of the partition")
+            records = stored_records(partition_dir)
+            where = {}
+            for offset, (key, value) in records.items():
+                if key is None:
+                    continue
+                key = key.decode()
+                if key in where:
+                    twice += 1
+                where[key] = offset
+                i = int(key.split("-")[1])
+                check(value == value_of(i), f"{partition_dir}: {key} at {offset}: value differs")
+            for key, (p, offset) in acknowledged.items():
+                if p != partition:
+                    continue
+                if key not in where:
+                    lost.append(key)
+                elif offset is not None and where[key] != offset:
+                    misplaced.append((key, offset, where[key]))
+        print(f"{data_dir}: acknowledged: {len(acknowledged)} lost: {len(lost)} "
+              f"misplaced: {len(misplaced)} stored_twice: {twice}")
+        check(not lost, f"{data_dir}: acknowledged records missing: {lost[:10]}")
+        check(not misplaced, f"{data_dir}: acknowledged records at other offsets: {misplaced[:10]}")
+        check(twice == 0, f"{data_dir}: {twice} records stored twice")
+
+
 def main():
     if len(sys.argv) < 2:
         fail(__doc__)
@@ -148,6 +260,8 @@ def main():
         produce(*args)
     elif mode == "check":
         check_topic(*args)
+    elif mode == "check-replicas":
+        check_replicas(*args)
     else:
         fail(f"unknown mode {mode}")
 

@@ -1,0 +1,414 @@
+//! Acknowledged means kept, under the faults that once lost acknowledged
+//! records: real `strom` processes (each `--cores 1` on loopback), a topic
+//! with three replicas and `min.insync.replicas=2`, an idempotent
+//! `acks=all` confluent-kafka producer writing self-checking records
+//! (tests/clients/replication_check.py), and after each run every
+//! acknowledged record checked twice: read back by a consumer, and found
+//! at its offset in every replica's segment files with the brokers
+//! stopped.
+//!
+//! - A leader whose followers are both paused (SIGSTOP) while the client
+//!   resends: a resent batch is acknowledged only once replicated, so
+//!   nothing is acknowledged during the pause, and nothing is lost when
+//!   the leader is then killed.
+//! - A broker restarted with an emptied data dir, at once and after its
+//!   session ran out: it never leads on its earlier incarnation's word,
+//!   and no follower cuts its log to it.
+//! - An active controller paused for three sessions: once it runs again
+//!   it fences no live broker.
+//!
+//! Each runs one round by default; `scripts/soak` runs many
+//! (`STROM_SOAK_ROUNDS`).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::acks::{acks, now_ms, replication_script, Ack, Reaped};
+use common::SoakBudget;
+use test_support::cluster::{Cluster, SESSION_MS};
+use test_support::{poll_until, run};
+
+/// Acknowledgements to wait for before a fault, so it lands mid-stream.
+const ACKS_BEFORE_FAULT: usize = 1_000;
+const PROGRESS_DEADLINE: Duration = Duration::from_secs(90);
+
+/// (leader, ISR) of each partition of `topic`, as kcat lists them.
+fn partitions(bootstrap: &str, topic: &str) -> Option<BTreeMap<i32, (i32, Vec<i32>)>> {
+    let output = run(
+        Command::new("kcat").args(["-b", bootstrap, "-L", "-J", "-m", "5", "-t", topic]),
+        None,
+        Duration::from_secs(20),
+    );
+    if !output.status.success() {
+        return None;
+    }
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
+    let topic = json["topics"].as_array()?.first()?;
+    if topic["error"].is_string() {
+        return None;
+    }
+    let mut out = BTreeMap::new();
+    for p in topic["partitions"].as_array()? {
+        let isr = p["isrs"]
+            .as_array()?
+            .iter()
+            .filter_map(|r| r["id"].as_i64())
+            .map(|id| id as i32)
+            .collect();
+        out.insert(
+            p["partition"].as_i64()? as i32,
+            (p["leader"].as_i64()? as i32, isr),
+        );
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// The brokers `bootstrap` lists and its active controller.
+fn brokers(bootstrap: &str) -> Option<(Vec<i32>, i32)> {
+    let output = run(
+        Command::new("kcat").args(["-b", bootstrap, "-L", "-J", "-m", "5"]),
+        None,
+        Duration::from_secs(20),
+    );
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
+    let mut ids: Vec<i32> = json["brokers"]
+        .as_array()?
+        .iter()
+        .filter_map(|b| b["id"].as_i64())
+        .map(|id| id as i32)
+        .collect();
+    ids.sort_unstable();
+    Some((ids, json["controllerid"].as_i64()? as i32))
+}
+
+/// Creates `topic` through `bootstrap` with the replica lists given
+/// (preferred leader first) and `min.insync.replicas=2`, with
+/// confluent-kafka's admin client.
+fn create(bootstrap: &str, topic: &str, replicas: &[&[i32]]) {
+    let assignment = format!("{replicas:?}");
+    let count = replicas.len();
+    let script = format!(
+        "from confluent_kafka.admin import AdminClient, NewTopic\n\
+         admin = AdminClient({{'bootstrap.servers': '{bootstrap}'}})\n\
+         topic = NewTopic('{topic}', num_partitions={count}, replica_assignment={assignment}, \
+         config={{'min.insync.replicas': '2'}})\n\
+         admin.create_topics([topic], request_timeout=30)['{topic}'].result(60)\n"
+    );
+    let output = run(
+        Command::new("python3").args(["-c", &script]),
+        None,
+        Duration::from_secs(90),
+    );
+    assert!(
+        output.status.success(),
+        "create {topic}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The producer of `replication_check.py`, writing until stopped.
+struct Producing {
+    child: Reaped,
+    dir: tempfile::TempDir,
+    topic: String,
+}
+
+impl Producing {
+    fn start(bootstrap: &str, topic: &str, settings: &[&str]) -> Producing {
+        let dir = tempfile::tempdir().unwrap();
+        let child = Command::new("python3")
+            .arg(replication_script())
+            .args(["produce", bootstrap, topic])
+            .arg(dir.path().join("stop"))
+            .arg(dir.path().join("acks"))
+            .args(settings)
+            .stdout(std::fs::File::create(dir.path().join("producer.log")).unwrap())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("python3 runs");
+        Producing {
+            child: Reaped(child),
+            dir,
+            topic: topic.to_string(),
+        }
+    }
+
+    fn acks(&self) -> Vec<Ack> {
+        acks(&self.dir.path().join("acks"))
+    }
+
+    /// Waits for `more` acknowledgements beyond those so far.
+    fn wait_for_more(&self, cluster: &Cluster, more: usize, what: &str) {
+        let before = self.acks().len();
+        if poll_until(PROGRESS_DEADLINE, || {
+            (self.acks().len() >= before + more).then_some(())
+        })
+        .is_none()
+        {
+            panic!("no acknowledgements {what}\n{}", cluster.logs());
+        }
+    }
+
+    /// Stops the producer, reads the topic back through a consumer, waits
+    /// until every replica of every partition is in sync (each then holds
+    /// every acknowledged record), stops every broker with kill -9 and
+    /// checks each replica's segment files. Prints the counts.
+    fn stop_and_check_every_replica(mut self, cluster: &mut Cluster, replicas: &[i32]) {
+        let dir = self.dir.path().to_path_buf();
+        let read_back = common::acks::stop_and_check(
+            &mut self.child,
+            &dir.join("stop"),
+            &dir.join("producer.log"),
+            Command::new("python3")
+                .arg(replication_script())
+                .args(["check", &cluster.bootstrap(), &self.topic])
+                .arg(dir.join("acks")),
+            || cluster.logs(),
+        );
+        println!("read back: {}", read_back.trim());
+        let any = cluster.bootstrap();
+        cluster.wait_for("every replica in sync", || {
+            partitions(&any, &self.topic)
+                .filter(|p| p.values().all(|(_, isr)| isr.len() == replicas.len()))
+        });
+        let ids: Vec<i32> = cluster.nodes.iter().map(|n| n.id).collect();
+        for id in ids {
+            cluster.node_mut(id).broker.kill();
+        }
+        let dirs: Vec<PathBuf> = replicas.iter().map(|&id| data_dir(cluster, id)).collect();
+        let output = run(
+            Command::new("python3")
+                .arg(replication_script())
+                .args(["check-replicas", &self.topic])
+                .arg(dir.join("acks"))
+                .args(&dirs),
+            None,
+            Duration::from_secs(120),
+        );
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "replicas differ from what was acknowledged:\n{stdout}{}\n{}",
+            String::from_utf8_lossy(&output.stderr),
+            cluster.logs()
+        );
+        print!("{stdout}");
+    }
+}
+
+/// Node `id`'s data dir.
+fn data_dir(cluster: &Cluster, id: i32) -> PathBuf {
+    cluster.dir(id).join("data")
+}
+
+/// A leader whose two followers are paused cannot have a batch
+/// replicated; the client times out and resends. Each resend must wait as
+/// its original does (acknowledged once in the ISR), not be answered at
+/// once because the leader has it: then killing the leader lost it.
+#[test]
+fn a_resent_batch_is_acknowledged_only_once_replicated() {
+    let budget = SoakBudget::from_env(1);
+    let mut cluster = Cluster::start(3, &[]);
+    let any = cluster.node(1).broker.bootstrap();
+    cluster.wait_for("three brokers", || {
+        brokers(&any).filter(|(ids, c)| ids.len() == 3 && *c > 0)
+    });
+    let topic = "resent";
+    create(&any, topic, &[&[1, 2, 3]]);
+    cluster.wait_for("three in sync", || {
+        partitions(&any, topic).filter(|p| p[&0].1.len() == 3)
+    });
+    // A request answered later than this is sent again.
+    let producer = Producing::start(&cluster.bootstrap(), topic, &["request.timeout.ms=1500"]);
+    let pause = Duration::from_millis(SESSION_MS * 3);
+    let mut rounds = 0;
+    while budget.more(rounds) {
+        producer.wait_for_more(&cluster, ACKS_BEFORE_FAULT, "before the pause");
+        let (leader, _) = cluster.wait_for("a leader", || {
+            partitions(&cluster.bootstrap(), topic).map(|p| p[&0].clone())
+        });
+        let followers: Vec<i32> = (1..=3).filter(|&id| id != leader).collect();
+        let paused_at = now_ms();
+        for &id in &followers {
+            cluster.node(id).broker.signal(libc::SIGSTOP);
+        }
+        // The fault itself lasts this long: several of the client's
+        // request timeouts, so that it resends.
+        std::thread::sleep(pause);
+        let resumed_at = now_ms();
+        let acknowledged_while_paused: Vec<Ack> = producer
+            .acks()
+            .into_iter()
+            .filter(|(_, _, at, sent)| *sent > paused_at && *at < resumed_at)
+            .collect();
+        // The leader is killed before the followers run again: what it
+        // alone held is gone.
+        cluster.node_mut(leader).broker.kill();
+        for &id in &followers {
+            cluster.node(id).broker.signal(libc::SIGCONT);
+        }
+        assert!(
+            acknowledged_while_paused.is_empty(),
+            "{} records sent after both followers were paused were acknowledged before they \
+             ran again, e.g. {:?}",
+            acknowledged_while_paused.len(),
+            &acknowledged_while_paused[..acknowledged_while_paused.len().min(5)]
+        );
+        let survivor = cluster.node(followers[0]).broker.bootstrap();
+        cluster.wait_for("a follower leads", || {
+            partitions(&survivor, topic).filter(|p| followers.contains(&p[&0].0))
+        });
+        cluster.node_mut(leader).broker.start_again();
+        producer.wait_for_more(&cluster, ACKS_BEFORE_FAULT, "after the failover");
+        cluster.wait_for("the old leader back in sync", || {
+            partitions(&survivor, topic).filter(|p| p[&0].1.len() == 3)
+        });
+        rounds += 1;
+        println!("round {rounds}: followers {followers:?} of leader {leader} paused {pause:?}, none acknowledged meanwhile; leader killed");
+    }
+    producer.stop_and_check_every_replica(&mut cluster, &[1, 2, 3]);
+}
+
+/// A broker that lost its disk and returns (a replaced disk, an emptied
+/// data dir) holds nothing of what it acknowledged. It must not lead
+/// again on its earlier incarnation's leadership, nor make the followers
+/// cut their logs to its empty one: once at a restart within its session,
+/// once after its session ran out and it was fenced.
+#[test]
+fn a_broker_back_with_an_emptied_data_dir_never_leads_on_its_old_word() {
+    let budget = SoakBudget::from_env(1);
+    let mut cluster = Cluster::start(3, &[]);
+    cluster.add_broker(4);
+    let any = cluster.node(1).broker.bootstrap();
+    cluster.wait_for("four brokers", || {
+        brokers(&any).filter(|(ids, c)| ids.len() == 4 && *c > 0)
+    });
+    let topic = "emptied";
+    // Broker 4 (not a voter: an emptied voter is refused at start) leads.
+    create(&any, topic, &[&[4, 1, 2], &[4, 2, 1]]);
+    cluster.wait_for("broker 4 leads, all in sync", || {
+        partitions(&any, topic).filter(|p| p.values().all(|(l, isr)| *l == 4 && isr.len() == 3))
+    });
+    let producer = Producing::start(&cluster.bootstrap(), topic, &[]);
+    let mut rounds = 0;
+    while budget.more(rounds) {
+        for after_session in [false, true] {
+            producer.wait_for_more(&cluster, ACKS_BEFORE_FAULT, "before the kill");
+            cluster.node_mut(4).broker.kill();
+            let dir = data_dir(&cluster, 4);
+            std::fs::remove_dir_all(&dir).unwrap();
+            std::fs::create_dir_all(&dir).unwrap();
+            if after_session {
+                cluster.wait_for("broker 4's leaderships moved", || {
+                    partitions(&any, topic).filter(|p| {
+                        p.values()
+                            .all(|(l, isr)| *l > 0 && *l != 4 && !isr.contains(&4))
+                    })
+                });
+            }
+            cluster.node_mut(4).broker.start_again();
+            // Until it has caught up it is no ISR member and leads nothing.
+            let back = poll_until(PROGRESS_DEADLINE, || {
+                let listed = partitions(&any, topic)?;
+                for (index, (leader, isr)) in &listed {
+                    assert!(
+                        *leader != 4 || isr.len() == 3,
+                        "partition {index}: broker 4 leads with an emptied log, ISR {isr:?}\n{}",
+                        cluster.logs()
+                    );
+                }
+                listed
+                    .values()
+                    .all(|(_, isr)| isr.contains(&4))
+                    .then_some(())
+            });
+            assert!(
+                back.is_some(),
+                "broker 4 not back in sync\n{}",
+                cluster.logs()
+            );
+            producer.wait_for_more(&cluster, ACKS_BEFORE_FAULT, "after broker 4 returned");
+            println!(
+                "round {}: broker 4 back with an emptied data dir {} its session ran out: \
+                 it caught up as a follower",
+                rounds + 1,
+                if after_session { "after" } else { "before" }
+            );
+        }
+        rounds += 1;
+    }
+    let log = cluster.logs();
+    assert!(
+        !log.contains("follower log cut where it diverges"),
+        "a follower cut its log\n{log}"
+    );
+    producer.stop_and_check_every_replica(&mut cluster, &[4, 1, 2]);
+}
+
+/// The fencing lines a controller logs.
+fn fences_logged(log: &str) -> usize {
+    log.lines()
+        .filter(|l| l.contains("fenced, its leaderships move") && !l.contains("broker stops"))
+        .count()
+}
+
+/// An active controller stopped for longer than a session (a long GC
+/// pause, a stalled VM) comes back to sessions that ran out while it
+/// could hear nothing: it must fence no live broker for that.
+#[test]
+fn a_paused_controller_fences_no_live_broker() {
+    let budget = SoakBudget::from_env(1);
+    let mut cluster = Cluster::start(3, &[]);
+    let any = cluster.node(1).broker.bootstrap();
+    cluster.wait_for("three brokers", || {
+        brokers(&any).filter(|(ids, c)| ids.len() == 3 && *c > 0)
+    });
+    let topic = "paused";
+    create(&any, topic, &[&[1, 2, 3], &[2, 3, 1], &[3, 1, 2]]);
+    cluster.wait_for("all in sync", || {
+        partitions(&any, topic).filter(|p| p.values().all(|(_, isr)| isr.len() == 3))
+    });
+    let producer = Producing::start(&cluster.bootstrap(), topic, &[]);
+    let pause = Duration::from_millis(SESSION_MS * 3);
+    let mut rounds = 0;
+    while budget.more(rounds) {
+        producer.wait_for_more(&cluster, ACKS_BEFORE_FAULT, "before the pause");
+        let (_, controller) = cluster.wait_for("a controller", || {
+            brokers(&any).filter(|(ids, c)| ids.len() == 3 && *c > 0)
+        });
+        let others: Vec<i32> = (1..=3).filter(|&id| id != controller).collect();
+        let fences_before = fences_logged(&cluster.node(controller).broker.log());
+        cluster.node(controller).broker.signal(libc::SIGSTOP);
+        // The fault itself lasts this long: three sessions.
+        std::thread::sleep(pause);
+        let other = cluster.node(others[0]).broker.bootstrap();
+        cluster.node(controller).broker.signal(libc::SIGCONT);
+        // Back: it rejoins and every broker stays listed (unfenced).
+        cluster.wait_for("the paused node back in every ISR", || {
+            partitions(&other, topic)
+                .filter(|p| p.values().all(|(l, isr)| *l > 0 && isr.len() == 3))
+        });
+        producer.wait_for_more(&cluster, ACKS_BEFORE_FAULT, "after the pause");
+        let log = cluster.node(controller).broker.log();
+        assert_eq!(
+            fences_logged(&log),
+            fences_before,
+            "the paused controller fenced brokers once it ran again\n{}",
+            cluster.logs()
+        );
+        for id in &others {
+            assert!(
+                !cluster.logs().contains(&format!("broker missed its heartbeats for the session timeout: fenced, its leaderships move broker={id}")),
+                "live broker {id} was fenced\n{}",
+                cluster.logs()
+            );
+        }
+        rounds += 1;
+        println!("round {rounds}: active controller {controller} paused {pause:?}: no live broker fenced");
+    }
+    producer.stop_and_check_every_replica(&mut cluster, &[1, 2, 3]);
+}
