@@ -273,8 +273,28 @@ fn start_cluster(
                 listen.0, listen.1
             )
         })?;
+    let raft_dir = config
+        .data_dir
+        .join(crate::metadata::METADATA_DIR)
+        .join("raft");
+    // Known before the controller listener answers other voters about it.
+    let stored_commit = replication::file_store::FileStore::stored_commit(&raft_dir)
+        .context("cannot read the controller quorum's store")?;
+    let directories = Arc::new(
+        crate::cluster::membership::Directories::load(&raft_dir, stored_commit.unwrap_or(0))
+            .context("cannot read the controller quorum's directory id")?,
+    );
+    let _ = cluster.directories.set(directories.clone());
     let listener = net::bind(address)?;
     net::serve(listener, cluster.clone()).context("cannot start the controller listener")?;
+    let start = match stored_commit {
+        // An empty log takes part only where no voter counts on it.
+        None => crate::cluster::membership::check_empty_start(&cluster, &directories)?,
+        Some(_) => {
+            crate::cluster::membership::announce(cluster.clone(), directories.clone());
+            crate::cluster::membership::Start::Voter
+        }
+    };
     let peers: Vec<(i32, String)> = quorum
         .voters
         .iter()
@@ -282,11 +302,7 @@ fn start_cluster(
         .map(|v| (v.id, format!("{}:{}", v.host, v.port)))
         .collect();
     let peers = net::Peers::start(&peers).context("cannot start the voter connections")?;
-    let raft_dir = config
-        .data_dir
-        .join(crate::metadata::METADATA_DIR)
-        .join("raft");
-    let voter = Voter::open(cluster.clone(), &raft_dir, peers, inbox_rx, image)
+    let voter = Voter::open_as(cluster.clone(), &raft_dir, peers, inbox_rx, image, start)
         .context("cannot open the controller quorum's store")?;
     std::thread::Builder::new()
         .name("strom-quorum".to_string())

@@ -153,6 +153,36 @@ impl FileStore {
         Ok((store, recovery))
     }
 
+    /// What the store in `dir` holds, without opening it: `None` when it holds nothing (no
+    /// hard state, no snapshot, no entries: this node never voted nor acknowledged anything),
+    /// else the index it knows committed.
+    pub fn stored_commit(dir: &Path) -> Result<Option<u64>, Error> {
+        let hard_state = read_checked(&dir.join(HARD_STATE_FILE))?
+            .map(|bytes| decode::<HardState>(&dir.join(HARD_STATE_FILE), &bytes))
+            .transpose()?;
+        let snapshot_index = read_checked(&dir.join(SNAPSHOT_FILE))?
+            .map(|bytes| decode::<Snapshot>(&dir.join(SNAPSHOT_FILE), &bytes))
+            .transpose()?
+            .map(|snapshot| snapshot.get_metadata().index);
+        let entries_path = dir.join(ENTRIES_FILE);
+        let entries_bytes = match fs::metadata(&entries_path) {
+            Ok(metadata) => metadata.len(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(source) => {
+                return Err(Error::Io {
+                    op: "stat",
+                    path: entries_path,
+                    source,
+                })
+            }
+        };
+        if hard_state.is_none() && snapshot_index.is_none() && entries_bytes == 0 {
+            return Ok(None);
+        }
+        let commit = hard_state.map_or(0, |h| h.commit);
+        Ok(Some(commit.max(snapshot_index.unwrap_or(0))))
+    }
+
     /// The stored hard state.
     pub fn hard_state(&self) -> HardState {
         self.log.hard_state().clone()
@@ -365,6 +395,35 @@ mod tests {
             .map(|&(i, t, d)| (i, t, d.as_bytes().to_vec()))
             .collect();
         assert_eq!(stored(store), expected);
+    }
+
+    #[test]
+    fn a_store_that_holds_nothing_says_so_without_opening() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(FileStore::stored_commit(dir.path()).unwrap(), None);
+        let (mut store, _) = FileStore::open(dir.path(), &VOTERS).unwrap();
+        assert_eq!(FileStore::stored_commit(dir.path()).unwrap(), None);
+        store
+            .set_hard_state(&HardState {
+                term: 2,
+                vote: 1,
+                commit: 0,
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(FileStore::stored_commit(dir.path()).unwrap(), Some(0));
+        store
+            .append(&[entry(1, 2, "a"), entry(2, 2, "b"), entry(3, 2, "c")])
+            .unwrap();
+        store
+            .set_hard_state(&HardState {
+                term: 2,
+                vote: 1,
+                commit: 3,
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(FileStore::stored_commit(dir.path()).unwrap(), Some(3));
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub mod coordinator_forward;
 pub mod follower;
 pub mod forward;
 pub mod links;
+pub mod membership;
 pub mod net;
 pub mod placement;
 pub mod replication;
@@ -80,6 +81,10 @@ pub struct QuorumStatus {
     pub applied: u64,
     /// On the leader: each voter's replicated index.
     pub progress: Vec<(i32, u64)>,
+    /// The voters and learners of the configuration this voter applied
+    /// (ascending; empty before its quorum thread reports).
+    pub voters: Vec<i32>,
+    pub learners: Vec<i32>,
 }
 
 /// This node's view of the cluster, shared by its threads and cores.
@@ -105,6 +110,9 @@ pub struct Cluster {
     changed_rx: Mutex<Option<flume::Receiver<()>>>,
     /// The agent's command queue, once it runs.
     agent: std::sync::OnceLock<flume::Sender<agent::Command>>,
+    /// On a voter: its log's directory and the other voters' (set before
+    /// the controller listener serves).
+    pub directories: std::sync::OnceLock<Arc<membership::Directories>>,
     /// Whether this broker serves clients: once it is registered and has
     /// caught up with the metadata ([`Cluster::start_serving`]).
     serving: AtomicBool,
@@ -153,6 +161,7 @@ impl Cluster {
             changed,
             changed_rx: Mutex::new(Some(changed_rx)),
             agent: std::sync::OnceLock::new(),
+            directories: std::sync::OnceLock::new(),
             serving: AtomicBool::new(false),
             serving_tx: Mutex::new(Some(serving_tx)),
             serving_rx,

@@ -238,6 +238,12 @@ fn serve_frames(
                     },
                 }
             }
+            Frame::VoterProbe { node_id, directory } if !foreign => {
+                let Some(directories) = cluster.directories.get() else {
+                    return Ok(());
+                };
+                Frame::VoterProbeReply(directories.answer(cluster, node_id, &directory))
+            }
             other => {
                 tracing::debug!(frame = ?std::mem::discriminant(&other), "unexpected frame on the controller listener");
                 return Ok(());

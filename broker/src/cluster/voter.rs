@@ -28,7 +28,7 @@ use replication::quorum::{Quorum, QuorumConfig, SnapshotDelivery, SnapshotPolicy
 
 use super::net::Peers;
 use super::wire::{self, FetchReply, Heartbeat, HeartbeatReply, HeartbeatStatus};
-use super::{placement, Cluster, Role};
+use super::{membership, placement, Cluster, Role};
 use crate::metadata::{MetadataImage, MetadataRecord};
 
 /// Entries sent to a broker per fetch, about.
@@ -178,7 +178,24 @@ impl Voter {
         inbox: flume::Receiver<Input>,
         image: MetadataImage,
     ) -> anyhow::Result<Self> {
-        let voters: Vec<u64> = cluster.voters.iter().map(|v| v.id as u64).collect();
+        Self::open_as(cluster, dir, peers, inbox, image, membership::Start::Voter)
+    }
+
+    /// As [`Voter::open`]; with [`membership::Start::Join`] an empty store
+    /// starts outside the quorum (no voters known: the leader's snapshot
+    /// tells them once a voter change adds this node).
+    pub fn open_as(
+        cluster: Arc<Cluster>,
+        dir: &std::path::Path,
+        peers: Peers,
+        inbox: flume::Receiver<Input>,
+        image: MetadataImage,
+        start: membership::Start,
+    ) -> anyhow::Result<Self> {
+        let voters: Vec<u64> = match start {
+            membership::Start::Voter => cluster.voters.iter().map(|v| v.id as u64).collect(),
+            membership::Start::Join => Vec::new(),
+        };
         std::fs::create_dir_all(dir)?;
         let (store, recovery) = FileStore::open(dir, &voters)?;
         tracing::info!(dir = %dir.display(), ?recovery, "controller quorum store opened");
@@ -317,8 +334,16 @@ impl Voter {
         match input {
             Input::Raft(message) => {
                 self.voters_heard.insert(message.from, Instant::now());
-                if let Err(error) = self.quorum.step(*message) {
-                    tracing::debug!(%error, "raft message not taken");
+                match self.quorum.step(*message) {
+                    Ok(()) => {}
+                    Err(error @ replication::Error::LogLost { .. }) => {
+                        crate::fatal::exit(&format!(
+                            "{error}. This voter stops rather than rejoin the quorum with a log \
+                             it does not have; replace it as docs/operations.md (Replacing a \
+                             voter) says"
+                        ))
+                    }
+                    Err(error) => tracing::debug!(%error, "raft message not taken"),
                 }
             }
             Input::Heartbeat(heartbeat, reply) => {
@@ -735,6 +760,18 @@ impl Voter {
                 self.apply(entry.index, entry.term, &entry.data);
                 changed = true;
             }
+            for applied in &actions.voter_changes {
+                tracing::info!(
+                    index = applied.index,
+                    change = ?applied.change,
+                    voters = ?applied.voters,
+                    learners = ?applied.learners,
+                    "controller quorum voter change applied"
+                );
+                if let Some(directories) = self.cluster.directories.get() {
+                    directories.applied(applied.change, &applied.context);
+                }
+            }
         }
         if changed {
             self.applied_at_us = super::unix_time_us();
@@ -745,7 +782,11 @@ impl Voter {
         // Every turn: the brokers hear of what was just applied at once,
         // and held fetches whose wait passed are answered.
         self.serve_parked_fetches();
-        if changed && self.snapshots.is_due(&self.quorum) {
+        // A node added to the quorum must be sent a snapshot: taken before
+        // anything more is sent or taken.
+        if (changed && self.snapshots.is_due(&self.quorum))
+            || self.quorum.snapshot_required().is_some()
+        {
             let data = crate::metadata::encode_snapshot(&self.image);
             let bytes = data.len();
             self.quorum.compact(self.applied, data)?;
@@ -822,6 +863,18 @@ impl Voter {
                 .replication_progress()
                 .into_iter()
                 .map(|(id, matched)| (id as i32, matched))
+                .collect(),
+            voters: self
+                .quorum
+                .voters()
+                .into_iter()
+                .map(|id| id as i32)
+                .collect(),
+            learners: self
+                .quorum
+                .learners()
+                .into_iter()
+                .map(|id| id as i32)
                 .collect(),
         });
     }

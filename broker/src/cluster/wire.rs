@@ -27,6 +27,20 @@ const KIND_FETCH: u8 = 4;
 const KIND_FETCH_REPLY: u8 = 5;
 const KIND_ALTER_PARTITION: u8 = 6;
 const KIND_ALTER_PARTITION_REPLY: u8 = 7;
+const KIND_VOTER_PROBE: u8 = 8;
+const KIND_VOTER_PROBE_REPLY: u8 = 9;
+
+/// A voter's answer to another whose Raft log is empty (see
+/// `cluster::membership`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VoterProbeReply {
+    /// The quorum has committed entries, as this voter knows.
+    pub formed: bool,
+    /// The asking node is a voter or learner of this voter's configuration.
+    pub member: bool,
+    /// The directory this voter knows the asking node by ("" none).
+    pub known: String,
+}
 
 /// A heartbeat's start-up flags ([`Startup`]).
 const STARTUP_KNOWN: u8 = 1;
@@ -134,6 +148,12 @@ pub enum Frame {
     AlterPartitionReply {
         error_code: i16,
     },
+    /// A voter whose Raft log is empty asks whether it may take part.
+    VoterProbe {
+        node_id: i32,
+        directory: String,
+    },
+    VoterProbeReply(VoterProbeReply),
 }
 
 /// A frame and the cluster id its sender knows ("" before it knows one).
@@ -178,6 +198,8 @@ impl Envelope {
             Frame::FetchReply(_) => KIND_FETCH_REPLY,
             Frame::AlterPartition(_) => KIND_ALTER_PARTITION,
             Frame::AlterPartitionReply { .. } => KIND_ALTER_PARTITION_REPLY,
+            Frame::VoterProbe { .. } => KIND_VOTER_PROBE,
+            Frame::VoterProbeReply(_) => KIND_VOTER_PROBE_REPLY,
         };
         payload.push(kind);
         put_bytes(&mut payload, self.cluster_id.as_bytes());
@@ -264,6 +286,14 @@ impl Envelope {
             }
             Frame::AlterPartitionReply { error_code } => {
                 payload.extend_from_slice(&error_code.to_be_bytes());
+            }
+            Frame::VoterProbe { node_id, directory } => {
+                payload.extend_from_slice(&node_id.to_be_bytes());
+                put_bytes(&mut payload, directory.as_bytes());
+            }
+            Frame::VoterProbeReply(reply) => {
+                payload.push(u8::from(reply.formed) | (u8::from(reply.member) << 1));
+                put_bytes(&mut payload, reply.known.as_bytes());
             }
         }
         let mut out = Vec::with_capacity(payload.len() + 8);
@@ -393,6 +423,23 @@ impl Envelope {
             KIND_ALTER_PARTITION_REPLY => Frame::AlterPartitionReply {
                 error_code: i16::from_be_bytes(take::<2>(&mut buf)?),
             },
+            KIND_VOTER_PROBE => Frame::VoterProbe {
+                node_id: i32::from_be_bytes(take::<4>(&mut buf)?),
+                directory: String::from_utf8(take_bytes(&mut buf)?.to_vec())
+                    .map_err(|_| "the directory id is not UTF-8".to_string())?,
+            },
+            KIND_VOTER_PROBE_REPLY => {
+                let flags = take::<1>(&mut buf)?[0];
+                if flags & !3 != 0 {
+                    return Err(format!("voter probe reply flags {flags:#04x}"));
+                }
+                Frame::VoterProbeReply(VoterProbeReply {
+                    formed: flags & 1 != 0,
+                    member: flags & 2 != 0,
+                    known: String::from_utf8(take_bytes(&mut buf)?.to_vec())
+                        .map_err(|_| "the directory id is not UTF-8".to_string())?,
+                })
+            }
             other => return Err(format!("unknown frame kind {other}")),
         };
         if !buf.is_empty() {
@@ -537,6 +584,15 @@ mod tests {
             after: 17,
             wait_ms: 500,
         });
+        round_trip(Frame::VoterProbe {
+            node_id: 3,
+            directory: "q1Sh-9_ISia_zwGINzRvyQ".to_string(),
+        });
+        round_trip(Frame::VoterProbeReply(VoterProbeReply {
+            formed: true,
+            member: false,
+            known: "q1Sh-9_ISia_zwGINzRvyQ".to_string(),
+        }));
         round_trip(Frame::FetchReply(FetchReply::Entries {
             entries: vec![
                 (18, vec![MetadataRecord::ClusterId("x".to_string())]),
