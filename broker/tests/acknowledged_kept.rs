@@ -155,8 +155,9 @@ impl Producing {
 
     /// Stops the producer, reads the topic back through a consumer, waits
     /// until every replica of every partition is in sync (each then holds
-    /// every acknowledged record), stops every broker with kill -9 and
-    /// checks each replica's segment files. Prints the counts.
+    /// every acknowledged record), stops every broker cleanly (what the
+    /// journal holds is then in the segment files) and checks each
+    /// replica's segment files. Prints the counts.
     fn stop_and_check_every_replica(mut self, cluster: &mut Cluster, replicas: &[i32]) {
         let dir = self.dir.path().to_path_buf();
         let read_back = common::acks::stop_and_check(
@@ -177,7 +178,7 @@ impl Producing {
         });
         let ids: Vec<i32> = cluster.nodes.iter().map(|n| n.id).collect();
         for id in ids {
-            cluster.node_mut(id).broker.kill();
+            cluster.node_mut(id).broker.stop();
         }
         let dirs: Vec<PathBuf> = replicas.iter().map(|&id| data_dir(cluster, id)).collect();
         let output = run(
@@ -411,4 +412,129 @@ fn a_paused_controller_fences_no_live_broker() {
         println!("round {rounds}: active controller {controller} paused {pause:?}: no live broker fenced");
     }
     producer.stop_and_check_every_replica(&mut cluster, &[1, 2, 3]);
+}
+
+/// A loop-mounted ext4 filesystem made for a node's data dir, unmounted
+/// (lazily, if a process still holds it) when dropped.
+struct SmallDisk {
+    mount_point: PathBuf,
+    _image_dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    const BYTES: u64 = 96 << 20;
+
+    fn mount(mount_point: PathBuf) -> Result<SmallDisk, String> {
+        let image_dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let image = image_dir.path().join("disk.img");
+        std::fs::create_dir_all(&mount_point).map_err(|e| e.to_string())?;
+        test_support::mount::ext4_image(&image, Self::BYTES, &[])?;
+        test_support::mount::mount_loop(&image, &mount_point)?;
+        Ok(SmallDisk {
+            mount_point,
+            _image_dir: image_dir,
+        })
+    }
+
+    /// Fills the filesystem up to `left` free bytes with a file of its own.
+    fn fill(&self, left: u64) -> PathBuf {
+        use std::io::Write;
+        let path = self.mount_point.join("ballast");
+        let mut file = std::fs::File::create(&path).unwrap();
+        let chunk = vec![0x5a_u8; 1 << 20];
+        for _ in 0..(Self::BYTES >> 20) {
+            let free = storage::free_bytes(&self.mount_point).unwrap();
+            if free <= left {
+                break;
+            }
+            let n = ((free - left) as usize).min(chunk.len());
+            if file.write_all(&chunk[..n]).is_err() {
+                break;
+            }
+            let _ = file.sync_data();
+        }
+        path
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        test_support::mount::unmount(&self.mount_point);
+    }
+}
+
+/// Warnings and errors in a log.
+fn warnings(log: &str) -> usize {
+    log.lines()
+        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+        .count()
+}
+
+/// A broker whose data dir fills up (here: a follower of one partition
+/// and the leader of another) leaves the ISRs and hands over its
+/// leadership at once, not after `replica.lag.time.max.ms`, so acks=all
+/// goes on with the others; it logs the repeated refusals a few times,
+/// not thousands; and once space returns it rejoins every ISR by itself.
+#[test]
+fn a_broker_whose_disk_fills_leaves_the_isrs_at_once_and_returns() {
+    let budget = SoakBudget::from_env(1);
+    // A lag bound far beyond the test's: leaving the ISR must not wait for it.
+    let mut cluster = Cluster::start(3, &["--set", "replica.lag.time.max.ms=120000"]);
+    let disk = match SmallDisk::mount(data_dir(&cluster, 4)) {
+        Ok(disk) => disk,
+        Err(reason) => {
+            eprintln!("SKIPPED: cannot mount a loop filesystem for the full-disk broker: {reason}");
+            return;
+        }
+    };
+    cluster.add_broker(4);
+    let any = cluster.node(1).broker.bootstrap();
+    cluster.wait_for("four brokers", || {
+        brokers(&any).filter(|(ids, c)| ids.len() == 4 && *c > 0)
+    });
+    let topic = "full";
+    create(&any, topic, &[&[4, 1, 2], &[1, 4, 2]]);
+    cluster.wait_for("all in sync, broker 4 leading partition 0", || {
+        partitions(&any, topic)
+            .filter(|p| p[&0].0 == 4 && p.values().all(|(_, isr)| isr.len() == 3))
+    });
+    let producer = Producing::start(&cluster.bootstrap(), topic, &[]);
+    let mut rounds = 0;
+    while budget.more(rounds) {
+        producer.wait_for_more(&cluster, ACKS_BEFORE_FAULT, "before the disk fills");
+        let warnings_before = warnings(&cluster.node(4).broker.log());
+        let ballast = disk.fill(1 << 20);
+        let filled_at = now_ms();
+        let left = cluster.wait_for("broker 4 out of every ISR, leading nothing", || {
+            partitions(&any, topic)
+                .filter(|p| p.values().all(|(l, isr)| *l > 0 && *l != 4 && !isr.contains(&4)))
+                .map(|_| now_ms() - filled_at)
+        });
+        assert!(
+            left < 10_000,
+            "broker 4 left the ISRs {left} ms after its disk filled\n{}",
+            cluster.logs()
+        );
+        producer.wait_for_more(&cluster, ACKS_BEFORE_FAULT, "while broker 4's disk is full");
+        let logged = warnings(&cluster.node(4).broker.log()) - warnings_before;
+        std::fs::remove_file(&ballast).unwrap();
+        let freed_at = now_ms();
+        let rejoined = cluster.wait_for("broker 4 back in every ISR", || {
+            partitions(&any, topic)
+                .filter(|p| p.values().all(|(_, isr)| isr.contains(&4)))
+                .map(|_| now_ms() - freed_at)
+        });
+        assert!(
+            logged < 100,
+            "broker 4 logged {logged} warnings while its disk was full\n{}",
+            cluster.node(4).broker.log()
+        );
+        rounds += 1;
+        println!(
+            "round {rounds}: broker 4's disk full: out of the ISRs and leading nothing after \
+             {left} ms, {logged} warnings logged; back in every ISR {rejoined} ms after space returned"
+        );
+    }
+    producer.stop_and_check_every_replica(&mut cluster, &[4, 1, 2]);
+    drop(disk);
 }

@@ -19,7 +19,7 @@ Usage:
       producer are in the order sent; prints the counts
   check-replicas TOPIC ACKS_FILE DATA_DIR...
       reads each replica's copy of the topic from its data dir (the
-      segment files, with the brokers stopped) and checks there: every
+      segment files, with the brokers stopped cleanly) and checks there: every
       acknowledged record is at the offset it was acknowledged at (or,
       where the offset was not told, there once), byte-exact, and no
       record of the producer is stored twice; prints the counts per dir
@@ -175,26 +175,32 @@ BATCH_HEADER = struct.Struct(">ibIhiqqqhii")
 
 
 def stored_records(partition_dir):
-    """Every record of a partition's segment files: {offset: (key, value)}."""
+    """Every record of a partition's segment files: {offset: (key, value)}.
+    A segment's batches follow one another offset by offset from the base
+    offset its name gives; the first one that does not (the zeroed or
+    unwritten space after the last batch) ends it."""
     records = {}
     segments = sorted(f for f in os.listdir(partition_dir) if f.endswith(".log"))
     for segment in segments:
         data = open(os.path.join(partition_dir, segment), "rb").read()
+        expected = int(segment[:-len(".log")])
         at = 0
-        while at + 12 <= len(data):
+        while at + 12 + BATCH_HEADER.size <= len(data):
             base_offset, length = struct.unpack_from(">qi", data, at)
-            if length == 0:
-                break  # the zeroed space the file was grown by
-            check(length >= BATCH_HEADER.size and at + 12 + length <= len(data),
-                  f"{segment}: a batch of {length} bytes at position {at} runs past the file")
-            (_, magic, _, attributes, _, _, _, _, _, _, count) = \
+            if base_offset != expected or length < BATCH_HEADER.size \
+                    or at + 12 + length > len(data):
+                break
+            (_, magic, _, attributes, last_delta, _, _, _, _, _, count) = \
                 BATCH_HEADER.unpack_from(data, at + 12)
-            check(magic == 2, f"{segment}: magic {magic} at position {at}")
+            if magic != 2:
+                break
             body_end = at + 12 + length
+            expected = base_offset + last_delta + 1
             if attributes & 0x20:  # a control batch
                 at = body_end
                 continue
             check(attributes & 0x07 == 0, f"{segment}: a compressed batch (the producer sends none)")
+            check(count == last_delta + 1, f"{segment}: batch at {base_offset} has gaps")
             pos = at + 12 + BATCH_HEADER.size
             for _ in range(count):
                 size, pos = varint(data, pos)
