@@ -386,7 +386,7 @@ fn python_roundtrip(balanced: &Balanced, topic: &str, records: usize) {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
-        "balancer_check.py failed ({}); needs `pip install confluent-kafka`\nstdout:\n{stdout}\nstderr:\n{}\n{}",
+        "balancer_check.py failed ({}); needs confluent-kafka: run `scripts/python-venv` and put target/test-venv/bin first on PATH (scripts/test does both)\nstdout:\n{stdout}\nstderr:\n{}\n{}",
         output.status,
         String::from_utf8_lossy(&output.stderr),
         balanced.cluster.logs()

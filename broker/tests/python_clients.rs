@@ -1,6 +1,7 @@
 //! confluent-kafka and kafka-python against a real strom process, through
-//! the scripts in `tests/clients/`. Needs
-//! `pip install confluent-kafka kafka-python`.
+//! the scripts in `tests/clients/`, run by the `python3` first on PATH:
+//! scripts/test puts the environment `scripts/python-venv` creates
+//! (target/test-venv) there.
 
 mod common;
 

@@ -197,6 +197,15 @@ fn main() -> Result<()> {
     if cases.is_empty() {
         bail!("no workload files selected");
     }
+    let path_var = std::env::var_os("PATH");
+    let missing: Vec<Tool> = tools_needed(&args, &cases)
+        .into_iter()
+        .filter(|tool| !is_runnable(&tool.program, path_var.as_deref()))
+        .collect();
+    if let Some(line) = missing_tools_line(&missing) {
+        eprintln!("{line}");
+        std::process::exit(2);
+    }
     let mut limit_runs: Vec<Limits> = Vec::new();
     let mut results: BTreeMap<String, Vec<CaseRun>> = BTreeMap::new();
     let mut replicated: BTreeMap<String, Vec<ReplicatedRun>> = BTreeMap::new();
@@ -472,6 +481,71 @@ fn replicated_markdown(cases: &BTreeMap<String, Vec<ReplicatedRun>>) -> String {
         ));
     }
     s
+}
+
+/// A program the matrix runs and the Debian package that installs it.
+#[derive(Debug, PartialEq)]
+struct Tool {
+    program: PathBuf,
+    package: &'static str,
+}
+
+/// The programs the selected cases run: fio and iperf3 for the machine's
+/// limits every round, HAProxy (`--haproxy`) for load-balancer cases.
+fn tools_needed(args: &Args, cases: &[PathBuf]) -> Vec<Tool> {
+    let mut tools = vec![
+        Tool {
+            program: PathBuf::from("fio"),
+            package: "fio",
+        },
+        Tool {
+            program: PathBuf::from("iperf3"),
+            package: "iperf3",
+        },
+    ];
+    let balancer_cases = cases.iter().any(|case| {
+        case.file_stem()
+            .is_some_and(|stem| is_balancer_case(&stem.to_string_lossy()))
+    });
+    if balancer_cases {
+        tools.push(Tool {
+            program: args.haproxy.clone(),
+            package: "haproxy",
+        });
+    }
+    tools
+}
+
+/// Whether `program` can be run: a path with a `/` names the file itself,
+/// a bare name is looked up in `path_var` as a shell does.
+fn is_runnable(program: &Path, path_var: Option<&std::ffi::OsStr>) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |file: &Path| {
+        std::fs::metadata(file).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.components().count() > 1 {
+        return executable(program);
+    }
+    path_var
+        .is_some_and(|dirs| std::env::split_paths(dirs).any(|dir| executable(&dir.join(program))))
+}
+
+/// One line naming every missing program and the command that installs
+/// them all, or `None` when nothing is missing.
+fn missing_tools_line(missing: &[Tool]) -> Option<String> {
+    if missing.is_empty() {
+        return None;
+    }
+    let programs: Vec<String> = missing
+        .iter()
+        .map(|tool| tool.program.display().to_string())
+        .collect();
+    let packages: Vec<&str> = missing.iter().map(|tool| tool.package).collect();
+    Some(format!(
+        "matrix: {} not found; install with `sudo apt-get install -y {}` (Debian)",
+        programs.join(", "),
+        packages.join(" ")
+    ))
 }
 
 fn measure_limits(out: &Path) -> Result<Limits> {
@@ -1878,10 +1952,75 @@ fn balancer_markdown(limits: &Limits, cases: &BTreeMap<String, Vec<BalancerRun>>
 #[cfg(test)]
 mod tests {
     use super::{
-        durable_write_percentiles, fio_rate_and_cpu, forwarded_sum, is_balancer_case,
-        loopback_rate_and_receive_cpu, metric_value, proc_io_fields, replicas_named,
-        replication_factor_of, stolen_pct,
+        durable_write_percentiles, fio_rate_and_cpu, forwarded_sum, is_balancer_case, is_runnable,
+        loopback_rate_and_receive_cpu, metric_value, missing_tools_line, proc_io_fields,
+        replicas_named, replication_factor_of, stolen_pct, tools_needed, Args, Tool,
     };
+    use clap::Parser;
+    use std::path::PathBuf;
+
+    #[test]
+    fn haproxy_is_needed_only_for_load_balancer_cases() {
+        let args = Args::parse_from(["matrix", "--haproxy", "/opt/haproxy"]);
+        let packages = |cases: &[&str]| -> Vec<&'static str> {
+            let cases: Vec<PathBuf> = cases.iter().map(PathBuf::from).collect();
+            tools_needed(&args, &cases)
+                .iter()
+                .map(|tool| tool.package)
+                .collect()
+        };
+        assert_eq!(
+            packages(&["w/a-produce.yaml", "w/r-produce-rf3.yaml"]),
+            ["fio", "iperf3"]
+        );
+        assert_eq!(
+            packages(&["w/a-produce.yaml", "w/lb-produce-rf3.yaml"]),
+            ["fio", "iperf3", "haproxy"]
+        );
+        let cases = [PathBuf::from("w/lb-produce-rf3.yaml")];
+        assert_eq!(
+            tools_needed(&args, &cases)[2].program,
+            PathBuf::from("/opt/haproxy")
+        );
+    }
+
+    #[test]
+    fn programs_are_found_on_the_path_or_by_their_own_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let program = dir.path().join("tool");
+        std::fs::write(&program, "#!/bin/sh\n").unwrap();
+        let path_var = std::env::join_paths([dir.path()]).unwrap();
+        // Not executable yet.
+        assert!(!is_runnable(&PathBuf::from("tool"), Some(&path_var)));
+        assert!(!is_runnable(&program, None));
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(is_runnable(&PathBuf::from("tool"), Some(&path_var)));
+        assert!(is_runnable(&program, None));
+        assert!(!is_runnable(&PathBuf::from("tool"), None));
+        assert!(!is_runnable(&PathBuf::from("other"), Some(&path_var)));
+        assert!(!is_runnable(&dir.path().join("other"), Some(&path_var)));
+    }
+
+    #[test]
+    fn every_missing_program_is_named_in_one_line() {
+        assert_eq!(missing_tools_line(&[]), None);
+        let missing = [
+            Tool {
+                program: PathBuf::from("fio"),
+                package: "fio",
+            },
+            Tool {
+                program: PathBuf::from("/usr/sbin/haproxy"),
+                package: "haproxy",
+            },
+        ];
+        assert_eq!(
+            missing_tools_line(&missing).unwrap(),
+            "matrix: fio, /usr/sbin/haproxy not found; \
+             install with `sudo apt-get install -y fio haproxy` (Debian)"
+        );
+    }
 
     #[test]
     fn balancer_cases_are_lb_files_with_their_replicas_in_the_name() {

@@ -58,7 +58,7 @@ pub fn run_python(script: &str, args: &[&str], limit: Duration) -> String {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         output.status.success(),
-        "{script} failed ({}); needs `pip install confluent-kafka kafka-python`\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        "{script} failed ({}); needs the clients of scripts/requirements-test.txt: run `scripts/python-venv` and put target/test-venv/bin first on PATH (scripts/test does both)\nstdout:\n{stdout}\nstderr:\n{stderr}",
         output.status
     );
     stdout
