@@ -665,6 +665,10 @@ fn clients_asking_as_the_cluster_starts_get_brokers_and_a_controller() {
 const PROPAGATION_BOUND: Duration = Duration::from_millis(500);
 /// Topics created, one after another, each measured.
 const PROPAGATION_ROUNDS: usize = 10;
+/// How long node 4 is asked before the round fails outright, and how many
+/// times at most (each answer paces the next: about a millisecond each).
+const SERVED_DEADLINE: Duration = Duration::from_secs(20);
+const SERVED_ASKS_MAX: i32 = 200_000;
 
 /// A fourth node, a broker only, leads every partition of topics created
 /// through a voter, and serves them (ListOffsets answered) right after
@@ -716,7 +720,7 @@ fn a_broker_only_node_serves_a_new_topic_right_after_create_topics_answers() {
                     ])
             })
             .collect();
-        let correlation = round as i32 * 1_000;
+        let correlation = round as i32 * (SERVED_ASKS_MAX + 1);
         let created: CreateTopicsResponse = common::raw::call(
             &mut creating,
             ApiKey::CreateTopics,
@@ -749,8 +753,8 @@ fn a_broker_only_node_serves_a_new_topic_right_after_create_topics_answers() {
                 )]);
         // Asked back to back (each answer paces the next), to the
         // deadline: the first all-served answer is the measurement.
-        let deadline = answered + SCRIPT_DEADLINE;
-        for attempt in 1.. {
+        let deadline = answered + SERVED_DEADLINE;
+        for attempt in 1..=SERVED_ASKS_MAX {
             let response: ListOffsetsResponse = common::raw::call(
                 &mut asking,
                 ApiKey::ListOffsets,
@@ -768,7 +772,7 @@ fn a_broker_only_node_serves_a_new_topic_right_after_create_topics_answers() {
                 break;
             }
             assert!(
-                Instant::now() < deadline && attempt < 999,
+                Instant::now() < deadline && attempt < SERVED_ASKS_MAX,
                 "node 4 does not serve {topic}: {last:?}\n{}",
                 cluster.logs()
             );
@@ -778,6 +782,16 @@ fn a_broker_only_node_serves_a_new_topic_right_after_create_topics_answers() {
     took.sort_unstable();
     let median = took[took.len() / 2];
     let worst = *took.last().unwrap();
+    println!(
+        "broker-only node 4 served a new topic after CreateTopics answered: median {} ms, worst {} ms of {PROPAGATION_ROUNDS}",
+        median.as_millis(),
+        worst.as_millis(),
+    );
+    assert!(
+        worst < PROPAGATION_BOUND,
+        "node 4 served a new topic only {worst:?} after CreateTopics answered: {took:?}\n{}",
+        cluster.logs()
+    );
     let admin = format!("127.0.0.1:{}", cluster.node(4).ports.admin);
     let (_, metrics) = common::admin::http_get(&admin, "/metrics");
     let figure = |name: &str| -> f64 {
@@ -789,16 +803,8 @@ fn a_broker_only_node_serves_a_new_topic_right_after_create_topics_answers() {
     let count = figure("strom_metadata_propagation_seconds_count");
     let sum = figure("strom_metadata_propagation_seconds_sum");
     println!(
-        "broker-only node 4 served a new topic after CreateTopics answered: median {} ms, worst {} ms of {PROPAGATION_ROUNDS}; \
-         strom_metadata_propagation_seconds: {count} changes, mean {:.2} ms",
-        median.as_millis(),
-        worst.as_millis(),
+        "strom_metadata_propagation_seconds on node 4: {count} changes, mean {:.2} ms",
         sum * 1000.0 / count.max(1.0)
-    );
-    assert!(
-        worst < PROPAGATION_BOUND,
-        "node 4 served a new topic only {worst:?} after CreateTopics answered: {took:?}\n{}",
-        cluster.logs()
     );
     assert!(
         count >= PROPAGATION_ROUNDS as f64,

@@ -198,12 +198,15 @@ impl Agent {
 
     /// Opens the broker to clients once the active controller accepted a
     /// heartbeat, this process's registration is in the metadata this
-    /// node applied, unfenced, and that metadata is at least what the
-    /// controller had applied when it answered (`controller_applied`).
-    /// Kafka's brokers open their client listeners at the same point: a
-    /// client served before it would hear of no brokers and no controller.
+    /// node applied, unfenced, that metadata is at least what the
+    /// controller had applied when it answered (`controller_applied`), and
+    /// the data dir records the cluster id (`meta.properties`). Kafka's
+    /// brokers open their client listeners at the same point: a client
+    /// served before it would hear of no brokers and no controller, and a
+    /// broker that took records before its data dir named the cluster
+    /// would return from a crash looking like a new, empty one.
     fn serve_once_caught_up(&self, controller_applied: u64) {
-        if self.cluster.is_serving() {
+        if self.cluster.is_serving() || self.stored.is_none() {
             return;
         }
         let image = self.cluster.image();
@@ -241,6 +244,7 @@ impl Agent {
             controller = self.cluster.active_controller(),
             metadata_offset = image.offset,
             registration,
+            cluster_id_recorded = self.stored.is_some(),
             "not serving clients yet: waiting to be registered with the active controller and caught up with the metadata"
         );
     }
@@ -283,6 +287,9 @@ impl Agent {
                     // The next round asks the leader this voter named.
                 }
                 HeartbeatStatus::Accepted { fenced } => {
+                    // The data dir records the cluster before the broker
+                    // serves it (the id may have just been applied).
+                    self.check_cluster_id();
                     self.serve_once_caught_up(reply.applied);
                     return Some((fenced, reply.applied));
                 }
