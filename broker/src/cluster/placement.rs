@@ -14,12 +14,16 @@ struct Load {
 }
 
 /// Picks replicas for `count` new partitions with `replication_factor`
-/// replicas each among the live brokers: the leader (first replica) on
-/// the broker leading fewest, the others on the brokers holding fewest
-/// replicas, a rack not used yet by this partition first (when racks are
+/// replicas each among the live brokers, striped as Kafka stripes them:
+/// the leader (first replica) on the broker leading fewest of these
+/// partitions, then fewest in the cluster; the others on the brokers
+/// holding fewest of these partitions' replicas, then fewest in the
+/// cluster, a rack not used yet by this partition first (when racks are
 /// given); ties go to the lower broker id. So 10 partitions with one
-/// replica on 3 empty brokers lead 4-3-3, and a broker that joins gets
-/// the next ones. `None` when fewer live brokers than replicas exist.
+/// replica on 3 empty brokers lead 4-3-3, a topic's leaders go round the
+/// brokers, and a broker that joins leads its share of each new topic
+/// first but not all of it. `None` when fewer live brokers than replicas
+/// exist.
 pub fn place_replicas(
     image: &MetadataImage,
     count: usize,
@@ -45,11 +49,21 @@ pub fn place_replicas(
         }
     }
     let rack = |id: i32| image.brokers.get(&id).and_then(|b| b.rack.clone());
+    // This topic's own load: what stripes its partitions over the brokers.
+    let mut own: BTreeMap<i32, Load> = load.keys().map(|&id| (id, Load::default())).collect();
     let mut placed = Vec::with_capacity(count);
     for _ in 0..count {
         let leader = *load
             .iter()
-            .min_by_key(|(&id, l)| (l.leaders, l.replicas, id))
+            .min_by_key(|(&id, l)| {
+                (
+                    own[&id].leaders,
+                    l.leaders,
+                    own[&id].replicas,
+                    l.replicas,
+                    id,
+                )
+            })
             .map(|(id, _)| id)
             .expect("at least one live broker");
         let mut replicas = vec![leader];
@@ -61,17 +75,21 @@ pub fn place_replicas(
                 .min_by_key(|(&id, l)| {
                     let rack = rack(id);
                     let rack_used = rack.is_some() && used_racks.contains(&rack);
-                    (rack_used, l.replicas, id)
+                    (rack_used, own[&id].replicas, l.replicas, id)
                 })
                 .map(|(id, _)| id)
                 .expect("enough live brokers");
             replicas.push(next);
         }
         for (i, replica) in replicas.iter().enumerate() {
-            let l = load.get_mut(replica).expect("placed on a live broker");
-            l.replicas += 1;
-            if i == 0 {
-                l.leaders += 1;
+            for l in [
+                load.get_mut(replica).expect("placed on a live broker"),
+                own.get_mut(replica).expect("placed on a live broker"),
+            ] {
+                l.replicas += 1;
+                if i == 0 {
+                    l.leaders += 1;
+                }
             }
         }
         placed.push(replicas);
@@ -679,19 +697,37 @@ mod tests {
     }
 
     #[test]
-    fn a_broker_that_joins_gets_the_next_partitions() {
+    fn topics_created_after_a_join_stripe_their_leaders() {
         let mut image = cluster(&[(1, None), (2, None), (3, None)]);
         let placed = place_replicas(&image, 9, 1).unwrap();
         create(&mut image, "a", placed);
         image.apply(&broker(4, None));
+        // The new broker leads first, but a topic's leaders go round the
+        // brokers: not every partition lands on the one leading least.
         let placed = place_replicas(&image, 3, 1).unwrap();
-        assert_eq!(placed, vec![vec![4], vec![4], vec![4]]);
+        assert_eq!(placed, vec![vec![4], vec![1], vec![2]]);
         create(&mut image, "b", placed);
-        let placed = place_replicas(&image, 4, 1).unwrap();
-        create(&mut image, "c", placed);
+        for (name, count, replication) in [("c", 4, 1), ("d", 8, 2), ("e", 6, 3)] {
+            let placed = place_replicas(&image, count, replication).unwrap();
+            let mut leaders: BTreeMap<i32, usize> = BTreeMap::new();
+            for replicas in &placed {
+                *leaders.entry(replicas[0]).or_default() += 1;
+                let mut distinct = replicas.clone();
+                distinct.sort_unstable();
+                distinct.dedup();
+                assert_eq!(distinct.len(), replication, "{placed:?}");
+            }
+            let (min, max) = (
+                leaders.values().min().unwrap(),
+                leaders.values().max().unwrap(),
+            );
+            assert_eq!(leaders.len(), 4.min(count), "topic {name}: {placed:?}");
+            assert!(max - min <= 1, "topic {name} leaders striped: {leaders:?}");
+            create(&mut image, name, placed);
+        }
         let counts = leaders_per_broker(&image);
         let (min, max) = (counts.values().min(), counts.values().max());
-        assert!(max.unwrap() - min.unwrap() <= 1, "{counts:?}");
+        assert!(max.unwrap() - min.unwrap() <= 2, "{counts:?}");
     }
 
     #[test]
