@@ -507,7 +507,10 @@ fn a_broker_whose_disk_fills_leaves_the_isrs_at_once_and_returns() {
         let filled_at = now_ms();
         let left = cluster.wait_for("broker 4 out of every ISR, leading nothing", || {
             partitions(&any, topic)
-                .filter(|p| p.values().all(|(l, isr)| *l > 0 && *l != 4 && !isr.contains(&4)))
+                .filter(|p| {
+                    p.values()
+                        .all(|(l, isr)| *l > 0 && *l != 4 && !isr.contains(&4))
+                })
                 .map(|_| now_ms() - filled_at)
         });
         assert!(
