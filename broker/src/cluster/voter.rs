@@ -198,7 +198,13 @@ impl Voter {
         };
         std::fs::create_dir_all(dir)?;
         let (store, recovery) = FileStore::open(dir, &voters)?;
-        tracing::info!(dir = %dir.display(), ?recovery, "controller quorum store opened");
+        tracing::info!(
+            dir = %dir.display(),
+            entries_replayed = recovery.entries_replayed,
+            torn_bytes_cut = recovery.torn_bytes_cut,
+            entries_dropped_by_snapshot = recovery.entries_dropped_by_snapshot,
+            "controller quorum store opened"
+        );
         let timing = cluster.timing;
         let tick = Duration::from_millis((timing.election_timeout_ms / 10).max(10));
         let mut config = QuorumConfig::new(cluster.node_id as u64, voters);
