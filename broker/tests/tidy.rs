@@ -3,7 +3,8 @@
 //! exactly as the design's table says (`protocol` on nothing, `storage` on
 //! `protocol`, `loadgen` on `protocol` only so it works against any Kafka
 //! broker, `tuning` on nothing; `broker` and `benches` may use the rest),
-//! and `test-support`, on nothing, only ever as a dev-dependency.
+//! and `test-support`, on nothing, only ever as a dev-dependency; and the
+//! docs name no path outside the repository.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -157,4 +158,77 @@ fn crates_depend_on_each_other_as_the_design_says() {
     // broker uses both crates below it; storage reads batches through protocol.
     assert!(edges["strom-broker"].contains("strom-storage"));
     assert!(edges["strom-storage"].contains("strom-protocol"));
+}
+
+/// Every Markdown file of the repository (build output and `.git` aside).
+fn markdown_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        if path.is_dir() {
+            if name != "target" && name != ".git" {
+                markdown_files(&path, out);
+            }
+        } else if path.extension().is_some_and(|e| e == "md") {
+            out.push(path);
+        }
+    }
+}
+
+/// The docs speak of the repository only: a relative path that climbs
+/// (`../x`) must land on something the repository holds, never outside
+/// it or on a file a reader of the repository does not have.
+#[test]
+fn docs_name_no_path_outside_the_repository() {
+    let root = workspace_root();
+    let mut files = Vec::new();
+    markdown_files(&root, &mut files);
+    assert!(
+        files.len() >= 5,
+        "the docs were not found under {}",
+        root.display()
+    );
+    let path_char = |c: char| c.is_ascii_alphanumeric() || "._-/".contains(c);
+    let mut outside = Vec::new();
+    for file in &files {
+        let dir = file.parent().unwrap();
+        let text = std::fs::read_to_string(file).unwrap();
+        for (number, line) in text.lines().enumerate() {
+            let mut rest = line;
+            while let Some(at) = rest.find("../") {
+                let starts_path = at == 0 || !path_char(rest[..at].chars().last().unwrap());
+                let len = rest[at..]
+                    .find(|c: char| !path_char(c))
+                    .unwrap_or(rest.len() - at);
+                let token = &rest[at..at + len];
+                rest = &rest[at + len..];
+                if !starts_path {
+                    continue;
+                }
+                // Resolve it lexically from the file's directory.
+                let mut resolved = dir.to_path_buf();
+                for part in token.trim_end_matches('/').split('/') {
+                    match part {
+                        ".." => {
+                            resolved.pop();
+                        }
+                        "." | "" => {}
+                        part => resolved.push(part),
+                    }
+                }
+                if !resolved.starts_with(&root) || !resolved.exists() {
+                    outside.push(format!(
+                        "{}:{}: {token}",
+                        file.strip_prefix(&root).unwrap().display(),
+                        number + 1
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        outside.is_empty(),
+        "docs name paths outside the repository (or not in it):\n{}",
+        outside.join("\n")
+    );
 }
