@@ -276,7 +276,11 @@ fn kafka_bootstrap_flags_environment_and_default_port() {
     assert!(list.status.success(), "{list:?}");
     assert_eq!(list.stdout, b"habits\n");
     let none = format!("{dead},127.0.0.1:{}", common::free_port());
-    let list = strom_at(None, &["topic", "list", "-b", &none], None);
+    let list = strom_at(
+        None,
+        &["topic", "list", "-b", &none, "--timeout-ms", "1000"],
+        None,
+    );
     assert_eq!(list.status.code(), Some(1));
     assert!(
         String::from_utf8_lossy(&list.stderr).contains("no bootstrap broker answered"),

@@ -355,9 +355,12 @@ fn unreachable_broker_and_failed_requests_exit_non_zero() {
         &["consume", "t", "-e"],
     ] {
         let output = run(
-            Command::new(env!("CARGO_BIN_EXE_strom"))
-                .args(args)
-                .args(["--bootstrap", &closed]),
+            Command::new(env!("CARGO_BIN_EXE_strom")).args(args).args([
+                "--bootstrap",
+                &closed,
+                "--timeout-ms",
+                "1000",
+            ]),
             Some(b"x\n"),
             TOOL_DEADLINE,
         );

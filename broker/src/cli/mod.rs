@@ -25,9 +25,11 @@ macro_rules! outln {
 pub mod cluster;
 pub mod config;
 pub mod consume;
+pub mod format;
 pub mod group;
 pub mod produce;
 pub mod repair;
+pub mod retry;
 pub mod status;
 pub mod topic;
 
@@ -39,6 +41,12 @@ use std::time::Duration;
 use anyhow::bail;
 use clap::Args;
 use protocol::client::{ClientConfig, Connection};
+
+/// The first pause before the bootstrap brokers are tried again, and the
+/// longest; rounds at most (the timeout ends them first).
+const CONNECT_RETRY_PAUSE_MIN: Duration = Duration::from_millis(50);
+const CONNECT_RETRY_PAUSE_MAX: Duration = Duration::from_millis(500);
+const CONNECT_ROUNDS_MAX: usize = 10_000;
 
 /// Exit code when the broker is unreachable or a request fails.
 pub const EXIT_FAILURE: u8 = 1;
@@ -97,7 +105,9 @@ pub struct ConnectArgs {
         value_name = "HOST[:PORT][,...]"
     )]
     pub bootstrap: Option<String>,
-    /// How long to wait for the connection and for each response, in milliseconds.
+    /// How long to wait for a bootstrap broker to take the connection
+    /// (tried again while refused: a broker that is starting) and for each
+    /// response, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 30_000)]
     pub timeout_ms: u64,
 }
@@ -149,12 +159,26 @@ impl ConnectArgs {
             request_timeout: timeout,
             ..ClientConfig::default()
         };
+        // A broker that is starting refuses connections until it listens:
+        // the bootstrap list is tried again, as Kafka's tools do, until
+        // the timeout (each round after a short pause).
+        let addresses = self.addresses()?;
+        let deadline = std::time::Instant::now() + timeout;
+        let mut pause = CONNECT_RETRY_PAUSE_MIN;
         let mut failures = Vec::new();
-        for address in self.addresses()? {
-            match Connection::connect(&address, config.clone()).await {
-                Ok(connection) => return Ok(connection),
-                Err(error) => failures.push(error),
+        for _ in 0..CONNECT_ROUNDS_MAX {
+            failures.clear();
+            for address in &addresses {
+                match Connection::connect(address, config.clone()).await {
+                    Ok(connection) => return Ok(connection),
+                    Err(error) => failures.push(error),
+                }
             }
+            if std::time::Instant::now() + pause >= deadline {
+                break;
+            }
+            glommio::timer::sleep(pause).await;
+            pause = (pause * 2).min(CONNECT_RETRY_PAUSE_MAX);
         }
         match failures.len() {
             1 => Err(failures.remove(0).into()),
