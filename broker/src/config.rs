@@ -301,8 +301,68 @@ struct Builder {
     client_listen: Option<(String, u16)>,
     controller_listener_names: Vec<String>,
     advertised_listeners: Vec<NamedAddress>,
+    /// Listener names `listener.security.protocol.map` maps to PLAINTEXT
+    /// (it is refused if it maps any to another protocol).
+    plaintext_listener_names: Vec<String>,
     rack: Option<String>,
     given: Vec<GivenSetting>,
+}
+
+/// Kafka's security protocols; Strom serves the first only.
+const SECURITY_PROTOCOLS: [&str; 4] = ["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"];
+
+/// Why a listener of `protocol` (one of [`SECURITY_PROTOCOLS`] but
+/// PLAINTEXT) is refused: the broker would serve plaintext on it, and a
+/// client configured for TLS or SASL would only see its handshake fail.
+fn not_served(protocol: &str) -> String {
+    format!(
+        "security protocol {protocol} is not served: Strom serves PLAINTEXT listeners only \
+         (no TLS or SASL yet), so a client configured for {protocol} could not connect"
+    )
+}
+
+/// The security protocol of the listener `name` without an entry in
+/// `listener.security.protocol.map`: Kafka's default map names each
+/// protocol after itself; any other name is PLAINTEXT in Strom.
+fn default_security_protocol(name: &str) -> &'static str {
+    SECURITY_PROTOCOLS
+        .into_iter()
+        .find(|protocol| *protocol == name)
+        .unwrap_or("PLAINTEXT")
+}
+
+/// Parses `listener.security.protocol.map` (`NAME:PROTOCOL,...`) into the
+/// names it maps to PLAINTEXT; any other protocol is refused.
+fn parse_security_protocol_map(value: &str) -> Result<Vec<String>, String> {
+    let mut names: Vec<String> = Vec::new();
+    for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let Some((name, protocol)) = entry.split_once(':') else {
+            return Err(format!("{entry:?}: expected NAME:PROTOCOL"));
+        };
+        let name = name.trim().to_ascii_uppercase();
+        let protocol = protocol.trim().to_ascii_uppercase();
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!(
+                "{entry:?}: a listener name is letters, digits and _"
+            ));
+        }
+        if !SECURITY_PROTOCOLS.contains(&protocol.as_str()) {
+            return Err(format!(
+                "{entry:?}: the protocol is one of {}",
+                SECURITY_PROTOCOLS.join(", ")
+            ));
+        }
+        if protocol != "PLAINTEXT" {
+            return Err(format!("{entry:?}: {}", not_served(&protocol)));
+        }
+        if names.contains(&name) {
+            return Err(format!(
+                "{entry:?}: the listener name {name} is given twice"
+            ));
+        }
+        names.push(name);
+    }
+    Ok(names)
 }
 
 fn parse_value<T: std::str::FromStr>(
@@ -355,6 +415,12 @@ fn invalid(key: &str, value: &str, source: &Source, reason: impl Into<String>) -
 
 fn parse_host_port(key: &str, value: &str, source: &Source) -> Result<(String, u16), ConfigError> {
     let value_trimmed = value.trim();
+    if let Some((scheme, _)) = value_trimmed.split_once("://") {
+        let scheme = scheme.to_ascii_uppercase();
+        if scheme != "PLAINTEXT" && SECURITY_PROTOCOLS.contains(&scheme.as_str()) {
+            return Err(invalid(key, value, source, not_served(&scheme)));
+        }
+    }
     let address = value_trimmed
         .strip_prefix("PLAINTEXT://")
         .unwrap_or(value_trimmed);
@@ -434,6 +500,7 @@ impl Builder {
                 kraft_config::CONTROLLER_LISTENER_NAMES_DEFAULT.to_string()
             ],
             advertised_listeners: Vec::new(),
+            plaintext_listener_names: Vec::new(),
             rack: None,
             given: Vec::new(),
         }
@@ -492,6 +559,10 @@ impl Builder {
             }
             "controller.listener.names" => {
                 self.controller_listener_names = kraft_config::parse_listener_names(value)
+                    .map_err(|reason| invalid(key, value, source, reason))?;
+            }
+            "listener.security.protocol.map" => {
+                self.plaintext_listener_names = parse_security_protocol_map(value)
                     .map_err(|reason| invalid(key, value, source, reason))?;
             }
             "process.roles" => {
@@ -786,6 +857,10 @@ impl Builder {
                 .set("segment.ms", &ms.to_string())
                 .map_err(|reason| invalid("log.roll.ms", &ms.to_string(), &source, reason))?;
         }
+        // Before the quorum's checks: a secured listener is the first thing
+        // to tell (a second one would otherwise read as a second client
+        // listener).
+        self.check_plaintext(&self.listeners)?;
         let quorum = self.quorum()?;
         let client = quorum.client_listener().clone();
         let client_value = client.render();
@@ -871,6 +946,27 @@ impl Builder {
             .rev()
             .find(|g| keys.contains(&g.key.as_str()))
             .map_or(Source::Default, |g| g.source.clone())
+    }
+
+    /// Refuses a listener whose security protocol (by its name, through
+    /// `listener.security.protocol.map` or Kafka's default map) is not
+    /// PLAINTEXT.
+    fn check_plaintext(&self, listeners: &[NamedAddress]) -> Result<(), ConfigError> {
+        for listener in listeners {
+            if self.plaintext_listener_names.contains(&listener.name) {
+                continue;
+            }
+            let protocol = default_security_protocol(&listener.name);
+            if protocol != "PLAINTEXT" {
+                return Err(invalid(
+                    "listeners",
+                    &kraft_config::render_named(listeners),
+                    &self.origin_of(&["listeners"]),
+                    format!("the listener {}: {}", listener.name, not_served(protocol)),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The KRaft settings together, checked: a bare client address given
@@ -1111,5 +1207,68 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("listen"), "{error}");
+    }
+
+    #[test]
+    fn only_plaintext_listeners_are_accepted() {
+        let check = |settings: &[(&str, &str)], refused_for: Option<&str>| {
+            let result = load(&flags_with(settings));
+            match refused_for {
+                None => {
+                    result.unwrap_or_else(|e| panic!("{settings:?}: {e}"));
+                }
+                Some(protocol) => {
+                    let error = result.expect_err("refused").to_string();
+                    let wanted = format!("security protocol {protocol} is not served");
+                    assert!(error.contains(&wanted), "{settings:?}: {error}");
+                }
+            }
+        };
+        check(&[("listeners", "SSL://127.0.0.1:9093")], Some("SSL"));
+        check(
+            &[("listeners", "sasl_ssl://127.0.0.1:9093")],
+            Some("SASL_SSL"),
+        );
+        check(
+            &[(
+                "listeners",
+                "PLAINTEXT://127.0.0.1:9092,SASL_PLAINTEXT://127.0.0.1:9094",
+            )],
+            Some("SASL_PLAINTEXT"),
+        );
+        check(&[("listen", "SSL://127.0.0.1:9093")], Some("SSL"));
+        check(&[("advertise", "SASL_SSL://broker:9093")], Some("SASL_SSL"));
+        check(
+            &[("listener.security.protocol.map", "INTERNAL:SSL")],
+            Some("SSL"),
+        );
+        check(
+            &[(
+                "listener.security.protocol.map",
+                "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+            )],
+            Some("SASL_PLAINTEXT"),
+        );
+        // Names map to plaintext by the map or by default.
+        check(&[("listeners", "PLAINTEXT://127.0.0.1:9092")], None);
+        check(&[("listen", "PLAINTEXT://127.0.0.1:9092")], None);
+        check(&[("listeners", "INTERNAL://127.0.0.1:9092")], None);
+        check(
+            &[
+                (
+                    "listener.security.protocol.map",
+                    "SSL:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                ),
+                ("listeners", "SSL://127.0.0.1:9092"),
+            ],
+            None,
+        );
+        let error = load(&flags_with(&[("listener.security.protocol.map", "A:TLS")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"),
+            "{error}"
+        );
     }
 }

@@ -44,7 +44,7 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         keys: &["listeners"],
         flag: None,
         default: Default::Value("PLAINTEXT://127.0.0.1:9092"),
-        meaning: "Kafka's listeners: `NAME://HOST:PORT,...`, or a bare `HOST:PORT` for the client listener. The client listener is the first one not named in `controller.listener.names`; Strom serves clients on that one only (a second client listener is refused). Two listeners on one address are refused. A voter of a quorum of several opens its controller listener (the one named in `controller.listener.names`) for the other voters and the brokers' heartbeats.",
+        meaning: "Kafka's listeners: `NAME://HOST:PORT,...`, or a bare `HOST:PORT` for the client listener. The client listener is the first one not named in `controller.listener.names`; Strom serves clients on that one only (a second client listener is refused). Two listeners on one address are refused. A voter of a quorum of several opens its controller listener (the one named in `controller.listener.names`) for the other voters and the brokers' heartbeats. Every listener serves PLAINTEXT: `SSL://`, `SASL_PLAINTEXT://` and `SASL_SSL://` are refused (see `listener.security.protocol.map`).",
     },
     Setting {
         keys: &["advertise"],
@@ -63,6 +63,12 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         flag: None,
         default: Default::Value("CONTROLLER"),
         meaning: "Names of the listeners the controller quorum uses (Kafka's KRaft). Listeners not named here serve clients.",
+    },
+    Setting {
+        keys: &["listener.security.protocol.map"],
+        flag: None,
+        default: Default::Described("every listener PLAINTEXT"),
+        meaning: "Kafka's map of listener names to security protocols, `NAME:PROTOCOL,...`. Strom serves PLAINTEXT only: an entry mapping a name to SSL, SASL_PLAINTEXT or SASL_SSL is refused, and so is a listener named SSL, SASL_PLAINTEXT or SASL_SSL (Kafka's default map gives them those protocols) that the map does not map to PLAINTEXT. Other listener names are PLAINTEXT.",
     },
     Setting {
         keys: &["process.roles"],

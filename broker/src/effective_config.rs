@@ -25,6 +25,14 @@ pub fn broker_value(config: &BrokerConfig, key: &str) -> Option<String> {
         "advertise" => format!("{}:{}", config.advertise_host, config.advertise_port),
         "advertised.listeners" => advertised_listeners(config),
         "controller.listener.names" => config.quorum.controller_listener_names.join(","),
+        // Only PLAINTEXT listeners start.
+        "listener.security.protocol.map" => config
+            .quorum
+            .listeners
+            .iter()
+            .map(|l| format!("{}:PLAINTEXT", l.name))
+            .collect::<Vec<_>>()
+            .join(","),
         "process.roles" => config.quorum.roles.render(),
         "controller.quorum.voters" => crate::kraft_config::render_voters(&config.quorum.voters),
         "controller.quorum.bootstrap.servers" => {

@@ -18,7 +18,7 @@ use glommio::channels::local_channel;
 use glommio::net::{TcpListener, TcpStream};
 use glommio::task::JoinHandle;
 use protocol::codec::Encoded;
-use protocol::frame::{request_frame_length, LENGTH_PREFIX_BYTES};
+use protocol::frame::{is_tls_handshake, request_frame_length, LENGTH_PREFIX_BYTES};
 
 use crate::handlers;
 use kafka_protocol::messages::ApiKey;
@@ -155,14 +155,24 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: Option<SocketAddr>) {
         frame_bytes_max: shard.config.frame_bytes_max,
         non_produce_frame_bytes_max: NON_PRODUCE_FRAME_BYTES_MAX,
     };
+    let mut first_frame = true;
     loop {
         if !responses_allow_reading(&shard, &connection).await {
             break;
         }
-        let next = read_frame(&shard, &connection, &mut reader, &limits).await;
+        let next = read_frame(&shard, &connection, &mut reader, &limits, first_frame).await;
+        first_frame = false;
         let (frame, request_lease) = match next {
             Ok(Some(read)) => read,
             Ok(None) => break,
+            Err(ReadError::TlsHandshake) => {
+                tracing::warn!(
+                    peer = %connection.peer,
+                    "closing connection: a TLS handshake on a plaintext listener \
+                     (the client is configured for SSL or SASL_SSL; Strom serves PLAINTEXT only)"
+                );
+                break;
+            }
             Err(ReadError::Io(error)) => {
                 tracing::debug!(peer = %connection.peer, %error, "connection closed");
                 break;
@@ -424,6 +434,8 @@ impl Drop for RaiseOnDrop {
 
 enum ReadError {
     Io(std::io::Error),
+    /// The connection's first bytes are a TLS ClientHello.
+    TlsHandshake,
     Frame(protocol::frame::FrameError),
     TooLarge(ConnectionError),
 }
@@ -446,6 +458,7 @@ async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
     connection: &Rc<Connection>,
     reader: &mut R,
     limits: &FrameLimits,
+    first_frame: bool,
 ) -> Result<Option<(Bytes, Lease)>, ReadError> {
     let mut prefix = [0u8; LENGTH_PREFIX_BYTES];
     let first = match until_stopped(shard, connection, reader.read(&mut prefix[..1])).await {
@@ -460,6 +473,9 @@ async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
     match until_stopped(shard, connection, reader.read_exact(&mut prefix[1..])).await {
         None => return Ok(None),
         Some(read) => read.map_err(ReadError::Io)?,
+    }
+    if first_frame && is_tls_handshake(prefix) {
+        return Err(ReadError::TlsHandshake);
     }
     let length = request_frame_length(prefix, limits.frame_bytes_max).map_err(ReadError::Frame)?;
     let mut api_key = [0u8; API_KEY_BYTES];

@@ -45,9 +45,44 @@ pub fn request_frame_length(
     Ok(length)
 }
 
+/// Whether the first bytes a client sent are a TLS record carrying a
+/// handshake (a ClientHello): content type 22, protocol version 3.x
+/// (SSL 3.0 to TLS 1.3, whose records say 3.1), a record length of at most
+/// 2^14 + 2048. Read as a Kafka length prefix they announce a frame of
+/// over 350 MB, so a client configured for SSL or SASL_SSL that reaches a
+/// plaintext listener is told apart from a malformed request.
+pub fn is_tls_handshake(prefix: [u8; LENGTH_PREFIX_BYTES]) -> bool {
+    const CONTENT_TYPE_HANDSHAKE: u8 = 0x16;
+    const VERSION_MAJOR: u8 = 0x03;
+    const VERSION_MINOR_MAX: u8 = 0x04;
+    // The high byte of a record length of at most 2^14 + 2048 bytes.
+    const RECORD_LENGTH_HIGH_MAX: u8 = (((1u16 << 14) + 2048) >> 8) as u8;
+    prefix[0] == CONTENT_TYPE_HANDSHAKE
+        && prefix[1] == VERSION_MAJOR
+        && prefix[2] <= VERSION_MINOR_MAX
+        && prefix[3] <= RECORD_LENGTH_HIGH_MAX
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tls_client_hello_is_recognised_and_requests_are_not() {
+        // TLS 1.2 and 1.3 ClientHellos (both records say 3.1), SSL 3.0's.
+        assert!(is_tls_handshake([0x16, 0x03, 0x01, 0x02]));
+        assert!(is_tls_handshake([0x16, 0x03, 0x01, 0x00]));
+        assert!(is_tls_handshake([0x16, 0x03, 0x00, 0x48]));
+        assert!(is_tls_handshake([0x16, 0x03, 0x03, 0x01]));
+        // A record longer than TLS allows, another content type, another version.
+        assert!(!is_tls_handshake([0x16, 0x03, 0x01, 0x49]));
+        assert!(!is_tls_handshake([0x17, 0x03, 0x01, 0x00]));
+        assert!(!is_tls_handshake([0x16, 0x02, 0x01, 0x00]));
+        assert!(!is_tls_handshake([0x16, 0x03, 0x05, 0x00]));
+        // Kafka requests: small lengths.
+        assert!(!is_tls_handshake(100i32.to_be_bytes()));
+        assert!(!is_tls_handshake((1i32 << 20).to_be_bytes()));
+    }
 
     fn check(length: i32, max: usize, expected: Result<usize, FrameError>) {
         assert_eq!(request_frame_length(length.to_be_bytes(), max), expected);
