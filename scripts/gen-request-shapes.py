@@ -42,6 +42,7 @@ REQUESTS = {
     65: "describe_transactions_request", 66: "list_transactions_request",
     68: "consumer_group_heartbeat_request", 69: "consumer_group_describe_request",
     74: "list_config_resources_request", 75: "describe_topic_partitions_request",
+    80: "add_raft_voter_request", 81: "remove_raft_voter_request",
 }
 
 SCALARS = {

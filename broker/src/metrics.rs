@@ -775,6 +775,18 @@ mod error_codes {
         }
     }
 
+    impl ErrorCodes for AddRaftVoterResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            each(self.error_code);
+        }
+    }
+
+    impl ErrorCodes for RemoveRaftVoterResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            each(self.error_code);
+        }
+    }
+
     impl ErrorCodes for ElectLeadersResponse {
         fn each_error_code(&self, version: i16, each: &mut impl FnMut(i16)) {
             if version >= 1 {

@@ -49,6 +49,30 @@ enum ClusterCommand {
     /// and how many are offline (no leader). Any broker of the cluster
     /// can be asked. Exits 1 when no broker answers.
     Status(StatusArgs),
+    /// Add a node to the controller quorum as a voter (Kafka's
+    /// AddRaftVoter): the node must be running outside the quorum (a voter
+    /// that lost its log starts so once it was removed). It gets a
+    /// snapshot, catches up, then votes; exits 0 once it does. The node
+    /// must be in every node's `controller.quorum.voters`.
+    AddVoter(VoterArgs),
+    /// Remove a voter from the controller quorum (Kafka's
+    /// RemoveRaftVoter), e.g. one whose disk was lost, before it comes
+    /// back with a new one. Exits 0 once the removal is committed.
+    RemoveVoter(VoterArgs),
+}
+
+#[derive(Args, Debug)]
+struct VoterArgs {
+    /// The node's id.
+    #[arg(long, value_name = "N")]
+    node_id: i32,
+    /// The directory id of the node's log (`__metadata/raft/directory.id`
+    /// in its data dir): refused unless it is the one the quorum knows.
+    /// Default: whichever the quorum knows.
+    #[arg(long, value_name = "UUID")]
+    directory_id: Option<String>,
+    #[command(flatten)]
+    connect: ConnectArgs,
 }
 
 #[derive(Args, Debug)]
@@ -63,7 +87,58 @@ struct StatusArgs {
 pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
     match args.command {
         ClusterCommand::Status(args) => status(args).await,
+        ClusterCommand::AddVoter(args) => change_voters(args, true).await,
+        ClusterCommand::RemoveVoter(args) => change_voters(args, false).await,
     }
+}
+
+/// How long the active controller may take to add a voter (within the
+/// 30 s a broker waits for a request it forwards there).
+const ADD_VOTER_TIMEOUT_MS: i32 = 25_000;
+
+async fn change_voters(args: VoterArgs, add: bool) -> anyhow::Result<()> {
+    use kafka_protocol::messages::{AddRaftVoterRequest, RemoveRaftVoterRequest};
+    let directory = match &args.directory_id {
+        Some(text) => broker::cluster::membership::uuid_bits(text)
+            .map(uuid::Uuid::from_u128)
+            .with_context(|| {
+                format!("--directory-id {text} is not a Kafka Uuid (22 characters)")
+            })?,
+        None => uuid::Uuid::nil(),
+    };
+    let mut connection = args.connect.connect().await?;
+    let node = args.node_id;
+    let (api, code, message) = if add {
+        let version = connection.version::<AddRaftVoterRequest>(0..=0)?;
+        let request = AddRaftVoterRequest::default()
+            .with_voter_id(node)
+            .with_voter_directory_id(directory)
+            .with_timeout_ms(ADD_VOTER_TIMEOUT_MS);
+        let response = connection.call(&request, version).await?;
+        (
+            ApiKey::AddRaftVoter,
+            response.error_code,
+            response.error_message,
+        )
+    } else {
+        let version = connection.version::<RemoveRaftVoterRequest>(0..=0)?;
+        let request = RemoveRaftVoterRequest::default()
+            .with_voter_id(node)
+            .with_voter_directory_id(directory);
+        let response = connection.call(&request, version).await?;
+        (
+            ApiKey::RemoveRaftVoter,
+            response.error_code,
+            response.error_message,
+        )
+    };
+    check_error(api, code, message.as_ref().map(|m| m.as_str()))?;
+    if add {
+        outln!("node {node} is a voter of the controller quorum");
+    } else {
+        outln!("node {node} is no longer in the controller quorum");
+    }
+    Ok(())
 }
 
 #[derive(Debug, Serialize)]

@@ -37,6 +37,8 @@ pub fn is_controller_api(api_key: ApiKey) -> bool {
             | ApiKey::AlterPartitionReassignments
             | ApiKey::ListPartitionReassignments
             | ApiKey::DescribeQuorum
+            | ApiKey::AddRaftVoter
+            | ApiKey::RemoveRaftVoter
     )
 }
 
@@ -71,7 +73,10 @@ pub async fn forward(shard: &Rc<Shard>, api_key: ApiKey, frame: &Bytes) -> Optio
     match answer {
         Ok(answer) => {
             // A read changes nothing here to catch up with.
-            if api_key != ApiKey::DescribeQuorum {
+            if !matches!(
+                api_key,
+                ApiKey::DescribeQuorum | ApiKey::AddRaftVoter | ApiKey::RemoveRaftVoter
+            ) {
                 catch_up(shard).await;
             }
             Some(answer)

@@ -126,10 +126,36 @@ impl Directories {
                 }
             }
         }
+        let mut directories: Vec<(i32, String)> =
+            known.iter().map(|(n, d)| (*n, d.clone())).collect();
+        directories.retain(|(n, _)| *n != cluster.node_id);
+        directories.push((cluster.node_id, self.own.clone()));
         VoterProbeReply {
             formed: status.commit_index.max(self.stored_commit) > 0,
             member,
             known: known.get(&node).cloned().unwrap_or_default(),
+            directories,
+        }
+    }
+
+    /// Learns the directories another voter told (`(node, directory)`):
+    /// those of nodes this voter knows none for. A voter back with a new
+    /// disk knows no other; this is how it learns them, so that it too
+    /// can tell when another comes back without its log.
+    pub fn learn(&self, node_id: i32, told: &[(i32, String)]) {
+        let mut known = self.known.lock().expect("directories lock");
+        let mut next = known.clone();
+        for (node, directory) in told {
+            if *node != node_id && !directory.is_empty() {
+                next.entry(*node).or_insert_with(|| directory.clone());
+            }
+        }
+        if next == *known {
+            return;
+        }
+        match self.persist(&next) {
+            Ok(()) => *known = next,
+            Err(error) => tracing::warn!(%error, "cannot record the voters' directories"),
         }
     }
 
@@ -333,6 +359,7 @@ pub fn check_empty_start(cluster: &Cluster, directories: &Directories) -> anyhow
             }
             match probe(address, node, directories.own()) {
                 Ok(answer) => {
+                    directories.learn(node, &answer.directories);
                     answers.insert(*peer, answer);
                 }
                 Err(error) => tracing::debug!(peer, %address, %error, "voter did not answer"),
@@ -390,6 +417,7 @@ pub fn announce(cluster: Arc<Cluster>, directories: Arc<Directories>) {
                 peers.retain(
                     |(peer, address)| match probe(address, node, directories.own()) {
                         Ok(answer) => {
+                            directories.learn(node, &answer.directories);
                             if answer.member
                                 && !answer.known.is_empty()
                                 && answer.known != directories.own()
@@ -444,6 +472,7 @@ mod tests {
             formed,
             member,
             known: known.to_string(),
+            directories: Vec::new(),
         }
     }
 
@@ -538,10 +567,13 @@ mod tests {
         first.applied(replication::quorum::VoterChange::AddLearner(4), b"dir-4");
         first.applied(replication::quorum::VoterChange::AddLearner(5), b"dir-5");
         first.applied(replication::quorum::VoterChange::Remove(5), b"");
+        // Told by another voter: only what it knew nothing of.
+        first.learn(1, &[(4, "other-4".to_string()), (6, "dir-6".to_string())]);
         let again = Directories::load(temp.path(), 0).unwrap();
         assert_eq!(again.own(), own);
         assert_eq!(again.known(4).as_deref(), Some("dir-4"));
         assert_eq!(again.known(5), None);
+        assert_eq!(again.known(6).as_deref(), Some("dir-6"));
         // An emptied directory is a new one.
         std::fs::remove_dir_all(temp.path()).unwrap();
         let emptied = Directories::load(temp.path(), 0).unwrap();

@@ -373,6 +373,33 @@ impl Cluster {
         rx.recv_timeout(timeout).unwrap_or(false)
     }
 
+    /// Asks this node's quorum thread (the active controller's) for a
+    /// change of the voters; how it ended.
+    pub async fn change_voters(
+        &self,
+        request: voter::VoterRequest,
+        timeout: std::time::Duration,
+    ) -> voter::VoterOutcome {
+        let not_controller = || {
+            Err((
+                crate::errors::NOT_CONTROLLER,
+                "this node is not the active controller".to_string(),
+            ))
+        };
+        let Some(inbox) = &self.inbox else {
+            return not_controller();
+        };
+        let (tx, rx) = flume::bounded(1);
+        if inbox
+            .send_async(Input::ChangeVoters(request, timeout, tx))
+            .await
+            .is_err()
+        {
+            return not_controller();
+        }
+        rx.recv_async().await.unwrap_or_else(|_| not_controller())
+    }
+
     /// Proposes `records` to the quorum and waits until they are committed
     /// and applied on this node; their metadata offset.
     pub async fn propose(&self, records: Vec<MetadataRecord>) -> Result<u64, ProposeError> {

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use replication::file_store::FileStore;
-use replication::quorum::{Quorum, QuorumConfig, SnapshotDelivery, SnapshotPolicy};
+use replication::quorum::{Quorum, QuorumConfig, SnapshotDelivery, SnapshotPolicy, VoterChange};
 
 use super::net::Peers;
 use super::wire::{self, FetchReply, Heartbeat, HeartbeatReply, HeartbeatStatus};
@@ -71,6 +71,37 @@ pub enum Input {
     AlterPartition(wire::AlterPartition, flume::Sender<i16>),
     /// The connection a broker heartbeats on ended.
     ConnectionLost(i32),
+    /// An admin's change of the quorum's voters (AddRaftVoter,
+    /// RemoveRaftVoter), answered once done or refused.
+    ChangeVoters(VoterRequest, Duration, flume::Sender<VoterOutcome>),
+}
+
+/// A change of the quorum's voters an admin asks for. A directory, when
+/// given, must be the one the node is known by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VoterRequest {
+    /// Add the node (it must be running, outside the quorum): first as a
+    /// learner that gets a snapshot and catches up, then as a voter.
+    Add {
+        node: i32,
+        directory: Option<String>,
+    },
+    Remove {
+        node: i32,
+        directory: Option<String>,
+    },
+}
+
+/// How a voter change ended: done, or a Kafka error code and why.
+pub type VoterOutcome = Result<(), (i16, String)>;
+
+/// The voter change under way on the active controller.
+struct VoterChangeInProgress {
+    request: VoterRequest,
+    /// The log index of its step under way (learner, promotion, removal).
+    index: u64,
+    deadline: Instant,
+    reply: flume::Sender<VoterOutcome>,
 }
 
 /// Who hears how a proposal ended.
@@ -153,6 +184,8 @@ pub struct Voter {
     /// Brokers whose heartbeat connection closed since their last
     /// heartbeat: their session is the short grace, not the whole one.
     connections_lost: HashSet<i32>,
+    /// The voter change an admin asked for, while it is under way.
+    voter_change: Option<VoterChangeInProgress>,
     /// Brokers whose last heartbeat said their data dir refuses writes:
     /// they lead nothing and join no ISR until it takes writes again.
     storage_full: HashSet<i32>,
@@ -236,6 +269,7 @@ impl Voter {
             last_turn: Instant::now(),
             voters_heard: HashMap::new(),
             connections_lost: HashSet::new(),
+            voter_change: None,
             storage_full: HashSet::new(),
             parked_fetches: Vec::new(),
             applied_at_us: super::unix_time_us(),
@@ -389,6 +423,12 @@ impl Voter {
                     }
                 }
             }
+            Input::ChangeVoters(request, timeout, reply) => {
+                if let Err(refusal) = self.start_voter_change(request.clone(), timeout, &reply) {
+                    tracing::info!(?request, reason = %refusal.1, "voter change refused");
+                    let _ = reply.send(Err(refusal));
+                }
+            }
             Input::AlterPartition(alter, reply) => {
                 if !self.ready_to_lead() {
                     let _ = reply.send(crate::errors::NOT_CONTROLLER);
@@ -502,9 +542,15 @@ impl Voter {
         self.sessions.insert(id, now);
         self.connections_lost.remove(&id);
         if heartbeat.storage_full && self.storage_full.insert(id) {
-            tracing::warn!(broker = id, "broker's data dir refuses writes: it leaves the ISRs and its leaderships move");
+            tracing::warn!(
+                broker = id,
+                "broker's data dir refuses writes: it leaves the ISRs and its leaderships move"
+            );
         } else if !heartbeat.storage_full && self.storage_full.remove(&id) {
-            tracing::info!(broker = id, "broker's data dir takes writes again: it rejoins the ISRs as it catches up");
+            tracing::info!(
+                broker = id,
+                "broker's data dir takes writes again: it rejoins the ISRs as it catches up"
+            );
         }
         // The answer says what is applied; the decision what will be.
         let fenced = self.image.brokers.get(&id).is_none_or(|b| b.fenced);
@@ -808,8 +854,184 @@ impl Voter {
             }
             self.unapplied.clear();
         }
+        self.drive_voter_change();
         self.publish_status();
         Ok(())
+    }
+
+    /// Starts the voter change `request` asks for, or says why not.
+    fn start_voter_change(
+        &mut self,
+        request: VoterRequest,
+        timeout: Duration,
+        reply: &flume::Sender<VoterOutcome>,
+    ) -> VoterOutcome {
+        if !self.ready_to_lead() {
+            return Err((
+                crate::errors::NOT_CONTROLLER,
+                format!("this node is not the active controller ({})", self.leader()),
+            ));
+        }
+        if self.voter_change.is_some() {
+            return Err((
+                crate::errors::INVALID_REQUEST,
+                "another voter change is under way".to_string(),
+            ));
+        }
+        let (node, asked) = match &request {
+            VoterRequest::Add { node, directory } | VoterRequest::Remove { node, directory } => {
+                (*node, directory.clone())
+            }
+        };
+        let known = self
+            .cluster
+            .directories
+            .get()
+            .and_then(|directories| directories.known(node));
+        if let (Some(asked), Some(known)) = (&asked, &known) {
+            if asked != known {
+                return Err((
+                    crate::errors::INVALID_REQUEST,
+                    format!("node {node}'s log is in directory {known}, not {asked}"),
+                ));
+            }
+        }
+        let id = node as u64;
+        let (voters, learners) = (self.quorum.voters(), self.quorum.learners());
+        let step = match request {
+            VoterRequest::Add { .. } => {
+                if voters.contains(&id) {
+                    return Err((
+                        crate::errors::DUPLICATE_VOTER,
+                        format!("node {node} is a voter already"),
+                    ));
+                }
+                if !self.cluster.voters.iter().any(|v| v.id == node) {
+                    return Err((
+                        crate::errors::INVALID_REQUEST,
+                        format!(
+                            "node {node} has no controller address here: a voter must be in \
+                             every node's controller.quorum.voters"
+                        ),
+                    ));
+                }
+                let Some(directory) = known else {
+                    return Err((
+                        crate::errors::INVALID_REQUEST,
+                        format!(
+                            "node {node} has not told its directory: start it first (it \
+                             starts outside the quorum and asks the voters)"
+                        ),
+                    ));
+                };
+                if learners.contains(&id) {
+                    // A learner from an earlier request: promoted once caught up.
+                    self.applied
+                } else {
+                    self.quorum
+                        .propose_voter_change(VoterChange::AddLearner(id), directory.into_bytes())
+                        .map_err(|error| (crate::errors::INVALID_REQUEST, error.to_string()))?
+                }
+            }
+            VoterRequest::Remove { .. } => {
+                if !voters.contains(&id) && !learners.contains(&id) {
+                    return Err((
+                        crate::errors::VOTER_NOT_FOUND,
+                        format!("node {node} is not in the quorum"),
+                    ));
+                }
+                self.quorum
+                    .propose_voter_change(VoterChange::Remove(id), Vec::new())
+                    .map_err(|error| (crate::errors::INVALID_REQUEST, error.to_string()))?
+            }
+        };
+        tracing::info!(?request, index = step, "voter change started");
+        self.voter_change = Some(VoterChangeInProgress {
+            request,
+            index: step,
+            deadline: Instant::now() + timeout,
+            reply: reply.clone(),
+        });
+        Ok(())
+    }
+
+    /// Moves the voter change under way on: a learner caught up with the
+    /// commit index is promoted; a change whose last step is applied is
+    /// answered; a lost leadership or the deadline ends it.
+    fn drive_voter_change(&mut self) {
+        let Some(change) = &self.voter_change else {
+            return;
+        };
+        let outcome = if !self.quorum.is_leader() {
+            Some(Err((
+                crate::errors::NOT_CONTROLLER,
+                "the active controller lost its leadership: ask again".to_string(),
+            )))
+        } else if Instant::now() >= change.deadline {
+            Some(Err((
+                crate::errors::REQUEST_TIMED_OUT,
+                "the voter change did not finish in time (a learner is promoted when asked again \
+                 once it caught up)"
+                    .to_string(),
+            )))
+        } else if self.applied < change.index {
+            None
+        } else {
+            let (voters, learners) = (self.quorum.voters(), self.quorum.learners());
+            match change.request {
+                VoterRequest::Remove { node, .. } => {
+                    let id = node as u64;
+                    Some(if voters.contains(&id) || learners.contains(&id) {
+                        Err((
+                            crate::errors::NOT_CONTROLLER,
+                            "the removal was lost with a change of leader: ask again".to_string(),
+                        ))
+                    } else {
+                        Ok(())
+                    })
+                }
+                VoterRequest::Add { node, .. } => {
+                    let id = node as u64;
+                    if voters.contains(&id) {
+                        Some(Ok(()))
+                    } else if learners.contains(&id) {
+                        let commit = self.quorum.commit_index();
+                        let caught_up = self
+                            .quorum
+                            .replication_progress()
+                            .iter()
+                            .any(|(learner, matched)| *learner == id && *matched >= commit);
+                        if caught_up {
+                            match self
+                                .quorum
+                                .propose_voter_change(VoterChange::Promote(id), Vec::new())
+                            {
+                                Ok(index) => {
+                                    tracing::info!(node, index, "learner caught up: promoted");
+                                    if let Some(change) = self.voter_change.as_mut() {
+                                        change.index = index;
+                                    }
+                                }
+                                Err(error) => {
+                                    tracing::debug!(%error, "promotion not proposed yet")
+                                }
+                            }
+                        }
+                        None
+                    } else {
+                        Some(Err((
+                            crate::errors::NOT_CONTROLLER,
+                            "the addition was lost with a change of leader: ask again".to_string(),
+                        )))
+                    }
+                }
+            }
+        };
+        if let Some(outcome) = outcome {
+            let change = self.voter_change.take().expect("a change under way");
+            tracing::info!(request = ?change.request, ?outcome, "voter change ended");
+            let _ = change.reply.send(outcome);
+        }
     }
 
     fn apply(&mut self, index: u64, term: u64, data: &[u8]) {

@@ -40,6 +40,9 @@ pub struct VoterProbeReply {
     pub member: bool,
     /// The directory this voter knows the asking node by ("" none).
     pub known: String,
+    /// Every directory this voter knows, its own included: what a voter
+    /// back with a new disk learns the others by.
+    pub directories: Vec<(i32, String)>,
 }
 
 /// A heartbeat's start-up flags ([`Startup`]).
@@ -294,6 +297,11 @@ impl Envelope {
             Frame::VoterProbeReply(reply) => {
                 payload.push(u8::from(reply.formed) | (u8::from(reply.member) << 1));
                 put_bytes(&mut payload, reply.known.as_bytes());
+                put_u32(&mut payload, reply.directories.len() as u32);
+                for (node, directory) in &reply.directories {
+                    payload.extend_from_slice(&node.to_be_bytes());
+                    put_bytes(&mut payload, directory.as_bytes());
+                }
             }
         }
         let mut out = Vec::with_capacity(payload.len() + 8);
@@ -433,11 +441,24 @@ impl Envelope {
                 if flags & !3 != 0 {
                     return Err(format!("voter probe reply flags {flags:#04x}"));
                 }
+                let known = String::from_utf8(take_bytes(&mut buf)?.to_vec())
+                    .map_err(|_| "the directory id is not UTF-8".to_string())?;
+                let count = take_u32(&mut buf)? as usize;
+                if count > buf.len() / 8 {
+                    return Err(format!("{count} directories in {} bytes", buf.len()));
+                }
+                let mut directories = Vec::with_capacity(count);
+                for _ in 0..count {
+                    let node = i32::from_be_bytes(take::<4>(&mut buf)?);
+                    let directory = String::from_utf8(take_bytes(&mut buf)?.to_vec())
+                        .map_err(|_| "a directory id is not UTF-8".to_string())?;
+                    directories.push((node, directory));
+                }
                 Frame::VoterProbeReply(VoterProbeReply {
                     formed: flags & 1 != 0,
                     member: flags & 2 != 0,
-                    known: String::from_utf8(take_bytes(&mut buf)?.to_vec())
-                        .map_err(|_| "the directory id is not UTF-8".to_string())?,
+                    known,
+                    directories,
                 })
             }
             other => return Err(format!("unknown frame kind {other}")),
@@ -592,6 +613,7 @@ mod tests {
             formed: true,
             member: false,
             known: "q1Sh-9_ISia_zwGINzRvyQ".to_string(),
+            directories: vec![(1, "a".to_string()), (2, "b".to_string())],
         }));
         round_trip(Frame::FetchReply(FetchReply::Entries {
             entries: vec![

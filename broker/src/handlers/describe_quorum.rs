@@ -3,7 +3,9 @@
 //! controller answers: its id, its term as the leader epoch, the commit
 //! index as the high watermark, each voter with the index it has
 //! replicated (its log end offset) and the brokers that are not voters as
-//! observers (whose position the quorum does not track: -1). Another
+//! observers (whose position the quorum does not track: -1). The voters
+//! are the configuration the quorum applied, which AddRaftVoter and
+//! RemoveRaftVoter change (a learner being added is an observer). Another
 //! broker forwards the request there (`cluster::forward`); if it cannot,
 //! it answers NOT_LEADER_OR_FOLLOWER naming the leader it knows. A single
 //! node is a quorum of one: it leads, and its metadata offset is the high
@@ -103,16 +105,22 @@ fn quorum(shard: &Shard) -> Quorum {
         };
     };
     let status = cluster.quorum_status();
-    let voters = cluster
-        .voters
+    // The voters of the configuration the quorum applied (they change by
+    // AddRaftVoter and RemoveRaftVoter); the configured ones before it says.
+    let voter_ids: Vec<i32> = if status.voters.is_empty() {
+        cluster.voters.iter().map(|v| v.id).collect()
+    } else {
+        status.voters.clone()
+    };
+    let voters = voter_ids
         .iter()
-        .map(|v| {
+        .map(|&id| {
             let matched = status
                 .progress
                 .iter()
-                .find(|(id, _)| *id == v.id)
+                .find(|(voter, _)| *voter == id)
                 .map_or(UNKNOWN, |(_, index)| *index as i64);
-            (v.id, matched)
+            (id, matched)
         })
         .collect();
     let observers = cluster
@@ -120,7 +128,7 @@ fn quorum(shard: &Shard) -> Quorum {
         .brokers
         .keys()
         .copied()
-        .filter(|id| !cluster.voters.iter().any(|v| v.id == *id))
+        .filter(|id| !voter_ids.contains(id))
         .collect();
     Quorum {
         leader: cluster.active_controller(),

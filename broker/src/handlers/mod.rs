@@ -46,6 +46,7 @@ pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod partition_reassignments;
 pub mod produce;
+pub mod raft_voters;
 pub mod scatter;
 pub mod sync_group;
 
@@ -132,6 +133,16 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
         ApiKey::DescribeQuorum,
         describe_quorum::VERSION_MIN,
         describe_quorum::VERSION_MAX,
+    ),
+    (
+        ApiKey::AddRaftVoter,
+        raft_voters::ADD_VERSION_MIN,
+        raft_voters::ADD_VERSION_MAX,
+    ),
+    (
+        ApiKey::RemoveRaftVoter,
+        raft_voters::REMOVE_VERSION_MIN,
+        raft_voters::REMOVE_VERSION_MAX,
     ),
     (
         ApiKey::DescribeLogDirs,
@@ -381,6 +392,8 @@ async fn dispatch(
         RequestKind::DescribeQuorum(body) => {
             out.encode(&describe_quorum::handle(&shard, body, version))
         }
+        RequestKind::AddRaftVoter(body) => out.encode(&raft_voters::add(&shard, body).await),
+        RequestKind::RemoveRaftVoter(body) => out.encode(&raft_voters::remove(&shard, body).await),
         RequestKind::DescribeLogDirs(body) => {
             out.encode(&describe_log_dirs::handle(&shard, body).await)
         }

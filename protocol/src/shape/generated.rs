@@ -2700,6 +2700,85 @@ pub static DESCRIBE_TOPIC_PARTITIONS_REQUEST__CURSOR: Struct = Struct {
     tags: &[],
 };
 
+pub static ADD_RAFT_VOTER_REQUEST: Struct = Struct {
+    versions: (0, 0),
+    flexible_since: 0,
+    fields: &[
+        Field {
+            kind: CompactStr,
+            since: 0,
+            until: 0,
+        }, // cluster_id
+        Field {
+            kind: Fixed(4),
+            since: 0,
+            until: 0,
+        }, // timeout_ms
+        Field {
+            kind: Fixed(4),
+            since: 0,
+            until: 0,
+        }, // voter_id
+        Field {
+            kind: Fixed(16),
+            since: 0,
+            until: 0,
+        }, // voter_directory_id
+        Field {
+            kind: CompactArray(&ADD_RAFT_VOTER_REQUEST__LISTENER),
+            since: 0,
+            until: 0,
+        }, // listeners
+    ],
+    tags: &[],
+};
+
+pub static ADD_RAFT_VOTER_REQUEST__LISTENER: Struct = Struct {
+    versions: (0, 0),
+    flexible_since: 0,
+    fields: &[
+        Field {
+            kind: CompactStr,
+            since: 0,
+            until: 0,
+        }, // name
+        Field {
+            kind: CompactStr,
+            since: 0,
+            until: 0,
+        }, // host
+        Field {
+            kind: Fixed(2),
+            since: 0,
+            until: 0,
+        }, // port
+    ],
+    tags: &[],
+};
+
+pub static REMOVE_RAFT_VOTER_REQUEST: Struct = Struct {
+    versions: (0, 0),
+    flexible_since: 0,
+    fields: &[
+        Field {
+            kind: CompactStr,
+            since: 0,
+            until: 0,
+        }, // cluster_id
+        Field {
+            kind: Fixed(4),
+            since: 0,
+            until: 0,
+        }, // voter_id
+        Field {
+            kind: Fixed(16),
+            since: 0,
+            until: 0,
+        }, // voter_directory_id
+    ],
+    tags: &[],
+};
+
 /// The root struct of each request body, by api key.
 pub fn request(api_key: i16) -> Option<&'static Struct> {
     Some(match api_key {
@@ -2748,6 +2827,8 @@ pub fn request(api_key: i16) -> Option<&'static Struct> {
         69 => &CONSUMER_GROUP_DESCRIBE_REQUEST,
         74 => &LIST_CONFIG_RESOURCES_REQUEST,
         75 => &DESCRIBE_TOPIC_PARTITIONS_REQUEST,
+        80 => &ADD_RAFT_VOTER_REQUEST,
+        81 => &REMOVE_RAFT_VOTER_REQUEST,
         _ => return None,
     })
 }
