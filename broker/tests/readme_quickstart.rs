@@ -3,7 +3,8 @@
 //! test started (its loopback port instead of 127.0.0.1:9092, the built
 //! binaries instead of `target/release/`), and run with bash in order on
 //! a fresh data dir. Every line must succeed, and every consumer must print
-//! exactly the records the producers before it wrote.
+//! exactly the records the producers before it wrote. Then every producer
+//! line, fed the same keyed records, must put each key on one partition.
 
 mod common;
 
@@ -104,11 +105,16 @@ fn role(command: &str) -> Role {
 /// Runs `line` with bash (`pipefail`) in `dir`, failing the test unless it
 /// succeeds; returns its stdout.
 fn bash(line: &str, dir: &Path, shown_as: &str) -> Vec<u8> {
+    bash_with_input(line, None, dir, shown_as)
+}
+
+/// As [`bash`], feeding `stdin` to the line.
+fn bash_with_input(line: &str, stdin: Option<&[u8]>, dir: &Path, shown_as: &str) -> Vec<u8> {
     let out = common::run(
         Command::new("bash")
             .args(["-o", "pipefail", "-c", line])
             .current_dir(dir),
-        None,
+        stdin,
         LINE_DEADLINE,
     );
     assert!(
@@ -233,6 +239,7 @@ fn readme_quickstart_runs_top_to_bottom_against_a_fresh_broker() {
     let (topic, count) = (word_after("create"), word_after("--partitions"));
     let count: usize = count.parse().unwrap();
     assert!(count > 1, "a topic of one partition would not tell");
+    producers_agree_on_each_key_s_partition(&broker, steps, topic, &rewrite, cwd.path());
     let mut partitions: Vec<String> = std::fs::read_dir(&broker.data_dir)
         .unwrap()
         .flatten()
@@ -244,6 +251,51 @@ fn readme_quickstart_runs_top_to_bottom_against_a_fresh_broker() {
     assert_eq!(partitions, expected);
     // Nothing was written where the lines ran: the data is the broker's.
     assert_eq!(std::fs::read_dir(cwd.path()).unwrap().count(), 0);
+}
+
+/// Every producer of the quickstart, fed the same keyed records, puts each
+/// key on one partition: kcat is shown with the Java client's partitioner
+/// (murmur2), the one `strom produce` uses, not its own default.
+fn producers_agree_on_each_key_s_partition(
+    broker: &common::Broker,
+    steps: &[String],
+    topic: &str,
+    rewrite: &dyn Fn(&str) -> String,
+    dir: &Path,
+) {
+    let producers: Vec<&str> = steps
+        .iter()
+        .filter_map(|line| commands(line).last().copied())
+        .filter(|command| role(command) == Role::Producer)
+        .collect();
+    let keys: Vec<String> = (0..20).map(|i| format!("same-key-{i}")).collect();
+    let input: String = keys.iter().map(|key| format!("{key}:v\n")).collect();
+    for producer in &producers {
+        bash_with_input(&rewrite(producer), Some(input.as_bytes()), dir, producer);
+    }
+    let printed = bash(
+        &format!(
+            "kcat -b {} -C -t {topic} -e -f '%k %p\\n'",
+            broker.bootstrap()
+        ),
+        dir,
+        "kcat -C -f '%k %p\\n'",
+    );
+    let printed = String::from_utf8(printed).unwrap();
+    for key in &keys {
+        let mut partitions: Vec<&str> = printed
+            .lines()
+            .filter_map(|line| line.strip_prefix(&format!("{key} ")))
+            .collect();
+        assert_eq!(partitions.len(), producers.len(), "{key}: {printed}");
+        partitions.sort_unstable();
+        partitions.dedup();
+        assert_eq!(
+            partitions.len(),
+            1,
+            "the README's producers {producers:?} put {key} on different partitions: {partitions:?}"
+        );
+    }
 }
 
 #[test]
