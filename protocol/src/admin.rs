@@ -145,6 +145,39 @@ pub async fn list_offsets(
     partitions: &[(String, i32)],
     timestamp: i64,
 ) -> Result<BTreeMap<(String, i32), i64>, ClientError> {
+    let answers = list_offsets_answers(connection, partitions, timestamp).await?;
+    let mut offsets = BTreeMap::new();
+    for (key, answer) in answers {
+        match answer {
+            Ok(offset) => {
+                offsets.insert(key, offset);
+            }
+            Err(code) => {
+                return Err(ClientError::PartitionError {
+                    api_key: ApiKey::ListOffsets,
+                    topic: key.0,
+                    partition: key.1,
+                    code,
+                })
+            }
+        }
+    }
+    if let Some((topic, partition)) = partitions.iter().find(|tp| !offsets.contains_key(*tp)) {
+        return Err(ClientError::OffsetMissing {
+            topic: topic.clone(),
+            partition: *partition,
+        });
+    }
+    Ok(offsets)
+}
+
+/// ListOffsets of `partitions` at `timestamp` in one request: each
+/// partition the broker answered for, with its offset or its error code.
+async fn list_offsets_answers(
+    connection: &mut Connection,
+    partitions: &[(String, i32)],
+    timestamp: i64,
+) -> Result<BTreeMap<TopicPartition, Result<i64, i16>>, ClientError> {
     let version = connection.version::<ListOffsetsRequest>(LIST_OFFSETS_VERSIONS)?;
     let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
     for (topic, partition) in partitions {
@@ -171,29 +204,82 @@ pub async fn list_offsets(
         .with_replica_id(BrokerId(-1))
         .with_topics(topics);
     let response = connection.call(&request, version).await?;
-    let mut offsets = BTreeMap::new();
+    let mut answers = BTreeMap::new();
     for topic in &response.topics {
         for p in &topic.partitions {
-            let key = (topic.name.0.to_string(), p.partition_index);
-            if p.error_code != ERROR_NONE {
-                return Err(ClientError::PartitionError {
-                    api_key: ApiKey::ListOffsets,
-                    topic: key.0,
-                    partition: key.1,
-                    code: p.error_code,
-                });
-            }
-            offsets.insert(key, p.offset);
+            let answer = if p.error_code == ERROR_NONE {
+                Ok(p.offset)
+            } else {
+                Err(p.error_code)
+            };
+            answers.insert((topic.name.0.to_string(), p.partition_index), answer);
         }
     }
-    if let Some((topic, partition)) = partitions.iter().find(|tp| !offsets.contains_key(*tp)) {
-        return Err(ClientError::OffsetMissing {
-            topic: topic.clone(),
-            partition: *partition,
-        });
-    }
-    Ok(offsets)
+    Ok(answers)
 }
+
+/// Why one partition has no offset: what its leader answered, or why the
+/// leader could not be asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OffsetFailure {
+    /// The leader answered this Kafka error code for the partition.
+    Code(i16),
+    /// Metadata names no live leader for it (not retriable: that is the
+    /// partition's state until Metadata says otherwise).
+    NoLeader,
+    /// The broker did not answer for it, though asked.
+    Missing,
+    /// The request to its leader failed as a whole.
+    Request {
+        message: String,
+        /// A Kafka error Kafka calls retriable, or a connection that
+        /// failed (a leader that went away: its partitions move).
+        retriable: bool,
+    },
+}
+
+impl OffsetFailure {
+    /// Whether asking again (after a fresh Metadata) may succeed.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            OffsetFailure::Code(code) => crate::client::is_retriable_code(*code),
+            OffsetFailure::NoLeader => false,
+            OffsetFailure::Missing => true,
+            OffsetFailure::Request { retriable, .. } => *retriable,
+        }
+    }
+
+    fn from_request(error: &ClientError) -> OffsetFailure {
+        let connection_failed = matches!(
+            error,
+            ClientError::Unreachable { .. }
+                | ClientError::ConnectTimeout { .. }
+                | ClientError::Timeout { .. }
+                | ClientError::Io { .. }
+                | ClientError::Closed { .. }
+                | ClientError::Broken { .. }
+        );
+        OffsetFailure::Request {
+            message: error.to_string(),
+            retriable: connection_failed || error.is_retriable(),
+        }
+    }
+}
+
+impl std::fmt::Display for OffsetFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OffsetFailure::Code(code) => f.write_str(&crate::client::error_name(*code)),
+            OffsetFailure::NoLeader => f.write_str("no live leader"),
+            OffsetFailure::Missing => f.write_str("the leader listed no offset"),
+            OffsetFailure::Request { message, .. } => f.write_str(message),
+        }
+    }
+}
+
+/// Each partition's own answer to ListOffsets: its offset, or why it has
+/// none.
+pub type OffsetAnswers = BTreeMap<TopicPartition, Result<i64, OffsetFailure>>;
 
 /// ListOffsets of some partitions of one topic, each asked of its leader
 /// (see [`Router`]): partition → offset.
@@ -271,6 +357,16 @@ impl Router {
             bootstrap_id,
             others: HashMap::new(),
         }
+    }
+
+    /// Every broker Metadata listed: id → `host:port`.
+    pub fn brokers(&self) -> &BTreeMap<i32, String> {
+        &self.brokers
+    }
+
+    /// The broker the bootstrap connection reached, if it can be told.
+    pub fn bootstrap_id(&self) -> Option<i32> {
+        self.bootstrap_id
     }
 
     /// The leader of a partition, if it has a live one.
@@ -352,6 +448,58 @@ impl Router {
             offsets.extend(list_offsets(connection, &wanted, timestamp).await?);
         }
         Ok(offsets)
+    }
+
+    /// ListOffsets of `partitions` at `timestamp`, one request per
+    /// leader, where one partition's failure (its leader's error, no
+    /// leader, a leader that cannot be reached) is that partition's
+    /// answer and no other's.
+    pub async fn list_offsets_each(
+        &mut self,
+        bootstrap: &mut Connection,
+        partitions: &[TopicPartition],
+        timestamp: i64,
+    ) -> OffsetAnswers {
+        let mut answers = OffsetAnswers::new();
+        let mut by_leader: BTreeMap<i32, Vec<TopicPartition>> = BTreeMap::new();
+        for (topic, partition) in partitions {
+            match self.leader(topic, *partition) {
+                Ok(leader) => by_leader
+                    .entry(leader)
+                    .or_default()
+                    .push((topic.clone(), *partition)),
+                Err(_) => {
+                    answers.insert((topic.clone(), *partition), Err(OffsetFailure::NoLeader));
+                }
+            }
+        }
+        for (leader, wanted) in by_leader {
+            let asked = match self.connection(bootstrap, leader).await {
+                Ok(connection) => list_offsets_answers(connection, &wanted, timestamp).await,
+                Err(error) => Err(error),
+            };
+            match asked {
+                Ok(mut answered) => {
+                    for key in wanted {
+                        let answer = match answered.remove(&key) {
+                            Some(Ok(offset)) => Ok(offset),
+                            Some(Err(code)) => Err(OffsetFailure::Code(code)),
+                            None => Err(OffsetFailure::Missing),
+                        };
+                        answers.insert(key, answer);
+                    }
+                }
+                Err(error) => {
+                    // A broken connection stays broken: the next use opens another.
+                    self.others.remove(&leader);
+                    let failure = OffsetFailure::from_request(&error);
+                    for key in wanted {
+                        answers.insert(key, Err(failure.clone()));
+                    }
+                }
+            }
+        }
+        answers
     }
 }
 

@@ -172,6 +172,26 @@ impl ClientError {
             _ => None,
         }
     }
+
+    /// Whether the same request may succeed if sent again soon: the
+    /// broker answered an error Kafka calls retriable
+    /// (UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE,
+    /// NOT_LEADER_OR_FOLLOWER, NOT_CONTROLLER, REQUEST_TIMED_OUT,
+    /// COORDINATOR_LOAD_IN_PROGRESS, ...), or a partition has no live
+    /// leader yet. A broker that cannot be reached is not: the caller
+    /// decides whether another broker may answer instead.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            ClientError::NoLeader { .. } => true,
+            _ => self.kafka_error().is_some_and(|e| e.is_retriable()),
+        }
+    }
+}
+
+/// Whether Kafka calls error `code` retriable (see
+/// [`ClientError::is_retriable`]); false for 0 and unknown codes.
+pub fn is_retriable_code(code: i16) -> bool {
+    ResponseError::try_from_code(code).is_some_and(|e| e.is_retriable())
 }
 
 /// Kafka's name for an error code, as the Java client prints it
