@@ -355,19 +355,20 @@ impl Voter {
     /// (itself included) within an election timeout at `now`.
     fn majority_heard(&self, now: Instant) -> bool {
         let window = Duration::from_millis(self.cluster.timing.election_timeout_ms);
-        let heard = self
-            .cluster
-            .voters
+        // The voters of the configuration the quorum applied, not the
+        // static list: voters may have been added or removed since.
+        let voters = self.quorum.voters();
+        let heard = voters
             .iter()
-            .filter(|v| {
-                v.id == self.cluster.node_id
+            .filter(|&&id| {
+                id == self.cluster.node_id as u64
                     || self
                         .voters_heard
-                        .get(&(v.id as u64))
+                        .get(&id)
                         .is_some_and(|at| now.saturating_duration_since(*at) <= window)
             })
             .count();
-        heard * 2 > self.cluster.voters.len()
+        heard * 2 > voters.len()
     }
 
     fn handle(&mut self, input: Input) {
