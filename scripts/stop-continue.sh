@@ -12,7 +12,7 @@ bin=${1:-target/release}
 runs=${2:-3}
 cycles=${3:-20}
 for tool in "$bin/strom" "$bin/strom-loadgen"; do
-  [ -x "$tool" ] || { echo "missing $tool: cargo build --release -p strom-broker -p strom-loadgen" >&2; exit 2; }
+  [ -x "$tool" ] || { echo "missing $tool: cargo build --release" >&2; exit 2; }
 done
 for run in $(seq 1 "$runs"); do
   dir=$(mktemp -d)

@@ -3,8 +3,9 @@
 //! exactly as the design's table says (`protocol` on nothing, `storage` on
 //! `protocol`, `loadgen` on `protocol` only so it works against any Kafka
 //! broker, `tuning` on nothing; `broker` and `benches` may use the rest),
-//! and `test-support`, on nothing, only ever as a dev-dependency; and the
-//! docs name no path outside the repository.
+//! and `test-support`, on nothing, only ever as a dev-dependency; the
+//! docs name no path outside the repository; and release builds are
+//! documented as the workspace's.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -230,5 +231,61 @@ fn docs_name_no_path_outside_the_repository() {
         outside.is_empty(),
         "docs name paths outside the repository (or not in it):\n{}",
         outside.join("\n")
+    );
+}
+
+/// A release build of one package (`cargo build --release -p X`) unifies
+/// its dependencies' features differently from the workspace's, so after
+/// `cargo build --release` (README's quickstart) it compiles them all
+/// again, and the next workspace build once more. The docs, the scripts and
+/// the doc comments of the binaries build the workspace and run the
+/// binary from `target/release/`.
+#[test]
+fn release_builds_are_documented_as_the_workspace_s() {
+    let root = workspace_root();
+    let mut files = Vec::new();
+    markdown_files(&root, &mut files);
+    rust_files(&root, &mut files);
+    for script in std::fs::read_dir(root.join("scripts")).unwrap().flatten() {
+        files.push(script.path());
+    }
+    let one_package = |line: &str| {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        words
+            .windows(2)
+            .any(|w| w == ["cargo", "build"] || w == ["cargo", "run"])
+            && words.contains(&"--release")
+            && words.iter().any(|w| *w == "-p" || *w == "--package")
+    };
+    let mut found = Vec::new();
+    for file in &files {
+        let Ok(text) = std::fs::read_to_string(file) else {
+            continue;
+        };
+        for (number, line) in text.lines().enumerate() {
+            if one_package(line) {
+                found.push(format!(
+                    "{}:{}: {}",
+                    file.strip_prefix(&root).unwrap().display(),
+                    number + 1,
+                    line.trim()
+                ));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "use `cargo build --release` and target/release/NAME instead of a one-package \
+         release build:\n{}",
+        found.join("\n")
+    );
+    let loadgen = std::fs::read_to_string(root.join("docs/loadgen.md")).unwrap();
+    let block = loadgen
+        .split("```sh\n")
+        .nth(1)
+        .expect("docs/loadgen.md starts with a ```sh block");
+    assert!(
+        block.starts_with("cargo build --release\ntarget/release/strom-loadgen "),
+        "docs/loadgen.md's first commands: {block}"
     );
 }

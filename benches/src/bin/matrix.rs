@@ -30,8 +30,8 @@
 //! brokers (`strom_forwarded_*`) are reported next to the brokers' own.
 //!
 //! ```text
-//! cargo build --release -p strom-broker -p strom-loadgen
-//! cargo run --release -p strom-benches --bin matrix -- --runs 3 --out target/matrix
+//! cargo build --release
+//! target/release/matrix --runs 3 --out target/matrix
 //! ```
 
 use std::collections::BTreeMap;

@@ -3,7 +3,8 @@
 //! the same run. Prints a markdown table of medians (and each run).
 //!
 //! ```text
-//! cargo run --release -p strom-benches --bin storage-append -- --dir target/bench --runs 3
+//! cargo build --release
+//! target/release/storage-append --dir target/bench --runs 3
 //! ```
 
 use std::path::{Path, PathBuf};
