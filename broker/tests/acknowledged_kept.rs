@@ -38,33 +38,7 @@ const PROGRESS_DEADLINE: Duration = Duration::from_secs(90);
 
 /// (leader, ISR) of each partition of `topic`, as kcat lists them.
 fn partitions(bootstrap: &str, topic: &str) -> Option<BTreeMap<i32, (i32, Vec<i32>)>> {
-    let output = run(
-        Command::new("kcat").args(["-b", bootstrap, "-L", "-J", "-m", "5", "-t", topic]),
-        None,
-        Duration::from_secs(20),
-    );
-    if !output.status.success() {
-        return None;
-    }
-    let json: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
-    let topic = json["topics"].as_array()?.first()?;
-    if topic["error"].is_string() {
-        return None;
-    }
-    let mut out = BTreeMap::new();
-    for p in topic["partitions"].as_array()? {
-        let isr = p["isrs"]
-            .as_array()?
-            .iter()
-            .filter_map(|r| r["id"].as_i64())
-            .map(|id| id as i32)
-            .collect();
-        out.insert(
-            p["partition"].as_i64()? as i32,
-            (p["leader"].as_i64()? as i32, isr),
-        );
-    }
-    (!out.is_empty()).then_some(out)
+    common::listing::partitions(bootstrap, topic)
 }
 
 /// The brokers `bootstrap` lists and its active controller.

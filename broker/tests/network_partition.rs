@@ -78,25 +78,12 @@ fn listed_with(network: &Network, bootstrap: &str, args: &[&str]) -> Option<List
         return None;
     }
     let json: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
-    let mut partitions = BTreeMap::new();
-    if let Some(topic) = json["topics"]
-        .as_array()?
-        .iter()
-        .find(|t| t["topic"] == TOPIC)
-    {
-        for p in topic["partitions"].as_array().into_iter().flatten() {
-            let isr = p["isrs"]
-                .as_array()?
-                .iter()
-                .filter_map(|r| r["id"].as_i64())
-                .map(|id| id as i32)
-                .collect();
-            partitions.insert(
-                p["partition"].as_i64()? as i32,
-                (p["leader"].as_i64()? as i32, isr),
-            );
-        }
-    }
+    // A topic not listed (yet) has no partitions.
+    let partitions = common::listing::partitions_of(&json, TOPIC)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(index, (leader, isr))| (index, (leader, isr.into_iter().collect())))
+        .collect();
     Some(Listed {
         controller: json["controllerid"].as_i64()? as i32,
         brokers: json["brokers"].as_array()?.len(),

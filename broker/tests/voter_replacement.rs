@@ -34,32 +34,10 @@ const REFUSAL_DEADLINE: Duration = Duration::from_secs(60);
 /// How long the quorum may take to change its voters.
 const VOTERS_DEADLINE: Duration = Duration::from_secs(120);
 
-/// (leader, ISR) of each partition of `TOPIC`, as kcat lists them.
+/// (leader, ISR) of each partition of `TOPIC`, as kcat lists them, once
+/// all are listed.
 fn partitions(bootstrap: &str) -> Option<BTreeMap<i32, (i32, Vec<i32>)>> {
-    let output = run(
-        Command::new("kcat").args(["-b", bootstrap, "-L", "-J", "-m", "5", "-t", TOPIC]),
-        None,
-        Duration::from_secs(20),
-    );
-    if !output.status.success() {
-        return None;
-    }
-    let json: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
-    let topic = json["topics"].as_array()?.first()?;
-    let mut out = BTreeMap::new();
-    for p in topic["partitions"].as_array()? {
-        let isr = p["isrs"]
-            .as_array()?
-            .iter()
-            .filter_map(|r| r["id"].as_i64())
-            .map(|id| id as i32)
-            .collect();
-        out.insert(
-            p["partition"].as_i64()? as i32,
-            (p["leader"].as_i64()? as i32, isr),
-        );
-    }
-    (out.len() == PARTITIONS as usize).then_some(out)
+    common::listing::partitions(bootstrap, TOPIC).filter(|p| p.len() == PARTITIONS as usize)
 }
 
 /// The quorum's voters as `strom cluster status --json` through

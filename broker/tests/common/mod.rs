@@ -9,6 +9,7 @@
 pub mod acks;
 pub mod admin;
 pub mod hostile;
+pub mod listing;
 pub mod raw;
 
 pub use admin::http_get;
