@@ -1442,4 +1442,54 @@ mod tests {
             assert!(grace <= Duration::from_millis(timing.session_timeout_ms));
         }
     }
+
+    /// A broker's metadata fetch with nothing newer to send is held; it
+    /// is answered as soon as an entry is applied (with the voter's
+    /// applied offset and when it applied it), and with nothing once its
+    /// wait has passed. A fetch that asks no wait is answered at once.
+    #[test]
+    fn a_metadata_fetch_is_held_until_something_newer_is_applied() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut voter = leading_voter(dir.path());
+        // What the new controller proposed (the cluster id) applied first.
+        voter.process_ready().unwrap();
+        let before = voter.applied;
+        let fetch = |voter: &mut Voter, after: u64, wait: Duration| {
+            let (reply, answer) = flume::bounded(1);
+            voter.handle(Input::Fetch { after, wait, reply });
+            voter.process_ready().unwrap();
+            answer
+        };
+        let held = fetch(&mut voter, before, Duration::from_secs(60));
+        assert!(held.try_recv().is_err(), "answered with nothing newer");
+        assert_eq!(voter.parked_fetches.len(), 1);
+        heartbeat(&mut voter, 2);
+        let Some(FetchReply::Entries {
+            entries,
+            applied,
+            applied_at_us,
+        }) = held.try_recv().expect("answered once an entry is applied")
+        else {
+            panic!("not entries");
+        };
+        assert!(applied > before, "{applied} <= {before}");
+        assert_eq!(entries.last().map(|(index, _)| *index), Some(applied));
+        assert!(applied_at_us > 0);
+        assert!(voter.parked_fetches.is_empty());
+
+        let expiring = fetch(&mut voter, applied, Duration::from_secs(60));
+        assert!(expiring.try_recv().is_err());
+        // Its wait passed (at most `FETCH_WAIT_MAX`, whatever was asked).
+        let until = voter.parked_fetches[0].until;
+        assert!(until <= Instant::now() + FETCH_WAIT_MAX);
+        voter.parked_fetches[0].until = Instant::now();
+        voter.process_ready().unwrap();
+        let Some(FetchReply::Entries { entries, .. }) = expiring.try_recv().unwrap() else {
+            panic!("not entries");
+        };
+        assert!(entries.is_empty(), "{entries:?}");
+
+        let at_once = fetch(&mut voter, applied, Duration::ZERO);
+        assert!(at_once.try_recv().is_ok());
+    }
 }
