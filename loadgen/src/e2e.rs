@@ -56,9 +56,15 @@ impl Stream {
 /// Acknowledged sequence ranges per (topic, partition, producer).
 pub type Acknowledged = HashMap<(String, i32, u32), Vec<std::ops::Range<u64>>>;
 
+/// What the consumers saw of the produced records. `received` counts the
+/// records of the measured window, as the report's consumed row does, and
+/// `received_warmup` those consumed during the warm-up; the other counts
+/// are over every record, warm-up included (a record lost in the warm-up
+/// is lost).
 #[derive(Debug, Default, Clone, Serialize, PartialEq, Eq)]
 pub struct Integrity {
     pub received: u64,
+    pub received_warmup: u64,
     pub duplicates: u64,
     pub reordered: u64,
     pub lost: u64,
@@ -122,6 +128,19 @@ impl Tracker {
         self.integrity.clone()
     }
 
+    /// Counts acknowledged sequences never seen, and moves the
+    /// `warmup_records` consumed during the warm-up out of `received`.
+    pub fn finish_after_warmup(
+        &mut self,
+        acknowledged: &Acknowledged,
+        warmup_records: u64,
+    ) -> Integrity {
+        let mut integrity = self.finish(acknowledged);
+        integrity.received_warmup = warmup_records.min(integrity.received);
+        integrity.received -= integrity.received_warmup;
+        integrity
+    }
+
     pub fn merge(&mut self, other: Tracker) {
         for (key, stream) in other.streams {
             let mine = self.streams.entry(key).or_default();
@@ -167,11 +186,34 @@ mod tests {
             result,
             Integrity {
                 received: 8,
+                received_warmup: 0,
                 duplicates: 1,
                 reordered: 1,
                 lost: 2, // 5 and 7
                 foreign: 1,
                 corrupt: 1,
+            }
+        );
+    }
+
+    #[test]
+    fn warm_up_records_are_checked_but_not_counted_as_received() {
+        let mut tracker = Tracker::default();
+        let payload = vec![0u8; 32];
+        // Ten records, the first four consumed during the warm-up; 2 is
+        // never seen.
+        for seq in [0, 1, 3, 4, 5, 6, 7, 8, 9] {
+            tracker.observe("t", 0, &value(7, seq), &payload);
+        }
+        let acknowledged = HashMap::from([(("t".to_string(), 0, 7), vec![0..5, 5..10])]);
+        let result = tracker.finish_after_warmup(&acknowledged, 4);
+        assert_eq!(
+            result,
+            Integrity {
+                received: 5,
+                received_warmup: 4,
+                lost: 1,
+                ..Integrity::default()
             }
         );
     }

@@ -153,72 +153,102 @@ struct RunArgs {
 }
 
 fn workload_from(args: &RunArgs) -> Result<Workload> {
-    let mut w = match &args.workload {
+    let file = match &args.workload {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading workload {}", path.display()))?;
-            Workload::from_yaml(&text).with_context(|| format!("workload {}", path.display()))?
+            Some(
+                Workload::from_yaml(&text)
+                    .with_context(|| format!("workload {}", path.display()))?,
+            )
         }
-        None => Workload::default(),
+        None => None,
     };
+    let mut w = file.clone().unwrap_or_default();
+    // The flags that change the file's fields, as given, for the name.
+    let mut flags: Vec<String> = Vec::new();
+    fn given(flags: &mut Vec<String>, flag: &str, value: &dyn std::fmt::Display) {
+        flags.push(format!("--{flag} {value}"));
+    }
     if let Some(v) = args.topics {
         w.topics = v;
+        given(&mut flags, "topics", &v);
     }
     if let Some(v) = args.partitions {
         w.partitions_per_topic = v;
+        given(&mut flags, "partitions", &v);
     }
     if let Some(v) = args.message_size {
         w.message_size = v;
+        given(&mut flags, "message-size", &v);
     }
     if let Some(v) = &args.payload_file {
         w.payload_file = Some(v.clone());
+        given(&mut flags, "payload-file", &v.display());
     }
     if let Some(v) = args.producers {
         w.producers_per_topic = v;
+        given(&mut flags, "producers", &v);
     }
     if let Some(v) = args.subscriptions {
         w.subscriptions_per_topic = v;
+        given(&mut flags, "subscriptions", &v);
     }
     if let Some(v) = args.consumers {
         w.consumer_per_subscription = v;
+        given(&mut flags, "consumers", &v);
     }
     if let Some(v) = args.rate {
         w.producer_rate = v;
+        given(&mut flags, "rate", &v);
     }
     if let Some(v) = &args.key_distributor {
         w.key_distributor = KeyDistributor::parse(v)?;
+        given(&mut flags, "key-distributor", v);
     }
     if let Some(v) = args.duration {
         w.test_duration = Duration::try_from_secs_f64(v).context("--duration")?;
+        given(&mut flags, "duration", &v);
     }
     if let Some(v) = args.warmup {
         w.warmup_duration = Duration::try_from_secs_f64(v).context("--warmup")?;
+        given(&mut flags, "warmup", &v);
     }
     if let Some(v) = &args.acks {
         w.set_producer("acks", v)?;
+        given(&mut flags, "acks", v);
     }
     if let Some(v) = args.linger_ms {
         w.producer.linger = Duration::from_millis(v);
+        given(&mut flags, "linger-ms", &v);
     }
     if let Some(v) = args.batch_size {
         w.set_producer("batch.size", &v.to_string())?;
+        given(&mut flags, "batch-size", &v);
     }
     if let Some(v) = &args.compression {
         w.producer.compression = Compression::parse(v)?;
+        given(&mut flags, "compression", v);
     }
     if args.idempotence {
         w.producer.idempotence = true;
+        flags.push("--idempotence".to_string());
     }
     if let Some(v) = args.in_flight {
         w.set_producer("max.in.flight.requests.per.connection", &v.to_string())?;
+        given(&mut flags, "in-flight", &v);
     }
     for pair in &args.topic_configs {
         let (k, v) = pair
             .split_once('=')
             .with_context(|| format!("--topic-config {pair}: expected KEY=VALUE"))?;
         w.topic_configs.push((k.to_string(), v.to_string()));
+        flags.push(format!("--topic-config {pair}"));
     }
     w.validate()?;
+    if let Some(file) = &file {
+        w.name = w.name_with_flags(file, &flags);
+    }
     Ok(w)
 }
 
@@ -439,6 +469,9 @@ fn run_mode(mode: ModeArg) -> Result<bool> {
     let mut run_so_far = Recorder::default();
     let mut series: Vec<Second> = Vec::new();
     let mut tracker = Tracker::default();
+    // Records consumed in the warm-up's seconds: the tracker checks them,
+    // the measured counts leave them out.
+    let mut warmup_consumed_records = 0u64;
     let mut acknowledged: Acknowledged = Default::default();
     let mut done = 0usize;
     let mut finished_at: Option<Instant> = None;
@@ -478,7 +511,9 @@ fn run_mode(mode: ModeArg) -> Result<bool> {
                     let (_, interval) = pending.remove(&s).expect("present");
                     let warmup = (s as f64) < warmup_s;
                     let second = Second::of(s, warmup, &interval);
-                    if !warmup {
+                    if warmup {
+                        warmup_consumed_records += interval.consumed_records;
+                    } else {
                         total.merge(&interval);
                         run_so_far.merge(&interval);
                         let tag = hdrhistogram::serialization::interval_log::Tag::new("publish");
@@ -549,7 +584,8 @@ fn run_mode(mode: ModeArg) -> Result<bool> {
         eprintln!("kept topics: {}", topics.join(", "));
     }
 
-    let integrity = (mode == Mode::EndToEnd).then(|| tracker.finish(&acknowledged));
+    let integrity = (mode == Mode::EndToEnd)
+        .then(|| tracker.finish_after_warmup(&acknowledged, warmup_consumed_records));
     // The window ends at the duration, or earlier when producers (backlog)
     // or consumers (consume mode) finished first.
     let window_start = start + workload.warmup_duration;

@@ -241,10 +241,23 @@ impl RunReport {
             }
         }
         if let Some(i) = &self.integrity {
+            let _ = write!(out, "integrity: received {}", i.received);
+            if i.received_warmup > 0 {
+                let _ = write!(out, " (and {} in the warm-up)", i.received_warmup);
+            }
             let _ = writeln!(
                 out,
-                "integrity: received {}, lost {}, duplicates {}, reordered {}, corrupt {}, foreign {}",
-                i.received, i.lost, i.duplicates, i.reordered, i.corrupt, i.foreign
+                ", lost {}, duplicates {}, reordered {}, corrupt {}, foreign {}{}",
+                i.lost,
+                i.duplicates,
+                i.reordered,
+                i.corrupt,
+                i.foreign,
+                if i.received_warmup > 0 {
+                    " (of every record, warm-up included)"
+                } else {
+                    ""
+                }
             );
         }
         out
@@ -256,6 +269,107 @@ impl RunReport {
     }
 }
 
+/// Width of the SVG, and height of each of its two panels.
+const SVG_WIDTH: f64 = 900.0;
+const PANEL_HEIGHT: f64 = 320.0;
+/// Room left and right of a plot for the axis labels.
+const PLOT_MARGIN: f64 = 60.0;
+/// Most steps a value axis is divided into.
+const TICK_STEPS_MAX: usize = 5;
+
+/// Where one panel of the SVG draws: its title, then a legend row, then
+/// the plot, whose area holds nothing but the axes and the lines.
+struct Panel {
+    top: f64,
+}
+
+impl Panel {
+    fn title_y(&self) -> f64 {
+        self.top + 20.0
+    }
+
+    /// The legend's row, above the plot area so no line runs through it.
+    fn legend_y(&self) -> f64 {
+        self.top + 40.0
+    }
+
+    fn plot_top(&self) -> f64 {
+        self.top + 52.0
+    }
+
+    fn plot_bottom(&self) -> f64 {
+        self.top + PANEL_HEIGHT - 15.0
+    }
+
+    /// The y coordinate of `value` on an axis from 0 to `max`.
+    fn y(&self, value: f64, max: f64) -> f64 {
+        self.plot_bottom() - (self.plot_bottom() - self.plot_top()) * value / max
+    }
+
+    fn axes(&self, svg: &mut String) {
+        let (left, right) = (PLOT_MARGIN, SVG_WIDTH - PLOT_MARGIN);
+        let _ = writeln!(
+            svg,
+            r#"<polyline fill="none" stroke="black" points="{left},{} {left},{} {right},{}"/>"#,
+            self.plot_top(),
+            self.plot_bottom(),
+            self.plot_bottom()
+        );
+    }
+
+    /// The curves' names in their colours, side by side in the legend row.
+    fn legend(&self, svg: &mut String, entries: &[(&str, &str)]) {
+        for (i, (name, color)) in entries.iter().enumerate() {
+            let x = PLOT_MARGIN + 10.0 + 120.0 * i as f64;
+            let y = self.legend_y();
+            let _ = writeln!(
+                svg,
+                r#"<line x1="{x}" y1="{}" x2="{}" y2="{}" stroke="{color}" stroke-width="2"/>"#,
+                y - 4.0,
+                x + 20.0,
+                y - 4.0
+            );
+            let _ = writeln!(
+                svg,
+                r#"<text x="{}" y="{y}" fill="{color}">{name}</text>"#,
+                x + 25.0
+            );
+        }
+    }
+}
+
+/// An axis from 0 that holds `max`: a round step (1, 2, 2.5 or 5 times a
+/// power of ten) and at most [`TICK_STEPS_MAX`] steps of it, so the tick
+/// labels are evenly spaced round numbers. Returns (step, steps).
+fn ticks(max: f64) -> (f64, usize) {
+    let max = if max.is_finite() && max > 0.0 {
+        max
+    } else {
+        1.0
+    };
+    let magnitude = 10f64.powf((max / TICK_STEPS_MAX as f64).log10().floor());
+    let step = [1.0, 2.0, 2.5, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * magnitude)
+        .find(|step| step * TICK_STEPS_MAX as f64 >= max)
+        .unwrap_or(10.0 * magnitude);
+    // A hair under a whole number of steps is that number, not one more.
+    let steps = ((max / step) - 1e-9).ceil().max(1.0) as usize;
+    (step, steps)
+}
+
+/// A tick's label with the decimals its step needs (2.5 → "2.5", 0.05 →
+/// "0.05", 20 → "20").
+fn tick_label(value: f64, step: f64) -> String {
+    let decimals = (0..=6)
+        .find(|&d| {
+            let scaled = step * 10f64.powi(d);
+            (scaled - scaled.round()).abs() < 1e-6 * scaled.max(1.0)
+        })
+        .unwrap_or(6) as usize;
+    format!("{value:.decimals$}")
+}
+
 /// Draws latency by percentile (log scale of 1/(1-p)) and throughput over
 /// time as one SVG.
 pub fn write_svg(
@@ -264,18 +378,22 @@ pub fn write_svg(
     publish: &Histogram<u64>,
     end_to_end: &Histogram<u64>,
 ) -> Result<()> {
-    const W: f64 = 900.0;
-    const H: f64 = 320.0;
-    const PAD: f64 = 60.0;
+    let svg = render_svg(report, publish, end_to_end);
+    std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))
+}
+
+fn render_svg(report: &RunReport, publish: &Histogram<u64>, end_to_end: &Histogram<u64>) -> String {
     let mut svg = String::new();
     let _ = writeln!(
         svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{}" font-family="sans-serif" font-size="12">"#,
-        2.0 * H + 40.0
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{SVG_WIDTH}" height="{}" font-family="sans-serif" font-size="12">"#,
+        2.0 * PANEL_HEIGHT + 40.0
     );
     let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let px = |x: f64, x_max: f64| PLOT_MARGIN + (SVG_WIDTH - 2.0 * PLOT_MARGIN) * x / x_max;
 
     // Panel 1: latency by percentile. x = log10(1 / (1 - p)), p in [0, 0.99999].
+    let latency = Panel { top: 0.0 };
     let x_max = 5.0; // up to p99.999
     type Curve<'a> = (&'a str, &'a str, Vec<(f64, f64)>);
     let curves: Vec<Curve> = [
@@ -295,20 +413,20 @@ pub fn write_svg(
         (name, color, points)
     })
     .collect();
-    let y_max = curves
+    let ms_max = curves
         .iter()
         .flat_map(|(_, _, pts)| pts.iter().map(|p| p.1))
-        .fold(0.001f64, f64::max)
-        * 1.1;
-    let px = |x: f64| PAD + (W - 2.0 * PAD) * x / x_max;
-    let py = |y: f64, top: f64, max: f64| top + H - PAD / 2.0 - (H - PAD) * y / max;
+        .fold(0.001f64, f64::max);
+    let (ms_step, ms_steps) = ticks(ms_max);
+    let ms_axis = ms_step * ms_steps as f64;
     let _ = writeln!(
         svg,
-        r#"<text x="{}" y="20" text-anchor="middle">{} — latency by percentile (ms)</text>"#,
-        W / 2.0,
+        r#"<text x="{}" y="{}" text-anchor="middle">{} — latency by percentile (ms)</text>"#,
+        SVG_WIDTH / 2.0,
+        latency.title_y(),
         escape(&report.workload)
     );
-    axis(&mut svg, PAD, 0.0 + 30.0, W, H - 30.0);
+    latency.axes(&mut svg);
     for (label, x) in [
         ("p0", 0.0),
         ("p90", 1.0),
@@ -320,111 +438,268 @@ pub fn write_svg(
         let _ = writeln!(
             svg,
             r#"<text x="{}" y="{}" text-anchor="middle">{label}</text>"#,
-            px(x),
-            H + 5.0
+            px(x, x_max),
+            latency.plot_bottom() + 20.0
         );
     }
-    for i in 0..=4 {
-        let v = y_max * i as f64 / 4.0;
+    for i in 0..=ms_steps {
+        let v = ms_step * i as f64;
         let _ = writeln!(
             svg,
-            r#"<text x="{}" y="{}" text-anchor="end">{v:.2}</text>"#,
-            PAD - 5.0,
-            py(v, 0.0, y_max) + 4.0
+            r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#,
+            PLOT_MARGIN - 5.0,
+            latency.y(v, ms_axis) + 4.0,
+            tick_label(v, ms_step)
         );
     }
-    for (i, (name, color, points)) in curves.iter().enumerate() {
+    for (_, color, points) in &curves {
         let path: Vec<String> = points
             .iter()
-            .map(|(x, y)| format!("{:.1},{:.1}", px(*x), py(*y, 0.0, y_max)))
+            .map(|(x, y)| format!("{:.1},{:.1}", px(*x, x_max), latency.y(*y, ms_axis)))
             .collect();
         let _ = writeln!(
             svg,
             r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#,
             path.join(" ")
         );
-        let _ = writeln!(
-            svg,
-            r#"<text x="{}" y="{}" fill="{color}">{name}</text>"#,
-            PAD + 10.0,
-            50.0 + 15.0 * i as f64
-        );
     }
+    let entries: Vec<(&str, &str)> = curves.iter().map(|(n, c, _)| (*n, *c)).collect();
+    latency.legend(&mut svg, &entries);
 
     // Panel 2: throughput over time.
-    let top = H + 20.0;
-    let t_max = report.series.last().map_or(1.0, |s| s.t as f64).max(1.0);
+    let throughput = Panel {
+        top: PANEL_HEIGHT + 20.0,
+    };
+    let t_last = report.series.last().map_or(1.0, |s| s.t as f64).max(1.0);
+    let (t_step, t_steps) = ticks(t_last);
+    let t_axis = t_step * t_steps as f64;
     let mb_max = report
         .series
         .iter()
         .map(|s| s.produced_mb_per_s.max(s.consumed_mb_per_s))
-        .fold(0.001f64, f64::max)
-        * 1.1;
-    let tx = |t: f64| PAD + (W - 2.0 * PAD) * t / t_max;
+        .fold(0.001f64, f64::max);
+    let (mb_step, mb_steps) = ticks(mb_max);
+    let mb_axis = mb_step * mb_steps as f64;
     let _ = writeln!(
         svg,
         r#"<text x="{}" y="{}" text-anchor="middle">throughput over time (MB/s)</text>"#,
-        W / 2.0,
-        top + 20.0
+        SVG_WIDTH / 2.0,
+        throughput.title_y()
     );
-    axis(&mut svg, PAD, top + 30.0, W, H - 30.0);
-    for i in 0..=4 {
-        let v = mb_max * i as f64 / 4.0;
+    throughput.axes(&mut svg);
+    for i in 0..=mb_steps {
+        let v = mb_step * i as f64;
         let _ = writeln!(
             svg,
-            r#"<text x="{}" y="{}" text-anchor="end">{v:.0}</text>"#,
-            PAD - 5.0,
-            py(v, top, mb_max) + 4.0
-        );
-        let t = t_max * i as f64 / 4.0;
-        let _ = writeln!(
-            svg,
-            r#"<text x="{}" y="{}" text-anchor="middle">{t:.0}s</text>"#,
-            tx(t),
-            top + H + 5.0
+            r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#,
+            PLOT_MARGIN - 5.0,
+            throughput.y(v, mb_axis) + 4.0,
+            tick_label(v, mb_step)
         );
     }
-    for (name, color, pick) in [
-        (
-            "produced",
-            "#1f77b4",
-            (|s: &Second| s.produced_mb_per_s) as fn(&Second) -> f64,
-        ),
-        ("consumed", "#2ca02c", |s: &Second| s.consumed_mb_per_s),
-    ] {
+    for i in 0..=t_steps {
+        let t = t_step * i as f64;
+        let _ = writeln!(
+            svg,
+            r#"<text x="{}" y="{}" text-anchor="middle">{}s</text>"#,
+            px(t, t_axis),
+            throughput.plot_bottom() + 20.0,
+            tick_label(t, t_step)
+        );
+    }
+    type Line = (&'static str, &'static str, fn(&Second) -> f64);
+    let lines: [Line; 2] = [
+        ("produced", "#1f77b4", |s| s.produced_mb_per_s),
+        ("consumed", "#2ca02c", |s| s.consumed_mb_per_s),
+    ];
+    for (_, color, pick) in lines {
         let points: Vec<String> = report
             .series
             .iter()
-            .map(|s| format!("{:.1},{:.1}", tx(s.t as f64), py(pick(s), top, mb_max)))
+            .map(|s| {
+                format!(
+                    "{:.1},{:.1}",
+                    px(s.t as f64, t_axis),
+                    throughput.y(pick(s), mb_axis)
+                )
+            })
             .collect();
         let _ = writeln!(
             svg,
             r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#,
             points.join(" ")
         );
-        let _ = writeln!(
-            svg,
-            r#"<text x="{}" y="{}" fill="{color}">{name}</text>"#,
-            W - PAD - 80.0,
-            top + 50.0 + if name == "consumed" { 15.0 } else { 0.0 }
-        );
     }
+    let entries: Vec<(&str, &str)> = lines.iter().map(|(n, c, _)| (*n, *c)).collect();
+    throughput.legend(&mut svg, &entries);
     svg.push_str("</svg>\n");
-    std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))
-}
-
-fn axis(svg: &mut String, left: f64, top: f64, width: f64, height: f64) {
-    let _ = writeln!(
-        svg,
-        r#"<polyline fill="none" stroke="black" points="{left},{top} {left},{} {},{}"/>"#,
-        top + height - 15.0,
-        width - left,
-        top + height - 15.0
-    );
+    svg
 }
 
 fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn second(t: u64, produced_mb_per_s: f64, consumed_mb_per_s: f64) -> Second {
+        Second {
+            t,
+            warmup: false,
+            produced_records_per_s: 0,
+            produced_mb_per_s,
+            consumed_records_per_s: 0,
+            consumed_mb_per_s,
+            publish_p99_ms: 0.0,
+            end_to_end_p99_ms: 0.0,
+            errors: 0,
+        }
+    }
+
+    fn report(series: Vec<Second>, integrity: Option<Integrity>) -> RunReport {
+        RunReport::new(
+            "(d) 50 MB/s",
+            Mode::EndToEnd,
+            "127.0.0.1:9092",
+            10.0,
+            &Recorder::default(),
+            integrity,
+            series,
+        )
+    }
+
+    /// The value of attribute `name` in the SVG element `element`.
+    fn attribute(element: &str, name: &str) -> f64 {
+        let start = element.find(&format!(" {name}=\"")).expect(name) + name.len() + 3;
+        let end = start + element[start..].find('"').unwrap();
+        element[start..end].parse().unwrap()
+    }
+
+    /// The (y, text) of the SVG's `<text>` elements with `text-anchor="end"`
+    /// (the value axes' labels) between `top` and `bottom`.
+    fn value_labels(svg: &str, top: f64, bottom: f64) -> Vec<(f64, String)> {
+        svg.lines()
+            .filter(|l| l.starts_with("<text") && l.contains(r#"text-anchor="end""#))
+            .map(|l| {
+                let text = l[l.find('>').unwrap() + 1..l.rfind("</text>").unwrap()].to_string();
+                (attribute(l, "y"), text)
+            })
+            .filter(|(y, _)| (top..bottom).contains(y))
+            .collect()
+    }
+
+    #[test]
+    fn axes_step_by_round_numbers() {
+        let check = |max: f64, step: f64, steps: usize| {
+            let (got_step, got_steps) = ticks(max);
+            assert!(
+                (got_step - step).abs() < 1e-9 && got_steps == steps,
+                "{max}: ({got_step}, {got_steps}), expected ({step}, {steps})"
+            );
+        };
+        check(55.0, 20.0, 3);
+        check(50.0, 10.0, 5);
+        check(49.97, 10.0, 5);
+        check(12.0, 2.5, 5);
+        check(0.37, 0.1, 4);
+        check(1.0, 0.2, 5);
+        check(7.0, 2.0, 4);
+        check(0.0, 0.2, 5);
+        assert_eq!(tick_label(7.5, 2.5), "7.5");
+        assert_eq!(tick_label(0.30000000000000004, 0.1), "0.3");
+        assert_eq!(tick_label(0.05, 0.05), "0.05");
+        assert_eq!(tick_label(60.0, 20.0), "60");
+    }
+
+    #[test]
+    fn the_throughput_axis_has_even_round_ticks() {
+        let series = (0..=12).map(|t| second(t, 49.97, 48.3)).collect();
+        let svg = render_svg(
+            &report(series, None),
+            &Histogram::new(3).unwrap(),
+            &Histogram::new(3).unwrap(),
+        );
+        let panel = Panel {
+            top: PANEL_HEIGHT + 20.0,
+        };
+        let labels = value_labels(&svg, panel.top, panel.top + PANEL_HEIGHT);
+        let texts: Vec<&str> = labels.iter().map(|(_, t)| t.as_str()).collect();
+        assert_eq!(texts, ["0", "10", "20", "30", "40", "50"]);
+        let gaps: Vec<f64> = labels.windows(2).map(|w| w[0].0 - w[1].0).collect();
+        assert!(
+            gaps.iter().all(|g| (g - gaps[0]).abs() < 1e-6),
+            "labels are not evenly spaced: {labels:?}"
+        );
+    }
+
+    #[test]
+    fn legends_sit_above_the_lines() {
+        // Lines at the top of their axes, the worst case for a legend.
+        let series = (0..=12).map(|t| second(t, 50.0, 50.0)).collect();
+        let mut publish = Histogram::<u64>::new(3).unwrap();
+        publish.record(4_000).unwrap();
+        let mut end_to_end = Histogram::<u64>::new(3).unwrap();
+        end_to_end.record(5_000).unwrap();
+        let svg = render_svg(&report(series, None), &publish, &end_to_end);
+        for (top, names) in [
+            (0.0, ["publish", "end-to-end"]),
+            (PANEL_HEIGHT + 20.0, ["produced", "consumed"]),
+        ] {
+            let bottom = top + PANEL_HEIGHT;
+            let lines_top = svg
+                .lines()
+                .filter(|l| l.starts_with("<polyline") && l.contains(r#"stroke-width="2""#))
+                .flat_map(|l| {
+                    let points = l.split("points=\"").nth(1).unwrap();
+                    let points = &points[..points.find('"').unwrap()];
+                    points
+                        .split(' ')
+                        .map(|p| p.split(',').nth(1).unwrap().parse::<f64>().unwrap())
+                        .collect::<Vec<_>>()
+                })
+                .filter(|y| (top..bottom).contains(y))
+                .fold(f64::MAX, f64::min);
+            assert!(lines_top < bottom, "no line in the panel at {top}");
+            for name in names {
+                let legend = svg
+                    .lines()
+                    .find(|l| l.starts_with("<text") && l.ends_with(&format!(">{name}</text>")))
+                    .unwrap_or_else(|| panic!("no legend for {name}"));
+                // The text's baseline; its glyphs descend a few pixels.
+                let y = attribute(legend, "y");
+                assert!(
+                    y + 4.0 < lines_top,
+                    "the legend {name} (y {y}) overlaps a line (top {lines_top})"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn integrity_says_what_the_warm_up_received() {
+        let integrity = Integrity {
+            received: 29_000,
+            received_warmup: 1_000,
+            ..Integrity::default()
+        };
+        let table = report(Vec::new(), Some(integrity)).table();
+        assert!(
+            table.contains(
+                "integrity: received 29000 (and 1000 in the warm-up), lost 0, duplicates 0, \
+                 reordered 0, corrupt 0, foreign 0 (of every record, warm-up included)"
+            ),
+            "{table}"
+        );
+        let table = report(Vec::new(), Some(Integrity::default())).table();
+        assert!(
+            table.contains(
+                "integrity: received 0, lost 0, duplicates 0, reordered 0, corrupt 0, foreign 0\n"
+            ),
+            "{table}"
+        );
+    }
 }

@@ -278,6 +278,57 @@ impl Workload {
         Ok(())
     }
 
+    /// Bytes per second the producers are asked for (0: as fast as
+    /// acknowledged).
+    fn target_bytes_per_s(&self) -> f64 {
+        self.producer_rate * self.message_size as f64
+    }
+
+    /// The name of this workload when `flags` (`--rate 10000`, ...)
+    /// changed fields of `file`, the workload as its file gave it: a
+    /// throughput the name states that no longer holds (`50 MB/s`,
+    /// `48828 records/s`) becomes the one that runs, and the flags are
+    /// named after it, so a report never claims the file's figures for a
+    /// run that changed them.
+    pub fn name_with_flags(&self, file: &Workload, flags: &[String]) -> String {
+        if flags.is_empty() {
+            return self.name.clone();
+        }
+        let unthrottled = self.producer_rate == 0.0;
+        let figures = [
+            (
+                "MB/s",
+                file.target_bytes_per_s() / 1e6,
+                self.target_bytes_per_s() / 1e6,
+            ),
+            ("records/s", file.producer_rate, self.producer_rate),
+        ];
+        let close = |a: f64, b: f64| (a - b).abs() <= 0.02 * a.abs().max(b.abs()).max(1e-9);
+        let mut words: Vec<String> = self.name.split(' ').map(str::to_string).collect();
+        for at in 1..words.len() {
+            let Some((_, stated, running)) = figures
+                .iter()
+                .find(|(unit, _, _)| words[at].starts_with(unit))
+            else {
+                continue;
+            };
+            let Ok(number) = words[at - 1].replace(',', "").parse::<f64>() else {
+                continue;
+            };
+            if !close(number, *stated) || close(*stated, *running) {
+                continue;
+            }
+            words[at - 1] = if unthrottled {
+                "unthrottled".to_string()
+            } else if *running >= 10.0 {
+                format!("{running:.0}")
+            } else {
+                format!("{running:.1}")
+            };
+        }
+        format!("{} ({})", words.join(" "), flags.join(" "))
+    }
+
     pub fn validate(&self) -> Result<()> {
         if self.topics == 0 || self.partitions_per_topic == 0 {
             bail!("topics and partitionsPerTopic must be at least 1");
@@ -328,6 +379,63 @@ mod tests {
         assert_eq!(
             w.payload_file.as_deref(),
             Some(std::path::Path::new("payload/payload-1Kb.data"))
+        );
+    }
+
+    #[test]
+    fn a_name_keeps_no_figure_the_flags_changed() {
+        let file = Workload::from_yaml(
+            "name: (d) 50 MB/s of 1 KiB records end to end, acks=all\n\
+             messageSize: 1024\nproducerRate: 48828\n",
+        )
+        .unwrap();
+        let check = |change: &dyn Fn(&mut Workload), flags: &[&str], expected: &str| {
+            let mut run = file.clone();
+            change(&mut run);
+            let flags: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
+            assert_eq!(run.name_with_flags(&file, &flags), expected);
+        };
+        check(
+            &|_| {},
+            &[],
+            "(d) 50 MB/s of 1 KiB records end to end, acks=all",
+        );
+        check(
+            &|w| w.producer_rate = 10_000.0,
+            &["--rate 10000"],
+            "(d) 10 MB/s of 1 KiB records end to end, acks=all (--rate 10000)",
+        );
+        check(
+            &|w| w.producer_rate = 2_000.0,
+            &["--rate 2000"],
+            "(d) 2.0 MB/s of 1 KiB records end to end, acks=all (--rate 2000)",
+        );
+        check(
+            &|w| w.producer_rate = 0.0,
+            &["--rate 0"],
+            "(d) unthrottled MB/s of 1 KiB records end to end, acks=all (--rate 0)",
+        );
+        // The throughput the file gave: only the flags are added.
+        check(
+            &|_| {},
+            &["--rate 48828"],
+            "(d) 50 MB/s of 1 KiB records end to end, acks=all (--rate 48828)",
+        );
+        check(
+            &|w| w.test_duration = Duration::from_secs(5),
+            &["--duration 5"],
+            "(d) 50 MB/s of 1 KiB records end to end, acks=all (--duration 5)",
+        );
+        let records = Workload {
+            name: "48,828 records/s".into(),
+            producer_rate: 48_828.0,
+            ..Workload::default()
+        };
+        let mut run = records.clone();
+        run.producer_rate = 1_000.0;
+        assert_eq!(
+            run.name_with_flags(&records, &["--rate 1000".to_string()]),
+            "1000 records/s (--rate 1000)"
         );
     }
 
