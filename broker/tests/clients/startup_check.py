@@ -18,6 +18,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 # Long enough that a client stalled by an empty Metadata answer (librdkafka
 # waited about 40 s) still finishes and the test reports the time it took.
 CREATE_TIMEOUT_S = 90
+# How long a created topic may take to be listed by any broker.
+LISTED_TIMEOUT_S = 10
 
 
 def create(bootstrap, topic, partitions):
@@ -28,8 +30,15 @@ def create(bootstrap, topic, partitions):
     for _, future in futures.items():
         future.result(timeout=CREATE_TIMEOUT_S)
     created_ms = int((time.monotonic() - started) * 1000)
-    metadata = admin.list_topics(timeout=CREATE_TIMEOUT_S)
-    check(topic in metadata.topics, f"{topic} not listed after its creation")
+    # The broker the listing goes to may apply the creation a moment after
+    # the one that answered it: asked again until it does.
+    deadline = time.monotonic() + LISTED_TIMEOUT_S
+    while True:
+        metadata = admin.list_topics(timeout=CREATE_TIMEOUT_S)
+        if topic in metadata.topics or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    check(topic in metadata.topics, f"{topic} not listed {LISTED_TIMEOUT_S} s after its creation")
     print(f"created in {created_ms} ms", flush=True)
     print(f"brokers: {len(metadata.brokers)} controller: {metadata.controller_id}", flush=True)
 
