@@ -300,143 +300,243 @@ pub const BROKER_SETTINGS: &[Setting] = &[
     },
 ];
 
-/// A topic key, the broker-level key that sets its default, and what it is.
+/// A topic key, the broker-level key that sets its default (none for
+/// Kafka's topic-only keys), and what it is.
 pub struct TopicSetting {
     pub topic_key: &'static str,
-    pub broker_key: &'static str,
+    pub broker_key: Option<&'static str>,
     pub meaning: &'static str,
 }
+
+/// How the meaning of a topic key Strom does not act on begins.
+pub const WITHOUT_EFFECT: &str =
+    "No effect in Strom (accepted, kept and described, as Kafka clients set it):";
 
 pub const TOPIC_SETTINGS: &[TopicSetting] = &[
     TopicSetting {
         topic_key: "segment.bytes",
-        broker_key: "log.segment.bytes",
+        broker_key: Some("log.segment.bytes"),
         meaning: "Roll the active segment past this size.",
     },
     TopicSetting {
         topic_key: "segment.ms",
-        broker_key: "log.roll.ms",
+        broker_key: Some("log.roll.ms"),
         meaning: "Roll once the active segment's first record is this old (by record time).",
     },
     TopicSetting {
         topic_key: "segment.index.bytes",
-        broker_key: "log.index.size.max.bytes",
+        broker_key: Some("log.index.size.max.bytes"),
         meaning: "Roll when the offset index reaches this size.",
     },
     TopicSetting {
         topic_key: "index.interval.bytes",
-        broker_key: "log.index.interval.bytes",
+        broker_key: Some("log.index.interval.bytes"),
         meaning: "Bytes between sparse index entries.",
     },
     TopicSetting {
         topic_key: "retention.ms",
-        broker_key: "log.retention.ms",
+        broker_key: Some("log.retention.ms"),
         meaning: "Delete whole segments whose newest record is older; -1 keeps all.",
     },
     TopicSetting {
         topic_key: "retention.bytes",
-        broker_key: "log.retention.bytes",
+        broker_key: Some("log.retention.bytes"),
         meaning: "Delete the oldest segments while the log is larger; -1 keeps all.",
     },
     TopicSetting {
         topic_key: "max.message.bytes",
-        broker_key: "message.max.bytes",
+        broker_key: Some("message.max.bytes"),
         meaning: "Largest record batch accepted.",
     },
     TopicSetting {
         topic_key: "flush.policy",
-        broker_key: "log.flush.policy",
+        broker_key: Some("log.flush.policy"),
         meaning: "`always`: sync (see `strom.flush.scope`) before acknowledging acks=all (group commit); `interval`: by `flush.ms`/`flush.bytes`; `never`: on roll and close only.",
     },
     TopicSetting {
         topic_key: "flush.ms",
-        broker_key: "log.flush.interval.ms",
+        broker_key: Some("log.flush.interval.ms"),
         meaning: "Sync when the oldest unsynced append is this old (0: every append).",
     },
     TopicSetting {
         topic_key: "flush.messages",
-        broker_key: "log.flush.interval.messages",
+        broker_key: Some("log.flush.interval.messages"),
         meaning: "1 (or 0): sync every append; larger values keep the current policy.",
     },
     TopicSetting {
         topic_key: "flush.bytes",
-        broker_key: "log.flush.interval.bytes",
+        broker_key: Some("log.flush.interval.bytes"),
         meaning: "Sync when this many bytes are unsynced (0: every append).",
     },
     TopicSetting {
         topic_key: "strom.flush.scope",
-        broker_key: "strom.flush.scope",
+        broker_key: Some("strom.flush.scope"),
         meaning: "How a sync is done: `filesystem` (one `syncfs` shared by every partition of a core on that filesystem, so many partitions cost one device flush per round; it also writes back anything else dirty on that filesystem: give the data dir its own) or `file` (fdatasync of each partition's segment).",
     },
     TopicSetting {
         topic_key: "strom.cache.bytes",
-        broker_key: "strom.cache.bytes",
+        broker_key: Some("strom.cache.bytes"),
         meaning: "Recent batches kept in memory per partition for tailing readers.",
     },
     TopicSetting {
         topic_key: "strom.write.bytes",
-        broker_key: "strom.write.bytes",
+        broker_key: Some("strom.write.bytes"),
         meaning: "Largest single O_DIRECT write (a multiple of 4096); `io-properties.toml` may set the default.",
     },
     TopicSetting {
         topic_key: "strom.writes.inflight",
-        broker_key: "strom.writes.inflight",
+        broker_key: Some("strom.writes.inflight"),
         meaning: "O_DIRECT writes in flight at once per partition (1 to 64); `io-properties.toml` may set the default.",
     },
     TopicSetting {
         topic_key: "strom.pending.bytes",
-        broker_key: "strom.pending.bytes",
+        broker_key: Some("strom.pending.bytes"),
         meaning: "Appended but unwritten bytes per partition before appends wait (backpressure).",
     },
     TopicSetting {
         topic_key: "strom.preallocate.bytes",
-        broker_key: "strom.preallocate.bytes",
+        broker_key: Some("strom.preallocate.bytes"),
         meaning: "Smallest step by which segment files are grown with fallocate ahead of the writer; the step is a quarter of what the segment holds, between this and 64 MiB.",
     },
     TopicSetting {
         topic_key: "strom.journal.bytes",
-        broker_key: "strom.journal.bytes",
+        broker_key: Some("strom.journal.bytes"),
         meaning: "Under `flush.policy=always`, a partition with at most twice this not yet durable (0 to 8 MiB; 0 = off) makes those bytes durable through its core's journal, one write per sync round for all such partitions, and writes its segment file later in larger writes, once four times this is unwritten (with many partitions on a core, once its share of 16 MiB is, but at least this).",
     },
     TopicSetting {
         topic_key: "cleanup.policy",
-        broker_key: "log.cleanup.policy",
+        broker_key: Some("log.cleanup.policy"),
         meaning: "`delete` (compaction is not supported yet).",
     },
     TopicSetting {
         topic_key: "compression.type",
-        broker_key: "compression.type",
+        broker_key: Some("compression.type"),
         meaning: "`producer`: batches are stored as the producer compressed them; `uncompressed`, `gzip`, `snappy`, `lz4` or `zstd`: a batch in another codec is recompressed on the broker (records, offsets, timestamps and producer id, epoch and sequence unchanged; new length and CRC).",
     },
     TopicSetting {
         topic_key: "compression.gzip.level",
-        broker_key: "compression.gzip.level",
+        broker_key: Some("compression.gzip.level"),
         meaning: "Level of the broker's gzip recompression: 1 to 9, or -1 for the codec's default (6).",
     },
     TopicSetting {
         topic_key: "compression.lz4.level",
-        broker_key: "compression.lz4.level",
+        broker_key: Some("compression.lz4.level"),
         meaning: "Level of the broker's lz4 recompression: 1 to 17.",
     },
     TopicSetting {
         topic_key: "compression.zstd.level",
-        broker_key: "compression.zstd.level",
+        broker_key: Some("compression.zstd.level"),
         meaning: "Level of the broker's zstd recompression: -131072 to 22.",
     },
     TopicSetting {
         topic_key: "message.timestamp.type",
-        broker_key: "log.message.timestamp.type",
+        broker_key: Some("log.message.timestamp.type"),
         meaning: "`CreateTime` or `LogAppendTime`.",
     },
     TopicSetting {
         topic_key: "min.insync.replicas",
-        broker_key: "min.insync.replicas",
+        broker_key: Some("min.insync.replicas"),
         meaning: "In-sync replicas an `acks=all` produce needs: with fewer in the ISR it is refused with NOT_ENOUGH_REPLICAS (or answered NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank while it waited). More than the replication factor makes every `acks=all` produce fail, as in Kafka.",
     },
     TopicSetting {
         topic_key: "unclean.leader.election.enable",
-        broker_key: "unclean.leader.election.enable",
+        broker_key: Some("unclean.leader.election.enable"),
         meaning: "When a partition's leader is fenced and no other in-sync replica is live, `true` lets a live replica that is not in sync lead (records only the old leader had are lost: availability over the guarantee); `false` leaves the partition without a leader until an in-sync replica returns.",
+    },
+    TopicSetting {
+        topic_key: "segment.jitter.ms",
+        broker_key: Some("log.roll.jitter.ms"),
+        meaning: "No effect in Strom (accepted, kept and described, as Kafka clients set it): segments roll at `segment.ms` without jitter.",
+    },
+    TopicSetting {
+        topic_key: "delete.retention.ms",
+        broker_key: Some("log.cleaner.delete.retention.ms"),
+        meaning: "No effect in Strom (accepted, kept and described, as Kafka clients set it): how long compaction keeps delete tombstones; Strom does not compact (`cleanup.policy` is `delete`).",
+    },
+    TopicSetting {
+        topic_key: "min.compaction.lag.ms",
+        broker_key: Some("log.cleaner.min.compaction.lag.ms"),
+        meaning: "No effect in Strom (accepted, kept and described, as Kafka clients set it): a compaction setting; Strom does not compact (`cleanup.policy` is `delete`).",
+    },
+    TopicSetting {
+        topic_key: "max.compaction.lag.ms",
+        broker_key: Some("log.cleaner.max.compaction.lag.ms"),
+        meaning: "No effect in Strom (accepted, kept and described, as Kafka clients set it): a compaction setting; Strom does not compact (`cleanup.policy` is `delete`).",
+    },
+    TopicSetting {
+        topic_key: "min.cleanable.dirty.ratio",
+        broker_key: Some("log.cleaner.min.cleanable.ratio"),
+        meaning: "No effect in Strom (accepted, kept and described, as Kafka clients set it): a compaction setting; Strom does not compact (`cleanup.policy` is `delete`).",
+    },
+    TopicSetting {
+        topic_key: "file.delete.delay.ms",
+        broker_key: Some("log.segment.delete.delay.ms"),
+        meaning: "No effect in Strom (accepted, kept and described, as Kafka clients set it): retention deletes a segment's files at once.",
+    },
+    TopicSetting {
+        topic_key: "preallocate",
+        broker_key: Some("log.preallocate"),
+        meaning: "No effect in Strom (accepted, kept and described, as Kafka clients set it): segment files are always grown ahead of the writer (see `strom.preallocate.bytes`).",
+    },
+    TopicSetting {
+        topic_key: "message.format.version",
+        broker_key: Some("log.message.format.version"),
+        meaning: "No effect in Strom (accepted, kept and described, as Kafka clients set it): records are stored in the v2 format only, as Kafka 4 does.",
+    },
+    TopicSetting {
+        topic_key: "message.timestamp.difference.max.ms",
+        broker_key: Some("log.message.timestamp.difference.max.ms"),
+        meaning: "No effect in Strom (accepted, kept and described, as Kafka clients set it): records are not refused by timestamp.",
+    },
+    TopicSetting {
+        topic_key: "message.timestamp.before.max.ms",
+        broker_key: Some("log.message.timestamp.before.max.ms"),
+        meaning: "No effect in Strom (accepted, kept and described, as Kafka clients set it): records are not refused by timestamp.",
+    },
+    TopicSetting {
+        topic_key: "message.timestamp.after.max.ms",
+        broker_key: Some("log.message.timestamp.after.max.ms"),
+        meaning: "No effect in Strom (accepted, kept and described, as Kafka clients set it): records are not refused by timestamp.",
+    },
+    TopicSetting {
+        topic_key: "message.downconversion.enable",
+        broker_key: Some("log.message.downconversion.enable"),
+        meaning: "No effect in Strom (accepted, kept and described, as Kafka clients set it): records are never down-converted, as in Kafka 4.",
+    },
+    TopicSetting {
+        topic_key: "leader.replication.throttled.replicas",
+        broker_key: None,
+        meaning: "No effect in Strom (accepted, kept and described, as Kafka clients set it): replication is not throttled.",
+    },
+    TopicSetting {
+        topic_key: "follower.replication.throttled.replicas",
+        broker_key: None,
+        meaning: "No effect in Strom (accepted, kept and described, as Kafka clients set it): replication is not throttled.",
+    },
+    TopicSetting {
+        topic_key: "remote.storage.enable",
+        broker_key: None,
+        meaning: "No effect in Strom (accepted, kept and described, as Kafka clients set it): tiered storage is not supported, so only `false` is accepted (as by Kafka without `remote.log.storage.system.enable`).",
+    },
+    TopicSetting {
+        topic_key: "local.retention.ms",
+        broker_key: Some("log.local.retention.ms"),
+        meaning: "No effect in Strom (accepted, kept and described, as Kafka clients set it): a tiered storage setting; `retention.ms` applies to the whole log.",
+    },
+    TopicSetting {
+        topic_key: "local.retention.bytes",
+        broker_key: Some("log.local.retention.bytes"),
+        meaning: "No effect in Strom (accepted, kept and described, as Kafka clients set it): a tiered storage setting; `retention.bytes` applies to the whole log.",
+    },
+    TopicSetting {
+        topic_key: "remote.log.copy.disable",
+        broker_key: None,
+        meaning: "No effect in Strom (accepted, kept and described, as Kafka clients set it): a tiered storage setting; Strom keeps every segment local.",
+    },
+    TopicSetting {
+        topic_key: "remote.log.delete.on.disable",
+        broker_key: None,
+        meaning: "No effect in Strom (accepted, kept and described, as Kafka clients set it): a tiered storage setting; Strom keeps every segment local.",
     },
 ];
 
@@ -516,10 +616,16 @@ pub fn render() -> String {
     for setting in TOPIC_SETTINGS {
         let default = defaults.get(setting.topic_key).unwrap_or_default();
         out.push_str(&format!(
-            "| `{}` | `{}` | `{}` | {} |\n",
+            "| `{}` | {} | {} | {} |\n",
             setting.topic_key,
-            setting.broker_key,
-            default,
+            setting
+                .broker_key
+                .map_or("(topic only)".to_string(), |key| format!("`{key}`")),
+            if default.is_empty() {
+                "(empty)".to_string()
+            } else {
+                format!("`{default}`")
+            },
             cell(setting.meaning)
         ));
     }
@@ -570,7 +676,7 @@ pub fn documented_broker_keys() -> Vec<&'static str> {
         .iter()
         .flat_map(|s| s.keys.iter().copied())
         .collect();
-    keys.extend(TOPIC_SETTINGS.iter().map(|s| s.broker_key));
+    keys.extend(TOPIC_SETTINGS.iter().filter_map(|s| s.broker_key));
     keys.extend(GROUP_SETTINGS.iter().map(|s| s.key));
     keys
 }
@@ -591,22 +697,35 @@ mod tests {
         code.sort_unstable();
         assert_eq!(documented, code, "TOPIC_SETTINGS must list every topic key");
         for setting in TOPIC_SETTINGS {
-            let mapped = crate::topic_config::topic_key_for_broker_key(setting.broker_key);
+            // What Strom does not act on says so first.
+            assert_eq!(
+                setting.meaning.starts_with(WITHOUT_EFFECT),
+                !crate::topic_config::has_effect(setting.topic_key),
+                "{}: {}",
+                setting.topic_key,
+                setting.meaning
+            );
+            let Some(broker_key) = setting.broker_key else {
+                // Kafka has these at topic level only.
+                assert!(!crate::topic_config::has_effect(setting.topic_key));
+                continue;
+            };
+            let mapped = crate::topic_config::topic_key_for_broker_key(broker_key);
             // Time keys in several units are handled by config.rs itself.
-            let special = matches!(setting.broker_key, "log.roll.ms" | "log.retention.ms");
+            let special = matches!(broker_key, "log.roll.ms" | "log.retention.ms");
             assert!(
                 mapped == Some(setting.topic_key) || special,
                 "{} does not set {}",
-                setting.broker_key,
+                broker_key,
                 setting.topic_key
             );
             load(&[(
-                setting.broker_key,
+                broker_key,
                 &crate::topic_config::TopicDefaults::new()
                     .get(setting.topic_key)
                     .unwrap(),
             )])
-            .unwrap_or_else(|e| panic!("{}: {e}", setting.broker_key));
+            .unwrap_or_else(|e| panic!("{}: {e}", broker_key));
         }
     }
 

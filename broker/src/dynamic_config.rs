@@ -25,6 +25,7 @@ pub mod types {
     pub const INT: i8 = 3;
     pub const SHORT: i8 = 4;
     pub const LONG: i8 = 5;
+    pub const DOUBLE: i8 = 6;
     pub const LIST: i8 = 7;
 }
 
@@ -44,9 +45,19 @@ pub fn config_type(name: &str) -> i8 {
         "auto.create.topics.enable"
         | "delete.topic.enable"
         | "strom.metrics.partition.labels"
-        | "unclean.leader.election.enable" => types::BOOLEAN,
+        | "unclean.leader.election.enable"
+        | "preallocate"
+        | "log.preallocate"
+        | "message.downconversion.enable"
+        | "log.message.downconversion.enable"
+        | "remote.storage.enable"
+        | "remote.log.copy.disable"
+        | "remote.log.delete.on.disable" => types::BOOLEAN,
+        "min.cleanable.dirty.ratio" | "log.cleaner.min.cleanable.ratio" => types::DOUBLE,
         "cleanup.policy"
         | "log.cleanup.policy"
+        | "leader.replication.throttled.replicas"
+        | "follower.replication.throttled.replicas"
         | "process.roles"
         | "controller.quorum.voters"
         | "controller.quorum.bootstrap.servers"
@@ -104,7 +115,7 @@ pub fn documentation(name: &str) -> Option<&'static str> {
     }
     if let Some(setting) = TOPIC_SETTINGS
         .iter()
-        .find(|s| s.topic_key == name || s.broker_key == name)
+        .find(|s| s.topic_key == name || s.broker_key == Some(name))
     {
         return Some(setting.meaning);
     }
@@ -254,10 +265,11 @@ pub fn topic_default_value(
     image: &MetadataImage,
     topic_key: &str,
 ) -> Option<String> {
-    let broker_key = TOPIC_SETTINGS
-        .iter()
-        .find(|s| s.topic_key == topic_key)
-        .map(|s| s.broker_key)?;
+    let setting = TOPIC_SETTINGS.iter().find(|s| s.topic_key == topic_key)?;
+    let Some(broker_key) = setting.broker_key else {
+        // A topic-only key: no broker layer sets it.
+        return config.topic_defaults.get(topic_key);
+    };
     match dynamic_value(config, image, broker_key) {
         Some(value) if time_unit(broker_key).is_none() => Some(value.clone()),
         Some(_) => topic_defaults(config, image).get(topic_key),
@@ -296,7 +308,7 @@ pub struct Described {
 pub fn broker_keys() -> Vec<&'static str> {
     let mut keys: Vec<&'static str> = Vec::new();
     let settings = BROKER_SETTINGS.iter().flat_map(|s| s.keys.iter().copied());
-    let topic = TOPIC_SETTINGS.iter().map(|s| s.broker_key);
+    let topic = TOPIC_SETTINGS.iter().filter_map(|s| s.broker_key);
     let group = GROUP_SETTINGS.iter().map(|s| s.key);
     for key in settings.chain(topic).chain(group) {
         if !keys.contains(&key) {
@@ -455,7 +467,7 @@ pub fn describe_topic_key(
     let broker_key = TOPIC_SETTINGS
         .iter()
         .find(|s| s.topic_key == key)
-        .map(|s| s.broker_key);
+        .and_then(|s| s.broker_key);
     if let Some(broker_key) = broker_key {
         let broker = describe_broker_key(config, image, broker_key);
         synonyms.extend(broker.synonyms);

@@ -161,17 +161,20 @@ pub fn settings(config: &BrokerConfig) -> Vec<Effective> {
         });
     }
     for setting in TOPIC_SETTINGS {
-        if out.iter().any(|e| e.key == setting.broker_key) {
+        let Some(broker_key) = setting.broker_key else {
+            continue;
+        };
+        if out.iter().any(|e| e.key == broker_key) {
             continue;
         }
         out.push(Effective {
-            key: setting.broker_key,
+            key: broker_key,
             value: config
                 .topic_defaults
                 .get(setting.topic_key)
                 .unwrap_or_else(|| "?".to_string()),
             source: source_of(config, |given| {
-                given == setting.broker_key
+                given == broker_key
                     || crate::topic_config::topic_key_for_broker_key(given)
                         == Some(setting.topic_key)
             }),

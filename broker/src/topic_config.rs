@@ -15,46 +15,185 @@ pub enum TimestampType {
     LogAppendTime,
 }
 
-/// A topic config key the broker applies itself (storage applies the keys
-/// in `storage::LOG_CONFIG_KEYS`), and the broker-level key that sets its
-/// default.
+/// A topic config key the broker applies or keeps itself (storage applies
+/// the keys in `storage::LOG_CONFIG_KEYS`), and the broker-level key that
+/// sets its default (Kafka's server synonym; none for the keys Kafka has
+/// at topic level only).
 struct BrokerKey {
     name: &'static str,
-    broker_name: &'static str,
+    broker_name: Option<&'static str>,
+    /// Kafka's default, the value the topic is described with.
+    default: &'static str,
+}
+
+/// The topic configs of Kafka 4 that Strom accepts, stores and describes
+/// without acting on them: compaction's (no compaction), tiered storage's
+/// (no tiered storage), replication throttling's, timestamp bounds,
+/// jitter and delays of segment handling, and the message format of old
+/// clients. Clients and their test suites set them; refusing them would
+/// fail a topic creation that works against Kafka.
+pub const KEYS_WITHOUT_EFFECT: &[&str] = &[
+    "segment.jitter.ms",
+    "delete.retention.ms",
+    "min.compaction.lag.ms",
+    "max.compaction.lag.ms",
+    "min.cleanable.dirty.ratio",
+    "file.delete.delay.ms",
+    "preallocate",
+    "message.format.version",
+    "message.timestamp.difference.max.ms",
+    "message.timestamp.before.max.ms",
+    "message.timestamp.after.max.ms",
+    "message.downconversion.enable",
+    "leader.replication.throttled.replicas",
+    "follower.replication.throttled.replicas",
+    "remote.storage.enable",
+    "local.retention.ms",
+    "local.retention.bytes",
+    "remote.log.copy.disable",
+    "remote.log.delete.on.disable",
+];
+
+/// Whether Strom acts on the topic key `name` (see [`KEYS_WITHOUT_EFFECT`]).
+pub fn has_effect(name: &str) -> bool {
+    !KEYS_WITHOUT_EFFECT.contains(&name)
 }
 
 const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey {
         name: "cleanup.policy",
-        broker_name: "log.cleanup.policy",
+        broker_name: Some("log.cleanup.policy"),
+        default: "delete",
     },
     BrokerKey {
         name: "compression.type",
-        broker_name: "compression.type",
+        broker_name: Some("compression.type"),
+        default: "producer",
     },
     BrokerKey {
         name: "compression.gzip.level",
-        broker_name: "compression.gzip.level",
+        broker_name: Some("compression.gzip.level"),
+        default: "-1",
     },
     BrokerKey {
         name: "compression.lz4.level",
-        broker_name: "compression.lz4.level",
+        broker_name: Some("compression.lz4.level"),
+        default: "9",
     },
     BrokerKey {
         name: "compression.zstd.level",
-        broker_name: "compression.zstd.level",
+        broker_name: Some("compression.zstd.level"),
+        default: "3",
     },
     BrokerKey {
         name: "message.timestamp.type",
-        broker_name: "log.message.timestamp.type",
+        broker_name: Some("log.message.timestamp.type"),
+        default: "CreateTime",
     },
     BrokerKey {
         name: "min.insync.replicas",
-        broker_name: "min.insync.replicas",
+        broker_name: Some("min.insync.replicas"),
+        default: "1",
     },
     BrokerKey {
         name: "unclean.leader.election.enable",
-        broker_name: "unclean.leader.election.enable",
+        broker_name: Some("unclean.leader.election.enable"),
+        default: "false",
+    },
+    BrokerKey {
+        name: "segment.jitter.ms",
+        broker_name: Some("log.roll.jitter.ms"),
+        default: "0",
+    },
+    BrokerKey {
+        name: "delete.retention.ms",
+        broker_name: Some("log.cleaner.delete.retention.ms"),
+        default: "86400000",
+    },
+    BrokerKey {
+        name: "min.compaction.lag.ms",
+        broker_name: Some("log.cleaner.min.compaction.lag.ms"),
+        default: "0",
+    },
+    BrokerKey {
+        name: "max.compaction.lag.ms",
+        broker_name: Some("log.cleaner.max.compaction.lag.ms"),
+        default: "9223372036854775807",
+    },
+    BrokerKey {
+        name: "min.cleanable.dirty.ratio",
+        broker_name: Some("log.cleaner.min.cleanable.ratio"),
+        default: "0.5",
+    },
+    BrokerKey {
+        name: "file.delete.delay.ms",
+        broker_name: Some("log.segment.delete.delay.ms"),
+        default: "60000",
+    },
+    BrokerKey {
+        name: "preallocate",
+        broker_name: Some("log.preallocate"),
+        default: "false",
+    },
+    BrokerKey {
+        name: "message.format.version",
+        broker_name: Some("log.message.format.version"),
+        default: "3.0-IV1",
+    },
+    BrokerKey {
+        name: "message.timestamp.difference.max.ms",
+        broker_name: Some("log.message.timestamp.difference.max.ms"),
+        default: "9223372036854775807",
+    },
+    BrokerKey {
+        name: "message.timestamp.before.max.ms",
+        broker_name: Some("log.message.timestamp.before.max.ms"),
+        default: "9223372036854775807",
+    },
+    BrokerKey {
+        name: "message.timestamp.after.max.ms",
+        broker_name: Some("log.message.timestamp.after.max.ms"),
+        default: "3600000",
+    },
+    BrokerKey {
+        name: "message.downconversion.enable",
+        broker_name: Some("log.message.downconversion.enable"),
+        default: "true",
+    },
+    BrokerKey {
+        name: "leader.replication.throttled.replicas",
+        broker_name: None,
+        default: "",
+    },
+    BrokerKey {
+        name: "follower.replication.throttled.replicas",
+        broker_name: None,
+        default: "",
+    },
+    BrokerKey {
+        name: "remote.storage.enable",
+        broker_name: None,
+        default: "false",
+    },
+    BrokerKey {
+        name: "local.retention.ms",
+        broker_name: Some("log.local.retention.ms"),
+        default: "-2",
+    },
+    BrokerKey {
+        name: "local.retention.bytes",
+        broker_name: Some("log.local.retention.bytes"),
+        default: "-2",
+    },
+    BrokerKey {
+        name: "remote.log.copy.disable",
+        broker_name: None,
+        default: "false",
+    },
+    BrokerKey {
+        name: "remote.log.delete.on.disable",
+        broker_name: None,
+        default: "false",
     },
 ];
 
@@ -77,7 +216,10 @@ fn is_storage_key(name: &str) -> bool {
 
 /// The topic key a broker-level key sets the default of, if any.
 pub fn topic_key_for_broker_key(broker_name: &str) -> Option<&'static str> {
-    if let Some(key) = BROKER_KEYS.iter().find(|k| k.broker_name == broker_name) {
+    if let Some(key) = BROKER_KEYS
+        .iter()
+        .find(|k| k.broker_name == Some(broker_name))
+    {
         return Some(key.name);
     }
     if let Some((_, name)) = STORAGE_BROKER_NAMES.iter().find(|(b, _)| *b == broker_name) {
@@ -118,7 +260,32 @@ fn validate_broker_applied(name: &str, value: &str) -> Result<(), String> {
             .parse::<i32>()
             .is_ok_and(|level| levels.contains(&level))
     };
+    let long_at_least = |min: i64| value.trim().parse::<i64>().is_ok_and(|n| n >= min);
+    let boolean = matches!(value.trim(), "true" | "false");
     let ok = match name {
+        "segment.jitter.ms"
+        | "delete.retention.ms"
+        | "min.compaction.lag.ms"
+        | "file.delete.delay.ms"
+        | "message.timestamp.difference.max.ms"
+        | "message.timestamp.before.max.ms"
+        | "message.timestamp.after.max.ms" => long_at_least(0),
+        "max.compaction.lag.ms" => long_at_least(1),
+        "local.retention.ms" | "local.retention.bytes" => long_at_least(-2),
+        "min.cleanable.dirty.ratio" => value
+            .trim()
+            .parse::<f64>()
+            .is_ok_and(|ratio| (0.0..=1.0).contains(&ratio)),
+        "preallocate"
+        | "message.downconversion.enable"
+        | "remote.log.copy.disable"
+        | "remote.log.delete.on.disable" => boolean,
+        // As Kafka without tiered storage (remote.log.storage.system.enable off).
+        "remote.storage.enable" => value.trim() == "false",
+        "message.format.version" => is_message_format_version(value.trim()),
+        "leader.replication.throttled.replicas" | "follower.replication.throttled.replicas" => {
+            is_throttled_replica_list(value)
+        }
         "cleanup.policy" => value == "delete",
         "compression.type" => value == "producer" || Compression::from_config_name(value).is_some(),
         "compression.gzip.level" => value.trim() == "-1" || level(recompress::GZIP_LEVELS),
@@ -133,6 +300,25 @@ fn validate_broker_applied(name: &str, value: &str) -> Result<(), String> {
         return Ok(());
     }
     let expected = match name {
+        "segment.jitter.ms"
+        | "delete.retention.ms"
+        | "min.compaction.lag.ms"
+        | "file.delete.delay.ms"
+        | "message.timestamp.difference.max.ms"
+        | "message.timestamp.before.max.ms"
+        | "message.timestamp.after.max.ms" => "a whole number of milliseconds, at least 0",
+        "max.compaction.lag.ms" => "a whole number of milliseconds, at least 1",
+        "local.retention.ms" | "local.retention.bytes" => "a whole number, at least -2",
+        "min.cleanable.dirty.ratio" => "a number from 0 to 1",
+        "preallocate"
+        | "message.downconversion.enable"
+        | "remote.log.copy.disable"
+        | "remote.log.delete.on.disable" => "true or false",
+        "remote.storage.enable" => "false (tiered storage is not supported)",
+        "message.format.version" => "a Kafka version, e.g. 3.0-IV1",
+        "leader.replication.throttled.replicas" | "follower.replication.throttled.replicas" => {
+            "PARTITION:BROKER,... or *"
+        }
         "cleanup.policy" => "delete (compaction is not supported yet)",
         "compression.type" => "producer, uncompressed, gzip, snappy, lz4 or zstd",
         "compression.gzip.level" => "-1 (the codec's default) or 1 to 9",
@@ -146,6 +332,33 @@ fn validate_broker_applied(name: &str, value: &str) -> Result<(), String> {
     Err(format!(
         "invalid value {value:?} for {name}: expected {expected}"
     ))
+}
+
+/// `message.format.version`'s form: a Kafka version (`2.8`, `3.0.1`),
+/// optionally with its inter-broker protocol step (`3.0-IV1`).
+fn is_message_format_version(value: &str) -> bool {
+    let (version, step) = match value.split_once("-IV") {
+        Some((version, step)) => (version, Some(step)),
+        None => (value, None),
+    };
+    let parts: Vec<&str> = version.split('.').collect();
+    (2..=3).contains(&parts.len())
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+        && step.is_none_or(|s| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit()))
+}
+
+/// A replication throttle list: empty, `*`, or `PARTITION:BROKER,...`.
+fn is_throttled_replica_list(value: &str) -> bool {
+    let value = value.trim();
+    value.is_empty()
+        || value == "*"
+        || value.split(',').all(|entry| {
+            entry.trim().split_once(':').is_some_and(|(p, b)| {
+                p.trim().parse::<u32>().is_ok() && b.trim().parse::<u32>().is_ok()
+            })
+        })
 }
 
 /// The codec a topic's batches are stored in, from its `compression.type`
@@ -192,19 +405,10 @@ impl Default for TopicDefaults {
 impl TopicDefaults {
     /// Kafka's defaults.
     pub fn new() -> Self {
-        let broker = [
-            ("cleanup.policy", "delete"),
-            ("compression.type", "producer"),
-            ("compression.gzip.level", "-1"),
-            ("compression.lz4.level", "9"),
-            ("compression.zstd.level", "3"),
-            ("message.timestamp.type", "CreateTime"),
-            ("min.insync.replicas", "1"),
-            ("unclean.leader.election.enable", "false"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+        let broker = BROKER_KEYS
+            .iter()
+            .map(|k| (k.name.to_string(), k.default.to_string()))
+            .collect();
         Self {
             log: LogConfig::default(),
             broker,
@@ -297,6 +501,37 @@ mod tests {
         check("compression.zstd.level", "-5", true);
         check("compression.zstd.level", "23", false);
         check("no.such.key", "1", false);
+    }
+
+    #[test]
+    fn kafka_4_topic_configs_without_effect_are_accepted_and_checked() {
+        for key in KEYS_WITHOUT_EFFECT {
+            assert!(topic_keys().any(|k| k == *key), "{key} is not a topic key");
+            assert!(!has_effect(key));
+            // Kafka's default is valid, and is what a new topic reports.
+            let default = TopicDefaults::new().get(key).unwrap();
+            check(key, &default, true);
+        }
+        assert!(has_effect("retention.ms"));
+        check("delete.retention.ms", "1000", true);
+        check("delete.retention.ms", "-1", false);
+        check("file.delete.delay.ms", "0", true);
+        check("max.compaction.lag.ms", "0", false);
+        check("min.cleanable.dirty.ratio", "0.25", true);
+        check("min.cleanable.dirty.ratio", "1.5", false);
+        check("preallocate", "true", true);
+        check("preallocate", "yes", false);
+        check("local.retention.ms", "-2", true);
+        check("local.retention.ms", "-3", false);
+        check("remote.storage.enable", "false", true);
+        check("remote.storage.enable", "true", false);
+        check("message.format.version", "2.8", true);
+        check("message.format.version", "3.0-IV1", true);
+        check("message.format.version", "latest", false);
+        check("leader.replication.throttled.replicas", "0:1,1:2", true);
+        check("follower.replication.throttled.replicas", "*", true);
+        check("follower.replication.throttled.replicas", "0-1", false);
+        check("delete.retention.mss", "1000", false);
     }
 
     #[test]

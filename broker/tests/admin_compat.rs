@@ -1,7 +1,8 @@
 //! Admin API behaviours that real clients' test suites rely on: CreateTopics
 //! and CreatePartitions answers and manual assignments, broker and group
-//! configs, topic `compression.type`. Each test runs a Kafka client
-//! (`tests/clients/admin_compat_check.py`) against a real strom process.
+//! configs, every topic config Kafka 4 defines, topic `compression.type`.
+//! Each test runs a Kafka client (`tests/clients/admin_compat_check.py`)
+//! against a real strom process.
 
 mod common;
 
@@ -119,6 +120,14 @@ fn strom_config_alter_changes_dynamic_broker_settings_and_refuses_read_only_ones
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains(wanted), "{all:?}: {stderr}");
     }
+}
+
+#[test]
+fn every_kafka_4_topic_config_is_accepted_kept_and_described_and_unknown_ones_refused() {
+    let mut broker = Broker::start(&[]);
+    check(&broker, "kafka-topic-configs");
+    broker.restart();
+    check(&broker, "kafka-topic-configs-restarted");
 }
 
 #[test]

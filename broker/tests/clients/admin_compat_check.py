@@ -354,7 +354,76 @@ def mode_retention_check_live(bootstrap):
     consumer.close()
 
 
+# Every topic config of Kafka 4 that Strom keeps without acting on it, at a
+# value other than its default.
+KAFKA_TOPIC_CONFIGS = {
+    "segment.jitter.ms": "10",
+    "delete.retention.ms": "1000",
+    "min.compaction.lag.ms": "5",
+    "max.compaction.lag.ms": "600000",
+    "min.cleanable.dirty.ratio": "0.25",
+    "file.delete.delay.ms": "0",
+    "preallocate": "true",
+    "message.format.version": "2.8",
+    "message.timestamp.difference.max.ms": "86400000",
+    "message.timestamp.before.max.ms": "86400000",
+    "message.timestamp.after.max.ms": "7200000",
+    "message.downconversion.enable": "false",
+    "leader.replication.throttled.replicas": "0:0",
+    "follower.replication.throttled.replicas": "*",
+    "remote.storage.enable": "false",
+    "local.retention.ms": "60000",
+    "local.retention.bytes": "1048576",
+    "remote.log.copy.disable": "true",
+    "remote.log.delete.on.disable": "true",
+}
+
+
+def check_kafka_topic_configs(client, topic, expected):
+    entries = confluent_describe(client, TOPIC, topic)
+    for name, value in expected.items():
+        entry = entries.get(name)
+        check(entry is not None, f"{name} is described")
+        check(entry.value == value, f"{name}={entry.value}, expected {value}")
+        check(entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value, f"{name}: source {entry.source}")
+    # Kafka's defaults on a topic that sets none of them.
+    defaults = confluent_describe(client, TOPIC, "kafka-defaults")
+    for name, value in [("delete.retention.ms", "86400000"), ("file.delete.delay.ms", "60000"),
+                        ("min.cleanable.dirty.ratio", "0.5"), ("remote.storage.enable", "false")]:
+        entry = defaults[name]
+        check(entry.value == value and entry.source == ConfigSource.DEFAULT_CONFIG.value,
+              f"default {name}: {entry.value} ({entry.source})")
+
+
+def mode_kafka_topic_configs(bootstrap):
+    """Topic configs Kafka 4 defines are accepted at creation and by
+    IncrementalAlterConfigs, described as set; unknown keys and bad
+    values are refused with INVALID_CONFIG."""
+    client = confluent_admin(bootstrap)
+    wait_all(client.create_topics([
+        NewTopic("kafka-configs", num_partitions=1, replication_factor=1, config=KAFKA_TOPIC_CONFIGS),
+        NewTopic("kafka-defaults", num_partitions=1, replication_factor=1),
+    ]))
+    check(incremental(client, TOPIC, "kafka-configs", [("delete.retention.ms", "2000", SET)]) is None,
+          "delete.retention.ms altered")
+    check_kafka_topic_configs(client, "kafka-configs", dict(KAFKA_TOPIC_CONFIGS, **{"delete.retention.ms": "2000"}))
+    for name, value in [("delete.retention.mss", "1000"), ("min.cleanable.dirty.ratio", "2"),
+                        ("remote.storage.enable", "true"), ("message.format.version", "latest")]:
+        code = confluent_error(client.create_topics([NewTopic("refused", num_partitions=1, replication_factor=1,
+                                                              config={name: value})]))
+        check(code == KafkaError.INVALID_CONFIG, f"create with {name}={value}: INVALID_CONFIG, got {code}")
+        code = incremental(client, TOPIC, "kafka-configs", [(name, value, SET)])
+        check(code == KafkaError.INVALID_CONFIG, f"alter {name}={value}: INVALID_CONFIG, got {code}")
+
+
+def mode_kafka_topic_configs_restarted(bootstrap):
+    check_kafka_topic_configs(confluent_admin(bootstrap), "kafka-configs",
+                              dict(KAFKA_TOPIC_CONFIGS, **{"delete.retention.ms": "2000"}))
+
+
 MODES = {
+    "kafka-topic-configs": mode_kafka_topic_configs,
+    "kafka-topic-configs-restarted": mode_kafka_topic_configs_restarted,
     "retention-check-live": mode_retention_check_live,
     "recompress": mode_recompress,
     "group-configs": mode_group_configs,
