@@ -3,7 +3,10 @@
 //! partition's leader whichever broker they bootstrap from; `strom cluster
 //! status` shows the brokers, the metadata quorum (DescribeQuorum) and the
 //! partitions' health, and a killed broker as fenced with its partitions
-//! offline. A single node answers as a quorum of one.
+//! offline. A single node answers as a quorum of one. The tools retry
+//! what Kafka calls retriable (a new partition's leader that does not know
+//! it yet, a controller being elected) and a partition that still fails
+//! is shown on its own line.
 
 mod common;
 
@@ -506,4 +509,312 @@ fn a_single_node_is_a_quorum_of_one_and_no_broker_is_an_error() {
         stderr.starts_with("strom cluster: ") && stderr.contains(&nobody),
         "{stderr}"
     );
+}
+
+/// Starts three voters and waits until every broker is registered and a
+/// controller elected.
+fn ready_cluster() -> Cluster {
+    let cluster = Cluster::start(3, &[]);
+    cluster.wait_for("three live brokers and a controller", || {
+        let output = strom_at(
+            Some(&cluster.node(1).broker.bootstrap()),
+            &["cluster", "status"],
+            None,
+        );
+        let text = String::from_utf8_lossy(&output.stdout).to_string();
+        let live = text.lines().filter(|l| l.contains("\tlive\t")).count();
+        (output.status.success() && live == 3 && !text.contains("Controller: none")).then_some(())
+    });
+    cluster
+}
+
+/// `strom topic describe ARGS` as JSON: (topic, partition) → partition.
+fn describe_json(
+    cluster: &Cluster,
+    bootstrap: &str,
+    args: &[&str],
+) -> BTreeMap<(String, i64), serde_json::Value> {
+    let mut all = vec!["topic", "describe", "--format", "json"];
+    all.extend_from_slice(args);
+    let json: serde_json::Value =
+        serde_json::from_str(&tool_text(cluster, bootstrap, &all)).expect("JSON");
+    let mut partitions = BTreeMap::new();
+    for topic in json["topics"].as_array().unwrap() {
+        for partition in topic["partitions"].as_array().unwrap() {
+            let key = (
+                topic["name"].as_str().unwrap().to_string(),
+                partition["partition"].as_i64().unwrap(),
+            );
+            partitions.insert(key, partition.clone());
+        }
+    }
+    partitions
+}
+
+/// The (topic, partition) of each partition line of a text listing.
+fn partition_lines(text: &str) -> Vec<(String, i32)> {
+    text.lines()
+        .filter_map(|line| {
+            Some((
+                field(line, "Topic")?.to_string(),
+                field(line, "Partition")?.parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
+#[test]
+fn describe_right_after_create_and_create_right_after_the_controller_dies_retry() {
+    let mut cluster = ready_cluster();
+    let via = |cluster: &Cluster, id: i32| cluster.node(id).broker.bootstrap();
+
+    // Described at once through another broker, with no arguments too:
+    // every partition with its offsets, none failing.
+    for (i, (created, asked)) in [(1, 2), (2, 3), (3, 1)].into_iter().enumerate() {
+        let topic = format!("fresh-{i}");
+        tool(
+            &cluster,
+            &via(&cluster, created),
+            &[
+                "topic",
+                "create",
+                &topic,
+                "--partitions",
+                "6",
+                "--replication-factor",
+                "3",
+            ],
+            None,
+        );
+        let args: &[&str] = if i == 0 { &[&topic] } else { &[] };
+        let mut all = vec!["topic", "describe"];
+        all.extend_from_slice(args);
+        let text = tool_text(&cluster, &via(&cluster, asked), &all);
+        let rows: Vec<&str> = text
+            .lines()
+            .filter(|l| {
+                field(l, "Topic") == Some(topic.as_str()) && field(l, "Partition").is_some()
+            })
+            .collect();
+        assert_eq!(rows.len(), 6, "{text}");
+        for row in rows {
+            assert_eq!(field(row, "EndOffset"), Some("0"), "{text}");
+        }
+        assert!(!text.contains("Error:"), "{text}");
+    }
+    tool(
+        &cluster,
+        &via(&cluster, 1),
+        &["topic", "alter", "fresh-0", "--partitions", "9"],
+        None,
+    );
+    let grown = describe_json(&cluster, &via(&cluster, 3), &["fresh-0"]);
+    assert_eq!(grown.len(), 9, "{grown:?}");
+    for (key, partition) in &grown {
+        assert_eq!(partition["end_offset"], 0, "{key:?}: {partition}");
+        assert_eq!(partition["error"], serde_json::Value::Null, "{key:?}");
+    }
+
+    // What the filters will see once a broker is gone: three replicas
+    // with min.insync.replicas=2, and single replicas.
+    tool(
+        &cluster,
+        &via(&cluster, 1),
+        &[
+            "topic",
+            "create",
+            "replicated",
+            "--partitions",
+            "3",
+            "--replication-factor",
+            "3",
+            "--config",
+            "min.insync.replicas=2",
+        ],
+        None,
+    );
+    tool(
+        &cluster,
+        &via(&cluster, 1),
+        &[
+            "topic",
+            "create",
+            "single",
+            "--partitions",
+            "6",
+            "--replication-factor",
+            "1",
+        ],
+        None,
+    );
+    let before = describe_json(&cluster, &via(&cluster, 1), &["--exclude-internal"]);
+    assert!(
+        before.keys().all(|(topic, _)| !topic.starts_with("__")),
+        "{before:?}"
+    );
+    let controller: i32 = status(&cluster, &via(&cluster, 1))
+        .controller
+        .parse()
+        .expect("a controller");
+    let survivors: Vec<i32> = (1..=3).filter(|&id| id != controller).collect();
+    let through = survivors
+        .iter()
+        .map(|&id| via(&cluster, id))
+        .collect::<Vec<_>>()
+        .join(",");
+    let led_by_victim: Vec<(String, i64)> = before
+        .iter()
+        .filter(|(_, p)| p["leader"] == controller)
+        .map(|(key, _)| key.clone())
+        .collect();
+    assert!(!led_by_victim.is_empty(), "{before:?}");
+    cluster.node_mut(controller).broker.kill();
+
+    // At once, before the dead broker is fenced: its partitions fail on
+    // their own lines (or show no leader once it is fenced), the others
+    // are listed with their offsets, and the listing succeeds.
+    let early = tool_text(
+        &cluster,
+        &through,
+        &[
+            "topic",
+            "describe",
+            "--exclude-internal",
+            "--timeout-ms",
+            "300",
+        ],
+    );
+    let lines: Vec<&str> = early
+        .lines()
+        .filter(|l| field(l, "Partition").is_some())
+        .collect();
+    assert_eq!(lines.len(), before.len(), "{early}");
+    for line in lines {
+        let key = (
+            field(line, "Topic").unwrap().to_string(),
+            field(line, "Partition").unwrap().parse::<i64>().unwrap(),
+        );
+        if led_by_victim.contains(&key) {
+            assert!(
+                line.contains("\tError: ")
+                    || field(line, "Leader") != Some(&controller.to_string()),
+                "{line}\n{early}"
+            );
+        } else {
+            assert!(field(line, "EndOffset").is_some(), "{line}\n{early}");
+            assert!(!line.contains("Error:"), "{line}");
+        }
+    }
+    // A topic created while the quorum elects another controller: the
+    // NOT_CONTROLLER answers are retried until one is elected.
+    let created = tool_text(
+        &cluster,
+        &through,
+        &[
+            "topic",
+            "create",
+            "after-failover",
+            "--partitions",
+            "2",
+            "--replication-factor",
+            "2",
+        ],
+    );
+    assert_eq!(created, "Created topic after-failover.\n");
+    // Every replica as placed (the new topic's too: placed before the
+    // dead broker was fenced, it may hold a replica there).
+    let placed = describe_json(&cluster, &through, &["--exclude-internal"]);
+    assert_eq!(placed.len(), before.len() + 2, "{placed:?}");
+
+    // Once the dead broker is fenced and out of the ISRs, kafka-topics.sh's
+    // filters pick the partitions by their replicas.
+    let victim = controller as i64;
+    let holds = |p: &serde_json::Value| p["replicas"].as_array().unwrap().contains(&victim.into());
+    let mut under_expected: Vec<(String, i32)> = placed
+        .iter()
+        .filter(|(_, p)| holds(p) && p["replicas"].as_array().unwrap().len() > 1)
+        .map(|((t, p), _)| (t.clone(), *p as i32))
+        .collect();
+    under_expected.sort();
+    let mut under = String::new();
+    let settled = common::poll_until(test_support::cluster::SETTLE_DEADLINE, || {
+        under = tool_text(
+            &cluster,
+            &through,
+            &[
+                "topic",
+                "describe",
+                "--under-replicated-partitions",
+                "--exclude-internal",
+            ],
+        );
+        let mut lines = partition_lines(&under);
+        lines.sort();
+        (lines == under_expected).then_some(())
+    });
+    assert!(
+        settled.is_some(),
+        "under-replicated: expected {under_expected:?}, last listed:\n{under}\nall:\n{}",
+        tool_text(&cluster, &through, &["topic", "describe"])
+    );
+    assert!(
+        !under.contains("PartitionCount"),
+        "no topic lines:\n{under}"
+    );
+    let mut unavailable_expected: Vec<(String, i32)> = placed
+        .iter()
+        .filter(|(_, p)| {
+            p["replicas"].as_array().unwrap() == &vec![serde_json::Value::from(victim)]
+        })
+        .map(|((t, p), _)| (t.clone(), *p as i32))
+        .collect();
+    unavailable_expected.sort();
+    assert!(!unavailable_expected.is_empty(), "{placed:?}");
+    let unavailable = tool_text(
+        &cluster,
+        &through,
+        &["topic", "describe", "--unavailable-partitions"],
+    );
+    let mut lines = partition_lines(&unavailable);
+    lines.sort();
+    assert_eq!(lines, unavailable_expected, "{unavailable}");
+    for line in unavailable.lines() {
+        assert_eq!(field(line, "Leader"), Some("none"), "{line}");
+    }
+    // At min ISR: the replicated topic (two of three in sync, two
+    // needed) and each single replica that lives (one of one, one needed).
+    let at_min = tool_text(
+        &cluster,
+        &through,
+        &[
+            "topic",
+            "describe",
+            "replicated",
+            "single",
+            "--at-min-isr-partitions",
+        ],
+    );
+    let mut lines = partition_lines(&at_min);
+    lines.sort();
+    let mut at_min_expected: Vec<(String, i32)> = placed
+        .iter()
+        .filter(|((t, _), p)| t == "replicated" || (t == "single" && !holds(p)))
+        .map(|((t, p), _)| (t.clone(), *p as i32))
+        .collect();
+    at_min_expected.sort();
+    assert_eq!(lines, at_min_expected, "{at_min}");
+    let under_min = tool_text(
+        &cluster,
+        &through,
+        &[
+            "topic",
+            "describe",
+            "replicated",
+            "single",
+            "--under-min-isr-partitions",
+        ],
+    );
+    let mut lines = partition_lines(&under_min);
+    lines.sort();
+    assert_eq!(lines, unavailable_expected, "{under_min}");
 }

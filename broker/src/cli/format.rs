@@ -3,6 +3,8 @@
 
 use anyhow::Context;
 use clap::ValueEnum;
+use serde::ser::SerializeMap;
+use serde::{Serialize, Serializer};
 
 /// How a listing is printed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -14,8 +16,25 @@ pub enum Format {
     Json,
 }
 
+/// Prints `{"KEY": value}`, the fields of `value`'s structs in the order
+/// they are declared.
+pub fn print_json_object(key: &'static str, value: &impl Serialize) -> anyhow::Result<()> {
+    /// A JSON object of one field.
+    struct Object<'a, T>(&'static str, &'a T);
+
+    impl<T: Serialize> Serialize for Object<'_, T> {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            let mut map = serializer.serialize_map(Some(1))?;
+            map.serialize_entry(self.0, self.1)?;
+            map.end()
+        }
+    }
+
+    print_json(&Object(key, value))
+}
+
 /// Prints `value` as one pretty-printed JSON document and a newline.
-pub fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+pub fn print_json(value: &impl Serialize) -> anyhow::Result<()> {
     let text = serde_json::to_string_pretty(value).context("cannot write JSON")?;
     outln!("{text}");
     Ok(())

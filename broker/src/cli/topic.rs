@@ -1,12 +1,15 @@
 //! `strom topic create|list|describe|alter|delete`: topic administration
 //! with CreateTopics, Metadata, DescribeConfigs, IncrementalAlterConfigs,
-//! CreatePartitions and DeleteTopics.
+//! CreatePartitions and DeleteTopics. Requests answered with an error
+//! Kafka calls retriable (NOT_CONTROLLER while a controller is elected, a
+//! new partition's leader that does not know it yet) are sent again
+//! within `--timeout-ms`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use anyhow::{bail, Context};
-use clap::{Args, Subcommand};
+use clap::{ArgGroup, Args, Subcommand};
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
@@ -16,14 +19,19 @@ use kafka_protocol::messages::incremental_alter_configs_request::{
 };
 use kafka_protocol::messages::{
     ApiKey, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest,
-    DescribeConfigsRequest, IncrementalAlterConfigsRequest,
+    DescribeConfigsRequest, IncrementalAlterConfigsRequest, MetadataResponse,
 };
 use kafka_protocol::protocol::StrBytes;
-use protocol::client::{check_error, Connection, ERROR_NONE};
+use protocol::client::{check_error, error_name, Connection, ERROR_NONE};
 use protocol::kafka_protocol::error::ResponseError;
+use serde::Serialize;
 
-use protocol::admin::{list_topic_offsets, metadata, topic_name, EARLIEST, LATEST};
+use protocol::admin::{
+    metadata, topic_name, OffsetAnswers, OffsetFailure, Router, TopicPartition, EARLIEST, LATEST,
+};
 
+use super::format::{print_json_object, Format};
+use super::retry::{admin_retriable, call_admin, Retry};
 use super::{key_value, ConnectArgs};
 
 const CREATE_TOPICS_VERSIONS: std::ops::RangeInclusive<i16> = 2..=7;
@@ -35,6 +43,9 @@ const INCREMENTAL_ALTER_VERSIONS: std::ops::RangeInclusive<i16> = 0..=1;
 const ADMIN_TIMEOUT_MS: i32 = 30_000;
 const RESOURCE_TOPIC: i8 = 2;
 const CONFIG_SOURCE_DYNAMIC_TOPIC: i8 = 1;
+/// The topic config `--under-min-isr-partitions` and
+/// `--at-min-isr-partitions` compare the in-sync replicas with.
+const MIN_INSYNC_REPLICAS: &str = "min.insync.replicas";
 const OP_SET: i8 = 0;
 const OP_DELETE: i8 = 1;
 
@@ -46,13 +57,17 @@ pub struct TopicArgs {
 
 #[derive(Subcommand, Debug)]
 enum TopicCommand {
-    /// Create a topic.
+    /// Create a topic. NOT_CONTROLLER (a controller being elected) and
+    /// Kafka's other retriable errors are retried within --timeout-ms.
     Create(CreateArgs),
     /// List the names of all topics, one per line.
     List(ListArgs),
     /// Show partitions (leader, replicas, in-sync replicas, offline
     /// replicas, start and end offsets as the leaders report them) and
-    /// configs of topics.
+    /// configs of topics. A partition whose leader answers a retriable
+    /// error (a new partition's leader that does not know it yet) is asked
+    /// again within --timeout-ms; one that still fails shows `Error:` on
+    /// its line, the others are listed all the same.
     Describe(DescribeArgs),
     /// Change topic configs or add partitions.
     Alter(AlterArgs),
@@ -146,17 +161,60 @@ struct CreateArgs {
 
 #[derive(Args, Debug)]
 struct ListArgs {
+    /// Leave out internal topics (those Metadata marks internal, such as
+    /// __consumer_offsets).
+    #[arg(long)]
+    exclude_internal: bool,
+    /// How to print: `text`, one name per line, or `json`:
+    /// {"topics": [NAME, ...]}.
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = Format::Text)]
+    format: Format,
     #[command(flatten)]
     connect: ConnectArgs,
 }
 
 #[derive(Args, Debug)]
+#[command(group(ArgGroup::new("only").multiple(false).args([
+    "under_replicated_partitions",
+    "unavailable_partitions",
+    "under_min_isr_partitions",
+    "at_min_isr_partitions",
+])))]
 struct DescribeArgs {
     /// Topics to describe [default: every topic].
     topics: Vec<String>,
     /// Show every config with its value, not only the topic's overrides.
     #[arg(long)]
     all_configs: bool,
+    /// Only the partitions with fewer in-sync replicas than replicas,
+    /// without the topic lines (as kafka-topics.sh).
+    #[arg(long)]
+    under_replicated_partitions: bool,
+    /// Only the partitions without a live leader (none, or a broker
+    /// Metadata does not list as live), without the topic lines.
+    #[arg(long)]
+    unavailable_partitions: bool,
+    /// Only the partitions with fewer in-sync replicas than the topic's
+    /// min.insync.replicas (acks=all produce is refused) or no leader,
+    /// without the topic lines.
+    #[arg(long)]
+    under_min_isr_partitions: bool,
+    /// Only the partitions with exactly min.insync.replicas in-sync
+    /// replicas (one more loss and acks=all produce is refused), without
+    /// the topic lines.
+    #[arg(long)]
+    at_min_isr_partitions: bool,
+    /// Leave out internal topics (those Metadata marks internal, such as
+    /// __consumer_offsets).
+    #[arg(long)]
+    exclude_internal: bool,
+    /// How to print: `text` (kafka-topics.sh's layout) or `json`:
+    /// {"topics": [{"name", "internal", "partition_count",
+    /// "replication_factor", "configs": {NAME: VALUE}, "partitions":
+    /// [{"partition", "leader", "replicas", "isr", "offline",
+    /// "start_offset", "end_offset", "error"}]}]} (null: none).
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = Format::Text)]
+    format: Format,
     #[command(flatten)]
     connect: ConnectArgs,
 }
@@ -243,12 +301,30 @@ async fn create(args: CreateArgs) -> anyhow::Result<()> {
         .with_topics(vec![topic])
         .with_timeout_ms(ADMIN_TIMEOUT_MS)
         .with_validate_only(args.validate_only);
-    let response = connection.call(&request, version).await?;
+    let mut retry = Retry::new(&args.connect);
+    // An attempt answered REQUEST_TIMED_OUT may still take effect, so that
+    // the next one finds the topic there.
+    let mut timed_out = false;
+    let response = call_admin(&mut connection, &request, version, &mut retry, |response| {
+        let codes: Vec<i16> = response.topics.iter().map(|t| t.error_code).collect();
+        timed_out |= codes.contains(&ResponseError::RequestTimedOut.code());
+        codes
+    })
+    .await
+    .with_context(|| format!("cannot create topic {}", args.topic))?;
     for result in &response.topics {
         let exists = ResponseError::try_from_code(result.error_code)
             == Some(ResponseError::TopicAlreadyExists);
         if args.if_not_exists && exists {
             outln!("Topic {} already exists.", args.topic);
+            return Ok(());
+        }
+        if exists && timed_out && !args.validate_only {
+            eprintln!(
+                "strom topic: an earlier attempt timed out; topic {} exists now",
+                args.topic
+            );
+            outln!("Created topic {}.", args.topic);
             return Ok(());
         }
         check_error(
@@ -268,13 +344,28 @@ async fn create(args: CreateArgs) -> anyhow::Result<()> {
 
 async fn list(args: ListArgs) -> anyhow::Result<()> {
     let mut connection = args.connect.connect().await?;
-    let response = metadata(&mut connection, None, false).await?;
+    let mut retry = Retry::new(&args.connect);
+    let response = loop {
+        match metadata(&mut connection, None, false).await {
+            Ok(response) => break response,
+            Err(error) => {
+                let error = anyhow::Error::from(error);
+                if !retry.again(&error).await {
+                    return Err(error.context("cannot list topics"));
+                }
+            }
+        }
+    };
     let mut names: Vec<&str> = response
         .topics
         .iter()
+        .filter(|t| !(args.exclude_internal && t.is_internal))
         .filter_map(|t| t.name.as_ref().map(|n| n.0.as_str()))
         .collect();
     names.sort_unstable();
+    if args.format == Format::Json {
+        return print_json_object("topics", &names);
+    }
     let mut out = String::new();
     for name in names {
         let _ = writeln!(out, "{name}");
@@ -283,116 +374,322 @@ async fn list(args: ListArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Which partitions `topic describe` shows: kafka-topics.sh's filters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Only {
+    Every,
+    UnderReplicated,
+    Unavailable,
+    UnderMinIsr,
+    AtMinIsr,
+}
+
+impl Only {
+    fn of(args: &DescribeArgs) -> Only {
+        if args.under_replicated_partitions {
+            Only::UnderReplicated
+        } else if args.unavailable_partitions {
+            Only::Unavailable
+        } else if args.under_min_isr_partitions {
+            Only::UnderMinIsr
+        } else if args.at_min_isr_partitions {
+            Only::AtMinIsr
+        } else {
+            Only::Every
+        }
+    }
+
+    /// Whether `partition` is shown, `live` being the brokers Metadata
+    /// lists and `min_isr` the topic's min.insync.replicas.
+    fn keeps(self, partition: &PartitionView, live: &BTreeSet<i32>, min_isr: usize) -> bool {
+        let led = partition.leader.is_some_and(|id| live.contains(&id));
+        let isr = partition.isr.len();
+        match self {
+            Only::Every => true,
+            Only::UnderReplicated => isr < partition.replicas.len(),
+            Only::Unavailable => !led,
+            Only::UnderMinIsr => partition.leader.is_none() || isr < min_isr,
+            Only::AtMinIsr => partition.leader.is_some() && isr == min_isr,
+        }
+    }
+}
+
+/// A topic as `topic describe` shows it.
+#[derive(Debug, Serialize)]
+struct TopicView {
+    name: String,
+    internal: bool,
+    partition_count: usize,
+    replication_factor: usize,
+    /// The overrides, or every config with `--all-configs`.
+    configs: BTreeMap<String, String>,
+    /// The partitions shown (all, or those the filter keeps).
+    partitions: Vec<PartitionView>,
+}
+
+/// A partition as `topic describe` shows it.
+#[derive(Debug, Serialize)]
+struct PartitionView {
+    partition: i32,
+    leader: Option<i32>,
+    replicas: Vec<i32>,
+    isr: Vec<i32>,
+    offline: Vec<i32>,
+    start_offset: Option<i64>,
+    end_offset: Option<i64>,
+    /// Metadata's error for the partition, else why its leader gave no
+    /// offsets.
+    error: Option<String>,
+}
+
+/// Metadata and each led partition's start and end offsets, asked again
+/// (within `--timeout-ms`) while a partition's leader answers a
+/// retriable error. A topic the broker does not have fails at once, as
+/// with kafka-topics.sh.
+async fn partitions_and_offsets(
+    connection: &mut Connection,
+    wanted: Option<&[String]>,
+    retry: &mut Retry,
+) -> anyhow::Result<(MetadataResponse, OffsetAnswers, OffsetAnswers)> {
+    loop {
+        let response = match metadata(connection, wanted, false).await {
+            Ok(response) => response,
+            Err(error) => {
+                let error = anyhow::Error::from(error);
+                if retry.again(&error).await {
+                    continue;
+                }
+                return Err(error.context("cannot describe topics"));
+            }
+        };
+        let mut unsettled_topic = None;
+        for topic in &response.topics {
+            let name = topic.name.as_ref().map(|n| n.0.as_str()).unwrap_or("");
+            if let Err(error) = check_error(ApiKey::Metadata, topic.error_code, None) {
+                let error =
+                    anyhow::Error::from(error).context(format!("cannot describe topic {name}"));
+                if !admin_retriable(topic.error_code) {
+                    return Err(error);
+                }
+                unsettled_topic = Some(error);
+            }
+        }
+        if let Some(error) = unsettled_topic {
+            if retry.pause().await {
+                continue;
+            }
+            return Err(error);
+        }
+        let live: BTreeSet<i32> = response.brokers.iter().map(|b| b.node_id.0).collect();
+        let led: Vec<TopicPartition> = response
+            .topics
+            .iter()
+            .flat_map(|t| {
+                let name = t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default();
+                t.partitions
+                    .iter()
+                    .filter(|p| p.error_code == ERROR_NONE && live.contains(&p.leader_id.0))
+                    .map(move |p| (name.clone(), p.partition_index))
+            })
+            .collect();
+        let mut router = Router::from_metadata(connection, &response);
+        let starts = router.list_offsets_each(connection, &led, EARLIEST).await;
+        let ends = router.list_offsets_each(connection, &led, LATEST).await;
+        let unsettled = starts
+            .values()
+            .chain(ends.values())
+            .any(|answer| answer.as_ref().is_err_and(OffsetFailure::is_retriable));
+        if unsettled && retry.pause().await {
+            continue;
+        }
+        return Ok((response, starts, ends));
+    }
+}
+
 async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
+    let only = Only::of(&args);
     let mut connection = args.connect.connect().await?;
+    let mut retry = Retry::new(&args.connect);
     let wanted = (!args.topics.is_empty()).then_some(&args.topics[..]);
-    let response = metadata(&mut connection, wanted, false).await?;
-    let mut topics: Vec<_> = response.topics.iter().collect();
+    let (response, starts, ends) =
+        partitions_and_offsets(&mut connection, wanted, &mut retry).await?;
+    let live: BTreeSet<i32> = response.brokers.iter().map(|b| b.node_id.0).collect();
+    let mut topics: Vec<_> = response
+        .topics
+        .iter()
+        .filter(|t| !(args.exclude_internal && t.is_internal))
+        .collect();
     topics.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut out = String::new();
-    for topic in topics {
-        let name = topic.name.as_ref().map(|n| n.0.as_str()).unwrap_or("");
-        check_error(ApiKey::Metadata, topic.error_code, None)
-            .with_context(|| format!("cannot describe topic {name}"))?;
-        let configs = describe_configs(&mut connection, name, args.all_configs).await?;
-        let replication_factor = topic
+    let names: Vec<String> = topics
+        .iter()
+        .map(|t| t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default())
+        .collect();
+    let mut configs = topic_configs(&mut connection, &names, &mut retry).await?;
+    let ids = |nodes: &[kafka_protocol::messages::BrokerId]| -> Vec<i32> {
+        nodes.iter().map(|n| n.0).collect()
+    };
+    let mut views = Vec::with_capacity(topics.len());
+    for (topic, name) in topics.into_iter().zip(names) {
+        let all = configs.remove(&name).unwrap_or_default();
+        let min_isr = all
+            .get(MIN_INSYNC_REPLICAS)
+            .and_then(|(value, _)| value.parse::<usize>().ok())
+            .unwrap_or(1);
+        let shown = all
+            .into_iter()
+            .filter(|(_, (_, source))| args.all_configs || *source == CONFIG_SOURCE_DYNAMIC_TOPIC)
+            .map(|(key, (value, _))| (key, value))
+            .collect();
+        let mut partitions: Vec<PartitionView> = topic
             .partitions
             .iter()
-            .map(|p| p.replica_nodes.len())
+            .map(|p| {
+                let key = (name.clone(), p.partition_index);
+                let start = starts.get(&key);
+                let end = ends.get(&key);
+                let offset_failure = [start, end]
+                    .into_iter()
+                    .flatten()
+                    .find_map(|answer| answer.as_ref().err());
+                let error = if p.error_code != ERROR_NONE {
+                    Some(error_name(p.error_code))
+                } else {
+                    offset_failure.map(ToString::to_string)
+                };
+                let both = match (start, end) {
+                    (Some(Ok(start)), Some(Ok(end))) => Some((*start, *end)),
+                    _ => None,
+                };
+                PartitionView {
+                    partition: p.partition_index,
+                    leader: (p.leader_id.0 >= 0).then_some(p.leader_id.0),
+                    replicas: ids(&p.replica_nodes),
+                    isr: ids(&p.isr_nodes),
+                    offline: ids(&p.offline_replicas),
+                    start_offset: both.map(|(start, _)| start),
+                    end_offset: both.map(|(_, end)| end),
+                    error,
+                }
+            })
+            .collect();
+        partitions.sort_by_key(|p| p.partition);
+        let partition_count = partitions.len();
+        let replication_factor = partitions
+            .iter()
+            .map(|p| p.replicas.len())
             .max()
             .unwrap_or(0);
-        let configs_text: Vec<String> = configs.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let _ = writeln!(
-            out,
-            "Topic: {name}\tPartitionCount: {}\tReplicationFactor: {replication_factor}\tConfigs: {}",
-            topic.partitions.len(),
-            configs_text.join(",")
-        );
-        let mut partitions: Vec<_> = topic.partitions.iter().collect();
-        partitions.sort_by_key(|p| p.partition_index);
-        let readable: Vec<i32> = partitions
-            .iter()
-            .filter(|p| p.error_code == ERROR_NONE && p.leader_id.0 >= 0)
-            .map(|p| p.partition_index)
-            .collect();
-        let (starts, ends) = if readable.is_empty() {
-            Default::default()
-        } else {
-            (
-                list_topic_offsets(&mut connection, name, &readable, EARLIEST).await?,
-                list_topic_offsets(&mut connection, name, &readable, LATEST).await?,
-            )
-        };
-        for partition in partitions {
-            let ids = |nodes: &[kafka_protocol::messages::BrokerId]| {
-                nodes
-                    .iter()
-                    .map(|n| n.0.to_string())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            };
+        partitions.retain(|p| only.keeps(p, &live, min_isr));
+        if only != Only::Every && partitions.is_empty() {
+            continue;
+        }
+        views.push(TopicView {
+            name,
+            internal: topic.is_internal,
+            partition_count,
+            replication_factor,
+            configs: shown,
+            partitions,
+        });
+    }
+    if args.format == Format::Json {
+        return print_json_object("topics", &views);
+    }
+    out!("{}", describe_text(&views, only));
+    Ok(())
+}
+
+/// kafka-topics.sh's layout: a topic line (not with a filter), then one
+/// line per partition, with the start and end offsets.
+fn describe_text(views: &[TopicView], only: Only) -> String {
+    let list = |ids: &[i32]| ids.iter().map(i32::to_string).collect::<Vec<_>>().join(",");
+    let mut out = String::new();
+    for topic in views {
+        let name = &topic.name;
+        if only == Only::Every {
+            let configs: Vec<String> = topic
+                .configs
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            let _ = writeln!(
+                out,
+                "Topic: {name}\tPartitionCount: {}\tReplicationFactor: {}\tConfigs: {}",
+                topic.partition_count,
+                topic.replication_factor,
+                configs.join(",")
+            );
+        }
+        for partition in &topic.partitions {
             let _ = write!(
                 out,
                 "\tTopic: {name}\tPartition: {}\tLeader: {}\tReplicas: {}\tIsr: {}",
-                partition.partition_index,
-                if partition.leader_id.0 < 0 {
-                    "none".to_string()
-                } else {
-                    partition.leader_id.0.to_string()
-                },
-                ids(&partition.replica_nodes),
-                ids(&partition.isr_nodes),
+                partition.partition,
+                partition
+                    .leader
+                    .map_or_else(|| "none".to_string(), |id| id.to_string()),
+                list(&partition.replicas),
+                list(&partition.isr),
             );
             // Only when some are (a single node has none): the line stays
             // as Kafka's tool prints a healthy partition.
-            if !partition.offline_replicas.is_empty() {
-                let _ = write!(out, "\tOffline: {}", ids(&partition.offline_replicas));
+            if !partition.offline.is_empty() {
+                let _ = write!(out, "\tOffline: {}", list(&partition.offline));
             }
-            if let (Some(start), Some(end)) = (
-                starts.get(&partition.partition_index),
-                ends.get(&partition.partition_index),
-            ) {
+            if let (Some(start), Some(end)) = (partition.start_offset, partition.end_offset) {
                 let _ = write!(out, "\tStartOffset: {start}\tEndOffset: {end}");
             }
-            if partition.error_code != ERROR_NONE {
-                let _ = write!(
-                    out,
-                    "\tError: {}",
-                    protocol::client::error_name(partition.error_code)
-                );
+            if let Some(error) = &partition.error {
+                let _ = write!(out, "\tError: {error}");
             }
             out.push('\n');
         }
     }
-    out!("{out}");
-    Ok(())
+    out
 }
 
-/// The topic's config overrides (or every config with `all`), by name.
-async fn describe_configs(
+/// One config of a topic: its value (`(sensitive)` when secret) and
+/// where it comes from (DescribeConfigs' config source).
+type ConfigValue = (String, i8);
+
+/// Every config of each of `topics` (one DescribeConfigs), by topic and
+/// name.
+async fn topic_configs(
     connection: &mut Connection,
-    topic: &str,
-    all: bool,
-) -> anyhow::Result<BTreeMap<String, String>> {
-    let version = connection.version::<DescribeConfigsRequest>(DESCRIBE_CONFIGS_VERSIONS)?;
-    let request =
-        DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
-            .with_resource_type(RESOURCE_TOPIC)
-            .with_resource_name(text(topic))
-            .with_configuration_keys(None)]);
-    let response = connection.call(&request, version).await?;
+    topics: &[String],
+    retry: &mut Retry,
+) -> anyhow::Result<BTreeMap<String, BTreeMap<String, ConfigValue>>> {
     let mut configs = BTreeMap::new();
+    if topics.is_empty() {
+        return Ok(configs);
+    }
+    let version = connection.version::<DescribeConfigsRequest>(DESCRIBE_CONFIGS_VERSIONS)?;
+    let request = DescribeConfigsRequest::default().with_resources(
+        topics
+            .iter()
+            .map(|topic| {
+                DescribeConfigsResource::default()
+                    .with_resource_type(RESOURCE_TOPIC)
+                    .with_resource_name(text(topic))
+                    .with_configuration_keys(None)
+            })
+            .collect(),
+    );
+    let response = call_admin(connection, &request, version, retry, |response| {
+        response.results.iter().map(|r| r.error_code).collect()
+    })
+    .await
+    .context("cannot describe the topics' configs")?;
     for result in &response.results {
+        let topic = result.resource_name.as_str();
         check_error(
             ApiKey::DescribeConfigs,
             result.error_code,
             message(&result.error_message),
         )
         .with_context(|| format!("cannot describe configs of topic {topic}"))?;
+        let mut of_topic = BTreeMap::new();
         for config in &result.configs {
-            if !all && config.config_source != CONFIG_SOURCE_DYNAMIC_TOPIC {
-                continue;
-            }
             let value = if config.is_sensitive {
                 "(sensitive)".to_string()
             } else {
@@ -402,8 +699,12 @@ async fn describe_configs(
                     .map(|v| v.as_str().to_string())
                     .unwrap_or_else(|| "null".to_string())
             };
-            configs.insert(config.name.as_str().to_string(), value);
+            of_topic.insert(
+                config.name.as_str().to_string(),
+                (value, config.config_source),
+            );
         }
+        configs.insert(topic.to_string(), of_topic);
     }
     Ok(configs)
 }
@@ -413,6 +714,7 @@ async fn alter(args: AlterArgs) -> anyhow::Result<()> {
         bail!("nothing to change: give --config, --delete-config or --partitions");
     }
     let mut connection = args.connect.connect().await?;
+    let mut retry = Retry::new(&args.connect);
     if !args.configs.is_empty() || !args.delete_configs.is_empty() {
         let version =
             connection.version::<IncrementalAlterConfigsRequest>(INCREMENTAL_ALTER_VERSIONS)?;
@@ -438,7 +740,11 @@ async fn alter(args: AlterArgs) -> anyhow::Result<()> {
                 .with_resource_name(text(&args.topic))
                 .with_configs(changes),
         ]);
-        let response = connection.call(&request, version).await?;
+        let response = call_admin(&mut connection, &request, version, &mut retry, |response| {
+            response.responses.iter().map(|r| r.error_code).collect()
+        })
+        .await
+        .with_context(|| format!("cannot change configs of topic {}", args.topic))?;
         for result in &response.responses {
             check_error(
                 ApiKey::IncrementalAlterConfigs,
@@ -457,7 +763,11 @@ async fn alter(args: AlterArgs) -> anyhow::Result<()> {
                 .with_count(count)
                 .with_assignments(None)])
             .with_timeout_ms(ADMIN_TIMEOUT_MS);
-        let response = connection.call(&request, version).await?;
+        let response = call_admin(&mut connection, &request, version, &mut retry, |response| {
+            response.results.iter().map(|r| r.error_code).collect()
+        })
+        .await
+        .with_context(|| format!("cannot add partitions to topic {}", args.topic))?;
         for result in &response.results {
             check_error(
                 ApiKey::CreatePartitions,
@@ -484,7 +794,12 @@ async fn delete(args: DeleteArgs) -> anyhow::Result<()> {
     } else {
         request.topic_names = args.topics.iter().map(|name| topic_name(name)).collect();
     }
-    let response = connection.call(&request, version).await?;
+    let mut retry = Retry::new(&args.connect);
+    let response = call_admin(&mut connection, &request, version, &mut retry, |response| {
+        response.responses.iter().map(|r| r.error_code).collect()
+    })
+    .await
+    .context("cannot delete topics")?;
     let mut failures = Vec::new();
     for result in &response.responses {
         let name = result.name.as_ref().map(|n| n.0.as_str()).unwrap_or("?");
@@ -777,3 +1092,78 @@ async fn partitions_of(
 
 /// Kafka's ELECTION_NOT_NEEDED: the partition has the leader asked for.
 const ELECTION_NOT_NEEDED: i16 = 84;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A partition led by `leader` (-1: none).
+    fn partition(leader: i32, replicas: &[i32], isr: &[i32]) -> PartitionView {
+        PartitionView {
+            partition: 0,
+            leader: (leader >= 0).then_some(leader),
+            replicas: replicas.to_vec(),
+            isr: isr.to_vec(),
+            offline: Vec::new(),
+            start_offset: None,
+            end_offset: None,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn filters_pick_partitions_as_kafka_topics_does() {
+        let live: BTreeSet<i32> = [1, 2].into();
+        let filters = [
+            Only::Every,
+            Only::UnderReplicated,
+            Only::Unavailable,
+            Only::UnderMinIsr,
+            Only::AtMinIsr,
+        ];
+        // The partition, its topic's min.insync.replicas, and whether each
+        // of `filters` keeps it.
+        let table = [
+            (
+                partition(1, &[1, 2, 3], &[1, 2, 3]),
+                2,
+                [true, false, false, false, false],
+            ),
+            (
+                partition(1, &[1, 2, 3], &[1, 2]),
+                2,
+                [true, true, false, false, true],
+            ),
+            (
+                partition(2, &[1, 2, 3], &[2]),
+                2,
+                [true, true, false, true, false],
+            ),
+            (
+                partition(-1, &[3], &[3]),
+                1,
+                [true, false, true, true, false],
+            ),
+            // Led by a broker Metadata does not list as live.
+            (
+                partition(3, &[3], &[3]),
+                1,
+                [true, false, true, false, true],
+            ),
+            (
+                partition(1, &[1], &[1]),
+                1,
+                [true, false, false, false, true],
+            ),
+        ];
+        for (row, (partition, min_isr, expected)) in table.iter().enumerate() {
+            for (filter, keeps) in filters.iter().zip(expected) {
+                assert_eq!(
+                    filter.keeps(partition, &live, *min_isr),
+                    *keeps,
+                    "row {row}, {filter:?}: {partition:?}"
+                );
+            }
+        }
+    }
+}
