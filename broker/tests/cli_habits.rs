@@ -599,6 +599,9 @@ fn config_describe_broker_prints_every_setting_with_its_source() {
     );
     let by_id = strom_ok(&broker, &["config", "describe", "--broker", "0"]);
     assert_eq!(by_id, described);
+    // Without --broker: the broker connected to.
+    let connected = strom_ok(&broker, &["config", "describe"]);
+    assert_eq!(connected, described);
     let bad = strom_at(
         Some(&broker.bootstrap()),
         &["config", "describe", "--broker", "x"],

@@ -3,10 +3,11 @@
 //! partition's leader whichever broker they bootstrap from; `strom cluster
 //! status` shows the brokers, the metadata quorum (DescribeQuorum) and the
 //! partitions' health, and a killed broker as fenced with its partitions
-//! offline. A single node answers as a quorum of one. The tools retry
-//! what Kafka calls retriable (a new partition's leader that does not know
-//! it yet, a controller being elected) and a partition that still fails
-//! is shown on its own line.
+//! offline. A single node answers as a quorum of one. Listings of groups
+//! ask every broker; a broker's configs are asked of that broker; the
+//! tools retry what Kafka calls retriable (a new partition's leader that
+//! does not know it yet, a controller being elected) and a partition that
+//! still fails is shown on its own line.
 
 mod common;
 
@@ -526,6 +527,162 @@ fn ready_cluster() -> Cluster {
         (output.status.success() && live == 3 && !text.contains("Controller: none")).then_some(())
     });
     cluster
+}
+
+/// The settings `strom config describe` prints, by name: (value, source).
+fn broker_configs(text: &str) -> BTreeMap<String, (String, String)> {
+    text.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let (setting, source) = line.trim().split_once("\tsource=")?;
+            let (name, value) = setting.split_once('=')?;
+            Some((name.to_string(), (value.to_string(), source.to_string())))
+        })
+        .collect()
+}
+
+#[test]
+fn group_listings_ask_every_broker_and_broker_configs_are_asked_of_that_broker() {
+    let cluster = ready_cluster();
+    let via = |id: i32| cluster.node(id).broker.bootstrap();
+    tool(
+        &cluster,
+        &via(1),
+        &["topic", "create", "orders", "--partitions", "3"],
+        None,
+    );
+    let lines: String = (0..30).map(|i| format!("k{i}:v{i}\n")).collect();
+    tool(
+        &cluster,
+        &via(1),
+        &["produce", "orders", "--key-separator", ":"],
+        Some(lines.as_bytes()),
+    );
+    // Groups with committed offsets, coordinated by the leaders of their
+    // offsets partitions, which the three brokers share.
+    let groups: Vec<String> = (0..9).map(|i| format!("group-{i}")).collect();
+    for (i, group) in groups.iter().enumerate() {
+        let through = via(i as i32 % 3 + 1);
+        tool(
+            &cluster,
+            &through,
+            &[
+                "group",
+                "reset-offsets",
+                group,
+                "--topic",
+                "orders",
+                "--to-offset",
+                &i.to_string(),
+                "--execute",
+            ],
+            None,
+        );
+    }
+    let listed: serde_json::Value = serde_json::from_str(&tool_text(
+        &cluster,
+        &via(1),
+        &["group", "list", "--format", "json"],
+    ))
+    .expect("--format json prints JSON");
+    let coordinators: std::collections::BTreeSet<i64> = listed["groups"]
+        .as_array()
+        .expect("a groups array")
+        .iter()
+        .map(|g| g["coordinator"].as_i64().expect("a coordinator id"))
+        .collect();
+    assert!(
+        coordinators.len() > 1,
+        "the groups should be coordinated by more than one broker: {listed}"
+    );
+    // Whichever broker is asked, every group of the cluster is listed.
+    for id in 1..=3 {
+        let text = tool_text(&cluster, &via(id), &["group", "list"]);
+        let names: Vec<&str> = text
+            .lines()
+            .map(|l| l.split('\t').next().unwrap())
+            .collect();
+        assert_eq!(names, groups, "through broker {id}:\n{text}");
+    }
+    // --all-groups describes each at its coordinator, lag from the leaders.
+    let described = tool_text(&cluster, &via(2), &["group", "describe", "--all-groups"]);
+    let headed: Vec<&str> = described
+        .lines()
+        .filter_map(|l| l.strip_prefix("GROUP ")?.split('\t').next())
+        .collect();
+    assert_eq!(headed, groups, "{described}");
+    let json: serde_json::Value = serde_json::from_str(&tool_text(
+        &cluster,
+        &via(3),
+        &["group", "describe", "--all-groups", "--format", "json"],
+    ))
+    .unwrap();
+    let all = json["groups"].as_array().unwrap();
+    assert_eq!(all.len(), groups.len(), "{json}");
+    let ends = describe_all(&cluster, &via(3));
+    for (i, group) in all.iter().enumerate() {
+        assert_eq!(group["group"], groups[i]);
+        let rows = group["offsets"].as_array().unwrap();
+        assert_eq!(rows.len(), 3, "{group}");
+        for row in rows {
+            let partition = row["partition"].as_i64().unwrap() as i32;
+            let end = ends[&("orders".to_string(), partition)].end.unwrap();
+            let committed = (i as i64).min(end);
+            assert_eq!(row["committed"], committed, "{group}");
+            assert_eq!(row["log_end"], end, "{group}");
+            assert_eq!(row["lag"], end - committed, "{group}");
+        }
+    }
+
+    // A broker's configs come from that broker, whichever one is the
+    // bootstrap; without --broker, from the one connected to.
+    for (asked, through) in [(2, 1), (3, 1), (1, 3)] {
+        let text = tool_text(
+            &cluster,
+            &via(through),
+            &["config", "describe", "--broker", &asked.to_string()],
+        );
+        assert!(
+            text.starts_with(&format!("All configs for broker {asked} are:\n")),
+            "{text}"
+        );
+        let configs = broker_configs(&text);
+        let listeners = &configs["listeners"].0;
+        assert!(
+            listeners.contains(&via(asked)),
+            "broker {asked}: {listeners}"
+        );
+    }
+    let own = tool_text(&cluster, &via(2), &["config", "describe"]);
+    assert!(own.starts_with("All configs for broker 2 are:\n"), "{own}");
+    let json: serde_json::Value = serde_json::from_str(&tool_text(
+        &cluster,
+        &via(1),
+        &["config", "describe", "--broker", "3", "--format", "json"],
+    ))
+    .unwrap();
+    assert_eq!(json["broker"], 3, "{json}");
+    let listeners = json["configs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "listeners")
+        .expect("listeners described");
+    assert!(
+        listeners["value"].as_str().unwrap().contains(&via(3)),
+        "{listeners}"
+    );
+    let unknown = strom_at(
+        Some(&via(1)),
+        &["config", "describe", "--broker", "7"],
+        None,
+    );
+    assert_eq!(unknown.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&unknown.stderr);
+    assert!(
+        stderr.contains("broker 7 is not in the cluster"),
+        "{stderr}"
+    );
 }
 
 /// `strom topic describe ARGS` as JSON: (topic, partition) → partition.

@@ -3,7 +3,9 @@
 //! from, in the spirit of `kafka-configs --describe --all`; `strom config
 //! alter --broker [ID] | --broker-defaults`: changes dynamic broker
 //! settings with IncrementalAlterConfigs, like `kafka-configs --alter
-//! --add-config/--delete-config`.
+//! --add-config/--delete-config`. A broker answers only for itself, so a
+//! request about broker N goes to broker N (its address from Metadata),
+//! as Kafka's admin client sends it.
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
@@ -14,9 +16,11 @@ use kafka_protocol::messages::incremental_alter_configs_request::{
 use kafka_protocol::messages::{ApiKey, DescribeConfigsRequest, IncrementalAlterConfigsRequest};
 use kafka_protocol::protocol::StrBytes;
 use protocol::client::{check_error, Connection};
+use serde::Serialize;
 
-use protocol::admin::metadata;
+use protocol::admin::{metadata, Router};
 
+use super::format::{print_json, Format};
 use super::ConnectArgs;
 
 /// v1+ report each config's source.
@@ -35,10 +39,12 @@ pub struct ConfigArgs {
 #[derive(Subcommand, Debug)]
 enum ConfigCommand {
     /// Print every setting a broker reports, one NAME=VALUE per line with
-    /// its source (STATIC_BROKER_CONFIG, DEFAULT_CONFIG, ...).
+    /// its source (STATIC_BROKER_CONFIG, DEFAULT_CONFIG, ...). The request
+    /// goes to the broker named, whichever one --bootstrap reaches.
     Describe(DescribeArgs),
     /// Change dynamic broker settings while the broker runs (kept across
-    /// restarts); read-only settings are refused.
+    /// restarts); read-only settings are refused. A change of one broker
+    /// goes to that broker, whichever one --bootstrap reaches.
     Alter(AlterArgs),
 }
 
@@ -65,8 +71,13 @@ struct AlterArgs {
 #[derive(Args, Debug)]
 struct DescribeArgs {
     /// The broker to describe, by node id [default: the one connected to].
-    #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "", required = true)]
+    #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "")]
     broker: Option<String>,
+    /// How to print: `text` (a heading, then NAME=VALUE<TAB>source=SOURCE
+    /// per line) or `json`: {"broker": ID, "configs": [{"name", "value",
+    /// "source", "sensitive"}]} (value null: none or sensitive).
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = Format::Text)]
+    format: Format,
     #[command(flatten)]
     connect: ConnectArgs,
 }
@@ -93,34 +104,65 @@ fn source_name(source: i8) -> &'static str {
     }
 }
 
-/// The node id of the broker `connection` talks to (by its advertised
-/// address), else the only broker, else the controller.
-async fn connected_node_id(connection: &mut Connection) -> anyhow::Result<i32> {
-    let response = metadata(connection, Some(&[]), false).await?;
-    let address = connection.address().to_string();
-    if let Some(found) = response
-        .brokers
-        .iter()
-        .find(|b| format!("{}:{}", b.host.as_str(), b.port) == address)
-    {
-        return Ok(found.node_id.0);
-    }
-    match response.brokers.as_slice() {
-        [only] => Ok(only.node_id.0),
-        _ if response.controller_id.0 >= 0 => Ok(response.controller_id.0),
-        _ => bail!("cannot tell which broker {address} is; give --broker ID"),
-    }
+/// The brokers of the cluster, as the bootstrap broker's Metadata lists
+/// them, with a connection to each opened when first needed.
+struct Brokers {
+    bootstrap: Connection,
+    router: Router,
 }
 
-/// The node id `--broker` names, else the connected broker's.
-async fn broker_id(connection: &mut Connection, given: Option<&str>) -> anyhow::Result<i32> {
-    match given.map(str::trim) {
-        Some(id) if !id.is_empty() => id
-            .parse::<i32>()
-            .ok()
-            .filter(|id| *id >= 0)
-            .with_context(|| format!("--broker takes a node id (0 or more), got {id:?}")),
-        _ => connected_node_id(connection).await,
+impl Brokers {
+    async fn discover(connect: &ConnectArgs) -> anyhow::Result<Brokers> {
+        let mut bootstrap = connect.connect().await?;
+        let response = metadata(&mut bootstrap, Some(&[]), false)
+            .await
+            .context("cannot list the cluster's brokers")?;
+        let router = Router::from_metadata(&bootstrap, &response);
+        Ok(Brokers { bootstrap, router })
+    }
+
+    /// The node id `--broker` names, else the connected broker's.
+    fn id(&self, given: Option<&str>) -> anyhow::Result<i32> {
+        match given.map(str::trim) {
+            Some(id) if !id.is_empty() => id
+                .parse::<i32>()
+                .ok()
+                .filter(|id| *id >= 0)
+                .with_context(|| format!("--broker takes a node id (0 or more), got {id:?}")),
+            _ => self.router.bootstrap_id().with_context(|| {
+                format!(
+                    "cannot tell which broker {} is (Metadata lists {}); give --broker ID",
+                    self.bootstrap.address(),
+                    self.listed()
+                )
+            }),
+        }
+    }
+
+    /// A connection to broker `id`: the bootstrap one if that is the
+    /// broker it reached, else one to the address Metadata gives.
+    async fn connection(&mut self, id: i32) -> anyhow::Result<&mut Connection> {
+        if !self.router.brokers().contains_key(&id) {
+            bail!(
+                "broker {id} is not in the cluster's metadata (live brokers: {})",
+                self.listed()
+            );
+        }
+        let address = self.router.brokers()[&id].clone();
+        self.router
+            .connection(&mut self.bootstrap, id)
+            .await
+            .with_context(|| format!("cannot reach broker {id} at {address}"))
+    }
+
+    /// `ID at HOST:PORT, ...` of every broker listed.
+    fn listed(&self) -> String {
+        self.router
+            .brokers()
+            .iter()
+            .map(|(id, address)| format!("{id} at {address}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -156,15 +198,21 @@ async fn alter(args: AlterArgs) -> anyhow::Result<()> {
     if additions.is_empty() && deletions.is_empty() {
         bail!("nothing to change: give --add-config KEY=VALUE or --delete-config KEY");
     }
-    let mut connection = args.connect.connect().await?;
-    let (resource, what) = if args.broker_defaults {
+    let mut brokers = Brokers::discover(&args.connect).await?;
+    // The defaults are the cluster's: any broker takes them.
+    let (resource, what, connection) = if args.broker_defaults {
         (
             String::new(),
             "the cluster-wide broker defaults".to_string(),
+            &mut brokers.bootstrap,
         )
     } else {
-        let id = broker_id(&mut connection, args.broker.as_deref()).await?;
-        (id.to_string(), format!("broker {id}"))
+        let id = brokers.id(args.broker.as_deref())?;
+        (
+            id.to_string(),
+            format!("broker {id}"),
+            brokers.connection(id).await?,
+        )
     };
     let version =
         connection.version::<IncrementalAlterConfigsRequest>(INCREMENTAL_ALTER_CONFIGS_VERSIONS)?;
@@ -199,9 +247,19 @@ async fn alter(args: AlterArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One setting as `config describe --format json` prints it.
+#[derive(Debug, Serialize)]
+struct ConfigView {
+    name: String,
+    value: Option<String>,
+    source: &'static str,
+    sensitive: bool,
+}
+
 async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
-    let mut connection = args.connect.connect().await?;
-    let id = broker_id(&mut connection, args.broker.as_deref()).await?;
+    let mut brokers = Brokers::discover(&args.connect).await?;
+    let id = brokers.id(args.broker.as_deref())?;
+    let connection = brokers.connection(id).await?;
     let version = connection.version::<DescribeConfigsRequest>(DESCRIBE_CONFIGS_VERSIONS)?;
     let request =
         DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
@@ -218,6 +276,30 @@ async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
         result.error_message.as_deref(),
     )
     .with_context(|| format!("cannot describe the configs of broker {id}"))?;
+    if args.format == Format::Json {
+        let mut configs: Vec<ConfigView> = result
+            .configs
+            .iter()
+            .map(|config| ConfigView {
+                name: config.name.to_string(),
+                value: (!config.is_sensitive)
+                    .then(|| config.value.as_ref().map(ToString::to_string))
+                    .flatten(),
+                source: source_name(config.config_source),
+                sensitive: config.is_sensitive,
+            })
+            .collect();
+        configs.sort_by(|a, b| a.name.cmp(&b.name));
+        #[derive(Serialize)]
+        struct BrokerConfigs {
+            broker: i32,
+            configs: Vec<ConfigView>,
+        }
+        return print_json(&BrokerConfigs {
+            broker: id,
+            configs,
+        });
+    }
     let mut configs: Vec<(String, String, &'static str)> = result
         .configs
         .iter()

@@ -7,46 +7,152 @@ use anyhow::{bail, Context};
 use kafka_protocol::messages::{
     ApiKey, DeleteGroupsRequest, DescribeGroupsRequest, ListGroupsRequest,
 };
-use protocol::admin::{list_topic_offsets, partitions, EARLIEST, LATEST};
-use protocol::client::{check_error, error_name, Connection, ERROR_NONE};
+use protocol::admin::{list_topic_offsets, metadata, partitions, Router, EARLIEST, LATEST};
+use protocol::client::{check_error, error_name, is_retriable_code, Connection, ERROR_NONE};
 use protocol::consumer_protocol::{self, assignment_partitions};
 use protocol::kafka_protocol::error::ResponseError;
+use serde::Serialize;
 
+use super::super::format::{print_json_object, Format};
+use super::super::retry::{settled_offsets, Retry};
 use super::datetime::parse_datetime;
 use super::{
-    commit, committed, coordinator, group_id, ConnectArgs, ResetArgs, ResetTarget,
+    commit, committed, coordinator, group_id, ConnectArgs, DescribeArgs, ResetArgs, ResetTarget,
     DELETE_GROUPS_VERSIONS, DESCRIBE_GROUPS_VERSIONS, LIST_GROUPS_VERSIONS,
 };
 
-pub(super) async fn list(connect: &ConnectArgs) -> anyhow::Result<()> {
-    let mut connection = connect.connect().await?;
-    let version = connection.version::<ListGroupsRequest>(LIST_GROUPS_VERSIONS)?;
-    let response = connection
-        .call(&ListGroupsRequest::default(), version)
-        .await?;
-    check_error(ApiKey::ListGroups, response.error_code, None)?;
-    let mut groups: Vec<(String, String, String)> = response
-        .groups
-        .iter()
-        .map(|g| {
-            (
-                g.group_id.0.to_string(),
-                g.group_state.to_string(),
-                g.protocol_type.to_string(),
-            )
-        })
-        .collect();
-    groups.sort();
-    for (name, state, protocol_type) in groups {
-        let state = if state.is_empty() { "-" } else { &state };
-        let protocol_type = if protocol_type.is_empty() {
-            "-"
-        } else {
-            &protocol_type
-        };
-        outln!("{name}\t{state}\t{protocol_type}");
+/// A group as ListGroups lists it.
+#[derive(Debug, Serialize)]
+struct ListedGroup {
+    group: String,
+    state: Option<String>,
+    protocol_type: Option<String>,
+    /// The broker that listed it: its coordinator.
+    coordinator: i32,
+}
+
+/// `Some(text)`, or `None` for an empty text (a field the broker left
+/// empty, e.g. the state before ListGroups v4).
+fn non_empty(text: &str) -> Option<String> {
+    (!text.is_empty()).then(|| text.to_string())
+}
+
+/// The groups of every broker Metadata names (each lists only the groups
+/// it coordinates), by group id, and the brokers that did not answer,
+/// with why. A broker answering a retriable error (a coordinator still
+/// loading) is asked again within `--timeout-ms`.
+async fn list_everywhere(
+    connect: &ConnectArgs,
+) -> anyhow::Result<(BTreeMap<String, ListedGroup>, Vec<String>)> {
+    let mut bootstrap = connect.connect().await?;
+    let mut retry = Retry::new(connect);
+    let response = loop {
+        match metadata(&mut bootstrap, Some(&[]), false).await {
+            Ok(response) => break response,
+            Err(error) => {
+                let error = anyhow::Error::from(error);
+                if !retry.again(&error).await {
+                    return Err(error.context("cannot list the cluster's brokers"));
+                }
+            }
+        }
+    };
+    let mut router = Router::from_metadata(&bootstrap, &response);
+    warn_of_shared_addresses(router.brokers());
+    let brokers = router.brokers().clone();
+    let mut groups = BTreeMap::new();
+    let mut failures = Vec::new();
+    for (id, address) in brokers {
+        match list_groups_of(&mut router, &mut bootstrap, id, &mut retry).await {
+            Ok(listed) => {
+                for group in listed {
+                    groups.entry(group.group.clone()).or_insert(group);
+                }
+            }
+            Err(error) => failures.push(format!("broker {id} ({address}): {error:#}")),
+        }
     }
-    Ok(())
+    Ok((groups, failures))
+}
+
+/// ListGroups of broker `id`, asked again while it answers a retriable
+/// error and `retry` allows.
+async fn list_groups_of(
+    router: &mut Router,
+    bootstrap: &mut Connection,
+    id: i32,
+    retry: &mut Retry,
+) -> anyhow::Result<Vec<ListedGroup>> {
+    loop {
+        let connection = router.connection(bootstrap, id).await?;
+        let version = connection.version::<ListGroupsRequest>(LIST_GROUPS_VERSIONS)?;
+        let response = connection
+            .call(&ListGroupsRequest::default(), version)
+            .await?;
+        if is_retriable_code(response.error_code) && retry.pause().await {
+            continue;
+        }
+        check_error(ApiKey::ListGroups, response.error_code, None)?;
+        return Ok(response
+            .groups
+            .iter()
+            .map(|g| ListedGroup {
+                group: g.group_id.0.to_string(),
+                state: non_empty(&g.group_state),
+                protocol_type: non_empty(&g.protocol_type),
+                coordinator: id,
+            })
+            .collect());
+    }
+}
+
+/// Brokers that Metadata lists at one address are behind a load
+/// balancer: a connection to "each" reaches whichever the balancer picks,
+/// so a cluster-wide listing may miss some. Says so on stderr.
+fn warn_of_shared_addresses(brokers: &BTreeMap<i32, String>) {
+    let mut by_address: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (id, address) in brokers {
+        by_address.entry(address).or_default().push(id.to_string());
+    }
+    for (address, ids) in by_address.into_iter().filter(|(_, ids)| ids.len() > 1) {
+        eprintln!(
+            "strom group: brokers {} share the address {address} (a load balancer): each is asked \
+             through it, so the groups of a broker the balancer does not pick may be missing",
+            ids.join(", ")
+        );
+    }
+}
+
+/// Fails naming the brokers that did not answer a cluster-wide listing.
+fn incomplete(failures: &[String]) -> anyhow::Result<()> {
+    if failures.is_empty() {
+        return Ok(());
+    }
+    bail!(
+        "the listing lacks the groups of {} broker(s) that did not answer: {}",
+        failures.len(),
+        failures.join("; ")
+    )
+}
+
+pub(super) async fn list(connect: &ConnectArgs, format: Format) -> anyhow::Result<()> {
+    let (groups, failures) = list_everywhere(connect).await?;
+    if format == Format::Json {
+        let groups: Vec<&ListedGroup> = groups.values().collect();
+        print_json_object("groups", &groups)?;
+        return incomplete(&failures);
+    }
+    let mut text = String::new();
+    for group in groups.values() {
+        text.push_str(&format!(
+            "{}\t{}\t{}\n",
+            group.group,
+            group.state.as_deref().unwrap_or("-"),
+            group.protocol_type.as_deref().unwrap_or("-")
+        ));
+    }
+    out!("{text}");
+    incomplete(&failures)
 }
 
 /// Topic → partitions of one member's assignment.
@@ -103,29 +209,91 @@ async fn describe_group(connection: &mut Connection, group: &str) -> anyhow::Res
     })
 }
 
-pub(super) async fn describe(connect: &ConnectArgs, group: &str) -> anyhow::Result<()> {
+/// A group as `group describe` shows it.
+#[derive(Debug, Serialize)]
+struct GroupView {
+    group: String,
+    state: String,
+    protocol_type: Option<String>,
+    protocol: Option<String>,
+    members: Vec<MemberView>,
+    offsets: Vec<OffsetRow>,
+}
+
+#[derive(Debug, Serialize)]
+struct MemberView {
+    member_id: String,
+    client_id: String,
+    /// As Kafka's tools show it: `/ADDRESS`.
+    host: String,
+    assignment: Assignment,
+}
+
+/// One partition the group committed an offset for or is assigned.
+#[derive(Debug, Serialize)]
+struct OffsetRow {
+    topic: String,
+    partition: i32,
+    committed: Option<i64>,
+    log_end: Option<i64>,
+    lag: Option<i64>,
+    member: Option<String>,
+    /// Why the log end is not known (its leader's error).
+    error: Option<String>,
+}
+
+pub(super) async fn describe(args: &DescribeArgs) -> anyhow::Result<()> {
+    let connect = &args.connect;
+    let (names, failures) = match &args.group {
+        Some(group) => (vec![group.clone()], Vec::new()),
+        None => {
+            let (groups, failures) = list_everywhere(connect).await?;
+            (groups.into_keys().collect(), failures)
+        }
+    };
+    let mut bootstrap = connect.connect().await?;
+    let mut retry = Retry::new(connect);
+    let mut views = Vec::with_capacity(names.len());
+    for group in &names {
+        let view = describe_one(connect, &mut bootstrap, &mut retry, group).await;
+        match view {
+            Ok(view) => views.push(view),
+            // A group listed a moment ago may be gone now.
+            Err(error) if args.all_groups => eprintln!("strom group: {error:#}"),
+            Err(error) => return Err(error),
+        }
+    }
+    if args.format == Format::Json {
+        print_json_object("groups", &views)?;
+    } else {
+        let blocks: Vec<String> = views.iter().map(describe_text).collect();
+        out!("{}", blocks.join("\n"));
+    }
+    incomplete(&failures)
+}
+
+/// One group: DescribeGroups and OffsetFetch at its coordinator, the log
+/// end of each of its partitions from their leaders.
+async fn describe_one(
+    connect: &ConnectArgs,
+    bootstrap: &mut Connection,
+    retry: &mut Retry,
+    group: &str,
+) -> anyhow::Result<GroupView> {
     let mut coordinator = coordinator(connect, group).await?;
     let described = describe_group(&mut coordinator, group).await?;
     let offsets = committed(&mut coordinator, group, None).await?;
     if described.state == "Dead" && described.members.is_empty() && offsets.is_empty() {
         bail!("consumer group {group} does not exist (no members, no committed offsets)");
     }
-    outln!(
-        "GROUP {group}\tSTATE {}\tPROTOCOL {}/{}\tMEMBERS {}",
-        described.state,
-        if described.protocol_type.is_empty() {
-            "-"
-        } else {
-            &described.protocol_type
-        },
-        if described.protocol.is_empty() {
-            "-"
-        } else {
-            &described.protocol
-        },
-        described.members.len()
-    );
-    let owners = print_members(&described);
+    let mut owners: BTreeMap<(String, i32), String> = BTreeMap::new();
+    for (member_id, _, _, assignment) in &described.members {
+        for (t, ps) in assignment {
+            for p in ps {
+                owners.insert((t.clone(), *p), member_id.clone());
+            }
+        }
+    }
     let mut rows: BTreeMap<(String, i32), i64> = BTreeMap::new();
     for (t, ps) in &offsets {
         for (p, offset) in ps {
@@ -135,67 +303,103 @@ pub(super) async fn describe(connect: &ConnectArgs, group: &str) -> anyhow::Resu
     for key in owners.keys() {
         rows.entry(key.clone()).or_insert(-1);
     }
-    let mut bootstrap = connect.connect().await?;
-    print_lag(&mut bootstrap, &rows, &owners).await
+    let wanted: Vec<(String, i32)> = rows.keys().cloned().collect();
+    let ends = if wanted.is_empty() {
+        BTreeMap::new()
+    } else {
+        settled_offsets(bootstrap, &wanted, LATEST, retry).await?
+    };
+    let offsets = rows
+        .into_iter()
+        .map(|(key, committed)| {
+            let committed = (committed >= 0).then_some(committed);
+            let (log_end, error) = match ends.get(&key) {
+                Some(Ok(end)) => (Some(*end), None),
+                Some(Err(failure)) => (None, Some(failure.to_string())),
+                None => (None, None),
+            };
+            let lag = committed.zip(log_end).map(|(c, e)| (e - c).max(0));
+            OffsetRow {
+                member: owners.get(&key).cloned(),
+                topic: key.0,
+                partition: key.1,
+                committed,
+                log_end,
+                lag,
+                error,
+            }
+        })
+        .collect();
+    Ok(GroupView {
+        group: group.to_string(),
+        state: described.state,
+        protocol_type: non_empty(&described.protocol_type),
+        protocol: non_empty(&described.protocol),
+        members: described
+            .members
+            .into_iter()
+            .map(|(member_id, client_id, host, assignment)| MemberView {
+                member_id,
+                client_id,
+                host: kafka_host(&host),
+                assignment,
+            })
+            .collect(),
+        offsets,
+    })
 }
 
-/// Prints a `MEMBER` line per member; returns each assigned partition's
-/// member.
-fn print_members(described: &Described) -> BTreeMap<(String, i32), String> {
-    let mut owners: BTreeMap<(String, i32), String> = BTreeMap::new();
-    for (member_id, client_id, host, assignment) in &described.members {
-        let parts: Vec<String> = assignment
+/// A group's text block: the GROUP line, a MEMBER line per member, and
+/// the committed offset, log end and lag of each partition.
+fn describe_text(view: &GroupView) -> String {
+    let dash = |value: Option<&str>| value.unwrap_or("-").to_string();
+    let mut text = format!(
+        "GROUP {}\tSTATE {}\tPROTOCOL {}/{}\tMEMBERS {}\n",
+        view.group,
+        view.state,
+        dash(view.protocol_type.as_deref()),
+        dash(view.protocol.as_deref()),
+        view.members.len()
+    );
+    for member in &view.members {
+        let parts: Vec<String> = member
+            .assignment
             .iter()
             .map(|(t, ps)| {
                 let list: Vec<String> = ps.iter().map(i32::to_string).collect();
                 format!("{t}:{}", list.join(","))
             })
             .collect();
-        outln!(
-            "MEMBER {member_id}\tCLIENT {client_id}\tHOST {}\tASSIGNED {}",
-            kafka_host(host),
+        text.push_str(&format!(
+            "MEMBER {}\tCLIENT {}\tHOST {}\tASSIGNED {}\n",
+            member.member_id,
+            member.client_id,
+            member.host,
             if parts.is_empty() {
                 "-".to_string()
             } else {
                 parts.join(" ")
             }
-        );
-        for (t, ps) in assignment {
-            for p in ps {
-                owners.insert((t.clone(), *p), member_id.clone());
-            }
+        ));
+    }
+    text.push_str("TOPIC\tPARTITION\tCOMMITTED\tLOG-END\tLAG\tMEMBER\n");
+    let number = |value: Option<i64>| value.map_or_else(|| "-".to_string(), |v| v.to_string());
+    for row in &view.offsets {
+        text.push_str(&format!(
+            "{}\t{}\t{}\t{}\t{}\t{}",
+            row.topic,
+            row.partition,
+            number(row.committed),
+            number(row.log_end),
+            number(row.lag),
+            dash(row.member.as_deref())
+        ));
+        if let Some(error) = &row.error {
+            text.push_str(&format!("\tError: {error}"));
         }
+        text.push('\n');
     }
-    owners
-}
-
-/// Prints the committed offset (-1: none), log end and lag of every
-/// partition in `rows`, with its member.
-async fn print_lag(
-    bootstrap: &mut Connection,
-    rows: &BTreeMap<(String, i32), i64>,
-    owners: &BTreeMap<(String, i32), String>,
-) -> anyhow::Result<()> {
-    outln!("TOPIC\tPARTITION\tCOMMITTED\tLOG-END\tLAG\tMEMBER");
-    let mut by_topic: BTreeMap<String, Vec<i32>> = BTreeMap::new();
-    for (t, p) in rows.keys() {
-        by_topic.entry(t.clone()).or_default().push(*p);
-    }
-    for (t, ps) in by_topic {
-        let ends = list_topic_offsets(bootstrap, &t, &ps, LATEST).await?;
-        for p in ps {
-            let committed = rows[&(t.clone(), p)];
-            let end = ends[&p];
-            let (shown, lag) = if committed >= 0 {
-                (committed.to_string(), (end - committed).max(0).to_string())
-            } else {
-                ("-".to_string(), "-".to_string())
-            };
-            let owner = owners.get(&(t.clone(), p)).map_or("-", String::as_str);
-            outln!("{t}\t{p}\t{shown}\t{end}\t{lag}\t{owner}");
-        }
-    }
-    Ok(())
+    text
 }
 
 /// Where `reset-offsets` moves one topic's offsets from.

@@ -3,7 +3,9 @@
 //! `strom consume TOPIC --group G`. Everything goes through
 //! `protocol::client`, so the tools work against any Kafka broker: the
 //! group's coordinator is found with FindCoordinator, members speak the
-//! classic consumer protocol with the `range` assignor.
+//! classic consumer protocol with the `range` assignor. Each broker lists
+//! only the groups it coordinates, so listings ask every broker Metadata
+//! names, as Kafka's admin client does.
 //!
 //! `commands` holds the admin commands, `datetime` the `--to-datetime`
 //! parser, `assignor` the consumer protocol and the range assignor,
@@ -32,6 +34,7 @@ use protocol::client::{check_error, Connection};
 
 use protocol::admin::topic_name;
 
+use super::format::Format;
 use super::ConnectArgs;
 
 const FIND_COORDINATOR_VERSIONS: std::ops::RangeInclusive<i16> = 1..=3;
@@ -61,19 +64,26 @@ pub struct GroupArgs {
 
 #[derive(Subcommand, Debug)]
 enum GroupCommand {
-    /// List groups: name, state and protocol type, one per line.
+    /// List the groups of the whole cluster: name, state and protocol
+    /// type, one per line. Each broker lists only the groups it
+    /// coordinates, so every broker Metadata names is asked (as
+    /// kafka-consumer-groups.sh does); when one does not answer, the
+    /// others' groups are printed and the tool exits 1 naming it.
     List {
+        /// How to print: `text`, GROUP<TAB>STATE<TAB>PROTOCOL-TYPE per
+        /// line, or `json`: {"groups": [{"group", "state",
+        /// "protocol_type", "coordinator"}]} (coordinator: the id of the
+        /// broker that listed it).
+        #[arg(long, value_enum, value_name = "FORMAT", default_value_t = Format::Text)]
+        format: Format,
         #[command(flatten)]
         connect: ConnectArgs,
     },
     /// State, members (host as Kafka shows it, /ADDRESS) and their
     /// assignments, and per partition the committed offset, log end offset
-    /// and lag; an unknown group is an error.
-    Describe {
-        group: String,
-        #[command(flatten)]
-        connect: ConnectArgs,
-    },
+    /// and lag; an unknown group is an error. With --all-groups, every
+    /// group of the cluster, one block each.
+    Describe(DescribeArgs),
     /// Show, and with --execute commit, new offsets for a group (a dry run
     /// without --execute, as Kafka's tool; --execute is refused while the
     /// group has members).
@@ -84,6 +94,27 @@ enum GroupCommand {
         #[command(flatten)]
         connect: ConnectArgs,
     },
+}
+
+#[derive(Args, Debug)]
+struct DescribeArgs {
+    /// The group to describe.
+    #[arg(required_unless_present = "all_groups")]
+    group: Option<String>,
+    /// Describe every group of the cluster (as `group list` finds them,
+    /// asking every broker), one block each, separated by an empty line.
+    #[arg(long, conflicts_with = "group")]
+    all_groups: bool,
+    /// How to print: `text` (a GROUP line, MEMBER lines, then
+    /// TOPIC PARTITION COMMITTED LOG-END LAG MEMBER rows) or `json`:
+    /// {"groups": [{"group", "state", "protocol_type", "protocol",
+    /// "members": [{"member_id", "client_id", "host", "assignment": {TOPIC:
+    /// [PARTITION]}}], "offsets": [{"topic", "partition", "committed",
+    /// "log_end", "lag", "member", "error"}]}]} (null: none).
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = Format::Text)]
+    format: Format,
+    #[command(flatten)]
+    connect: ConnectArgs,
 }
 
 #[derive(Args, Debug)]
@@ -133,8 +164,8 @@ struct ResetTarget {
 
 pub async fn run(args: GroupArgs) -> anyhow::Result<()> {
     match args.command {
-        GroupCommand::List { connect } => commands::list(&connect).await,
-        GroupCommand::Describe { group, connect } => commands::describe(&connect, &group).await,
+        GroupCommand::List { format, connect } => commands::list(&connect, format).await,
+        GroupCommand::Describe(args) => commands::describe(&args).await,
         GroupCommand::ResetOffsets(args) => commands::reset_offsets(args).await,
         GroupCommand::Delete { group, connect } => commands::delete(&connect, &group).await,
     }
