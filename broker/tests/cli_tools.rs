@@ -1,7 +1,8 @@
 //! `strom topic`, `strom produce` and `strom consume` against a real strom
 //! process: topic administration, byte-exact round trips, offsets and
-//! partitions, failures, and cross-checks with kcat (needs
-//! `apt-get install -y kcat`).
+//! partitions, headers per line, starting from a time, listings as JSON
+//! and without internal topics, failures, and cross-checks with kcat
+//! (needs `apt-get install -y kcat`).
 
 mod common;
 
@@ -415,6 +416,8 @@ fn help_explains_every_flag() {
         "--acks",
         "--partition",
         "--header",
+        "--header-separator",
+        "NO_HEADERS",
         "--bootstrap",
     ] {
         assert!(
@@ -434,6 +437,7 @@ fn help_explains_every_flag() {
         "--print-timestamp",
         "--print-partition",
         "--print-offset",
+        "--from-timestamp",
         "--bootstrap",
     ] {
         assert!(
@@ -450,6 +454,36 @@ fn help_explains_every_flag() {
         create.contains("--partitions") && create.contains("--config"),
         "{create}"
     );
+    let checks: &[(&[&str], &[&str])] = &[
+        (
+            &["topic", "describe", "--help"],
+            &[
+                "--under-replicated-partitions",
+                "--unavailable-partitions",
+                "--under-min-isr-partitions",
+                "--at-min-isr-partitions",
+                "--exclude-internal",
+                "--format",
+                "retriable",
+            ],
+        ),
+        (
+            &["topic", "list", "--help"],
+            &["--exclude-internal", "--format"],
+        ),
+        (&["group", "list", "--help"], &["--format", "every broker"]),
+        (
+            &["group", "describe", "--help"],
+            &["--all-groups", "--format"],
+        ),
+        (&["config", "describe", "--help"], &["--format", "--broker"]),
+    ];
+    for (args, wanted) in checks {
+        let text = help(args);
+        for word in *wanted {
+            assert!(text.contains(word), "{args:?} lacks {word}:\n{text}");
+        }
+    }
 }
 
 #[test]
@@ -549,4 +583,295 @@ fn strom_and_kcat_read_each_others_records() {
         count += 1;
     }
     assert_eq!(count, 500);
+}
+
+#[test]
+fn produce_reads_each_lines_headers_and_consume_prints_them_back() {
+    let broker = Broker::start(&[]);
+    for topic in ["headed", "again"] {
+        strom_ok(&broker, &["topic", "create", topic, "--partitions", "1"]);
+    }
+    let input = "trace:1,source:web|k1:v1\n\
+                 NO_HEADERS|k2:v2\n\
+                 |k3:v3\n\
+                 flag|k4:v4\n\
+                 no header separator here:v5\n\
+                 a:x:y,b:|k6:v6|with a bar\n";
+    strom_bytes(
+        &broker,
+        &[
+            "produce",
+            "headed",
+            "--header-separator",
+            "|",
+            "--key-separator",
+            ":",
+            "--header",
+            "from=strom",
+        ],
+        Some(input.as_bytes()),
+    );
+    let consume = |topic: &str| {
+        String::from_utf8(strom_bytes(
+            &broker,
+            &[
+                "consume",
+                topic,
+                "--from-beginning",
+                "-e",
+                "--print-headers",
+                "--print-key",
+            ],
+            None,
+        ))
+        .unwrap()
+    };
+    let printed = consume("headed");
+    assert_eq!(
+        printed,
+        "from:strom,trace:1,source:web\tk1\tv1\n\
+         from:strom\tk2\tv2\n\
+         from:strom\tk3\tv3\n\
+         from:strom,flag:null\tk4\tv4\n\
+         from:strom\tno header separator here\tv5\n\
+         from:strom,a:x:y,b:\tk6\tv6|with a bar\n"
+    );
+    // What consume prints, produce reads back: the same records.
+    strom_bytes(
+        &broker,
+        &[
+            "produce",
+            "again",
+            "--header-separator",
+            "\t",
+            "--key-separator",
+            "\t",
+        ],
+        Some(printed.as_bytes()),
+    );
+    assert_eq!(consume("again"), printed);
+    let empty = strom_fails(
+        &broker,
+        &["produce", "again", "--header-separator", ""],
+        Some(b"x\n"),
+    );
+    assert!(empty.contains("--header-separator"), "{empty}");
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+#[test]
+fn consume_starts_at_the_first_record_of_a_time() {
+    let broker = Broker::start(&[]);
+    strom_ok(&broker, &["topic", "create", "times", "--partitions", "3"]);
+    let batch =
+        |prefix: &str| -> String { (0..12).map(|i| format!("k{i}:{prefix}-{i}\n")).collect() };
+    let produce = |text: &str| {
+        strom_bytes(
+            &broker,
+            &["produce", "times", "--key-separator", ":"],
+            Some(text.as_bytes()),
+        );
+    };
+    produce(&batch("early"));
+    // Every early record is stamped before `from`, every late one at or
+    // after it (the producer stamps records with this clock as it reads them).
+    let from = now_ms() + 1;
+    common::poll_until(Duration::from_secs(5), || (now_ms() > from).then_some(()))
+        .expect("the clock moves on");
+    produce(&batch("late"));
+    let read = |from: &str| -> Vec<String> {
+        let output = strom_bytes(
+            &broker,
+            &["consume", "times", "--from-timestamp", from, "-e"],
+            None,
+        );
+        let mut values: Vec<String> = String::from_utf8(output)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        values.sort();
+        values
+    };
+    let sorted = |text: String| -> Vec<String> {
+        let mut values: Vec<String> = text
+            .lines()
+            .map(|l| l.split_once(':').unwrap().1.to_string())
+            .collect();
+        values.sort();
+        values
+    };
+    assert_eq!(read(&from.to_string()), sorted(batch("late")));
+    let mut everything = sorted(batch("early"));
+    everything.extend(sorted(batch("late")));
+    everything.sort();
+    assert_eq!(read("1970-01-01T00:00:00Z"), everything);
+    // Nothing that late: every partition starts at its end.
+    assert_eq!(read("2200-01-01T00:00:00+02:00"), Vec::<String>::new());
+    let bad = strom_fails(
+        &broker,
+        &["consume", "times", "--from-timestamp", "yesterday"],
+        None,
+    );
+    assert!(bad.contains("bad --from-timestamp"), "{bad}");
+    let both = common::strom(
+        &broker,
+        &[
+            "consume",
+            "times",
+            "--from-timestamp",
+            "0",
+            "--from-beginning",
+        ],
+        None,
+    );
+    assert_eq!(both.status.code(), Some(2), "{both:?}");
+}
+
+#[test]
+fn listings_print_json_and_leave_out_internal_topics() {
+    let broker = Broker::start(&["--set", "group.initial.rebalance.delay.ms=0"]);
+    strom_ok(
+        &broker,
+        &[
+            "topic",
+            "create",
+            "alpha",
+            "--partitions",
+            "2",
+            "--config",
+            "retention.ms=60000",
+        ],
+    );
+    strom_bytes(
+        &broker,
+        &["produce", "alpha", "--partition", "1"],
+        Some(b"one\ntwo\nthree\n"),
+    );
+    strom_bytes(
+        &broker,
+        &[
+            "consume",
+            "alpha",
+            "--group",
+            "readers",
+            "--from-beginning",
+            "-e",
+        ],
+        None,
+    );
+    let json = |args: &[&str]| -> serde_json::Value {
+        let mut all = args.to_vec();
+        all.extend(["--format", "json"]);
+        serde_json::from_str(&strom_ok(&broker, &all)).expect("--format json prints JSON")
+    };
+
+    // The group's commits made the offsets topic, an internal one.
+    assert_eq!(
+        strom_ok(&broker, &["topic", "list"]),
+        "__consumer_offsets\nalpha\n"
+    );
+    assert_eq!(
+        strom_ok(&broker, &["topic", "list", "--exclude-internal"]),
+        "alpha\n"
+    );
+    assert_eq!(
+        json(&["topic", "list"]),
+        serde_json::json!({"topics": ["__consumer_offsets", "alpha"]})
+    );
+    assert_eq!(
+        json(&["topic", "list", "--exclude-internal"]),
+        serde_json::json!({"topics": ["alpha"]})
+    );
+    let described = strom_ok(&broker, &["topic", "describe", "--exclude-internal"]);
+    assert!(described.starts_with("Topic: alpha\t"), "{described}");
+    assert!(!described.contains("__consumer_offsets"), "{described}");
+    let partition = |index: i64, end: i64| {
+        serde_json::json!({
+            "partition": index,
+            "leader": 0,
+            "replicas": [0],
+            "isr": [0],
+            "offline": [],
+            "start_offset": 0,
+            "end_offset": end,
+            "error": null,
+        })
+    };
+    assert_eq!(
+        json(&["topic", "describe", "alpha"]),
+        serde_json::json!({"topics": [{
+            "name": "alpha",
+            "internal": false,
+            "partition_count": 2,
+            "replication_factor": 1,
+            "configs": {"retention.ms": "60000"},
+            "partitions": [partition(0, 0), partition(1, 3)],
+        }]})
+    );
+    let internal = json(&["topic", "describe"]);
+    assert_eq!(internal["topics"][0]["name"], "__consumer_offsets");
+    assert_eq!(internal["topics"][0]["internal"], true);
+
+    assert_eq!(
+        json(&["group", "list"]),
+        serde_json::json!({"groups": [{
+            "group": "readers",
+            "state": "Empty",
+            "protocol_type": "consumer",
+            "coordinator": 0,
+        }]})
+    );
+    let row = |index: i64, end: i64| {
+        serde_json::json!({
+            "topic": "alpha",
+            "partition": index,
+            "committed": end,
+            "log_end": end,
+            "lag": 0,
+            "member": null,
+            "error": null,
+        })
+    };
+    assert_eq!(
+        json(&["group", "describe", "readers"]),
+        serde_json::json!({"groups": [{
+            "group": "readers",
+            "state": "Empty",
+            "protocol_type": "consumer",
+            "protocol": null,
+            "members": [],
+            "offsets": [row(0, 0), row(1, 3)],
+        }]})
+    );
+    assert_eq!(
+        json(&["group", "describe", "--all-groups"]),
+        json(&["group", "describe", "readers"])
+    );
+    let neither = common::strom(&broker, &["group", "describe"], None);
+    assert_eq!(neither.status.code(), Some(2), "{neither:?}");
+
+    let configs = json(&["config", "describe"]);
+    assert_eq!(configs["broker"], 0, "{configs}");
+    let partitions = configs["configs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "num.partitions")
+        .expect("num.partitions described");
+    assert_eq!(
+        partitions,
+        &serde_json::json!({
+            "name": "num.partitions",
+            "value": "1",
+            "source": "DEFAULT_CONFIG",
+            "sensitive": false,
+        })
+    );
 }

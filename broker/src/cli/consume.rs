@@ -3,7 +3,8 @@
 //! offset, timestamp, headers and key (in Kafka's console-consumer format).
 //!
 //! Offsets are the tool's own: `--offset`, the start of the log
-//! (`--from-beginning`) or its end (default). With `--group` the tool is a
+//! (`--from-beginning`), the first record at or after a time
+//! (`--from-timestamp`, ListOffsets by timestamp) or the end (default). With `--group` the tool is a
 //! group member instead (`cli::group::GroupMember`): the group assigns the
 //! partitions and the committed offsets are where it starts and what it
 //! advances. Compressed batches
@@ -31,8 +32,9 @@ use protocol::client::{check_error, Connection};
 use protocol::kafka_protocol::error::ResponseError;
 use signal_hook::consts::{SIGINT, SIGTERM};
 
-use super::group::GroupMember;
-use protocol::admin::{list_topic_offsets, partitions, topic_name, Router};
+use super::group::{parse_datetime, GroupMember};
+use super::retry::{settled_offsets, Retry};
+use protocol::admin::{partitions, topic_name, Router};
 
 use super::ConnectArgs;
 
@@ -70,8 +72,15 @@ pub struct ConsumeArgs {
     /// Topic to read.
     topic: String,
     /// Start at the first record still stored [default: only new records].
-    #[arg(long, conflicts_with = "offset")]
+    #[arg(long, conflicts_with_all = ["offset", "from_timestamp"])]
     from_beginning: bool,
+    /// Start, in every partition read, at the first record whose timestamp
+    /// is at or after TS (ListOffsets by timestamp; a partition with none
+    /// that late starts at its end): milliseconds since the epoch, or
+    /// ISO-8601 YYYY-MM-DDTHH:MM:SS[.mmm] with an optional zone: Z,
+    /// ±HH:MM, ±HHMM or ±HH (none: UTC).
+    #[arg(long, value_name = "TS", conflicts_with_all = ["offset", "group"])]
+    from_timestamp: Option<String>,
     /// Read only this partition [default: every partition].
     #[arg(long, value_name = "N")]
     partition: Option<i32>,
@@ -166,6 +175,9 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     if args.offset.is_some_and(|offset| offset < 0) {
         bail!("--offset must be 0 or more");
     }
+    if let Some(text) = &args.from_timestamp {
+        parse_datetime(text).context("bad --from-timestamp")?;
+    }
     if args.max_messages == Some(0) {
         return Ok(());
     }
@@ -201,6 +213,65 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
             glommio::timer::sleep(Duration::from_millis(STOP_POLL_MS)).await;
         }
     }
+}
+
+/// Where each of `chosen` starts without `--offset`: the log start, the
+/// first record at or after `--from-timestamp` (none that late: the end)
+/// or the end, from each partition's leader; retriable answers (a new
+/// partition's leader that does not know it yet) are asked again within
+/// `--timeout-ms`.
+async fn start_offsets(
+    connection: &mut Connection,
+    args: &ConsumeArgs,
+    chosen: &[i32],
+) -> anyhow::Result<BTreeMap<i32, i64>> {
+    let timestamp = match (&args.from_timestamp, args.from_beginning) {
+        (Some(text), _) => parse_datetime(text).context("bad --from-timestamp")?,
+        (None, true) => LIST_OFFSETS_EARLIEST,
+        (None, false) => LIST_OFFSETS_LATEST,
+    };
+    let mut retry = Retry::new(&args.connect);
+    let mut starts = offsets_of(connection, &args.topic, chosen, timestamp, &mut retry).await?;
+    // -1: no record that late; those partitions start at their end.
+    let late: Vec<i32> = starts
+        .iter()
+        .filter(|(_, offset)| **offset < 0)
+        .map(|(partition, _)| *partition)
+        .collect();
+    if !late.is_empty() {
+        let ends = offsets_of(
+            connection,
+            &args.topic,
+            &late,
+            LIST_OFFSETS_LATEST,
+            &mut retry,
+        )
+        .await?;
+        starts.extend(ends);
+    }
+    Ok(starts)
+}
+
+/// ListOffsets of some partitions of `topic` at `timestamp` (see
+/// [`settled_offsets`]); any partition's failure fails it.
+async fn offsets_of(
+    connection: &mut Connection,
+    topic: &str,
+    partitions: &[i32],
+    timestamp: i64,
+    retry: &mut Retry,
+) -> anyhow::Result<BTreeMap<i32, i64>> {
+    let wanted: Vec<(String, i32)> = partitions.iter().map(|&p| (topic.to_string(), p)).collect();
+    let mut offsets = BTreeMap::new();
+    for ((topic, partition), answer) in
+        settled_offsets(connection, &wanted, timestamp, retry).await?
+    {
+        match answer {
+            Ok(offset) => offsets.insert(partition, offset),
+            Err(failure) => bail!("ListOffsets of {topic}-{partition} failed: {failure}"),
+        };
+    }
+    Ok(offsets)
 }
 
 /// Whether the broker went away (or is not back yet): worth reconnecting.
@@ -251,14 +322,7 @@ async fn session(
             };
             match args.offset {
                 Some(offset) => chosen.iter().map(|&p| (p, offset)).collect(),
-                None => {
-                    let timestamp = if args.from_beginning {
-                        LIST_OFFSETS_EARLIEST
-                    } else {
-                        LIST_OFFSETS_LATEST
-                    };
-                    list_topic_offsets(&mut connection, &args.topic, &chosen, timestamp).await?
-                }
+                None => start_offsets(&mut connection, args, &chosen).await?,
             }
         }
     };

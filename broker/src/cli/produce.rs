@@ -1,6 +1,8 @@
 //! `strom produce TOPIC`: one record per stdin line, sent in v2 batches.
 //!
-//! Lines are read as bytes (any encoding; only `\n` ends a line). Records
+//! Lines are read as bytes (any encoding; only `\n` ends a line), each
+//! `[HEADERS HSEP][KEY KSEP]VALUE` with `--header-separator HSEP` and
+//! `--key-separator KSEP` (see [`split_line`] and [`parse_headers`]). Records
 //! are batched while more input is already buffered, so piped input goes in
 //! large batches and typed input goes out line by line. A record's
 //! partition is `--partition`, else the Java client's murmur2 hash of its
@@ -75,14 +77,33 @@ pub struct ProduceArgs {
     /// Header added to every record, e.g. --header source=cli (repeatable).
     #[arg(long = "header", value_name = "KEY=VALUE", value_parser = key_value)]
     headers: Vec<(String, String)>,
+    /// Read each record's own headers from the start of its line, up to
+    /// the first SEP: KEY:VALUE pairs separated by commas, as `strom
+    /// consume --print-headers` prints them (a KEY without `:` has a null
+    /// value; `NO_HEADERS` or nothing: none). The rest of the line is the
+    /// key and value as usual, so a line reads HEADERS SEP [KEY KSEP] VALUE,
+    /// e.g. with --header-separator '|' --key-separator ':' the line
+    /// `trace:42,source:web|user-1:hello`. A line without SEP has no headers
+    /// of its own. A line's headers come after the --header ones.
+    #[arg(long, value_name = "SEP")]
+    header_separator: Option<String>,
     #[command(flatten)]
     connect: ConnectArgs,
 }
+
+/// A record header: key and value (`None`: null).
+type Header = (Vec<u8>, Option<Vec<u8>>);
+
+/// The text that stands for "no headers", as `strom consume
+/// --print-headers` and Kafka's console consumer print it.
+const NO_HEADERS: &[u8] = b"NO_HEADERS";
 
 /// One line turned into a record, waiting for its batch.
 struct Line {
     key: Option<Vec<u8>>,
     value: Vec<u8>,
+    /// The line's own headers (after the `--header` ones).
+    headers: Vec<Header>,
     timestamp_ms: i64,
 }
 
@@ -109,6 +130,10 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
     if separator == Some(b"") {
         bail!("--key-separator must not be empty");
     }
+    let header_separator = args.header_separator.as_deref().map(str::as_bytes);
+    if header_separator == Some(b"") {
+        bail!("--header-separator must not be empty");
+    }
 
     let mut producer = Producer {
         bootstrap: &mut connection,
@@ -133,11 +158,27 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
             if line.last() == Some(&b'\n') {
                 line.pop();
             }
-            let (key, value) = split_line(&line, separator);
-            buffered_bytes += value.len() + key.as_ref().map_or(0, Vec::len);
+            let (headers, rest) = match header_separator {
+                None => (Vec::new(), &line[..]),
+                Some(header_separator) => match split_line(&line, Some(header_separator)) {
+                    (Some(headers), _) => {
+                        let at = headers.len() + header_separator.len();
+                        (parse_headers(&headers), &line[at..])
+                    }
+                    (None, _) => (Vec::new(), &line[..]),
+                },
+            };
+            let (key, value) = split_line(rest, separator);
+            buffered_bytes += value.len()
+                + key.as_ref().map_or(0, Vec::len)
+                + headers
+                    .iter()
+                    .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
+                    .sum::<usize>();
             lines.push(Line {
                 key,
                 value,
+                headers,
                 timestamp_ms: storage::clock::system_wall_ms(),
             });
         }
@@ -173,6 +214,22 @@ fn split_line(line: &[u8], separator: Option<&[u8]>) -> (Option<Vec<u8>>, Vec<u8
         }
     }
     (None, line.to_vec())
+}
+
+/// A line's headers: `KEY:VALUE` pairs separated by `,` (the value after
+/// the first `:`; a key without `:` has a null value; empty pairs are
+/// skipped); `NO_HEADERS` means none.
+fn parse_headers(text: &[u8]) -> Vec<Header> {
+    if text == NO_HEADERS {
+        return Vec::new();
+    }
+    text.split(|b| *b == b',')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| match pair.iter().position(|b| *b == b':') {
+            Some(at) => (pair[..at].to_vec(), Some(pair[at + 1..].to_vec())),
+            None => (pair.to_vec(), None),
+        })
+        .collect()
 }
 
 /// Groups lines by partition: the fixed one, else murmur2 of the key, else
@@ -270,7 +327,7 @@ impl Producer<'_> {
                     .map(|line| NewRecord {
                         key: line.key,
                         value: Some(line.value),
-                        headers: headers.to_vec(),
+                        headers: headers.iter().cloned().chain(line.headers).collect(),
                         timestamp_delta: line.timestamp_ms - base_timestamp,
                     })
                     .collect();
@@ -336,5 +393,26 @@ mod tests {
         );
         assert_eq!(split_line(b"k:v", None), (None, b"k:v".to_vec()));
         assert_eq!(split_line(b":v", Some(b":")), (Some(vec![]), b"v".to_vec()));
+    }
+
+    #[test]
+    fn header_text_reads_as_consume_prints_it() {
+        let header =
+            |k: &str, v: Option<&str>| (k.as_bytes().to_vec(), v.map(|v| v.as_bytes().to_vec()));
+        let check = |text: &str, expected: Vec<Header>| {
+            assert_eq!(parse_headers(text.as_bytes()), expected, "{text:?}");
+        };
+        check("", vec![]);
+        check("NO_HEADERS", vec![]);
+        check("a:1", vec![header("a", Some("1"))]);
+        check(
+            "a:1,b:x:y,,c:,d",
+            vec![
+                header("a", Some("1")),
+                header("b", Some("x:y")),
+                header("c", Some("")),
+                header("d", None),
+            ],
+        );
     }
 }

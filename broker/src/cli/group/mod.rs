@@ -16,6 +16,7 @@ mod commands;
 mod datetime;
 mod member;
 
+pub use datetime::parse_datetime;
 pub use member::GroupMember;
 
 use std::collections::BTreeMap;
