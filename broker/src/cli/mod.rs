@@ -107,7 +107,10 @@ pub struct ConnectArgs {
     pub bootstrap: Option<String>,
     /// How long to wait for a bootstrap broker to take the connection
     /// (tried again while refused: a broker that is starting) and for each
-    /// response, in milliseconds.
+    /// response, and how long to keep sending again a request answered
+    /// with an error Kafka calls retriable (NOT_CONTROLLER,
+    /// UNKNOWN_TOPIC_OR_PARTITION from a new partition's leader, ...), in
+    /// milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 30_000)]
     pub timeout_ms: u64,
 }
