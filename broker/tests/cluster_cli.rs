@@ -838,7 +838,7 @@ fn describe_right_after_create_and_create_right_after_the_controller_dies_retry(
             "describe",
             "--exclude-internal",
             "--timeout-ms",
-            "300",
+            "1000",
         ],
     );
     let lines: Vec<&str> = early

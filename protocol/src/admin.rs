@@ -460,6 +460,11 @@ impl Router {
         partitions: &[TopicPartition],
         timestamp: i64,
     ) -> OffsetAnswers {
+        if bootstrap.is_broken() {
+            // It failed earlier: the broker it reached gets a connection
+            // of its own.
+            self.bootstrap_id = None;
+        }
         let mut answers = OffsetAnswers::new();
         let mut by_leader: BTreeMap<i32, Vec<TopicPartition>> = BTreeMap::new();
         for (topic, partition) in partitions {

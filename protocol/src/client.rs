@@ -423,6 +423,12 @@ impl Connection {
         &self.address
     }
 
+    /// Whether an earlier failure left the stream at an unknown position:
+    /// every later call fails, a new connection is needed.
+    pub fn is_broken(&self) -> bool {
+        self.broken
+    }
+
     /// The settings this connection was opened with (for connections to
     /// other brokers of the same cluster).
     pub fn config(&self) -> &ClientConfig {

@@ -27,6 +27,7 @@ const _: () = assert!(RETRY_BACKOFF_MS_MIN <= RETRY_BACKOFF_MS_MAX);
 /// started, at most [`RETRY_PAUSES_MAX`] pauses, each waited out before
 /// the next attempt.
 pub struct Retry {
+    connect: ConnectArgs,
     deadline: Instant,
     pauses: u32,
     backoff: Duration,
@@ -36,6 +37,7 @@ impl Retry {
     /// Retries until `--timeout-ms` from now.
     pub fn new(connect: &ConnectArgs) -> Retry {
         Retry {
+            connect: connect.clone(),
             deadline: Instant::now() + Duration::from_millis(connect.timeout_ms),
             pauses: 0,
             backoff: Duration::from_millis(RETRY_BACKOFF_MS_MIN),
@@ -46,6 +48,15 @@ impl Retry {
     /// is left, in which case the pause has been waited.
     pub async fn again(&mut self, error: &anyhow::Error) -> bool {
         retriable(error) && self.pause().await
+    }
+
+    /// Replaces `connection` by a new one to the bootstrap brokers when an
+    /// earlier failure (a response that timed out) left it unusable.
+    pub async fn usable(&self, connection: &mut Connection) -> anyhow::Result<()> {
+        if connection.is_broken() {
+            *connection = self.connect.connect().await?;
+        }
+        Ok(())
     }
 
     /// Waits the next pause and returns true, or returns false at once
@@ -125,6 +136,7 @@ pub async fn settled_offsets(
         .into_iter()
         .collect();
     loop {
+        retry.usable(bootstrap).await?;
         let mut router = match Router::discover(bootstrap, &topics).await {
             Ok(router) => router,
             Err(error) => {

@@ -452,6 +452,7 @@ async fn partitions_and_offsets(
     retry: &mut Retry,
 ) -> anyhow::Result<(MetadataResponse, OffsetAnswers, OffsetAnswers)> {
     loop {
+        retry.usable(connection).await?;
         let response = match metadata(connection, wanted, false).await {
             Ok(response) => response,
             Err(error) => {
@@ -524,6 +525,7 @@ async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
         .iter()
         .map(|t| t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default())
         .collect();
+    retry.usable(&mut connection).await?;
     let mut configs = topic_configs(&mut connection, &names, &mut retry).await?;
     let ids = |nodes: &[kafka_protocol::messages::BrokerId]| -> Vec<i32> {
         nodes.iter().map(|n| n.0).collect()
