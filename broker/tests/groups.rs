@@ -899,3 +899,127 @@ fn offsets_log_is_compacted_to_live_offsets_and_reloads_after_restart() {
         "the reload reads the snapshot and what followed, not all 11,000 records: {after_restart:?}"
     );
 }
+
+/// A new member of `group` through JoinGroup v7 (MEMBER_ID_REQUIRED, then
+/// the join) and its SyncGroup as the sole member: (member id, generation).
+fn join_alone(conn: &mut Connection, group: &str) -> (String, i32) {
+    let first = join(conn, group, "");
+    assert_eq!(first.error_code, 79, "MEMBER_ID_REQUIRED: {first:?}");
+    let member = first.member_id.to_string();
+    let joined = join(conn, group, &member);
+    assert_eq!(joined.error_code, 0, "{joined:?}");
+    assert_eq!(joined.leader.to_string(), member, "alone, it leads");
+    let synced: SyncGroupResponse = conn.call(
+        ApiKey::SyncGroup,
+        5,
+        &SyncGroupRequest::default()
+            .with_group_id(GroupId(text(group)))
+            .with_generation_id(joined.generation_id)
+            .with_member_id(text(&member))
+            .with_protocol_type(Some(text("consumer")))
+            .with_protocol_name(Some(text("range")))
+            .with_assignments(vec![SyncGroupRequestAssignment::default()
+                .with_member_id(text(&member))
+                .with_assignment(Bytes::from_static(b"assigned"))]),
+    );
+    assert_eq!(synced.error_code, 0, "{synced:?}");
+    (member, joined.generation_id)
+}
+
+fn leave(conn: &mut Connection, group: &str, member: &str) {
+    let left: LeaveGroupResponse = conn.call(
+        ApiKey::LeaveGroup,
+        5,
+        &LeaveGroupRequest::default()
+            .with_group_id(GroupId(text(group)))
+            .with_members(vec![MemberIdentity::default().with_member_id(text(member))]),
+    );
+    let codes: Vec<i16> = left.members.iter().map(|m| m.error_code).collect();
+    assert_eq!((left.error_code, codes), (0, vec![0]), "{left:?}");
+}
+
+/// DescribeGroups v5 of one group: (state, protocol type, member ids).
+fn described(conn: &mut Connection, group: &str) -> (String, String, Vec<String>) {
+    let response: DescribeGroupsResponse = conn.call(
+        ApiKey::DescribeGroups,
+        5,
+        &DescribeGroupsRequest::default().with_groups(vec![GroupId(text(group))]),
+    );
+    let found = &response.groups[0];
+    assert_eq!(found.error_code, 0, "{found:?}");
+    (
+        found.group_state.to_string(),
+        found.protocol_type.to_string(),
+        found
+            .members
+            .iter()
+            .map(|m| m.member_id.to_string())
+            .collect(),
+    )
+}
+
+#[test]
+fn group_protocol_types_generations_and_members_survive_a_broker_restart() {
+    let mut broker = Broker::start(BROKER_ARGS);
+    // confluent-kafka: a subscribed member commits and closes (the group
+    // is Empty, protocol type `consumer`); an assign() consumer commits
+    // (a group without a protocol type).
+    let out = groups(&broker, &["restart-write"]);
+    assert!(out.contains("restart-write: ok"), "{out}");
+    let mut conn = Connection::open(&broker);
+    // A raw member joins the emptied group and leaves it again: the
+    // generation it had, and the group is Empty in the next one.
+    let (member, generation) = join_alone(&mut conn, "restart-group");
+    leave(&mut conn, "restart-group", &member);
+    // Another group keeps a member (Stable) through the restart.
+    let (kept, kept_generation) = join_alone(&mut conn, "restart-kept");
+    let listed = strom_ok(&broker, &["group", "list"]);
+    for line in [
+        "restart-group\tEmpty\tconsumer\n",
+        "restart-assign\tEmpty\t-\n",
+        "restart-kept\tStable\tconsumer\n",
+    ] {
+        assert!(listed.contains(line), "{line:?} in {listed}");
+    }
+    drop(conn);
+
+    broker.restart();
+    assert_eq!(strom_ok(&broker, &["group", "list"]), listed);
+    let mut conn = Connection::open(&broker);
+    assert_eq!(
+        described(&mut conn, "restart-group"),
+        ("Empty".into(), "consumer".into(), vec![])
+    );
+    // The member kept its membership: it heartbeats in its generation
+    // (a member that did not would expire after its session, as after a
+    // coordinator change in Kafka).
+    assert_eq!(
+        described(&mut conn, "restart-kept"),
+        ("Stable".into(), "consumer".into(), vec![kept.clone()])
+    );
+    assert_eq!(
+        heartbeat(&mut conn, "restart-kept", kept_generation, &kept),
+        0
+    );
+    leave(&mut conn, "restart-kept", &kept);
+    // The generation was kept: the next member gets the one after the
+    // Empty group's (generation + 1), not 1.
+    let (member, generation_after) = join_alone(&mut conn, "restart-group");
+    assert_eq!(generation_after, generation + 2, "{}", broker.log());
+    leave(&mut conn, "restart-group", &member);
+    // The member's committed offsets are there too.
+    let fetched: OffsetFetchResponse = conn.call(
+        ApiKey::OffsetFetch,
+        7,
+        &OffsetFetchRequest::default()
+            .with_group_id(GroupId(text("restart-group")))
+            .with_topics(None),
+    );
+    let mut offsets: Vec<(i32, i64)> = fetched.topics[0]
+        .partitions
+        .iter()
+        .map(|p| (p.partition_index, p.committed_offset))
+        .collect();
+    offsets.sort();
+    assert_eq!(offsets, vec![(0, 5), (1, 6), (2, 7)]);
+}

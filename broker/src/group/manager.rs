@@ -1,11 +1,13 @@
 //! The runtime edge of the group coordinator on one core: routes a group's
 //! requests to the core that owns its `__consumer_offsets` partition,
-//! loads that partition's offsets on first use, parks JoinGroup and
-//! SyncGroup requests on local channels, runs the deadline tick, and
-//! writes offset records (durable before a commit is answered).
+//! loads that partition's offsets and groups on first use, parks
+//! JoinGroup and SyncGroup requests on local channels, runs the deadline
+//! tick, and writes offset and membership records (durable before a
+//! commit, a SyncGroup that completes a rebalance or a LeaveGroup that
+//! empties a group is answered).
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::future::Future;
 use std::rc::Rc;
 use std::time::Duration;
@@ -47,6 +49,8 @@ pub struct GroupManager {
     /// Per offsets partition: records held above which compaction is
     /// considered again (twice the live offsets last counted, plus slack).
     compact_check_at: RefCell<HashMap<i32, u64>>,
+    /// A task writes the membership records the tick took.
+    metadata_writer: Cell<bool>,
 }
 
 fn offsets_partition_count(shard: &Shard) -> i32 {
@@ -274,16 +278,35 @@ async fn load(shard: &Rc<Shard>, partition: i32) -> Result<(), i16> {
                 let Some(key) = record.key.as_deref().and_then(records::parse_key) else {
                     continue;
                 };
-                if let OffsetsKey::Offset {
-                    group_id,
-                    topic,
-                    partition: index,
-                } = key
-                {
-                    let value = record.value.as_deref().and_then(records::parse_value);
-                    with_coordinator(shard, |c| c.load_offset(&group_id, &topic, index, value));
-                    records_loaded += 1;
+                match key {
+                    OffsetsKey::Offset {
+                        group_id,
+                        topic,
+                        partition: index,
+                    } => {
+                        let value = record.value.as_deref().and_then(records::parse_value);
+                        with_coordinator(shard, |c| c.load_offset(&group_id, &topic, index, value));
+                    }
+                    OffsetsKey::GroupMetadata { group_id } => {
+                        let value = match record.value.as_deref() {
+                            None => None,
+                            Some(bytes) => match records::parse_group_metadata_value(bytes) {
+                                Some(value) => Some(value),
+                                None => {
+                                    tracing::warn!(
+                                        partition,
+                                        group = %group_id,
+                                        "skipped a group metadata record that does not decode"
+                                    );
+                                    continue;
+                                }
+                            },
+                        };
+                        let now = shard.now_ms() as u64;
+                        with_coordinator(shard, |c| c.load_group_metadata(&group_id, value, now));
+                    }
                 }
+                records_loaded += 1;
             }
         }
         if next <= from {
@@ -336,15 +359,33 @@ fn new_waiter(shard: &Shard) -> (WaiterId, local_channel::LocalReceiver<Reply>) 
 /// Puts a JoinGroup or SyncGroup to the coordinator with a waiter ready.
 /// An answer given now is returned at once; a parked call resolves when
 /// `dispatch` hands the waiter its reply, which `from_reply` unpacks. None
-/// when the waiter was dropped or got the other kind of reply.
+/// when the waiter was dropped or got the other kind of reply. A
+/// membership record the call took is durable in offsets partition
+/// `partition` before anyone is answered (as Kafka answers SyncGroup only
+/// once the group is stored); if it cannot be written, SyncGroup answers
+/// carry the error instead.
 async fn ask_or_park<T>(
     shard: &Rc<Shard>,
+    partition: i32,
     ask: impl FnOnce(&mut Coordinator, WaiterId, &mut Replies) -> Answer<T>,
     from_reply: impl FnOnce(Reply) -> Option<T>,
 ) -> Option<T> {
     let (waiter, receiver) = new_waiter(shard);
     let mut replies = Vec::new();
-    let answer = with_coordinator(shard, |c| ask(c, waiter, &mut replies));
+    let (answer, took_metadata) = with_coordinator(shard, |c| {
+        (ask(c, waiter, &mut replies), c.has_metadata_changes())
+    });
+    if took_metadata {
+        if let Err(code) = write_group_metadata(shard, partition).await {
+            for (_, reply) in &mut replies {
+                if let Reply::Sync(response) = reply {
+                    if response.error_code == errors::NONE {
+                        *response = SyncResponse::error(code);
+                    }
+                }
+            }
+        }
+    }
     dispatch(shard, replies);
     match answer {
         Answer::Now(response) => {
@@ -363,8 +404,10 @@ pub async fn join(shard: &Rc<Shard>, request: JoinRequest) -> JoinResponse {
         return JoinResponse::error(errors::NOT_COORDINATOR, &member_id);
     }
     let now = shard.now_ms() as u64;
+    let partition = offsets_partition_for(&request.group_id, offsets_partition_count(shard));
     let answer = ask_or_park(
         shard,
+        partition,
         |c, waiter, replies| c.join(now, request, waiter, replies),
         |reply| match reply {
             Reply::Join(response) => Some(response),
@@ -381,8 +424,10 @@ pub async fn sync(shard: &Rc<Shard>, request: SyncRequest) -> SyncResponse {
         return SyncResponse::error(errors::NOT_COORDINATOR);
     }
     let now = shard.now_ms() as u64;
+    let partition = offsets_partition_for(&request.group_id, offsets_partition_count(shard));
     let answer = ask_or_park(
         shard,
+        partition,
         |c, waiter, replies| c.sync(now, request, waiter, replies),
         |reply| match reply {
             Reply::Sync(response) => Some(response),
@@ -393,16 +438,29 @@ pub async fn sync(shard: &Rc<Shard>, request: SyncRequest) -> SyncResponse {
     answer.unwrap_or_else(|| SyncResponse::error(errors::NOT_COORDINATOR))
 }
 
-/// LeaveGroup on the coordinator core.
-pub fn leave(
+/// LeaveGroup on the coordinator core: answered once the record of a
+/// group it emptied is durable (a restart right after a consumer closed
+/// finds the group as the consumer left it).
+pub async fn leave(
     shard: &Shard,
     group_id: &str,
     members: &[(String, Option<String>)],
 ) -> Result<Vec<i16>, i16> {
     let mut replies = Vec::new();
-    let result = with_coordinator(shard, |c| {
-        c.leave(shard.now_ms() as u64, group_id, members, &mut replies)
+    let (result, took_metadata) = with_coordinator(shard, |c| {
+        let result = c.leave(shard.now_ms() as u64, group_id, members, &mut replies);
+        (result, c.has_metadata_changes())
     });
+    let partition = offsets_partition_for(group_id, offsets_partition_count(shard));
+    if took_metadata {
+        if let Err(code) = write_group_metadata(shard, partition).await {
+            tracing::warn!(
+                partition,
+                code,
+                "cannot write a group's record after LeaveGroup"
+            );
+        }
+    }
     dispatch(shard, replies);
     result
 }
@@ -437,15 +495,39 @@ pub async fn write_lock(shard: &Shard, partition: i32) -> glommio::sync::StaticP
         .expect("write locks are never closed")
 }
 
+/// The membership records the coordinator queued for the groups of
+/// offsets partition `partition`, each group's latest.
+fn metadata_records(shard: &Shard, partition: i32) -> Vec<OffsetsRecord> {
+    let count = offsets_partition_count(shard);
+    let changes = with_coordinator(shard, |c| {
+        if !c.has_metadata_changes() {
+            return Vec::new();
+        }
+        c.take_metadata_changes(|id| offsets_partition_for(id, count) == partition)
+    });
+    changes
+        .into_iter()
+        .map(|(group_id, metadata)| {
+            (
+                records::group_metadata_key(&group_id),
+                metadata.map(|m| records::group_metadata_value(&m)),
+            )
+        })
+        .collect()
+}
+
 /// Appends records to an offsets partition (in batches of at most
-/// `OFFSETS_BATCH_BYTES_MAX`) and returns the last offset written.
-/// Call with the partition's write lock held.
+/// `OFFSETS_BATCH_BYTES_MAX`), followed by the membership records queued
+/// for its groups, and returns the last offset written. Call with the
+/// partition's write lock held: the queue is taken under it, so records
+/// reach the log in the order the coordinator took them.
 pub async fn append(
     shard: &Shard,
     partition: i32,
-    entries: Vec<OffsetsRecord>,
+    mut entries: Vec<OffsetsRecord>,
 ) -> Result<Option<i64>, i16> {
     let log = offsets_partition(shard, partition)?;
+    entries.extend(metadata_records(shard, partition));
     let mut last = None;
     let timestamp = shard.now_ms();
     let mut batch: Vec<NewRecord> = Vec::new();
@@ -496,6 +578,31 @@ pub async fn wait_durable(shard: &Shard, partition: i32, last_offset: i64) -> Re
     })
 }
 
+/// Writes the membership records queued for `partition` and waits until
+/// the partition holds them durably, with whatever was appended before
+/// (another task may have taken this caller's records with its own).
+pub async fn write_group_metadata(shard: &Shard, partition: i32) -> Result<(), i16> {
+    let last = {
+        let _lock = write_lock(shard, partition).await;
+        let log = match offsets_partition(shard, partition) {
+            Ok(log) => log,
+            Err(code) => {
+                // Not this core's partition: its records are not ours to write.
+                metadata_records(shard, partition);
+                return Err(code);
+            }
+        };
+        match append(shard, partition, Vec::new()).await? {
+            Some(last) => last,
+            None => log.log_end_offset() - 1,
+        }
+    };
+    if last >= 0 {
+        wait_durable(shard, partition, last).await?;
+    }
+    Ok(())
+}
+
 /// Appends `entries` under the write lock and waits until durable.
 pub async fn write_durably(
     shard: &Rc<Shard>,
@@ -517,9 +624,10 @@ pub async fn write_durably(
 }
 
 /// Compaction by snapshot: once a partition holds far more records than
-/// live offsets, rewrite the live offsets of its groups at the end and
-/// move the log start past everything before them. A crash in between
-/// replays old records and then the snapshot: the same state.
+/// live offsets and group records, rewrite those of its groups at the end
+/// (each group's offsets before its membership record, the order they
+/// had) and move the log start past everything before them. A crash in
+/// between replays old records and then the snapshot: the same state.
 pub async fn maybe_compact(shard: &Rc<Shard>, partition: i32) {
     let Ok(log) = offsets_partition(shard, partition) else {
         return;
@@ -541,7 +649,7 @@ pub async fn maybe_compact(shard: &Rc<Shard>, partition: i32) {
     let live_count = with_coordinator(shard, |c| {
         c.groups()
             .filter(|g| offsets_partition_for(g.id(), partitions) == partition)
-            .map(|g| g.offsets().len() as u64)
+            .map(|g| g.offsets().len() as u64 + u64::from(g.metadata().is_some()))
             .sum::<u64>()
     });
     let bound = 2 * live_count + OFFSETS_COMPACT_SLACK_RECORDS;
@@ -560,12 +668,19 @@ pub async fn maybe_compact(shard: &Rc<Shard>, partition: i32) {
         c.groups()
             .filter(|g| offsets_partition_for(g.id(), partitions) == partition)
             .flat_map(|g| {
-                g.offsets().iter().map(|((topic, index), offset)| {
+                let offsets = g.offsets().iter().map(|((topic, index), offset)| {
                     (
                         records::offset_key(g.id(), topic, *index),
                         Some(records::offset_value(offset)),
                     )
-                })
+                });
+                let metadata = g.metadata().map(|m| {
+                    (
+                        records::group_metadata_key(g.id()),
+                        Some(records::group_metadata_value(m)),
+                    )
+                });
+                offsets.chain(metadata)
             })
             .collect()
     });
@@ -608,6 +723,7 @@ fn start_ticking(shard: &Rc<Shard>) {
             let now = shard.now_ms() as u64;
             with_coordinator(&shard, |c| c.tick(now, &mut replies));
             dispatch(&shard, replies);
+            start_metadata_writer(&shard);
             if now >= next_expiry_ms {
                 next_expiry_ms = now + OFFSETS_RETENTION_CHECK_MS;
                 let dropped = with_coordinator(&shard, |c| c.expire_offsets(now));
@@ -616,6 +732,35 @@ fn start_ticking(shard: &Rc<Shard>) {
                 }
             }
         }
+    })
+    .detach();
+}
+
+/// Writes the membership records queued on this core (groups the tick
+/// emptied or dropped) in the background, so a slow write does not hold
+/// up the deadlines. One writer at a time; what is queued while it runs
+/// waits for the next tick.
+fn start_metadata_writer(shard: &Rc<Shard>) {
+    if shard.groups.metadata_writer.get() {
+        return;
+    }
+    let count = offsets_partition_count(shard);
+    let partitions: BTreeSet<i32> = with_coordinator(shard, |c| {
+        c.metadata_changes()
+            .map(|id| offsets_partition_for(id, count))
+            .collect()
+    });
+    if partitions.is_empty() || shard.groups.metadata_writer.replace(true) {
+        return;
+    }
+    let shard = shard.clone();
+    glommio::spawn_local(async move {
+        for partition in partitions {
+            if let Err(code) = write_group_metadata(&shard, partition).await {
+                tracing::warn!(partition, code, "cannot write group records");
+            }
+        }
+        shard.groups.metadata_writer.set(false);
     })
     .detach();
 }

@@ -37,7 +37,7 @@ pub async fn handle(
     };
     let leaving = members.clone();
     let result = manager::on_coordinator(shard, &group_id.clone(), move |owner, _| async move {
-        manager::leave(&owner, &group_id, &leaving)
+        manager::leave(&owner, &group_id, &leaving).await
     })
     .await
     .and_then(|inner| inner);

@@ -374,6 +374,9 @@ fn rejoin_static_member(
     group.members.insert(new_id.clone(), member);
     match group.state {
         GroupState::Stable if !protocols_changed => {
+            // The new member id replaces the old one in the group's
+            // record, as Kafka persists it.
+            group.take_metadata(now_ms);
             let member = group.members.get_mut(&new_id).expect("member");
             member.synced_generation = -1;
             if request.supports_skip_assignment {
@@ -565,7 +568,9 @@ fn sync_group(
                 }
             }
             if is_leader {
-                if let Err(code) = apply_assignment(group, request, core_bytes_left, replies) {
+                if let Err(code) =
+                    apply_assignment(group, now_ms, request, core_bytes_left, replies)
+                {
                     return fail(code);
                 }
             }
@@ -611,9 +616,11 @@ fn sync_ok(group: &Group, assignment: Bytes) -> SyncResponse {
 
 /// The leader's SyncGroup during CompletingRebalance: stores every
 /// member's assignment (within the group's and the core's bounds), makes
-/// the group Stable and answers every parked SyncGroup.
+/// the group Stable, takes its metadata for `__consumer_offsets` and
+/// answers every parked SyncGroup.
 fn apply_assignment(
     group: &mut Group,
+    now_ms: u64,
     request: SyncRequest,
     core_bytes_left: usize,
     replies: &mut Replies,
@@ -639,6 +646,7 @@ fn apply_assignment(
         }
     }
     group.state = GroupState::Stable;
+    group.take_metadata(now_ms);
     let answers: Vec<(WaiterId, Bytes)> = group
         .members
         .values_mut()

@@ -179,6 +179,36 @@ pub struct GroupDescription {
     pub members: Vec<MemberDescription>,
 }
 
+/// A group's membership as `__consumer_offsets` keeps it (Kafka's
+/// GroupMetadataValue): taken when a rebalance completes (the group is
+/// Stable with its assignments) and when the group becomes Empty.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupMetadata {
+    /// `""` for a group without one, as Kafka writes it.
+    pub protocol_type: String,
+    pub generation_id: i32,
+    pub protocol_name: Option<String>,
+    pub leader_id: Option<String>,
+    /// When the group entered the state the record was taken in (-1:
+    /// unknown, as in records before Kafka's version 2).
+    pub state_timestamp_ms: i64,
+    pub members: Vec<MemberMetadata>,
+}
+
+/// One member in a [`GroupMetadata`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberMetadata {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub rebalance_timeout_ms: i32,
+    pub session_timeout_ms: i32,
+    /// The member's metadata for the group's protocol.
+    pub subscription: Bytes,
+    pub assignment: Bytes,
+}
+
 /// An offset the coordinator dropped (retention, deletion): the manager
 /// writes a tombstone for it.
 #[derive(Debug, Clone, PartialEq, Eq)]

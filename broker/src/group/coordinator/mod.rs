@@ -17,7 +17,8 @@
 //! and the deadlines), `offsets` (commit, fetch, delete, retention) and
 //! `subscription` (decoding a consumer-protocol subscription).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
 
 use bytes::Bytes;
 
@@ -45,6 +46,8 @@ pub struct Coordinator {
     /// Member bytes of every group (bounded by `CORE_MEMBER_BYTES_MAX`).
     member_bytes: usize,
     offsets_count: usize,
+    /// Groups whose membership record (or tombstone) is to be written.
+    metadata_dirty: BTreeSet<String>,
     /// Seeds member ids; a counter keeps them unique.
     id_seed: u64,
     id_counter: u64,
@@ -61,6 +64,7 @@ impl Coordinator {
             groups: BTreeMap::new(),
             member_bytes: 0,
             offsets_count: 0,
+            metadata_dirty: BTreeSet::new(),
             id_seed,
             id_counter: 0,
         }
@@ -103,8 +107,9 @@ impl Coordinator {
     }
 
     /// Runs `change` on `group_id`'s group, keeping the core's byte and
-    /// offset counts true, and drops the group once it is Empty with
-    /// nothing committed.
+    /// offset counts true, queues its membership record when the change
+    /// took one, and drops the group once it is Empty with nothing
+    /// committed (queueing a tombstone if a record was written).
     fn with_group<R>(&mut self, group_id: &str, change: impl FnOnce(&mut Group) -> R) -> Option<R> {
         let group = self.groups.get_mut(group_id)?;
         let bytes_before = group.member_bytes();
@@ -114,6 +119,9 @@ impl Coordinator {
         let offsets_after = group.offsets.len();
         self.member_bytes = self.member_bytes + bytes_after - bytes_before;
         self.offsets_count = self.offsets_count + offsets_after - offsets_before;
+        if std::mem::take(&mut group.metadata_changed) {
+            self.metadata_dirty.insert(group_id.to_string());
+        }
         if (group.state == GroupState::Empty
             && group.offsets.is_empty()
             && group.pending.is_empty())
@@ -121,9 +129,67 @@ impl Coordinator {
         {
             self.offsets_count -= group.offsets.len();
             self.member_bytes -= group.member_bytes();
+            if group.metadata.is_some() {
+                self.metadata_dirty.insert(group_id.to_string());
+            }
             self.groups.remove(group_id);
         }
         Some(result)
+    }
+
+    /// The membership records queued for the groups `wanted` names, each
+    /// group's latest: its record, or `None` for a tombstone (the group is
+    /// gone). The caller writes them, in any order: each group has one key.
+    pub fn take_metadata_changes(
+        &mut self,
+        wanted: impl Fn(&str) -> bool,
+    ) -> Vec<(String, Option<Rc<GroupMetadata>>)> {
+        let ids: Vec<String> = self
+            .metadata_dirty
+            .iter()
+            .filter(|id| wanted(id))
+            .cloned()
+            .collect();
+        ids.into_iter()
+            .map(|id| {
+                self.metadata_dirty.remove(&id);
+                let metadata = self.groups.get(&id).and_then(|g| g.metadata.clone());
+                (id, metadata)
+            })
+            .collect()
+    }
+
+    /// Whether any membership record waits to be written.
+    pub fn has_metadata_changes(&self) -> bool {
+        !self.metadata_dirty.is_empty()
+    }
+
+    /// The groups whose membership record waits to be written.
+    pub fn metadata_changes(&self) -> impl Iterator<Item = &str> {
+        self.metadata_dirty.iter().map(String::as_str)
+    }
+
+    /// A membership record loaded from `__consumer_offsets` (`None`: a
+    /// tombstone). No checks: the log holds only what was accepted.
+    /// Queues nothing to write back.
+    pub fn load_group_metadata(
+        &mut self,
+        group_id: &str,
+        metadata: Option<GroupMetadata>,
+        now_ms: u64,
+    ) {
+        if !self.groups.contains_key(group_id) {
+            if metadata.is_none() {
+                return;
+            }
+            self.groups
+                .insert(group_id.to_string(), Group::new(group_id));
+        }
+        let dirty_before = self.metadata_dirty.contains(group_id);
+        self.with_group(group_id, |group| group.restore(metadata, now_ms));
+        if !dirty_before {
+            self.metadata_dirty.remove(group_id);
+        }
     }
 
     fn check_group_id(group_id: &str) -> Result<(), i16> {
@@ -180,6 +246,8 @@ impl Coordinator {
         replies: &mut Replies,
     ) -> usize {
         let gone: Vec<String> = self.groups.keys().filter(|id| moved(id)).cloned().collect();
+        // The new coordinator writes their records from now on.
+        self.metadata_dirty.retain(|id| !moved(id));
         for group_id in &gone {
             if let Some(mut group) = self.groups.remove(group_id) {
                 self.member_bytes -= group.member_bytes();

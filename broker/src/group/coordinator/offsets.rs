@@ -105,7 +105,8 @@ impl Coordinator {
     }
 
     /// Offsets loaded from `__consumer_offsets` (no checks; the log holds
-    /// only what was accepted). `None` is a tombstone.
+    /// only what was accepted). `None` is a tombstone. Queues nothing to
+    /// write back (a group it empties had its tombstone written after).
     pub fn load_offset(
         &mut self,
         group_id: &str,
@@ -120,6 +121,7 @@ impl Coordinator {
             self.groups
                 .insert(group_id.to_string(), Group::new(group_id));
         }
+        let dirty_before = self.metadata_dirty.contains(group_id);
         self.with_group(group_id, |group| match offset {
             Some(offset) => {
                 group.offsets.insert((topic.to_string(), partition), offset);
@@ -128,6 +130,9 @@ impl Coordinator {
                 group.offsets.remove(&(topic.to_string(), partition));
             }
         });
+        if !dirty_before {
+            self.metadata_dirty.remove(group_id);
+        }
     }
 
     /// OffsetFetch: the committed offset of each partition asked, or of

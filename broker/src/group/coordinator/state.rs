@@ -2,6 +2,7 @@
 //! selection and the rebalance phases' transitions.
 
 use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
 
 use bytes::Bytes;
 
@@ -69,6 +70,11 @@ pub struct Group {
     /// When the group last became Empty (offset retention counts from it).
     pub(super) empty_since_ms: Option<u64>,
     pub(super) offsets: BTreeMap<(String, i32), CommittedOffset>,
+    /// The membership `__consumer_offsets` holds for the group (or will,
+    /// once the manager writes it); `None`: no record, or a tombstone.
+    pub(super) metadata: Option<Rc<GroupMetadata>>,
+    /// `metadata` was taken anew and is not yet queued for writing.
+    pub(super) metadata_changed: bool,
 }
 
 impl Group {
@@ -89,6 +95,8 @@ impl Group {
             sync_deadline_ms: 0,
             empty_since_ms: None,
             offsets: BTreeMap::new(),
+            metadata: None,
+            metadata_changed: false,
         }
     }
 
@@ -116,8 +124,119 @@ impl Group {
         &self.offsets
     }
 
+    /// The membership record `__consumer_offsets` holds for the group.
+    pub fn metadata(&self) -> Option<&Rc<GroupMetadata>> {
+        self.metadata.as_ref()
+    }
+
     pub(super) fn member_bytes(&self) -> usize {
         self.members.values().map(Member::bytes).sum()
+    }
+
+    /// Takes the group's membership for `__consumer_offsets`, as Kafka
+    /// stores it once a rebalance completes or the group becomes Empty:
+    /// each member with its metadata for the selected protocol.
+    pub(super) fn take_metadata(&mut self, now_ms: u64) {
+        let protocol = self.protocol_name.clone();
+        let members = self
+            .members
+            .values()
+            .map(|m| MemberMetadata {
+                member_id: m.member_id.clone(),
+                group_instance_id: m.group_instance_id.clone(),
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                rebalance_timeout_ms: i32::try_from(m.rebalance_timeout_ms).unwrap_or(i32::MAX),
+                session_timeout_ms: i32::try_from(m.session_timeout_ms).unwrap_or(i32::MAX),
+                subscription: protocol
+                    .as_deref()
+                    .map(|p| m.metadata_for(p))
+                    .unwrap_or_default(),
+                assignment: m.assignment.clone(),
+            })
+            .collect();
+        self.metadata = Some(Rc::new(GroupMetadata {
+            protocol_type: self.protocol_type.clone().unwrap_or_default(),
+            generation_id: self.generation_id,
+            protocol_name: protocol,
+            leader_id: self.leader_id.clone(),
+            state_timestamp_ms: i64::try_from(now_ms).unwrap_or(i64::MAX),
+            members,
+        }));
+        self.metadata_changed = true;
+    }
+
+    /// The group as a `__consumer_offsets` record leaves it (`None`: a
+    /// tombstone), Kafka's way: Empty without members, otherwise Stable
+    /// with the members, whose sessions run from `now_ms` (a member that
+    /// does not heartbeat the new coordinator expires and the rest
+    /// rebalance). Offsets stay.
+    pub(super) fn restore(&mut self, metadata: Option<GroupMetadata>, now_ms: u64) {
+        self.members.clear();
+        self.instances.clear();
+        self.pending.clear();
+        self.initial_delay_until_ms = None;
+        self.metadata_changed = false;
+        let Some(metadata) = metadata else {
+            *self = Self {
+                offsets: std::mem::take(&mut self.offsets),
+                ..Self::new(&self.id)
+            };
+            return;
+        };
+        self.generation_id = metadata.generation_id;
+        self.protocol_type =
+            (!metadata.protocol_type.is_empty()).then(|| metadata.protocol_type.clone());
+        self.protocol_name = metadata.protocol_name.clone();
+        self.leader_id = metadata.leader_id.clone();
+        if let Some(protocol) = self.protocol_name.clone() {
+            for m in &metadata.members {
+                let session_timeout_ms = m.session_timeout_ms.max(0) as u64;
+                // Records before Kafka's version 1 have no rebalance timeout.
+                let rebalance_timeout_ms = if m.rebalance_timeout_ms < 0 {
+                    session_timeout_ms
+                } else {
+                    m.rebalance_timeout_ms as u64
+                };
+                if let Some(instance) = &m.group_instance_id {
+                    self.instances.insert(instance.clone(), m.member_id.clone());
+                }
+                self.members.insert(
+                    m.member_id.clone(),
+                    Member {
+                        member_id: m.member_id.clone(),
+                        group_instance_id: m.group_instance_id.clone(),
+                        client_id: m.client_id.clone(),
+                        client_host: m.client_host.clone(),
+                        session_timeout_ms,
+                        rebalance_timeout_ms,
+                        protocols: vec![(protocol.clone(), m.subscription.clone())],
+                        assignment: m.assignment.clone(),
+                        join_waiter: None,
+                        sync_waiter: None,
+                        synced_generation: metadata.generation_id,
+                        session_deadline_ms: now_ms + session_timeout_ms,
+                    },
+                );
+            }
+        }
+        if self.members.is_empty() {
+            self.state = GroupState::Empty;
+            self.protocol_name = None;
+            self.leader_id = None;
+            self.empty_since_ms = u64::try_from(metadata.state_timestamp_ms).ok();
+        } else {
+            self.state = GroupState::Stable;
+            self.empty_since_ms = None;
+            if !self
+                .leader_id
+                .as_ref()
+                .is_some_and(|id| self.members.contains_key(id))
+            {
+                self.leader_id = self.members.keys().next().cloned();
+            }
+        }
+        self.metadata = Some(Rc::new(metadata));
     }
 
     /// Topics the members subscribe to, when they speak the consumer
@@ -295,6 +414,7 @@ impl Group {
             self.protocol_name = None;
             self.leader_id = None;
             self.empty_since_ms = Some(now_ms);
+            self.take_metadata(now_ms);
             return;
         }
         self.protocol_name = self.select_protocol();
@@ -362,7 +482,8 @@ impl Group {
 
     pub(super) fn became_empty_check(&mut self, now_ms: u64) {
         if self.members.is_empty() && self.state != GroupState::Dead {
-            if self.state != GroupState::Empty {
+            let was_empty = self.state == GroupState::Empty;
+            if !was_empty {
                 self.generation_id += 1;
             }
             // The protocol type stays, as in Kafka (see `try_complete_join`).
@@ -371,6 +492,9 @@ impl Group {
             self.leader_id = None;
             self.initial_delay_until_ms = None;
             self.empty_since_ms = Some(now_ms);
+            if !was_empty {
+                self.take_metadata(now_ms);
+            }
         }
     }
 

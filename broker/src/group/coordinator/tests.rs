@@ -780,3 +780,261 @@ fn memory_stays_bounded_under_a_flood_of_joins() {
         "every pending id expired"
     );
 }
+
+/// The membership records the coordinator queued, drained.
+fn recorded(h: &mut Harness) -> Vec<(String, Option<GroupMetadata>)> {
+    h.coordinator
+        .take_metadata_changes(|_| true)
+        .into_iter()
+        .map(|(id, m)| (id, m.map(|m| (*m).clone())))
+        .collect()
+}
+
+/// The one record queued for group "g".
+fn recorded_one(h: &mut Harness) -> GroupMetadata {
+    let mut taken = recorded(h);
+    assert_eq!(taken.len(), 1, "{taken:?}");
+    let (id, metadata) = taken.pop().unwrap();
+    assert_eq!(id, "g");
+    metadata.expect("a record, not a tombstone")
+}
+
+fn commit_as(h: &mut Harness, member_id: &str, generation: i32) -> CommittedOffset {
+    let offset = CommittedOffset {
+        offset: 42,
+        leader_epoch: -1,
+        metadata: String::new(),
+        commit_timestamp_ms: h.now_ms as i64,
+    };
+    let committer = Committer {
+        group_id: "g".into(),
+        generation_id: generation,
+        member_id: member_id.into(),
+        group_instance_id: None,
+    };
+    let parts = vec![CommitPartition {
+        topic: "t".into(),
+        partition: 0,
+        offset: offset.clone(),
+    }];
+    assert_eq!(
+        h.coordinator.commit(h.now_ms, &committer, &parts),
+        Ok(vec![errors::NONE])
+    );
+    offset
+}
+
+fn leave_all(h: &mut Harness, members: &[&str]) {
+    let leaving: Vec<(String, Option<String>)> =
+        members.iter().map(|m| (m.to_string(), None)).collect();
+    let mut replies = Vec::new();
+    h.coordinator
+        .leave(h.now_ms, "g", &leaving, &mut replies)
+        .unwrap();
+    h.absorb(replies);
+}
+
+#[test]
+fn membership_is_recorded_when_a_rebalance_completes_and_when_the_group_empties() {
+    let mut h = Harness::new(0);
+    let (leader, follower, generation) = stable_pair(&mut h);
+    let stable = recorded_one(&mut h);
+    let protocol = h.coordinator.describe("g").protocol_name;
+    assert_eq!(stable.protocol_type, "consumer");
+    assert_eq!(stable.generation_id, generation);
+    assert_eq!(stable.protocol_name.as_deref(), Some(protocol.as_str()));
+    assert_eq!(stable.leader_id.as_deref(), Some(leader.as_str()));
+    assert_eq!(stable.state_timestamp_ms, h.now_ms as i64);
+    let mut members: Vec<(&str, &[u8], Bytes)> = stable
+        .members
+        .iter()
+        .map(|m| {
+            assert_eq!(m.session_timeout_ms, SESSION);
+            assert_eq!(m.rebalance_timeout_ms, REBALANCE);
+            assert_eq!(m.client_host, "/127.0.0.1");
+            (
+                m.member_id.as_str(),
+                &m.assignment[..],
+                m.subscription.clone(),
+            )
+        })
+        .collect();
+    members.sort();
+    let mut expected = vec![
+        (
+            leader.as_str(),
+            &b"L"[..],
+            Bytes::from(format!("meta-{protocol}-{leader}")),
+        ),
+        (
+            follower.as_str(),
+            &b"F"[..],
+            Bytes::from(format!("meta-{protocol}-{follower}")),
+        ),
+    ];
+    expected.sort();
+    assert_eq!(members, expected);
+
+    // Heartbeats and commits change no membership: nothing is recorded.
+    assert_eq!(h.heartbeat(&follower, generation), errors::NONE);
+    commit_as(&mut h, &leader, generation);
+    assert!(recorded(&mut h).is_empty());
+
+    h.now_ms += 1_000;
+    leave_all(&mut h, &[&leader, &follower]);
+    let empty = recorded_one(&mut h);
+    assert_eq!(
+        empty,
+        GroupMetadata {
+            protocol_type: "consumer".into(),
+            generation_id: generation + 1,
+            protocol_name: None,
+            leader_id: None,
+            state_timestamp_ms: h.now_ms as i64,
+            members: Vec::new(),
+        }
+    );
+
+    let mut dropped = Vec::new();
+    assert_eq!(h.coordinator.delete_group("g", &mut dropped), errors::NONE);
+    assert_eq!(recorded(&mut h), vec![("g".to_string(), None)]);
+}
+
+#[test]
+fn a_dropped_group_leaves_a_tombstone_and_a_moved_group_leaves_nothing() {
+    let mut h = Harness::new(0);
+    let (leader, follower, _) = stable_pair(&mut h);
+    recorded_one(&mut h);
+    // Empty with nothing committed: the group goes, and so does its record.
+    leave_all(&mut h, &[&leader, &follower]);
+    assert!(h.coordinator.group("g").is_none());
+    assert_eq!(recorded(&mut h), vec![("g".to_string(), None)]);
+
+    // A group whose offsets partition another broker leads now: its
+    // records are that broker's to write.
+    let mut h = Harness::new(0);
+    stable_pair(&mut h);
+    assert!(h.coordinator.has_metadata_changes());
+    let mut replies = Vec::new();
+    h.coordinator
+        .forget(|_| true, errors::NOT_COORDINATOR, &mut replies);
+    assert!(recorded(&mut h).is_empty());
+}
+
+#[test]
+fn a_loaded_empty_group_keeps_its_protocol_type_generation_and_empty_time() {
+    let mut h = Harness::new(0);
+    let (leader, follower, generation) = stable_pair(&mut h);
+    let stable = recorded_one(&mut h);
+    let offset = commit_as(&mut h, &leader, generation);
+    h.now_ms += 1_000;
+    let emptied_at = h.now_ms;
+    leave_all(&mut h, &[&leader, &follower]);
+    let empty = recorded_one(&mut h);
+
+    // A restart replays the log in order: the Stable record, the commit,
+    // the Empty record.
+    let mut restarted = Harness::new(0);
+    restarted.now_ms = h.now_ms + 60_000;
+    let now = restarted.now_ms;
+    let c = &mut restarted.coordinator;
+    c.load_group_metadata("g", Some(stable), now);
+    c.load_offset("g", "t", 0, Some(offset.clone()));
+    c.load_group_metadata("g", Some(empty.clone()), now);
+    assert!(
+        recorded(&mut restarted).is_empty(),
+        "loading writes nothing"
+    );
+    assert_eq!(restarted.state(), GroupState::Empty);
+    assert_eq!(
+        restarted.coordinator.list(),
+        vec![("g".to_string(), "consumer".to_string(), GroupState::Empty)]
+    );
+    let described = restarted.coordinator.describe("g");
+    assert_eq!(described.protocol_type, "consumer");
+    assert_eq!(described.generation_id, empty.generation_id);
+    assert!(described.members.is_empty());
+    assert_eq!(
+        restarted.coordinator.fetch_offsets("g", None),
+        vec![(("t".to_string(), 0), Some(offset))]
+    );
+    // Offset retention counts from when the group became empty.
+    assert_eq!(
+        restarted.coordinator.group("g").unwrap().empty_since_ms,
+        Some(emptied_at)
+    );
+    // The next member starts the generation after the restored one.
+    let (_, waiter) = restarted.join_new(&["range"]);
+    assert_eq!(
+        restarted.join_reply(waiter).generation_id,
+        empty.generation_id + 1
+    );
+}
+
+#[test]
+fn loaded_members_stay_until_their_sessions_expire_as_after_a_kafka_coordinator_change() {
+    let mut h = Harness::new(0);
+    let (leader, follower, generation) = stable_pair(&mut h);
+    let stable = recorded_one(&mut h);
+
+    let mut restarted = Harness::new(0);
+    restarted.now_ms = h.now_ms + 60_000;
+    let now = restarted.now_ms;
+    restarted
+        .coordinator
+        .load_group_metadata("g", Some(stable.clone()), now);
+    assert!(recorded(&mut restarted).is_empty());
+    assert_eq!(restarted.state(), GroupState::Stable);
+    // The members carry on in their generation with their assignments.
+    assert_eq!(restarted.heartbeat(&leader, generation), errors::NONE);
+    assert_eq!(restarted.heartbeat(&follower, generation), errors::NONE);
+    let (_, answer) = restarted.sync(&follower, generation, &[]);
+    let Answer::Now(response) = answer else {
+        panic!("a Stable group answers SyncGroup at once")
+    };
+    assert_eq!(response.assignment, Bytes::from("F"));
+    let described = restarted.coordinator.describe("g");
+    assert_eq!(described.members.len(), 2);
+
+    // Nobody heartbeats: both sessions end and the group is Empty in the
+    // next generation, which is recorded.
+    restarted.tick(SESSION as u64 + 1);
+    assert_eq!(restarted.state(), GroupState::Dead, "no offsets: gone");
+    assert_eq!(recorded(&mut restarted), vec![("g".to_string(), None)]);
+
+    // With an offset the group stays, Empty, recorded at the next generation.
+    let mut restarted = Harness::new(0);
+    let now = restarted.now_ms;
+    restarted
+        .coordinator
+        .load_group_metadata("g", Some(stable), now);
+    commit_as(&mut restarted, &leader, generation);
+    restarted.tick(SESSION as u64 + 1);
+    assert_eq!(restarted.state(), GroupState::Empty);
+    let empty = recorded_one(&mut restarted);
+    assert_eq!(empty.generation_id, generation + 1);
+    assert_eq!(empty.protocol_type, "consumer");
+    assert!(empty.members.is_empty());
+}
+
+#[test]
+fn a_loaded_tombstone_undoes_the_groups_record_but_not_its_offsets() {
+    let mut h = Harness::new(0);
+    let (leader, _, generation) = stable_pair(&mut h);
+    let stable = recorded_one(&mut h);
+    let offset = commit_as(&mut h, &leader, generation);
+
+    let mut restarted = Harness::new(0);
+    let now = restarted.now_ms;
+    let c = &mut restarted.coordinator;
+    c.load_group_metadata("g", Some(stable.clone()), now);
+    c.load_group_metadata("g", None, now);
+    assert!(c.group("g").is_none(), "nothing committed: gone");
+    c.load_group_metadata("g", Some(stable), now);
+    c.load_offset("g", "t", 0, Some(offset));
+    c.load_group_metadata("g", None, now);
+    assert_eq!(restarted.state(), GroupState::Empty);
+    assert_eq!(restarted.coordinator.describe("g").protocol_type, "");
+    assert_eq!(restarted.coordinator.member_bytes(), 0);
+    assert!(recorded(&mut restarted).is_empty());
+}
