@@ -435,6 +435,92 @@ fn render_forwarded(e: &mut Exposition, rows: &[(String, &ShardSnapshot)]) {
     }
 }
 
+/// How far this voter's state machine and, on the active controller,
+/// each voter and learner are behind.
+fn render_quorum_lag(e: &mut Exposition, status: &crate::cluster::QuorumStatus) {
+    e.family(
+        "strom_quorum_applied_index",
+        "gauge",
+        "The highest metadata log index this node applied to its image (below strom_quorum_commit_index while it catches up).",
+    );
+    e.sample("strom_quorum_applied_index", &[], status.applied);
+    e.family(
+        "strom_quorum_follower_lag_entries",
+        "gauge",
+        "On the active controller: entries each voter and learner's log is behind the controller's, by node (0 for the controller itself).",
+    );
+    let head = status.progress.iter().map(|(_, matched)| *matched).max();
+    for (node, matched) in &status.progress {
+        let lag = head.unwrap_or(0).saturating_sub(*matched);
+        e.sample(
+            "strom_quorum_follower_lag_entries",
+            &[("node", &node.to_string())],
+            lag,
+        );
+    }
+}
+
+/// ISR changes, elections and failovers: each counted by one node (see
+/// `crate::cluster::probe`), so sums over the brokers count each once.
+fn render_cluster_events(e: &mut Exposition, probe: &crate::cluster::probe::ProbeSnapshot) {
+    let counters = [
+        (
+            "strom_isr_shrinks_total",
+            "Committed changes that took replicas out of the ISR of a partition this broker leads after the change (one per partition per change).",
+            probe.isr_shrinks,
+        ),
+        (
+            "strom_isr_expands_total",
+            "Committed changes that put replicas into the ISR of a partition this broker leads after the change.",
+            probe.isr_expands,
+        ),
+        (
+            "strom_leader_elections_total",
+            "Partitions this broker became the leader of (after a failover, a controlled shutdown, a preferred-leader move or a reassignment).",
+            probe.leader_elections,
+        ),
+        (
+            "strom_unclean_leader_elections_total",
+            "Of those, partitions this broker took over without being in their ISR: records committed before may be lost (unclean.leader.election.enable).",
+            probe.unclean_leader_elections,
+        ),
+        (
+            "strom_failover_partitions_total",
+            "On the active controller: leaderships it took from brokers it fenced for going unheard (moved to an in-sync replica, or left without a leader when none was live).",
+            probe.failover_partitions,
+        ),
+    ];
+    for (name, help, value) in counters {
+        e.family(name, "counter", help);
+        e.sample(name, &[], value);
+    }
+    let bounds = &crate::cluster::probe::UNAVAILABLE_BOUNDS_US;
+    e.family(
+        "strom_failover_unheard_seconds",
+        "histogram",
+        "On the active controller: for each broker it fenced for going unheard (its session ran out, or its heartbeat connection closed and it did not come back within the grace), how long since its last heartbeat. A failed leader's partitions take no writes from its failure until this fence moves them: this time, less up to one heartbeat interval.",
+    );
+    e.histogram(
+        "strom_failover_unheard_seconds",
+        &[],
+        bounds,
+        &probe.fenced_unheard.buckets,
+        probe.fenced_unheard.sum_us,
+    );
+    e.family(
+        "strom_partition_offline_seconds",
+        "histogram",
+        "On the active controller: for each partition that got a leader again after having none, how long it had none (from the change that took its leader to the one that gave it one, as this node applied them).",
+    );
+    e.histogram(
+        "strom_partition_offline_seconds",
+        &[],
+        bounds,
+        &probe.offline.buckets,
+        probe.offline.sum_us,
+    );
+}
+
 /// Sums shard snapshots into the `shard="all"` figures.
 fn total(snapshots: &[ShardSnapshot]) -> ShardSnapshot {
     let mut all = ShardSnapshot {
@@ -643,6 +729,8 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
             &buckets,
             sum_us,
         );
+        render_quorum_lag(&mut e, &status);
+        render_cluster_events(&mut e, &cluster.probe.snapshot());
     }
 
     let all = total(snapshots);
@@ -889,6 +977,9 @@ struct TopicFigures {
     log_end_offset: i64,
     high_watermark: i64,
     size_bytes: u64,
+    /// This broker leads the partition (one of the topic's, without a
+    /// partition label): the log gauges are its.
+    led: bool,
 }
 
 /// A group's committed offsets and lag for one topic (or partition).
@@ -904,7 +995,10 @@ type TopicKey = (String, Option<i32>);
 /// Per-topic series (`topic="..."`), or per partition (`topic`,
 /// `partition`) with `strom.metrics.partition.labels`, and consumer group
 /// lag (`group`, `topic`[, `partition`]): the same names either way, so
-/// `sum by (topic)` reads both.
+/// `sum by (topic)` reads both. In a cluster a partition's log figures
+/// come from its leader only and its traffic is counted by the broker
+/// that served it (the leader; followers' fetches are not counted), so
+/// `sum by (topic)` over the brokers counts each partition once.
 fn render_topics(e: &mut Exposition, snapshots: &[ShardSnapshot], by_partition: bool) {
     let key = |topic: &str, partition: i32| -> TopicKey {
         (topic.to_string(), by_partition.then_some(partition))
@@ -914,7 +1008,13 @@ fn render_topics(e: &mut Exposition, snapshots: &[ShardSnapshot], by_partition: 
     for s in snapshots {
         for log in &s.partition_logs {
             high_watermarks.insert((log.topic.as_str(), log.partition), log.high_watermark);
+            // A follower's copy is the leader's again: summed over the
+            // brokers, each partition counts once.
+            if !log.leader {
+                continue;
+            }
             let t = topics.entry(key(&log.topic, log.partition)).or_default();
+            t.led = true;
             t.log_start_offset += log.log_start_offset;
             t.log_end_offset += log.log_end_offset;
             t.high_watermark += log.high_watermark;
@@ -972,43 +1072,42 @@ fn render_topics(e: &mut Exposition, snapshots: &[ShardSnapshot], by_partition: 
         ),
         (
             "strom_topic_bytes_out_total",
-            "Record batch bytes of the topic sent in fetch responses.",
+            "Record batch bytes of the topic sent in fetch responses to consumers (not to followers).",
             |t| t.bytes_out as i64,
         ),
         (
             "strom_topic_records_out_total",
-            "Records of the topic sent in fetch responses (whole batches, as sent).",
+            "Records of the topic sent in fetch responses to consumers (whole batches, as sent; not to followers).",
             |t| t.records_out as i64,
         ),
         (
             "strom_topic_log_start_offset",
-            "Log start offset (summed over the topic's partitions without a partition label).",
+            "Log start offset, on the partition's leader (summed over the topic's partitions it leads without a partition label).",
             |t| t.log_start_offset,
         ),
         (
             "strom_topic_log_end_offset",
-            "Log end offset: the offset the next record gets (summed over the topic's partitions without a partition label).",
+            "Log end offset: the offset the next record gets, on the partition's leader (summed over the topic's partitions it leads without a partition label).",
             |t| t.log_end_offset,
         ),
         (
             "strom_topic_high_watermark",
-            "High watermark: consumers read up to it (summed over the topic's partitions without a partition label).",
+            "High watermark: consumers read up to it, on the partition's leader (summed over the topic's partitions it leads without a partition label).",
             |t| t.high_watermark,
         ),
         (
             "strom_topic_log_size_bytes",
-            "Bytes of the topic's segments on disk.",
+            "Bytes of the segments on disk of the topic's partitions this broker leads (each follower holds about as much again).",
             |t| t.size_bytes as i64,
         ),
     ];
     for (name, help, value) in figures {
-        let kind = if name.ends_with("_total") {
-            "counter"
-        } else {
-            "gauge"
-        };
-        e.family(name, kind, help);
+        let counter = name.ends_with("_total");
+        e.family(name, if counter { "counter" } else { "gauge" }, help);
         for ((topic, partition), t) in &topics {
+            if !counter && !t.led {
+                continue;
+            }
             let partition = partition.map(|p| p.to_string());
             let mut labels = vec![("topic", topic.as_str())];
             if let Some(partition) = &partition {

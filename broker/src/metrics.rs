@@ -430,6 +430,11 @@ pub struct PartitionLogSnapshot {
     pub log_end_offset: i64,
     pub high_watermark: i64,
     pub size_bytes: u64,
+    /// Whether this broker leads the partition: only the leader reports
+    /// the partition's figures, so that a sum over brokers counts each
+    /// partition once.
+    #[serde(default)]
+    pub leader: bool,
 }
 
 /// One partition's produce and fetch traffic on one shard.
@@ -533,10 +538,13 @@ pub fn snapshot(shard: &Shard) -> ShardSnapshot {
     // back when a topic goes (Prometheus would read that as a reset).
     let mut storage = shard.retired_logs.borrow().clone();
     let mut partitions = 0u64;
+    let mut leaders = 0u64;
     let mut partition_logs = Vec::new();
     for by_index in shard.partitions.borrow().values() {
         for partition in by_index.values() {
             partitions += 1;
+            let leader = partition.is_leader();
+            leaders += u64::from(leader);
             let log = partition.log();
             let stats = log.stats();
             partition_logs.push(PartitionLogSnapshot {
@@ -546,6 +554,7 @@ pub fn snapshot(shard: &Shard) -> ShardSnapshot {
                 log_end_offset: log.next_offset() as i64,
                 high_watermark: partition.high_watermark(),
                 size_bytes: log.size_bytes(),
+                leader,
             });
             storage.log_size_bytes += log.size_bytes();
             storage.pending_bytes += stats.pending_bytes as u64;
@@ -564,7 +573,7 @@ pub fn snapshot(shard: &Shard) -> ShardSnapshot {
         hops_in_flight: shard.hops_in_flight() as u64,
         connections: shard.connections.count() as u64,
         partitions,
-        leaders: partitions,
+        leaders,
         storage,
         stalls: protocol::watchdog::this_thread_stalls(),
         queued_request_bytes: shard.request_pool.used() as u64,

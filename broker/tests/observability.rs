@@ -2,7 +2,9 @@
 //! at start, plain values, the effective configuration, JSON lines, one
 //! line for opening the partitions, tmpfs), the per-topic and consumer
 //! group series of `/metrics`, an admin listener that a slow client cannot
-//! hold up, and the Grafana dashboard in `dist/` against a live broker.
+//! hold up, the Grafana dashboard in `dist/` against a live broker and a
+//! live cluster, and a cluster's ISR changes, elections and failovers
+//! each counted once.
 
 mod common;
 
@@ -15,6 +17,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::admin::{Admin, READY_DEADLINE};
 use common::{free_port, poll_until, run, Broker};
+use protocol::kafka_protocol::messages::create_topics_request::{
+    CreatableReplicaAssignment, CreatableTopic,
+};
 use protocol::kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use protocol::kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use protocol::kafka_protocol::messages::offset_commit_request::{
@@ -22,11 +27,13 @@ use protocol::kafka_protocol::messages::offset_commit_request::{
 };
 use protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use protocol::kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, FetchRequest, FetchResponse,
-    GroupId, JoinGroupRequest, JoinGroupResponse, OffsetCommitRequest, OffsetCommitResponse,
-    ProduceRequest, ProduceResponse, TopicName,
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, CreateTopicsRequest,
+    CreateTopicsResponse, FetchRequest, FetchResponse, FindCoordinatorRequest,
+    FindCoordinatorResponse, GroupId, JoinGroupRequest, JoinGroupResponse, OffsetCommitRequest,
+    OffsetCommitResponse, ProduceRequest, ProduceResponse, TopicName,
 };
 use protocol::kafka_protocol::protocol::StrBytes;
+use test_support::cluster::Cluster;
 
 /// What a Kubernetes probe waits by default.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -293,10 +300,30 @@ fn partition_labels_split_the_topic_series_when_asked() {
     );
 }
 
-/// Every metric the dashboard in `dist/` queries exists on a live broker
-/// that has seen produce, fetch and group traffic.
-#[test]
-fn the_grafana_dashboard_queries_only_metrics_the_broker_exposes() {
+/// The metrics only a cluster member exposes (its quorum, brokers and
+/// their failovers): the dashboard's cluster panels stay empty on a
+/// single node.
+const CLUSTER_ONLY: &[&str] = &[
+    "strom_quorum_active_controller",
+    "strom_quorum_term",
+    "strom_quorum_commit_index",
+    "strom_quorum_applied_index",
+    "strom_quorum_follower_lag_entries",
+    "strom_brokers",
+    "strom_isr_shrinks_total",
+    "strom_isr_expands_total",
+    "strom_leader_elections_total",
+    "strom_unclean_leader_elections_total",
+    "strom_failover_partitions_total",
+    "strom_failover_unheard_seconds_bucket",
+    "strom_failover_unheard_seconds_sum",
+    "strom_failover_unheard_seconds_count",
+    "strom_partition_offline_seconds_sum",
+    "strom_partition_offline_seconds_count",
+];
+
+/// Every metric name the dashboard in `dist/` queries.
+fn dashboard_metrics() -> BTreeSet<String> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../dist/grafana/strom.json");
     let dashboard: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).expect("dashboard JSON");
@@ -318,30 +345,321 @@ fn the_grafana_dashboard_queries_only_metrics_the_broker_exposes() {
         panels += 1;
     }
     assert!(panels >= 10 && queried.len() >= 15, "{queried:?}");
-    let (broker, admin) = Admin::start(&["--set", "num.partitions=2"]);
-    traffic(&broker);
-    // And one error, for the error series.
-    let mut stream = common::raw::connect(&broker);
-    let request = FetchRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(TopicName(text("orders")))
-            .with_partitions(vec![FetchPartition::default().with_partition(9)])]);
-    let response: FetchResponse = call(&mut stream, ApiKey::Fetch, 11, &request);
-    assert_ne!(response.responses[0].partitions[0].error_code, 0);
-    let exposed = admin.metrics().names();
-    let missing: Vec<&String> = queried.difference(&exposed).collect();
-    assert!(
-        missing.is_empty(),
-        "the dashboard queries metrics the broker does not expose: {missing:?}"
-    );
+    queried
+}
+
+/// Every metric the dashboard in `dist/` queries exists on a live broker
+/// that has seen produce, fetch and group traffic (but those of its
+/// cluster panels), and on a three-node cluster that has; there, the
+/// per-topic figures of a topic with three replicas summed over the
+/// brokers are its leader's, not three times them.
+#[test]
+fn the_grafana_dashboard_queries_only_metrics_the_broker_exposes() {
+    let queried = dashboard_metrics();
     for family in [
         "strom_topic_bytes_in_total",
         "strom_consumer_group_lag",
         "strom_request_latency_seconds_bucket",
+        "strom_quorum_term",
+        "strom_brokers",
+        "strom_under_replicated_partitions",
+        "strom_offline_partitions",
+        "strom_isr_shrinks_total",
+        "strom_isr_expands_total",
+        "strom_failover_unheard_seconds_bucket",
     ] {
         assert!(queried.contains(family), "the dashboard shows no {family}");
     }
+    let (broker, admin) = Admin::start(&["--set", "num.partitions=2"]);
+    traffic(&broker);
+    // And one error, for the error series.
+    let mut stream = common::raw::connect(&broker);
+    assert_ne!(fetch_error(&mut stream, "orders", 9), 0);
+    let exposed = admin.metrics().names();
+    let missing: Vec<&String> = queried
+        .difference(&exposed)
+        .filter(|name| !CLUSTER_ONLY.contains(&name.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the dashboard queries metrics a broker does not expose: {missing:?}"
+    );
+
+    let cluster = Cluster::start(3, &["--set", "offsets.topic.num.partitions=1"]);
+    all_ready(&cluster);
+    create_assigned(&cluster, 1, "replicated", &[&[2, 3, 1]]);
+    let batch = Bytes::from(protocol::batch::build::patterned(
+        1_700_000_000_000,
+        10,
+        100,
+        7,
+    ));
+    let leader = &cluster.node(2).broker;
+    let mut stream = common::raw::connect(leader);
+    for _ in 0..3 {
+        produce_when_led(&cluster, &mut stream, "replicated", 0, &batch);
+    }
+    assert_eq!(fetch(&mut stream, "replicated", 0).len(), 3 * batch.len());
+    assert_ne!(fetch_error(&mut stream, "replicated", 9), 0);
+    commit_in_cluster(&cluster, "billing", "replicated", 12);
+
+    let scrapes: Vec<Metrics> = (1..=3).map(|id| scrape(&cluster, id)).collect();
+    let exposed: BTreeSet<String> = scrapes.iter().flat_map(Metrics::names).collect();
+    let missing: Vec<&String> = queried.difference(&exposed).collect();
+    assert!(
+        missing.is_empty(),
+        "the dashboard queries metrics no node of a cluster exposes: {missing:?}"
+    );
+    let replicated = [("topic", "replicated")];
+    let on_leader = |name: &str| scrapes[1].value(name, &replicated);
+    for name in queried.iter().filter(|n| n.starts_with("strom_topic_")) {
+        let summed: f64 = scrapes
+            .iter()
+            .filter_map(|m| m.get(name, &replicated))
+            .sum();
+        assert_eq!(
+            summed,
+            on_leader(name),
+            "{name} summed over the brokers is not the leader's:\n{}\n{}\n{}",
+            scrapes[0].body,
+            scrapes[1].body,
+            scrapes[2].body
+        );
+    }
+    // The leader's figures are the topic's: 30 records in, 30 fetched by
+    // the consumer (the followers' fetches are replication, not counted).
+    for (name, expected) in [
+        ("strom_topic_records_in_total", 30.0),
+        ("strom_topic_records_out_total", 30.0),
+        ("strom_topic_high_watermark", 30.0),
+        ("strom_topic_log_end_offset", 30.0),
+        ("strom_topic_bytes_out_total", 3.0 * batch.len() as f64),
+    ] {
+        assert_eq!(on_leader(name), expected, "{name}");
+    }
+}
+
+/// A three-node cluster with topics `replicated` (two partitions, three
+/// replicas, the first led by node V) and `alone` (one replica, on V);
+/// V (not the active controller) is killed, then started again. Each
+/// ISR change, election and failover is counted by one broker: their
+/// sums over the brokers are the changes made.
+#[test]
+fn isr_changes_elections_and_failovers_are_counted_once_over_the_brokers() {
+    let mut cluster = Cluster::start(3, &[]);
+    all_ready(&cluster);
+    let controller = scrape(&cluster, 1).value("strom_quorum_active_controller", &[]) as i32;
+    let victim = if controller == 1 { 2 } else { 1 };
+    let others: Vec<i32> = (1..=3).filter(|&id| id != victim).collect();
+    let (a, b) = (others[0], others[1]);
+    create_assigned(
+        &cluster,
+        controller,
+        "replicated",
+        &[&[victim, a, b], &[a, victim, b]],
+    );
+    create_assigned(&cluster, controller, "alone", &[&[victim]]);
+    let sum = |cluster: &Cluster, ids: &[i32], name: &str| -> f64 {
+        ids.iter()
+            .map(|&id| scrape(cluster, id).get(name, &[]).unwrap_or(0.0))
+            .sum()
+    };
+    let all = [1, 2, 3];
+    let events = [
+        "strom_isr_shrinks_total",
+        "strom_isr_expands_total",
+        "strom_leader_elections_total",
+        "strom_unclean_leader_elections_total",
+        "strom_failover_partitions_total",
+        "strom_failover_unheard_seconds_count",
+        "strom_partition_offline_seconds_count",
+    ];
+    let before: Vec<f64> = events.iter().map(|e| sum(&cluster, &all, e)).collect();
+    assert_eq!(before, vec![0.0; events.len()], "{}", cluster.logs());
+
+    cluster.node_mut(victim).broker.kill();
+    // Fenced: `replicated` loses it from both ISRs and partition 0 moves
+    // to the next in-sync replica; `alone` has no leader.
+    let expected = [2.0, 0.0, 1.0, 0.0, 2.0, 1.0, 0.0];
+    let counted = cluster.wait_for("the fence counted", || {
+        let views_settled = others.iter().all(|&id| {
+            let m = scrape(&cluster, id);
+            m.get("strom_brokers", &[("state", "fenced")]) == Some(1.0)
+                && m.get("strom_offline_partitions", &[]) == Some(1.0)
+                && m.get("strom_under_replicated_partitions", &[]) == Some(2.0)
+        });
+        let counted: Vec<f64> = events.iter().map(|e| sum(&cluster, &others, e)).collect();
+        let reached = counted.iter().zip(&expected).all(|(c, e)| c >= e);
+        (views_settled && reached).then_some(counted)
+    });
+    let offline_seen = Instant::now();
+    assert_eq!(counted, expected, "{events:?}\n{}", cluster.logs());
+    let unheard_s = sum(&cluster, &others, "strom_failover_unheard_seconds_sum");
+    assert!(
+        unheard_s > 0.0 && unheard_s < 30.0,
+        "unheard for {unheard_s} s"
+    );
+
+    // Back: it rejoins both ISRs and leads `alone` again.
+    let restarted = Instant::now();
+    cluster.node_mut(victim).broker.start_again();
+    cluster.wait_for("every partition led and in sync", || {
+        all.iter()
+            .all(|&id| {
+                let m = scrape(&cluster, id);
+                m.get("strom_offline_partitions", &[]) == Some(0.0)
+                    && m.get("strom_under_replicated_partitions", &[]) == Some(0.0)
+            })
+            .then_some(())
+    });
+    let back = cluster.wait_for("the return counted", || {
+        let expands = sum(&cluster, &all, "strom_isr_expands_total");
+        let offline = sum(&cluster, &all, "strom_partition_offline_seconds_count");
+        (expands >= 2.0 && offline >= 1.0).then_some((expands, offline))
+    });
+    assert_eq!(back, (2.0, 1.0), "{}", cluster.logs());
+    // The restarted broker counted none of the changes it replayed.
+    assert_eq!(sum(&cluster, &all, "strom_isr_shrinks_total"), 2.0);
+    assert_eq!(
+        sum(&cluster, &all, "strom_unclean_leader_elections_total"),
+        0.0
+    );
+    let offline_s = sum(&cluster, &all, "strom_partition_offline_seconds_sum");
+    let down = restarted.duration_since(offline_seen).as_secs_f64();
+    assert!(
+        offline_s >= down,
+        "offline for {offline_s} s, down {down} s"
+    );
+}
+
+/// Node `id`'s `/metrics`.
+fn scrape(cluster: &Cluster, id: i32) -> Metrics {
+    let node = cluster.node(id);
+    let address = std::net::SocketAddr::new(node.host.ip, node.ports.admin).to_string();
+    let (code, body) = common::admin::http_get(&address, "/metrics");
+    assert_eq!(code, 200, "{body}");
+    Metrics { body }
+}
+
+/// Waits until every node of `cluster` answers `/ready` with 200.
+fn all_ready(cluster: &Cluster) {
+    for node in &cluster.nodes {
+        let address = std::net::SocketAddr::new(node.host.ip, node.ports.admin).to_string();
+        cluster.wait_for(&format!("node {} ready", node.id), || {
+            let (code, _) = common::admin::try_get(&address, "/ready", PROBE_TIMEOUT * 5).ok()?;
+            (code == 200).then_some(())
+        });
+    }
+}
+
+/// Creates `topic` through node `via` with one partition per entry of
+/// `replicas` (its first replica leads), and waits until every node
+/// lists each partition led by that replica with every replica in sync.
+fn create_assigned(cluster: &Cluster, via: i32, topic: &str, replicas: &[&[i32]]) {
+    let request = CreateTopicsRequest::default()
+        .with_timeout_ms(30_000)
+        .with_topics(vec![CreatableTopic::default()
+            .with_name(TopicName(text(topic)))
+            .with_num_partitions(-1)
+            .with_replication_factor(-1)
+            .with_assignments(
+                replicas
+                    .iter()
+                    .enumerate()
+                    .map(|(index, brokers)| {
+                        CreatableReplicaAssignment::default()
+                            .with_partition_index(index as i32)
+                            .with_broker_ids(brokers.iter().map(|&b| BrokerId(b)).collect())
+                    })
+                    .collect(),
+            )]);
+    cluster.wait_for(&format!("{topic} created"), || {
+        let mut stream = common::raw::connect(&cluster.node(via).broker);
+        let created: CreateTopicsResponse = call(&mut stream, ApiKey::CreateTopics, 7, &request);
+        // Already there: an earlier attempt made it.
+        matches!(created.topics[0].error_code, 0 | 36).then_some(())
+    });
+    for node in &cluster.nodes {
+        cluster.wait_for(&format!("{topic} settled on node {}", node.id), || {
+            let listed = common::listing::partitions(&node.broker.bootstrap(), topic)?;
+            let settled = listed.len() == replicas.len()
+                && listed.iter().all(|(index, (leader, isr))| {
+                    let assigned = replicas[*index as usize];
+                    *leader == assigned[0] && isr.len() == assigned.len()
+                });
+            settled.then_some(())
+        });
+    }
+}
+
+/// Produces `batch` to `partition` of `topic` (acks=all) on `stream`,
+/// asked again while the broker does not lead it yet (nothing appended).
+fn produce_when_led(
+    cluster: &Cluster,
+    stream: &mut TcpStream,
+    topic: &str,
+    partition: i32,
+    batch: &Bytes,
+) {
+    const NOT_LED_YET: [i16; 3] = [3, 5, 6];
+    let request = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(10_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(text(topic)))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(batch.clone()))])]);
+    cluster.wait_for(&format!("a produce to {topic}-{partition}"), || {
+        let response: ProduceResponse = call(stream, ApiKey::Produce, 9, &request);
+        let code = response.responses[0].partition_responses[0].error_code;
+        assert!(
+            code == 0 || NOT_LED_YET.contains(&code),
+            "produce to {topic}-{partition}: error {code}"
+        );
+        (code == 0).then_some(())
+    });
+}
+
+/// A consumer's fetch of a partition of `topic`: its error code.
+fn fetch_error(stream: &mut TcpStream, topic: &str, partition: i32) -> i16 {
+    let request = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(text(topic)))
+            .with_partitions(vec![
+                FetchPartition::default().with_partition(partition)
+            ])]);
+    let response: FetchResponse = call(stream, ApiKey::Fetch, 11, &request);
+    response.responses[0].partitions[0].error_code
+}
+
+/// Commits `offset` for partition 0 of `topic` by `group` at its
+/// coordinator, found and asked again until it has loaded.
+fn commit_in_cluster(cluster: &Cluster, group: &str, topic: &str, offset: i64) {
+    let find = FindCoordinatorRequest::default()
+        .with_key(text(group))
+        .with_key_type(0);
+    let request = OffsetCommitRequest::default()
+        .with_group_id(GroupId(text(group)))
+        .with_generation_id_or_member_epoch(-1)
+        .with_member_id(text(""))
+        .with_topics(vec![OffsetCommitRequestTopic::default()
+            .with_name(TopicName(text(topic)))
+            .with_partitions(vec![OffsetCommitRequestPartition::default()
+                .with_partition_index(0)
+                .with_committed_offset(offset)])]);
+    cluster.wait_for(&format!("{group}'s commit"), || {
+        let mut any = common::raw::connect(&cluster.node(1).broker);
+        let found: FindCoordinatorResponse = call(&mut any, ApiKey::FindCoordinator, 3, &find);
+        if found.error_code != 0 {
+            return None;
+        }
+        let coordinator = &cluster.node(found.node_id.0).broker;
+        let mut stream = common::raw::connect(coordinator);
+        let response: OffsetCommitResponse = call(&mut stream, ApiKey::OffsetCommit, 8, &request);
+        (response.topics[0].partitions[0].error_code == 0).then_some(())
+    });
 }
 
 /// A client that sent half a request holds no one up: `/health` answers

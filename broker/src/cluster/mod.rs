@@ -26,6 +26,7 @@ pub mod links;
 pub mod membership;
 pub mod net;
 pub mod placement;
+pub mod probe;
 pub mod replication;
 pub mod voter;
 pub mod wire;
@@ -124,6 +125,8 @@ pub struct Cluster {
     /// that is not a voter): from the active controller's apply to this
     /// broker's publish.
     pub propagation: PropagationHistogram,
+    /// ISR changes, leader elections and failovers, for `/metrics`.
+    pub probe: probe::ClusterProbe,
     /// This process's incarnation, once the agent runs.
     incarnation: std::sync::OnceLock<u64>,
 }
@@ -166,6 +169,7 @@ impl Cluster {
             serving_tx: Mutex::new(Some(serving_tx)),
             serving_rx,
             propagation: PropagationHistogram::default(),
+            probe: probe::ClusterProbe::default(),
             incarnation: std::sync::OnceLock::new(),
         }
     }
@@ -201,7 +205,15 @@ impl Cluster {
 
     /// Makes `image` the committed one and wakes core 0 to reconcile.
     pub fn publish(&self, image: &MetadataImage) {
-        *self.image.write().expect("cluster image lock") = Arc::new(image.clone());
+        let counting = probe::Counting {
+            serving: self.is_serving(),
+            controller: self.is_active_controller(),
+        };
+        let old = std::mem::replace(
+            &mut *self.image.write().expect("cluster image lock"),
+            Arc::new(image.clone()),
+        );
+        self.probe.published(&old, image, self.node_id, counting);
         let _ = self.changed.try_send(());
     }
 

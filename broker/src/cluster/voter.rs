@@ -765,6 +765,16 @@ impl Voter {
             // together each move their leaderships once, to a live broker.
             let records =
                 placement::fence(&self.deciding_image(), id, self.cluster.unclean_default);
+            if let Some(heard) = self.sessions.get(&id) {
+                let leaderships = self
+                    .deciding_image()
+                    .partition_states()
+                    .filter(|(_, _, state)| state.leader == id)
+                    .count();
+                self.cluster
+                    .probe
+                    .fenced_for_silence(now.saturating_duration_since(*heard), leaderships as u64);
+            }
             self.propose(records, None);
         }
     }

@@ -290,7 +290,9 @@ pub async fn handle(
                 .iter()
                 .map(|p| {
                     let (slot, outcome) = outcomes.next().expect("one outcome per partition");
-                    if let (Some(name), false) = (name, forwarded_slots.contains(&slot)) {
+                    // A follower's fetch is replication, not consumption.
+                    let counted = replica_id < 0 && !forwarded_slots.contains(&slot);
+                    if let (Some(name), true) = (name, counted) {
                         crate::metrics::record_fetched(name, p.partition, &outcome.records);
                     }
                     let leader = (outcome.error_code == errors::NOT_LEADER_OR_FOLLOWER)
