@@ -197,8 +197,14 @@ fn a_resent_batch_is_acknowledged_only_once_replicated() {
     cluster.wait_for("three in sync", || {
         partitions(&any, topic).filter(|p| p[&0].1.len() == 3)
     });
-    // A request answered later than this is sent again.
-    let producer = Producing::start(&cluster.bootstrap(), topic, &["request.timeout.ms=1500"]);
+    // A request answered later than this is sent again: librdkafka
+    // resends an idempotent batch only on a new connection, which it opens
+    // once the socket timed out.
+    let producer = Producing::start(
+        &cluster.bootstrap(),
+        topic,
+        &["request.timeout.ms=1500", "socket.timeout.ms=1500"],
+    );
     let pause = Duration::from_millis(SESSION_MS * 3);
     let mut rounds = 0;
     while budget.more(rounds) {

@@ -931,6 +931,11 @@ fn a_group_and_a_producer_carry_on_through_a_round_robin_balancer_while_a_broker
         "the group read too little\n{}",
         balanced.cluster.logs()
     );
+    // What broker 3 forwarded is counted before its counters die with it.
+    let forwarded_by_3: Vec<u64> = GROUP_APIS
+        .iter()
+        .map(|api| forwarded_by(&balanced.cluster, 3, api))
+        .collect();
     balanced.cluster.node_mut(3).broker.kill();
     let status = wait_deadline(&mut client, CLIENT_DEADLINE).unwrap_or_else(|| {
         let _ = client.kill();
@@ -954,22 +959,59 @@ fn a_group_and_a_producer_carry_on_through_a_round_robin_balancer_while_a_broker
         "{stdout}"
     );
     println!("through the balancer, broker 3 killed: {stdout}");
-    for api in [
-        "JoinGroup",
-        "SyncGroup",
-        "Heartbeat",
-        "OffsetCommit",
-        "Produce",
-        "Fetch",
-    ] {
-        let count: u64 = [1, 2]
+
+    // Each client sends its group requests over one connection to its
+    // coordinator, and the balancer may have put every such connection on
+    // the coordinator itself. Until a JoinGroup was forwarded, one more
+    // member joins a group of its own (a new group id, so most often
+    // another coordinator) and leaves: a new connection each time.
+    let forwarded = |api: &str| -> u64 {
+        [1, 2]
             .iter()
             .map(|&id| forwarded_by(&balanced.cluster, id, api))
-            .sum();
+            .sum()
+    };
+    let mut joins = 0;
+    while forwarded("JoinGroup") + forwarded_by_3[0] == 0 && joins < EXTRA_JOINS {
+        joins += 1;
+        let group = format!("balanced-join-{joins}");
+        let joined = run(
+            Command::new("python3")
+                .arg(script())
+                .args(["join", &bootstrap, TOPIC, &group]),
+            None,
+            CLIENT_DEADLINE,
+        );
+        let said = String::from_utf8_lossy(&joined.stdout).to_string();
+        assert!(
+            joined.status.success()
+                && said.contains(&format!("joined {group} with {PARTITIONS} partitions")),
+            "{said}\n{}",
+            String::from_utf8_lossy(&joined.stderr)
+        );
+    }
+    println!("extra members that joined until a JoinGroup was forwarded: {joins}");
+    for (api, before_kill) in GROUP_APIS.iter().zip(&forwarded_by_3) {
+        let count = forwarded(api) + before_kill;
+        println!("{api} requests forwarded: {count}");
+    }
+    assert!(
+        forwarded("JoinGroup") + forwarded_by_3[0] > 0,
+        "no JoinGroup request was forwarded in {EXTRA_JOINS} extra joins"
+    );
+    for api in ["Produce", "Fetch"] {
+        let count = forwarded(api);
         assert!(count > 0, "no {api} request was forwarded");
         println!("{api} requests forwarded: {count}");
     }
 }
+
+/// The group coordination requests the group test counts as forwarded,
+/// JoinGroup first.
+const GROUP_APIS: [&str; 4] = ["JoinGroup", "SyncGroup", "Heartbeat", "OffsetCommit"];
+
+/// At most this many extra members join until one JoinGroup was forwarded.
+const EXTRA_JOINS: usize = 12;
 
 /// Produce requests of about 1 MiB each that a test writes to one broker
 /// for a partition another broker leads.

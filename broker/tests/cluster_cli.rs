@@ -683,6 +683,41 @@ fn group_listings_ask_every_broker_and_broker_configs_are_asked_of_that_broker()
         stderr.contains("broker 7 is not in the cluster"),
         "{stderr}"
     );
+
+    // A broker's dynamic settings change whichever broker the tool
+    // reached and whichever is the controller: the change is that
+    // broker's, as it then describes it.
+    for (asked, through) in [(2, 1), (3, 2), (1, 3)] {
+        let value = (5_000_000 + asked).to_string();
+        let done = tool_text(
+            &cluster,
+            &via(through),
+            &[
+                "config",
+                "alter",
+                "--broker",
+                &asked.to_string(),
+                "--add-config",
+                &format!("log.retention.bytes={value}"),
+            ],
+        );
+        assert!(done.contains(&format!("broker {asked}")), "{done}");
+        cluster.wait_for("the change described by its broker", || {
+            let text = String::from_utf8_lossy(
+                &strom_at(
+                    Some(&via(through)),
+                    &["config", "describe", "--broker", &asked.to_string()],
+                    None,
+                )
+                .stdout,
+            )
+            .to_string();
+            let configs = broker_configs(&text);
+            (configs.get("log.retention.bytes")
+                == Some(&(value.clone(), "DYNAMIC_BROKER_CONFIG".to_string())))
+            .then_some(())
+        });
+    }
 }
 
 /// `strom topic describe ARGS` as JSON: (topic, partition) → partition.

@@ -301,7 +301,12 @@ async fn session(
     stop: &StopSignal,
     progress: &mut Progress,
 ) -> anyhow::Result<()> {
-    let mut connection = args.connect.connect().await?;
+    // Reconnecting, the loop in `run` paces and counts the attempts.
+    let mut connection = if progress.ever_fetched {
+        args.connect.connect_once().await?
+    } else {
+        args.connect.connect().await?
+    };
     let mut member = match &args.group {
         Some(group) => Some(GroupMember::join(&args.connect, group, &args.topic).await?),
         None => None,

@@ -154,6 +154,17 @@ impl ConnectArgs {
 
     /// Connects to the first of the bootstrap brokers that answers.
     pub async fn connect(&self) -> anyhow::Result<Connection> {
+        self.connect_rounds(CONNECT_ROUNDS_MAX).await
+    }
+
+    /// Tries each bootstrap broker once, for a caller that paces its own
+    /// attempts (consume reconnecting).
+    pub async fn connect_once(&self) -> anyhow::Result<Connection> {
+        self.connect_rounds(1).await
+    }
+
+    /// Tries the bootstrap list `rounds` times at most, within the timeout.
+    async fn connect_rounds(&self, rounds: usize) -> anyhow::Result<Connection> {
         let timeout = Duration::from_millis(self.timeout_ms.max(1));
         let config = ClientConfig {
             client_id: "strom-cli".to_string(),
@@ -169,7 +180,7 @@ impl ConnectArgs {
         let deadline = std::time::Instant::now() + timeout;
         let mut pause = CONNECT_RETRY_PAUSE_MIN;
         let mut failures = Vec::new();
-        for _ in 0..CONNECT_ROUNDS_MAX {
+        for round in 1..=rounds {
             failures.clear();
             for address in &addresses {
                 match Connection::connect(address, config.clone()).await {
@@ -177,7 +188,7 @@ impl ConnectArgs {
                     Err(error) => failures.push(error),
                 }
             }
-            if std::time::Instant::now() + pause >= deadline {
+            if round == rounds || std::time::Instant::now() + pause >= deadline {
                 break;
             }
             glommio::timer::sleep(pause).await;

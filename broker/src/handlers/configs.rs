@@ -214,9 +214,26 @@ async fn replace(
 }
 
 /// A broker resource is this node's id or `""` (the cluster-wide default).
+/// The broker a change names: the cluster-wide defaults, this broker, or
+/// in a cluster any registered broker (a change is forwarded to the
+/// controller, which keeps it in the metadata log for that broker).
 fn check_broker_resource(shard: &Shard, name: &str) -> Result<(), Refusal> {
     if name == dynamic_config::CLUSTER_DEFAULT || name == shard.config.node_id.to_string() {
         return Ok(());
+    }
+    if shard.cluster().is_some() {
+        let registered = name
+            .parse::<i32>()
+            .is_ok_and(|id| shard.metadata.image().brokers.contains_key(&id));
+        if registered {
+            return Ok(());
+        }
+        return Err(Refusal {
+            error_code: errors::INVALID_REQUEST,
+            message: format!(
+                "unexpected broker id {name:?}: no such broker is registered; use a broker's id or \"\" for the cluster-wide defaults"
+            ),
+        });
     }
     Err(Refusal {
         error_code: errors::INVALID_REQUEST,

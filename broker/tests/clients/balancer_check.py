@@ -30,6 +30,11 @@ Usage:
       KafkaConsumer of a group reads them all back byte-exact at the
       offsets the producer was told and commits; the committed offsets
       are the log ends. Prints "kafka-python produced N consumed N".
+  join BOOTSTRAP TOPIC GROUP
+      one consumer joins GROUP on TOPIC through the balancer, waits for
+      its assignment (every partition, as the only member), commits the
+      high watermarks it reads there and leaves. Prints "joined GROUP
+      with N partitions".
   admin BOOTSTRAP TOPIC
       AdminClient through the balancer: creates TOPIC (3 partitions, 3
       replicas), describes it, deletes it, each seen in the metadata.
@@ -354,6 +359,36 @@ def admin(bootstrap, topic):
     print(f"created, described and deleted {topic}")
 
 
+def join(bootstrap, topic, group_id):
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": group_id,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "latest",
+    })
+    consumer.subscribe([topic])
+    deadline = time.time() + 60
+    assigned = []
+    while not assigned:
+        check(time.time() < deadline, f"no assignment in {group_id} within 60 s")
+        message = consumer.poll(0.2)
+        if message is not None and message.error() is not None \
+                and message.error().code() != KafkaError._PARTITION_EOF:
+            fail(f"{group_id}: {message.error()}")
+        assigned = consumer.assignment()
+    ends = []
+    for tp in assigned:
+        _, high = consumer.get_watermark_offsets(tp, timeout=10)
+        ends.append(TopicPartition(tp.topic, tp.partition, high))
+    consumer.commit(offsets=ends, asynchronous=False)
+    committed = consumer.committed(assigned, timeout=10)
+    check(sorted((c.partition, c.offset) for c in committed)
+          == sorted((e.partition, e.offset) for e in ends),
+          f"{group_id}: committed {committed}, meant {ends}")
+    consumer.close()
+    print(f"joined {group_id} with {len(assigned)} partitions")
+
+
 def main():
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
     if mode == "roundtrip" and len(sys.argv) == 6:
@@ -369,6 +404,8 @@ def main():
         group(bootstrap, topic, int(partitions), int(count), progress_file)
     elif mode == "kafka_python" and len(sys.argv) == 5:
         kafka_python(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    elif mode == "join" and len(sys.argv) == 5:
+        join(sys.argv[2], sys.argv[3], sys.argv[4])
     elif mode == "admin" and len(sys.argv) == 4:
         admin(sys.argv[2], sys.argv[3])
     else:
