@@ -7,7 +7,6 @@
 //! ([`Cluster::start_serving`]). On a broker that is not a voter the
 //! committed metadata arrives through the [`super::follower`].
 
-use std::net::TcpStream;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,9 +48,9 @@ pub struct Agent {
     /// How the data dir was found at start, told with every heartbeat.
     startup: Startup,
     interval: Duration,
-    /// The voter tried next and its open connection.
+    /// The voter tried next, and the connection to it.
     target: usize,
-    connection: Option<(String, TcpStream)>,
+    link: net::Link,
     commands: flume::Receiver<Command>,
     /// When the agent started, and when it last said why the broker does
     /// not serve clients yet.
@@ -96,7 +95,7 @@ impl Agent {
             },
             stored,
             interval,
-            connection: None,
+            link: net::Link::default(),
             commands,
             started: std::time::Instant::now(),
             noticed: std::time::Instant::now(),
@@ -306,18 +305,8 @@ impl Agent {
         frame: Frame,
         timeout: Duration,
     ) -> std::io::Result<super::wire::Envelope> {
-        if self.connection.as_ref().is_none_or(|(to, _)| to != address) {
-            self.connection = Some((address.to_string(), net::connect(address)?));
-        }
         let cluster_id = self.our_cluster_id();
-        let (_, stream) = self.connection.as_mut().expect("connected");
-        let result = stream
-            .set_read_timeout(Some(timeout))
-            .and_then(|()| net::call(stream, &cluster_id, frame));
-        if result.is_err() {
-            self.connection = None;
-        }
-        result
+        self.link.call(address, &cluster_id, frame, timeout)
     }
 
     /// Sends an ISR change to the active controller (following one

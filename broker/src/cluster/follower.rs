@@ -14,7 +14,6 @@
 //! gone. Each publish records how long the change took to arrive
 //! ([`super::Cluster::propagation`]).
 
-use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,7 +38,7 @@ pub struct Follower {
     published: u64,
     /// The voter tried next when the active controller is not known.
     rotation: usize,
-    connection: Option<(String, TcpStream)>,
+    link: net::Link,
 }
 
 impl Follower {
@@ -55,7 +54,7 @@ impl Follower {
             image,
             cluster,
             rotation: 0,
-            connection: None,
+            link: net::Link::default(),
         };
         std::thread::Builder::new()
             .name("strom-metadata-follower".to_string())
@@ -79,7 +78,7 @@ impl Follower {
                 Ok(now_caught_up) => caught_up = now_caught_up,
                 Err(error) => {
                     tracing::debug!(%error, "metadata fetch failed: tried again");
-                    self.connection = None;
+                    self.link.reset();
                     caught_up = false;
                     std::thread::sleep(RETRY_AFTER);
                 }
@@ -180,17 +179,7 @@ impl Follower {
         frame: Frame,
         timeout: Duration,
     ) -> std::io::Result<super::wire::Envelope> {
-        if self.connection.as_ref().is_none_or(|(to, _)| to != address) {
-            self.connection = Some((address.to_string(), net::connect(address)?));
-        }
         let cluster_id = self.cluster.cluster_id();
-        let (_, stream) = self.connection.as_mut().expect("connected");
-        let result = stream
-            .set_read_timeout(Some(timeout))
-            .and_then(|()| net::call(stream, &cluster_id, frame));
-        if result.is_err() {
-            self.connection = None;
-        }
-        result
+        self.link.call(address, &cluster_id, frame, timeout)
     }
 }

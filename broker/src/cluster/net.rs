@@ -260,6 +260,42 @@ fn serve_frames(
     Ok(())
 }
 
+/// One kept connection to a controller, opened on first use and again
+/// when the address changes; dropped when a call fails.
+#[derive(Default)]
+pub struct Link {
+    connection: Option<(String, TcpStream)>,
+}
+
+impl Link {
+    /// Sends `frame` to `address` and waits up to `timeout` for the
+    /// answer; the connection is dropped when the call fails.
+    pub fn call(
+        &mut self,
+        address: &str,
+        cluster_id: &str,
+        frame: Frame,
+        timeout: Duration,
+    ) -> std::io::Result<Envelope> {
+        if self.connection.as_ref().is_none_or(|(to, _)| to != address) {
+            self.connection = Some((address.to_string(), connect(address)?));
+        }
+        let (_, stream) = self.connection.as_mut().expect("connected");
+        let result = stream
+            .set_read_timeout(Some(timeout))
+            .and_then(|()| call(stream, cluster_id, frame));
+        if result.is_err() {
+            self.connection = None;
+        }
+        result
+    }
+
+    /// Drops the connection: the next call opens a new one.
+    pub fn reset(&mut self) {
+        self.connection = None;
+    }
+}
+
 /// Sends `frame` on `stream` and reads the answer.
 pub fn call(stream: &mut TcpStream, cluster_id: &str, frame: Frame) -> std::io::Result<Envelope> {
     wire::write_frame(

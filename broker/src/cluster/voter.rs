@@ -1201,8 +1201,13 @@ mod tests {
     }
 
     fn heartbeat(voter: &mut Voter, id: i32) {
+        heartbeat_as(voter, broker(id));
+    }
+
+    /// A clean heartbeat of `broker` (as registered, or a new incarnation).
+    fn heartbeat_as(voter: &mut Voter, broker: BrokerMeta) {
         voter.heartbeat(Heartbeat {
-            broker: broker(id),
+            broker,
             applied: 0,
             shutting_down: false,
             startup: wire::Startup {
@@ -1350,20 +1355,13 @@ mod tests {
             }
         }
         voter.proposed.clear();
-        voter.heartbeat(Heartbeat {
-            broker: BrokerMeta {
+        heartbeat_as(
+            &mut voter,
+            BrokerMeta {
                 incarnation: 9,
                 ..broker(2)
             },
-            applied: 0,
-            shutting_down: false,
-            startup: wire::Startup {
-                clean: true,
-                new_directory: false,
-            },
-            storage_full: false,
-        });
-        voter.process_ready().unwrap();
+        );
         let clean = partitions(&voter);
         for (was, now) in after.iter().zip(&clean) {
             assert_eq!(now.isr, was.isr, "a clean return keeps its ISR places");
