@@ -91,3 +91,11 @@ pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = ResponseError::GroupSubscribedToTopic
 pub const MISMATCHED_ENDPOINT_TYPE: i16 = ResponseError::MismatchedEndpointType.code();
 pub const UNSUPPORTED_ENDPOINT_TYPE: i16 = ResponseError::UnsupportedEndpointType.code();
 pub const UNKNOWN_TOPIC_ID: i16 = ResponseError::UnknownTopicId.code();
+
+/// The code a client gets for a partition this node does not serve.
+pub fn not_served(why: replication::metadata::NotServed) -> i16 {
+    match why {
+        replication::metadata::NotServed::UnknownTopicOrPartition => UNKNOWN_TOPIC_OR_PARTITION,
+        replication::metadata::NotServed::NotLeaderOrFollower => NOT_LEADER_OR_FOLLOWER,
+    }
+}

@@ -33,6 +33,7 @@
 //! `tests/quorum_simulation.rs` with seeded loss, delay, reordering, partitions and crashes.
 
 pub mod file_store;
+pub mod metadata;
 pub mod quorum;
 pub mod store;
 

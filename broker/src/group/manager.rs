@@ -101,9 +101,11 @@ pub async fn place(shard: &Rc<Shard>, group_id: &str) -> Result<Placement, i16> 
     let (image, partition) = group_partition(shard, group_id).await?;
     let core = image
         .leader_core(&image.topics[OFFSETS_TOPIC], partition, shard.cores)
-        .map_err(|code| match code {
-            errors::NOT_LEADER_OR_FOLLOWER => errors::NOT_COORDINATOR,
-            _ => errors::COORDINATOR_NOT_AVAILABLE,
+        .map_err(|why| match why {
+            crate::metadata::NotServed::NotLeaderOrFollower => errors::NOT_COORDINATOR,
+            crate::metadata::NotServed::UnknownTopicOrPartition => {
+                errors::COORDINATOR_NOT_AVAILABLE
+            }
         })?;
     Ok(Placement { partition, core })
 }

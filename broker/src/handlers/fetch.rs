@@ -208,7 +208,9 @@ pub async fn handle(
                 forwarded_slots.insert(slot);
                 continue;
             }
-            let core = image.leader_core_by_name(name, p.partition, shard.cores);
+            let core = image
+                .leader_core_by_name(name, p.partition, shard.cores)
+                .map_err(errors::not_served);
             match core {
                 Err(code) => scatter.answer(FetchOutcome::error(code)),
                 Ok(core) => scatter.route(

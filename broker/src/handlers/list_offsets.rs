@@ -76,7 +76,9 @@ pub async fn handle(
                 );
                 continue;
             }
-            let core = image.leader_core_by_name(name, p.partition_index, shard.cores);
+            let core = image
+                .leader_core_by_name(name, p.partition_index, shard.cores)
+                .map_err(errors::not_served);
             match core {
                 Ok(core) => scatter.route(
                     core,

@@ -75,7 +75,9 @@ pub async fn handle(
                 );
                 continue;
             }
-            let core = image.leader_core_by_name(name, p.partition, shard.cores);
+            let core = image
+                .leader_core_by_name(name, p.partition, shard.cores)
+                .map_err(errors::not_served);
             match core {
                 Ok(core) => scatter.route(
                     core,

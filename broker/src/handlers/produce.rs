@@ -218,7 +218,9 @@ fn check_partition(
         // coordinators write there.
         return Err(errors::INVALID_TOPIC_EXCEPTION);
     }
-    let core = image.leader_core(topic, partition_data.index, shard.cores)?;
+    let core = image
+        .leader_core(topic, partition_data.index, shard.cores)
+        .map_err(errors::not_served)?;
     let records = partition_data
         .records
         .clone()

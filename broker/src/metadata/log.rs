@@ -16,7 +16,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use super::records::MetadataRecord;
+use super::MetadataRecord;
 use super::{MetadataError, METADATA_DIR, METADATA_FILE};
 use crate::limits::{METADATA_RECORD_BYTES_MAX, METADATA_WRITES_QUEUED_MAX};
 

@@ -14,9 +14,7 @@
 //! This is the single-node form of the controller's replicated metadata
 //! log: the records are the same, only the replication is missing.
 
-mod image;
 mod log;
-mod records;
 #[cfg(test)]
 pub mod testing;
 
@@ -25,11 +23,11 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::{Arc, RwLock};
 
-mod snapshot;
-pub use image::{place_partitions, BrokerMeta, MetadataImage, PartitionState, TopicMeta};
 pub use log::{repair, FileMetadataLog, MetadataLog, MetadataWriter, RepairReport};
-pub use records::MetadataRecord;
-pub use snapshot::{decode as decode_snapshot, encode as encode_snapshot};
+pub use replication::metadata::{
+    decode_snapshot, encode_snapshot, place_partitions, BrokerMeta, MetadataImage, MetadataRecord,
+    NotServed, PartitionState, TopicMeta,
+};
 
 pub const METADATA_DIR: &str = "__metadata";
 /// Topics the broker writes itself: clients may read them, but not write,

@@ -1,8 +1,8 @@
 //! Test doubles for the metadata log.
 
-use std::collections::BTreeMap;
+use super::{MetadataError, MetadataLog, MetadataRecord};
 
-use super::{MetadataError, MetadataLog, MetadataRecord, PartitionState, TopicMeta};
+pub use replication::metadata::testing::topic_meta;
 
 /// A metadata log in memory. Faults it injects: none by itself; a crash is
 /// modelled by [`MemoryMetadataLog::crash`], which drops what was appended
@@ -40,14 +40,22 @@ impl MetadataLog for MemoryMetadataLog {
     }
 }
 
-/// A topic as the tests create it: id 42, no config overrides, each
-/// partition on the core `cores` names, its replica broker 0 (epochs 0).
-pub fn topic_meta(name: &str, cores: &[u32]) -> TopicMeta {
-    TopicMeta {
-        name: name.to_string(),
-        topic_id: 42,
-        partition_cores: cores.to_vec(),
-        configs: BTreeMap::new(),
-        partitions: cores.iter().map(|_| PartitionState::new(vec![0])).collect(),
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metadata::MetadataImage;
+
+    fn created(name: &str) -> MetadataRecord {
+        MetadataRecord::TopicCreated(topic_meta(name, &[0]))
+    }
+
+    #[test]
+    fn a_crash_loses_only_what_was_not_synced() {
+        let mut log = MemoryMetadataLog::default();
+        log.append(&[created("a")]).unwrap();
+        log.sync().unwrap();
+        log.append(&[created("b")]).unwrap();
+        let image = MetadataImage::replay(3, &log.crash().replay().unwrap());
+        assert_eq!(image.topics.keys().collect::<Vec<_>>(), vec!["a"]);
     }
 }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::records::MetadataRecord;
+use super::NotServed;
 
 /// One partition's replication state, as the controller records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -289,37 +290,37 @@ impl MetadataImage {
     }
 
     /// The core of this node that serves partition `partition` of `topic`
-    /// as its leader; else the error a client gets: NOT_LEADER_OR_FOLLOWER
+    /// as its leader; else why not: [`NotServed::NotLeaderOrFollower`]
     /// when the partition exists but another broker leads it (or none
-    /// does), UNKNOWN_TOPIC_OR_PARTITION when it does not exist.
+    /// does), [`NotServed::UnknownTopicOrPartition`] when it does not exist.
     pub fn leader_core(
         &self,
         topic: &TopicMeta,
         partition: i32,
         cores: usize,
-    ) -> Result<usize, i16> {
+    ) -> Result<usize, NotServed> {
         let state = topic
             .partition(partition)
-            .ok_or(crate::errors::UNKNOWN_TOPIC_OR_PARTITION)?;
+            .ok_or(NotServed::UnknownTopicOrPartition)?;
         if state.leader != self.node_id {
-            return Err(crate::errors::NOT_LEADER_OR_FOLLOWER);
+            return Err(NotServed::NotLeaderOrFollower);
         }
         self.owner_core(topic, partition, cores)
-            .ok_or(crate::errors::NOT_LEADER_OR_FOLLOWER)
+            .ok_or(NotServed::NotLeaderOrFollower)
     }
 
     /// [`MetadataImage::leader_core`] of a topic named `topic`
-    /// (UNKNOWN_TOPIC_OR_PARTITION when there is none).
+    /// ([`NotServed::UnknownTopicOrPartition`] when there is none).
     pub fn leader_core_by_name(
         &self,
         topic: &str,
         partition: i32,
         cores: usize,
-    ) -> Result<usize, i16> {
+    ) -> Result<usize, NotServed> {
         let meta = self
             .topics
             .get(topic)
-            .ok_or(crate::errors::UNKNOWN_TOPIC_OR_PARTITION)?;
+            .ok_or(NotServed::UnknownTopicOrPartition)?;
         self.leader_core(meta, partition, cores)
     }
 
@@ -377,8 +378,7 @@ pub fn place_partitions(counts: &mut [usize], count: usize) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metadata::testing::{topic_meta, MemoryMetadataLog};
-    use crate::metadata::MetadataLog;
+    use crate::metadata::testing::topic_meta;
 
     const NODE: i32 = 3;
 
@@ -389,13 +389,9 @@ mod tests {
         })
     }
 
-    /// Applies `records` through a log double, as start-up does: appended,
-    /// synced, replayed.
+    /// Applies `records` in order, as start-up's replay does.
     fn check(records: &[MetadataRecord], expected: &[(&str, Vec<PartitionState>)]) {
-        let mut log = MemoryMetadataLog::default();
-        log.append(records).unwrap();
-        log.sync().unwrap();
-        let image = MetadataImage::replay(NODE, &log.replay().unwrap());
+        let image = MetadataImage::replay(NODE, records);
         assert_eq!(image.offset, records.len() as u64);
         let got: Vec<(&str, Vec<PartitionState>)> = image
             .topics
@@ -501,16 +497,6 @@ mod tests {
             "empty settings leave no entry"
         );
         assert_eq!(image.offset, 8);
-    }
-
-    #[test]
-    fn a_crash_loses_only_what_was_not_synced() {
-        let mut log = MemoryMetadataLog::default();
-        log.append(&[topic("a", &[0], Vec::new())]).unwrap();
-        log.sync().unwrap();
-        log.append(&[topic("b", &[0], Vec::new())]).unwrap();
-        let image = MetadataImage::replay(NODE, &log.crash().replay().unwrap());
-        assert_eq!(image.topics.keys().collect::<Vec<_>>(), vec!["a"]);
     }
 
     /// Two changes decided on the same state: the first recorded wins, the
