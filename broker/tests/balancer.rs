@@ -1216,8 +1216,21 @@ fn forwarded_produces_to_a_stalled_leader_are_held_back_not_buffered() {
             }
         }
     }
-    let response = latest_offsets(&cluster, leader, topic, &[0]);
-    let end = response.topics[0].partitions[0].offset as usize;
+    // A leader back from a long stall may take a moment to serve again
+    // (its controller session is checked first): asked until it answers.
+    let mut last_error = 0;
+    let end = poll_until(Duration::from_secs(30), || {
+        let response = latest_offsets(&cluster, leader, topic, &[0]);
+        let partition = &response.topics[0].partitions[0];
+        last_error = partition.error_code;
+        (partition.error_code == 0).then_some(partition.offset as usize)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "the leader answered ListOffsets with error {last_error} for 30 s after it ran again\n{}",
+            cluster.logs()
+        )
+    });
     // Every batch answered as written is in the log; a retriable answer
     // may or may not have reached it (its retry is the client's).
     assert!(
