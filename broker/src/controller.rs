@@ -671,7 +671,7 @@ pub async fn elect_leaders(
                     records.push(record);
                     results.push(((topic, p), errors::NONE));
                 }
-                Err(code) => results.push(((topic, p), code)),
+                Err(why) => results.push(((topic, p), errors::refused(why))),
             }
         }
         if !records.is_empty() {
@@ -778,7 +778,7 @@ fn reassignment_record(
         change.partition,
         change.target.as_deref(),
     )
-    .map_err(|(code, message)| Refusal::new(code, message))
+    .map_err(|(code, message)| Refusal::new(errors::refused(code), message))
 }
 
 /// Hands out a new producer id, taking a new block from the metadata log

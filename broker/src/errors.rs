@@ -99,3 +99,20 @@ pub fn not_served(why: replication::metadata::NotServed) -> i16 {
         replication::metadata::NotServed::NotLeaderOrFollower => NOT_LEADER_OR_FOLLOWER,
     }
 }
+
+/// The code a client gets for a change the controller refused.
+pub fn refused(why: replication::placement::Refused) -> i16 {
+    use replication::placement::Refused;
+    match why {
+        Refused::ElectionNotNeeded => ELECTION_NOT_NEEDED,
+        Refused::EligibleLeadersNotAvailable => ELIGIBLE_LEADERS_NOT_AVAILABLE,
+        Refused::FencedLeaderEpoch => FENCED_LEADER_EPOCH,
+        Refused::IneligibleReplica => INELIGIBLE_REPLICA,
+        Refused::InvalidReplicaAssignment => INVALID_REPLICA_ASSIGNMENT,
+        Refused::InvalidRequest => INVALID_REQUEST,
+        Refused::InvalidUpdateVersion => INVALID_UPDATE_VERSION,
+        Refused::NoReassignmentInProgress => NO_REASSIGNMENT_IN_PROGRESS,
+        Refused::PreferredLeaderNotAvailable => PREFERRED_LEADER_NOT_AVAILABLE,
+        Refused::UnknownTopicOrPartition => UNKNOWN_TOPIC_OR_PARTITION,
+    }
+}

@@ -34,6 +34,7 @@
 
 pub mod file_store;
 pub mod metadata;
+pub mod placement;
 pub mod quorum;
 pub mod store;
 

@@ -25,7 +25,7 @@ pub mod forward;
 pub mod links;
 pub mod membership;
 pub mod net;
-pub mod placement;
+pub use ::replication::placement;
 pub mod probe;
 pub mod replication;
 pub mod voter;

@@ -454,7 +454,7 @@ impl Voter {
                 match placement::alter_partition(&image, &alter) {
                     Ok(record) => self.propose(vec![record], Some(Reply::Code(reply))),
                     Err(code) => {
-                        let _ = reply.send(code);
+                        let _ = reply.send(crate::errors::refused(code));
                     }
                 }
             }

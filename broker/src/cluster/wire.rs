@@ -52,17 +52,7 @@ const STARTUP_NEW_DIRECTORY: u8 = 4;
 /// The heartbeat's broker has a data dir that refuses writes.
 const STORAGE_FULL: u8 = 8;
 
-/// A leader's ISR change for one partition (Kafka's AlterPartition
-/// shape): taken only when the leader and both epochs are still current.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AlterPartition {
-    pub topic: String,
-    pub partition: i32,
-    pub leader: i32,
-    pub leader_epoch: i32,
-    pub partition_epoch: i32,
-    pub isr: Vec<i32>,
-}
+pub use replication::placement::AlterPartition;
 
 /// A broker's heartbeat to the active controller; the first one of an
 /// incarnation registers it.

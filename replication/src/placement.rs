@@ -6,6 +6,34 @@ use std::collections::BTreeMap;
 
 use crate::metadata::{MetadataImage, MetadataRecord, PartitionState};
 
+/// Why the controller refuses a change; the broker answers each with the
+/// Kafka error of the same name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    ElectionNotNeeded,
+    EligibleLeadersNotAvailable,
+    FencedLeaderEpoch,
+    IneligibleReplica,
+    InvalidReplicaAssignment,
+    InvalidRequest,
+    InvalidUpdateVersion,
+    NoReassignmentInProgress,
+    PreferredLeaderNotAvailable,
+    UnknownTopicOrPartition,
+}
+
+/// A leader's ISR change for one partition (Kafka's AlterPartition
+/// shape): taken only when the leader and both epochs are still current.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlterPartition {
+    pub topic: String,
+    pub partition: i32,
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+    pub isr: Vec<i32>,
+}
+
 /// Replica and leader counts of each live broker.
 #[derive(Debug, Clone, Default)]
 struct Load {
@@ -346,35 +374,34 @@ pub fn elect(
     topic: &str,
     partition: i32,
     preferred: bool,
-) -> Result<MetadataRecord, i16> {
-    use crate::errors;
+) -> Result<MetadataRecord, Refused> {
     let state = image
         .topics
         .get(topic)
         .and_then(|t| t.partition(partition))
-        .ok_or(errors::UNKNOWN_TOPIC_OR_PARTITION)?;
+        .ok_or(Refused::UnknownTopicOrPartition)?;
     let changed = if preferred {
         let first = *state
             .replicas
             .first()
-            .ok_or(errors::PREFERRED_LEADER_NOT_AVAILABLE)?;
+            .ok_or(Refused::PreferredLeaderNotAvailable)?;
         if state.leader == first {
-            return Err(errors::ELECTION_NOT_NEEDED);
+            return Err(Refused::ElectionNotNeeded);
         }
         if !image.is_live(first) || !state.isr.contains(&first) {
-            return Err(errors::PREFERRED_LEADER_NOT_AVAILABLE);
+            return Err(Refused::PreferredLeaderNotAvailable);
         }
         led_by(state, first, state.isr.clone())
     } else {
         if state.leader >= 0 {
-            return Err(errors::ELECTION_NOT_NEEDED);
+            return Err(Refused::ElectionNotNeeded);
         }
         let next = state
             .replicas
             .iter()
             .copied()
             .find(|&r| image.is_live(r))
-            .ok_or(errors::ELIGIBLE_LEADERS_NOT_AVAILABLE)?;
+            .ok_or(Refused::EligibleLeadersNotAvailable)?;
         let isr = if state.isr.contains(&next) {
             state.isr.clone()
         } else {
@@ -410,29 +437,28 @@ pub fn preferred_leaders(image: &MetadataImage) -> Vec<MetadataRecord> {
 /// member it adds is a live broker. Else the Kafka error code.
 pub fn alter_partition(
     image: &MetadataImage,
-    alter: &crate::cluster::wire::AlterPartition,
-) -> Result<MetadataRecord, i16> {
-    use crate::errors;
+    alter: &AlterPartition,
+) -> Result<MetadataRecord, Refused> {
     let state = image
         .topics
         .get(&alter.topic)
         .and_then(|t| t.partition(alter.partition))
-        .ok_or(errors::UNKNOWN_TOPIC_OR_PARTITION)?;
+        .ok_or(Refused::UnknownTopicOrPartition)?;
     if state.leader != alter.leader || state.leader_epoch != alter.leader_epoch {
-        return Err(errors::FENCED_LEADER_EPOCH);
+        return Err(Refused::FencedLeaderEpoch);
     }
     if state.partition_epoch != alter.partition_epoch {
-        return Err(errors::INVALID_UPDATE_VERSION);
+        return Err(Refused::InvalidUpdateVersion);
     }
     if !alter.isr.contains(&alter.leader) || !alter.isr.iter().all(|r| state.replicas.contains(r)) {
-        return Err(errors::INVALID_REQUEST);
+        return Err(Refused::InvalidRequest);
     }
     if alter
         .isr
         .iter()
         .any(|r| !state.isr.contains(r) && !image.is_live(*r))
     {
-        return Err(errors::INELIGIBLE_REPLICA);
+        return Err(Refused::IneligibleReplica);
     }
     let mut isr = alter.isr.clone();
     isr.sort_unstable();
@@ -450,7 +476,7 @@ pub fn alter_partition(
 }
 
 /// A reassignment request refused: the Kafka error code and why.
-pub type ReassignRefusal = (i16, String);
+pub type ReassignRefusal = (Refused, String);
 
 /// AlterPartitionReassignments for one partition, decided on `image`:
 /// the record that starts moving the partition to `target` (its replicas,
@@ -478,14 +504,13 @@ pub fn reassign(
     partition: i32,
     target: Option<&[i32]>,
 ) -> Result<Option<MetadataRecord>, ReassignRefusal> {
-    use crate::errors;
     let state = image
         .topics
         .get(topic)
         .and_then(|t| t.partition(partition))
         .ok_or_else(|| {
             (
-                errors::UNKNOWN_TOPIC_OR_PARTITION,
+                Refused::UnknownTopicOrPartition,
                 format!("partition {partition} of topic {topic:?} does not exist"),
             )
         })?;
@@ -493,13 +518,13 @@ pub fn reassign(
         None => {
             if !state.reassigning() {
                 return Err((
-                    errors::NO_REASSIGNMENT_IN_PROGRESS,
+                    Refused::NoReassignmentInProgress,
                     format!("partition {partition} of {topic:?} is not being reassigned"),
                 ));
             }
             cancelled(image, state).ok_or_else(|| {
                 (
-                    errors::INVALID_REPLICA_ASSIGNMENT,
+                    Refused::InvalidReplicaAssignment,
                     format!(
                         "cancelling would leave partition {partition} of {topic:?} without \
                          an in-sync replica: only the replicas being added are in sync"
@@ -812,13 +837,12 @@ mod tests {
 
     #[test]
     fn preferred_leaders_come_back_once_in_sync() {
-        use crate::errors;
         let mut image = cluster(&[(1, None), (2, None), (3, None)]);
         create(&mut image, "t", vec![vec![1, 2, 3], vec![2, 3, 1]]);
         assert!(preferred_leaders(&image).is_empty(), "all lead already");
         assert_eq!(
             elect(&image, "t", 0, true).unwrap_err(),
-            errors::ELECTION_NOT_NEEDED
+            Refused::ElectionNotNeeded
         );
         // Broker 1 is fenced: partition 0 moves to 2; back when 1 returns
         // (unfenced, not in the ISR yet: not available until it catches up).
@@ -827,11 +851,11 @@ mod tests {
         assert_eq!(image.topics["t"].partitions[0].leader, 2);
         assert_eq!(
             elect(&image, "t", 0, true).unwrap_err(),
-            errors::PREFERRED_LEADER_NOT_AVAILABLE
+            Refused::PreferredLeaderNotAvailable
         );
         let caught_up = alter_partition(
             &image,
-            &crate::cluster::wire::AlterPartition {
+            &AlterPartition {
                 topic: "t".to_string(),
                 partition: 0,
                 leader: 2,
@@ -850,14 +874,13 @@ mod tests {
         assert!(preferred_leaders(&image).is_empty());
         assert_eq!(
             elect(&image, "t", 9, true).unwrap_err(),
-            errors::UNKNOWN_TOPIC_OR_PARTITION
+            Refused::UnknownTopicOrPartition
         );
     }
 
     #[test]
     fn isr_changes_are_taken_only_from_the_current_leader_at_current_epochs() {
-        use crate::cluster::wire::AlterPartition;
-        use crate::errors;
+        use AlterPartition;
         let mut image = cluster(&[(1, None), (2, None), (3, None)]);
         create(&mut image, "t", vec![vec![1, 2, 3]]);
         let alter = |leader, leader_epoch, partition_epoch, isr: &[i32]| AlterPartition {
@@ -875,25 +898,25 @@ mod tests {
         // The same change again: the partition epoch moved on.
         assert_eq!(
             alter_partition(&image, &alter(1, 0, 0, &[1])).unwrap_err(),
-            errors::INVALID_UPDATE_VERSION
+            Refused::InvalidUpdateVersion
         );
         // Not the leader, or a stale leader epoch.
         assert_eq!(
             alter_partition(&image, &alter(2, 0, 1, &[2, 3])).unwrap_err(),
-            errors::FENCED_LEADER_EPOCH
+            Refused::FencedLeaderEpoch
         );
         assert_eq!(
             alter_partition(&image, &alter(1, 1, 1, &[1])).unwrap_err(),
-            errors::FENCED_LEADER_EPOCH
+            Refused::FencedLeaderEpoch
         );
         // Without the leader, or naming a broker that holds no replica.
         assert_eq!(
             alter_partition(&image, &alter(1, 0, 1, &[3])).unwrap_err(),
-            errors::INVALID_REQUEST
+            Refused::InvalidRequest
         );
         assert_eq!(
             alter_partition(&image, &alter(1, 0, 1, &[1, 4])).unwrap_err(),
-            errors::INVALID_REQUEST
+            Refused::InvalidRequest
         );
         // A fenced broker does not come back into the ISR.
         image.apply(&MetadataRecord::BrokerFencing {
@@ -902,7 +925,7 @@ mod tests {
         });
         assert_eq!(
             alter_partition(&image, &alter(1, 0, 1, &[1, 2, 3])).unwrap_err(),
-            errors::INELIGIBLE_REPLICA
+            Refused::IneligibleReplica
         );
         image.apply(&MetadataRecord::BrokerFencing {
             id: 2,
@@ -1028,7 +1051,7 @@ mod tests {
     /// The leader's AlterPartition for the partition's ISR `isr`.
     fn isr_of(image: &MetadataImage, topic: &str, isr: &[i32]) -> MetadataRecord {
         let s = state(image, topic);
-        let alter = crate::cluster::wire::AlterPartition {
+        let alter = AlterPartition {
             topic: topic.to_string(),
             partition: 0,
             leader: s.leader,
@@ -1129,7 +1152,7 @@ mod tests {
         assert!(!s.reassigning());
         assert_eq!(
             reassign(&image, "t", 0, None).unwrap_err().0,
-            crate::errors::NO_REASSIGNMENT_IN_PROGRESS
+            Refused::NoReassignmentInProgress
         );
     }
 
@@ -1155,12 +1178,11 @@ mod tests {
 
     #[test]
     fn a_partition_not_there_is_refused() {
-        use crate::errors;
         let mut image = cluster(&[(1, None), (2, None)]);
         create(&mut image, "t", vec![vec![1, 2]]);
         for (topic, partition) in [("t", 1), ("t", -1), ("u", 0)] {
             let refusal = reassign(&image, topic, partition, Some(&[1])).unwrap_err();
-            assert_eq!(refusal.0, errors::UNKNOWN_TOPIC_OR_PARTITION, "{refusal:?}");
+            assert_eq!(refusal.0, Refused::UnknownTopicOrPartition, "{refusal:?}");
         }
     }
 }
