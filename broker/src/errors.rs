@@ -116,3 +116,22 @@ pub fn refused(why: replication::placement::Refused) -> i16 {
         Refused::UnknownTopicOrPartition => UNKNOWN_TOPIC_OR_PARTITION,
     }
 }
+
+/// The code a client or follower gets for what the replica state refused.
+pub fn replica(why: replication::replica::ReplicaError) -> i16 {
+    use replication::replica::ReplicaError;
+    match why {
+        ReplicaError::InvalidRequest => INVALID_REQUEST,
+        ReplicaError::NotLeaderOrFollower => NOT_LEADER_OR_FOLLOWER,
+        ReplicaError::FencedLeaderEpoch => FENCED_LEADER_EPOCH,
+        ReplicaError::UnknownLeaderEpoch => UNKNOWN_LEADER_EPOCH,
+        ReplicaError::OffsetOutOfRange => OFFSET_OUT_OF_RANGE,
+        ReplicaError::NotEnoughReplicas => NOT_ENOUGH_REPLICAS,
+        ReplicaError::NotEnoughReplicasAfterAppend => NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    }
+}
+
+/// [`replica`] of a parked produce's outcome (NONE when it holds).
+pub fn replica_outcome(result: Result<(), replication::replica::ReplicaError>) -> i16 {
+    result.map_or_else(replica, |()| NONE)
+}

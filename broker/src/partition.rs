@@ -578,11 +578,11 @@ impl Partition {
                 "{}",
                 if leading { "leading" } else { "following" }
             ),
-            Err(code) => tracing::warn!(
+            Err(why) => tracing::warn!(
                 topic = %self.topic,
                 partition = self.index,
                 ?state,
-                error = %protocol::client::error_name(code),
+                error = ?why,
                 "replication state from the metadata not taken"
             ),
         }
@@ -699,9 +699,9 @@ impl Partition {
         self.apply(actions);
         let high_watermark = self.high_watermark();
         let log_start_offset = self.log_start_offset();
-        if let Err(code) = taken {
+        if let Err(why) = taken {
             return FetchOutcome {
-                error_code: code,
+                error_code: errors::replica(why),
                 high_watermark,
                 log_start_offset,
                 records: Bytes::new(),
@@ -844,8 +844,9 @@ impl Partition {
         for action in actions {
             match action {
                 Action::HighWatermarkAdvanced { .. } => self.high_watermark_advanced.notify_all(),
-                Action::CompleteAcks { waiter, error_code } => {
-                    self.acks.borrow_mut().answered.insert(waiter, error_code);
+                Action::CompleteAcks { waiter, result } => {
+                    let code = errors::replica_outcome(result);
+                    self.acks.borrow_mut().answered.insert(waiter, code);
                     self.acks_answered.notify_all();
                 }
                 Action::ProposeIsr(proposal) => {
@@ -900,8 +901,8 @@ impl Partition {
     /// Appends one validated batch; with `acks == -1` returns once
     /// `acks=all` holds (see `replica.rs`; led alone: once durable).
     pub async fn produce(&self, batch: RecordBatch, acks: i16) -> ProduceOutcome {
-        if let Err(code) = self.replica.borrow().admit_produce(acks) {
-            return ProduceOutcome::error(code);
+        if let Err(why) = self.replica.borrow().admit_produce(acks) {
+            return ProduceOutcome::error(errors::replica(why));
         }
         let header = *batch.header();
         let idempotent = header.producer_id >= 0 && !header.is_transactional();

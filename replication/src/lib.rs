@@ -36,7 +36,9 @@ pub mod file_store;
 pub mod metadata;
 pub mod placement;
 pub mod quorum;
+pub mod replica;
 pub mod store;
+pub mod transport;
 
 pub use raft::eraftpb::{Entry, HardState, Message, Snapshot};
 

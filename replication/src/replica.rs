@@ -58,8 +58,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::errors;
-
 /// A broker's node id (Kafka's `broker.id` / `node.id`).
 pub type NodeId = i32;
 
@@ -104,9 +102,34 @@ pub enum Action {
     /// Consumers may now read below `high_watermark`.
     HighWatermarkAdvanced { high_watermark: u64 },
     /// Answer a parked `acks=all` produce.
-    CompleteAcks { waiter: WaiterId, error_code: i16 },
+    CompleteAcks {
+        waiter: WaiterId,
+        result: Result<(), ReplicaError>,
+    },
     /// Send this to the controller.
     ProposeIsr(IsrProposal),
+}
+
+/// Why the replica state refuses an input or fails a parked produce; the
+/// broker answers each with the Kafka error of the same name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplicaError {
+    /// An input that contradicts itself or this replica (a leader told to
+    /// follow itself, an assignment without this node).
+    InvalidRequest,
+    /// This replica does not lead (or no longer leads) the partition.
+    NotLeaderOrFollower,
+    /// The input names an older leader epoch than this replica's.
+    FencedLeaderEpoch,
+    /// The input names a newer leader epoch than this replica knows.
+    UnknownLeaderEpoch,
+    /// A follower fetched past the leader's log end.
+    OffsetOutOfRange,
+    /// `acks=all` with fewer ISR members than `min.insync.replicas`,
+    /// refused before the append.
+    NotEnoughReplicas,
+    /// The ISR shrank below `min.insync.replicas` after the append.
+    NotEnoughReplicasAfterAppend,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -236,10 +259,10 @@ impl ReplicaState {
         assignment: Assignment,
         now_ms: u64,
         actions: &mut Vec<Action>,
-    ) -> Result<(), i16> {
+    ) -> Result<(), ReplicaError> {
         self.check_assignment(&assignment)?;
         if !assignment.isr.contains(&self.config.local_id) {
-            return Err(errors::INVALID_REQUEST);
+            return Err(ReplicaError::InvalidRequest);
         }
         if self.role != Role::Leader || assignment.leader_epoch != self.leader_epoch {
             // Every follower starts caught up now, its log end unknown
@@ -290,27 +313,27 @@ impl ReplicaState {
         leader_id: NodeId,
         assignment: Assignment,
         actions: &mut Vec<Action>,
-    ) -> Result<(), i16> {
+    ) -> Result<(), ReplicaError> {
         self.check_assignment(&assignment)?;
         if leader_id == self.config.local_id {
-            return Err(errors::INVALID_REQUEST);
+            return Err(ReplicaError::InvalidRequest);
         }
         self.followers.clear();
         self.apply_assignment(assignment, Role::Follower { leader_id });
         for ((_, waiter), ()) in std::mem::take(&mut self.waiters) {
             actions.push(Action::CompleteAcks {
                 waiter,
-                error_code: errors::NOT_LEADER_OR_FOLLOWER,
+                result: Err(ReplicaError::NotLeaderOrFollower),
             });
         }
         Ok(())
     }
 
-    fn check_assignment(&self, assignment: &Assignment) -> Result<(), i16> {
+    fn check_assignment(&self, assignment: &Assignment) -> Result<(), ReplicaError> {
         if assignment.leader_epoch < self.leader_epoch
             || assignment.partition_epoch < self.partition_epoch
         {
-            return Err(errors::FENCED_LEADER_EPOCH);
+            return Err(ReplicaError::FencedLeaderEpoch);
         }
         let replicas: BTreeSet<_> = assignment.replicas.iter().collect();
         let valid = assignment.leader_epoch >= 0
@@ -318,7 +341,7 @@ impl ReplicaState {
             && replicas.contains(&self.config.local_id)
             && assignment.isr.iter().all(|id| replicas.contains(id));
         if !valid {
-            return Err(errors::INVALID_REQUEST);
+            return Err(ReplicaError::InvalidRequest);
         }
         Ok(())
     }
@@ -335,12 +358,12 @@ impl ReplicaState {
     /// Refuses a produce before its append: `NOT_LEADER_OR_FOLLOWER` when
     /// not the leader, `NOT_ENOUGH_REPLICAS` for `acks=all` while the ISR is
     /// below `min.insync.replicas`.
-    pub fn admit_produce(&self, acks: i16) -> Result<(), i16> {
+    pub fn admit_produce(&self, acks: i16) -> Result<(), ReplicaError> {
         if self.role != Role::Leader {
-            return Err(errors::NOT_LEADER_OR_FOLLOWER);
+            return Err(ReplicaError::NotLeaderOrFollower);
         }
         if acks == -1 && self.isr.len() < self.config.min_insync_replicas {
-            return Err(errors::NOT_ENOUGH_REPLICAS);
+            return Err(ReplicaError::NotEnoughReplicas);
         }
         Ok(())
     }
@@ -385,7 +408,7 @@ impl ReplicaState {
             self.waiters.remove(&key);
             actions.push(Action::CompleteAcks {
                 waiter: key.1,
-                error_code: errors::NOT_LEADER_OR_FOLLOWER,
+                result: Err(ReplicaError::NotLeaderOrFollower),
             });
         }
         assert!(
@@ -412,7 +435,7 @@ impl ReplicaState {
         if self.role != Role::Leader {
             actions.push(Action::CompleteAcks {
                 waiter,
-                error_code: errors::NOT_LEADER_OR_FOLLOWER,
+                result: Err(ReplicaError::NotLeaderOrFollower),
             });
             return;
         }
@@ -443,22 +466,22 @@ impl ReplicaState {
         fetch_offset: u64,
         now_ms: u64,
         actions: &mut Vec<Action>,
-    ) -> Result<(), i16> {
+    ) -> Result<(), ReplicaError> {
         if self.role != Role::Leader {
-            return Err(errors::NOT_LEADER_OR_FOLLOWER);
+            return Err(ReplicaError::NotLeaderOrFollower);
         }
         if leader_epoch < self.leader_epoch {
-            return Err(errors::FENCED_LEADER_EPOCH);
+            return Err(ReplicaError::FencedLeaderEpoch);
         }
         if leader_epoch > self.leader_epoch {
-            return Err(errors::UNKNOWN_LEADER_EPOCH);
+            return Err(ReplicaError::UnknownLeaderEpoch);
         }
         if fetch_offset > self.log_end_offset {
-            return Err(errors::OFFSET_OUT_OF_RANGE);
+            return Err(ReplicaError::OffsetOutOfRange);
         }
         let leader_end = self.log_end_offset;
         let Some(follower) = self.followers.get_mut(&replica_id) else {
-            return Err(errors::NOT_LEADER_OR_FOLLOWER);
+            return Err(ReplicaError::NotLeaderOrFollower);
         };
         if fetch_offset >= leader_end {
             follower.last_caught_up_ms = follower.last_caught_up_ms.max(now_ms);
@@ -522,14 +545,14 @@ impl ReplicaState {
         partition_epoch: i32,
         isr: Vec<NodeId>,
         actions: &mut Vec<Action>,
-    ) -> Result<(), i16> {
+    ) -> Result<(), ReplicaError> {
         if partition_epoch <= self.partition_epoch {
-            return Err(errors::FENCED_LEADER_EPOCH);
+            return Err(ReplicaError::FencedLeaderEpoch);
         }
         if !isr.iter().all(|id| self.replicas.contains(id))
             || (self.role == Role::Leader && !isr.contains(&self.config.local_id))
         {
-            return Err(errors::INVALID_REQUEST);
+            return Err(ReplicaError::InvalidRequest);
         }
         self.partition_epoch = partition_epoch;
         self.isr = isr.into_iter().collect();
@@ -597,10 +620,10 @@ impl ReplicaState {
             return;
         }
         let reached = self.high_watermark.min(self.durable_offset);
-        let error_code = if self.isr.len() >= self.config.min_insync_replicas {
-            errors::NONE
+        let result = if self.isr.len() >= self.config.min_insync_replicas {
+            Ok(())
         } else {
-            errors::NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            Err(ReplicaError::NotEnoughReplicasAfterAppend)
         };
         while let Some(entry) = self.waiters.first_entry() {
             let (last_offset, waiter) = *entry.key();
@@ -608,7 +631,7 @@ impl ReplicaState {
                 break;
             }
             entry.remove();
-            actions.push(Action::CompleteAcks { waiter, error_code });
+            actions.push(Action::CompleteAcks { waiter, result });
         }
     }
 }
@@ -705,7 +728,7 @@ mod tests {
         replica: ReplicaState,
         now_ms: u64,
         next_waiter: WaiterId,
-        acks: BTreeMap<WaiterId, i16>,
+        acks: BTreeMap<WaiterId, Result<(), ReplicaError>>,
         proposals: Vec<IsrProposal>,
         high_watermarks: Vec<u64>,
     }
@@ -748,11 +771,8 @@ mod tests {
                         assert_eq!(high_watermark, self.replica.high_watermark());
                         self.high_watermarks.push(high_watermark)
                     }
-                    Action::CompleteAcks { waiter, error_code } => {
-                        assert!(
-                            self.acks.insert(waiter, error_code).is_none(),
-                            "answered twice"
-                        );
+                    Action::CompleteAcks { waiter, result } => {
+                        assert!(self.acks.insert(waiter, result).is_none(), "answered twice");
                     }
                     Action::ProposeIsr(proposal) => self.proposals.push(proposal),
                 }
@@ -802,7 +822,7 @@ mod tests {
             self.next_waiter
         }
 
-        fn fetch(&mut self, id: NodeId, offset: u64) -> Result<(), i16> {
+        fn fetch(&mut self, id: NodeId, offset: u64) -> Result<(), ReplicaError> {
             let mut actions = Vec::new();
             let epoch = self.replica.leader_epoch();
             let result = self
@@ -855,9 +875,9 @@ mod tests {
         h.durable(2);
         assert_eq!(h.acks.get(&waiter), None, "durable only in part");
         h.durable(4);
-        assert_eq!(h.acks.get(&waiter), Some(&errors::NONE));
+        assert_eq!(h.acks.get(&waiter), Some(&Ok(())));
         let at_once = h.produce_all(1, true);
-        assert_eq!(h.acks.get(&at_once), Some(&errors::NONE));
+        assert_eq!(h.acks.get(&at_once), Some(&Ok(())));
         assert_eq!(h.replica.waiter_count(), 0);
     }
 
@@ -869,7 +889,7 @@ mod tests {
             h.tick(LAG_MS * 2);
         }
         assert!(h.proposals.is_empty());
-        assert!(h.acks.values().all(|&code| code == errors::NONE));
+        assert!(h.acks.values().all(|result| result.is_ok()));
     }
 
     #[test]
@@ -895,7 +915,7 @@ mod tests {
         h.fetch(2, 3).unwrap();
         assert_eq!(h.acks.get(&waiter), None, "follower 3 has not fetched");
         h.fetch(3, 3).unwrap();
-        assert_eq!(h.acks.get(&waiter), Some(&errors::NONE));
+        assert_eq!(h.acks.get(&waiter), Some(&Ok(())));
     }
 
     #[test]
@@ -907,7 +927,7 @@ mod tests {
         assert_eq!(h.hw(), 3);
         assert_eq!(h.acks.get(&waiter), None);
         h.durable(3);
-        assert_eq!(h.acks.get(&waiter), Some(&errors::NONE));
+        assert_eq!(h.acks.get(&waiter), Some(&Ok(())));
     }
 
     #[test]
@@ -935,7 +955,7 @@ mod tests {
         assert_eq!(h.replica.isr(), vec![1, 2]);
         assert_eq!(h.replica.partition_epoch(), 1);
         assert_eq!(h.hw(), 5);
-        assert_eq!(h.acks.get(&waiter), Some(&errors::NONE));
+        assert_eq!(h.acks.get(&waiter), Some(&Ok(())));
     }
 
     #[test]
@@ -982,7 +1002,7 @@ mod tests {
         h.lead(0, &[1, 2], &[1]);
         assert_eq!(
             h.replica.admit_produce(-1),
-            Err(errors::NOT_ENOUGH_REPLICAS)
+            Err(ReplicaError::NotEnoughReplicas)
         );
         assert_eq!(h.replica.admit_produce(1), Ok(()));
         assert_eq!(h.replica.admit_produce(0), Ok(()));
@@ -998,11 +1018,11 @@ mod tests {
         assert_eq!(h.replica.isr(), vec![1]);
         assert_eq!(
             h.acks.get(&waiter),
-            Some(&errors::NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+            Some(&Err(ReplicaError::NotEnoughReplicasAfterAppend))
         );
         assert_eq!(
             h.replica.admit_produce(-1),
-            Err(errors::NOT_ENOUGH_REPLICAS)
+            Err(ReplicaError::NotEnoughReplicas)
         );
     }
 
@@ -1021,13 +1041,16 @@ mod tests {
             .become_follower(2, assignment, &mut actions)
             .unwrap();
         h.absorb(actions);
-        assert_eq!(h.acks.get(&waiter), Some(&errors::NOT_LEADER_OR_FOLLOWER));
+        assert_eq!(
+            h.acks.get(&waiter),
+            Some(&Err(ReplicaError::NotLeaderOrFollower))
+        );
         assert_eq!(h.replica.role(), Role::Follower { leader_id: 2 });
         assert_eq!(
             h.replica.admit_produce(1),
-            Err(errors::NOT_LEADER_OR_FOLLOWER)
+            Err(ReplicaError::NotLeaderOrFollower)
         );
-        assert_eq!(h.fetch(3, 0), Err(errors::NOT_LEADER_OR_FOLLOWER));
+        assert_eq!(h.fetch(3, 0), Err(ReplicaError::NotLeaderOrFollower));
     }
 
     #[test]
@@ -1063,27 +1086,27 @@ mod tests {
         };
         assert_eq!(
             h.replica.become_leader(old, h.now_ms, &mut actions),
-            Err(errors::FENCED_LEADER_EPOCH)
+            Err(ReplicaError::FencedLeaderEpoch)
         );
         h.append(2);
         let now = h.now_ms;
         assert_eq!(
             h.replica.follower_fetch(2, 1, 0, now, &mut actions),
-            Err(errors::FENCED_LEADER_EPOCH)
+            Err(ReplicaError::FencedLeaderEpoch)
         );
         assert_eq!(
             h.replica.follower_fetch(2, 3, 0, now, &mut actions),
-            Err(errors::UNKNOWN_LEADER_EPOCH)
+            Err(ReplicaError::UnknownLeaderEpoch)
         );
-        assert_eq!(h.fetch(2, 3), Err(errors::OFFSET_OUT_OF_RANGE));
-        assert_eq!(h.fetch(9, 0), Err(errors::NOT_LEADER_OR_FOLLOWER));
+        assert_eq!(h.fetch(2, 3), Err(ReplicaError::OffsetOutOfRange));
+        assert_eq!(h.fetch(9, 0), Err(ReplicaError::NotLeaderOrFollower));
         assert_eq!(
             h.replica.isr_committed(1, vec![1], &mut actions),
-            Err(errors::FENCED_LEADER_EPOCH)
+            Err(ReplicaError::FencedLeaderEpoch)
         );
         assert_eq!(
             h.replica.isr_committed(5, vec![2, 3], &mut actions),
-            Err(errors::INVALID_REQUEST),
+            Err(ReplicaError::InvalidRequest),
             "the leader stays in its ISR"
         );
     }
@@ -1093,7 +1116,7 @@ mod tests {
         let mut h = Harness::single_node();
         let kept = h.produce_all(4, true);
         let gone = h.produce_all(3, false);
-        assert_eq!(h.acks.get(&kept), Some(&errors::NONE));
+        assert_eq!(h.acks.get(&kept), Some(&Ok(())));
         assert_eq!((h.hw(), h.replica.durable_offset()), (7, 4));
         let mut actions = Vec::new();
         h.replica.truncated(5, &mut actions);
@@ -1101,7 +1124,10 @@ mod tests {
         assert_eq!(h.replica.log_end_offset(), 5);
         assert_eq!(h.replica.durable_offset(), 4, "not past what was durable");
         assert_eq!(h.hw(), 5, "clamped to the new log end");
-        assert_eq!(h.acks.get(&gone), Some(&errors::NOT_LEADER_OR_FOLLOWER));
+        assert_eq!(
+            h.acks.get(&gone),
+            Some(&Err(ReplicaError::NotLeaderOrFollower))
+        );
         assert_eq!(h.replica.waiter_count(), 0);
         let mut actions = Vec::new();
         h.replica.truncated(2, &mut actions);
@@ -1302,7 +1328,7 @@ mod tests {
                     // watermark and durable.
                     for (waiter, code) in &h.acks {
                         if let Some(last) = parked.remove(waiter) {
-                            if *code == errors::NONE {
+                            if code.is_ok() {
                                 prop_assert!(last < hw && last < h.replica.durable_offset());
                             }
                         }
