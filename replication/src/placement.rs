@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::metadata::{MetadataImage, MetadataRecord, PartitionState};
+use crate::metadata::{BrokerMeta, MetadataImage, MetadataRecord, PartitionState};
 
 /// Why the controller refuses a change; the broker answers each with the
 /// Kafka error of the same name.
@@ -260,6 +260,67 @@ pub fn unfence(image: &MetadataImage, id: i32, unclean_default: bool) -> Vec<Met
         }
     }
     records
+}
+
+/// What a broker's heartbeat says of it, beside its registration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arrival {
+    /// Its process found the data dir as a clean stop left it.
+    pub clean: bool,
+    /// Its process found the data dir new (emptied or replaced).
+    pub new_directory: bool,
+    /// It is stopping (SIGTERM): fence it and move its leaderships now.
+    pub shutting_down: bool,
+    /// Its data dir refuses writes for want of space.
+    pub storage_full: bool,
+}
+
+/// What identifies a broker's registration apart from its incarnation.
+fn same_registration(a: &BrokerMeta, b: &BrokerMeta) -> bool {
+    (&a.host, a.port, &a.rack, &a.controller_address)
+        == (&b.host, b.port, &b.rack, &b.controller_address)
+}
+
+/// The controller's decision on a heartbeat of `broker`, on `image`: a
+/// new incarnation (or changed address) registers, returning as its
+/// start-up found its data dir ([`register`]; a broker never seen has
+/// nothing to lose); a registered one that stops is fenced ([`fence`]),
+/// one fenced that heartbeats again is unfenced ([`unfence`]), one whose
+/// disk is full leaves the ISRs ([`storage_full`]); else nothing.
+pub fn heartbeat(
+    image: &MetadataImage,
+    broker: &BrokerMeta,
+    arrival: Arrival,
+    unclean_default: bool,
+) -> Vec<MetadataRecord> {
+    let id = broker.id;
+    let known = image.brokers.get(&id);
+    let registered =
+        known.is_some_and(|b| same_registration(b, broker) && b.incarnation == broker.incarnation);
+    let fenced = known.is_none_or(|b| b.fenced);
+    if !registered {
+        let how = match known {
+            None => Return::Clean,
+            Some(_) if arrival.new_directory => Return::EmptyDirectory,
+            Some(_) if !arrival.clean => Return::Crashed,
+            Some(_) => Return::Clean,
+        };
+        tracing::info!(broker = id, host = %broker.host, port = broker.port, returns = ?how, "broker registers");
+        let mut records = vec![MetadataRecord::BrokerRegistered(broker.clone())];
+        let registered = image.with(&records);
+        records.extend(register(&registered, id, how, unclean_default));
+        records
+    } else if arrival.shutting_down && !fenced {
+        tracing::info!(broker = id, "broker stops: fenced, its leaderships move");
+        fence(image, id, unclean_default)
+    } else if fenced && !arrival.shutting_down {
+        tracing::info!(broker = id, "broker heartbeats again: unfenced");
+        unfence(image, id, unclean_default)
+    } else if arrival.storage_full {
+        storage_full(image, id)
+    } else {
+        Vec::new()
+    }
 }
 
 /// How a broker returns with a new incarnation, as its registration says.

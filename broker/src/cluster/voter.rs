@@ -557,39 +557,17 @@ impl Voter {
         let fenced = self.image.brokers.get(&id).is_none_or(|b| b.fenced);
         if self.may_propose(id, now) {
             let image = self.deciding_image();
-            let known = image.brokers.get(&id);
-            let registered = known.is_some_and(|b| {
-                BrokerKey::of(b) == BrokerKey::of(&broker) && b.incarnation == broker.incarnation
-            });
-            let deciding_fenced = known.is_none_or(|b| b.fenced);
-            let unclean = self.cluster.unclean_default;
-            let records = if !registered {
-                // A broker seen before returns as its start-up found its
-                // data dir; one never seen has nothing to lose.
-                let how = match (known, heartbeat.startup) {
-                    (None, _) => placement::Return::Clean,
-                    (Some(_), startup) if startup.new_directory => {
-                        placement::Return::EmptyDirectory
-                    }
-                    (Some(_), startup) if !startup.clean => placement::Return::Crashed,
-                    (Some(_), _) => placement::Return::Clean,
-                };
-                tracing::info!(broker = id, host = %broker.host, port = broker.port, returns = ?how, "broker registers");
-                let mut records = vec![MetadataRecord::BrokerRegistered(broker)];
-                let registered = image.with(&records);
-                records.extend(placement::register(&registered, id, how, unclean));
-                records
-            } else if heartbeat.shutting_down && !deciding_fenced {
-                tracing::info!(broker = id, "broker stops: fenced, its leaderships move");
-                placement::fence(&image, id, unclean)
-            } else if deciding_fenced && !heartbeat.shutting_down {
-                tracing::info!(broker = id, "broker heartbeats again: unfenced");
-                placement::unfence(&image, id, unclean)
-            } else if heartbeat.storage_full {
-                placement::storage_full(&image, id)
-            } else {
-                Vec::new()
-            };
+            let records = placement::heartbeat(
+                &image,
+                &broker,
+                placement::Arrival {
+                    clean: heartbeat.startup.clean,
+                    new_directory: heartbeat.startup.new_directory,
+                    shutting_down: heartbeat.shutting_down,
+                    storage_full: heartbeat.storage_full,
+                },
+                self.cluster.unclean_default,
+            );
             if records.is_empty() {
                 // Nothing to change: the next change may come at once.
                 self.proposed.remove(&id);
@@ -1128,26 +1106,6 @@ pub fn failover_grace(timing: &crate::config::ClusterTiming) -> Duration {
     let interval = Duration::from_millis(timing.heartbeat_interval_ms);
     (super::agent::heartbeat_timeout(timing) + interval * 3)
         .min(Duration::from_millis(timing.session_timeout_ms))
-}
-
-/// What identifies a broker's registration apart from its incarnation.
-#[derive(PartialEq, Eq)]
-struct BrokerKey<'a> {
-    host: &'a str,
-    port: u16,
-    rack: Option<&'a str>,
-    controller_address: &'a str,
-}
-
-impl<'a> BrokerKey<'a> {
-    fn of(b: &'a crate::metadata::BrokerMeta) -> Self {
-        Self {
-            host: &b.host,
-            port: b.port,
-            rack: b.rack.as_deref(),
-            controller_address: &b.controller_address,
-        }
-    }
 }
 
 #[cfg(test)]
