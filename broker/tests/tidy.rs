@@ -124,6 +124,12 @@ fn crates_depend_on_each_other_as_the_design_says() {
         // Tests' helpers: depends on no crate of ours, and no crate
         // depends on it but as a dev-dependency (checked below).
         ("strom-test-support", &[][..]),
+        // The whole-cluster simulator: anything below the broker; nothing
+        // depends on it (checked below).
+        (
+            "strom-sim",
+            &["strom-protocol", "strom-storage", "strom-replication"][..],
+        ),
         (
             "strom-benches",
             &[
@@ -152,6 +158,23 @@ fn crates_depend_on_each_other_as_the_design_says() {
                 assert_eq!(
                     dependency["kind"], "dev",
                     "{name} depends on strom-test-support outside its tests"
+                );
+            }
+        }
+    }
+    // Nothing depends on the simulator, and the deciding code it drives
+    // runs on no executor: the replication crate knows no glommio.
+    for package in packages {
+        let name = package["name"].as_str().unwrap();
+        for dependency in package["dependencies"].as_array().unwrap() {
+            assert_ne!(
+                dependency["name"], "strom-sim",
+                "{name} depends on the simulator"
+            );
+            if name == "strom-replication" {
+                assert_ne!(
+                    dependency["name"], "glommio",
+                    "the replication crate's decisions must run without an executor"
                 );
             }
         }

@@ -1,0 +1,1215 @@
+//! The whole-cluster simulator: N brokers and a controller on one thread,
+//! over the simulated network ([`SimulatedNetwork`]), a manual clock (one
+//! step is one millisecond) and a disk model with the log's contract
+//! (append, a durable offset that a sync moves up, truncate; a crash loses
+//! what was not durable, an emptied disk loses everything). The deciding
+//! code is the product's own: the controller's decisions on heartbeats,
+//! sessions and ISR changes are `replication::placement`'s, applied to a
+//! real `MetadataImage`; each broker's partition is a real `ReplicaState`;
+//! a follower's truncation is `replica::divergence`. What the simulator
+//! writes itself is the edge the broker's I/O code is: sending, timers,
+//! the disk, and an idempotent client producing with acks=all and
+//! resending a request that timed out.
+//!
+//! A seed picks every timing and fault; [`run`] replays a seed exactly.
+//! After every step the invariants are checked ([`check`]):
+//! - at most one broker leads at any leader epoch;
+//! - a replica's high watermark never moves back within a process;
+//! - every acknowledged record is in the log of the partition's leader,
+//!   at the offset it was acknowledged with;
+//! - no two replicas hold different records below their high watermarks.
+//!
+//! A [`Mutation`] breaks one rule on purpose, to show the checks find it.
+
+use std::collections::BTreeMap;
+
+use replication::metadata::{BrokerMeta, MetadataImage, MetadataRecord, PartitionState, TopicMeta};
+use replication::placement::{self, AlterPartition, Arrival};
+use replication::replica::{
+    divergence, Action, Assignment, Divergence, FollowerLog, NodeId, ReplicaConfig, ReplicaState,
+    Role, WaiterId,
+};
+use replication::transport::{Faults, SimulatedNetwork, Transport};
+
+/// The controller's node id on the simulated network.
+pub const CONTROLLER: NodeId = 0;
+/// The client's node id on the simulated network.
+pub const CLIENT: NodeId = 1_000;
+const TOPIC: &str = "simulated";
+
+const HEARTBEAT_MS: u64 = 50;
+const SESSION_MS: u64 = 400;
+const TICK_MS: u64 = 20;
+const LAG_TIME_MAX_MS: u64 = 300;
+const REBROADCAST_MS: u64 = 100;
+const REQUEST_TIMEOUT_MS: u64 = 150;
+const FETCH_ENTRIES_MAX: usize = 8;
+/// How often replicas are compared below their high watermarks.
+const AGREEMENT_CHECK_MS: u64 = 25;
+/// After the faulty part, everything is healed and runs this long more.
+const DRAIN_MS: u64 = 2_000;
+
+/// A fault the seed may inject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// kill -9 of a broker: what was not durable is lost; it restarts.
+    Crash,
+    /// kill -9, and the broker restarts with an emptied data dir.
+    EmptyDisk,
+    /// The broker's process stops running (SIGSTOP) for up to 1.5 s.
+    Pause,
+    /// The broker is cut from the controller (not from clients or peers).
+    CutFromController,
+    /// The broker is cut from the other brokers (not from the controller).
+    CutFromPeers,
+    /// The broker's syncs take 20–60 ms for a while.
+    SlowDisk,
+}
+
+/// A rule broken on purpose: the simulator must catch each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mutation {
+    None,
+    /// A resent batch the leader already has is answered at once, before
+    /// the ISR has it.
+    AnswerDuplicateAtOnce,
+    /// A broker back with an emptied data dir registers as if it stopped
+    /// cleanly.
+    EmptiedReturnsClean,
+    /// A fenced leader's partitions go to the lowest-id live replica,
+    /// in sync or not.
+    ElectIgnoringIsr,
+}
+
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub brokers: usize,
+    pub faults: Vec<Fault>,
+    /// Messages are lost (2%) and delayed up to 8 ms (reordered).
+    pub lossy: bool,
+    /// How long faults are injected, in simulated milliseconds.
+    pub duration_ms: u64,
+    pub mutation: Mutation,
+}
+
+/// What a run did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Report {
+    pub acknowledged: usize,
+    pub faults: usize,
+    pub leader_epochs: i32,
+    pub refused_truncations: usize,
+}
+
+/// One record of the partition's log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Entry {
+    epoch: i32,
+    value: u64,
+}
+
+#[derive(Debug, Clone)]
+enum Message {
+    Heartbeat {
+        broker: BrokerMeta,
+        arrival: Arrival,
+    },
+    HeartbeatReply {
+        incarnation: u64,
+    },
+    Assign {
+        state: PartitionState,
+    },
+    Alter(AlterPartition),
+    AlterRefused,
+    EpochQuery {
+        leader_epoch: i32,
+        epoch: i32,
+    },
+    EpochAnswer {
+        leader_epoch: i32,
+        epoch: i32,
+        end: i64,
+    },
+    Fetch {
+        leader_epoch: i32,
+        offset: u64,
+    },
+    FetchReply {
+        leader_epoch: i32,
+        offset: u64,
+        entries: Vec<Entry>,
+        high_watermark: u64,
+    },
+    FetchRefused {
+        leader_epoch: i32,
+    },
+    Produce {
+        value: u64,
+    },
+    Produced {
+        value: u64,
+        offset: Option<u64>,
+    },
+}
+
+/// Where a follower's fetching stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fetching {
+    /// Not following anyone.
+    Idle,
+    /// Must ask the leader where its latest epoch ends.
+    AskEpoch,
+    AwaitEpoch {
+        since: u64,
+    },
+    /// May fetch once its log is durable.
+    Fetch,
+    AwaitFetch {
+        since: u64,
+    },
+    /// Waits until this time before it asks again.
+    Backoff {
+        until: u64,
+        then_ask: bool,
+    },
+}
+
+struct Broker {
+    id: NodeId,
+    incarnation: u64,
+    up: bool,
+    restart_at: u64,
+    paused_until: u64,
+    slow_disk_until: u64,
+    inbox: Vec<(NodeId, Message)>,
+    log: Vec<Entry>,
+    durable: usize,
+    sync_at: Option<u64>,
+    /// How the running process found its data dir.
+    clean_start: bool,
+    new_directory: bool,
+    /// The controller confirmed this incarnation's registration.
+    registered: bool,
+    assigned: Option<PartitionState>,
+    replica: ReplicaState,
+    fetching: Fetching,
+    waiters: BTreeMap<WaiterId, (u64, u64)>,
+    next_waiter: WaiterId,
+    next_heartbeat: u64,
+    next_tick: u64,
+    high_watermark_seen: u64,
+}
+
+impl Broker {
+    fn new(id: NodeId, min_insync: usize) -> Self {
+        Self {
+            id,
+            incarnation: 1,
+            up: true,
+            restart_at: 0,
+            paused_until: 0,
+            slow_disk_until: 0,
+            inbox: Vec::new(),
+            log: Vec::new(),
+            durable: 0,
+            sync_at: None,
+            clean_start: true,
+            new_directory: true,
+            registered: false,
+            assigned: None,
+            replica: fresh_replica(id, min_insync, 0),
+            fetching: Fetching::Idle,
+            waiters: BTreeMap::new(),
+            next_waiter: 0,
+            next_heartbeat: 0,
+            next_tick: 0,
+            high_watermark_seen: 0,
+        }
+    }
+
+    fn meta(&self) -> BrokerMeta {
+        BrokerMeta {
+            id: self.id,
+            incarnation: self.incarnation,
+            host: format!("broker-{}", self.id),
+            port: 9092,
+            rack: None,
+            controller_address: String::new(),
+            fenced: false,
+        }
+    }
+
+    fn running(&self, now: u64) -> bool {
+        self.up && now >= self.paused_until
+    }
+
+    /// The largest epoch at or below `epoch` in this log and where it
+    /// ends; the leader counts its current epoch from its log end.
+    fn epoch_end(&self, epoch: i32, current: Option<i32>) -> (i32, i64) {
+        let mut found: Option<i32> = None;
+        for entry in &self.log {
+            if entry.epoch <= epoch && found.is_none_or(|f| entry.epoch > f) {
+                found = Some(entry.epoch);
+            }
+        }
+        if let Some(current) = current.filter(|&c| c <= epoch) {
+            if found.is_none_or(|f| current >= f) {
+                return (current, self.log.len() as i64);
+            }
+        }
+        match found {
+            None => (-1, -1),
+            Some(f) => {
+                let end = self
+                    .log
+                    .iter()
+                    .position(|e| e.epoch > f)
+                    .unwrap_or(self.log.len());
+                (f, end as i64)
+            }
+        }
+    }
+}
+
+fn fresh_replica(id: NodeId, min_insync: usize, log_end: u64) -> ReplicaState {
+    ReplicaState::new(
+        ReplicaConfig {
+            local_id: id,
+            min_insync_replicas: min_insync,
+            lag_time_max_ms: LAG_TIME_MAX_MS,
+        },
+        0,
+        log_end,
+        log_end,
+    )
+}
+
+struct Controller {
+    image: MetadataImage,
+    last_heard: BTreeMap<NodeId, u64>,
+    next_broadcast: u64,
+}
+
+struct Client {
+    next_value: u64,
+    in_flight: Option<u64>,
+    retry_at: u64,
+    acked: BTreeMap<u64, u64>,
+}
+
+/// A run's state.
+struct Sim {
+    now: u64,
+    rng: fastrand::Rng,
+    net: SimulatedNetwork<Message>,
+    scenario: Scenario,
+    min_insync: usize,
+    brokers: Vec<Broker>,
+    controller: Controller,
+    client: Client,
+    cuts: Vec<(u64, NodeId, NodeId)>,
+    report: Report,
+    leaders: BTreeMap<i32, NodeId>,
+    /// The leadership (broker, incarnation, epoch) last checked to hold
+    /// every acknowledged record, and how many it was checked for.
+    checked: (Option<(NodeId, u64, i32)>, usize),
+}
+
+/// Runs `scenario` under `seed`: the report, or the first invariant broken
+/// (with the simulated time it broke at).
+pub fn run(seed: u64, scenario: &Scenario) -> Result<Report, String> {
+    let mut sim = Sim::new(seed, scenario.clone());
+    let end = scenario.duration_ms + DRAIN_MS;
+    while sim.now < end {
+        if sim.now < scenario.duration_ms {
+            sim.inject();
+        } else if sim.now == scenario.duration_ms {
+            sim.heal_all();
+        }
+        sim.step();
+        sim.check()
+            .map_err(|broken| format!("at {} ms: {broken}", sim.now))?;
+        sim.now += 1;
+    }
+    sim.final_check()
+        .map_err(|broken| format!("at the end: {broken}"))?;
+    Ok(sim.report)
+}
+
+impl Sim {
+    fn new(seed: u64, scenario: Scenario) -> Self {
+        let n = scenario.brokers;
+        let min_insync = n / 2 + 1;
+        let ids: Vec<NodeId> = (1..=n as NodeId).collect();
+        let mut nodes = ids.clone();
+        nodes.push(CONTROLLER);
+        nodes.push(CLIENT);
+        let faults = if scenario.lossy {
+            Faults {
+                drop_per_million: 20_000,
+                delay_ms_max: 8,
+            }
+        } else {
+            Faults {
+                drop_per_million: 0,
+                delay_ms_max: 2,
+            }
+        };
+        let mut image = MetadataImage::new(CONTROLLER);
+        let mut configs = BTreeMap::new();
+        configs.insert("min.insync.replicas".to_string(), min_insync.to_string());
+        image.apply(&MetadataRecord::TopicCreated(TopicMeta {
+            name: TOPIC.to_string(),
+            topic_id: 7,
+            partition_cores: vec![0],
+            configs,
+            partitions: vec![PartitionState::new(ids.clone())],
+        }));
+        Self {
+            now: 0,
+            rng: fastrand::Rng::with_seed(seed),
+            net: SimulatedNetwork::new(seed ^ 0x5eed, &nodes, faults),
+            min_insync,
+            brokers: ids.iter().map(|&id| Broker::new(id, min_insync)).collect(),
+            controller: Controller {
+                image,
+                last_heard: BTreeMap::new(),
+                next_broadcast: 0,
+            },
+            client: Client {
+                next_value: 1,
+                in_flight: None,
+                retry_at: 0,
+                acked: BTreeMap::new(),
+            },
+            cuts: Vec::new(),
+            report: Report::default(),
+            leaders: BTreeMap::new(),
+            checked: (None, 0),
+            scenario,
+        }
+    }
+
+    fn send(&mut self, from: NodeId, to: NodeId, message: Message) {
+        // A full queue is a lost message: senders retry on their timers.
+        let _ = self.net.send(from, to, message);
+    }
+
+    fn broker(&mut self, id: NodeId) -> &mut Broker {
+        &mut self.brokers[(id - 1) as usize]
+    }
+
+    fn state(&self) -> &PartitionState {
+        &self.controller.image.topics[TOPIC].partitions[0]
+    }
+
+    // ---- faults ----
+
+    fn inject(&mut self) {
+        for cut in std::mem::take(&mut self.cuts) {
+            if cut.0 <= self.now {
+                self.net.heal(cut.1, cut.2);
+            } else {
+                self.cuts.push(cut);
+            }
+        }
+        if self.scenario.faults.is_empty() || self.rng.u64(0..400) != 0 {
+            return;
+        }
+        let fault = self.scenario.faults[self.rng.usize(0..self.scenario.faults.len())];
+        let id = self.rng.i32(1..=self.scenario.brokers as i32);
+        let down = self.brokers.iter().filter(|b| !b.up).count();
+        let tolerated = (self.scenario.brokers - 1) / 2;
+        let now = self.now;
+        let length = self.rng.u64(100..1_500);
+        match fault {
+            Fault::Crash | Fault::EmptyDisk => {
+                // A minority at most, and only while the ISR still holds
+                // min.insync replicas: beyond that a loss is allowed.
+                if down >= tolerated
+                    || !self.broker(id).up
+                    || self.state().isr.len() < self.min_insync
+                {
+                    return;
+                }
+                let restart_at = now + self.rng.u64(50..600);
+                let broker = self.broker(id);
+                broker.up = false;
+                broker.restart_at = restart_at;
+                broker.log.truncate(broker.durable);
+                if fault == Fault::EmptyDisk {
+                    broker.log.clear();
+                    broker.durable = 0;
+                }
+                broker.new_directory = fault == Fault::EmptyDisk;
+                broker.clean_start = false;
+            }
+            Fault::Pause => {
+                let broker = self.broker(id);
+                broker.paused_until = broker.paused_until.max(now + length);
+            }
+            Fault::CutFromController => {
+                self.net.partition(id, CONTROLLER);
+                self.cuts.push((now + length, id, CONTROLLER));
+            }
+            Fault::CutFromPeers => {
+                for other in 1..=self.scenario.brokers as NodeId {
+                    if other != id {
+                        self.net.partition(id, other);
+                        self.cuts.push((now + length, id, other));
+                    }
+                }
+            }
+            Fault::SlowDisk => {
+                let broker = self.broker(id);
+                broker.slow_disk_until = now + length;
+            }
+        }
+        self.report.faults += 1;
+    }
+
+    fn heal_all(&mut self) {
+        for (_, a, b) in std::mem::take(&mut self.cuts) {
+            self.net.heal(a, b);
+        }
+        let now = self.now;
+        for broker in &mut self.brokers {
+            broker.paused_until = broker.paused_until.min(now);
+            broker.slow_disk_until = now;
+            if !broker.up {
+                broker.restart_at = now;
+            }
+        }
+    }
+
+    fn restart(&mut self, index: usize) {
+        let min_insync = self.min_insync;
+        let broker = &mut self.brokers[index];
+        broker.up = true;
+        broker.incarnation += 1;
+        if self.scenario.mutation == Mutation::EmptiedReturnsClean {
+            broker.new_directory = false;
+            broker.clean_start = true;
+        }
+        broker.registered = false;
+        broker.assigned = None;
+        broker.replica = fresh_replica(broker.id, min_insync, broker.log.len() as u64);
+        broker.fetching = Fetching::Idle;
+        broker.waiters.clear();
+        broker.sync_at = None;
+        broker.inbox.clear();
+        broker.next_heartbeat = self.now;
+        broker.high_watermark_seen = 0;
+    }
+
+    // ---- one millisecond ----
+
+    fn step(&mut self) {
+        for index in 0..self.brokers.len() {
+            if !self.brokers[index].up && self.brokers[index].restart_at <= self.now {
+                self.restart(index);
+            }
+        }
+        while let Some(envelope) = self.net.receive(self.now) {
+            let (from, to, message) = (envelope.from, envelope.to, envelope.message);
+            match to {
+                CONTROLLER => self.on_controller(from, message),
+                CLIENT => self.on_client(message),
+                id => {
+                    let now = self.now;
+                    let broker = self.broker(id);
+                    if !broker.up {
+                        continue;
+                    }
+                    if !broker.running(now) {
+                        broker.inbox.push((from, message));
+                        continue;
+                    }
+                    self.on_broker(id, from, message);
+                }
+            }
+        }
+        for id in 1..=self.brokers.len() as NodeId {
+            let now = self.now;
+            if self.broker(id).running(now) {
+                for (from, message) in std::mem::take(&mut self.broker(id).inbox) {
+                    self.on_broker(id, from, message);
+                }
+                self.broker_timers(id);
+            }
+        }
+        self.controller_timers();
+        self.client_timers();
+    }
+
+    // ---- the controller: placement's decisions on a real image ----
+
+    fn decide(&mut self, records: Vec<MetadataRecord>) {
+        if records.is_empty() {
+            return;
+        }
+        let mut records = records;
+        if self.scenario.mutation == Mutation::ElectIgnoringIsr {
+            for record in &mut records {
+                if let MetadataRecord::PartitionChanged { state, .. } = record {
+                    let live = state
+                        .replicas
+                        .iter()
+                        .copied()
+                        .find(|&r| self.controller.image.is_live(r) && r != state.leader);
+                    let was = &self.controller.image.topics[TOPIC].partitions[0];
+                    if state.leader != was.leader {
+                        if let Some(live) = live {
+                            state.leader = live;
+                            if !state.isr.contains(&live) {
+                                state.isr.push(live);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for record in &records {
+            self.controller.image.apply(record);
+        }
+        self.broadcast();
+    }
+
+    fn broadcast(&mut self) {
+        let state = self.state().clone();
+        for id in 1..=self.brokers.len() as NodeId {
+            self.send(
+                CONTROLLER,
+                id,
+                Message::Assign {
+                    state: state.clone(),
+                },
+            );
+        }
+    }
+
+    fn on_controller(&mut self, from: NodeId, message: Message) {
+        match message {
+            Message::Heartbeat { broker, arrival } => {
+                self.controller.last_heard.insert(from, self.now);
+                let records = placement::heartbeat(&self.controller.image, &broker, arrival, false);
+                self.decide(records);
+                let incarnation = self.controller.image.brokers[&from].incarnation;
+                self.send(CONTROLLER, from, Message::HeartbeatReply { incarnation });
+            }
+            Message::Alter(alter) => {
+                match placement::alter_partition(&self.controller.image, &alter) {
+                    Ok(record) => self.decide(vec![record]),
+                    Err(_) => self.send(CONTROLLER, from, Message::AlterRefused),
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn controller_timers(&mut self) {
+        let now = self.now;
+        let expired: Vec<NodeId> = self
+            .controller
+            .image
+            .brokers
+            .values()
+            .filter(|b| !b.fenced)
+            .filter(|b| {
+                self.controller
+                    .last_heard
+                    .get(&b.id)
+                    .is_none_or(|&at| now.saturating_sub(at) > SESSION_MS)
+            })
+            .map(|b| b.id)
+            .collect();
+        for id in expired {
+            let records = placement::fence(&self.controller.image, id, false);
+            self.decide(records);
+        }
+        if now >= self.controller.next_broadcast {
+            self.controller.next_broadcast = now + REBROADCAST_MS;
+            self.broadcast();
+        }
+    }
+
+    // ---- a broker: the replica state and its edge ----
+
+    fn apply_actions(&mut self, id: NodeId, actions: Vec<Action>) {
+        for action in actions {
+            match action {
+                Action::HighWatermarkAdvanced { .. } => {}
+                Action::CompleteAcks { waiter, result } => {
+                    if let Some((value, offset)) = self.broker(id).waiters.remove(&waiter) {
+                        let offset = result.is_ok().then_some(offset);
+                        self.send(id, CLIENT, Message::Produced { value, offset });
+                    }
+                }
+                Action::ProposeIsr(proposal) => {
+                    let alter = AlterPartition {
+                        topic: TOPIC.to_string(),
+                        partition: 0,
+                        leader: id,
+                        leader_epoch: proposal.leader_epoch,
+                        partition_epoch: proposal.partition_epoch,
+                        isr: proposal.isr,
+                    };
+                    self.send(id, CONTROLLER, Message::Alter(alter));
+                }
+            }
+        }
+    }
+
+    fn assign(&mut self, id: NodeId, state: PartitionState) {
+        let now = self.now;
+        let broker = self.broker(id);
+        if broker
+            .assigned
+            .as_ref()
+            .is_some_and(|a| a.partition_epoch > state.partition_epoch)
+        {
+            return;
+        }
+        broker.assigned = Some(state.clone());
+        // Leadership waits until this incarnation is registered.
+        let leader = if state.leader == id && !broker.registered {
+            -1
+        } else {
+            state.leader
+        };
+        let leading = leader == id;
+        let replica = &broker.replica;
+        let same_role = match replica.role() {
+            Role::Leader => leading,
+            Role::Follower { leader_id } => !leading && leader_id == leader,
+            Role::Offline => false,
+        };
+        let mut isr = state.isr.clone();
+        isr.sort_unstable();
+        if same_role
+            && replica.leader_epoch() == state.leader_epoch
+            && replica.partition_epoch() == state.partition_epoch
+            && replica.isr() == isr
+        {
+            return;
+        }
+        let new_leadership = !same_role || replica.leader_epoch() != state.leader_epoch;
+        let assignment = Assignment {
+            leader_epoch: state.leader_epoch,
+            partition_epoch: state.partition_epoch,
+            replicas: state.replicas.clone(),
+            isr: state.isr.clone(),
+        };
+        let mut actions = Vec::new();
+        let taken = if leading {
+            broker.replica.become_leader(assignment, now, &mut actions)
+        } else {
+            broker
+                .replica
+                .become_follower(leader, assignment, &mut actions)
+        };
+        if taken.is_ok() && new_leadership {
+            broker.fetching = if leading || leader < 0 {
+                Fetching::Idle
+            } else {
+                Fetching::AskEpoch
+            };
+        }
+        self.apply_actions(id, actions);
+    }
+
+    fn on_broker(&mut self, id: NodeId, from: NodeId, message: Message) {
+        let now = self.now;
+        match message {
+            Message::HeartbeatReply { incarnation } => {
+                let broker = self.broker(id);
+                if incarnation == broker.incarnation && !broker.registered {
+                    broker.registered = true;
+                    if let Some(state) = broker.assigned.take() {
+                        self.assign(id, state);
+                    }
+                }
+            }
+            Message::Assign { state } => self.assign(id, state),
+            Message::AlterRefused => self.broker(id).replica.isr_proposal_failed(),
+            Message::EpochQuery {
+                leader_epoch,
+                epoch,
+            } => {
+                let broker = self.broker(id);
+                if broker.replica.role() != Role::Leader
+                    || broker.replica.leader_epoch() != leader_epoch
+                {
+                    return;
+                }
+                let (epoch, end) = broker.epoch_end(epoch, Some(leader_epoch));
+                self.send(
+                    id,
+                    from,
+                    Message::EpochAnswer {
+                        leader_epoch,
+                        epoch,
+                        end,
+                    },
+                );
+            }
+            Message::EpochAnswer {
+                leader_epoch,
+                epoch,
+                end,
+            } => {
+                self.on_epoch_answer(id, leader_epoch, epoch, end);
+            }
+            Message::Fetch {
+                leader_epoch,
+                offset,
+            } => {
+                let mut actions = Vec::new();
+                let broker = self.broker(id);
+                let taken =
+                    broker
+                        .replica
+                        .follower_fetch(from, leader_epoch, offset, now, &mut actions);
+                let reply = match taken {
+                    Err(_) => Message::FetchRefused { leader_epoch },
+                    Ok(()) => {
+                        let start = offset as usize;
+                        let end = (start + FETCH_ENTRIES_MAX).min(broker.log.len());
+                        Message::FetchReply {
+                            leader_epoch,
+                            offset,
+                            entries: broker.log[start..end].to_vec(),
+                            high_watermark: broker.replica.high_watermark(),
+                        }
+                    }
+                };
+                self.apply_actions(id, actions);
+                self.send(id, from, reply);
+            }
+            Message::FetchReply {
+                leader_epoch,
+                offset,
+                entries,
+                high_watermark,
+            } => {
+                let broker = self.broker(id);
+                let following = matches!(broker.replica.role(), Role::Follower { leader_id } if leader_id == from);
+                if !following
+                    || broker.replica.leader_epoch() != leader_epoch
+                    || !matches!(broker.fetching, Fetching::AwaitFetch { .. })
+                    || offset != broker.log.len() as u64
+                {
+                    return;
+                }
+                let slow = broker.slow_disk_until > now;
+                let delay = sync_delay(&mut self.rng, slow);
+                let broker = self.broker(id);
+                let mut actions = Vec::new();
+                if !entries.is_empty() {
+                    broker.log.extend_from_slice(&entries);
+                    let end = broker.log.len() as u64;
+                    broker.replica.local_append(end, &mut actions);
+                    broker.sync_at.get_or_insert(now + delay);
+                }
+                let broker = self.broker(id);
+                broker
+                    .replica
+                    .leader_high_watermark(high_watermark, &mut actions);
+                broker.fetching = if entries.is_empty() {
+                    Fetching::Backoff {
+                        until: now + 5,
+                        then_ask: false,
+                    }
+                } else {
+                    Fetching::Fetch
+                };
+                self.apply_actions(id, actions);
+            }
+            Message::FetchRefused { leader_epoch } => {
+                let broker = self.broker(id);
+                if broker.replica.leader_epoch() == leader_epoch
+                    && matches!(broker.fetching, Fetching::AwaitFetch { .. })
+                {
+                    broker.fetching = Fetching::Backoff {
+                        until: now + 20,
+                        then_ask: true,
+                    };
+                }
+            }
+            Message::Produce { value } => self.on_produce(id, value),
+            _ => {}
+        }
+    }
+
+    fn on_epoch_answer(&mut self, id: NodeId, leader_epoch: i32, epoch: i32, end: i64) {
+        let now = self.now;
+        let broker = self.broker(id);
+        if broker.replica.leader_epoch() != leader_epoch
+            || !matches!(broker.fetching, Fetching::AwaitEpoch { .. })
+        {
+            return;
+        }
+        let local = broker.epoch_end(epoch, None);
+        let follower = FollowerLog {
+            log_end: broker.log.len() as u64,
+            high_watermark: broker.replica.high_watermark(),
+        };
+        let decision = divergence(local, (epoch, end), follower);
+        if let Some(cut) = decision.truncation_offset() {
+            if cut < broker.replica.high_watermark() {
+                // Below what it knows committed: never (no unclean
+                // elections here). It waits for another leader.
+                self.report.refused_truncations += 1;
+                let broker = self.broker(id);
+                broker.fetching = Fetching::Backoff {
+                    until: now + 100,
+                    then_ask: true,
+                };
+                return;
+            }
+            broker.log.truncate(cut as usize);
+            broker.durable = broker.durable.min(cut as usize);
+            let mut actions = Vec::new();
+            broker.replica.truncated(cut, &mut actions);
+            self.apply_actions(id, actions);
+        }
+        let broker = self.broker(id);
+        broker.fetching = match decision {
+            Divergence::TruncateAndAskAgain(_) => Fetching::AskEpoch,
+            _ => Fetching::Fetch,
+        };
+    }
+
+    fn on_produce(&mut self, id: NodeId, value: u64) {
+        let mutation = self.scenario.mutation;
+        let now = self.now;
+        let broker = self.broker(id);
+        if broker.replica.admit_produce(-1).is_err() {
+            self.send(
+                id,
+                CLIENT,
+                Message::Produced {
+                    value,
+                    offset: None,
+                },
+            );
+            return;
+        }
+        let mut actions = Vec::new();
+        let waiter = broker.next_waiter;
+        broker.next_waiter += 1;
+        // The idempotent producer's duplicate: the batch is in the log.
+        if let Some(offset) = broker.log.iter().position(|e| e.value == value) {
+            let offset = offset as u64;
+            if mutation == Mutation::AnswerDuplicateAtOnce {
+                self.send(
+                    id,
+                    CLIENT,
+                    Message::Produced {
+                        value,
+                        offset: Some(offset),
+                    },
+                );
+                return;
+            }
+            broker.waiters.insert(waiter, (value, offset));
+            broker.replica.await_acks(waiter, offset, &mut actions);
+            self.apply_actions(id, actions);
+            return;
+        }
+        let epoch = broker.replica.leader_epoch();
+        broker.log.push(Entry { epoch, value });
+        let offset = broker.log.len() as u64 - 1;
+        broker.replica.local_append(offset + 1, &mut actions);
+        let slow = broker.slow_disk_until > now;
+        let at = now + sync_delay(&mut self.rng, slow);
+        let broker = self.broker(id);
+        broker.sync_at.get_or_insert(at);
+        broker.waiters.insert(waiter, (value, offset));
+        broker.replica.await_acks(waiter, offset, &mut actions);
+        self.apply_actions(id, actions);
+    }
+
+    fn broker_timers(&mut self, id: NodeId) {
+        let now = self.now;
+        let broker = self.broker(id);
+        if broker.sync_at.is_some_and(|at| at <= now) {
+            broker.sync_at = None;
+            broker.durable = broker.log.len();
+            let durable = broker.durable as u64;
+            let mut actions = Vec::new();
+            broker.replica.local_durable(durable, &mut actions);
+            self.apply_actions(id, actions);
+        }
+        let broker = self.broker(id);
+        if now >= broker.next_heartbeat {
+            broker.next_heartbeat = now + HEARTBEAT_MS;
+            let message = Message::Heartbeat {
+                broker: broker.meta(),
+                arrival: Arrival {
+                    clean: broker.clean_start,
+                    new_directory: broker.new_directory,
+                    shutting_down: false,
+                    storage_full: false,
+                },
+            };
+            self.send(id, CONTROLLER, message);
+        }
+        let broker = self.broker(id);
+        if now >= broker.next_tick {
+            broker.next_tick = now + TICK_MS;
+            let mut actions = Vec::new();
+            broker.replica.tick(now, &mut actions);
+            self.apply_actions(id, actions);
+        }
+        let broker = self.broker(id);
+        let Role::Follower { leader_id } = broker.replica.role() else {
+            return;
+        };
+        if leader_id < 0 {
+            return;
+        }
+        let leader_epoch = broker.replica.leader_epoch();
+        let next = match broker.fetching {
+            Fetching::Idle => None,
+            Fetching::Backoff { until, then_ask } if until <= now => Some(if then_ask {
+                Fetching::AskEpoch
+            } else {
+                Fetching::Fetch
+            }),
+            Fetching::AwaitEpoch { since } if now - since > REQUEST_TIMEOUT_MS => {
+                Some(Fetching::AskEpoch)
+            }
+            Fetching::AwaitFetch { since } if now - since > REQUEST_TIMEOUT_MS => {
+                Some(Fetching::Fetch)
+            }
+            _ => None,
+        };
+        if let Some(next) = next {
+            broker.fetching = next;
+        }
+        match broker.fetching {
+            Fetching::AskEpoch => {
+                let epoch = broker.log.last().map_or(-1, |e| e.epoch);
+                if epoch < 0 {
+                    broker.fetching = Fetching::Fetch;
+                    return;
+                }
+                broker.fetching = Fetching::AwaitEpoch { since: now };
+                self.send(
+                    id,
+                    leader_id,
+                    Message::EpochQuery {
+                        leader_epoch,
+                        epoch,
+                    },
+                );
+            }
+            // A follower's fetch offset promises its log is durable.
+            Fetching::Fetch if broker.durable == broker.log.len() => {
+                let offset = broker.log.len() as u64;
+                broker.fetching = Fetching::AwaitFetch { since: now };
+                self.send(
+                    id,
+                    leader_id,
+                    Message::Fetch {
+                        leader_epoch,
+                        offset,
+                    },
+                );
+            }
+            _ => {}
+        }
+    }
+
+    // ---- the client: idempotent, acks=all, resends what timed out ----
+
+    fn on_client(&mut self, message: Message) {
+        if let Message::Produced { value, offset } = message {
+            if self.client.in_flight == Some(value) {
+                match offset {
+                    Some(offset) => {
+                        self.client.acked.insert(value, offset);
+                        self.client.in_flight = None;
+                    }
+                    None => self.client.retry_at = self.now + 20,
+                }
+            }
+        }
+    }
+
+    fn client_timers(&mut self) {
+        let now = self.now;
+        // New records until half the drain, so the last can be answered.
+        let producing = now < self.scenario.duration_ms + DRAIN_MS / 2;
+        if self.client.in_flight.is_none() && producing {
+            self.client.in_flight = Some(self.client.next_value);
+            self.client.next_value += 1;
+            self.client.retry_at = now;
+        }
+        let Some(value) = self.client.in_flight else {
+            return;
+        };
+        if now < self.client.retry_at {
+            return;
+        }
+        let leader = self.state().leader;
+        if leader < 0 {
+            self.client.retry_at = now + 20;
+            return;
+        }
+        // Sent again (the same record) once the answer is overdue.
+        self.client.retry_at = now + REQUEST_TIMEOUT_MS;
+        self.send(CLIENT, leader, Message::Produce { value });
+    }
+
+    // ---- the invariants ----
+
+    fn check(&mut self) -> Result<(), String> {
+        for broker in &mut self.brokers {
+            if !broker.up {
+                continue;
+            }
+            let replica = &broker.replica;
+            if replica.role() == Role::Leader {
+                let epoch = replica.leader_epoch();
+                let first = *self.leaders.entry(epoch).or_insert(broker.id);
+                if first != broker.id {
+                    return Err(format!(
+                        "brokers {first} and {} both lead at leader epoch {epoch}",
+                        broker.id
+                    ));
+                }
+                self.report.leader_epochs = self.report.leader_epochs.max(epoch);
+            }
+            let high_watermark = replica.high_watermark();
+            if high_watermark < broker.high_watermark_seen {
+                return Err(format!(
+                    "broker {}'s high watermark went back from {} to {high_watermark}",
+                    broker.id, broker.high_watermark_seen
+                ));
+            }
+            broker.high_watermark_seen = high_watermark;
+        }
+        let state = self.state().clone();
+        if state.leader > 0 {
+            let leader = &self.brokers[(state.leader - 1) as usize];
+            // Every acknowledged record, whenever the leadership changed;
+            // those acknowledged since, as they come.
+            let leadership = (leader.id, leader.incarnation, state.leader_epoch);
+            let from = if self.checked.0 == Some(leadership) {
+                self.checked.1
+            } else {
+                0
+            };
+            if leader.up
+                && leader.replica.role() == Role::Leader
+                && leader.replica.leader_epoch() == state.leader_epoch
+            {
+                self.checked = (Some(leadership), self.client.acked.len());
+                for (&value, &offset) in self.client.acked.iter().skip(from) {
+                    let held = leader.log.get(offset as usize).map(|e| e.value);
+                    if held != Some(value) {
+                        return Err(format!(
+                            "record {value}, acknowledged at offset {offset}, is not in the log of \
+                             leader {} at epoch {} (it holds {held:?} there, log end {})",
+                            leader.id,
+                            state.leader_epoch,
+                            leader.log.len()
+                        ));
+                    }
+                }
+            }
+        }
+        if self.now % AGREEMENT_CHECK_MS != 0 {
+            return Ok(());
+        }
+        for a in &self.brokers {
+            for b in &self.brokers {
+                if a.id >= b.id || !a.up || !b.up {
+                    continue;
+                }
+                let below = a.replica.high_watermark().min(b.replica.high_watermark()) as usize;
+                let below = below.min(a.log.len()).min(b.log.len());
+                if a.log[..below] != b.log[..below] {
+                    return Err(format!(
+                        "brokers {} and {} disagree below their high watermarks ({below})",
+                        a.id, b.id
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn final_check(&mut self) -> Result<(), String> {
+        self.report.acknowledged = self.client.acked.len();
+        let state = self.state().clone();
+        if state.leader < 0 {
+            // Only an emptied last in-sync replica leaves no leader; what
+            // was acknowledged must still be somewhere in sync.
+            return Ok(());
+        }
+        let leader = &self.brokers[(state.leader - 1) as usize];
+        for (&value, &offset) in &self.client.acked {
+            if leader.log.get(offset as usize).map(|e| e.value) != Some(value) {
+                return Err(format!(
+                    "record {value}, acknowledged at offset {offset}, is lost (leader {})",
+                    leader.id
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn sync_delay(rng: &mut fastrand::Rng, slow: bool) -> u64 {
+    if slow {
+        rng.u64(20..=60)
+    } else {
+        rng.u64(1..=3)
+    }
+}
+
+/// The scenarios CI runs, by name.
+pub fn scenario(name: &str, brokers: usize) -> Option<Scenario> {
+    let faults = match name {
+        "crash" => vec![Fault::Crash],
+        "emptied_disk" => vec![Fault::EmptyDisk],
+        "pause" => vec![Fault::Pause],
+        "cut_from_controller" => vec![Fault::CutFromController],
+        "cut_from_peers" => vec![Fault::CutFromPeers],
+        "slow_disk" => vec![Fault::SlowDisk, Fault::Crash],
+        "lossy" | "quiet" => Vec::new(),
+        "everything" => vec![
+            Fault::Crash,
+            Fault::EmptyDisk,
+            Fault::Pause,
+            Fault::CutFromController,
+            Fault::CutFromPeers,
+            Fault::SlowDisk,
+        ],
+        _ => return None,
+    };
+    Some(Scenario {
+        brokers,
+        faults,
+        lossy: matches!(name, "lossy" | "everything"),
+        duration_ms: 4_000,
+        mutation: Mutation::None,
+    })
+}
+
+/// Every scenario's name.
+pub const SCENARIOS: [&str; 9] = [
+    "quiet",
+    "lossy",
+    "crash",
+    "emptied_disk",
+    "pause",
+    "cut_from_controller",
+    "cut_from_peers",
+    "slow_disk",
+    "everything",
+];

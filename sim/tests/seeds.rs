@@ -1,0 +1,104 @@
+//! Seeds of every scenario, on clusters of 3 and 5 brokers. `STROM_SIM_SEED=N`
+//! runs only seed N (of every scenario, printing its report);
+//! `STROM_SIM_SEEDS=N` runs N seeds per scenario (default 1,000).
+
+use sim::{run, scenario, Mutation, Report, Scenario, SCENARIOS};
+
+fn seeds(default: u64) -> Vec<u64> {
+    if let Ok(seed) = std::env::var("STROM_SIM_SEED") {
+        return vec![seed.parse().expect("STROM_SIM_SEED is a number")];
+    }
+    let count = std::env::var("STROM_SIM_SEEDS")
+        .map(|n| n.parse().expect("STROM_SIM_SEEDS is a number"))
+        .unwrap_or(default);
+    (0..count).collect()
+}
+
+/// Runs `scenario` over `seeds`: the first failing seed and why, else
+/// the sums of the runs' reports.
+fn first_failure(scenario: &Scenario, seeds: &[u64]) -> Result<Report, (u64, String)> {
+    let mut sum = Report::default();
+    for &seed in seeds {
+        let outcome = std::panic::catch_unwind(|| run(seed, scenario));
+        match outcome {
+            Ok(Ok(report)) => {
+                if seeds.len() == 1 {
+                    println!("seed {seed}: {report:?}");
+                }
+                sum.acknowledged += report.acknowledged;
+                sum.faults += report.faults;
+                sum.leader_epochs += report.leader_epochs;
+                sum.refused_truncations += report.refused_truncations;
+            }
+            Ok(Err(broken)) => return Err((seed, broken)),
+            Err(_) => {
+                return Err((
+                    seed,
+                    "a runtime assertion failed (see the panic above)".into(),
+                ))
+            }
+        }
+    }
+    Ok(sum)
+}
+
+fn every_scenario_holds(brokers: usize, default_seeds: u64) {
+    let seeds = seeds(default_seeds);
+    for name in SCENARIOS {
+        let scenario = scenario(name, brokers).unwrap();
+        let started = std::time::Instant::now();
+        let sum = first_failure(&scenario, &seeds).unwrap_or_else(|(seed, broken)| {
+            panic!("{name}, {brokers} brokers: seed {seed} fails: {broken} (STROM_SIM_SEED={seed} replays it)")
+        });
+        assert!(
+            sum.acknowledged > 0,
+            "{name}, {brokers} brokers: no record was acknowledged in any seed"
+        );
+        println!(
+            "{name}, {brokers} brokers: {} seeds in {:.1} s: {} records acknowledged, {} faults, \
+             {} leader epochs, {} truncations below a high watermark refused",
+            seeds.len(),
+            started.elapsed().as_secs_f64(),
+            sum.acknowledged,
+            sum.faults,
+            sum.leader_epochs,
+            sum.refused_truncations
+        );
+    }
+}
+
+#[test]
+fn three_brokers_keep_every_acknowledged_record() {
+    every_scenario_holds(3, 1_000);
+}
+
+#[test]
+fn five_brokers_keep_every_acknowledged_record() {
+    every_scenario_holds(5, 1_000);
+}
+
+/// Each rule broken on purpose is caught within the seeds CI runs.
+fn caught(name: &str, mutation: Mutation) {
+    let mut scenario = scenario(name, 3).unwrap();
+    scenario.mutation = mutation;
+    let seeds: Vec<u64> = (0..1_000).collect();
+    let Err((seed, broken)) = first_failure(&scenario, &seeds) else {
+        panic!("{mutation:?} in {name} went unnoticed over 1,000 seeds");
+    };
+    println!("{mutation:?} in {name}: caught at seed {seed}: {broken}");
+}
+
+#[test]
+fn answering_a_resent_batch_at_once_loses_records() {
+    caught("pause", Mutation::AnswerDuplicateAtOnce);
+}
+
+#[test]
+fn an_emptied_broker_that_returns_as_clean_loses_records() {
+    caught("emptied_disk", Mutation::EmptiedReturnsClean);
+}
+
+#[test]
+fn an_election_that_ignores_the_isr_loses_records() {
+    caught("everything", Mutation::ElectIgnoringIsr);
+}
