@@ -127,13 +127,42 @@ pub fn place_replicas(
 
 /// A partition's state after a leader change to `leader` (-1: none).
 fn led_by(state: &PartitionState, leader: i32, isr: Vec<i32>) -> PartitionState {
-    PartitionState {
-        leader,
-        leader_epoch: state.leader_epoch + i32::from(leader != state.leader),
-        isr,
-        partition_epoch: state.partition_epoch + 1,
-        ..state.clone()
-    }
+    checked(
+        state,
+        PartitionState {
+            leader,
+            leader_epoch: state.leader_epoch + i32::from(leader != state.leader),
+            isr,
+            partition_epoch: state.partition_epoch + 1,
+            ..state.clone()
+        },
+    )
+}
+
+/// `after`, once the rules every change of a partition keeps hold (in
+/// release builds too: a broken one would lose acknowledged records): the
+/// partition epoch grows; the leader epoch never goes back and grows with
+/// every change of leader; the ISR holds only replicas; a leader is an
+/// in-sync replica.
+fn checked(before: &PartitionState, after: PartitionState) -> PartitionState {
+    assert!(
+        after.partition_epoch > before.partition_epoch,
+        "partition epoch not grown: {before:?} -> {after:?}"
+    );
+    assert!(
+        after.leader_epoch >= before.leader_epoch
+            && (after.leader == before.leader || after.leader_epoch > before.leader_epoch),
+        "leader changed without a new leader epoch: {before:?} -> {after:?}"
+    );
+    assert!(
+        after.isr.iter().all(|r| after.replicas.contains(r)),
+        "an ISR member that is no replica: {after:?}"
+    );
+    assert!(
+        after.leader == -1 || after.isr.contains(&after.leader),
+        "a leader out of the ISR: {after:?}"
+    );
+    after
 }
 
 /// The records that fence broker `id`: it leaves every ISR it is in
@@ -414,13 +443,16 @@ pub fn register(
 /// `id` leads at the next leader epoch, with `isr`: a new incarnation's
 /// leadership is never the old one's, even where `id` led before.
 fn lead(state: &PartitionState, id: i32, isr: Vec<i32>) -> PartitionState {
-    PartitionState {
-        leader: id,
-        leader_epoch: state.leader_epoch + 1,
-        isr,
-        partition_epoch: state.partition_epoch + 1,
-        ..state.clone()
-    }
+    checked(
+        state,
+        PartitionState {
+            leader: id,
+            leader_epoch: state.leader_epoch + 1,
+            isr,
+            partition_epoch: state.partition_epoch + 1,
+            ..state.clone()
+        },
+    )
 }
 
 /// An election for one partition (ElectLeaders, or the controller's own
@@ -524,11 +556,14 @@ pub fn alter_partition(
     let mut isr = alter.isr.clone();
     isr.sort_unstable();
     isr.dedup();
-    let changed = PartitionState {
-        isr,
-        partition_epoch: state.partition_epoch + 1,
-        ..state.clone()
-    };
+    let changed = checked(
+        state,
+        PartitionState {
+            isr,
+            partition_epoch: state.partition_epoch + 1,
+            ..state.clone()
+        },
+    );
     Ok(MetadataRecord::PartitionChanged {
         name: alter.topic.clone(),
         index: alter.partition,
