@@ -1,5 +1,7 @@
-//! The Strom broker: thread-per-core runtime, listeners, request handlers
-//! and the single-node controller. See `docs/broker.md`.
+//! The Strom broker: thread-per-core runtime, listeners, request handlers,
+//! the controller's front end (a single node's own, or the cluster's
+//! through the Raft quorum) and a cluster member's threads and per-core
+//! replication. See `docs/broker.md`.
 
 pub mod admin_http;
 pub mod allocator;

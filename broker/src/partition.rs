@@ -6,8 +6,9 @@
 //! The high watermark, the `acks=all` wait and the leader epoch come from
 //! the partition's [`ReplicaState`]; this file is its edge: it feeds the
 //! log's end and durable offsets in and turns the actions into wake-ups.
-//! Until the metadata image carries replica sets, every partition is led
-//! by this node alone (replicas = ISR = [node id], leader epoch 0).
+//! In a cluster the image's partition state (replicas, leader, epochs, ISR)
+//! comes in through [`Partition::assign`]; on a single node every partition
+//! is led by this node alone (replicas = ISR = [node id], leader epoch 0).
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};

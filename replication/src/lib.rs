@@ -1,4 +1,10 @@
-//! Replication: the controller quorum that replicates the metadata log (the KRaft design).
+//! Replication: the code that decides the cluster's safety, as plain code a simulator can
+//! drive — the metadata records and image ([`metadata`]), the controller's placement,
+//! election and fencing decisions ([`placement`]), the brokers' sessions on the active
+//! controller ([`sessions`]), one partition's replication state and the
+//! follower's truncation rule ([`replica`]), the seam for simulated broker-to-broker messages
+//! ([`transport`]) — and the controller quorum that replicates the metadata log (the KRaft
+//! design).
 //!
 //! Consensus is TiKV's `raft` crate (raft-rs), which is sans-I/O: it never reads a clock,
 //! a disk or a socket. [`quorum::Quorum`] wraps its `RawNode` for the metadata log and turns
@@ -37,6 +43,7 @@ pub mod metadata;
 pub mod placement;
 pub mod quorum;
 pub mod replica;
+pub mod sessions;
 pub mod store;
 pub mod transport;
 

@@ -304,6 +304,20 @@ pub struct Arrival {
     pub storage_full: bool,
 }
 
+/// Whether the process of `node_id` started as `incarnation` may act on
+/// the leaderships `image` gives that node: only once the image holds this
+/// incarnation's registration, unfenced. Before that the image's
+/// leaderships are an earlier process's, decided before the controller
+/// knew how this one found its data dir (it may have lost what that one
+/// held): leading on them could make the followers cut their logs to an
+/// empty one.
+pub fn may_lead(image: &MetadataImage, node_id: i32, incarnation: u64) -> bool {
+    image
+        .brokers
+        .get(&node_id)
+        .is_some_and(|b| b.incarnation == incarnation && !b.fenced)
+}
+
 /// What identifies a broker's registration apart from its incarnation.
 fn same_registration(a: &BrokerMeta, b: &BrokerMeta) -> bool {
     (&a.host, a.port, &a.rack, &a.controller_address)

@@ -6,8 +6,9 @@
 //! `tick`, and a produce with `acks=all` is parked under a [`WaiterId`] that
 //! a later input completes through the returned [`Action`]s. The runtime
 //! edge (`partition::Partition`) feeds the inputs from the log and turns
-//! the actions into wake-ups; the follower fetcher and the controller will
-//! feed the rest through a [`crate::transport::Transport`].
+//! the actions into wake-ups; the broker's follower fetches, its fetchers
+//! and the committed metadata feed the rest, and the simulator (`sim`)
+//! drives the same code over a [`crate::transport::Transport`].
 //!
 //! # Rules
 //!

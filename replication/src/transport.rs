@@ -1,10 +1,11 @@
-//! The seam for broker-to-broker messages: deciding code (replica state,
-//! later the controller quorum and the follower fetchers) hands messages
-//! for a node id to a [`Transport`] and takes what arrived from it, so it
-//! stays plain and testable; the runtime edge does the sending. Two
-//! implementations: [`Loopback`], the in-process one a single node uses
-//! (every message is for itself), and [`SimulatedNetwork`], which runs a
-//! whole cluster on one thread under a seed, with the faults it documents.
+//! The seam for broker-to-broker messages in deterministic tests: deciding
+//! code hands messages for a node id to a [`Transport`] and takes what
+//! arrived from it, so it stays plain and testable. Two implementations:
+//! [`Loopback`] (every message is for itself, in order) and
+//! [`SimulatedNetwork`], which runs a whole cluster on one thread under a
+//! seed, with the faults it documents; the simulator (`sim`) runs over it.
+//! The running broker's traffic goes over its own sockets (`cluster/` in
+//! the broker crate).
 //!
 //! Delivery is never promised: a sender that needs an answer retries on its
 //! own timer, as it must over a real network.
@@ -144,7 +145,8 @@ impl<M> SimulatedNetwork<M> {
         self.cut.remove(&Self::pair(a, b));
     }
 
-    fn is_cut(&self, a: NodeId, b: NodeId) -> bool {
+    /// Whether `a` and `b` are cut apart.
+    pub fn is_cut(&self, a: NodeId, b: NodeId) -> bool {
         self.cut.contains(&Self::pair(a, b))
     }
 

@@ -4,7 +4,8 @@
 //! (append, a durable offset that a sync moves up, truncate; a crash loses
 //! what was not durable, an emptied disk loses everything). The deciding
 //! code is the product's own: the controller's decisions on heartbeats,
-//! sessions and ISR changes are `replication::placement`'s, applied to a
+//! fencing and ISR changes are `replication::placement`'s, its brokers'
+//! sessions `replication::sessions`', applied to a
 //! real `MetadataImage`; each broker's partition is a real `ReplicaState`;
 //! a follower's truncation is `replica::divergence`. What the simulator
 //! writes itself is the edge the broker's I/O code is: sending, timers,
@@ -17,11 +18,15 @@
 //! - a replica's high watermark never moves back within a process;
 //! - every acknowledged record is in the log of the partition's leader,
 //!   at the offset it was acknowledged with;
-//! - no two replicas hold different records below their high watermarks.
+//! - no two replicas hold different records below their high watermarks;
+//! - no broker is fenced that the controller could hear throughout the
+//!   session before (a paused controller's own stall does not count).
 //!
 //! A [`Mutation`] breaks one rule on purpose, to show the checks find it.
 
 use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::time::Duration;
 
 use replication::metadata::{BrokerMeta, MetadataImage, MetadataRecord, PartitionState, TopicMeta};
 use replication::placement::{self, AlterPartition, Arrival};
@@ -29,6 +34,7 @@ use replication::replica::{
     divergence, Action, Assignment, Divergence, FollowerLog, NodeId, ReplicaConfig, ReplicaState,
     Role, WaiterId,
 };
+use replication::sessions::{SessionTiming, Sessions};
 use replication::transport::{Faults, SimulatedNetwork, Transport};
 
 /// The controller's node id on the simulated network.
@@ -39,6 +45,8 @@ const TOPIC: &str = "simulated";
 
 const HEARTBEAT_MS: u64 = 50;
 const SESSION_MS: u64 = 400;
+/// What a broker gets to be heard after the controller stalled.
+const FAILOVER_GRACE_MS: u64 = 150;
 const TICK_MS: u64 = 20;
 const LAG_TIME_MAX_MS: u64 = 300;
 const REBROADCAST_MS: u64 = 100;
@@ -64,6 +72,9 @@ pub enum Fault {
     CutFromPeers,
     /// The broker's syncs take 20–60 ms for a while.
     SlowDisk,
+    /// The controller's process stops running (SIGSTOP) for up to 1.5 s,
+    /// several sessions: what it is sent meanwhile waits until it runs.
+    PauseController,
 }
 
 /// A rule broken on purpose: the simulator must catch each.
@@ -79,6 +90,12 @@ pub enum Mutation {
     /// A fenced leader's partitions go to the lowest-id live replica,
     /// in sync or not.
     ElectIgnoringIsr,
+    /// A broker back from a crash leads on an image that does not hold its
+    /// new registration yet (its earlier process's leadership).
+    LeadOnAnEarlierIncarnation,
+    /// The time the controller did not run counts against the brokers'
+    /// sessions: on resuming it fences every broker at once.
+    StallCountsAgainstSessions,
 }
 
 #[derive(Debug, Clone)]
@@ -114,11 +131,10 @@ enum Message {
         broker: BrokerMeta,
         arrival: Arrival,
     },
-    HeartbeatReply {
-        incarnation: u64,
-    },
+    /// The controller's image as of a decision: the partition's state and
+    /// the brokers' registrations, which say whether a broker may lead.
     Assign {
-        state: PartitionState,
+        image: Rc<MetadataImage>,
     },
     Alter(AlterPartition),
     AlterRefused,
@@ -189,9 +205,8 @@ struct Broker {
     /// How the running process found its data dir.
     clean_start: bool,
     new_directory: bool,
-    /// The controller confirmed this incarnation's registration.
-    registered: bool,
-    assigned: Option<PartitionState>,
+    /// The newest image from the controller this process has.
+    assigned: Option<Rc<MetadataImage>>,
     replica: ReplicaState,
     fetching: Fetching,
     waiters: BTreeMap<WaiterId, (u64, u64)>,
@@ -199,6 +214,9 @@ struct Broker {
     next_heartbeat: u64,
     next_tick: u64,
     high_watermark_seen: u64,
+    /// The last millisecond the controller could not hear this broker
+    /// (down, paused, or cut from the controller).
+    unheard_at: u64,
 }
 
 impl Broker {
@@ -216,7 +234,6 @@ impl Broker {
             sync_at: None,
             clean_start: true,
             new_directory: true,
-            registered: false,
             assigned: None,
             replica: fresh_replica(id, min_insync, 0),
             fetching: Fetching::Idle,
@@ -225,6 +242,7 @@ impl Broker {
             next_heartbeat: 0,
             next_tick: 0,
             high_watermark_seen: 0,
+            unheard_at: 0,
         }
     }
 
@@ -287,7 +305,9 @@ fn fresh_replica(id: NodeId, min_insync: usize, log_end: u64) -> ReplicaState {
 
 struct Controller {
     image: MetadataImage,
-    last_heard: BTreeMap<NodeId, u64>,
+    sessions: Sessions<u64>,
+    paused_until: u64,
+    inbox: Vec<(NodeId, Message)>,
     next_broadcast: u64,
 }
 
@@ -311,6 +331,11 @@ struct Sim {
     cuts: Vec<(u64, NodeId, NodeId)>,
     report: Report,
     leaders: BTreeMap<i32, NodeId>,
+    /// A broker fenced though the controller could hear it for the whole
+    /// session before (the first such fence).
+    wrongly_fenced: Option<String>,
+    /// Print what happens (`STROM_SIM_TRACE=1`), to read a failing seed.
+    trace: bool,
     /// The leadership (broker, incarnation, epoch) last checked to hold
     /// every acknowledged record, and how many it was checked for.
     checked: (Option<(NodeId, u64, i32)>, usize),
@@ -374,7 +399,16 @@ impl Sim {
             brokers: ids.iter().map(|&id| Broker::new(id, min_insync)).collect(),
             controller: Controller {
                 image,
-                last_heard: BTreeMap::new(),
+                sessions: Sessions::new(
+                    SessionTiming {
+                        timeout: Duration::from_millis(SESSION_MS),
+                        failover_grace: Duration::from_millis(FAILOVER_GRACE_MS),
+                        stall_min: Duration::from_millis(3 * TICK_MS),
+                    },
+                    0,
+                ),
+                paused_until: 0,
+                inbox: Vec::new(),
                 next_broadcast: 0,
             },
             client: Client {
@@ -386,8 +420,16 @@ impl Sim {
             cuts: Vec::new(),
             report: Report::default(),
             leaders: BTreeMap::new(),
+            wrongly_fenced: None,
+            trace: std::env::var_os("STROM_SIM_TRACE").is_some(),
             checked: (None, 0),
             scenario,
+        }
+    }
+
+    fn note(&self, what: impl FnOnce() -> String) {
+        if self.trace {
+            println!("{:>5} ms  {}", self.now, what());
         }
     }
 
@@ -465,8 +507,12 @@ impl Sim {
                 let broker = self.broker(id);
                 broker.slow_disk_until = now + length;
             }
+            Fault::PauseController => {
+                self.controller.paused_until = self.controller.paused_until.max(now + length);
+            }
         }
         self.report.faults += 1;
+        self.note(|| format!("fault: {fault:?} (broker {id} if a broker's, {length} ms; controller paused until {})", self.controller.paused_until));
     }
 
     fn heal_all(&mut self) {
@@ -474,6 +520,7 @@ impl Sim {
             self.net.heal(a, b);
         }
         let now = self.now;
+        self.controller.paused_until = self.controller.paused_until.min(now);
         for broker in &mut self.brokers {
             broker.paused_until = broker.paused_until.min(now);
             broker.slow_disk_until = now;
@@ -484,6 +531,15 @@ impl Sim {
     }
 
     fn restart(&mut self, index: usize) {
+        self.note(|| {
+            let b = &self.brokers[index];
+            format!(
+                "broker {} restarts with {} records (new directory: {})",
+                b.id,
+                b.log.len(),
+                b.new_directory
+            )
+        });
         let min_insync = self.min_insync;
         let broker = &mut self.brokers[index];
         broker.up = true;
@@ -492,7 +548,6 @@ impl Sim {
             broker.new_directory = false;
             broker.clean_start = true;
         }
-        broker.registered = false;
         broker.assigned = None;
         broker.replica = fresh_replica(broker.id, min_insync, broker.log.len() as u64);
         broker.fetching = Fetching::Idle;
@@ -507,6 +562,12 @@ impl Sim {
 
     fn step(&mut self) {
         for index in 0..self.brokers.len() {
+            let broker = &self.brokers[index];
+            if !broker.running(self.now) || self.net.is_cut(broker.id, CONTROLLER) {
+                self.brokers[index].unheard_at = self.now;
+            }
+        }
+        for index in 0..self.brokers.len() {
             if !self.brokers[index].up && self.brokers[index].restart_at <= self.now {
                 self.restart(index);
             }
@@ -514,6 +575,9 @@ impl Sim {
         while let Some(envelope) = self.net.receive(self.now) {
             let (from, to, message) = (envelope.from, envelope.to, envelope.message);
             match to {
+                CONTROLLER if self.now < self.controller.paused_until => {
+                    self.controller.inbox.push((from, message));
+                }
                 CONTROLLER => self.on_controller(from, message),
                 CLIENT => self.on_client(message),
                 id => {
@@ -539,7 +603,14 @@ impl Sim {
                 self.broker_timers(id);
             }
         }
-        self.controller_timers();
+        if self.now >= self.controller.paused_until {
+            // Back from a pause, the controller's loop turns before it
+            // reads what waited for it (as the voter's does).
+            self.controller_timers();
+            for (from, message) in std::mem::take(&mut self.controller.inbox) {
+                self.on_controller(from, message);
+            }
+        }
         self.client_timers();
     }
 
@@ -571,19 +642,22 @@ impl Sim {
             }
         }
         for record in &records {
+            self.note(|| format!("controller decides {record:?}"));
             self.controller.image.apply(record);
         }
+        // One image per decision, as one committed log entry gives one.
+        self.controller.image.offset += 1;
         self.broadcast();
     }
 
     fn broadcast(&mut self) {
-        let state = self.state().clone();
+        let image = Rc::new(self.controller.image.clone());
         for id in 1..=self.brokers.len() as NodeId {
             self.send(
                 CONTROLLER,
                 id,
                 Message::Assign {
-                    state: state.clone(),
+                    image: image.clone(),
                 },
             );
         }
@@ -592,11 +666,9 @@ impl Sim {
     fn on_controller(&mut self, from: NodeId, message: Message) {
         match message {
             Message::Heartbeat { broker, arrival } => {
-                self.controller.last_heard.insert(from, self.now);
+                self.controller.sessions.heard(from, self.now);
                 let records = placement::heartbeat(&self.controller.image, &broker, arrival, false);
                 self.decide(records);
-                let incarnation = self.controller.image.brokers[&from].incarnation;
-                self.send(CONTROLLER, from, Message::HeartbeatReply { incarnation });
             }
             Message::Alter(alter) => {
                 match placement::alter_partition(&self.controller.image, &alter) {
@@ -610,21 +682,28 @@ impl Sim {
 
     fn controller_timers(&mut self) {
         let now = self.now;
+        if self.scenario.mutation != Mutation::StallCountsAgainstSessions {
+            self.controller.sessions.turn(now);
+        }
         let expired: Vec<NodeId> = self
             .controller
             .image
             .brokers
             .values()
             .filter(|b| !b.fenced)
-            .filter(|b| {
-                self.controller
-                    .last_heard
-                    .get(&b.id)
-                    .is_none_or(|&at| now.saturating_sub(at) > SESSION_MS)
-            })
+            .filter(|b| self.controller.sessions.expired(b.id, now))
             .map(|b| b.id)
             .collect();
         for id in expired {
+            // Heartbeats go every HEARTBEAT_MS and arrive within a few
+            // milliseconds: one the controller could hear throughout its
+            // last session is never silent that long.
+            let heard_for = now.saturating_sub(self.broker(id).unheard_at);
+            if heard_for > SESSION_MS && self.wrongly_fenced.is_none() {
+                self.wrongly_fenced = Some(format!(
+                    "broker {id} fenced though the controller could hear it for the last {heard_for} ms"
+                ));
+            }
             let records = placement::fence(&self.controller.image, id, false);
             self.decide(records);
         }
@@ -661,19 +740,24 @@ impl Sim {
         }
     }
 
-    fn assign(&mut self, id: NodeId, state: PartitionState) {
+    fn assign(&mut self, id: NodeId, image: Rc<MetadataImage>) {
         let now = self.now;
         let broker = self.broker(id);
         if broker
             .assigned
             .as_ref()
-            .is_some_and(|a| a.partition_epoch > state.partition_epoch)
+            .is_some_and(|held| held.offset > image.offset)
         {
             return;
         }
-        broker.assigned = Some(state.clone());
-        // Leadership waits until this incarnation is registered.
-        let leader = if state.leader == id && !broker.registered {
+        broker.assigned = Some(image.clone());
+        let state = image.topics[TOPIC].partitions[0].clone();
+        // Leadership waits until the image holds this incarnation's
+        // registration (the broker's own rule).
+        let may_lead = placement::may_lead(&image, id, broker.incarnation)
+            || self.scenario.mutation == Mutation::LeadOnAnEarlierIncarnation;
+        let broker = self.broker(id);
+        let leader = if state.leader == id && !may_lead {
             -1
         } else {
             state.leader
@@ -701,6 +785,8 @@ impl Sim {
             replicas: state.replicas.clone(),
             isr: state.isr.clone(),
         };
+        self.note(|| format!("broker {id} takes {state:?} (leading: {leading})"));
+        let broker = self.broker(id);
         let mut actions = Vec::new();
         let taken = if leading {
             broker.replica.become_leader(assignment, now, &mut actions)
@@ -722,16 +808,7 @@ impl Sim {
     fn on_broker(&mut self, id: NodeId, from: NodeId, message: Message) {
         let now = self.now;
         match message {
-            Message::HeartbeatReply { incarnation } => {
-                let broker = self.broker(id);
-                if incarnation == broker.incarnation && !broker.registered {
-                    broker.registered = true;
-                    if let Some(state) = broker.assigned.take() {
-                        self.assign(id, state);
-                    }
-                }
-            }
-            Message::Assign { state } => self.assign(id, state),
+            Message::Assign { image } => self.assign(id, image),
             Message::AlterRefused => self.broker(id).replica.isr_proposal_failed(),
             Message::EpochQuery {
                 leader_epoch,
@@ -804,9 +881,10 @@ impl Sim {
                 }
                 let slow = broker.slow_disk_until > now;
                 let delay = sync_delay(&mut self.rng, slow);
-                let broker = self.broker(id);
                 let mut actions = Vec::new();
                 if !entries.is_empty() {
+                    self.note(|| format!("broker {id} appends {entries:?} at {offset} from {from} (leader high watermark {high_watermark})"));
+                    let broker = self.broker(id);
                     broker.log.extend_from_slice(&entries);
                     let end = broker.log.len() as u64;
                     broker.replica.local_append(end, &mut actions);
@@ -868,6 +946,13 @@ impl Sim {
                 };
                 return;
             }
+            let (end, high_watermark) = (broker.log.len(), broker.replica.high_watermark());
+            self.note(|| {
+                format!(
+                    "broker {id} truncates from {end} to {cut} (high watermark {high_watermark})"
+                )
+            });
+            let broker = self.broker(id);
             broker.log.truncate(cut as usize);
             broker.durable = broker.durable.min(cut as usize);
             let mut actions = Vec::new();
@@ -919,6 +1004,9 @@ impl Sim {
             return;
         }
         let epoch = broker.replica.leader_epoch();
+        let at = broker.log.len();
+        self.note(|| format!("broker {id} appends {value} at {at} in epoch {epoch}"));
+        let broker = self.broker(id);
         broker.log.push(Entry { epoch, value });
         let offset = broker.log.len() as u64 - 1;
         broker.replica.local_append(offset + 1, &mut actions);
@@ -1067,6 +1155,9 @@ impl Sim {
     // ---- the invariants ----
 
     fn check(&mut self) -> Result<(), String> {
+        if let Some(wrong) = &self.wrongly_fenced {
+            return Err(wrong.clone());
+        }
         for broker in &mut self.brokers {
             if !broker.up {
                 continue;
@@ -1181,6 +1272,7 @@ pub fn scenario(name: &str, brokers: usize) -> Option<Scenario> {
         "cut_from_controller" => vec![Fault::CutFromController],
         "cut_from_peers" => vec![Fault::CutFromPeers],
         "slow_disk" => vec![Fault::SlowDisk, Fault::Crash],
+        "paused_controller" => vec![Fault::PauseController],
         "lossy" | "quiet" => Vec::new(),
         "everything" => vec![
             Fault::Crash,
@@ -1189,6 +1281,7 @@ pub fn scenario(name: &str, brokers: usize) -> Option<Scenario> {
             Fault::CutFromController,
             Fault::CutFromPeers,
             Fault::SlowDisk,
+            Fault::PauseController,
         ],
         _ => return None,
     };
@@ -1202,7 +1295,7 @@ pub fn scenario(name: &str, brokers: usize) -> Option<Scenario> {
 }
 
 /// Every scenario's name.
-pub const SCENARIOS: [&str; 9] = [
+pub const SCENARIOS: [&str; 10] = [
     "quiet",
     "lossy",
     "crash",
@@ -1211,5 +1304,6 @@ pub const SCENARIOS: [&str; 9] = [
     "cut_from_controller",
     "cut_from_peers",
     "slow_disk",
+    "paused_controller",
     "everything",
 ];

@@ -102,3 +102,13 @@ fn an_emptied_broker_that_returns_as_clean_loses_records() {
 fn an_election_that_ignores_the_isr_loses_records() {
     caught("everything", Mutation::ElectIgnoringIsr);
 }
+
+#[test]
+fn a_controller_that_counts_its_stall_against_sessions_loses_records() {
+    caught("paused_controller", Mutation::StallCountsAgainstSessions);
+}
+
+#[test]
+fn a_broker_leading_on_an_earlier_incarnations_image_loses_records() {
+    caught("emptied_disk", Mutation::LeadOnAnEarlierIncarnation);
+}

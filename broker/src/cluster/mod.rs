@@ -175,19 +175,11 @@ impl Cluster {
     }
 
     /// Whether this process may act on leaderships `image` gives this
-    /// node: only once the image holds this incarnation's registration,
-    /// unfenced. Before that the image's leaderships are an earlier
-    /// process's, decided before the controller knew how this one found
-    /// its data dir (it may have lost what that one held): leading on
-    /// them could make the followers cut their logs to an empty one.
+    /// node ([`placement::may_lead`]); never before the agent runs.
     pub fn may_lead(&self, image: &MetadataImage) -> bool {
-        let Some(incarnation) = self.incarnation.get() else {
-            return false;
-        };
-        image
-            .brokers
-            .get(&self.node_id)
-            .is_some_and(|b| b.incarnation == *incarnation && !b.fenced)
+        self.incarnation
+            .get()
+            .is_some_and(|&incarnation| placement::may_lead(image, self.node_id, incarnation))
     }
 
     pub fn is_voter(&self) -> bool {

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use replication::file_store::FileStore;
 use replication::quorum::{Quorum, QuorumConfig, SnapshotDelivery, SnapshotPolicy, VoterChange};
+use replication::sessions::{SessionTiming, Sessions};
 
 use super::net::Peers;
 use super::wire::{self, FetchReply, Heartbeat, HeartbeatReply, HeartbeatStatus};
@@ -159,8 +160,8 @@ pub struct Voter {
     /// The records of this controller's proposals not applied yet, by log
     /// index, oldest first (dropped when its leadership ends).
     unapplied: VecDeque<(u64, Vec<MetadataRecord>)>,
-    /// Last heartbeat of each broker, kept by the active controller.
-    sessions: HashMap<i32, Instant>,
+    /// The brokers' sessions, kept by the active controller.
+    sessions: Sessions<Instant>,
     /// When a registration or fencing change was last proposed per broker.
     proposed: HashMap<i32, Instant>,
     was_leader: bool,
@@ -174,8 +175,6 @@ pub struct Voter {
     /// When the active controller last looked for partitions not led by
     /// their preferred replica.
     last_rebalance: Instant,
-    /// When the run loop last turned: a late turn is a stall.
-    last_turn: Instant,
     /// When a Raft message last came from each other voter. The active
     /// controller fences only while it has heard a majority within an
     /// election timeout (it may no longer lead otherwise: it learns of a
@@ -266,7 +265,6 @@ impl Voter {
         Ok(Voter {
             replayed_to,
             last_rebalance: Instant::now(),
-            last_turn: Instant::now(),
             voters_heard: HashMap::new(),
             connections_lost: HashSet::new(),
             voter_change: None,
@@ -285,7 +283,14 @@ impl Voter {
             image,
             pending: VecDeque::new(),
             unapplied: VecDeque::new(),
-            sessions: HashMap::new(),
+            sessions: Sessions::new(
+                SessionTiming {
+                    timeout: Duration::from_millis(timing.session_timeout_ms),
+                    failover_grace: failover_grace(&timing),
+                    stall_min: tick * STALL_TICKS_MIN,
+                },
+                Instant::now(),
+            ),
             proposed: HashMap::new(),
             was_leader: false,
             cluster,
@@ -328,21 +333,12 @@ impl Voter {
     }
 
     /// Notes a loop turn at `now`. A turn [`STALL_TICKS_MIN`] ticks late
-    /// means this thread was not running: every broker's session is moved
-    /// on by the stall (liveness counts only time in which a heartbeat
-    /// could have been taken) and is at least a failover grace from now.
+    /// means this thread was not running: the stall does not count against
+    /// the brokers' sessions (see `replication::sessions`).
     fn observe_stall(&mut self, now: Instant) {
-        let stalled = now.saturating_duration_since(self.last_turn);
-        self.last_turn = now;
-        if stalled < self.tick * STALL_TICKS_MIN {
+        let Some(stalled) = self.sessions.turn(now) else {
             return;
-        }
-        let grace = failover_grace(&self.cluster.timing);
-        let fresh = now.checked_sub(self.session_timeout.saturating_sub(grace));
-        for heard in self.sessions.values_mut() {
-            let moved = *heard + stalled;
-            *heard = fresh.map_or(moved, |fresh| moved.max(fresh)).min(now);
-        }
+        };
         if self.quorum.is_leader() {
             tracing::warn!(
                 stalled_ms = stalled.as_millis() as u64,
@@ -413,12 +409,7 @@ impl Voter {
                 let interval = Duration::from_millis(self.cluster.timing.heartbeat_interval_ms);
                 let grace = interval + interval / 2;
                 if grace < self.session_timeout {
-                    let expires_at = Instant::now() + grace;
-                    if let Some(last) = self.sessions.get_mut(&broker) {
-                        let short = expires_at
-                            .checked_sub(self.session_timeout)
-                            .unwrap_or(*last);
-                        *last = (*last).min(short);
+                    if self.sessions.shorten(broker, Instant::now() + grace) {
                         self.connections_lost.insert(broker);
                         tracing::info!(broker, grace_ms = grace.as_millis() as u64, "a broker's heartbeat connection closed: fenced unless it heartbeats again soon");
                     }
@@ -540,7 +531,7 @@ impl Voter {
         let now = Instant::now();
         let broker = heartbeat.broker;
         let id = broker.id;
-        self.sessions.insert(id, now);
+        self.sessions.heard(id, now);
         self.connections_lost.remove(&id);
         if heartbeat.storage_full && self.storage_full.insert(id) {
             tracing::warn!(
@@ -656,19 +647,10 @@ impl Voter {
             // Each broker gets a grace (at most a session) to be heard, so
             // that a broker that died with the old controller is fenced
             // soon rather than a whole session later.
-            let now = Instant::now();
-            let grace = failover_grace(&self.cluster.timing);
-            let heard = now.checked_sub(self.session_timeout - grace).unwrap_or(now);
             // A heartbeat taken since the election (its registration may
             // not be applied yet) counts as it is.
-            let since_election: Vec<(i32, Instant)> = self
-                .sessions
-                .iter()
-                .filter(|(_, at)| **at > heard)
-                .map(|(&id, &at)| (id, at))
-                .collect();
-            self.sessions = self.image.brokers.keys().map(|&id| (id, heard)).collect();
-            self.sessions.extend(since_election);
+            self.sessions
+                .took_over(self.image.brokers.keys().copied(), Instant::now());
             self.proposed.clear();
             tracing::info!(
                 term = self.quorum.term(),
@@ -710,11 +692,7 @@ impl Voter {
         let expired: Vec<i32> = self
             .deciding_image()
             .live_brokers()
-            .filter(|b| {
-                self.sessions
-                    .get(&b.id)
-                    .is_none_or(|at| now.duration_since(*at) > self.session_timeout)
-            })
+            .filter(|b| self.sessions.expired(b.id, now))
             .map(|b| b.id)
             .collect();
         for id in expired {
@@ -723,8 +701,8 @@ impl Voter {
             }
             let silent_ms = self
                 .sessions
-                .get(&id)
-                .map(|at| now.saturating_duration_since(*at).as_millis() as u64);
+                .last_heard(id)
+                .map(|at| now.saturating_duration_since(at).as_millis() as u64);
             if self.connections_lost.remove(&id) {
                 tracing::warn!(
                     broker = id,
@@ -743,7 +721,7 @@ impl Voter {
             // together each move their leaderships once, to a live broker.
             let records =
                 placement::fence(&self.deciding_image(), id, self.cluster.unclean_default);
-            if let Some(heard) = self.sessions.get(&id) {
+            if let Some(heard) = self.sessions.last_heard(id) {
                 let leaderships = self
                     .deciding_image()
                     .partition_states()
@@ -751,7 +729,7 @@ impl Voter {
                     .count();
                 self.cluster
                     .probe
-                    .fenced_for_silence(now.saturating_duration_since(*heard), leaderships as u64);
+                    .fenced_for_silence(now.saturating_duration_since(heard), leaderships as u64);
             }
             self.propose(records, None);
         }
@@ -1219,9 +1197,9 @@ mod tests {
         three_brokers_and_a_topic(&mut voter);
         let before = partitions(&voter);
         let long_ago = Instant::now() - voter.session_timeout * 2;
-        voter.sessions.insert(1, long_ago);
-        voter.sessions.insert(2, long_ago);
-        voter.sessions.insert(3, Instant::now());
+        voter.sessions.heard(1, long_ago);
+        voter.sessions.heard(2, long_ago);
+        voter.sessions.heard(3, Instant::now());
         // The registrations were proposed more than REPROPOSE_AFTER ago.
         voter.proposed.clear();
         voter.duties();
@@ -1250,9 +1228,9 @@ mod tests {
         let now = Instant::now();
         let heard = now - stall - Duration::from_millis(100);
         for id in 1..=3 {
-            voter.sessions.insert(id, heard);
+            voter.sessions.heard(id, heard);
         }
-        voter.last_turn = now - stall;
+        voter.sessions.turn(now - stall);
         voter.proposed.clear();
         voter.observe_stall(now);
         voter.duties();
@@ -1266,12 +1244,12 @@ mod tests {
         // Time it runs without hearing a broker still counts: a session
         // later, a silent broker is fenced.
         for id in [1, 2] {
-            voter.sessions.insert(id, Instant::now());
+            voter.sessions.heard(id, Instant::now());
         }
         voter
             .sessions
-            .insert(3, Instant::now() - voter.session_timeout * 2);
-        voter.last_turn = Instant::now();
+            .heard(3, Instant::now() - voter.session_timeout * 2);
+        voter.sessions.turn(Instant::now());
         voter.duties();
         voter.process_ready().unwrap();
         assert!(!voter.image.is_live(3), "{:?}", voter.image.brokers);

@@ -1,8 +1,9 @@
 //! Fetch (1), versions 4–18. From v13 topics are named by topic id (an id
-//! no topic has: UNKNOWN_TOPIC_ID); v15's replica state, v17's replica
-//! directory id and v18's replica high watermark concern followers only,
-//! and v16's leader hints (KIP-951) are never needed: this node leads
-//! every partition. Sessions are
+//! no topic has: UNKNOWN_TOPIC_ID); v15's replica state (a follower's id
+//! and broker epoch) makes it a follower fetch, whose fetch offset the
+//! leader's replica state counts; v16's leader hints (KIP-951): a
+//! partition another broker leads answers NOT_LEADER_OR_FOLLOWER with the
+//! current leader, whose endpoint the answer lists. Sessions are
 //! declined (session id 0: every fetch is full).
 //!
 //! Path: group partitions by owning core, read on each owner in parallel,

@@ -1,8 +1,8 @@
 //! Produce (0), versions 0–13 advertised; 3–13 served. v0–2 (which old
 //! librdkafka needs to see advertised) are answered UNSUPPORTED_VERSION per
-//! partition, as Kafka 4 does. v10's leader hints (KIP-951) are left out:
-//! this node leads every partition, so there is no other leader to name.
-//! v11–12 change only transaction semantics, which idempotent producers do
+//! partition, as Kafka 4 does. v10's leader hints (KIP-951): a partition
+//! another broker leads answers NOT_LEADER_OR_FOLLOWER with the current
+//! leader and epoch, and the answer lists that leader's endpoint. v11–12 change only transaction semantics, which idempotent producers do
 //! not use. v13 names topics by id, in the request and the answer: an id
 //! no topic has (or the nil id) is UNKNOWN_TOPIC_ID for each of its
 //! partitions, as in Kafka, and nothing is auto-created (there is no name

@@ -1,7 +1,7 @@
 //! The metadata log: records appended in order, synced, and replayed at
 //! start. [`MetadataLog`] is the seam: [`FileMetadataLog`] keeps them in
-//! one file of the data dir (`__metadata/metadata.log`); the replicated
-//! log will implement the same trait. [`MetadataWriter`] runs a log on a
+//! one file of the data dir (`__metadata/metadata.log`) on a single node;
+//! a cluster's records go through the controller quorum's Raft log. [`MetadataWriter`] runs a log on a
 //! thread of its own, so that the blocking writes and fsyncs never hold
 //! an executor.
 //!

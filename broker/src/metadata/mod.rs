@@ -1,9 +1,11 @@
-//! Cluster metadata for a single node: topics, their partitions' owning
-//! cores (the shard table) and replication state, topic configs and
+//! The broker's side of the cluster metadata: topics, their partitions'
+//! owning cores (the shard table) and replication state, configs and
 //! producer id blocks. Changes are records ([`MetadataRecord`]) appended to
-//! the metadata log ([`MetadataLog`], today one file of the data dir) and
-//! synced before they take effect; applying them in order gives the
-//! [`MetadataImage`].
+//! the metadata log and synced before they take effect; applying them in
+//! order gives the [`MetadataImage`]. The records, the image and its
+//! snapshot are plain data in `replication::metadata` (re-exported here);
+//! a single node keeps the log in one file of the data dir
+//! ([`MetadataLog`]), a cluster in the controller quorum's Raft log.
 //!
 //! Who holds which image: [`MetadataStore`] keeps the last committed one
 //! for threads outside the executors and for cores starting; every core
@@ -11,8 +13,7 @@
 //! request handlers read without a lock. The controller replaces the
 //! copies on every core before it answers a change (see `controller`).
 //!
-//! This is the single-node form of the controller's replicated metadata
-//! log: the records are the same, only the replication is missing.
+//! A single node's log and a cluster's carry the same records.
 
 mod log;
 #[cfg(test)]
