@@ -408,11 +408,11 @@ impl Voter {
                 }
                 let interval = Duration::from_millis(self.cluster.timing.heartbeat_interval_ms);
                 let grace = interval + interval / 2;
-                if grace < self.session_timeout {
-                    if self.sessions.shorten(broker, Instant::now() + grace) {
-                        self.connections_lost.insert(broker);
-                        tracing::info!(broker, grace_ms = grace.as_millis() as u64, "a broker's heartbeat connection closed: fenced unless it heartbeats again soon");
-                    }
+                if grace < self.session_timeout
+                    && self.sessions.shorten(broker, Instant::now() + grace)
+                {
+                    self.connections_lost.insert(broker);
+                    tracing::info!(broker, grace_ms = grace.as_millis() as u64, "a broker's heartbeat connection closed: fenced unless it heartbeats again soon");
                 }
             }
             Input::ChangeVoters(request, timeout, reply) => {
