@@ -10,6 +10,16 @@ use std::path::Path;
 /// The marker's name in the data dir.
 pub const FILE_NAME: &str = ".strom-clean-shutdown";
 
+/// Whether the previous process stopped cleanly, leaving the marker in
+/// place: a start that is then refused leaves the data dir as it found it.
+pub fn found(data_dir: &Path) -> std::io::Result<bool> {
+    match std::fs::symlink_metadata(data_dir.join(FILE_NAME)) {
+        Ok(_) => Ok(true),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(error) => Err(error),
+    }
+}
+
 /// Whether the previous process stopped cleanly; removes the marker (and
 /// syncs the directory) so that a crash of this process is seen as one.
 pub fn take(data_dir: &Path) -> std::io::Result<bool> {

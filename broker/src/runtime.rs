@@ -287,14 +287,6 @@ fn start_cluster(
     let _ = cluster.directories.set(directories.clone());
     let listener = net::bind(address)?;
     net::serve(listener, cluster.clone()).context("cannot start the controller listener")?;
-    let start = match stored_commit {
-        // An empty log takes part only where no voter counts on it.
-        None => crate::cluster::membership::check_empty_start(&cluster, &directories)?,
-        Some(_) => {
-            crate::cluster::membership::announce(cluster.clone(), directories.clone());
-            crate::cluster::membership::Start::Voter
-        }
-    };
     let peers: Vec<(i32, String)> = quorum
         .voters
         .iter()
@@ -302,11 +294,32 @@ fn start_cluster(
         .map(|v| (v.id, format!("{}:{}", v.host, v.port)))
         .collect();
     let peers = net::Peers::start(&peers).context("cannot start the voter connections")?;
-    let voter = Voter::open_as(cluster.clone(), &raft_dir, peers, inbox_rx, image, start)
-        .context("cannot open the controller quorum's store")?;
+    // The quorum thread first settles how this voter may take part: an
+    // empty log only where no voter counts on it, which may mean waiting
+    // for the other voters to be up. The broker starts meanwhile (it
+    // serves clients once the quorum registered it); a refusal stops the
+    // process with the reason.
+    let quorum_cluster = cluster.clone();
     std::thread::Builder::new()
         .name("strom-quorum".to_string())
-        .spawn(move || voter.run())
+        .spawn(move || {
+            let cluster = quorum_cluster;
+            let start = match stored_commit {
+                None => crate::cluster::membership::check_empty_start(&cluster, &directories),
+                Some(_) => {
+                    crate::cluster::membership::announce(cluster.clone(), directories.clone());
+                    Ok(crate::cluster::membership::Start::Voter)
+                }
+            };
+            let voter = start.and_then(|start| {
+                Voter::open_as(cluster.clone(), &raft_dir, peers, inbox_rx, image, start)
+                    .context("cannot open the controller quorum's store")
+            });
+            match voter {
+                Ok(voter) => voter.run(),
+                Err(error) => refuse_to_run(&error),
+            }
+        })
         .context("cannot start the quorum thread")?;
     cluster
         .start_agent(config, stored_meta, clean_shutdown)
@@ -318,6 +331,14 @@ fn start_cluster(
         "controller quorum member started"
     );
     Ok(cluster)
+}
+
+/// Stops the process when a part that started in the background may not
+/// run: the reason on stderr and in the log, exit 1 as a refused start.
+fn refuse_to_run(error: &anyhow::Error) -> ! {
+    tracing::error!("{error:#}");
+    eprintln!("strom: {error:#}");
+    std::process::exit(1)
 }
 
 fn report_unnamed_partition_dirs(data_dir: &std::path::Path, image: &MetadataImage) {
@@ -411,15 +432,11 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     );
     crate::io_properties::log_use(&config);
     let stored_meta = crate::meta_properties::check_node(&config.data_dir, config.node_id)?;
-    let clean_shutdown = crate::clean_shutdown::take(&config.data_dir).with_context(|| {
-        format!(
-            "cannot take the clean-shutdown marker {} from the data dir",
-            config
-                .data_dir
-                .join(crate::clean_shutdown::FILE_NAME)
-                .display()
-        )
-    })?;
+    let marker = config.data_dir.join(crate::clean_shutdown::FILE_NAME);
+    // Read now, taken away once the start-up checks passed (before any
+    // log opens): a refused start leaves the data dir as it found it.
+    let clean_shutdown = crate::clean_shutdown::found(&config.data_dir)
+        .with_context(|| format!("cannot read the clean-shutdown marker {}", marker.display()))?;
     tracing::info!(
         clean_shutdown,
         "{}",
@@ -449,6 +466,14 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
             .context("cannot start the metadata log's writer thread")?;
         (Arc::new(MetadataStore::new(writer, image)), topics, None)
     };
+    if clean_shutdown {
+        crate::clean_shutdown::take(&config.data_dir).with_context(|| {
+            format!(
+                "cannot take the clean-shutdown marker {} from the data dir",
+                marker.display()
+            )
+        })?;
+    }
     let config = Arc::new(config);
     let cores = config.cores;
 

@@ -1,7 +1,8 @@
 //! Kafka's KRaft settings and `meta.properties`, through the real binary:
 //! bad quorum and listener settings stop `strom start` with a configuration
-//! error naming the key and the value; a three-voter configuration starts a
-//! node that logs and describes what it was given; the data dir remembers
+//! error naming the key and the value; a voter of three started alone
+//! starts its broker, logs what it was given and serves no client until the
+//! other voters are up, then describes what it was given; the data dir remembers
 //! its cluster and node, refusing a start under another node id or with a
 //! metadata log of another cluster, and touching nothing when it refuses.
 
@@ -12,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::{free_port, raw, run, strom_bin, strom_ok, Broker};
+use common::{free_port, poll_until, raw, run, strom_bin, strom_ok, Broker};
 use protocol::kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse};
 
 const RUN_DEADLINE: Duration = Duration::from_secs(30);
@@ -142,33 +143,45 @@ fn bad_kraft_settings_are_configuration_errors_naming_key_and_value() {
     }
 }
 
-#[test]
-fn a_voter_of_three_starts_and_reports_its_kraft_settings() {
-    // The file names the listeners; `--listen` (the harness's) then moves
-    // the client listener to the port the test connects to. The other
-    // voters are not running: the node serves, but has no quorum yet.
-    let dir = tempfile::tempdir().unwrap();
-    let controller_port = free_port();
-    let file = dir.path().join("strom.toml");
-    let controller = format!("CONTROLLER://127.0.0.1:{controller_port}");
+/// A voter's configuration file in `dir`: its id, the quorum, a client
+/// listener the harness's `--listen` moves, its controller listener.
+fn voter_file(dir: &Path, id: i32, voters: &str, controller_port: u16) -> PathBuf {
+    let file = dir.join(format!("strom-{id}.toml"));
     std::fs::write(
         &file,
         format!(
-            "\"node.id\" = 2\n\"process.roles\" = \"broker,controller\"\n\
-             \"controller.quorum.voters\" = \"{VOTERS}\"\n\
-             listeners = \"PLAINTEXT://127.0.0.1:1,{controller}\"\n\
-             \"controller.listener.names\" = \"CONTROLLER\"\n\"broker.rack\" = \"rack-b\"\n"
+            "\"node.id\" = {id}\n\"process.roles\" = \"broker,controller\"\n\
+             \"controller.quorum.voters\" = \"{voters}\"\n\
+             listeners = \"PLAINTEXT://127.0.0.1:1,CONTROLLER://127.0.0.1:{controller_port}\"\n\
+             \"controller.listener.names\" = \"CONTROLLER\"\n\"broker.rack\" = \"rack-{id}\"\n"
         ),
     )
     .unwrap();
+    file
+}
+
+#[test]
+fn a_voter_of_three_starts_and_reports_its_kraft_settings() {
+    // The files name the listeners; `--listen` (the harness's) then moves
+    // the client listener to the port the test connects to. Voter 2 starts
+    // first, alone: its broker starts while it waits for the other voters,
+    // and it serves clients only once the quorum has registered it.
+    let dir = tempfile::tempdir().unwrap();
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let voters = format!(
+        "1@127.0.0.1:{},2@127.0.0.1:{},3@127.0.0.1:{}",
+        ports[0], ports[1], ports[2]
+    );
+    let controller = format!("CONTROLLER://127.0.0.1:{}", ports[1]);
+    let file = voter_file(dir.path(), 2, &voters, ports[1]);
     let broker = Broker::start(&["--config", file.to_str().unwrap()]);
     let client = format!("PLAINTEXT://127.0.0.1:{}", broker.port);
     let log = broker.log();
     for wanted in [
-        format!("controller.quorum.voters={VOTERS} ("),
+        format!("controller.quorum.voters={voters} ("),
         format!("listeners={client},{controller} ("),
         "process.roles=broker,controller (".to_string(),
-        "broker.rack=rack-b (".to_string(),
+        "broker.rack=rack-2 (".to_string(),
         format!("advertised.listeners={client} (flag)"),
     ] {
         assert!(
@@ -176,6 +189,50 @@ fn a_voter_of_three_starts_and_reports_its_kraft_settings() {
             "{wanted:?} not in the effective configuration:\n{log}"
         );
     }
+    assert!(
+        log.contains("controller quorum member started node_id=2"),
+        "{log}"
+    );
+    // Alone it is not served: a client waits (Kafka opens the client
+    // listener only once the broker is registered).
+    let mut waiting = std::net::TcpStream::connect(("127.0.0.1", broker.port)).unwrap();
+    waiting
+        .set_read_timeout(Some(Duration::from_millis(1_500)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    use std::io::{Read, Write};
+    waiting.write_all(&[0, 0, 0, 0]).unwrap();
+    assert!(
+        waiting.read(&mut byte).is_err(),
+        "a voter without a quorum answered a client"
+    );
+    let others: Vec<Broker> = [1, 3]
+        .into_iter()
+        .map(|id| {
+            let port = ports[(id - 1) as usize];
+            let file = voter_file(dir.path(), id, &voters, port);
+            Broker::start(&["--config", file.to_str().unwrap()])
+        })
+        .collect();
+    let served = poll_until(RUN_DEADLINE * 2, || {
+        let output = common::strom(&broker, &["cluster", "status"], None);
+        let text = String::from_utf8_lossy(&output.stdout).to_string();
+        let live = |id: i32| {
+            text.lines()
+                .any(|l| l.starts_with(&format!("{id}\t")) && l.contains("\tlive\t"))
+        };
+        (output.status.success() && (1..=3).all(live)).then_some(())
+    });
+    assert!(
+        served.is_some(),
+        "the three voters did not form a cluster with every broker registered\n{}\n{}",
+        broker.log(),
+        others
+            .iter()
+            .map(|b| b.log())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     let mut stream = raw::connect(&broker);
     let metadata: MetadataResponse = raw::call(
         &mut stream,
@@ -185,17 +242,20 @@ fn a_voter_of_three_starts_and_reports_its_kraft_settings() {
         "kraft-config-test",
         &MetadataRequest::default(),
     );
-    // Without a quorum no broker is registered and no controller known.
-    assert!(metadata.brokers.is_empty(), "{metadata:?}");
-    assert_eq!(metadata.controller_id.0, -1);
-    assert!(
-        log.contains("controller quorum member started node_id=2"),
-        "{log}"
-    );
+    let mut ids: Vec<i32> = metadata.brokers.iter().map(|b| b.node_id.0).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, vec![1, 2, 3], "{metadata:?}");
+    assert!((1..=3).contains(&metadata.controller_id.0), "{metadata:?}");
+    let rack = metadata
+        .brokers
+        .iter()
+        .find(|b| b.node_id.0 == 2)
+        .and_then(|b| b.rack.as_ref().map(|r| r.to_string()));
+    assert_eq!(rack.as_deref(), Some("rack-2"), "{metadata:?}");
     let described = strom_ok(&broker, &["config", "describe", "--broker", "2"]);
     for wanted in [
-        format!("  controller.quorum.voters={VOTERS}\tsource=STATIC_BROKER_CONFIG"),
-        "  broker.rack=rack-b\tsource=STATIC_BROKER_CONFIG".to_string(),
+        format!("  controller.quorum.voters={voters}\tsource=STATIC_BROKER_CONFIG"),
+        "  broker.rack=rack-2\tsource=STATIC_BROKER_CONFIG".to_string(),
         "  controller.listener.names=CONTROLLER\tsource=STATIC_BROKER_CONFIG".to_string(),
         "  process.roles=broker,controller\tsource=STATIC_BROKER_CONFIG".to_string(),
     ] {

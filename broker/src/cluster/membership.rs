@@ -22,7 +22,12 @@
 //!   start, it takes part;
 //! - a majority answered, none has committed anything: a new quorum, it
 //!   takes part;
-//! - otherwise it asks again until [`PROBE_DEADLINE`], then refuses.
+//! - otherwise it asks again (saying every [`WAITING_REPORT_EVERY`] whom
+//!   it waits for) until [`PROBE_DEADLINE`], then refuses.
+//!
+//! The asking runs on the quorum thread before the quorum starts, so a
+//! voter of a new cluster started before the others waits for them while
+//! its broker starts (it serves clients once registered).
 //!
 //! A voter whose store is not empty tells the others its directory in the
 //! background ([`announce`]), so that voters of a quorum formed before
@@ -42,7 +47,9 @@ pub const DIRECTORY_ID_FILE: &str = "directory.id";
 /// The directories this voter knows the others by.
 pub const KNOWN_FILE: &str = "voter-directories";
 /// How long a voter with an empty log asks the others before it refuses.
-pub const PROBE_DEADLINE: Duration = Duration::from_secs(30);
+pub const PROBE_DEADLINE: Duration = Duration::from_secs(600);
+/// How often a voter waiting for the others says whom it waits for.
+pub const WAITING_REPORT_EVERY: Duration = Duration::from_secs(10);
 /// Between two rounds of asking.
 const PROBE_PAUSE: Duration = Duration::from_millis(250);
 /// How long [`announce`] keeps trying a voter that does not answer.
@@ -352,6 +359,7 @@ pub fn check_empty_start(cluster: &Cluster, directories: &Directories) -> anyhow
     let mut answers = BTreeMap::new();
     let deadline = Instant::now() + PROBE_DEADLINE;
     let rounds_max = (PROBE_DEADLINE.as_millis() / PROBE_PAUSE.as_millis()) as usize + 1;
+    let mut next_report = Instant::now() + WAITING_REPORT_EVERY;
     for _ in 0..rounds_max {
         for (peer, address) in &peers {
             if answers.contains_key(peer) {
@@ -380,6 +388,19 @@ pub fn check_empty_start(cluster: &Cluster, directories: &Directories) -> anyhow
         }
         if Instant::now() >= deadline {
             break;
+        }
+        if Instant::now() >= next_report {
+            next_report += WAITING_REPORT_EVERY;
+            let silent: Vec<i32> = peers
+                .iter()
+                .map(|(id, _)| *id)
+                .filter(|id| !answers.contains_key(id))
+                .collect();
+            tracing::info!(
+                waiting_for = ?silent,
+                answered = ?answers.keys().collect::<Vec<_>>(),
+                "this voter's Raft log is empty: it waits for the other voters to say whether the quorum counts on it"
+            );
         }
         std::thread::sleep(PROBE_PAUSE);
     }
