@@ -54,6 +54,7 @@ pub struct AdminState {
     started_unix_ms: u64,
     config: Arc<BrokerConfig>,
     metadata: Arc<MetadataStore>,
+    cluster: Option<Arc<crate::cluster::Cluster>>,
     scrapers: Vec<flume::Sender<ScrapeRequest>>,
     /// Where the listener is bound, if it is.
     pub address: Option<SocketAddr>,
@@ -76,8 +77,8 @@ impl AdminState {
         self.ready.load(Ordering::Acquire)
             && !self.stopping.load(Ordering::Acquire)
             && self
-                .metadata
-                .cluster()
+                .cluster
+                .as_ref()
                 .is_none_or(|cluster| cluster.is_serving())
     }
 
@@ -117,6 +118,7 @@ impl AdminState {
 pub fn start(
     config: Arc<BrokerConfig>,
     metadata: Arc<MetadataStore>,
+    cluster: Option<Arc<crate::cluster::Cluster>>,
 ) -> anyhow::Result<(Arc<AdminState>, Vec<flume::Receiver<ScrapeRequest>>)> {
     let (scrapers, receivers): (Vec<_>, Vec<_>) = (0..config.cores)
         .map(|_| flume::bounded(SCRAPE_QUEUE_PER_CORE))
@@ -143,6 +145,7 @@ pub fn start(
         started_unix_ms: storage::clock::system_wall_ms().max(0) as u64,
         config,
         metadata,
+        cluster,
         scrapers,
         address,
     });
@@ -663,7 +666,7 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
         "Partitions whose in-sync replicas are fewer than their replicas.",
     );
     e.sample("strom_under_replicated_partitions", &[], under_replicated);
-    if let Some(cluster) = state.metadata.cluster() {
+    if let Some(cluster) = &state.cluster {
         let status = cluster.quorum_status();
         e.family(
             "strom_quorum_role",

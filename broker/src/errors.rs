@@ -135,3 +135,27 @@ pub fn replica(why: replication::replica::ReplicaError) -> i16 {
 pub fn replica_outcome(result: Result<(), replication::replica::ReplicaError>) -> i16 {
     result.map_or_else(replica, |()| NONE)
 }
+
+/// Why a connection was closed by the broker.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectionError {
+    #[error("bad frame: {0}")]
+    Frame(#[from] protocol::frame::FrameError),
+    #[error("bad request: {0}")]
+    Codec(#[from] protocol::codec::CodecError),
+    #[error("{api_key:?} v{api_version} is not supported")]
+    UnsupportedVersion {
+        api_key: kafka_protocol::messages::ApiKey,
+        api_version: i16,
+    },
+    #[error("{api_key:?} is not supported")]
+    UnsupportedApi {
+        api_key: kafka_protocol::messages::ApiKey,
+    },
+    #[error(
+        "request of api key {api_key} and {frame_bytes} bytes exceeds the limit for non-produce requests"
+    )]
+    RequestTooLarge { api_key: i16, frame_bytes: usize },
+    #[error("request handler failed")]
+    HandlerGone,
+}

@@ -14,7 +14,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use crate::server::ConnectionError;
+use crate::errors::ConnectionError;
 use crate::shard::Shard;
 use protocol::codec::Encoded;
 

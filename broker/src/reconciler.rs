@@ -311,7 +311,7 @@ mod tests {
             .spawn(move || async move {
                 let writer = MetadataWriter::start(Box::new(MemoryMetadataLog::default())).unwrap();
                 let store = Arc::new(MetadataStore::new(writer, MetadataImage::new(0)));
-                let shard = Shard::new(1, 2, config, store);
+                let shard = Shard::new(1, 2, config, store, None);
                 let created =
                     MetadataImage::new(0).with(&[topic("a", &[0, 1, 1]), topic("b", &[1])]);
                 assert_eq!(open_missing(&shard, &created).await.unwrap(), 3);

@@ -88,10 +88,17 @@ fn spawn_signal_thread(set: libc::sigset_t, events: flume::Sender<Event>) -> any
     Ok(())
 }
 
-async fn core_main(
-    core: usize,
+/// What every core of the node starts from.
+struct NodeShared {
     config: Arc<BrokerConfig>,
     metadata: Arc<MetadataStore>,
+    /// The cluster this node is a member of (`None` on a single node).
+    cluster: Option<Arc<crate::cluster::Cluster>>,
+}
+
+async fn core_main(
+    core: usize,
+    node: NodeShared,
     ends: MeshEnds,
     control: flume::Receiver<Control>,
     events: flume::Sender<Event>,
@@ -111,7 +118,18 @@ async fn core_main(
             return;
         }
     };
-    let shard = Shard::new(core, config.cores, config.clone(), metadata.clone());
+    let NodeShared {
+        config,
+        metadata,
+        cluster,
+    } = node;
+    let shard = Shard::new(
+        core,
+        config.cores,
+        config.clone(),
+        metadata.clone(),
+        cluster,
+    );
     shard.connect_mesh(ends).await;
 
     // Changes committed since this core's table was made count too.
@@ -479,7 +497,8 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
 
     let (events_tx, events_rx) = flume::bounded::<Event>(4 * cores + 16);
     spawn_signal_thread(signals, events_tx.clone())?;
-    let (admin, scrape_receivers) = crate::admin_http::start(config.clone(), metadata.clone())?;
+    let (admin, scrape_receivers) =
+        crate::admin_http::start(config.clone(), metadata.clone(), cluster.clone())?;
     let mut scrape_receivers = scrape_receivers.into_iter();
 
     let online = online_cores();
@@ -494,12 +513,17 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         if let Some(bytes) = config.io_memory_bytes {
             builder = builder.io_memory(bytes);
         }
-        let (config, metadata, events) = (config.clone(), metadata.clone(), events_tx.clone());
+        let node = NodeShared {
+            config: config.clone(),
+            metadata: metadata.clone(),
+            cluster: cluster.clone(),
+        };
+        let events = events_tx.clone();
         let scrapes = scrape_receivers
             .next()
             .expect("one scrape receiver per core");
         let handle = builder
-            .spawn(move || core_main(core, config, metadata, ends, control_rx, events, scrapes))
+            .spawn(move || core_main(core, node, ends, control_rx, events, scrapes))
             .map_err(|e| {
                 anyhow::anyhow!(
                     "cannot start the executor for core {core} (is io_uring available?): {e}"

@@ -35,29 +35,7 @@ const SOCKET_BUFFER_BYTES: usize = 64 << 10;
 /// A request's api key: the first field after the length prefix.
 const API_KEY_BYTES: usize = 2;
 
-/// Why a connection was closed by the broker.
-#[derive(Debug, thiserror::Error)]
-pub enum ConnectionError {
-    #[error("bad frame: {0}")]
-    Frame(#[from] protocol::frame::FrameError),
-    #[error("bad request: {0}")]
-    Codec(#[from] protocol::codec::CodecError),
-    #[error("{api_key:?} v{api_version} is not supported")]
-    UnsupportedVersion {
-        api_key: kafka_protocol::messages::ApiKey,
-        api_version: i16,
-    },
-    #[error("{api_key:?} is not supported")]
-    UnsupportedApi {
-        api_key: kafka_protocol::messages::ApiKey,
-    },
-    #[error(
-        "request of api key {api_key} and {frame_bytes} bytes exceeds the limit for non-produce requests"
-    )]
-    RequestTooLarge { api_key: i16, frame_bytes: usize },
-    #[error("request handler failed")]
-    HandlerGone,
-}
+pub use crate::errors::ConnectionError;
 
 /// Binds this core's listener (`SO_REUSEPORT`, so every core binds the
 /// same address) and accepts until the shard is stopping.

@@ -107,6 +107,8 @@ pub struct Shard {
     pub producer_ids: Cell<(i64, i64)>,
     /// Serializes metadata changes on the controller core.
     pub controller_lock: glommio::sync::Semaphore,
+    /// The cluster this node is a member of (`None` on a single node).
+    cluster: Option<Arc<crate::cluster::Cluster>>,
     /// The consumer groups this core coordinates.
     pub groups: crate::group::manager::GroupManager,
     /// Counters of the logs this core deleted, kept so the metrics' sums
@@ -120,7 +122,7 @@ pub struct Shard {
 impl Shard {
     /// The cluster this node is a member of (`None` on a single node).
     pub fn cluster(&self) -> Option<&Arc<crate::cluster::Cluster>> {
-        self.metadata.store().cluster()
+        self.cluster.as_ref()
     }
 
     /// Whether this node may act on the leaderships `image` gives it: on
@@ -142,6 +144,7 @@ impl Shard {
         cores: usize,
         config: Arc<BrokerConfig>,
         metadata: Arc<MetadataStore>,
+        cluster: Option<Arc<crate::cluster::Cluster>>,
     ) -> Rc<Self> {
         let share = |bytes: usize| (bytes / cores.max(1)).max(1);
         let storage = storage::Context::new(
@@ -167,6 +170,7 @@ impl Shard {
             connections: Rc::new(Gate::default()),
             producer_ids: Cell::new((0, 0)),
             controller_lock: glommio::sync::Semaphore::new(1),
+            cluster,
             groups: Default::default(),
             retired_logs: RefCell::new(crate::metrics::empty_storage()),
             storage,

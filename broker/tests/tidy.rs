@@ -4,8 +4,9 @@
 //! `protocol`, `loadgen` on `protocol` only so it works against any Kafka
 //! broker, `tuning` on nothing; `broker` and `benches` may use the rest),
 //! and `test-support`, on nothing, only ever as a dev-dependency; the
-//! docs name no path outside the repository; and release builds are
-//! documented as the workspace's.
+//! docs name no path outside the repository; release builds are
+//! documented as the workspace's; and no crate's modules import each other
+//! in a circle (the broker's one known circle may only shrink).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -311,4 +312,235 @@ fn release_builds_are_documented_as_the_workspace_s() {
         block.starts_with("cargo build --release\ntarget/release/strom-loadgen "),
         "docs/loadgen.md's first commands: {block}"
     );
+}
+
+/// The top-level module a file of `src` belongs to (`crate` for the root).
+fn top_module(src: &Path, file: &Path) -> String {
+    let relative = file.strip_prefix(src).unwrap();
+    let first = relative
+        .components()
+        .next()
+        .unwrap()
+        .as_os_str()
+        .to_string_lossy()
+        .to_string();
+    match first.trim_end_matches(".rs") {
+        "lib" | "main" | "mod" => "crate".to_string(),
+        name => name.to_string(),
+    }
+}
+
+/// The modules each top-level module of the crate at `src` names through
+/// `crate::` (grouped imports too), comments and test modules left out.
+fn module_imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let mut imports: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in &files {
+        let from = top_module(src, file);
+        let text = std::fs::read_to_string(file).unwrap();
+        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+        let names = imports.entry(from.clone()).or_default();
+        for line in code.lines() {
+            let line = line.trim_start();
+            if line.starts_with("//") {
+                continue;
+            }
+            let mut rest = line;
+            while let Some(at) = rest.find("crate::") {
+                rest = &rest[at + "crate::".len()..];
+                let group = rest.strip_prefix('{');
+                let listed: Vec<&str> = match group {
+                    // `crate::{a, b::C}`: the first segment of each item.
+                    Some(inner) => inner
+                        .split('}')
+                        .next()
+                        .unwrap()
+                        .split(',')
+                        .map(|item| item.trim().split("::").next().unwrap().trim())
+                        .collect(),
+                    None => vec![rest
+                        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                        .next()
+                        .unwrap()],
+                };
+                for name in listed {
+                    if !name.is_empty() && name != from {
+                        names.insert(name.to_string());
+                    }
+                }
+            }
+        }
+    }
+    let modules: BTreeSet<String> = imports.keys().cloned().collect();
+    for names in imports.values_mut() {
+        names.retain(|n| modules.contains(n));
+    }
+    imports
+}
+
+/// The circles (strongly connected sets of more than one module).
+fn circles(imports: &BTreeMap<String, BTreeSet<String>>) -> Vec<BTreeSet<String>> {
+    // Two modules share a circle when each reaches the other.
+    let reach = |from: &String| {
+        let mut seen = BTreeSet::new();
+        let mut pending = vec![from.clone()];
+        while let Some(at) = pending.pop() {
+            for next in imports.get(&at).into_iter().flatten() {
+                if seen.insert(next.clone()) {
+                    pending.push(next.clone());
+                }
+            }
+        }
+        seen
+    };
+    let reached: BTreeMap<&String, BTreeSet<String>> =
+        imports.keys().map(|m| (m, reach(m))).collect();
+    let mut found: Vec<BTreeSet<String>> = Vec::new();
+    for (module, reaches) in &reached {
+        if found.iter().any(|c| c.contains(*module)) {
+            continue;
+        }
+        let circle: BTreeSet<String> = reaches
+            .iter()
+            .filter(|other| reached[other].contains(*module))
+            .cloned()
+            .collect();
+        if circle.len() > 1 {
+            found.push(circle);
+        }
+    }
+    found
+}
+
+/// Lower layers never import higher ones: no crate's modules import each
+/// other in a circle, except the broker's one circle, which may only
+/// shrink (a module joining it fails); and the broker's metadata,
+/// partitions, errors, metrics and cluster code never reach up into the
+/// request handlers or the server.
+#[test]
+fn modules_import_no_circle_and_lower_layers_nothing_above() {
+    let root = workspace_root();
+    for krate in [
+        "protocol",
+        "storage",
+        "replication",
+        "loadgen",
+        "tuning",
+        "benches",
+        "test-support",
+        "sim",
+    ] {
+        let found = circles(&module_imports(&root.join(krate).join("src")));
+        assert!(
+            found.is_empty(),
+            "{krate}'s modules import each other in circles: {found:?}"
+        );
+    }
+    let broker = module_imports(&root.join("broker/src"));
+    // The circle still to untangle (the per-core context holds the group
+    // manager, and the configuration modules refer to each other).
+    let known: BTreeSet<String> = [
+        "cluster",
+        "config",
+        "config_reference",
+        "controller",
+        "dynamic_config",
+        "effective_config",
+        "environment",
+        "group",
+        "io_properties",
+        "metrics",
+        "reconciler",
+        "shard",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    for circle in circles(&broker) {
+        assert!(
+            circle.is_subset(&known),
+            "broker modules joined a circle: {:?} (known: {known:?})",
+            circle.difference(&known).collect::<Vec<_>>()
+        );
+    }
+    let forbidden: [(&str, &[&str]); 5] = [
+        (
+            "metadata",
+            &[
+                "cluster",
+                "group",
+                "shard",
+                "metrics",
+                "controller",
+                "handlers",
+                "server",
+            ],
+        ),
+        (
+            "partition",
+            &[
+                "cluster",
+                "group",
+                "shard",
+                "metrics",
+                "controller",
+                "handlers",
+                "server",
+            ],
+        ),
+        (
+            "errors",
+            &["cluster", "group", "shard", "metrics", "handlers", "server"],
+        ),
+        ("metrics", &["handlers", "server"]),
+        ("cluster", &["handlers", "server"]),
+    ];
+    for (lower, higher) in forbidden {
+        let names = &broker[lower];
+        let reached: Vec<&&str> = higher.iter().filter(|h| names.contains(**h)).collect();
+        assert!(
+            reached.is_empty(),
+            "broker's {lower} imports {reached:?}, which sit above it"
+        );
+    }
+}
+
+/// The circle finder finds what it should, so the test above can fail.
+#[test]
+fn the_circle_finder_finds_circles() {
+    let graph = |edges: &[(&str, &str)]| {
+        let mut imports: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (from, to) in edges {
+            imports
+                .entry(from.to_string())
+                .or_default()
+                .insert(to.to_string());
+            imports.entry(to.to_string()).or_default();
+        }
+        imports
+    };
+    assert!(circles(&graph(&[("a", "b"), ("b", "c")])).is_empty());
+    let found = circles(&graph(&[("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")]));
+    assert_eq!(found.len(), 1);
+    assert_eq!(
+        found[0],
+        ["a", "b", "c"].iter().map(|s| s.to_string()).collect()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("lib.rs"), "//! x\nmod a;\nmod b;\n").unwrap();
+    std::fs::write(
+        dir.path().join("a.rs"),
+        "//! a\n// crate::c in a comment\nuse crate::{b::Thing, lib_free};\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("b.rs"),
+        "//! b\nfn f() { crate::a::g() }\n#[cfg(test)]\nmod tests {\n    use crate::c;\n}\n",
+    )
+    .unwrap();
+    let imports = module_imports(dir.path());
+    assert_eq!(imports["a"], ["b"].iter().map(|s| s.to_string()).collect());
+    assert_eq!(imports["b"], ["a"].iter().map(|s| s.to_string()).collect());
+    assert_eq!(circles(&imports).len(), 1);
 }

@@ -8,10 +8,7 @@ use std::path::Path;
 use glommio::io::{DmaFile, OpenOptions};
 
 use crate::error::{IoContext, Result};
-pub use crate::limits::SPACE_RESERVE_BYTES;
-
-/// The alignment of every O_DIRECT write: the disk's physical block.
-pub const PAGE: u64 = 4096;
+pub use crate::limits::{PAGE, SPACE_RESERVE_BYTES};
 
 /// Bytes an unprivileged writer may still allocate on the filesystem
 /// holding `path` (`statvfs`'s available blocks), `None` when unknown.

@@ -116,8 +116,9 @@ pub const JOURNAL_SKIP_MS: u64 = 10_000;
 /// of this machine's disk) and takes a chunk faster.
 pub const JOURNAL_QUEUED_BYTES_MAX_DEFAULT: usize = 32 << 20;
 
-/// The O_DIRECT alignment the limits below must respect.
-const PAGE: u64 = crate::file::PAGE;
+/// The alignment of every O_DIRECT write (the disk's physical block),
+/// which the limits below respect.
+pub const PAGE: u64 = 4096;
 
 const _: () = assert!(SPACE_RESERVE_BYTES.is_multiple_of(PAGE));
 const _: () = assert!(PREALLOCATE_STEP_MAX.is_multiple_of(PAGE));

@@ -4,7 +4,7 @@
 //! A broker may also run on another [`Host`]: an address in a network
 //! namespace of a test network (see [`crate::netns`]).
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -42,22 +42,7 @@ pub fn strom_bin() -> PathBuf {
     path
 }
 
-/// Where a broker runs: the address it listens on, and the network
-/// namespace it runs in (`None`: this process's, on loopback).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Host {
-    pub ip: IpAddr,
-    pub netns: Option<String>,
-}
-
-impl Host {
-    pub fn loopback() -> Host {
-        Host {
-            ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
-            netns: None,
-        }
-    }
-}
+pub use crate::netns::Host;
 
 pub struct Broker {
     pub host: Host,

@@ -16,7 +16,6 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use crate::broker::Host;
 use crate::process::run;
 
 /// Every namespace a test network creates starts with this, then the
@@ -236,6 +235,23 @@ fn remove_leftovers() {
                 Ok(()) => eprintln!("test network: removed {name}, left by a run that is gone"),
                 Err(error) => eprintln!("test network: {error}"),
             }
+        }
+    }
+}
+
+/// Where a broker runs: the address it listens on, and the network
+/// namespace it runs in (`None`: this process's, on loopback).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Host {
+    pub ip: IpAddr,
+    pub netns: Option<String>,
+}
+
+impl Host {
+    pub fn loopback() -> Host {
+        Host {
+            ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            netns: None,
         }
     }
 }

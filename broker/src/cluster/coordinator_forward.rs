@@ -107,9 +107,7 @@ pub async fn forward(
         return None;
     }
     // The host without its leading '/', which stands between the parts.
-    let host = peer
-        .map(crate::handlers::join_group::client_host)
-        .unwrap_or_default();
+    let host = peer.map(crate::group::client_host).unwrap_or_default();
     let host = host.trim_start_matches('/');
     let marked = format!(
         "{FORWARDED_CLIENT_ID_PREFIX}{}/{host}/{}",

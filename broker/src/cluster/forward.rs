@@ -22,6 +22,9 @@ use crate::shard::Shard;
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a broker waits for its image to show a forwarded change.
 const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(5);
+/// CreateTopics versions the broker's own requests to the active
+/// controller use: those every Strom broker serves (the handler's range).
+pub const CREATE_TOPICS_VERSIONS: std::ops::RangeInclusive<i16> = 2..=7;
 
 /// The APIs that change metadata and so are decided by the active controller.
 pub fn is_controller_api(api_key: ApiKey) -> bool {
@@ -178,10 +181,7 @@ pub async fn create_topics(
     let config = super::links::broker_client_config(shard, "strom-broker-", FORWARD_TIMEOUT);
     let response = async {
         let mut connection = protocol::client::Connection::connect(&address, config).await?;
-        let version = connection.version::<CreateTopicsRequest>(
-            crate::handlers::create_topics::VERSION_MIN
-                ..=crate::handlers::create_topics::VERSION_MAX,
-        )?;
+        let version = connection.version::<CreateTopicsRequest>(CREATE_TOPICS_VERSIONS)?;
         connection.call(&request, version).await
     }
     .await;

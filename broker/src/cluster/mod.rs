@@ -131,6 +131,12 @@ pub struct Cluster {
     incarnation: std::sync::OnceLock<u64>,
 }
 
+impl crate::metadata::CommittedImage for Cluster {
+    fn image(&self) -> Arc<MetadataImage> {
+        Cluster::image(self)
+    }
+}
+
 impl Cluster {
     pub fn new(
         config: &BrokerConfig,

@@ -12,8 +12,20 @@ pub mod records;
 
 pub use coordinator::{GroupConfig, GROUP_CONFIG_KEYS};
 
-/// The internal topic that holds committed offsets.
-pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+pub use crate::metadata::OFFSETS_TOPIC;
+
+/// A member's host as Kafka records it: Java's `InetAddress.toString()`
+/// of the connection's peer with no host name, `/127.0.0.1`; IPv6 in
+/// full, `/0:0:0:0:0:0:0:1`; an IPv4-mapped IPv6 address as IPv4.
+pub fn client_host(peer: std::net::IpAddr) -> String {
+    match peer.to_canonical() {
+        std::net::IpAddr::V4(v4) => format!("/{v4}"),
+        std::net::IpAddr::V6(v6) => {
+            let groups: Vec<String> = v6.segments().iter().map(|g| format!("{g:x}")).collect();
+            format!("/{}", groups.join(":"))
+        }
+    }
+}
 
 /// Java's `String.hashCode` (over UTF-16 code units).
 pub fn java_string_hash(value: &str) -> i32 {

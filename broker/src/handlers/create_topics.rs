@@ -13,6 +13,11 @@ use crate::shard::Shard;
 
 pub const VERSION_MIN: i16 = 2;
 pub const VERSION_MAX: i16 = 7;
+// What a broker forwards to the active controller, every broker serves.
+const _: () = assert!(
+    *crate::cluster::forward::CREATE_TOPICS_VERSIONS.start() == VERSION_MIN
+        && *crate::cluster::forward::CREATE_TOPICS_VERSIONS.end() == VERSION_MAX
+);
 
 pub async fn handle(shard: &Rc<Shard>, request: CreateTopicsRequest) -> CreateTopicsResponse {
     let mut specs = Vec::with_capacity(request.topics.len());

@@ -5,7 +5,6 @@
 //! Stable group to skip the assignment (KIP-814). The request waits on
 //! the coordinator core until the group's join phase ends.
 
-use std::net::IpAddr;
 use std::rc::Rc;
 
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
@@ -30,18 +29,7 @@ pub struct Client {
     pub host: String,
 }
 
-/// A member's host as Kafka records it: Java's `InetAddress.toString()`
-/// of the connection's peer with no host name, `/127.0.0.1`; IPv6 in
-/// full, `/0:0:0:0:0:0:0:1`; an IPv4-mapped IPv6 address as IPv4.
-pub fn client_host(peer: IpAddr) -> String {
-    match peer.to_canonical() {
-        IpAddr::V4(v4) => format!("/{v4}"),
-        IpAddr::V6(v6) => {
-            let groups: Vec<String> = v6.segments().iter().map(|g| format!("{g:x}")).collect();
-            format!("/{}", groups.join(":"))
-        }
-    }
-}
+pub use crate::group::client_host;
 
 pub async fn handle(
     shard: &Rc<Shard>,

@@ -11,9 +11,9 @@ use kafka_protocol::messages::{ApiKey, RequestKind};
 use kafka_protocol::protocol::{Encodable, HeaderVersion};
 use protocol::codec::{self, Encoded, RequestFrame};
 
+use crate::errors::ConnectionError;
 use crate::memory::ResponseBudget;
 use crate::metrics::{self, ErrorCodes};
-use crate::server::ConnectionError;
 use crate::shard::Shard;
 
 pub mod api_versions;

@@ -31,10 +31,12 @@ pub use replication::metadata::{
 };
 
 pub const METADATA_DIR: &str = "__metadata";
+/// The internal topic that holds committed offsets.
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// Topics the broker writes itself: clients may read them, but not write,
 /// delete or repartition them (Kafka's `Topic.isInternal`).
 pub fn is_internal_topic(name: &str) -> bool {
-    name == crate::group::OFFSETS_TOPIC
+    name == OFFSETS_TOPIC
 }
 
 /// Where `strom repair` keeps what it cut from a partition log.
@@ -140,7 +142,7 @@ pub fn open(
 /// The committed metadata every core can reach: on a single node the
 /// writer of the local log (used by the controller core only) and the
 /// last committed image; in a cluster the image the quorum committed
-/// (`cluster::Cluster`). For threads outside the executors (the admin
+/// (`cluster::Cluster`, through [`CommittedImage`]). For threads outside the executors (the admin
 /// listener) and for cores that start; request handlers read their core's
 /// [`MetadataTable`] instead.
 pub struct MetadataStore {
@@ -152,7 +154,14 @@ enum Source {
         writer: MetadataWriter,
         image: RwLock<Arc<MetadataImage>>,
     },
-    Cluster(Arc<crate::cluster::Cluster>),
+    Replicated(Arc<dyn CommittedImage>),
+}
+
+/// Where a cluster member's committed image comes from (the cluster's
+/// shared view, which the quorum or the metadata follower publishes).
+pub trait CommittedImage: Send + Sync {
+    /// The last committed image this node applied.
+    fn image(&self) -> Arc<MetadataImage>;
 }
 
 impl MetadataStore {
@@ -167,17 +176,9 @@ impl MetadataStore {
     }
 
     /// A cluster member's store: the quorum's committed image.
-    pub fn replicated(cluster: Arc<crate::cluster::Cluster>) -> Self {
+    pub fn replicated(committed: Arc<dyn CommittedImage>) -> Self {
         Self {
-            source: Source::Cluster(cluster),
-        }
-    }
-
-    /// The cluster this node is a member of, if any.
-    pub fn cluster(&self) -> Option<&Arc<crate::cluster::Cluster>> {
-        match &self.source {
-            Source::Local { .. } => None,
-            Source::Cluster(cluster) => Some(cluster),
+            source: Source::Replicated(committed),
         }
     }
 
@@ -185,7 +186,7 @@ impl MetadataStore {
     pub fn image(&self) -> Arc<MetadataImage> {
         match &self.source {
             Source::Local { image, .. } => image.read().expect("metadata image lock").clone(),
-            Source::Cluster(cluster) => cluster.image(),
+            Source::Replicated(committed) => committed.image(),
         }
     }
 
