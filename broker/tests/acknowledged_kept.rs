@@ -414,20 +414,28 @@ fn a_paused_controller_fences_no_live_broker() {
 /// (lazily, if a process still holds it) when dropped.
 struct SmallDisk {
     mount_point: PathBuf,
+    bytes: u64,
     _image_dir: tempfile::TempDir,
 }
 
 impl SmallDisk {
-    const BYTES: u64 = 96 << 20;
+    /// Room for the broker's logs of a round: the producer keeps writing
+    /// to the same topic, and every acknowledged record is kept to the
+    /// end, so each round leaves a few MiB more.
+    const BYTES_PER_ROUND: u64 = 8 << 20;
+    const BYTES_MIN: u64 = 96 << 20;
 
-    fn mount(mount_point: PathBuf) -> Result<SmallDisk, String> {
+    /// A disk for `rounds` rounds of filling and freeing.
+    fn mount(mount_point: PathBuf, rounds: u64) -> Result<SmallDisk, String> {
+        let bytes = Self::BYTES_MIN.max((64 << 20) + rounds * Self::BYTES_PER_ROUND);
         let image_dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let image = image_dir.path().join("disk.img");
         std::fs::create_dir_all(&mount_point).map_err(|e| e.to_string())?;
-        test_support::mount::ext4_image(&image, Self::BYTES, &[])?;
+        test_support::mount::ext4_image(&image, bytes, &[])?;
         test_support::mount::mount_loop(&image, &mount_point)?;
         Ok(SmallDisk {
             mount_point,
+            bytes,
             _image_dir: image_dir,
         })
     }
@@ -438,7 +446,7 @@ impl SmallDisk {
         let path = self.mount_point.join("ballast");
         let mut file = std::fs::File::create(&path).unwrap();
         let chunk = vec![0x5a_u8; 1 << 20];
-        for _ in 0..(Self::BYTES >> 20) {
+        for _ in 0..(self.bytes >> 20) {
             let free = storage::free_bytes(&self.mount_point).unwrap();
             if free <= left {
                 break;
@@ -517,7 +525,7 @@ fn a_broker_whose_disk_fills_leaves_the_isrs_at_once_and_returns() {
     let budget = SoakBudget::from_env(1);
     // A lag bound far beyond the test's: leaving the ISR must not wait for it.
     let mut cluster = Cluster::start(3, &["--set", "replica.lag.time.max.ms=120000"]);
-    let disk = match SmallDisk::mount(data_dir(&cluster, 4)) {
+    let disk = match SmallDisk::mount(data_dir(&cluster, 4), budget.rounds()) {
         Ok(disk) => disk,
         Err(reason) => {
             eprintln!("SKIPPED: cannot mount a loop filesystem for the full-disk broker: {reason}");
