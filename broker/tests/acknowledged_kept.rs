@@ -63,13 +63,22 @@ fn brokers(bootstrap: &str) -> Option<(Vec<i32>, i32)> {
 /// (preferred leader first) and `min.insync.replicas=2`, with
 /// confluent-kafka's admin client.
 fn create(bootstrap: &str, topic: &str, replicas: &[&[i32]]) {
+    create_with(bootstrap, topic, replicas, &[]);
+}
+
+/// [`create`] with more topic configs.
+fn create_with(bootstrap: &str, topic: &str, replicas: &[&[i32]], configs: &[(&str, &str)]) {
     let assignment = format!("{replicas:?}");
     let count = replicas.len();
+    let configs: String = configs
+        .iter()
+        .map(|(key, value)| format!(", '{key}': '{value}'"))
+        .collect();
     let script = format!(
         "from confluent_kafka.admin import AdminClient, NewTopic\n\
          admin = AdminClient({{'bootstrap.servers': '{bootstrap}'}})\n\
          topic = NewTopic('{topic}', num_partitions={count}, replica_assignment={assignment}, \
-         config={{'min.insync.replicas': '2'}})\n\
+         config={{'min.insync.replicas': '2'{configs}}})\n\
          admin.create_topics([topic], request_timeout=30)['{topic}'].result(60)\n"
     );
     let output = run(
@@ -420,9 +429,9 @@ struct SmallDisk {
 
 impl SmallDisk {
     /// Room for the broker's logs of a round: the producer keeps writing
-    /// to the same topic, and every acknowledged record is kept to the
-    /// end, so each round leaves a few MiB more.
-    const BYTES_PER_ROUND: u64 = 8 << 20;
+    /// to the same topic (about 0.5 MB/s), and every acknowledged record
+    /// is kept to the end, so each round leaves about 10 MiB more.
+    const BYTES_PER_ROUND: u64 = 16 << 20;
     const BYTES_MIN: u64 = 96 << 20;
 
     /// A disk for `rounds` rounds of filling and freeing.
@@ -538,7 +547,15 @@ fn a_broker_whose_disk_fills_leaves_the_isrs_at_once_and_returns() {
         brokers(&any).filter(|(ids, c)| ids.len() == 4 && *c > 0)
     });
     let topic = "full";
-    create(&any, topic, &[&[4, 1, 2], &[1, 4, 2]]);
+    // Small segments keep the space a log takes ahead small (a quarter of
+    // the active segment's size), so the disk fills within seconds of the
+    // ballast every round, however long the run.
+    create_with(
+        &any,
+        topic,
+        &[&[4, 1, 2], &[1, 4, 2]],
+        &[("segment.bytes", "8388608")],
+    );
     cluster.wait_for("all in sync, broker 4 leading partition 0", || {
         partitions(&any, topic)
             .filter(|p| p[&0].0 == 4 && p.values().all(|(_, isr)| isr.len() == 3))
