@@ -391,24 +391,15 @@ pub fn check_empty_start(cluster: &Cluster, directories: &Directories) -> anyhow
         }
         if Instant::now() >= next_report {
             next_report += WAITING_REPORT_EVERY;
-            let silent: Vec<i32> = peers
-                .iter()
-                .map(|(id, _)| *id)
-                .filter(|id| !answers.contains_key(id))
-                .collect();
             tracing::info!(
-                waiting_for = ?silent,
+                waiting_for = ?silent(&peers, &answers),
                 answered = ?answers.keys().collect::<Vec<_>>(),
                 "this voter's Raft log is empty: it waits for the other voters to say whether the quorum counts on it"
             );
         }
         std::thread::sleep(PROBE_PAUSE);
     }
-    let silent: Vec<i32> = peers
-        .iter()
-        .map(|(id, _)| *id)
-        .filter(|id| !answers.contains_key(id))
-        .collect();
+    let silent = silent(&peers, &answers);
     anyhow::bail!(
         "this node (node.id {node}) is a voter whose Raft log is empty, and within {PROBE_DEADLINE:?} \
          voters {silent:?} did not answer whether the quorum already counts on this node's log \
@@ -417,6 +408,15 @@ pub fn check_empty_start(cluster: &Cluster, directories: &Directories) -> anyhow
          docs/operations.md (Replacing a voter) says",
         answered = answers.keys().collect::<Vec<_>>()
     )
+}
+
+/// The voters among `peers` that have not answered.
+fn silent(peers: &[(i32, String)], answers: &BTreeMap<i32, VoterProbeReply>) -> Vec<i32> {
+    peers
+        .iter()
+        .map(|(id, _)| *id)
+        .filter(|id| !answers.contains_key(id))
+        .collect()
 }
 
 /// Tells every other voter this node's directory, in the background,
