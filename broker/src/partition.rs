@@ -28,6 +28,37 @@ use crate::replica::{
     Action, Assignment, IsrProposal, NodeId, ReplicaConfig, ReplicaState, Role, WaiterId,
 };
 use crate::sync::Condition;
+
+/// This core's count of ISR changes its partitions proposed, and a wake-up
+/// for whoever sends them on: an ISR change leaves for the controller at
+/// once, not at the next tick.
+#[derive(Default)]
+pub struct IsrProposals {
+    count: Cell<u64>,
+    changed: Condition,
+}
+
+impl IsrProposals {
+    fn note(&self) {
+        self.count.set(self.count.get() + 1);
+        self.changed.notify_all();
+    }
+
+    /// How many were proposed on this core so far.
+    pub fn count(&self) -> u64 {
+        self.count.get()
+    }
+
+    /// Resolves once more than `seen` were proposed on this core.
+    pub async fn proposed_after(&self, seen: u64) {
+        self.changed.wait_until(|| self.count.get() > seen).await
+    }
+}
+
+thread_local! {
+    /// This core's ISR proposals (each executor is its own thread).
+    pub static ISR_PROPOSALS: Rc<IsrProposals> = Rc::default();
+}
 use crate::topic_config::{EffectiveConfig, TimestampType};
 use storage::epoch_cache::EpochCache;
 use storage::{small_file, AppendOptions, Clock, Log, StorageError};
@@ -853,6 +884,7 @@ impl Partition {
                 Action::ProposeIsr(proposal) => {
                     tracing::info!(topic = %self.topic, partition = self.index, isr = ?proposal.isr, "ISR change proposed");
                     *self.isr_outbox.borrow_mut() = Some(proposal);
+                    ISR_PROPOSALS.with(|proposals| proposals.note());
                 }
             }
         }

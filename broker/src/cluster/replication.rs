@@ -2,8 +2,9 @@
 //! replication tasks):
 //! - every [`TICK`], the leaders among the core's partitions tick (a
 //!   follower that has not caught up for `replica.lag.time.max.ms` is
-//!   proposed out of the ISR) and their ISR changes go to the active
-//!   controller (AlterPartition through the agent);
+//!   proposed out of the ISR); every ISR change a partition proposes goes
+//!   to the active controller (AlterPartition through the agent) as soon
+//!   as it is proposed, not at the next tick;
 //! - one fetcher per (leader broker, core) fetches, as a follower, every
 //!   partition this core follows on that leader, with Kafka's Fetch
 //!   carrying this broker's id, over one connection, and appends what it
@@ -44,13 +45,32 @@ const FETCH_VERSION_MAX: i16 = 12;
 pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>) {
     // The leaders a fetcher of this core runs for; each leaves on exit.
     let fetchers: Rc<RefCell<BTreeSet<i32>>> = Rc::default();
+    let proposals = crate::partition::ISR_PROPOSALS.with(Rc::clone);
+    let mut next_tick = std::time::Instant::now() + TICK;
+    // Proposals counted before the partitions were last looked at: one
+    // proposed while they are looked at wakes the loop again.
+    let mut seen = proposals.count();
     loop {
-        if shard.stopping.sleep_unless_raised(TICK).await {
+        let wait = next_tick.saturating_duration_since(std::time::Instant::now());
+        let stop = futures_lite::future::or(
+            async { shard.stopping.sleep_unless_raised(wait).await },
+            async {
+                proposals.proposed_after(seen).await;
+                false
+            },
+        )
+        .await;
+        if stop {
             return;
         }
+        let ticking = std::time::Instant::now() >= next_tick;
+        if ticking {
+            next_tick = std::time::Instant::now() + TICK;
+        }
+        seen = proposals.count();
         let partitions = shard.open_partitions();
         for partition in &partitions {
-            if partition.is_leader() {
+            if ticking && partition.is_leader() {
                 partition.tick();
             }
             if let Some(proposal) = partition.take_isr_proposal() {
