@@ -556,13 +556,13 @@ pub async fn set_broker_configs(
 ) -> Outcome {
     on_controller(shard, move |controller| async move {
         for (key, value) in &configs {
-            if !crate::dynamic_config::is_dynamic(key) {
+            if !crate::config::dynamic::is_dynamic(key) {
                 return Err(Refusal::new(
                     errors::INVALID_REQUEST,
                     format!("{key} is read-only: it cannot be changed while the broker runs (set it in the configuration file and restart)"),
                 ));
             }
-            crate::dynamic_config::validate_broker(key, value)
+            crate::config::dynamic::validate_broker(key, value)
                 .map_err(|message| Refusal::new(errors::INVALID_CONFIG, message))?;
         }
         if validate_only {
@@ -597,7 +597,7 @@ pub async fn set_group_configs(
                 "the group id is empty",
             ));
         }
-        crate::dynamic_config::validate_group(&configs)
+        crate::config::dynamic::validate_group(&configs)
             .map_err(|message| Refusal::new(errors::INVALID_CONFIG, message))?;
         if validate_only {
             return Ok(());

@@ -19,8 +19,7 @@ use anyhow::{bail, Context};
 
 use crate::config::BrokerConfig;
 
-/// glommio's io memory per executor when none is configured.
-pub const IO_MEMORY_BYTES_DEFAULT: usize = 10 << 20;
+pub use crate::config::IO_MEMORY_BYTES_DEFAULT;
 /// The io memory chosen per executor when the memlock limit is too low
 /// for the default (machine.md: 1 MiB works, below ~512 KiB glommio fails).
 pub const IO_MEMORY_BYTES_FALLBACK: usize = 1 << 20;

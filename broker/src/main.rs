@@ -155,7 +155,7 @@ fn main() -> ExitCode {
             }
         },
         Some(Command::ConfigReference) => {
-            cli::write_stdout(format_args!("{}", broker::config_reference::render()));
+            cli::write_stdout(format_args!("{}", broker::config::reference::render()));
             ExitCode::SUCCESS
         }
         None => start(StartArgs::default()),

@@ -58,7 +58,7 @@ async fn turn(shard: &Shard) -> glommio::sync::Permit<'_> {
 /// returns how many it opened. Stops at the first that fails.
 pub async fn open_missing(shard: &Rc<Shard>, image: &MetadataImage) -> Result<usize, OpenFailure> {
     let _turn = turn(shard).await;
-    let defaults = crate::dynamic_config::topic_defaults(&shard.config, image);
+    let defaults = crate::config::dynamic::topic_defaults(&shard.config, image);
     let mut opened = 0;
     for topic in image.topics.values() {
         let mut effective = None;
@@ -136,7 +136,7 @@ pub async fn restart_empty_at(
         });
     }
     let image = shard.metadata.image();
-    let defaults = crate::dynamic_config::topic_defaults(&shard.config, &image);
+    let defaults = crate::config::dynamic::topic_defaults(&shard.config, &image);
     let configs = image
         .topics
         .get(&topic)
@@ -195,7 +195,7 @@ pub fn install(shard: &Rc<Shard>, image: &MetadataImage) {
     };
     let after = shard.metadata.image();
     let broker_changed = before.broker_configs != after.broker_configs;
-    let defaults = crate::dynamic_config::topic_defaults(&shard.config, &after);
+    let defaults = crate::config::dynamic::topic_defaults(&shard.config, &after);
     for topic in after.topics.values() {
         let changed = broker_changed
             || before.topics.get(&topic.name).map(|t| &t.configs) != Some(&topic.configs);

@@ -387,7 +387,7 @@ async fn retention_loop(shard: Rc<Shard>) {
     const RETENTION_TICK: Duration = Duration::from_secs(1);
     let mut last = std::time::Instant::now();
     loop {
-        let interval = Duration::from_millis(crate::dynamic_config::retention_check_interval_ms(
+        let interval = Duration::from_millis(crate::config::dynamic::retention_check_interval_ms(
             &shard.config,
             &shard.metadata.image(),
         ));
@@ -446,9 +446,9 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     let _address_guard = crate::exclusive::claim_listen_address(config.listen)?;
     tracing::info!(
         "effective configuration: {}",
-        crate::effective_config::render(&config)
+        crate::config::effective::render(&config)
     );
-    crate::io_properties::log_use(&config);
+    crate::config::io_properties::log_use(&config);
     let stored_meta = crate::meta_properties::check_node(&config.data_dir, config.node_id)?;
     let marker = config.data_dir.join(crate::clean_shutdown::FILE_NAME);
     // Read now, taken away once the start-up checks passed (before any

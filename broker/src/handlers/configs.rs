@@ -2,7 +2,7 @@
 //! IncrementalAlterConfigs (44) 0–1, for topics, the broker (its node id,
 //! and `""` for the cluster-wide defaults: the dynamic settings) and
 //! consumer groups. Changes apply live and are kept in the metadata log;
-//! see `dynamic_config` for what each resource holds.
+//! see `config::dynamic` for what each resource holds.
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -17,8 +17,8 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
+use crate::config::dynamic::{self as dynamic_config, Described};
 use crate::controller::{self, Refusal};
-use crate::dynamic_config::{self, Described};
 use crate::errors;
 use crate::shard::Shard;
 use crate::topic_config;

@@ -104,7 +104,7 @@ fn max_message_bytes(shard: &Shard, configs: &BTreeMap<String, String>) -> usize
         .get("max.message.bytes")
         .and_then(|v| v.parse::<usize>().ok())
         .unwrap_or_else(|| {
-            crate::dynamic_config::message_max_bytes(&shard.config, &shard.metadata.image())
+            crate::config::dynamic::message_max_bytes(&shard.config, &shard.metadata.image())
         })
 }
 
@@ -147,7 +147,7 @@ fn recompress_for_topic(
         overrides
             .get(key)
             .cloned()
-            .or_else(|| crate::dynamic_config::topic_default_value(&shard.config, image, key))
+            .or_else(|| crate::config::dynamic::topic_default_value(&shard.config, image, key))
     });
     let Some(target) = target else {
         return Ok(batch);

@@ -25,7 +25,6 @@ use bytes::Bytes;
 use crate::errors;
 use crate::limits::{GROUPS_PER_CORE_MAX, GROUP_ID_BYTES_MAX, MEMBER_NAME_BYTES_MAX};
 
-mod config;
 mod membership;
 mod messages;
 mod offsets;
@@ -34,7 +33,7 @@ mod subscription;
 #[cfg(test)]
 mod tests;
 
-pub use config::{GroupConfig, GROUP_CONFIG_KEYS};
+pub use crate::config::group::{GroupConfig, GROUP_CONFIG_KEYS};
 pub use messages::*;
 pub use state::Group;
 pub use subscription::consumer_subscription_topics;

@@ -2,8 +2,8 @@
 //! each value came from (`default`, `flag`, or the file that set it):
 //! logged once at start, so a log alone tells what a broker was running.
 
+use crate::config::reference::{BROKER_SETTINGS, GROUP_SETTINGS, TOPIC_SETTINGS};
 use crate::config::{BrokerConfig, Source};
-use crate::config_reference::{BROKER_SETTINGS, GROUP_SETTINGS, TOPIC_SETTINGS};
 
 /// One effective setting.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,7 +15,7 @@ pub struct Effective {
 
 /// The value of a broker setting (by its first key), `None` for a key this
 /// function does not know (a test checks there is none). Static: the
-/// dynamic layers are `dynamic_config`'s.
+/// dynamic layers are `config::dynamic`'s.
 pub fn broker_value(config: &BrokerConfig, key: &str) -> Option<String> {
     let topic_default = |topic_key: &str| config.topic_defaults.get(topic_key);
     Some(match key {
@@ -64,11 +64,11 @@ pub fn broker_value(config: &BrokerConfig, key: &str) -> Option<String> {
         "strom.request.receive.timeout.ms" => config.request_receive_timeout_ms.to_string(),
         "strom.io.memory.bytes" => config
             .io_memory_bytes
-            .unwrap_or(crate::environment::IO_MEMORY_BYTES_DEFAULT)
+            .unwrap_or(crate::config::IO_MEMORY_BYTES_DEFAULT)
             .to_string(),
         "strom.spin.before.park.us" => config.spin_before_park_us.to_string(),
         "strom.journal.chunk.bytes.max" => config.journal_chunk_bytes_max.to_string(),
-        crate::io_properties::PATH_KEY => config
+        crate::config::io_properties::PATH_KEY => config
             .io_properties
             .as_ref()
             .map_or_else(|| "none".to_string(), |a| a.path.display().to_string()),

@@ -227,7 +227,7 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         meaning: "The most each of a core's two journal chunk files grows to (1 MiB to 1 GiB). A journal starts with 4 MiB chunks and doubles the next chunk whenever one fills within 10 s, so an idle broker keeps 8 MiB of journal per core on disk and a busy one up to twice this.",
     },
     Setting {
-        keys: &[crate::io_properties::PATH_KEY],
+        keys: &[crate::config::io_properties::PATH_KEY],
         flag: None,
         default: Default::Described("`<data dir>/io-properties.toml` when it exists"),
         meaning: "The file from `strom-tune iotune` whose `[io]` table sets `strom.write.bytes` and `strom.writes.inflight` unless the config does.",
@@ -540,7 +540,7 @@ pub const TOPIC_SETTINGS: &[TopicSetting] = &[
     },
 ];
 
-/// A consumer group setting (`crate::group::GROUP_CONFIG_KEYS`).
+/// A consumer group setting (`crate::config::group::GROUP_CONFIG_KEYS`).
 pub struct GroupSetting {
     pub key: &'static str,
     pub default: &'static str,
@@ -655,7 +655,7 @@ pub fn render() -> String {
          IncrementalAlterConfigs, AlterConfigs), kept in the metadata log.\n\n",
     );
     out.push_str("| key | default | range | meaning |\n|---|---|---|---|\n");
-    for key in crate::dynamic_config::GROUP_KEYS {
+    for key in crate::config::dynamic::GROUP_KEYS {
         let range = key
             .range
             .map_or(String::new(), |(low, high)| format!("{low} to {high}"));
@@ -761,16 +761,16 @@ mod tests {
     #[test]
     fn documented_group_defaults_are_the_code_defaults() {
         let mut keys: Vec<&str> = GROUP_SETTINGS.iter().map(|s| s.key).collect();
-        let mut code = crate::group::GROUP_CONFIG_KEYS.to_vec();
+        let mut code = crate::config::group::GROUP_CONFIG_KEYS.to_vec();
         keys.sort_unstable();
         code.sort_unstable();
         assert_eq!(keys, code, "GROUP_SETTINGS must list every group key");
         for setting in GROUP_SETTINGS {
-            let mut config = crate::group::GroupConfig::default();
+            let mut config = crate::config::group::GroupConfig::default();
             config.set(setting.key, setting.default).unwrap();
             assert_eq!(
                 config,
-                crate::group::GroupConfig::default(),
+                crate::config::group::GroupConfig::default(),
                 "{}={} is not the default",
                 setting.key,
                 setting.default
@@ -782,7 +782,7 @@ mod tests {
     /// source, so a key added there without documentation fails here.
     #[test]
     fn every_key_config_rs_accepts_is_documented() {
-        let source = include_str!("config.rs");
+        let source = include_str!("mod.rs");
         let start = source.find("fn apply(").expect("Builder::apply");
         let end = source[start..]
             .find("\n    fn ")
@@ -806,7 +806,7 @@ mod tests {
                 found += 1;
                 assert!(
                     documented.contains(&literal),
-                    "config.rs accepts `{literal}` but config_reference.rs does not document it"
+                    "config/mod.rs accepts `{literal}` but config/reference.rs does not document it"
                 );
             }
         }

@@ -3,12 +3,21 @@
 //! Kafka's settings. Every problem is reported naming the key, before
 //! anything is opened.
 
+pub mod dynamic;
+pub mod effective;
+pub mod group;
+pub mod io_properties;
+pub mod reference;
+
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 
 use crate::kraft_config::{self, ListenerList, NamedAddress, ProcessRoles, Quorum};
 use crate::limits::FRAME_OVERHEAD_BYTES;
 use crate::topic_config::{topic_key_for_broker_key, TopicDefaults};
+
+/// glommio's io memory per executor when none is configured.
+pub const IO_MEMORY_BYTES_DEFAULT: usize = 10 << 20;
 
 /// Where a setting came from, for error messages.
 #[derive(Debug, Clone)]
@@ -157,9 +166,9 @@ pub struct BrokerConfig {
     /// stops the broker; the default address only logs a warning.
     pub admin_listen_required: bool,
     /// What was taken from `io-properties.toml` (`strom-tune iotune`).
-    pub io_properties: Option<crate::io_properties::Applied>,
+    pub io_properties: Option<crate::config::io_properties::Applied>,
     /// Consumer group settings (`group.*`, `offsets.*`).
-    pub groups: crate::group::GroupConfig,
+    pub groups: crate::config::group::GroupConfig,
     /// `log.format`.
     pub log_format: LogFormat,
     /// Per-partition series (a `partition` label) on `/metrics`
@@ -285,8 +294,8 @@ struct Builder {
     admin_listen: Option<SocketAddr>,
     admin_listen_required: bool,
     io_properties_path: Option<PathBuf>,
-    io_properties: Option<crate::io_properties::Applied>,
-    groups: crate::group::GroupConfig,
+    io_properties: Option<crate::config::io_properties::Applied>,
+    groups: crate::config::group::GroupConfig,
     log_format: LogFormat,
     metrics_partition_labels: bool,
     balancer_enable: bool,
@@ -480,7 +489,7 @@ impl Builder {
             admin_listen_required: false,
             io_properties_path: None,
             io_properties: None,
-            groups: crate::group::GroupConfig::default(),
+            groups: crate::config::group::GroupConfig::default(),
             log_format: LogFormat::Text,
             metrics_partition_labels: false,
             balancer_enable: false,
@@ -590,7 +599,7 @@ impl Builder {
                     Some(resolve(key, value, source, &host, port)?)
                 };
             }
-            crate::io_properties::PATH_KEY => {
+            crate::config::io_properties::PATH_KEY => {
                 if value.trim().is_empty() {
                     return Err(invalid(key, value, source, "must not be empty"));
                 }
@@ -790,7 +799,7 @@ impl Builder {
                     self.roll_ms = Some((amount.saturating_mul(factor), precision));
                 }
             }
-            _ if crate::group::GROUP_CONFIG_KEYS.contains(&key) => self
+            _ if crate::config::group::GROUP_CONFIG_KEYS.contains(&key) => self
                 .groups
                 .set(key, value)
                 .map_err(|reason| invalid(key, value, source, reason))?,
@@ -816,19 +825,21 @@ impl Builder {
     /// every key the config did not set (`explicit`).
     fn apply_io_properties(&mut self, explicit: &[String]) -> Result<(), ConfigError> {
         let configured = self.io_properties_path.clone();
-        let Some(path) = crate::io_properties::locate(configured.as_deref(), &self.data_dir) else {
+        let Some(path) =
+            crate::config::io_properties::locate(configured.as_deref(), &self.data_dir)
+        else {
             return Ok(());
         };
         let source = Source::File(path.clone());
-        let settings = crate::io_properties::read(&path).map_err(|reason| {
+        let settings = crate::config::io_properties::read(&path).map_err(|reason| {
             invalid(
-                crate::io_properties::PATH_KEY,
+                crate::config::io_properties::PATH_KEY,
                 &path.display().to_string(),
                 &source,
                 reason,
             )
         })?;
-        let mut applied = crate::io_properties::Applied {
+        let mut applied = crate::config::io_properties::Applied {
             path,
             used: Vec::new(),
             overridden: Vec::new(),

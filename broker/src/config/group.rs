@@ -1,4 +1,5 @@
-//! The group settings the coordinator owns, under Kafka's broker config names.
+//! The group settings the coordinator runs by, under Kafka's broker
+//! config names (re-exported by `group::coordinator`).
 
 use crate::limits::GROUP_MEMBERS_MAX;
 

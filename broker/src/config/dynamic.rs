@@ -10,8 +10,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::config::reference::{BROKER_SETTINGS, GROUP_SETTINGS, TOPIC_SETTINGS};
 use crate::config::BrokerConfig;
-use crate::config_reference::{BROKER_SETTINGS, GROUP_SETTINGS, TOPIC_SETTINGS};
 use crate::metadata::MetadataImage;
 use crate::topic_config::{self, TopicDefaults};
 
@@ -326,7 +326,7 @@ fn builtin_default(key: &str) -> Option<String> {
         .iter()
         .find(|s| s.keys[0] == key || (!unit_alias && s.keys.contains(&key)))
     {
-        if let crate::config_reference::Default::Value(value) = setting.default {
+        if let crate::config::reference::Default::Value(value) = setting.default {
             return Some(value.to_string());
         }
     }
@@ -361,12 +361,12 @@ fn running_value(config: &BrokerConfig, defaults: &TopicDefaults, key: &str) -> 
         if let Some(topic_key) = topic_key_of(primary) {
             return defaults.get(topic_key);
         }
-        return crate::effective_config::broker_value(config, primary);
+        return crate::config::effective::broker_value(config, primary);
     }
     if let Some(topic_key) = topic_key_of(key) {
         return defaults.get(topic_key);
     }
-    crate::effective_config::group_value(config, key)
+    crate::config::effective::group_value(config, key)
 }
 
 /// The setting `key` of this node as DescribeConfigs reports it for the
@@ -395,12 +395,12 @@ pub fn describe_broker_key(config: &BrokerConfig, image: &MetadataImage, key: &s
     let static_given = config.given.iter().rev().find(|g| {
         g.key == key
             || (time_unit(key).is_none() && aliases.contains(&g.key.as_str()))
-            || crate::effective_config::shares_a_value(key, &g.key)
+            || crate::config::effective::shares_a_value(key, &g.key)
     });
     // Given under a key that only moves part of it (`--listen` for
     // `listeners`): the value is the one the broker runs with.
     let given_in_part =
-        static_given.is_some_and(|g| crate::effective_config::shares_a_value(key, &g.key));
+        static_given.is_some_and(|g| crate::config::effective::shares_a_value(key, &g.key));
     if let Some(given) = static_given {
         synonyms.push((
             key.to_string(),
