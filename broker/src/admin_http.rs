@@ -30,7 +30,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::BrokerConfig;
 use crate::metadata::MetadataStore;
-use crate::metrics::{self, ScrapeRequest, ShardSnapshot, LATENCY_BOUNDS_US};
+use crate::metrics::{self, ShardSnapshot, LATENCY_BOUNDS_US};
+use crate::scrape::ScrapeRequest;
 
 /// Longest a scrape waits for the cores' snapshots.
 pub const SCRAPE_MS_MAX: u64 = 2_000;
@@ -114,7 +115,7 @@ impl AdminState {
 
 /// Creates the admin state and binds the listener (before the cores start,
 /// so a bad address fails the start). Returns one scrape receiver per core,
-/// for [`metrics::serve_scrapes`].
+/// for [`crate::scrape::serve_scrapes`].
 pub fn start(
     config: Arc<BrokerConfig>,
     metadata: Arc<MetadataStore>,

@@ -27,6 +27,7 @@ pub mod producer_state;
 pub mod reconciler;
 pub use ::replication::replica;
 pub mod runtime;
+pub mod scrape;
 pub mod server;
 pub mod shard;
 pub mod storage_health;

@@ -2,20 +2,18 @@
 //! its own counters in thread-local `Cell`s: recording is a few plain adds,
 //! no atomics, no locks, nothing shared between cores. The admin thread
 //! asks each core for a [`ShardSnapshot`] over a flume channel when it is
-//! scraped; the core answers from its counters plus what it owns
+//! scraped; the core answers (`scrape`) from its counters plus what it owns
 //! (partitions, their `storage::LogStats`, connections, hops in flight).
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
-use std::rc::Rc;
 use std::time::Instant;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::errors::ConnectionError;
-use crate::shard::Shard;
 use protocol::codec::Encoded;
 
 /// Upper bounds (inclusive, microseconds) of the request latency buckets;
@@ -508,10 +506,21 @@ impl StorageSnapshot {
     }
 }
 
-/// This core's snapshot; runs on the core.
-pub fn snapshot(shard: &Shard) -> ShardSnapshot {
-    let (apis, errors, hops) = PROBE.with(|p| {
-        let apis = p
+/// This core's request, error, hop, connection and forwarding counters:
+/// the part of its snapshot kept in this module.
+pub struct CoreCounters {
+    pub apis: Vec<ApiSnapshot>,
+    pub errors: Vec<(i16, String, u64)>,
+    pub hops: u64,
+    pub connections_closed_idle: u64,
+    pub connections_closed_receive_timeout: u64,
+    pub forwarded: Vec<ForwardSnapshot>,
+}
+
+/// This core's counters as they stand.
+pub fn core_counters() -> CoreCounters {
+    PROBE.with(|p| CoreCounters {
+        apis: p
             .apis
             .iter()
             .enumerate()
@@ -524,77 +533,26 @@ pub fn snapshot(shard: &Shard) -> ShardSnapshot {
                 bytes_in: a.bytes_in.get(),
                 bytes_out: a.bytes_out.get(),
             })
-            .collect();
-        let errors = p
+            .collect(),
+        errors: p
             .errors
             .borrow()
             .iter()
             .map(|((key, label), count)| (*key, label.name(), *count))
-            .collect();
-        (apis, errors, p.hops.get())
-    });
-    let traffic = traffic_snapshot(shard);
-    // Counters start from the logs this core deleted, so they never go
-    // back when a topic goes (Prometheus would read that as a reset).
-    let mut storage = shard.retired_logs.borrow().clone();
-    let mut partitions = 0u64;
-    let mut leaders = 0u64;
-    let mut partition_logs = Vec::new();
-    for by_index in shard.partitions.borrow().values() {
-        for partition in by_index.values() {
-            partitions += 1;
-            let leader = partition.is_leader();
-            leaders += u64::from(leader);
-            let log = partition.log();
-            let stats = log.stats();
-            partition_logs.push(PartitionLogSnapshot {
-                topic: partition.topic.clone(),
-                partition: partition.index,
-                log_start_offset: partition.log_start_offset(),
-                log_end_offset: log.next_offset() as i64,
-                high_watermark: partition.high_watermark(),
-                size_bytes: log.size_bytes(),
-                leader,
-            });
-            storage.log_size_bytes += log.size_bytes();
-            storage.pending_bytes += stats.pending_bytes as u64;
-            add_log_counters(&mut storage, &stats);
-        }
-    }
-    let journal = shard.storage.journal_counts();
-    storage.journal_writes = journal.writes;
-    storage.journal_records = journal.records;
-    storage.journal_bytes = journal.bytes;
-    ShardSnapshot {
-        shard: shard.id,
-        apis,
-        errors,
-        hops,
-        hops_in_flight: shard.hops_in_flight() as u64,
-        connections: shard.connections.count() as u64,
-        partitions,
-        leaders,
-        storage,
-        stalls: protocol::watchdog::this_thread_stalls(),
-        queued_request_bytes: shard.request_pool.used() as u64,
-        queued_request_bytes_peak: shard.request_pool.peak() as u64,
-        queued_response_bytes: shard.response_pool.used() as u64,
-        queued_response_bytes_peak: shard.response_pool.peak() as u64,
-        connections_closed_idle: PROBE.with(|p| p.closed_idle.get()),
-        connections_closed_receive_timeout: PROBE.with(|p| p.closed_receive_timeout.get()),
-        partition_logs,
-        traffic,
-        committed: committed_snapshot(shard),
-        forwarded: PROBE.with(|p| p.forwarded.borrow().values().cloned().collect()),
-    }
+            .collect(),
+        hops: p.hops.get(),
+        connections_closed_idle: p.closed_idle.get(),
+        connections_closed_receive_timeout: p.closed_receive_timeout.get(),
+        forwarded: p.forwarded.borrow().values().cloned().collect(),
+    })
 }
 
-/// This core's traffic counters; forgets the topics that no longer exist.
-fn traffic_snapshot(shard: &Shard) -> Vec<TrafficSnapshot> {
-    let image = shard.metadata.image();
+/// This core's traffic counters; forgets the topics `exists` no longer
+/// knows.
+pub fn traffic_counters(exists: impl Fn(&str) -> bool) -> Vec<TrafficSnapshot> {
     PROBE.with(|p| {
         let mut traffic = p.traffic.borrow_mut();
-        traffic.retain(|topic, _| image.topics.contains_key(topic));
+        traffic.retain(|topic, _| exists(topic));
         traffic
             .iter()
             .flat_map(|(topic, by_partition)| {
@@ -609,39 +567,6 @@ fn traffic_snapshot(shard: &Shard) -> Vec<TrafficSnapshot> {
             })
             .collect()
     })
-}
-
-/// The committed offsets this core's coordinator holds.
-fn committed_snapshot(shard: &Shard) -> Vec<CommittedSnapshot> {
-    crate::group::manager::with_loaded_coordinator(shard, |coordinator| {
-        coordinator
-            .groups()
-            .flat_map(|group| {
-                group
-                    .offsets()
-                    .iter()
-                    .map(|((topic, partition), committed)| CommittedSnapshot {
-                        group: group.id().to_string(),
-                        topic: topic.clone(),
-                        partition: *partition,
-                        offset: committed.offset,
-                    })
-            })
-            .collect()
-    })
-    .unwrap_or_default()
-}
-
-/// A scrape request from the admin thread to one core.
-pub struct ScrapeRequest {
-    pub reply: flume::Sender<ShardSnapshot>,
-}
-
-/// Answers scrape requests on this core until the admin side goes away.
-pub async fn serve_scrapes(shard: Rc<Shard>, requests: flume::Receiver<ScrapeRequest>) {
-    while let Ok(request) = requests.recv_async().await {
-        let _ = request.reply.try_send(snapshot(&shard));
-    }
 }
 
 /// A response whose Kafka error codes are counted: top level and per

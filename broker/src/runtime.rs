@@ -102,7 +102,7 @@ async fn core_main(
     ends: MeshEnds,
     control: flume::Receiver<Control>,
     events: flume::Sender<Event>,
-    scrapes: flume::Receiver<crate::metrics::ScrapeRequest>,
+    scrapes: flume::Receiver<crate::scrape::ScrapeRequest>,
 ) {
     // Lives as long as the core: see `protocol::watchdog` for the glommio
     // hang it bounds.
@@ -153,7 +153,7 @@ async fn core_main(
             return;
         }
     };
-    glommio::spawn_local(crate::metrics::serve_scrapes(shard.clone(), scrapes)).detach();
+    glommio::spawn_local(crate::scrape::serve_scrapes(shard.clone(), scrapes)).detach();
     // Start-up work (opening logs, the first touch of io memory) may hold
     // the core for a while; from here on that is a stall.
     watchdog.arm();

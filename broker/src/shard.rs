@@ -112,7 +112,7 @@ pub struct Shard {
     /// The consumer groups this core coordinates.
     pub groups: crate::group::manager::GroupManager,
     /// Counters of the logs this core deleted, kept so the metrics' sums
-    /// never go back (see `metrics::snapshot`).
+    /// never go back (see `scrape::snapshot`).
     pub retired_logs: RefCell<crate::metrics::StorageSnapshot>,
     /// This core's storage context: every log of the core opens with it
     /// (its journal, filesystem syncs, shared budgets and clock).

@@ -1,0 +1,105 @@
+//! A core's answer to the admin thread's scrape: its counters (`metrics`)
+//! plus what it owns (partitions and their logs, connections, hops in
+//! flight, memory pools, the committed offsets of the groups it
+//! coordinates), as one [`ShardSnapshot`].
+
+use std::rc::Rc;
+
+use crate::metrics::{
+    add_log_counters, core_counters, traffic_counters, CommittedSnapshot, PartitionLogSnapshot,
+    ShardSnapshot,
+};
+use crate::shard::Shard;
+
+/// This core's snapshot; runs on the core.
+pub fn snapshot(shard: &Shard) -> ShardSnapshot {
+    let counters = core_counters();
+    let image = shard.metadata.image();
+    let traffic = traffic_counters(|topic| image.topics.contains_key(topic));
+    // Counters start from the logs this core deleted, so they never go
+    // back when a topic goes (Prometheus would read that as a reset).
+    let mut storage = shard.retired_logs.borrow().clone();
+    let mut partitions = 0u64;
+    let mut leaders = 0u64;
+    let mut partition_logs = Vec::new();
+    for by_index in shard.partitions.borrow().values() {
+        for partition in by_index.values() {
+            partitions += 1;
+            let leader = partition.is_leader();
+            leaders += u64::from(leader);
+            let log = partition.log();
+            let stats = log.stats();
+            partition_logs.push(PartitionLogSnapshot {
+                topic: partition.topic.clone(),
+                partition: partition.index,
+                log_start_offset: partition.log_start_offset(),
+                log_end_offset: log.next_offset() as i64,
+                high_watermark: partition.high_watermark(),
+                size_bytes: log.size_bytes(),
+                leader,
+            });
+            storage.log_size_bytes += log.size_bytes();
+            storage.pending_bytes += stats.pending_bytes as u64;
+            add_log_counters(&mut storage, &stats);
+        }
+    }
+    let journal = shard.storage.journal_counts();
+    storage.journal_writes = journal.writes;
+    storage.journal_records = journal.records;
+    storage.journal_bytes = journal.bytes;
+    ShardSnapshot {
+        shard: shard.id,
+        apis: counters.apis,
+        errors: counters.errors,
+        hops: counters.hops,
+        hops_in_flight: shard.hops_in_flight() as u64,
+        connections: shard.connections.count() as u64,
+        partitions,
+        leaders,
+        storage,
+        stalls: protocol::watchdog::this_thread_stalls(),
+        queued_request_bytes: shard.request_pool.used() as u64,
+        queued_request_bytes_peak: shard.request_pool.peak() as u64,
+        queued_response_bytes: shard.response_pool.used() as u64,
+        queued_response_bytes_peak: shard.response_pool.peak() as u64,
+        connections_closed_idle: counters.connections_closed_idle,
+        connections_closed_receive_timeout: counters.connections_closed_receive_timeout,
+        partition_logs,
+        traffic,
+        committed: committed_snapshot(shard),
+        forwarded: counters.forwarded,
+    }
+}
+
+/// The committed offsets this core's coordinator holds.
+fn committed_snapshot(shard: &Shard) -> Vec<CommittedSnapshot> {
+    crate::group::manager::with_loaded_coordinator(shard, |coordinator| {
+        coordinator
+            .groups()
+            .flat_map(|group| {
+                group
+                    .offsets()
+                    .iter()
+                    .map(|((topic, partition), committed)| CommittedSnapshot {
+                        group: group.id().to_string(),
+                        topic: topic.clone(),
+                        partition: *partition,
+                        offset: committed.offset,
+                    })
+            })
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+/// A scrape request from the admin thread to one core.
+pub struct ScrapeRequest {
+    pub reply: flume::Sender<ShardSnapshot>,
+}
+
+/// Answers scrape requests on this core until the admin side goes away.
+pub async fn serve_scrapes(shard: Rc<Shard>, requests: flume::Receiver<ScrapeRequest>) {
+    while let Ok(request) = requests.recv_async().await {
+        let _ = request.reply.try_send(snapshot(&shard));
+    }
+}
