@@ -28,6 +28,9 @@ use crate::replica::{
     Action, Assignment, IsrProposal, NodeId, ReplicaConfig, ReplicaState, Role, WaiterId,
 };
 use crate::sync::Condition;
+use crate::topic_config::{EffectiveConfig, TimestampType};
+use storage::epoch_cache::EpochCache;
+use storage::{small_file, AppendOptions, Clock, Log, StorageError};
 
 /// This core's count of ISR changes its partitions proposed, and a wake-up
 /// for whoever sends them on: an ISR change leaves for the controller at
@@ -59,9 +62,6 @@ thread_local! {
     /// This core's ISR proposals (each executor is its own thread).
     pub static ISR_PROPOSALS: Rc<IsrProposals> = Rc::default();
 }
-use crate::topic_config::{EffectiveConfig, TimestampType};
-use storage::epoch_cache::EpochCache;
-use storage::{small_file, AppendOptions, Clock, Log, StorageError};
 
 /// Kafka's ListOffsets special timestamps.
 pub const LATEST_TIMESTAMP: i64 = -1;

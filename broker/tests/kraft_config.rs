@@ -9,6 +9,7 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -200,7 +201,6 @@ fn a_voter_of_three_starts_and_reports_its_kraft_settings() {
         .set_read_timeout(Some(Duration::from_millis(1_500)))
         .unwrap();
     let mut byte = [0u8; 1];
-    use std::io::{Read, Write};
     waiting.write_all(&[0, 0, 0, 0]).unwrap();
     assert!(
         waiting.read(&mut byte).is_err(),
@@ -214,14 +214,17 @@ fn a_voter_of_three_starts_and_reports_its_kraft_settings() {
             Broker::start(&["--config", file.to_str().unwrap()])
         })
         .collect();
+    // Every broker registered and live, as `strom cluster status --json`
+    // through voter 2 reports them.
     let served = poll_until(RUN_DEADLINE * 2, || {
-        let output = common::strom(&broker, &["cluster", "status"], None);
-        let text = String::from_utf8_lossy(&output.stdout).to_string();
-        let live = |id: i32| {
-            text.lines()
-                .any(|l| l.starts_with(&format!("{id}\t")) && l.contains("\tlive\t"))
-        };
-        (output.status.success() && (1..=3).all(live)).then_some(())
+        let output = common::strom(&broker, &["cluster", "status", "--json"], None);
+        let json: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
+        let live = json["brokers"]
+            .as_array()?
+            .iter()
+            .filter(|b| b["fenced"] == false)
+            .count();
+        (live == 3).then_some(())
     });
     assert!(
         served.is_some(),

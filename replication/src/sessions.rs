@@ -127,7 +127,7 @@ impl<T: Moment> Sessions<T> {
         if stalled < self.timing.stall_min {
             return None;
         }
-        let fresh = now.before(self.timing.timeout - self.timing.failover_grace);
+        let fresh = self.grace_start(now);
         for heard in self.heard.values_mut() {
             let moved = heard.after(stalled);
             let resumed = match fresh {
@@ -143,9 +143,7 @@ impl<T: Moment> Sessions<T> {
     /// registered: each is heard a failover grace before its session would
     /// end, unless a heartbeat since then says more.
     pub fn took_over(&mut self, brokers: impl IntoIterator<Item = NodeId>, now: T) {
-        let heard = now
-            .before(self.timing.timeout - self.timing.failover_grace)
-            .unwrap_or(now);
+        let heard = self.grace_start(now).unwrap_or(now);
         let since_election: Vec<(NodeId, T)> = self
             .heard
             .iter()
@@ -154,6 +152,12 @@ impl<T: Moment> Sessions<T> {
             .collect();
         self.heard = brokers.into_iter().map(|id| (id, heard)).collect();
         self.heard.extend(since_election);
+    }
+
+    /// The last-heard time that leaves a session exactly the failover
+    /// grace from `now` (if the clock reaches back that far).
+    fn grace_start(&self, now: T) -> Option<T> {
+        now.before(self.timing.timeout - self.timing.failover_grace)
     }
 
     /// `broker`'s session ends at `expires_at` unless it is heard again

@@ -566,8 +566,6 @@ impl Sim {
             if !broker.running(self.now) || self.net.is_cut(broker.id, CONTROLLER) {
                 self.brokers[index].unheard_at = self.now;
             }
-        }
-        for index in 0..self.brokers.len() {
             if !self.brokers[index].up && self.brokers[index].restart_at <= self.now {
                 self.restart(index);
             }

@@ -152,7 +152,6 @@ pub struct Voter {
     peers: Peers,
     inbox: flume::Receiver<Input>,
     tick: Duration,
-    session_timeout: Duration,
     /// The image of every entry applied so far.
     image: MetadataImage,
     applied: u64,
@@ -278,7 +277,6 @@ impl Voter {
             peers,
             inbox,
             tick,
-            session_timeout: Duration::from_millis(timing.session_timeout_ms),
             applied: image.offset,
             image,
             pending: VecDeque::new(),
@@ -408,7 +406,7 @@ impl Voter {
                 }
                 let interval = Duration::from_millis(self.cluster.timing.heartbeat_interval_ms);
                 let grace = interval + interval / 2;
-                if grace < self.session_timeout
+                if grace < self.sessions.timing().timeout
                     && self.sessions.shorten(broker, Instant::now() + grace)
                 {
                     self.connections_lost.insert(broker);
@@ -713,7 +711,7 @@ impl Voter {
                 tracing::warn!(
                     broker = id,
                     silent_ms,
-                    session_timeout_ms = self.session_timeout.as_millis() as u64,
+                    session_timeout_ms = self.sessions.timing().timeout.as_millis() as u64,
                     "broker missed its heartbeats for the session timeout: fenced, its leaderships move"
                 );
             }
@@ -1196,7 +1194,7 @@ mod tests {
         let mut voter = leading_voter(dir.path());
         three_brokers_and_a_topic(&mut voter);
         let before = partitions(&voter);
-        let long_ago = Instant::now() - voter.session_timeout * 2;
+        let long_ago = Instant::now() - voter.sessions.timing().timeout * 2;
         voter.sessions.heard(1, long_ago);
         voter.sessions.heard(2, long_ago);
         voter.sessions.heard(3, Instant::now());
@@ -1224,7 +1222,7 @@ mod tests {
         let mut voter = leading_voter(dir.path());
         three_brokers_and_a_topic(&mut voter);
         let before = partitions(&voter);
-        let stall = voter.session_timeout * 2;
+        let stall = voter.sessions.timing().timeout * 2;
         let now = Instant::now();
         let heard = now - stall - Duration::from_millis(100);
         for id in 1..=3 {
@@ -1248,7 +1246,7 @@ mod tests {
         }
         voter
             .sessions
-            .heard(3, Instant::now() - voter.session_timeout * 2);
+            .heard(3, Instant::now() - voter.sessions.timing().timeout * 2);
         voter.sessions.turn(Instant::now());
         voter.duties();
         voter.process_ready().unwrap();

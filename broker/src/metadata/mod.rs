@@ -142,9 +142,9 @@ pub fn open(
 /// The committed metadata every core can reach: on a single node the
 /// writer of the local log (used by the controller core only) and the
 /// last committed image; in a cluster the image the quorum committed
-/// (`cluster::Cluster`, through [`CommittedImage`]). For threads outside the executors (the admin
-/// listener) and for cores that start; request handlers read their core's
-/// [`MetadataTable`] instead.
+/// (`cluster::Cluster`, through [`CommittedImage`]). For threads outside
+/// the executors (the admin listener) and for cores that start; request
+/// handlers read their core's [`MetadataTable`] instead.
 pub struct MetadataStore {
     source: Source,
 }
