@@ -100,36 +100,9 @@ const _: () = assert!(
     "a long-polling fetch never looks idle"
 );
 
-// Consumer groups (`group/`). Every per-group and per-member structure is
-// bounded; together they bound a core's coordinator memory.
+// Consumer groups (`group/`): the coordinator's own bounds live with it
+// (`groups::limits`); these are the runtime edge's.
 
-/// Groups one core coordinates (with members or committed offsets). A new
-/// group beyond it is refused with COORDINATOR_NOT_AVAILABLE.
-pub const GROUPS_PER_CORE_MAX: usize = 10_000;
-/// Longest group id (Kafka sets none; the id is in every offset record).
-pub const GROUP_ID_BYTES_MAX: usize = 1_024;
-/// Upper bound of `group.max.size` (members plus members still to rejoin
-/// with the id MEMBER_ID_REQUIRED gave them).
-pub const GROUP_MEMBERS_MAX: usize = 1_000;
-/// Longest member id, group instance id, client id or protocol name kept.
-pub const MEMBER_NAME_BYTES_MAX: usize = 1_024;
-/// Protocols (assignors) one member may offer.
-pub const MEMBER_PROTOCOLS_MAX: usize = 16;
-/// A member's protocol metadata (all protocols) plus its assignment.
-/// Beyond it a JoinGroup or SyncGroup gets INVALID_REQUEST.
-pub const MEMBER_BYTES_MAX: usize = 1 << 20;
-/// Member bytes of all members of one group.
-pub const GROUP_MEMBER_BYTES_MAX: usize = 16 << 20;
-/// Member bytes of all groups on one core.
-pub const CORE_MEMBER_BYTES_MAX: usize = 256 << 20;
-/// Committed offsets kept per group; commits beyond get
-/// INVALID_COMMIT_OFFSET_SIZE.
-pub const GROUP_OFFSETS_MAX: usize = 100_000;
-/// Committed offsets kept per core.
-pub const CORE_OFFSETS_MAX: usize = 2_000_000;
-/// `offset.metadata.max.bytes` (Kafka's default): longer commit metadata
-/// gets OFFSET_METADATA_TOO_LARGE.
-pub const OFFSET_METADATA_BYTES_MAX: usize = 4_096;
 /// How often each core's coordinator checks session, join, sync and
 /// offset-retention deadlines.
 pub const GROUP_TICK_MS: u64 = 50;
@@ -140,17 +113,22 @@ pub const OFFSETS_RETENTION_CHECK_MS: u64 = 60_000;
 pub const OFFSETS_LOAD_READ_BYTES: usize = 4 << 20;
 /// Largest record batch the coordinator writes to `__consumer_offsets`.
 pub const OFFSETS_BATCH_BYTES_MAX: usize = 512 << 10;
+/// How long a write to `__consumer_offsets` waits for the ISR (Kafka's
+/// `offsets.commit.timeout.ms` default); then the commit fails with
+/// COORDINATOR_NOT_AVAILABLE and the client retries.
+pub const OFFSETS_COMMIT_TIMEOUT_MS: u64 = 5_000;
 /// Records a `__consumer_offsets` partition may hold beyond twice its live
 /// offsets before the coordinator rewrites the live ones and drops the
 /// rest (compaction by snapshot).
 pub const OFFSETS_COMPACT_SLACK_RECORDS: u64 = 10_000;
 
-const _: () = assert!(GROUP_MEMBERS_MAX * MEMBER_NAME_BYTES_MAX * 4 <= GROUP_MEMBER_BYTES_MAX);
-const _: () = assert!(MEMBER_BYTES_MAX <= GROUP_MEMBER_BYTES_MAX);
-const _: () = assert!(GROUP_MEMBER_BYTES_MAX <= CORE_MEMBER_BYTES_MAX);
-const _: () = assert!(GROUP_OFFSETS_MAX <= CORE_OFFSETS_MAX);
+const _: () = assert!(groups::limits::OFFSETS_PARTITIONS_MAX == TOPIC_PARTITIONS_MAX);
 const _: () = assert!(
-    OFFSETS_BATCH_BYTES_MAX >= 2 * (GROUP_ID_BYTES_MAX + 249 + OFFSET_METADATA_BYTES_MAX + 64),
+    OFFSETS_BATCH_BYTES_MAX
+        >= 2 * (groups::limits::GROUP_ID_BYTES_MAX
+            + 249
+            + groups::limits::OFFSET_METADATA_BYTES_MAX
+            + 64),
     "one offset record always fits in a batch"
 );
 

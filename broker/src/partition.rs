@@ -14,6 +14,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use protocol::batch::{BatchHeader, RecordBatch};
@@ -893,7 +894,7 @@ impl Partition {
     /// Resolves once `acks=all` holds for the batch ending at
     /// `last_offset`: durable here under the flush policy and below the
     /// high watermark.
-    async fn wait_acks_all(&self, last_offset: u64) -> Result<(), i16> {
+    async fn wait_acks_all(&self, last_offset: u64, timeout: Duration) -> Result<(), i16> {
         if let Err(error) = self.log.wait_durable(last_offset).await {
             tracing::error!(topic = %self.topic, partition = self.index, %error, "sync failed");
             return Err(errors::storage_error_code(&error));
@@ -915,14 +916,26 @@ impl Partition {
             replica.await_acks(waiter, last_offset, &mut actions);
         }
         self.apply(actions);
-        self.acks_answered
-            .wait_until(|| self.acks.borrow().answered.contains_key(&waiter))
-            .await;
+        let answered = async {
+            self.acks_answered
+                .wait_until(|| self.acks.borrow().answered.contains_key(&waiter))
+                .await;
+            true
+        };
+        let timed_out = async {
+            glommio::timer::sleep(timeout).await;
+            false
+        };
+        let in_time = futures_lite::future::or(answered, timed_out).await;
         let code = self.acks.borrow_mut().answered.remove(&waiter);
         drop(wait);
         match code {
             Some(errors::NONE) => Ok(()),
             Some(code) => Err(code),
+            // Kafka's answer when the ISR did not have the records within
+            // the request's timeout; they stay appended, and a retry of an
+            // idempotent producer is answered once they hold.
+            None if !in_time => Err(errors::REQUEST_TIMED_OUT),
             None => Err(errors::UNKNOWN_SERVER_ERROR),
         }
     }
@@ -932,8 +945,15 @@ impl Partition {
     }
 
     /// Appends one validated batch; with `acks == -1` returns once
-    /// `acks=all` holds (see `replica.rs`; led alone: once durable).
-    pub async fn produce(&self, batch: RecordBatch, acks: i16) -> ProduceOutcome {
+    /// `acks=all` holds (see `replica.rs`; led alone: once durable), or
+    /// with REQUEST_TIMED_OUT when it does not within `timeout` (the
+    /// request's `timeout_ms`, as Kafka answers).
+    pub async fn produce(
+        &self,
+        batch: RecordBatch,
+        acks: i16,
+        timeout: Duration,
+    ) -> ProduceOutcome {
         if let Err(why) = self.replica.borrow().admit_produce(acks) {
             return ProduceOutcome::error(errors::replica(why));
         }
@@ -965,7 +985,7 @@ impl Partition {
                     // acknowledge records only this replica holds.
                     if acks == -1 {
                         let last_offset = base_offset as u64 + header.last_offset_delta as u64;
-                        if let Err(code) = self.wait_acks_all(last_offset).await {
+                        if let Err(code) = self.wait_acks_all(last_offset, timeout).await {
                             return ProduceOutcome::error(code);
                         }
                     }
@@ -1039,7 +1059,7 @@ impl Partition {
         }
         self.observe_log_end();
         if acks == -1 {
-            if let Err(code) = self.wait_acks_all(info.last_offset).await {
+            if let Err(code) = self.wait_acks_all(info.last_offset, timeout).await {
                 return ProduceOutcome::error(code);
             }
         }
@@ -1253,9 +1273,20 @@ impl Partition {
         }
     }
 
+    /// This broker no longer holds the partition: produces waiting for
+    /// `acks=all` here are answered NOT_LEADER_OR_FOLLOWER (the client
+    /// finds the new leader) instead of waiting for followers that no
+    /// longer fetch from this replica.
+    fn stop_replicating(&self) {
+        let mut actions = Vec::new();
+        self.replica.borrow_mut().stop(&mut actions);
+        self.apply(actions);
+    }
+
     /// Closes the log cleanly (synced and checkpointed, so the next start
     /// scans nothing).
     pub async fn close(&self) {
+        self.stop_replicating();
         if let Err(error) = self.log.close().await {
             tracing::error!(topic = %self.topic, partition = self.index, %error, "closing log failed");
             return;
@@ -1266,6 +1297,7 @@ impl Partition {
 
     /// Stops the log and removes its directory.
     pub async fn delete(&self) {
+        self.stop_replicating();
         if let Err(error) = self.log.delete().await {
             tracing::error!(topic = %self.topic, partition = self.index, %error, "deleting log failed");
         }
@@ -1306,6 +1338,8 @@ mod tests {
     const BASE_TIMESTAMP_MS: i64 = 1_700_000_000_000;
     const NODE: NodeId = 1;
     const EXPIRATION_MS: i64 = 7 * 24 * 3_600_000;
+    /// An acks=all wait in tests that is never meant to run out.
+    const TEST_TIMEOUT: Duration = Duration::from_secs(60);
 
     /// A batch of `count` records; from producer `producer_id` (epoch 0)
     /// starting at `first_sequence` unless the id is -1.
@@ -1322,17 +1356,22 @@ mod tests {
     }
 
     async fn produce(partition: &Partition, batch: RecordBatch) -> (i16, i64) {
-        let outcome = partition.produce(batch, -1).await;
+        let outcome = partition.produce(batch, -1, TEST_TIMEOUT).await;
         (outcome.error_code, outcome.base_offset)
     }
 
     fn lead(partition: &Partition, epoch: i32) {
+        lead_with(partition, epoch, vec![NODE]);
+    }
+
+    /// Leads at `epoch` with every one of `replicas` in the ISR.
+    fn lead_with(partition: &Partition, epoch: i32, replicas: Vec<NodeId>) {
         let mut actions = Vec::new();
         let assignment = Assignment {
             leader_epoch: epoch,
             partition_epoch: epoch,
-            replicas: vec![NODE],
-            isr: vec![NODE],
+            isr: replicas.clone(),
+            replicas,
         };
         partition
             .replica
@@ -1397,6 +1436,41 @@ mod tests {
         )
         .await
         .unwrap()
+    }
+
+    #[test]
+    fn acks_all_answers_request_timed_out_and_a_removed_replica_fails_its_waiters() {
+        run(|data_dir| async move {
+            let p = open(&data_dir).await;
+            // Follower 2 is in the ISR and never fetches: acks=all cannot hold.
+            lead_with(&p, 1, vec![NODE, 2]);
+            let short = Duration::from_millis(50);
+            let first = p.produce(batch(3, 7, 0), -1, short).await;
+            assert_eq!(first.error_code, errors::REQUEST_TIMED_OUT);
+            assert_eq!(p.log_end_offset(), 3, "the records stay appended");
+            assert_eq!(p.high_watermark(), 0);
+            // The client's retry of the same batch: not acknowledged either.
+            let retry = p.produce(batch(3, 7, 0), -1, short).await;
+            assert_eq!(retry.error_code, errors::REQUEST_TIMED_OUT);
+            assert_eq!(p.log_end_offset(), 3, "a duplicate is not appended again");
+            // acks=1 does not wait for the ISR.
+            let leader_only = p.produce(batch(2, -1, 0), 1, short).await;
+            assert_eq!((leader_only.error_code, leader_only.base_offset), (0, 3));
+
+            // A produce parked for the ISR when the partition leaves this
+            // broker is answered at once, not at its timeout.
+            let parked = glommio::spawn_local({
+                let p = p.clone();
+                async move { p.produce(batch(2, 7, 3), -1, TEST_TIMEOUT).await }
+            })
+            .detach();
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+            let started = std::time::Instant::now();
+            p.delete().await;
+            let outcome = parked.await.expect("the produce finished");
+            assert_eq!(outcome.error_code, errors::NOT_LEADER_OR_FOLLOWER);
+            assert!(started.elapsed() < Duration::from_secs(5));
+        });
     }
 
     #[test]

@@ -116,9 +116,17 @@ fn crates_depend_on_each_other_as_the_design_says() {
             "strom-replication",
             &["strom-storage", "strom-protocol"][..],
         ),
+        // The group coordinator's state machine and offsets records: plain
+        // code the broker drives and the simulator runs.
+        ("strom-groups", &["strom-protocol"][..]),
         (
             "strom-broker",
-            &["strom-protocol", "strom-storage", "strom-replication"][..],
+            &[
+                "strom-protocol",
+                "strom-storage",
+                "strom-replication",
+                "strom-groups",
+            ][..],
         ),
         ("strom-loadgen", &["strom-protocol"][..]),
         ("strom-tuning", &[][..]),
@@ -129,7 +137,12 @@ fn crates_depend_on_each_other_as_the_design_says() {
         // depends on it (checked below).
         (
             "strom-sim",
-            &["strom-protocol", "strom-storage", "strom-replication"][..],
+            &[
+                "strom-protocol",
+                "strom-storage",
+                "strom-replication",
+                "strom-groups",
+            ][..],
         ),
         (
             "strom-benches",
@@ -137,6 +150,7 @@ fn crates_depend_on_each_other_as_the_design_says() {
                 "strom-protocol",
                 "strom-storage",
                 "strom-replication",
+                "strom-groups",
                 "strom-broker",
                 "strom-loadgen",
                 "strom-tuning",
@@ -172,10 +186,10 @@ fn crates_depend_on_each_other_as_the_design_says() {
                 dependency["name"], "strom-sim",
                 "{name} depends on the simulator"
             );
-            if name == "strom-replication" {
+            if name == "strom-replication" || name == "strom-groups" {
                 assert_ne!(
                     dependency["name"], "glommio",
-                    "the replication crate's decisions must run without an executor"
+                    "{name}'s decisions must run without an executor"
                 );
             }
         }
@@ -426,6 +440,7 @@ fn modules_import_no_circle_and_lower_layers_nothing_above() {
         "protocol",
         "storage",
         "replication",
+        "groups",
         "loadgen",
         "tuning",
         "benches",

@@ -12,6 +12,7 @@ pub mod batch;
 pub mod client;
 pub mod codec;
 pub mod consumer_protocol;
+pub mod error_codes;
 pub mod frame;
 pub mod partitioner;
 pub mod recompress;

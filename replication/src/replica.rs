@@ -321,13 +321,30 @@ impl ReplicaState {
         }
         self.followers.clear();
         self.apply_assignment(assignment, Role::Follower { leader_id });
+        self.fail_parked(actions);
+        Ok(())
+    }
+
+    /// This node no longer holds the partition (moved away, deleted, or
+    /// the broker stops): it leads and follows nothing, and parked
+    /// produces fail with `NOT_LEADER_OR_FOLLOWER`, as when leadership
+    /// moves, instead of waiting for acknowledgements that will never
+    /// come here.
+    pub fn stop(&mut self, actions: &mut Vec<Action>) {
+        self.role = Role::Offline;
+        self.followers.clear();
+        self.pending_isr = None;
+        self.fail_parked(actions);
+    }
+
+    /// Fails every parked produce with `NOT_LEADER_OR_FOLLOWER`.
+    fn fail_parked(&mut self, actions: &mut Vec<Action>) {
         for ((_, waiter), ()) in std::mem::take(&mut self.waiters) {
             actions.push(Action::CompleteAcks {
                 waiter,
                 result: Err(ReplicaError::NotLeaderOrFollower),
             });
         }
-        Ok(())
     }
 
     fn check_assignment(&self, assignment: &Assignment) -> Result<(), ReplicaError> {
@@ -1049,6 +1066,27 @@ mod tests {
         assert_eq!(h.replica.role(), Role::Follower { leader_id: 2 });
         assert_eq!(
             h.replica.admit_produce(1),
+            Err(ReplicaError::NotLeaderOrFollower)
+        );
+        assert_eq!(h.fetch(3, 0), Err(ReplicaError::NotLeaderOrFollower));
+    }
+
+    #[test]
+    fn a_stopped_replica_fails_parked_produces_and_serves_nothing() {
+        let mut h = Harness::three(2);
+        let waiter = h.produce_all(2, true);
+        assert_eq!(h.acks.get(&waiter), None, "parked until the ISR has it");
+        let mut actions = Vec::new();
+        h.replica.stop(&mut actions);
+        h.absorb(actions);
+        assert_eq!(
+            h.acks.get(&waiter),
+            Some(&Err(ReplicaError::NotLeaderOrFollower))
+        );
+        assert_eq!(h.replica.waiter_count(), 0);
+        assert_eq!(h.replica.role(), Role::Offline);
+        assert_eq!(
+            h.replica.admit_produce(-1),
             Err(ReplicaError::NotLeaderOrFollower)
         );
         assert_eq!(h.fetch(3, 0), Err(ReplicaError::NotLeaderOrFollower));

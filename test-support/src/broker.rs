@@ -211,6 +211,12 @@ impl Broker {
         self.child.as_ref().expect("broker running").id()
     }
 
+    /// Whether the test started this broker and has not stopped or
+    /// killed it (it may still have exited by itself).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }

@@ -228,3 +228,40 @@ fn start_node(host: Host, dir: &std::path::Path, client: u16, args: &[String]) -
         &args,
     )
 }
+
+/// Lines of each node's log a failing test prints.
+const LOG_TAIL_LINES: usize = 40;
+
+impl Drop for Cluster {
+    /// A test that fails with the cluster still up prints each node's
+    /// errors and panics and the tail of its log, so a failure seen only in CI says
+    /// what the brokers did.
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        for node in &mut self.nodes {
+            let log = node.broker.log();
+            let lines: Vec<&str> = log.lines().collect();
+            let errors = lines
+                .iter()
+                .filter(|l| l.contains("ERROR") || l.contains("panic"));
+            let tail = &lines[lines.len().saturating_sub(LOG_TAIL_LINES)..];
+            let state = if !node.broker.is_running() {
+                "stopped by the test".to_string()
+            } else {
+                node.broker
+                    .try_exit()
+                    .map_or("running".to_string(), |s| format!("exited by itself: {s}"))
+            };
+            eprintln!(
+                "==== node {} ({state}) errors ====\n{}\n==== node {} last {} lines ====\n{}",
+                node.id,
+                errors.copied().collect::<Vec<_>>().join("\n"),
+                node.id,
+                tail.len(),
+                tail.join("\n")
+            );
+        }
+    }
+}

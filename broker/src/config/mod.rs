@@ -5,7 +5,6 @@
 
 pub mod dynamic;
 pub mod effective;
-pub mod group;
 pub mod io_properties;
 pub mod reference;
 
@@ -168,7 +167,7 @@ pub struct BrokerConfig {
     /// What was taken from `io-properties.toml` (`strom-tune iotune`).
     pub io_properties: Option<crate::config::io_properties::Applied>,
     /// Consumer group settings (`group.*`, `offsets.*`).
-    pub groups: crate::config::group::GroupConfig,
+    pub groups: ::groups::config::GroupConfig,
     /// `log.format`.
     pub log_format: LogFormat,
     /// Per-partition series (a `partition` label) on `/metrics`
@@ -295,7 +294,7 @@ struct Builder {
     admin_listen_required: bool,
     io_properties_path: Option<PathBuf>,
     io_properties: Option<crate::config::io_properties::Applied>,
-    groups: crate::config::group::GroupConfig,
+    groups: ::groups::config::GroupConfig,
     log_format: LogFormat,
     metrics_partition_labels: bool,
     balancer_enable: bool,
@@ -489,7 +488,7 @@ impl Builder {
             admin_listen_required: false,
             io_properties_path: None,
             io_properties: None,
-            groups: crate::config::group::GroupConfig::default(),
+            groups: ::groups::config::GroupConfig::default(),
             log_format: LogFormat::Text,
             metrics_partition_labels: false,
             balancer_enable: false,
@@ -799,7 +798,7 @@ impl Builder {
                     self.roll_ms = Some((amount.saturating_mul(factor), precision));
                 }
             }
-            _ if crate::config::group::GROUP_CONFIG_KEYS.contains(&key) => self
+            _ if ::groups::config::GROUP_CONFIG_KEYS.contains(&key) => self
                 .groups
                 .set(key, value)
                 .map_err(|reason| invalid(key, value, source, reason))?,

@@ -540,7 +540,7 @@ pub const TOPIC_SETTINGS: &[TopicSetting] = &[
     },
 ];
 
-/// A consumer group setting (`crate::config::group::GROUP_CONFIG_KEYS`).
+/// A consumer group setting (`::groups::config::GROUP_CONFIG_KEYS`).
 pub struct GroupSetting {
     pub key: &'static str,
     pub default: &'static str,
@@ -761,16 +761,16 @@ mod tests {
     #[test]
     fn documented_group_defaults_are_the_code_defaults() {
         let mut keys: Vec<&str> = GROUP_SETTINGS.iter().map(|s| s.key).collect();
-        let mut code = crate::config::group::GROUP_CONFIG_KEYS.to_vec();
+        let mut code = ::groups::config::GROUP_CONFIG_KEYS.to_vec();
         keys.sort_unstable();
         code.sort_unstable();
         assert_eq!(keys, code, "GROUP_SETTINGS must list every group key");
         for setting in GROUP_SETTINGS {
-            let mut config = crate::config::group::GroupConfig::default();
+            let mut config = ::groups::config::GroupConfig::default();
             config.set(setting.key, setting.default).unwrap();
             assert_eq!(
                 config,
-                crate::config::group::GroupConfig::default(),
+                ::groups::config::GroupConfig::default(),
                 "{}={} is not the default",
                 setting.key,
                 setting.default

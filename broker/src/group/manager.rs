@@ -26,8 +26,8 @@ use crate::group::coordinator::{
 use crate::group::records::{self, OffsetsKey};
 use crate::group::{offsets_partition_for, OFFSETS_TOPIC};
 use crate::limits::{
-    GROUP_TICK_MS, OFFSETS_BATCH_BYTES_MAX, OFFSETS_COMPACT_SLACK_RECORDS, OFFSETS_LOAD_READ_BYTES,
-    OFFSETS_RETENTION_CHECK_MS,
+    GROUP_TICK_MS, OFFSETS_BATCH_BYTES_MAX, OFFSETS_COMMIT_TIMEOUT_MS,
+    OFFSETS_COMPACT_SLACK_RECORDS, OFFSETS_LOAD_READ_BYTES, OFFSETS_RETENTION_CHECK_MS,
 };
 use crate::partition::Partition;
 use crate::shard::Shard;
@@ -557,7 +557,9 @@ pub async fn append(
         let batch = RecordBatch::new(bytes).map_err(|_| errors::UNKNOWN_SERVER_ERROR)?;
         // acks=all: a commit is answered once every in-sync replica has
         // it, so a new coordinator after a failover has it too.
-        let outcome = log.produce(batch, -1).await;
+        let outcome = log
+            .produce(batch, -1, Duration::from_millis(OFFSETS_COMMIT_TIMEOUT_MS))
+            .await;
         if outcome.error_code != errors::NONE {
             tracing::error!(
                 partition,

@@ -3,14 +3,14 @@
 //! A group belongs to one partition of the internal `__consumer_offsets`
 //! topic (Kafka's placement: the Java `String.hashCode` of the group id,
 //! made non-negative, modulo the partition count), and the core that owns
-//! that partition coordinates it. `coordinator` is the plain state
-//! machine, `records` the on-disk formats, `manager` the runtime edge.
+//! that partition coordinates it. The plain state machine
+//! (`coordinator`) and the on-disk formats (`records`) are the `groups`
+//! crate's; `manager` is the runtime edge.
 
-pub mod coordinator;
 pub mod manager;
-pub mod records;
 
-pub use coordinator::{GroupConfig, GROUP_CONFIG_KEYS};
+pub use ::groups::coordinator::{GroupConfig, GROUP_CONFIG_KEYS};
+pub use ::groups::{coordinator, records};
 
 pub use crate::metadata::OFFSETS_TOPIC;
 

@@ -24,6 +24,7 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
+use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
@@ -261,6 +262,8 @@ pub async fn handle(
     origin: Origin,
 ) -> Option<ProduceResponse> {
     let acks = request.acks;
+    // How long acks=all waits for the ISR before REQUEST_TIMED_OUT.
+    let timeout = Duration::from_millis(u64::try_from(request.timeout_ms).unwrap_or(0));
     let by_id = version >= VERSION_TOPIC_IDS_MIN;
     let mut image = shard.metadata.image();
     if !by_id && auto_create(shard, &request, &image).await {
@@ -300,7 +303,7 @@ pub async fn handle(
                     let partition = owner.partition(&append.topic, append.partition);
                     async move {
                         match partition {
-                            Some(partition) => partition.produce(append.batch, acks).await,
+                            Some(partition) => partition.produce(append.batch, acks, timeout).await,
                             None => ProduceOutcome::error(errors::NOT_LEADER_OR_FOLLOWER),
                         }
                     }

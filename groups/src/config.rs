@@ -1,5 +1,5 @@
 //! The group settings the coordinator runs by, under Kafka's broker
-//! config names (re-exported by `group::coordinator`).
+//! config names (re-exported by `coordinator`).
 
 use crate::limits::GROUP_MEMBERS_MAX;
 
@@ -65,8 +65,11 @@ impl GroupConfig {
             "group.max.session.timeout.ms" => self.max_session_timeout_ms = number()?,
             "offsets.topic.num.partitions" => {
                 let count = number()?;
-                if count == 0 || count > crate::limits::TOPIC_PARTITIONS_MAX as u64 {
-                    return Err("must be between 1 and 10000".to_string());
+                if count == 0 || count > crate::limits::OFFSETS_PARTITIONS_MAX as u64 {
+                    return Err(format!(
+                        "must be between 1 and {}",
+                        crate::limits::OFFSETS_PARTITIONS_MAX
+                    ));
                 }
                 self.offsets_partitions = count as i32;
             }

@@ -22,8 +22,8 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 
-use crate::errors;
 use crate::limits::{GROUPS_PER_CORE_MAX, GROUP_ID_BYTES_MAX, MEMBER_NAME_BYTES_MAX};
+use protocol::error_codes as errors;
 
 mod membership;
 mod messages;
@@ -33,7 +33,7 @@ mod subscription;
 #[cfg(test)]
 mod tests;
 
-pub use crate::config::group::{GroupConfig, GROUP_CONFIG_KEYS};
+pub use crate::config::{GroupConfig, GROUP_CONFIG_KEYS};
 pub use messages::*;
 pub use state::Group;
 pub use subscription::consumer_subscription_topics;

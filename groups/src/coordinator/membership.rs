@@ -3,10 +3,10 @@
 
 use bytes::Bytes;
 
-use crate::errors;
 use crate::limits::{
     CORE_MEMBER_BYTES_MAX, GROUP_MEMBER_BYTES_MAX, MEMBER_BYTES_MAX, MEMBER_PROTOCOLS_MAX,
 };
+use protocol::error_codes as errors;
 
 use super::messages::*;
 use super::state::{Group, Member};

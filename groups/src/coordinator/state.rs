@@ -6,7 +6,7 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 
-use crate::errors;
+use protocol::error_codes as errors;
 
 use super::messages::*;
 use super::subscription::consumer_subscription_topics;

@@ -7,7 +7,7 @@
 
 use bytes::Bytes;
 
-use crate::group::coordinator::{CommittedOffset, GroupMetadata, MemberMetadata};
+use crate::coordinator::{CommittedOffset, GroupMetadata, MemberMetadata};
 
 const OFFSET_KEY_VERSION: i16 = 1;
 const GROUP_METADATA_KEY_VERSION: i16 = 2;

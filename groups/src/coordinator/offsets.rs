@@ -1,8 +1,8 @@
 //! Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete, loading
 //! from `__consumer_offsets` and retention.
 
-use crate::errors;
 use crate::limits::{CORE_OFFSETS_MAX, GROUP_OFFSETS_MAX, OFFSET_METADATA_BYTES_MAX};
+use protocol::error_codes as errors;
 
 use super::messages::*;
 use super::state::Group;

@@ -1,0 +1,12 @@
+//! Consumer groups as plain, deterministic code: the classic group
+//! protocol's coordinator state machine ([`coordinator`]), the records it
+//! keeps in `__consumer_offsets` in Kafka's formats ([`records`]), its
+//! settings ([`config`]) and bounds ([`limits`]). No I/O and no clock: the
+//! broker's runtime edge (`group::manager` in the broker) drives it with
+//! requests, time and the partition's log, and the whole-cluster
+//! simulator drives the same code over its simulated log.
+
+pub mod config;
+pub mod coordinator;
+pub mod limits;
+pub mod records;
