@@ -1,6 +1,7 @@
 //! Consumer groups as plain, deterministic code: the classic group
 //! protocol's coordinator state machine ([`coordinator`]), the records it
-//! keeps in `__consumer_offsets` in Kafka's formats ([`records`]), its
+//! keeps in `__consumer_offsets` in Kafka's formats ([`records`]), how a
+//! new leader of an offsets partition loads them ([`load`]), its
 //! settings ([`config`]) and bounds ([`limits`]). No I/O and no clock: the
 //! broker's runtime edge (`group::manager` in the broker) drives it with
 //! requests, time and the partition's log, and the whole-cluster
@@ -9,4 +10,5 @@
 pub mod config;
 pub mod coordinator;
 pub mod limits;
+pub mod load;
 pub mod records;

@@ -12,6 +12,13 @@
 //! the disk, and an idempotent client producing with acks=all and
 //! resending a request that timed out.
 //!
+//! The partition is also a `__consumer_offsets` partition: its leader runs
+//! the real group coordinator (`groups::coordinator`), takes over by the
+//! real load rule and replay (`groups::load`), and writes each offset
+//! commit as a real Kafka offset record (`groups::records`) into the log,
+//! answering it once `acks=all` holds. A consumer commits how many records
+//! it has had acknowledged, again and again.
+//!
 //! A seed picks every timing and fault; [`run`] replays a seed exactly.
 //! After every step the invariants are checked ([`check`]):
 //! - at most one broker leads at any leader epoch;
@@ -20,7 +27,10 @@
 //!   at the offset it was acknowledged with;
 //! - no two replicas hold different records below their high watermarks;
 //! - no broker is fenced that the controller could hear throughout the
-//!   session before (a paused controller's own stall does not count).
+//!   session before (a paused controller's own stall does not count);
+//! - the coordinator of the partition's current leader, once loaded,
+//!   holds at least the latest offset commit acknowledged to the consumer
+//!   (committed group offsets are never lost).
 //!
 //! A [`Mutation`] breaks one rule on purpose, to show the checks find it.
 
@@ -37,11 +47,18 @@ use replication::replica::{
 use replication::sessions::{SessionTiming, Sessions};
 use replication::transport::{Faults, SimulatedNetwork, Transport};
 
+use groups::coordinator::{CommitPartition, CommittedOffset, Committer, Coordinator, GroupConfig};
+use groups::{load, records};
+
 /// The controller's node id on the simulated network.
 pub const CONTROLLER: NodeId = 0;
 /// The client's node id on the simulated network.
 pub const CLIENT: NodeId = 1_000;
 const TOPIC: &str = "simulated";
+/// The consumer group whose offsets the partition's leader coordinates.
+const GROUP: &str = "simulated-group";
+/// How often the consumer commits.
+const COMMIT_EVERY_MS: u64 = 30;
 
 const HEARTBEAT_MS: u64 = 50;
 const SESSION_MS: u64 = 400;
@@ -96,6 +113,14 @@ pub enum Mutation {
     /// The time the controller did not run counts against the brokers'
     /// sessions: on resuming it fences every broker at once.
     StallCountsAgainstSessions,
+    /// An offset commit is answered once appended, before the ISR has it.
+    AnswerCommitAtAppend,
+    /// A new leader's coordinator loads up to its high watermark at once,
+    /// not waiting for it to reach the log end it took over with.
+    LoadBeforeCaughtUp,
+    /// A leader tells its followers its high watermark even past what it
+    /// has made durable itself.
+    UncappedFollowerHighWatermark,
 }
 
 #[derive(Debug, Clone)]
@@ -113,16 +138,28 @@ pub struct Scenario {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Report {
     pub acknowledged: usize,
+    /// Offset commits acknowledged to the consumer.
+    pub commits_acknowledged: usize,
     pub faults: usize,
     pub leader_epochs: i32,
     pub refused_truncations: usize,
 }
 
-/// One record of the partition's log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One record of the partition's log: a client's record (`value` > 0),
+/// or an offset commit the coordinator wrote (`value` 0, its record in
+/// `__consumer_offsets`' format).
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Entry {
     epoch: i32,
     value: u64,
+    offsets_record: Option<Rc<OffsetsRecord>>,
+}
+
+/// A `__consumer_offsets` record: key and value (`None`, a tombstone).
+#[derive(Debug, PartialEq, Eq)]
+struct OffsetsRecord {
+    key: Vec<u8>,
+    value: Option<Vec<u8>>,
 }
 
 #[derive(Debug, Clone)]
@@ -167,6 +204,14 @@ enum Message {
         value: u64,
         offset: Option<u64>,
     },
+    /// The consumer's OffsetCommit of its position in the partition.
+    Commit {
+        offset: i64,
+    },
+    Committed {
+        offset: i64,
+        ok: bool,
+    },
 }
 
 /// Where a follower's fetching stands.
@@ -210,7 +255,14 @@ struct Broker {
     replica: ReplicaState,
     fetching: Fetching,
     waiters: BTreeMap<WaiterId, (u64, u64)>,
+    /// Offset commits waiting for acks=all: the committed offset.
+    commits: BTreeMap<WaiterId, i64>,
     next_waiter: WaiterId,
+    /// The group coordinator, once this leader has loaded the partition.
+    coordinator: Option<Coordinator>,
+    /// The log end this process had when it last became leader: its
+    /// coordinator loads once the high watermark reaches it.
+    log_end_at_takeover: u64,
     next_heartbeat: u64,
     next_tick: u64,
     high_watermark_seen: u64,
@@ -238,7 +290,10 @@ impl Broker {
             replica: fresh_replica(id, min_insync, 0),
             fetching: Fetching::Idle,
             waiters: BTreeMap::new(),
+            commits: BTreeMap::new(),
             next_waiter: 0,
+            coordinator: None,
+            log_end_at_takeover: 0,
             next_heartbeat: 0,
             next_tick: 0,
             high_watermark_seen: 0,
@@ -316,6 +371,12 @@ struct Client {
     in_flight: Option<u64>,
     retry_at: u64,
     acked: BTreeMap<u64, u64>,
+    /// The offset commit sent and not answered yet.
+    commit_in_flight: Option<i64>,
+    commit_at: u64,
+    /// The latest commit acknowledged (-1: none yet), and how many were.
+    commit_acked: i64,
+    commits_acked: usize,
 }
 
 /// A run's state.
@@ -416,6 +477,10 @@ impl Sim {
                 in_flight: None,
                 retry_at: 0,
                 acked: BTreeMap::new(),
+                commit_in_flight: None,
+                commit_at: 0,
+                commit_acked: -1,
+                commits_acked: 0,
             },
             cuts: Vec::new(),
             report: Report::default(),
@@ -552,6 +617,8 @@ impl Sim {
         broker.replica = fresh_replica(broker.id, min_insync, broker.log.len() as u64);
         broker.fetching = Fetching::Idle;
         broker.waiters.clear();
+        broker.commits.clear();
+        broker.coordinator = None;
         broker.sync_at = None;
         broker.inbox.clear();
         broker.next_heartbeat = self.now;
@@ -722,6 +789,10 @@ impl Sim {
                         let offset = result.is_ok().then_some(offset);
                         self.send(id, CLIENT, Message::Produced { value, offset });
                     }
+                    if let Some(offset) = self.broker(id).commits.remove(&waiter) {
+                        let ok = result.is_ok();
+                        self.send(id, CLIENT, Message::Committed { offset, ok });
+                    }
                 }
                 Action::ProposeIsr(proposal) => {
                     let alter = AlterPartition {
@@ -799,6 +870,10 @@ impl Sim {
             } else {
                 Fetching::AskEpoch
             };
+            // The groups go with the leadership: a new leader loads them
+            // again from its log.
+            broker.coordinator = None;
+            broker.log_end_at_takeover = broker.log.len() as u64;
         }
         self.apply_actions(id, actions);
     }
@@ -840,6 +915,7 @@ impl Sim {
                 leader_epoch,
                 offset,
             } => {
+                let uncapped = self.scenario.mutation == Mutation::UncappedFollowerHighWatermark;
                 let mut actions = Vec::new();
                 let broker = self.broker(id);
                 let taken =
@@ -855,7 +931,13 @@ impl Sim {
                             leader_epoch,
                             offset,
                             entries: broker.log[start..end].to_vec(),
-                            high_watermark: broker.replica.high_watermark(),
+                            // Capped at what this leader has kept (the
+                            // broker's rule, `Partition::read_for_follower`).
+                            high_watermark: if uncapped {
+                                broker.replica.high_watermark()
+                            } else {
+                                broker.replica.high_watermark().min(broker.durable as u64)
+                            },
                         }
                     }
                 };
@@ -914,8 +996,103 @@ impl Sim {
                 }
             }
             Message::Produce { value } => self.on_produce(id, value),
+            Message::Commit { offset } => self.on_commit(id, offset),
             _ => {}
         }
+    }
+
+    /// Loads the group coordinator from the log once the high watermark
+    /// reaches the log end this leader took over with (the broker's
+    /// rule), replaying each offsets record below it.
+    fn load_coordinator(&mut self, id: NodeId) -> bool {
+        let mutation = self.scenario.mutation;
+        let now = self.now;
+        let broker = self.broker(id);
+        if broker.coordinator.is_some() {
+            return true;
+        }
+        let high_watermark = broker.replica.high_watermark() as i64;
+        let takeover = if mutation == Mutation::LoadBeforeCaughtUp {
+            0
+        } else {
+            broker.log_end_at_takeover as i64
+        };
+        let Some(end) = load::load_end(takeover, high_watermark) else {
+            return false;
+        };
+        let mut coordinator = Coordinator::new(GroupConfig::default(), id as u64);
+        for entry in &broker.log[..end as usize] {
+            if let Some(record) = &entry.offsets_record {
+                load::replay(&mut coordinator, &record.key, record.value.as_deref(), now);
+            }
+        }
+        broker.coordinator = Some(coordinator);
+        self.note(|| format!("broker {id} loads its groups up to {end}"));
+        true
+    }
+
+    /// An OffsetCommit: the coordinator decides, the commit is written to
+    /// the log as Kafka's offset record and answered once acks=all holds.
+    fn on_commit(&mut self, id: NodeId, offset: i64) {
+        let now = self.now;
+        let refused = Message::Committed { offset, ok: false };
+        if self.broker(id).replica.admit_produce(-1).is_err() || !self.load_coordinator(id) {
+            self.send(id, CLIENT, refused);
+            return;
+        }
+        let committer = Committer {
+            group_id: GROUP.to_string(),
+            generation_id: -1,
+            member_id: String::new(),
+            group_instance_id: None,
+        };
+        let committed = CommittedOffset {
+            offset,
+            leader_epoch: -1,
+            metadata: String::new(),
+            commit_timestamp_ms: now as i64,
+        };
+        let partition = CommitPartition {
+            topic: TOPIC.to_string(),
+            partition: 0,
+            offset: committed.clone(),
+        };
+        let broker = self.broker(id);
+        let coordinator = broker.coordinator.as_mut().expect("loaded above");
+        if coordinator.commit(now, &committer, &[partition]) != Ok(vec![0]) {
+            self.send(id, CLIENT, refused);
+            return;
+        }
+        let record = OffsetsRecord {
+            key: records::offset_key(GROUP, TOPIC, 0),
+            value: Some(records::offset_value(&committed)),
+        };
+        let epoch = broker.replica.leader_epoch();
+        broker.log.push(Entry {
+            epoch,
+            value: 0,
+            offsets_record: Some(Rc::new(record)),
+        });
+        let at = broker.log.len() as u64 - 1;
+        self.note(|| format!("broker {id} writes the commit of {offset} at {at}"));
+        let mut actions = Vec::new();
+        let broker = self.broker(id);
+        broker.replica.local_append(at + 1, &mut actions);
+        let slow = broker.slow_disk_until > now;
+        let sync = now + sync_delay(&mut self.rng, slow);
+        let broker = self.broker(id);
+        broker.sync_at.get_or_insert(sync);
+        if self.scenario.mutation == Mutation::AnswerCommitAtAppend {
+            self.apply_actions(id, actions);
+            self.send(id, CLIENT, Message::Committed { offset, ok: true });
+            return;
+        }
+        let broker = self.broker(id);
+        let waiter = broker.next_waiter;
+        broker.next_waiter += 1;
+        broker.commits.insert(waiter, offset);
+        broker.replica.await_acks(waiter, at, &mut actions);
+        self.apply_actions(id, actions);
     }
 
     fn on_epoch_answer(&mut self, id: NodeId, leader_epoch: i32, epoch: i32, end: i64) {
@@ -932,6 +1109,13 @@ impl Sim {
             high_watermark: broker.replica.high_watermark(),
         };
         let decision = divergence(local, (epoch, end), follower);
+        self.note(|| {
+            format!(
+                "broker {id} hears epoch {epoch} ends at {end} at the leader (here {local:?}): \
+                 {decision:?}"
+            )
+        });
+        let broker = self.broker(id);
         if let Some(cut) = decision.truncation_offset() {
             if cut < broker.replica.high_watermark() {
                 // Below what it knows committed: never (no unclean
@@ -1005,7 +1189,11 @@ impl Sim {
         let at = broker.log.len();
         self.note(|| format!("broker {id} appends {value} at {at} in epoch {epoch}"));
         let broker = self.broker(id);
-        broker.log.push(Entry { epoch, value });
+        broker.log.push(Entry {
+            epoch,
+            value,
+            offsets_record: None,
+        });
         let offset = broker.log.len() as u64 - 1;
         broker.replica.local_append(offset + 1, &mut actions);
         let slow = broker.slow_disk_until > now;
@@ -1048,6 +1236,12 @@ impl Sim {
             let mut actions = Vec::new();
             broker.replica.tick(now, &mut actions);
             self.apply_actions(id, actions);
+        }
+        // A leader loads its groups as soon as the load rule lets it (in
+        // the broker, the first group request after the takeover starts
+        // the load): from then on it serves them.
+        if self.broker(id).replica.role() == Role::Leader {
+            self.load_coordinator(id);
         }
         let broker = self.broker(id);
         let Role::Follower { leader_id } = broker.replica.role() else {
@@ -1112,8 +1306,8 @@ impl Sim {
     // ---- the client: idempotent, acks=all, resends what timed out ----
 
     fn on_client(&mut self, message: Message) {
-        if let Message::Produced { value, offset } = message {
-            if self.client.in_flight == Some(value) {
+        match message {
+            Message::Produced { value, offset } if self.client.in_flight == Some(value) => {
                 match offset {
                     Some(offset) => {
                         self.client.acked.insert(value, offset);
@@ -1122,6 +1316,15 @@ impl Sim {
                     None => self.client.retry_at = self.now + 20,
                 }
             }
+            Message::Committed { offset, ok } if self.client.commit_in_flight == Some(offset) => {
+                self.client.commit_in_flight = None;
+                self.client.commit_at = self.now + COMMIT_EVERY_MS;
+                if ok {
+                    self.client.commit_acked = self.client.commit_acked.max(offset);
+                    self.client.commits_acked += 1;
+                }
+            }
+            _ => {}
         }
     }
 
@@ -1134,6 +1337,7 @@ impl Sim {
             self.client.next_value += 1;
             self.client.retry_at = now;
         }
+        self.consumer_timers();
         let Some(value) = self.client.in_flight else {
             return;
         };
@@ -1148,6 +1352,63 @@ impl Sim {
         // Sent again (the same record) once the answer is overdue.
         self.client.retry_at = now + REQUEST_TIMEOUT_MS;
         self.send(CLIENT, leader, Message::Produce { value });
+    }
+
+    /// The consumer commits how many records it has had acknowledged (a
+    /// position that only grows); a commit not answered in time is sent
+    /// again.
+    fn consumer_timers(&mut self) {
+        let now = self.now;
+        let leader = self.state().leader;
+        if now < self.client.commit_at || leader < 0 {
+            return;
+        }
+        let offset = match self.client.commit_in_flight {
+            Some(offset) => offset,
+            None => self.client.acked.len() as i64,
+        };
+        if offset == 0 {
+            return;
+        }
+        self.client.commit_in_flight = Some(offset);
+        self.client.commit_at = now + REQUEST_TIMEOUT_MS;
+        self.send(CLIENT, leader, Message::Commit { offset });
+    }
+
+    /// The offset the coordinator of the current leader serves for the
+    /// consumer, if that leader has loaded its groups.
+    fn served_commit(&self) -> Option<(NodeId, i64)> {
+        let state = self.state();
+        if state.leader < 0 {
+            return None;
+        }
+        let leader = &self.brokers[(state.leader - 1) as usize];
+        if !leader.up
+            || leader.replica.role() != Role::Leader
+            || leader.replica.leader_epoch() != state.leader_epoch
+        {
+            return None;
+        }
+        let coordinator = leader.coordinator.as_ref()?;
+        let wanted = [(TOPIC.to_string(), 0)];
+        let served = coordinator.fetch_offsets(GROUP, Some(&wanted))[0]
+            .1
+            .as_ref()
+            .map_or(-1, |c| c.offset);
+        Some((leader.id, served))
+    }
+
+    fn check_commits(&self) -> Result<(), String> {
+        if let Some((leader, served)) = self.served_commit() {
+            if served < self.client.commit_acked {
+                return Err(format!(
+                    "the consumer's commit of {} was acknowledged, but the coordinator on \
+                     leader {leader} serves {served}",
+                    self.client.commit_acked
+                ));
+            }
+        }
+        Ok(())
     }
 
     // ---- the invariants ----
@@ -1211,6 +1472,7 @@ impl Sim {
                 }
             }
         }
+        self.check_commits()?;
         if self.now % AGREEMENT_CHECK_MS != 0 {
             return Ok(());
         }
@@ -1222,9 +1484,19 @@ impl Sim {
                 let below = a.replica.high_watermark().min(b.replica.high_watermark()) as usize;
                 let below = below.min(a.log.len()).min(b.log.len());
                 if a.log[..below] != b.log[..below] {
+                    let at = (0..below).find(|&i| a.log[i] != b.log[i]).unwrap_or(below);
                     return Err(format!(
-                        "brokers {} and {} disagree below their high watermarks ({below})",
-                        a.id, b.id
+                        "brokers {} and {} disagree below their high watermarks ({below}): at \
+                         offset {at}, {:?} against {:?} (high watermarks {} and {}, log ends {} \
+                         and {})",
+                        a.id,
+                        b.id,
+                        (a.log[at].epoch, a.log[at].value),
+                        (b.log[at].epoch, b.log[at].value),
+                        a.replica.high_watermark(),
+                        b.replica.high_watermark(),
+                        a.log.len(),
+                        b.log.len()
                     ));
                 }
             }
@@ -1234,11 +1506,19 @@ impl Sim {
 
     fn final_check(&mut self) -> Result<(), String> {
         self.report.acknowledged = self.client.acked.len();
+        self.report.commits_acknowledged = self.client.commits_acked;
         let state = self.state().clone();
         if state.leader < 0 {
             // Only an emptied last in-sync replica leaves no leader; what
             // was acknowledged must still be somewhere in sync.
             return Ok(());
+        }
+        // The last leader's groups, loaded if it has not yet.
+        if self.served_commit().is_none()
+            && self.brokers[(state.leader - 1) as usize].up
+            && self.load_coordinator(state.leader)
+        {
+            self.check_commits()?;
         }
         let leader = &self.brokers[(state.leader - 1) as usize];
         for (&value, &offset) in &self.client.acked {

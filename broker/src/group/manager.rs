@@ -23,7 +23,7 @@ use crate::group::coordinator::{
     Answer, Coordinator, DroppedOffset, JoinRequest, JoinResponse, Replies, Reply, SyncRequest,
     SyncResponse, WaiterId,
 };
-use crate::group::records::{self, OffsetsKey};
+use crate::group::records;
 use crate::group::{offsets_partition_for, OFFSETS_TOPIC};
 use crate::limits::{
     GROUP_TICK_MS, OFFSETS_BATCH_BYTES_MAX, OFFSETS_COMMIT_TIMEOUT_MS,
@@ -32,6 +32,7 @@ use crate::limits::{
 use crate::partition::Partition;
 use crate::shard::Shard;
 use crate::sync::Notify;
+use groups::load::Replayed;
 
 /// One core's groups: the plain coordinator plus what runs it.
 #[derive(Default)]
@@ -239,8 +240,8 @@ fn offsets_partition(shard: &Shard, partition: i32) -> Result<Rc<Partition>, i16
 async fn load(shard: &Rc<Shard>, partition: i32) -> Result<(), i16> {
     let log = offsets_partition(shard, partition)?;
     // A new leader's log may hold commits its high watermark does not
-    // cover yet (they were acknowledged by the in-sync replicas of the
-    // leader before it): load once the followers have caught up to it.
+    // cover yet: it waits (bounded) for the high watermark to reach its
+    // log end, then loads up to it (`groups::load::load_end`).
     let log_end = log.log_end_offset();
     let caught_up = futures_lite::future::or(
         async {
@@ -255,7 +256,9 @@ async fn load(shard: &Rc<Shard>, partition: i32) -> Result<(), i16> {
     if log_end > 0 && log.high_watermark() < log_end && !caught_up.await {
         return Err(errors::COORDINATOR_LOAD_IN_PROGRESS);
     }
-    let end = log.high_watermark();
+    let Some(end) = groups::load::load_end(log_end, log.high_watermark()) else {
+        return Err(errors::COORDINATOR_LOAD_IN_PROGRESS);
+    };
     let mut from = log.log_start_offset();
     let mut records_loaded = 0u64;
     while from < end {
@@ -277,36 +280,24 @@ async fn load(shard: &Rc<Shard>, partition: i32) -> Result<(), i16> {
                 continue;
             };
             for record in batch_records.flatten() {
-                let Some(key) = record.key.as_deref().and_then(records::parse_key) else {
+                let Some(key) = record.key.as_deref() else {
                     continue;
                 };
-                match key {
-                    OffsetsKey::Offset {
-                        group_id,
-                        topic,
-                        partition: index,
-                    } => {
-                        let value = record.value.as_deref().and_then(records::parse_value);
-                        with_coordinator(shard, |c| c.load_offset(&group_id, &topic, index, value));
+                let now = shard.now_ms() as u64;
+                let replayed = with_coordinator(shard, |c| {
+                    groups::load::replay(c, key, record.value.as_deref(), now)
+                });
+                match replayed {
+                    Replayed::UnknownKey => continue,
+                    Replayed::UndecodableGroupMetadata { group_id } => {
+                        tracing::warn!(
+                            partition,
+                            group = %group_id,
+                            "skipped a group metadata record that does not decode"
+                        );
+                        continue;
                     }
-                    OffsetsKey::GroupMetadata { group_id } => {
-                        let value = match record.value.as_deref() {
-                            None => None,
-                            Some(bytes) => match records::parse_group_metadata_value(bytes) {
-                                Some(value) => Some(value),
-                                None => {
-                                    tracing::warn!(
-                                        partition,
-                                        group = %group_id,
-                                        "skipped a group metadata record that does not decode"
-                                    );
-                                    continue;
-                                }
-                            },
-                        };
-                        let now = shard.now_ms() as u64;
-                        with_coordinator(shard, |c| c.load_group_metadata(&group_id, value, now));
-                    }
+                    Replayed::Offset | Replayed::GroupMetadata => {}
                 }
                 records_loaded += 1;
             }

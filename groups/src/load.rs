@@ -1,0 +1,135 @@
+//! Taking over a `__consumer_offsets` partition: when its log may be read
+//! into a coordinator ([`load_end`]) and how each record is replayed
+//! ([`replay`]). The broker's `group::manager` reads the log; the
+//! simulator replays its simulated log with the same two rules.
+
+use crate::coordinator::Coordinator;
+use crate::records::{self, OffsetsKey};
+
+/// How far a new leader of an offsets partition loads, or `None` while it
+/// must wait. Its log may hold commits past its high watermark that the
+/// in-sync replicas of the previous leader acknowledged; loading only up
+/// to its high watermark before that catches up would serve those groups
+/// without them. So it loads once its high watermark reaches the log end
+/// it had when it took over (or any later log end, as the broker passes
+/// the one it has when the load starts), up to the high watermark.
+pub fn load_end(log_end_at_takeover: i64, high_watermark: i64) -> Option<i64> {
+    (high_watermark >= log_end_at_takeover).then_some(high_watermark)
+}
+
+/// What one record did to the coordinator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Replayed {
+    /// A committed offset, or its tombstone.
+    Offset,
+    /// A group's membership, or its tombstone.
+    GroupMetadata,
+    /// A membership record whose value does not decode: skipped.
+    UndecodableGroupMetadata { group_id: String },
+    /// A key that is not one of Kafka's: skipped.
+    UnknownKey,
+}
+
+/// Replays one record of the partition (`value` `None` is a tombstone)
+/// into `coordinator`, as of `now_ms` (a loaded member's session starts
+/// then).
+pub fn replay(
+    coordinator: &mut Coordinator,
+    key: &[u8],
+    value: Option<&[u8]>,
+    now_ms: u64,
+) -> Replayed {
+    match records::parse_key(key) {
+        None => Replayed::UnknownKey,
+        Some(OffsetsKey::Offset {
+            group_id,
+            topic,
+            partition,
+        }) => {
+            let offset = value.and_then(records::parse_value);
+            coordinator.load_offset(&group_id, &topic, partition, offset);
+            Replayed::Offset
+        }
+        Some(OffsetsKey::GroupMetadata { group_id }) => {
+            let metadata = match value {
+                None => None,
+                Some(bytes) => match records::parse_group_metadata_value(bytes) {
+                    Some(metadata) => Some(metadata),
+                    None => return Replayed::UndecodableGroupMetadata { group_id },
+                },
+            };
+            coordinator.load_group_metadata(&group_id, metadata, now_ms);
+            Replayed::GroupMetadata
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coordinator::{CommitPartition, CommittedOffset, Committer, GroupConfig};
+
+    fn committed(offset: i64) -> CommittedOffset {
+        CommittedOffset {
+            offset,
+            leader_epoch: -1,
+            metadata: String::new(),
+            commit_timestamp_ms: 1_000,
+        }
+    }
+
+    #[test]
+    fn a_new_leader_loads_once_its_high_watermark_reaches_its_log_end() {
+        assert_eq!(load_end(10, 7), None);
+        assert_eq!(load_end(10, 10), Some(10));
+        assert_eq!(load_end(10, 12), Some(12));
+        assert_eq!(load_end(0, 0), Some(0));
+    }
+
+    #[test]
+    fn replayed_commits_and_tombstones_rebuild_the_offsets() {
+        let mut source = Coordinator::new(GroupConfig::default(), 1);
+        let committer = Committer {
+            group_id: "g".to_string(),
+            generation_id: -1,
+            member_id: String::new(),
+            group_instance_id: None,
+        };
+        let partition = |offset| CommitPartition {
+            topic: "t".to_string(),
+            partition: 0,
+            offset: committed(offset),
+        };
+        assert_eq!(
+            source.commit(1_000, &committer, &[partition(5)]),
+            Ok(vec![0])
+        );
+        let key = records::offset_key("g", "t", 0);
+        let mut loaded = Coordinator::new(GroupConfig::default(), 2);
+        for offset in [3, 5] {
+            let value = records::offset_value(&committed(offset));
+            assert_eq!(
+                replay(&mut loaded, &key, Some(&value), 2_000),
+                Replayed::Offset
+            );
+        }
+        let wanted = [("t".to_string(), 0)];
+        assert_eq!(
+            loaded.fetch_offsets("g", Some(&wanted)),
+            source.fetch_offsets("g", Some(&wanted))
+        );
+        assert_eq!(replay(&mut loaded, &key, None, 2_000), Replayed::Offset);
+        assert_eq!(loaded.fetch_offsets("g", Some(&wanted))[0].1, None);
+        assert_eq!(
+            replay(&mut loaded, b"\x00\x09junk", None, 2_000),
+            Replayed::UnknownKey
+        );
+        let group_key = records::group_metadata_key("g");
+        assert_eq!(
+            replay(&mut loaded, &group_key, Some(b"\x00\x03"), 2_000),
+            Replayed::UndecodableGroupMetadata {
+                group_id: "g".to_string()
+            }
+        );
+    }
+}
