@@ -22,37 +22,7 @@ use crate::topic_config;
 
 pub const CONTROLLER_CORE: usize = 0;
 
-/// A topic to create.
-#[derive(Debug, Clone)]
-pub struct TopicSpec {
-    pub name: String,
-    pub partitions: i32,
-    pub replication_factor: i16,
-    pub configs: BTreeMap<String, String>,
-}
-
-/// A manual assignment: (partition index, replica broker ids), as a
-/// CreateTopics request lists them; empty when the broker places the
-/// partitions.
-pub type Assignment = Vec<(i32, Vec<i32>)>;
-
-/// A refused change: Kafka error code and a message for the client.
-#[derive(Debug, Clone)]
-pub struct Refusal {
-    pub error_code: i16,
-    pub message: String,
-}
-
-impl Refusal {
-    fn new(error_code: i16, message: impl Into<String>) -> Self {
-        Self {
-            error_code,
-            message: message.into(),
-        }
-    }
-}
-
-pub type Outcome = Result<(), Refusal>;
+pub use crate::change::{Assignment, Outcome, Refusal, TopicSpec};
 
 /// Warns of each new partition `first..first + count` of `topic` whose
 /// directory already holds data: left from a topic the metadata lost (or
@@ -97,7 +67,7 @@ async fn propose(
     controller: &Rc<Shard>,
     records: Vec<MetadataRecord>,
 ) -> Result<Arc<MetadataImage>, Refusal> {
-    if let Some(cluster) = controller.cluster() {
+    if let Some(cluster) = crate::cluster::of(controller) {
         cluster.propose(records).await.map_err(|error| {
             tracing::warn!(%error, "a metadata change was not committed");
             Refusal::new(errors::NOT_CONTROLLER, error.to_string())
@@ -280,7 +250,7 @@ where
 /// active controller (admin requests are forwarded before they get
 /// here; this is what a client hears when that failed: retry).
 fn not_controller(shard: &Shard) -> Option<Refusal> {
-    let cluster = shard.cluster()?;
+    let cluster = crate::cluster::of(shard)?;
     if cluster.is_active_controller() {
         return None;
     }
@@ -296,7 +266,7 @@ fn not_controller(shard: &Shard) -> Option<Refusal> {
 /// The brokers a manual assignment may name: this node alone, or every
 /// registered broker of the cluster.
 fn known_brokers(controller: &Shard, image: &MetadataImage) -> Vec<i32> {
-    if controller.cluster().is_some() {
+    if controller.in_cluster() {
         image.brokers.keys().copied().collect()
     } else {
         vec![controller.config.node_id]
@@ -316,7 +286,7 @@ fn place(
     } else {
         replication_factor
     };
-    if controller.cluster().is_none() {
+    if !controller.in_cluster() {
         if factor != 1 {
             return Err(Refusal::new(
                 errors::INVALID_REPLICATION_FACTOR,
@@ -633,7 +603,7 @@ pub async fn elect_leaders(
                 .collect()
         })
     };
-    if shard.cluster().is_none() {
+    if !shard.in_cluster() {
         // A single node leads every partition it has.
         let image = shard.metadata.image();
         return wanted(&image)

@@ -5,6 +5,7 @@
 
 pub mod admin_http;
 pub mod allocator;
+pub mod change;
 pub mod clean_shutdown;
 pub mod cluster;
 pub mod config;
@@ -15,6 +16,7 @@ pub mod errors;
 pub mod exclusive;
 pub mod fatal;
 pub mod group;
+pub mod group_state;
 pub mod handlers;
 pub mod kraft_config;
 pub mod limits;

@@ -100,7 +100,7 @@ async fn open_one(
             producer_id_expiration_ms: shard.config.producer_id_expiration_ms,
             node_id: shard.config.node_id,
             replica_lag_time_max_ms: shard.config.cluster_timing.replica_lag_time_max_ms,
-            led_alone: shard.cluster().is_none(),
+            led_alone: !shard.in_cluster(),
         },
     )
     .await

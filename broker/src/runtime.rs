@@ -128,8 +128,14 @@ async fn core_main(
         config.cores,
         config.clone(),
         metadata.clone(),
-        cluster,
+        cluster.map(|cluster| cluster as Arc<dyn crate::metadata::Membership>),
     );
+    // A group coordinator leaves with its offsets partition's leadership.
+    shard.on_leadership_lost(|shard, topic, index| {
+        if topic == crate::metadata::OFFSETS_TOPIC {
+            crate::group::manager::unload(shard, index);
+        }
+    });
     shard.connect_mesh(ends).await;
 
     // Changes committed since this core's table was made count too.
@@ -162,7 +168,7 @@ async fn core_main(
         partitions: opened,
     });
     let accept = glommio::spawn_local(accept_once_serving(shard.clone(), listener));
-    if let Some(cluster) = shard.cluster().cloned() {
+    if let Some(cluster) = crate::cluster::of(&shard) {
         glommio::spawn_local(crate::cluster::replication::run(
             shard.clone(),
             cluster.clone(),
@@ -212,7 +218,7 @@ async fn core_main(
 /// its backlog and is served from then on, rather than hearing of no
 /// brokers and no controller. Ends when the broker stops.
 async fn accept_once_serving(shard: Rc<Shard>, listener: glommio::net::TcpListener) {
-    if let Some(cluster) = shard.cluster().cloned() {
+    if let Some(cluster) = crate::cluster::of(&shard) {
         let stopped = futures_lite::future::or(
             async {
                 cluster.until_serving().await;

@@ -26,13 +26,15 @@ use glommio::channels::shared_channel::{
 use crate::config::BrokerConfig;
 use crate::limits::SHARD_CHANNEL_CAPACITY;
 use crate::memory::MemoryPool;
-use crate::metadata::{MetadataStore, MetadataTable};
+use crate::metadata::{Membership, MetadataStore, MetadataTable};
 use crate::partition::Partition;
 use crate::sync::{Gate, Notify};
 
 type AnyReply = Box<dyn Any + Send>;
 type LocalFuture = Pin<Box<dyn Future<Output = AnyReply>>>;
 type Job = Box<dyn FnOnce(Rc<Shard>) -> LocalFuture + Send>;
+/// A hook run when a partition stops being led on this core.
+type LeadershipLost = Box<dyn Fn(&Shard, &str, i32)>;
 
 pub struct JobMessage {
     origin: usize,
@@ -107,10 +109,15 @@ pub struct Shard {
     pub producer_ids: Cell<(i64, i64)>,
     /// Serializes metadata changes on the controller core.
     pub controller_lock: glommio::sync::Semaphore,
-    /// The cluster this node is a member of (`None` on a single node).
-    cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// This node's membership in a cluster (`None` on a single node); the
+    /// cluster's code takes its own type back (`cluster::of`).
+    membership: Option<Arc<dyn Membership>>,
+    /// What runs when a partition of this core stops being led here, as
+    /// the services that keep state per led partition registered it
+    /// ([`Shard::on_leadership_lost`]).
+    leadership_lost: RefCell<Vec<LeadershipLost>>,
     /// The consumer groups this core coordinates.
-    pub groups: crate::group::manager::GroupManager,
+    pub groups: crate::group_state::GroupManager,
     /// Counters of the logs this core deleted, kept so the metrics' sums
     /// never go back (see `scrape::snapshot`).
     pub retired_logs: RefCell<crate::metrics::StorageSnapshot>,
@@ -120,16 +127,41 @@ pub struct Shard {
 }
 
 impl Shard {
-    /// The cluster this node is a member of (`None` on a single node).
-    pub fn cluster(&self) -> Option<&Arc<crate::cluster::Cluster>> {
-        self.cluster.as_ref()
+    /// This node's membership in a cluster (`None` on a single node).
+    pub fn membership(&self) -> Option<&Arc<dyn Membership>> {
+        self.membership.as_ref()
+    }
+
+    /// Whether this node is a member of a cluster (not a single node).
+    pub fn in_cluster(&self) -> bool {
+        self.membership.is_some()
     }
 
     /// Whether this node may act on the leaderships `image` gives it: on
     /// a single node always; in a cluster once the image holds this
-    /// process's registration ([`crate::cluster::Cluster::may_lead`]).
+    /// process's registration ([`Membership::may_lead`]).
     pub fn may_lead(&self, image: &crate::metadata::MetadataImage) -> bool {
-        self.cluster().is_none_or(|cluster| cluster.may_lead(image))
+        self.membership
+            .as_ref()
+            .is_none_or(|membership| membership.may_lead(image))
+    }
+
+    /// Registers what runs when a partition of this core stops being led
+    /// here (given the shard, the topic and the partition index).
+    pub fn on_leadership_lost(&self, hook: impl Fn(&Shard, &str, i32) + 'static) {
+        self.leadership_lost.borrow_mut().push(Box::new(hook));
+    }
+
+    /// This core no longer leads `topic`'s partition `index`: every
+    /// registered hook runs.
+    pub fn leadership_lost(&self, topic: &str, index: i32) {
+        let hooks = std::mem::take(&mut *self.leadership_lost.borrow_mut());
+        for hook in &hooks {
+            hook(self, topic, index);
+        }
+        let mut registered = self.leadership_lost.borrow_mut();
+        let added = std::mem::replace(&mut *registered, hooks);
+        registered.extend(added);
     }
 
     /// Wall time from the core's clock (`storage.clock()`), in ms since
@@ -144,7 +176,7 @@ impl Shard {
         cores: usize,
         config: Arc<BrokerConfig>,
         metadata: Arc<MetadataStore>,
-        cluster: Option<Arc<crate::cluster::Cluster>>,
+        membership: Option<Arc<dyn Membership>>,
     ) -> Rc<Self> {
         let share = |bytes: usize| (bytes / cores.max(1)).max(1);
         let storage = storage::Context::new(
@@ -170,7 +202,8 @@ impl Shard {
             connections: Rc::new(Gate::default()),
             producer_ids: Cell::new((0, 0)),
             controller_lock: glommio::sync::Semaphore::new(1),
-            cluster,
+            membership,
+            leadership_lost: RefCell::new(Vec::new()),
             groups: Default::default(),
             retired_logs: RefCell::new(crate::metrics::empty_storage()),
             storage,

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 
-use crate::controller::{Assignment, Outcome, Refusal, TopicSpec};
+use crate::change::{Assignment, Outcome, Refusal, TopicSpec};
 use crate::errors;
 use crate::shard::Shard;
 
@@ -48,7 +48,7 @@ pub fn is_controller_api(api_key: ApiKey) -> bool {
 /// The client listener address of the active controller, if it is
 /// another broker this node knows.
 pub fn controller_address(shard: &Shard) -> Option<String> {
-    let cluster = shard.cluster()?;
+    let cluster = crate::cluster::of(shard)?;
     if cluster.is_active_controller() {
         return None;
     }
@@ -92,8 +92,8 @@ pub async fn forward(shard: &Rc<Shard>, api_key: ApiKey, frame: &Bytes) -> Optio
 }
 
 async fn exchange(address: &str, frame: &Bytes) -> Result<Bytes, String> {
-    let mut stream = super::coordinator_forward::connect(address).await?;
-    super::coordinator_forward::round_trip(&mut stream, frame)
+    let mut stream = super::channel::connect(address).await?;
+    super::channel::round_trip(&mut stream, frame)
         .await
         .map_err(|e| e.to_string())
 }
@@ -102,7 +102,7 @@ async fn exchange(address: &str, frame: &Bytes) -> Result<Bytes, String> {
 /// controller had applied when it answered (bounded; a slow catch-up
 /// only delays the client seeing its change here).
 async fn catch_up(shard: &Rc<Shard>) {
-    let Some(cluster) = shard.cluster() else {
+    let Some(cluster) = crate::cluster::of(shard) else {
         return;
     };
     let target = cluster.controller_applied().await;

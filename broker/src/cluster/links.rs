@@ -96,7 +96,7 @@ pub fn leader_elsewhere(
     topic: &str,
     partition: i32,
 ) -> Option<i32> {
-    if !shard.config.balancer_enable || origin == Origin::Forwarded || shard.cluster().is_none() {
+    if !shard.config.balancer_enable || origin == Origin::Forwarded || !shard.in_cluster() {
         return None;
     }
     let state = image.topics.get(topic)?.partition(partition)?;

@@ -19,7 +19,7 @@
 //! file, as before: a quorum of one needs no consensus.
 
 pub mod agent;
-pub mod coordinator_forward;
+pub mod channel;
 pub mod follower;
 pub mod forward;
 pub mod links;
@@ -129,6 +129,27 @@ pub struct Cluster {
     pub probe: probe::ClusterProbe,
     /// This process's incarnation, once the agent runs.
     incarnation: std::sync::OnceLock<u64>,
+}
+
+impl crate::metadata::Membership for Cluster {
+    fn may_lead(&self, image: &MetadataImage) -> bool {
+        Cluster::may_lead(self, image)
+    }
+
+    fn as_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
+        self
+    }
+}
+
+/// The cluster this node is a member of (`None` on a single node).
+pub fn of(shard: &Shard) -> Option<Arc<Cluster>> {
+    let membership = shard.membership()?.clone();
+    Some(
+        membership
+            .as_any()
+            .downcast::<Cluster>()
+            .expect("a node's membership is its cluster"),
+    )
 }
 
 impl crate::metadata::CommittedImage for Cluster {
@@ -543,11 +564,8 @@ fn assign_states(shard: &Rc<Shard>) {
         if let Some(state) = state {
             let was_leading = partition.is_leader();
             partition.assign(state, shard.config.node_id, shard.may_lead(&image));
-            if was_leading
-                && !partition.is_leader()
-                && partition.topic() == crate::group::OFFSETS_TOPIC
-            {
-                crate::group::manager::unload(shard, partition.index());
+            if was_leading && !partition.is_leader() {
+                shard.leadership_lost(partition.topic(), partition.index());
             }
         }
     }
@@ -559,7 +577,7 @@ fn assign_states(shard: &Rc<Shard>) {
 /// but is given at this broker's advertised address (the balancer's):
 /// any broker serves a request for any node.
 pub fn listed_brokers(shard: &Shard, image: &MetadataImage, with_fenced: bool) -> Vec<BrokerMeta> {
-    if shard.cluster().is_some() {
+    if shard.in_cluster() {
         let config = &shard.config;
         let single = single_listed(shard, image);
         return image
@@ -601,7 +619,7 @@ pub fn broker_address(image: &MetadataImage, id: i32) -> Option<String> {
 
 /// The active controller clients are told of (-1 while none is known).
 pub fn controller_id(shard: &Shard) -> i32 {
-    match shard.cluster() {
+    match of(shard) {
         Some(cluster) => client_node(shard, &shard.metadata.image(), cluster.active_controller()),
         None => shard.config.node_id,
     }
@@ -615,7 +633,7 @@ pub fn controller_id(shard: &Shard) -> i32 {
 /// that leads everything, and every broker forwards what it does not lead.
 pub fn single_listed(shard: &Shard, image: &MetadataImage) -> Option<i32> {
     let config = &shard.config;
-    if !config.balancer_enable || !config.balancer_single_broker || shard.cluster().is_none() {
+    if !config.balancer_enable || !config.balancer_single_broker || !shard.in_cluster() {
         return None;
     }
     image

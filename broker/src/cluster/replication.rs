@@ -186,7 +186,7 @@ async fn fetch_from(shard: Rc<Shard>, leader: i32) {
                 .is_some_and(|t| {
                     super::placement::unclean_allowed(
                         t,
-                        shard.cluster().is_some_and(|c| c.unclean_default),
+                        crate::cluster::of(&shard).is_some_and(|c| c.unclean_default),
                     )
                 });
             match reconcile(conn, partition, *epoch, unclean).await {

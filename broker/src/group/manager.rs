@@ -6,14 +6,13 @@
 //! commit, a SyncGroup that completes a rebalance or a LeaveGroup that
 //! empties a group is answered).
 
-use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use glommio::channels::local_channel::{self, LocalSender};
+use glommio::channels::local_channel;
 use protocol::batch::build::{self, NewRecord};
 use protocol::batch::{split_batches, RecordBatch};
 
@@ -34,25 +33,7 @@ use crate::shard::Shard;
 use crate::sync::Notify;
 use groups::load::Replayed;
 
-/// One core's groups: the plain coordinator plus what runs it.
-#[derive(Default)]
-pub struct GroupManager {
-    coordinator: RefCell<Option<Coordinator>>,
-    /// `__consumer_offsets` partitions whose offsets are in the coordinator.
-    loaded: RefCell<HashSet<i32>>,
-    loading: RefCell<HashMap<i32, Rc<Notify>>>,
-    waiters: RefCell<HashMap<WaiterId, LocalSender<Reply>>>,
-    next_waiter: Cell<WaiterId>,
-    ticking: Cell<bool>,
-    /// Serialises appends per offsets partition, so the log holds commits
-    /// in the order the coordinator applied them.
-    write_locks: RefCell<HashMap<i32, Rc<glommio::sync::Semaphore>>>,
-    /// Per offsets partition: records held above which compaction is
-    /// considered again (twice the live offsets last counted, plus slack).
-    compact_check_at: RefCell<HashMap<i32, u64>>,
-    /// A task writes the membership records the tick took.
-    metadata_writer: Cell<bool>,
-}
+pub use crate::group_state::GroupManager;
 
 fn offsets_partition_count(shard: &Shard) -> i32 {
     shard
@@ -66,7 +47,7 @@ fn offsets_partition_count(shard: &Shard) -> i32 {
 /// Replicas the offsets topic is created with: `offsets.topic.replication.factor`
 /// capped by the live brokers in a cluster, one on a single node.
 fn offsets_replication_factor(shard: &Shard, image: &crate::metadata::MetadataImage) -> i16 {
-    if shard.cluster().is_none() {
+    if !shard.in_cluster() {
         return 1;
     }
     let live = i16::try_from(image.live_brokers().count()).unwrap_or(i16::MAX);

@@ -7,6 +7,7 @@
 //! (`coordinator`) and the on-disk formats (`records`) are the `groups`
 //! crate's; `manager` is the runtime edge.
 
+pub mod forward;
 pub mod manager;
 
 pub use ::groups::coordinator::{GroupConfig, GROUP_CONFIG_KEYS};

@@ -221,7 +221,7 @@ fn check_broker_resource(shard: &Shard, name: &str) -> Result<(), Refusal> {
     if name == dynamic_config::CLUSTER_DEFAULT || name == shard.config.node_id.to_string() {
         return Ok(());
     }
-    if shard.cluster().is_some() {
+    if shard.in_cluster() {
         let registered = name
             .parse::<i32>()
             .is_ok_and(|id| shard.metadata.image().brokers.contains_key(&id));

@@ -91,7 +91,7 @@ pub fn handle(
 }
 
 fn quorum(shard: &Shard) -> Quorum {
-    let Some(cluster) = shard.cluster() else {
+    let Some(cluster) = crate::cluster::of(shard) else {
         let image = shard.metadata.image();
         let node_id = shard.config.node_id;
         let offset = image.offset as i64;

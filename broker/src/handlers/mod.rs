@@ -280,7 +280,7 @@ pub async fn handle(
     }
     let body = codec::decode_body(&request)?;
     if let Some(answer) =
-        crate::cluster::coordinator_forward::forward(&shard, &request, &body, &original, peer).await
+        crate::group::forward::forward(&shard, &request, &body, &original, peer).await
     {
         return Ok(Some(answer.into()));
     }
@@ -290,7 +290,7 @@ pub async fn handle(
 /// In a cluster, a metadata change sent to a broker that is not the
 /// active controller goes there, and its answer comes back unchanged.
 async fn forward_to_controller(shard: &Rc<Shard>, frame: &Bytes) -> Option<Bytes> {
-    shard.cluster()?;
+    crate::cluster::of(shard)?;
     let [k0, k1, ..] = **frame else {
         return None;
     };
@@ -414,8 +414,7 @@ async fn dispatch(
         }
         RequestKind::JoinGroup(body) => {
             // A JoinGroup another broker forwarded names its member's own.
-            let forwarded =
-                crate::cluster::coordinator_forward::forwarded_client(request.client_id.as_deref());
+            let forwarded = crate::group::forward::forwarded_client(request.client_id.as_deref());
             let (client_host, client_id) = forwarded.unwrap_or_else(|| {
                 (
                     peer.map(join_group::client_host).unwrap_or_default(),

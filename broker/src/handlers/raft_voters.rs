@@ -72,7 +72,7 @@ pub async fn remove(shard: &Rc<Shard>, request: RemoveRaftVoterRequest) -> Remov
 }
 
 async fn change(shard: &Rc<Shard>, request: VoterRequest, timeout: Duration) -> VoterOutcome {
-    match shard.cluster() {
+    match crate::cluster::of(shard) {
         Some(cluster) => cluster.change_voters(request, timeout).await,
         None => Err((
             errors::INVALID_REQUEST,

@@ -164,6 +164,19 @@ pub trait CommittedImage: Send + Sync {
     fn image(&self) -> Arc<MetadataImage>;
 }
 
+/// What the layers below the cluster ask of this node's membership in
+/// one: the cluster implements it, a single node has none. The per-core
+/// context carries it without knowing the cluster's type.
+pub trait Membership: Send + Sync + 'static {
+    /// Whether this node may act on the leaderships `image` gives it: once
+    /// the image holds this process's registration.
+    fn may_lead(&self, image: &MetadataImage) -> bool;
+
+    /// The membership as itself, for the cluster's code to take back its
+    /// own type (`cluster::of`).
+    fn as_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync>;
+}
+
 impl MetadataStore {
     /// A single node's store over its local log.
     pub fn new(writer: MetadataWriter, image: MetadataImage) -> Self {

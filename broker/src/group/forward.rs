@@ -11,30 +11,23 @@
 //! Each forwarded request takes a connection of its own from a pool per
 //! destination on this core (JoinGroup and SyncGroup wait at the
 //! coordinator for the whole group, minutes at worst, and must not hold
-//! up a heartbeat), at most [`FORWARD_GROUP_CONNECTIONS_MAX`] at once:
+//! up a heartbeat), at most `FORWARD_GROUP_CONNECTIONS_MAX` at once (`cluster::channel`):
 //! beyond, the client's connection waits. When the coordinator cannot be
 //! reached the request is answered here, by a broker that does not
 //! coordinate the group: NOT_COORDINATOR, which sends the client back to
 //! FindCoordinator, as a direct connection to a former coordinator would.
 
-use std::cell::RefCell;
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
-use glommio::net::TcpStream;
-use glommio::sync::Semaphore;
 use kafka_protocol::messages::RequestKind;
 use protocol::codec::RequestFrame;
 
-use super::links::{Origin, FORWARDED_CLIENT_ID_PREFIX};
-use crate::limits::{
-    FORWARDED_ANSWER_BYTES_MAX, FORWARD_CONNECT_TIMEOUT_MS, FORWARD_GROUP_CONNECTIONS_MAX,
-    FORWARD_TIMEOUT_MS,
-};
+use crate::cluster::channel::exchange;
+use crate::cluster::links::{Origin, FORWARDED_CLIENT_ID_PREFIX};
+use crate::limits::FORWARD_TIMEOUT_MS;
 use crate::shard::Shard;
 
 /// The groups a request is for, if it is a group coordinator request.
@@ -84,7 +77,7 @@ pub async fn forward(
     peer: Option<IpAddr>,
 ) -> Option<Bytes> {
     if !shard.config.balancer_enable
-        || shard.cluster().is_none()
+        || !shard.in_cluster()
         || Origin::of(request.client_id.as_deref()) == Origin::Forwarded
     {
         return None;
@@ -164,97 +157,6 @@ fn with_client_id(frame: &Bytes, client_id: &str) -> Option<Bytes> {
     out.extend_from_slice(client_id.as_bytes());
     out.extend_from_slice(rest);
     Some(Bytes::from(out))
-}
-
-/// This core's connections to one coordinator: idle ones, and the bound
-/// on those in use.
-struct Pool {
-    idle: RefCell<Vec<(String, TcpStream)>>,
-    slots: Semaphore,
-}
-
-thread_local! {
-    static POOLS: RefCell<HashMap<i32, Rc<Pool>>> = RefCell::new(HashMap::new());
-}
-
-fn pool(broker: i32) -> Rc<Pool> {
-    POOLS.with_borrow_mut(|pools| {
-        pools
-            .entry(broker)
-            .or_insert_with(|| {
-                Rc::new(Pool {
-                    idle: RefCell::new(Vec::new()),
-                    slots: Semaphore::new(FORWARD_GROUP_CONNECTIONS_MAX as u64),
-                })
-            })
-            .clone()
-    })
-}
-
-/// Sends `frame` to `broker` on a pooled connection and reads its answer.
-async fn exchange(
-    shard: &Rc<Shard>,
-    broker: i32,
-    frame: Bytes,
-    limit: Duration,
-) -> Result<Bytes, String> {
-    let address = super::broker_address(&shard.metadata.image(), broker)
-        .ok_or_else(|| format!("broker {broker} is not registered or is fenced"))?;
-    let pool = pool(broker);
-    let _slot = pool
-        .slots
-        .acquire_permit(1)
-        .await
-        .map_err(|e| e.to_string())?;
-    let idle = pool.idle.borrow_mut().pop();
-    let mut stream = match idle {
-        Some((at, stream)) if at == address => stream,
-        _ => connect(&address).await?,
-    };
-    let answer = glommio::timer::timeout(limit, async {
-        round_trip(&mut stream, &frame)
-            .await
-            .map_err(glommio::GlommioError::<()>::IoError)
-    })
-    .await
-    .map_err(|e| e.to_string())?;
-    pool.idle.borrow_mut().push((address, stream));
-    Ok(answer)
-}
-
-pub(super) async fn connect(address: &str) -> Result<TcpStream, String> {
-    let target: std::net::SocketAddr = std::net::ToSocketAddrs::to_socket_addrs(address)
-        .map_err(|e| e.to_string())?
-        .next()
-        .ok_or_else(|| format!("{address} resolves to nothing"))?;
-    let stream =
-        TcpStream::connect_timeout(target, Duration::from_millis(FORWARD_CONNECT_TIMEOUT_MS))
-            .await
-            .map_err(|e| e.to_string())?;
-    let _ = stream.set_nodelay(true);
-    Ok(stream)
-}
-
-/// Writes one request frame (with its length prefix) and reads one whole
-/// response frame (returned with its length prefix).
-pub(super) async fn round_trip(stream: &mut TcpStream, frame: &[u8]) -> std::io::Result<Bytes> {
-    let max = FORWARDED_ANSWER_BYTES_MAX;
-    let mut request = Vec::with_capacity(frame.len() + 4);
-    request.extend_from_slice(&(frame.len() as u32).to_be_bytes());
-    request.extend_from_slice(frame);
-    stream.write_all(&request).await?;
-    let mut head = [0u8; 4];
-    stream.read_exact(&mut head).await?;
-    let len = u32::from_be_bytes(head) as usize;
-    if len > max {
-        return Err(std::io::Error::other(format!(
-            "an answer of {len} bytes is above the {max}-byte limit"
-        )));
-    }
-    let mut answer = vec![0u8; len + 4];
-    answer[..4].copy_from_slice(&head);
-    stream.read_exact(&mut answer[4..]).await?;
-    Ok(Bytes::from(answer))
 }
 
 #[cfg(test)]

@@ -1,0 +1,34 @@
+//! A core's consumer-group state as the per-core context carries it: the
+//! plain coordinator (the `groups` crate's) and the bookkeeping of its
+//! runtime edge, `group::manager`, which alone reads and changes it. It
+//! sits below the per-core context so that the context needs nothing of
+//! the groups' code.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
+
+use glommio::channels::local_channel::LocalSender;
+use groups::coordinator::{Coordinator, Reply, WaiterId};
+
+use crate::sync::Notify;
+
+/// One core's groups: the plain coordinator plus what runs it.
+#[derive(Default)]
+pub struct GroupManager {
+    pub(crate) coordinator: RefCell<Option<Coordinator>>,
+    /// `__consumer_offsets` partitions whose offsets are in the coordinator.
+    pub(crate) loaded: RefCell<HashSet<i32>>,
+    pub(crate) loading: RefCell<HashMap<i32, Rc<Notify>>>,
+    pub(crate) waiters: RefCell<HashMap<WaiterId, LocalSender<Reply>>>,
+    pub(crate) next_waiter: Cell<WaiterId>,
+    pub(crate) ticking: Cell<bool>,
+    /// Serialises appends per offsets partition, so the log holds commits
+    /// in the order the coordinator applied them.
+    pub(crate) write_locks: RefCell<HashMap<i32, Rc<glommio::sync::Semaphore>>>,
+    /// Per offsets partition: records held above which compaction is
+    /// considered again (twice the live offsets last counted, plus slack).
+    pub(crate) compact_check_at: RefCell<HashMap<i32, u64>>,
+    /// A task writes the membership records the tick took.
+    pub(crate) metadata_writer: Cell<bool>,
+}
