@@ -712,8 +712,8 @@ impl Partition {
     /// the log end (not the high watermark), after the fetch offset counts
     /// as the follower's log end (the follower promises it is durable under
     /// its flush policy), which may move the high watermark and answer
-    /// `acks=all` produces. The high watermark it is told is capped at this
-    /// leader's durable offset.
+    /// `acks=all` produces. The high watermark it is told is capped at what
+    /// this leader keeps under its flush policy.
     pub async fn read_for_follower(
         &self,
         replica_id: NodeId,
@@ -733,11 +733,12 @@ impl Partition {
         self.apply(actions);
         // The high watermark counts this leader's own records as they are
         // appended, before its sync; a follower is told it only up to what
-        // this leader has made durable. Otherwise a leader that crashed
-        // before its sync and came back as the only in-sync replica would
-        // lead without records a follower holds as committed, and that
-        // follower would refuse to truncate below its high watermark.
-        let high_watermark = self.high_watermark().min(self.log.durable_offset() as i64);
+        // this leader keeps under its flush policy (what `wait_durable`
+        // waits for). Otherwise a leader that crashed before its sync and
+        // came back as the only in-sync replica would lead without records
+        // a follower holds as committed, and that follower would refuse to
+        // truncate below its high watermark.
+        let high_watermark = self.high_watermark().min(self.log.kept_offset() as i64);
         let log_start_offset = self.log_start_offset();
         if let Err(why) = taken {
             return FetchOutcome {

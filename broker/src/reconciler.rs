@@ -246,6 +246,9 @@ pub async fn remove_gone(shard: &Rc<Shard>, removal: Removal) -> usize {
         let Some(partition) = partition else {
             continue;
         };
+        if partition.is_leader() {
+            shard.leadership_lost(name, *index);
+        }
         match removal {
             Removal::Delete => {
                 crate::metrics::add_log_counters(

@@ -147,21 +147,18 @@ impl Shard {
     }
 
     /// Registers what runs when a partition of this core stops being led
-    /// here (given the shard, the topic and the partition index).
+    /// here (given the shard, the topic and the partition index). Hooks
+    /// are registered as the core starts, never from a hook.
     pub fn on_leadership_lost(&self, hook: impl Fn(&Shard, &str, i32) + 'static) {
         self.leadership_lost.borrow_mut().push(Box::new(hook));
     }
 
-    /// This core no longer leads `topic`'s partition `index`: every
-    /// registered hook runs.
+    /// This core no longer leads `topic`'s partition `index` (another
+    /// replica leads it, or it left this core): every registered hook runs.
     pub fn leadership_lost(&self, topic: &str, index: i32) {
-        let hooks = std::mem::take(&mut *self.leadership_lost.borrow_mut());
-        for hook in &hooks {
+        for hook in self.leadership_lost.borrow().iter() {
             hook(self, topic, index);
         }
-        let mut registered = self.leadership_lost.borrow_mut();
-        let added = std::mem::replace(&mut *registered, hooks);
-        registered.extend(added);
     }
 
     /// Wall time from the core's clock (`storage.clock()`), in ms since

@@ -31,8 +31,9 @@ use crate::frame::LENGTH_PREFIX_BYTES;
 /// The ApiVersions versions this client speaks (v3 is the first flexible).
 pub const API_VERSIONS_VERSION_MAX: i16 = 3;
 /// Kafka's error code for success (no `ResponseError` stands for it).
-pub const ERROR_NONE: i16 = 0;
-const UNSUPPORTED_VERSION: i16 = ResponseError::UnsupportedVersion.code();
+pub use crate::error_codes::NONE as ERROR_NONE;
+use crate::error_codes::UNSUPPORTED_VERSION;
+
 const READ_BUFFER_BYTES: usize = 64 << 10;
 
 /// How a connection is opened and bounded.

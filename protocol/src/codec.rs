@@ -13,8 +13,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 
-/// Kafka's UNSUPPORTED_VERSION error code.
-pub const UNSUPPORTED_VERSION: i16 = 35;
+use crate::error_codes::UNSUPPORTED_VERSION;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CodecError {

@@ -214,6 +214,15 @@ enum Message {
     },
 }
 
+/// A request a leader answers once acks=all holds for what it appended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Parked {
+    /// The client's record `value`.
+    Produce { value: u64 },
+    /// The consumer's commit of `offset`.
+    Commit { offset: i64 },
+}
+
 /// Where a follower's fetching stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fetching {
@@ -254,9 +263,8 @@ struct Broker {
     assigned: Option<Rc<MetadataImage>>,
     replica: ReplicaState,
     fetching: Fetching,
-    waiters: BTreeMap<WaiterId, (u64, u64)>,
-    /// Offset commits waiting for acks=all: the committed offset.
-    commits: BTreeMap<WaiterId, i64>,
+    /// What waits for acks=all, and at which log offset.
+    waiters: BTreeMap<WaiterId, (Parked, u64)>,
     next_waiter: WaiterId,
     /// The group coordinator, once this leader has loaded the partition.
     coordinator: Option<Coordinator>,
@@ -290,7 +298,6 @@ impl Broker {
             replica: fresh_replica(id, min_insync, 0),
             fetching: Fetching::Idle,
             waiters: BTreeMap::new(),
-            commits: BTreeMap::new(),
             next_waiter: 0,
             coordinator: None,
             log_end_at_takeover: 0,
@@ -617,7 +624,6 @@ impl Sim {
         broker.replica = fresh_replica(broker.id, min_insync, broker.log.len() as u64);
         broker.fetching = Fetching::Idle;
         broker.waiters.clear();
-        broker.commits.clear();
         broker.coordinator = None;
         broker.sync_at = None;
         broker.inbox.clear();
@@ -785,14 +791,20 @@ impl Sim {
             match action {
                 Action::HighWatermarkAdvanced { .. } => {}
                 Action::CompleteAcks { waiter, result } => {
-                    if let Some((value, offset)) = self.broker(id).waiters.remove(&waiter) {
-                        let offset = result.is_ok().then_some(offset);
-                        self.send(id, CLIENT, Message::Produced { value, offset });
-                    }
-                    if let Some(offset) = self.broker(id).commits.remove(&waiter) {
-                        let ok = result.is_ok();
-                        self.send(id, CLIENT, Message::Committed { offset, ok });
-                    }
+                    let Some((parked, at)) = self.broker(id).waiters.remove(&waiter) else {
+                        continue;
+                    };
+                    let answer = match parked {
+                        Parked::Produce { value } => Message::Produced {
+                            value,
+                            offset: result.is_ok().then_some(at),
+                        },
+                        Parked::Commit { offset } => Message::Committed {
+                            offset,
+                            ok: result.is_ok(),
+                        },
+                    };
+                    self.send(id, CLIENT, answer);
                 }
                 Action::ProposeIsr(proposal) => {
                     let alter = AlterPartition {
@@ -1067,30 +1079,49 @@ impl Sim {
             key: records::offset_key(GROUP, TOPIC, 0),
             value: Some(records::offset_value(&committed)),
         };
-        let epoch = broker.replica.leader_epoch();
-        broker.log.push(Entry {
-            epoch,
-            value: 0,
-            offsets_record: Some(Rc::new(record)),
-        });
-        let at = broker.log.len() as u64 - 1;
+        let (at, actions) = self.leader_append(id, 0, Some(Rc::new(record)));
         self.note(|| format!("broker {id} writes the commit of {offset} at {at}"));
-        let mut actions = Vec::new();
-        let broker = self.broker(id);
-        broker.replica.local_append(at + 1, &mut actions);
-        let slow = broker.slow_disk_until > now;
-        let sync = now + sync_delay(&mut self.rng, slow);
-        let broker = self.broker(id);
-        broker.sync_at.get_or_insert(sync);
         if self.scenario.mutation == Mutation::AnswerCommitAtAppend {
             self.apply_actions(id, actions);
             self.send(id, CLIENT, Message::Committed { offset, ok: true });
             return;
         }
+        self.park(id, Parked::Commit { offset }, at, actions);
+    }
+
+    /// Appends one entry to leader `id`'s log in its epoch: the replica
+    /// state learns the new log end and a sync is due. Its offset, and
+    /// what the replica state asked for.
+    fn leader_append(
+        &mut self,
+        id: NodeId,
+        value: u64,
+        offsets_record: Option<Rc<OffsetsRecord>>,
+    ) -> (u64, Vec<Action>) {
+        let now = self.now;
+        let slow = self.broker(id).slow_disk_until > now;
+        let sync = now + sync_delay(&mut self.rng, slow);
+        let broker = self.broker(id);
+        let epoch = broker.replica.leader_epoch();
+        broker.log.push(Entry {
+            epoch,
+            value,
+            offsets_record,
+        });
+        let at = broker.log.len() as u64 - 1;
+        let mut actions = Vec::new();
+        broker.replica.local_append(at + 1, &mut actions);
+        broker.sync_at.get_or_insert(sync);
+        (at, actions)
+    }
+
+    /// Parks `parked` until acks=all holds for log offset `at` (it may
+    /// hold at once), with what the append before asked for.
+    fn park(&mut self, id: NodeId, parked: Parked, at: u64, mut actions: Vec<Action>) {
         let broker = self.broker(id);
         let waiter = broker.next_waiter;
         broker.next_waiter += 1;
-        broker.commits.insert(waiter, offset);
+        broker.waiters.insert(waiter, (parked, at));
         broker.replica.await_acks(waiter, at, &mut actions);
         self.apply_actions(id, actions);
     }
@@ -1149,60 +1180,33 @@ impl Sim {
     }
 
     fn on_produce(&mut self, id: NodeId, value: u64) {
-        let mutation = self.scenario.mutation;
-        let now = self.now;
         let broker = self.broker(id);
         if broker.replica.admit_produce(-1).is_err() {
-            self.send(
-                id,
-                CLIENT,
-                Message::Produced {
-                    value,
-                    offset: None,
-                },
-            );
+            let refused = Message::Produced {
+                value,
+                offset: None,
+            };
+            self.send(id, CLIENT, refused);
             return;
         }
-        let mut actions = Vec::new();
-        let waiter = broker.next_waiter;
-        broker.next_waiter += 1;
         // The idempotent producer's duplicate: the batch is in the log.
-        if let Some(offset) = broker.log.iter().position(|e| e.value == value) {
-            let offset = offset as u64;
-            if mutation == Mutation::AnswerDuplicateAtOnce {
-                self.send(
-                    id,
-                    CLIENT,
-                    Message::Produced {
-                        value,
-                        offset: Some(offset),
-                    },
-                );
+        if let Some(at) = broker.log.iter().position(|e| e.value == value) {
+            let at = at as u64;
+            if self.scenario.mutation == Mutation::AnswerDuplicateAtOnce {
+                let answer = Message::Produced {
+                    value,
+                    offset: Some(at),
+                };
+                self.send(id, CLIENT, answer);
                 return;
             }
-            broker.waiters.insert(waiter, (value, offset));
-            broker.replica.await_acks(waiter, offset, &mut actions);
-            self.apply_actions(id, actions);
+            self.park(id, Parked::Produce { value }, at, Vec::new());
             return;
         }
-        let epoch = broker.replica.leader_epoch();
-        let at = broker.log.len();
+        let (at, actions) = self.leader_append(id, value, None);
+        let epoch = self.broker(id).replica.leader_epoch();
         self.note(|| format!("broker {id} appends {value} at {at} in epoch {epoch}"));
-        let broker = self.broker(id);
-        broker.log.push(Entry {
-            epoch,
-            value,
-            offsets_record: None,
-        });
-        let offset = broker.log.len() as u64 - 1;
-        broker.replica.local_append(offset + 1, &mut actions);
-        let slow = broker.slow_disk_until > now;
-        let at = now + sync_delay(&mut self.rng, slow);
-        let broker = self.broker(id);
-        broker.sync_at.get_or_insert(at);
-        broker.waiters.insert(waiter, (value, offset));
-        broker.replica.await_acks(waiter, offset, &mut actions);
-        self.apply_actions(id, actions);
+        self.park(id, Parked::Produce { value }, at, actions);
     }
 
     fn broker_timers(&mut self, id: NodeId) {

@@ -224,18 +224,11 @@ async fn load(shard: &Rc<Shard>, partition: i32) -> Result<(), i16> {
     // cover yet: it waits (bounded) for the high watermark to reach its
     // log end, then loads up to it (`groups::load::load_end`).
     let log_end = log.log_end_offset();
-    let caught_up = futures_lite::future::or(
-        async {
-            log.wait_for_append(log_end - 1).await;
-            true
-        },
-        async {
+    if groups::load::load_end(log_end, log.high_watermark()).is_none() {
+        futures_lite::future::or(log.wait_for_append(log_end - 1), async {
             glommio::timer::sleep(OFFSETS_LOAD_CATCH_UP_WAIT).await;
-            false
-        },
-    );
-    if log_end > 0 && log.high_watermark() < log_end && !caught_up.await {
-        return Err(errors::COORDINATOR_LOAD_IN_PROGRESS);
+        })
+        .await;
     }
     let Some(end) = groups::load::load_end(log_end, log.high_watermark()) else {
         return Err(errors::COORDINATOR_LOAD_IN_PROGRESS);

@@ -255,7 +255,10 @@ pub async fn handle(
     peer: Option<IpAddr>,
 ) -> Result<Option<Encoded>, ConnectionError> {
     if let Some(answer) = api_versions_unsupported(&frame) {
-        metrics::record_error_code(ApiKey::ApiVersions as i16, codec::UNSUPPORTED_VERSION);
+        metrics::record_error_code(
+            ApiKey::ApiVersions as i16,
+            crate::errors::UNSUPPORTED_VERSION,
+        );
         return Ok(Some(answer.into()));
     }
     if let Some(answer) = forward_to_controller(&shard, &frame).await {

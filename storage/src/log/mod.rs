@@ -285,6 +285,14 @@ impl Log {
         self.inner.state.borrow().written_offset
     }
 
+    /// Offsets below this are kept as the flush policy promises: synced
+    /// for `always`, written to the file for `interval` and `never`. What
+    /// [`Log::wait_durable`] waits for.
+    pub fn kept_offset(&self) -> u64 {
+        let always = self.inner.config.borrow().flush == crate::config::FlushPolicy::Always;
+        kept_offset(&self.inner.state.borrow(), always)
+    }
+
     pub fn stats(&self) -> LogStats {
         let state = self.inner.state.borrow();
         LogStats {
@@ -460,5 +468,15 @@ fn fence_inner(inner: &Inner, reason: String) {
     inner.changed.notify_all();
     if first {
         crate::fence::fenced(&inner.dir, &reason);
+    }
+}
+
+/// [`Log::kept_offset`] of `state` under a flush policy that is or is not
+/// `always`.
+fn kept_offset(state: &State, always: bool) -> u64 {
+    if always {
+        state.durable_offset
+    } else {
+        state.written_offset
     }
 }

@@ -42,22 +42,10 @@ impl Log {
             .changed
             .wait_until(|| {
                 let s = self.inner.state.borrow();
-                let reached = if always {
-                    s.durable_offset
-                } else {
-                    s.written_offset
-                };
-                reached > last_offset || s.failure.is_some() || s.no_space.is_some()
+                kept_offset(&s, always) > last_offset || s.failure.is_some() || s.no_space.is_some()
             })
             .await;
-        let reached = {
-            let s = self.inner.state.borrow();
-            if always {
-                s.durable_offset > last_offset
-            } else {
-                s.written_offset > last_offset
-            }
-        };
+        let reached = kept_offset(&self.inner.state.borrow(), always) > last_offset;
         self.check_failure_or_space(reached)
     }
 
