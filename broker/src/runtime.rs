@@ -137,6 +137,12 @@ async fn core_main(
         }
     });
     shard.connect_mesh(ends).await;
+    // The controller listener and the connections to the controllers run
+    // on core 0 from the start: the quorum and the agent need them while
+    // the partitions open.
+    if let Some(cluster) = crate::cluster::of(&shard).filter(|_| core == 0) {
+        glommio::spawn_local(crate::cluster::transport::run_controller_channel(cluster)).detach();
+    }
 
     // Changes committed since this core's table was made count too.
     crate::reconciler::install(&shard, &metadata.image());
@@ -252,7 +258,7 @@ fn start_cluster(
     stored_meta: Option<crate::meta_properties::MetaProperties>,
     clean_shutdown: bool,
 ) -> anyhow::Result<Arc<crate::cluster::Cluster>> {
-    use crate::cluster::{net, voter::Voter, Cluster};
+    use crate::cluster::{transport, voter::Voter, Cluster};
     let local_log = config
         .data_dir
         .join(crate::metadata::METADATA_DIR)
@@ -309,15 +315,19 @@ fn start_cluster(
             .context("cannot read the controller quorum's directory id")?,
     );
     let _ = cluster.directories.set(directories.clone());
-    let listener = net::bind(address)?;
-    net::serve(listener, cluster.clone()).context("cannot start the controller listener")?;
+    // Bound now, so a port in use refuses the start; core 0 serves it.
+    let listener = std::net::TcpListener::bind(address).map_err(|error| {
+        anyhow::anyhow!("cannot listen on the controller listener {address}: {error}")
+    })?;
+    cluster.channel.listen(listener);
     let peers: Vec<(i32, String)> = quorum
         .voters
         .iter()
         .filter(|v| v.id != config.node_id)
         .map(|v| (v.id, format!("{}:{}", v.host, v.port)))
         .collect();
-    let peers = net::Peers::start(&peers).context("cannot start the voter connections")?;
+    let peers: crate::cluster::voter::Peers =
+        Box::new(transport::RaftPeers::new(cluster.clone(), &peers));
     // The quorum thread first settles how this voter may take part: an
     // empty log only where no voter counts on it, which may mean waiting
     // for the other voters to be up. The broker starts meanwhile (it

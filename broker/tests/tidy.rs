@@ -547,3 +547,49 @@ fn the_circle_finder_finds_circles() {
     assert_eq!(imports["b"], ["a"].iter().map(|s| s.to_string()).collect());
     assert_eq!(circles(&imports).len(), 1);
 }
+
+/// Where a source file of the broker opens a network connection: the
+/// calls that do, found by their text (comments excluded).
+fn connects(text: &str) -> Vec<String> {
+    const OPENERS: [&str; 3] = [
+        "Connection::connect(",
+        "TcpStream::connect",
+        ".connect_timeout(",
+    ];
+    text.lines()
+        .filter(|line| !line.trim_start().starts_with("//"))
+        .filter(|line| OPENERS.iter().any(|opener| line.contains(opener)))
+        .map(|line| line.trim().to_string())
+        .collect()
+}
+
+/// Every connection from one node to another leaves through the one
+/// inter-broker channel (`cluster/transport.rs`): no other file of the
+/// broker process opens a connection. The operator commands (`cli/`)
+/// connect to brokers as clients do, and the listen-address check
+/// (`exclusive.rs`) probes this node's own address.
+#[test]
+fn every_inter_broker_connection_goes_through_the_one_channel() {
+    let src = workspace_root().join("broker/src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let channel = src.join("cluster/transport.rs");
+    assert!(
+        !connects(&std::fs::read_to_string(&channel).unwrap()).is_empty(),
+        "the channel itself opens connections: the search finds them"
+    );
+    let mut elsewhere = Vec::new();
+    for file in files {
+        let relative = file.strip_prefix(&src).unwrap();
+        if file == channel || relative.starts_with("cli") || relative == Path::new("exclusive.rs") {
+            continue;
+        }
+        for call in connects(&std::fs::read_to_string(&file).unwrap()) {
+            elsewhere.push(format!("{}: {call}", relative.display()));
+        }
+    }
+    assert!(
+        elsewhere.is_empty(),
+        "connections opened outside cluster/transport.rs: {elsewhere:#?}"
+    );
+}

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::net;
+use super::transport::{Lane, IO_TIMEOUT};
 use super::wire::{Frame, Heartbeat, HeartbeatStatus, Startup};
 use super::Cluster;
 use crate::meta_properties::{self, MetaProperties};
@@ -27,7 +27,7 @@ const NOT_SERVING_NOTICE_EVERY: Duration = Duration::from_secs(10);
 
 /// How long a heartbeat waits for its answer: a quarter of the session
 /// (the controller answers at once), at least one heartbeat interval, at
-/// most [`net::IO_TIMEOUT`]. A network partition closes nothing: a
+/// most [`IO_TIMEOUT`]. A network partition closes nothing: a
 /// heartbeat to an active controller cut off from this broker hangs until
 /// this runs out, and only then does the broker look for the new one,
 /// which gives it this plus a few intervals to be heard (see
@@ -37,7 +37,7 @@ const NOT_SERVING_NOTICE_EVERY: Duration = Duration::from_secs(10);
 pub fn heartbeat_timeout(timing: &crate::config::ClusterTiming) -> Duration {
     Duration::from_millis(timing.session_timeout_ms / 4)
         .max(Duration::from_millis(timing.heartbeat_interval_ms))
-        .min(net::IO_TIMEOUT)
+        .min(IO_TIMEOUT)
 }
 
 pub struct Agent {
@@ -48,9 +48,8 @@ pub struct Agent {
     /// How the data dir was found at start, told with every heartbeat.
     startup: Startup,
     interval: Duration,
-    /// The voter tried next, and the connection to it.
+    /// The voter tried next.
     target: usize,
-    link: net::Link,
     commands: flume::Receiver<Command>,
     /// When the agent started, and when it last said why the broker does
     /// not serve clients yet.
@@ -95,7 +94,6 @@ impl Agent {
             },
             stored,
             interval,
-            link: net::Link::default(),
             commands,
             started: std::time::Instant::now(),
             noticed: std::time::Instant::now(),
@@ -306,7 +304,9 @@ impl Agent {
         timeout: Duration,
     ) -> std::io::Result<super::wire::Envelope> {
         let cluster_id = self.our_cluster_id();
-        self.link.call(address, &cluster_id, frame, timeout)
+        self.cluster
+            .channel
+            .call(Lane::Agent, address, &cluster_id, frame, timeout)
     }
 
     /// Sends an ISR change to the active controller (following one
@@ -316,11 +316,7 @@ impl Agent {
             let Some((id, address)) = self.pick_target() else {
                 break;
             };
-            match self.call(
-                &address,
-                Frame::AlterPartition(alter.clone()),
-                net::IO_TIMEOUT,
-            ) {
+            match self.call(&address, Frame::AlterPartition(alter.clone()), IO_TIMEOUT) {
                 Ok(reply) => match reply.frame {
                     Frame::AlterPartitionReply { error_code } => {
                         if error_code != crate::errors::NOT_CONTROLLER {

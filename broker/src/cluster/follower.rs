@@ -17,7 +17,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::net;
+use super::transport::{Lane, IO_TIMEOUT};
 use super::wire::{FetchReply, Frame};
 use super::Cluster;
 use crate::metadata::MetadataImage;
@@ -38,7 +38,6 @@ pub struct Follower {
     published: u64,
     /// The voter tried next when the active controller is not known.
     rotation: usize,
-    link: net::Link,
 }
 
 impl Follower {
@@ -54,7 +53,6 @@ impl Follower {
             image,
             cluster,
             rotation: 0,
-            link: net::Link::default(),
         };
         std::thread::Builder::new()
             .name("strom-metadata-follower".to_string())
@@ -65,7 +63,7 @@ impl Follower {
     /// Fetches until the process ends. Each round is bounded in time: the
     /// controller holds a fetch at most [`FOLLOW_WAIT`] (a fetch while
     /// behind is not held), and the answer must arrive within
-    /// [`net::IO_TIMEOUT`] more.
+    /// [`IO_TIMEOUT`] more.
     fn run(mut self) {
         let mut caught_up = false;
         loop {
@@ -78,7 +76,7 @@ impl Follower {
                 Ok(now_caught_up) => caught_up = now_caught_up,
                 Err(error) => {
                     tracing::debug!(%error, "metadata fetch failed: tried again");
-                    self.link.reset();
+                    self.cluster.channel.reset(Lane::Follower);
                     caught_up = false;
                     std::thread::sleep(RETRY_AFTER);
                 }
@@ -97,7 +95,7 @@ impl Follower {
             wait_ms: wait.as_millis() as u32,
         };
         let before = self.image.offset;
-        let reply = self.call(&address, frame, wait + net::IO_TIMEOUT)?;
+        let reply = self.call(&address, frame, wait + IO_TIMEOUT)?;
         let ours = self.cluster.cluster_id();
         if !ours.is_empty() && !reply.cluster_id.is_empty() && reply.cluster_id != ours {
             // The agent stops the broker when it hears this too.
@@ -180,6 +178,8 @@ impl Follower {
         timeout: Duration,
     ) -> std::io::Result<super::wire::Envelope> {
         let cluster_id = self.cluster.cluster_id();
-        self.link.call(address, &cluster_id, frame, timeout)
+        self.cluster
+            .channel
+            .call(Lane::Follower, address, &cluster_id, frame, timeout)
     }
 }

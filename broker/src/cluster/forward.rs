@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 
+use super::transport::{self, Purpose};
 use crate::change::{Assignment, Outcome, Refusal, TopicSpec};
 use crate::errors;
 use crate::shard::Shard;
@@ -67,12 +68,7 @@ pub fn controller_address(shard: &Shard) -> Option<String> {
 /// the client to retry.
 pub async fn forward(shard: &Rc<Shard>, api_key: ApiKey, frame: &Bytes) -> Option<Bytes> {
     let address = controller_address(shard)?;
-    let answer = glommio::timer::timeout(FORWARD_TIMEOUT, async {
-        exchange(&address, frame)
-            .await
-            .map_err(|e| glommio::GlommioError::<()>::IoError(std::io::Error::other(e)))
-    })
-    .await;
+    let answer = transport::exchange_with(&address, frame, FORWARD_TIMEOUT).await;
     match answer {
         Ok(answer) => {
             // A read changes nothing here to catch up with.
@@ -89,13 +85,6 @@ pub async fn forward(shard: &Rc<Shard>, api_key: ApiKey, frame: &Bytes) -> Optio
             None
         }
     }
-}
-
-async fn exchange(address: &str, frame: &Bytes) -> Result<Bytes, String> {
-    let mut stream = super::channel::connect(address).await?;
-    super::channel::round_trip(&mut stream, frame)
-        .await
-        .map_err(|e| e.to_string())
 }
 
 /// Waits until this broker's image is at least as new as what the
@@ -178,11 +167,18 @@ pub async fn create_topics(
         .with_topics(topics)
         .with_timeout_ms(FORWARD_TIMEOUT.as_millis() as i32)
         .with_validate_only(validate_only);
-    let config = super::links::broker_client_config(shard, "strom-broker-", FORWARD_TIMEOUT);
+    let purpose = Purpose::Admin {
+        timeout: FORWARD_TIMEOUT,
+    };
     let response = async {
-        let mut connection = protocol::client::Connection::connect(&address, config).await?;
-        let version = connection.version::<CreateTopicsRequest>(CREATE_TOPICS_VERSIONS)?;
-        connection.call(&request, version).await
+        let mut connection = transport::connect_address(shard, &address, purpose).await?;
+        let version = connection
+            .version::<CreateTopicsRequest>(CREATE_TOPICS_VERSIONS)
+            .map_err(|e| e.to_string())?;
+        connection
+            .call(&request, version)
+            .await
+            .map_err(|e| e.to_string())
     }
     .await;
     let response = match response {

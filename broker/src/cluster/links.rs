@@ -34,11 +34,12 @@ use kafka_protocol::messages::{
     OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ProduceRequest, ProduceResponse,
 };
 use kafka_protocol::protocol::{Encodable, Request};
-use protocol::client::{ClientConfig, ClientError, Connection, Pending};
+use protocol::client::{ClientError, Connection, Pending};
 
+use super::transport::{self, Purpose};
 use crate::limits::{
-    FETCH_WAIT_MS_MAX, FORWARD_CONNECT_TIMEOUT_MS, FORWARD_FETCH_CONNECTIONS_MAX,
-    FORWARD_IN_FLIGHT_BYTES_MAX, FORWARD_QUEUE_MAX, FORWARD_TIMEOUT_MS,
+    FETCH_WAIT_MS_MAX, FORWARD_FETCH_CONNECTIONS_MAX, FORWARD_IN_FLIGHT_BYTES_MAX,
+    FORWARD_QUEUE_MAX, FORWARD_TIMEOUT_MS,
 };
 use crate::metadata::MetadataImage;
 use crate::shard::Shard;
@@ -48,8 +49,7 @@ use crate::shard::Shard;
 /// NOT_LEADER_OR_FOLLOWER, which clients retry after a metadata refresh).
 const RECONNECT_AFTER_MS: u64 = 250;
 
-/// The client id of every forwarded request (then this broker's id).
-pub const FORWARDED_CLIENT_ID_PREFIX: &str = "strom-forward-";
+pub use super::transport::FORWARDED_CLIENT_ID_PREFIX;
 
 /// Where a request came from: a client, whose parts may be forwarded, or
 /// another broker forwarding them, whose parts are answered here.
@@ -66,23 +66,6 @@ impl Origin {
             Some(id) if id.starts_with(FORWARDED_CLIENT_ID_PREFIX) => Origin::Forwarded,
             _ => Origin::Client,
         }
-    }
-}
-
-/// The settings of an inter-broker connection from this node (forwarded
-/// parts here, admin requests for the active controller in
-/// [`super::forward`]): its client id names this node, connects are
-/// short.
-pub fn broker_client_config(
-    shard: &Shard,
-    client_id_prefix: &str,
-    request_timeout: Duration,
-) -> ClientConfig {
-    ClientConfig {
-        client_id: format!("{client_id_prefix}{}", shard.config.node_id),
-        connect_timeout: Duration::from_millis(FORWARD_CONNECT_TIMEOUT_MS),
-        request_timeout,
-        ..ClientConfig::default()
     }
 }
 
@@ -337,14 +320,12 @@ pub async fn fetch(
     let mut connection = match idle {
         Some(connection) if connection.address() == address => connection,
         _ => {
-            let config = broker_client_config(
-                shard,
-                FORWARDED_CLIENT_ID_PREFIX,
-                Duration::from_millis(FETCH_WAIT_MS_MAX + FORWARD_TIMEOUT_MS),
-            );
-            Connection::connect(&address, config)
+            let purpose = Purpose::Forward {
+                timeout: Duration::from_millis(FETCH_WAIT_MS_MAX + FORWARD_TIMEOUT_MS),
+            };
+            transport::connect_address(shard, &address, purpose)
                 .await
-                .map_err(|e| failed(e.to_string()))?
+                .map_err(failed)?
         }
     };
     let wait = deadline.saturating_duration_since(Instant::now());
@@ -518,14 +499,10 @@ enum Event {
 
 async fn connect(shard: &Rc<Shard>, broker: i32) -> Result<Connection, String> {
     let address = address(shard, broker).ok_or_else(|| no_address(broker))?;
-    let config = broker_client_config(
-        shard,
-        FORWARDED_CLIENT_ID_PREFIX,
-        Duration::from_millis(FORWARD_TIMEOUT_MS),
-    );
-    let connection = Connection::connect(&address, config)
-        .await
-        .map_err(|e| e.to_string())?;
+    let purpose = Purpose::Forward {
+        timeout: Duration::from_millis(FORWARD_TIMEOUT_MS),
+    };
+    let connection = transport::connect_address(shard, &address, purpose).await?;
     tracing::debug!(broker, %address, "forwarding connection open");
     Ok(connection)
 }

@@ -39,8 +39,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::transport::{Lane, IO_TIMEOUT};
 use super::wire::{Frame, VoterProbeReply};
-use super::{net, Cluster};
+use super::Cluster;
 
 /// The directory id's file in the Raft store's directory.
 pub const DIRECTORY_ID_FILE: &str = "directory.id";
@@ -365,7 +366,7 @@ pub fn check_empty_start(cluster: &Cluster, directories: &Directories) -> anyhow
             if answers.contains_key(peer) {
                 continue;
             }
-            match probe(address, node, directories.own()) {
+            match probe(cluster, address, node, directories.own()) {
                 Ok(answer) => {
                     directories.learn(node, &answer.directories);
                     answers.insert(*peer, answer);
@@ -435,8 +436,8 @@ pub fn announce(cluster: Arc<Cluster>, directories: Arc<Directories>) {
             let deadline = Instant::now() + ANNOUNCE_DEADLINE;
             let rounds_max = (ANNOUNCE_DEADLINE.as_millis() / PROBE_PAUSE.as_millis()) as usize;
             for _ in 0..rounds_max {
-                peers.retain(
-                    |(peer, address)| match probe(address, node, directories.own()) {
+                peers.retain(|(peer, address)| {
+                    match probe(&cluster, address, node, directories.own()) {
                         Ok(answer) => {
                             directories.learn(node, &answer.directories);
                             if answer.member
@@ -453,8 +454,8 @@ pub fn announce(cluster: Arc<Cluster>, directories: Arc<Directories>) {
                             false
                         }
                         Err(_) => true,
-                    },
-                );
+                    }
+                });
                 if peers.is_empty() || Instant::now() >= deadline {
                     return;
                 }
@@ -466,16 +467,19 @@ pub fn announce(cluster: Arc<Cluster>, directories: Arc<Directories>) {
     }
 }
 
-fn probe(address: &str, node: i32, directory: &str) -> std::io::Result<VoterProbeReply> {
-    let mut stream = net::connect(address)?;
-    let answer = net::call(
-        &mut stream,
-        "",
-        Frame::VoterProbe {
-            node_id: node,
-            directory: directory.to_string(),
-        },
-    )?;
+fn probe(
+    cluster: &Cluster,
+    address: &str,
+    node: i32,
+    directory: &str,
+) -> std::io::Result<VoterProbeReply> {
+    let frame = Frame::VoterProbe {
+        node_id: node,
+        directory: directory.to_string(),
+    };
+    let answer = cluster
+        .channel
+        .call(Lane::Probe, address, "", frame, IO_TIMEOUT)?;
     match answer.frame {
         Frame::VoterProbeReply(reply) => Ok(reply),
         _ => Err(std::io::Error::other(

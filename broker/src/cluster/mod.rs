@@ -3,8 +3,10 @@
 //!
 //! A node is in a cluster when `controller.quorum.voters` names other
 //! voters, or when it is a broker only. Then:
-//! - every voter runs the quorum ([`voter`]) on a thread of its own, with
-//!   its controller listener and connections to the other voters ([`net`]);
+//! - every voter runs the quorum ([`voter`]) on a thread of its own; its
+//!   controller listener and connections to the other voters, like every
+//!   other byte between brokers, go through the one inter-broker channel
+//!   ([`transport`]);
 //! - every node runs an agent ([`agent`]) that heartbeats to the active
 //!   controller (registering the broker, keeping its session, stopping
 //!   it cleanly) and, on a broker that is not a voter, fetches the
@@ -19,15 +21,14 @@
 //! file, as before: a quorum of one needs no consensus.
 
 pub mod agent;
-pub mod channel;
 pub mod follower;
 pub mod forward;
 pub mod links;
 pub mod membership;
-pub mod net;
 pub use ::replication::placement;
 pub mod probe;
 pub mod replication;
+pub mod transport;
 pub mod voter;
 pub mod wire;
 
@@ -102,6 +103,9 @@ pub struct Cluster {
     pub unclean_default: bool,
     /// The quorum thread's inbox, on a voter.
     pub inbox: Option<flume::Sender<Input>>,
+    /// The controller listener and the connections to the controllers,
+    /// run on core 0, for this node's threads.
+    pub channel: transport::ControllerChannel,
     image: RwLock<Arc<MetadataImage>>,
     status: Mutex<QuorumStatus>,
     /// The active controller as the agent last heard (brokers that are not
@@ -186,6 +190,7 @@ impl Cluster {
                 ..QuorumStatus::default()
             }),
             inbox,
+            channel: transport::ControllerChannel::default(),
             image: RwLock::new(Arc::new(image)),
             heard_leader: AtomicI32::new(-1),
             changed,

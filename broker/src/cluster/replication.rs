@@ -19,7 +19,9 @@ use std::time::Duration;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
 use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use protocol::client::{ClientConfig, Connection};
+use protocol::client::Connection;
+
+use super::transport::{self, Purpose};
 
 use super::wire::AlterPartition;
 use super::Cluster;
@@ -153,14 +155,10 @@ async fn fetch_from(shard: Rc<Shard>, leader: i32) {
             continue;
         };
         if connection.as_ref().is_none_or(|c| c.address() != address) {
-            let config = ClientConfig {
-                client_id: format!("strom-replica-{}", shard.config.node_id),
-                connect_timeout: Duration::from_secs(2),
-                request_timeout: Duration::from_millis(FETCH_WAIT_MS as u64)
-                    + Duration::from_secs(10),
-                ..ClientConfig::default()
+            let purpose = Purpose::Replica {
+                wait: Duration::from_millis(FETCH_WAIT_MS as u64),
             };
-            match Connection::connect(&address, config).await {
+            match transport::connect_address(&shard, &address, purpose).await {
                 Ok(connected) => connection = Some(connected),
                 Err(error) => {
                     tracing::debug!(leader, %address, %error, "leader unreachable");

@@ -27,10 +27,10 @@ use replication::file_store::FileStore;
 use replication::quorum::{Quorum, QuorumConfig, SnapshotDelivery, SnapshotPolicy, VoterChange};
 use replication::sessions::{SessionTiming, Sessions};
 
-use super::net::Peers;
 use super::wire::{self, FetchReply, Heartbeat, HeartbeatReply, HeartbeatStatus};
 use super::{membership, placement, Cluster, Role};
 use crate::metadata::{MetadataImage, MetadataRecord};
+use replication::transport::Transport;
 
 /// Entries sent to a broker per fetch, about.
 const FETCH_BYTES_MAX: u64 = 4 << 20;
@@ -38,10 +38,10 @@ const FETCH_BYTES_MAX: u64 = 4 << 20;
 /// whatever it asks: well within the time the controller listener waits
 /// for this thread's answer.
 pub const FETCH_WAIT_MAX: Duration = Duration::from_secs(1);
-const _: () = assert!(FETCH_WAIT_MAX.as_millis() * 2 < super::net::IO_TIMEOUT.as_millis());
+const _: () = assert!(FETCH_WAIT_MAX.as_millis() * 2 < super::transport::IO_TIMEOUT.as_millis());
 /// Fetches held at once: each controller-listener connection has at most
 /// one in flight. One more is answered at once.
-const FETCHES_PARKED_MAX: usize = super::net::CONNECTIONS_MAX;
+const FETCHES_PARKED_MAX: usize = super::transport::CONNECTIONS_MAX;
 /// A change proposed for a broker is not proposed again sooner than this.
 const REPROPOSE_AFTER: Duration = Duration::from_secs(2);
 /// The key of the cluster id's proposal among the brokers' (ids are >= 0).
@@ -54,7 +54,9 @@ const STALL_TICKS_MIN: u32 = 3;
 
 /// Work for the quorum thread.
 pub enum Input {
-    Raft(Box<replication::Message>),
+    /// Raft messages arrived from other voters: taken from the peers'
+    /// transport.
+    Arrived,
     Heartbeat(Heartbeat, flume::Sender<HeartbeatReply>),
     /// A broker's metadata fetch: answered once something after `after`
     /// is applied, or when `wait` has passed (long polling).
@@ -145,6 +147,10 @@ struct Pending {
     term: u64,
     reply: Reply,
 }
+
+/// How a voter reaches the others: the controller channel in a running
+/// broker, a loopback in tests.
+pub type Peers = Box<dyn Transport<replication::Message> + Send>;
 
 pub struct Voter {
     cluster: Arc<Cluster>,
@@ -309,6 +315,8 @@ impl Voter {
                 while let Ok(input) = self.inbox.try_recv() {
                     self.handle(input);
                 }
+                // Also what arrived while a full inbox refused the wake-up.
+                self.take_arrivals();
                 self.quorum.tick();
                 next_tick = now + self.tick;
                 self.duties();
@@ -365,22 +373,26 @@ impl Voter {
         heard * 2 > voters.len()
     }
 
-    fn handle(&mut self, input: Input) {
-        match input {
-            Input::Raft(message) => {
-                self.voters_heard.insert(message.from, Instant::now());
-                match self.quorum.step(*message) {
-                    Ok(()) => {}
-                    Err(error @ replication::Error::LogLost { .. }) => {
-                        crate::fatal::exit(&format!(
-                            "{error}. This voter stops rather than rejoin the quorum with a log \
+    /// Steps every Raft message from the other voters that has arrived.
+    fn take_arrivals(&mut self) {
+        while let Some(arrived) = self.peers.receive(0) {
+            let message = arrived.message;
+            self.voters_heard.insert(message.from, Instant::now());
+            match self.quorum.step(message) {
+                Ok(()) => {}
+                Err(error @ replication::Error::LogLost { .. }) => crate::fatal::exit(&format!(
+                    "{error}. This voter stops rather than rejoin the quorum with a log \
                              it does not have; replace it as docs/operations.md (Replacing a \
                              voter) says"
-                        ))
-                    }
-                    Err(error) => tracing::debug!(%error, "raft message not taken"),
-                }
+                )),
+                Err(error) => tracing::debug!(%error, "raft message not taken"),
             }
+        }
+    }
+
+    fn handle(&mut self, input: Input) {
+        match input {
+            Input::Arrived => self.take_arrivals(),
             Input::Heartbeat(heartbeat, reply) => {
                 let answer = self.heartbeat(heartbeat);
                 let _ = reply.send(answer);
@@ -743,7 +755,8 @@ impl Voter {
                 let snapshot = outgoing.is_snapshot();
                 let queued = self
                     .peers
-                    .send(to, &self.cluster.cluster_id(), outgoing.message);
+                    .send(self.cluster.node_id, to as i32, outgoing.message)
+                    .is_ok();
                 if snapshot {
                     // raft-rs sends that follower nothing more until told.
                     let delivery = if queued {
@@ -1110,7 +1123,7 @@ mod tests {
         let (inbox_tx, inbox) = flume::unbounded();
         let image = MetadataImage::new(1);
         let cluster = Arc::new(Cluster::new(&config, Some(inbox_tx), image.clone()));
-        let peers = Peers::start(&[]).unwrap();
+        let peers: Peers = Box::new(replication::transport::Loopback::new(1));
         let mut voter = Voter::open(cluster, dir, peers, inbox, image).unwrap();
         for _ in 0..TICKS_MAX {
             if voter.ready_to_lead() {

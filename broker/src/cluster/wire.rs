@@ -10,8 +10,6 @@
 //! the bytes left before anything is allocated; a frame above
 //! [`FRAME_BYTES_MAX`] closes the connection.
 
-use std::io::{Read, Write};
-
 use protobuf::Message as _;
 use replication::Message;
 
@@ -460,34 +458,46 @@ impl Envelope {
     }
 }
 
-/// Writes one frame.
-pub fn write_frame(stream: &mut impl Write, envelope: &Envelope) -> std::io::Result<()> {
-    stream.write_all(&envelope.encode())
+/// Bytes before a frame's payload: its length and its CRC.
+pub const FRAME_HEAD_BYTES: usize = 8;
+
+/// The payload length and CRC a frame's head announces; a length above
+/// [`FRAME_BYTES_MAX`] is refused before anything is allocated.
+pub fn frame_head(head: &[u8; FRAME_HEAD_BYTES]) -> std::io::Result<(usize, u32)> {
+    let len = u32::from_be_bytes(head[..4].try_into().expect("4 bytes")) as usize;
+    let crc = u32::from_be_bytes(head[4..].try_into().expect("4 bytes"));
+    if len > FRAME_BYTES_MAX {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("frame of {len} bytes is above the {FRAME_BYTES_MAX}-byte limit"),
+        ));
+    }
+    Ok((len, crc))
+}
+
+/// The envelope in a frame's `payload`, checked against its head's `crc`.
+pub fn frame_payload(payload: &[u8], crc: u32) -> std::io::Result<Envelope> {
+    let invalid = |reason: String| std::io::Error::new(std::io::ErrorKind::InvalidData, reason);
+    if crc32fast::hash(payload) != crc {
+        return Err(invalid("frame CRC mismatch".to_string()));
+    }
+    Envelope::decode(payload).map_err(invalid)
 }
 
 /// Reads one frame; `Ok(None)` at a clean end of stream.
-pub fn read_frame(stream: &mut impl Read) -> std::io::Result<Option<Envelope>> {
-    let mut head = [0u8; 8];
+#[cfg(test)]
+pub fn read_frame(stream: &mut impl std::io::Read) -> std::io::Result<Option<Envelope>> {
+    let mut head = [0u8; FRAME_HEAD_BYTES];
     match stream.read_exact(&mut head[..1]) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
         Err(e) => return Err(e),
     }
     stream.read_exact(&mut head[1..])?;
-    let len = u32::from_be_bytes(head[..4].try_into().expect("4 bytes")) as usize;
-    let crc = u32::from_be_bytes(head[4..].try_into().expect("4 bytes"));
-    let invalid = |reason: String| std::io::Error::new(std::io::ErrorKind::InvalidData, reason);
-    if len > FRAME_BYTES_MAX {
-        return Err(invalid(format!(
-            "frame of {len} bytes is above the {FRAME_BYTES_MAX}-byte limit"
-        )));
-    }
+    let (len, crc) = frame_head(&head)?;
     let mut payload = vec![0u8; len];
     stream.read_exact(&mut payload)?;
-    if crc32fast::hash(&payload) != crc {
-        return Err(invalid("frame CRC mismatch".to_string()));
-    }
-    Envelope::decode(&payload).map(Some).map_err(invalid)
+    frame_payload(&payload, crc).map(Some)
 }
 
 fn put_u32(out: &mut Vec<u8>, value: u32) {

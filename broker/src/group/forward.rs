@@ -25,8 +25,8 @@ use bytes::Bytes;
 use kafka_protocol::messages::RequestKind;
 use protocol::codec::RequestFrame;
 
-use crate::cluster::channel::exchange;
 use crate::cluster::links::{Origin, FORWARDED_CLIENT_ID_PREFIX};
+use crate::cluster::transport::exchange;
 use crate::limits::FORWARD_TIMEOUT_MS;
 use crate::shard::Shard;
 
