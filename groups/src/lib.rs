@@ -1,5 +1,6 @@
 //! Consumer groups as plain, deterministic code: the classic group
-//! protocol's coordinator state machine ([`coordinator`]), the records it
+//! protocol's coordinator state machine ([`coordinator`]) and its refusals
+//! ([`error`]), the records it
 //! keeps in `__consumer_offsets` in Kafka's formats ([`records`]), how a
 //! new leader of an offsets partition loads them ([`load`]), its
 //! settings ([`config`]) and bounds ([`limits`]). No I/O and no clock: the
@@ -9,6 +10,7 @@
 
 pub mod config;
 pub mod coordinator;
+pub mod error;
 pub mod limits;
 pub mod load;
 pub mod records;

@@ -102,7 +102,7 @@ mod tests {
         };
         assert_eq!(
             source.commit(1_000, &committer, &[partition(5)]),
-            Ok(vec![0])
+            Ok(vec![Ok(())])
         );
         let key = records::offset_key("g", "t", 0);
         let mut loaded = Coordinator::new(GroupConfig::default(), 2);

@@ -1071,7 +1071,7 @@ impl Sim {
         };
         let broker = self.broker(id);
         let coordinator = broker.coordinator.as_mut().expect("loaded above");
-        if coordinator.commit(now, &committer, &[partition]) != Ok(vec![0]) {
+        if coordinator.commit(now, &committer, &[partition]) != Ok(vec![Ok(())]) {
             self.send(id, CLIENT, refused);
             return;
         }

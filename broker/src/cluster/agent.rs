@@ -64,9 +64,6 @@ pub enum Command {
     /// Heartbeat now: answered with the metadata offset the active
     /// controller had applied (0 if none answered).
     Sync(flume::Sender<u64>),
-    /// A leader's ISR change for the active controller: answered with its
-    /// Kafka error code (NONE once committed).
-    AlterPartition(super::wire::AlterPartition, flume::Sender<i16>),
 }
 
 impl Agent {
@@ -127,9 +124,6 @@ impl Agent {
             };
             match self.commands.recv_timeout(wait) {
                 Ok(Command::Stop(done)) => stopping = Some(done),
-                Ok(Command::AlterPartition(alter, done)) => {
-                    let _ = done.send(self.alter_partition(alter));
-                }
                 Ok(Command::Sync(done)) => {
                     let applied = self
                         .heartbeat(shutting_down)
@@ -307,30 +301,5 @@ impl Agent {
         self.cluster
             .channel
             .call(Lane::Agent, address, &cluster_id, frame, timeout)
-    }
-
-    /// Sends an ISR change to the active controller (following one
-    /// redirect); its error code, NOT_CONTROLLER when none answers.
-    fn alter_partition(&mut self, alter: super::wire::AlterPartition) -> i16 {
-        for _ in 0..2 {
-            let Some((id, address)) = self.pick_target() else {
-                break;
-            };
-            match self.call(&address, Frame::AlterPartition(alter.clone()), IO_TIMEOUT) {
-                Ok(reply) => match reply.frame {
-                    Frame::AlterPartitionReply { error_code } => {
-                        if error_code != crate::errors::NOT_CONTROLLER {
-                            return error_code;
-                        }
-                    }
-                    _ => break,
-                },
-                Err(error) => {
-                    tracing::debug!(voter = id, %address, %error, "ISR change not delivered");
-                    self.cluster.heard_leader(-1);
-                }
-            }
-        }
-        crate::errors::NOT_CONTROLLER
     }
 }

@@ -377,22 +377,61 @@ impl Cluster {
     }
 
     /// Sends a leader's ISR change to the active controller; its Kafka
-    /// error code (NONE once committed).
+    /// error code (NONE once committed). The shortest path that keeps it a
+    /// Raft decision: into this node's quorum thread when it is the active
+    /// controller, else straight from the calling core over the controller
+    /// channel (no thread or tick in between), following one redirect.
     pub async fn alter_partition(&self, alter: wire::AlterPartition) -> i16 {
-        let Some(agent) = self.agent.get() else {
-            return crate::errors::NOT_CONTROLLER;
-        };
-        let (tx, rx) = flume::bounded(1);
-        if agent
-            .send_async(agent::Command::AlterPartition(alter, tx))
-            .await
-            .is_err()
-        {
-            return crate::errors::NOT_CONTROLLER;
+        use transport::{Lane, IO_TIMEOUT};
+        if let Some(inbox) = self.inbox.as_ref().filter(|_| self.is_active_controller()) {
+            let (tx, rx) = flume::bounded(1);
+            if inbox
+                .send_async(Input::AlterPartition(alter.clone(), tx))
+                .await
+                .is_ok()
+            {
+                let answer =
+                    futures_lite::future::or(async { rx.recv_async().await.ok() }, async {
+                        glommio::timer::sleep(IO_TIMEOUT).await;
+                        None
+                    })
+                    .await;
+                match answer {
+                    Some(code) if code != crate::errors::NOT_CONTROLLER => return code,
+                    // Its leadership ended meanwhile: ask the new one.
+                    Some(_) => {}
+                    None => return crate::errors::REQUEST_TIMED_OUT,
+                }
+            }
         }
-        rx.recv_async()
-            .await
-            .unwrap_or(crate::errors::NOT_CONTROLLER)
+        let mut rotation = 0;
+        for _ in 0..2 {
+            let Some((id, address)) = self.controller_to_ask(&mut rotation) else {
+                break;
+            };
+            let frame = wire::Frame::AlterPartition(alter.clone());
+            let cluster_id = self.cluster_id();
+            match self
+                .channel
+                .call_async(Lane::Isr, &address, &cluster_id, frame, IO_TIMEOUT)
+                .await
+            {
+                Ok(reply) => match reply.frame {
+                    wire::Frame::AlterPartitionReply { error_code }
+                        if error_code != crate::errors::NOT_CONTROLLER =>
+                    {
+                        return error_code
+                    }
+                    wire::Frame::AlterPartitionReply { .. } => {}
+                    _ => break,
+                },
+                Err(error) => {
+                    tracing::debug!(voter = id, %address, %error, "ISR change not delivered");
+                    self.heard_leader(-1);
+                }
+            }
+        }
+        crate::errors::NOT_CONTROLLER
     }
 
     /// Controlled shutdown: the active controller fences this broker and

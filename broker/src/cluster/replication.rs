@@ -3,7 +3,7 @@
 //! - every [`TICK`], the leaders among the core's partitions tick (a
 //!   follower that has not caught up for `replica.lag.time.max.ms` is
 //!   proposed out of the ISR); every ISR change a partition proposes goes
-//!   to the active controller (AlterPartition through the agent) as soon
+//!   to the active controller (`Cluster::alter_partition`) as soon
 //!   as it is proposed, not at the next tick;
 //! - one fetcher per (leader broker, core) fetches, as a follower, every
 //!   partition this core follows on that leader, with Kafka's Fetch

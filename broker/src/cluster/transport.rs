@@ -68,10 +68,25 @@ const JOBS_MAX: usize = 4096;
 /// (stale by the time it is back) and the next connect waits this long.
 const RECONNECT_AFTER: Duration = Duration::from_millis(100);
 
-/// Which caller a kept controller connection serves. Each caller makes
-/// one call at a time, on a connection of its own per voter: the agent's
-/// heartbeats in particular, whose connection closing tells the
-/// controller at once that a killed broker is gone.
+/// A caller waits this much past its call's own bounds before it gives up
+/// on an answer core 0 did not send.
+const CALL_MARGIN: Duration = Duration::from_millis(100);
+
+fn no_answer(address: &str, bound: Duration) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("no answer from {address} within {bound:?}"),
+    )
+}
+
+fn dropped() -> std::io::Error {
+    std::io::Error::other("the controller channel dropped the call")
+}
+
+/// Which caller a kept controller connection serves: a connection of its
+/// own per voter, taken by one call at a time (a concurrent call opens
+/// another). The agent's heartbeats in particular keep theirs, whose
+/// closing tells the controller at once that a killed broker is gone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Lane {
     /// The agent: heartbeats, ISR changes.
@@ -80,6 +95,8 @@ pub enum Lane {
     Follower,
     /// A voter asking the others about itself at start.
     Probe,
+    /// The cores' ISR changes for the active controller.
+    Isr,
 }
 
 enum Job {
@@ -142,6 +159,35 @@ impl ControllerChannel {
         self.parts.lock().expect("not poisoned").take()
     }
 
+    /// Queues a call of `frame` to `address` on `lane`'s connection; the
+    /// answer arrives on the receiver within `timeout` plus a connect.
+    fn queue_call(
+        &self,
+        lane: Lane,
+        address: &str,
+        cluster_id: &str,
+        frame: Frame,
+        timeout: Duration,
+    ) -> std::io::Result<flume::Receiver<std::io::Result<Envelope>>> {
+        let (reply, answer) = flume::bounded(1);
+        let job = Job::Call {
+            lane,
+            address: address.to_string(),
+            frame: Envelope {
+                cluster_id: cluster_id.to_string(),
+                frame,
+            }
+            .encode(),
+            timeout,
+            deadline: Instant::now() + timeout + CONTROLLER_CONNECT_TIMEOUT,
+            reply,
+        };
+        self.jobs
+            .try_send(job)
+            .map_err(|_| std::io::Error::other("the controller channel is full or has stopped"))?;
+        Ok(answer)
+    }
+
     /// Sends `frame` to `address` on `lane`'s connection and waits up to
     /// `timeout` for the answer (plus a connect, if one is needed). Blocks
     /// the calling thread; never call it on an executor.
@@ -153,33 +199,34 @@ impl ControllerChannel {
         frame: Frame,
         timeout: Duration,
     ) -> std::io::Result<Envelope> {
-        let bound = timeout + CONTROLLER_CONNECT_TIMEOUT;
-        let (reply, answer) = flume::bounded(1);
-        let job = Job::Call {
-            lane,
-            address: address.to_string(),
-            frame: Envelope {
-                cluster_id: cluster_id.to_string(),
-                frame,
-            }
-            .encode(),
-            timeout,
-            deadline: Instant::now() + bound,
-            reply,
-        };
-        self.jobs
-            .try_send(job)
-            .map_err(|_| std::io::Error::other("the controller channel is full or has stopped"))?;
-        match answer.recv_timeout(bound + Duration::from_millis(100)) {
+        let bound = timeout + CONTROLLER_CONNECT_TIMEOUT + CALL_MARGIN;
+        let answer = self.queue_call(lane, address, cluster_id, frame, timeout)?;
+        match answer.recv_timeout(bound) {
             Ok(result) => result,
-            Err(flume::RecvTimeoutError::Timeout) => Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("no answer from {address} within {bound:?}"),
-            )),
-            Err(flume::RecvTimeoutError::Disconnected) => Err(std::io::Error::other(
-                "the controller channel dropped the call",
-            )),
+            Err(flume::RecvTimeoutError::Timeout) => Err(no_answer(address, bound)),
+            Err(flume::RecvTimeoutError::Disconnected) => Err(dropped()),
         }
+    }
+
+    /// As [`ControllerChannel::call`], for a task on an executor.
+    pub async fn call_async(
+        &self,
+        lane: Lane,
+        address: &str,
+        cluster_id: &str,
+        frame: Frame,
+        timeout: Duration,
+    ) -> std::io::Result<Envelope> {
+        let bound = timeout + CONTROLLER_CONNECT_TIMEOUT + CALL_MARGIN;
+        let answer = self.queue_call(lane, address, cluster_id, frame, timeout)?;
+        futures_lite::future::or(
+            async { answer.recv_async().await.unwrap_or_else(|_| Err(dropped())) },
+            async {
+                glommio::timer::sleep(bound).await;
+                Err(no_answer(address, bound))
+            },
+        )
+        .await
     }
 
     /// Drops `lane`'s kept connections: its next call connects anew.
@@ -265,8 +312,7 @@ pub async fn run_controller_channel(cluster: Arc<Cluster>) {
         let listener = unsafe { TcpListener::from_raw_fd(listener.into_raw_fd()) };
         glommio::spawn_local(serve(listener, cluster.clone())).detach();
     }
-    let senders: RefCell<HashMap<String, LocalSender<(Instant, Vec<u8>)>>> =
-        RefCell::new(HashMap::new());
+    let senders: RefCell<HashMap<String, LocalSender<Queued>>> = RefCell::new(HashMap::new());
     let kept: Rc<RefCell<HashMap<(Lane, String), TcpStream>>> = Rc::default();
     while let Ok(job) = parts.jobs.recv_async().await {
         match job {
@@ -331,8 +377,11 @@ async fn call(
     }
 }
 
+/// A Raft message for one voter, encoded, with when it was queued.
+type Queued = (Instant, Vec<u8>);
+
 /// Delivers one voter's Raft messages, connecting when needed.
-async fn send_loop(address: String, queue: local_channel::LocalReceiver<(Instant, Vec<u8>)>) {
+async fn send_loop(address: String, queue: local_channel::LocalReceiver<Queued>) {
     let mut stream: Option<TcpStream> = None;
     // What was queued before a failed connect is stale once it is back.
     let mut stale_before = Instant::now();

@@ -31,6 +31,7 @@ use crate::limits::{
 use crate::partition::Partition;
 use crate::shard::Shard;
 use crate::sync::Notify;
+use groups::error::GroupError;
 use groups::load::Replayed;
 
 pub use crate::group_state::GroupManager;
@@ -68,25 +69,25 @@ pub struct Placement {
 
 /// The broker coordinating `group_id`: the leader of its offsets
 /// partition (COORDINATOR_NOT_AVAILABLE while it has none).
-pub async fn coordinator(shard: &Rc<Shard>, group_id: &str) -> Result<i32, i16> {
+pub async fn coordinator(shard: &Rc<Shard>, group_id: &str) -> Result<i32, GroupError> {
     let (image, partition) = group_partition(shard, group_id).await?;
     let topic = &image.topics[OFFSETS_TOPIC];
     match topic.partition(partition).map(|p| p.leader) {
         Some(leader) if leader >= 0 => Ok(leader),
-        _ => Err(errors::COORDINATOR_NOT_AVAILABLE),
+        _ => Err(GroupError::CoordinatorNotAvailable),
     }
 }
 
 /// Returns the group's placement on this node: NOT_COORDINATOR when
 /// another broker leads its offsets partition.
-pub async fn place(shard: &Rc<Shard>, group_id: &str) -> Result<Placement, i16> {
+pub async fn place(shard: &Rc<Shard>, group_id: &str) -> Result<Placement, GroupError> {
     let (image, partition) = group_partition(shard, group_id).await?;
     let core = image
         .leader_core(&image.topics[OFFSETS_TOPIC], partition, shard.cores)
         .map_err(|why| match why {
-            crate::metadata::NotServed::NotLeaderOrFollower => errors::NOT_COORDINATOR,
+            crate::metadata::NotServed::NotLeaderOrFollower => GroupError::NotCoordinator,
             crate::metadata::NotServed::UnknownTopicOrPartition => {
-                errors::COORDINATOR_NOT_AVAILABLE
+                GroupError::CoordinatorNotAvailable
             }
         })?;
     Ok(Placement { partition, core })
@@ -97,12 +98,12 @@ pub async fn place(shard: &Rc<Shard>, group_id: &str) -> Result<Placement, i16> 
 async fn group_partition(
     shard: &Rc<Shard>,
     group_id: &str,
-) -> Result<(Rc<crate::metadata::MetadataImage>, i32), i16> {
+) -> Result<(Rc<crate::metadata::MetadataImage>, i32), GroupError> {
     let image = offsets_image(shard).await?;
     let topic = image
         .topics
         .get(OFFSETS_TOPIC)
-        .ok_or(errors::COORDINATOR_NOT_AVAILABLE)?;
+        .ok_or(GroupError::CoordinatorNotAvailable)?;
     let partition = offsets_partition_for(group_id, topic.partition_cores.len() as i32);
     Ok((image, partition))
 }
@@ -111,7 +112,7 @@ async fn group_partition(
 /// on the first FindCoordinator).
 async fn offsets_image(
     shard: &Rc<Shard>,
-) -> Result<std::rc::Rc<crate::metadata::MetadataImage>, i16> {
+) -> Result<std::rc::Rc<crate::metadata::MetadataImage>, GroupError> {
     let mut image = shard.metadata.image();
     if !image.topics.contains_key(OFFSETS_TOPIC) {
         let configs: BTreeMap<String, String> = [
@@ -134,7 +135,7 @@ async fn offsets_image(
         if let Some(Err(refusal)) = outcome.first() {
             if refusal.error_code != errors::TOPIC_ALREADY_EXISTS {
                 tracing::error!(message = %refusal.message, "cannot create {OFFSETS_TOPIC}");
-                return Err(errors::COORDINATOR_NOT_AVAILABLE);
+                return Err(GroupError::CoordinatorNotAvailable);
             }
         }
         image = shard.metadata.image();
@@ -144,7 +145,11 @@ async fn offsets_image(
 
 /// Runs `work` on the core that coordinates `group_id`, after that core
 /// has loaded the group's offsets partition.
-pub async fn on_coordinator<R, F, Fut>(shard: &Rc<Shard>, group_id: &str, work: F) -> Result<R, i16>
+pub async fn on_coordinator<R, F, Fut>(
+    shard: &Rc<Shard>,
+    group_id: &str,
+    work: F,
+) -> Result<R, GroupError>
 where
     R: Send + 'static,
     F: FnOnce(Rc<Shard>, i32) -> Fut + Send + 'static,
@@ -172,7 +177,7 @@ pub fn unload(shard: &Shard, partition: i32) {
     let forgotten = with_coordinator(shard, |c| {
         c.forget(
             |group_id| crate::group::offsets_partition_for(group_id, count) == partition,
-            errors::NOT_COORDINATOR,
+            GroupError::NotCoordinator,
             &mut replies,
         )
     });
@@ -185,7 +190,7 @@ pub fn unload(shard: &Shard, partition: i32) {
 }
 
 /// Loads one offsets partition into this core's coordinator, once.
-pub async fn ensure_loaded(shard: &Rc<Shard>, partition: i32) -> Result<(), i16> {
+pub async fn ensure_loaded(shard: &Rc<Shard>, partition: i32) -> Result<(), GroupError> {
     let manager = &shard.groups;
     start_ticking(shard);
     loop {
@@ -212,13 +217,13 @@ pub async fn ensure_loaded(shard: &Rc<Shard>, partition: i32) -> Result<(), i16>
     }
 }
 
-fn offsets_partition(shard: &Shard, partition: i32) -> Result<Rc<Partition>, i16> {
+fn offsets_partition(shard: &Shard, partition: i32) -> Result<Rc<Partition>, GroupError> {
     shard
         .partition(OFFSETS_TOPIC, partition)
-        .ok_or(errors::NOT_COORDINATOR)
+        .ok_or(GroupError::NotCoordinator)
 }
 
-async fn load(shard: &Rc<Shard>, partition: i32) -> Result<(), i16> {
+async fn load(shard: &Rc<Shard>, partition: i32) -> Result<(), GroupError> {
     let log = offsets_partition(shard, partition)?;
     // A new leader's log may hold commits its high watermark does not
     // cover yet: it waits (bounded) for the high watermark to reach its
@@ -231,7 +236,7 @@ async fn load(shard: &Rc<Shard>, partition: i32) -> Result<(), i16> {
         .await;
     }
     let Some(end) = groups::load::load_end(log_end, log.high_watermark()) else {
-        return Err(errors::COORDINATOR_LOAD_IN_PROGRESS);
+        return Err(GroupError::CoordinatorLoadInProgress);
     };
     let mut from = log.log_start_offset();
     let mut records_loaded = 0u64;
@@ -244,7 +249,7 @@ async fn load(shard: &Rc<Shard>, partition: i32) -> Result<(), i16> {
                 code = read.error_code,
                 "cannot load offsets"
             );
-            return Err(errors::COORDINATOR_LOAD_IN_PROGRESS);
+            return Err(GroupError::CoordinatorLoadInProgress);
         }
         let mut next = from;
         for batch in split_batches(read.records) {
@@ -346,7 +351,7 @@ async fn ask_or_park<T>(
         if let Err(code) = write_group_metadata(shard, partition).await {
             for (_, reply) in &mut replies {
                 if let Reply::Sync(response) = reply {
-                    if response.error_code == errors::NONE {
+                    if response.error.is_none() {
                         *response = SyncResponse::error(code);
                     }
                 }
@@ -368,7 +373,7 @@ async fn ask_or_park<T>(
 pub async fn join(shard: &Rc<Shard>, request: JoinRequest) -> JoinResponse {
     let member_id = request.member_id.clone();
     if shard.stopping.is_raised() {
-        return JoinResponse::error(errors::NOT_COORDINATOR, &member_id);
+        return JoinResponse::error(GroupError::NotCoordinator, &member_id);
     }
     let now = shard.now_ms() as u64;
     let partition = offsets_partition_for(&request.group_id, offsets_partition_count(shard));
@@ -382,13 +387,13 @@ pub async fn join(shard: &Rc<Shard>, request: JoinRequest) -> JoinResponse {
         },
     )
     .await;
-    answer.unwrap_or_else(|| JoinResponse::error(errors::NOT_COORDINATOR, &member_id))
+    answer.unwrap_or_else(|| JoinResponse::error(GroupError::NotCoordinator, &member_id))
 }
 
 /// SyncGroup on the coordinator core; resolves when the leader assigned.
 pub async fn sync(shard: &Rc<Shard>, request: SyncRequest) -> SyncResponse {
     if shard.stopping.is_raised() {
-        return SyncResponse::error(errors::NOT_COORDINATOR);
+        return SyncResponse::error(GroupError::NotCoordinator);
     }
     let now = shard.now_ms() as u64;
     let partition = offsets_partition_for(&request.group_id, offsets_partition_count(shard));
@@ -402,7 +407,7 @@ pub async fn sync(shard: &Rc<Shard>, request: SyncRequest) -> SyncResponse {
         },
     )
     .await;
-    answer.unwrap_or_else(|| SyncResponse::error(errors::NOT_COORDINATOR))
+    answer.unwrap_or_else(|| SyncResponse::error(GroupError::NotCoordinator))
 }
 
 /// LeaveGroup on the coordinator core: answered once the record of a
@@ -412,7 +417,7 @@ pub async fn leave(
     shard: &Shard,
     group_id: &str,
     members: &[(String, Option<String>)],
-) -> Result<Vec<i16>, i16> {
+) -> Result<Vec<Result<(), GroupError>>, GroupError> {
     let mut replies = Vec::new();
     let (result, took_metadata) = with_coordinator(shard, |c| {
         let result = c.leave(shard.now_ms() as u64, group_id, members, &mut replies);
@@ -423,7 +428,7 @@ pub async fn leave(
         if let Err(code) = write_group_metadata(shard, partition).await {
             tracing::warn!(
                 partition,
-                code,
+                error = %code,
                 "cannot write a group's record after LeaveGroup"
             );
         }
@@ -492,7 +497,7 @@ pub async fn append(
     shard: &Shard,
     partition: i32,
     mut entries: Vec<OffsetsRecord>,
-) -> Result<Option<i64>, i16> {
+) -> Result<Option<i64>, GroupError> {
     let log = offsets_partition(shard, partition)?;
     entries.extend(metadata_records(shard, partition));
     let mut last = None;
@@ -519,7 +524,10 @@ pub async fn append(
     }
     for records in pending {
         let bytes = Bytes::from(build::batch(timestamp, &records));
-        let batch = RecordBatch::new(bytes).map_err(|_| errors::UNKNOWN_SERVER_ERROR)?;
+        let batch = RecordBatch::new(bytes).map_err(|error| {
+            tracing::error!(partition, %error, "an offsets batch built here does not parse");
+            GroupError::CoordinatorNotAvailable
+        })?;
         // acks=all: a commit is answered once every in-sync replica has
         // it, so a new coordinator after a failover has it too.
         let outcome = log
@@ -531,7 +539,7 @@ pub async fn append(
                 code = outcome.error_code,
                 "offsets append failed"
             );
-            return Err(errors::COORDINATOR_NOT_AVAILABLE);
+            return Err(GroupError::CoordinatorNotAvailable);
         }
         last = Some(outcome.base_offset + records.len() as i64 - 1);
     }
@@ -539,18 +547,22 @@ pub async fn append(
 }
 
 /// Waits until the partition holds `last_offset` durably.
-pub async fn wait_durable(shard: &Shard, partition: i32, last_offset: i64) -> Result<(), i16> {
+pub async fn wait_durable(
+    shard: &Shard,
+    partition: i32,
+    last_offset: i64,
+) -> Result<(), GroupError> {
     let log = offsets_partition(shard, partition)?;
     log.wait_durable(last_offset).await.map_err(|code| {
         tracing::error!(partition, code, "offsets sync failed");
-        errors::COORDINATOR_NOT_AVAILABLE
+        GroupError::CoordinatorNotAvailable
     })
 }
 
 /// Writes the membership records queued for `partition` and waits until
 /// the partition holds them durably, with whatever was appended before
 /// (another task may have taken this caller's records with its own).
-pub async fn write_group_metadata(shard: &Shard, partition: i32) -> Result<(), i16> {
+pub async fn write_group_metadata(shard: &Shard, partition: i32) -> Result<(), GroupError> {
     let last = {
         let _lock = write_lock(shard, partition).await;
         let log = match offsets_partition(shard, partition) {
@@ -577,7 +589,7 @@ pub async fn write_durably(
     shard: &Rc<Shard>,
     partition: i32,
     entries: Vec<OffsetsRecord>,
-) -> Result<(), i16> {
+) -> Result<(), GroupError> {
     if entries.is_empty() {
         return Ok(());
     }
@@ -726,7 +738,7 @@ fn start_metadata_writer(shard: &Rc<Shard>) {
     glommio::spawn_local(async move {
         for partition in partitions {
             if let Err(code) = write_group_metadata(&shard, partition).await {
-                tracing::warn!(partition, code, "cannot write group records");
+                tracing::warn!(partition, error = %code, "cannot write group records");
             }
         }
         shard.groups.metadata_writer.set(false);
@@ -746,14 +758,14 @@ pub async fn write_dropped(shard: &Rc<Shard>, dropped: Vec<DroppedOffset>) {
     }
     for (partition, dropped) in by_partition {
         if let Err(code) = write_durably(shard, partition, tombstones(&dropped)).await {
-            tracing::warn!(partition, code, "cannot write offset tombstones");
+            tracing::warn!(partition, error = %code, "cannot write offset tombstones");
         }
     }
 }
 
 /// Loads every offsets partition this core owns (ListGroups must see
 /// groups whose partitions no request has touched since start).
-pub async fn load_owned(shard: &Rc<Shard>) -> Result<(), i16> {
+pub async fn load_owned(shard: &Rc<Shard>) -> Result<(), GroupError> {
     let image = shard.metadata.image();
     let Some(topic) = image.topics.get(OFFSETS_TOPIC) else {
         return Ok(());
@@ -768,7 +780,7 @@ pub async fn load_owned(shard: &Rc<Shard>) -> Result<(), i16> {
 
 /// Runs `work` on every core after it loaded its offsets partitions;
 /// results in core order.
-pub async fn on_every_coordinator<R, F>(shard: &Rc<Shard>, work: F) -> Vec<Result<R, i16>>
+pub async fn on_every_coordinator<R, F>(shard: &Rc<Shard>, work: F) -> Vec<Result<R, GroupError>>
 where
     R: Send + 'static,
     F: Fn(&Coordinator) -> R + Send + Clone + 'static,

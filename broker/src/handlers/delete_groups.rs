@@ -7,7 +7,8 @@ use std::rc::Rc;
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse};
 
-use crate::errors;
+use groups::error::GroupError;
+
 use crate::group::manager;
 use crate::shard::Shard;
 
@@ -18,29 +19,29 @@ pub async fn handle(shard: &Rc<Shard>, request: DeleteGroupsRequest) -> DeleteGr
     let mut results = Vec::with_capacity(request.groups_names.len());
     for group_id in request.groups_names {
         let id = group_id.0.to_string();
-        let code = if id.is_empty() {
-            errors::INVALID_GROUP_ID
+        let outcome = if id.is_empty() {
+            Err(GroupError::InvalidGroupId)
         } else {
             manager::on_coordinator(shard, &id.clone(), move |owner, partition| async move {
                 let lock = manager::write_lock(&owner, partition).await;
                 let mut dropped = Vec::new();
-                let code = manager::with_coordinator(&owner, |c| c.delete_group(&id, &mut dropped));
+                let deleted =
+                    manager::with_coordinator(&owner, |c| c.delete_group(&id, &mut dropped));
                 let last =
                     manager::append(&owner, partition, manager::tombstones(&dropped)).await?;
                 drop(lock);
                 if let Some(last) = last {
                     manager::wait_durable(&owner, partition, last).await?;
                 }
-                Ok::<i16, i16>(code)
+                deleted
             })
             .await
             .and_then(|inner| inner)
-            .unwrap_or_else(|code| code)
         };
         results.push(
             DeletableGroupResult::default()
                 .with_group_id(group_id)
-                .with_error_code(code),
+                .with_error_code(GroupError::code_of(&outcome)),
         );
     }
     DeleteGroupsResponse::default().with_results(results)

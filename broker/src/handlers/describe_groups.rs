@@ -6,6 +6,7 @@
 
 use std::rc::Rc;
 
+use groups::error::GroupError;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
 use kafka_protocol::protocol::StrBytes;
@@ -32,7 +33,7 @@ pub async fn handle(
     for group_id in request.groups {
         let id = group_id.0.to_string();
         let described = if id.is_empty() {
-            Err(errors::INVALID_GROUP_ID)
+            Err(GroupError::InvalidGroupId)
         } else {
             manager::on_coordinator(shard, &id.clone(), move |owner, _| async move {
                 manager::with_coordinator(&owner, |c| c.describe(&id))
@@ -71,8 +72,8 @@ pub async fn handle(
                         })
                         .collect(),
                 ),
-            Err(code) => DescribedGroup::default()
-                .with_error_code(code)
+            Err(error) => DescribedGroup::default()
+                .with_error_code(error.code())
                 .with_group_state(StrBytes::from_static_str("Dead")),
         };
         groups.push(group.with_group_id(group_id));

@@ -10,6 +10,7 @@
 
 use std::rc::Rc;
 
+use groups::error::GroupError;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
 use kafka_protocol::protocol::StrBytes;
@@ -27,7 +28,9 @@ const KEY_TYPE_TRANSACTION: i8 = 1;
 /// The coordinating broker's id, host and port.
 async fn find(shard: &Rc<Shard>, key: &str, key_type: i8) -> Result<(i32, StrBytes, i32), i16> {
     let id = match key_type {
-        KEY_TYPE_GROUP => manager::coordinator(shard, key).await?,
+        KEY_TYPE_GROUP => manager::coordinator(shard, key)
+            .await
+            .map_err(GroupError::code)?,
         KEY_TYPE_TRANSACTION if !key.is_empty() => shard.config.node_id,
         _ => return Err(errors::INVALID_REQUEST),
     };

@@ -3,6 +3,7 @@
 
 use std::rc::Rc;
 
+use groups::error::GroupError;
 use kafka_protocol::messages::{HeartbeatRequest, HeartbeatResponse};
 
 use crate::group::manager;
@@ -16,7 +17,7 @@ pub async fn handle(shard: &Rc<Shard>, request: HeartbeatRequest) -> HeartbeatRe
     let member_id = request.member_id.to_string();
     let instance = request.group_instance_id.map(|i| i.to_string());
     let generation = request.generation_id;
-    let code = manager::on_coordinator(shard, &group_id.clone(), move |owner, _| async move {
+    let outcome = manager::on_coordinator(shard, &group_id.clone(), move |owner, _| async move {
         manager::with_coordinator(&owner, |c| {
             c.heartbeat(
                 owner.now_ms() as u64,
@@ -28,6 +29,6 @@ pub async fn handle(shard: &Rc<Shard>, request: HeartbeatRequest) -> HeartbeatRe
         })
     })
     .await
-    .unwrap_or_else(|code| code);
-    HeartbeatResponse::default().with_error_code(code)
+    .and_then(|inner| inner);
+    HeartbeatResponse::default().with_error_code(GroupError::code_of(&outcome))
 }

@@ -7,6 +7,7 @@
 
 use std::rc::Rc;
 
+use groups::error::GroupError;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::{JoinGroupRequest, JoinGroupResponse};
 use kafka_protocol::protocol::StrBytes;
@@ -71,7 +72,7 @@ pub async fn handle(
         (None, false) => Some(StrBytes::default()),
     };
     JoinGroupResponse::default()
-        .with_error_code(response.error_code)
+        .with_error_code(GroupError::code_or_none(response.error))
         .with_generation_id(response.generation_id)
         .with_protocol_type(response.protocol_type.map(text))
         .with_protocol_name(protocol_name)

@@ -4,6 +4,7 @@
 
 use std::rc::Rc;
 
+use groups::error::GroupError;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse};
 use kafka_protocol::protocol::StrBytes;
@@ -42,18 +43,18 @@ pub async fn handle(
     .await
     .and_then(|inner| inner);
     match result {
-        Err(code) => LeaveGroupResponse::default().with_error_code(code),
-        Ok(codes) if version < 3 => LeaveGroupResponse::default()
-            .with_error_code(codes.first().copied().unwrap_or(errors::NONE)),
-        Ok(codes) => LeaveGroupResponse::default().with_members(
+        Err(error) => LeaveGroupResponse::default().with_error_code(error.code()),
+        Ok(outcomes) if version < 3 => LeaveGroupResponse::default()
+            .with_error_code(outcomes.first().map_or(errors::NONE, GroupError::code_of)),
+        Ok(outcomes) => LeaveGroupResponse::default().with_members(
             members
                 .into_iter()
-                .zip(codes)
-                .map(|((member_id, instance), code)| {
+                .zip(outcomes)
+                .map(|((member_id, instance), outcome)| {
                     MemberResponse::default()
                         .with_member_id(StrBytes::from_string(member_id))
                         .with_group_instance_id(instance.map(StrBytes::from_string))
-                        .with_error_code(code)
+                        .with_error_code(GroupError::code_of(&outcome))
                 })
                 .collect(),
         ),

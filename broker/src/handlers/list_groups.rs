@@ -59,7 +59,7 @@ pub async fn handle(
                     groups.push(group);
                 }
             }
-            Err(code) => error_code = code,
+            Err(error) => error_code = error.code(),
         }
     }
     ListGroupsResponse::default()

@@ -11,6 +11,7 @@
 
 use std::rc::Rc;
 
+use groups::error::GroupError;
 use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
@@ -84,18 +85,18 @@ pub async fn handle(
     .await
     .and_then(|inner| inner);
     let result = match result {
-        Err(errors::GROUP_ID_NOT_FOUND) if version < 9 => Err(errors::ILLEGAL_GENERATION),
+        Err(GroupError::GroupIdNotFound) if version < 9 => Err(GroupError::IllegalGeneration),
         other => other,
     };
     match result {
-        Ok(results) => {
-            for (slot, code) in slots.into_iter().zip(results) {
-                codes[slot] = code;
+        Ok(outcomes) => {
+            for (slot, outcome) in slots.into_iter().zip(outcomes) {
+                codes[slot] = GroupError::code_of(&outcome);
             }
         }
-        Err(code) => {
+        Err(error) => {
             for slot in slots {
-                codes[slot] = code;
+                codes[slot] = error.code();
             }
         }
     }
@@ -127,15 +128,15 @@ async fn commit_on_owner(
     partition: i32,
     committer: Committer,
     parts: Vec<CommitPartition>,
-) -> Result<Vec<i16>, i16> {
+) -> Result<Vec<Result<(), GroupError>>, GroupError> {
     let lock = manager::write_lock(owner, partition).await;
-    let codes = manager::with_coordinator(owner, |c| {
+    let outcomes = manager::with_coordinator(owner, |c| {
         c.commit(owner.now_ms() as u64, &committer, &parts)
     })?;
     let entries: Vec<manager::OffsetsRecord> = parts
         .iter()
-        .zip(&codes)
-        .filter(|(_, code)| **code == errors::NONE)
+        .zip(&outcomes)
+        .filter(|(_, outcome)| outcome.is_ok())
         .map(|(p, _)| {
             (
                 records::offset_key(&committer.group_id, &p.topic, p.partition),
@@ -149,5 +150,5 @@ async fn commit_on_owner(
         manager::wait_durable(owner, partition, last).await?;
         manager::maybe_compact(owner, partition).await;
     }
-    Ok(codes)
+    Ok(outcomes)
 }

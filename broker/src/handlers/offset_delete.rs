@@ -4,6 +4,7 @@
 
 use std::rc::Rc;
 
+use groups::error::GroupError;
 use kafka_protocol::messages::offset_delete_response::{
     OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
 };
@@ -32,7 +33,7 @@ pub async fn handle(shard: &Rc<Shard>, request: OffsetDeleteRequest) -> OffsetDe
         move |owner, partition| async move {
             let lock = manager::write_lock(&owner, partition).await;
             let mut dropped = Vec::new();
-            let codes = manager::with_coordinator(&owner, |c| {
+            let outcomes = manager::with_coordinator(&owner, |c| {
                 c.delete_offsets(&group_id, &wanted, &mut dropped)
             })?;
             let last = manager::append(&owner, partition, manager::tombstones(&dropped)).await?;
@@ -40,16 +41,16 @@ pub async fn handle(shard: &Rc<Shard>, request: OffsetDeleteRequest) -> OffsetDe
             if let Some(last) = last {
                 manager::wait_durable(&owner, partition, last).await?;
             }
-            Ok::<Vec<i16>, i16>(codes)
+            Ok(outcomes)
         },
     )
     .await
     .and_then(|inner| inner);
-    let codes = match result {
-        Ok(codes) => codes,
-        Err(code) => return OffsetDeleteResponse::default().with_error_code(code),
+    let outcomes = match result {
+        Ok(outcomes) => outcomes,
+        Err(error) => return OffsetDeleteResponse::default().with_error_code(error.code()),
     };
-    let mut codes = codes.into_iter();
+    let mut outcomes = outcomes.into_iter();
     let topics = request
         .topics
         .iter()
@@ -62,7 +63,9 @@ pub async fn handle(shard: &Rc<Shard>, request: OffsetDeleteRequest) -> OffsetDe
                         .map(|p| {
                             OffsetDeleteResponsePartition::default()
                                 .with_partition_index(p.partition_index)
-                                .with_error_code(codes.next().expect("one code per partition"))
+                                .with_error_code(GroupError::code_of(
+                                    &outcomes.next().expect("one outcome per partition"),
+                                ))
                         })
                         .collect(),
                 )

@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
+use groups::error::GroupError;
 use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
@@ -30,9 +31,9 @@ async fn fetch_group(
     shard: &Rc<Shard>,
     group_id: String,
     topics: Option<Vec<(String, Vec<i32>)>>,
-) -> Result<Fetched, i16> {
+) -> Result<Fetched, GroupError> {
     if group_id.is_empty() {
-        return Err(errors::INVALID_GROUP_ID);
+        return Err(GroupError::InvalidGroupId);
     }
     manager::on_coordinator(shard, &group_id.clone(), move |owner, _| async move {
         manager::with_coordinator(&owner, |c| match topics {
@@ -107,7 +108,7 @@ pub async fn handle(
                         })
                         .collect(),
                 ),
-                Err(code) => OffsetFetchResponseGroup::default().with_error_code(code),
+                Err(error) => OffsetFetchResponseGroup::default().with_error_code(error.code()),
             };
             groups.push(response.with_group_id(GroupId(group.group_id.0)));
         }
@@ -123,13 +124,13 @@ pub async fn handle(
     let (fetched, error_code) = match result {
         Ok(fetched) => (fetched, errors::NONE),
         // Without a top-level error (v1), each partition carries it.
-        Err(code) => (
+        Err(error) => (
             asked
                 .unwrap_or_default()
                 .into_iter()
                 .map(|(t, ps)| (t, ps.into_iter().map(|p| (p, None)).collect()))
                 .collect(),
-            code,
+            error.code(),
         ),
     };
     let partition_code = if version < 2 {

@@ -4,6 +4,7 @@
 
 use std::rc::Rc;
 
+use groups::error::GroupError;
 use kafka_protocol::messages::{SyncGroupRequest, SyncGroupResponse};
 use kafka_protocol::protocol::StrBytes;
 
@@ -35,7 +36,7 @@ pub async fn handle(shard: &Rc<Shard>, request: SyncGroupRequest) -> SyncGroupRe
     .await
     .unwrap_or_else(SyncResponse::error);
     SyncGroupResponse::default()
-        .with_error_code(response.error_code)
+        .with_error_code(GroupError::code_or_none(response.error))
         .with_protocol_type(response.protocol_type.map(StrBytes::from_string))
         .with_protocol_name(response.protocol_name.map(StrBytes::from_string))
         .with_assignment(response.assignment)

@@ -3,10 +3,10 @@
 
 use bytes::Bytes;
 
+use crate::error::GroupError;
 use crate::limits::{
     CORE_MEMBER_BYTES_MAX, GROUP_MEMBER_BYTES_MAX, MEMBER_BYTES_MAX, MEMBER_PROTOCOLS_MAX,
 };
-use protocol::error_codes as errors;
 
 use super::messages::*;
 use super::state::{Group, Member};
@@ -21,7 +21,7 @@ impl Coordinator {
         waiter: WaiterId,
         replies: &mut Replies,
     ) -> Answer<JoinResponse> {
-        let fail = |code: i16| Answer::Now(JoinResponse::error(code, &request.member_id));
+        let fail = |code: GroupError| Answer::Now(JoinResponse::error(code, &request.member_id));
         if let Err(code) = Self::check_group_id(&request.group_id) {
             return fail(code);
         }
@@ -30,7 +30,7 @@ impl Coordinator {
             || (session as u64) < self.config.min_session_timeout_ms
             || (session as u64) > self.config.max_session_timeout_ms
         {
-            return fail(errors::INVALID_SESSION_TIMEOUT);
+            return fail(GroupError::InvalidSessionTimeout);
         }
         if too_long(&request.member_id)
             || request.group_instance_id.as_deref().is_some_and(too_long)
@@ -38,19 +38,19 @@ impl Coordinator {
             || request.protocols.iter().any(|(name, _)| too_long(name))
             || too_long(&request.protocol_type)
         {
-            return fail(errors::INVALID_REQUEST);
+            return fail(GroupError::InvalidRequest);
         }
         let metadata_bytes: usize = request.protocols.iter().map(|(_, m)| m.len()).sum();
         if metadata_bytes > MEMBER_BYTES_MAX {
-            return fail(errors::INVALID_REQUEST);
+            return fail(GroupError::InvalidRequest);
         }
         if request.protocol_type.is_empty() || request.protocols.is_empty() {
-            return fail(errors::INCONSISTENT_GROUP_PROTOCOL);
+            return fail(GroupError::InconsistentGroupProtocol);
         }
         let exists = self.groups.contains_key(&request.group_id);
         if !exists {
             if !request.member_id.is_empty() {
-                return fail(errors::UNKNOWN_MEMBER_ID);
+                return fail(GroupError::UnknownMemberId);
             }
             if let Err(code) = self.add_group(&request.group_id) {
                 return fail(code);
@@ -97,14 +97,16 @@ impl Coordinator {
                 .iter()
                 .any(|(_, a)| a.len() > MEMBER_BYTES_MAX)
         {
-            return Answer::Now(SyncResponse::error(errors::INVALID_REQUEST));
+            return Answer::Now(SyncResponse::error(GroupError::InvalidRequest));
         }
         let core_bytes_left = CORE_MEMBER_BYTES_MAX.saturating_sub(self.member_bytes);
         let group_id = request.group_id.clone();
         self.with_group(&group_id, |group| {
             sync_group(group, now_ms, request, waiter, core_bytes_left, replies)
         })
-        .unwrap_or(Answer::Now(SyncResponse::error(errors::UNKNOWN_MEMBER_ID)))
+        .unwrap_or(Answer::Now(SyncResponse::error(
+            GroupError::UnknownMemberId,
+        )))
     }
 
     /// Heartbeat.
@@ -115,38 +117,36 @@ impl Coordinator {
         generation_id: i32,
         member_id: &str,
         group_instance_id: Option<&str>,
-    ) -> i16 {
-        if let Err(code) = Self::check_group_id(group_id) {
-            return code;
-        }
+    ) -> Result<(), GroupError> {
+        Self::check_group_id(group_id)?;
         // No bytes or offsets change and no group empties: no accounting.
         let Some(group) = self.groups.get_mut(group_id) else {
-            return errors::UNKNOWN_MEMBER_ID;
+            return Err(GroupError::UnknownMemberId);
         };
         {
             if group.fenced(member_id, group_instance_id) {
-                return errors::FENCED_INSTANCE_ID;
+                return Err(GroupError::FencedInstanceId);
             }
             let Some(member) = group.members.get_mut(member_id) else {
-                return errors::UNKNOWN_MEMBER_ID;
+                return Err(GroupError::UnknownMemberId);
             };
             match group.state {
-                GroupState::Dead => errors::COORDINATOR_NOT_AVAILABLE,
-                GroupState::Empty => errors::UNKNOWN_MEMBER_ID,
-                _ if generation_id != group.generation_id => errors::ILLEGAL_GENERATION,
+                GroupState::Dead => Err(GroupError::CoordinatorNotAvailable),
+                GroupState::Empty => Err(GroupError::UnknownMemberId),
+                _ if generation_id != group.generation_id => Err(GroupError::IllegalGeneration),
                 GroupState::PreparingRebalance => {
                     member.session_deadline_ms = now_ms + member.session_timeout_ms;
-                    errors::REBALANCE_IN_PROGRESS
+                    Err(GroupError::RebalanceInProgress)
                 }
                 GroupState::CompletingRebalance | GroupState::Stable => {
                     member.session_deadline_ms = now_ms + member.session_timeout_ms;
-                    errors::NONE
+                    Ok(())
                 }
             }
         }
     }
 
-    /// LeaveGroup: one error code per member given as (member id, group
+    /// LeaveGroup: one outcome per member given as (member id, group
     /// instance id). An unknown group answers UNKNOWN_MEMBER_ID for each.
     pub fn leave(
         &mut self,
@@ -154,9 +154,9 @@ impl Coordinator {
         group_id: &str,
         leaving: &[(String, Option<String>)],
         replies: &mut Replies,
-    ) -> Result<Vec<i16>, i16> {
+    ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
         Self::check_group_id(group_id)?;
-        let unknown = vec![errors::UNKNOWN_MEMBER_ID; leaving.len()];
+        let unknown = vec![Err(GroupError::UnknownMemberId); leaving.len()];
         Ok(self
             .with_group(group_id, |group| {
                 let mut codes = Vec::with_capacity(leaving.len());
@@ -168,7 +168,7 @@ impl Coordinator {
                                 Some(owner.clone())
                             }
                             Some(_) => {
-                                codes.push(errors::FENCED_INSTANCE_ID);
+                                codes.push(Err(GroupError::FencedInstanceId));
                                 continue;
                             }
                             None => None,
@@ -180,15 +180,15 @@ impl Coordinator {
                     };
                     match target {
                         Some(id) => {
-                            group.remove_member(&id, replies, errors::UNKNOWN_MEMBER_ID);
+                            group.remove_member(&id, replies, GroupError::UnknownMemberId);
                             removed = true;
-                            codes.push(errors::NONE);
+                            codes.push(Ok(()));
                         }
                         None if group.pending.remove(member_id).is_some() => {
                             removed = true;
-                            codes.push(errors::NONE);
+                            codes.push(Ok(()));
                         }
-                        None => codes.push(errors::UNKNOWN_MEMBER_ID),
+                        None => codes.push(Err(GroupError::UnknownMemberId)),
                     }
                 }
                 if removed {
@@ -229,12 +229,12 @@ impl Coordinator {
                         .map(|m| m.member_id.clone())
                         .collect();
                     for member_id in unsynced {
-                        group.remove_member(&member_id, replies, errors::REBALANCE_IN_PROGRESS);
+                        group.remove_member(&member_id, replies, GroupError::RebalanceInProgress);
                         gone = true;
                     }
                 }
                 for member_id in expired {
-                    group.remove_member(&member_id, replies, errors::UNKNOWN_MEMBER_ID);
+                    group.remove_member(&member_id, replies, GroupError::UnknownMemberId);
                     gone = true;
                 }
                 if gone {
@@ -276,13 +276,13 @@ fn join_group(
         }
     }
     if group.is_full(config.max_size) {
-        return Answer::Now(JoinResponse::error(errors::GROUP_MAX_SIZE_REACHED, ""));
+        return Answer::Now(JoinResponse::error(GroupError::GroupMaxSizeReached, ""));
     }
     if request.require_known_member_id && request.group_instance_id.is_none() {
         group
             .pending
             .insert(new_id.clone(), now_ms + session_timeout_ms);
-        return Answer::Now(JoinResponse::error(errors::MEMBER_ID_REQUIRED, &new_id));
+        return Answer::Now(JoinResponse::error(GroupError::MemberIdRequired, &new_id));
     }
     add_member(group, config, now_ms, request, new_id, waiter, replies);
     Answer::Parked
@@ -291,20 +291,24 @@ fn join_group(
 /// Refusals of a JoinGroup before anything changes: a dead group, a
 /// protocol type or protocols the group does not share, member metadata
 /// over the group's or the core's bound.
-fn check_join(group: &Group, request: &JoinRequest, core_bytes_left: usize) -> Result<(), i16> {
+fn check_join(
+    group: &Group,
+    request: &JoinRequest,
+    core_bytes_left: usize,
+) -> Result<(), GroupError> {
     if group.state == GroupState::Dead {
-        return Err(errors::COORDINATOR_NOT_AVAILABLE);
+        return Err(GroupError::CoordinatorNotAvailable);
     }
     // The protocol type and at least one protocol must match the group's.
     if !group.members.is_empty() {
         if group.protocol_type.as_deref() != Some(request.protocol_type.as_str()) {
-            return Err(errors::INCONSISTENT_GROUP_PROTOCOL);
+            return Err(GroupError::InconsistentGroupProtocol);
         }
         if group
             .common_protocols(Some(&request.member_id), Some(&request.protocols))
             .is_empty()
         {
-            return Err(errors::INCONSISTENT_GROUP_PROTOCOL);
+            return Err(GroupError::InconsistentGroupProtocol);
         }
     }
     let metadata_bytes: usize = request.protocols.iter().map(|(_, m)| m.len()).sum();
@@ -316,7 +320,7 @@ fn check_join(group: &Group, request: &JoinRequest, core_bytes_left: usize) -> R
     if group.member_bytes() - previous_bytes + metadata_bytes > GROUP_MEMBER_BYTES_MAX
         || metadata_bytes.saturating_sub(previous_bytes) > core_bytes_left
     {
-        return Err(errors::INVALID_REQUEST);
+        return Err(GroupError::InvalidRequest);
     }
     Ok(())
 }
@@ -349,13 +353,13 @@ fn rejoin_static_member(
     if let Some(w) = member.join_waiter.take() {
         replies.push((
             w,
-            Reply::Join(JoinResponse::error(errors::FENCED_INSTANCE_ID, &old_id)),
+            Reply::Join(JoinResponse::error(GroupError::FencedInstanceId, &old_id)),
         ));
     }
     if let Some(w) = member.sync_waiter.take() {
         replies.push((
             w,
-            Reply::Sync(SyncResponse::error(errors::FENCED_INSTANCE_ID)),
+            Reply::Sync(SyncResponse::error(GroupError::FencedInstanceId)),
         ));
     }
     let protocols_changed = !member.same_protocols(&request.protocols);
@@ -474,12 +478,15 @@ fn join_known_member(
         return Answer::Parked;
     }
     if group.fenced(&member_id, request.group_instance_id.as_deref()) {
-        return Answer::Now(JoinResponse::error(errors::FENCED_INSTANCE_ID, &member_id));
+        return Answer::Now(JoinResponse::error(
+            GroupError::FencedInstanceId,
+            &member_id,
+        ));
     }
     if !group.members.contains_key(&member_id)
         || matches!(group.state, GroupState::Empty | GroupState::Dead)
     {
-        return Answer::Now(JoinResponse::error(errors::UNKNOWN_MEMBER_ID, &member_id));
+        return Answer::Now(JoinResponse::error(GroupError::UnknownMemberId, &member_id));
     }
     let is_leader = group.leader_id.as_deref() == Some(member_id.as_str());
     let member = group.members.get_mut(&member_id).expect("member");
@@ -497,7 +504,7 @@ fn join_known_member(
                 replies.push((
                     old,
                     Reply::Join(JoinResponse::error(
-                        errors::REBALANCE_IN_PROGRESS,
+                        GroupError::RebalanceInProgress,
                         &member_id,
                     )),
                 ));
@@ -538,13 +545,13 @@ fn sync_group(
     core_bytes_left: usize,
     replies: &mut Replies,
 ) -> Answer<SyncResponse> {
-    let fail = |code: i16| Answer::Now(SyncResponse::error(code));
+    let fail = |code: GroupError| Answer::Now(SyncResponse::error(code));
     if let Err(code) = check_sync(group, &request) {
         return fail(code);
     }
     match group.state {
-        GroupState::Empty | GroupState::Dead => fail(errors::UNKNOWN_MEMBER_ID),
-        GroupState::PreparingRebalance => fail(errors::REBALANCE_IN_PROGRESS),
+        GroupState::Empty | GroupState::Dead => fail(GroupError::UnknownMemberId),
+        GroupState::PreparingRebalance => fail(GroupError::RebalanceInProgress),
         GroupState::Stable => {
             let generation = group.generation_id;
             let member = group.members.get_mut(&request.member_id).expect("member");
@@ -563,7 +570,7 @@ fn sync_group(
                 if let Some(old) = member.sync_waiter.replace(waiter) {
                     replies.push((
                         old,
-                        Reply::Sync(SyncResponse::error(errors::REBALANCE_IN_PROGRESS)),
+                        Reply::Sync(SyncResponse::error(GroupError::RebalanceInProgress)),
                     ));
                 }
             }
@@ -581,15 +588,15 @@ fn sync_group(
 
 /// Refusals of a SyncGroup: a fenced static member, an unknown member, a
 /// generation or protocol that is not the group's.
-fn check_sync(group: &Group, request: &SyncRequest) -> Result<(), i16> {
+fn check_sync(group: &Group, request: &SyncRequest) -> Result<(), GroupError> {
     if group.fenced(&request.member_id, request.group_instance_id.as_deref()) {
-        return Err(errors::FENCED_INSTANCE_ID);
+        return Err(GroupError::FencedInstanceId);
     }
     if !group.members.contains_key(&request.member_id) {
-        return Err(errors::UNKNOWN_MEMBER_ID);
+        return Err(GroupError::UnknownMemberId);
     }
     if request.generation_id != group.generation_id {
-        return Err(errors::ILLEGAL_GENERATION);
+        return Err(GroupError::IllegalGeneration);
     }
     if request
         .protocol_type
@@ -600,14 +607,14 @@ fn check_sync(group: &Group, request: &SyncRequest) -> Result<(), i16> {
             .as_ref()
             .is_some_and(|n| Some(n) != group.protocol_name.as_ref())
     {
-        return Err(errors::INCONSISTENT_GROUP_PROTOCOL);
+        return Err(GroupError::InconsistentGroupProtocol);
     }
     Ok(())
 }
 
 fn sync_ok(group: &Group, assignment: Bytes) -> SyncResponse {
     SyncResponse {
-        error_code: errors::NONE,
+        error: None,
         protocol_type: group.protocol_type.clone(),
         protocol_name: group.protocol_name.clone(),
         assignment,
@@ -624,7 +631,7 @@ fn apply_assignment(
     request: SyncRequest,
     core_bytes_left: usize,
     replies: &mut Replies,
-) -> Result<(), i16> {
+) -> Result<(), GroupError> {
     let added: usize = request
         .assignments
         .iter()
@@ -634,7 +641,7 @@ fn apply_assignment(
     if group.member_bytes() + added > GROUP_MEMBER_BYTES_MAX || added > core_bytes_left {
         let member = group.members.get_mut(&request.member_id).expect("member");
         member.sync_waiter = None;
-        return Err(errors::INVALID_REQUEST);
+        return Err(GroupError::InvalidRequest);
     }
     // Members the leader left out get an empty assignment.
     for member in group.members.values_mut() {

@@ -3,6 +3,8 @@
 
 use bytes::Bytes;
 
+use crate::error::GroupError;
+
 /// Identifies a parked JoinGroup or SyncGroup request.
 pub type WaiterId = u64;
 
@@ -56,7 +58,7 @@ pub struct JoinMember {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JoinResponse {
-    pub error_code: i16,
+    pub error: Option<GroupError>,
     pub generation_id: i32,
     pub protocol_type: Option<String>,
     pub protocol_name: Option<String>,
@@ -70,9 +72,9 @@ pub struct JoinResponse {
 }
 
 impl JoinResponse {
-    pub fn error(error_code: i16, member_id: &str) -> Self {
+    pub fn error(error: GroupError, member_id: &str) -> Self {
         Self {
-            error_code,
+            error: Some(error),
             generation_id: -1,
             protocol_type: None,
             protocol_name: None,
@@ -97,16 +99,16 @@ pub struct SyncRequest {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyncResponse {
-    pub error_code: i16,
+    pub error: Option<GroupError>,
     pub protocol_type: Option<String>,
     pub protocol_name: Option<String>,
     pub assignment: Bytes,
 }
 
 impl SyncResponse {
-    pub fn error(error_code: i16) -> Self {
+    pub fn error(error: GroupError) -> Self {
         Self {
-            error_code,
+            error: Some(error),
             protocol_type: None,
             protocol_name: None,
             assignment: Bytes::new(),

@@ -22,8 +22,8 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 
+use crate::error::GroupError;
 use crate::limits::{GROUPS_PER_CORE_MAX, GROUP_ID_BYTES_MAX, MEMBER_NAME_BYTES_MAX};
-use protocol::error_codes as errors;
 
 mod membership;
 mod messages;
@@ -191,9 +191,9 @@ impl Coordinator {
         }
     }
 
-    fn check_group_id(group_id: &str) -> Result<(), i16> {
+    fn check_group_id(group_id: &str) -> Result<(), GroupError> {
         if group_id.is_empty() || group_id.len() > GROUP_ID_BYTES_MAX {
-            Err(errors::INVALID_GROUP_ID)
+            Err(GroupError::InvalidGroupId)
         } else {
             Ok(())
         }
@@ -201,9 +201,9 @@ impl Coordinator {
 
     /// Adds an empty group for a join or commit that names a new one, unless
     /// this core already holds as many groups as it may.
-    fn add_group(&mut self, group_id: &str) -> Result<(), i16> {
+    fn add_group(&mut self, group_id: &str) -> Result<(), GroupError> {
         if self.groups.len() >= GROUPS_PER_CORE_MAX {
-            return Err(errors::COORDINATOR_NOT_AVAILABLE);
+            return Err(GroupError::CoordinatorNotAvailable);
         }
         self.groups
             .insert(group_id.to_string(), Group::new(group_id));
@@ -211,15 +211,17 @@ impl Coordinator {
     }
 
     /// DeleteGroups for one group: only an empty group; its offsets go.
-    pub fn delete_group(&mut self, group_id: &str, dropped: &mut Vec<DroppedOffset>) -> i16 {
-        if let Err(code) = Self::check_group_id(group_id) {
-            return code;
-        }
+    pub fn delete_group(
+        &mut self,
+        group_id: &str,
+        dropped: &mut Vec<DroppedOffset>,
+    ) -> Result<(), GroupError> {
+        Self::check_group_id(group_id)?;
         let Some(group) = self.groups.get(group_id) else {
-            return errors::GROUP_ID_NOT_FOUND;
+            return Err(GroupError::GroupIdNotFound);
         };
         if group.state != GroupState::Empty {
-            return errors::NON_EMPTY_GROUP;
+            return Err(GroupError::NonEmptyGroup);
         }
         self.with_group(group_id, |group| {
             for (topic, partition) in group.offsets.keys() {
@@ -231,17 +233,17 @@ impl Coordinator {
             }
             group.state = GroupState::Dead;
         });
-        errors::NONE
+        Ok(())
     }
 
     /// Drops every group `moved` names (their offsets partition is led by
     /// another broker now): their parked joins and syncs are answered
-    /// with `error_code`, so the members look for the new coordinator.
+    /// with `error`, so the members look for the new coordinator.
     /// How many groups went.
     pub fn forget(
         &mut self,
         moved: impl Fn(&str) -> bool,
-        error_code: i16,
+        error: GroupError,
         replies: &mut Replies,
     ) -> usize {
         let gone: Vec<String> = self.groups.keys().filter(|id| moved(id)).cloned().collect();
@@ -253,7 +255,7 @@ impl Coordinator {
                 self.offsets_count -= group.offsets.len();
                 let members: Vec<String> = group.members.keys().cloned().collect();
                 for member in members {
-                    group.remove_member(&member, replies, error_code);
+                    group.remove_member(&member, replies, error);
                 }
             }
         }

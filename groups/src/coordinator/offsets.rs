@@ -1,8 +1,8 @@
 //! Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete, loading
 //! from `__consumer_offsets` and retention.
 
+use crate::error::GroupError;
 use crate::limits::{CORE_OFFSETS_MAX, GROUP_OFFSETS_MAX, OFFSET_METADATA_BYTES_MAX};
-use protocol::error_codes as errors;
 
 use super::messages::*;
 use super::state::Group;
@@ -44,36 +44,36 @@ impl Coordinator {
     }
 
     /// OffsetCommit: checks the committer, then applies every partition
-    /// it may commit. Returns one error code per partition (in order).
+    /// it may commit. Returns one outcome per partition (in order).
     pub fn commit(
         &mut self,
         now_ms: u64,
         committer: &Committer,
         partitions: &[CommitPartition],
-    ) -> Result<Vec<i16>, i16> {
+    ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
         Self::check_group_id(&committer.group_id)?;
         if !self.groups.contains_key(&committer.group_id) {
             if committer.generation_id >= 0 {
                 // OffsetCommit v9+'s answer; the handler gives older
                 // versions ILLEGAL_GENERATION, as Kafka does.
-                return Err(errors::GROUP_ID_NOT_FOUND);
+                return Err(GroupError::GroupIdNotFound);
             }
             self.add_group(&committer.group_id)?;
         }
         let core_offsets_left = CORE_OFFSETS_MAX.saturating_sub(self.offsets_count);
         self.with_group(&committer.group_id, |group| {
             let allowed = if group.state == GroupState::Dead {
-                Err(errors::COORDINATOR_NOT_AVAILABLE)
+                Err(GroupError::CoordinatorNotAvailable)
             } else if group.fenced(&committer.member_id, committer.group_instance_id.as_deref()) {
-                Err(errors::FENCED_INSTANCE_ID)
+                Err(GroupError::FencedInstanceId)
             } else if committer.generation_id < 0 && group.state == GroupState::Empty {
                 Ok(())
             } else if group.state == GroupState::CompletingRebalance {
-                Err(errors::REBALANCE_IN_PROGRESS)
+                Err(GroupError::RebalanceInProgress)
             } else if !group.members.contains_key(&committer.member_id) {
-                Err(errors::UNKNOWN_MEMBER_ID)
+                Err(GroupError::UnknownMemberId)
             } else if committer.generation_id != group.generation_id {
-                Err(errors::ILLEGAL_GENERATION)
+                Err(GroupError::IllegalGeneration)
             } else {
                 Ok(())
             };
@@ -86,17 +86,17 @@ impl Coordinator {
                 .iter()
                 .map(|p| {
                     if p.offset.metadata.len() > OFFSET_METADATA_BYTES_MAX {
-                        return errors::OFFSET_METADATA_TOO_LARGE;
+                        return Err(GroupError::OffsetMetadataTooLarge);
                     }
                     let key = (p.topic.clone(), p.partition);
                     if !group.offsets.contains_key(&key) {
                         if group.offsets.len() >= GROUP_OFFSETS_MAX || added >= core_offsets_left {
-                            return errors::INVALID_COMMIT_OFFSET_SIZE;
+                            return Err(GroupError::InvalidCommitOffsetSize);
                         }
                         added += 1;
                     }
                     group.offsets.insert(key, p.offset.clone());
-                    errors::NONE
+                    Ok(())
                 })
                 .collect();
             Ok(codes)
@@ -166,17 +166,17 @@ impl Coordinator {
         group_id: &str,
         partitions: &[(String, i32)],
         dropped: &mut Vec<DroppedOffset>,
-    ) -> Result<Vec<i16>, i16> {
+    ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
         Self::check_group_id(group_id)?;
         let Some(group) = self.groups.get(group_id) else {
-            return Err(errors::GROUP_ID_NOT_FOUND);
+            return Err(GroupError::GroupIdNotFound);
         };
         let subscribed = if group.state == GroupState::Empty {
             Vec::new()
         } else {
             match group.subscribed_topics() {
                 Some(topics) => topics,
-                None => return Err(errors::NON_EMPTY_GROUP),
+                None => return Err(GroupError::NonEmptyGroup),
             }
         };
         self.with_group(group_id, |group| {
@@ -184,7 +184,7 @@ impl Coordinator {
                 .iter()
                 .map(|(topic, partition)| {
                     if subscribed.contains(topic) {
-                        return errors::GROUP_SUBSCRIBED_TO_TOPIC;
+                        return Err(GroupError::GroupSubscribedToTopic);
                     }
                     if group.offsets.remove(&(topic.clone(), *partition)).is_some() {
                         dropped.push(DroppedOffset {
@@ -193,10 +193,10 @@ impl Coordinator {
                             partition: *partition,
                         });
                     }
-                    errors::NONE
+                    Ok(())
                 })
                 .collect()
         })
-        .ok_or(errors::GROUP_ID_NOT_FOUND)
+        .ok_or(GroupError::GroupIdNotFound)
     }
 }

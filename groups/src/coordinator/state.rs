@@ -6,7 +6,7 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 
-use protocol::error_codes as errors;
+use crate::error::GroupError;
 
 use super::messages::*;
 use super::subscription::consumer_subscription_topics;
@@ -328,7 +328,7 @@ impl Group {
         &mut self,
         member_id: &str,
         replies: &mut Replies,
-        error_code: i16,
+        error: GroupError,
     ) {
         if let Some(member) = self.members.remove(member_id) {
             if let Some(instance) = &member.group_instance_id {
@@ -337,13 +337,10 @@ impl Group {
                 }
             }
             if let Some(waiter) = member.join_waiter {
-                replies.push((
-                    waiter,
-                    Reply::Join(JoinResponse::error(error_code, member_id)),
-                ));
+                replies.push((waiter, Reply::Join(JoinResponse::error(error, member_id))));
             }
             if let Some(waiter) = member.sync_waiter {
-                replies.push((waiter, Reply::Sync(SyncResponse::error(error_code))));
+                replies.push((waiter, Reply::Sync(SyncResponse::error(error))));
             }
         }
         if self.leader_id.as_deref() == Some(member_id) {
@@ -358,7 +355,7 @@ impl Group {
                 if let Some(waiter) = member.sync_waiter.take() {
                     replies.push((
                         waiter,
-                        Reply::Sync(SyncResponse::error(errors::REBALANCE_IN_PROGRESS)),
+                        Reply::Sync(SyncResponse::error(GroupError::RebalanceInProgress)),
                     ));
                 }
             }
@@ -402,7 +399,7 @@ impl Group {
             .map(|m| m.member_id.clone())
             .collect();
         for member_id in gone {
-            self.remove_member(&member_id, replies, errors::UNKNOWN_MEMBER_ID);
+            self.remove_member(&member_id, replies, GroupError::UnknownMemberId);
         }
         self.pending.clear();
         self.generation_id += 1;
@@ -453,7 +450,7 @@ impl Group {
         all: &[JoinMember],
     ) -> JoinResponse {
         JoinResponse {
-            error_code: errors::NONE,
+            error: None,
             generation_id: self.generation_id,
             protocol_type: self.protocol_type.clone(),
             protocol_name: self.protocol_name.clone(),

@@ -78,7 +78,7 @@ impl Harness {
         let Answer::Now(response) = first else {
             panic!("a new member is answered at once")
         };
-        assert_eq!(response.error_code, errors::MEMBER_ID_REQUIRED);
+        assert_eq!(response.error, Some(GroupError::MemberIdRequired));
         assert!(!response.member_id.is_empty());
         let (waiter, _) = self.join(join_request(&response.member_id, None, protocols));
         (response.member_id, waiter)
@@ -140,7 +140,7 @@ impl Harness {
             .unwrap_or(GroupState::Dead)
     }
 
-    fn heartbeat(&mut self, member_id: &str, generation: i32) -> i16 {
+    fn heartbeat(&mut self, member_id: &str, generation: i32) -> Result<(), GroupError> {
         self.coordinator
             .heartbeat(self.now_ms, "g", generation, member_id, None)
     }
@@ -157,7 +157,7 @@ fn stable_pair(h: &mut Harness) -> (String, String, i32) {
     let (wa, _) = h.join(join_request(&a, None, &["range", "roundrobin"]));
     let ra = h.join_reply(wa);
     let rb = h.join_reply(wb);
-    assert_eq!(ra.error_code, errors::NONE);
+    assert_eq!(ra.error, None);
     assert_eq!(ra.generation_id, rb.generation_id);
     assert_eq!(h.state(), GroupState::CompletingRebalance);
     let (leader, follower, leader_reply) = if ra.leader == a {
@@ -186,15 +186,15 @@ fn stable_pair(h: &mut Harness) -> (String, String, i32) {
 fn two_members_rebalance_to_stable_with_their_assignments() {
     let mut h = Harness::new(0);
     let (leader, follower, generation) = stable_pair(&mut h);
-    assert_eq!(h.heartbeat(&leader, generation), errors::NONE);
-    assert_eq!(h.heartbeat(&follower, generation), errors::NONE);
+    assert_eq!(h.heartbeat(&leader, generation), Ok(()));
+    assert_eq!(h.heartbeat(&follower, generation), Ok(()));
     assert_eq!(
         h.heartbeat(&follower, generation - 1),
-        errors::ILLEGAL_GENERATION
+        Err(GroupError::IllegalGeneration)
     );
     assert_eq!(
         h.heartbeat("stranger", generation),
-        errors::UNKNOWN_MEMBER_ID
+        Err(GroupError::UnknownMemberId)
     );
     // A late sync in Stable gets the stored assignment, never empty.
     let (_, late) = h.sync(&follower, generation, &[]);
@@ -221,7 +221,7 @@ fn protocol_selection_takes_the_most_preferred_common_protocol() {
     let Answer::Now(refused) = answer else {
         panic!()
     };
-    assert_eq!(refused.error_code, errors::INCONSISTENT_GROUP_PROTOCOL);
+    assert_eq!(refused.error, Some(GroupError::InconsistentGroupProtocol));
 }
 
 #[test]
@@ -232,14 +232,14 @@ fn heartbeat_tells_members_to_rejoin_when_a_member_joins() {
     assert_eq!(h.state(), GroupState::PreparingRebalance);
     assert_eq!(
         h.heartbeat(&leader, generation),
-        errors::REBALANCE_IN_PROGRESS
+        Err(GroupError::RebalanceInProgress)
     );
     let (wl, _) = h.join(join_request(&leader, None, &["range", "roundrobin"]));
     assert!(!h.replies.contains_key(&wl), "waits for the others");
     let (wf, _) = h.join(join_request(&follower, None, &["roundrobin", "range"]));
     for w in [wl, wf, wc] {
         let reply = h.join_reply(w);
-        assert_eq!(reply.error_code, errors::NONE);
+        assert_eq!(reply.error, None);
         assert_eq!(reply.generation_id, generation + 1);
         assert_eq!(reply.protocol_name.as_deref(), Some("range"));
     }
@@ -251,7 +251,7 @@ fn a_member_that_misses_its_session_is_removed_and_the_rest_rebalance() {
     let (leader, follower, generation) = stable_pair(&mut h);
     for _ in 0..3 {
         h.tick(SESSION as u64 / 4);
-        assert_eq!(h.heartbeat(&leader, generation), errors::NONE);
+        assert_eq!(h.heartbeat(&leader, generation), Ok(()));
     }
     assert_eq!(h.state(), GroupState::Stable);
     h.tick(SESSION as u64 / 4);
@@ -262,11 +262,11 @@ fn a_member_that_misses_its_session_is_removed_and_the_rest_rebalance() {
     );
     assert_eq!(
         h.heartbeat(&follower, generation),
-        errors::UNKNOWN_MEMBER_ID
+        Err(GroupError::UnknownMemberId)
     );
     assert_eq!(
         h.heartbeat(&leader, generation),
-        errors::REBALANCE_IN_PROGRESS
+        Err(GroupError::RebalanceInProgress)
     );
     let (w, _) = h.join(join_request(&leader, None, &["range"]));
     let reply = h.join_reply(w);
@@ -286,7 +286,14 @@ fn members_that_do_not_rejoin_are_dropped_at_the_rebalance_timeout() {
     while !h.replies.contains_key(&wl) {
         h.tick(1_000);
         waited += 1_000;
-        h.heartbeat(&follower, generation);
+        // The follower keeps its session while the group rebalances,
+        // and is out once the join phase ended without it.
+        let expected = if h.replies.contains_key(&wl) {
+            GroupError::UnknownMemberId
+        } else {
+            GroupError::RebalanceInProgress
+        };
+        assert_eq!(h.heartbeat(&follower, generation), Err(expected));
         assert!(waited <= REBALANCE as u64 + 1_000, "join phase never ended");
     }
     assert!(waited >= REBALANCE as u64 - 1_000);
@@ -296,7 +303,7 @@ fn members_that_do_not_rejoin_are_dropped_at_the_rebalance_timeout() {
     );
     assert_eq!(
         h.heartbeat(&follower, generation + 1),
-        errors::UNKNOWN_MEMBER_ID
+        Err(GroupError::UnknownMemberId)
     );
 }
 
@@ -320,7 +327,7 @@ fn leave_group_batches_and_empties_the_group() {
         .unwrap();
     assert_eq!(
         codes,
-        vec![errors::NONE, errors::UNKNOWN_MEMBER_ID, errors::NONE]
+        vec![Ok(()), Err(GroupError::UnknownMemberId), Ok(())]
     );
     assert!(
         h.coordinator.group("g").is_none(),
@@ -329,10 +336,10 @@ fn leave_group_batches_and_empties_the_group() {
     let codes = h
         .coordinator
         .leave(h.now_ms, "g", &[(leader, None)], &mut replies);
-    assert_eq!(codes, Ok(vec![errors::UNKNOWN_MEMBER_ID]));
+    assert_eq!(codes, Ok(vec![Err(GroupError::UnknownMemberId)]));
     assert_eq!(
         h.coordinator.leave(h.now_ms, "", &[], &mut replies),
-        Err(errors::INVALID_GROUP_ID)
+        Err(GroupError::InvalidGroupId)
     );
 }
 
@@ -384,7 +391,7 @@ fn static_member_restart_within_the_session_keeps_the_generation() {
     let Answer::Now(rejoined) = answer else {
         panic!("no rebalance for a static rejoin")
     };
-    assert_eq!(rejoined.error_code, errors::NONE);
+    assert_eq!(rejoined.error, None);
     assert_eq!(rejoined.generation_id, generation);
     assert_ne!(rejoined.member_id, r2.member_id);
     assert_eq!(h.state(), GroupState::Stable);
@@ -397,8 +404,8 @@ fn static_member_restart_within_the_session_keeps_the_generation() {
     let code = h
         .coordinator
         .heartbeat(h.now_ms, "g", generation, &r2.member_id, Some("inst-2"));
-    assert_eq!(code, errors::FENCED_INSTANCE_ID);
-    assert_eq!(h.heartbeat(&r1.member_id, generation), errors::NONE);
+    assert_eq!(code, Err(GroupError::FencedInstanceId));
+    assert_eq!(h.heartbeat(&r1.member_id, generation), Ok(()));
 }
 
 #[test]
@@ -424,10 +431,7 @@ fn a_restarted_static_leader_follows_before_v9_and_skips_assignment_from_v9() {
     let Answer::Now(old) = answer else {
         panic!("no rebalance for a static rejoin")
     };
-    assert_eq!(
-        (old.error_code, old.generation_id),
-        (errors::NONE, generation)
-    );
+    assert_eq!((old.error, old.generation_id), (None, generation));
     assert_eq!(old.leader, leader);
     assert_ne!(old.member_id, leader);
     assert!(old.members.is_empty() && !old.skip_assignment);
@@ -449,20 +453,22 @@ fn join_errors_follow_kafka() {
     let mut h = Harness::new(0);
     let mut bad = join_request("", None, &["range"]);
     bad.group_id = String::new();
-    assert!(matches!(h.join(bad).1, Answer::Now(r) if r.error_code == errors::INVALID_GROUP_ID));
+    assert!(matches!(h.join(bad).1, Answer::Now(r) if r.error == Some(GroupError::InvalidGroupId)));
     let mut bad = join_request("", None, &["range"]);
     bad.session_timeout_ms = 10;
     assert!(
-        matches!(h.join(bad).1, Answer::Now(r) if r.error_code == errors::INVALID_SESSION_TIMEOUT)
+        matches!(h.join(bad).1, Answer::Now(r) if r.error == Some(GroupError::InvalidSessionTimeout))
     );
     let bad = join_request("made-up", None, &["range"]);
-    assert!(matches!(h.join(bad).1, Answer::Now(r) if r.error_code == errors::UNKNOWN_MEMBER_ID));
+    assert!(
+        matches!(h.join(bad).1, Answer::Now(r) if r.error == Some(GroupError::UnknownMemberId))
+    );
     let mut bad = join_request("", None, &["range"]);
     bad.protocols = vec![("range".into(), Bytes::from(vec![0u8; MEMBER_BYTES_MAX + 1]))];
-    assert!(matches!(h.join(bad).1, Answer::Now(r) if r.error_code == errors::INVALID_REQUEST));
+    assert!(matches!(h.join(bad).1, Answer::Now(r) if r.error == Some(GroupError::InvalidRequest)));
     let bad = join_request("", None, &[]);
     assert!(
-        matches!(h.join(bad).1, Answer::Now(r) if r.error_code == errors::INCONSISTENT_GROUP_PROTOCOL)
+        matches!(h.join(bad).1, Answer::Now(r) if r.error == Some(GroupError::InconsistentGroupProtocol))
     );
     assert_eq!(h.coordinator.member_bytes(), 0);
 }
@@ -474,16 +480,16 @@ fn group_max_size_counts_members_waiting_for_their_id() {
     h.join_new(&["range"]);
     h.join_new(&["range"]);
     let (_, answer) = h.join(join_request("", None, &["range"]));
-    assert!(matches!(answer, Answer::Now(r) if r.error_code == errors::GROUP_MAX_SIZE_REACHED));
+    assert!(matches!(answer, Answer::Now(r) if r.error == Some(GroupError::GroupMaxSizeReached)));
     // Pending ids expire after a session.
     h.tick(0);
     let mut h = Harness::new(0);
     h.coordinator.config.max_size = 1;
     let (_, first) = h.join(join_request("", None, &["range"]));
-    assert!(matches!(first, Answer::Now(r) if r.error_code == errors::MEMBER_ID_REQUIRED));
+    assert!(matches!(first, Answer::Now(r) if r.error == Some(GroupError::MemberIdRequired)));
     h.tick(SESSION as u64 + 1);
     let (_, again) = h.join(join_request("", None, &["range"]));
-    assert!(matches!(again, Answer::Now(r) if r.error_code == errors::MEMBER_ID_REQUIRED));
+    assert!(matches!(again, Answer::Now(r) if r.error == Some(GroupError::MemberIdRequired)));
 }
 
 #[test]
@@ -493,19 +499,19 @@ fn sync_errors_follow_kafka() {
     let (_, a) = h.sync("stranger", generation, &[]);
     assert_eq!(
         a,
-        Answer::Now(SyncResponse::error(errors::UNKNOWN_MEMBER_ID))
+        Answer::Now(SyncResponse::error(GroupError::UnknownMemberId))
     );
     let (_, a) = h.sync(&leader, generation + 5, &[]);
     assert_eq!(
         a,
-        Answer::Now(SyncResponse::error(errors::ILLEGAL_GENERATION))
+        Answer::Now(SyncResponse::error(GroupError::IllegalGeneration))
     );
     // During a rebalance a sync is refused.
     h.join_new(&["range"]);
     let (_, a) = h.sync(&leader, generation, &[]);
     assert_eq!(
         a,
-        Answer::Now(SyncResponse::error(errors::REBALANCE_IN_PROGRESS))
+        Answer::Now(SyncResponse::error(GroupError::RebalanceInProgress))
     );
 }
 
@@ -531,7 +537,7 @@ fn commits_check_the_member_and_assign_consumers_commit_with_generation_minus_on
     }];
     assert_eq!(
         h.coordinator.commit(h.now_ms, &simple, &parts),
-        Ok(vec![errors::NONE])
+        Ok(vec![Ok(())])
     );
     assert_eq!(
         h.coordinator.fetch_offsets("g", None),
@@ -540,7 +546,7 @@ fn commits_check_the_member_and_assign_consumers_commit_with_generation_minus_on
     let (leader, _, generation) = stable_pair(&mut h);
     assert_eq!(
         h.coordinator.commit(h.now_ms, &simple, &parts),
-        Err(errors::UNKNOWN_MEMBER_ID)
+        Err(GroupError::UnknownMemberId)
     );
     let member = Committer {
         member_id: leader.clone(),
@@ -549,7 +555,7 @@ fn commits_check_the_member_and_assign_consumers_commit_with_generation_minus_on
     };
     assert_eq!(
         h.coordinator.commit(h.now_ms, &member, &parts),
-        Err(errors::ILLEGAL_GENERATION)
+        Err(GroupError::IllegalGeneration)
     );
     let member = Committer {
         generation_id: generation,
@@ -562,7 +568,7 @@ fn commits_check_the_member_and_assign_consumers_commit_with_generation_minus_on
     }];
     assert_eq!(
         h.coordinator.commit(h.now_ms, &member, &parts),
-        Ok(vec![errors::NONE])
+        Ok(vec![Ok(())])
     );
     let fetched = h
         .coordinator
@@ -578,7 +584,7 @@ fn commits_check_the_member_and_assign_consumers_commit_with_generation_minus_on
     }];
     assert_eq!(
         h.coordinator.commit(h.now_ms, &member, &parts),
-        Ok(vec![errors::OFFSET_METADATA_TOO_LARGE])
+        Ok(vec![Err(GroupError::OffsetMetadataTooLarge)])
     );
     let unknown_group = Committer {
         group_id: "other".into(),
@@ -586,7 +592,7 @@ fn commits_check_the_member_and_assign_consumers_commit_with_generation_minus_on
     };
     assert_eq!(
         h.coordinator.commit(h.now_ms, &unknown_group, &[]),
-        Err(errors::GROUP_ID_NOT_FOUND)
+        Err(GroupError::GroupIdNotFound)
     );
 }
 
@@ -631,12 +637,12 @@ fn delete_group_and_offsets_refuse_active_groups() {
     let mut dropped = Vec::new();
     assert_eq!(
         h.coordinator.delete_group("g", &mut dropped),
-        errors::GROUP_ID_NOT_FOUND
+        Err(GroupError::GroupIdNotFound)
     );
     let (leader, _, generation) = stable_pair(&mut h);
     assert_eq!(
         h.coordinator.delete_group("g", &mut dropped),
-        errors::NON_EMPTY_GROUP
+        Err(GroupError::NonEmptyGroup)
     );
     let member = Committer {
         group_id: "g".into(),
@@ -660,7 +666,7 @@ fn delete_group_and_offsets_refuse_active_groups() {
     assert_eq!(
         h.coordinator
             .delete_offsets("g", &[("t".into(), 0)], &mut dropped),
-        Err(errors::NON_EMPTY_GROUP)
+        Err(GroupError::NonEmptyGroup)
     );
     assert_eq!(h.coordinator.describe("g").state, GroupState::Stable);
     assert_eq!(h.coordinator.describe("nope").state, GroupState::Dead);
@@ -706,7 +712,7 @@ fn without_initial_delay_consumers_starting_together_share_the_first_generation(
     let protocols = ["range"];
     let id_of = |answer: Answer<JoinResponse>| match answer {
         Answer::Now(response) => {
-            assert_eq!(response.error_code, errors::MEMBER_ID_REQUIRED);
+            assert_eq!(response.error, Some(GroupError::MemberIdRequired));
             response.member_id
         }
         Answer::Parked => panic!("a new member is answered at once"),
@@ -723,7 +729,7 @@ fn without_initial_delay_consumers_starting_together_share_the_first_generation(
     assert!(!h.replies.contains_key(&wa));
     let (wb, _) = h.join(join_request(&b, None, &protocols));
     let (ra, rb) = (h.join_reply(wa), h.join_reply(wb));
-    assert_eq!((ra.error_code, rb.error_code), (errors::NONE, errors::NONE));
+    assert_eq!((ra.error, rb.error), (None, None));
     assert_eq!((ra.generation_id, rb.generation_id), (1, 1));
     assert_eq!(
         ra.members.len() + rb.members.len(),
@@ -768,8 +774,8 @@ fn memory_stays_bounded_under_a_flood_of_joins() {
         let (_, answer) = h.join(join_request("", None, &["range"]));
         if let Answer::Now(r) = answer {
             assert!(
-                r.error_code == errors::MEMBER_ID_REQUIRED
-                    || r.error_code == errors::GROUP_MAX_SIZE_REACHED
+                r.error == Some(GroupError::MemberIdRequired)
+                    || r.error == Some(GroupError::GroupMaxSizeReached)
             );
         }
     }
@@ -819,7 +825,7 @@ fn commit_as(h: &mut Harness, member_id: &str, generation: i32) -> CommittedOffs
     }];
     assert_eq!(
         h.coordinator.commit(h.now_ms, &committer, &parts),
-        Ok(vec![errors::NONE])
+        Ok(vec![Ok(())])
     );
     offset
 }
@@ -876,7 +882,7 @@ fn membership_is_recorded_when_a_rebalance_completes_and_when_the_group_empties(
     assert_eq!(members, expected);
 
     // Heartbeats and commits change no membership: nothing is recorded.
-    assert_eq!(h.heartbeat(&follower, generation), errors::NONE);
+    assert_eq!(h.heartbeat(&follower, generation), Ok(()));
     commit_as(&mut h, &leader, generation);
     assert!(recorded(&mut h).is_empty());
 
@@ -896,7 +902,7 @@ fn membership_is_recorded_when_a_rebalance_completes_and_when_the_group_empties(
     );
 
     let mut dropped = Vec::new();
-    assert_eq!(h.coordinator.delete_group("g", &mut dropped), errors::NONE);
+    assert_eq!(h.coordinator.delete_group("g", &mut dropped), Ok(()));
     assert_eq!(recorded(&mut h), vec![("g".to_string(), None)]);
 }
 
@@ -917,7 +923,7 @@ fn a_dropped_group_leaves_a_tombstone_and_a_moved_group_leaves_nothing() {
     assert!(h.coordinator.has_metadata_changes());
     let mut replies = Vec::new();
     h.coordinator
-        .forget(|_| true, errors::NOT_COORDINATOR, &mut replies);
+        .forget(|_| true, GroupError::NotCoordinator, &mut replies);
     assert!(recorded(&mut h).is_empty());
 }
 
@@ -986,8 +992,8 @@ fn loaded_members_stay_until_their_sessions_expire_as_after_a_kafka_coordinator_
     assert!(recorded(&mut restarted).is_empty());
     assert_eq!(restarted.state(), GroupState::Stable);
     // The members carry on in their generation with their assignments.
-    assert_eq!(restarted.heartbeat(&leader, generation), errors::NONE);
-    assert_eq!(restarted.heartbeat(&follower, generation), errors::NONE);
+    assert_eq!(restarted.heartbeat(&leader, generation), Ok(()));
+    assert_eq!(restarted.heartbeat(&follower, generation), Ok(()));
     let (_, answer) = restarted.sync(&follower, generation, &[]);
     let Answer::Now(response) = answer else {
         panic!("a Stable group answers SyncGroup at once")
