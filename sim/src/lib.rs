@@ -16,8 +16,12 @@
 //! the real group coordinator (`groups::coordinator`), takes over by the
 //! real load rule and replay (`groups::load`), and writes each offset
 //! commit as a real Kafka offset record (`groups::records`) into the log,
-//! answering it once `acks=all` holds. A consumer commits how many records
-//! it has had acknowledged, again and again.
+//! answering it once `acks=all` holds. A consumer is a member of a group
+//! there: it joins (JoinGroup, MEMBER_ID_REQUIRED first), syncs,
+//! heartbeats, rejoins now and then (each rebalance a new generation,
+//! whose membership record the coordinator writes and answers SyncGroup
+//! only once `acks=all` holds), and commits, as a member of its
+//! generation, how many records it has had acknowledged.
 //!
 //! A seed picks every timing and fault; [`run`] replays a seed exactly.
 //! After every step the invariants are checked ([`check`]):
@@ -30,7 +34,9 @@
 //!   session before (a paused controller's own stall does not count);
 //! - the coordinator of the partition's current leader, once loaded,
 //!   holds at least the latest offset commit acknowledged to the consumer
-//!   (committed group offsets are never lost).
+//!   (committed group offsets are never lost), and the group at least at
+//!   the generation of the latest SyncGroup acknowledged to it (unless the
+//!   group was deleted since, which writes a tombstone).
 //!
 //! A [`Mutation`] breaks one rule on purpose, to show the checks find it.
 
@@ -47,7 +53,12 @@ use replication::replica::{
 use replication::sessions::{SessionTiming, Sessions};
 use replication::transport::{Faults, SimulatedNetwork, Transport};
 
-use groups::coordinator::{CommitPartition, CommittedOffset, Committer, Coordinator, GroupConfig};
+use bytes::Bytes;
+use groups::coordinator::{
+    Answer, CommitPartition, CommittedOffset, Committer, Coordinator, GroupConfig, JoinRequest,
+    JoinResponse, Reply, SyncRequest, SyncResponse,
+};
+use groups::error::GroupError;
 use groups::{load, records};
 
 /// The controller's node id on the simulated network.
@@ -59,6 +70,17 @@ const TOPIC: &str = "simulated";
 const GROUP: &str = "simulated-group";
 /// How often the consumer commits.
 const COMMIT_EVERY_MS: u64 = 30;
+/// The consumer's group session (and rebalance) timeout, how often it
+/// heartbeats, and how long it waits for a JoinGroup or SyncGroup answer
+/// (they wait for the rebalance, and for the membership record's acks).
+const GROUP_SESSION_MS: u64 = 600;
+const GROUP_HEARTBEAT_MS: u64 = 60;
+const GROUP_CALL_TIMEOUT_MS: u64 = GROUP_SESSION_MS + 200;
+/// After a rebalance completed, the consumer rejoins within this (so the
+/// group goes through many generations in a run).
+const REJOIN_AFTER_MS: std::ops::Range<u64> = 150..500;
+/// How often a loaded coordinator checks its groups' deadlines.
+const GROUP_TICK_MS: u64 = 10;
 
 const HEARTBEAT_MS: u64 = 50;
 const SESSION_MS: u64 = 400;
@@ -121,6 +143,9 @@ pub enum Mutation {
     /// A leader tells its followers its high watermark even past what it
     /// has made durable itself.
     UncappedFollowerHighWatermark,
+    /// A SyncGroup is answered once the group's membership record is
+    /// appended, before the ISR has it.
+    AnswerSyncAtAppend,
 }
 
 #[derive(Debug, Clone)]
@@ -140,6 +165,8 @@ pub struct Report {
     pub acknowledged: usize,
     /// Offset commits acknowledged to the consumer.
     pub commits_acknowledged: usize,
+    /// SyncGroups acknowledged to the consumer (completed rebalances).
+    pub syncs_acknowledged: usize,
     pub faults: usize,
     pub leader_epochs: i32,
     pub refused_truncations: usize,
@@ -204,23 +231,53 @@ enum Message {
         value: u64,
         offset: Option<u64>,
     },
-    /// The consumer's OffsetCommit of its position in the partition.
+    /// The consumer's OffsetCommit of its position in the partition, as a
+    /// member of `generation`.
     Commit {
         offset: i64,
+        generation: i32,
+        member_id: String,
     },
     Committed {
         offset: i64,
         ok: bool,
     },
+    /// The consumer's group call `call` (its id, which the answer
+    /// carries back: a late answer to a call given up is told apart).
+    Group {
+        call: u64,
+        request: GroupRequest,
+    },
+    GroupAnswer {
+        call: u64,
+        answer: GroupAnswer,
+    },
+}
+
+#[derive(Debug, Clone)]
+enum GroupRequest {
+    Join { member_id: String },
+    Sync { member_id: String, generation: i32 },
+    Heartbeat { member_id: String, generation: i32 },
+}
+
+#[derive(Debug, Clone)]
+enum GroupAnswer {
+    Joined(JoinResponse),
+    Synced(SyncResponse),
+    Heartbeat(Result<(), GroupError>),
 }
 
 /// A request a leader answers once acks=all holds for what it appended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 enum Parked {
     /// The client's record `value`.
     Produce { value: u64 },
     /// The consumer's commit of `offset`.
     Commit { offset: i64 },
+    /// The coordinator's answers that wait for the membership records
+    /// they took.
+    Group(Vec<Message>),
 }
 
 /// Where a follower's fetching stands.
@@ -268,6 +325,11 @@ struct Broker {
     next_waiter: WaiterId,
     /// The group coordinator, once this leader has loaded the partition.
     coordinator: Option<Coordinator>,
+    /// Names the coordinator's parked JoinGroup and SyncGroup calls, and
+    /// the consumer's call each answers.
+    next_group_waiter: u64,
+    group_calls: BTreeMap<u64, u64>,
+    next_group_tick: u64,
     /// The log end this process had when it last became leader: its
     /// coordinator loads once the high watermark reaches it.
     log_end_at_takeover: u64,
@@ -301,6 +363,9 @@ impl Broker {
             next_waiter: 0,
             coordinator: None,
             log_end_at_takeover: 0,
+            next_group_waiter: 0,
+            group_calls: BTreeMap::new(),
+            next_group_tick: 0,
             next_heartbeat: 0,
             next_tick: 0,
             high_watermark_seen: 0,
@@ -384,6 +449,48 @@ struct Client {
     /// The latest commit acknowledged (-1: none yet), and how many were.
     commit_acked: i64,
     commits_acked: usize,
+    /// The consumer's group membership: its member id (empty until the
+    /// coordinator gave one) and where it stands.
+    member_id: String,
+    membership: Membership,
+    /// The group call sent and not answered yet: its kind, id, and when
+    /// it is given up.
+    group_call: Option<(GroupCall, u64, u64)>,
+    next_group_call: u64,
+    group_at: u64,
+    rejoin_at: u64,
+    /// The generation of the latest SyncGroup acknowledged (-1: none),
+    /// and how many were.
+    synced_acked: i32,
+    syncs_acked: usize,
+}
+
+/// Where the consumer stands in its group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Membership {
+    /// Must (re)join.
+    Unjoined,
+    /// Joined `generation`, must sync.
+    Joined { generation: i32 },
+    /// Has its assignment for `generation`: heartbeats and commits.
+    Synced { generation: i32 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GroupCall {
+    Join,
+    Sync,
+    Heartbeat,
+}
+
+/// The coordinator's settings in the simulation: a short first-rebalance
+/// delay, and sessions as short as the simulated consumer's.
+fn group_config() -> GroupConfig {
+    GroupConfig {
+        initial_rebalance_delay_ms: 20,
+        min_session_timeout_ms: 100,
+        ..GroupConfig::default()
+    }
 }
 
 /// A run's state.
@@ -407,6 +514,19 @@ struct Sim {
     /// The leadership (broker, incarnation, epoch) last checked to hold
     /// every acknowledged record, and how many it was checked for.
     checked: (Option<(NodeId, u64, i32)>, usize),
+    group_log: GroupLog,
+}
+
+/// Where the group's membership records stand in the log, for the check
+/// that no acknowledged generation is lost.
+#[derive(Debug, Default)]
+struct GroupLog {
+    /// The offset of the record the latest successful SyncGroup answer
+    /// waited for.
+    synced_at: u64,
+    /// The offset of the latest tombstone written for the group (it was
+    /// deleted: every generation before it goes, on purpose).
+    tombstone_at: Option<u64>,
 }
 
 /// Runs `scenario` under `seed`: the report, or the first invariant broken
@@ -488,6 +608,14 @@ impl Sim {
                 commit_at: 0,
                 commit_acked: -1,
                 commits_acked: 0,
+                member_id: String::new(),
+                membership: Membership::Unjoined,
+                group_call: None,
+                next_group_call: 0,
+                group_at: 0,
+                rejoin_at: 0,
+                synced_acked: -1,
+                syncs_acked: 0,
             },
             cuts: Vec::new(),
             report: Report::default(),
@@ -495,6 +623,7 @@ impl Sim {
             wrongly_fenced: None,
             trace: std::env::var_os("STROM_SIM_TRACE").is_some(),
             checked: (None, 0),
+            group_log: GroupLog::default(),
             scenario,
         }
     }
@@ -625,6 +754,7 @@ impl Sim {
         broker.fetching = Fetching::Idle;
         broker.waiters.clear();
         broker.coordinator = None;
+        broker.group_calls.clear();
         broker.sync_at = None;
         broker.inbox.clear();
         broker.next_heartbeat = self.now;
@@ -794,17 +924,40 @@ impl Sim {
                     let Some((parked, at)) = self.broker(id).waiters.remove(&waiter) else {
                         continue;
                     };
-                    let answer = match parked {
-                        Parked::Produce { value } => Message::Produced {
+                    let answers = match parked {
+                        Parked::Produce { value } => vec![Message::Produced {
                             value,
                             offset: result.is_ok().then_some(at),
-                        },
-                        Parked::Commit { offset } => Message::Committed {
+                        }],
+                        Parked::Commit { offset } => vec![Message::Committed {
                             offset,
                             ok: result.is_ok(),
-                        },
+                        }],
+                        // The records not kept, a SyncGroup is answered with
+                        // an error (the broker's group manager does so too).
+                        Parked::Group(answers) if result.is_err() => answers
+                            .into_iter()
+                            .map(|answer| match answer {
+                                Message::GroupAnswer {
+                                    call,
+                                    answer: GroupAnswer::Synced(_),
+                                } => Message::GroupAnswer {
+                                    call,
+                                    answer: GroupAnswer::Synced(SyncResponse::error(
+                                        GroupError::CoordinatorNotAvailable,
+                                    )),
+                                },
+                                other => other,
+                            })
+                            .collect(),
+                        Parked::Group(answers) => {
+                            self.note_synced_record(&answers, at);
+                            answers
+                        }
                     };
-                    self.send(id, CLIENT, answer);
+                    for answer in answers {
+                        self.send(id, CLIENT, answer);
+                    }
                 }
                 Action::ProposeIsr(proposal) => {
                     let alter = AlterPartition {
@@ -885,6 +1038,7 @@ impl Sim {
             // The groups go with the leadership: a new leader loads them
             // again from its log.
             broker.coordinator = None;
+            broker.group_calls.clear();
             broker.log_end_at_takeover = broker.log.len() as u64;
         }
         self.apply_actions(id, actions);
@@ -1008,7 +1162,22 @@ impl Sim {
                 }
             }
             Message::Produce { value } => self.on_produce(id, value),
-            Message::Commit { offset } => self.on_commit(id, offset),
+            Message::Commit {
+                offset,
+                generation,
+                member_id,
+            } => self.on_commit(id, offset, generation, member_id),
+            Message::Group { call, request } => match request {
+                GroupRequest::Join { member_id } => self.on_join(id, call, member_id),
+                GroupRequest::Sync {
+                    member_id,
+                    generation,
+                } => self.on_sync(id, call, member_id, generation),
+                GroupRequest::Heartbeat {
+                    member_id,
+                    generation,
+                } => self.on_group_heartbeat(id, call, member_id, generation),
+            },
             _ => {}
         }
     }
@@ -1032,7 +1201,7 @@ impl Sim {
         let Some(end) = load::load_end(takeover, high_watermark) else {
             return false;
         };
-        let mut coordinator = Coordinator::new(GroupConfig::default(), id as u64);
+        let mut coordinator = Coordinator::new(group_config(), id as u64);
         for entry in &broker.log[..end as usize] {
             if let Some(record) = &entry.offsets_record {
                 load::replay(&mut coordinator, &record.key, record.value.as_deref(), now);
@@ -1045,7 +1214,7 @@ impl Sim {
 
     /// An OffsetCommit: the coordinator decides, the commit is written to
     /// the log as Kafka's offset record and answered once acks=all holds.
-    fn on_commit(&mut self, id: NodeId, offset: i64) {
+    fn on_commit(&mut self, id: NodeId, offset: i64, generation: i32, member_id: String) {
         let now = self.now;
         let refused = Message::Committed { offset, ok: false };
         if self.broker(id).replica.admit_produce(-1).is_err() || !self.load_coordinator(id) {
@@ -1054,8 +1223,8 @@ impl Sim {
         }
         let committer = Committer {
             group_id: GROUP.to_string(),
-            generation_id: -1,
-            member_id: String::new(),
+            generation_id: generation,
+            member_id,
             group_instance_id: None,
         };
         let committed = CommittedOffset {
@@ -1087,6 +1256,200 @@ impl Sim {
             return;
         }
         self.park(id, Parked::Commit { offset }, at, actions);
+    }
+
+    /// Whether leader `id` coordinates the group now: it leads and has
+    /// loaded its groups.
+    fn coordinating(&mut self, id: NodeId) -> bool {
+        self.broker(id).replica.role() == Role::Leader && self.load_coordinator(id)
+    }
+
+    /// The coordinator's answers to the consumer: at once, or, when the
+    /// call took membership records, once `acks=all` holds for them (the
+    /// broker's group manager writes them before it answers anyone).
+    fn answer_group(&mut self, id: NodeId, answers: Vec<Message>) {
+        let coordinator = self.broker(id).coordinator.as_mut().expect("loaded");
+        let changes = coordinator.take_metadata_changes(|_| true);
+        if changes.is_empty() {
+            for answer in answers {
+                self.send(id, CLIENT, answer);
+            }
+            return;
+        }
+        let mut last = None;
+        for (group_id, metadata) in changes {
+            let generation = metadata.as_ref().map(|m| m.generation_id);
+            let record = OffsetsRecord {
+                key: records::group_metadata_key(&group_id),
+                value: metadata.map(|m| records::group_metadata_value(&m)),
+            };
+            if let Some((_, actions)) = last.take() {
+                self.apply_actions(id, actions);
+            }
+            let (at, actions) = self.leader_append(id, 0, Some(Rc::new(record)));
+            self.note(|| format!("broker {id} writes the group at generation {generation:?} at {at}"));
+            if generation.is_none() {
+                // The group is deleted: the generations before go with it.
+                self.group_log.tombstone_at = self.group_log.tombstone_at.max(Some(at));
+            }
+            last = Some((at, actions));
+        }
+        let (at, actions) = last.expect("a change was written");
+        if answers.is_empty() {
+            self.apply_actions(id, actions);
+            return;
+        }
+        if self.scenario.mutation == Mutation::AnswerSyncAtAppend {
+            self.apply_actions(id, actions);
+            self.note_synced_record(&answers, at);
+            for answer in answers {
+                self.send(id, CLIENT, answer);
+            }
+            return;
+        }
+        self.park(id, Parked::Group(answers), at, actions);
+    }
+
+    /// Notes the log offset of the membership record a successful
+    /// SyncGroup among `answers` waited for.
+    fn note_synced_record(&mut self, answers: &[Message], at: u64) {
+        let synced = answers
+            .iter()
+            .any(|a| {
+                matches!(a, Message::GroupAnswer { answer: GroupAnswer::Synced(r), .. } if r.error.is_none())
+            });
+        if synced {
+            self.group_log.synced_at = self.group_log.synced_at.max(at);
+        }
+    }
+
+    /// A coordinator waiter for the consumer's call `call`.
+    fn group_waiter(&mut self, id: NodeId, call: u64) -> u64 {
+        let broker = self.broker(id);
+        broker.next_group_waiter += 1;
+        broker.group_calls.insert(broker.next_group_waiter, call);
+        broker.next_group_waiter
+    }
+
+    /// The coordinator's replies to parked calls, as messages to the
+    /// consumer naming the calls they answer.
+    fn replies(&mut self, id: NodeId, replies: Vec<(u64, Reply)>) -> Vec<Message> {
+        let broker = self.broker(id);
+        replies
+            .into_iter()
+            .filter_map(|(waiter, reply)| {
+                let call = broker.group_calls.remove(&waiter)?;
+                let answer = match reply {
+                    Reply::Join(response) => GroupAnswer::Joined(response),
+                    Reply::Sync(response) => GroupAnswer::Synced(response),
+                };
+                Some(Message::GroupAnswer { call, answer })
+            })
+            .collect()
+    }
+
+    /// A JoinGroup: the coordinator answers now or parks it until the
+    /// join phase ends.
+    fn on_join(&mut self, id: NodeId, call: u64, member_id: String) {
+        if !self.coordinating(id) {
+            let refused = JoinResponse::error(GroupError::NotCoordinator, &member_id);
+            let answer = GroupAnswer::Joined(refused);
+            self.send(id, CLIENT, Message::GroupAnswer { call, answer });
+            return;
+        }
+        let now = self.now;
+        let waiter = self.group_waiter(id, call);
+        let request = JoinRequest {
+            group_id: GROUP.to_string(),
+            member_id,
+            group_instance_id: None,
+            client_id: "consumer".to_string(),
+            client_host: "simulated".to_string(),
+            session_timeout_ms: GROUP_SESSION_MS as i32,
+            rebalance_timeout_ms: GROUP_SESSION_MS as i32,
+            protocol_type: "consumer".to_string(),
+            protocols: vec![("range".to_string(), Bytes::new())],
+            require_known_member_id: true,
+            supports_skip_assignment: false,
+        };
+        let mut replies = Vec::new();
+        let coordinator = self.broker(id).coordinator.as_mut().expect("loaded");
+        let answer = coordinator.join(now, request, waiter, &mut replies);
+        let mut answers = self.replies(id, replies);
+        if let Answer::Now(response) = answer {
+            self.broker(id).group_calls.remove(&waiter);
+            let answer = GroupAnswer::Joined(response);
+            answers.push(Message::GroupAnswer { call, answer });
+        }
+        self.answer_group(id, answers);
+    }
+
+    /// A SyncGroup: the consumer, the group's only member, leads it and
+    /// assigns itself the partition.
+    fn on_sync(&mut self, id: NodeId, call: u64, member_id: String, generation: i32) {
+        if !self.coordinating(id) {
+            let refused = SyncResponse::error(GroupError::NotCoordinator);
+            let answer = GroupAnswer::Synced(refused);
+            self.send(id, CLIENT, Message::GroupAnswer { call, answer });
+            return;
+        }
+        let now = self.now;
+        let waiter = self.group_waiter(id, call);
+        let request = SyncRequest {
+            group_id: GROUP.to_string(),
+            generation_id: generation,
+            member_id: member_id.clone(),
+            group_instance_id: None,
+            protocol_type: Some("consumer".to_string()),
+            protocol_name: Some("range".to_string()),
+            assignments: vec![(member_id, Bytes::from_static(b"partition 0"))],
+        };
+        let mut replies = Vec::new();
+        let coordinator = self.broker(id).coordinator.as_mut().expect("loaded");
+        let answer = coordinator.sync(now, request, waiter, &mut replies);
+        let mut answers = self.replies(id, replies);
+        if let Answer::Now(response) = answer {
+            self.broker(id).group_calls.remove(&waiter);
+            let answer = GroupAnswer::Synced(response);
+            answers.push(Message::GroupAnswer { call, answer });
+        }
+        self.answer_group(id, answers);
+    }
+
+    fn on_group_heartbeat(&mut self, id: NodeId, call: u64, member_id: String, generation: i32) {
+        if !self.coordinating(id) {
+            let answer = GroupAnswer::Heartbeat(Err(GroupError::NotCoordinator));
+            self.send(id, CLIENT, Message::GroupAnswer { call, answer });
+            return;
+        }
+        let now = self.now;
+        let coordinator = self.broker(id).coordinator.as_mut().expect("loaded");
+        let answer = GroupAnswer::Heartbeat(coordinator.heartbeat(
+            now,
+            GROUP,
+            generation,
+            &member_id,
+            None,
+        ));
+        self.answer_group(id, vec![Message::GroupAnswer { call, answer }]);
+    }
+
+    /// A loaded coordinator's deadlines: ends join and sync phases and
+    /// expires sessions, answering what was parked.
+    fn group_tick(&mut self, id: NodeId) {
+        let now = self.now;
+        let broker = self.broker(id);
+        if now < broker.next_group_tick {
+            return;
+        }
+        broker.next_group_tick = now + GROUP_TICK_MS;
+        let Some(coordinator) = broker.coordinator.as_mut() else {
+            return;
+        };
+        let mut replies = Vec::new();
+        coordinator.tick(now, &mut replies);
+        let answers = self.replies(id, replies);
+        self.answer_group(id, answers);
     }
 
     /// Appends one entry to leader `id`'s log in its epoch: the replica
@@ -1244,8 +1607,8 @@ impl Sim {
         // A leader loads its groups as soon as the load rule lets it (in
         // the broker, the first group request after the takeover starts
         // the load): from then on it serves them.
-        if self.broker(id).replica.role() == Role::Leader {
-            self.load_coordinator(id);
+        if self.broker(id).replica.role() == Role::Leader && self.load_coordinator(id) {
+            self.group_tick(id);
         }
         let broker = self.broker(id);
         let Role::Follower { leader_id } = broker.replica.role() else {
@@ -1328,8 +1691,146 @@ impl Sim {
                     self.client.commits_acked += 1;
                 }
             }
+            Message::GroupAnswer { call, answer } if self.group_answer(call) => match answer {
+                GroupAnswer::Joined(response) => self.on_joined(response),
+                GroupAnswer::Synced(response) => self.on_synced(response.error),
+                GroupAnswer::Heartbeat(Err(error)) => self.group_refused(error),
+                GroupAnswer::Heartbeat(Ok(())) => {}
+            },
             _ => {}
         }
+    }
+
+    /// Whether an answer to call `call` is the one the consumer waits for
+    /// (it then waits no more).
+    fn group_answer(&mut self, call: u64) -> bool {
+        let waited = matches!(self.client.group_call, Some((_, sent, _)) if sent == call);
+        if waited {
+            self.client.group_call = None;
+        }
+        waited
+    }
+
+    fn on_joined(&mut self, response: JoinResponse) {
+        self.note(|| {
+            format!(
+                "the consumer joined: {:?} at generation {}",
+                response.error, response.generation_id
+            )
+        });
+        match response.error {
+            None => {
+                self.client.member_id = response.member_id;
+                self.client.membership = Membership::Joined {
+                    generation: response.generation_id,
+                };
+                self.client.group_at = self.now;
+            }
+            Some(GroupError::MemberIdRequired) => {
+                self.client.member_id = response.member_id;
+                self.client.membership = Membership::Unjoined;
+                self.client.group_at = self.now;
+            }
+            Some(error) => self.group_refused(error),
+        }
+    }
+
+    fn on_synced(&mut self, error: Option<GroupError>) {
+        let Membership::Joined { generation } = self.client.membership else {
+            return;
+        };
+        match error {
+            None => {
+                self.client.membership = Membership::Synced { generation };
+                self.client.synced_acked = generation;
+                self.client.syncs_acked += 1;
+                self.client.rejoin_at = self.now + self.rng.u64(REJOIN_AFTER_MS);
+                self.note(|| format!("the consumer has its assignment for generation {generation}"));
+            }
+            Some(error) => self.group_refused(error),
+        }
+    }
+
+    /// A group call refused: the consumer rejoins (as a new member when
+    /// the coordinator no longer knows it), a little later unless the
+    /// group is rebalancing.
+    fn group_refused(&mut self, error: GroupError) {
+        match error {
+            GroupError::RebalanceInProgress => {
+                self.client.membership = Membership::Unjoined;
+                self.client.group_at = self.now;
+            }
+            GroupError::UnknownMemberId
+            | GroupError::IllegalGeneration
+            | GroupError::FencedInstanceId => {
+                self.client.member_id.clear();
+                self.client.membership = Membership::Unjoined;
+                self.client.group_at = self.now + 20;
+            }
+            // Not the coordinator, or not now: the same call again later.
+            _ => {
+                if let Membership::Joined { .. } = self.client.membership {
+                    self.client.membership = Membership::Unjoined;
+                }
+                self.client.group_at = self.now + 20;
+            }
+        }
+    }
+
+    /// The consumer's group calls: join, sync, then heartbeat until it
+    /// rejoins; a call unanswered in time is given up and the consumer
+    /// joins again.
+    fn group_timers(&mut self) {
+        let now = self.now;
+        if let Some((_, _, deadline)) = self.client.group_call {
+            if now < deadline {
+                return;
+            }
+            self.client.group_call = None;
+            self.client.membership = Membership::Unjoined;
+        }
+        let leader = self.state().leader;
+        if now < self.client.group_at || leader < 0 {
+            return;
+        }
+        let member_id = self.client.member_id.clone();
+        let (kind, request, timeout) = match self.client.membership {
+            Membership::Unjoined => (
+                GroupCall::Join,
+                GroupRequest::Join { member_id },
+                GROUP_CALL_TIMEOUT_MS,
+            ),
+            Membership::Joined { generation } => (
+                GroupCall::Sync,
+                GroupRequest::Sync {
+                    member_id,
+                    generation,
+                },
+                GROUP_CALL_TIMEOUT_MS,
+            ),
+            Membership::Synced { .. } if now >= self.client.rejoin_at => (
+                GroupCall::Join,
+                GroupRequest::Join { member_id },
+                GROUP_CALL_TIMEOUT_MS,
+            ),
+            Membership::Synced { generation } => (
+                GroupCall::Heartbeat,
+                GroupRequest::Heartbeat {
+                    member_id,
+                    generation,
+                },
+                REQUEST_TIMEOUT_MS,
+            ),
+        };
+        if kind == GroupCall::Join {
+            self.client.membership = Membership::Unjoined;
+        }
+        self.client.next_group_call += 1;
+        let call = self.client.next_group_call;
+        self.note(|| format!("the consumer sends call {call}, {request:?}, to broker {leader}"));
+        self.client.group_call = Some((kind, call, now + timeout));
+        self.client.group_at = now + GROUP_HEARTBEAT_MS;
+        self.send(CLIENT, leader, Message::Group { call, request });
     }
 
     fn client_timers(&mut self) {
@@ -1362,8 +1863,13 @@ impl Sim {
     /// position that only grows); a commit not answered in time is sent
     /// again.
     fn consumer_timers(&mut self) {
+        self.group_timers();
         let now = self.now;
         let leader = self.state().leader;
+        // It commits as a member of the generation it has its assignment for.
+        let Membership::Synced { generation } = self.client.membership else {
+            return;
+        };
         if now < self.client.commit_at || leader < 0 {
             return;
         }
@@ -1376,12 +1882,42 @@ impl Sim {
         }
         self.client.commit_in_flight = Some(offset);
         self.client.commit_at = now + REQUEST_TIMEOUT_MS;
-        self.send(CLIENT, leader, Message::Commit { offset });
+        let member_id = self.client.member_id.clone();
+        let commit = Message::Commit {
+            offset,
+            generation,
+            member_id,
+        };
+        self.send(CLIENT, leader, commit);
     }
 
-    /// The offset the coordinator of the current leader serves for the
-    /// consumer, if that leader has loaded its groups.
-    fn served_commit(&self) -> Option<(NodeId, i64)> {
+    /// The group's generation on the coordinator of the current leader
+    /// is at least that of the latest SyncGroup acknowledged.
+    fn check_group(&self) -> Result<(), String> {
+        let acked = self.client.synced_acked;
+        if self
+            .group_log
+            .tombstone_at
+            .is_some_and(|tombstone| tombstone > self.group_log.synced_at)
+        {
+            return Ok(());
+        }
+        let Some((leader, coordinator)) = self.current_coordinator() else {
+            return Ok(());
+        };
+        let held = coordinator.group(GROUP).map_or(-1, |g| g.generation_id());
+        if held < acked {
+            return Err(format!(
+                "the consumer's SyncGroup of generation {acked} was acknowledged, but the \
+                 coordinator on leader {leader} holds the group at generation {held}"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The coordinator of the partition's current leader, if that leader
+    /// has loaded its groups.
+    fn current_coordinator(&self) -> Option<(NodeId, &Coordinator)> {
         let state = self.state();
         if state.leader < 0 {
             return None;
@@ -1393,16 +1929,23 @@ impl Sim {
         {
             return None;
         }
-        let coordinator = leader.coordinator.as_ref()?;
+        Some((leader.id, leader.coordinator.as_ref()?))
+    }
+
+    /// The offset the coordinator of the current leader serves for the
+    /// consumer, if that leader has loaded its groups.
+    fn served_commit(&self) -> Option<(NodeId, i64)> {
+        let (leader, coordinator) = self.current_coordinator()?;
         let wanted = [(TOPIC.to_string(), 0)];
         let served = coordinator.fetch_offsets(GROUP, Some(&wanted))[0]
             .1
             .as_ref()
             .map_or(-1, |c| c.offset);
-        Some((leader.id, served))
+        Some((leader, served))
     }
 
     fn check_commits(&self) -> Result<(), String> {
+        self.check_group()?;
         if let Some((leader, served)) = self.served_commit() {
             if served < self.client.commit_acked {
                 return Err(format!(
@@ -1511,6 +2054,7 @@ impl Sim {
     fn final_check(&mut self) -> Result<(), String> {
         self.report.acknowledged = self.client.acked.len();
         self.report.commits_acknowledged = self.client.commits_acked;
+        self.report.syncs_acknowledged = self.client.syncs_acked;
         let state = self.state().clone();
         if state.leader < 0 {
             // Only an emptied last in-sync replica leaves no leader; what

@@ -27,6 +27,7 @@ fn first_failure(scenario: &Scenario, seeds: &[u64]) -> Result<Report, (u64, Str
                 }
                 sum.acknowledged += report.acknowledged;
                 sum.commits_acknowledged += report.commits_acknowledged;
+                sum.syncs_acknowledged += report.syncs_acknowledged;
                 sum.faults += report.faults;
                 sum.leader_epochs += report.leader_epochs;
                 sum.refused_truncations += report.refused_truncations;
@@ -59,14 +60,19 @@ fn every_scenario_holds(brokers: usize, default_seeds: u64) {
             sum.commits_acknowledged > 0,
             "{name}, {brokers} brokers: no offset commit was acknowledged in any seed"
         );
+        assert!(
+            sum.syncs_acknowledged > 0,
+            "{name}, {brokers} brokers: no rebalance completed in any seed"
+        );
         println!(
-            "{name}, {brokers} brokers: {} seeds in {:.1} s: {} records and {} offset commits \
-             acknowledged, {} faults, {} leader epochs, {} truncations below a high watermark \
-             refused",
+            "{name}, {brokers} brokers: {} seeds in {:.1} s: {} records, {} offset commits and \
+             {} rebalances acknowledged, {} faults, {} leader epochs, {} truncations below a high \
+             watermark refused",
             seeds.len(),
             started.elapsed().as_secs_f64(),
             sum.acknowledged,
             sum.commits_acknowledged,
+            sum.syncs_acknowledged,
             sum.faults,
             sum.leader_epochs,
             sum.refused_truncations
@@ -126,24 +132,29 @@ fn answering_an_offset_commit_before_the_isr_has_it_loses_commits() {
 }
 
 #[test]
+fn answering_a_sync_group_before_the_isr_has_the_group_loses_its_generation() {
+    caught("crash", Mutation::AnswerSyncAtAppend);
+}
+
+#[test]
 fn a_coordinator_loading_before_its_high_watermark_caught_up_loses_commits() {
     caught("crash", Mutation::LoadBeforeCaughtUp);
 }
 
-/// Seed 4547 of `everything` on 3 brokers: the leader, on a slow disk,
-/// counted a record it had not synced into the high watermark it told its
-/// follower; it crashed, lost the record, and came back as the only
-/// in-sync replica (its last ISR shrink was committed after the crash).
-/// The follower, holding the record below its high watermark, refused to
-/// truncate to the new leader's log and stayed out of sync for good. A
-/// leader now tells followers its high watermark only up to its durable
-/// offset.
+/// Seed 13200 of `everything` on 3 brokers (the same defect was first
+/// found as seed 4547, before the simulated consumer joined a group,
+/// which changed every seed's schedule): a leader counted a record it had
+/// not synced into the high watermark it told its follower; it crashed,
+/// lost the record, and a replica holding it below its high watermark
+/// could not agree with the new history. A leader now tells followers its
+/// high watermark only up to what it keeps (its durable offset under the
+/// default flush policy).
 #[test]
-fn seed_4547_a_follower_holds_no_high_watermark_past_what_its_leader_kept() {
+fn seed_13200_a_follower_holds_no_high_watermark_past_what_its_leader_kept() {
     let mut scenario = scenario("everything", 3).unwrap();
-    run(4547, &scenario).unwrap();
+    run(13200, &scenario).unwrap();
     scenario.mutation = Mutation::UncappedFollowerHighWatermark;
-    let broken = run(4547, &scenario).expect_err("the seed finds the uncapped high watermark");
+    let broken = run(13200, &scenario).expect_err("the seed finds the uncapped high watermark");
     assert!(
         broken.contains("disagree below their high watermarks"),
         "{broken}"
