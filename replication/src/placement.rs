@@ -318,6 +318,20 @@ pub fn may_lead(image: &MetadataImage, node_id: i32, incarnation: u64) -> bool {
         .is_some_and(|b| b.incarnation == incarnation && !b.fenced)
 }
 
+/// Whether the process of `node_id` started as `incarnation` may record
+/// its data dir as the cluster's (`meta.properties`), which makes its next
+/// start no longer a new directory: only once `image` holds this
+/// incarnation's registration. Until then the controller may not know the
+/// directory is new (its registration not decided yet: a paused or
+/// unreachable controller), and a crash and restart would then register as
+/// a crash with its data intact, in sync and even leading, with nothing.
+pub fn may_record_directory(image: &MetadataImage, node_id: i32, incarnation: u64) -> bool {
+    image
+        .brokers
+        .get(&node_id)
+        .is_some_and(|b| b.incarnation == incarnation)
+}
+
 /// What identifies a broker's registration apart from its incarnation.
 fn same_registration(a: &BrokerMeta, b: &BrokerMeta) -> bool {
     (&a.host, a.port, &a.rack, &a.controller_address)
@@ -1152,6 +1166,42 @@ mod tests {
                 assert_eq!(s.partition_epoch, state(&image, name).partition_epoch + 1);
             }
         }
+    }
+
+    /// A broker back with an emptied data dir records its directory only
+    /// once its registration is in the image: a crash before that keeps
+    /// the next start a new directory, which never leads the partition it
+    /// alone was in sync for.
+    #[test]
+    fn a_new_directory_is_recorded_only_once_its_registration_is_in_the_image() {
+        let mut image = cluster(&[(1, None), (2, None), (3, None)]);
+        create(&mut image, "r1", vec![vec![1]]);
+        let second = BrokerMeta {
+            incarnation: 2,
+            ..image.brokers[&1].clone()
+        };
+        // Before the controller decided on the second incarnation.
+        assert!(!may_record_directory(&image, 1, 2));
+        let arrival = |new_directory| Arrival {
+            clean: false,
+            new_directory,
+            shutting_down: false,
+            storage_full: false,
+        };
+        let registered = image.with(&heartbeat(&image, &second, arrival(true), false));
+        assert!(may_record_directory(&registered, 1, 2));
+        assert_eq!(state(&registered, "r1").leader, -1);
+        // Had it recorded the directory early and crashed, its third
+        // incarnation would return as a crash and lead with nothing:
+        // what the rule prevents.
+        let third = BrokerMeta {
+            incarnation: 3,
+            ..second
+        };
+        let early = image.with(&heartbeat(&image, &third, arrival(false), false));
+        assert_eq!(state(&early, "r1").leader, 1);
+        let kept_new = image.with(&heartbeat(&image, &third, arrival(true), false));
+        assert_eq!(state(&kept_new, "r1").leader, -1);
     }
 
     fn state(image: &MetadataImage, topic: &str) -> PartitionState {

@@ -167,6 +167,11 @@ pub struct ReplicaState {
     high_watermark: u64,
     /// Leader only: the other replicas.
     followers: BTreeMap<NodeId, FollowerState>,
+    /// Leader only: the log end when this leadership began. Everything
+    /// below it may have been committed by an earlier leader, beyond the
+    /// high watermark this leader knows (Kafka's leader epoch start
+    /// offset): a follower joins the ISR only once it has all of it.
+    leadership_start_offset: u64,
     pending_isr: Option<IsrProposal>,
     /// Parked `acks=all` produces by the last offset they wait for.
     waiters: BTreeMap<(u64, WaiterId), ()>,
@@ -198,6 +203,7 @@ impl ReplicaState {
             durable_offset,
             high_watermark: log_start_offset,
             followers: BTreeMap::new(),
+            leadership_start_offset: 0,
             pending_isr: None,
             waiters: BTreeMap::new(),
         }
@@ -266,6 +272,7 @@ impl ReplicaState {
             return Err(ReplicaError::InvalidRequest);
         }
         if self.role != Role::Leader || assignment.leader_epoch != self.leader_epoch {
+            self.leadership_start_offset = self.log_end_offset;
             // Every follower starts caught up now, its log end unknown
             // until it fetches (Kafka resets them on each new leadership).
             self.followers = assignment
@@ -509,9 +516,13 @@ impl ReplicaState {
         follower.last_fetch_leader_end = leader_end;
         follower.last_fetch_ms = now_ms;
         follower.log_end_offset = Some(fetch_offset);
+        // In sync: at the high watermark, and holding all this leader had
+        // when it took over (a new leader's high watermark may lag what
+        // its predecessor committed).
         if !self.isr.contains(&replica_id)
             && self.pending_isr.is_none()
             && fetch_offset >= self.high_watermark
+            && fetch_offset >= self.leadership_start_offset
         {
             let mut isr = self.isr.clone();
             isr.insert(replica_id);
@@ -1012,6 +1023,41 @@ mod tests {
         assert_eq!(h.hw(), 4, "follower 3 is at 4");
         h.commit_proposal();
         assert_eq!(h.replica.isr(), vec![1, 2, 3]);
+    }
+
+    /// A new leader's high watermark may lag what its predecessor
+    /// committed: a follower at that high watermark but short of the log
+    /// the new leader took over with may be missing acknowledged records,
+    /// and joins the ISR only once it has them all (found by the cluster
+    /// simulator: such a follower, elected next, lost them).
+    #[test]
+    fn a_follower_joins_a_new_leaders_isr_only_with_all_it_took_over() {
+        let mut h = Harness::new(1, 2);
+        // As a follower it has 10 records, told a high watermark of 6.
+        let mut actions = Vec::new();
+        h.replica.local_append(10, &mut actions);
+        h.replica.local_durable(10, &mut actions);
+        let follow = Assignment {
+            leader_epoch: 1,
+            partition_epoch: 1,
+            replicas: vec![1, 2, 3],
+            isr: vec![1, 2, 3],
+        };
+        h.replica.become_follower(3, follow, &mut actions).unwrap();
+        h.replica.leader_high_watermark(6, &mut actions);
+        h.absorb(actions);
+        // It leads at epoch 2 with 3 in sync; 2 is out.
+        h.lead(2, &[1, 2, 3], &[1, 3]);
+        assert_eq!(h.hw(), 6);
+        h.fetch(2, 7).unwrap();
+        assert!(
+            h.proposals.is_empty(),
+            "at the high watermark but short of the takeover log end: {:?}",
+            h.proposals
+        );
+        h.fetch(2, 10).unwrap();
+        assert_eq!(h.proposals.len(), 1);
+        assert_eq!(h.proposals[0].isr, vec![1, 2, 3]);
     }
 
     #[test]

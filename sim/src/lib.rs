@@ -52,6 +52,7 @@ use replication::replica::{
 };
 use replication::sessions::{SessionTiming, Sessions};
 use replication::transport::{Faults, SimulatedNetwork, Transport};
+use storage::epoch_cache::EpochCache;
 
 use bytes::Bytes;
 use groups::coordinator::{
@@ -146,6 +147,10 @@ pub enum Mutation {
     /// A SyncGroup is answered once the group's membership record is
     /// appended, before the ISR has it.
     AnswerSyncAtAppend,
+    /// A broker records its data dir as the cluster's at start, before the
+    /// controller registered it: a crash before the registration makes an
+    /// emptied disk return as a mere crash.
+    RecordDirectoryAtStart,
 }
 
 #[derive(Debug, Clone)]
@@ -316,6 +321,9 @@ struct Broker {
     /// How the running process found its data dir.
     clean_start: bool,
     new_directory: bool,
+    /// Whether the data dir records the cluster (`meta.properties`): a
+    /// start without it is a new directory.
+    directory_recorded: bool,
     /// The newest image from the controller this process has.
     assigned: Option<Rc<MetadataImage>>,
     replica: ReplicaState,
@@ -356,6 +364,7 @@ impl Broker {
             sync_at: None,
             clean_start: true,
             new_directory: true,
+            directory_recorded: false,
             assigned: None,
             replica: fresh_replica(id, min_insync, 0),
             fetching: Fetching::Idle,
@@ -389,31 +398,22 @@ impl Broker {
         self.up && now >= self.paused_until
     }
 
-    /// The largest epoch at or below `epoch` in this log and where it
-    /// ends; the leader counts its current epoch from its log end.
+    /// OffsetForLeaderEpoch on this log, by the storage's own leader-epoch
+    /// cache (`EpochCache::end_offset_for`, what the broker answers and
+    /// reconciles with): the largest epoch at or below `epoch` and where it
+    /// ends; a leader (`current`) counts its current epoch from its log end
+    /// when no entry carries it yet, as `Partition::end_offset_for_epoch`
+    /// does.
     fn epoch_end(&self, epoch: i32, current: Option<i32>) -> (i32, i64) {
-        let mut found: Option<i32> = None;
-        for entry in &self.log {
-            if entry.epoch <= epoch && found.is_none_or(|f| entry.epoch > f) {
-                found = Some(entry.epoch);
-            }
+        let mut cache = EpochCache::default();
+        for (offset, entry) in self.log.iter().enumerate() {
+            cache.assign(entry.epoch, offset as u64);
         }
-        if let Some(current) = current.filter(|&c| c <= epoch) {
-            if found.is_none_or(|f| current >= f) {
-                return (current, self.log.len() as i64);
-            }
+        let log_end = self.log.len() as u64;
+        if let Some(current) = current.filter(|&c| cache.latest_epoch().is_none_or(|l| l < c)) {
+            cache.assign(current, log_end);
         }
-        match found {
-            None => (-1, -1),
-            Some(f) => {
-                let end = self
-                    .log
-                    .iter()
-                    .position(|e| e.epoch > f)
-                    .unwrap_or(self.log.len());
-                (f, end as i64)
-            }
-        }
+        cache.end_offset_for(epoch, log_end)
     }
 }
 
@@ -521,9 +521,11 @@ struct Sim {
 /// that no acknowledged generation is lost.
 #[derive(Debug, Default)]
 struct GroupLog {
-    /// The offset of the record the latest successful SyncGroup answer
-    /// waited for.
+    /// The offset of the record the latest SyncGroup the consumer had
+    /// acknowledged waited for.
     synced_at: u64,
+    /// The same, by the consumer's call, for answers on their way.
+    synced_records: BTreeMap<u64, u64>,
     /// The offset of the latest tombstone written for the group (it was
     /// deleted: every generation before it goes, on purpose).
     tombstone_at: Option<u64>,
@@ -684,8 +686,9 @@ impl Sim {
                 if fault == Fault::EmptyDisk {
                     broker.log.clear();
                     broker.durable = 0;
+                    broker.directory_recorded = false;
                 }
-                broker.new_directory = fault == Fault::EmptyDisk;
+                broker.new_directory = !broker.directory_recorded;
                 broker.clean_start = false;
             }
             Fault::Pause => {
@@ -748,6 +751,9 @@ impl Sim {
         if self.scenario.mutation == Mutation::EmptiedReturnsClean {
             broker.new_directory = false;
             broker.clean_start = true;
+        }
+        if self.scenario.mutation == Mutation::RecordDirectoryAtStart {
+            broker.directory_recorded = true;
         }
         broker.assigned = None;
         broker.replica = fresh_replica(broker.id, min_insync, broker.log.len() as u64);
@@ -985,6 +991,11 @@ impl Sim {
             return;
         }
         broker.assigned = Some(image.clone());
+        // The data dir records the cluster once the image holds this
+        // incarnation's registration (the broker's rule).
+        if placement::may_record_directory(&image, id, broker.incarnation) {
+            broker.directory_recorded = true;
+        }
         let state = image.topics[TOPIC].partitions[0].clone();
         // Leadership waits until the image holds this incarnation's
         // registration (the broker's own rule).
@@ -1287,7 +1298,9 @@ impl Sim {
                 self.apply_actions(id, actions);
             }
             let (at, actions) = self.leader_append(id, 0, Some(Rc::new(record)));
-            self.note(|| format!("broker {id} writes the group at generation {generation:?} at {at}"));
+            self.note(|| {
+                format!("broker {id} writes the group at generation {generation:?} at {at}")
+            });
             if generation.is_none() {
                 // The group is deleted: the generations before go with it.
                 self.group_log.tombstone_at = self.group_log.tombstone_at.max(Some(at));
@@ -1310,16 +1323,20 @@ impl Sim {
         self.park(id, Parked::Group(answers), at, actions);
     }
 
-    /// Notes the log offset of the membership record a successful
-    /// SyncGroup among `answers` waited for.
+    /// Notes the log offset of the membership record each successful
+    /// SyncGroup among `answers` waited for (taken when the consumer
+    /// takes the answer).
     fn note_synced_record(&mut self, answers: &[Message], at: u64) {
-        let synced = answers
-            .iter()
-            .any(|a| {
-                matches!(a, Message::GroupAnswer { answer: GroupAnswer::Synced(r), .. } if r.error.is_none())
-            });
-        if synced {
-            self.group_log.synced_at = self.group_log.synced_at.max(at);
+        for answer in answers {
+            if let Message::GroupAnswer {
+                call,
+                answer: GroupAnswer::Synced(response),
+            } = answer
+            {
+                if response.error.is_none() {
+                    self.group_log.synced_records.insert(*call, at);
+                }
+            }
         }
     }
 
@@ -1424,13 +1441,8 @@ impl Sim {
         }
         let now = self.now;
         let coordinator = self.broker(id).coordinator.as_mut().expect("loaded");
-        let answer = GroupAnswer::Heartbeat(coordinator.heartbeat(
-            now,
-            GROUP,
-            generation,
-            &member_id,
-            None,
-        ));
+        let answer =
+            GroupAnswer::Heartbeat(coordinator.heartbeat(now, GROUP, generation, &member_id, None));
         self.answer_group(id, vec![Message::GroupAnswer { call, answer }]);
     }
 
@@ -1693,7 +1705,7 @@ impl Sim {
             }
             Message::GroupAnswer { call, answer } if self.group_answer(call) => match answer {
                 GroupAnswer::Joined(response) => self.on_joined(response),
-                GroupAnswer::Synced(response) => self.on_synced(response.error),
+                GroupAnswer::Synced(response) => self.on_synced(call, response.error),
                 GroupAnswer::Heartbeat(Err(error)) => self.group_refused(error),
                 GroupAnswer::Heartbeat(Ok(())) => {}
             },
@@ -1735,17 +1747,23 @@ impl Sim {
         }
     }
 
-    fn on_synced(&mut self, error: Option<GroupError>) {
+    fn on_synced(&mut self, call: u64, error: Option<GroupError>) {
+        let record_at = self.group_log.synced_records.remove(&call);
         let Membership::Joined { generation } = self.client.membership else {
             return;
         };
         match error {
             None => {
+                if let Some(at) = record_at {
+                    self.group_log.synced_at = at;
+                }
                 self.client.membership = Membership::Synced { generation };
                 self.client.synced_acked = generation;
                 self.client.syncs_acked += 1;
                 self.client.rejoin_at = self.now + self.rng.u64(REJOIN_AFTER_MS);
-                self.note(|| format!("the consumer has its assignment for generation {generation}"));
+                self.note(|| {
+                    format!("the consumer has its assignment for generation {generation}")
+                });
             }
             Some(error) => self.group_refused(error),
         }

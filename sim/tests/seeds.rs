@@ -160,3 +160,47 @@ fn seed_13200_a_follower_holds_no_high_watermark_past_what_its_leader_kept() {
         "{broken}"
     );
 }
+
+/// Seed 1631 of `pause` on 3 brokers: a broker paused with an empty log
+/// woke up leading an old epoch for an instant, appended a resent record
+/// in it, and then followed the real leader, whose history has no such
+/// epoch. The broker's own rule (the storage's leader-epoch cache) answers
+/// "epoch 1 ends where epoch 2 starts, at 0" and the follower cuts the
+/// record; the simulator's disk model had its own rule that answered
+/// "no epoch", so its follower kept a record the leader does not have.
+/// The model now asks the storage's `EpochCache`; the seed stays.
+#[test]
+fn seed_1631_a_follower_cuts_an_epoch_its_leader_never_had() {
+    let scenario = scenario("pause", 3).unwrap();
+    run(1631, &scenario).unwrap();
+}
+
+/// Seed 1033 of `everything` on 3 brokers: a broker back with an emptied
+/// data dir recorded it as the cluster's (`meta.properties`) while the
+/// active controller was paused and had not registered it; it crashed,
+/// came back looking like a mere crash with its data intact, and was
+/// elected the partition's only in-sync replica with nothing. A broker
+/// now records a new data dir only once its registration is in the
+/// metadata (`placement::may_record_directory`); the old rule is a
+/// mutation the seed must catch.
+#[test]
+fn seed_1033_an_emptied_broker_records_its_directory_only_once_registered() {
+    let mut scenario = scenario("everything", 3).unwrap();
+    run(1033, &scenario).unwrap();
+    scenario.mutation = Mutation::RecordDirectoryAtStart;
+    let broken = run(1033, &scenario).expect_err("the seed finds the early record");
+    assert!(broken.contains("acknowledged at offset"), "{broken}");
+}
+
+/// Seed 3423 of `everything` on 5 brokers: a new leader whose high
+/// watermark lagged what its predecessor had committed took back into the
+/// ISR a follower that had caught up to that high watermark but not to
+/// the log the new leader took over with; elected next, that follower
+/// lacked an acknowledged record. A follower now joins the ISR only once
+/// it holds the new leader's log end at takeover (Kafka's leader epoch
+/// start offset; `replica::tests::a_follower_joins_a_new_leaders_isr_only_with_all_it_took_over`).
+#[test]
+fn seed_3423_a_follower_rejoins_only_with_all_its_new_leader_took_over() {
+    let scenario = scenario("everything", 5).unwrap();
+    run(3423, &scenario).unwrap();
+}

@@ -140,8 +140,9 @@ impl Agent {
         }
     }
 
-    /// Writes the cluster id into `meta.properties` once known, and stops
-    /// the broker if the data dir belongs to another cluster.
+    /// Writes the cluster id into `meta.properties` once known and this
+    /// process's registration is in the metadata, and stops the broker if
+    /// the data dir belongs to another cluster.
     fn check_cluster_id(&mut self) {
         let id = self.cluster.cluster_id();
         if id.is_empty() {
@@ -152,6 +153,14 @@ impl Agent {
                 self.foreign(&stored.cluster_id, &id, "the quorum's metadata")
             }
             Some(_) => {}
+            // A new data dir becomes the cluster's only once the controller
+            // registered it as new: a crash before that must start as new
+            // again (`placement::may_record_directory`).
+            None if !super::placement::may_record_directory(
+                &self.cluster.image(),
+                self.broker.id,
+                self.broker.incarnation,
+            ) => {}
             None => {
                 let meta = MetaProperties {
                     cluster_id: id.clone(),
