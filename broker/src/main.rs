@@ -67,9 +67,14 @@ struct StartArgs {
     /// This broker's node id [default: 0].
     #[arg(long, value_name = "N")]
     node_id: Option<String>,
-    /// Executors (one per core) [default: every online core].
+    /// Executors (one per core) [default: every online core, or every CPU of --cpuset].
     #[arg(long, value_name = "N")]
     cores: Option<String>,
+    /// CPUs the executors are pinned to, in order, as Linux lists them
+    /// (e.g. 0-3,8): several brokers on one host each get their own
+    /// [default: CPUs 0..cores].
+    #[arg(long, value_name = "CPUS")]
+    cpuset: Option<String>,
     /// Admin HTTP listener: /metrics, /health, /ready, /status; `off` for none [default: 127.0.0.1:9644].
     #[arg(long, value_name = "HOST:PORT")]
     admin_listen: Option<String>,
@@ -115,6 +120,7 @@ fn start(args: StartArgs) -> ExitCode {
         advertise: args.advertise,
         node_id: args.node_id,
         cores: args.cores,
+        cpuset: args.cpuset,
         admin_listen: args.admin_listen,
         settings,
     };

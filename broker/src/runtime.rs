@@ -523,7 +523,12 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     for (core, ends) in build_mesh(cores).into_iter().enumerate() {
         let (control_tx, control_rx) = flume::bounded::<Control>(2);
         controls.push(control_tx);
-        let mut builder = LocalExecutorBuilder::new(Placement::Fixed(core % online))
+        let cpu = if config.cpuset.is_empty() {
+            core % online
+        } else {
+            config.cpuset[core]
+        };
+        let mut builder = LocalExecutorBuilder::new(Placement::Fixed(cpu))
             .spin_before_park(Duration::from_micros(config.spin_before_park_us))
             .name(&format!("strom-core-{core}"));
         if let Some(bytes) = config.io_memory_bytes {

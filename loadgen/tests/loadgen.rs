@@ -95,10 +95,13 @@ fn e2e_counts_every_record_and_cleans_up() {
     let report = dir.path().join("report.json");
     let plot = dir.path().join("plot.svg");
     let hdr = dir.path().join("latency.hlog");
+    // A bootstrap list, as Kafka's tools take it: the first entry has no
+    // broker, the second is tried next.
+    let bootstrap = format!("127.0.0.1:{},{}", free_port(), broker.bootstrap());
     let out = loadgen(&[
         "e2e",
         "--bootstrap",
-        &broker.bootstrap(),
+        &bootstrap,
         "--partitions",
         "4",
         "--message-size",
@@ -405,6 +408,16 @@ fn bad_input_gets_a_clear_error() {
                 "1".into(),
             ],
             "refused to create topic",
+        ),
+        (
+            vec![
+                "produce".into(),
+                "--bootstrap".into(),
+                format!("{},,{unreachable}", broker.bootstrap()),
+                "--duration".into(),
+                "1".into(),
+            ],
+            "empty entry",
         ),
         (vec!["e2e".into(), "--acks".into(), "most".into()], "acks"),
         (

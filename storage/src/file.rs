@@ -2,8 +2,9 @@
 //! the operation, path and position.
 
 use std::cell::RefCell;
-use std::collections::HashSet;
-use std::path::Path;
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use glommio::io::{DmaFile, OpenOptions};
 
@@ -61,6 +62,44 @@ pub async fn preallocate(file: &DmaFile, path: &Path, keep: u64, size: u64) -> R
     }
 }
 
+thread_local! {
+    /// Opens in flight on this thread (executor), by directory.
+    static OPENING: RefCell<HashMap<PathBuf, usize>> = RefCell::new(HashMap::new());
+}
+
+/// How long [`await_opens`] waits at most, and how often it looks.
+const OPENS_WAIT: Duration = Duration::from_secs(10);
+const OPENS_POLL: Duration = Duration::from_millis(1);
+
+/// Opens `path` with `options`, counted as in flight in its directory
+/// until the open is done. glommio stats the path after the open itself
+/// and panics if it is gone by then, so a directory is removed only once
+/// no open is in flight in it ([`await_opens`]).
+async fn dma_open(options: &OpenOptions, path: &Path) -> glommio::Result<DmaFile, ()> {
+    let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    OPENING.with_borrow_mut(|o| *o.entry(dir.clone()).or_default() += 1);
+    let opened = options.dma_open(path).await;
+    OPENING.with_borrow_mut(|o| {
+        if let Some(count) = o.get_mut(&dir) {
+            *count -= 1;
+            if *count == 0 {
+                o.remove(&dir);
+            }
+        }
+    });
+    opened
+}
+
+/// Waits (at most [`OPENS_WAIT`]) until no open started on this thread is
+/// in flight in `dir`. Remove the directory with no await after it: no
+/// other open can then start in between.
+pub async fn await_opens(dir: &Path) {
+    let started = std::time::Instant::now();
+    while OPENING.with_borrow(|o| o.contains_key(dir)) && started.elapsed() < OPENS_WAIT {
+        glommio::timer::sleep(OPENS_POLL).await;
+    }
+}
+
 pub fn align_down(v: u64) -> u64 {
     v & !(PAGE - 1)
 }
@@ -100,7 +139,7 @@ pub async fn probe_device(dir: &Path, probed: &RefCell<HashSet<u64>>) -> Result<
             (path, true)
         }
     };
-    let opened = OpenOptions::new().read(true).dma_open(&path).await;
+    let opened = dma_open(OpenOptions::new().read(true), &path).await;
     if temporary {
         let _ = std::fs::remove_file(&path);
     }
@@ -121,18 +160,14 @@ pub async fn probe_device(dir: &Path, probed: &RefCell<HashSet<u64>>) -> Result<
 /// Read-write even for writers: a write-only DmaFile makes glommio log a
 /// misleading iopoll probe error.
 pub async fn open_rw(path: &Path) -> Result<DmaFile> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .dma_open(path)
+    dma_open(OpenOptions::new().read(true).write(true).create(true), path)
         .await
         .ctx("open", path, 0)
 }
 
 /// Reads a whole small file, `None` if it does not exist.
 pub async fn read_whole(path: &Path) -> Result<Option<Vec<u8>>> {
-    let file = match OpenOptions::new().read(true).dma_open(path).await {
+    let file = match dma_open(OpenOptions::new().read(true), path).await {
         Ok(file) => file,
         Err(e) => {
             let e: std::io::Error = e.into();

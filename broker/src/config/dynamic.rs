@@ -61,7 +61,8 @@ pub fn config_type(name: &str) -> i8 {
         | "process.roles"
         | "controller.quorum.voters"
         | "controller.quorum.bootstrap.servers"
-        | "controller.listener.names" => types::LIST,
+        | "controller.listener.names"
+        | "strom.cpuset" => types::LIST,
         "offsets.topic.replication.factor" => types::SHORT,
         "node.id"
         | "broker.id"

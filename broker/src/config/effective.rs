@@ -44,6 +44,12 @@ pub fn broker_value(config: &BrokerConfig, key: &str) -> Option<String> {
             .map_or_else(|| "off".to_string(), |a| a.to_string()),
         "data.dir" => config.data_dir.display().to_string(),
         "cores" => config.cores.to_string(),
+        "strom.cpuset" => config
+            .cpuset
+            .iter()
+            .map(usize::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
         "log.format" => config.log_format.name().to_string(),
         "strom.metrics.partition.labels" => config.metrics_partition_labels.to_string(),
         "strom.balancer.enable" => config.balancer_enable.to_string(),

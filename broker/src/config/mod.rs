@@ -99,6 +99,7 @@ pub struct Flags {
     pub advertise: Option<String>,
     pub node_id: Option<String>,
     pub cores: Option<String>,
+    pub cpuset: Option<String>,
     pub admin_listen: Option<String>,
     /// `--set key=value` pairs, in Kafka's names.
     pub settings: Vec<(String, String)>,
@@ -113,6 +114,9 @@ pub struct BrokerConfig {
     pub advertise_port: u16,
     pub data_dir: PathBuf,
     pub cores: usize,
+    /// The CPUs the executors are pinned to, in order (`strom.cpuset`);
+    /// empty: CPUs 0..cores.
+    pub cpuset: Vec<usize>,
     pub auto_create_topics: bool,
     pub num_partitions: i32,
     /// Replicas of a topic created without a replication factor
@@ -256,6 +260,39 @@ pub const DATA_DIR_DEFAULT: &str = "./strom-data";
 pub const ADMIN_LISTEN_DEFAULT: &str = "127.0.0.1:9644";
 
 /// Online cores, the default executor count.
+/// A CPU list as Linux writes it (`0-3,8,10-11`): the CPUs in the order
+/// given, each below `online` and named once.
+pub fn parse_cpuset(value: &str, online: usize) -> Result<Vec<usize>, String> {
+    let mut cpus = Vec::new();
+    for part in value.split(',').map(str::trim) {
+        let (first, last) = match part.split_once('-') {
+            Some((a, b)) => (a.trim(), b.trim()),
+            None => (part, part),
+        };
+        let number = |text: &str| {
+            text.parse::<usize>()
+                .map_err(|_| format!("`{part}` is not a CPU number or range like 0-3"))
+        };
+        let (first, last) = (number(first)?, number(last)?);
+        if first > last {
+            return Err(format!("the range `{part}` runs backwards"));
+        }
+        for cpu in first..=last {
+            if cpu >= online {
+                return Err(format!(
+                    "CPU {cpu} is not online (this machine has CPUs 0-{})",
+                    online - 1
+                ));
+            }
+            if cpus.contains(&cpu) {
+                return Err(format!("CPU {cpu} is named twice"));
+            }
+            cpus.push(cpu);
+        }
+    }
+    Ok(cpus)
+}
+
 pub fn online_cores() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
@@ -268,6 +305,10 @@ struct Builder {
     advertise: Option<(String, u16)>,
     data_dir: PathBuf,
     cores: usize,
+    /// Whether `cores` was set, and where (else a cpuset gives it).
+    cores_set: bool,
+    cores_source: Source,
+    cpuset: Vec<usize>,
     auto_create_topics: bool,
     num_partitions: i32,
     default_replication_factor: i16,
@@ -458,6 +499,9 @@ impl Builder {
             advertise: None,
             data_dir: PathBuf::from(DATA_DIR_DEFAULT),
             cores: online_cores(),
+            cores_set: false,
+            cores_source: Source::Default,
+            cpuset: Vec::new(),
             auto_create_topics: true,
             num_partitions: 1,
             default_replication_factor: 1,
@@ -637,6 +681,12 @@ impl Builder {
                 if self.cores == 0 || self.cores > 1024 {
                     return Err(invalid(key, value, source, "must be between 1 and 1024"));
                 }
+                self.cores_set = true;
+                self.cores_source = source.clone();
+            }
+            "strom.cpuset" => {
+                self.cpuset = parse_cpuset(value, online_cores())
+                    .map_err(|why| invalid(key, value, source, why))?;
             }
             "auto.create.topics.enable" => {
                 self.auto_create_topics = parse_value(key, value, source)?
@@ -906,13 +956,31 @@ impl Builder {
         let frame_bytes_max = self
             .frame_bytes_max
             .unwrap_or(FRAME_OVERHEAD_BYTES + self.message_max_bytes as usize);
+        // A cpuset without a core count runs one executor per CPU in it;
+        // with one, the executors may not outnumber its CPUs.
+        let cores = match (self.cpuset.len(), self.cores_set) {
+            (0, _) => self.cores,
+            (cpus, false) => cpus,
+            (cpus, true) if self.cores > cpus => {
+                return Err(invalid(
+                    "cores",
+                    &self.cores.to_string(),
+                    &self.cores_source,
+                    format!(
+                        "more executors than the {cpus} CPUs of strom.cpuset: each needs a CPU of its own"
+                    ),
+                ))
+            }
+            (_, true) => self.cores,
+        };
         Ok(BrokerConfig {
             node_id: self.node_id,
             listen: self.listen,
             advertise_host,
             advertise_port,
             data_dir: self.data_dir,
-            cores: self.cores,
+            cores,
+            cpuset: self.cpuset,
             auto_create_topics: self.auto_create_topics,
             num_partitions: self.num_partitions,
             default_replication_factor: self.default_replication_factor,
@@ -1118,6 +1186,7 @@ pub fn load(flags: &Flags) -> Result<BrokerConfig, ConfigError> {
         ("advertise", flags.advertise.clone()),
         ("node.id", flags.node_id.clone()),
         ("cores", flags.cores.clone()),
+        ("strom.cpuset", flags.cpuset.clone()),
         ("admin.listen", flags.admin_listen.clone()),
     ];
     for (key, value) in named {
@@ -1148,6 +1217,35 @@ pub(crate) fn flags_with(settings: &[(&str, &str)]) -> Flags {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpusets_parse_as_linux_lists_them_and_bad_ones_say_why() {
+        assert_eq!(parse_cpuset("0-3,8", 16).unwrap(), vec![0, 1, 2, 3, 8]);
+        assert_eq!(parse_cpuset(" 5, 1 ", 8).unwrap(), vec![5, 1]);
+        assert!(parse_cpuset("8", 8).unwrap_err().contains("not online"));
+        assert!(parse_cpuset("3-1", 8).unwrap_err().contains("backwards"));
+        assert!(parse_cpuset("1,1", 8).unwrap_err().contains("twice"));
+        assert!(parse_cpuset("a", 8)
+            .unwrap_err()
+            .contains("not a CPU number"));
+        assert!(parse_cpuset("", 8).is_err());
+    }
+
+    #[test]
+    fn a_cpuset_gives_the_core_count_unless_cores_is_set() {
+        if online_cores() < 2 {
+            eprintln!("SKIPPED: one online CPU: a two-CPU cpuset cannot be named");
+            return;
+        }
+        let config = load(&flags_with(&[("strom.cpuset", "1,0")])).unwrap();
+        assert_eq!((config.cores, config.cpuset.clone()), (2, vec![1, 0]));
+        let config = load(&flags_with(&[("strom.cpuset", "1,0"), ("cores", "1")])).unwrap();
+        assert_eq!(config.cores, 1);
+        let error = load(&flags_with(&[("strom.cpuset", "1"), ("cores", "2")]))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("more executors"), "{error}");
+    }
 
     #[test]
     fn defaults_start_a_single_node() {

@@ -109,8 +109,14 @@ pub const BROKER_SETTINGS: &[Setting] = &[
     Setting {
         keys: &["cores"],
         flag: Some("--cores"),
-        default: Default::Described("every online CPU"),
-        meaning: "Executors, one per core, pinned to CPUs 0..N.",
+        default: Default::Described("every online CPU, or every CPU of `strom.cpuset`"),
+        meaning: "Executors, one per core, pinned to CPUs 0..N (or to `strom.cpuset`'s).",
+    },
+    Setting {
+        keys: &["strom.cpuset"],
+        flag: Some("--cpuset"),
+        default: Default::Described("none: CPUs 0..`cores`"),
+        meaning: "The CPUs the executors are pinned to, in order, as Linux lists them (`0-3,8`): several brokers on one host each get CPUs of their own. Each must be online and named once; `cores`, if set, may not exceed their count.",
     },
     Setting {
         keys: &["log.format"],

@@ -451,6 +451,8 @@ impl Log {
         if self.inner.journal.get().is_some() {
             journal_tombstone(&self.inner).await?;
         }
+        // No open of a file in it may be in flight when it goes.
+        crate::file::await_opens(&dir).await;
         std::fs::remove_dir_all(&dir).ctx("remove directory", &dir, 0)?;
         info!(dir = %dir.display(), "log deleted");
         Ok(())
