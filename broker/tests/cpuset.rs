@@ -20,7 +20,11 @@ fn cpus_of_thread(pid: u32, name: &str) -> Option<String> {
         let dir = task.ok()?.path();
         let comm = std::fs::read_to_string(dir.join("comm")).ok()?;
         let comm = comm.trim();
-        if comm != name && !comm.strip_prefix(name).is_some_and(|rest| rest.starts_with('-')) {
+        if comm != name
+            && !comm
+                .strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('-'))
+        {
             continue;
         }
         let status = std::fs::read_to_string(dir.join("status")).ok()?;
