@@ -569,6 +569,12 @@ fn total(snapshots: &[ShardSnapshot]) -> ShardSnapshot {
         all.connections_closed_idle += s.connections_closed_idle;
         all.connections_closed_receive_timeout += s.connections_closed_receive_timeout;
         all.storage.add(&s.storage);
+        for stage in &s.stages {
+            match all.stages.iter_mut().find(|t| t.stage == stage.stage) {
+                Some(sum) => sum.add(stage),
+                None => all.stages.push(stage.clone()),
+            }
+        }
         for forwarded in &s.forwarded {
             match all
                 .forwarded
@@ -790,6 +796,22 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
         }
     }
     render_forwarded(&mut e, &rows);
+    e.family(
+        "strom_replication_stage_seconds",
+        "histogram",
+        "Where replicated acks=all batches spend their time, by stage: leader_local_durable (the leader's own append made durable), leader_follower_fetch (a follower's fetch at the leader, its wait included), follower_append_durable (a follower's append made durable), leader_isr_wait (from durable on the leader to acks=all holding), answer_after_acks (from acks=all holding to the produce resuming to answer).",
+    );
+    for (shard, s) in &rows {
+        for stage in &s.stages {
+            e.histogram(
+                "strom_replication_stage_seconds",
+                &[("shard", shard), ("stage", stage.stage.name())],
+                &crate::stages::STAGE_BOUNDS_US,
+                &stage.buckets,
+                stage.sum_us,
+            );
+        }
+    }
     let counters: [ShardFigure; 5] = [
         (
             "strom_request_bytes_total",

@@ -32,6 +32,7 @@ pub mod runtime;
 pub mod scrape;
 pub mod server;
 pub mod shard;
+pub mod stages;
 pub mod storage_health;
 pub mod sync;
 pub mod topic_config;

@@ -386,6 +386,9 @@ pub struct ShardSnapshot {
     /// Requests forwarded to other brokers, by destination and API.
     #[serde(default)]
     pub forwarded: Vec<ForwardSnapshot>,
+    /// The stages of replicated batches this core timed.
+    #[serde(default)]
+    pub stages: Vec<crate::stages::StageSnapshot>,
 }
 
 /// Requests of one API a shard forwarded to one other broker.

@@ -28,6 +28,7 @@ use crate::producer_state::{last_sequence, ProducerTable, RecoveredBatch, Sequen
 use crate::replica::{
     Action, Assignment, IsrProposal, NodeId, ReplicaConfig, ReplicaState, Role, WaiterId,
 };
+use crate::stages::{self, Stage};
 use crate::sync::Condition;
 use crate::topic_config::{EffectiveConfig, TimestampType};
 use storage::epoch_cache::EpochCache;
@@ -110,7 +111,8 @@ pub struct Partition {
 #[derive(Default)]
 struct AcksWaiters {
     next: WaiterId,
-    answered: HashMap<WaiterId, i16>,
+    /// Each answered waiter's code, and when it was answered.
+    answered: HashMap<WaiterId, (i16, std::time::Instant)>,
 }
 
 /// A parked `acks=all` produce; dropping it (its produce's future dropped
@@ -791,6 +793,7 @@ impl Partition {
         records: Bytes,
         leader_high_watermark: i64,
     ) -> Result<(), i16> {
+        let started = std::time::Instant::now();
         let mut last = None;
         for batch in protocol::batch::split_batches(records) {
             let batch = match batch {
@@ -831,6 +834,7 @@ impl Partition {
                 tracing::error!(topic = %self.topic, partition = self.index, %error, "sync failed");
                 return Err(errors::storage_error_code(&error));
             }
+            stages::record_since(Stage::FollowerAppendDurable, started);
             let mut actions = Vec::new();
             self.replica
                 .borrow_mut()
@@ -887,7 +891,8 @@ impl Partition {
                 Action::HighWatermarkAdvanced { .. } => self.high_watermark_advanced.notify_all(),
                 Action::CompleteAcks { waiter, result } => {
                     let code = errors::replica_outcome(result);
-                    self.acks.borrow_mut().answered.insert(waiter, code);
+                    let answered = (code, std::time::Instant::now());
+                    self.acks.borrow_mut().answered.insert(waiter, answered);
                     self.acks_answered.notify_all();
                 }
                 Action::ProposeIsr(proposal) => {
@@ -903,10 +908,18 @@ impl Partition {
     /// `last_offset`: durable here under the flush policy and below the
     /// high watermark.
     async fn wait_acks_all(&self, last_offset: u64, timeout: Duration) -> Result<(), i16> {
+        let started = std::time::Instant::now();
         if let Err(error) = self.log.wait_durable(last_offset).await {
             tracing::error!(topic = %self.topic, partition = self.index, %error, "sync failed");
             return Err(errors::storage_error_code(&error));
         }
+        // The stages of a replicated batch (`stages`); led alone there is
+        // no replication to time.
+        let replicated = self.replica.borrow().isr().len() > 1;
+        if replicated {
+            stages::record_since(Stage::LeaderLocalDurable, started);
+        }
+        let durable = std::time::Instant::now();
         self.observe_log_end();
         let waiter = {
             let mut acks = self.acks.borrow_mut();
@@ -938,8 +951,18 @@ impl Partition {
             false
         };
         let in_time = at_once || futures_lite::future::or(answered, timed_out).await;
-        let code = self.acks.borrow_mut().answered.remove(&waiter);
+        let answer = self.acks.borrow_mut().answered.remove(&waiter);
         drop(wait);
+        let code = answer.map(|(code, answered_at)| {
+            if replicated {
+                stages::record(
+                    Stage::LeaderIsrWait,
+                    answered_at.saturating_duration_since(durable),
+                );
+                stages::record_since(Stage::AnswerAfterAcks, answered_at);
+            }
+            code
+        });
         match code {
             Some(errors::NONE) => Ok(()),
             Some(code) => Err(code),

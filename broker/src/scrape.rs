@@ -68,6 +68,7 @@ pub fn snapshot(shard: &Shard) -> ShardSnapshot {
         traffic,
         committed: committed_snapshot(shard),
         forwarded: counters.forwarded,
+        stages: crate::stages::snapshot(),
     }
 }
 

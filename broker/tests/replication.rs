@@ -322,6 +322,42 @@ fn a_stopped_follower_leaves_the_isr_and_two_stopped_refuse_acks_all() {
     });
     let leader = &cluster.node(1).broker;
     assert_eq!(produce_one(leader, "lag", 1, b"all three"), 0);
+    // The stages of that replicated batch show on /metrics: the leader's
+    // own sync, the followers' fetches at it and its wait for the ISR; a
+    // follower's append made durable.
+    for (node, stages) in [
+        (
+            1,
+            &[
+                "leader_local_durable",
+                "leader_follower_fetch",
+                "leader_isr_wait",
+                "answer_after_acks",
+            ][..],
+        ),
+        (4, &["follower_append_durable"][..]),
+    ] {
+        let n = cluster.node(node);
+        let (code, body) =
+            common::http_get(&format!("{}:{}", n.host.ip, n.ports.admin), "/metrics");
+        assert_eq!(code, 200);
+        for stage in stages {
+            let count = format!(
+                "strom_replication_stage_seconds_count{{shard=\"all\",stage=\"{stage}\"}} "
+            );
+            let value = body
+                .lines()
+                .find_map(|l| l.strip_prefix(count.as_str()))
+                .and_then(|v| v.trim().parse::<f64>().ok());
+            assert!(
+                value.is_some_and(|v| v >= 1.0),
+                "node {node}: no {stage} counted: {:?}",
+                body.lines()
+                    .filter(|l| l.contains("replication_stage"))
+                    .collect::<Vec<_>>()
+            );
+        }
+    }
 
     // One follower stopped: it leaves the ISR, acks=all goes on with two.
     cluster.node(4).broker.signal(libc::SIGSTOP);

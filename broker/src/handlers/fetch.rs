@@ -150,6 +150,32 @@ pub async fn handle(
     budget: &mut ResponseBudget,
     origin: Origin,
 ) -> FetchResponse {
+    let follower = follower_id(&request, version) >= 0;
+    let started = Instant::now();
+    let response = answer(shard, request, version, budget, origin).await;
+    if follower {
+        crate::stages::record_since(crate::stages::Stage::LeaderFollowerFetch, started);
+    }
+    response
+}
+
+/// The broker id a follower's fetch names (v15+ in replica_state); -1 for
+/// a consumer's.
+fn follower_id(request: &FetchRequest, version: i16) -> i32 {
+    if version >= 15 {
+        request.replica_state.replica_id.0
+    } else {
+        request.replica_id.0
+    }
+}
+
+async fn answer(
+    shard: &Rc<Shard>,
+    request: FetchRequest,
+    version: i16,
+    budget: &mut ResponseBudget,
+    origin: Origin,
+) -> FetchResponse {
     let image = shard.metadata.image();
     let max_wait =
         Duration::from_millis(request.max_wait_ms.clamp(0, FETCH_WAIT_MS_MAX as i32) as u64);
@@ -165,12 +191,7 @@ pub async fn handle(
     let mut scatter: Scatter<Wanted, FetchOutcome, Forward> = Scatter::default();
     // Slots answered by another broker: that broker counts their traffic.
     let mut forwarded_slots = std::collections::BTreeSet::new();
-    // A follower's fetch names its broker (v15+ in replica_state).
-    let replica_id = if version >= 15 {
-        request.replica_state.replica_id.0
-    } else {
-        request.replica_id.0
-    };
+    let replica_id = follower_id(&request, version);
     // v13+ name topics by id (and leave the name empty).
     let names: Vec<Option<String>> = request
         .topics
