@@ -359,6 +359,7 @@ async fn fetch_once(
         .with_topics(topics);
     let response = connection.call(&request, version).await?;
     let mut served = false;
+    let mut appending = Vec::new();
     for topic in response.responses {
         let name = topic.topic.0.to_string();
         for data in topic.partitions {
@@ -370,28 +371,16 @@ async fn fetch_once(
             };
             match data.error_code {
                 errors::NONE => {
+                    // The partitions' appends and syncs run side by side:
+                    // one after the other, the next fetch (which tells the
+                    // leader this copy's position) waited for every sync.
                     let records = data.records.unwrap_or_default();
-                    // A refused append (a full disk) does not count as
-                    // served: with none served the fetcher waits a little
-                    // before it asks again instead of spinning.
-                    let appended = partition
-                        .append_replicated(records, data.high_watermark)
-                        .await;
-                    served |= appended.is_ok();
-                    if let Err(code) = appended {
-                        let Some(not_logged) =
-                            crate::storage_health::log_now("replicated records not appended")
-                        else {
-                            continue;
-                        };
-                        tracing::warn!(
-                            not_logged,
-                            topic = %name,
-                            partition = data.partition_index,
-                            error = %protocol::client::error_name(code),
-                            "replicated records not appended"
-                        );
-                    }
+                    let (partition, high_watermark) = (partition.clone(), data.high_watermark);
+                    let index = data.partition_index;
+                    appending.push(glommio::spawn_local(async move {
+                        let appended = partition.append_replicated(records, high_watermark).await;
+                        (partition.topic().to_string(), index, appended)
+                    }));
                 }
                 code => {
                     if code == errors::OFFSET_OUT_OF_RANGE
@@ -419,6 +408,27 @@ async fn fetch_once(
                     );
                 }
             }
+        }
+    }
+    for task in appending {
+        let (topic, index, appended) = task.await;
+        // A refused append (a full disk) does not count as served: with
+        // none served the fetcher waits a little before it asks again
+        // instead of spinning.
+        served |= appended.is_ok();
+        if let Err(code) = appended {
+            let Some(not_logged) =
+                crate::storage_health::log_now("replicated records not appended")
+            else {
+                continue;
+            };
+            tracing::warn!(
+                not_logged,
+                %topic,
+                partition = index,
+                error = %protocol::client::error_name(code),
+                "replicated records not appended"
+            );
         }
     }
     Ok(served)
