@@ -915,7 +915,7 @@ impl Partition {
         }
         // The stages of a replicated batch (`stages`); led alone there is
         // no replication to time.
-        let replicated = self.replica.borrow().isr().len() > 1;
+        let replicated = self.replica.borrow().isr_len() > 1;
         if replicated {
             stages::record_since(Stage::LeaderLocalDurable, started);
         }

@@ -237,6 +237,11 @@ impl ReplicaState {
         &self.replicas
     }
 
+    /// How many replicas the committed ISR holds (no allocation).
+    pub fn isr_len(&self) -> usize {
+        self.isr.len()
+    }
+
     /// The committed ISR, in id order.
     pub fn isr(&self) -> Vec<NodeId> {
         self.isr.iter().copied().collect()
