@@ -103,6 +103,8 @@ pub struct Partition {
     acks_answered: Condition,
     /// Raised when the high watermark advances.
     high_watermark_advanced: Condition,
+    /// The high watermark this follower's leader last sent.
+    leader_high_watermark: Cell<i64>,
     /// The core's clock: LogAppendTime, producer idle time and expiry.
     clock: Rc<dyn Clock>,
 }
@@ -515,6 +517,7 @@ impl Partition {
             acks: RefCell::new(AcksWaiters::default()),
             acks_answered: Condition::default(),
             high_watermark_advanced: Condition::default(),
+            leader_high_watermark: Cell::new(0),
             clock,
         }))
     }
@@ -711,16 +714,19 @@ impl Partition {
     }
 
     /// A follower's fetch at the leader: records from `fetch_offset` up to
-    /// the log end (not the high watermark), after the fetch offset counts
-    /// as the follower's log end (the follower promises it is durable under
-    /// its flush policy), which may move the high watermark and answer
-    /// `acks=all` produces. The high watermark it is told is capped at what
-    /// this leader keeps under its flush policy.
+    /// the log end (not the high watermark; none when `max_bytes` is 0),
+    /// after `durable_end` counts as the follower's log end (what it keeps
+    /// under its flush policy; at most the fetch offset, as a follower
+    /// fetches past what it has synced while its syncs run), which may move
+    /// the high watermark and answer `acks=all` produces. The high
+    /// watermark it is told is capped at what this leader keeps under its
+    /// flush policy.
     pub async fn read_for_follower(
         &self,
         replica_id: NodeId,
         leader_epoch: i32,
         fetch_offset: i64,
+        durable_end: i64,
         max_bytes: usize,
     ) -> FetchOutcome {
         self.observe_log_end();
@@ -728,7 +734,7 @@ impl Partition {
         let taken = self.replica.borrow_mut().follower_fetch(
             replica_id,
             leader_epoch,
-            fetch_offset.max(0) as u64,
+            durable_end.clamp(0, fetch_offset.max(0)) as u64,
             self.clock.monotonic_ms(),
             &mut actions,
         );
@@ -759,7 +765,8 @@ impl Partition {
                 records: Bytes::new(),
             };
         }
-        let records = if fetch_offset as u64 == end {
+        // A fetch asking for no bytes only tells the follower's position.
+        let records = if fetch_offset as u64 == end || max_bytes == 0 {
             Bytes::new()
         } else {
             match self.log.read(fetch_offset as u64, max_bytes, end).await {
@@ -786,14 +793,14 @@ impl Partition {
     /// leader's offsets and epoch (batches below the log end, sent again,
     /// are skipped); the producer state learns the idempotent ones, so a
     /// new leader knows every producer's sequence. Returns once the
-    /// batches are durable under the flush policy, then takes the
-    /// leader's high watermark.
+    /// batches are in the log, not yet durable: the last offset appended,
+    /// if any, for [`Partition::replicated_durable`]. The leader's high
+    /// watermark is taken as far as this copy keeps it.
     pub async fn append_replicated(
         &self,
         records: Bytes,
         leader_high_watermark: i64,
-    ) -> Result<(), i16> {
-        let started = std::time::Instant::now();
+    ) -> Result<Option<u64>, i16> {
         let mut last = None;
         for batch in protocol::batch::split_batches(records) {
             let batch = match batch {
@@ -829,24 +836,58 @@ impl Partition {
             }
         }
         self.observe_log_end();
-        if let Some(last_offset) = last {
-            if let Err(error) = self.log.wait_durable(last_offset).await {
-                tracing::error!(topic = %self.topic, partition = self.index, %error, "sync failed");
-                return Err(errors::storage_error_code(&error));
+        self.leader_high_watermark.set(leader_high_watermark);
+        self.take_leader_high_watermark();
+        Ok(last)
+    }
+
+    /// Resolves once a follower's copy is durable under the flush policy
+    /// up to `last_offset` (appended by [`Partition::append_replicated`]
+    /// at `appended_at`): the replica state learns it, and the leader's
+    /// high watermark is taken as far as the copy now keeps it.
+    pub async fn replicated_durable(
+        &self,
+        last_offset: u64,
+        appended_at: std::time::Instant,
+    ) -> Result<(), i16> {
+        if let Err(error) = self.log.wait_durable(last_offset).await {
+            if error.is_out_of_space() {
+                // As a refused append: this broker leaves the ISRs at once
+                // rather than hold every acks=all back until its lag shows.
+                crate::storage_health::StorageHealth::get().refused_for_space();
             }
-            stages::record_since(Stage::FollowerAppendDurable, started);
-            let mut actions = Vec::new();
-            self.replica
-                .borrow_mut()
-                .local_durable(last_offset + 1, &mut actions);
-            self.apply(actions);
+            tracing::error!(topic = %self.topic, partition = self.index, %error, "sync failed");
+            return Err(errors::storage_error_code(&error));
         }
+        stages::record_since(Stage::FollowerAppendDurable, appended_at);
+        self.observe_log_end();
+        let mut actions = Vec::new();
+        let durable = self.durable_log_end() as u64;
+        self.replica
+            .borrow_mut()
+            .local_durable(durable, &mut actions);
+        self.apply(actions);
+        self.take_leader_high_watermark();
+        Ok(())
+    }
+
+    /// Where this copy's durable log ends (what a follower reports to its
+    /// leader as its position: `acks=all` counts only what it keeps).
+    pub fn durable_log_end(&self) -> i64 {
+        self.log.kept_offset().min(self.log.next_offset()) as i64
+    }
+
+    /// Takes the last high watermark the leader sent, capped at what this
+    /// copy keeps: a follower that crashed before its sync must not come
+    /// back believing records committed that it lost.
+    fn take_leader_high_watermark(&self) {
+        let kept = self.durable_log_end();
+        let high_watermark = self.leader_high_watermark.get().min(kept).max(0) as u64;
         let mut actions = Vec::new();
         self.replica
             .borrow_mut()
-            .leader_high_watermark(leader_high_watermark.max(0) as u64, &mut actions);
+            .leader_high_watermark(high_watermark, &mut actions);
         self.apply(actions);
-        Ok(())
     }
 
     /// The partition's log, for metrics.

@@ -322,6 +322,21 @@ fn a_stopped_follower_leaves_the_isr_and_two_stopped_refuse_acks_all() {
     });
     let leader = &cluster.node(1).broker;
     assert_eq!(produce_one(leader, "lag", 1, b"all three"), 0);
+    // Lone records, one at a time: each is answered once both followers
+    // report it durable, not when their next fetch (already waiting at the
+    // leader while they sync) gives up its 500 ms wait.
+    let mut waits = Vec::new();
+    for i in 0..9 {
+        let started = std::time::Instant::now();
+        let value = format!("lone {i}");
+        assert_eq!(produce_one(leader, "lag", 10 + i, value.as_bytes()), 0);
+        waits.push(started.elapsed().as_millis() as u64);
+    }
+    let lone = median(&mut waits.clone());
+    assert!(
+        lone < 250,
+        "a lone acks=all record waited for the followers' long polls: {waits:?} ms"
+    );
     // The stages of that replicated batch show on /metrics: the leader's
     // own sync, the followers' fetches at it and its wait for the ISR; a
     // follower's append made durable.
@@ -399,7 +414,10 @@ fn a_stopped_follower_leaves_the_isr_and_two_stopped_refuse_acks_all() {
         .lines()
         .map(str::to_string)
         .collect();
-    assert_eq!(values, ["all three", "two in sync", "all three again"]);
+    let mut expected = vec!["all three".to_string()];
+    expected.extend((0..9).map(|i| format!("lone {i}")));
+    expected.extend(["two in sync".to_string(), "all three again".to_string()]);
+    assert_eq!(values, expected);
 }
 
 #[test]

@@ -364,10 +364,16 @@ fn replicated_markdown(cases: &BTreeMap<String, Vec<ReplicatedRun>>) -> String {
         type Figure = Box<dyn Fn(&CaseRun, &[BrokerLoad]) -> Option<f64>>;
         let rows: Vec<(&str, Figure, usize)> = vec![
             ("produce MB/s", Box::new(|c, _| Some(c.produce_mb_s)), 0),
+            ("publish p50 ms", Box::new(|c, _| Some(c.publish_p50_ms)), 2),
             ("publish p99 ms", Box::new(|c, _| Some(c.publish_p99_ms)), 1),
             (
                 "publish p99.9 ms",
                 Box::new(|c, _| Some(c.publish_p999_ms)),
+                1,
+            ),
+            (
+                "end-to-end p99 ms (end-to-end cases)",
+                Box::new(|c, _| (c.e2e_p99_ms > 0.0).then_some(c.e2e_p99_ms)),
                 1,
             ),
             (
@@ -895,7 +901,17 @@ fn start_cluster(
         .collect::<Vec<_>>()
         .join(",");
     let mut started = Vec::with_capacity(nodes);
+    let spread = cluster_cpus(args.broker_cores, nodes) > args.broker_cores;
     for (i, (client, controller, admin)) in ports.iter().enumerate() {
+        // Each node on CPUs of its own where the machine has them (and
+        // one left for the load); otherwise all on the first ones.
+        let cpuset = spread.then(|| {
+            let first = i * args.broker_cores;
+            (first..first + args.broker_cores)
+                .map(|cpu| cpu.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        });
         let settings: Vec<String> = [
             ("--node-id", (i + 1).to_string()),
             (
@@ -908,6 +924,7 @@ fn start_cluster(
             ("--set", format!("controller.quorum.voters={voters}")),
         ]
         .into_iter()
+        .chain(cpuset.map(|cpus| ("--cpuset", cpus)))
         .flat_map(|(flag, value)| [flag.to_string(), value])
         .chain(extra.iter().cloned())
         .collect();
@@ -949,6 +966,19 @@ fn start_cluster(
             started.into_iter().rev().for_each(stop);
             Err(e.context(format!("cluster not ready; logs in {logs:?}")))
         }
+    }
+}
+
+/// How many first CPUs a cluster of `nodes` nodes with `cores` cores each
+/// takes: a set of its own per node when the machine has them and one
+/// more for the load generator, else the first `cores` (all nodes share
+/// them, as several brokers do on a small host).
+fn cluster_cpus(cores: usize, nodes: usize) -> usize {
+    let online = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores * nodes < online {
+        cores * nodes
+    } else {
+        cores
     }
 }
 
@@ -1153,12 +1183,12 @@ fn run_replicated_case(
     let measured = measured_brokers(&mut result.single, &probes, || {
         loadgen(
             args,
-            "produce",
+            load_mode(&name),
             &bootstrap,
             workload,
             &["--replication-factor", "1"],
             &report,
-            args.bootstrap.is_none(),
+            args.bootstrap.is_none().then_some(args.broker_cores),
         )
     });
     if let Some(started) = single {
@@ -1200,12 +1230,14 @@ fn run_replicated_case(
     let measured = measured_brokers(&mut result.cluster, &probes, || {
         loadgen(
             args,
-            "produce",
+            load_mode(&name),
             &bootstrap,
             workload,
             &["--replication-factor", &replicas_arg],
             &report,
-            args.replicated_bootstrap.is_none(),
+            args.replicated_bootstrap
+                .is_none()
+                .then(|| cluster_cpus(args.broker_cores, replicas)),
         )
     });
     // Logs are counted before the nodes stop: a stop moves leadership.
@@ -1301,7 +1333,7 @@ fn sample(pid: u32) -> Option<(f64, f64)> {
 }
 
 /// Runs the load generator on the CPUs after the first `broker_cores`,
-/// where the broker's executors are pinned (`Placement::Fixed`): left to
+/// where the brokers' executors are pinned (`Placement::Fixed`): left to
 /// itself, strom-loadgen places its executor on the first CPU as well and
 /// both would share one core while the other idles. The broker's helper
 /// threads (io_uring workers, the syncfs thread) stay free to run anywhere.
@@ -1330,8 +1362,9 @@ fn load_on_other_cpus(command: &mut Command, broker_cores: usize) {
     }
 }
 
-/// Runs strom-loadgen; `beside_strom`: the brokers are strom processes
-/// started here, pinned to the first CPUs, so the load runs on the others.
+/// Runs strom-loadgen; `brokers_cpus`: the brokers are strom processes
+/// started here, pinned to that many first CPUs, so the load runs on the
+/// others.
 fn loadgen(
     args: &Args,
     mode: &str,
@@ -1339,11 +1372,11 @@ fn loadgen(
     workload: &Path,
     extra: &[&str],
     report: &Path,
-    beside_strom: bool,
+    brokers_cpus: Option<usize>,
 ) -> Result<serde_json::Value> {
     let mut command = Command::new(&args.loadgen);
-    if beside_strom {
-        load_on_other_cpus(&mut command, args.broker_cores);
+    if let Some(cpus) = brokers_cpus {
+        load_on_other_cpus(&mut command, cpus);
     }
     let output = command
         .arg(mode)
@@ -1396,7 +1429,7 @@ fn run_case(args: &Args, out: &Path, workload: &Path, round: usize) -> Result<Ca
             workload,
             &["--keep"],
             &out.join(format!("{name}-{round}-backlog.json")),
-            args.bootstrap.is_none(),
+            args.bootstrap.is_none().then_some(args.broker_cores),
         )?;
         let topic = backlog_topic(&broker.0, args)?;
         if args.bootstrap.is_none() {
@@ -1420,15 +1453,11 @@ fn run_case(args: &Args, out: &Path, workload: &Path, round: usize) -> Result<Ca
                 workload,
                 &["--topic", &topic],
                 &report,
-                args.bootstrap.is_none(),
+                args.bootstrap.is_none().then_some(args.broker_cores),
             )
         })?
     } else {
-        let mode = if name.starts_with("d-") {
-            "e2e"
-        } else {
-            "produce"
-        };
+        let mode = load_mode(&name);
         measured(&mut run, broker.1, || {
             loadgen(
                 args,
@@ -1437,7 +1466,7 @@ fn run_case(args: &Args, out: &Path, workload: &Path, round: usize) -> Result<Ca
                 workload,
                 &[],
                 &report,
-                args.bootstrap.is_none(),
+                args.bootstrap.is_none().then_some(args.broker_cores),
             )
         })?
     };
@@ -1447,6 +1476,17 @@ fn run_case(args: &Args, out: &Path, workload: &Path, round: usize) -> Result<Ca
     }
     fill_from_report(&mut run, &r, consume_case);
     Ok(run)
+}
+
+/// How strom-loadgen runs a case: (d)'s fixed-rate end-to-end cases
+/// (`d-...`, and replicated `r-d-...`) produce and consume at once; the
+/// others produce.
+fn load_mode(name: &str) -> &'static str {
+    if name.starts_with("d-") || name.starts_with("r-d-") {
+        "e2e"
+    } else {
+        "produce"
+    }
 }
 
 /// Fills `run`'s figures from strom-loadgen's JSON report `r`.
@@ -1744,7 +1784,7 @@ fn run_balancer_side(
                 workload,
                 &["--replication-factor", &replicas_arg, "--keep"],
                 &out.join(format!("{name}-{side}-produce-{round}.json")),
-                true,
+                Some(cluster_cpus(args.broker_cores, replicas)),
             )
         })?;
         result.haproxy_produce_cpu_s = haproxy_cpu(&cluster) - haproxy_before;
@@ -1765,7 +1805,7 @@ fn run_balancer_side(
                 workload,
                 &["--topic", &topic, "--warmup", "0"],
                 &out.join(format!("{name}-{side}-consume-{round}.json")),
-                true,
+                Some(cluster_cpus(args.broker_cores, replicas)),
             )
         })?;
         result.haproxy_consume_cpu_s = haproxy_cpu(&cluster) - haproxy_before;

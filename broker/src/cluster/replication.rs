@@ -8,13 +8,16 @@
 //! - one fetcher per (leader broker, core) fetches, as a follower, every
 //!   partition this core follows on that leader, with Kafka's Fetch
 //!   carrying this broker's id, over one connection, and appends what it
-//!   gets with the leader's offsets and epochs.
+//!   gets with the leader's offsets and epochs; it fetches again at once,
+//!   while those appends sync, and reports each partition's durable log
+//!   end (what `acks=all` counts) in every fetch and, when a sync ends
+//!   while a fetch waits at the leader, in a position report.
 
-use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet};
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
 use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
@@ -28,6 +31,7 @@ use super::Cluster;
 use crate::errors;
 use crate::partition::Partition;
 use crate::shard::Shard;
+use crate::sync::Condition;
 
 /// How often leaders tick and fetchers are started for new leaders.
 const TICK: Duration = Duration::from_millis(100);
@@ -135,6 +139,7 @@ fn following(shard: &Shard, leader: i32) -> Vec<(Rc<Partition>, i32)> {
 /// until none does (or the broker stops).
 async fn fetch_from(shard: Rc<Shard>, leader: i32) {
     let mut connection: Option<Connection> = None;
+    let syncs = Rc::new(Syncs::default());
     loop {
         if shard.stopping.is_raised() {
             return;
@@ -205,7 +210,7 @@ async fn fetch_from(shard: Rc<Shard>, leader: i32) {
             continue;
         }
         let conn = connection.as_mut().expect("connected");
-        match fetch_once(&shard, conn, &wanted).await {
+        match fetch_once(&shard, conn, &wanted, &syncs).await {
             Ok(true) => {}
             // Every partition refused (the leader has not taken its
             // leadership yet, or lost it): ask again a little later.
@@ -319,24 +324,133 @@ async fn reconcile(
     Ok(false)
 }
 
-/// One fetch for `wanted` and the appends of what it brought; whether
-/// any partition was served.
-async fn fetch_once(
-    shard: &Rc<Shard>,
-    connection: &mut Connection,
-    wanted: &[(Rc<Partition>, i32)],
-) -> Result<bool, protocol::client::ClientError> {
-    let version = connection.version::<FetchRequest>(4..=FETCH_VERSION_MAX)?;
+/// A Strom follower's durable log end, in a tagged field of each
+/// partition of its fetch (Fetch is flexible from v12), far above the tags
+/// Kafka defines; a broker that does not know it ignores it. The fetch
+/// offset is where the follower's log ends, synced or not, so it can fetch
+/// again while its last records sync; the leader counts only the durable
+/// end for the high watermark and `acks=all`.
+const DURABLE_END_TAG: i32 = 0x5354_0001;
+
+/// The durable log end a follower's fetch carries for `partition`, if any.
+pub fn durable_end_of(partition: &FetchPartition) -> Option<i64> {
+    let bytes = partition.unknown_tagged_fields.get(&DURABLE_END_TAG)?;
+    Some(i64::from_be_bytes(bytes.as_ref().try_into().ok()?))
+}
+
+fn with_durable_end(mut partition: FetchPartition, end: i64) -> FetchPartition {
+    partition.unknown_tagged_fields.insert(
+        DURABLE_END_TAG,
+        bytes::Bytes::copy_from_slice(&end.to_be_bytes()),
+    );
+    partition
+}
+
+/// Position reports a fetcher may have sent while its fetch waits at the
+/// leader; more wait for that fetch's answer.
+const REPORTS_IN_FLIGHT_MAX: usize = 8;
+/// Appends whose sync a partition's timing keeps (the stage histogram's
+/// start points); older ones are dropped.
+const TIMED_APPENDS_MAX: usize = 64;
+
+/// A partition's appends waiting for their sync: each one's last offset
+/// and when it was appended.
+type TimedAppends = VecDeque<(u64, Instant)>;
+
+/// The syncs of one fetcher's appends, which run beside its fetches: a
+/// follower asks for the next records as soon as the last are in its log,
+/// and tells the leader its durable end in a position report (a fetch
+/// that waits for nothing and asks for no bytes) the moment a sync
+/// finishes, while its next fetch may still wait at the leader.
+#[derive(Default)]
+struct Syncs {
+    /// Partitions (topic, index) with a sync task running, and the appends
+    /// it waits for: last offset and when it was appended.
+    waiting: RefCell<HashMap<(String, i32), TimedAppends>>,
+    /// Bumped whenever a copy becomes durable further.
+    advanced: Cell<u64>,
+    changed: Condition,
+}
+
+impl Syncs {
+    /// Notes `partition`'s append up to `last_offset` and makes sure a
+    /// task syncs it.
+    fn appended(self: &Rc<Self>, partition: &Rc<Partition>, last_offset: u64, at: Instant) {
+        let key = (partition.topic().to_string(), partition.index());
+        let mut waiting = self.waiting.borrow_mut();
+        if let Some(queue) = waiting.get_mut(&key) {
+            if queue.len() >= TIMED_APPENDS_MAX {
+                queue.pop_front();
+            }
+            queue.push_back((last_offset, at));
+            return;
+        }
+        waiting.insert(key.clone(), VecDeque::from([(last_offset, at)]));
+        drop(waiting);
+        let (syncs, partition) = (self.clone(), partition.clone());
+        glommio::spawn_local(async move {
+            syncs.sync(&partition, &key).await;
+            syncs.waiting.borrow_mut().remove(&key);
+        })
+        .detach();
+    }
+
+    /// Syncs `key`'s appends, oldest first, until none waits.
+    async fn sync(&self, partition: &Partition, key: &(String, i32)) {
+        loop {
+            let next = self
+                .waiting
+                .borrow()
+                .get(key)
+                .and_then(|queue| queue.front().copied());
+            let Some((last_offset, at)) = next else {
+                return;
+            };
+            // A cut (a new leader's history) may have removed what waited.
+            let end = partition.log_end_offset().max(0) as u64;
+            if end == 0 {
+                return;
+            }
+            if let Err(code) = partition
+                .replicated_durable(last_offset.min(end - 1), at)
+                .await
+            {
+                tracing::warn!(
+                    topic = %key.0,
+                    partition = key.1,
+                    error = %protocol::client::error_name(code),
+                    "replicated records not made durable"
+                );
+                return;
+            }
+            let durable = partition.durable_log_end().max(0) as u64;
+            if let Some(queue) = self.waiting.borrow_mut().get_mut(key) {
+                while queue.front().is_some_and(|(last, _)| *last < durable) {
+                    queue.pop_front();
+                }
+            }
+            self.advanced.set(self.advanced.get() + 1);
+            self.changed.notify_all();
+        }
+    }
+}
+
+/// A follower's fetch for `wanted`: from each log's end, carrying each
+/// durable end; a position report waits for nothing and asks for no bytes.
+fn follower_fetch(shard: &Shard, wanted: &[(Rc<Partition>, i32)], report: bool) -> FetchRequest {
+    let partition_max_bytes = if report { 0 } else { FETCH_PARTITION_BYTES_MAX };
     let mut by_topic: BTreeMap<&str, Vec<FetchPartition>> = BTreeMap::new();
     for (partition, epoch) in wanted {
-        by_topic.entry(partition.topic()).or_default().push(
-            FetchPartition::default()
-                .with_partition(partition.index())
-                .with_current_leader_epoch(*epoch)
-                .with_fetch_offset(partition.log_end_offset())
-                .with_log_start_offset(-1)
-                .with_partition_max_bytes(FETCH_PARTITION_BYTES_MAX),
-        );
+        let fetch = FetchPartition::default()
+            .with_partition(partition.index())
+            .with_current_leader_epoch(*epoch)
+            .with_fetch_offset(partition.log_end_offset())
+            .with_log_start_offset(-1)
+            .with_partition_max_bytes(partition_max_bytes);
+        by_topic
+            .entry(partition.topic())
+            .or_default()
+            .push(with_durable_end(fetch, partition.durable_log_end()));
     }
     let topics = by_topic
         .into_iter()
@@ -347,19 +461,67 @@ async fn fetch_once(
         })
         .collect();
     let node = BrokerId(shard.config.node_id);
-    let request = FetchRequest::default()
+    FetchRequest::default()
         .with_replica_id(node)
         .with_replica_state(ReplicaState::default().with_replica_id(node))
-        .with_max_wait_ms(FETCH_WAIT_MS)
-        .with_min_bytes(1)
-        .with_max_bytes(FETCH_BYTES_MAX)
+        .with_max_wait_ms(if report { 0 } else { FETCH_WAIT_MS })
+        .with_min_bytes(if report { 0 } else { 1 })
+        .with_max_bytes(if report { 0 } else { FETCH_BYTES_MAX })
         .with_isolation_level(0)
         .with_session_id(0)
         .with_session_epoch(-1)
-        .with_topics(topics);
-    let response = connection.call(&request, version).await?;
+        .with_topics(topics)
+}
+
+/// One fetch for `wanted` and the appends of what it brought (their syncs
+/// go on in `syncs`); whether any partition was served. While the fetch
+/// waits at the leader, each sync that finishes is reported at once.
+async fn fetch_once(
+    shard: &Rc<Shard>,
+    connection: &mut Connection,
+    wanted: &[(Rc<Partition>, i32)],
+    syncs: &Rc<Syncs>,
+) -> Result<bool, protocol::client::ClientError> {
+    let version = connection.version::<FetchRequest>(12..=FETCH_VERSION_MAX)?;
+    let mut reported = syncs.advanced.get();
+    let pending = connection
+        .send(&follower_fetch(shard, wanted, false), version)
+        .await?;
+    let mut reports = Vec::new();
+    loop {
+        let answered = futures_lite::future::or(
+            async {
+                connection.readable().await;
+                true
+            },
+            async {
+                syncs
+                    .changed
+                    .wait_until(|| syncs.advanced.get() > reported)
+                    .await;
+                false
+            },
+        )
+        .await;
+        if answered {
+            break;
+        }
+        reported = syncs.advanced.get();
+        if reports.len() < REPORTS_IN_FLIGHT_MAX {
+            let report = follower_fetch(shard, wanted, true);
+            reports.push(connection.send(&report, version).await?);
+        } else {
+            // The fetch's answer carries the next position: wait for it.
+            connection.readable().await;
+            break;
+        }
+    }
+    let response = connection.receive(pending).await?;
+    for report in reports {
+        // Answered right after the fetch: it carried no records.
+        connection.receive(report).await?;
+    }
     let mut served = false;
-    let mut appending = Vec::new();
     for topic in response.responses {
         let name = topic.topic.0.to_string();
         for data in topic.partitions {
@@ -371,16 +533,35 @@ async fn fetch_once(
             };
             match data.error_code {
                 errors::NONE => {
-                    // The partitions' appends and syncs run side by side:
-                    // one after the other, the next fetch (which tells the
-                    // leader this copy's position) waited for every sync.
                     let records = data.records.unwrap_or_default();
-                    let (partition, high_watermark) = (partition.clone(), data.high_watermark);
-                    let index = data.partition_index;
-                    appending.push(glommio::spawn_local(async move {
-                        let appended = partition.append_replicated(records, high_watermark).await;
-                        (partition.topic().to_string(), index, appended)
-                    }));
+                    let at = Instant::now();
+                    match partition
+                        .append_replicated(records, data.high_watermark)
+                        .await
+                    {
+                        Ok(Some(last_offset)) => {
+                            served = true;
+                            syncs.appended(partition, last_offset, at);
+                        }
+                        Ok(None) => served = true,
+                        Err(code) => {
+                            // A refused append (a full disk) does not count
+                            // as served: with none served the fetcher waits a
+                            // little before it asks again instead of spinning.
+                            let Some(not_logged) =
+                                crate::storage_health::log_now("replicated records not appended")
+                            else {
+                                continue;
+                            };
+                            tracing::warn!(
+                                not_logged,
+                                topic = %name,
+                                partition = data.partition_index,
+                                error = %protocol::client::error_name(code),
+                                "replicated records not appended"
+                            );
+                        }
+                    }
                 }
                 code => {
                     if code == errors::OFFSET_OUT_OF_RANGE
@@ -410,26 +591,32 @@ async fn fetch_once(
             }
         }
     }
-    for task in appending {
-        let (topic, index, appended) = task.await;
-        // A refused append (a full disk) does not count as served: with
-        // none served the fetcher waits a little before it asks again
-        // instead of spinning.
-        served |= appended.is_ok();
-        if let Err(code) = appended {
-            let Some(not_logged) =
-                crate::storage_health::log_now("replicated records not appended")
-            else {
-                continue;
-            };
-            tracing::warn!(
-                not_logged,
-                %topic,
-                partition = index,
-                error = %protocol::client::error_name(code),
-                "replicated records not appended"
-            );
-        }
-    }
     Ok(served)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::protocol::{Decodable, Encodable};
+
+    #[test]
+    fn a_durable_log_end_crosses_the_wire_in_its_tagged_field() {
+        let partition = with_durable_end(
+            FetchPartition::default()
+                .with_partition(3)
+                .with_fetch_offset(120),
+            97,
+        );
+        let request = FetchRequest::default().with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_static_str("t")))
+            .with_partitions(vec![partition])]);
+        let mut bytes = bytes::BytesMut::new();
+        request.encode(&mut bytes, FETCH_VERSION_MAX).unwrap();
+        let decoded = FetchRequest::decode(&mut bytes.freeze(), FETCH_VERSION_MAX).unwrap();
+        let partition = &decoded.topics[0].partitions[0];
+        assert_eq!(partition.fetch_offset, 120);
+        assert_eq!(durable_end_of(partition), Some(97));
+        // A consumer's fetch (or a follower of another broker) has none.
+        assert_eq!(durable_end_of(&FetchPartition::default()), None);
+    }
 }

@@ -1,7 +1,8 @@
 //! Fetch (1), versions 4–18. From v13 topics are named by topic id (an id
 //! no topic has: UNKNOWN_TOPIC_ID); v15's replica state (a follower's id
 //! and broker epoch) makes it a follower fetch, whose fetch offset the
-//! leader's replica state counts; v16's leader hints (KIP-951): a
+//! leader's replica state counts (or, from a Strom follower, the durable
+//! log end its tagged field carries: `cluster::replication`); v16's leader hints (KIP-951): a
 //! partition another broker leads answers NOT_LEADER_OR_FOLLOWER with the
 //! current leader, whose endpoint the answer lists. Sessions are
 //! declined (session id 0: every fetch is full).
@@ -52,8 +53,9 @@ struct Wanted {
     partition: i32,
     fetch_offset: i64,
     partition_max_bytes: usize,
-    /// A follower's fetch: its broker id and the leader epoch it follows.
-    replica: Option<(i32, i32)>,
+    /// A follower's fetch: its broker id, the leader epoch it follows and
+    /// where its durable log ends.
+    replica: Option<(i32, i32, i64)>,
 }
 
 /// One partition for the broker that leads it: the index of its topic in
@@ -78,9 +80,9 @@ async fn read_core(
         let max = w.partition_max_bytes.min(budget.max(1));
         let outcome = match (owner.partition(&w.topic, w.partition), w.replica) {
             (Some(partition), None) => partition.read(w.fetch_offset, max).await,
-            (Some(partition), Some((replica_id, leader_epoch))) => {
+            (Some(partition), Some((replica_id, leader_epoch, durable_end))) => {
                 partition
-                    .read_for_follower(replica_id, leader_epoch, w.fetch_offset, max)
+                    .read_for_follower(replica_id, leader_epoch, w.fetch_offset, durable_end, max)
                     .await
             }
             (None, _) => FetchOutcome::error(errors::NOT_LEADER_OR_FOLLOWER),
@@ -150,7 +152,8 @@ pub async fn handle(
     budget: &mut ResponseBudget,
     origin: Origin,
 ) -> FetchResponse {
-    let follower = follower_id(&request, version) >= 0;
+    // A follower's report of its position (no wait) is not a fetch round.
+    let follower = follower_id(&request, version) >= 0 && request.max_wait_ms > 0;
     let started = Instant::now();
     let response = answer(shard, request, version, budget, origin).await;
     if follower {
@@ -242,7 +245,11 @@ async fn answer(
                         partition: p.partition,
                         fetch_offset: p.fetch_offset,
                         partition_max_bytes: p.partition_max_bytes.max(0) as usize,
-                        replica: (replica_id >= 0).then_some((replica_id, p.current_leader_epoch)),
+                        replica: (replica_id >= 0).then(|| {
+                            let durable_end = crate::cluster::replication::durable_end_of(p)
+                                .unwrap_or(p.fetch_offset);
+                            (replica_id, p.current_leader_epoch, durable_end)
+                        }),
                     },
                 ),
             };
