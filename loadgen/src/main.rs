@@ -119,7 +119,7 @@ struct RunArgs {
     /// `default.replication.factor` applies.
     #[arg(long, value_parser = clap::value_parser!(i16).range(1..))]
     replication_factor: Option<i16>,
-    /// Topic config set at creation, KEY=VALUE (repeatable).
+    /// Topic config set at creation, KEY=VALUE (repeatable); overrides the workload file's value of the same key.
     #[arg(long = "topic-config", value_name = "KEY=VALUE")]
     topic_configs: Vec<String>,
     /// Use this existing topic instead of creating topics (repeatable); never deleted.
@@ -243,6 +243,8 @@ fn workload_from(args: &RunArgs) -> Result<Workload> {
         let (k, v) = pair
             .split_once('=')
             .with_context(|| format!("--topic-config {pair}: expected KEY=VALUE"))?;
+        // A flag overrides the workload file's setting of the same key.
+        w.topic_configs.retain(|(key, _)| key != k);
         w.topic_configs.push((k.to_string(), v.to_string()));
         flags.push(format!("--topic-config {pair}"));
     }

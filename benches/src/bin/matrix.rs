@@ -1186,7 +1186,13 @@ fn run_replicated_case(
             load_mode(&name),
             &bootstrap,
             workload,
-            &["--replication-factor", "1"],
+            // One replica: min.insync.replicas cannot ask for more.
+            &[
+                "--replication-factor",
+                "1",
+                "--topic-config",
+                "min.insync.replicas=1",
+            ],
             &report,
             args.bootstrap.is_none().then_some(args.broker_cores),
         )
