@@ -31,6 +31,17 @@ impl CachedBatch {
         self.bytes.len()
     }
 
+    /// Appends the stored form to `out` (no zero-filled buffer first).
+    pub fn extend_into(&self, out: &mut Vec<u8>) {
+        match &self.head {
+            Some(head) if self.bytes.len() >= HEAD_LEN => {
+                out.extend_from_slice(head);
+                out.extend_from_slice(&self.bytes[HEAD_LEN..]);
+            }
+            _ => out.extend_from_slice(&self.bytes),
+        }
+    }
+
     /// Copies `bytes[from..to]` of the stored form into `out`.
     pub fn copy_range(&self, out: &mut [u8], from: usize, to: usize) {
         out[..to - from].copy_from_slice(&self.bytes[from..to]);
@@ -144,11 +155,9 @@ impl BatchCache {
             (0, _) => Bytes::new(),
             (1, Some(only)) if only.head.is_none() => only.bytes.clone(),
             _ => {
-                let mut out = vec![0u8; total];
-                let mut at = 0;
+                let mut out = Vec::with_capacity(total);
                 for batch in selected {
-                    batch.copy_range(&mut out[at..at + batch.len()], 0, batch.len());
-                    at += batch.len();
+                    batch.extend_into(&mut out);
                 }
                 Bytes::from(out)
             }
@@ -159,5 +168,30 @@ impl BatchCache {
     /// Batches at or above `from` in order, for the writer.
     pub fn iter_from(&self, from: u64) -> impl Iterator<Item = &CachedBatch> {
         self.batches.range(self.index_of(from)..)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_read_out_carries_its_rewritten_head() {
+        let received: Vec<u8> = (0..100u8).collect();
+        let head = [0xAB; HEAD_LEN];
+        let batch = CachedBatch {
+            base_offset: 7,
+            last_offset: 9,
+            position: 0,
+            bytes: Bytes::from(received.clone()),
+            head: Some(head),
+        };
+        let mut copied = vec![0u8; batch.len()];
+        batch.copy_range(&mut copied, 0, batch.len());
+        let mut extended = Vec::new();
+        batch.extend_into(&mut extended);
+        assert_eq!(extended, copied);
+        assert_eq!(&extended[..HEAD_LEN], &head);
+        assert_eq!(&extended[HEAD_LEN..], &received[HEAD_LEN..]);
     }
 }
