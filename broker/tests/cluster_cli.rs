@@ -800,7 +800,13 @@ fn describe_right_after_create_and_create_right_after_the_controller_dies_retry(
         &["topic", "alter", "fresh-0", "--partitions", "9"],
         None,
     );
-    let grown = describe_json(&cluster, &via(&cluster, 3), &["fresh-0"]);
+    // Another broker lists the new partitions once its metadata has the
+    // change (as in Kafka, a moment after the controller committed it).
+    let grown = common::poll_until(test_support::cluster::SETTLE_DEADLINE, || {
+        let described = describe_json(&cluster, &via(&cluster, 3), &["fresh-0"]);
+        (described.len() == 9).then_some(described)
+    })
+    .unwrap_or_else(|| describe_json(&cluster, &via(&cluster, 3), &["fresh-0"]));
     assert_eq!(grown.len(), 9, "{grown:?}");
     for (key, partition) in &grown {
         assert_eq!(partition["end_offset"], 0, "{key:?}: {partition}");
