@@ -34,31 +34,17 @@ pub fn client_config(timeout: Duration) -> ClientConfig {
     }
 }
 
-/// Connects to `addresses`: one `host:port`, or a comma-separated list
-/// (as every Kafka tool takes its bootstrap servers), tried in order until
-/// one answers.
+/// Connects to `addresses`: one broker, or a comma-separated list (as
+/// every Kafka tool takes its bootstrap servers), tried in order until one
+/// answers.
 pub async fn connect(addresses: &str) -> Result<Connection> {
-    let mut failures = Vec::new();
-    for address in bootstrap_servers(addresses)? {
-        match Connection::connect(address, client_config(Duration::from_secs(30))).await {
-            Ok(connection) => return Ok(connection),
-            Err(error) => failures.push(format!("{address}: {error}")),
-        }
-    }
-    anyhow::bail!(
-        "cannot connect to any of {addresses}: {}",
-        failures.join("; ")
-    )
-}
-
-/// The `host:port` entries of a comma-separated bootstrap list (spaces
-/// around each are ignored); an empty list or entry is an error.
-pub fn bootstrap_servers(list: &str) -> Result<Vec<&str>> {
-    let servers: Vec<&str> = list.split(',').map(str::trim).collect();
-    if servers.iter().any(|s| s.is_empty()) {
-        anyhow::bail!("the bootstrap list {list:?} has an empty entry");
-    }
-    Ok(servers)
+    let list = protocol::client::bootstrap_list(addresses)?;
+    protocol::client::connect_first(&list, &client_config(Duration::from_secs(30)))
+        .await
+        .map_err(|failures| {
+            let all: Vec<String> = failures.iter().map(ToString::to_string).collect();
+            anyhow::anyhow!("cannot connect to any of {addresses}: {}", all.join("; "))
+        })
 }
 
 /// The node id of every partition's leader of `topics`. Connections are
@@ -478,17 +464,6 @@ pub fn partition_for_key(key: &[u8], partitions: usize) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bootstrap_lists_split_on_commas_and_refuse_empty_entries() {
-        assert_eq!(bootstrap_servers("a:1").unwrap(), vec!["a:1"]);
-        assert_eq!(
-            bootstrap_servers("a:1, b:2,c:3").unwrap(),
-            vec!["a:1", "b:2", "c:3"]
-        );
-        assert!(bootstrap_servers("a:1,,b:2").is_err());
-        assert!(bootstrap_servers("").is_err());
-    }
 
     /// A batch encodes to exactly its header and the records' sizes as
     /// `record_bytes` counts them, whatever the record count and sizes

@@ -56,8 +56,8 @@ enum ModeArg {
 
 #[derive(Args, Clone)]
 struct RunArgs {
-    /// Broker address to bootstrap from: `host:port`, or several,
-    /// comma-separated, tried in order.
+    /// Broker address to bootstrap from: `host:port` (a bare host gets
+    /// port 9092), or several, comma-separated, tried in order.
     #[arg(long, default_value = "127.0.0.1:9092")]
     bootstrap: String,
     /// OpenMessaging Benchmark workload YAML; flags below override its fields.

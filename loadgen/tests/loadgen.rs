@@ -417,7 +417,7 @@ fn bad_input_gets_a_clear_error() {
                 "--duration".into(),
                 "1".into(),
             ],
-            "empty entry",
+            "the broker address is empty",
         ),
         (vec!["e2e".into(), "--acks".into(), "most".into()], "acks"),
         (

@@ -748,9 +748,92 @@ async fn with_timeout<T>(
     .await
 }
 
+/// The Kafka port a broker address without one gets.
+pub const PORT_DEFAULT: u16 = 9092;
+
+/// `HOST` → `HOST:9092`, `[V6]` → `[V6]:9092`; `HOST:PORT`, `[V6]:PORT`
+/// and a bare IPv6 address are kept as they are (a bare IPv6 address gets
+/// brackets and the port).
+pub fn with_default_port(address: &str) -> anyhow::Result<String> {
+    let address = address.trim();
+    if address.is_empty() {
+        anyhow::bail!("the broker address is empty");
+    }
+    if let Some(rest) = address.strip_prefix('[') {
+        return match rest.split_once(']') {
+            Some((_, "")) => Ok(format!("{address}:{PORT_DEFAULT}")),
+            Some((_, port)) if port.starts_with(':') => Ok(address.to_string()),
+            _ => anyhow::bail!("bad broker address {address:?}"),
+        };
+    }
+    match address.matches(':').count() {
+        0 => Ok(format!("{address}:{PORT_DEFAULT}")),
+        1 => Ok(address.to_string()),
+        _ if address.parse::<std::net::Ipv6Addr>().is_ok() => {
+            Ok(format!("[{address}]:{PORT_DEFAULT}"))
+        }
+        _ => anyhow::bail!("bad broker address {address:?}"),
+    }
+}
+
+/// The brokers of a comma-separated bootstrap list, as Kafka's tools take
+/// it, each with [`with_default_port`]; an empty entry is an error.
+pub fn bootstrap_list(list: &str) -> anyhow::Result<Vec<String>> {
+    list.split(',')
+        .map(|entry| {
+            with_default_port(entry)
+                .map_err(|e| anyhow::anyhow!("the bootstrap list {list:?}: {e}"))
+        })
+        .collect()
+}
+
+/// Connects to the first of `addresses` that answers, trying each once in
+/// order; every failure when none does.
+pub async fn connect_first(
+    addresses: &[String],
+    config: &ClientConfig,
+) -> Result<Connection, Vec<ClientError>> {
+    let mut failures = Vec::with_capacity(addresses.len());
+    for address in addresses {
+        match Connection::connect(address, config.clone()).await {
+            Ok(connection) => return Ok(connection),
+            Err(error) => failures.push(error),
+        }
+    }
+    Err(failures)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[test]
+    fn a_bare_host_gets_kafkas_port() {
+        for (given, expected) in [
+            ("localhost", "localhost:9092"),
+            ("127.0.0.1", "127.0.0.1:9092"),
+            ("127.0.0.1:19092", "127.0.0.1:19092"),
+            ("[::1]", "[::1]:9092"),
+            ("[::1]:19092", "[::1]:19092"),
+            ("::1", "[::1]:9092"),
+        ] {
+            assert_eq!(with_default_port(given).unwrap(), expected, "{given}");
+        }
+        for bad in ["", "[::1", "a:b:c"] {
+            assert!(with_default_port(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn bootstrap_lists_split_on_commas_and_refuse_empty_entries() {
+        assert_eq!(bootstrap_list("a:1").unwrap(), vec!["a:1"]);
+        assert_eq!(
+            bootstrap_list("a:1, b,c:3").unwrap(),
+            vec!["a:1", "b:9092", "c:3"]
+        );
+        let empty = bootstrap_list("a:1,,b:2").unwrap_err().to_string();
+        assert!(empty.contains("empty"), "{empty}");
+        assert!(bootstrap_list("").is_err());
+    }
 
     #[test]
     fn error_names_are_kafkas() {

@@ -60,8 +60,6 @@ pub const BOOTSTRAP_ENV: &str = "STROM_BOOTSTRAP";
 const BOOTSTRAP_DEFAULT: &str = "127.0.0.1:9092";
 /// Addresses a `--bootstrap` list may hold.
 const BOOTSTRAP_ADDRESSES_MAX: usize = 64;
-/// Port assumed when the address names only a host, as Kafka's clients do.
-const PORT_DEFAULT: u16 = 9092;
 
 /// Writes to stdout and flushes. A reader that went away (EPIPE, e.g.
 /// `| head -1`) ends the process quietly with status 0: what was asked is
@@ -139,10 +137,7 @@ impl ConnectArgs {
                 }
             },
         };
-        let addresses = given
-            .split(',')
-            .map(with_default_port)
-            .collect::<anyhow::Result<Vec<String>>>()?;
+        let addresses = protocol::client::bootstrap_list(&given)?;
         if addresses.len() > BOOTSTRAP_ADDRESSES_MAX {
             bail!(
                 "at most {BOOTSTRAP_ADDRESSES_MAX} bootstrap addresses, got {}",
@@ -181,12 +176,9 @@ impl ConnectArgs {
         let mut pause = CONNECT_RETRY_PAUSE_MIN;
         let mut failures = Vec::new();
         for round in 1..=rounds {
-            failures.clear();
-            for address in &addresses {
-                match Connection::connect(address, config.clone()).await {
-                    Ok(connection) => return Ok(connection),
-                    Err(error) => failures.push(error),
-                }
+            match protocol::client::connect_first(&addresses, &config).await {
+                Ok(connection) => return Ok(connection),
+                Err(round_failures) => failures = round_failures,
             }
             if round == rounds || std::time::Instant::now() + pause >= deadline {
                 break;
@@ -201,31 +193,6 @@ impl ConnectArgs {
                 bail!("no bootstrap broker answered: {}", all.join("; "))
             }
         }
-    }
-}
-
-/// `HOST` → `HOST:9092`, `[V6]` → `[V6]:9092`; `HOST:PORT`, `[V6]:PORT`
-/// and a bare IPv6 address are kept as they are (a bare IPv6 address gets
-/// brackets and the port).
-pub fn with_default_port(address: &str) -> anyhow::Result<String> {
-    let address = address.trim();
-    if address.is_empty() {
-        bail!("the broker address is empty");
-    }
-    if let Some(rest) = address.strip_prefix('[') {
-        return match rest.split_once(']') {
-            Some((_, "")) => Ok(format!("{address}:{PORT_DEFAULT}")),
-            Some((_, port)) if port.starts_with(':') => Ok(address.to_string()),
-            _ => bail!("bad broker address {address:?}"),
-        };
-    }
-    match address.matches(':').count() {
-        0 => Ok(format!("{address}:{PORT_DEFAULT}")),
-        1 => Ok(address.to_string()),
-        _ if address.parse::<std::net::Ipv6Addr>().is_ok() => {
-            Ok(format!("[{address}]:{PORT_DEFAULT}"))
-        }
-        _ => bail!("bad broker address {address:?}"),
     }
 }
 
@@ -262,27 +229,5 @@ pub fn key_value(text: &str) -> Result<(String, String), String> {
             Ok((key.trim().to_string(), value.to_string()))
         }
         _ => Err(format!("expected KEY=VALUE, got {text:?}")),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_bare_host_gets_kafkas_port() {
-        for (given, expected) in [
-            ("localhost", "localhost:9092"),
-            ("127.0.0.1", "127.0.0.1:9092"),
-            ("127.0.0.1:19092", "127.0.0.1:19092"),
-            ("[::1]", "[::1]:9092"),
-            ("[::1]:19092", "[::1]:19092"),
-            ("::1", "[::1]:9092"),
-        ] {
-            assert_eq!(with_default_port(given).unwrap(), expected, "{given}");
-        }
-        for bad in ["", "[::1", "a:b:c"] {
-            assert!(with_default_port(bad).is_err(), "{bad}");
-        }
     }
 }

@@ -364,9 +364,9 @@ type TimedAppends = VecDeque<(u64, Instant)>;
 /// finishes, while its next fetch may still wait at the leader.
 #[derive(Default)]
 struct Syncs {
-    /// Partitions (topic, index) with a sync task running, and the appends
-    /// it waits for: last offset and when it was appended.
-    waiting: RefCell<HashMap<(String, i32), TimedAppends>>,
+    /// Partitions with a sync task running (by address: the task holds
+    /// the partition, so it stays put), and the appends it waits for.
+    waiting: RefCell<HashMap<*const Partition, TimedAppends>>,
     /// Bumped whenever a copy becomes durable further.
     advanced: Cell<u64>,
     changed: Condition,
@@ -376,7 +376,7 @@ impl Syncs {
     /// Notes `partition`'s append up to `last_offset` and makes sure a
     /// task syncs it.
     fn appended(self: &Rc<Self>, partition: &Rc<Partition>, last_offset: u64, at: Instant) {
-        let key = (partition.topic().to_string(), partition.index());
+        let key = Rc::as_ptr(partition);
         let mut waiting = self.waiting.borrow_mut();
         if let Some(queue) = waiting.get_mut(&key) {
             if queue.len() >= TIMED_APPENDS_MAX {
@@ -385,23 +385,24 @@ impl Syncs {
             queue.push_back((last_offset, at));
             return;
         }
-        waiting.insert(key.clone(), VecDeque::from([(last_offset, at)]));
+        waiting.insert(key, VecDeque::from([(last_offset, at)]));
         drop(waiting);
         let (syncs, partition) = (self.clone(), partition.clone());
         glommio::spawn_local(async move {
-            syncs.sync(&partition, &key).await;
+            syncs.sync(&partition).await;
             syncs.waiting.borrow_mut().remove(&key);
         })
         .detach();
     }
 
-    /// Syncs `key`'s appends, oldest first, until none waits.
-    async fn sync(&self, partition: &Partition, key: &(String, i32)) {
+    /// Syncs `partition`'s appends, oldest first, until none waits.
+    async fn sync(&self, partition: &Partition) {
+        let key: *const Partition = partition;
         loop {
             let next = self
                 .waiting
                 .borrow()
-                .get(key)
+                .get(&key)
                 .and_then(|queue| queue.front().copied());
             let Some((last_offset, at)) = next else {
                 return;
@@ -416,15 +417,15 @@ impl Syncs {
                 .await
             {
                 tracing::warn!(
-                    topic = %key.0,
-                    partition = key.1,
+                    topic = %partition.topic(),
+                    partition = partition.index(),
                     error = %protocol::client::error_name(code),
                     "replicated records not made durable"
                 );
                 return;
             }
             let durable = partition.durable_log_end().max(0) as u64;
-            if let Some(queue) = self.waiting.borrow_mut().get_mut(key) {
+            if let Some(queue) = self.waiting.borrow_mut().get_mut(&key) {
                 while queue.front().is_some_and(|(last, _)| *last < durable) {
                     queue.pop_front();
                 }
