@@ -11,6 +11,7 @@ pub mod batch;
 #[cfg(feature = "client")]
 pub mod client;
 pub mod codec;
+pub mod compact;
 pub mod consumer_protocol;
 pub mod error_codes;
 pub mod frame;

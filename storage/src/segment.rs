@@ -65,6 +65,12 @@ impl Segment {
         Ok(Self::empty(Rc::new(file), path, base_offset, 0))
     }
 
+    /// An empty segment over an open file that is not (yet) in its log's
+    /// directory under its final name: the cleaner's output.
+    pub fn create_detached(file: Rc<DmaFile>, path: PathBuf, base_offset: u64) -> Self {
+        Self::empty(file, path, base_offset, 0)
+    }
+
     fn empty(file: Rc<DmaFile>, path: PathBuf, base_offset: u64, allocated: u64) -> Self {
         Self {
             base_offset,

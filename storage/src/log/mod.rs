@@ -11,6 +11,7 @@
 //! one: group commit.
 
 mod append;
+pub mod clean;
 mod epochs;
 mod journal_link;
 mod lookup;
@@ -164,8 +165,11 @@ struct Inner {
     epochs: RefCell<crate::epoch_cache::EpochCache>,
     /// One write of the epoch cache's file at a time.
     epochs_lock: Semaphore,
-    /// Bumped by every truncation: windows read ahead before it are stale.
+    /// Bumped by every truncation and cleaning swap: windows read ahead
+    /// before it are stale.
     truncations: std::cell::Cell<u64>,
+    /// One cleaning of the log at a time (see `clean.rs`).
+    clean_lock: Semaphore,
     /// Set by `inject_sync_failure`: the next fdatasync reports EIO.
     #[cfg(feature = "fault-injection")]
     fail_next_sync: std::cell::Cell<bool>,

@@ -159,7 +159,9 @@ impl Log {
                 SegmentRead::Exhausted => match next_base {
                     Some(next) if next < upper => {
                         from = from.max(next);
-                        index += 1;
+                        // Found again by offset: a cleaning may have
+                        // replaced the segments meanwhile.
+                        index = self.inner.state.borrow().segment_for(from);
                     }
                     _ => return Ok(empty),
                 },

@@ -74,6 +74,8 @@ impl Log {
         }
         let config = config.effective();
         let checkpoint = Checkpoint::read(&dir).await?;
+        // A cleaning stopped midway: its swap is finished or undone first.
+        super::clean::finish_or_undo_swap(&dir)?;
         let mut bases = list_segments(&dir)?;
         bases.sort_unstable();
         let interval = u64::from(config.index_interval_bytes);
@@ -119,6 +121,7 @@ impl Log {
             epochs: RefCell::new(crate::epoch_cache::EpochCache::default()),
             epochs_lock: Semaphore::new(1),
             truncations: std::cell::Cell::new(0),
+            clean_lock: Semaphore::new(1),
             #[cfg(feature = "fault-injection")]
             fail_next_sync: std::cell::Cell::new(false),
             #[cfg(feature = "fault-injection")]

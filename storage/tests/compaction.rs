@@ -1,0 +1,376 @@
+//! Compaction keeps exactly the latest record of every key, at its offset,
+//! in every codec; tombstones go once their time is up; a cleaning stopped
+//! at any step leaves the old segments or the new ones.
+
+mod common;
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use common::run;
+use protocol::batch::build::{self, NewRecord};
+use protocol::batch::{self, BatchHeader, Compression, HEADER_LEN};
+use protocol::records;
+use storage::{AppendOptions, CleanOptions, Context, Log, ManualClock};
+
+const DAY_MS: i64 = 24 * 3600 * 1000;
+const KEYS: u64 = 200;
+const ROUNDS: u64 = 8;
+
+/// What was produced at each offset: key and value (None: a tombstone).
+type Produced = BTreeMap<u64, (Vec<u8>, Option<Vec<u8>>)>;
+
+fn options(now_ms: i64, below: u64) -> CleanOptions {
+    CleanOptions {
+        clean_below: below,
+        now_ms,
+        min_compaction_lag_ms: 0,
+        delete_retention_ms: DAY_MS,
+        key_map_entries_max: 1 << 20,
+        keep_batches: HashSet::new(),
+    }
+}
+
+/// A deterministic shuffle of 0..n.
+fn shuffled(n: u64, seed: u64) -> Vec<u64> {
+    let mut v: Vec<u64> = (0..n).collect();
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    for i in (1..v.len()).rev() {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        v.swap(i, (state >> 33) as usize % (i + 1));
+    }
+    v
+}
+
+/// Writes every key ROUNDS times in a shuffled order, in batches of 5 of
+/// each codec in turn; in the last round every tenth key gets a tombstone.
+async fn fill(log: &Log, now_ms: i64) -> Produced {
+    let codecs = [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ];
+    let mut produced = Produced::new();
+    let mut pending: Vec<NewRecord> = Vec::new();
+    let mut batches = 0usize;
+    for round in 0..ROUNDS {
+        for key in shuffled(KEYS, round) {
+            let tombstone = round == ROUNDS - 1 && key % 10 == 0;
+            let value = (!tombstone)
+                .then(|| format!("value {key} round {round} {}", "x".repeat(60)).into_bytes());
+            pending.push(NewRecord {
+                key: Some(format!("key-{key}").into_bytes()),
+                value,
+                headers: vec![(b"round".to_vec(), Some(vec![round as u8]))],
+                timestamp_delta: pending.len() as i64,
+            });
+            if pending.len() == 5 {
+                let codec = codecs[batches % codecs.len()];
+                let bytes = Bytes::from(build::compressed(codec, now_ms - 2 * DAY_MS, &pending));
+                let info = log.append(bytes, AppendOptions::default()).await.unwrap();
+                for (i, r) in pending.drain(..).enumerate() {
+                    produced.insert(info.base_offset + i as u64, (r.key.unwrap(), r.value));
+                }
+                batches += 1;
+            }
+        }
+    }
+    assert!(pending.is_empty());
+    log.flush().await.unwrap();
+    produced
+}
+
+/// Every record in the log, by offset, with the headers of their batches.
+async fn stored(log: &Log) -> (Produced, Vec<BatchHeader>) {
+    let end = log.next_offset();
+    let mut from = log.start_offset();
+    let mut out = Produced::new();
+    let mut headers = Vec::new();
+    for _ in 0..100_000 {
+        if from >= end {
+            break;
+        }
+        let read = log.read(from, 1 << 20, end).await.unwrap();
+        assert!(read.next_offset > from, "no progress at {from}");
+        for item in batch::split_batches(read.bytes.clone()) {
+            let b = item.expect("every stored batch is valid");
+            let header = *b.header();
+            let section = records::decompress_records(
+                &b.bytes()[HEADER_LEN..],
+                header.compression(),
+                1 << 24,
+            )
+            .unwrap();
+            for r in batch::Records::new(
+                Bytes::from(section),
+                header.base_offset,
+                header.base_timestamp,
+                header.record_count,
+            ) {
+                let r = r.unwrap();
+                assert!(r.offset as u64 <= header.last_offset() as u64);
+                let previous = out.insert(
+                    r.offset as u64,
+                    (r.key.unwrap().to_vec(), r.value.map(|v| v.to_vec())),
+                );
+                assert!(previous.is_none(), "offset {} twice", r.offset);
+            }
+            headers.push(header);
+        }
+        from = read.next_offset;
+    }
+    assert_eq!(from, end);
+    (out, headers)
+}
+
+/// The latest offset of every key below `below`.
+fn latest(produced: &Produced, below: u64) -> BTreeMap<Vec<u8>, u64> {
+    let mut out = BTreeMap::new();
+    for (offset, (key, _)) in produced.range(..below) {
+        out.insert(key.clone(), *offset);
+    }
+    out
+}
+
+fn check(produced: &Produced, kept: &Produced, cleaned_to: u64, tombstones_gone: bool) {
+    // What is there is what was written there.
+    for (offset, record) in kept {
+        assert_eq!(
+            produced.get(offset),
+            Some(record),
+            "offset {offset} changed"
+        );
+    }
+    let newest = latest(produced, cleaned_to);
+    for (key, offset) in &newest {
+        let tombstone = produced[offset].1.is_none();
+        if tombstone && tombstones_gone {
+            assert!(
+                !kept.contains_key(offset),
+                "expired tombstone at {offset} kept"
+            );
+        } else {
+            assert!(
+                kept.contains_key(offset),
+                "latest record of {:?} at {offset} lost",
+                String::from_utf8_lossy(key)
+            );
+        }
+    }
+    for (offset, (key, _)) in kept.range(..cleaned_to) {
+        assert_eq!(
+            newest.get(key),
+            Some(offset),
+            "superseded record at {offset} kept"
+        );
+    }
+    // Above what was cleaned, nothing is touched.
+    for (offset, record) in produced.range(cleaned_to..) {
+        assert_eq!(
+            kept.get(offset),
+            Some(record),
+            "uncleaned offset {offset} lost"
+        );
+    }
+}
+
+async fn open(path: &Path, clock: Rc<ManualClock>) -> Log {
+    let ctx = Context::new(Default::default(), clock);
+    Log::open(&ctx, path, common::config(16 << 10))
+        .await
+        .unwrap()
+}
+
+#[test]
+fn a_cleaning_keeps_the_latest_record_of_every_key_and_tombstones_go_after_their_time() {
+    let dir = common::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let now = common::BASE_TIMESTAMP + 30 * DAY_MS;
+        let clock = Rc::new(ManualClock::new(now));
+        let log = open(&path, clock.clone()).await;
+        let produced = fill(&log, now).await;
+        let segments = log.segment_count();
+        assert!(segments > 4, "{segments} segments");
+        let end = log.next_offset();
+        let before = log.cleanable(end, now, 0).await.unwrap();
+        assert!(before.dirty_ratio() > 0.99, "{before:?}");
+
+        let outcome = log.clean(&options(now, end)).await.unwrap().expect("dirty");
+        let cleaned_to = outcome.cleaned_to;
+        assert!(cleaned_to > 0 && cleaned_to <= end);
+        assert!(
+            outcome.records_removed > 0 && outcome.tombstones_removed == 0,
+            "{outcome:?}"
+        );
+        assert!(
+            outcome.segments_after < outcome.segments_before,
+            "{outcome:?}"
+        );
+        assert!(
+            outcome.bytes_written < outcome.bytes_read / 2,
+            "{outcome:?}"
+        );
+        let (kept, headers) = stored(&log).await;
+        check(&produced, &kept, cleaned_to, false);
+        assert!(headers.iter().any(|h| h.compression() == Compression::Zstd));
+        let after = log.cleanable(end, now, 0).await.unwrap();
+        assert_eq!(after.dirty_from, cleaned_to);
+        // Nothing dirty, no tombstone due: nothing to do.
+        assert_eq!(log.clean(&options(now, end)).await.unwrap(), None);
+
+        // The same after a restart.
+        log.close().await.unwrap();
+        let log = open(&path, clock.clone()).await;
+        let (reopened, _) = stored(&log).await;
+        assert_eq!(reopened, kept);
+
+        // A day later the tombstones go, and only they.
+        clock.advance_ms(DAY_MS as u64 + 1);
+        let swept = log
+            .clean(&options(now + DAY_MS + 1, end))
+            .await
+            .unwrap()
+            .expect("tombstones due");
+        assert!(
+            swept.tombstones_removed > 0 && swept.tombstones_removed == swept.records_removed,
+            "{swept:?}"
+        );
+        let (kept, _) = stored(&log).await;
+        check(&produced, &kept, cleaned_to, true);
+        let tombstoned: Vec<_> = latest(&produced, cleaned_to)
+            .into_iter()
+            .filter(|(_, o)| produced[o].1.is_none())
+            .collect();
+        // The last round's tombstones below the active segment.
+        assert!(
+            tombstoned.len() >= 5,
+            "{} tombstoned keys cleaned",
+            tombstoned.len()
+        );
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn a_cleaning_interrupted_before_or_during_its_swap_recovers_to_old_or_new() {
+    let dir = common::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    let copy = dir.path().join("copy");
+    run(move || async move {
+        let now = common::BASE_TIMESTAMP + 30 * DAY_MS;
+        let clock = Rc::new(ManualClock::new(now));
+        let log = open(&path, clock.clone()).await;
+        let produced = fill(&log, now).await;
+        let end = log.next_offset();
+        log.close().await.unwrap();
+        copy_dir(&path, &copy);
+        let old_bases = log_bases(&copy);
+
+        let log = open(&path, clock.clone()).await;
+        let outcome = log.clean(&options(now, end)).await.unwrap().unwrap();
+        let (cleaned, _) = stored(&log).await;
+        log.close().await.unwrap();
+        let new_bases = log_bases(&path);
+        let replaced: Vec<u64> = old_bases
+            .iter()
+            .copied()
+            .filter(|b| *b < outcome.cleaned_to)
+            .collect();
+        let replacing: Vec<u64> = new_bases
+            .iter()
+            .copied()
+            .filter(|b| *b < outcome.cleaned_to)
+            .collect();
+        assert!(!replacing.is_empty());
+
+        // Every step of a swap, as a stop would leave it: cleaned files
+        // without a marker (undone), then with the marker and none, some or
+        // all of them renamed into place (finished).
+        for renamed in [None, Some(0), Some(1), Some(replacing.len())] {
+            let trial = dir.path().join(format!("trial-{renamed:?}"));
+            copy_dir(&copy, &trial);
+            for base in &replacing {
+                for ext in ["log", "index", "timeindex"] {
+                    let name = format!("{base:020}.{ext}");
+                    std::fs::copy(path.join(&name), trial.join(format!("{name}.cleaned"))).unwrap();
+                }
+            }
+            if let Some(renamed) = renamed {
+                std::fs::write(
+                    trial.join("strom.cleaning"),
+                    swap_marker(&replaced, &replacing),
+                )
+                .unwrap();
+                for base in replacing.iter().take(renamed) {
+                    for ext in ["log", "index", "timeindex"] {
+                        let _ = std::fs::remove_file(trial.join(format!("{base:020}.{ext}")));
+                    }
+                    for ext in ["log", "index", "timeindex"] {
+                        let name = format!("{base:020}.{ext}");
+                        std::fs::rename(trial.join(format!("{name}.cleaned")), trial.join(&name))
+                            .unwrap();
+                    }
+                }
+            }
+            let log = open(&trial, clock.clone()).await;
+            let (content, _) = stored(&log).await;
+            if renamed.is_some() {
+                assert_eq!(content, cleaned, "swap with {renamed:?} renamed");
+            } else {
+                let all: Produced = produced.clone();
+                assert_eq!(content, all, "undone cleaning");
+            }
+            log.close().await.unwrap();
+            let leftovers: Vec<_> = std::fs::read_dir(&trial)
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".cleaned") || n == "strom.cleaning")
+                .collect();
+            assert!(leftovers.is_empty(), "{leftovers:?}");
+        }
+    });
+}
+
+/// The marker as `clean.rs` writes it.
+fn swap_marker(old: &[u64], new: &[u64]) -> Vec<u8> {
+    let mut out = b"STSW".to_vec();
+    for list in [old, new] {
+        out.extend_from_slice(&(list.len() as u32).to_be_bytes());
+        for base in list {
+            out.extend_from_slice(&base.to_be_bytes());
+        }
+    }
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_be_bytes());
+    out
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
+
+fn log_bases(dir: &Path) -> Vec<u64> {
+    let mut bases: Vec<u64> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.strip_suffix(".log")?.parse().ok()
+        })
+        .collect();
+    bases.sort_unstable();
+    bases
+}
