@@ -7,6 +7,7 @@ pub mod admin_http;
 pub mod allocator;
 pub mod change;
 pub mod clean_shutdown;
+pub mod compaction;
 pub mod cluster;
 pub mod config;
 pub mod controller;

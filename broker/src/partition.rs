@@ -30,7 +30,7 @@ use crate::replica::{
 };
 use crate::stages::{self, Stage};
 use crate::sync::Condition;
-use crate::topic_config::{EffectiveConfig, TimestampType};
+use crate::topic_config::{CleanupPolicy, Compaction, EffectiveConfig, TimestampType};
 use storage::epoch_cache::EpochCache;
 use storage::{small_file, AppendOptions, Clock, Log, StorageError};
 
@@ -83,6 +83,9 @@ pub struct Partition {
     dir: PathBuf,
     producers: RefCell<ProducerTable>,
     timestamp_type: Cell<TimestampType>,
+    /// `cleanup.policy` and the compaction settings (see `compaction.rs`).
+    cleanup: Cell<CleanupPolicy>,
+    compaction: Cell<Compaction>,
     /// `producer.id.expiration.ms`.
     producer_id_expiration_ms: i64,
     snapshots: RefCell<SnapshotState>,
@@ -504,6 +507,8 @@ impl Partition {
             dir,
             producers: RefCell::new(producers),
             timestamp_type: Cell::new(config.timestamp_type),
+            cleanup: Cell::new(config.cleanup),
+            compaction: Cell::new(config.compaction),
             producer_id_expiration_ms,
             snapshots: RefCell::new(SnapshotState {
                 segments,
@@ -554,6 +559,8 @@ impl Partition {
     pub fn apply_config(&self, config: &EffectiveConfig) {
         self.log.set_config(config.log.clone());
         self.timestamp_type.set(config.timestamp_type);
+        self.cleanup.set(config.cleanup);
+        self.compaction.set(config.compaction);
         self.replica
             .borrow_mut()
             .set_min_insync_replicas(config.min_insync_replicas);
@@ -1378,6 +1385,44 @@ impl Partition {
         }
     }
 
+    /// `cleanup.policy` and the compaction settings it runs with.
+    pub fn cleanup(&self) -> (CleanupPolicy, Compaction) {
+        (self.cleanup.get(), self.compaction.get())
+    }
+
+    /// What of the log a cleaning may touch now: sealed segments below the
+    /// high watermark (a record that may still be truncated must not make
+    /// an older value of its key go).
+    pub async fn cleanable(&self, now_ms: i64) -> Option<storage::Cleanable> {
+        let below = u64::try_from(self.high_watermark()).ok()?;
+        let min_lag_ms = self.compaction.get().min_lag_ms;
+        self.log.cleanable(below, now_ms, min_lag_ms).await.ok()
+    }
+
+    /// One cleaning of this partition's log (see `storage::log::clean`),
+    /// keeping every idempotent producer's last batch.
+    pub async fn clean(
+        &self,
+        now_ms: i64,
+        key_map_entries_max: usize,
+        io_bytes_per_second: f64,
+    ) -> storage::Result<Option<storage::CleanOutcome>> {
+        let Ok(below) = u64::try_from(self.high_watermark()) else {
+            return Ok(None);
+        };
+        let compaction = self.compaction.get();
+        let options = storage::CleanOptions {
+            clean_below: below,
+            now_ms,
+            min_compaction_lag_ms: compaction.min_lag_ms,
+            delete_retention_ms: compaction.delete_retention_ms,
+            key_map_entries_max,
+            keep_batches: self.producers.borrow().last_batch_offsets(),
+            io_bytes_per_second,
+        };
+        self.log.clean(&options).await
+    }
+
     /// Deletes segments past the retention limits.
     /// Also drops producers idle past `producer.id.expiration.ms`.
     pub async fn enforce_retention(&self) {
@@ -1388,6 +1433,10 @@ impl Partition {
             .expire(now_ms, self.producer_id_expiration_ms);
         if expired > 0 {
             tracing::info!(topic = %self.topic, partition = self.index, expired, "expired idle producers");
+        }
+        if !self.cleanup.get().delete {
+            // compact only: old segments go through the cleaner, not retention.
+            return;
         }
         match self.log.enforce_retention().await {
             Ok(outcome) if outcome.segments_deleted > 0 => {
@@ -1495,6 +1544,11 @@ mod tests {
             log: LogConfig::default(),
             timestamp_type: TimestampType::CreateTime,
             min_insync_replicas: 1,
+            cleanup: CleanupPolicy {
+                delete: true,
+                compact: false,
+            },
+            compaction: Compaction::default(),
         };
         Partition::open(
             &storage::Context::default(),

@@ -135,6 +135,17 @@ impl ProducerTable {
         views
     }
 
+    /// The base offsets of the batches a cleaning must keep: every
+    /// producer's last appended batch, so that its sequence is known after
+    /// a restart even once compaction removed its records.
+    pub fn last_batch_offsets(&self) -> std::collections::HashSet<u64> {
+        self.producers
+            .values()
+            .filter_map(|entry| entry.batches.back())
+            .filter_map(|batch| u64::try_from(batch.base_offset).ok())
+            .collect()
+    }
+
     /// Checks a batch's sequence and, when it may be appended, reserves it.
     pub fn check(
         &mut self,

@@ -185,6 +185,16 @@ async fn core_main(
         }
     }
     glommio::spawn_local(retention_loop(shard.clone())).detach();
+    // The cleaner runs in a task queue of its own with a small share of
+    // the core, so produce and fetch keep their latency while it works.
+    let cleaner_queue = glommio::executor().create_task_queue(
+        glommio::Shares::Static(CLEANER_SHARES),
+        glommio::Latency::NotImportant,
+        "cleaner",
+    );
+    glommio::spawn_local_into(crate::compaction::cleaner_loop(shard.clone()), cleaner_queue)
+        .expect("the cleaner's task queue was just made")
+        .detach();
 
     // Stop (or the main thread gone) ends accepting and reading.
     let _ = control.recv_async().await;
@@ -399,6 +409,9 @@ fn report_unnamed_partition_dirs(data_dir: &std::path::Path, image: &MetadataIma
 /// `log.retention.check.interval.ms`, until the broker stops. The interval
 /// may change while the broker runs, so the wait is cut into ticks of at
 /// most `RETENTION_TICK` that each read it again.
+/// The cleaner's share of its core against the default queue's 1000.
+const CLEANER_SHARES: usize = 100;
+
 async fn retention_loop(shard: Rc<Shard>) {
     const RETENTION_TICK: Duration = Duration::from_secs(1);
     let mut last = std::time::Instant::now();

@@ -27,17 +27,13 @@ struct BrokerKey {
 }
 
 /// The topic configs of Kafka 4 that Strom accepts, stores and describes
-/// without acting on them: compaction's (no compaction), tiered storage's
+/// without acting on them: tiered storage's
 /// (no tiered storage), replication throttling's, timestamp bounds,
 /// jitter and delays of segment handling, and the message format of old
 /// clients. Clients and their test suites set them; refusing them would
 /// fail a topic creation that works against Kafka.
 pub const KEYS_WITHOUT_EFFECT: &[&str] = &[
     "segment.jitter.ms",
-    "delete.retention.ms",
-    "min.compaction.lag.ms",
-    "max.compaction.lag.ms",
-    "min.cleanable.dirty.ratio",
     "file.delete.delay.ms",
     "preallocate",
     "message.format.version",
@@ -286,7 +282,7 @@ fn validate_broker_applied(name: &str, value: &str) -> Result<(), String> {
         "leader.replication.throttled.replicas" | "follower.replication.throttled.replicas" => {
             is_throttled_replica_list(value)
         }
-        "cleanup.policy" => value == "delete",
+        "cleanup.policy" => CleanupPolicy::parse(value).is_some(),
         "compression.type" => value == "producer" || Compression::from_config_name(value).is_some(),
         "compression.gzip.level" => value.trim() == "-1" || level(recompress::GZIP_LEVELS),
         "compression.lz4.level" => level(recompress::LZ4_LEVELS),
@@ -319,7 +315,7 @@ fn validate_broker_applied(name: &str, value: &str) -> Result<(), String> {
         "leader.replication.throttled.replicas" | "follower.replication.throttled.replicas" => {
             "PARTITION:BROKER,... or *"
         }
-        "cleanup.policy" => "delete (compaction is not supported yet)",
+        "cleanup.policy" => "delete, compact, or both (compact,delete)",
         "compression.type" => "producer, uncompressed, gzip, snappy, lz4 or zstd",
         "compression.gzip.level" => "-1 (the codec's default) or 1 to 9",
         "compression.lz4.level" => "1 to 17",
@@ -379,6 +375,63 @@ pub fn compression_codec(value_of: impl Fn(&str) -> Option<String>) -> Option<Co
     Some(Codec { compression, level })
 }
 
+/// `cleanup.policy`: what removes old records of a topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CleanupPolicy {
+    /// `delete`: retention by time and size removes whole old segments.
+    pub delete: bool,
+    /// `compact`: the cleaner keeps the latest record of every key.
+    pub compact: bool,
+}
+
+impl CleanupPolicy {
+    /// A list of `delete` and `compact`, each at most once (Kafka's form).
+    pub fn parse(value: &str) -> Option<Self> {
+        let mut policy = Self {
+            delete: false,
+            compact: false,
+        };
+        for item in value.split(',').map(str::trim) {
+            let seen = match item {
+                "delete" => std::mem::replace(&mut policy.delete, true),
+                "compact" => std::mem::replace(&mut policy.compact, true),
+                _ => return None,
+            };
+            if seen {
+                return None;
+            }
+        }
+        Some(policy)
+    }
+}
+
+/// What drives the cleaning of a compacted topic (Kafka's topic keys).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Compaction {
+    /// `min.cleanable.dirty.ratio`: a log is cleaned once this share of
+    /// its cleanable bytes is dirty.
+    pub min_dirty_ratio: f64,
+    /// `min.compaction.lag.ms`: records younger stay uncleaned.
+    pub min_lag_ms: i64,
+    /// `max.compaction.lag.ms`: a log with dirty records is cleaned at the
+    /// latest this long after its last cleaning, whatever its ratio.
+    pub max_lag_ms: i64,
+    /// `delete.retention.ms`: how long tombstones outlive the cleaning
+    /// that first saw them.
+    pub delete_retention_ms: i64,
+}
+
+impl Default for Compaction {
+    fn default() -> Self {
+        Self {
+            min_dirty_ratio: 0.5,
+            min_lag_ms: 0,
+            max_lag_ms: i64::MAX,
+            delete_retention_ms: 24 * 3600 * 1000,
+        }
+    }
+}
+
 /// The settings a partition runs with, derived from the broker defaults
 /// and the topic's overrides.
 #[derive(Debug, Clone)]
@@ -387,6 +440,8 @@ pub struct EffectiveConfig {
     pub timestamp_type: TimestampType,
     /// `min.insync.replicas`: in-sync replicas an `acks=all` produce needs.
     pub min_insync_replicas: usize,
+    pub cleanup: CleanupPolicy,
+    pub compaction: Compaction,
 }
 
 /// Topic-level defaults as the broker configuration sets them.
@@ -450,6 +505,27 @@ impl TopicDefaults {
                 .filter(|&n| n >= 1)
         };
         let mut min_insync_replicas = positive(self.broker.get("min.insync.replicas")).unwrap_or(1);
+        let value_of = |name: &str| overrides.get(name).or_else(|| self.broker.get(name));
+        let cleanup = value_of("cleanup.policy")
+            .and_then(|v| CleanupPolicy::parse(v))
+            .unwrap_or(CleanupPolicy {
+                delete: true,
+                compact: false,
+            });
+        let defaults = Compaction::default();
+        let long = |name: &str, default: i64| {
+            value_of(name)
+                .and_then(|v| v.trim().parse::<i64>().ok())
+                .unwrap_or(default)
+        };
+        let compaction = Compaction {
+            min_dirty_ratio: value_of("min.cleanable.dirty.ratio")
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or(defaults.min_dirty_ratio),
+            min_lag_ms: long("min.compaction.lag.ms", defaults.min_lag_ms),
+            max_lag_ms: long("max.compaction.lag.ms", defaults.max_lag_ms),
+            delete_retention_ms: long("delete.retention.ms", defaults.delete_retention_ms),
+        };
         for (name, value) in overrides {
             if name == "min.insync.replicas" {
                 min_insync_replicas = positive(Some(value)).unwrap_or(min_insync_replicas);
@@ -470,6 +546,8 @@ impl TopicDefaults {
             log,
             timestamp_type,
             min_insync_replicas,
+            cleanup,
+            compaction,
         }
     }
 }
@@ -489,7 +567,12 @@ mod tests {
         check("segment.bytes", "1048576", true);
         check("message.timestamp.type", "LogAppendTime", true);
         check("message.timestamp.type", "Later", false);
-        check("cleanup.policy", "compact", false);
+        check("cleanup.policy", "compact", true);
+        check("cleanup.policy", "compact,delete", true);
+        check("cleanup.policy", "delete, compact", true);
+        check("cleanup.policy", "delete,delete", false);
+        check("cleanup.policy", "compacted", false);
+        check("cleanup.policy", "", false);
         for codec in ["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"] {
             check("compression.type", codec, true);
         }

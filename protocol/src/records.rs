@@ -42,6 +42,8 @@ pub struct RecordsSummary {
     /// Bytes of the record section after decompression (its size when
     /// uncompressed).
     pub records_bytes: u64,
+    /// Records with a null key (refused by compacted topics).
+    pub keyless_records: u32,
 }
 
 /// Checks what Kafka checks of a batch a client produced, beyond the header
@@ -111,7 +113,7 @@ fn find<S: Source>(
     mut wanted: impl FnMut(i64) -> bool,
 ) -> Result<Option<(i32, i64)>, BatchError> {
     for index in 0..header.record_count {
-        let timestamp = record(src, header, index).map_err(|fault| match fault {
+        let (timestamp, _) = record(src, header, index).map_err(|fault| match fault {
             Fault::Record(reason) => BatchError::MalformedRecord {
                 index: index as usize,
                 reason,
@@ -499,8 +501,9 @@ fn skip_field<S: Source>(
 
 fn walk<S: Source>(src: &mut S, header: &BatchHeader) -> Result<RecordsSummary, BatchError> {
     let mut max_timestamp = header.base_timestamp;
+    let mut keyless_records = 0u32;
     for index in 0..header.record_count {
-        let timestamp = record(src, header, index).map_err(|fault| match fault {
+        let (timestamp, keyless) = record(src, header, index).map_err(|fault| match fault {
             Fault::Record(reason) => BatchError::MalformedRecord {
                 index: index as usize,
                 reason,
@@ -508,6 +511,7 @@ fn walk<S: Source>(src: &mut S, header: &BatchHeader) -> Result<RecordsSummary, 
             Fault::Batch(error) => error,
         })?;
         max_timestamp = max_timestamp.max(timestamp);
+        keyless_records += u32::from(keyless);
     }
     if src.next_byte()?.is_some() {
         return Err(BatchError::TrailingBytes {
@@ -517,13 +521,14 @@ fn walk<S: Source>(src: &mut S, header: &BatchHeader) -> Result<RecordsSummary, 
     Ok(RecordsSummary {
         max_timestamp,
         records_bytes: src.position(),
+        keyless_records,
     })
 }
 
 /// Walks one record (Kafka's `DefaultRecord` layout) and returns its
-/// timestamp.
+/// timestamp and whether its key is null.
 #[inline]
-fn record<S: Source>(src: &mut S, header: &BatchHeader, index: i32) -> Result<i64, Fault> {
+fn record<S: Source>(src: &mut S, header: &BatchHeader, index: i32) -> Result<(i64, bool), Fault> {
     let length = varint(src)?;
     if length <= 0 {
         return Err(Fault::Record("record length not positive"));
@@ -579,7 +584,7 @@ fn record<S: Source>(src: &mut S, header: &BatchHeader, index: i32) -> Result<i6
     if src.position() != end {
         return Err(Fault::Record("record length does not match its fields"));
     }
-    Ok(timestamp)
+    Ok((timestamp, key_length < 0))
 }
 
 #[cfg(test)]

@@ -30,6 +30,7 @@ fn options(now_ms: i64, below: u64) -> CleanOptions {
         delete_retention_ms: DAY_MS,
         key_map_entries_max: 1 << 20,
         keep_batches: HashSet::new(),
+        io_bytes_per_second: f64::MAX,
     }
 }
 

@@ -154,6 +154,8 @@ pub struct BrokerConfig {
     pub journal_chunk_bytes_max: u64,
     /// How often each core applies retention to its partitions.
     pub retention_check_interval_ms: u64,
+    /// The log cleaner of compacted topics (`log.cleaner.*`).
+    pub cleaner: CleanerConfig,
     /// Producers idle this long are dropped from partitions' idempotence
     /// state (`producer.id.expiration.ms`).
     pub producer_id_expiration_ms: i64,
@@ -325,6 +327,7 @@ struct Builder {
     spin_before_park_us: u64,
     journal_chunk_bytes_max: u64,
     retention_check_interval_ms: u64,
+    cleaner: CleanerConfig,
     producer_id_expiration_ms: i64,
     cluster_timing: ClusterTiming,
     metadata_snapshot_bytes: u64,
@@ -518,6 +521,7 @@ impl Builder {
             spin_before_park_us: crate::limits::SPIN_BEFORE_PARK_US_DEFAULT,
             journal_chunk_bytes_max: storage::limits::JOURNAL_CHUNK_BYTES_DEFAULT,
             retention_check_interval_ms: 300_000,
+            cleaner: CleanerConfig::default(),
             producer_id_expiration_ms: crate::limits::PRODUCER_ID_EXPIRATION_MS_DEFAULT,
             cluster_timing: ClusterTiming::default(),
             metadata_snapshot_bytes: replication::quorum::SnapshotPolicy::LOG_BYTES_MAX_DEFAULT,
@@ -812,6 +816,26 @@ impl Builder {
                 self.cluster_timing.election_timeout_ms =
                     parse_ms_between(key, value, source, 100, 600_000)?;
             }
+            "log.cleaner.enable" => self.cleaner.enable = parse_value(key, value, source)?,
+            "log.cleaner.backoff.ms" => {
+                self.cleaner.backoff_ms = parse_value(key, value, source)?;
+                if self.cleaner.backoff_ms == 0 {
+                    return Err(invalid(key, value, source, "must be positive"));
+                }
+            }
+            "log.cleaner.dedupe.buffer.size" => {
+                self.cleaner.dedupe_buffer_bytes = parse_value(key, value, source)?;
+                if self.cleaner.dedupe_buffer_bytes < CleanerConfig::DEDUPE_BUFFER_BYTES_MIN {
+                    return Err(invalid(key, value, source, "must be at least 1048576"));
+                }
+            }
+            "log.cleaner.io.max.bytes.per.second" => {
+                let rate: f64 = parse_value(key, value, source)?;
+                if rate.is_nan() || rate <= 0.0 {
+                    return Err(invalid(key, value, source, "must be a positive number"));
+                }
+                self.cleaner.io_bytes_per_second = rate;
+            }
             "log.retention.check.interval.ms" => {
                 self.retention_check_interval_ms = parse_value(key, value, source)?;
                 if self.retention_check_interval_ms == 0 {
@@ -997,6 +1021,7 @@ impl Builder {
             spin_before_park_us: self.spin_before_park_us,
             journal_chunk_bytes_max: self.journal_chunk_bytes_max,
             retention_check_interval_ms: self.retention_check_interval_ms,
+            cleaner: self.cleaner,
             producer_id_expiration_ms: self.producer_id_expiration_ms,
             cluster_timing: self.cluster_timing,
             metadata_snapshot_bytes: self.metadata_snapshot_bytes,
@@ -1211,6 +1236,39 @@ pub(crate) fn flags_with(settings: &[(&str, &str)]) -> Flags {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
         ..Flags::default()
+    }
+}
+
+/// The log cleaner's settings, Kafka's `log.cleaner.*`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CleanerConfig {
+    /// `log.cleaner.enable`: clean compacted topics at all.
+    pub enable: bool,
+    /// `log.cleaner.backoff.ms`: how often each core looks for a log to clean.
+    pub backoff_ms: u64,
+    /// `log.cleaner.dedupe.buffer.size`: the key map's memory, shared by
+    /// the cores (each core's cleaner takes its share).
+    pub dedupe_buffer_bytes: u64,
+    /// `log.cleaner.io.max.bytes.per.second`: what all cores' cleaners
+    /// read and write at most, together.
+    pub io_bytes_per_second: f64,
+}
+
+impl CleanerConfig {
+    pub const DEDUPE_BUFFER_BYTES_MIN: u64 = 1 << 20;
+    /// What one key of the map costs: a 16-byte hash, an 8-byte offset
+    /// and the hash table's own share.
+    pub const KEY_MAP_ENTRY_BYTES: u64 = 40;
+}
+
+impl Default for CleanerConfig {
+    fn default() -> Self {
+        Self {
+            enable: true,
+            backoff_ms: 15_000,
+            dedupe_buffer_bytes: 128 << 20,
+            io_bytes_per_second: f64::MAX,
+        }
     }
 }
 

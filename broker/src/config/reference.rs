@@ -239,6 +239,30 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         meaning: "The file from `strom-tune iotune` whose `[io]` table sets `strom.write.bytes` and `strom.writes.inflight` unless the config does.",
     },
     Setting {
+        keys: &["log.cleaner.enable"],
+        flag: None,
+        default: Default::Value("true"),
+        meaning: "Whether each core's cleaner compacts the logs of topics with `cleanup.policy` `compact` (or `compact,delete`) it owns.",
+    },
+    Setting {
+        keys: &["log.cleaner.backoff.ms"],
+        flag: None,
+        default: Default::Value("15000"),
+        meaning: "How often each core's cleaner looks for a log to clean when none was due.",
+    },
+    Setting {
+        keys: &["log.cleaner.dedupe.buffer.size"],
+        flag: None,
+        default: Default::Value("134217728"),
+        meaning: "Memory for the cleaners' key maps, shared by the cores (about 40 bytes a key); a log whose dirty part has more keys than a core's share is cleaned in several passes.",
+    },
+    Setting {
+        keys: &["log.cleaner.io.max.bytes.per.second"],
+        flag: None,
+        default: Default::Value("1.7976931348623157E308"),
+        meaning: "What the cleaners of all cores read and write at most per second, together (each core takes its share), so cleaning leaves the disk to produce and fetch.",
+    },
+    Setting {
         keys: &["log.retention.check.interval.ms"],
         flag: None,
         default: Default::Value("300000"),
@@ -412,7 +436,7 @@ pub const TOPIC_SETTINGS: &[TopicSetting] = &[
     TopicSetting {
         topic_key: "cleanup.policy",
         broker_key: Some("log.cleanup.policy"),
-        meaning: "`delete` (compaction is not supported yet).",
+        meaning: "`delete` (retention removes whole old segments), `compact` (each core's cleaner keeps the latest record of every key; records without a key are refused with INVALID_RECORD), or both: `compact,delete`.",
     },
     TopicSetting {
         topic_key: "compression.type",
@@ -457,22 +481,22 @@ pub const TOPIC_SETTINGS: &[TopicSetting] = &[
     TopicSetting {
         topic_key: "delete.retention.ms",
         broker_key: Some("log.cleaner.delete.retention.ms"),
-        meaning: "No effect in Strom (accepted, kept and described, as Kafka clients set it): how long compaction keeps delete tombstones; Strom does not compact (`cleanup.policy` is `delete`).",
+        meaning: "How long a tombstone (a record with a null value) of a compacted topic stays after the cleaning that first saw it; a later cleaning removes it.",
     },
     TopicSetting {
         topic_key: "min.compaction.lag.ms",
         broker_key: Some("log.cleaner.min.compaction.lag.ms"),
-        meaning: "No effect in Strom (accepted, kept and described, as Kafka clients set it): a compaction setting; Strom does not compact (`cleanup.policy` is `delete`).",
+        meaning: "Records younger than this stay uncleaned: only segments whose newest record is older are cleaned.",
     },
     TopicSetting {
         topic_key: "max.compaction.lag.ms",
         broker_key: Some("log.cleaner.max.compaction.lag.ms"),
-        meaning: "No effect in Strom (accepted, kept and described, as Kafka clients set it): a compaction setting; Strom does not compact (`cleanup.policy` is `delete`).",
+        meaning: "A compacted log with dirty records is cleaned at the latest this long after its last cleaning, whatever its dirty ratio.",
     },
     TopicSetting {
         topic_key: "min.cleanable.dirty.ratio",
         broker_key: Some("log.cleaner.min.cleanable.ratio"),
-        meaning: "No effect in Strom (accepted, kept and described, as Kafka clients set it): a compaction setting; Strom does not compact (`cleanup.policy` is `delete`).",
+        meaning: "A compacted log is cleaned once this share of its cleanable bytes (sealed segments below the high watermark) has not been cleaned yet; the dirtiest log of a core goes first.",
     },
     TopicSetting {
         topic_key: "file.delete.delay.ms",

@@ -27,8 +27,10 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage,
     LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
 };
 use kafka_protocol::messages::{BrokerId, ProduceRequest, ProduceResponse};
@@ -124,13 +126,47 @@ fn decompressed_bytes_max(max_message_bytes: usize) -> usize {
 }
 
 /// Validates a client's batch fully: header, CRC, then every record.
-fn validate_batch(records: Bytes, max_message_bytes: usize) -> Result<RecordBatch, BatchError> {
+fn validate_batch(
+    records: Bytes,
+    max_message_bytes: usize,
+) -> Result<(RecordBatch, protocol::records::RecordsSummary), BatchError> {
     let batch = RecordBatch::new(records)?;
     let bound = decompressed_bytes_max(max_message_bytes);
-    SCRATCH.with_borrow_mut(|scratch| {
+    let summary = SCRATCH.with_borrow_mut(|scratch| {
         protocol::records::validate_producer_batch(batch.bytes(), batch.header(), bound, scratch)
     })?;
-    Ok(batch)
+    Ok((batch, summary))
+}
+
+/// Whether a batch holds a record without a key (for the answer's message
+/// only: the batch was checked already).
+fn has_keyless_record(data: &PartitionProduceData) -> bool {
+    let Some(records) = &data.records else {
+        return false;
+    };
+    let Ok(batch) = RecordBatch::new(records.clone()) else {
+        return false;
+    };
+    SCRATCH.with_borrow_mut(|scratch| {
+        protocol::records::validate_producer_batch(batch.bytes(), batch.header(), DECOMPRESSED_BATCH_BYTES_MAX, scratch)
+    })
+    .is_ok_and(|summary| summary.keyless_records > 0)
+}
+
+/// Whether a topic is compacted (its `cleanup.policy`, else the broker's).
+fn is_compacted(shard: &Shard, image: &MetadataImage, overrides: &BTreeMap<String, String>) -> bool {
+    overrides
+        .get("cleanup.policy")
+        .cloned()
+        .or_else(|| crate::config::dynamic::topic_default_value(&shard.config, image, "cleanup.policy"))
+        .and_then(|value| crate::topic_config::CleanupPolicy::parse(&value))
+        .is_some_and(|policy| policy.compact)
+}
+
+/// Kafka's message for a record without a key in a compacted topic
+/// (KIP-467 carries it in the partition's answer).
+fn keyless_message(topic: &str, partition: i32) -> String {
+    format!("Compacted topic cannot accept message without key in topic partition {topic}-{partition}.")
 }
 
 /// The batch in the codec the topic's `compression.type` asks for,
@@ -230,8 +266,16 @@ fn check_partition(
     if records.len() > max_bytes {
         return Err(errors::MESSAGE_TOO_LARGE);
     }
-    validate_batch(records, max_bytes)
-        .and_then(|batch| recompress_for_topic(shard, image, &topic.configs, batch, max_bytes))
+    let compacted = is_compacted(shard, image, &topic.configs);
+    let (batch, summary) = validate_batch(records, max_bytes).map_err(|error| {
+        tracing::debug!(topic = name, partition = partition_data.index, %error, "rejected batch");
+        rejected_code(&error)
+    })?;
+    if compacted && summary.keyless_records > 0 {
+        tracing::debug!(topic = name, partition = partition_data.index, records = summary.keyless_records, "rejected records without a key for a compacted topic");
+        return Err(errors::INVALID_RECORD);
+    }
+    recompress_for_topic(shard, image, &topic.configs, batch, max_bytes)
         .map(|batch| (core, batch))
         .map_err(|error| {
             tracing::debug!(topic = name, partition = partition_data.index, %error, "rejected batch");
@@ -333,7 +377,20 @@ pub async fn handle(
         return None;
     }
     let mut response = response(&request, scatter.into_outcomes(), version);
-    for (topic, name) in response.responses.iter_mut().zip(&names) {
+    for ((topic, name), asked) in response.responses.iter_mut().zip(&names).zip(&request.topic_data) {
+        let compacted = name
+            .as_deref()
+            .and_then(|n| image.topics.get(n))
+            .is_some_and(|t| is_compacted(shard, &image, &t.configs));
+        for (partition, data) in topic.partition_responses.iter_mut().zip(&asked.partition_data) {
+            if compacted && partition.error_code == errors::INVALID_RECORD && has_keyless_record(data) {
+                let message = keyless_message(name.as_deref().unwrap_or_default(), partition.index);
+                partition.record_errors = vec![BatchIndexAndErrorMessage::default()
+                    .with_batch_index(0)
+                    .with_batch_index_error_message(Some(StrBytes::from_string(message.clone())))];
+                partition.error_message = Some(StrBytes::from_string(message));
+            }
+        }
         for partition in &mut topic.partition_responses {
             if partition.error_code == errors::NOT_LEADER_OR_FOLLOWER {
                 if let Some((leader, epoch)) = leader_of(&image, name.as_deref(), partition.index) {

@@ -79,6 +79,39 @@ pub struct CleanOptions {
     pub key_map_entries_max: usize,
     /// Base offsets of batches kept even when no record of them remains.
     pub keep_batches: HashSet<u64>,
+    /// What the cleaning reads and writes at most per second
+    /// (`f64::INFINITY` or `f64::MAX`: unbounded).
+    pub io_bytes_per_second: f64,
+}
+
+/// Paces a cleaning's I/O to a rate: after each read or write, sleeps
+/// until the bytes so far are within the rate since the start.
+struct Pace {
+    rate: f64,
+    started: std::time::Instant,
+    bytes: std::cell::Cell<u64>,
+}
+
+impl Pace {
+    fn new(rate: f64) -> Self {
+        Self {
+            rate,
+            started: std::time::Instant::now(),
+            bytes: std::cell::Cell::new(0),
+        }
+    }
+
+    async fn spent(&self, bytes: u64) {
+        self.bytes.set(self.bytes.get() + bytes);
+        if !(self.rate > 0.0 && self.rate < 1e15) {
+            return;
+        }
+        let due = std::time::Duration::from_secs_f64(self.bytes.get() as f64 / self.rate);
+        let elapsed = self.started.elapsed();
+        if due > elapsed {
+            glommio::timer::sleep(due - elapsed).await;
+        }
+    }
 }
 
 /// What one cleaning did.
@@ -363,6 +396,7 @@ struct Source {
 /// Calls `each(position, batch)` for every batch of `source` in order.
 async fn for_each_batch(
     source: &Source,
+    pace: &Pace,
     mut each: impl FnMut(u64, &[u8]) -> Result<()>,
 ) -> Result<u64> {
     let mut position = 0u64;
@@ -376,6 +410,7 @@ async fn for_each_batch(
                 .await
                 .ctx("read", &source.path, position)?;
         read += window.len() as u64;
+        pace.spent(window.len() as u64).await;
         let mut at = 0usize;
         while at < window.len() {
             let rest = &window[at..];
@@ -629,12 +664,13 @@ impl Log {
             ..CleanOutcome::default()
         };
 
+        let pace = Pace::new(options.io_bytes_per_second);
         // 1. The key map of the dirty part.
         let mut map: HashMap<u128, u64> = HashMap::new();
         let mut mapped_to = first_dirty;
         let mut full = false;
         for source in sources.iter().filter(|s| s.next_offset > first_dirty) {
-            let read = for_each_batch(source, |_, batch| {
+            let read = for_each_batch(source, &pace, |_, batch| {
                 let header = BatchHeader::parse(batch)?;
                 let last = header.last_offset() as u64;
                 if full || last < first_dirty {
@@ -692,7 +728,7 @@ impl Log {
                 for source in group {
                     replaced.push(source.base);
                     let mut kept_batches: Vec<Vec<u8>> = Vec::new();
-                    let read = for_each_batch(source, |_, batch| {
+                    let read = for_each_batch(source, &pace, |_, batch| {
                         let header = BatchHeader::parse(batch)?;
                         if header.is_control() || header.base_offset as u64 >= rewrite_to {
                             kept_batches.push(batch.to_vec());
@@ -728,6 +764,7 @@ impl Log {
                     for batch in &kept_batches {
                         out.push(batch).await?;
                     }
+                    pace.spent(kept_batches.iter().map(|b| b.len() as u64).sum()).await;
                 }
                 if out.segment.size == 0 {
                     // Nothing left of the group: no segment for it.
