@@ -118,6 +118,11 @@ impl BatchCache {
         self.bytes
     }
 
+    /// The base offset of the first cached batch.
+    pub fn first_offset(&self) -> Option<u64> {
+        self.batches.front().map(|b| b.base_offset)
+    }
+
     pub fn clear(&mut self) {
         self.batches.clear();
         self.bytes = 0;

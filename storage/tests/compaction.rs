@@ -375,3 +375,86 @@ fn log_bases(dir: &Path) -> Vec<u64> {
     bases.sort_unstable();
     bases
 }
+
+#[test]
+fn a_log_whose_last_sealed_records_are_all_swept_reads_on_to_its_active_segment() {
+    let dir = common::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let now = common::BASE_TIMESTAMP + 30 * DAY_MS;
+        let clock = Rc::new(ManualClock::new(now));
+        let ctx = Context::new(Default::default(), clock.clone());
+        let mut config = common::config(16 << 10);
+        config.segment_ms = 1000;
+        let log = Log::open(&ctx, &path, config).await.unwrap();
+        let mut produced = fill(&log, now).await;
+        // Tombstones for keys 0..100 in batches of their own, then a roll.
+        for chunk in 0..20u64 {
+            let records: Vec<NewRecord> = (0..5)
+                .map(|i| NewRecord {
+                    key: Some(format!("key-{}", chunk * 5 + i).into_bytes()),
+                    value: None,
+                    headers: vec![],
+                    timestamp_delta: 0,
+                })
+                .collect();
+            let info = log
+                .append(
+                    Bytes::from(build::batch(now - 2 * DAY_MS, &records)),
+                    AppendOptions::default(),
+                )
+                .await
+                .unwrap();
+            for (i, r) in records.into_iter().enumerate() {
+                produced.insert(info.base_offset + i as u64, (r.key.unwrap(), None));
+            }
+        }
+        clock.advance_ms(2000);
+        let sentinel = vec![NewRecord {
+            key: Some(b"sentinel".to_vec()),
+            value: Some(b"roll".to_vec()),
+            headers: vec![],
+            timestamp_delta: 0,
+        }];
+        let info = log
+            .append(
+                Bytes::from(build::batch(now, &sentinel)),
+                AppendOptions::default(),
+            )
+            .await
+            .unwrap();
+        produced.insert(
+            info.base_offset,
+            (b"sentinel".to_vec(), Some(b"roll".to_vec())),
+        );
+        log.flush().await.unwrap();
+        assert_eq!(
+            *log.segment_base_offsets().last().unwrap(),
+            info.base_offset,
+            "rolled"
+        );
+        let end = log.next_offset();
+        let outcome = log.clean(&options(now, end)).await.unwrap().unwrap();
+        assert_eq!(outcome.cleaned_to, info.base_offset);
+        let (kept, _) = stored(&log).await;
+        check(&produced, &kept, outcome.cleaned_to, false);
+        clock.advance_ms(DAY_MS as u64 + 1);
+        let swept = log
+            .clean(&options(now + DAY_MS + 2001, end))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(swept.tombstones_removed >= 100, "{swept:?}");
+        let (kept, _) = stored(&log).await;
+        check(&produced, &kept, outcome.cleaned_to, true);
+        // From every offset of the removed range a read moves on.
+        for from in [info.base_offset - 100, info.base_offset - 1] {
+            let read = log.read(from, 1 << 20, end).await.unwrap();
+            assert!(
+                read.next_offset > from && !read.bytes.is_empty(),
+                "read from {from}: {read:?}"
+            );
+        }
+        log.close().await.unwrap();
+    });
+}

@@ -88,7 +88,25 @@ impl Log {
             });
         }
         self.inner.state.borrow_mut().stats.reads_disk += 1;
-        self.read_files(from_offset, max_bytes, upper).await
+        let read = self.read_files(from_offset, max_bytes, upper).await?;
+        if !read.bytes.is_empty() {
+            return Ok(read);
+        }
+        // Nothing in the files from here: compaction left a gap up to
+        // batches the writer has not written yet, which the cache holds.
+        let state = self.inner.state.borrow();
+        let after_gap = state
+            .cache
+            .first_offset()
+            .filter(|first| *first > from_offset && *first < upper)
+            .and_then(|first| state.cache.read(first, max_bytes, upper));
+        Ok(match after_gap {
+            Some(hit) => ReadResult {
+                bytes: hit.bytes,
+                next_offset: hit.next_offset,
+            },
+            None => read,
+        })
     }
 
     /// [`Log::read`] from the segment files, starting with the window read
