@@ -1031,9 +1031,15 @@ fn render_topics(e: &mut Exposition, snapshots: &[ShardSnapshot], by_partition: 
     };
     let mut topics: BTreeMap<TopicKey, TopicFigures> = BTreeMap::new();
     let mut high_watermarks: HashMap<(&str, i32), i64> = HashMap::new();
+    // Every replica this broker holds, leader or follower: whether a
+    // follower's copy has taken its leader's log start.
+    let mut replica_starts: BTreeMap<TopicKey, i64> = BTreeMap::new();
     for s in snapshots {
         for log in &s.partition_logs {
             high_watermarks.insert((log.topic.as_str(), log.partition), log.high_watermark);
+            *replica_starts
+                .entry(key(&log.topic, log.partition))
+                .or_default() += log.log_start_offset;
             // A follower's copy is the leader's again: summed over the
             // brokers, each partition counts once.
             if !log.leader {
@@ -1141,6 +1147,20 @@ fn render_topics(e: &mut Exposition, snapshots: &[ShardSnapshot], by_partition: 
             }
             e.sample(name, &labels, value(t));
         }
+    }
+    let name = "strom_topic_replica_log_start_offset";
+    e.family(
+        name,
+        "gauge",
+        "Log start offset of the topic's partitions this broker holds a replica of, leader or follower (summed over them without a partition label).",
+    );
+    for ((topic, partition), start) in &replica_starts {
+        let partition = partition.map(|p| p.to_string());
+        let mut labels = vec![("topic", topic.as_str())];
+        if let Some(partition) = &partition {
+            labels.push(("partition", partition));
+        }
+        e.sample(name, &labels, start);
     }
     type GroupFigure = (&'static str, &'static str, fn(&GroupFigures) -> i64);
     let figures: [GroupFigure; 2] = [

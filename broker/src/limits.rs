@@ -41,6 +41,14 @@ pub const NON_PRODUCE_FRAME_BYTES_MAX: usize = 8 << 20;
 /// Longest a Fetch may wait for data, whatever the client asks.
 pub const FETCH_WAIT_MS_MAX: u64 = 5_000;
 
+/// Longest a DeleteRecords waits for the ISR's log starts, whatever the
+/// client's `timeout_ms` (a broker that stops answers it at once).
+pub const DELETE_RECORDS_WAIT_MS_MAX: u64 = 60_000;
+const _: () = assert!(
+    DELETE_RECORDS_WAIT_MS_MAX >= 30_000,
+    "clients' default request timeout"
+);
+
 /// Longest a graceful stop may take before the process exits anyway.
 pub const SHUTDOWN_MS_MAX: u64 = 10_000;
 

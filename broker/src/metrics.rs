@@ -619,6 +619,16 @@ mod error_codes {
         }
     }
 
+    impl ErrorCodes for DeleteRecordsResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            for topic in &self.topics {
+                for partition in &topic.partitions {
+                    each(partition.error_code);
+                }
+            }
+        }
+    }
+
     impl ErrorCodes for OffsetForLeaderEpochResponse {
         fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
             for topic in &self.topics {

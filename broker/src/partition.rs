@@ -106,6 +106,9 @@ pub struct Partition {
     acks_answered: Condition,
     /// Raised when the high watermark advances.
     high_watermark_advanced: Condition,
+    /// Raised when a follower reports its log start offset, and when the
+    /// role changes: DeleteRecords waits on it for the ISR's low watermark.
+    low_watermark_changed: Condition,
     /// The high watermark this follower's leader last sent.
     leader_high_watermark: Cell<i64>,
     /// The core's clock: LogAppendTime, producer idle time and expiry.
@@ -212,6 +215,40 @@ impl FetchOutcome {
         }
     }
 }
+
+/// Where a follower's fetch says its copy stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FollowerPosition {
+    /// The leader epoch it follows.
+    pub leader_epoch: i32,
+    /// Its log end: where it fetches from.
+    pub fetch_offset: i64,
+    /// Where its durable log ends (what `acks=all` counts).
+    pub durable_end: i64,
+    /// Its log start offset; negative when the fetch carries none.
+    pub log_start_offset: i64,
+}
+
+/// The answer for one partition of a DeleteRecords request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeleteRecordsOutcome {
+    pub error_code: i16,
+    /// The least log start offset over the ISR once answered; -1 with an
+    /// error other than REQUEST_TIMED_OUT.
+    pub low_watermark: i64,
+}
+
+impl DeleteRecordsOutcome {
+    pub fn error(error_code: i16) -> Self {
+        Self {
+            error_code,
+            low_watermark: -1,
+        }
+    }
+}
+
+/// DeleteRecords' offset for "up to the high watermark".
+pub const DELETE_TO_HIGH_WATERMARK: i64 = -1;
 
 /// The answer for one partition of a ListOffsets request.
 #[derive(Debug, Clone, Copy)]
@@ -522,6 +559,7 @@ impl Partition {
             acks: RefCell::new(AcksWaiters::default()),
             acks_answered: Condition::default(),
             high_watermark_advanced: Condition::default(),
+            low_watermark_changed: Condition::default(),
             leader_high_watermark: Cell::new(0),
             clock,
         }))
@@ -634,6 +672,7 @@ impl Partition {
         self.apply(actions);
         // Fetchers waiting here look again: the role may have changed.
         self.high_watermark_advanced.notify_all();
+        self.low_watermark_changed.notify_all();
     }
 
     pub fn topic(&self) -> &str {
@@ -727,15 +766,20 @@ impl Partition {
     /// fetches past what it has synced while its syncs run), which may move
     /// the high watermark and answer `acks=all` produces. The high
     /// watermark it is told is capped at what this leader keeps under its
-    /// flush policy.
+    /// flush policy. The follower's `log_start_offset` (negative: not
+    /// reported) counts toward the low watermark DeleteRecords waits for.
     pub async fn read_for_follower(
         &self,
         replica_id: NodeId,
-        leader_epoch: i32,
-        fetch_offset: i64,
-        durable_end: i64,
+        position: FollowerPosition,
         max_bytes: usize,
     ) -> FetchOutcome {
+        let FollowerPosition {
+            leader_epoch,
+            fetch_offset,
+            durable_end,
+            log_start_offset,
+        } = position;
         self.observe_log_end();
         let mut actions = Vec::new();
         let taken = self.replica.borrow_mut().follower_fetch(
@@ -746,6 +790,12 @@ impl Partition {
             &mut actions,
         );
         self.apply(actions);
+        if taken.is_ok() && log_start_offset >= 0 {
+            self.replica
+                .borrow_mut()
+                .follower_log_start(replica_id, log_start_offset as u64);
+            self.low_watermark_changed.notify_all();
+        }
         // The high watermark counts this leader's own records as they are
         // appended, before its sync; a follower is told it only up to what
         // this leader keeps under its flush policy (what `wait_durable`
@@ -1212,6 +1262,81 @@ impl Partition {
             .map_err(|error| errors::storage_error_code(&error))
     }
 
+    /// DeleteRecords on the leader: moves the log start to `offset`
+    /// ([`DELETE_TO_HIGH_WATERMARK`]: the high watermark), then waits, at
+    /// most `timeout`, until every ISR member's log start has reached it
+    /// (the followers learn it from their next fetch answer and report
+    /// theirs in the fetch after). Answers the low watermark then, or
+    /// REQUEST_TIMED_OUT with the one reached so far (the leader's own
+    /// start has moved regardless, and the followers still converge).
+    /// OFFSET_OUT_OF_RANGE for an offset above the high watermark or
+    /// negative (but -1); NOT_LEADER_OR_FOLLOWER when not the leader, or
+    /// no longer.
+    pub async fn delete_records(&self, offset: i64, timeout: Duration) -> DeleteRecordsOutcome {
+        if !self.is_leader() {
+            return DeleteRecordsOutcome::error(errors::NOT_LEADER_OR_FOLLOWER);
+        }
+        let high_watermark = self.high_watermark();
+        let target = if offset == DELETE_TO_HIGH_WATERMARK {
+            high_watermark
+        } else {
+            offset
+        };
+        if target < 0 || target > high_watermark {
+            return DeleteRecordsOutcome::error(errors::OFFSET_OUT_OF_RANGE);
+        }
+        let before = self.log_start_offset();
+        if let Err(code) = self.advance_start_offset(target).await {
+            return DeleteRecordsOutcome::error(code);
+        }
+        if target > before {
+            tracing::info!(topic = %self.topic, partition = self.index, log_start_before = before, log_start = target, "records deleted");
+        }
+        let target = target as u64;
+        let reached = || {
+            let start = self.log.start_offset();
+            match self.replica.borrow().low_watermark(start) {
+                Some(low) => low >= target,
+                // No longer the leader: nothing more to wait for.
+                None => true,
+            }
+        };
+        if !reached() {
+            let waited = self.low_watermark_changed.wait_until(reached);
+            let timed_out = glommio::timer::sleep(timeout);
+            futures_lite::future::or(waited, timed_out).await;
+        }
+        match self.replica.borrow().low_watermark(self.log.start_offset()) {
+            None => DeleteRecordsOutcome::error(errors::NOT_LEADER_OR_FOLLOWER),
+            Some(low) => DeleteRecordsOutcome {
+                error_code: if low >= target {
+                    errors::NONE
+                } else {
+                    errors::REQUEST_TIMED_OUT
+                },
+                low_watermark: low as i64,
+            },
+        }
+    }
+
+    /// A follower's copy takes the leader's log start (from a fetch
+    /// answer), as far as its own high watermark: records below the
+    /// leader's start are gone there (DeleteRecords, retention), and a
+    /// consumer must not find them here should this replica lead. Below
+    /// the high watermark every record is committed, so the cut removes
+    /// nothing the leader may still need from this copy. Returns the log
+    /// start offset now.
+    pub async fn follow_log_start(&self, leader_log_start: i64) -> Result<i64, i16> {
+        let start = self.log_start_offset();
+        let to = leader_log_start.min(self.high_watermark());
+        if to <= start {
+            return Ok(start);
+        }
+        self.advance_start_offset(to).await?;
+        tracing::debug!(topic = %self.topic, partition = self.index, log_start_before = start, log_start = to, "follower log start moved to the leader's");
+        Ok(self.log_start_offset())
+    }
+
     /// Resolves once the high watermark passes `offset` (a record at
     /// `offset` is readable), or the log closes. Led alone that is when
     /// the log holds it; with followers the high watermark trails the log
@@ -1363,6 +1488,7 @@ impl Partition {
         let mut actions = Vec::new();
         self.replica.borrow_mut().stop(&mut actions);
         self.apply(actions);
+        self.low_watermark_changed.notify_all();
     }
 
     /// Closes the log cleanly (synced and checkpointed, so the next start
@@ -1599,6 +1725,176 @@ mod tests {
             let outcome = parked.await.expect("the produce finished");
             assert_eq!(outcome.error_code, errors::NOT_LEADER_OR_FOLLOWER);
             assert!(started.elapsed() < Duration::from_secs(5));
+        });
+    }
+
+    #[test]
+    fn delete_records_waits_for_the_isr_followers_log_starts() {
+        run(|data_dir| async move {
+            let p = open(&data_dir).await;
+            lead_with(&p, 1, vec![NODE, 2]);
+            assert_eq!(
+                p.produce(batch(10, -1, 0), 1, TEST_TIMEOUT)
+                    .await
+                    .error_code,
+                0
+            );
+            // Follower 2 fetches from where its copy stands.
+            let report = |log_end_offset: i64, log_start_offset: i64| {
+                let position = FollowerPosition {
+                    leader_epoch: 1,
+                    fetch_offset: log_end_offset,
+                    durable_end: log_end_offset,
+                    log_start_offset,
+                };
+                let p = p.clone();
+                async move {
+                    let outcome = p.read_for_follower(2, position, 0).await;
+                    assert_eq!(outcome.error_code, errors::NONE);
+                    outcome.log_start_offset
+                }
+            };
+            assert_eq!(report(10, 0).await, 0);
+            assert_eq!(p.high_watermark(), 10);
+            let short = Duration::from_millis(50);
+            let refused = DeleteRecordsOutcome::error(errors::OFFSET_OUT_OF_RANGE);
+            assert_eq!(
+                p.delete_records(11, short).await,
+                refused,
+                "above the high watermark"
+            );
+            assert_eq!(
+                p.delete_records(-2, short).await,
+                refused,
+                "negative, not -1"
+            );
+            assert_eq!(p.log_start_offset(), 0, "refusals move nothing");
+
+            // The follower does not report in time: the leader's start has
+            // moved all the same, and the answer says how far the ISR is.
+            let timed_out = p.delete_records(4, short).await;
+            assert_eq!(
+                timed_out,
+                DeleteRecordsOutcome {
+                    error_code: errors::REQUEST_TIMED_OUT,
+                    low_watermark: 0
+                }
+            );
+            assert_eq!(p.log_start_offset(), 4);
+            assert_eq!(
+                report(10, 0).await,
+                4,
+                "the follower is told the leader's start"
+            );
+
+            // Answered once the follower's start reaches the offset.
+            let waiting = glommio::spawn_local({
+                let p = p.clone();
+                async move { p.delete_records(6, TEST_TIMEOUT).await }
+            })
+            .detach();
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+            report(10, 5).await;
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+            let started = std::time::Instant::now();
+            report(10, 6).await;
+            let answered = waiting.await.expect("answered");
+            assert_eq!(
+                answered,
+                DeleteRecordsOutcome {
+                    error_code: 0,
+                    low_watermark: 6
+                }
+            );
+            assert!(started.elapsed() < Duration::from_secs(5));
+
+            // -1: up to the high watermark.
+            let waiting = glommio::spawn_local({
+                let p = p.clone();
+                async move {
+                    p.delete_records(DELETE_TO_HIGH_WATERMARK, TEST_TIMEOUT)
+                        .await
+                }
+            })
+            .detach();
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+            report(10, 10).await;
+            let answered = waiting.await.expect("answered");
+            assert_eq!(
+                answered,
+                DeleteRecordsOutcome {
+                    error_code: 0,
+                    low_watermark: 10
+                }
+            );
+            // Below the start: nothing moves, the start is the answer.
+            assert_eq!(
+                p.delete_records(3, short).await,
+                DeleteRecordsOutcome {
+                    error_code: 0,
+                    low_watermark: 10
+                }
+            );
+
+            // A deletion waiting when the partition leaves this broker is
+            // answered at once; a replica that does not lead refuses.
+            assert_eq!(
+                p.produce(batch(2, -1, 0), 1, TEST_TIMEOUT).await.error_code,
+                0
+            );
+            report(12, 10).await;
+            assert_eq!(p.high_watermark(), 12);
+            let parked = glommio::spawn_local({
+                let p = p.clone();
+                async move { p.delete_records(12, TEST_TIMEOUT).await }
+            })
+            .detach();
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+            let started = std::time::Instant::now();
+            p.delete().await;
+            let not_leader = DeleteRecordsOutcome::error(errors::NOT_LEADER_OR_FOLLOWER);
+            assert_eq!(parked.await.expect("answered"), not_leader);
+            assert!(started.elapsed() < Duration::from_secs(5));
+            assert_eq!(p.delete_records(12, short).await, not_leader);
+        });
+    }
+
+    #[test]
+    fn a_follower_takes_its_leader_s_log_start_up_to_its_high_watermark() {
+        run(|data_dir| async move {
+            let p = open(&data_dir).await;
+            let mut actions = Vec::new();
+            let assignment = Assignment {
+                leader_epoch: 1,
+                partition_epoch: 1,
+                replicas: vec![NODE, 2],
+                isr: vec![NODE, 2],
+            };
+            p.replica
+                .borrow_mut()
+                .become_follower(2, assignment, &mut actions)
+                .expect("follows");
+            p.apply(actions);
+            let last = p
+                .append_replicated(batch(6, -1, 0).into_bytes(), 4)
+                .await
+                .expect("appended");
+            p.replicated_durable(last.expect("records appended"), std::time::Instant::now())
+                .await
+                .expect("durable");
+            assert_eq!((p.log_end_offset(), p.high_watermark()), (6, 4));
+            assert_eq!(p.follow_log_start(2).await, Ok(2));
+            assert_eq!(p.follow_log_start(1).await, Ok(2), "never back");
+            assert_eq!(
+                p.follow_log_start(6).await,
+                Ok(4),
+                "not past its high watermark"
+            );
+            assert_eq!(p.log_start_offset(), 4);
+            assert_eq!(
+                p.read(3, 1 << 20).await.error_code,
+                errors::OFFSET_OUT_OF_RANGE
+            );
         });
     }
 

@@ -297,6 +297,7 @@ fn every_advertised_version_round_trips_through_kafka_python_which_infers_kafka_
         "(15, (0, 6))",
         "(16, (0, 5))",
         "(18, (0, 4))",
+        "(21, (0, 2))",
         "(22, (0, 5))",
         "(23, (2, 4))",
         "(60, (0, 2))",

@@ -1,9 +1,11 @@
 //! The requests every Kafka tool needs besides producing and fetching, on
 //! a [`Connection`]: Metadata (every topic or some, a topic's partitions,
-//! each partition's leader), ListOffsets and InitProducerId. The admin CLI
-//! and the load generator both use these, against any Kafka broker.
+//! each partition's leader), ListOffsets, DeleteRecords and
+//! InitProducerId. The admin CLI and the load generator both use these,
+//! against any Kafka broker.
 //!
-//! In a cluster, partition requests (Produce, Fetch, ListOffsets) must go
+//! In a cluster, partition requests (Produce, Fetch, ListOffsets,
+//! DeleteRecords) must go
 //! to each partition's leader: a [`Router`] learns the leaders from
 //! Metadata and keeps one connection per leader, the bootstrap connection
 //! standing for the broker it reached.
@@ -12,11 +14,14 @@ use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::RangeInclusive;
 
+use kafka_protocol::messages::delete_records_request::{
+    DeleteRecordsPartition, DeleteRecordsTopic,
+};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, InitProducerIdRequest, ListOffsetsRequest, MetadataRequest, MetadataResponse,
-    ProducerId, TopicName,
+    ApiKey, BrokerId, DeleteRecordsRequest, InitProducerIdRequest, ListOffsetsRequest,
+    MetadataRequest, MetadataResponse, ProducerId, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -29,6 +34,10 @@ pub type TopicPartition = (String, i32);
 pub const METADATA_VERSIONS: RangeInclusive<i16> = 1..=12;
 /// ListOffsets versions spoken (v1+: one offset per partition).
 pub const LIST_OFFSETS_VERSIONS: RangeInclusive<i16> = 1..=7;
+/// DeleteRecords versions spoken.
+pub const DELETE_RECORDS_VERSIONS: RangeInclusive<i16> = 0..=2;
+/// DeleteRecords' offset for "every record below the high watermark".
+pub const DELETE_TO_HIGH_WATERMARK: i64 = -1;
 /// InitProducerId versions spoken.
 pub const INIT_PRODUCER_ID_VERSIONS: RangeInclusive<i16> = 0..=4;
 
@@ -218,6 +227,60 @@ async fn list_offsets_answers(
     Ok(answers)
 }
 
+/// DeleteRecords of `partitions` (each with the offset records below it
+/// are deleted, [`DELETE_TO_HIGH_WATERMARK`] for all below the high
+/// watermark) in one request, which the broker answers once the ISR's log
+/// starts reached them or `timeout_ms` passed: each partition the broker
+/// answered for, with its low watermark (the least log start over the
+/// ISR) or its error code.
+pub async fn delete_records(
+    connection: &mut Connection,
+    partitions: &[(TopicPartition, i64)],
+    timeout_ms: i32,
+) -> Result<BTreeMap<TopicPartition, Result<i64, i16>>, ClientError> {
+    let version = connection.version::<DeleteRecordsRequest>(DELETE_RECORDS_VERSIONS)?;
+    let mut by_topic: BTreeMap<&str, Vec<(i32, i64)>> = BTreeMap::new();
+    for ((topic, partition), offset) in partitions {
+        by_topic
+            .entry(topic)
+            .or_default()
+            .push((*partition, *offset));
+    }
+    let topics = by_topic
+        .iter()
+        .map(|(topic, wanted)| {
+            DeleteRecordsTopic::default()
+                .with_name(topic_name(topic))
+                .with_partitions(
+                    wanted
+                        .iter()
+                        .map(|&(partition, offset)| {
+                            DeleteRecordsPartition::default()
+                                .with_partition_index(partition)
+                                .with_offset(offset)
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    let request = DeleteRecordsRequest::default()
+        .with_topics(topics)
+        .with_timeout_ms(timeout_ms);
+    let response = connection.call(&request, version).await?;
+    let mut answers = BTreeMap::new();
+    for topic in &response.topics {
+        for p in &topic.partitions {
+            let answer = if p.error_code == ERROR_NONE {
+                Ok(p.low_watermark)
+            } else {
+                Err(p.error_code)
+            };
+            answers.insert((topic.name.0.to_string(), p.partition_index), answer);
+        }
+    }
+    Ok(answers)
+}
+
 /// Why one partition has no offset: what its leader answered, or why the
 /// leader could not be asked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -277,8 +340,8 @@ impl std::fmt::Display for OffsetFailure {
     }
 }
 
-/// Each partition's own answer to ListOffsets: its offset, or why it has
-/// none.
+/// Each partition's own answer to ListOffsets (its offset) or
+/// DeleteRecords (its low watermark), or why it has none.
 pub type OffsetAnswers = BTreeMap<TopicPartition, Result<i64, OffsetFailure>>;
 
 /// ListOffsets of some partitions of one topic, each asked of its leader
@@ -499,6 +562,59 @@ impl Router {
                     self.others.remove(&leader);
                     let failure = OffsetFailure::from_request(&error);
                     for key in wanted {
+                        answers.insert(key, Err(failure.clone()));
+                    }
+                }
+            }
+        }
+        answers
+    }
+
+    /// DeleteRecords of `partitions` (as [`delete_records`]), one request
+    /// per leader, where one partition's failure is that partition's
+    /// answer and no other's.
+    pub async fn delete_records_each(
+        &mut self,
+        bootstrap: &mut Connection,
+        partitions: &[(TopicPartition, i64)],
+        timeout_ms: i32,
+    ) -> OffsetAnswers {
+        if bootstrap.is_broken() {
+            self.bootstrap_id = None;
+        }
+        let mut answers = OffsetAnswers::new();
+        let mut by_leader: BTreeMap<i32, Vec<(TopicPartition, i64)>> = BTreeMap::new();
+        for ((topic, partition), offset) in partitions {
+            match self.leader(topic, *partition) {
+                Ok(leader) => by_leader
+                    .entry(leader)
+                    .or_default()
+                    .push(((topic.clone(), *partition), *offset)),
+                Err(_) => {
+                    answers.insert((topic.clone(), *partition), Err(OffsetFailure::NoLeader));
+                }
+            }
+        }
+        for (leader, wanted) in by_leader {
+            let asked = match self.connection(bootstrap, leader).await {
+                Ok(connection) => delete_records(connection, &wanted, timeout_ms).await,
+                Err(error) => Err(error),
+            };
+            match asked {
+                Ok(mut answered) => {
+                    for (key, _) in wanted {
+                        let answer = match answered.remove(&key) {
+                            Some(Ok(low_watermark)) => Ok(low_watermark),
+                            Some(Err(code)) => Err(OffsetFailure::Code(code)),
+                            None => Err(OffsetFailure::Missing),
+                        };
+                        answers.insert(key, answer);
+                    }
+                }
+                Err(error) => {
+                    self.others.remove(&leader);
+                    let failure = OffsetFailure::from_request(&error);
+                    for (key, _) in wanted {
                         answers.insert(key, Err(failure.clone()));
                     }
                 }

@@ -56,6 +56,11 @@
 //!   flight at a time and the ISR changes only when one is committed.
 //! - Epochs only grow: a leader or follower change with an older leader
 //!   epoch, or a committed ISR with an older partition epoch, is refused.
+//! - **Low watermark (leader).** The least log start offset over the
+//!   committed ISR: the leader's own, and each follower's as its fetches
+//!   report it (0 until one does, so a follower not heard from since this
+//!   leadership began holds it down). DeleteRecords answers once it has
+//!   reached the offset asked for (Kafka's `lowWatermarkIfLeader`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -152,6 +157,9 @@ struct FollowerState {
     /// The leader's log end and the time at its previous fetch.
     last_fetch_leader_end: u64,
     last_fetch_ms: u64,
+    /// Its log start offset as its last fetch reported it; `None` until
+    /// one does.
+    log_start_offset: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -292,6 +300,7 @@ impl ReplicaState {
                             last_caught_up_ms: now_ms,
                             last_fetch_leader_end: 0,
                             last_fetch_ms: now_ms,
+                            log_start_offset: None,
                         },
                     )
                 })
@@ -308,6 +317,7 @@ impl ReplicaState {
                     last_caught_up_ms: now_ms,
                     last_fetch_leader_end: 0,
                     last_fetch_ms: now_ms,
+                    log_start_offset: None,
                 });
                 kept.insert(id, state);
             }
@@ -536,6 +546,38 @@ impl ReplicaState {
         self.advance_high_watermark(actions);
         self.complete_waiters(actions);
         Ok(())
+    }
+
+    /// Leader only: follower `replica_id` reported its log start offset
+    /// (in its fetch). The last report counts, lower or not: a follower
+    /// whose copy started over holds the low watermark down again.
+    pub fn follower_log_start(&mut self, replica_id: NodeId, log_start_offset: u64) {
+        if self.role != Role::Leader {
+            return;
+        }
+        if let Some(follower) = self.followers.get_mut(&replica_id) {
+            follower.log_start_offset = Some(log_start_offset);
+        }
+    }
+
+    /// Leader only: the least log start offset over the committed ISR,
+    /// `local_log_start` being this leader's own (see the rules above);
+    /// `None` when not the leader.
+    pub fn low_watermark(&self, local_log_start: u64) -> Option<u64> {
+        if self.role != Role::Leader {
+            return None;
+        }
+        let followers = self
+            .isr
+            .iter()
+            .filter(|&&id| id != self.config.local_id)
+            .map(|id| {
+                self.followers
+                    .get(id)
+                    .and_then(|f| f.log_start_offset)
+                    .unwrap_or(0)
+            });
+        Some(followers.fold(local_log_start, u64::min))
     }
 
     /// Follower only: the leader's high watermark from a fetch answer.
@@ -886,6 +928,68 @@ mod tests {
         fn hw(&self) -> u64 {
             self.replica.high_watermark()
         }
+    }
+
+    #[test]
+    fn low_watermark_is_the_least_log_start_over_the_isr() {
+        let single = Harness::single_node();
+        assert_eq!(
+            single.replica.low_watermark(7),
+            Some(7),
+            "led alone: its own"
+        );
+        let mut h = Harness::three(1);
+        h.append(10);
+        assert_eq!(
+            h.replica.low_watermark(4),
+            Some(0),
+            "followers not heard from hold it at 0"
+        );
+        h.replica.follower_log_start(2, 4);
+        assert_eq!(h.replica.low_watermark(4), Some(0), "node 3 not yet");
+        h.replica.follower_log_start(3, 6);
+        assert_eq!(
+            h.replica.low_watermark(4),
+            Some(4),
+            "the leader's own is least"
+        );
+        assert_eq!(h.replica.low_watermark(9), Some(4), "node 2's is least");
+        h.replica.follower_log_start(2, 2);
+        assert_eq!(
+            h.replica.low_watermark(9),
+            Some(2),
+            "the last report counts"
+        );
+        h.replica.follower_log_start(9, 0);
+        assert_eq!(
+            h.replica.low_watermark(9),
+            Some(2),
+            "not a replica: ignored"
+        );
+        // Out of the ISR, a follower no longer holds it down.
+        h.replica.follower_log_start(2, 9);
+        h.now_ms += LAG_MS;
+        h.fetch(2, 10).expect("fetch");
+        h.tick(2);
+        h.commit_proposal();
+        assert_eq!(h.replica.isr(), vec![1, 2], "node 3 lagged");
+        assert_eq!(h.replica.low_watermark(9), Some(9));
+        // A follower reports nothing to a replica that does not lead.
+        let mut actions = Vec::new();
+        h.replica
+            .become_follower(
+                2,
+                Assignment {
+                    leader_epoch: 1,
+                    partition_epoch: 5,
+                    replicas: vec![1, 2, 3],
+                    isr: vec![1, 2],
+                },
+                &mut actions,
+            )
+            .expect("follows");
+        h.replica.follower_log_start(3, 9);
+        assert_eq!(h.replica.low_watermark(9), None);
     }
 
     #[test]

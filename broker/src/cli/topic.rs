@@ -1,6 +1,7 @@
-//! `strom topic create|list|describe|alter|delete`: topic administration
-//! with CreateTopics, Metadata, DescribeConfigs, IncrementalAlterConfigs,
-//! CreatePartitions and DeleteTopics. Requests answered with an error
+//! `strom topic create|list|describe|alter|delete|delete-records`: topic
+//! administration with CreateTopics, Metadata, DescribeConfigs,
+//! IncrementalAlterConfigs, CreatePartitions, DeleteTopics and
+//! DeleteRecords. Requests answered with an error
 //! Kafka calls retriable (NOT_CONTROLLER while a controller is elected, a
 //! new partition's leader that does not know it yet) are sent again
 //! within `--timeout-ms`.
@@ -73,6 +74,17 @@ enum TopicCommand {
     Alter(AlterArgs),
     /// Delete topics and all their data.
     Delete(DeleteArgs),
+    /// Delete the records of partitions below an offset, which becomes
+    /// each partition's log start offset (as kafka-delete-records.sh):
+    /// consumers can no longer read below it (OFFSET_OUT_OF_RANGE; from
+    /// the beginning means from there), and whole segments below it are
+    /// removed from disk. Either a topic with --partition and --before,
+    /// or --offset-json-file. Prints each partition's low watermark, its
+    /// log start once the in-sync replicas have it. Fails (exit 1) on a
+    /// bad file, an unknown topic or partition, an offset above the high
+    /// watermark (OFFSET_OUT_OF_RANGE); NOT_LEADER_OR_FOLLOWER and Kafka's
+    /// other retriable errors are retried within --timeout-ms.
+    DeleteRecords(DeleteRecordsArgs),
     /// Move partitions' leadership to their preferred (first) replica, or
     /// with --unclean give partitions without a leader a live replica even
     /// out of sync (records only the lost leader had are lost).
@@ -237,6 +249,39 @@ struct AlterArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(group(ArgGroup::new("what").required(true).args(["topic", "offset_json_file"])))]
+struct DeleteRecordsArgs {
+    /// The topic whose records to delete (with --partition and --before).
+    #[arg(requires_all = ["partition", "before"])]
+    topic: Option<String>,
+    /// A partition of the topic (repeatable).
+    #[arg(long, value_name = "N", requires = "topic")]
+    partition: Vec<i32>,
+    /// Delete every record below this offset; -1: every record below the
+    /// high watermark (all that consumers can read).
+    #[arg(
+        long,
+        value_name = "OFFSET",
+        allow_negative_numbers = true,
+        requires = "topic"
+    )]
+    before: Option<i64>,
+    /// The partitions and offsets in a JSON file, as
+    /// kafka-delete-records.sh takes them:
+    /// {"partitions": [{"topic": "t", "partition": 0, "offset": 3}, ...],
+    /// "version": 1}.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["topic", "partition", "before"])]
+    offset_json_file: Option<std::path::PathBuf>,
+    /// How to print: `text` (one line per partition, as
+    /// kafka-delete-records.sh) or `json`: {"partitions": [{"topic",
+    /// "partition", "low_watermark", "error"}]} (null: none).
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = Format::Text)]
+    format: Format,
+    #[command(flatten)]
+    connect: ConnectArgs,
+}
+
+#[derive(Args, Debug)]
 struct DeleteArgs {
     /// Topics to delete.
     #[arg(required = true)]
@@ -252,6 +297,7 @@ pub async fn run(args: TopicArgs) -> anyhow::Result<()> {
         TopicCommand::Describe(args) => describe(args).await,
         TopicCommand::Alter(args) => alter(args).await,
         TopicCommand::Delete(args) => delete(args).await,
+        TopicCommand::DeleteRecords(args) => delete_records(args).await,
         TopicCommand::ElectLeaders(args) => elect_leaders(args).await,
         TopicCommand::Reassign(args) => reassign(args).await,
         TopicCommand::Reassignments(args) => reassignments(args).await,
@@ -816,6 +862,212 @@ async fn delete(args: DeleteArgs) -> anyhow::Result<()> {
     }
     if !failures.is_empty() {
         bail!("{}", failures.join("; "));
+    }
+    Ok(())
+}
+
+/// The file kafka-delete-records.sh takes (`--offset-json-file`).
+#[derive(Debug, serde::Deserialize)]
+struct OffsetJsonFile {
+    /// Only 1 exists; Kafka's tool takes a file without it as 1.
+    version: Option<i64>,
+    partitions: Vec<OffsetJsonPartition>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct OffsetJsonPartition {
+    topic: String,
+    partition: i32,
+    offset: i64,
+}
+
+/// The partitions and offsets of an offset JSON file, in its order; an
+/// error for a file that is not one (or lists a partition twice, as
+/// Kafka's tool refuses).
+fn parse_offset_json(text: &str) -> anyhow::Result<Vec<(TopicPartition, i64)>> {
+    let file: OffsetJsonFile = serde_json::from_str(text)
+        .context("not an offset JSON file ({\"partitions\": [{\"topic\", \"partition\", \"offset\"}], \"version\": 1})")?;
+    match file.version {
+        None | Some(1) => {}
+        Some(version) => bail!("version {version} is not supported (only 1)"),
+    }
+    if file.partitions.is_empty() {
+        bail!("it lists no partitions");
+    }
+    let mut seen = BTreeSet::new();
+    let mut wanted = Vec::with_capacity(file.partitions.len());
+    for entry in file.partitions {
+        let key = (entry.topic, entry.partition);
+        if !seen.insert(key.clone()) {
+            bail!("it lists {}-{} more than once", key.0, key.1);
+        }
+        wanted.push((key, entry.offset));
+    }
+    Ok(wanted)
+}
+
+/// One partition's outcome, as `topic delete-records` prints it.
+#[derive(Debug, Serialize)]
+struct DeletedView {
+    topic: String,
+    partition: i32,
+    low_watermark: Option<i64>,
+    error: Option<String>,
+}
+
+/// DeleteRecords, each partition sent to its leader; partitions answered
+/// with a retriable error (a leader that moved, followers that did not
+/// report in time, no leader yet) are sent again within --timeout-ms.
+async fn delete_records(args: DeleteRecordsArgs) -> anyhow::Result<()> {
+    let wanted: Vec<(TopicPartition, i64)> = match (&args.offset_json_file, &args.topic) {
+        (Some(path), _) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            parse_offset_json(&text).with_context(|| format!("{}", path.display()))?
+        }
+        (None, Some(topic)) => {
+            let before = args.before.context("--before is needed with a topic")?;
+            let mut partitions = BTreeSet::new();
+            for &partition in &args.partition {
+                if !partitions.insert(partition) {
+                    bail!("--partition {partition} given more than once");
+                }
+            }
+            partitions
+                .into_iter()
+                .map(|partition| ((topic.clone(), partition), before))
+                .collect()
+        }
+        (None, None) => bail!("name a topic (with --partition and --before) or --offset-json-file"),
+    };
+    // The broker waits for the followers at most half the time a response
+    // may take, so that its answer (perhaps REQUEST_TIMED_OUT, retried)
+    // comes before the connection gives up.
+    let broker_timeout_ms = (args.connect.timeout_ms / 2).min(ADMIN_TIMEOUT_MS as u64) as i32;
+    let mut connection = args.connect.connect().await?;
+    let mut retry = Retry::new(&args.connect);
+    let topics: Vec<String> = wanted
+        .iter()
+        .map(|((topic, _), _)| topic.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let mut answers: BTreeMap<TopicPartition, Result<i64, String>> = BTreeMap::new();
+    let mut pending = wanted.clone();
+    while !pending.is_empty() {
+        retry.usable(&mut connection).await?;
+        let response = match metadata(&mut connection, Some(&topics), false).await {
+            Ok(response) => response,
+            Err(error) => {
+                let error = anyhow::Error::from(error);
+                if retry.again(&error).await {
+                    continue;
+                }
+                return Err(error.context("cannot delete records"));
+            }
+        };
+        // A topic or partition the broker does not have fails at once.
+        let mut known = BTreeSet::new();
+        for topic in &response.topics {
+            let Some(name) = topic.name.as_ref().map(|n| n.0.to_string()) else {
+                continue;
+            };
+            if topic.error_code == ERROR_NONE {
+                known.extend(
+                    topic
+                        .partitions
+                        .iter()
+                        .map(|p| (name.clone(), p.partition_index)),
+                );
+            }
+        }
+        let (sendable, unknown): (Vec<_>, Vec<_>) = pending
+            .into_iter()
+            .partition(|(key, _)| known.contains(key));
+        for (key, _) in unknown {
+            let code = ResponseError::UnknownTopicOrPartition.code();
+            answers.insert(key, Err(error_name(code)));
+        }
+        let mut router = Router::from_metadata(&connection, &response);
+        let outcomes = router
+            .delete_records_each(&mut connection, &sendable, broker_timeout_ms)
+            .await;
+        let mut again = Vec::new();
+        for (key, offset) in sendable {
+            match outcomes.get(&key) {
+                Some(Ok(low_watermark)) => {
+                    answers.insert(key, Ok(*low_watermark));
+                }
+                Some(Err(failure))
+                    if failure.is_retriable() || matches!(failure, OffsetFailure::NoLeader) =>
+                {
+                    answers.insert(key.clone(), Err(failure.to_string()));
+                    again.push((key, offset));
+                }
+                Some(Err(failure)) => {
+                    answers.insert(key, Err(failure.to_string()));
+                }
+                None => {
+                    answers.insert(key, Err(OffsetFailure::Missing.to_string()));
+                }
+            }
+        }
+        if again.is_empty() || !retry.pause().await {
+            break;
+        }
+        pending = again;
+    }
+    let views: Vec<DeletedView> = wanted
+        .iter()
+        .map(|((topic, partition), _)| {
+            let answer = answers.get(&(topic.clone(), *partition));
+            DeletedView {
+                topic: topic.clone(),
+                partition: *partition,
+                low_watermark: answer.and_then(|a| a.as_ref().ok().copied()),
+                error: match answer {
+                    Some(Err(error)) => Some(error.clone()),
+                    Some(Ok(_)) => None,
+                    None => Some("not answered".to_string()),
+                },
+            }
+        })
+        .collect();
+    if args.format == Format::Json {
+        print_json_object("partitions", &views)?;
+    } else {
+        for view in &views {
+            match (&view.low_watermark, &view.error) {
+                (Some(low), _) => outln!(
+                    "partition: {}-{}\tlow_watermark: {low}",
+                    view.topic,
+                    view.partition
+                ),
+                (None, error) => outln!(
+                    "partition: {}-{}\terror: {}",
+                    view.topic,
+                    view.partition,
+                    error.as_deref().unwrap_or("not answered")
+                ),
+            }
+        }
+    }
+    let failed: Vec<String> = views
+        .iter()
+        .filter_map(|v| {
+            let error = v.error.as_ref()?;
+            let offset = wanted
+                .iter()
+                .find(|((t, p), _)| *t == v.topic && *p == v.partition)
+                .map_or(0, |(_, offset)| *offset);
+            Some(format!(
+                "{}-{} (before {offset}): {error}",
+                v.topic, v.partition
+            ))
+        })
+        .collect();
+    if !failed.is_empty() {
+        bail!("cannot delete records of {}", failed.join("; "));
     }
     Ok(())
 }

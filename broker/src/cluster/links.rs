@@ -11,6 +11,8 @@
 //!   its own from a small pool per destination
 //!   ([`FORWARD_FETCH_CONNECTIONS_MAX`]): a long poll never holds up
 //!   another client's answer.
+//! - DeleteRecords, which may wait at the leader for its followers and is
+//!   rare, opens a connection of its own for each request.
 //! - The request bytes in flight to one destination are bounded
 //!   ([`FORWARD_IN_FLIGHT_BYTES_MAX`]); a part that does not fit waits, and
 //!   so does the client connection it came on (backpressure).
@@ -30,16 +32,17 @@ use std::time::{Duration, Instant};
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use glommio::sync::{Semaphore, StaticPermit};
 use kafka_protocol::messages::{
-    ApiKey, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
-    OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ProduceRequest, ProduceResponse,
+    ApiKey, DeleteRecordsRequest, DeleteRecordsResponse, FetchRequest, FetchResponse,
+    ListOffsetsRequest, ListOffsetsResponse, OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse, ProduceRequest, ProduceResponse,
 };
 use kafka_protocol::protocol::{Encodable, Request};
 use protocol::client::{ClientError, Connection, Pending};
 
 use super::transport::{self, Purpose};
 use crate::limits::{
-    FETCH_WAIT_MS_MAX, FORWARD_FETCH_CONNECTIONS_MAX, FORWARD_IN_FLIGHT_BYTES_MAX,
-    FORWARD_QUEUE_MAX, FORWARD_TIMEOUT_MS,
+    DELETE_RECORDS_WAIT_MS_MAX, FETCH_WAIT_MS_MAX, FORWARD_FETCH_CONNECTIONS_MAX,
+    FORWARD_IN_FLIGHT_BYTES_MAX, FORWARD_QUEUE_MAX, FORWARD_TIMEOUT_MS,
 };
 use crate::metadata::MetadataImage;
 use crate::shard::Shard;
@@ -351,6 +354,50 @@ pub async fn fetch(
         // The connection may be anywhere in a frame: it is dropped.
         Err(error) => Err(failed(error.to_string())),
     }
+}
+
+/// Forwards a DeleteRecords request over a connection of its own (it may
+/// wait at the leader for the followers, up to its `timeout_ms`: it must
+/// not hold up the pipelined link's other answers). Deletions are rare
+/// admin requests; the connection is not kept.
+pub async fn delete_records(
+    shard: &Rc<Shard>,
+    broker: i32,
+    request: DeleteRecordsRequest,
+    version: i16,
+) -> Result<DeleteRecordsResponse, ForwardError> {
+    let api_key = ApiKey::DeleteRecords;
+    let failed = |message: String| ForwardError {
+        broker,
+        api_key,
+        message,
+    };
+    let started = Instant::now();
+    let bytes_out = request_bytes(&request, version);
+    let address = address(shard, broker).ok_or_else(|| failed(no_address(broker)))?;
+    let purpose = Purpose::Forward {
+        timeout: Duration::from_millis(DELETE_RECORDS_WAIT_MS_MAX + FORWARD_TIMEOUT_MS),
+    };
+    let mut connection = transport::connect_address(shard, &address, purpose)
+        .await
+        .map_err(failed)?;
+    let outcome = match connection.version::<DeleteRecordsRequest>(version..=version) {
+        Ok(version) => connection.call(&request, version).await,
+        Err(error) => Err(error),
+    };
+    let bytes_in = match &outcome {
+        Ok(response) => response.compute_size(version).unwrap_or(0) as u64,
+        Err(_) => 0,
+    };
+    crate::metrics::record_forward(crate::metrics::Forwarded {
+        broker,
+        api_key: api_key as i16,
+        bytes_out: bytes_out as u64,
+        bytes_in,
+        latency_us: started.elapsed().as_micros() as u64,
+        failed: outcome.is_err(),
+    });
+    outcome.map_err(|error| failed(error.to_string()))
 }
 
 async fn exchange_fetch(

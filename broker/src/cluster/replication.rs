@@ -11,7 +11,11 @@
 //!   gets with the leader's offsets and epochs; it fetches again at once,
 //!   while those appends sync, and reports each partition's durable log
 //!   end (what `acks=all` counts) in every fetch and, when a sync ends
-//!   while a fetch waits at the leader, in a position report.
+//!   while a fetch waits at the leader, in a position report;
+//! - a follower's log start follows the leader's (each fetch answer
+//!   carries it: DeleteRecords and retention remove records on every
+//!   replica) and each fetch reports its own, which the leader's
+//!   DeleteRecords waits for.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -446,7 +450,7 @@ fn follower_fetch(shard: &Shard, wanted: &[(Rc<Partition>, i32)], report: bool) 
             .with_partition(partition.index())
             .with_current_leader_epoch(*epoch)
             .with_fetch_offset(partition.log_end_offset())
-            .with_log_start_offset(-1)
+            .with_log_start_offset(partition.log_start_offset())
             .with_partition_max_bytes(partition_max_bytes);
         by_topic
             .entry(partition.topic())
@@ -560,6 +564,20 @@ async fn fetch_once(
                                 partition = data.partition_index,
                                 error = %protocol::client::error_name(code),
                                 "replicated records not appended"
+                            );
+                            continue;
+                        }
+                    }
+                    // Records the leader removed from its head (DeleteRecords,
+                    // retention) go here too; this copy's log start is in its
+                    // next fetch, which the leader's DeleteRecords waits for.
+                    if data.log_start_offset > partition.log_start_offset() {
+                        if let Err(code) = partition.follow_log_start(data.log_start_offset).await {
+                            tracing::warn!(
+                                topic = %name,
+                                partition = data.partition_index,
+                                error = %protocol::client::error_name(code),
+                                "follower log start not moved to the leader's"
                             );
                         }
                     }

@@ -2,7 +2,9 @@
 //! no topic has: UNKNOWN_TOPIC_ID); v15's replica state (a follower's id
 //! and broker epoch) makes it a follower fetch, whose fetch offset the
 //! leader's replica state counts (or, from a Strom follower, the durable
-//! log end its tagged field carries: `cluster::replication`); v16's leader hints (KIP-951): a
+//! log end its tagged field carries: `cluster::replication`), and whose
+//! `log_start_offset` counts toward the low watermark DeleteRecords
+//! waits for; v16's leader hints (KIP-951): a
 //! partition another broker leads answers NOT_LEADER_OR_FOLLOWER with the
 //! current leader, whose endpoint the answer lists. Sessions are
 //! declined (session id 0: every fetch is full).
@@ -40,7 +42,7 @@ use crate::handlers::scatter::{
 };
 use crate::limits::FETCH_WAIT_MS_MAX;
 use crate::memory::ResponseBudget;
-use crate::partition::FetchOutcome;
+use crate::partition::{FetchOutcome, FollowerPosition};
 use crate::shard::Shard;
 use crate::sync::select_first;
 
@@ -53,9 +55,9 @@ struct Wanted {
     partition: i32,
     fetch_offset: i64,
     partition_max_bytes: usize,
-    /// A follower's fetch: its broker id, the leader epoch it follows and
-    /// where its durable log ends.
-    replica: Option<(i32, i32, i64)>,
+    /// A follower's fetch: its broker id, and where its copy stands
+    /// (the fetch offset there is `fetch_offset`'s).
+    replica: Option<(i32, FollowerPosition)>,
 }
 
 /// One partition for the broker that leads it: the index of its topic in
@@ -80,10 +82,8 @@ async fn read_core(
         let max = w.partition_max_bytes.min(budget.max(1));
         let outcome = match (owner.partition(&w.topic, w.partition), w.replica) {
             (Some(partition), None) => partition.read(w.fetch_offset, max).await,
-            (Some(partition), Some((replica_id, leader_epoch, durable_end))) => {
-                partition
-                    .read_for_follower(replica_id, leader_epoch, w.fetch_offset, durable_end, max)
-                    .await
+            (Some(partition), Some((replica_id, position))) => {
+                partition.read_for_follower(replica_id, position, max).await
             }
             (None, _) => FetchOutcome::error(errors::NOT_LEADER_OR_FOLLOWER),
         };
@@ -248,7 +248,13 @@ async fn answer(
                         replica: (replica_id >= 0).then(|| {
                             let durable_end = crate::cluster::replication::durable_end_of(p)
                                 .unwrap_or(p.fetch_offset);
-                            (replica_id, p.current_leader_epoch, durable_end)
+                            let position = FollowerPosition {
+                                leader_epoch: p.current_leader_epoch,
+                                fetch_offset: p.fetch_offset,
+                                durable_end,
+                                log_start_offset: p.log_start_offset,
+                            };
+                            (replica_id, position)
                         }),
                     },
                 ),

@@ -22,6 +22,7 @@ pub mod configs;
 pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_groups;
+pub mod delete_records;
 pub mod delete_topics;
 pub mod describe_cluster;
 pub mod describe_groups;
@@ -83,6 +84,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
         ApiKey::DeleteTopics,
         delete_topics::VERSION_MIN,
         delete_topics::VERSION_MAX,
+    ),
+    (
+        ApiKey::DeleteRecords,
+        delete_records::VERSION_MIN,
+        delete_records::VERSION_MAX,
     ),
     (
         ApiKey::InitProducerId,
@@ -371,6 +377,9 @@ async fn dispatch(
         }
         RequestKind::DeleteTopics(body) => {
             out.encode(&delete_topics::handle(&shard, body, version).await)
+        }
+        RequestKind::DeleteRecords(body) => {
+            out.encode(&delete_records::handle(&shard, body, version, origin).await)
         }
         RequestKind::CreatePartitions(body) => {
             out.encode(&create_partitions::handle(&shard, body).await)
