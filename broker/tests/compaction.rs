@@ -10,7 +10,11 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
 use common::{poll_until, run_python, Broker, SoakBudget};
+use protocol::batch::BatchHeader;
+use test_support::cluster::Cluster;
 
 const SCRIPT_DEADLINE: Duration = Duration::from_secs(300);
 /// How long the cleaner may take to reach the end of what was produced.
@@ -18,11 +22,14 @@ const CLEANED_DEADLINE: Duration = Duration::from_secs(90);
 const TOPIC: &str = "changelog";
 
 fn script(broker: &Broker, case: &str, state: &Path, arg: &str) -> String {
+    script_at(&broker.bootstrap(), case, state, arg)
+}
+
+fn script_at(bootstrap: &str, case: &str, state: &Path, arg: &str) -> String {
     let state = state.display().to_string();
-    let bootstrap = broker.bootstrap();
     run_python(
         "compaction_check.py",
-        &[&bootstrap, case, TOPIC, &state, arg],
+        &[bootstrap, case, TOPIC, &state, arg],
         SCRIPT_DEADLINE,
     )
 }
@@ -139,4 +146,96 @@ fn a_kill_during_cleaning_leaves_every_latest_value() {
         round += 1;
     }
     assert!(round > 0);
+}
+
+/// Every record in a partition directory's segment files, by offset, as
+/// stored (its encoded bytes), read straight from the files.
+fn stored_records(partition_dir: &Path) -> BTreeMap<u64, Vec<u8>> {
+    let Ok(entries) = std::fs::read_dir(partition_dir) else {
+        // Not there (yet): a replica that lost its disk.
+        return BTreeMap::new();
+    };
+    let mut logs: Vec<_> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    logs.sort();
+    let mut out = BTreeMap::new();
+    for log in logs {
+        let bytes = std::fs::read(&log).unwrap();
+        let mut at = 0;
+        // Up to the end, or the preallocated (zero) tail of the active one.
+        while let Ok(header) = BatchHeader::parse(&bytes[at..]) {
+            let batch = &bytes[at..at + header.size()];
+            for record in protocol::compact::raw_records(batch, 64 << 20).unwrap() {
+                out.insert(record.offset as u64, record.bytes.to_vec());
+            }
+            at += header.size();
+        }
+    }
+    out
+}
+
+/// RF=3: every replica compacts its own copy, and they hold the same
+/// records at the same offsets; a replica that lost its copy copies the
+/// compacted log (gaps and all) from its leader.
+#[test]
+fn every_replica_of_a_compacted_partition_holds_the_same_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.json");
+    let mut cluster = Cluster::start(3, &["--set", "log.cleaner.backoff.ms=200"]);
+    let bootstrap = cluster.bootstrap();
+    let out = script_at(
+        &bootstrap,
+        "create",
+        &state,
+        "replication.factor=3,min.insync.replicas=2",
+    );
+    assert!(out.contains("create: ok"), "{out}");
+    let out = script_at(&bootstrap, "produce", &state, "0");
+    let sentinel_offset = sentinel(&out);
+    for id in 1..=3 {
+        wait_cleaned(&cluster.node(id).broker, sentinel_offset);
+    }
+    let dirs: Vec<_> = (1..=3)
+        .map(|id| cluster.dir(id).join("data").join(format!("{TOPIC}-0")))
+        .collect();
+    let partition = |id: i32| dirs[id as usize - 1].clone();
+    // What was cleaned: below the sentinel (which may still be only in
+    // the journal, not yet in its segment file).
+    let cleaned = |id: i32| {
+        let mut records = stored_records(&partition(id));
+        records.retain(|offset, _| *offset < sentinel_offset);
+        records
+    };
+    let first = cleaned(1);
+    // 1,000 keys, nothing superseded.
+    assert_eq!(first.len(), 1000, "node 1 holds {} records", first.len());
+    for id in 2..=3 {
+        let other = cleaned(id);
+        assert!(
+            other == first,
+            "node {id} differs from node 1: {} vs {} records",
+            other.len(),
+            first.len()
+        );
+    }
+    let out = script_at(&bootstrap, "check", &state, "");
+    assert!(out.contains("check: ok 1001 records"), "{out}");
+
+    // Node 3 loses the partition's directory: it copies the compacted log
+    // back from its leader (a voter's whole data dir may not go: its Raft
+    // log is the quorum's).
+    cluster
+        .node_mut(3)
+        .broker
+        .crash_and_restart_with(|data_dir| {
+            std::fs::remove_dir_all(data_dir.join(format!("{TOPIC}-0"))).unwrap();
+        });
+    let copied = cluster.wait_for("node 3 to copy the compacted log", || {
+        let records = cleaned(3);
+        (records == first).then_some(records.len())
+    });
+    assert_eq!(copied, 1000);
 }

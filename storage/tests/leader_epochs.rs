@@ -1,6 +1,6 @@
 //! Leader epochs in the log: a leader's append stamps its epoch into the
 //! stored batch (byte 12, outside the CRC); a follower's `append_at` keeps
-//! its leader's offsets and epochs and refuses gaps and overlaps; the
+//! its leader's offsets, epochs and gaps and refuses overlaps; the
 //! leader-epoch cache is kept in Kafka's `leader-epoch-checkpoint` file,
 //! survives a restart, is rebuilt from the batches when the file is
 //! missing or damaged, and is cut with the log at either end.
@@ -94,7 +94,7 @@ fn leader_appends_stamp_their_epoch_and_the_cache_survives_a_restart() {
 }
 
 #[test]
-fn append_at_keeps_the_leader_s_offsets_and_refuses_gaps_and_overlaps() {
+fn append_at_keeps_the_leader_s_offsets_and_gaps_and_refuses_overlaps() {
     let dir = common::tempdir().unwrap();
     let root = dir.path().to_path_buf();
     run(move || async move {
@@ -115,12 +115,13 @@ fn append_at_keeps_the_leader_s_offsets_and_refuses_gaps_and_overlaps() {
         assert_eq!(entries(&follower), [(1, 0), (4, 4)]);
         assert_eq!(checkpoint(&root.join("f-0")), "0\n2\n1 0\n4 4\n");
 
-        // A gap and an overlap are refused and change nothing.
+        // An overlap, and a gap beyond what a segment can hold, are
+        // refused and change nothing.
         let end = follower.next_offset();
-        let mut gap = Spec::new(9, 2, 100).stored(end + 5);
-        gap[12..16].copy_from_slice(&4i32.to_be_bytes());
+        let mut far = Spec::new(9, 2, 100).stored(end + (1 << 31));
+        far[12..16].copy_from_slice(&4i32.to_be_bytes());
         let overlap = batches[1].clone();
-        for (what, batch) in [("gap", Bytes::from(gap)), ("overlap", overlap)] {
+        for (what, batch) in [("far gap", Bytes::from(far)), ("overlap", overlap)] {
             match follower.append_at(batch).await {
                 Err(StorageError::NotAtLogEnd {
                     base_offset,
@@ -135,6 +136,20 @@ fn append_at_keeps_the_leader_s_offsets_and_refuses_gaps_and_overlaps() {
         }
         assert_eq!(follower.next_offset(), end);
         assert_eq!(stored_batches(&follower).await, batches);
+
+        // A gap, as a compacted leader's log has, is kept as it is: the
+        // batch at the leader's offsets, the log end after it.
+        let mut gap = Spec::new(9, 2, 100).stored(end + 5);
+        gap[12..16].copy_from_slice(&4i32.to_be_bytes());
+        let crc = protocol::batch::compute_crc(&gap);
+        gap[17..21].copy_from_slice(&crc.to_be_bytes());
+        let info = follower.append_at(Bytes::from(gap.clone())).await.unwrap();
+        assert_eq!((info.base_offset, info.last_offset), (end + 5, end + 6));
+        assert_eq!(follower.next_offset(), end + 7);
+        follower.wait_durable(info.last_offset).await.unwrap();
+        let read = follower.read(end, 1 << 20, u64::MAX).await.unwrap();
+        assert_eq!(&read.bytes[..], &gap[..], "read from inside the gap");
+        assert_eq!(read.next_offset, end + 7);
         leader_log.close().await.unwrap();
         follower.close().await.unwrap();
     });

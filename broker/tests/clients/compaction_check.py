@@ -3,7 +3,8 @@ beginning sees once the cleaner ran.
 
 usage: compaction_check.py BOOTSTRAP CASE TOPIC STATE_FILE [ARG]
 CASE:
-  create         the topic, compacted (ARG: extra config key=value,...)
+  create         the topic, compacted (ARG: extra config key=value,...;
+                 replication.factor=N sets its replication factor)
   produce        KEYS keys written ROUNDS times each in a random order
                  (ARG: the round to start at), the last round's first
                  TOMBSTONES keys deleted with tombstones; then, after
@@ -60,11 +61,15 @@ def create(bootstrap, topic, extra):
         "min.cleanable.dirty.ratio": "0.01",
         "delete.retention.ms": "3600000",
     }
+    replication_factor = 1
     for pair in filter(None, extra.split(",")):
         key, value = pair.split("=", 1)
-        config[key] = value
+        if key == "replication.factor":
+            replication_factor = int(value)
+        else:
+            config[key] = value
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(topic, 1, 1, config=config)])
+    futures = admin.create_topics([NewTopic(topic, 1, replication_factor, config=config)])
     futures[topic].result(DEADLINE_S)
     print("create: ok")
 

@@ -170,7 +170,13 @@ impl Log {
         if let Some(ts) = log_append_time_ms {
             stamped.max_timestamp = ts;
         }
-        if self.needs_roll(&stamped, size, now) {
+        // A batch kept at its own offsets may start past the log end: a
+        // compacted leader's log has gaps, and its followers keep them.
+        let first = match placement {
+            Placement::Keep => header.base_offset as u64,
+            Placement::Assign(_) => self.next_offset(),
+        };
+        if self.needs_roll(&stamped, first, size, now) {
             self.roll().await?;
         }
 
@@ -198,7 +204,10 @@ impl Log {
     ) -> (u64, u64, i32) {
         let size = batch.len();
         let mut state = self.inner.state.borrow_mut();
-        let base_offset = state.next_offset;
+        let base_offset = match placement {
+            Placement::Keep => header.base_offset as u64,
+            Placement::Assign(_) => state.next_offset,
+        };
         // Offsets only grow: a batch's last offset delta was checked, a
         // negative one would wrap to a jump of the log end.
         assert!(
@@ -236,7 +245,12 @@ impl Log {
     fn check_placement(&self, header: &batch::BatchHeader, placement: Placement) -> Result<()> {
         let log_end = self.inner.state.borrow().next_offset;
         match placement {
-            Placement::Keep if header.base_offset != log_end as i64 => {
+            // At the log end or past it (a gap compaction left), within
+            // what one segment can hold after a roll.
+            Placement::Keep
+                if header.base_offset < log_end as i64
+                    || header.base_offset as u64 - log_end > (i32::MAX / 2) as u64 =>
+            {
                 Err(StorageError::NotAtLogEnd {
                     path: self.inner.dir.clone(),
                     base_offset: header.base_offset,
@@ -274,15 +288,20 @@ impl Log {
         self.check_space(size)
     }
 
-    pub(super) fn needs_roll(&self, header: &batch::BatchHeader, size: usize, now: i64) -> bool {
+    pub(super) fn needs_roll(
+        &self,
+        header: &batch::BatchHeader,
+        first: u64,
+        size: usize,
+        now: i64,
+    ) -> bool {
         let config = self.inner.config.borrow();
         let state = self.inner.state.borrow();
         let active = state.active();
         if active.size == 0 {
             return false;
         }
-        let last_relative =
-            state.next_offset + header.last_offset_delta as u64 - active.base_offset;
+        let last_relative = first + header.last_offset_delta as u64 - active.base_offset;
         active.size + size as u64 > config.segment_bytes
             || (active.index.len() as u64 + 1) * 8 > config.segment_index_bytes
             || (active.time_index.entries().len() as u64 + 1) * 12 > config.segment_index_bytes

@@ -764,7 +764,8 @@ impl Log {
                     for batch in &kept_batches {
                         out.push(batch).await?;
                     }
-                    pace.spent(kept_batches.iter().map(|b| b.len() as u64).sum()).await;
+                    pace.spent(kept_batches.iter().map(|b| b.len() as u64).sum())
+                        .await;
                 }
                 if out.segment.size == 0 {
                     // Nothing left of the group: no segment for it.
