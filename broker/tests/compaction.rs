@@ -239,3 +239,30 @@ fn every_replica_of_a_compacted_partition_holds_the_same_records() {
     });
     assert_eq!(copied, 1000);
 }
+
+/// An idempotent producer goes on producing the same keys while the
+/// cleaner removes its older batches and while the broker restarts: every
+/// batch is acknowledged, none refused with OUT_OF_ORDER_SEQUENCE_NUMBER
+/// or UNKNOWN_PRODUCER_ID (each producer's last batch is kept).
+#[test]
+fn an_idempotent_producer_keeps_producing_across_cleanings_and_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.json");
+    let mut broker = start(dir.path());
+    let out = script(&broker, "create", &state, "segment.bytes=16384");
+    assert!(out.contains("create: ok"), "{out}");
+    let bootstrap = broker.bootstrap();
+    let producing = {
+        let state = state.clone();
+        std::thread::spawn(move || script_at(&bootstrap, "idempotent", &state, "40"))
+    };
+    let cleaned = poll_until(CLEANED_DEADLINE, || {
+        broker.log().contains("log cleaned").then_some(())
+    });
+    assert!(cleaned.is_some(), "no cleaning while producing\n{}", broker.log());
+    broker.restart();
+    let out = producing.join().expect("the producing thread");
+    assert!(out.contains("idempotent: ok 8000 records"), "{out}");
+    let cleanings = broker.log().matches("log cleaned").count();
+    assert!(cleanings >= 2, "{cleanings} cleanings\n{}", broker.log());
+}
