@@ -143,9 +143,15 @@ fn a_kill_during_cleaning_leaves_every_latest_value() {
         wait_cleaned(&broker, sentinel_offset);
         let out = script(&broker, "check", &state, "");
         assert!(out.contains("check: ok"), "round {round}: {out}");
+        println!(
+            "round {round}: killed {} ms after the roll; {}",
+            (seed >> 33) % 600,
+            out.trim()
+        );
         round += 1;
     }
     assert!(round > 0);
+    println!("kill during cleaning rounds: {round}, every latest value kept");
 }
 
 /// Every record in a partition directory's segment files, by offset, as
@@ -259,7 +265,11 @@ fn an_idempotent_producer_keeps_producing_across_cleanings_and_a_restart() {
     let cleaned = poll_until(CLEANED_DEADLINE, || {
         broker.log().contains("log cleaned").then_some(())
     });
-    assert!(cleaned.is_some(), "no cleaning while producing\n{}", broker.log());
+    assert!(
+        cleaned.is_some(),
+        "no cleaning while producing\n{}",
+        broker.log()
+    );
     broker.restart();
     let out = producing.join().expect("the producing thread");
     assert!(out.contains("idempotent: ok 8000 records"), "{out}");
