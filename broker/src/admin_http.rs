@@ -562,6 +562,13 @@ fn total(snapshots: &[ShardSnapshot]) -> ShardSnapshot {
         all.partitions += s.partitions;
         all.leaders += s.leaders;
         all.stalls += s.stalls;
+        all.cleaner.runs += s.cleaner.runs;
+        all.cleaner.failures += s.cleaner.failures;
+        all.cleaner.bytes_read += s.cleaner.bytes_read;
+        all.cleaner.bytes_written += s.cleaner.bytes_written;
+        all.cleaner.records_removed += s.cleaner.records_removed;
+        all.cleaner.busy_us += s.cleaner.busy_us;
+        all.cleaner.backlog += s.cleaner.backlog;
         all.queued_request_bytes += s.queued_request_bytes;
         all.queued_request_bytes_peak += s.queued_request_bytes_peak;
         all.queued_response_bytes += s.queued_response_bytes;
@@ -812,7 +819,7 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
             );
         }
     }
-    let counters: [ShardFigure; 5] = [
+    let counters: [ShardFigure; 11] = [
         (
             "strom_request_bytes_total",
             "Bytes of request frames received (after the length prefix).",
@@ -837,6 +844,36 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
             "strom_log_written_bytes_total",
             "Bytes written by the partition logs (page-aligned, tails rewritten).",
             |s| s.storage.bytes_written,
+        ),
+        (
+            "strom_cleaner_runs_total",
+            "Cleanings of compacted logs by the core's cleaner that changed something.",
+            |s| s.cleaner.runs,
+        ),
+        (
+            "strom_cleaner_failures_total",
+            "Cleanings that failed (each logged; the log stays as it was).",
+            |s| s.cleaner.failures,
+        ),
+        (
+            "strom_cleaner_read_bytes_total",
+            "Bytes the cleaner read from segment files.",
+            |s| s.cleaner.bytes_read,
+        ),
+        (
+            "strom_cleaner_written_bytes_total",
+            "Bytes of cleaned segments the cleaner wrote.",
+            |s| s.cleaner.bytes_written,
+        ),
+        (
+            "strom_cleaner_records_removed_total",
+            "Records the cleaner removed: superseded by a later record of their key, or tombstones past delete.retention.ms.",
+            |s| s.cleaner.records_removed,
+        ),
+        (
+            "strom_cleaner_busy_microseconds_total",
+            "Time the core's cleaner spent cleaning.",
+            |s| s.cleaner.busy_us,
         ),
     ];
     for (name, help, value) in counters {
@@ -977,6 +1014,43 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
             |s| s.storage.journal_bytes,
         ),
     ];
+    let name = "strom_cleaner_backlog";
+    e.family(
+        name,
+        "gauge",
+        "Compacted logs due for a cleaning (at or past min.cleanable.dirty.ratio or max.compaction.lag.ms) at the core's cleaner's last look.",
+    );
+    for (shard, s) in &rows {
+        e.sample(name, &[("shard", shard)], s.cleaner.backlog);
+    }
+    for (name, help) in [
+        (
+            "strom_cleaner_dirty_ratio",
+            "Share of a compacted partition's cleanable bytes (sealed segments below the high watermark) not cleaned yet, on this broker's replica.",
+        ),
+        (
+            "strom_cleaner_since_cleaning_seconds",
+            "Seconds since the last cleaning of a compacted partition's replica on this broker (absent until its first since start).",
+        ),
+    ] {
+        e.family(name, "gauge", help);
+        for s in snapshots {
+            for log in &s.cleaner_logs {
+                let partition = log.partition.to_string();
+                let labels = [("topic", log.topic.as_str()), ("partition", partition.as_str())];
+                if name == "strom_cleaner_dirty_ratio" {
+                    let ratio = if log.cleanable_bytes == 0 {
+                        0.0
+                    } else {
+                        log.dirty_bytes as f64 / log.cleanable_bytes as f64
+                    };
+                    e.sample(name, &labels, ratio);
+                } else if let Some(ms) = log.since_cleaned_ms {
+                    e.sample(name, &labels, ms as f64 / 1000.0);
+                }
+            }
+        }
+    }
     for (name, help, value) in gauges {
         let kind = if name.ends_with("_total") {
             "counter"

@@ -16,6 +16,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use crate::config::CleanerConfig;
+use crate::metrics::{CleanerLogSnapshot, CleanerSnapshot};
 use crate::partition::Partition;
 use crate::shard::Shard;
 
@@ -60,6 +61,8 @@ pub async fn cleaner_loop(shard: Rc<Shard>) {
         seen.retain(|key, _| partitions.iter().any(|p| Rc::as_ptr(p) == *key));
         let mut due: Option<(f64, Rc<Partition>)> = None;
         let mut sweep: Option<Rc<Partition>> = None;
+        let mut backlog = 0u64;
+        let mut looked_at = Vec::new();
         for partition in &partitions {
             let (policy, compaction) = partition.cleanup();
             if !policy.compact {
@@ -69,11 +72,19 @@ pub async fn cleaner_loop(shard: Rc<Shard>) {
                 continue;
             };
             let entry = seen.entry(Rc::as_ptr(partition)).or_default();
+            looked_at.push(CleanerLogSnapshot {
+                topic: partition.topic().to_string(),
+                partition: partition.index(),
+                dirty_bytes: cleanable.dirty_bytes,
+                cleanable_bytes: cleanable.clean_bytes + cleanable.dirty_bytes,
+                since_cleaned_ms: entry.cleaned.map(|at| at.elapsed().as_millis() as u64),
+            });
             let since_cleaned = entry.cleaned.unwrap_or(started).elapsed();
             let ratio = cleanable.dirty_ratio();
             let lagging = u128::try_from(compaction.max_lag_ms)
                 .is_ok_and(|lag| since_cleaned.as_millis() >= lag);
             if cleanable.dirty_bytes > 0 && (ratio >= compaction.min_dirty_ratio || lagging) {
+                backlog += 1;
                 if due.as_ref().is_none_or(|(best, _)| ratio > *best) {
                     due = Some((ratio, partition.clone()));
                 }
@@ -81,6 +92,8 @@ pub async fn cleaner_loop(shard: Rc<Shard>) {
                 sweep = Some(partition.clone());
             }
         }
+        LOGS.with(|logs| *logs.borrow_mut() = looked_at);
+        CLEANER.with(|stats| stats.borrow_mut().backlog = backlog);
         let Some(partition) = due.map(|(_, p)| p).or(sweep) else {
             if shard.stopping.sleep_unless_raised(TICK.min(backoff)).await {
                 return;
@@ -96,7 +109,7 @@ pub async fn cleaner_loop(shard: Rc<Shard>) {
         match result {
             Ok(Some(outcome)) => {
                 entry.cleaned = Some(Instant::now());
-                CLEANER.with(|stats| stats.borrow_mut().add(&outcome, began.elapsed()));
+                CLEANER.with(|stats| add(&mut stats.borrow_mut(), &outcome, began.elapsed()));
             }
             Ok(None) => {}
             Err(error) => {
@@ -112,32 +125,25 @@ pub async fn cleaner_loop(shard: Rc<Shard>) {
     }
 }
 
-/// One core's cleaner counters, for `/metrics`.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct CleanerStats {
-    pub runs: u64,
-    pub failures: u64,
-    pub bytes_read: u64,
-    pub bytes_written: u64,
-    pub records_removed: u64,
-    pub seconds: f64,
-}
-
-impl CleanerStats {
-    fn add(&mut self, outcome: &storage::CleanOutcome, took: Duration) {
-        self.runs += 1;
-        self.bytes_read += outcome.bytes_read;
-        self.bytes_written += outcome.bytes_written;
-        self.records_removed += outcome.records_removed;
-        self.seconds += took.as_secs_f64();
-    }
+fn add(stats: &mut CleanerSnapshot, outcome: &storage::CleanOutcome, took: Duration) {
+    stats.runs += 1;
+    stats.bytes_read += outcome.bytes_read;
+    stats.bytes_written += outcome.bytes_written;
+    stats.records_removed += outcome.records_removed;
+    stats.busy_us += took.as_micros() as u64;
 }
 
 thread_local! {
-    static CLEANER: std::cell::RefCell<CleanerStats> = std::cell::RefCell::new(CleanerStats::default());
+    static CLEANER: std::cell::RefCell<CleanerSnapshot> = std::cell::RefCell::new(CleanerSnapshot::default());
+    static LOGS: std::cell::RefCell<Vec<CleanerLogSnapshot>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// This core's cleaner counters.
-pub fn stats() -> CleanerStats {
+pub fn stats() -> CleanerSnapshot {
     CLEANER.with(|stats| *stats.borrow())
+}
+
+/// The compacted logs of this core as its cleaner last saw them.
+pub fn logs() -> Vec<CleanerLogSnapshot> {
+    LOGS.with(|logs| logs.borrow().clone())
 }

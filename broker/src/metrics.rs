@@ -377,6 +377,11 @@ pub struct ShardSnapshot {
     /// Offsets and size of each partition the shard owns.
     #[serde(default)]
     pub partition_logs: Vec<PartitionLogSnapshot>,
+    /// The core's cleaner, and the compacted logs it looks after.
+    #[serde(default)]
+    pub cleaner: CleanerSnapshot,
+    #[serde(default)]
+    pub cleaner_logs: Vec<CleanerLogSnapshot>,
     /// Produce and fetch traffic carried by the shard's connections.
     #[serde(default)]
     pub traffic: Vec<TrafficSnapshot>,
@@ -436,6 +441,33 @@ pub struct PartitionLogSnapshot {
     /// partition once.
     #[serde(default)]
     pub leader: bool,
+}
+
+/// One core's cleaner (see `compaction.rs`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CleanerSnapshot {
+    pub runs: u64,
+    pub failures: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub records_removed: u64,
+    /// Time spent cleaning, in microseconds.
+    pub busy_us: u64,
+    /// Compacted logs due for a cleaning at the cleaner's last look.
+    pub backlog: u64,
+}
+
+/// One compacted partition's log, as the cleaner last saw it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CleanerLogSnapshot {
+    pub topic: String,
+    pub partition: i32,
+    /// Cleanable bytes (sealed segments below the high watermark) not
+    /// cleaned yet, and all of them.
+    pub dirty_bytes: u64,
+    pub cleanable_bytes: u64,
+    /// Milliseconds since its last cleaning; `None`: none since start.
+    pub since_cleaned_ms: Option<u64>,
 }
 
 /// One partition's produce and fetch traffic on one shard.

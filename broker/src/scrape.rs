@@ -69,6 +69,8 @@ pub fn snapshot(shard: &Shard) -> ShardSnapshot {
         committed: committed_snapshot(shard),
         forwarded: counters.forwarded,
         stages: crate::stages::snapshot(),
+        cleaner: crate::compaction::stats(),
+        cleaner_logs: crate::compaction::logs(),
     }
 }
 

@@ -67,11 +67,28 @@ fn wait_cleaned(broker: &Broker, offset: u64) {
 }
 
 fn start(dir: &Path) -> Broker {
+    let admin = format!("127.0.0.1:{}", common::free_port());
     Broker::start_in(
         &dir.join("data"),
         &dir.join("broker.log"),
-        &["--set", "log.cleaner.backoff.ms=200"],
+        &[
+            "--set",
+            "log.cleaner.backoff.ms=200",
+            "--admin-listen",
+            &admin,
+        ],
     )
+}
+
+/// The value of the `/metrics` sample `series` (name and labels as printed).
+fn metric(broker: &Broker, series: &str) -> Option<f64> {
+    let admin = broker
+        .arg("--admin-listen")
+        .expect("started with an admin listener");
+    let (code, text) = common::http_get(admin, "/metrics");
+    assert_eq!(code, 200, "{text}");
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
 }
 
 #[test]
@@ -91,6 +108,33 @@ fn a_compacted_topic_keeps_the_latest_record_of_every_key_and_tombstones_go_afte
         out.contains("check: ok 1001 records of 50101 produced, 901 live keys"),
         "{out}"
     );
+    // What /metrics says of it.
+    let runs = metric(&broker, "strom_cleaner_runs_total{shard=\"all\"}").unwrap_or(0.0);
+    let removed = metric(
+        &broker,
+        "strom_cleaner_records_removed_total{shard=\"all\"}",
+    )
+    .unwrap_or(0.0);
+    assert!(
+        runs >= 1.0 && removed >= 49_000.0,
+        "runs {runs}, removed {removed}"
+    );
+    let ratio = poll_until(CLEANED_DEADLINE, || {
+        metric(
+            &broker,
+            "strom_cleaner_dirty_ratio{topic=\"changelog\",partition=\"0\"}",
+        )
+        .filter(|r| *r == 0.0)
+    });
+    assert!(
+        ratio.is_some(),
+        "the dirty ratio never read 0 after the cleaning"
+    );
+    assert!(metric(
+        &broker,
+        "strom_cleaner_since_cleaning_seconds{topic=\"changelog\",partition=\"0\"}"
+    )
+    .is_some());
 
     // Tombstones go once delete.retention.ms is up, changed live.
     let out = script(&broker, "alter", &state, "delete.retention.ms=1");
