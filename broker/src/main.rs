@@ -46,6 +46,8 @@ enum Command {
     Status(cli::status::StatusArgs),
     /// Offline repairs start-up names when it refuses to drop data.
     Repair(cli::repair::RepairArgs),
+    /// Print a data dir's files and their damage (`strom log dump PATH`).
+    Log(cli::log_dump::LogArgs),
     /// Print the configuration reference (Markdown), generated from the code.
     ConfigReference,
 }
@@ -160,6 +162,7 @@ fn main() -> ExitCode {
                 ExitCode::from(EXIT_RUNTIME)
             }
         },
+        Some(Command::Log(args)) => cli::log_dump::run(args),
         Some(Command::ConfigReference) => {
             cli::write_stdout(format_args!("{}", broker::config::reference::render()));
             ExitCode::SUCCESS

@@ -26,14 +26,16 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
+use protobuf::Message as _;
 use raft::eraftpb::{Entry, HardState, Snapshot};
 
 use crate::store::{LogCache, LogStore};
 use crate::Error;
 
-const ENTRIES_FILE: &str = "raft-entries.log";
-const HARD_STATE_FILE: &str = "raft-hard-state";
-const SNAPSHOT_FILE: &str = "raft-snapshot";
+/// The store's files, by name in its directory.
+pub const ENTRIES_FILE: &str = "raft-entries.log";
+pub const HARD_STATE_FILE: &str = "raft-hard-state";
+pub const SNAPSHOT_FILE: &str = "raft-snapshot";
 const FRAME_HEADER_BYTES: usize = 8;
 /// An entry larger than this is a corrupt length, not an entry.
 const ENTRY_BYTES_MAX: usize = 64 * 1024 * 1024;
@@ -215,15 +217,65 @@ impl FileStore {
 /// The payload of the frame at `offset` and the offset after it, or `None` at the end or at a
 /// torn (short or CRC-failing) frame.
 fn next_frame(bytes: &[u8], offset: usize) -> Option<(&[u8], usize)> {
-    let header = bytes.get(offset..offset + FRAME_HEADER_BYTES)?;
+    frame_at(bytes, offset).ok()
+}
+
+/// The payload of the frame at `offset` of an entries file's bytes and the offset after it, or
+/// why no whole frame is there.
+fn frame_at(bytes: &[u8], offset: usize) -> Result<(&[u8], usize), String> {
+    let rest = bytes.get(offset..).unwrap_or_default();
+    let Some(header) = rest.get(..FRAME_HEADER_BYTES) else {
+        return Err(format!(
+            "{} bytes, too short for a frame header of {FRAME_HEADER_BYTES}",
+            rest.len()
+        ));
+    };
     let len = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes")) as usize;
     let crc = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
     if len > ENTRY_BYTES_MAX {
-        return None;
+        return Err(format!(
+            "length {len} above the {ENTRY_BYTES_MAX}-byte entry limit"
+        ));
     }
-    let start = offset + FRAME_HEADER_BYTES;
-    let payload = bytes.get(start..start + len)?;
-    (crc32fast::hash(payload) == crc).then_some((payload, start + len))
+    let Some(payload) = rest.get(FRAME_HEADER_BYTES..FRAME_HEADER_BYTES + len) else {
+        return Err(format!(
+            "length {len} runs past the end of the file ({} bytes left)",
+            rest.len() - FRAME_HEADER_BYTES
+        ));
+    };
+    if crc32fast::hash(payload) != crc {
+        return Err("CRC mismatch".to_string());
+    }
+    Ok((payload, offset + FRAME_HEADER_BYTES + len))
+}
+
+/// The entry framed at `offset` of an entries file's bytes and the offset after its frame, or
+/// why there is none: for tools that read the file as it lies (`strom log dump`), never to
+/// decide what the log holds (a later frame may replace an entry, see the module's doc).
+/// Eight zero bytes frame an empty payload, which decodes as an entry of index 0: Raft's
+/// entries start at 1, so that is no entry (a tool searching past damage would otherwise
+/// take any run of zeros for one).
+pub fn entry_at(bytes: &[u8], offset: usize) -> Result<(Entry, usize), String> {
+    let (payload, next) = frame_at(bytes, offset)?;
+    let entry =
+        Entry::parse_from_bytes(payload).map_err(|e| format!("entry does not decode: {e}"))?;
+    if entry.index == 0 {
+        return Err("an entry of index 0 (Raft's entries start at 1)".to_string());
+    }
+    Ok((entry, next))
+}
+
+/// The hard state a hard state file's bytes hold, or why they hold none.
+pub fn hard_state_of(bytes: &[u8]) -> Result<HardState, String> {
+    let payload = checked_payload(bytes)?;
+    HardState::parse_from_bytes(payload).map_err(|e| format!("hard state does not decode: {e}"))
+}
+
+/// The snapshot a snapshot file's bytes hold (its metadata and the application's data), or why
+/// they hold none.
+pub fn snapshot_of(bytes: &[u8]) -> Result<Snapshot, String> {
+    let payload = checked_payload(bytes)?;
+    Snapshot::parse_from_bytes(payload).map_err(|e| format!("snapshot does not decode: {e}"))
 }
 
 /// `entries` as frames of the entries file.
@@ -278,17 +330,22 @@ fn read_checked(path: &Path) -> Result<Option<Vec<u8>>, Error> {
             })
         }
     };
-    let corrupt = |reason: &str| Error::Corrupt {
+    let payload = checked_payload(&bytes).map_err(|reason| Error::Corrupt {
         path: path.to_path_buf(),
-        reason: reason.to_string(),
-    };
+        reason,
+    })?;
+    Ok(Some(payload.to_vec()))
+}
+
+/// The payload of a `crc32 | payload` file's bytes, or why it is damaged.
+fn checked_payload(bytes: &[u8]) -> Result<&[u8], String> {
     let (crc, payload) = bytes
         .split_at_checked(4)
-        .ok_or_else(|| corrupt("shorter than its CRC"))?;
+        .ok_or_else(|| "shorter than its CRC".to_string())?;
     if crc32fast::hash(payload) != u32::from_le_bytes(crc.try_into().expect("4 bytes")) {
-        return Err(corrupt("CRC mismatch"));
+        return Err("CRC mismatch".to_string());
     }
-    Ok(Some(payload.to_vec()))
+    Ok(payload)
 }
 
 /// Replaces `dir/name` with `crc32 | payload` atomically: temp file, fsync, rename, fsync dir.
@@ -531,6 +588,56 @@ mod tests {
         let (store, recovery) = FileStore::open(dir.path(), &VOTERS).unwrap();
         assert_eq!(recovery.entries_replayed, 1);
         check(&store, &[(1, 1, "a")]);
+    }
+
+    #[test]
+    fn entry_at_reads_each_frame_and_says_why_a_damaged_one_is_not_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = FileStore::open(dir.path(), &VOTERS).unwrap();
+        store
+            .append(&[entry(1, 1, "a"), entry(2, 3, "bb")])
+            .unwrap();
+        drop(store);
+        let bytes = fs::read(dir.path().join(ENTRIES_FILE)).unwrap();
+        let (first, next) = entry_at(&bytes, 0).unwrap();
+        assert_eq!(
+            (first.index, first.term, &first.data[..]),
+            (1, 1, &b"a"[..])
+        );
+        let (second, end) = entry_at(&bytes, next).unwrap();
+        assert_eq!((second.index, second.term), (2, 3));
+        assert_eq!(end, bytes.len());
+        let reason = |bytes: &[u8], at| entry_at(bytes, at).unwrap_err();
+        assert!(
+            reason(&bytes, end).contains("too short"),
+            "{}",
+            reason(&bytes, end)
+        );
+        assert!(reason(&bytes[..end - 1], next).contains("runs past the end"));
+        let mut flipped = bytes.clone();
+        flipped[end - 1] ^= 0x01;
+        assert_eq!(reason(&flipped, next), "CRC mismatch");
+        // Zeros frame an empty payload with a valid CRC: still no entry.
+        assert!(reason(&[0; 8], 0).contains("index 0"));
+    }
+
+    #[test]
+    fn hard_state_and_snapshot_files_read_back_and_refuse_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = FileStore::open(dir.path(), &VOTERS).unwrap();
+        let hard_state = HardState {
+            term: 4,
+            vote: 2,
+            commit: 0,
+            ..Default::default()
+        };
+        store.set_hard_state(&hard_state).unwrap();
+        drop(store);
+        let mut bytes = fs::read(dir.path().join(HARD_STATE_FILE)).unwrap();
+        assert_eq!(hard_state_of(&bytes).unwrap(), hard_state);
+        bytes[0] ^= 0x01;
+        assert_eq!(hard_state_of(&bytes).unwrap_err(), "CRC mismatch");
+        assert_eq!(snapshot_of(&[1, 2]).unwrap_err(), "shorter than its CRC");
     }
 
     #[test]

@@ -47,7 +47,7 @@ pub mod sessions;
 pub mod store;
 pub mod transport;
 
-pub use raft::eraftpb::{Entry, HardState, Message, Snapshot};
+pub use raft::eraftpb::{Entry, EntryType, HardState, Message, Snapshot};
 
 /// Errors of the replication crate.
 #[derive(Debug, thiserror::Error)]

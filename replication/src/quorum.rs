@@ -117,6 +117,14 @@ impl VoterChange {
         change
     }
 
+    /// The change a conf change entry's data holds, with the context its proposer attached
+    /// (the broker: the node's directory id), for tools that print the log.
+    pub fn decode(data: &[u8]) -> Result<(VoterChange, Vec<u8>), String> {
+        let change = ConfChange::parse_from_bytes(data)
+            .map_err(|e| format!("conf change does not decode: {e}"))?;
+        Ok((Self::of(&change), change.context.to_vec()))
+    }
+
     fn of(change: &ConfChange) -> Self {
         match change.get_change_type() {
             ConfChangeType::AddLearnerNode => VoterChange::AddLearner(change.node_id),
@@ -813,6 +821,25 @@ mod tests {
         /// What each node applied: (index, data), and the voter changes.
         applied: Vec<Vec<(u64, Vec<u8>)>>,
         changes: Vec<Vec<AppliedVoterChange>>,
+    }
+
+    #[test]
+    fn a_voter_change_decodes_from_its_entry_data() {
+        for change in [
+            VoterChange::AddLearner(4),
+            VoterChange::Promote(4),
+            VoterChange::Remove(2),
+        ] {
+            let data = change
+                .to_conf_change(b"dir-4".to_vec())
+                .write_to_bytes()
+                .unwrap();
+            assert_eq!(
+                VoterChange::decode(&data).unwrap(),
+                (change, b"dir-4".to_vec())
+            );
+        }
+        assert!(VoterChange::decode(&[0xff; 3]).is_err());
     }
 
     fn config(id: u64, voters: &[u64]) -> QuorumConfig {

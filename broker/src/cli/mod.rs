@@ -3,12 +3,14 @@
 //! `strom cluster`), built
 //! on `protocol::client`, `protocol::admin` and `protocol::consumer_protocol`
 //! (not on the broker's internals), so they work against any Kafka broker;
-//! only `strom repair` and `strom status` read the broker's own files and
-//! status types. Each runs on
-//! one glommio executor on the calling thread; a failure prints one line on
-//! stderr and exits 1. Everything they print goes through [`out!`] and
-//! [`outln!`], so a reader that goes away (`strom topic list | head -1`)
-//! ends the tool quietly, as it ends any Unix tool.
+//! only `strom repair`, `strom status` and `strom log dump` read the
+//! broker's own files and status types. Each runs on one glommio executor
+//! on the calling thread (`strom log dump` on none: it only reads files);
+//! a failure prints one line on stderr and exits 1. Everything they print
+//! goes through [`out!`] and [`outln!`] (`strom log dump`: its own buffered
+//! printer, with the same ending), so a reader that goes away
+//! (`strom topic list | head -1`) ends the tool quietly, as it ends any
+//! Unix tool.
 
 /// `print!` that ends the tool quietly (status 0) when stdout's reader is
 /// gone, instead of panicking as `print!` does.
@@ -27,6 +29,7 @@ pub mod config;
 pub mod consume;
 pub mod format;
 pub mod group;
+pub mod log_dump;
 pub mod produce;
 pub mod repair;
 pub mod retry;

@@ -92,6 +92,15 @@ fn frame_at(bytes: &[u8], position: usize) -> Result<(MetadataRecord, usize), Fr
     Ok((record, 8 + len))
 }
 
+/// The record framed at `position` of a metadata log's bytes and the
+/// position after its frame, or why no valid record is framed there: for
+/// tools that read the file as it lies (`strom log dump`).
+pub fn record_at(bytes: &[u8], position: usize) -> Result<(MetadataRecord, usize), String> {
+    frame_at(bytes, position)
+        .map(|(record, len)| (record, position + len))
+        .map_err(|(reason, _)| reason)
+}
+
 /// Replays `bytes` up to the first damaged record, and looks past it for
 /// a valid record (at any byte: the damaged length says nothing).
 fn replay_bytes(bytes: &[u8]) -> Replayed {

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::{Arc, RwLock};
 
-pub use log::{repair, FileMetadataLog, MetadataLog, MetadataWriter, RepairReport};
+pub use log::{record_at, repair, FileMetadataLog, MetadataLog, MetadataWriter, RepairReport};
 pub use replication::metadata::{
     decode_snapshot, encode_snapshot, place_partitions, BrokerMeta, MetadataImage, MetadataRecord,
     NotServed, PartitionState, TopicMeta,
@@ -41,7 +41,8 @@ pub fn is_internal_topic(name: &str) -> bool {
 
 /// Where `strom repair` keeps what it cut from a partition log.
 pub const REPAIR_DIR: &str = "__repair";
-const METADATA_FILE: &str = "metadata.log";
+/// The metadata log's file in [`METADATA_DIR`] (a single node's).
+pub const METADATA_FILE: &str = "metadata.log";
 
 #[derive(Debug, thiserror::Error)]
 pub enum MetadataError {
