@@ -458,3 +458,39 @@ fn a_log_whose_last_sealed_records_are_all_swept_reads_on_to_its_active_segment(
         log.close().await.unwrap();
     });
 }
+
+#[test]
+fn retention_running_beside_a_cleaning_leaves_a_consistent_log() {
+    let dir = common::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let now = common::BASE_TIMESTAMP + 30 * DAY_MS;
+        let clock = Rc::new(ManualClock::new(now));
+        let log = open(&path, clock.clone()).await;
+        let produced = fill(&log, now).await;
+        let end = log.next_offset();
+        let mut config = log.config();
+        config.retention_bytes = (log.size_bytes() / 2) as i64;
+        log.set_config(config);
+        let asked = options(now, end);
+        let cleaning = log.clean(&asked);
+        let retention = log.enforce_retention();
+        let (cleaned, retained) = futures_lite::future::zip(cleaning, retention).await;
+        cleaned.unwrap();
+        assert!(retained.unwrap().segments_deleted > 0);
+        let (kept, _) = stored(&log).await;
+        for (offset, record) in &kept {
+            assert_eq!(
+                produced.get(offset),
+                Some(record),
+                "offset {offset} changed"
+            );
+        }
+        assert!(kept.keys().all(|o| *o >= log.start_offset()));
+        // The same after a restart.
+        log.close().await.unwrap();
+        let log = open(&path, clock.clone()).await;
+        assert_eq!(stored(&log).await.0, kept);
+        log.close().await.unwrap();
+    });
+}

@@ -787,7 +787,9 @@ impl Log {
         }
 
         // 3. The swap.
-        self.swap_in(replaced, built, &mut outcome).await?;
+        if !self.swap_in(replaced, built, &mut outcome).await? {
+            return Ok(None);
+        }
         record.cleaned(mapped_to, options.now_ms);
         record.swept_to = record.swept_to.max(expired_to);
         record.write(&self.inner.dir).await?;
@@ -807,15 +809,23 @@ impl Log {
         Ok(Some(outcome))
     }
 
+    /// Puts `built` in place of the segments based at `replaced`; `false`
+    /// when those changed meanwhile (the cleaning is dropped).
     async fn swap_in(
         &self,
         replaced: Vec<u64>,
         built: Vec<Segment>,
         outcome: &mut CleanOutcome,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let dir = self.inner.dir.clone();
-        // Retention, DeleteRecords and truncation wait for the appends lock;
-        // so does the swap, whose list of segments must still be the log's.
+        // Retention and a moved log start wait for the swap lock, truncation
+        // for the appends lock: the list of segments stays the log's.
+        let _swapping = self
+            .inner
+            .swap_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| StorageError::Closed { path: dir.clone() })?;
         let _permit = self.lock_appends().await?;
         let still_there = {
             let s = self.inner.state.borrow();
@@ -830,7 +840,7 @@ impl Log {
             info!(dir = %dir.display(), "cleaning dropped: its segments changed meanwhile (retention, truncation or DeleteRecords)");
             drop(built);
             finish_or_undo_swap(&dir)?;
-            return Ok(());
+            return Ok(false);
         }
         let marker = SwapMarker {
             old: replaced.clone(),
@@ -871,7 +881,7 @@ impl Log {
         crate::file::await_opens(&dir).await;
         finish_or_undo_swap(&dir)?;
         self.inner.changed.notify_all();
-        Ok(())
+        Ok(true)
     }
 }
 

@@ -170,6 +170,9 @@ struct Inner {
     truncations: std::cell::Cell<u64>,
     /// One cleaning of the log at a time (see `clean.rs`).
     clean_lock: Semaphore,
+    /// Held while segments leave the list: a cleaning's swap, and
+    /// retention or a moved log start removing the oldest segments.
+    swap_lock: Semaphore,
     /// Set by `inject_sync_failure`: the next fdatasync reports EIO.
     #[cfg(feature = "fault-injection")]
     fail_next_sync: std::cell::Cell<bool>,

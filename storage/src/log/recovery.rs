@@ -122,6 +122,7 @@ impl Log {
             epochs_lock: Semaphore::new(1),
             truncations: std::cell::Cell::new(0),
             clean_lock: Semaphore::new(1),
+            swap_lock: Semaphore::new(1),
             #[cfg(feature = "fault-injection")]
             fail_next_sync: std::cell::Cell::new(false),
             #[cfg(feature = "fault-injection")]

@@ -78,6 +78,15 @@ impl Log {
         mut doomed: impl FnMut(&Segment, u64, u64) -> bool,
     ) -> Result<RetentionOutcome> {
         let mut outcome = RetentionOutcome::default();
+        // Not while a cleaning swaps segments in.
+        let _swapping =
+            self.inner
+                .swap_lock
+                .acquire_permit(1)
+                .await
+                .map_err(|_| StorageError::Closed {
+                    path: self.inner.dir.clone(),
+                })?;
         let (removed, checkpoint) = {
             let mut s = self.inner.state.borrow_mut();
             let mut count = 0;
