@@ -192,9 +192,12 @@ async fn core_main(
         glommio::Latency::NotImportant,
         "cleaner",
     );
-    glommio::spawn_local_into(crate::compaction::cleaner_loop(shard.clone()), cleaner_queue)
-        .expect("the cleaner's task queue was just made")
-        .detach();
+    glommio::spawn_local_into(
+        crate::compaction::cleaner_loop(shard.clone()),
+        cleaner_queue,
+    )
+    .expect("the cleaner's task queue was just made")
+    .detach();
 
     // Stop (or the main thread gone) ends accepting and reading.
     let _ = control.recv_async().await;

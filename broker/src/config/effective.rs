@@ -82,7 +82,9 @@ pub fn broker_value(config: &BrokerConfig, key: &str) -> Option<String> {
         "log.cleaner.enable" => config.cleaner.enable.to_string(),
         "log.cleaner.backoff.ms" => config.cleaner.backoff_ms.to_string(),
         "log.cleaner.dedupe.buffer.size" => config.cleaner.dedupe_buffer_bytes.to_string(),
-        "log.cleaner.io.max.bytes.per.second" => format!("{:E}", config.cleaner.io_bytes_per_second),
+        "log.cleaner.io.max.bytes.per.second" => {
+            format!("{:E}", config.cleaner.io_bytes_per_second)
+        }
         "producer.id.expiration.ms" => config.producer_id_expiration_ms.to_string(),
         "broker.session.timeout.ms" => config.cluster_timing.session_timeout_ms.to_string(),
         "strom.metadata.snapshot.bytes" => config.metadata_snapshot_bytes.to_string(),

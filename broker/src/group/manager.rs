@@ -116,6 +116,8 @@ async fn offsets_image(
     let mut image = shard.metadata.image();
     if !image.topics.contains_key(OFFSETS_TOPIC) {
         let configs: BTreeMap<String, String> = [
+            // Kafka's: compacted, 100 MiB segments.
+            ("cleanup.policy", "compact"),
             ("retention.ms", "-1"),
             ("segment.bytes", "104857600"),
             ("strom.preallocate.bytes", "65536"),

@@ -27,13 +27,13 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::produce_response::{
-    BatchIndexAndErrorMessage,
-    LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
+    BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse,
+    TopicProduceResponse,
 };
 use kafka_protocol::messages::{BrokerId, ProduceRequest, ProduceResponse};
+use kafka_protocol::protocol::StrBytes;
 use protocol::batch::{BatchError, RecordBatch};
 use protocol::codec::RequestFrame;
 
@@ -147,18 +147,30 @@ fn has_keyless_record(data: &PartitionProduceData) -> bool {
     let Ok(batch) = RecordBatch::new(records.clone()) else {
         return false;
     };
-    SCRATCH.with_borrow_mut(|scratch| {
-        protocol::records::validate_producer_batch(batch.bytes(), batch.header(), DECOMPRESSED_BATCH_BYTES_MAX, scratch)
-    })
-    .is_ok_and(|summary| summary.keyless_records > 0)
+    SCRATCH
+        .with_borrow_mut(|scratch| {
+            protocol::records::validate_producer_batch(
+                batch.bytes(),
+                batch.header(),
+                DECOMPRESSED_BATCH_BYTES_MAX,
+                scratch,
+            )
+        })
+        .is_ok_and(|summary| summary.keyless_records > 0)
 }
 
 /// Whether a topic is compacted (its `cleanup.policy`, else the broker's).
-fn is_compacted(shard: &Shard, image: &MetadataImage, overrides: &BTreeMap<String, String>) -> bool {
+fn is_compacted(
+    shard: &Shard,
+    image: &MetadataImage,
+    overrides: &BTreeMap<String, String>,
+) -> bool {
     overrides
         .get("cleanup.policy")
         .cloned()
-        .or_else(|| crate::config::dynamic::topic_default_value(&shard.config, image, "cleanup.policy"))
+        .or_else(|| {
+            crate::config::dynamic::topic_default_value(&shard.config, image, "cleanup.policy")
+        })
         .and_then(|value| crate::topic_config::CleanupPolicy::parse(&value))
         .is_some_and(|policy| policy.compact)
 }
@@ -166,7 +178,9 @@ fn is_compacted(shard: &Shard, image: &MetadataImage, overrides: &BTreeMap<Strin
 /// Kafka's message for a record without a key in a compacted topic
 /// (KIP-467 carries it in the partition's answer).
 fn keyless_message(topic: &str, partition: i32) -> String {
-    format!("Compacted topic cannot accept message without key in topic partition {topic}-{partition}.")
+    format!(
+        "Compacted topic cannot accept message without key in topic partition {topic}-{partition}."
+    )
 }
 
 /// The batch in the codec the topic's `compression.type` asks for,
@@ -272,7 +286,12 @@ fn check_partition(
         rejected_code(&error)
     })?;
     if compacted && summary.keyless_records > 0 {
-        tracing::debug!(topic = name, partition = partition_data.index, records = summary.keyless_records, "rejected records without a key for a compacted topic");
+        tracing::debug!(
+            topic = name,
+            partition = partition_data.index,
+            records = summary.keyless_records,
+            "rejected records without a key for a compacted topic"
+        );
         return Err(errors::INVALID_RECORD);
     }
     recompress_for_topic(shard, image, &topic.configs, batch, max_bytes)
@@ -377,13 +396,25 @@ pub async fn handle(
         return None;
     }
     let mut response = response(&request, scatter.into_outcomes(), version);
-    for ((topic, name), asked) in response.responses.iter_mut().zip(&names).zip(&request.topic_data) {
+    for ((topic, name), asked) in response
+        .responses
+        .iter_mut()
+        .zip(&names)
+        .zip(&request.topic_data)
+    {
         let compacted = name
             .as_deref()
             .and_then(|n| image.topics.get(n))
             .is_some_and(|t| is_compacted(shard, &image, &t.configs));
-        for (partition, data) in topic.partition_responses.iter_mut().zip(&asked.partition_data) {
-            if compacted && partition.error_code == errors::INVALID_RECORD && has_keyless_record(data) {
+        for (partition, data) in topic
+            .partition_responses
+            .iter_mut()
+            .zip(&asked.partition_data)
+        {
+            if compacted
+                && partition.error_code == errors::INVALID_RECORD
+                && has_keyless_record(data)
+            {
                 let message = keyless_message(name.as_deref().unwrap_or_default(), partition.index);
                 partition.record_errors = vec![BatchIndexAndErrorMessage::default()
                     .with_batch_index(0)

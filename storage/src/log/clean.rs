@@ -586,7 +586,15 @@ impl Log {
         now_ms: i64,
         min_lag_ms: i64,
     ) -> Result<(Vec<Source>, CleanerRecord, u64)> {
-        let record = CleanerRecord::read(&self.inner.dir).await?;
+        let cached = self.inner.cleaner_record.borrow().clone();
+        let record = match cached {
+            Some(record) => record,
+            None => {
+                let record = CleanerRecord::read(&self.inner.dir).await?;
+                *self.inner.cleaner_record.borrow_mut() = Some(record.clone());
+                record
+            }
+        };
         let s = self.inner.state.borrow();
         let young_after = now_ms.saturating_sub(min_lag_ms.max(0));
         let mut sources = Vec::new();
@@ -793,6 +801,7 @@ impl Log {
         record.cleaned(mapped_to, options.now_ms);
         record.swept_to = record.swept_to.max(expired_to);
         record.write(&self.inner.dir).await?;
+        *self.inner.cleaner_record.borrow_mut() = Some(record.clone());
         outcome.cleaned_to = mapped_to;
         info!(
             dir = %self.inner.dir.display(),

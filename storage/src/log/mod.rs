@@ -170,6 +170,8 @@ struct Inner {
     truncations: std::cell::Cell<u64>,
     /// One cleaning of the log at a time (see `clean.rs`).
     clean_lock: Semaphore,
+    /// The cleaner's record (`strom.cleaner`), once read.
+    cleaner_record: RefCell<Option<clean::CleanerRecord>>,
     /// Held while segments leave the list: a cleaning's swap, and
     /// retention or a moved log start removing the oldest segments.
     swap_lock: Semaphore,

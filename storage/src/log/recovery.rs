@@ -123,6 +123,7 @@ impl Log {
             truncations: std::cell::Cell::new(0),
             clean_lock: Semaphore::new(1),
             swap_lock: Semaphore::new(1),
+            cleaner_record: RefCell::new(None),
             #[cfg(feature = "fault-injection")]
             fail_next_sync: std::cell::Cell::new(false),
             #[cfg(feature = "fault-injection")]
