@@ -241,6 +241,39 @@ pub async fn sync_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Removes a file that may be large without one long stall of the
+/// filesystem: it is cut down a step at a time (each step a small journal
+/// transaction, with a pause after it), then unlinked. A missing file is
+/// not an error.
+pub async fn remove_gradually(path: &Path) -> Result<()> {
+    // About 400 MB/s of freed extents.
+    const STEP_BYTES: u64 = 4 << 20;
+    const PAUSE: Duration = Duration::from_millis(10);
+    let opened = glommio::io::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .dma_open(path)
+        .await;
+    let file = match opened {
+        Ok(file) => file,
+        Err(e) => {
+            let e: std::io::Error = e.into();
+            if e.kind() == std::io::ErrorKind::NotFound {
+                return Ok(());
+            }
+            return Err(crate::StorageError::io("open", path, 0, e));
+        }
+    };
+    let mut size = file.file_size().await.ctx("stat", path, 0)?;
+    while size > STEP_BYTES {
+        size -= STEP_BYTES;
+        file.truncate(size).await.ctx("truncate", path, size)?;
+        glommio::timer::sleep(PAUSE).await;
+    }
+    let _ = file.close().await;
+    remove(path).await
+}
+
 pub async fn remove(path: &Path) -> Result<()> {
     match glommio::io::remove(path).await {
         Ok(()) => Ok(()),

@@ -59,8 +59,12 @@ const SWAP_MAGIC: &[u8; 4] = b"STSW";
 /// Horizons kept at most; older ones are merged (their tombstones are the
 /// oldest, so merging only makes them wait a little longer).
 const HORIZONS_MAX: usize = 64;
-/// The cleaner reads segments this much at a time.
-const READ_WINDOW_BYTES: usize = 1 << 20;
+/// The cleaner reads segments this much at a time, and lets the core's
+/// other work run after each window (a window's records take well under a
+/// millisecond of CPU).
+const READ_WINDOW_BYTES: usize = 256 << 10;
+/// The cleaner writes a new segment this much at a time.
+const WRITE_BYTES: usize = 1 << 20;
 /// What one record section may decompress to while cleaning.
 const DECOMPRESSED_BYTES_MAX: usize = 64 << 20;
 
@@ -305,6 +309,22 @@ impl SwapMarker {
     }
 }
 
+/// How long the files a cleaning replaced stay (renamed `*.deleted`)
+/// before they are removed: readers that opened them before the swap
+/// finish first (Kafka's `file.delete.delay.ms` plays this part).
+const DELETE_DELAY: std::time::Duration = std::time::Duration::from_secs(5);
+const DELETED_SUFFIX: &str = "deleted";
+
+fn deleted_path(path: &Path) -> PathBuf {
+    let mut name = path
+        .file_name()
+        .expect("a segment file has a name")
+        .to_os_string();
+    name.push(".");
+    name.push(DELETED_SUFFIX);
+    path.with_file_name(name)
+}
+
 fn cleaned_path(dir: &Path, base: u64, ext: &str) -> PathBuf {
     dir.join(format!(
         "{}.{CLEANED_SUFFIX}",
@@ -351,7 +371,8 @@ pub(super) fn finish_or_undo_swap(dir: &Path) -> Result<()> {
     } else if marker_path.exists() {
         warn!(path = %marker_path.display(), "damaged cleaning marker: the cleaning is undone");
     }
-    // Anything cleaned and not swapped in is a cleaning undone.
+    // Anything cleaned and not swapped in is a cleaning undone; files a
+    // finished cleaning set aside go now.
     let entries = std::fs::read_dir(dir).ctx("list directory", dir, 0)?;
     let mut undone = 0;
     for entry in entries.flatten() {
@@ -359,6 +380,8 @@ pub(super) fn finish_or_undo_swap(dir: &Path) -> Result<()> {
         if name.to_str().is_some_and(|n| n.ends_with(CLEANED_SUFFIX)) {
             remove(&entry.path())?;
             undone += 1;
+        } else if name.to_str().is_some_and(|n| n.ends_with(DELETED_SUFFIX)) {
+            remove(&entry.path())?;
         }
     }
     if undone > 0 && marker.is_none() {
@@ -411,6 +434,7 @@ async fn for_each_batch(
                 .ctx("read", &source.path, position)?;
         read += window.len() as u64;
         pace.spent(window.len() as u64).await;
+        glommio::executor().yield_task_queue_now().await;
         let mut at = 0usize;
         while at < window.len() {
             let rest = &window[at..];
@@ -489,7 +513,7 @@ impl CleanedSegment {
             segment,
             file,
             path,
-            pending: Vec::with_capacity(READ_WINDOW_BYTES),
+            pending: Vec::with_capacity(WRITE_BYTES),
             flushed: 0,
             index_interval_bytes,
         })
@@ -505,8 +529,9 @@ impl CleanedSegment {
             self.index_interval_bytes,
         );
         self.pending.extend_from_slice(batch);
-        if self.pending.len() >= READ_WINDOW_BYTES {
+        if self.pending.len() >= WRITE_BYTES {
             self.write_pages(false).await?;
+            glommio::executor().yield_task_queue_now().await;
         }
         Ok(())
     }
@@ -835,17 +860,7 @@ impl Log {
             .acquire_permit(1)
             .await
             .map_err(|_| StorageError::Closed { path: dir.clone() })?;
-        let _permit = self.lock_appends().await?;
-        let still_there = {
-            let s = self.inner.state.borrow();
-            let active = s.segments.len() - 1;
-            replaced.iter().all(|base| {
-                s.segments[..active]
-                    .iter()
-                    .any(|seg| seg.base_offset == *base)
-            })
-        };
-        if !still_there {
+        if !self.still_listed(&replaced) {
             info!(dir = %dir.display(), "cleaning dropped: its segments changed meanwhile (retention, truncation or DeleteRecords)");
             drop(built);
             finish_or_undo_swap(&dir)?;
@@ -855,19 +870,32 @@ impl Log {
             old: replaced.clone(),
             new: built.iter().map(|s| s.base_offset).collect(),
         };
+        let marker_path = dir.join(SWAP_MARKER_FILE);
         let marker_tmp = dir.join(format!("{SWAP_MARKER_FILE}.tmp"));
         file::write_whole(&marker_tmp, &marker.encode()).await?;
-        std::fs::rename(&marker_tmp, dir.join(SWAP_MARKER_FILE)).ctx("rename", &marker_tmp, 0)?;
+        std::fs::rename(&marker_tmp, &marker_path).ctx("rename", &marker_tmp, 0)?;
         file::sync_dir(&dir).await?;
         // From here the cleaning is done, whatever happens: the state
-        // changes first, then the files follow (as an open would do).
+        // changes first (under the appends lock, briefly), then the files
+        // follow (as an open would do), while appends go on.
         {
+            let _permit = self.lock_appends().await?;
+            if !self.still_listed(&replaced) {
+                // Truncated meanwhile: the marker goes first, so that no
+                // open finishes this swap.
+                file::remove(&marker_path).await?;
+                file::sync_dir(&dir).await?;
+                drop(built);
+                finish_or_undo_swap(&dir)?;
+                info!(dir = %dir.display(), "cleaning dropped: its segments were truncated meanwhile");
+                return Ok(false);
+            }
             let mut s = self.inner.state.borrow_mut();
             let first = s
                 .segments
                 .iter()
                 .position(|seg| seg.base_offset == replaced[0])
-                .expect("checked above");
+                .expect("checked under the same lock");
             let count = replaced.len();
             let mut built = built;
             for segment in &mut built {
@@ -887,10 +915,55 @@ impl Log {
         }
         self.inner.truncations.set(self.inner.truncations.get() + 1);
         self.inner.read_ahead.borrow_mut().take();
-        crate::file::await_opens(&dir).await;
-        finish_or_undo_swap(&dir)?;
         self.inner.changed.notify_all();
+        // The old files step aside (renamed `*.deleted`, removed later and
+        // gradually: unlinking gigabytes at once stalls the filesystem's
+        // journal, and every append's sync with it) and the new ones take
+        // their names.
+        let mut doomed = Vec::new();
+        for base in &marker.old {
+            for path in Segment::paths(&dir, *base) {
+                let aside = deleted_path(&path);
+                match std::fs::rename(&path, &aside) {
+                    Ok(()) => doomed.push(aside),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(StorageError::io("rename", &path, 0, e)),
+                }
+            }
+        }
+        for base in &marker.new {
+            let finals = Segment::paths(&dir, *base);
+            for (ext, final_path) in ["log", "index", "timeindex"].iter().zip(finals.iter()) {
+                let cleaned = cleaned_path(&dir, *base, ext);
+                std::fs::rename(&cleaned, final_path).ctx("rename", &cleaned, 0)?;
+            }
+        }
+        file::sync_dir(&dir).await?;
+        file::remove(&marker_path).await?;
+        file::sync_dir(&dir).await?;
+        glommio::spawn_local(async move {
+            // Readers that took an old segment before the swap are done
+            // with it by then.
+            glommio::timer::sleep(DELETE_DELAY).await;
+            for path in doomed {
+                if let Err(error) = file::remove_gradually(&path).await {
+                    warn!(path = %path.display(), %error, "removing a cleaned-away segment file failed; the next start removes it");
+                }
+            }
+        })
+        .detach();
         Ok(true)
+    }
+
+    /// Whether every segment based at `bases` is still a sealed one of the log.
+    fn still_listed(&self, bases: &[u64]) -> bool {
+        let s = self.inner.state.borrow();
+        let active = s.segments.len() - 1;
+        bases.iter().all(|base| {
+            s.segments[..active]
+                .iter()
+                .any(|seg| seg.base_offset == *base)
+        })
     }
 }
 
