@@ -320,3 +320,95 @@ fn an_idempotent_producer_keeps_producing_across_cleanings_and_a_restart() {
     let cleanings = broker.log().matches("log cleaned").count();
     assert!(cleanings >= 2, "{cleanings} cleanings\n{}", broker.log());
 }
+
+fn faust_check(bootstrap: &str, args: &[&str]) -> String {
+    let mut all = vec![bootstrap];
+    all.extend_from_slice(args);
+    run_python("faust_check.py", &all, SCRIPT_DEADLINE)
+}
+
+/// The faust-streaming worker of `tests/clients/faust_app.py`.
+fn faust_worker(bootstrap: &str, dir: &Path, run: u32) -> std::process::Child {
+    let app = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/faust_app.py");
+    let log = std::fs::File::create(dir.join(format!("faust-{run}.log"))).unwrap();
+    std::process::Command::new("python3")
+        .arg(app)
+        .args(["worker", "-l", "info"])
+        .env("BOOTSTRAP", bootstrap)
+        .env("FAUST_DATADIR", dir.join("faust"))
+        .current_dir(dir)
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("python3 runs faust_app.py (scripts/python-venv installs faust-streaming)")
+}
+
+/// Stops the worker as an operator would (SIGTERM: it commits and leaves).
+fn stop_worker(mut worker: std::process::Child) {
+    let pid = worker.id().to_string();
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let exited = common::wait_deadline(&mut worker, Duration::from_secs(60));
+    if exited.is_none() {
+        let _ = worker.kill();
+        panic!("the faust worker did not stop within 60 s");
+    }
+}
+
+/// A stateful stream processor from PyPI, faust-streaming, keeps a table
+/// of counts per key in a compacted changelog topic: stopped and started
+/// again once the cleaner compacted that changelog, it restores the table
+/// from what compaction left and goes on to the right counts.
+#[test]
+fn a_faust_table_restores_from_its_compacted_changelog() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(dir.path());
+    let bootstrap = broker.bootstrap();
+    assert!(faust_check(&bootstrap, &["create"]).contains("create: ok"));
+    let worker = faust_worker(&bootstrap, dir.path(), 1);
+    faust_check(&bootstrap, &["produce", "0", "1000"]);
+    let out = faust_check(&bootstrap, &["wait", "1000"]);
+    assert!(out.contains("wait: ok 1000 counted"), "{out}");
+    // segment.ms later the next changelog writes roll its segment, and the
+    // cleaner compacts the 1,000 increments to the latest of each key.
+    std::thread::sleep(Duration::from_millis(1500));
+    faust_check(&bootstrap, &["produce", "1000", "20"]);
+    faust_check(&bootstrap, &["wait", "1020"]);
+    let cleaned = poll_until(CLEANED_DEADLINE, || {
+        broker
+            .log()
+            .lines()
+            .any(|l| l.contains("log cleaned") && l.contains("wordcount-counts-changelog-0"))
+            .then_some(())
+    });
+    assert!(
+        cleaned.is_some(),
+        "the changelog was not cleaned\n{}",
+        broker.log()
+    );
+    stop_worker(worker);
+    let out = faust_check(&bootstrap, &["wait", "1020"]);
+    let records: u64 = out
+        .split(" counted, ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        records < 100,
+        "the changelog holds {records} records: not compacted\n{out}"
+    );
+
+    let worker = faust_worker(&bootstrap, dir.path(), 2);
+    faust_check(&bootstrap, &["produce", "1020", "1000"]);
+    let out = faust_check(&bootstrap, &["wait", "2020"]);
+    assert!(out.contains("wait: ok 2020 counted"), "{out}");
+    let out = faust_check(&bootstrap, &["exact", "2020"]);
+    assert!(out.contains("exact: ok 20 keys at 101"), "{out}");
+    stop_worker(worker);
+    let restored = std::fs::read_to_string(dir.path().join("faust-2.log")).unwrap();
+    assert!(restored.contains("Restore complete"), "{restored}");
+}
