@@ -32,10 +32,10 @@ pub const HEADER_LEN: usize = 61;
 /// The only record batch format Strom stores.
 pub const MAGIC_V2: i8 = 2;
 
-const OFFSET_BATCH_LENGTH: usize = 8;
+pub(crate) const OFFSET_BATCH_LENGTH: usize = 8;
 const OFFSET_LEADER_EPOCH: usize = 12;
 const OFFSET_MAGIC: usize = 16;
-const OFFSET_CRC: usize = 17;
+pub(crate) const OFFSET_CRC: usize = 17;
 const OFFSET_ATTRIBUTES: usize = 21;
 const OFFSET_LAST_OFFSET_DELTA: usize = 23;
 const OFFSET_BASE_TIMESTAMP: usize = 27;
@@ -43,7 +43,7 @@ const OFFSET_MAX_TIMESTAMP: usize = 35;
 const OFFSET_PRODUCER_ID: usize = 43;
 const OFFSET_PRODUCER_EPOCH: usize = 51;
 const OFFSET_BASE_SEQUENCE: usize = 53;
-const OFFSET_RECORD_COUNT: usize = 57;
+pub(crate) const OFFSET_RECORD_COUNT: usize = 57;
 
 const ATTR_COMPRESSION_MASK: i16 = 0x07;
 const ATTR_TIMESTAMP_TYPE: i16 = 0x08;
@@ -93,6 +93,15 @@ pub enum Compression {
 }
 
 impl Compression {
+    /// Every codec, uncompressed first.
+    pub const ALL: [Compression; 5] = [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ];
+
     /// The codec's bits in a batch's attributes.
     pub fn attribute_bits(self) -> i16 {
         match self {
@@ -511,17 +520,17 @@ fn read_unsigned_varint(buf: &mut Bytes) -> Result<u64, &'static str> {
     Err("varint longer than 10 bytes")
 }
 
-fn read_varlong(buf: &mut Bytes) -> Result<i64, &'static str> {
+pub(crate) fn read_varlong(buf: &mut Bytes) -> Result<i64, &'static str> {
     let raw = read_unsigned_varint(buf)?;
     Ok(((raw >> 1) as i64) ^ -((raw & 1) as i64))
 }
 
-fn read_varint(buf: &mut Bytes) -> Result<i32, &'static str> {
+pub(crate) fn read_varint(buf: &mut Bytes) -> Result<i32, &'static str> {
     let value = read_varlong(buf)?;
     i32::try_from(value).map_err(|_| "varint out of i32 range")
 }
 
-fn read_nullable_bytes(buf: &mut Bytes) -> Result<Option<Bytes>, &'static str> {
+pub(crate) fn read_nullable_bytes(buf: &mut Bytes) -> Result<Option<Bytes>, &'static str> {
     let length = read_varint(buf)?;
     if length < 0 {
         return Ok(None);

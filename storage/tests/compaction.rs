@@ -13,7 +13,7 @@ use common::run;
 use protocol::batch::build::{self, NewRecord};
 use protocol::batch::{self, BatchHeader, Compression, HEADER_LEN};
 use protocol::records;
-use storage::{AppendOptions, CleanOptions, Context, Log, ManualClock};
+use storage::{AppendOptions, CleanOptions, Context, Log, ManualClock, SwapMarker};
 
 const DAY_MS: i64 = 24 * 3600 * 1000;
 const KEYS: u64 = 200;
@@ -52,13 +52,7 @@ fn shuffled(n: u64, seed: u64) -> Vec<u64> {
 /// Writes every key ROUNDS times in a shuffled order, in batches of 5 of
 /// each codec in turn; in the last round every tenth key gets a tombstone.
 async fn fill(log: &Log, now_ms: i64) -> Produced {
-    let codecs = [
-        Compression::None,
-        Compression::Gzip,
-        Compression::Snappy,
-        Compression::Lz4,
-        Compression::Zstd,
-    ];
+    let codecs = Compression::ALL;
     let mut produced = Produced::new();
     let mut pending: Vec<NewRecord> = Vec::new();
     let mut batches = 0usize;
@@ -183,6 +177,16 @@ fn check(produced: &Produced, kept: &Produced, cleaned_to: u64, tombstones_gone:
     }
 }
 
+/// A log at `path` filled by [`fill`], its clock 30 days after the
+/// records' base timestamp.
+async fn filled(path: &Path) -> (Log, Rc<ManualClock>, i64, Produced) {
+    let now = common::BASE_TIMESTAMP + 30 * DAY_MS;
+    let clock = Rc::new(ManualClock::new(now));
+    let log = open(path, clock.clone()).await;
+    let produced = fill(&log, now).await;
+    (log, clock, now, produced)
+}
+
 async fn open(path: &Path, clock: Rc<ManualClock>) -> Log {
     let ctx = Context::new(Default::default(), clock);
     Log::open(&ctx, path, common::config(16 << 10))
@@ -195,10 +199,7 @@ fn a_cleaning_keeps_the_latest_record_of_every_key_and_tombstones_go_after_their
     let dir = common::tempdir().unwrap();
     let path = dir.path().join("t-0");
     run(move || async move {
-        let now = common::BASE_TIMESTAMP + 30 * DAY_MS;
-        let clock = Rc::new(ManualClock::new(now));
-        let log = open(&path, clock.clone()).await;
-        let produced = fill(&log, now).await;
+        let (log, clock, now, produced) = filled(&path).await;
         let segments = log.segment_count();
         assert!(segments > 4, "{segments} segments");
         let end = log.next_offset();
@@ -267,10 +268,7 @@ fn a_cleaning_interrupted_before_or_during_its_swap_recovers_to_old_or_new() {
     let path = dir.path().join("t-0");
     let copy = dir.path().join("copy");
     run(move || async move {
-        let now = common::BASE_TIMESTAMP + 30 * DAY_MS;
-        let clock = Rc::new(ManualClock::new(now));
-        let log = open(&path, clock.clone()).await;
-        let produced = fill(&log, now).await;
+        let (log, clock, now, produced) = filled(&path).await;
         let end = log.next_offset();
         log.close().await.unwrap();
         copy_dir(&path, &copy);
@@ -308,7 +306,11 @@ fn a_cleaning_interrupted_before_or_during_its_swap_recovers_to_old_or_new() {
             if let Some(renamed) = renamed {
                 std::fs::write(
                     trial.join("strom.cleaning"),
-                    swap_marker(&replaced, &replacing),
+                    SwapMarker {
+                        old: replaced.clone(),
+                        new: replacing.clone(),
+                    }
+                    .encode(),
                 )
                 .unwrap();
                 for base in replacing.iter().take(renamed) {
@@ -340,20 +342,6 @@ fn a_cleaning_interrupted_before_or_during_its_swap_recovers_to_old_or_new() {
             assert!(leftovers.is_empty(), "{leftovers:?}");
         }
     });
-}
-
-/// The marker as `clean.rs` writes it.
-fn swap_marker(old: &[u64], new: &[u64]) -> Vec<u8> {
-    let mut out = b"STSW".to_vec();
-    for list in [old, new] {
-        out.extend_from_slice(&(list.len() as u32).to_be_bytes());
-        for base in list {
-            out.extend_from_slice(&base.to_be_bytes());
-        }
-    }
-    let crc = crc32fast::hash(&out);
-    out.extend_from_slice(&crc.to_be_bytes());
-    out
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -464,10 +452,7 @@ fn retention_running_beside_a_cleaning_leaves_a_consistent_log() {
     let dir = common::tempdir().unwrap();
     let path = dir.path().join("t-0");
     run(move || async move {
-        let now = common::BASE_TIMESTAMP + 30 * DAY_MS;
-        let clock = Rc::new(ManualClock::new(now));
-        let log = open(&path, clock.clone()).await;
-        let produced = fill(&log, now).await;
+        let (log, clock, now, produced) = filled(&path).await;
         let end = log.next_offset();
         let mut config = log.config();
         config.retention_bytes = (log.size_bytes() / 2) as i64;

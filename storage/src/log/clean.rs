@@ -264,13 +264,14 @@ impl CleanerRecord {
 /// The swap marker: the bases of the segments replaced and of those
 /// replacing them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct SwapMarker {
-    old: Vec<u64>,
-    new: Vec<u64>,
+pub struct SwapMarker {
+    pub old: Vec<u64>,
+    pub new: Vec<u64>,
 }
 
 impl SwapMarker {
-    fn encode(&self) -> Vec<u8> {
+    /// The marker file's bytes.
+    pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         out.extend_from_slice(SWAP_MAGIC);
         for list in [&self.old, &self.new] {
