@@ -29,9 +29,9 @@ import random
 import sys
 import time
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from checks import fail
+from checks import fail, read_partition
 
 DEADLINE_S = 120
 KEYS = 1000
@@ -132,33 +132,13 @@ def keyless(bootstrap, topic):
 
 
 def read_all(bootstrap, topic):
-    """(offset, key, value) of every record from the beginning to the end."""
-    c = Consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": f"compaction-check-{time.time_ns()}",
-        "enable.auto.commit": False,
-        "auto.offset.reset": "earliest",
-        "enable.partition.eof": True,
-    })
-    _, end = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
-    c.assign([TopicPartition(topic, 0, 0)])
+    """(offset, key, value) of every record from the beginning to the end,
+    and the end."""
     records = []
-    deadline = time.time() + DEADLINE_S
-    position = 0
-    while position < end:
-        if time.time() > deadline:
-            fail(f"read: stuck at offset {position} of {end}")
-        msg = c.poll(1.0)
-        if msg is None:
-            continue
-        if msg.error():
-            if msg.error().code() == KafkaError._PARTITION_EOF:
-                break
-            raise KafkaException(msg.error())
+    for msg in read_partition(bootstrap, topic, deadline_s=DEADLINE_S):
         value = msg.value()
         records.append((msg.offset(), msg.key().decode(), None if value is None else value.decode()))
-        position = msg.offset() + 1
-    c.close()
+    end = records[-1][0] + 1 if records else 0
     return records, end
 
 

@@ -17,9 +17,9 @@ import json
 import sys
 import time
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from checks import fail
+from checks import fail, read_partition
 
 DEADLINE_S = 120
 KEYS = 20
@@ -53,29 +53,11 @@ def produce(bootstrap, start, count):
 def latest_counts(bootstrap):
     """The latest count of every key in the changelog, and how many
     records a reader from the beginning finds."""
-    c = Consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": f"faust-check-{time.time_ns()}",
-        "enable.auto.commit": False,
-        "auto.offset.reset": "earliest",
-        "enable.partition.eof": True,
-    })
-    c.assign([TopicPartition(CHANGELOG, 0, 0)])
-    latest, records = {}, 0
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        msg = c.poll(1.0)
-        if msg is None:
-            continue
-        if msg.error():
-            if msg.error().code() == KafkaError._PARTITION_EOF:
-                break
-            raise KafkaException(msg.error())
-        records += 1
-        key = json.loads(msg.key())
-        latest[key] = None if msg.value() is None else json.loads(msg.value())
-    c.close()
-    return latest, records
+    messages = read_partition(bootstrap, CHANGELOG, deadline_s=30)
+    latest = {}
+    for msg in messages:
+        latest[json.loads(msg.key())] = None if msg.value() is None else json.loads(msg.value())
+    return latest, len(messages)
 
 
 def wait(bootstrap, total):
