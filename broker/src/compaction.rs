@@ -68,6 +68,10 @@ pub async fn cleaner_loop(shard: Rc<Shard>) {
             if !policy.compact {
                 continue;
             }
+            // segment.ms seals a quiet partition's last records too.
+            if let Err(error) = partition.log().roll_if_idle().await {
+                tracing::warn!(topic = %partition.topic(), partition = partition.index(), %error, "rolling a quiet segment failed");
+            }
             let Some(cleanable) = partition.cleanable(now_ms).await else {
                 continue;
             };

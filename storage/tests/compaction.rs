@@ -479,3 +479,52 @@ fn retention_running_beside_a_cleaning_leaves_a_consistent_log() {
         log.close().await.unwrap();
     });
 }
+
+#[test]
+fn a_quiet_active_segment_rolls_after_segment_ms_and_becomes_cleanable() {
+    let dir = common::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let now = common::BASE_TIMESTAMP + 30 * DAY_MS;
+        let clock = Rc::new(ManualClock::new(now));
+        let ctx = Context::new(Default::default(), clock.clone());
+        let mut config = common::config(1 << 30);
+        config.segment_ms = 60_000;
+        let log = Log::open(&ctx, &path, config).await.unwrap();
+        // Empty: nothing to roll, however old.
+        clock.advance_ms(120_000);
+        assert!(!log.roll_if_idle().await.unwrap());
+        let records: Vec<NewRecord> = (0..4)
+            .map(|i| NewRecord {
+                key: Some(vec![b'k', (i % 2) as u8]),
+                value: Some(vec![i as u8; 10]),
+                headers: vec![],
+                timestamp_delta: 0,
+            })
+            .collect();
+        let now = now + 120_000;
+        log.append(
+            Bytes::from(build::batch(now, &records)),
+            AppendOptions::default(),
+        )
+        .await
+        .unwrap();
+        log.flush().await.unwrap();
+        // Younger than segment.ms: it stays active.
+        clock.advance_ms(30_000);
+        assert!(!log.roll_if_idle().await.unwrap());
+        assert_eq!(log.segment_count(), 1);
+        assert_eq!(
+            log.cleanable(4, now + 30_000, 0).await.unwrap().dirty_bytes,
+            0
+        );
+        // Older: sealed without an append, and the cleaner may take it.
+        clock.advance_ms(31_000);
+        assert!(log.roll_if_idle().await.unwrap());
+        assert_eq!(log.segment_base_offsets(), vec![0, 4]);
+        assert!(log.cleanable(4, now + 61_000, 0).await.unwrap().dirty_bytes > 0);
+        let outcome = log.clean(&options(now + 61_000, 4)).await.unwrap().unwrap();
+        assert_eq!((outcome.cleaned_to, outcome.records_removed), (4, 2));
+        log.close().await.unwrap();
+    });
+}

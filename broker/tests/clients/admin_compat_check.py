@@ -273,6 +273,16 @@ def mode_group_configs(bootstrap):
     check(incremental(client, TOPIC, "listed", [("cleanup.policy", "compact", SUBTRACT)]) is None, "SUBTRACT compact")
     entry = confluent_describe(client, TOPIC, "listed")["cleanup.policy"]
     check(entry.value == "delete" and entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value, f"cleanup.policy: {entry}")
+    # A compacted topic from a deleting one and back, as Kafka's tools do it.
+    check(incremental(client, TOPIC, "listed", [("cleanup.policy", "compact", APPEND)]) is None, "APPEND compact")
+    entry = confluent_describe(client, TOPIC, "listed")["cleanup.policy"]
+    check(entry.value == "delete,compact", f"cleanup.policy after APPEND compact: {entry}")
+    check(incremental(client, TOPIC, "listed", [("cleanup.policy", "delete", SUBTRACT)]) is None, "SUBTRACT delete")
+    entry = confluent_describe(client, TOPIC, "listed")["cleanup.policy"]
+    check(entry.value == "compact", f"cleanup.policy after SUBTRACT delete: {entry}")
+    code = incremental(client, TOPIC, "listed", [("cleanup.policy", "compact", SUBTRACT)])
+    check(code == KafkaError.INVALID_CONFIG, f"SUBTRACT to an empty policy: INVALID_CONFIG, got {code}")
+    check(incremental(client, TOPIC, "listed", [("cleanup.policy", "delete", SET)]) is None, "SET delete")
     code = incremental(client, TOPIC, "listed", [("retention.ms", "5", APPEND)])
     check(code == KafkaError.INVALID_CONFIG, f"APPEND to a number: INVALID_CONFIG, got {code}")
     check(incremental(client, BROKER, "0", [("log.cleanup.policy", "delete", APPEND)]) is None, "broker APPEND")

@@ -309,6 +309,29 @@ impl Log {
             || segment_age_ms(active, header.max_timestamp, now) > config.segment_ms as i64
     }
 
+    /// Rolls the active segment when it holds records and its first record
+    /// is older than `segment.ms` by the clock, without waiting for the
+    /// next append: a quiet partition's last records become a sealed
+    /// segment, which compaction may clean. `true` when it rolled.
+    pub async fn roll_if_idle(&self) -> Result<bool> {
+        let due = |log: &Self| {
+            let now = log.inner.ctx.clock().wall_ms();
+            let segment_ms = log.inner.config.borrow().segment_ms as i64;
+            let state = log.inner.state.borrow();
+            let active = state.active();
+            active.size > 0 && segment_age_ms(active, now, now) > segment_ms
+        };
+        if !due(self) {
+            return Ok(false);
+        }
+        let _permit = self.lock_appends().await?;
+        if !due(self) {
+            return Ok(false);
+        }
+        self.roll().await?;
+        Ok(true)
+    }
+
     /// Seals the active segment and starts a new one at the log end. The
     /// caller holds the append lock.
     pub(super) async fn roll(&self) -> Result<()> {
