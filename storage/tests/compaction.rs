@@ -70,7 +70,12 @@ async fn fill(log: &Log, now_ms: i64) -> Produced {
             if pending.len() == 5 {
                 let codec = codecs[batches % codecs.len()];
                 let bytes = Bytes::from(build::compressed(codec, now_ms - 2 * DAY_MS, &pending));
-                let info = log.append(bytes, AppendOptions::default()).await.unwrap();
+                // Leader epoch 1 for the first half of the rounds, 2 after.
+                let options = AppendOptions {
+                    leader_epoch: 1 + i32::from(round >= ROUNDS / 2),
+                    ..AppendOptions::default()
+                };
+                let info = log.append(bytes, options).await.unwrap();
                 for (i, r) in pending.drain(..).enumerate() {
                     produced.insert(info.base_offset + i as u64, (r.key.unwrap(), r.value));
                 }
@@ -206,7 +211,11 @@ fn a_cleaning_keeps_the_latest_record_of_every_key_and_tombstones_go_after_their
         let before = log.cleanable(end, now, 0).await.unwrap();
         assert!(before.dirty_ratio() > 0.99, "{before:?}");
 
+        let epochs = log.epoch_entries();
         let outcome = log.clean(&options(now, end)).await.unwrap().expect("dirty");
+        // Offsets do not move: the leader-epoch cache stays as it was.
+        assert_eq!(epochs.len(), 2, "{epochs:?}");
+        assert_eq!(log.epoch_entries(), epochs);
         let cleaned_to = outcome.cleaned_to;
         assert!(cleaned_to > 0 && cleaned_to <= end);
         assert!(
