@@ -1631,6 +1631,23 @@ mod tests {
         partition.apply(actions);
     }
 
+    /// Follows `leader` at `epoch`, both in the ISR.
+    fn follow(partition: &Partition, leader: NodeId, epoch: i32) {
+        let mut actions = Vec::new();
+        let assignment = Assignment {
+            leader_epoch: epoch,
+            partition_epoch: epoch,
+            replicas: vec![NODE, leader],
+            isr: vec![NODE, leader],
+        };
+        partition
+            .replica
+            .borrow_mut()
+            .become_follower(leader, assignment, &mut actions)
+            .expect("follows");
+        partition.apply(actions);
+    }
+
     fn epochs(partition: &Partition) -> Vec<(i32, u64)> {
         partition
             .log()
@@ -1863,18 +1880,7 @@ mod tests {
     fn a_follower_takes_its_leader_s_log_start_up_to_its_high_watermark() {
         run(|data_dir| async move {
             let p = open(&data_dir).await;
-            let mut actions = Vec::new();
-            let assignment = Assignment {
-                leader_epoch: 1,
-                partition_epoch: 1,
-                replicas: vec![NODE, 2],
-                isr: vec![NODE, 2],
-            };
-            p.replica
-                .borrow_mut()
-                .become_follower(2, assignment, &mut actions)
-                .expect("follows");
-            p.apply(actions);
+            follow(&p, 2, 1);
             let last = p
                 .append_replicated(batch(6, -1, 0).into_bytes(), 4)
                 .await
@@ -1941,18 +1947,7 @@ mod tests {
             assert_eq!(p.offset_for_leader_epoch(-1, 2), Ok((2, 10)));
             // A follower answers nothing; its own cache still serves
             // its side of the comparison.
-            let mut actions = Vec::new();
-            let assignment = Assignment {
-                leader_epoch: 3,
-                partition_epoch: 3,
-                replicas: vec![NODE, 2],
-                isr: vec![NODE, 2],
-            };
-            p.replica
-                .borrow_mut()
-                .become_follower(2, assignment, &mut actions)
-                .unwrap();
-            p.apply(actions);
+            follow(&p, 2, 3);
             assert_eq!(
                 p.offset_for_leader_epoch(3, 2),
                 Err(errors::NOT_LEADER_OR_FOLLOWER)

@@ -16,9 +16,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::{http_get, raw, run_python, strom, strom_fails, strom_ok, Broker};
-use protocol::kafka_protocol::messages::delete_records_request::{
-    DeleteRecordsPartition, DeleteRecordsTopic,
-};
+use protocol::admin::delete_records_topics;
 use protocol::kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use protocol::kafka_protocol::messages::list_offsets_request::{
     ListOffsetsPartition, ListOffsetsTopic,
@@ -36,6 +34,24 @@ const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 
 fn name(topic: &str) -> TopicName {
     TopicName(StrBytes::from_string(topic.to_string()))
+}
+
+/// `strom topic delete-records <topic> --partition 0 --before <before>`
+/// at `broker`, which must succeed: its output.
+fn delete_before(broker: &Broker, topic: &str, before: i64) -> String {
+    let before = before.to_string();
+    strom_ok(
+        broker,
+        &[
+            "topic",
+            "delete-records",
+            topic,
+            "--partition",
+            "0",
+            "--before",
+            &before,
+        ],
+    )
 }
 
 /// ListOffsets earliest (-2) of `topic`/`partition` at `broker`: (error,
@@ -102,23 +118,7 @@ fn delete_raw(
     parts: &[(&str, &[(i32, i64)])],
 ) -> Vec<(String, i32, i16, i64)> {
     let mut stream = raw::connect(broker);
-    let topics = parts
-        .iter()
-        .map(|(topic, partitions)| {
-            DeleteRecordsTopic::default()
-                .with_name(name(topic))
-                .with_partitions(
-                    partitions
-                        .iter()
-                        .map(|&(partition, offset)| {
-                            DeleteRecordsPartition::default()
-                                .with_partition_index(partition)
-                                .with_offset(offset)
-                        })
-                        .collect(),
-                )
-        })
-        .collect();
+    let topics = delete_records_topics(parts.iter().copied());
     let response: DeleteRecordsResponse = raw::call(
         &mut stream,
         ApiKey::DeleteRecords,
@@ -250,18 +250,7 @@ fn the_cli_deletes_by_flags_and_offset_json_file_and_refuses_bad_input() {
     produce_lines(&bootstrap, TOPIC, 0, &values("v", 0, 10));
     produce_lines(&bootstrap, TOPIC, 1, &values("w", 0, 10));
 
-    let deleted = strom_ok(
-        &broker,
-        &[
-            "topic",
-            "delete-records",
-            TOPIC,
-            "--partition",
-            "0",
-            "--before",
-            "3",
-        ],
-    );
+    let deleted = delete_before(&broker, TOPIC, 3);
     assert_eq!(deleted, "partition: trimmed-0\tlow_watermark: 3\n");
     assert_eq!(
         consume_all(&bootstrap, TOPIC, 0),
@@ -515,18 +504,7 @@ fn every_replica_moves_and_a_new_leader_keeps_the_start_after_kill_9() {
     let bootstrap = cluster.bootstrap();
     produce_lines(&bootstrap, TOPIC, 0, &values("r", 0, 20));
 
-    let deleted = strom_ok(
-        &cluster.node(1).broker,
-        &[
-            "topic",
-            "delete-records",
-            TOPIC,
-            "--partition",
-            "0",
-            "--before",
-            "12",
-        ],
-    );
+    let deleted = delete_before(&cluster.node(1).broker, TOPIC, 12);
     assert_eq!(
         deleted,
         format!("partition: {TOPIC}-0\tlow_watermark: 12\n")
@@ -566,18 +544,7 @@ fn every_replica_moves_and_a_new_leader_keeps_the_start_after_kill_9() {
 
     // The new leader deletes further with the two left; the broker back
     // from the dead takes the start it missed from its leader.
-    let deleted = strom_ok(
-        new,
-        &[
-            "topic",
-            "delete-records",
-            TOPIC,
-            "--partition",
-            "0",
-            "--before",
-            "15",
-        ],
-    );
+    let deleted = delete_before(new, TOPIC, 15);
     assert_eq!(
         deleted,
         format!("partition: {TOPIC}-0\tlow_watermark: 15\n")

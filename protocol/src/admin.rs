@@ -188,10 +188,11 @@ async fn list_offsets_answers(
     timestamp: i64,
 ) -> Result<BTreeMap<TopicPartition, Result<i64, i16>>, ClientError> {
     let version = connection.version::<ListOffsetsRequest>(LIST_OFFSETS_VERSIONS)?;
-    let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
-    for (topic, partition) in partitions {
-        by_topic.entry(topic).or_default().push(*partition);
-    }
+    let by_topic = by_topic(
+        partitions
+            .iter()
+            .map(|(topic, partition)| (topic.as_str(), *partition)),
+    );
     let topics = by_topic
         .iter()
         .map(|(topic, ids)| {
@@ -213,18 +214,12 @@ async fn list_offsets_answers(
         .with_replica_id(BrokerId(-1))
         .with_topics(topics);
     let response = connection.call(&request, version).await?;
-    let mut answers = BTreeMap::new();
-    for topic in &response.topics {
-        for p in &topic.partitions {
-            let answer = if p.error_code == ERROR_NONE {
-                Ok(p.offset)
-            } else {
-                Err(p.error_code)
-            };
-            answers.insert((topic.name.0.to_string(), p.partition_index), answer);
-        }
-    }
-    Ok(answers)
+    Ok(answers(response.topics.iter().flat_map(|topic| {
+        topic.partitions.iter().map(|p| {
+            let key = (topic.name.0.to_string(), p.partition_index);
+            (key, p.error_code, p.offset)
+        })
+    })))
 }
 
 /// DeleteRecords of `partitions` (each with the offset records below it
@@ -239,46 +234,26 @@ pub async fn delete_records(
     timeout_ms: i32,
 ) -> Result<BTreeMap<TopicPartition, Result<i64, i16>>, ClientError> {
     let version = connection.version::<DeleteRecordsRequest>(DELETE_RECORDS_VERSIONS)?;
-    let mut by_topic: BTreeMap<&str, Vec<(i32, i64)>> = BTreeMap::new();
-    for ((topic, partition), offset) in partitions {
+    let by_topic = by_topic(
+        partitions
+            .iter()
+            .map(|((topic, partition), offset)| (topic.as_str(), (*partition, *offset))),
+    );
+    let topics = delete_records_topics(
         by_topic
-            .entry(topic)
-            .or_default()
-            .push((*partition, *offset));
-    }
-    let topics = by_topic
-        .iter()
-        .map(|(topic, wanted)| {
-            DeleteRecordsTopic::default()
-                .with_name(topic_name(topic))
-                .with_partitions(
-                    wanted
-                        .iter()
-                        .map(|&(partition, offset)| {
-                            DeleteRecordsPartition::default()
-                                .with_partition_index(partition)
-                                .with_offset(offset)
-                        })
-                        .collect(),
-                )
-        })
-        .collect();
+            .iter()
+            .map(|(topic, wanted)| (*topic, wanted.as_slice())),
+    );
     let request = DeleteRecordsRequest::default()
         .with_topics(topics)
         .with_timeout_ms(timeout_ms);
     let response = connection.call(&request, version).await?;
-    let mut answers = BTreeMap::new();
-    for topic in &response.topics {
-        for p in &topic.partitions {
-            let answer = if p.error_code == ERROR_NONE {
-                Ok(p.low_watermark)
-            } else {
-                Err(p.error_code)
-            };
-            answers.insert((topic.name.0.to_string(), p.partition_index), answer);
-        }
-    }
-    Ok(answers)
+    Ok(answers(response.topics.iter().flat_map(|topic| {
+        topic.partitions.iter().map(|p| {
+            let key = (topic.name.0.to_string(), p.partition_index);
+            (key, p.error_code, p.low_watermark)
+        })
+    })))
 }
 
 /// Why one partition has no offset: what its leader answered, or why the
@@ -655,6 +630,58 @@ pub async fn init_producer_id(connection: &mut Connection) -> Result<(i64, i16),
     let response = connection.call(&request, version).await?;
     check_error(ApiKey::InitProducerId, response.error_code, None)?;
     Ok((response.producer_id.0, response.producer_epoch))
+}
+
+/// The topics of a DeleteRecords request: each topic of `topics` once, in
+/// the order given, with its (partition, offset) pairs in order.
+pub fn delete_records_topics<'a>(
+    topics: impl IntoIterator<Item = (&'a str, &'a [(i32, i64)])>,
+) -> Vec<DeleteRecordsTopic> {
+    topics
+        .into_iter()
+        .map(|(topic, wanted)| {
+            DeleteRecordsTopic::default()
+                .with_name(topic_name(topic))
+                .with_partitions(
+                    wanted
+                        .iter()
+                        .map(|&(partition, offset)| {
+                            DeleteRecordsPartition::default()
+                                .with_partition_index(partition)
+                                .with_offset(offset)
+                        })
+                        .collect(),
+                )
+        })
+        .collect()
+}
+
+/// `parts` grouped by topic: each topic once, in name order, with its
+/// parts in the order given (one request names each topic once).
+fn by_topic<'a, T>(parts: impl IntoIterator<Item = (&'a str, T)>) -> BTreeMap<&'a str, Vec<T>> {
+    let mut grouped: BTreeMap<&str, Vec<T>> = BTreeMap::new();
+    for (topic, part) in parts {
+        grouped.entry(topic).or_default().push(part);
+    }
+    grouped
+}
+
+/// Each partition's answer from (partition, error code, value): the value
+/// when the code is NONE, else the code.
+fn answers<T>(
+    parts: impl IntoIterator<Item = (TopicPartition, i16, T)>,
+) -> BTreeMap<TopicPartition, Result<T, i16>> {
+    parts
+        .into_iter()
+        .map(|(key, code, value)| {
+            let answer = if code == ERROR_NONE {
+                Ok(value)
+            } else {
+                Err(code)
+            };
+            (key, answer)
+        })
+        .collect()
 }
 
 fn check_topic(api_key: ApiKey, topic: &str, code: i16) -> Result<(), ClientError> {

@@ -189,6 +189,40 @@ fn request_bytes<R: Encodable>(request: &R, version: i16) -> usize {
     request.compute_size(version).unwrap_or(0)
 }
 
+/// A forwarded request as it went out, for its metrics once answered.
+struct Sent {
+    broker: i32,
+    api_key: ApiKey,
+    /// The request's encoded body.
+    bytes_out: usize,
+    /// When it was handed over, before any wait for room on the link.
+    started: Instant,
+}
+
+impl Sent {
+    /// Records the forward: its answer's encoded body (`bytes_in`, 0 for
+    /// none) or that it failed.
+    fn record(&self, bytes_in: usize, failed: bool) {
+        crate::metrics::record_forward(crate::metrics::Forwarded {
+            broker: self.broker,
+            api_key: self.api_key as i16,
+            bytes_out: self.bytes_out as u64,
+            bytes_in: bytes_in as u64,
+            latency_us: self.started.elapsed().as_micros() as u64,
+            failed,
+        });
+    }
+
+    /// Records the forward from its outcome: the answer's size at
+    /// `version`, or that it failed.
+    fn record_outcome<A: Encodable, E>(&self, outcome: &Result<A, E>, version: i16) {
+        match outcome {
+            Ok(answer) => self.record(answer.compute_size(version).unwrap_or(0), false),
+            Err(_) => self.record(0, true),
+        }
+    }
+}
+
 /// Sends `call` over the pipelined link to `broker`, waits for the answer.
 async fn call(shard: &Rc<Shard>, broker: i32, call: Call) -> Result<Reply, ForwardError> {
     let api_key = call.api_key();
@@ -230,14 +264,13 @@ async fn call(shard: &Rc<Shard>, broker: i32, call: Call) -> Result<Reply, Forwa
         Ok(Reply::OffsetForLeaderEpoch(r)) => r.compute_size(version).unwrap_or(0),
         Ok(Reply::Produce(None)) | Err(_) => 0,
     };
-    crate::metrics::record_forward(crate::metrics::Forwarded {
+    let sent = Sent {
         broker,
-        api_key: api_key as i16,
-        bytes_out: bytes_out as u64,
-        bytes_in: bytes_in as u64,
-        latency_us: started.elapsed().as_micros() as u64,
-        failed: outcome.is_err(),
-    });
+        api_key,
+        bytes_out,
+        started,
+    };
+    sent.record(bytes_in, outcome.is_err());
     outcome
 }
 
@@ -334,18 +367,13 @@ pub async fn fetch(
     let wait = deadline.saturating_duration_since(Instant::now());
     let request = request.with_max_wait_ms(wait.as_millis().min(FETCH_WAIT_MS_MAX.into()) as i32);
     let outcome = exchange_fetch(&mut connection, &request, version).await;
-    let bytes_in = match &outcome {
-        Ok(response) => response.compute_size(version).unwrap_or(0) as u64,
-        Err(_) => 0,
-    };
-    crate::metrics::record_forward(crate::metrics::Forwarded {
+    let sent = Sent {
         broker,
-        api_key: api_key as i16,
-        bytes_out: bytes_out as u64,
-        bytes_in,
-        latency_us: started.elapsed().as_micros() as u64,
-        failed: outcome.is_err(),
-    });
+        api_key,
+        bytes_out,
+        started,
+    };
+    sent.record_outcome(&outcome, version);
     match outcome {
         Ok(response) => {
             link.fetch_idle.borrow_mut().push(connection);
@@ -385,18 +413,13 @@ pub async fn delete_records(
         Ok(version) => connection.call(&request, version).await,
         Err(error) => Err(error),
     };
-    let bytes_in = match &outcome {
-        Ok(response) => response.compute_size(version).unwrap_or(0) as u64,
-        Err(_) => 0,
-    };
-    crate::metrics::record_forward(crate::metrics::Forwarded {
+    let sent = Sent {
         broker,
-        api_key: api_key as i16,
-        bytes_out: bytes_out as u64,
-        bytes_in,
-        latency_us: started.elapsed().as_micros() as u64,
-        failed: outcome.is_err(),
-    });
+        api_key,
+        bytes_out,
+        started,
+    };
+    sent.record_outcome(&outcome, version);
     outcome.map_err(|error| failed(error.to_string()))
 }
 

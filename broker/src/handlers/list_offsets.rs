@@ -19,6 +19,7 @@ use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
 use crate::cluster::links::{self, Origin};
 use crate::errors;
+use crate::handlers::placement::{self, Place};
 use crate::handlers::scatter::{
     each_in_order, forwarded_outcomes, forwarded_topics, BrokerWork, Scatter,
 };
@@ -64,23 +65,15 @@ pub async fn handle(
     for (topic_index, topic) in request.topics.iter().enumerate() {
         let name = topic.name.0.as_str();
         for p in &topic.partitions {
-            if let Some(broker) =
-                links::leader_elsewhere(shard, &image, origin, name, p.partition_index)
-            {
-                scatter.forward(
+            match placement::place(shard, &image, origin, name, p.partition_index) {
+                Place::Broker(broker) => scatter.forward(
                     broker,
                     Forward {
                         topic: topic_index,
                         partition: p.clone(),
                     },
-                );
-                continue;
-            }
-            let core = image
-                .leader_core_by_name(name, p.partition_index, shard.cores)
-                .map_err(errors::not_served);
-            match core {
-                Ok(core) => scatter.route(
+                ),
+                Place::Core(core) => scatter.route(
                     core,
                     Wanted {
                         topic: name.to_string(),
@@ -88,7 +81,7 @@ pub async fn handle(
                         timestamp: p.timestamp,
                     },
                 ),
-                Err(code) => scatter.answer(error(code)),
+                Place::Refused(code) => scatter.answer(error(code)),
             };
         }
     }

@@ -46,6 +46,7 @@ pub mod offset_delete;
 pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod partition_reassignments;
+pub mod placement;
 pub mod produce;
 pub mod raft_voters;
 pub mod scatter;

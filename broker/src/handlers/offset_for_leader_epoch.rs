@@ -23,6 +23,7 @@ use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpoch
 
 use crate::cluster::links::{self, Origin};
 use crate::errors;
+use crate::handlers::placement::{self, Place};
 use crate::handlers::scatter::{
     each_in_order, forwarded_outcomes, forwarded_topics, BrokerWork, Scatter,
 };
@@ -62,24 +63,20 @@ pub async fn handle(
     for (topic_index, topic) in request.topics.iter().enumerate() {
         let name = topic.topic.0.as_str();
         for p in &topic.partitions {
-            let elsewhere = consumer
-                .then(|| links::leader_elsewhere(shard, &image, origin, name, p.partition))
-                .flatten();
-            if let Some(broker) = elsewhere {
-                scatter.forward(
+            let place = if consumer {
+                placement::place(shard, &image, origin, name, p.partition)
+            } else {
+                placement::place_here(shard, &image, name, p.partition)
+            };
+            match place {
+                Place::Broker(broker) => scatter.forward(
                     broker,
                     Forward {
                         topic: topic_index,
                         partition: p.clone(),
                     },
-                );
-                continue;
-            }
-            let core = image
-                .leader_core_by_name(name, p.partition, shard.cores)
-                .map_err(errors::not_served);
-            match core {
-                Ok(core) => scatter.route(
+                ),
+                Place::Core(core) => scatter.route(
                     core,
                     Wanted {
                         topic: name.to_string(),
@@ -88,7 +85,7 @@ pub async fn handle(
                         leader_epoch: p.leader_epoch,
                     },
                 ),
-                Err(code) => scatter.answer(Err(code)),
+                Place::Refused(code) => scatter.answer(Err(code)),
             };
         }
     }
