@@ -498,49 +498,15 @@ impl Router {
         partitions: &[TopicPartition],
         timestamp: i64,
     ) -> OffsetAnswers {
-        if bootstrap.is_broken() {
-            // It failed earlier: the broker it reached gets a connection
-            // of its own.
-            self.bootstrap_id = None;
-        }
+        self.forget_broken_bootstrap(bootstrap);
         let mut answers = OffsetAnswers::new();
-        let mut by_leader: BTreeMap<i32, Vec<TopicPartition>> = BTreeMap::new();
-        for (topic, partition) in partitions {
-            match self.leader(topic, *partition) {
-                Ok(leader) => by_leader
-                    .entry(leader)
-                    .or_default()
-                    .push((topic.clone(), *partition)),
-                Err(_) => {
-                    answers.insert((topic.clone(), *partition), Err(OffsetFailure::NoLeader));
-                }
-            }
-        }
+        let by_leader = self.each_by_leader(partitions.iter().cloned(), |key| key, &mut answers);
         for (leader, wanted) in by_leader {
             let asked = match self.connection(bootstrap, leader).await {
                 Ok(connection) => list_offsets_answers(connection, &wanted, timestamp).await,
                 Err(error) => Err(error),
             };
-            match asked {
-                Ok(mut answered) => {
-                    for key in wanted {
-                        let answer = match answered.remove(&key) {
-                            Some(Ok(offset)) => Ok(offset),
-                            Some(Err(code)) => Err(OffsetFailure::Code(code)),
-                            None => Err(OffsetFailure::Missing),
-                        };
-                        answers.insert(key, answer);
-                    }
-                }
-                Err(error) => {
-                    // A broken connection stays broken: the next use opens another.
-                    self.others.remove(&leader);
-                    let failure = OffsetFailure::from_request(&error);
-                    for key in wanted {
-                        answers.insert(key, Err(failure.clone()));
-                    }
-                }
-            }
+            self.place_answers(leader, wanted, asked, &mut answers);
         }
         answers
     }
@@ -554,48 +520,81 @@ impl Router {
         partitions: &[(TopicPartition, i64)],
         timeout_ms: i32,
     ) -> OffsetAnswers {
-        if bootstrap.is_broken() {
-            self.bootstrap_id = None;
-        }
+        self.forget_broken_bootstrap(bootstrap);
         let mut answers = OffsetAnswers::new();
-        let mut by_leader: BTreeMap<i32, Vec<(TopicPartition, i64)>> = BTreeMap::new();
-        for ((topic, partition), offset) in partitions {
-            match self.leader(topic, *partition) {
-                Ok(leader) => by_leader
-                    .entry(leader)
-                    .or_default()
-                    .push(((topic.clone(), *partition), *offset)),
-                Err(_) => {
-                    answers.insert((topic.clone(), *partition), Err(OffsetFailure::NoLeader));
-                }
-            }
-        }
+        let by_leader =
+            self.each_by_leader(partitions.iter().cloned(), |(key, _)| key, &mut answers);
         for (leader, wanted) in by_leader {
             let asked = match self.connection(bootstrap, leader).await {
                 Ok(connection) => delete_records(connection, &wanted, timeout_ms).await,
                 Err(error) => Err(error),
             };
-            match asked {
-                Ok(mut answered) => {
-                    for (key, _) in wanted {
-                        let answer = match answered.remove(&key) {
-                            Some(Ok(low_watermark)) => Ok(low_watermark),
-                            Some(Err(code)) => Err(OffsetFailure::Code(code)),
-                            None => Err(OffsetFailure::Missing),
-                        };
-                        answers.insert(key, answer);
-                    }
-                }
-                Err(error) => {
-                    self.others.remove(&leader);
-                    let failure = OffsetFailure::from_request(&error);
-                    for (key, _) in wanted {
-                        answers.insert(key, Err(failure.clone()));
-                    }
+            let keys = wanted.into_iter().map(|(key, _)| key);
+            self.place_answers(leader, keys, asked, &mut answers);
+        }
+        answers
+    }
+
+    /// A bootstrap connection that failed earlier is not used again: the
+    /// broker it reached gets a connection of its own.
+    fn forget_broken_bootstrap(&mut self, bootstrap: &Connection) {
+        if bootstrap.is_broken() {
+            self.bootstrap_id = None;
+        }
+    }
+
+    /// `parts` grouped by the leader of each one's partition (`key`), as
+    /// [`Router::by_leader`] but a partition without a leader is answered
+    /// NoLeader in `answers` and the others still grouped.
+    fn each_by_leader<T>(
+        &self,
+        parts: impl IntoIterator<Item = T>,
+        key: impl Fn(&T) -> &TopicPartition,
+        answers: &mut OffsetAnswers,
+    ) -> BTreeMap<i32, Vec<T>> {
+        let mut by_leader: BTreeMap<i32, Vec<T>> = BTreeMap::new();
+        for part in parts {
+            let (topic, partition) = key(&part);
+            match self.leader(topic, *partition) {
+                Ok(leader) => by_leader.entry(leader).or_default().push(part),
+                Err(_) => {
+                    answers.insert(key(&part).clone(), Err(OffsetFailure::NoLeader));
                 }
             }
         }
-        answers
+        by_leader
+    }
+
+    /// Puts what `leader` was `asked` for `keys` in `answers`: each
+    /// partition's offset or error code (Missing if it did not answer for
+    /// it), or for all of them why the request failed.
+    fn place_answers(
+        &mut self,
+        leader: i32,
+        keys: impl IntoIterator<Item = TopicPartition>,
+        asked: Result<BTreeMap<TopicPartition, Result<i64, i16>>, ClientError>,
+        answers: &mut OffsetAnswers,
+    ) {
+        match asked {
+            Ok(mut answered) => {
+                for key in keys {
+                    let answer = match answered.remove(&key) {
+                        Some(Ok(offset)) => Ok(offset),
+                        Some(Err(code)) => Err(OffsetFailure::Code(code)),
+                        None => Err(OffsetFailure::Missing),
+                    };
+                    answers.insert(key, answer);
+                }
+            }
+            Err(error) => {
+                // A broken connection stays broken: the next use opens another.
+                self.others.remove(&leader);
+                let failure = OffsetFailure::from_request(&error);
+                for key in keys {
+                    answers.insert(key, Err(failure.clone()));
+                }
+            }
+        }
     }
 }
 
