@@ -189,7 +189,8 @@ fn request_bytes<R: Encodable>(request: &R, version: i16) -> usize {
     request.compute_size(version).unwrap_or(0)
 }
 
-/// A forwarded request as it went out, for its metrics once answered.
+/// A forwarded request as it went out: what its metrics and its failures
+/// name.
 struct Sent {
     broker: i32,
     api_key: ApiKey,
@@ -200,6 +201,25 @@ struct Sent {
 }
 
 impl Sent {
+    /// A forward to `broker` of a request of `bytes_out`, handed over now.
+    fn start(broker: i32, api_key: ApiKey, bytes_out: usize) -> Sent {
+        Sent {
+            broker,
+            api_key,
+            bytes_out,
+            started: Instant::now(),
+        }
+    }
+
+    /// Why the forward got no answer.
+    fn failed(&self, message: String) -> ForwardError {
+        ForwardError {
+            broker: self.broker,
+            api_key: self.api_key,
+            message,
+        }
+    }
+
     /// Records the forward: its answer's encoded body (`bytes_in`, 0 for
     /// none) or that it failed.
     fn record(&self, bytes_in: usize, failed: bool) {
@@ -231,19 +251,14 @@ async fn call(shard: &Rc<Shard>, broker: i32, call: Call) -> Result<Reply, Forwa
         Call::ListOffsets(r, v) => (request_bytes(r, *v), *v),
         Call::OffsetForLeaderEpoch(r, v) => (request_bytes(r, *v), *v),
     };
-    let failed = |message: String| ForwardError {
-        broker,
-        api_key,
-        message,
-    };
     let link = link(shard, broker);
-    let started = Instant::now();
+    let sent = Sent::start(broker, api_key, bytes_out);
     // FIFO: parts handed over in order are sent in order.
     let permit = link
         .bytes
-        .acquire_static_permit(units(bytes_out))
+        .acquire_static_permit(units(sent.bytes_out))
         .await
-        .map_err(|e| failed(e.to_string()))?;
+        .map_err(|e| sent.failed(e.to_string()))?;
     let (reply, answer) = local_channel::new_bounded(1);
     let exchange = Exchange {
         call,
@@ -251,24 +266,18 @@ async fn call(shard: &Rc<Shard>, broker: i32, call: Call) -> Result<Reply, Forwa
         _permit: permit,
     };
     if link.queue.send(exchange).await.is_err() {
-        return Err(failed("the link's task has stopped".to_string()));
+        return Err(sent.failed("the link's task has stopped".to_string()));
     }
     let outcome = match answer.recv().await {
         Some(Ok(reply)) => Ok(reply),
-        Some(Err(message)) => Err(failed(message)),
-        None => Err(failed("the link's task dropped the request".to_string())),
+        Some(Err(message)) => Err(sent.failed(message)),
+        None => Err(sent.failed("the link's task dropped the request".to_string())),
     };
     let bytes_in = match &outcome {
         Ok(Reply::Produce(Some(r))) => r.compute_size(version).unwrap_or(0),
         Ok(Reply::ListOffsets(r)) => r.compute_size(version).unwrap_or(0),
         Ok(Reply::OffsetForLeaderEpoch(r)) => r.compute_size(version).unwrap_or(0),
         Ok(Reply::Produce(None)) | Err(_) => 0,
-    };
-    let sent = Sent {
-        broker,
-        api_key,
-        bytes_out,
-        started,
     };
     sent.record(bytes_in, outcome.is_err());
     outcome
@@ -332,26 +341,19 @@ pub async fn fetch(
     version: i16,
     deadline: Instant,
 ) -> Result<FetchResponse, ForwardError> {
-    let api_key = ApiKey::Fetch;
-    let failed = |message: String| ForwardError {
-        broker,
-        api_key,
-        message,
-    };
     let link = link(shard, broker);
-    let started = Instant::now();
-    let bytes_out = request_bytes(&request, version);
+    let sent = Sent::start(broker, ApiKey::Fetch, request_bytes(&request, version));
     let _slot = link
         .fetch_slots
         .acquire_static_permit(1)
         .await
-        .map_err(|e| failed(e.to_string()))?;
+        .map_err(|e| sent.failed(e.to_string()))?;
     let _bytes = link
         .bytes
-        .acquire_static_permit(units(bytes_out))
+        .acquire_static_permit(units(sent.bytes_out))
         .await
-        .map_err(|e| failed(e.to_string()))?;
-    let address = address(shard, broker).ok_or_else(|| failed(no_address(broker)))?;
+        .map_err(|e| sent.failed(e.to_string()))?;
+    let address = address(shard, broker).ok_or_else(|| sent.failed(no_address(broker)))?;
     let idle = link.fetch_idle.borrow_mut().pop();
     let mut connection = match idle {
         Some(connection) if connection.address() == address => connection,
@@ -361,18 +363,12 @@ pub async fn fetch(
             };
             transport::connect_address(shard, &address, purpose)
                 .await
-                .map_err(failed)?
+                .map_err(|message| sent.failed(message))?
         }
     };
     let wait = deadline.saturating_duration_since(Instant::now());
     let request = request.with_max_wait_ms(wait.as_millis().min(FETCH_WAIT_MS_MAX.into()) as i32);
     let outcome = exchange_fetch(&mut connection, &request, version).await;
-    let sent = Sent {
-        broker,
-        api_key,
-        bytes_out,
-        started,
-    };
     sent.record_outcome(&outcome, version);
     match outcome {
         Ok(response) => {
@@ -380,7 +376,7 @@ pub async fn fetch(
             Ok(response)
         }
         // The connection may be anywhere in a frame: it is dropped.
-        Err(error) => Err(failed(error.to_string())),
+        Err(error) => Err(sent.failed(error.to_string())),
     }
 }
 
@@ -394,33 +390,24 @@ pub async fn delete_records(
     request: DeleteRecordsRequest,
     version: i16,
 ) -> Result<DeleteRecordsResponse, ForwardError> {
-    let api_key = ApiKey::DeleteRecords;
-    let failed = |message: String| ForwardError {
+    let sent = Sent::start(
         broker,
-        api_key,
-        message,
-    };
-    let started = Instant::now();
-    let bytes_out = request_bytes(&request, version);
-    let address = address(shard, broker).ok_or_else(|| failed(no_address(broker)))?;
+        ApiKey::DeleteRecords,
+        request_bytes(&request, version),
+    );
+    let address = address(shard, broker).ok_or_else(|| sent.failed(no_address(broker)))?;
     let purpose = Purpose::Forward {
         timeout: Duration::from_millis(DELETE_RECORDS_WAIT_MS_MAX + FORWARD_TIMEOUT_MS),
     };
     let mut connection = transport::connect_address(shard, &address, purpose)
         .await
-        .map_err(failed)?;
+        .map_err(|message| sent.failed(message))?;
     let outcome = match connection.version::<DeleteRecordsRequest>(version..=version) {
         Ok(version) => connection.call(&request, version).await,
         Err(error) => Err(error),
     };
-    let sent = Sent {
-        broker,
-        api_key,
-        bytes_out,
-        started,
-    };
     sent.record_outcome(&outcome, version);
-    outcome.map_err(|error| failed(error.to_string()))
+    outcome.map_err(|error| sent.failed(error.to_string()))
 }
 
 async fn exchange_fetch(
