@@ -9,6 +9,9 @@ CASE:
                        prints how many changelog records a reader from the
                        beginning finds
   exact TOTAL          every key's latest count is TOTAL / 20
+  committed TOTAL      until the app's group has committed offset TOTAL on
+                       `words` (so a restart processes nothing twice: the
+                       app processes at least once)
 Prints "<case>: ok ..." lines; exits non-zero at the first miss. Every
 wait is bounded by a deadline.
 """
@@ -17,7 +20,7 @@ import json
 import sys
 import time
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from checks import fail, read_partition
 
@@ -83,6 +86,22 @@ def exact(bootstrap, total):
     print(f"exact: ok {KEYS} keys at {total // KEYS}")
 
 
+def committed(bootstrap, total):
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "wordcount", "enable.auto.commit": False})
+    deadline = time.time() + DEADLINE_S
+    try:
+        while True:
+            [tp] = c.committed([TopicPartition("words", 0)], timeout=10)
+            if tp.offset == total:
+                print(f"committed: ok {total}")
+                return
+            if time.time() > deadline:
+                fail(f"committed: {tp.offset}, want {total}")
+            time.sleep(0.5)
+    finally:
+        c.close()
+
+
 def main():
     bootstrap, case = sys.argv[1], sys.argv[2]
     args = [int(a) for a in sys.argv[3:]]
@@ -94,6 +113,8 @@ def main():
         wait(bootstrap, *args)
     elif case == "exact":
         exact(bootstrap, *args)
+    elif case == "committed":
+        committed(bootstrap, *args)
     else:
         fail(f"unknown case {case}")
 
