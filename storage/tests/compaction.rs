@@ -34,6 +34,16 @@ fn options(now_ms: i64, below: u64) -> CleanOptions {
     }
 }
 
+/// A record with no headers at the batch's base timestamp.
+fn plain(key: Option<Vec<u8>>, value: Option<Vec<u8>>) -> NewRecord {
+    NewRecord {
+        key,
+        value,
+        headers: vec![],
+        timestamp_delta: 0,
+    }
+}
+
 /// A deterministic shuffle of 0..n.
 fn shuffled(n: u64, seed: u64) -> Vec<u64> {
     let mut v: Vec<u64> = (0..n).collect();
@@ -388,12 +398,7 @@ fn a_log_whose_last_sealed_records_are_all_swept_reads_on_to_its_active_segment(
         // Tombstones for keys 0..100 in batches of their own, then a roll.
         for chunk in 0..20u64 {
             let records: Vec<NewRecord> = (0..5)
-                .map(|i| NewRecord {
-                    key: Some(format!("key-{}", chunk * 5 + i).into_bytes()),
-                    value: None,
-                    headers: vec![],
-                    timestamp_delta: 0,
-                })
+                .map(|i| plain(Some(format!("key-{}", chunk * 5 + i).into_bytes()), None))
                 .collect();
             let info = log
                 .append(
@@ -407,12 +412,7 @@ fn a_log_whose_last_sealed_records_are_all_swept_reads_on_to_its_active_segment(
             }
         }
         clock.advance_ms(2000);
-        let sentinel = vec![NewRecord {
-            key: Some(b"sentinel".to_vec()),
-            value: Some(b"roll".to_vec()),
-            headers: vec![],
-            timestamp_delta: 0,
-        }];
+        let sentinel = vec![plain(Some(b"sentinel".to_vec()), Some(b"roll".to_vec()))];
         let info = log
             .append(
                 Bytes::from(build::batch(now, &sentinel)),
@@ -504,12 +504,7 @@ fn a_quiet_active_segment_rolls_after_segment_ms_and_becomes_cleanable() {
         clock.advance_ms(120_000);
         assert!(!log.roll_if_idle().await.unwrap());
         let records: Vec<NewRecord> = (0..4)
-            .map(|i| NewRecord {
-                key: Some(vec![b'k', (i % 2) as u8]),
-                value: Some(vec![i as u8; 10]),
-                headers: vec![],
-                timestamp_delta: 0,
-            })
+            .map(|i| plain(Some(vec![b'k', (i % 2) as u8]), Some(vec![i as u8; 10])))
             .collect();
         let now = now + 120_000;
         log.append(
