@@ -1,10 +1,16 @@
 """A faust-streaming application that counts records per key in a table
 (its state: the compacted changelog topic `wordcount-counts-changelog`).
 
-usage: BOOTSTRAP=host:port FAUST_DATADIR=dir python3 faust_app.py worker -l info
+usage: BOOTSTRAP=host:port FAUST_DATADIR=dir [FAUST_TRACE=file] \
+       python3 faust_app.py worker -l info
+
+With FAUST_TRACE, every event processed appends a line
+`TIME OFFSET KEY COUNT` to that file (TIME in seconds since the epoch,
+OFFSET the input record's offset, COUNT the key's count after it).
 """
 
 import os
+import time
 
 import faust
 
@@ -23,8 +29,12 @@ counts = app.Table("counts", default=int, partitions=1)
 
 @app.agent(words)
 async def count(stream):
-    async for key, _value in stream.items():
-        counts[key] += 1
+    trace = open(os.environ["FAUST_TRACE"], "a") if "FAUST_TRACE" in os.environ else None
+    async for event in stream.events():
+        counts[event.key] += 1
+        if trace:
+            trace.write(f"{time.time():.3f} {event.message.offset} {event.key} {counts[event.key]}\n")
+            trace.flush()
 
 
 if __name__ == "__main__":
