@@ -401,6 +401,14 @@ impl FaustWorker {
     }
 }
 
+impl FaustWorker {
+    /// Kills the worker (SIGKILL): it neither commits nor leaves its group.
+    fn kill(mut self) {
+        self.0.kill().unwrap();
+        self.0.wait().unwrap();
+    }
+}
+
 impl Drop for FaustWorker {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -409,9 +417,9 @@ impl Drop for FaustWorker {
 }
 
 /// A stateful stream processor from PyPI, faust-streaming, keeps a table
-/// of counts per key in a compacted changelog topic: stopped and started
-/// again once the cleaner compacted that changelog, it restores the table
-/// from what compaction left and goes on to the right counts.
+/// of counts per key in a compacted changelog topic: killed (kill -9) and
+/// started again once the cleaner compacted that changelog, it restores
+/// the table from what compaction left and goes on to the right counts.
 ///
 /// Each run of the worker processes every input record exactly once
 /// (checked from its trace), so the counts are exact.
@@ -440,12 +448,15 @@ fn a_faust_table_restores_from_its_compacted_changelog() {
         "the changelog was not cleaned\n{}",
         broker.log()
     );
-    // The app processes at least once: stopped only once its input offsets
+    // The app processes at least once: killed only once its input offsets
     // are committed, a restart counts nothing twice.
     let out = faust_check(&bootstrap, &["committed", "1000"]);
     assert!(out.contains("committed: ok 1000"), "{out}");
-    worker.stop();
-    assert_eq!(faust_processed(dir.path(), 1), (0..1000).collect::<Vec<u64>>());
+    worker.kill();
+    assert_eq!(
+        faust_processed(dir.path(), 1),
+        (0..1000).collect::<Vec<u64>>()
+    );
     let out = faust_check(&bootstrap, &["wait", "1000"]);
     let records: u64 = out
         .split(" counted, ")

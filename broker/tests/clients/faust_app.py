@@ -22,6 +22,11 @@ app = faust.App(
     topic_replication_factor=1,
     web_enabled=False,
     datadir=os.environ["FAUST_DATADIR"],
+    # A killed worker's membership ends within seconds, so its successor
+    # joins without waiting out faust's minute.
+    broker_session_timeout=6,
+    broker_heartbeat_interval=1,
+    broker_rebalance_timeout=10,
 )
 words = app.topic("words", key_type=str, value_type=str, partitions=1)
 counts = app.Table("counts", default=int, partitions=1)
