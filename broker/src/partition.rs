@@ -24,7 +24,9 @@ use crate::limits::{
     PRODUCER_RECOVERY_READ_BYTES, PRODUCER_SNAPSHOTS_KEPT, PRODUCER_SNAPSHOT_BYTES_MAX,
 };
 use crate::metadata::PartitionState;
-use crate::producer_state::{last_sequence, ProducerTable, RecoveredBatch, SequenceCheck};
+use crate::producer_state::{
+    last_sequence, AbortedTxn, ProducerTable, RecoveredBatch, SequenceCheck,
+};
 use crate::replica::{
     Action, Assignment, IsrProposal, NodeId, ReplicaConfig, ReplicaState, Role, WaiterId,
 };
@@ -202,6 +204,12 @@ pub struct FetchOutcome {
     pub error_code: i16,
     pub high_watermark: i64,
     pub log_start_offset: i64,
+    /// The last stable offset (the high watermark when no transaction is
+    /// open).
+    pub last_stable_offset: i64,
+    /// For a read_committed fetch, the aborted transactions in the range
+    /// returned.
+    pub aborted: Vec<AbortedTxn>,
     pub records: Bytes,
 }
 
@@ -211,6 +219,8 @@ impl FetchOutcome {
             error_code,
             high_watermark: -1,
             log_start_offset: -1,
+            last_stable_offset: -1,
+            aborted: Vec::new(),
             records: Bytes::new(),
         }
     }
@@ -392,12 +402,11 @@ async fn recover_producers(
         let result = log.read(from, PRODUCER_RECOVERY_READ_BYTES, end).await?;
         let mut bytes = &result.bytes[..];
         while let Ok(header) = BatchHeader::parse(bytes) {
-            if let Some(batch) = recovered_batch(&header, now) {
-                table.recover(batch);
-                batches += 1;
-            }
             if header.size() > bytes.len() {
                 break;
+            }
+            if replay_batch(&mut table, &header, &bytes[..header.size()], now) {
+                batches += 1;
             }
             bytes = &bytes[header.size()..];
         }
@@ -420,7 +429,7 @@ fn sorted(ids: &[NodeId]) -> Vec<NodeId> {
 /// log (at start-up, or as a follower appends it); `None` for batches it
 /// does not track. `now_ms` stands for a CreateTime batch's last use.
 fn recovered_batch(header: &BatchHeader, now_ms: i64) -> Option<RecoveredBatch> {
-    if header.producer_id < 0 || header.is_control() || header.is_transactional() {
+    if header.producer_id < 0 || header.is_control() {
         return None;
     }
     let log_append_time = header.is_log_append_time();
@@ -440,7 +449,38 @@ fn recovered_batch(header: &BatchHeader, now_ms: i64) -> Option<RecoveredBatch> 
         } else {
             now_ms
         },
+        transactional: header.is_transactional(),
     })
+}
+
+/// Applies a batch read back from a log (at start-up, or as a follower
+/// appends it) to the producer state: an idempotent or transactional
+/// batch's sequence, or a transaction marker (`batch` whole, header first).
+fn replay_batch(
+    table: &mut ProducerTable,
+    header: &BatchHeader,
+    batch: &[u8],
+    now_ms: i64,
+) -> bool {
+    if header.is_control() {
+        match protocol::control::marker_of(batch) {
+            Some(marker) => {
+                table.apply_marker(
+                    header.producer_id,
+                    header.producer_epoch,
+                    marker,
+                    header.base_offset,
+                );
+                true
+            }
+            None => false,
+        }
+    } else if let Some(recovered) = recovered_batch(header, now_ms) {
+        table.recover(recovered);
+        true
+    } else {
+        false
+    }
 }
 
 /// Writes `bytes` as the snapshot at `offset` durably (temporary file,
@@ -581,7 +621,9 @@ impl Partition {
                 .min()
                 .unwrap_or(u64::MAX)
                 .min(self.log.next_offset());
-            (offset, self.producers.borrow().encode_snapshot(offset))
+            let mut producers = self.producers.borrow_mut();
+            producers.prune_aborted_below(self.log.start_offset() as i64);
+            (offset, producers.encode_snapshot(offset))
         };
         match write_snapshot(&self.dir, offset, &bytes).await {
             Ok(()) => {
@@ -805,44 +847,28 @@ impl Partition {
         // truncate below its high watermark.
         let high_watermark = self.high_watermark().min(self.log.kept_offset() as i64);
         let log_start_offset = self.log_start_offset();
+        let answer = |error_code, records| FetchOutcome {
+            error_code,
+            high_watermark,
+            log_start_offset,
+            last_stable_offset: high_watermark,
+            aborted: Vec::new(),
+            records,
+        };
         if let Err(why) = taken {
-            return FetchOutcome {
-                error_code: errors::replica(why),
-                high_watermark,
-                log_start_offset,
-                records: Bytes::new(),
-            };
+            return answer(errors::replica(why), Bytes::new());
         }
         let end = self.log.next_offset();
         if fetch_offset < log_start_offset || fetch_offset as u64 > end {
-            return FetchOutcome {
-                error_code: errors::OFFSET_OUT_OF_RANGE,
-                high_watermark,
-                log_start_offset,
-                records: Bytes::new(),
-            };
+            return answer(errors::OFFSET_OUT_OF_RANGE, Bytes::new());
         }
         // A fetch asking for no bytes only tells the follower's position.
-        let records = if fetch_offset as u64 == end || max_bytes == 0 {
-            Bytes::new()
-        } else {
-            match self.log.read(fetch_offset as u64, max_bytes, end).await {
-                Ok(result) => result.bytes,
-                Err(error) => {
-                    return FetchOutcome {
-                        error_code: errors::storage_error_code(&error),
-                        high_watermark,
-                        log_start_offset,
-                        records: Bytes::new(),
-                    }
-                }
-            }
-        };
-        FetchOutcome {
-            error_code: errors::NONE,
-            high_watermark,
-            log_start_offset,
-            records,
+        if fetch_offset as u64 == end || max_bytes == 0 {
+            return answer(errors::NONE, Bytes::new());
+        }
+        match self.log.read(fetch_offset as u64, max_bytes, end).await {
+            Ok(result) => answer(errors::NONE, result.bytes),
+            Err(error) => answer(errors::storage_error_code(&error), Bytes::new()),
         }
     }
 
@@ -874,6 +900,11 @@ impl Partition {
             if header.base_offset + i64::from(header.last_offset_delta) < next {
                 continue;
             }
+            let batch_bytes = if header.is_control() {
+                batch.bytes().clone()
+            } else {
+                Bytes::new()
+            };
             match self.log.append_batch_at(batch).await {
                 Ok(info) => last = Some(info.last_offset),
                 Err(error) => {
@@ -888,9 +919,13 @@ impl Partition {
                     return Err(errors::storage_error_code(&error));
                 }
             }
-            if let Some(recovered) = recovered_batch(&header, self.clock.wall_ms()) {
-                self.producers.borrow_mut().recover(recovered);
-            }
+            let bytes = batch_bytes.clone();
+            replay_batch(
+                &mut self.producers.borrow_mut(),
+                &header,
+                &bytes,
+                self.clock.wall_ms(),
+            );
         }
         self.observe_log_end();
         self.leader_high_watermark.set(leader_high_watermark);
@@ -1090,7 +1125,13 @@ impl Partition {
             return ProduceOutcome::error(errors::replica(why));
         }
         let header = *batch.header();
-        let idempotent = header.producer_id >= 0 && !header.is_transactional();
+        if header.is_control() {
+            // Markers are the coordinator's to have written, never a client's.
+            return ProduceOutcome::error(errors::INVALID_RECORD);
+        }
+        // A transactional producer is an idempotent one whose batches also
+        // open a transaction here.
+        let idempotent = header.producer_id >= 0;
         let first_sequence = header.base_sequence;
         let last_seq = last_sequence(first_sequence, header.last_offset_delta);
         let mut reservation = None;
@@ -1131,7 +1172,8 @@ impl Partition {
                 SequenceCheck::Reject(code) => return ProduceOutcome::error(code),
             }
         } else if header.is_transactional() {
-            return ProduceOutcome::error(errors::INVALID_TXN_STATE);
+            // A transaction needs a producer id.
+            return ProduceOutcome::error(errors::INVALID_RECORD);
         }
         let log_append_time_ms = match self.timestamp_type.get() {
             TimestampType::LogAppendTime => Some(self.clock.wall_ms()),
@@ -1174,6 +1216,7 @@ impl Partition {
                 info.base_offset as i64,
                 log_append_time_ms,
                 self.clock.wall_ms(),
+                header.is_transactional(),
             );
         }
         drop(in_flight);
@@ -1205,43 +1248,124 @@ impl Partition {
 
     /// Reads up to `max_bytes` (the first batch whole even if larger) from
     /// `fetch_offset`, up to the high watermark.
-    pub async fn read(&self, fetch_offset: i64, max_bytes: usize) -> FetchOutcome {
+    /// `read_committed`: up to the last stable offset instead, with the
+    /// aborted transactions of the range returned.
+    pub async fn read(
+        &self,
+        fetch_offset: i64,
+        max_bytes: usize,
+        read_committed: bool,
+    ) -> FetchOutcome {
         let high_watermark = self.high_watermark();
+        let last_stable_offset = self.last_stable_offset();
         let log_start_offset = self.log_start_offset();
+        let answer = |error_code, records| FetchOutcome {
+            error_code,
+            high_watermark,
+            log_start_offset,
+            last_stable_offset,
+            aborted: Vec::new(),
+            records,
+        };
         if fetch_offset < log_start_offset || fetch_offset > high_watermark {
-            return FetchOutcome {
-                error_code: errors::OFFSET_OUT_OF_RANGE,
-                high_watermark,
-                log_start_offset,
-                records: Bytes::new(),
-            };
+            return answer(errors::OFFSET_OUT_OF_RANGE, Bytes::new());
         }
-        if fetch_offset == high_watermark {
-            return FetchOutcome {
-                error_code: errors::NONE,
-                high_watermark,
-                log_start_offset,
-                records: Bytes::new(),
-            };
+        let upper = if read_committed {
+            last_stable_offset
+        } else {
+            high_watermark
+        };
+        if fetch_offset >= upper {
+            return answer(errors::NONE, Bytes::new());
         }
         match self
             .log
-            .read(fetch_offset as u64, max_bytes, high_watermark as u64)
+            .read(fetch_offset as u64, max_bytes, upper as u64)
             .await
         {
-            Ok(result) => FetchOutcome {
-                error_code: errors::NONE,
-                high_watermark,
-                log_start_offset,
-                records: result.bytes,
-            },
-            Err(error) => FetchOutcome {
-                error_code: errors::storage_error_code(&error),
-                high_watermark,
-                log_start_offset,
-                records: Bytes::new(),
-            },
+            Ok(result) => {
+                let mut outcome = answer(errors::NONE, result.bytes);
+                if read_committed {
+                    let end = (result.next_offset as i64).min(upper);
+                    outcome.aborted = self.producers.borrow().aborted_between(fetch_offset, end);
+                }
+                outcome
+            }
+            Err(error) => answer(errors::storage_error_code(&error), Bytes::new()),
         }
+    }
+
+    /// The offset below which every transaction is decided: the first
+    /// offset of the oldest open transaction, or the high watermark.
+    pub fn last_stable_offset(&self) -> i64 {
+        let high_watermark = self.high_watermark();
+        self.producers
+            .borrow()
+            .first_unstable_offset()
+            .map_or(high_watermark, |first| first.min(high_watermark))
+    }
+
+    /// Writes the marker ending `producer_id`'s transaction (the
+    /// coordinator's WriteTxnMarkers) and answers once it holds as an
+    /// `acks=all` produce would: on every ISR member, durably.
+    pub async fn write_marker(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        coordinator_epoch: i32,
+        marker: protocol::control::Marker,
+        timeout: Duration,
+    ) -> i16 {
+        if let Err(why) = self.replica.borrow().admit_produce(-1) {
+            return errors::replica(why);
+        }
+        if let Err(code) = self.producers.borrow().check_marker(producer_id, epoch) {
+            return code;
+        }
+        let bytes = protocol::control::marker_batch(
+            producer_id,
+            epoch,
+            coordinator_epoch,
+            marker,
+            self.clock.wall_ms(),
+        );
+        let batch = match RecordBatch::new(Bytes::from(bytes)) {
+            Ok(batch) => batch,
+            Err(error) => unreachable!("a marker batch is well formed: {error}"),
+        };
+        let options = AppendOptions {
+            leader_epoch: self.leader_epoch(),
+            log_append_time_ms: None,
+        };
+        let in_flight = InFlightAppend::begin(&self.snapshots, self.log.next_offset());
+        let info = match self.log.append_batch(batch, options).await {
+            Ok(info) => info,
+            Err(error) => {
+                drop(in_flight);
+                if error.is_out_of_space() {
+                    crate::storage_health::StorageHealth::get().refused_for_space();
+                }
+                tracing::warn!(topic = %self.topic, partition = self.index, producer_id, %error, "writing a transaction marker failed");
+                return errors::storage_error_code(&error);
+            }
+        };
+        self.producers.borrow_mut().apply_marker(
+            producer_id,
+            epoch,
+            marker,
+            info.base_offset as i64,
+        );
+        drop(in_flight);
+        self.observe_log_end();
+        match self.wait_acks_all(info.last_offset, timeout).await {
+            Ok(()) => errors::NONE,
+            Err(code) => code,
+        }
+    }
+
+    /// The transactions open on this partition: (first offset, producer id).
+    pub fn open_transactions(&self) -> Vec<(i64, i64)> {
+        self.producers.borrow().open_transactions()
     }
 
     /// Resolves once every offset up to `last_offset` is durable (the
@@ -1454,7 +1578,8 @@ impl Partition {
         Ok(new_end)
     }
 
-    pub async fn list_offset(&self, timestamp: i64) -> OffsetOutcome {
+    /// `read_committed`: the latest offset is the last stable offset.
+    pub async fn list_offset(&self, timestamp: i64, read_committed: bool) -> OffsetOutcome {
         let leader_epoch = self.leader_epoch();
         let ok = |timestamp, offset| OffsetOutcome {
             error_code: errors::NONE,
@@ -1463,6 +1588,7 @@ impl Partition {
             leader_epoch: if offset < 0 { -1 } else { leader_epoch },
         };
         match timestamp {
+            LATEST_TIMESTAMP if read_committed => ok(-1, self.last_stable_offset()),
             LATEST_TIMESTAMP => ok(-1, self.high_watermark()),
             EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => ok(-1, self.log_start_offset()),
             LATEST_TIERED_TIMESTAMP => ok(-1, -1),
@@ -1898,7 +2024,7 @@ mod tests {
             );
             assert_eq!(p.log_start_offset(), 4);
             assert_eq!(
-                p.read(3, 1 << 20).await.error_code,
+                p.read(3, 1 << 20, false).await.error_code,
                 errors::OFFSET_OUT_OF_RANGE
             );
         });
@@ -1992,9 +2118,9 @@ mod tests {
                 [(7, 4)],
                 "producer 9 only had batches past the cut"
             );
-            assert_eq!(p.read(8, 1 << 20).await.records.len(), 0);
+            assert_eq!(p.read(8, 1 << 20, false).await.records.len(), 0);
             assert_eq!(
-                p.read(9, 1 << 20).await.error_code,
+                p.read(9, 1 << 20, false).await.error_code,
                 errors::OFFSET_OUT_OF_RANGE
             );
 

@@ -40,15 +40,15 @@ const OFFSET_ATTRIBUTES: usize = 21;
 const OFFSET_LAST_OFFSET_DELTA: usize = 23;
 const OFFSET_BASE_TIMESTAMP: usize = 27;
 const OFFSET_MAX_TIMESTAMP: usize = 35;
-const OFFSET_PRODUCER_ID: usize = 43;
-const OFFSET_PRODUCER_EPOCH: usize = 51;
+pub(crate) const OFFSET_PRODUCER_ID: usize = 43;
+pub(crate) const OFFSET_PRODUCER_EPOCH: usize = 51;
 const OFFSET_BASE_SEQUENCE: usize = 53;
 pub(crate) const OFFSET_RECORD_COUNT: usize = 57;
 
 const ATTR_COMPRESSION_MASK: i16 = 0x07;
 const ATTR_TIMESTAMP_TYPE: i16 = 0x08;
-const ATTR_TRANSACTIONAL: i16 = 0x10;
-const ATTR_CONTROL: i16 = 0x20;
+pub(crate) const ATTR_TRANSACTIONAL: i16 = 0x10;
+pub(crate) const ATTR_CONTROL: i16 = 0x20;
 
 /// Every way a record batch can be wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -13,6 +13,7 @@ pub mod client;
 pub mod codec;
 pub mod compact;
 pub mod consumer_protocol;
+pub mod control;
 pub mod error_codes;
 pub mod frame;
 pub mod partitioner;

@@ -243,7 +243,7 @@ async fn load(shard: &Rc<Shard>, partition: i32) -> Result<(), GroupError> {
     let mut from = log.log_start_offset();
     let mut records_loaded = 0u64;
     while from < end {
-        let read = log.read(from, OFFSETS_LOAD_READ_BYTES).await;
+        let read = log.read(from, OFFSETS_LOAD_READ_BYTES, false).await;
         if read.error_code != errors::NONE {
             tracing::error!(
                 partition,

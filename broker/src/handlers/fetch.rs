@@ -31,9 +31,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::fetch_response::{
-    FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
+    AbortedTransaction, FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
 };
-use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse};
+use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ProducerId};
 
 use crate::cluster::links::{self, Origin};
 use crate::errors;
@@ -55,6 +55,8 @@ struct Wanted {
     partition: i32,
     fetch_offset: i64,
     partition_max_bytes: usize,
+    /// isolation_level 1: up to the last stable offset.
+    read_committed: bool,
     /// A follower's fetch: its broker id, and where its copy stands
     /// (the fetch offset there is `fetch_offset`'s).
     replica: Option<(i32, FollowerPosition)>,
@@ -81,7 +83,7 @@ async fn read_core(
     for (slot, w) in wanted {
         let max = w.partition_max_bytes.min(budget.max(1));
         let outcome = match (owner.partition(&w.topic, w.partition), w.replica) {
-            (Some(partition), None) => partition.read(w.fetch_offset, max).await,
+            (Some(partition), None) => partition.read(w.fetch_offset, max, w.read_committed).await,
             (Some(partition), Some((replica_id, position))) => {
                 partition.read_for_follower(replica_id, position, max).await
             }
@@ -245,6 +247,7 @@ async fn answer(
                         partition: p.partition,
                         fetch_offset: p.fetch_offset,
                         partition_max_bytes: p.partition_max_bytes.max(0) as usize,
+                        read_committed: replica_id < 0 && request.isolation_level == 1,
                         replica: (replica_id >= 0).then(|| {
                             let durable_end = crate::cluster::replication::durable_end_of(p)
                                 .unwrap_or(p.fetch_offset);
@@ -347,9 +350,19 @@ async fn answer(
                         .with_partition_index(p.partition)
                         .with_error_code(outcome.error_code)
                         .with_high_watermark(outcome.high_watermark)
-                        .with_last_stable_offset(outcome.high_watermark)
+                        .with_last_stable_offset(outcome.last_stable_offset)
                         .with_log_start_offset(outcome.log_start_offset)
-                        .with_aborted_transactions(Some(Vec::new()))
+                        .with_aborted_transactions(Some(
+                            outcome
+                                .aborted
+                                .iter()
+                                .map(|txn| {
+                                    AbortedTransaction::default()
+                                        .with_producer_id(ProducerId(txn.producer_id))
+                                        .with_first_offset(txn.first_offset)
+                                })
+                                .collect(),
+                        ))
                         .with_preferred_read_replica(BrokerId(-1))
                         .with_records(Some(outcome.records))
                 })
@@ -428,6 +441,18 @@ async fn forward(
                     error_code: p.error_code,
                     high_watermark: p.high_watermark,
                     log_start_offset: p.log_start_offset,
+                    last_stable_offset: p.last_stable_offset,
+                    aborted: p
+                        .aborted_transactions
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|txn| crate::producer_state::AbortedTxn {
+                            producer_id: txn.producer_id.0,
+                            first_offset: txn.first_offset,
+                            // Only the producer and first offset travel.
+                            last_offset: i64::MAX,
+                        })
+                        .collect(),
                     records: p.records.unwrap_or_default(),
                 })
                 .collect()

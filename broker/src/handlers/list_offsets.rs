@@ -36,6 +36,7 @@ struct Wanted {
     topic: String,
     partition: i32,
     timestamp: i64,
+    read_committed: bool,
 }
 
 /// One partition for the broker that leads it: the index of its topic in
@@ -79,6 +80,7 @@ pub async fn handle(
                         topic: name.to_string(),
                         partition: p.partition_index,
                         timestamp: p.timestamp,
+                        read_committed: request.isolation_level == 1,
                     },
                 ),
                 Place::Refused(code) => scatter.answer(error(code)),
@@ -93,7 +95,9 @@ pub async fn handle(
                     let partition = owner.partition(&w.topic, w.partition);
                     async move {
                         match partition {
-                            Some(partition) => partition.list_offset(w.timestamp).await,
+                            Some(partition) => {
+                                partition.list_offset(w.timestamp, w.read_committed).await
+                            }
                             None => error(errors::NOT_LEADER_OR_FOLLOWER),
                         }
                     }

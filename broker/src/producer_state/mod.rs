@@ -3,8 +3,18 @@
 //! their original offsets and gaps or reordering are refused. The state is
 //! saved in snapshots (`<offset>.snapshot` in the partition directory) so a
 //! restart rebuilds it from the newest snapshot plus the log after it.
+//!
+//! Transactional producers are idempotent producers whose batches also
+//! open a transaction on the partition, ended by a marker (`txn`): the
+//! open transactions give the last stable offset, the aborted ones the
+//! `aborted_transactions` of a read_committed fetch. Both live in the same
+//! table and snapshots, so they are rebuilt the same way.
 
-use std::collections::{HashMap, VecDeque};
+mod txn;
+
+pub use txn::AbortedTxn;
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use kafka_protocol::error::ResponseError;
 
@@ -39,14 +49,40 @@ struct ProducerEntry {
     /// CreateTime topics: a producer with a clock behind would expire at
     /// once.
     last_timestamp_ms: i64,
+    /// The first offset of its open transaction on this partition.
+    ongoing_txn: Option<i64>,
+    /// The offset of the last transaction marker written for it (-1:
+    /// none): a replayed transactional batch at or below it belongs to a
+    /// transaction already ended.
+    last_marker_offset: i64,
 }
 
 impl ProducerEntry {
+    fn new(epoch: i16, last_sequence: i32, last_timestamp_ms: i64) -> Self {
+        ProducerEntry {
+            epoch,
+            last_sequence,
+            batches: VecDeque::new(),
+            last_timestamp_ms,
+            ongoing_txn: None,
+            last_marker_offset: -1,
+        }
+    }
+
     /// True while a reservation is not yet matched by a recorded batch.
     fn has_pending_append(&self) -> bool {
-        self.batches
-            .back()
-            .is_none_or(|b| b.last_sequence != self.last_sequence)
+        match self.batches.back() {
+            Some(last) => last.last_sequence != self.last_sequence,
+            // A producer known only by its last marker has sequence -1
+            // until an append reserves one.
+            None => self.last_marker_offset < 0 || self.last_sequence != -1,
+        }
+    }
+
+    /// Whether snapshots keep it: it has batches, or a marker fixed its
+    /// epoch (so an older epoch stays fenced after a restart).
+    fn kept_in_snapshots(&self) -> bool {
+        !self.batches.is_empty() || self.last_marker_offset >= 0
     }
 }
 /// What to do with an idempotent batch.
@@ -87,6 +123,8 @@ pub struct RecoveredBatch {
     pub base_offset: i64,
     pub log_append_time_ms: i64,
     pub max_timestamp_ms: i64,
+    /// A transactional batch: it opens a transaction if none is open.
+    pub transactional: bool,
 }
 
 /// One producer's state as DescribeProducers shows it.
@@ -98,11 +136,17 @@ pub struct ProducerView {
     pub last_sequence: i32,
     /// When it last appended, by the broker's clock (see `ProducerEntry`).
     pub last_timestamp_ms: i64,
+    /// The first offset of its open transaction here (-1: none).
+    pub current_txn_start_offset: i64,
 }
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ProducerTable {
     producers: HashMap<i64, ProducerEntry>,
+    /// The open transactions by first offset: (first offset, producer id).
+    ongoing: BTreeSet<(i64, i64)>,
+    /// Aborted transactions by marker offset, oldest first.
+    aborted: VecDeque<AbortedTxn>,
 }
 
 impl ProducerTable {
@@ -128,6 +172,7 @@ impl ProducerTable {
                     epoch: entry.epoch,
                     last_sequence: last.last_sequence,
                     last_timestamp_ms: entry.last_timestamp_ms,
+                    current_txn_start_offset: entry.ongoing_txn.unwrap_or(-1),
                 })
             })
             .collect();
@@ -165,12 +210,7 @@ impl ProducerTable {
             }
             self.producers.insert(
                 producer_id,
-                ProducerEntry {
-                    epoch,
-                    last_sequence,
-                    batches: VecDeque::new(),
-                    last_timestamp_ms: i64::MIN,
-                },
+                ProducerEntry::new(epoch, last_sequence, i64::MIN),
             );
             return SequenceCheck::Append {
                 previous_last_sequence: None,
@@ -224,12 +264,11 @@ impl ProducerTable {
         let entry = self
             .producers
             .entry(batch.producer_id)
-            .or_insert(ProducerEntry {
-                epoch: batch.epoch,
-                last_sequence: batch.last_sequence,
-                batches: VecDeque::new(),
-                last_timestamp_ms: batch.max_timestamp_ms,
-            });
+            .or_insert(ProducerEntry::new(
+                batch.epoch,
+                batch.last_sequence,
+                batch.max_timestamp_ms,
+            ));
         if batch.epoch < entry.epoch {
             return;
         }
@@ -244,6 +283,13 @@ impl ProducerTable {
             .any(|b| b.base_offset == batch.base_offset)
         {
             return;
+        }
+        if batch.transactional
+            && entry.ongoing_txn.is_none()
+            && batch.base_offset > entry.last_marker_offset
+        {
+            entry.ongoing_txn = Some(batch.base_offset);
+            self.ongoing.insert((batch.base_offset, batch.producer_id));
         }
         entry.batches.push_back(BatchRecord {
             first_sequence: batch.first_sequence,
@@ -268,25 +314,45 @@ impl ProducerTable {
     /// snapshot may hold batches past its own offset, see
     /// [`Self::encode_snapshot`]). A producer left with no batch goes: the
     /// state holds only its last few, so its sequence before them is not
-    /// known (its next batch is answered as from an unknown producer).
+    /// known (its next batch is answered as from an unknown producer); a
+    /// producer known only by a marker below `offset` stays (its epoch).
     /// Returns how many producers went.
     pub fn forget_from(&mut self, offset: u64) -> usize {
         let offset = i64::try_from(offset).unwrap_or(i64::MAX);
         let before = self.producers.len();
+        self.aborted.retain(|txn| txn.last_offset < offset);
         self.producers.retain(|_, entry| {
+            if entry.last_marker_offset >= offset {
+                // Its marker is gone, so whether its transaction is open
+                // is not known here: as with a producer whose batches are
+                // all gone, its next batch starts afresh.
+                return false;
+            }
+            if entry.ongoing_txn.is_some_and(|first| first >= offset) {
+                entry.ongoing_txn = None;
+            }
+            let had_batches = !entry.batches.is_empty();
             entry.batches.retain(|b| b.base_offset < offset);
             match entry.batches.back() {
                 Some(last) => {
                     entry.last_sequence = last.last_sequence;
                     true
                 }
+                None if !had_batches && entry.last_marker_offset >= 0 => {
+                    entry.last_sequence = -1;
+                    true
+                }
                 None => false,
             }
         });
+        self.reindex_ongoing();
         before - self.producers.len()
     }
 
-    /// Records an appended batch so a retry of it is recognised.
+    /// Records an appended batch so a retry of it is recognised; a
+    /// transactional batch opens the producer's transaction here if none is
+    /// open.
+    #[allow(clippy::too_many_arguments)]
     pub fn appended(
         &mut self,
         producer_id: i64,
@@ -295,8 +361,13 @@ impl ProducerTable {
         base_offset: i64,
         log_append_time_ms: i64,
         now_ms: i64,
+        transactional: bool,
     ) {
         if let Some(entry) = self.producers.get_mut(&producer_id) {
+            if transactional && entry.ongoing_txn.is_none() {
+                entry.ongoing_txn = Some(base_offset);
+                self.ongoing.insert((base_offset, producer_id));
+            }
             if entry.batches.len() == PRODUCER_BATCHES_KEPT {
                 entry.batches.pop_front();
             }
@@ -344,6 +415,7 @@ impl ProducerTable {
         let before = self.producers.len();
         self.producers.retain(|_, entry| {
             entry.has_pending_append()
+                || entry.ongoing_txn.is_some()
                 || now_ms.saturating_sub(entry.last_timestamp_ms) < expiration_ms
         });
         before - self.producers.len()
@@ -357,7 +429,7 @@ impl ProducerTable {
         let mut ids: Vec<(&i64, &ProducerEntry)> = self
             .producers
             .iter()
-            .filter(|(_, entry)| !entry.batches.is_empty())
+            .filter(|(_, entry)| entry.kept_in_snapshots())
             .collect();
         ids.sort_unstable_by_key(|(id, _)| **id);
         let mut out = Vec::with_capacity(
@@ -373,6 +445,8 @@ impl ProducerTable {
             out.extend_from_slice(&id.to_be_bytes());
             out.extend_from_slice(&entry.epoch.to_be_bytes());
             out.extend_from_slice(&entry.last_timestamp_ms.to_be_bytes());
+            out.extend_from_slice(&entry.ongoing_txn.unwrap_or(-1).to_be_bytes());
+            out.extend_from_slice(&entry.last_marker_offset.to_be_bytes());
             out.push(entry.batches.len() as u8);
             for batch in &entry.batches {
                 out.extend_from_slice(&batch.first_sequence.to_be_bytes());
@@ -380,6 +454,12 @@ impl ProducerTable {
                 out.extend_from_slice(&batch.base_offset.to_be_bytes());
                 out.extend_from_slice(&batch.log_append_time_ms.to_be_bytes());
             }
+        }
+        out.extend_from_slice(&(self.aborted.len() as u32).to_be_bytes());
+        for txn in &self.aborted {
+            out.extend_from_slice(&txn.producer_id.to_be_bytes());
+            out.extend_from_slice(&txn.first_offset.to_be_bytes());
+            out.extend_from_slice(&txn.last_offset.to_be_bytes());
         }
         let crc = crc32fast::hash(&out);
         out.extend_from_slice(&crc.to_be_bytes());
@@ -404,9 +484,10 @@ impl ProducerTable {
         }
         let mut reader = Reader { bytes: &body[4..] };
         let version = u16::from_be_bytes(reader.take()?);
-        if version != SNAPSHOT_VERSION {
+        if version != SNAPSHOT_VERSION && version != SNAPSHOT_VERSION_IDEMPOTENT {
             return Err(SnapshotError::Version(version));
         }
+        let with_txns = version == SNAPSHOT_VERSION;
         let offset = u64::from_be_bytes(reader.take()?);
         let count = u32::from_be_bytes(reader.take()?) as usize;
         if count > reader.bytes.len() / SNAPSHOT_ENTRY_BYTES {
@@ -417,9 +498,20 @@ impl ProducerTable {
             let id = i64::from_be_bytes(reader.take()?);
             let epoch = i16::from_be_bytes(reader.take()?);
             let last_timestamp_ms = i64::from_be_bytes(reader.take()?);
+            let (ongoing, last_marker_offset) = if with_txns {
+                (
+                    i64::from_be_bytes(reader.take()?),
+                    i64::from_be_bytes(reader.take()?),
+                )
+            } else {
+                (-1, -1)
+            };
             let [batch_count] = reader.take::<1>()?;
             let batch_count = usize::from(batch_count);
-            if batch_count == 0 || batch_count > PRODUCER_BATCHES_KEPT || id < 0 {
+            if (batch_count == 0 && last_marker_offset < 0)
+                || batch_count > PRODUCER_BATCHES_KEPT
+                || id < 0
+            {
                 return Err(SnapshotError::Entry(id));
             }
             let mut batches = VecDeque::with_capacity(batch_count);
@@ -431,17 +523,33 @@ impl ProducerTable {
                     log_append_time_ms: i64::from_be_bytes(reader.take()?),
                 });
             }
-            let last_sequence = batches.back().expect("at least one").last_sequence;
+            let last_sequence = batches.back().map_or(-1, |b| b.last_sequence);
             let entry = ProducerEntry {
                 epoch,
                 last_sequence,
                 batches,
                 last_timestamp_ms,
+                ongoing_txn: (ongoing >= 0).then_some(ongoing),
+                last_marker_offset,
             };
             if table.producers.insert(id, entry).is_some() {
                 return Err(SnapshotError::Entry(id));
             }
         }
+        if with_txns {
+            let count = u32::from_be_bytes(reader.take()?) as usize;
+            if count > reader.bytes.len() / SNAPSHOT_ABORTED_BYTES {
+                return Err(SnapshotError::Count(count));
+            }
+            for _ in 0..count {
+                table.aborted.push_back(AbortedTxn {
+                    producer_id: i64::from_be_bytes(reader.take()?),
+                    first_offset: i64::from_be_bytes(reader.take()?),
+                    last_offset: i64::from_be_bytes(reader.take()?),
+                });
+            }
+        }
+        table.reindex_ongoing();
         if !reader.bytes.is_empty() {
             return Err(SnapshotError::Trailing(reader.bytes.len()));
         }
@@ -450,10 +558,16 @@ impl ProducerTable {
 }
 
 const SNAPSHOT_MAGIC: &[u8; 4] = b"STPS";
-const SNAPSHOT_VERSION: u16 = 1;
+/// Version 2 adds each producer's open transaction and last marker, and
+/// the aborted transactions; version 1 (idempotent state only) is read.
+const SNAPSHOT_VERSION: u16 = 2;
+const SNAPSHOT_VERSION_IDEMPOTENT: u16 = 1;
+/// Producer id, first offset, marker offset of an aborted transaction.
+const SNAPSHOT_ABORTED_BYTES: usize = 8 + 8 + 8;
 /// Magic, version, offset, producer count.
 const SNAPSHOT_HEADER_BYTES: usize = 4 + 2 + 8 + 4;
-/// Producer id, epoch, last timestamp, batch count.
+/// Producer id, epoch, last timestamp, batch count (the least an entry
+/// takes, in either version).
 const SNAPSHOT_ENTRY_BYTES: usize = 8 + 2 + 8 + 1;
 /// First and last sequence, base offset, log append time.
 const SNAPSHOT_BATCH_BYTES: usize = 4 + 4 + 8 + 8;
@@ -505,6 +619,7 @@ mod tests {
             base_offset: base,
             log_append_time_ms: -1,
             max_timestamp_ms: 1_000,
+            transactional: false,
         }
     }
 
@@ -541,7 +656,7 @@ mod tests {
         ));
         // Reserved, nothing appended yet: not shown.
         assert_eq!(table.views(), vec![]);
-        table.appended(9, 0, 4, 100, -1, 5_000);
+        table.appended(9, 0, 4, 100, -1, 5_000, false);
         assert!(matches!(
             table.check(9, 0, 5, 9),
             SequenceCheck::Append { .. }
@@ -557,12 +672,14 @@ mod tests {
                     epoch: 2,
                     last_sequence: 0,
                     last_timestamp_ms: 1_000,
+                    current_txn_start_offset: -1,
                 },
                 ProducerView {
                     producer_id: 9,
                     epoch: 0,
                     last_sequence: 4,
                     last_timestamp_ms: 5_000,
+                    current_txn_start_offset: -1,
                 },
             ]
         );
@@ -575,12 +692,12 @@ mod tests {
             table.check(7, 0, 0, 4),
             SequenceCheck::Append { .. }
         ));
-        table.appended(7, 0, 4, 100, -1, 0);
+        table.appended(7, 0, 4, 100, -1, 0, false);
         assert!(matches!(
             table.check(7, 0, 5, 9),
             SequenceCheck::Append { .. }
         ));
-        table.appended(7, 5, 9, 105, -1, 0);
+        table.appended(7, 5, 9, 105, -1, 0, false);
         assert_eq!(
             table.check(7, 0, 0, 4),
             SequenceCheck::Duplicate {
@@ -656,7 +773,7 @@ mod tests {
             table.check(1, 0, 0, 0),
             SequenceCheck::Append { .. }
         ));
-        table.appended(1, 0, 0, 0, -1, 0);
+        table.appended(1, 0, 0, 0, -1, 0, false);
         let SequenceCheck::Append {
             previous_last_sequence,
         } = table.check(1, 0, 1, 1)
@@ -774,12 +891,12 @@ mod tests {
         }
         // A well-formed file of another version is refused too.
         let mut other = bytes[..bytes.len() - 4].to_vec();
-        other[4..6].copy_from_slice(&2u16.to_be_bytes());
+        other[4..6].copy_from_slice(&3u16.to_be_bytes());
         let crc = crc32fast::hash(&other);
         other.extend_from_slice(&crc.to_be_bytes());
         assert_eq!(
             ProducerTable::decode_snapshot(&other),
-            Err(SnapshotError::Version(2))
+            Err(SnapshotError::Version(3))
         );
     }
 
@@ -815,12 +932,12 @@ mod tests {
             table.check(1, 0, 0, 0),
             SequenceCheck::Append { .. }
         ));
-        table.appended(1, 0, 0, 0, -1, 1_000);
+        table.appended(1, 0, 0, 0, -1, 1_000, false);
         assert!(matches!(
             table.check(2, 0, 0, 0),
             SequenceCheck::Append { .. }
         ));
-        table.appended(2, 0, 0, 1, -1, 5_000);
+        table.appended(2, 0, 0, 1, -1, 5_000, false);
         // Producer 3 is between its sequence check and its append.
         assert!(matches!(
             table.check(3, 0, 0, 0),
@@ -841,7 +958,7 @@ mod tests {
             0,
             "2 has an append in flight"
         );
-        table.appended(2, 1, 1, 2, -1, 10_000);
+        table.appended(2, 1, 1, 2, -1, 10_000, false);
         assert_eq!(table.expire(1_000_000, 5_000), 1);
         assert_eq!(table.len(), 1, "producer 3 still has its append in flight");
     }

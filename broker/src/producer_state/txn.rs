@@ -1,0 +1,209 @@
+//! Transactions on one partition: a transactional producer's first batch
+//! after its last marker opens its transaction here; the marker the
+//! coordinator has the leader write (commit or abort) ends it. The first
+//! offset of the oldest open transaction bounds what read_committed
+//! consumers see (the last stable offset); an aborted transaction is
+//! remembered, by its first and marker offsets, so that a read_committed
+//! fetch can name the aborted ranges it returns (Kafka's `.txnindex`).
+
+use protocol::control::Marker;
+
+use super::{ProducerEntry, ProducerTable};
+use crate::errors;
+
+/// An aborted transaction: its producer, its first offset on this
+/// partition and the offset of its abort marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbortedTxn {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    pub last_offset: i64,
+}
+
+impl ProducerTable {
+    /// Rebuilds the index of open transactions from the producers.
+    pub(super) fn reindex_ongoing(&mut self) {
+        self.ongoing = self
+            .producers
+            .iter()
+            .filter_map(|(&id, entry)| entry.ongoing_txn.map(|first| (first, id)))
+            .collect();
+    }
+
+    /// The first offset of the oldest open transaction: the last stable
+    /// offset when it is below the high watermark.
+    pub fn first_unstable_offset(&self) -> Option<i64> {
+        self.ongoing.first().map(|&(first, _)| first)
+    }
+
+    /// Whether a marker for `producer_id` at `epoch` may be written: a
+    /// marker older than the producer's epoch here is a zombie's
+    /// (INVALID_PRODUCER_EPOCH), as Kafka refuses it.
+    pub fn check_marker(&self, producer_id: i64, epoch: i16) -> Result<(), i16> {
+        match self.producers.get(&producer_id) {
+            Some(entry) if epoch < entry.epoch => Err(errors::INVALID_PRODUCER_EPOCH),
+            _ => Ok(()),
+        }
+    }
+
+    /// Ends `producer_id`'s transaction with the marker appended at
+    /// `offset` (also when it is read back from the log: applying a marker
+    /// twice changes nothing). A marker at a newer epoch (the coordinator
+    /// fenced the producer) moves the producer to it, its sequence
+    /// starting again at 0.
+    pub fn apply_marker(&mut self, producer_id: i64, epoch: i16, marker: Marker, offset: i64) {
+        let entry = self
+            .producers
+            .entry(producer_id)
+            .or_insert_with(|| ProducerEntry::new(epoch, -1, i64::MIN));
+        if offset <= entry.last_marker_offset || epoch < entry.epoch {
+            return;
+        }
+        if epoch > entry.epoch {
+            entry.epoch = epoch;
+            entry.batches.clear();
+            entry.last_sequence = -1;
+        }
+        entry.last_marker_offset = offset;
+        if let Some(first) = entry.ongoing_txn.take() {
+            self.ongoing.remove(&(first, producer_id));
+            if marker == Marker::Abort {
+                self.aborted.push_back(AbortedTxn {
+                    producer_id,
+                    first_offset: first,
+                    last_offset: offset,
+                });
+            }
+        }
+    }
+
+    /// The aborted transactions a read_committed fetch of
+    /// `[fetch_offset, upper)` must name: those whose marker is at or after
+    /// the fetch offset and whose first offset is below the upper bound.
+    pub fn aborted_between(&self, fetch_offset: i64, upper: i64) -> Vec<AbortedTxn> {
+        self.aborted
+            .iter()
+            .filter(|txn| txn.last_offset >= fetch_offset && txn.first_offset < upper)
+            .copied()
+            .collect()
+    }
+
+    /// Forgets aborted transactions whose marker is below the log start.
+    pub fn prune_aborted_below(&mut self, log_start: i64) {
+        while self
+            .aborted
+            .front()
+            .is_some_and(|txn| txn.last_offset < log_start)
+        {
+            self.aborted.pop_front();
+        }
+    }
+
+    /// The open transactions, oldest first: (first offset, producer id).
+    pub fn open_transactions(&self) -> Vec<(i64, i64)> {
+        self.ongoing.iter().copied().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{RecoveredBatch, SequenceCheck};
+    use super::*;
+
+    fn txn_batch(producer_id: i64, epoch: i16, first: i32, last: i32, base: i64) -> RecoveredBatch {
+        RecoveredBatch {
+            producer_id,
+            epoch,
+            first_sequence: first,
+            last_sequence: last,
+            base_offset: base,
+            log_append_time_ms: -1,
+            max_timestamp_ms: 1_000,
+            transactional: true,
+        }
+    }
+
+    #[test]
+    fn open_transactions_bound_the_stable_offset_and_aborts_are_remembered() {
+        let mut table = ProducerTable::default();
+        table.recover(txn_batch(1, 0, 0, 4, 10));
+        table.recover(txn_batch(2, 0, 0, 1, 15));
+        table.recover(txn_batch(1, 0, 5, 9, 17));
+        assert_eq!(table.first_unstable_offset(), Some(10));
+        table.apply_marker(1, 0, Marker::Abort, 27);
+        assert_eq!(table.first_unstable_offset(), Some(15));
+        table.apply_marker(2, 0, Marker::Commit, 28);
+        assert_eq!(table.first_unstable_offset(), None);
+        let aborted = AbortedTxn {
+            producer_id: 1,
+            first_offset: 10,
+            last_offset: 27,
+        };
+        assert_eq!(table.aborted_between(0, 100), vec![aborted]);
+        assert_eq!(table.aborted_between(27, 100), vec![aborted]);
+        assert_eq!(table.aborted_between(28, 100), vec![]);
+        assert_eq!(table.aborted_between(0, 10), vec![]);
+        // Applying the marker again (replayed from the log) changes nothing.
+        table.apply_marker(1, 0, Marker::Abort, 27);
+        assert_eq!(table.aborted_between(0, 100).len(), 1);
+        // A batch replayed from before the marker opens nothing.
+        table.recover(txn_batch(1, 0, 5, 9, 17));
+        assert_eq!(table.first_unstable_offset(), None);
+        table.prune_aborted_below(28);
+        assert_eq!(table.aborted_between(0, 100), vec![]);
+    }
+
+    #[test]
+    fn a_marker_at_a_newer_epoch_fences_the_producer_and_an_older_one_is_refused() {
+        let mut table = ProducerTable::default();
+        table.recover(txn_batch(5, 3, 0, 2, 0));
+        assert_eq!(
+            table.check_marker(5, 2),
+            Err(errors::INVALID_PRODUCER_EPOCH)
+        );
+        assert_eq!(table.check_marker(5, 4), Ok(()));
+        table.apply_marker(5, 4, Marker::Abort, 3);
+        assert_eq!(
+            table.check(5, 3, 3, 3),
+            SequenceCheck::Reject(errors::INVALID_PRODUCER_EPOCH)
+        );
+        assert!(matches!(
+            table.check(5, 4, 0, 0),
+            SequenceCheck::Append { .. }
+        ));
+    }
+
+    #[test]
+    fn snapshots_keep_open_and_aborted_transactions() {
+        let mut table = ProducerTable::default();
+        table.recover(txn_batch(1, 0, 0, 0, 0));
+        table.apply_marker(1, 0, Marker::Abort, 1);
+        table.recover(txn_batch(1, 0, 1, 1, 2));
+        table.recover(txn_batch(2, 0, 0, 0, 3));
+        let bytes = table.encode_snapshot(4);
+        let (offset, restored) = ProducerTable::decode_snapshot(&bytes).unwrap();
+        assert_eq!(offset, 4);
+        assert_eq!(restored.first_unstable_offset(), Some(2));
+        assert_eq!(restored.open_transactions(), vec![(2, 1), (3, 2)]);
+        assert_eq!(
+            restored.aborted_between(0, 10),
+            table.aborted_between(0, 10)
+        );
+    }
+
+    #[test]
+    fn a_cut_below_a_marker_forgets_its_producer_and_the_abort() {
+        let mut table = ProducerTable::default();
+        table.recover(txn_batch(1, 0, 0, 0, 0));
+        table.apply_marker(1, 0, Marker::Abort, 5);
+        table.recover(txn_batch(2, 0, 0, 0, 6));
+        table.forget_from(5);
+        assert_eq!(table.aborted_between(0, 10), vec![]);
+        assert_eq!(
+            table.len(),
+            0,
+            "producer 1 is unknown, producer 2's batch is gone"
+        );
+        assert_eq!(table.first_unstable_offset(), None);
+    }
+}
