@@ -1121,6 +1121,29 @@ impl Partition {
         acks: i16,
         timeout: Duration,
     ) -> ProduceOutcome {
+        self.append_produced(batch, acks, timeout, false).await
+    }
+
+    /// Appends a transactional batch a coordinator built (the group
+    /// coordinator's offsets committed inside a transaction): no sequence
+    /// (Kafka's coordinator writes carry none), but it opens the
+    /// producer's transaction here, which the marker ends. Answered as an
+    /// `acks=all` produce.
+    pub async fn append_coordinator_transactional(
+        &self,
+        batch: RecordBatch,
+        timeout: Duration,
+    ) -> ProduceOutcome {
+        self.append_produced(batch, -1, timeout, true).await
+    }
+
+    async fn append_produced(
+        &self,
+        batch: RecordBatch,
+        acks: i16,
+        timeout: Duration,
+        from_coordinator: bool,
+    ) -> ProduceOutcome {
         if let Err(why) = self.replica.borrow().admit_produce(acks) {
             return ProduceOutcome::error(errors::replica(why));
         }
@@ -1129,9 +1152,18 @@ impl Partition {
             // Markers are the coordinator's to have written, never a client's.
             return ProduceOutcome::error(errors::INVALID_RECORD);
         }
+        if from_coordinator {
+            let fenced = self
+                .producers
+                .borrow()
+                .check_marker(header.producer_id, header.producer_epoch);
+            if let Err(code) = fenced {
+                return ProduceOutcome::error(code);
+            }
+        }
         // A transactional producer is an idempotent one whose batches also
         // open a transaction here.
-        let idempotent = header.producer_id >= 0;
+        let idempotent = header.producer_id >= 0 && !from_coordinator;
         let first_sequence = header.base_sequence;
         let last_seq = last_sequence(first_sequence, header.last_offset_delta);
         let mut reservation = None;
@@ -1217,6 +1249,12 @@ impl Partition {
                 log_append_time_ms,
                 self.clock.wall_ms(),
                 header.is_transactional(),
+            );
+        } else if from_coordinator && header.is_transactional() {
+            self.producers.borrow_mut().begin_txn(
+                header.producer_id,
+                header.producer_epoch,
+                info.base_offset as i64,
             );
         }
         drop(in_flight);

@@ -47,6 +47,9 @@ pub enum GroupError {
     InvalidCommitOffsetSize,
     #[error("the request is malformed")]
     InvalidRequest,
+    /// A transactional commit from a producer epoch a newer one fenced.
+    #[error("the producer was fenced by a newer one with the same transactional id")]
+    ProducerFenced,
 }
 
 impl GroupError {
@@ -71,6 +74,7 @@ impl GroupError {
             GroupError::OffsetMetadataTooLarge => codes::OFFSET_METADATA_TOO_LARGE,
             GroupError::InvalidCommitOffsetSize => codes::INVALID_COMMIT_OFFSET_SIZE,
             GroupError::InvalidRequest => codes::INVALID_REQUEST,
+            GroupError::ProducerFenced => codes::PRODUCER_FENCED,
         }
     }
 

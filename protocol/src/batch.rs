@@ -40,8 +40,8 @@ const OFFSET_ATTRIBUTES: usize = 21;
 const OFFSET_LAST_OFFSET_DELTA: usize = 23;
 const OFFSET_BASE_TIMESTAMP: usize = 27;
 const OFFSET_MAX_TIMESTAMP: usize = 35;
-pub(crate) const OFFSET_PRODUCER_ID: usize = 43;
-pub(crate) const OFFSET_PRODUCER_EPOCH: usize = 51;
+const OFFSET_PRODUCER_ID: usize = 43;
+const OFFSET_PRODUCER_EPOCH: usize = 51;
 const OFFSET_BASE_SEQUENCE: usize = 53;
 pub(crate) const OFFSET_RECORD_COUNT: usize = 57;
 
@@ -336,6 +336,22 @@ pub fn set_log_append_time(batch: &mut [u8], timestamp: i64) {
     let attributes = read_i16(batch, OFFSET_ATTRIBUTES) | ATTR_TIMESTAMP_TYPE;
     batch[OFFSET_ATTRIBUTES..OFFSET_ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
     batch[OFFSET_MAX_TIMESTAMP..OFFSET_MAX_TIMESTAMP + 8].copy_from_slice(&timestamp.to_be_bytes());
+    let crc = compute_crc(batch);
+    batch[OFFSET_CRC..OFFSET_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// Makes the batch `producer_id`'s at `epoch` with no sequence (-1), and
+/// transactional when `transactional`, and recomputes the CRC: how a
+/// coordinator writes records on a producer's behalf.
+pub fn set_producer(batch: &mut [u8], producer_id: i64, epoch: i16, transactional: bool) {
+    let mut attributes = read_i16(batch, OFFSET_ATTRIBUTES) & !ATTR_TRANSACTIONAL;
+    if transactional {
+        attributes |= ATTR_TRANSACTIONAL;
+    }
+    batch[OFFSET_ATTRIBUTES..OFFSET_ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
+    batch[OFFSET_PRODUCER_ID..OFFSET_PRODUCER_ID + 8].copy_from_slice(&producer_id.to_be_bytes());
+    batch[OFFSET_PRODUCER_EPOCH..OFFSET_PRODUCER_EPOCH + 2].copy_from_slice(&epoch.to_be_bytes());
+    batch[OFFSET_BASE_SEQUENCE..OFFSET_BASE_SEQUENCE + 4].copy_from_slice(&(-1i32).to_be_bytes());
     let crc = compute_crc(batch);
     batch[OFFSET_CRC..OFFSET_CRC + 4].copy_from_slice(&crc.to_be_bytes());
 }

@@ -9,8 +9,7 @@
 use bytes::Bytes;
 
 use crate::batch::{
-    build, compute_crc, BatchHeader, Records, ATTR_CONTROL, ATTR_TRANSACTIONAL, HEADER_LEN,
-    OFFSET_CRC, OFFSET_PRODUCER_EPOCH, OFFSET_PRODUCER_ID,
+    build, set_producer, BatchHeader, Records, ATTR_CONTROL, ATTR_TRANSACTIONAL, HEADER_LEN,
 };
 
 /// How a transaction ended, as its marker says.
@@ -67,10 +66,7 @@ pub fn marker_batch(
         ATTR_TRANSACTIONAL | ATTR_CONTROL,
         &body,
     );
-    batch[OFFSET_PRODUCER_ID..OFFSET_PRODUCER_ID + 8].copy_from_slice(&producer_id.to_be_bytes());
-    batch[OFFSET_PRODUCER_EPOCH..OFFSET_PRODUCER_EPOCH + 2].copy_from_slice(&epoch.to_be_bytes());
-    let crc = compute_crc(&batch);
-    batch[OFFSET_CRC..OFFSET_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    set_producer(&mut batch, producer_id, epoch, true);
     batch
 }
 

@@ -68,3 +68,13 @@ pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = ResponseError::GroupSubscribedToTopic
 pub const MISMATCHED_ENDPOINT_TYPE: i16 = ResponseError::MismatchedEndpointType.code();
 pub const UNSUPPORTED_ENDPOINT_TYPE: i16 = ResponseError::UnsupportedEndpointType.code();
 pub const UNKNOWN_TOPIC_ID: i16 = ResponseError::UnknownTopicId.code();
+
+// Transactions.
+pub const PRODUCER_FENCED: i16 = ResponseError::ProducerFenced.code();
+pub const CONCURRENT_TRANSACTIONS: i16 = ResponseError::ConcurrentTransactions.code();
+pub const INVALID_PRODUCER_ID_MAPPING: i16 = ResponseError::InvalidProducerIdMapping.code();
+pub const INVALID_TRANSACTION_TIMEOUT: i16 = ResponseError::InvalidTransactionTimeout.code();
+pub const TRANSACTIONAL_ID_NOT_FOUND: i16 = ResponseError::TransactionalIdNotFound.code();
+pub const TRANSACTION_COORDINATOR_FENCED: i16 =
+    ResponseError::TransactionCoordinatorFenced.code();
+pub const UNSTABLE_OFFSET_COMMIT: i16 = ResponseError::UnstableOffsetCommit.code();

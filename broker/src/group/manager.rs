@@ -177,11 +177,9 @@ pub fn unload(shard: &Shard, partition: i32) {
     let count = offsets_partition_count(shard);
     let mut replies = Vec::new();
     let forgotten = with_coordinator(shard, |c| {
-        c.forget(
-            |group_id| crate::group::offsets_partition_for(group_id, count) == partition,
-            GroupError::NotCoordinator,
-            &mut replies,
-        )
+        let ours = |group_id: &str| crate::group::offsets_partition_for(group_id, count) == partition;
+        c.forget_txn_offsets(ours);
+        c.forget(ours, GroupError::NotCoordinator, &mut replies)
     });
     dispatch(shard, replies);
     tracing::info!(
@@ -254,9 +252,24 @@ async fn load(shard: &Rc<Shard>, partition: i32) -> Result<(), GroupError> {
             return Err(GroupError::CoordinatorLoadInProgress);
         }
         let mut next = from;
+        let count = offsets_partition_count(shard);
         for batch in split_batches(read.records) {
             let Ok(batch) = batch else { break };
-            next = batch.header().last_offset() + 1;
+            let header = *batch.header();
+            next = header.last_offset() + 1;
+            if header.is_control() {
+                // A transaction's end: its staged offsets apply or go.
+                if let Some(marker) = protocol::control::marker_of(batch.bytes()) {
+                    with_coordinator(shard, |c| {
+                        c.complete_txn(
+                            header.producer_id,
+                            marker == protocol::control::Marker::Commit,
+                            |group_id| offsets_partition_for(group_id, count) == partition,
+                        )
+                    });
+                }
+                continue;
+            }
             let Ok(batch_records) = batch.records() else {
                 continue;
             };
@@ -264,6 +277,23 @@ async fn load(shard: &Rc<Shard>, partition: i32) -> Result<(), GroupError> {
                 let Some(key) = record.key.as_deref() else {
                     continue;
                 };
+                if header.is_transactional() {
+                    // Offsets committed inside a transaction wait for its marker.
+                    if let Some(records::OffsetsKey::Offset {
+                        group_id,
+                        topic,
+                        partition: index,
+                    }) = records::parse_key(key)
+                    {
+                        if let Some(offset) = record.value.as_deref().and_then(records::parse_value) {
+                            with_coordinator(shard, |c| {
+                                c.stage_txn_offset(header.producer_id, &group_id, &topic, index, offset)
+                            });
+                            records_loaded += 1;
+                        }
+                    }
+                    continue;
+                }
                 let now = shard.now_ms() as u64;
                 let replayed = with_coordinator(shard, |c| {
                     groups::load::replay(c, key, record.value.as_deref(), now)
@@ -799,4 +829,65 @@ where
         results.push(result);
     }
     results
+}
+
+/// Appends offsets committed inside `producer_id`'s transaction (at
+/// `epoch`) to an offsets partition as one transactional batch and waits
+/// until every in-sync replica has it; the marker the transaction
+/// coordinator has written later makes them visible or drops them. Call
+/// with the partition's write lock held.
+pub async fn append_transactional(
+    shard: &Shard,
+    partition: i32,
+    producer_id: i64,
+    epoch: i16,
+    entries: Vec<OffsetsRecord>,
+) -> Result<(), GroupError> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let log = offsets_partition(shard, partition)?;
+    let records: Vec<NewRecord> = entries
+        .into_iter()
+        .map(|(key, value)| NewRecord {
+            key: Some(key),
+            value,
+            headers: Vec::new(),
+            timestamp_delta: 0,
+        })
+        .collect();
+    let mut bytes = build::batch(shard.now_ms(), &records);
+    protocol::batch::set_producer(&mut bytes, producer_id, epoch, true);
+    let batch = RecordBatch::new(Bytes::from(bytes)).map_err(|error| {
+        tracing::error!(partition, %error, "a transactional offsets batch built here does not parse");
+        GroupError::CoordinatorNotAvailable
+    })?;
+    let outcome = log
+        .append_coordinator_transactional(batch, Duration::from_millis(OFFSETS_COMMIT_TIMEOUT_MS))
+        .await;
+    if outcome.error_code == errors::INVALID_PRODUCER_EPOCH {
+        return Err(GroupError::ProducerFenced);
+    }
+    if outcome.error_code != errors::NONE {
+        tracing::error!(
+            partition,
+            code = outcome.error_code,
+            "transactional offsets append failed"
+        );
+        return Err(GroupError::CoordinatorNotAvailable);
+    }
+    Ok(())
+}
+
+/// The marker of `producer_id`'s transaction was written to offsets
+/// partition `partition` on this core: the offsets it staged for that
+/// partition's groups apply (commit) or go (abort).
+pub fn complete_txn(shard: &Shard, partition: i32, producer_id: i64, commit: bool) {
+    let count = offsets_partition_count(shard);
+    let applied = with_coordinator(shard, |c| {
+        c.complete_txn(producer_id, commit, |group_id| {
+            offsets_partition_for(group_id, count) == partition
+        })
+    });
+    tracing::debug!(partition, producer_id, commit, offsets = applied, "transactional offsets completed");
 }

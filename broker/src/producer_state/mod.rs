@@ -79,10 +79,11 @@ impl ProducerEntry {
         }
     }
 
-    /// Whether snapshots keep it: it has batches, or a marker fixed its
-    /// epoch (so an older epoch stays fenced after a restart).
+    /// Whether snapshots keep it: it has batches, a marker fixed its epoch
+    /// (so an older epoch stays fenced after a restart), or a coordinator's
+    /// write (no sequence) opened its transaction.
     fn kept_in_snapshots(&self) -> bool {
-        !self.batches.is_empty() || self.last_marker_offset >= 0
+        !self.batches.is_empty() || self.last_marker_offset >= 0 || self.ongoing_txn.is_some()
     }
 }
 /// What to do with an idempotent batch.
@@ -508,7 +509,7 @@ impl ProducerTable {
             };
             let [batch_count] = reader.take::<1>()?;
             let batch_count = usize::from(batch_count);
-            if (batch_count == 0 && last_marker_offset < 0)
+            if (batch_count == 0 && last_marker_offset < 0 && ongoing < 0)
                 || batch_count > PRODUCER_BATCHES_KEPT
                 || id < 0
             {

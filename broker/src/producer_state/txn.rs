@@ -77,6 +77,20 @@ impl ProducerTable {
         }
     }
 
+    /// Opens `producer_id`'s transaction at `offset` (a coordinator's
+    /// transactional write, which carries no sequence) unless one is open.
+    pub fn begin_txn(&mut self, producer_id: i64, epoch: i16, offset: i64) {
+        let entry = self
+            .producers
+            .entry(producer_id)
+            .or_insert_with(|| ProducerEntry::new(epoch, -1, i64::MIN));
+        entry.epoch = entry.epoch.max(epoch);
+        if entry.ongoing_txn.is_none() && offset > entry.last_marker_offset {
+            entry.ongoing_txn = Some(offset);
+            self.ongoing.insert((offset, producer_id));
+        }
+    }
+
     /// The aborted transactions a read_committed fetch of
     /// `[fetch_offset, upper)` must name: those whose marker is at or after
     /// the fetch offset and whose first offset is below the upper bound.

@@ -32,11 +32,13 @@ mod state;
 mod subscription;
 #[cfg(test)]
 mod tests;
+mod txn_offsets;
 
 pub use crate::config::{GroupConfig, GROUP_CONFIG_KEYS};
 pub use messages::*;
 pub use state::Group;
 pub use subscription::consumer_subscription_topics;
+pub use txn_offsets::PendingTxnOffset;
 
 /// Every group one core coordinates.
 pub struct Coordinator {
@@ -50,6 +52,9 @@ pub struct Coordinator {
     /// Seeds member ids; a counter keeps them unique.
     id_seed: u64,
     id_counter: u64,
+    /// Offsets committed inside open transactions, by producer id: they
+    /// take effect when the transaction's commit marker is written.
+    pending_txn_offsets: BTreeMap<i64, Vec<PendingTxnOffset>>,
 }
 
 fn too_long(value: &str) -> bool {
@@ -66,6 +71,7 @@ impl Coordinator {
             metadata_dirty: BTreeSet::new(),
             id_seed,
             id_counter: 0,
+            pending_txn_offsets: BTreeMap::new(),
         }
     }
 
