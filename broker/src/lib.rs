@@ -37,4 +37,5 @@ pub mod stages;
 pub mod storage_health;
 pub mod sync;
 pub mod topic_config;
+pub mod txn;
 pub use ::replication::transport;

@@ -41,6 +41,11 @@ pub const NON_PRODUCE_FRAME_BYTES_MAX: usize = 8 << 20;
 /// Longest a Fetch may wait for data, whatever the client asks.
 pub const FETCH_WAIT_MS_MAX: u64 = 5_000;
 
+/// How long a transaction marker may wait for its partition's in-sync
+/// replicas (Kafka's `request.timeout.ms` for the coordinator's
+/// WriteTxnMarkers); a marker not written by then is sent again.
+pub const TXN_MARKERS_WAIT_MS: u64 = 30_000;
+
 /// Longest a DeleteRecords waits for the ISR's log starts, whatever the
 /// client's `timeout_ms` (a broker that stops answers it at once).
 pub const DELETE_RECORDS_WAIT_MS_MAX: u64 = 60_000;

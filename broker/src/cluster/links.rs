@@ -34,7 +34,8 @@ use glommio::sync::{Semaphore, StaticPermit};
 use kafka_protocol::messages::{
     ApiKey, DeleteRecordsRequest, DeleteRecordsResponse, FetchRequest, FetchResponse,
     ListOffsetsRequest, ListOffsetsResponse, OffsetForLeaderEpochRequest,
-    OffsetForLeaderEpochResponse, ProduceRequest, ProduceResponse,
+    OffsetForLeaderEpochResponse, ProduceRequest, ProduceResponse, WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
 };
 use kafka_protocol::protocol::{Encodable, Request};
 use protocol::client::{ClientError, Connection, Pending};
@@ -42,7 +43,7 @@ use protocol::client::{ClientError, Connection, Pending};
 use super::transport::{self, Purpose};
 use crate::limits::{
     DELETE_RECORDS_WAIT_MS_MAX, FETCH_WAIT_MS_MAX, FORWARD_FETCH_CONNECTIONS_MAX,
-    FORWARD_IN_FLIGHT_BYTES_MAX, FORWARD_QUEUE_MAX, FORWARD_TIMEOUT_MS,
+    FORWARD_IN_FLIGHT_BYTES_MAX, FORWARD_QUEUE_MAX, FORWARD_TIMEOUT_MS, TXN_MARKERS_WAIT_MS,
 };
 use crate::metadata::MetadataImage;
 use crate::shard::Shard;
@@ -390,20 +391,57 @@ pub async fn delete_records(
     request: DeleteRecordsRequest,
     version: i16,
 ) -> Result<DeleteRecordsResponse, ForwardError> {
-    let sent = Sent::start(
+    call_alone(
+        shard,
         broker,
         ApiKey::DeleteRecords,
-        request_bytes(&request, version),
-    );
+        &request,
+        version,
+        Duration::from_millis(DELETE_RECORDS_WAIT_MS_MAX),
+    )
+    .await
+}
+
+/// Sends a transaction coordinator's WriteTxnMarkers (v1) to the broker
+/// leading the partitions, over a connection of its own: each marker is
+/// answered once its partition's in-sync replicas hold it, which must not
+/// hold up the pipelined link's other answers.
+pub async fn write_txn_markers(
+    shard: &Rc<Shard>,
+    broker: i32,
+    request: WriteTxnMarkersRequest,
+) -> Result<WriteTxnMarkersResponse, ForwardError> {
+    call_alone(
+        shard,
+        broker,
+        ApiKey::WriteTxnMarkers,
+        &request,
+        1,
+        Duration::from_millis(TXN_MARKERS_WAIT_MS),
+    )
+    .await
+}
+
+/// One request to `broker` over a new connection, closed after the
+/// answer, which may take `wait` on top of the forward timeout.
+async fn call_alone<R: Request>(
+    shard: &Rc<Shard>,
+    broker: i32,
+    api_key: ApiKey,
+    request: &R,
+    version: i16,
+    wait: Duration,
+) -> Result<R::Response, ForwardError> {
+    let sent = Sent::start(broker, api_key, request_bytes(request, version));
     let address = address(shard, broker).ok_or_else(|| sent.failed(no_address(broker)))?;
     let purpose = Purpose::Forward {
-        timeout: Duration::from_millis(DELETE_RECORDS_WAIT_MS_MAX + FORWARD_TIMEOUT_MS),
+        timeout: wait + Duration::from_millis(FORWARD_TIMEOUT_MS),
     };
     let mut connection = transport::connect_address(shard, &address, purpose)
         .await
         .map_err(|message| sent.failed(message))?;
-    let outcome = match connection.version::<DeleteRecordsRequest>(version..=version) {
-        Ok(version) => connection.call(&request, version).await,
+    let outcome = match connection.version::<R>(version..=version) {
+        Ok(version) => connection.call(request, version).await,
         Err(error) => Err(error),
     };
     sent.record_outcome(&outcome, version);

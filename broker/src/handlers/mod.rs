@@ -227,6 +227,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
         offset_delete::VERSION_MIN,
         offset_delete::VERSION_MAX,
     ),
+    (
+        ApiKey::WriteTxnMarkers,
+        crate::txn::markers::VERSION_MIN,
+        crate::txn::markers::VERSION_MAX,
+    ),
 ];
 
 /// The advertised ranges, as the ApiVersions response lists them.
@@ -463,6 +468,9 @@ async fn dispatch(
             out.encode(&list_groups::handle(&shard, body, version).await)
         }
         RequestKind::DeleteGroups(body) => out.encode(&delete_groups::handle(&shard, body).await),
+        RequestKind::WriteTxnMarkers(body) => {
+            out.encode(&crate::txn::markers::handle(&shard, body).await)
+        }
         _ => {
             return Err(ConnectionError::UnsupportedApi {
                 api_key: request.api_key,
