@@ -661,6 +661,72 @@ mod error_codes {
         }
     }
 
+    impl ErrorCodes for WriteTxnMarkersResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            for marker in &self.markers {
+                for topic in &marker.topics {
+                    for partition in &topic.partitions {
+                        each(partition.error_code);
+                    }
+                }
+            }
+        }
+    }
+
+    impl ErrorCodes for AddPartitionsToTxnResponse {
+        fn each_error_code(&self, version: i16, each: &mut impl FnMut(i16)) {
+            if version >= 4 {
+                each(self.error_code);
+            }
+            let topics = self.results_by_topic_v3_and_below.iter().chain(
+                self.results_by_transaction
+                    .iter()
+                    .flat_map(|t| &t.topic_results),
+            );
+            for topic in topics {
+                for partition in &topic.results_by_partition {
+                    each(partition.partition_error_code);
+                }
+            }
+        }
+    }
+
+    impl ErrorCodes for AddOffsetsToTxnResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            each(self.error_code);
+        }
+    }
+
+    impl ErrorCodes for EndTxnResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            each(self.error_code);
+        }
+    }
+
+    impl ErrorCodes for TxnOffsetCommitResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            for topic in &self.topics {
+                for partition in &topic.partitions {
+                    each(partition.error_code);
+                }
+            }
+        }
+    }
+
+    impl ErrorCodes for DescribeTransactionsResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            for state in &self.transaction_states {
+                each(state.error_code);
+            }
+        }
+    }
+
+    impl ErrorCodes for ListTransactionsResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            each(self.error_code);
+        }
+    }
+
     impl ErrorCodes for OffsetForLeaderEpochResponse {
         fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
             for topic in &self.topics {

@@ -177,7 +177,8 @@ pub fn unload(shard: &Shard, partition: i32) {
     let count = offsets_partition_count(shard);
     let mut replies = Vec::new();
     let forgotten = with_coordinator(shard, |c| {
-        let ours = |group_id: &str| crate::group::offsets_partition_for(group_id, count) == partition;
+        let ours =
+            |group_id: &str| crate::group::offsets_partition_for(group_id, count) == partition;
         c.forget_txn_offsets(ours);
         c.forget(ours, GroupError::NotCoordinator, &mut replies)
     });
@@ -285,9 +286,16 @@ async fn load(shard: &Rc<Shard>, partition: i32) -> Result<(), GroupError> {
                         partition: index,
                     }) = records::parse_key(key)
                     {
-                        if let Some(offset) = record.value.as_deref().and_then(records::parse_value) {
+                        if let Some(offset) = record.value.as_deref().and_then(records::parse_value)
+                        {
                             with_coordinator(shard, |c| {
-                                c.stage_txn_offset(header.producer_id, &group_id, &topic, index, offset)
+                                c.stage_txn_offset(
+                                    header.producer_id,
+                                    &group_id,
+                                    &topic,
+                                    index,
+                                    offset,
+                                )
                             });
                             records_loaded += 1;
                         }
@@ -889,5 +897,11 @@ pub fn complete_txn(shard: &Shard, partition: i32, producer_id: i64, commit: boo
             offsets_partition_for(group_id, count) == partition
         })
     });
-    tracing::debug!(partition, producer_id, commit, offsets = applied, "transactional offsets completed");
+    tracing::debug!(
+        partition,
+        producer_id,
+        commit,
+        offsets = applied,
+        "transactional offsets completed"
+    );
 }

@@ -11,11 +11,15 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::Duration;
 
-use kafka_protocol::messages::write_txn_markers_request::{WritableTxnMarker, WritableTxnMarkerTopic};
+use kafka_protocol::messages::write_txn_markers_request::{
+    WritableTxnMarker, WritableTxnMarkerTopic,
+};
 use kafka_protocol::messages::write_txn_markers_response::{
     WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
 };
-use kafka_protocol::messages::{ProducerId, TopicName, WriteTxnMarkersRequest, WriteTxnMarkersResponse};
+use kafka_protocol::messages::{
+    ProducerId, TopicName, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+};
 use kafka_protocol::protocol::StrBytes;
 use protocol::control::Marker;
 
@@ -60,10 +64,9 @@ pub async fn write(shard: &Rc<Shard>, job: &MarkerJob) -> Vec<((String, i32), i1
             _ => match placement::place_here(shard, &image, topic, *partition) {
                 Place::Core(core) => here.push((core, topic.clone(), *partition)),
                 Place::Refused(code) => failed.push(((topic.clone(), *partition), code)),
-                Place::Broker(_) => failed.push((
-                    (topic.clone(), *partition),
-                    errors::NOT_LEADER_OR_FOLLOWER,
-                )),
+                Place::Broker(_) => {
+                    failed.push(((topic.clone(), *partition), errors::NOT_LEADER_OR_FOLLOWER))
+                }
             },
         }
     }
