@@ -1,6 +1,6 @@
 //! Load-balancer mode: a group coordinator request (JoinGroup, SyncGroup,
-//! Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, OffsetDelete,
-//! DescribeGroups, DeleteGroups) that reaches a broker which does not
+//! Heartbeat, LeaveGroup, OffsetCommit, TxnOffsetCommit, OffsetFetch,
+//! OffsetDelete, DescribeGroups, DeleteGroups) that reaches a broker which does not
 //! coordinate its group goes, as the client framed it, to the broker that
 //! does; its answer comes back unchanged (the correlation id is the
 //! client's). Only the header's client id changes on the way: it becomes
@@ -38,6 +38,7 @@ fn groups(body: &RequestKind) -> Vec<&str> {
         RequestKind::Heartbeat(r) => vec![r.group_id.0.as_str()],
         RequestKind::LeaveGroup(r) => vec![r.group_id.0.as_str()],
         RequestKind::OffsetCommit(r) => vec![r.group_id.0.as_str()],
+        RequestKind::TxnOffsetCommit(r) => vec![r.group_id.0.as_str()],
         RequestKind::OffsetDelete(r) => vec![r.group_id.0.as_str()],
         RequestKind::OffsetFetch(r) if r.groups.is_empty() => vec![r.group_id.0.as_str()],
         RequestKind::OffsetFetch(r) => r.groups.iter().map(|g| g.group_id.0.as_str()).collect(),

@@ -51,6 +51,7 @@ pub mod produce;
 pub mod raft_voters;
 pub mod scatter;
 pub mod sync_group;
+pub mod txn_offset_commit;
 
 /// Every API the broker answers, with the versions it advertises.
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
@@ -226,6 +227,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
         ApiKey::OffsetDelete,
         offset_delete::VERSION_MIN,
         offset_delete::VERSION_MAX,
+    ),
+    (
+        ApiKey::TxnOffsetCommit,
+        txn_offset_commit::VERSION_MIN,
+        txn_offset_commit::VERSION_MAX,
     ),
     (
         ApiKey::WriteTxnMarkers,
@@ -468,6 +474,9 @@ async fn dispatch(
             out.encode(&list_groups::handle(&shard, body, version).await)
         }
         RequestKind::DeleteGroups(body) => out.encode(&delete_groups::handle(&shard, body).await),
+        RequestKind::TxnOffsetCommit(body) => {
+            out.encode(&txn_offset_commit::handle(&shard, body, version).await)
+        }
         RequestKind::WriteTxnMarkers(body) => {
             out.encode(&crate::txn::markers::handle(&shard, body).await)
         }

@@ -1,0 +1,159 @@
+//! TxnOffsetCommit (28), versions 0–3: a transactional producer commits
+//! its consumer group's offsets inside its transaction (KIP-98; v3 adds
+//! KIP-447's member id, generation and instance id, checked when given).
+//! The offsets go to the group's `__consumer_offsets` partition as one
+//! transactional batch of the producer, answered once every in-sync
+//! replica has it; they stay invisible to OffsetFetch until the
+//! transaction's commit marker reaches that partition, and go with an
+//! abort marker.
+
+use std::rc::Rc;
+
+use groups::error::GroupError;
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::{TxnOffsetCommitRequest, TxnOffsetCommitResponse};
+
+use crate::errors;
+use crate::group::coordinator::{CommitPartition, CommittedOffset, Committer};
+use crate::group::{manager, records};
+use crate::shard::Shard;
+
+pub const VERSION_MIN: i16 = 0;
+pub const VERSION_MAX: i16 = 3;
+
+pub async fn handle(
+    shard: &Rc<Shard>,
+    request: TxnOffsetCommitRequest,
+    version: i16,
+) -> TxnOffsetCommitResponse {
+    let group_id = request.group_id.0.to_string();
+    let image = shard.metadata.image();
+    let now = shard.now_ms();
+    let mut codes: Vec<i16> = Vec::new();
+    let mut valid: Vec<(usize, CommitPartition)> = Vec::new();
+    for topic in &request.topics {
+        let name = topic.name.0.as_str();
+        let count = image
+            .topics
+            .get(name)
+            .map_or(0, |t| t.partition_cores.len() as i32);
+        for p in &topic.partitions {
+            let slot = codes.len();
+            if !(0..count).contains(&p.partition_index) {
+                codes.push(errors::UNKNOWN_TOPIC_OR_PARTITION);
+                continue;
+            }
+            codes.push(errors::NONE);
+            valid.push((
+                slot,
+                CommitPartition {
+                    topic: name.to_string(),
+                    partition: p.partition_index,
+                    offset: CommittedOffset {
+                        offset: p.committed_offset,
+                        leader_epoch: if version >= 2 {
+                            p.committed_leader_epoch
+                        } else {
+                            -1
+                        },
+                        metadata: p
+                            .committed_metadata
+                            .as_ref()
+                            .map(|m| m.to_string())
+                            .unwrap_or_default(),
+                        commit_timestamp_ms: now,
+                    },
+                },
+            ));
+        }
+    }
+    let (generation_id, member_id, group_instance_id) = if version >= 3 {
+        (
+            request.generation_id,
+            request.member_id.to_string(),
+            request.group_instance_id.as_ref().map(|i| i.to_string()),
+        )
+    } else {
+        (-1, String::new(), None)
+    };
+    let committer = Committer {
+        group_id: group_id.clone(),
+        generation_id,
+        member_id,
+        group_instance_id,
+    };
+    let producer_id = request.producer_id.0;
+    let epoch = request.producer_epoch;
+    let slots: Vec<usize> = valid.iter().map(|(slot, _)| *slot).collect();
+    let parts: Vec<CommitPartition> = valid.into_iter().map(|(_, p)| p).collect();
+    let result = if request.transactional_id.0.is_empty() || producer_id < 0 {
+        Err(GroupError::InvalidRequest)
+    } else {
+        manager::on_coordinator(shard, &group_id, move |owner, partition| async move {
+            commit_on_owner(&owner, partition, producer_id, epoch, committer, parts).await
+        })
+        .await
+        .and_then(|inner| inner)
+    };
+    match result {
+        Ok(outcomes) => {
+            for (slot, outcome) in slots.into_iter().zip(outcomes) {
+                codes[slot] = GroupError::code_of(&outcome);
+            }
+        }
+        Err(error) => {
+            for code in &mut codes {
+                *code = error.code();
+            }
+        }
+    }
+    let mut codes = codes.into_iter();
+    let topics = request
+        .topics
+        .iter()
+        .map(|topic| {
+            TxnOffsetCommitResponseTopic::default()
+                .with_name(topic.name.clone())
+                .with_partitions(
+                    topic
+                        .partitions
+                        .iter()
+                        .map(|p| {
+                            TxnOffsetCommitResponsePartition::default()
+                                .with_partition_index(p.partition_index)
+                                .with_error_code(codes.next().expect("one code per partition"))
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    TxnOffsetCommitResponse::default().with_topics(topics)
+}
+
+async fn commit_on_owner(
+    owner: &Rc<Shard>,
+    partition: i32,
+    producer_id: i64,
+    epoch: i16,
+    committer: Committer,
+    parts: Vec<CommitPartition>,
+) -> Result<Vec<Result<(), GroupError>>, GroupError> {
+    let _lock = manager::write_lock(owner, partition).await;
+    let outcomes =
+        manager::with_coordinator(owner, |c| c.txn_commit(producer_id, &committer, &parts))?;
+    let entries: Vec<manager::OffsetsRecord> = parts
+        .iter()
+        .zip(&outcomes)
+        .filter(|(_, outcome)| outcome.is_ok())
+        .map(|(p, _)| {
+            (
+                records::offset_key(&committer.group_id, &p.topic, p.partition),
+                Some(records::offset_value(&p.offset)),
+            )
+        })
+        .collect();
+    manager::append_transactional(owner, partition, producer_id, epoch, entries).await?;
+    Ok(outcomes)
+}
