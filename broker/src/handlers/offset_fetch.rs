@@ -24,49 +24,73 @@ use crate::shard::Shard;
 pub const VERSION_MIN: i16 = 1;
 pub const VERSION_MAX: i16 = 9;
 
-/// Per topic, in the order asked (or by name): partition and offset.
-type Fetched = Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>;
+/// A partition's committed offset (`None`: nothing committed), or the
+/// error code its answer carries.
+type Found = Result<Option<CommittedOffset>, i16>;
 
+/// Per topic, in the order asked (or by name): partition and offset.
+type Fetched = Vec<(String, Vec<(i32, Found)>)>;
+
+/// `require_stable` (v7+): a partition an open transaction committed an
+/// offset for answers UNSTABLE_OFFSET_COMMIT (the client asks again once
+/// the transaction ended) instead of the offset before it.
 async fn fetch_group(
     shard: &Rc<Shard>,
     group_id: String,
     topics: Option<Vec<(String, Vec<i32>)>>,
+    require_stable: bool,
 ) -> Result<Fetched, GroupError> {
     if group_id.is_empty() {
         return Err(GroupError::InvalidGroupId);
     }
     manager::on_coordinator(shard, &group_id.clone(), move |owner, _| async move {
-        manager::with_coordinator(&owner, |c| match topics {
-            Some(topics) => topics
-                .into_iter()
-                .map(|(topic, partitions)| {
-                    let wanted: Vec<(String, i32)> =
-                        partitions.iter().map(|&p| (topic.clone(), p)).collect();
-                    let found = c
-                        .fetch_offsets(&group_id, Some(&wanted))
-                        .into_iter()
-                        .map(|((_, p), offset)| (p, offset))
-                        .collect();
-                    (topic, found)
-                })
-                .collect(),
-            None => {
-                let mut by_topic: BTreeMap<String, Vec<(i32, Option<CommittedOffset>)>> =
-                    BTreeMap::new();
-                for ((topic, p), offset) in c.fetch_offsets(&group_id, None) {
-                    by_topic.entry(topic).or_default().push((p, offset));
+        manager::with_coordinator(&owner, |c| {
+            let found = |topic: &str, p: i32, offset: Option<CommittedOffset>| -> Found {
+                if require_stable && c.has_pending_txn_offset(&group_id, topic, p) {
+                    Err(errors::UNSTABLE_OFFSET_COMMIT)
+                } else {
+                    Ok(offset)
                 }
-                by_topic.into_iter().collect()
+            };
+            match topics {
+                Some(topics) => topics
+                    .into_iter()
+                    .map(|(topic, partitions)| {
+                        let wanted: Vec<(String, i32)> =
+                            partitions.iter().map(|&p| (topic.clone(), p)).collect();
+                        let offsets = c
+                            .fetch_offsets(&group_id, Some(&wanted))
+                            .into_iter()
+                            .map(|((t, p), offset)| (p, found(&t, p, offset)))
+                            .collect();
+                        (topic, offsets)
+                    })
+                    .collect(),
+                None => {
+                    let mut by_topic: BTreeMap<String, Vec<(i32, Found)>> = BTreeMap::new();
+                    for ((topic, p), offset) in c.fetch_offsets(&group_id, None) {
+                        let offset = found(&topic, p, offset);
+                        by_topic.entry(topic).or_default().push((p, offset));
+                    }
+                    by_topic.into_iter().collect()
+                }
             }
         })
     })
     .await
 }
 
-fn parts(offset: Option<CommittedOffset>) -> (i64, i32, StrBytes) {
-    match offset {
-        Some(o) => (o.offset, o.leader_epoch, StrBytes::from_string(o.metadata)),
-        None => (-1, -1, StrBytes::default()),
+/// Offset, leader epoch, metadata and error code of a partition's answer.
+fn parts(found: Found) -> (i64, i32, StrBytes, i16) {
+    match found {
+        Ok(Some(o)) => (
+            o.offset,
+            o.leader_epoch,
+            StrBytes::from_string(o.metadata),
+            errors::NONE,
+        ),
+        Ok(None) => (-1, -1, StrBytes::default(), errors::NONE),
+        Err(code) => (-1, -1, StrBytes::default(), code),
     }
 }
 
@@ -84,7 +108,13 @@ pub async fn handle(
                     .map(|t| (t.name.0.to_string(), t.partition_indexes))
                     .collect()
             });
-            let result = fetch_group(shard, group.group_id.0.to_string(), topics).await;
+            let result = fetch_group(
+                shard,
+                group.group_id.0.to_string(),
+                topics,
+                request.require_stable,
+            )
+            .await;
             let response = match result {
                 Ok(fetched) => OffsetFetchResponseGroup::default().with_topics(
                     fetched
@@ -96,12 +126,13 @@ pub async fn handle(
                                     partitions
                                         .into_iter()
                                         .map(|(index, offset)| {
-                                            let (offset, epoch, metadata) = parts(offset);
+                                            let (offset, epoch, metadata, code) = parts(offset);
                                             OffsetFetchResponsePartitions::default()
                                                 .with_partition_index(index)
                                                 .with_committed_offset(offset)
                                                 .with_committed_leader_epoch(epoch)
                                                 .with_metadata(Some(metadata))
+                                                .with_error_code(code)
                                         })
                                         .collect(),
                                 )
@@ -120,7 +151,14 @@ pub async fn handle(
             .map(|t| (t.name.0.to_string(), t.partition_indexes))
             .collect()
     });
-    let result = fetch_group(shard, request.group_id.0.to_string(), asked.clone()).await;
+    let require_stable = version >= 7 && request.require_stable;
+    let result = fetch_group(
+        shard,
+        request.group_id.0.to_string(),
+        asked.clone(),
+        require_stable,
+    )
+    .await;
     let (fetched, error_code) = match result {
         Ok(fetched) => (fetched, errors::NONE),
         // Without a top-level error (v1), each partition carries it.
@@ -128,7 +166,7 @@ pub async fn handle(
             asked
                 .unwrap_or_default()
                 .into_iter()
-                .map(|(t, ps)| (t, ps.into_iter().map(|p| (p, None)).collect()))
+                .map(|(t, ps)| (t, ps.into_iter().map(|p| (p, Ok(None))).collect()))
                 .collect(),
             error.code(),
         ),
@@ -147,13 +185,17 @@ pub async fn handle(
                     partitions
                         .into_iter()
                         .map(|(index, offset)| {
-                            let (offset, epoch, metadata) = parts(offset);
+                            let (offset, epoch, metadata, code) = parts(offset);
                             OffsetFetchResponsePartition::default()
                                 .with_partition_index(index)
                                 .with_committed_offset(offset)
                                 .with_committed_leader_epoch(epoch)
                                 .with_metadata(Some(metadata))
-                                .with_error_code(partition_code)
+                                .with_error_code(if code == errors::NONE {
+                                    partition_code
+                                } else {
+                                    code
+                                })
                         })
                         .collect(),
                 )
