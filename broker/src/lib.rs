@@ -19,6 +19,7 @@ pub mod fatal;
 pub mod group;
 pub mod group_state;
 pub mod handlers;
+pub mod internal_topic;
 pub mod kraft_config;
 pub mod limits;
 pub mod memory;

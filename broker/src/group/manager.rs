@@ -16,7 +16,6 @@ use glommio::channels::local_channel;
 use protocol::batch::build::{self, NewRecord};
 use protocol::batch::{split_batches, RecordBatch};
 
-use crate::controller::{self, TopicSpec};
 use crate::errors;
 use crate::group::coordinator::{
     Answer, Coordinator, DroppedOffset, JoinRequest, JoinResponse, Replies, Reply, SyncRequest,
@@ -24,6 +23,7 @@ use crate::group::coordinator::{
 };
 use crate::group::records;
 use crate::group::{offsets_partition_for, OFFSETS_TOPIC};
+use crate::internal_topic::{self, InternalTopic, Placement, Unplaced};
 use crate::limits::{
     GROUP_TICK_MS, OFFSETS_BATCH_BYTES_MAX, OFFSETS_COMMIT_TIMEOUT_MS,
     OFFSETS_COMPACT_SLACK_RECORDS, OFFSETS_LOAD_READ_BYTES, OFFSETS_RETENTION_CHECK_MS,
@@ -37,22 +37,31 @@ use groups::load::Replayed;
 pub use crate::group_state::GroupManager;
 
 fn offsets_partition_count(shard: &Shard) -> i32 {
-    shard
-        .metadata
-        .image()
-        .topics
-        .get(OFFSETS_TOPIC)
-        .map_or(1, |t| t.partition_cores.len() as i32)
+    internal_topic::partition_count(shard, OFFSETS_TOPIC)
 }
 
-/// Replicas the offsets topic is created with: `offsets.topic.replication.factor`
-/// capped by the live brokers in a cluster, one on a single node.
-fn offsets_replication_factor(shard: &Shard, image: &crate::metadata::MetadataImage) -> i16 {
-    if !shard.in_cluster() {
-        return 1;
+/// `__consumer_offsets` as Kafka creates it: compacted, 100 MiB segments.
+fn offsets_topic(shard: &Shard) -> InternalTopic {
+    InternalTopic {
+        name: OFFSETS_TOPIC,
+        partitions: shard.config.groups.offsets_partitions,
+        replication_factor: shard.config.offsets_replication_factor,
+        configs: vec![
+            ("cleanup.policy", "compact".into()),
+            ("retention.ms", "-1".into()),
+            ("segment.bytes", "104857600".into()),
+            ("strom.preallocate.bytes", "65536".into()),
+            ("strom.cache.bytes", "1048576".into()),
+            ("max.message.bytes", "1048588".into()),
+        ],
     }
-    let live = i16::try_from(image.live_brokers().count()).unwrap_or(i16::MAX);
-    shard.config.offsets_replication_factor.min(live).max(1)
+}
+
+fn group_error(why: Unplaced) -> GroupError {
+    match why {
+        Unplaced::NotAvailable => GroupError::CoordinatorNotAvailable,
+        Unplaced::NotHere => GroupError::NotCoordinator,
+    }
 }
 
 /// How long a new coordinator waits for its offsets partition's high
@@ -60,89 +69,21 @@ fn offsets_replication_factor(shard: &Shard, image: &crate::metadata::MetadataIm
 /// COORDINATOR_LOAD_IN_PROGRESS (clients retry).
 const OFFSETS_LOAD_CATCH_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Where a group lives.
-#[derive(Debug, Clone, Copy)]
-pub struct Placement {
-    pub partition: i32,
-    pub core: usize,
-}
-
 /// The broker coordinating `group_id`: the leader of its offsets
-/// partition (COORDINATOR_NOT_AVAILABLE while it has none).
+/// partition (COORDINATOR_NOT_AVAILABLE while it has none). The first
+/// call creates `__consumer_offsets`, as Kafka's first FindCoordinator.
 pub async fn coordinator(shard: &Rc<Shard>, group_id: &str) -> Result<i32, GroupError> {
-    let (image, partition) = group_partition(shard, group_id).await?;
-    let topic = &image.topics[OFFSETS_TOPIC];
-    match topic.partition(partition).map(|p| p.leader) {
-        Some(leader) if leader >= 0 => Ok(leader),
-        _ => Err(GroupError::CoordinatorNotAvailable),
-    }
+    internal_topic::coordinator(shard, &offsets_topic(shard), group_id)
+        .await
+        .map_err(group_error)
 }
 
 /// Returns the group's placement on this node: NOT_COORDINATOR when
 /// another broker leads its offsets partition.
 pub async fn place(shard: &Rc<Shard>, group_id: &str) -> Result<Placement, GroupError> {
-    let (image, partition) = group_partition(shard, group_id).await?;
-    let core = image
-        .leader_core(&image.topics[OFFSETS_TOPIC], partition, shard.cores)
-        .map_err(|why| match why {
-            crate::metadata::NotServed::NotLeaderOrFollower => GroupError::NotCoordinator,
-            crate::metadata::NotServed::UnknownTopicOrPartition => {
-                GroupError::CoordinatorNotAvailable
-            }
-        })?;
-    Ok(Placement { partition, core })
-}
-
-/// The image (with `__consumer_offsets` in it) and the offsets partition
-/// of `group_id`.
-async fn group_partition(
-    shard: &Rc<Shard>,
-    group_id: &str,
-) -> Result<(Rc<crate::metadata::MetadataImage>, i32), GroupError> {
-    let image = offsets_image(shard).await?;
-    let topic = image
-        .topics
-        .get(OFFSETS_TOPIC)
-        .ok_or(GroupError::CoordinatorNotAvailable)?;
-    let partition = offsets_partition_for(group_id, topic.partition_cores.len() as i32);
-    Ok((image, partition))
-}
-
-/// The image, with `__consumer_offsets` created if missing (as Kafka does
-/// on the first FindCoordinator).
-async fn offsets_image(
-    shard: &Rc<Shard>,
-) -> Result<std::rc::Rc<crate::metadata::MetadataImage>, GroupError> {
-    let mut image = shard.metadata.image();
-    if !image.topics.contains_key(OFFSETS_TOPIC) {
-        let configs: BTreeMap<String, String> = [
-            // Kafka's: compacted, 100 MiB segments.
-            ("cleanup.policy", "compact"),
-            ("retention.ms", "-1"),
-            ("segment.bytes", "104857600"),
-            ("strom.preallocate.bytes", "65536"),
-            ("strom.cache.bytes", "1048576"),
-            ("max.message.bytes", "1048588"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        let spec = TopicSpec {
-            name: OFFSETS_TOPIC.to_string(),
-            partitions: shard.config.groups.offsets_partitions,
-            replication_factor: offsets_replication_factor(shard, &image),
-            configs,
-        };
-        let outcome = controller::create_topics(shard, vec![spec], false).await;
-        if let Some(Err(refusal)) = outcome.first() {
-            if refusal.error_code != errors::TOPIC_ALREADY_EXISTS {
-                tracing::error!(message = %refusal.message, "cannot create {OFFSETS_TOPIC}");
-                return Err(GroupError::CoordinatorNotAvailable);
-            }
-        }
-        image = shard.metadata.image();
-    }
-    Ok(image)
+    internal_topic::place(shard, &offsets_topic(shard), group_id)
+        .await
+        .map_err(group_error)
 }
 
 /// Runs `work` on the core that coordinates `group_id`, after that core

@@ -38,9 +38,7 @@ pub fn java_string_hash(value: &str) -> i32 {
 /// The `__consumer_offsets` partition of a group, as Kafka computes it
 /// (`Utils.abs(groupId.hashCode) % partitions`, where `abs(MIN)` is 0).
 pub fn offsets_partition_for(group_id: &str, partitions: i32) -> i32 {
-    let hash = java_string_hash(group_id);
-    let positive = if hash == i32::MIN { 0 } else { hash.abs() };
-    positive % partitions.max(1)
+    crate::internal_topic::partition_for(group_id, partitions)
 }
 
 #[cfg(test)]

@@ -18,5 +18,5 @@ pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
 /// The `__transaction_state` partition of a transactional id, as Kafka
 /// computes it (`Utils.abs(transactionalId.hashCode) % partitions`).
 pub fn transaction_partition_for(transactional_id: &str, partitions: i32) -> i32 {
-    crate::group::offsets_partition_for(transactional_id, partitions)
+    crate::internal_topic::partition_for(transactional_id, partitions)
 }

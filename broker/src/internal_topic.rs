@@ -1,0 +1,142 @@
+//! The internal topics a coordinator lives on (`__consumer_offsets` for
+//! groups, `__transaction_state` for transactional ids): created on first
+//! use as Kafka does, a key (group id, transactional id) placed on a
+//! partition by Kafka's rule, and that partition's leader the key's
+//! coordinator, on the core owning the partition.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use crate::controller::{self, TopicSpec};
+use crate::errors;
+use crate::metadata::{MetadataImage, NotServed};
+use crate::shard::Shard;
+
+/// How an internal topic is created.
+pub struct InternalTopic {
+    pub name: &'static str,
+    pub partitions: i32,
+    /// The configured replication factor, capped by the live brokers
+    /// when the topic is created (one on a single node).
+    pub replication_factor: i16,
+    pub configs: Vec<(&'static str, String)>,
+}
+
+/// Why a key has no coordinator here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unplaced {
+    /// The topic cannot be created, or its partition has no leader.
+    NotAvailable,
+    /// Another broker leads the key's partition.
+    NotHere,
+}
+
+/// Where a key's coordinator runs on this broker.
+#[derive(Debug, Clone, Copy)]
+pub struct Placement {
+    pub partition: i32,
+    pub core: usize,
+}
+
+/// The partition of `key` among `partitions`, as Kafka computes it
+/// (`Utils.abs(key.hashCode) % partitions`, where `abs(MIN)` is 0).
+pub fn partition_for(key: &str, partitions: i32) -> i32 {
+    let hash = crate::group::java_string_hash(key);
+    let positive = if hash == i32::MIN { 0 } else { hash.abs() };
+    positive % partitions.max(1)
+}
+
+/// The topic's partition count as the metadata has it (1 before it exists).
+pub fn partition_count(shard: &Shard, name: &str) -> i32 {
+    shard
+        .metadata
+        .image()
+        .topics
+        .get(name)
+        .map_or(1, |t| t.partition_cores.len() as i32)
+}
+
+/// The image, with the topic created if missing.
+pub async fn image(
+    shard: &Rc<Shard>,
+    topic: &InternalTopic,
+) -> Result<Rc<MetadataImage>, Unplaced> {
+    let mut image = shard.metadata.image();
+    if image.topics.contains_key(topic.name) {
+        return Ok(image);
+    }
+    let replication_factor = if shard.in_cluster() {
+        let live = i16::try_from(image.live_brokers().count()).unwrap_or(i16::MAX);
+        topic.replication_factor.min(live).max(1)
+    } else {
+        1
+    };
+    let configs: BTreeMap<String, String> = topic
+        .configs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    let spec = TopicSpec {
+        name: topic.name.to_string(),
+        partitions: topic.partitions,
+        replication_factor,
+        configs,
+    };
+    let outcome = controller::create_topics(shard, vec![spec], false).await;
+    if let Some(Err(refusal)) = outcome.first() {
+        if refusal.error_code != errors::TOPIC_ALREADY_EXISTS {
+            tracing::error!(message = %refusal.message, topic = topic.name, "cannot create an internal topic");
+            return Err(Unplaced::NotAvailable);
+        }
+    }
+    image = shard.metadata.image();
+    Ok(image)
+}
+
+/// The image (with the topic in it) and `key`'s partition.
+async fn key_partition(
+    shard: &Rc<Shard>,
+    topic: &InternalTopic,
+    key: &str,
+) -> Result<(Rc<MetadataImage>, i32), Unplaced> {
+    let image = image(shard, topic).await?;
+    let count = image
+        .topics
+        .get(topic.name)
+        .ok_or(Unplaced::NotAvailable)?
+        .partition_cores
+        .len() as i32;
+    Ok((image, partition_for(key, count)))
+}
+
+/// The broker coordinating `key`: the leader of its partition.
+pub async fn coordinator(
+    shard: &Rc<Shard>,
+    topic: &InternalTopic,
+    key: &str,
+) -> Result<i32, Unplaced> {
+    let (image, partition) = key_partition(shard, topic, key).await?;
+    match image.topics[topic.name]
+        .partition(partition)
+        .map(|p| p.leader)
+    {
+        Some(leader) if leader >= 0 => Ok(leader),
+        _ => Err(Unplaced::NotAvailable),
+    }
+}
+
+/// `key`'s placement on this broker.
+pub async fn place(
+    shard: &Rc<Shard>,
+    topic: &InternalTopic,
+    key: &str,
+) -> Result<Placement, Unplaced> {
+    let (image, partition) = key_partition(shard, topic, key).await?;
+    let core = image
+        .leader_core(&image.topics[topic.name], partition, shard.cores)
+        .map_err(|why| match why {
+            NotServed::NotLeaderOrFollower => Unplaced::NotHere,
+            NotServed::UnknownTopicOrPartition => Unplaced::NotAvailable,
+        })?;
+    Ok(Placement { partition, core })
+}
