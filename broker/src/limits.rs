@@ -41,6 +41,9 @@ pub const NON_PRODUCE_FRAME_BYTES_MAX: usize = 8 << 20;
 /// Longest a Fetch may wait for data, whatever the client asks.
 pub const FETCH_WAIT_MS_MAX: u64 = 5_000;
 
+/// Most partitions `__transaction_state` may be created with.
+pub const TRANSACTION_STATE_PARTITIONS_MAX: i32 = 1_000;
+
 /// How long a transaction marker may wait for its partition's in-sync
 /// replicas (Kafka's `request.timeout.ms` for the coordinator's
 /// WriteTxnMarkers); a marker not written by then is sent again.

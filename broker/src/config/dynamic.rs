@@ -63,7 +63,9 @@ pub fn config_type(name: &str) -> i8 {
         | "controller.quorum.bootstrap.servers"
         | "controller.listener.names"
         | "strom.cpuset" => types::LIST,
-        "offsets.topic.replication.factor" => types::SHORT,
+        "offsets.topic.replication.factor" | "transaction.state.log.replication.factor" => {
+            types::SHORT
+        }
         "node.id"
         | "broker.id"
         | "cores"
@@ -90,6 +92,9 @@ pub fn config_type(name: &str) -> i8 {
         | "group.max.session.timeout.ms"
         | "offsets.topic.num.partitions"
         | "offsets.retention.minutes"
+        | "transaction.state.log.num.partitions"
+        | "transaction.state.log.min.isr"
+        | "transaction.max.timeout.ms"
         | "compression.gzip.level"
         | "compression.lz4.level"
         | "compression.zstd.level" => types::INT,

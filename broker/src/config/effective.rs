@@ -79,6 +79,16 @@ pub fn broker_value(config: &BrokerConfig, key: &str) -> Option<String> {
             .as_ref()
             .map_or_else(|| "none".to_string(), |a| a.path.display().to_string()),
         "log.retention.check.interval.ms" => config.retention_check_interval_ms.to_string(),
+        "transaction.state.log.num.partitions" => config.transactions.state_partitions.to_string(),
+        "transaction.state.log.replication.factor" => {
+            config.transactions.state_replication_factor.to_string()
+        }
+        "transaction.state.log.min.isr" => config.transactions.state_min_isr.to_string(),
+        "transaction.max.timeout.ms" => config.transactions.max_timeout_ms.to_string(),
+        "transactional.id.expiration.ms" => config.transactions.id_expiration_ms.to_string(),
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms" => {
+            config.transactions.abort_check_ms.to_string()
+        }
         "log.cleaner.enable" => config.cleaner.enable.to_string(),
         "log.cleaner.backoff.ms" => config.cleaner.backoff_ms.to_string(),
         "log.cleaner.dedupe.buffer.size" => config.cleaner.dedupe_buffer_bytes.to_string(),

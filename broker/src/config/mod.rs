@@ -156,6 +156,8 @@ pub struct BrokerConfig {
     pub retention_check_interval_ms: u64,
     /// The log cleaner of compacted topics (`log.cleaner.*`).
     pub cleaner: CleanerConfig,
+    /// The transaction coordinator (`transaction.*`).
+    pub transactions: TransactionConfig,
     /// Producers idle this long are dropped from partitions' idempotence
     /// state (`producer.id.expiration.ms`).
     pub producer_id_expiration_ms: i64,
@@ -328,6 +330,7 @@ struct Builder {
     journal_chunk_bytes_max: u64,
     retention_check_interval_ms: u64,
     cleaner: CleanerConfig,
+    transactions: TransactionConfig,
     producer_id_expiration_ms: i64,
     cluster_timing: ClusterTiming,
     metadata_snapshot_bytes: u64,
@@ -522,6 +525,7 @@ impl Builder {
             journal_chunk_bytes_max: storage::limits::JOURNAL_CHUNK_BYTES_DEFAULT,
             retention_check_interval_ms: 300_000,
             cleaner: CleanerConfig::default(),
+            transactions: TransactionConfig::default(),
             producer_id_expiration_ms: crate::limits::PRODUCER_ID_EXPIRATION_MS_DEFAULT,
             cluster_timing: ClusterTiming::default(),
             metadata_snapshot_bytes: replication::quorum::SnapshotPolicy::LOG_BYTES_MAX_DEFAULT,
@@ -816,6 +820,48 @@ impl Builder {
                 self.cluster_timing.election_timeout_ms =
                     parse_ms_between(key, value, source, 100, 600_000)?;
             }
+            "transaction.state.log.num.partitions" => {
+                let count: i32 = parse_value(key, value, source)?;
+                if !(1..=crate::limits::TRANSACTION_STATE_PARTITIONS_MAX).contains(&count) {
+                    return Err(invalid(key, value, source, "must be between 1 and 1000"));
+                }
+                self.transactions.state_partitions = count;
+            }
+            "transaction.state.log.replication.factor" => {
+                let factor: i16 = parse_value(key, value, source)?;
+                if factor < 1 {
+                    return Err(invalid(key, value, source, "must be at least 1"));
+                }
+                self.transactions.state_replication_factor = factor;
+            }
+            "transaction.state.log.min.isr" => {
+                let isr: i32 = parse_value(key, value, source)?;
+                if isr < 1 {
+                    return Err(invalid(key, value, source, "must be at least 1"));
+                }
+                self.transactions.state_min_isr = isr;
+            }
+            "transaction.max.timeout.ms" => {
+                let ms: i32 = parse_value(key, value, source)?;
+                if ms < 1 {
+                    return Err(invalid(key, value, source, "must be at least 1"));
+                }
+                self.transactions.max_timeout_ms = ms;
+            }
+            "transactional.id.expiration.ms" => {
+                let ms: i64 = parse_value(key, value, source)?;
+                if ms < 1 {
+                    return Err(invalid(key, value, source, "must be at least 1"));
+                }
+                self.transactions.id_expiration_ms = ms;
+            }
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms" => {
+                let ms: u64 = parse_value(key, value, source)?;
+                if ms < 1 {
+                    return Err(invalid(key, value, source, "must be at least 1"));
+                }
+                self.transactions.abort_check_ms = ms;
+            }
             "log.cleaner.enable" => self.cleaner.enable = parse_value(key, value, source)?,
             "log.cleaner.backoff.ms" => {
                 self.cleaner.backoff_ms = parse_value(key, value, source)?;
@@ -1022,6 +1068,7 @@ impl Builder {
             journal_chunk_bytes_max: self.journal_chunk_bytes_max,
             retention_check_interval_ms: self.retention_check_interval_ms,
             cleaner: self.cleaner,
+            transactions: self.transactions,
             producer_id_expiration_ms: self.producer_id_expiration_ms,
             cluster_timing: self.cluster_timing,
             metadata_snapshot_bytes: self.metadata_snapshot_bytes,
@@ -1268,6 +1315,39 @@ impl Default for CleanerConfig {
             backoff_ms: 15_000,
             dedupe_buffer_bytes: 128 << 20,
             io_bytes_per_second: f64::MAX,
+        }
+    }
+}
+
+/// The transaction coordinator's settings, Kafka's names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransactionConfig {
+    /// `transaction.state.log.num.partitions`.
+    pub state_partitions: i32,
+    /// `transaction.state.log.replication.factor` (capped by the live
+    /// brokers when `__transaction_state` is created).
+    pub state_replication_factor: i16,
+    /// `transaction.state.log.min.isr`: the topic's `min.insync.replicas`.
+    pub state_min_isr: i32,
+    /// `transaction.max.timeout.ms`: the longest `transaction.timeout.ms`
+    /// a producer may ask for.
+    pub max_timeout_ms: i32,
+    /// `transactional.id.expiration.ms`: an id idle this long is removed.
+    pub id_expiration_ms: i64,
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`: how
+    /// often the coordinator looks for transactions past their timeout.
+    pub abort_check_ms: u64,
+}
+
+impl Default for TransactionConfig {
+    fn default() -> Self {
+        Self {
+            state_partitions: 50,
+            state_replication_factor: 3,
+            state_min_isr: 2,
+            max_timeout_ms: 900_000,
+            id_expiration_ms: 604_800_000,
+            abort_check_ms: 10_000,
         }
     }
 }

@@ -239,6 +239,42 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         meaning: "The file from `strom-tune iotune` whose `[io]` table sets `strom.write.bytes` and `strom.writes.inflight` unless the config does.",
     },
     Setting {
+        keys: &["transaction.state.log.num.partitions"],
+        flag: None,
+        default: Default::Value("50"),
+        meaning: "Partitions of `__transaction_state`, created on the first transactional request; each transactional id belongs to one, whose leader coordinates it.",
+    },
+    Setting {
+        keys: &["transaction.state.log.replication.factor"],
+        flag: None,
+        default: Default::Value("3"),
+        meaning: "Replicas of `__transaction_state` in a cluster, capped by the live brokers when it is created (one on a single node).",
+    },
+    Setting {
+        keys: &["transaction.state.log.min.isr"],
+        flag: None,
+        default: Default::Value("2"),
+        meaning: "`min.insync.replicas` of `__transaction_state` (capped by its replication factor).",
+    },
+    Setting {
+        keys: &["transaction.max.timeout.ms"],
+        flag: None,
+        default: Default::Value("900000"),
+        meaning: "The longest `transaction.timeout.ms` a producer may ask for; InitProducerId asking for more is INVALID_TRANSACTION_TIMEOUT.",
+    },
+    Setting {
+        keys: &["transactional.id.expiration.ms"],
+        flag: None,
+        default: Default::Value("604800000"),
+        meaning: "A transactional id with no transaction this long is removed (a tombstone in `__transaction_state`).",
+    },
+    Setting {
+        keys: &["transaction.abort.timed.out.transaction.cleanup.interval.ms"],
+        flag: None,
+        default: Default::Value("10000"),
+        meaning: "How often each coordinator aborts the transactions open longer than their timeout (fencing their producer).",
+    },
+    Setting {
         keys: &["log.cleaner.enable"],
         flag: None,
         default: Default::Value("true"),
