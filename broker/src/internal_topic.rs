@@ -19,6 +19,9 @@ pub struct InternalTopic {
     /// The configured replication factor, capped by the live brokers
     /// when the topic is created (one on a single node).
     pub replication_factor: i16,
+    /// `min.insync.replicas`, capped by the replication factor it is
+    /// created with (`None`: the broker's default).
+    pub min_insync_replicas: Option<i32>,
     pub configs: Vec<(&'static str, String)>,
 }
 
@@ -71,11 +74,15 @@ pub async fn image(
     } else {
         1
     };
-    let configs: BTreeMap<String, String> = topic
+    let mut configs: BTreeMap<String, String> = topic
         .configs
         .iter()
         .map(|(k, v)| (k.to_string(), v.clone()))
         .collect();
+    if let Some(min_isr) = topic.min_insync_replicas {
+        let capped = min_isr.min(i32::from(replication_factor)).max(1);
+        configs.insert("min.insync.replicas".to_string(), capped.to_string());
+    }
     let spec = TopicSpec {
         name: topic.name.to_string(),
         partitions: topic.partitions,

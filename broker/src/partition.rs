@@ -1203,7 +1203,7 @@ impl Partition {
                 }
                 SequenceCheck::Reject(code) => return ProduceOutcome::error(code),
             }
-        } else if header.is_transactional() {
+        } else if header.is_transactional() && header.producer_id < 0 {
             // A transaction needs a producer id.
             return ProduceOutcome::error(errors::INVALID_RECORD);
         }

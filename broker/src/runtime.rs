@@ -130,10 +130,13 @@ async fn core_main(
         metadata.clone(),
         cluster.map(|cluster| cluster as Arc<dyn crate::metadata::Membership>),
     );
-    // A group coordinator leaves with its offsets partition's leadership.
+    // A group or transaction coordinator leaves with its partition's
+    // leadership.
     shard.on_leadership_lost(|shard, topic, index| {
         if topic == crate::metadata::OFFSETS_TOPIC {
             crate::group::manager::unload(shard, index);
+        } else if topic == crate::txn::TRANSACTION_STATE_TOPIC {
+            crate::txn::manager::unload(shard, index);
         }
     });
     shard.connect_mesh(ends).await;

@@ -118,6 +118,8 @@ pub struct Shard {
     leadership_lost: RefCell<Vec<LeadershipLost>>,
     /// The consumer groups this core coordinates.
     pub groups: crate::group_state::GroupManager,
+    /// The transactional ids this core coordinates.
+    pub transactions: crate::txn::TxnManager,
     /// Counters of the logs this core deleted, kept so the metrics' sums
     /// never go back (see `scrape::snapshot`).
     pub retired_logs: RefCell<crate::metrics::StorageSnapshot>,
@@ -202,6 +204,7 @@ impl Shard {
             membership,
             leadership_lost: RefCell::new(Vec::new()),
             groups: Default::default(),
+            transactions: Default::default(),
             retired_logs: RefCell::new(crate::metrics::empty_storage()),
             storage,
         })

@@ -75,6 +75,6 @@ pub const CONCURRENT_TRANSACTIONS: i16 = ResponseError::ConcurrentTransactions.c
 pub const INVALID_PRODUCER_ID_MAPPING: i16 = ResponseError::InvalidProducerIdMapping.code();
 pub const INVALID_TRANSACTION_TIMEOUT: i16 = ResponseError::InvalidTransactionTimeout.code();
 pub const TRANSACTIONAL_ID_NOT_FOUND: i16 = ResponseError::TransactionalIdNotFound.code();
-pub const TRANSACTION_COORDINATOR_FENCED: i16 =
-    ResponseError::TransactionCoordinatorFenced.code();
+pub const TRANSACTION_COORDINATOR_FENCED: i16 = ResponseError::TransactionCoordinatorFenced.code();
 pub const UNSTABLE_OFFSET_COMMIT: i16 = ResponseError::UnstableOffsetCommit.code();
+pub const OPERATION_NOT_ATTEMPTED: i16 = ResponseError::OperationNotAttempted.code();

@@ -1,7 +1,10 @@
 //! Load-balancer mode: a group coordinator request (JoinGroup, SyncGroup,
 //! Heartbeat, LeaveGroup, OffsetCommit, TxnOffsetCommit, OffsetFetch,
-//! OffsetDelete, DescribeGroups, DeleteGroups) that reaches a broker which does not
-//! coordinate its group goes, as the client framed it, to the broker that
+//! OffsetDelete, DescribeGroups, DeleteGroups) or a transaction
+//! coordinator request (InitProducerId with a transactional id,
+//! AddPartitionsToTxn up to v3, AddOffsetsToTxn, EndTxn,
+//! DescribeTransactions) that reaches a broker which does not coordinate
+//! its key goes, as the client framed it, to the broker that
 //! does; its answer comes back unchanged (the correlation id is the
 //! client's). Only the header's client id changes on the way: it becomes
 //! `strom-forward-<this node>/<client host>/<client id>`, so the
@@ -30,20 +33,45 @@ use crate::cluster::transport::exchange;
 use crate::limits::FORWARD_TIMEOUT_MS;
 use crate::shard::Shard;
 
-/// The groups a request is for, if it is a group coordinator request.
-fn groups(body: &RequestKind) -> Vec<&str> {
+/// What a coordinator request is keyed by.
+#[derive(Debug, Clone, Copy)]
+enum Key<'a> {
+    Group(&'a str),
+    Transaction(&'a str),
+}
+
+/// The keys a request is for, if it is a coordinator request.
+fn keys(body: &RequestKind) -> Vec<Key<'_>> {
+    fn group(id: &kafka_protocol::messages::GroupId) -> Key<'_> {
+        Key::Group(id.0.as_str())
+    }
     match body {
-        RequestKind::JoinGroup(r) => vec![r.group_id.0.as_str()],
-        RequestKind::SyncGroup(r) => vec![r.group_id.0.as_str()],
-        RequestKind::Heartbeat(r) => vec![r.group_id.0.as_str()],
-        RequestKind::LeaveGroup(r) => vec![r.group_id.0.as_str()],
-        RequestKind::OffsetCommit(r) => vec![r.group_id.0.as_str()],
-        RequestKind::TxnOffsetCommit(r) => vec![r.group_id.0.as_str()],
-        RequestKind::OffsetDelete(r) => vec![r.group_id.0.as_str()],
-        RequestKind::OffsetFetch(r) if r.groups.is_empty() => vec![r.group_id.0.as_str()],
-        RequestKind::OffsetFetch(r) => r.groups.iter().map(|g| g.group_id.0.as_str()).collect(),
-        RequestKind::DescribeGroups(r) => r.groups.iter().map(|g| g.0.as_str()).collect(),
-        RequestKind::DeleteGroups(r) => r.groups_names.iter().map(|g| g.0.as_str()).collect(),
+        RequestKind::JoinGroup(r) => vec![group(&r.group_id)],
+        RequestKind::SyncGroup(r) => vec![group(&r.group_id)],
+        RequestKind::Heartbeat(r) => vec![group(&r.group_id)],
+        RequestKind::LeaveGroup(r) => vec![group(&r.group_id)],
+        RequestKind::OffsetCommit(r) => vec![group(&r.group_id)],
+        RequestKind::TxnOffsetCommit(r) => vec![group(&r.group_id)],
+        RequestKind::OffsetDelete(r) => vec![group(&r.group_id)],
+        RequestKind::OffsetFetch(r) if r.groups.is_empty() => vec![group(&r.group_id)],
+        RequestKind::OffsetFetch(r) => r.groups.iter().map(|g| group(&g.group_id)).collect(),
+        RequestKind::DescribeGroups(r) => r.groups.iter().map(group).collect(),
+        RequestKind::DeleteGroups(r) => r.groups_names.iter().map(group).collect(),
+        RequestKind::InitProducerId(r) => r
+            .transactional_id
+            .iter()
+            .map(|id| Key::Transaction(id.0.as_str()))
+            .collect(),
+        RequestKind::AddPartitionsToTxn(r) if !r.v3_and_below_transactional_id.0.is_empty() => {
+            vec![Key::Transaction(r.v3_and_below_transactional_id.0.as_str())]
+        }
+        RequestKind::AddOffsetsToTxn(r) => vec![Key::Transaction(r.transactional_id.0.as_str())],
+        RequestKind::EndTxn(r) => vec![Key::Transaction(r.transactional_id.0.as_str())],
+        RequestKind::DescribeTransactions(r) => r
+            .transactional_ids
+            .iter()
+            .map(|id| Key::Transaction(id.0.as_str()))
+            .collect(),
         _ => Vec::new(),
     }
 }
@@ -83,15 +111,16 @@ pub async fn forward(
     {
         return None;
     }
-    let groups = groups(body);
+    let keys = keys(body);
     let mut coordinator = None;
-    for group in &groups {
-        let found = crate::group::manager::coordinator(shard, group)
-            .await
-            .ok()?;
+    for key in keys {
+        let found = match key {
+            Key::Group(id) => crate::group::manager::coordinator(shard, id).await.ok()?,
+            Key::Transaction(id) => crate::txn::manager::coordinator(shard, id).await.ok()?,
+        };
         if coordinator.is_some_and(|c| c != found) {
-            // Groups of several coordinators: each answered here (the
-            // ones coordinated elsewhere NOT_COORDINATOR).
+            // Keys of several coordinators: each answered here (the ones
+            // coordinated elsewhere NOT_COORDINATOR).
             return None;
         }
         coordinator = Some(found);

@@ -46,6 +46,7 @@ fn offsets_topic(shard: &Shard) -> InternalTopic {
         name: OFFSETS_TOPIC,
         partitions: shard.config.groups.offsets_partitions,
         replication_factor: shard.config.offsets_replication_factor,
+        min_insync_replicas: None,
         configs: vec![
             ("cleanup.policy", "compact".into()),
             ("retention.ms", "-1".into()),

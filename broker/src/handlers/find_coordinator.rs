@@ -1,10 +1,10 @@
 //! FindCoordinator (10), versions 0–6 (v4: batched `coordinator_keys`).
 //! Groups (key type 0) are coordinated by the broker leading their
 //! `__consumer_offsets` partition, on the core owning it; the first
-//! request creates that topic, as Kafka does. Transactional ids (key type 1) also name this
-//! node (InitProducerId refuses them until transactions land). v5 only
-//! lets a transaction coordinator answer TRANSACTION_ABORTABLE, which
-//! none here does; v6's share groups (key type 2) get INVALID_REQUEST
+//! request creates that topic, as Kafka does. Transactional ids (key type
+//! 1) likewise by the broker leading their `__transaction_state`
+//! partition. v5 only lets a transaction coordinator answer
+//! TRANSACTION_ABORTABLE, which none here does; v6's share groups (key type 2) get INVALID_REQUEST
 //! per key, as from a Kafka without a share coordinator (and from any
 //! Kafka below v6).
 
@@ -31,7 +31,9 @@ async fn find(shard: &Rc<Shard>, key: &str, key_type: i8) -> Result<(i32, StrByt
         KEY_TYPE_GROUP => manager::coordinator(shard, key)
             .await
             .map_err(GroupError::code)?,
-        KEY_TYPE_TRANSACTION if !key.is_empty() => shard.config.node_id,
+        KEY_TYPE_TRANSACTION if !key.is_empty() => crate::txn::manager::coordinator(shard, key)
+            .await
+            .map_err(|error| error.code())?,
         _ => return Err(errors::INVALID_REQUEST),
     };
     let image = shard.metadata.image();

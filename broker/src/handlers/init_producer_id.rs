@@ -1,20 +1,25 @@
-//! InitProducerId (22), versions 0–5, for idempotent producers (v5 only
-//! changes a transactional producer's fencing error). A request
-//! naming an existing producer id bumps its epoch (KIP-360); transactional
-//! ids are refused until transactions exist.
+//! InitProducerId (22), versions 0–5. Without a transactional id, for
+//! idempotent producers: a request naming an existing producer id bumps
+//! its epoch (KIP-360). With one, the transaction coordinator of that id
+//! answers (`handlers::transactions`); v4+ know PRODUCER_FENCED, older
+//! versions get INVALID_PRODUCER_EPOCH instead.
 
 use std::rc::Rc;
 
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 
 use crate::controller;
-use crate::errors;
+
 use crate::shard::Shard;
 
 pub const VERSION_MIN: i16 = 0;
 pub const VERSION_MAX: i16 = 5;
 
-pub async fn handle(shard: &Rc<Shard>, request: InitProducerIdRequest) -> InitProducerIdResponse {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    request: InitProducerIdRequest,
+    version: i16,
+) -> InitProducerIdResponse {
     let refused = |code| {
         InitProducerIdResponse::default()
             .with_error_code(code)
@@ -22,7 +27,7 @@ pub async fn handle(shard: &Rc<Shard>, request: InitProducerIdRequest) -> InitPr
             .with_producer_epoch(-1)
     };
     if request.transactional_id.is_some() {
-        return refused(errors::UNSUPPORTED_VERSION);
+        return crate::handlers::transactions::init_producer_id(shard, &request, version).await;
     }
     if request.producer_id.0 >= 0
         && request.producer_epoch >= 0

@@ -51,6 +51,7 @@ pub mod produce;
 pub mod raft_voters;
 pub mod scatter;
 pub mod sync_group;
+pub mod transactions;
 pub mod txn_offset_commit;
 
 /// Every API the broker answers, with the versions it advertises.
@@ -228,6 +229,23 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
         offset_delete::VERSION_MIN,
         offset_delete::VERSION_MAX,
     ),
+    (
+        ApiKey::AddPartitionsToTxn,
+        0,
+        transactions::ADD_PARTITIONS_VERSION_MAX,
+    ),
+    (
+        ApiKey::AddOffsetsToTxn,
+        0,
+        transactions::ADD_OFFSETS_VERSION_MAX,
+    ),
+    (ApiKey::EndTxn, 0, transactions::END_TXN_VERSION_MAX),
+    (
+        ApiKey::DescribeTransactions,
+        0,
+        transactions::DESCRIBE_VERSION_MAX,
+    ),
+    (ApiKey::ListTransactions, 0, transactions::LIST_VERSION_MAX),
     (
         ApiKey::TxnOffsetCommit,
         txn_offset_commit::VERSION_MIN,
@@ -431,7 +449,7 @@ async fn dispatch(
             out.encode(&describe_topic_partitions::handle(&shard, body))
         }
         RequestKind::InitProducerId(body) => {
-            out.encode(&init_producer_id::handle(&shard, body).await)
+            out.encode(&init_producer_id::handle(&shard, body, version).await)
         }
         RequestKind::FindCoordinator(body) => {
             out.encode(&find_coordinator::handle(&shard, body, version).await)
@@ -474,6 +492,19 @@ async fn dispatch(
             out.encode(&list_groups::handle(&shard, body, version).await)
         }
         RequestKind::DeleteGroups(body) => out.encode(&delete_groups::handle(&shard, body).await),
+        RequestKind::AddPartitionsToTxn(body) => {
+            out.encode(&transactions::add_partitions(&shard, body, version).await)
+        }
+        RequestKind::AddOffsetsToTxn(body) => {
+            out.encode(&transactions::add_offsets(&shard, body, version).await)
+        }
+        RequestKind::EndTxn(body) => {
+            out.encode(&transactions::end_txn(&shard, body, version).await)
+        }
+        RequestKind::DescribeTransactions(body) => {
+            out.encode(&transactions::describe(&shard, body).await)
+        }
+        RequestKind::ListTransactions(body) => out.encode(&transactions::list(&shard, body).await),
         RequestKind::TxnOffsetCommit(body) => {
             out.encode(&txn_offset_commit::handle(&shard, body, version).await)
         }

@@ -1,0 +1,256 @@
+"""Transactions through confluent-kafka (librdkafka's transactional
+producer and read_committed consumers).
+
+usage: txn_check.py BOOTSTRAP CASE [ARGS]
+CASE:
+  commit-abort TOPICS PARTITIONS  a transactional producer commits one
+        transaction over every partition of TOPICS topics, aborts a second,
+        commits a third; a read_committed consumer reads each committed
+        record exactly once and no aborted one, a read_uncommitted consumer
+        reads both (markers skipped); every byte checked
+  offsets  consume-transform-produce: a group consumer reads `in`, the
+        transactional producer writes `out` and commits the consumer's
+        offsets in the transaction (send_offsets_to_transaction); an
+        aborted transaction's offsets and records never show
+  fence  a second producer with the same transactional id fences the
+        first: the first's writes and commit fail and never show
+  hang TXN_ID  opens a transaction on `hang`, writes to it and exits
+        without ending it (os._exit), as a killed producer would
+  unblocked  waits until a read_committed consumer of `hang` reaches the
+        end (the coordinator aborted the open transaction after its
+        timeout) and checks that nothing of it is visible
+Prints "<case>: ok ..." lines; exits non-zero at the first miss. Every
+wait is bounded by a deadline.
+"""
+
+import os
+import sys
+import time
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from checks import check, fail
+
+DEADLINE_S = 120
+
+
+def create(bootstrap, names, partitions):
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(n, partitions, 1) for n in names])
+    for name, future in futures.items():
+        try:
+            future.result(DEADLINE_S)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+
+
+def producer(bootstrap, txn_id, **extra):
+    config = {
+        "bootstrap.servers": bootstrap,
+        "transactional.id": txn_id,
+        "transaction.timeout.ms": 60000,
+    }
+    config.update(extra)
+    p = Producer(config)
+    p.init_transactions(DEADLINE_S)
+    return p
+
+
+def read_all(bootstrap, topic, partitions, isolation):
+    """Every record of the topic's partitions from the start to the end
+    visible under `isolation`, as (partition, offset, key, value)."""
+    c = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": f"txn-read-{time.time_ns()}",
+        "enable.auto.commit": False,
+        "isolation.level": isolation,
+        "enable.partition.eof": True,
+    })
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    records, at_end = [], set()
+    deadline = time.time() + DEADLINE_S
+    try:
+        while len(at_end) < partitions:
+            if time.time() > deadline:
+                fail(f"read {topic} ({isolation}): {len(at_end)} of {partitions} partitions reached their end")
+            msg = c.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    at_end.add(msg.partition())
+                    continue
+                raise KafkaException(msg.error())
+            at_end.discard(msg.partition())
+            records.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
+    finally:
+        c.close()
+    return records
+
+
+def payloads(records):
+    return sorted((k, v) for _, _, k, v in records)
+
+
+def commit_abort(bootstrap, topics, partitions):
+    names = [f"txn-{i}" for i in range(topics)]
+    create(bootstrap, names, partitions)
+    p = producer(bootstrap, "txn-commit-abort")
+    expected_committed = {n: [] for n in names}
+    expected_aborted = {n: [] for n in names}
+    for round_name, commit in (("first", True), ("second", False), ("third", True)):
+        p.begin_transaction()
+        for n in names:
+            for part in range(partitions):
+                for i in range(25):
+                    key = f"{round_name}-{part}-{i}".encode()
+                    value = os.urandom(16) + key
+                    p.produce(n, key=key, value=value, partition=part)
+                    (expected_committed if commit else expected_aborted)[n].append((key, value))
+        if commit:
+            p.commit_transaction(DEADLINE_S)
+        else:
+            p.flush(DEADLINE_S)
+            p.abort_transaction(DEADLINE_S)
+    for n in names:
+        committed = read_all(bootstrap, n, partitions, "read_committed")
+        check(payloads(committed) == sorted(expected_committed[n]),
+              f"{n}: read_committed saw {len(committed)} records, want the {len(expected_committed[n])} committed ones exactly once")
+        everything = read_all(bootstrap, n, partitions, "read_uncommitted")
+        want = sorted(expected_committed[n] + expected_aborted[n])
+        check(payloads(everything) == want,
+              f"{n}: read_uncommitted saw {len(everything)} records, want {len(want)}")
+    print(f"commit-abort: ok {topics} topics x {partitions} partitions, "
+          f"{sum(len(v) for v in expected_committed.values())} committed, "
+          f"{sum(len(v) for v in expected_aborted.values())} aborted")
+
+
+def committed_offset(bootstrap, group, topic, partition):
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        [tp] = c.committed([TopicPartition(topic, partition)], timeout=30)
+        return tp.offset
+    finally:
+        c.close()
+
+
+def offsets(bootstrap):
+    create(bootstrap, ["in", "out"], 1)
+    src = Producer({"bootstrap.servers": bootstrap})
+    for i in range(100):
+        src.produce("in", key=str(i).encode(), value=f"v{i}".encode())
+    check(src.flush(DEADLINE_S) == 0, "offsets: input not delivered")
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": "txn-app",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed",
+    })
+    consumer.subscribe(["in"])
+    p = producer(bootstrap, "txn-app-producer")
+    seen = []
+    deadline = time.time() + DEADLINE_S
+    while len(seen) < 100:
+        check(time.time() < deadline, f"offsets: read {len(seen)} of 100 inputs")
+        msg = consumer.poll(0.5)
+        if msg is None or msg.error():
+            continue
+        seen.append(msg)
+    # First 50 in a transaction that aborts, then all 100 in one that commits.
+    for commit, batch in ((False, seen[:50]), (True, seen)):
+        p.begin_transaction()
+        for msg in batch:
+            p.produce("out", key=msg.key(), value=b"out-" + msg.value())
+        last = batch[-1]
+        p.send_offsets_to_transaction(
+            [TopicPartition("in", 0, last.offset() + 1)],
+            consumer.consumer_group_metadata(), DEADLINE_S)
+        if commit:
+            p.commit_transaction(DEADLINE_S)
+        else:
+            p.flush(DEADLINE_S)
+            p.abort_transaction(DEADLINE_S)
+            got = committed_offset(bootstrap, "txn-app-probe", "in", 0)
+            check(got < 0, f"offsets: probe group has offset {got}")
+    consumer.close()
+    got = committed_offset(bootstrap, "txn-app", "in", 0)
+    check(got == 100, f"offsets: the group's committed offset is {got}, want 100")
+    out = read_all(bootstrap, "out", 1, "read_committed")
+    want = sorted((str(i).encode(), f"out-v{i}".encode()) for i in range(100))
+    check(payloads(out) == want, f"offsets: out holds {len(out)} records, want the 100 committed once")
+    print("offsets: ok 100 records and the group's offset committed in one transaction, the aborted one invisible")
+
+
+def fence(bootstrap):
+    create(bootstrap, ["fenced"], 1)
+    first = producer(bootstrap, "txn-fence")
+    first.begin_transaction()
+    first.produce("fenced", key=b"zombie", value=b"never-visible")
+    check(first.flush(DEADLINE_S) == 0, "fence: first write not delivered")
+    second = producer(bootstrap, "txn-fence")
+    second.begin_transaction()
+    second.produce("fenced", key=b"live", value=b"visible")
+    second.commit_transaction(DEADLINE_S)
+    failed = None
+    try:
+        first.produce("fenced", key=b"zombie", value=b"after-fence")
+        first.commit_transaction(DEADLINE_S)
+    except KafkaException as e:
+        failed = e.args[0]
+    check(failed is not None, "fence: the fenced producer committed")
+    check(failed.fatal() or failed.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                                               KafkaError.INVALID_PRODUCER_EPOCH),
+          f"fence: the fenced producer failed with {failed}, not a fencing error")
+    seen = payloads(read_all(bootstrap, "fenced", 1, "read_committed"))
+    check(seen == [(b"live", b"visible")], f"fence: read_committed saw {seen}")
+    print(f"fence: ok the first producer failed with {failed.name()}, only the second's record visible")
+
+
+def hang(bootstrap, txn_id):
+    create(bootstrap, ["hang"], 1)
+    p = producer(bootstrap, txn_id, **{"transaction.timeout.ms": 5000})
+    p.begin_transaction()
+    p.produce("hang", key=b"open", value=b"left-open")
+    check(p.flush(DEADLINE_S) == 0, "hang: write not delivered")
+    print("hang: ok a transaction left open", flush=True)
+    os._exit(0)
+
+
+def unblocked(bootstrap):
+    src = Producer({"bootstrap.servers": bootstrap})
+    src.produce("hang", key=b"after", value=b"plain")
+    check(src.flush(DEADLINE_S) == 0, "unblocked: write not delivered")
+    # The open transaction holds the last stable offset back until the
+    # coordinator aborts it (its 5 s timeout, then the abort check).
+    deadline = time.time() + DEADLINE_S
+    while True:
+        seen = payloads(read_all(bootstrap, "hang", 1, "read_committed"))
+        if seen:
+            break
+        check(time.time() < deadline, "unblocked: the open transaction was never aborted")
+        time.sleep(0.5)
+    check(seen == [(b"after", b"plain")], f"unblocked: read_committed saw {seen}")
+    print("unblocked: ok the open transaction was aborted, the record after it visible")
+
+
+def main():
+    bootstrap, case = sys.argv[1], sys.argv[2]
+    args = sys.argv[3:]
+    if case == "commit-abort":
+        commit_abort(bootstrap, int(args[0]), int(args[1]))
+    elif case == "offsets":
+        offsets(bootstrap)
+    elif case == "fence":
+        fence(bootstrap)
+    elif case == "hang":
+        hang(bootstrap, args[0])
+    elif case == "unblocked":
+        unblocked(bootstrap)
+    else:
+        fail(f"unknown case {case}")
+
+
+if __name__ == "__main__":
+    main()
