@@ -1,8 +1,8 @@
 //! FindCoordinator (10), versions 0–6 (v4: batched `coordinator_keys`).
 //! Groups (key type 0) are coordinated by the broker leading their
 //! `__consumer_offsets` partition, on the core owning it; the first
-//! request creates that topic, as Kafka does. Transactional ids (key type
-//! 1) likewise by the broker leading their `__transaction_state`
+//! request creates that topic, as Kafka does. Transactional ids (key
+//! type 1) likewise, by the broker leading their `__transaction_state`
 //! partition. v5 only lets a transaction coordinator answer
 //! TRANSACTION_ABORTABLE, which none here does; v6's share groups (key type 2) get INVALID_REQUEST
 //! per key, as from a Kafka without a share coordinator (and from any

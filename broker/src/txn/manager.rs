@@ -361,7 +361,7 @@ pub async fn finish_markers(shard: &Rc<Shard>, partition: i32, markers: txn::coo
             break;
         }
         attempt += 1;
-        if attempt == 1 || attempt % 50 == 0 {
+        if attempt == 1 || attempt.is_multiple_of(50) {
             tracing::warn!(partition, producer_id = job.producer_id, failed = ?failed, attempt, "transaction markers not written yet; retrying");
         }
         left.partitions = failed.into_iter().map(|(p, _)| p).collect();
