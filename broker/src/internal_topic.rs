@@ -41,10 +41,17 @@ pub struct Placement {
     pub core: usize,
 }
 
+/// Java's `String.hashCode` (over UTF-16 code units).
+pub fn java_string_hash(value: &str) -> i32 {
+    value.encode_utf16().fold(0i32, |hash, unit| {
+        hash.wrapping_mul(31).wrapping_add(i32::from(unit))
+    })
+}
+
 /// The partition of `key` among `partitions`, as Kafka computes it
 /// (`Utils.abs(key.hashCode) % partitions`, where `abs(MIN)` is 0).
 pub fn partition_for(key: &str, partitions: i32) -> i32 {
-    let hash = crate::group::java_string_hash(key);
+    let hash = java_string_hash(key);
     let positive = if hash == i32::MIN { 0 } else { hash.abs() };
     positive % partitions.max(1)
 }

@@ -119,7 +119,7 @@ pub struct Shard {
     /// The consumer groups this core coordinates.
     pub groups: crate::group_state::GroupManager,
     /// The transactional ids this core coordinates.
-    pub transactions: crate::txn::TxnManager,
+    pub transactions: crate::txn_state::TxnManager,
     /// Counters of the logs this core deleted, kept so the metrics' sums
     /// never go back (see `scrape::snapshot`).
     pub retired_logs: RefCell<crate::metrics::StorageSnapshot>,

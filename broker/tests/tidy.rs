@@ -119,6 +119,7 @@ fn crates_depend_on_each_other_as_the_design_says() {
         // The group coordinator's state machine and offsets records: plain
         // code the broker drives and the simulator runs.
         ("strom-groups", &["strom-protocol"][..]),
+        ("strom-txn", &["strom-protocol"][..]),
         (
             "strom-broker",
             &[
@@ -126,6 +127,7 @@ fn crates_depend_on_each_other_as_the_design_says() {
                 "strom-storage",
                 "strom-replication",
                 "strom-groups",
+                "strom-txn",
             ][..],
         ),
         ("strom-loadgen", &["strom-protocol"][..]),
@@ -186,7 +188,7 @@ fn crates_depend_on_each_other_as_the_design_says() {
                 dependency["name"], "strom-sim",
                 "{name} depends on the simulator"
             );
-            if name == "strom-replication" || name == "strom-groups" {
+            if name == "strom-replication" || name == "strom-groups" || name == "strom-txn" {
                 assert_ne!(
                     dependency["name"], "glommio",
                     "{name}'s decisions must run without an executor"
@@ -442,6 +444,7 @@ fn modules_import_no_circle_and_lower_layers_nothing_above() {
         "storage",
         "replication",
         "groups",
+        "txn",
         "loadgen",
         "tuning",
         "benches",
@@ -470,7 +473,7 @@ fn modules_import_no_circle_and_lower_layers_nothing_above() {
         "handlers",
         "server",
     ];
-    let forbidden: [(&str, &[&str]); 7] = [
+    let forbidden: [(&str, &[&str]); 8] = [
         ("metadata", ABOVE_THE_DATA),
         ("partition", ABOVE_THE_DATA),
         (
@@ -481,13 +484,17 @@ fn modules_import_no_circle_and_lower_layers_nothing_above() {
             "metrics",
             &["shard", "group", "cluster", "handlers", "server"],
         ),
-        ("cluster", &["handlers", "server", "group"]),
+        ("cluster", &["handlers", "server", "group", "txn"]),
+        // Groups know nothing of transactions (the transaction edge
+        // calls into groups for the offsets a marker completes).
+        ("group", &["txn", "handlers"]),
         // The per-core context carries services it knows nothing of.
         (
             "shard",
             &[
                 "cluster",
                 "group",
+                "txn",
                 "controller",
                 "reconciler",
                 "handlers",

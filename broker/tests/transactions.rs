@@ -12,7 +12,8 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{run_python, Broker};
+use common::{poll_until, run_python, Broker, SoakBudget};
+use test_support::cluster::Cluster;
 
 const SCRIPT_DEADLINE: Duration = Duration::from_secs(300);
 
@@ -76,4 +77,100 @@ fn a_transaction_left_open_is_aborted_after_its_timeout() {
         "{}",
         broker.log()
     );
+}
+
+/// The transactions of a three-broker cluster: topics with three replicas,
+/// `__transaction_state` too; the 12 partitions' leaders are spread over
+/// the brokers, so the coordinator writes most markers through
+/// WriteTxnMarkers to the others.
+#[test]
+fn transactions_commit_and_abort_across_a_cluster() {
+    let cluster = Cluster::start(3, &[]);
+    let bootstrap = cluster.bootstrap();
+    let out = run_python(
+        "txn_check.py",
+        &[&bootstrap, "commit-abort", "2", "6", "3"],
+        SCRIPT_DEADLINE,
+    );
+    assert!(
+        out.contains("commit-abort: ok 2 topics x 6 partitions, 900 committed, 450 aborted"),
+        "{out}"
+    );
+}
+
+/// Brokers killed (kill -9) and restarted one after the other while a
+/// transactional producer commits transaction after transaction: every
+/// transaction is visible to read_committed whole or not at all, every
+/// acknowledged commit is, and a transaction shows twice only when an
+/// earlier attempt's end was unknown to the producer. Rounds:
+/// `STROM_SOAK_ROUNDS` (3 by default; `scripts/soak` runs more).
+#[test]
+fn transactions_stay_whole_while_brokers_are_killed() {
+    let budget = SoakBudget::from_env(3);
+    let mut cluster = Cluster::start(
+        3,
+        &[
+            "--set",
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms=1000",
+        ],
+    );
+    let bootstrap = cluster.bootstrap();
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("loop.json");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/txn_check.py");
+    let txns = (budget.rounds() * 40).to_string();
+    let mut producer = std::process::Command::new("python3")
+        .arg(&script)
+        .args([bootstrap.as_str(), "loop", &txns, "4"])
+        .arg(&state)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(dir.path().join("loop.err")).unwrap())
+        .spawn()
+        .expect("python3 runs txn_check.py");
+    let progress = dir.path().join("loop.json.progress");
+    let committed = || -> u64 {
+        std::fs::read_to_string(&progress)
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let mut round = 0u64;
+    while budget.more(round) {
+        // Kill a broker once the producer committed more transactions
+        // since the last kill (or stop when it is done).
+        let target = committed() + 10;
+        let moved_on = poll_until(Duration::from_secs(120), || {
+            if producer.try_wait().unwrap().is_some() {
+                return Some(false);
+            }
+            (committed() >= target).then_some(true)
+        });
+        if moved_on != Some(true) {
+            break;
+        }
+        let id = (round % 3) as i32 + 1;
+        cluster.node_mut(id).broker.crash_and_restart();
+        round += 1;
+    }
+    assert!(
+        round > 0,
+        "no broker was killed: the producer made no progress"
+    );
+    let exited = common::wait_deadline(&mut producer, Duration::from_secs(600));
+    let stderr = std::fs::read_to_string(dir.path().join("loop.err")).unwrap_or_default();
+    let status =
+        exited.unwrap_or_else(|| panic!("the transactional producer did not finish\n{stderr}"));
+    let mut out = String::new();
+    std::io::Read::read_to_string(producer.stdout.as_mut().unwrap(), &mut out).unwrap();
+    assert!(
+        status.success() && out.contains("loop: ok"),
+        "{out}\n{stderr}"
+    );
+    let state = state.display().to_string();
+    let out = run_python(
+        "txn_check.py",
+        &[&bootstrap, "verify-loop", &state, "4"],
+        SCRIPT_DEADLINE,
+    );
+    assert!(out.contains("verify-loop: ok"), "{out}");
 }

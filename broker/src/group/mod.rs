@@ -7,7 +7,6 @@
 //! (`coordinator`) and the on-disk formats (`records`) are the `groups`
 //! crate's; `manager` is the runtime edge.
 
-pub mod forward;
 pub mod manager;
 
 pub use ::groups::coordinator::{GroupConfig, GROUP_CONFIG_KEYS};
@@ -28,12 +27,7 @@ pub fn client_host(peer: std::net::IpAddr) -> String {
     }
 }
 
-/// Java's `String.hashCode` (over UTF-16 code units).
-pub fn java_string_hash(value: &str) -> i32 {
-    value.encode_utf16().fold(0i32, |hash, unit| {
-        hash.wrapping_mul(31).wrapping_add(i32::from(unit))
-    })
-}
+pub use crate::internal_topic::java_string_hash;
 
 /// The `__consumer_offsets` partition of a group, as Kafka computes it
 /// (`Utils.abs(groupId.hashCode) % partitions`, where `abs(MIN)` is 0).

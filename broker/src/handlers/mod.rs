@@ -319,7 +319,7 @@ pub async fn handle(
     }
     let body = codec::decode_body(&request)?;
     if let Some(answer) =
-        crate::group::forward::forward(&shard, &request, &body, &original, peer).await
+        crate::coordinator_forward::forward(&shard, &request, &body, &original, peer).await
     {
         return Ok(Some(answer.into()));
     }
@@ -456,7 +456,8 @@ async fn dispatch(
         }
         RequestKind::JoinGroup(body) => {
             // A JoinGroup another broker forwarded names its member's own.
-            let forwarded = crate::group::forward::forwarded_client(request.client_id.as_deref());
+            let forwarded =
+                crate::coordinator_forward::forwarded_client(request.client_id.as_deref());
             let (client_host, client_id) = forwarded.unwrap_or_else(|| {
                 (
                     peer.map(join_group::client_host).unwrap_or_default(),

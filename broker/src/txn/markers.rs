@@ -25,7 +25,6 @@ use protocol::control::Marker;
 
 use crate::cluster::links;
 use crate::errors;
-use crate::handlers::placement::{self, Place};
 use crate::limits::TXN_MARKERS_WAIT_MS;
 use crate::metadata::OFFSETS_TOPIC;
 use crate::shard::Shard;
@@ -61,12 +60,9 @@ pub async fn write(shard: &Rc<Shard>, job: &MarkerJob) -> Vec<((String, i32), i1
                 .entry(leader)
                 .or_default()
                 .push((topic.clone(), *partition)),
-            _ => match placement::place_here(shard, &image, topic, *partition) {
-                Place::Core(core) => here.push((core, topic.clone(), *partition)),
-                Place::Refused(code) => failed.push(((topic.clone(), *partition), code)),
-                Place::Broker(_) => {
-                    failed.push(((topic.clone(), *partition), errors::NOT_LEADER_OR_FOLLOWER))
-                }
+            _ => match image.leader_core_by_name(topic, *partition, shard.cores) {
+                Ok(core) => here.push((core, topic.clone(), *partition)),
+                Err(why) => failed.push(((topic.clone(), *partition), errors::not_served(why))),
             },
         }
     }
@@ -197,14 +193,13 @@ pub async fn handle(shard: &Rc<Shard>, request: WriteTxnMarkersRequest) -> Write
         for (slot, topic) in marker.topics.iter().enumerate() {
             let name = topic.name.0.to_string();
             for &index in &topic.partition_indexes {
-                let place = placement::place_here(shard, &image, &name, index);
+                let place = image.leader_core_by_name(&name, index, shard.cores);
                 let job = job.clone();
                 let name = name.clone();
                 writes.push(Box::pin(async move {
                     let code = match place {
-                        Place::Core(core) => write_on_core(shard, core, job, name, index).await,
-                        Place::Refused(code) => code,
-                        Place::Broker(_) => errors::NOT_LEADER_OR_FOLLOWER,
+                        Ok(core) => write_on_core(shard, core, job, name, index).await,
+                        Err(why) => errors::not_served(why),
                     };
                     (slot, index, code)
                 }));

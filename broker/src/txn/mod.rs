@@ -23,23 +23,4 @@ pub fn transaction_partition_for(transactional_id: &str, partitions: i32) -> i32
 
 pub mod manager;
 
-use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
-use std::rc::Rc;
-
-use crate::sync::Notify;
-
-/// One core's transaction coordinator: the plain state machine (the `txn`
-/// crate's) and what runs it; `manager` alone reads and changes it.
-#[derive(Default)]
-pub struct TxnManager {
-    /// One coordinator per `__transaction_state` partition led here,
-    /// made at the leader epoch it is led at (the coordinator epoch its
-    /// markers carry).
-    pub(crate) coordinators: RefCell<HashMap<i32, ::txn::coordinator::Coordinator>>,
-    pub(crate) loading: RefCell<HashMap<i32, Rc<Notify>>>,
-    /// Serialises appends per partition, so the log holds transitions in
-    /// the order the coordinator planned them.
-    pub(crate) write_locks: RefCell<HashMap<i32, Rc<glommio::sync::Semaphore>>>,
-    pub(crate) ticking: Cell<bool>,
-}
+pub use crate::txn_state::TxnManager;

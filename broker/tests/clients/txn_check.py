@@ -3,7 +3,7 @@ producer and read_committed consumers).
 
 usage: txn_check.py BOOTSTRAP CASE [ARGS]
 CASE:
-  commit-abort TOPICS PARTITIONS  a transactional producer commits one
+  commit-abort TOPICS PARTITIONS [RF]  a transactional producer commits one
         transaction over every partition of TOPICS topics, aborts a second,
         commits a third; a read_committed consumer reads each committed
         record exactly once and no aborted one, a read_uncommitted consumer
@@ -19,6 +19,15 @@ CASE:
   unblocked  waits until a read_committed consumer of `hang` reaches the
         end (the coordinator aborted the open transaction after its
         timeout) and checks that nothing of it is visible
+  loop TXNS PARTITIONS STATE  on `loop` (created with replication factor
+        3 and min.insync.replicas 2), TXNS transactions of 10 records
+        each over PARTITIONS partitions, each tried until it commits
+        (aborted and tried again after an abortable error, the producer
+        made anew after a fatal one) while the test kills brokers; STATE
+        gets what was acknowledged and which attempts ended unknown
+  verify-loop STATE PARTITIONS  every attempt is visible to read_committed
+        whole or not at all, every acknowledged one is, and one attempt
+        per transaction is, unless an earlier one ended unknown
 Prints "<case>: ok ..." lines; exits non-zero at the first miss. Every
 wait is bounded by a deadline.
 """
@@ -34,9 +43,10 @@ from checks import check, fail
 DEADLINE_S = 120
 
 
-def create(bootstrap, names, partitions):
+def create(bootstrap, names, partitions, replication=1):
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(n, partitions, 1) for n in names])
+    config = {"min.insync.replicas": "2"} if replication > 1 else {}
+    futures = admin.create_topics([NewTopic(n, partitions, replication, config=config) for n in names])
     for name, future in futures.items():
         try:
             future.result(DEADLINE_S)
@@ -93,9 +103,9 @@ def payloads(records):
     return sorted((k, v) for _, _, k, v in records)
 
 
-def commit_abort(bootstrap, topics, partitions):
+def commit_abort(bootstrap, topics, partitions, replication):
     names = [f"txn-{i}" for i in range(topics)]
-    create(bootstrap, names, partitions)
+    create(bootstrap, names, partitions, replication)
     p = producer(bootstrap, "txn-commit-abort")
     expected_committed = {n: [] for n in names}
     expected_aborted = {n: [] for n in names}
@@ -235,11 +245,81 @@ def unblocked(bootstrap):
     print("unblocked: ok the open transaction was aborted, the record after it visible")
 
 
+def loop(bootstrap, txns, partitions, state):
+    import json
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic("loop", partitions, 3, config={"min.insync.replicas": "2"})]).values():
+        future.result(DEADLINE_S)
+    acked, unknown = [], []
+    p = producer(bootstrap, "txn-loop", **{"transaction.timeout.ms": 10000})
+    deadline = time.time() + 600
+    for txn in range(txns):
+        attempt = 0
+        while True:
+            check(time.time() < deadline, f"loop: transaction {txn} not committed in time")
+            name = f"{txn}.{attempt}"
+            try:
+                p.begin_transaction()
+                for j in range(10):
+                    p.produce("loop", key=f"{name}/{j}".encode(), value=name.encode() + os.urandom(8),
+                              partition=j % partitions)
+                p.commit_transaction(60)
+                acked.append(name)
+                with open(state + ".progress", "w") as f:
+                    f.write(str(len(acked)))
+                break
+            except KafkaException as e:
+                error = e.args[0]
+                unknown.append(name)
+                attempt += 1
+                if error.fatal():
+                    p = producer(bootstrap, "txn-loop", **{"transaction.timeout.ms": 10000})
+                elif error.txn_requires_abort():
+                    try:
+                        p.abort_transaction(60)
+                    except KafkaException:
+                        p = producer(bootstrap, "txn-loop", **{"transaction.timeout.ms": 10000})
+                else:
+                    time.sleep(0.2)
+                    try:
+                        p.abort_transaction(60)
+                    except KafkaException:
+                        p = producer(bootstrap, "txn-loop", **{"transaction.timeout.ms": 10000})
+    with open(state, "w") as f:
+        json.dump({"acked": acked, "unknown": unknown}, f)
+    print(f"loop: ok {len(acked)} transactions committed, {len(unknown)} attempts failed and tried again")
+
+
+def verify_loop(bootstrap, state, partitions):
+    import json
+    with open(state) as f:
+        saved = json.load(f)
+    records = read_all(bootstrap, "loop", partitions, "read_committed")
+    by_attempt = {}
+    for _, _, key, value in records:
+        name, j = key.decode().split("/")
+        check(value.startswith(name.encode()), f"verify-loop: record {key} holds {value}")
+        by_attempt.setdefault(name, []).append(int(j))
+    for name, js in by_attempt.items():
+        check(sorted(js) == list(range(10)), f"verify-loop: attempt {name} visible in part: {sorted(js)}")
+    for name in saved["acked"]:
+        check(name in by_attempt, f"verify-loop: acknowledged transaction {name} is not visible")
+    by_txn = {}
+    for name in by_attempt:
+        by_txn.setdefault(name.split(".")[0], []).append(name)
+    unknown = set(saved["unknown"])
+    for txn, names in by_txn.items():
+        if len(names) > 1:
+            extra = sorted(names)[:-1]
+            check(all(n in unknown for n in extra), f"verify-loop: transaction {txn} visible {len(names)} times: {names}")
+    print(f"verify-loop: ok {len(by_attempt)} attempts visible whole, {len(saved['acked'])} acknowledged all visible")
+
+
 def main():
     bootstrap, case = sys.argv[1], sys.argv[2]
     args = sys.argv[3:]
     if case == "commit-abort":
-        commit_abort(bootstrap, int(args[0]), int(args[1]))
+        commit_abort(bootstrap, int(args[0]), int(args[1]), int(args[2]) if len(args) > 2 else 1)
     elif case == "offsets":
         offsets(bootstrap)
     elif case == "fence":
@@ -248,6 +328,10 @@ def main():
         hang(bootstrap, args[0])
     elif case == "unblocked":
         unblocked(bootstrap)
+    elif case == "loop":
+        loop(bootstrap, int(args[0]), int(args[1]), args[2])
+    elif case == "verify-loop":
+        verify_loop(bootstrap, args[0], int(args[1]))
     else:
         fail(f"unknown case {case}")
 
