@@ -93,7 +93,7 @@ fn transactions_commit_and_abort_across_a_cluster() {
         SCRIPT_DEADLINE,
     );
     assert!(
-        out.contains("commit-abort: ok 2 topics x 6 partitions, 900 committed, 450 aborted"),
+        out.contains("commit-abort: ok 2 topics x 6 partitions, 600 committed, 300 aborted"),
         "{out}"
     );
 }

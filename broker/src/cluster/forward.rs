@@ -36,7 +36,6 @@ pub fn is_controller_api(api_key: ApiKey) -> bool {
             | ApiKey::CreatePartitions
             | ApiKey::AlterConfigs
             | ApiKey::IncrementalAlterConfigs
-            | ApiKey::InitProducerId
             | ApiKey::ElectLeaders
             | ApiKey::AlterPartitionReassignments
             | ApiKey::ListPartitionReassignments
@@ -210,4 +209,43 @@ pub async fn create_topics(
             }
         })
         .collect()
+}
+
+/// A new producer id from the active controller, for a transaction
+/// coordinator on a broker that is not it: an InitProducerId request
+/// without a transactional id (what an idempotent producer sends), whose
+/// answer is an id nobody else holds. The error code when it cannot.
+pub async fn allocate_producer_id(shard: &Rc<Shard>) -> Result<i64, i16> {
+    use kafka_protocol::messages::InitProducerIdRequest;
+
+    let Some(address) = controller_address(shard) else {
+        return Err(errors::NOT_CONTROLLER);
+    };
+    let request = InitProducerIdRequest::default()
+        .with_transactional_id(None)
+        .with_transaction_timeout_ms(-1)
+        .with_producer_id(kafka_protocol::messages::ProducerId(-1))
+        .with_producer_epoch(-1);
+    let purpose = Purpose::Admin {
+        timeout: FORWARD_TIMEOUT,
+    };
+    let response = async {
+        let mut connection = transport::connect_address(shard, &address, purpose).await?;
+        let version = connection
+            .version::<InitProducerIdRequest>(0..=5)
+            .map_err(|e| e.to_string())?;
+        connection
+            .call(&request, version)
+            .await
+            .map_err(|e| e.to_string())
+    }
+    .await;
+    match response {
+        Ok(r) if r.error_code == errors::NONE && r.producer_id.0 >= 0 => Ok(r.producer_id.0),
+        Ok(r) => Err(r.error_code),
+        Err(error) => {
+            tracing::warn!(%address, %error, "cannot get a producer id from the active controller");
+            Err(errors::COORDINATOR_NOT_AVAILABLE)
+        }
+    }
 }

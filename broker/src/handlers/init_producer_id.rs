@@ -37,10 +37,22 @@ pub async fn handle(
             .with_producer_id(request.producer_id)
             .with_producer_epoch(request.producer_epoch + 1);
     }
-    match controller::allocate_producer_id(shard).await {
+    match new_producer_id(shard).await {
         Ok(id) => InitProducerIdResponse::default()
             .with_producer_id(ProducerId(id))
             .with_producer_epoch(0),
-        Err(refusal) => refused(refusal.error_code),
+        Err(code) => refused(code),
     }
+}
+
+/// A producer id nobody else holds: from this node's controller, or in a
+/// cluster from the active controller (asked with an InitProducerId of
+/// its own when it is another broker).
+pub async fn new_producer_id(shard: &Rc<Shard>) -> Result<i64, i16> {
+    if crate::cluster::forward::controller_address(shard).is_some() {
+        return crate::cluster::forward::allocate_producer_id(shard).await;
+    }
+    controller::allocate_producer_id(shard)
+        .await
+        .map_err(|refusal| refusal.error_code)
 }

@@ -27,7 +27,6 @@ use txn::coordinator::{AfterAppend, ListFilter, ProducerIdAndEpoch};
 use txn::error::{TxnApi, TxnError};
 use txn::limits::PRODUCER_EPOCH_EXHAUSTED;
 
-use crate::controller;
 use crate::group::offsets_partition_for;
 use crate::metadata::OFFSETS_TOPIC;
 use crate::shard::Shard;
@@ -66,9 +65,12 @@ pub async fn init_producer_id(
         })?;
         let mut fresh = if needs_id {
             Some(
-                controller::allocate_producer_id(&owner)
+                crate::handlers::init_producer_id::new_producer_id(&owner)
                     .await
-                    .map_err(|_| TxnError::CoordinatorNotAvailable)?,
+                    .map_err(|code| {
+                        tracing::warn!(transactional_id = %id, code, "no producer id for a new transactional id; the producer retries");
+                        TxnError::CoordinatorNotAvailable
+                    })?,
             )
         } else {
             None

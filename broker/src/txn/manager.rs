@@ -76,10 +76,8 @@ where
     if transactional_id.is_empty() {
         return Err(TxnError::InvalidRequest);
     }
-    let Placement { partition, core } =
-        internal_topic::place(shard, &state_topic(shard), transactional_id)
-            .await
-            .map_err(txn_error)?;
+    let placed = internal_topic::place(shard, &state_topic(shard), transactional_id).await;
+    let Placement { partition, core } = placed.map_err(txn_error)?;
     shard
         .run_on(core, move |owner| async move {
             ensure_loaded(&owner, partition).await?;
@@ -159,6 +157,21 @@ pub async fn ensure_loaded(shard: &Rc<Shard>, partition: i32) -> Result<(), TxnE
 /// COORDINATOR_LOAD_IN_PROGRESS (clients retry).
 const LOAD_CATCH_UP_WAIT: Duration = Duration::from_secs(5);
 
+/// Polls `check` every few milliseconds until it gives a value or `limit`
+/// passes.
+async fn poll_local<T>(limit: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(value) = check() {
+            return Some(value);
+        }
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        glommio::timer::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Reads the partition's log into a new coordinator at the partition's
 /// leader epoch; returns the decided transactions whose markers are to be
 /// written.
@@ -166,7 +179,15 @@ async fn load(
     shard: &Rc<Shard>,
     partition: i32,
 ) -> Result<Vec<txn::coordinator::Markers>, TxnError> {
-    let log = state_partition(shard, partition)?;
+    // The metadata names this core, but a partition just created or just
+    // moved here may not lead yet: a short wait, then the client retries.
+    let leading = poll_local(LOAD_CATCH_UP_WAIT, || {
+        state_partition(shard, partition).ok()
+    })
+    .await;
+    let Some(log) = leading else {
+        return Err(TxnError::CoordinatorLoadInProgress);
+    };
     let epoch = log.leader_epoch();
     let log_end = log.log_end_offset();
     if log.high_watermark() < log_end {
