@@ -173,4 +173,5 @@ fn transactions_stay_whole_while_brokers_are_killed() {
         SCRIPT_DEADLINE,
     );
     assert!(out.contains("verify-loop: ok"), "{out}");
+    println!("soak brokers_are_killed: {round} brokers killed; {out}");
 }

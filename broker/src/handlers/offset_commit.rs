@@ -31,46 +31,20 @@ pub async fn handle(
     version: i16,
 ) -> OffsetCommitResponse {
     let group_id = request.group_id.0.to_string();
-    let image = shard.metadata.image();
-    let now = shard.now_ms();
-    let mut codes: Vec<i16> = Vec::new();
-    let mut valid: Vec<(usize, CommitPartition)> = Vec::new();
-    for topic in &request.topics {
-        let name = topic.name.0.as_str();
-        let count = image
-            .topics
-            .get(name)
-            .map_or(0, |t| t.partition_cores.len() as i32);
-        for p in &topic.partitions {
-            let slot = codes.len();
-            if (0..count).contains(&p.partition_index) {
-                codes.push(errors::NONE);
-                valid.push((
-                    slot,
-                    CommitPartition {
-                        topic: name.to_string(),
-                        partition: p.partition_index,
-                        offset: CommittedOffset {
-                            offset: p.committed_offset,
-                            leader_epoch: if version >= 6 {
-                                p.committed_leader_epoch
-                            } else {
-                                -1
-                            },
-                            metadata: p
-                                .committed_metadata
-                                .as_ref()
-                                .map(|m| m.to_string())
-                                .unwrap_or_default(),
-                            commit_timestamp_ms: now,
-                        },
-                    },
-                ));
+    let asked = request.topics.iter().map(|topic| {
+        let partitions = topic.partitions.iter().map(|p| AskedOffset {
+            partition: p.partition_index,
+            offset: p.committed_offset,
+            leader_epoch: if version >= 6 {
+                p.committed_leader_epoch
             } else {
-                codes.push(errors::UNKNOWN_TOPIC_OR_PARTITION);
-            }
-        }
-    }
+                -1
+            },
+            metadata: p.committed_metadata.as_deref(),
+        });
+        (topic.name.0.as_str(), partitions.collect())
+    });
+    let (mut codes, valid) = commit_parts(shard, asked);
     let committer = Committer {
         group_id: group_id.clone(),
         generation_id: request.generation_id_or_member_epoch,
@@ -121,6 +95,56 @@ pub async fn handle(
         })
         .collect();
     OffsetCommitResponse::default().with_topics(topics)
+}
+
+/// One partition's offset as a commit request asks it.
+pub struct AskedOffset<'a> {
+    pub partition: i32,
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: Option<&'a str>,
+}
+
+/// The partitions of a commit request (OffsetCommit, TxnOffsetCommit), by
+/// topic in request order: one code per partition (UNKNOWN_TOPIC_OR_PARTITION
+/// for one that does not exist, else NONE for now) and the partitions to
+/// commit with their slot among the codes.
+pub fn commit_parts<'a>(
+    shard: &Shard,
+    topics: impl Iterator<Item = (&'a str, Vec<AskedOffset<'a>>)>,
+) -> (Vec<i16>, Vec<(usize, CommitPartition)>) {
+    let image = shard.metadata.image();
+    let now = shard.now_ms();
+    let mut codes: Vec<i16> = Vec::new();
+    let mut valid: Vec<(usize, CommitPartition)> = Vec::new();
+    for (name, partitions) in topics {
+        let count = image
+            .topics
+            .get(name)
+            .map_or(0, |t| t.partition_cores.len() as i32);
+        for p in partitions {
+            let slot = codes.len();
+            if !(0..count).contains(&p.partition) {
+                codes.push(errors::UNKNOWN_TOPIC_OR_PARTITION);
+                continue;
+            }
+            codes.push(errors::NONE);
+            valid.push((
+                slot,
+                CommitPartition {
+                    topic: name.to_string(),
+                    partition: p.partition,
+                    offset: CommittedOffset {
+                        offset: p.offset,
+                        leader_epoch: p.leader_epoch,
+                        metadata: p.metadata.unwrap_or_default().to_string(),
+                        commit_timestamp_ms: now,
+                    },
+                },
+            ));
+        }
+    }
+    (codes, valid)
 }
 
 async fn commit_on_owner(

@@ -15,9 +15,9 @@ use kafka_protocol::messages::txn_offset_commit_response::{
 };
 use kafka_protocol::messages::{TxnOffsetCommitRequest, TxnOffsetCommitResponse};
 
-use crate::errors;
-use crate::group::coordinator::{CommitPartition, CommittedOffset, Committer};
+use crate::group::coordinator::{CommitPartition, Committer};
 use crate::group::{manager, records};
+use crate::handlers::offset_commit::{commit_parts, AskedOffset};
 use crate::shard::Shard;
 
 pub const VERSION_MIN: i16 = 0;
@@ -29,46 +29,20 @@ pub async fn handle(
     version: i16,
 ) -> TxnOffsetCommitResponse {
     let group_id = request.group_id.0.to_string();
-    let image = shard.metadata.image();
-    let now = shard.now_ms();
-    let mut codes: Vec<i16> = Vec::new();
-    let mut valid: Vec<(usize, CommitPartition)> = Vec::new();
-    for topic in &request.topics {
-        let name = topic.name.0.as_str();
-        let count = image
-            .topics
-            .get(name)
-            .map_or(0, |t| t.partition_cores.len() as i32);
-        for p in &topic.partitions {
-            let slot = codes.len();
-            if !(0..count).contains(&p.partition_index) {
-                codes.push(errors::UNKNOWN_TOPIC_OR_PARTITION);
-                continue;
-            }
-            codes.push(errors::NONE);
-            valid.push((
-                slot,
-                CommitPartition {
-                    topic: name.to_string(),
-                    partition: p.partition_index,
-                    offset: CommittedOffset {
-                        offset: p.committed_offset,
-                        leader_epoch: if version >= 2 {
-                            p.committed_leader_epoch
-                        } else {
-                            -1
-                        },
-                        metadata: p
-                            .committed_metadata
-                            .as_ref()
-                            .map(|m| m.to_string())
-                            .unwrap_or_default(),
-                        commit_timestamp_ms: now,
-                    },
-                },
-            ));
-        }
-    }
+    let asked = request.topics.iter().map(|topic| {
+        let partitions = topic.partitions.iter().map(|p| AskedOffset {
+            partition: p.partition_index,
+            offset: p.committed_offset,
+            leader_epoch: if version >= 2 {
+                p.committed_leader_epoch
+            } else {
+                -1
+            },
+            metadata: p.committed_metadata.as_deref(),
+        });
+        (topic.name.0.as_str(), partitions.collect())
+    });
+    let (mut codes, valid) = commit_parts(shard, asked);
     let (generation_id, member_id, group_instance_id) = if version >= 3 {
         (
             request.generation_id,
