@@ -25,7 +25,7 @@ pub struct GroupManager {
     pub(crate) ticking: Cell<bool>,
     /// Serialises appends per offsets partition, so the log holds commits
     /// in the order the coordinator applied them.
-    pub(crate) write_locks: RefCell<HashMap<i32, Rc<glommio::sync::Semaphore>>>,
+    pub(crate) write_locks: crate::sync::KeyedLocks,
     /// Per offsets partition: records held above which compaction is
     /// considered again (twice the live offsets last counted, plus slack).
     pub(crate) compact_check_at: RefCell<HashMap<i32, u64>>,

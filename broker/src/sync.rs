@@ -463,3 +463,26 @@ mod join_tests {
         assert_eq!(outputs.len(), 100);
     }
 }
+
+/// One lock per key (a coordinator's partition), made on first use, so
+/// that appends to one partition happen in the order they were planned.
+#[derive(Default)]
+pub struct KeyedLocks {
+    locks:
+        std::cell::RefCell<std::collections::HashMap<i32, std::rc::Rc<glommio::sync::Semaphore>>>,
+}
+
+impl KeyedLocks {
+    /// Takes `key`'s lock, waiting for its holder.
+    pub async fn lock(&self, key: i32) -> glommio::sync::StaticPermit {
+        let lock = self
+            .locks
+            .borrow_mut()
+            .entry(key)
+            .or_insert_with(|| std::rc::Rc::new(glommio::sync::Semaphore::new(1)))
+            .clone();
+        lock.acquire_static_permit(1)
+            .await
+            .expect("keyed locks are never closed")
+    }
+}

@@ -20,6 +20,6 @@ pub struct TxnManager {
     pub(crate) loading: RefCell<HashMap<i32, Rc<Notify>>>,
     /// Serialises appends per partition, so the log holds transitions in
     /// the order the coordinator planned them.
-    pub(crate) write_locks: RefCell<HashMap<i32, Rc<glommio::sync::Semaphore>>>,
+    pub(crate) write_locks: crate::sync::KeyedLocks,
     pub(crate) ticking: Cell<bool>,
 }

@@ -160,9 +160,10 @@ fn a_compacted_topic_keeps_the_latest_record_of_every_key_and_tombstones_go_afte
     assert!(out.contains("check: ok 901 records"), "{out}");
 }
 
-/// kill -9 at a random moment while the cleaner works, a few rounds here
-/// (`scripts/soak` runs many): after each restart the log opens without
-/// repair and the check holds.
+/// kill -9 at three moments of a cleaning in turn (before it, once it has
+/// read part of the log, once it ended), a few rounds here (`scripts/soak`
+/// runs many): after each restart the log opens without repair and the
+/// check holds.
 #[test]
 fn a_kill_during_cleaning_leaves_every_latest_value() {
     let budget = SoakBudget::from_env(3);
@@ -171,13 +172,28 @@ fn a_kill_during_cleaning_leaves_every_latest_value() {
     let mut broker = start(dir.path());
     assert!(script(&broker, "create", &state, "").contains("create: ok"));
     let mut round = 0u64;
-    // A cheap generator: the kill lands 0-600 ms after the roll.
-    let mut seed = 0x5eed_u64 ^ u64::from(std::process::id());
+    let read_bytes = |broker: &Broker| {
+        metric(broker, "strom_cleaner_read_bytes_total{shard=\"all\"}").unwrap_or(0.0)
+    };
     while budget.more(round) {
+        let read_before = read_bytes(&broker);
+        let cleanings_before = broker.log().matches("log cleaned").count();
         let out = script(&broker, "produce", &state, &(round * 50).to_string());
         let sentinel_offset = sentinel(&out);
-        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
-        std::thread::sleep(Duration::from_millis((seed >> 33) % 600));
+        // Each round kills at another moment of the cleaning, found by
+        // polling: before it, once it has read something, once it ended.
+        let moment =
+            ["before the cleaning", "while it reads", "after a cleaning"][round as usize % 3];
+        let reached = poll_until(CLEANED_DEADLINE, || match round % 3 {
+            0 => Some(()),
+            1 => (read_bytes(&broker) > read_before).then_some(()),
+            _ => (broker.log().matches("log cleaned").count() > cleanings_before).then_some(()),
+        });
+        assert!(
+            reached.is_some(),
+            "round {round}: the cleaner never got {moment}\n{}",
+            broker.log()
+        );
         broker.crash_and_restart();
         assert!(
             !broker.log().contains("repair"),
@@ -187,11 +203,7 @@ fn a_kill_during_cleaning_leaves_every_latest_value() {
         wait_cleaned(&broker, sentinel_offset);
         let out = script(&broker, "check", &state, "");
         assert!(out.contains("check: ok"), "round {round}: {out}");
-        println!(
-            "round {round}: killed {} ms after the roll; {}",
-            (seed >> 33) % 600,
-            out.trim()
-        );
+        println!("round {round}: killed {moment}; {}", out.trim());
         round += 1;
     }
     assert!(round > 0);
@@ -354,7 +366,7 @@ impl FaustWorker {
     /// its table restored and its input partition positioned at the
     /// committed offset. Input produced earlier can be processed twice
     /// or skipped: faust-streaming 0.15 resumes fetching before it seeks
-    /// to the committed offsets (its issue 216), so the first records
+    /// to the committed offsets, so the first records
     /// fetched race the seek (seen here: the broker answered each fetch
     /// with the right records, faust repeated or dropped one of them).
     fn start(bootstrap: &str, dir: &Path, run: u32) -> FaustWorker {

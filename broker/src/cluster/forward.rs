@@ -166,20 +166,7 @@ pub async fn create_topics(
         .with_topics(topics)
         .with_timeout_ms(FORWARD_TIMEOUT.as_millis() as i32)
         .with_validate_only(validate_only);
-    let purpose = Purpose::Admin {
-        timeout: FORWARD_TIMEOUT,
-    };
-    let response = async {
-        let mut connection = transport::connect_address(shard, &address, purpose).await?;
-        let version = connection
-            .version::<CreateTopicsRequest>(CREATE_TOPICS_VERSIONS)
-            .map_err(|e| e.to_string())?;
-        connection
-            .call(&request, version)
-            .await
-            .map_err(|e| e.to_string())
-    }
-    .await;
+    let response = call_controller(shard, &address, &request, CREATE_TOPICS_VERSIONS).await;
     let response = match response {
         Ok(response) => response,
         Err(error) => return unavailable(format!("the active controller at {address}: {error}")),
@@ -226,20 +213,7 @@ pub async fn allocate_producer_id(shard: &Rc<Shard>) -> Result<i64, i16> {
         .with_transaction_timeout_ms(-1)
         .with_producer_id(kafka_protocol::messages::ProducerId(-1))
         .with_producer_epoch(-1);
-    let purpose = Purpose::Admin {
-        timeout: FORWARD_TIMEOUT,
-    };
-    let response = async {
-        let mut connection = transport::connect_address(shard, &address, purpose).await?;
-        let version = connection
-            .version::<InitProducerIdRequest>(0..=5)
-            .map_err(|e| e.to_string())?;
-        connection
-            .call(&request, version)
-            .await
-            .map_err(|e| e.to_string())
-    }
-    .await;
+    let response = call_controller(shard, &address, &request, 0..=5).await;
     match response {
         Ok(r) if r.error_code == errors::NONE && r.producer_id.0 >= 0 => Ok(r.producer_id.0),
         Ok(r) => Err(r.error_code),
@@ -248,4 +222,25 @@ pub async fn allocate_producer_id(shard: &Rc<Shard>) -> Result<i64, i16> {
             Err(errors::COORDINATOR_NOT_AVAILABLE)
         }
     }
+}
+
+/// One request of this broker's own to the active controller at
+/// `address`, at the highest of `versions` both serve.
+async fn call_controller<R: kafka_protocol::protocol::Request>(
+    shard: &Rc<Shard>,
+    address: &str,
+    request: &R,
+    versions: std::ops::RangeInclusive<i16>,
+) -> Result<R::Response, String> {
+    let purpose = Purpose::Admin {
+        timeout: FORWARD_TIMEOUT,
+    };
+    let mut connection = transport::connect_address(shard, address, purpose).await?;
+    let version = connection
+        .version::<R>(versions)
+        .map_err(|e| e.to_string())?;
+    connection
+        .call(request, version)
+        .await
+        .map_err(|e| e.to_string())
 }

@@ -437,16 +437,7 @@ pub fn tombstones(dropped: &[DroppedOffset]) -> Vec<OffsetsRecord> {
 /// Takes the partition's write lock. Callers apply their change to the
 /// coordinator while holding it, then `append` before releasing it.
 pub async fn write_lock(shard: &Shard, partition: i32) -> glommio::sync::StaticPermit {
-    let lock = shard
-        .groups
-        .write_locks
-        .borrow_mut()
-        .entry(partition)
-        .or_insert_with(|| Rc::new(glommio::sync::Semaphore::new(1)))
-        .clone();
-    lock.acquire_static_permit(1)
-        .await
-        .expect("write locks are never closed")
+    shard.groups.write_locks.lock(partition).await
 }
 
 /// The membership records the coordinator queued for the groups of

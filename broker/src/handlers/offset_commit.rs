@@ -62,18 +62,7 @@ pub async fn handle(
         Err(GroupError::GroupIdNotFound) if version < 9 => Err(GroupError::IllegalGeneration),
         other => other,
     };
-    match result {
-        Ok(outcomes) => {
-            for (slot, outcome) in slots.into_iter().zip(outcomes) {
-                codes[slot] = GroupError::code_of(&outcome);
-            }
-        }
-        Err(error) => {
-            for slot in slots {
-                codes[slot] = error.code();
-            }
-        }
-    }
+    place_outcomes(&mut codes, slots, result);
     let mut codes = codes.into_iter();
     let topics = request
         .topics
@@ -145,6 +134,27 @@ pub fn commit_parts<'a>(
         }
     }
     (codes, valid)
+}
+
+/// Puts a commit's outcome in the codes of the partitions it was for (by
+/// slot): each partition's, or the whole commit's refusal.
+pub fn place_outcomes(
+    codes: &mut [i16],
+    slots: Vec<usize>,
+    result: Result<Vec<Result<(), GroupError>>, GroupError>,
+) {
+    match result {
+        Ok(outcomes) => {
+            for (slot, outcome) in slots.into_iter().zip(outcomes) {
+                codes[slot] = GroupError::code_of(&outcome);
+            }
+        }
+        Err(error) => {
+            for slot in slots {
+                codes[slot] = error.code();
+            }
+        }
+    }
 }
 
 async fn commit_on_owner(

@@ -17,7 +17,7 @@ use kafka_protocol::messages::{TxnOffsetCommitRequest, TxnOffsetCommitResponse};
 
 use crate::group::coordinator::{CommitPartition, Committer};
 use crate::group::{manager, records};
-use crate::handlers::offset_commit::{commit_parts, AskedOffset};
+use crate::handlers::offset_commit::{commit_parts, place_outcomes, AskedOffset};
 use crate::shard::Shard;
 
 pub const VERSION_MIN: i16 = 0;
@@ -71,18 +71,7 @@ pub async fn handle(
         .await
         .and_then(|inner| inner)
     };
-    match result {
-        Ok(outcomes) => {
-            for (slot, outcome) in slots.into_iter().zip(outcomes) {
-                codes[slot] = GroupError::code_of(&outcome);
-            }
-        }
-        Err(error) => {
-            for code in &mut codes {
-                *code = error.code();
-            }
-        }
-    }
+    place_outcomes(&mut codes, slots, result);
     let mut codes = codes.into_iter();
     let topics = request
         .topics

@@ -280,16 +280,7 @@ pub fn unload(shard: &Shard, partition: i32) {
 
 /// Takes the partition's write lock.
 async fn write_lock(shard: &Shard, partition: i32) -> glommio::sync::StaticPermit {
-    let lock = shard
-        .transactions
-        .write_locks
-        .borrow_mut()
-        .entry(partition)
-        .or_insert_with(|| Rc::new(glommio::sync::Semaphore::new(1)))
-        .clone();
-    lock.acquire_static_permit(1)
-        .await
-        .expect("write locks are never closed")
+    shard.transactions.write_locks.lock(partition).await
 }
 
 /// Appends a planned transition's record and, once every in-sync replica
