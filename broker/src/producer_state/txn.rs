@@ -95,9 +95,13 @@ impl ProducerTable {
     /// `[fetch_offset, upper)` must name: those whose marker is at or after
     /// the fetch offset and whose first offset is below the upper bound.
     pub fn aborted_between(&self, fetch_offset: i64, upper: i64) -> Vec<AbortedTxn> {
+        // Kept in marker order: skip those that ended before the fetch.
+        let from = self
+            .aborted
+            .partition_point(|txn| txn.last_offset < fetch_offset);
         self.aborted
-            .iter()
-            .filter(|txn| txn.last_offset >= fetch_offset && txn.first_offset < upper)
+            .range(from..)
+            .filter(|txn| txn.first_offset < upper)
             .copied()
             .collect()
     }
