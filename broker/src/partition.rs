@@ -84,6 +84,9 @@ pub struct Partition {
     log: Log,
     dir: PathBuf,
     producers: RefCell<ProducerTable>,
+    /// Transactional batches of one producer that wait for its first
+    /// batch's check with the coordinator, queued in arrival order.
+    txn_turns: crate::sync::Turns,
     timestamp_type: Cell<TimestampType>,
     /// `cleanup.policy` and the compaction settings (see `compaction.rs`).
     cleanup: Cell<CleanupPolicy>,
@@ -115,6 +118,22 @@ pub struct Partition {
     leader_high_watermark: Cell<i64>,
     /// The core's clock: LogAppendTime, producer idle time and expiry.
     clock: Rc<dyn Clock>,
+}
+
+/// Who a produced batch comes from.
+enum Source {
+    /// A client's Produce, in the producer's turn when it is transactional
+    /// and queued ([`Partition::produce_in_turn`]).
+    Client(Option<InTurn>),
+    /// A coordinator's transactional write ([`Partition::append_coordinator_transactional`]).
+    Coordinator,
+}
+
+/// A transactional batch's turn, and the coordinator's check when the
+/// batch opens the producer's transaction.
+struct InTurn {
+    _turn: crate::sync::Turn,
+    verified: Option<u64>,
 }
 
 /// Parked `acks=all` produces: ids handed out and answers not yet taken.
@@ -583,6 +602,7 @@ impl Partition {
             log,
             dir,
             producers: RefCell::new(producers),
+            txn_turns: crate::sync::Turns::default(),
             timestamp_type: Cell::new(config.timestamp_type),
             cleanup: Cell::new(config.cleanup),
             compaction: Cell::new(config.compaction),
@@ -1121,7 +1141,59 @@ impl Partition {
         acks: i16,
         timeout: Duration,
     ) -> ProduceOutcome {
-        self.append_produced(batch, acks, timeout, false).await
+        self.append_produced(batch, acks, timeout, Source::Client(None))
+            .await
+    }
+
+    /// Whether a transactional batch of `producer_id` must take its turn
+    /// ([`Partition::take_txn_turn`]) before it is appended: the producer
+    /// has no transaction open here (its first batch is checked with the
+    /// coordinator), or batches before it wait for that check.
+    pub fn txn_needs_turn(&self, producer_id: i64) -> bool {
+        !self.producers.borrow().in_txn(producer_id) || self.txn_turns.busy(producer_id)
+    }
+
+    /// Waits for the batches of `producer_id` before this one. Holding the
+    /// turn, the caller learns from [`Partition::start_txn_verification`]
+    /// whether the batch still opens a transaction here.
+    pub async fn take_txn_turn(&self, producer_id: i64) -> crate::sync::Turn {
+        self.txn_turns.take(producer_id).await
+    }
+
+    /// With the producer's turn: `None` when its transaction is open here
+    /// (nothing to check), else the token of a new check with the
+    /// coordinator that a marker written meanwhile voids.
+    pub fn start_txn_verification(&self, producer_id: i64) -> Option<u64> {
+        let mut producers = self.producers.borrow_mut();
+        (!producers.in_txn(producer_id)).then(|| producers.start_verification(producer_id))
+    }
+
+    /// Forgets a check whose batch is not appended (the coordinator
+    /// refused it).
+    pub fn end_txn_verification(&self, producer_id: i64, token: u64) {
+        self.producers
+            .borrow_mut()
+            .end_verification(producer_id, token);
+    }
+
+    /// Appends a transactional batch in its turn: `verified` names the
+    /// coordinator's check when the batch opens the transaction, and the
+    /// batch is refused with INVALID_TXN_STATE when a marker of the
+    /// producer was written since the check began. The turn passes to the
+    /// next batch once this one is in the log (not once replicated).
+    pub async fn produce_in_turn(
+        &self,
+        batch: RecordBatch,
+        acks: i16,
+        timeout: Duration,
+        turn: crate::sync::Turn,
+        verified: Option<u64>,
+    ) -> ProduceOutcome {
+        let source = Source::Client(Some(InTurn {
+            _turn: turn,
+            verified,
+        }));
+        self.append_produced(batch, acks, timeout, source).await
     }
 
     /// Appends a transactional batch a coordinator built (the group
@@ -1134,7 +1206,8 @@ impl Partition {
         batch: RecordBatch,
         timeout: Duration,
     ) -> ProduceOutcome {
-        self.append_produced(batch, -1, timeout, true).await
+        self.append_produced(batch, -1, timeout, Source::Coordinator)
+            .await
     }
 
     async fn append_produced(
@@ -1142,12 +1215,27 @@ impl Partition {
         batch: RecordBatch,
         acks: i16,
         timeout: Duration,
-        from_coordinator: bool,
+        source: Source,
     ) -> ProduceOutcome {
+        let from_coordinator = matches!(source, Source::Coordinator);
+        let mut in_turn = match source {
+            Source::Client(in_turn) => in_turn,
+            Source::Coordinator => None,
+        };
+        let header = *batch.header();
+        if let Some(token) = in_turn.as_ref().and_then(|turn| turn.verified) {
+            let mut producers = self.producers.borrow_mut();
+            let holds = producers.verification_holds(header.producer_id, token);
+            producers.end_verification(header.producer_id, token);
+            if !holds {
+                // The transaction ended while the coordinator was asked: a
+                // late write of it must not open another.
+                return ProduceOutcome::error(errors::INVALID_TXN_STATE);
+            }
+        }
         if let Err(why) = self.replica.borrow().admit_produce(acks) {
             return ProduceOutcome::error(errors::replica(why));
         }
-        let header = *batch.header();
         if header.is_control() {
             // Markers are the coordinator's to have written, never a client's.
             return ProduceOutcome::error(errors::INVALID_RECORD);
@@ -1219,6 +1307,9 @@ impl Partition {
         // of one partition are ordered as they are called.
         let in_flight = InFlightAppend::begin(&self.snapshots, self.log.next_offset());
         let appended = self.log.append_batch(batch, options).await;
+        // The producer's next batch may go: this one is in the log (or
+        // refused, its sequence given back below).
+        in_turn.take();
         let info = match appended {
             Ok(info) => info,
             Err(error) => {

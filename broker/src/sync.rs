@@ -486,3 +486,106 @@ impl KeyedLocks {
             .expect("keyed locks are never closed")
     }
 }
+
+/// Turns per key (a producer on one partition): whoever takes a turn waits
+/// for those before it, in arrival order, and a key with a turn taken or
+/// waited for is [`Turns::busy`], so that work arriving later can queue
+/// behind it instead of overtaking it. A key's entry goes once no one holds
+/// or waits for its turn.
+#[derive(Default)]
+pub struct Turns {
+    queues: Rc<RefCell<std::collections::HashMap<i64, Rc<glommio::sync::Semaphore>>>>,
+}
+
+/// A turn taken; the next in line goes once it is dropped.
+pub struct Turn {
+    queues: Rc<RefCell<std::collections::HashMap<i64, Rc<glommio::sync::Semaphore>>>>,
+    key: i64,
+    queue: Option<Rc<glommio::sync::Semaphore>>,
+    permit: Option<glommio::sync::StaticPermit>,
+}
+
+impl Turns {
+    /// Whether someone holds or waits for `key`'s turn.
+    pub fn busy(&self, key: i64) -> bool {
+        self.queues.borrow().contains_key(&key)
+    }
+
+    /// Takes `key`'s turn once those before have had theirs.
+    pub async fn take(&self, key: i64) -> Turn {
+        let queue = self
+            .queues
+            .borrow_mut()
+            .entry(key)
+            .or_insert_with(|| Rc::new(glommio::sync::Semaphore::new(1)))
+            .clone();
+        let mut turn = Turn {
+            queues: self.queues.clone(),
+            key,
+            queue: Some(queue.clone()),
+            permit: None,
+        };
+        turn.permit = Some(
+            queue
+                .acquire_static_permit(1)
+                .await
+                .expect("turns are never closed"),
+        );
+        turn
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        drop(self.permit.take());
+        let Some(queue) = self.queue.take() else {
+            return;
+        };
+        // Held by the map and this turn only: no one waits behind it.
+        if Rc::strong_count(&queue) == 2 {
+            self.queues.borrow_mut().remove(&self.key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod turn_tests {
+    use super::*;
+
+    #[test]
+    fn turns_go_in_arrival_order_and_a_key_is_busy_until_the_last_is_done() {
+        let order = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .make()
+            .expect("an executor")
+            .run(async {
+                let turns = Rc::new(Turns::default());
+                let order = Rc::new(RefCell::new(Vec::new()));
+                assert!(!turns.busy(1));
+                let first = turns.take(1).await;
+                assert!(turns.busy(1));
+                let mut waiting = Vec::new();
+                for i in 0..3 {
+                    let (turns, order) = (turns.clone(), order.clone());
+                    waiting.push(glommio::spawn_local(async move {
+                        let _turn = turns.take(1).await;
+                        order.borrow_mut().push(i);
+                        glommio::yield_if_needed().await;
+                    }));
+                    // Let each queue up before the next is spawned.
+                    glommio::executor().yield_task_queue_now().await;
+                }
+                // Another key is not held up.
+                drop(turns.take(2).await);
+                assert!(!turns.busy(2));
+                assert!(order.borrow().is_empty());
+                drop(first);
+                for task in waiting {
+                    task.await;
+                }
+                assert!(!turns.busy(1), "no one holds or waits for the turn");
+                let order = order.borrow().clone();
+                order
+            });
+        assert_eq!(order, vec![0, 1, 2]);
+    }
+}

@@ -344,6 +344,19 @@ pub fn set_log_append_time(batch: &mut [u8], timestamp: i64) {
 /// transactional when `transactional`, and recomputes the CRC: how a
 /// coordinator writes records on a producer's behalf.
 pub fn set_producer(batch: &mut [u8], producer_id: i64, epoch: i16, transactional: bool) {
+    set_producer_sequence(batch, producer_id, epoch, -1, transactional);
+}
+
+/// Makes the batch `producer_id`'s at `epoch` from `base_sequence`,
+/// transactional when `transactional`, and recomputes the CRC: a batch as
+/// an idempotent or transactional producer sends it.
+pub fn set_producer_sequence(
+    batch: &mut [u8],
+    producer_id: i64,
+    epoch: i16,
+    base_sequence: i32,
+    transactional: bool,
+) {
     let mut attributes = read_i16(batch, OFFSET_ATTRIBUTES) & !ATTR_TRANSACTIONAL;
     if transactional {
         attributes |= ATTR_TRANSACTIONAL;
@@ -351,7 +364,8 @@ pub fn set_producer(batch: &mut [u8], producer_id: i64, epoch: i16, transactiona
     batch[OFFSET_ATTRIBUTES..OFFSET_ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
     batch[OFFSET_PRODUCER_ID..OFFSET_PRODUCER_ID + 8].copy_from_slice(&producer_id.to_be_bytes());
     batch[OFFSET_PRODUCER_EPOCH..OFFSET_PRODUCER_EPOCH + 2].copy_from_slice(&epoch.to_be_bytes());
-    batch[OFFSET_BASE_SEQUENCE..OFFSET_BASE_SEQUENCE + 4].copy_from_slice(&(-1i32).to_be_bytes());
+    batch[OFFSET_BASE_SEQUENCE..OFFSET_BASE_SEQUENCE + 4]
+        .copy_from_slice(&base_sequence.to_be_bytes());
     let crc = compute_crc(batch);
     batch[OFFSET_CRC..OFFSET_CRC + 4].copy_from_slice(&crc.to_be_bytes());
 }

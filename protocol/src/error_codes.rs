@@ -78,3 +78,7 @@ pub const TRANSACTIONAL_ID_NOT_FOUND: i16 = ResponseError::TransactionalIdNotFou
 pub const TRANSACTION_COORDINATOR_FENCED: i16 = ResponseError::TransactionCoordinatorFenced.code();
 pub const UNSTABLE_OFFSET_COMMIT: i16 = ResponseError::UnstableOffsetCommit.code();
 pub const OPERATION_NOT_ATTEMPTED: i16 = ResponseError::OperationNotAttempted.code();
+pub const TRANSACTION_ABORTABLE: i16 = ResponseError::TransactionAbortable.code();
+pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 =
+    ResponseError::TransactionalIdAuthorizationFailed.code();
+pub const NETWORK_EXCEPTION: i16 = ResponseError::NetworkException.code();

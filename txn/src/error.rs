@@ -3,11 +3,13 @@
 //! handlers, a simulator's clients).
 
 use protocol::error_codes as codes;
-use protocol::kafka_protocol::ResponseError;
 
 /// Kafka's TRANSACTION_ABORTABLE (Kafka 3.8 and later): a partition the
 /// producer writes to is not in its transaction, so it must abort.
-pub const TRANSACTION_ABORTABLE: i16 = ResponseError::TransactionAbortable.code();
+pub const TRANSACTION_ABORTABLE: i16 = codes::TRANSACTION_ABORTABLE;
+
+/// The first AddPartitionsToTxn version that answers TRANSACTION_ABORTABLE.
+pub const ADD_PARTITIONS_ABORTABLE_VERSION_MIN: i16 = 5;
 
 /// A coordinator's refusal, one variant per Kafka error it answers with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -100,6 +102,15 @@ impl TxnError {
             TxnError::ProducerFenced if version < api.producer_fenced_version_min() => {
                 codes::INVALID_PRODUCER_EPOCH
             }
+            // AddPartitionsToTxn before v5 (brokers verifying for
+            // producers) knows a partition outside the transaction as
+            // INVALID_TXN_STATE.
+            TxnError::TransactionAbortable
+                if matches!(api, TxnApi::AddPartitionsToTxn)
+                    && version < ADD_PARTITIONS_ABORTABLE_VERSION_MIN =>
+            {
+                codes::INVALID_TXN_STATE
+            }
             other => other.code(),
         }
     }
@@ -141,6 +152,23 @@ mod tests {
         assert_eq!(
             TxnError::code_of::<()>(&Err(TxnError::ConcurrentTransactions)),
             codes::CONCURRENT_TRANSACTIONS
+        );
+    }
+
+    #[test]
+    fn a_partition_outside_the_transaction_is_invalid_txn_state_before_add_partitions_v5() {
+        let abortable = TxnError::TransactionAbortable;
+        assert_eq!(
+            abortable.code_for(TxnApi::AddPartitionsToTxn, 4),
+            codes::INVALID_TXN_STATE
+        );
+        assert_eq!(
+            abortable.code_for(TxnApi::AddPartitionsToTxn, 5),
+            TRANSACTION_ABORTABLE
+        );
+        assert_eq!(
+            TxnError::InvalidTxnState.code_for(TxnApi::AddPartitionsToTxn, 5),
+            codes::INVALID_TXN_STATE
         );
     }
 

@@ -6,7 +6,9 @@
 //! - Produce, ListOffsets and OffsetForLeaderEpoch go over one pipelined
 //!   connection per destination broker, sent in the order they were handed
 //!   over (an idempotent producer's batches reach the leader in its
-//!   order), answered in that order by the leader.
+//!   order), answered in that order by the leader. A partition leader's
+//!   check with a transaction coordinator (AddPartitionsToTxn,
+//!   verify-only) shares that connection too.
 //! - Fetch, which may wait at the leader for data, takes a connection of
 //!   its own from a small pool per destination
 //!   ([`FORWARD_FETCH_CONNECTIONS_MAX`]): a long poll never holds up
@@ -32,10 +34,10 @@ use std::time::{Duration, Instant};
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use glommio::sync::{Semaphore, StaticPermit};
 use kafka_protocol::messages::{
-    ApiKey, DeleteRecordsRequest, DeleteRecordsResponse, FetchRequest, FetchResponse,
-    ListOffsetsRequest, ListOffsetsResponse, OffsetForLeaderEpochRequest,
-    OffsetForLeaderEpochResponse, ProduceRequest, ProduceResponse, WriteTxnMarkersRequest,
-    WriteTxnMarkersResponse,
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, DeleteRecordsRequest,
+    DeleteRecordsResponse, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
+    OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ProduceRequest, ProduceResponse,
+    WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
 use kafka_protocol::protocol::{Encodable, Request};
 use protocol::client::{ClientError, Connection, Pending};
@@ -105,6 +107,7 @@ enum Call {
     Produce(ProduceRequest, i16),
     ListOffsets(ListOffsetsRequest, i16),
     OffsetForLeaderEpoch(OffsetForLeaderEpochRequest, i16),
+    AddPartitionsToTxn(AddPartitionsToTxnRequest, i16),
 }
 
 impl Call {
@@ -113,6 +116,7 @@ impl Call {
             Call::Produce(..) => ApiKey::Produce,
             Call::ListOffsets(..) => ApiKey::ListOffsets,
             Call::OffsetForLeaderEpoch(..) => ApiKey::OffsetForLeaderEpoch,
+            Call::AddPartitionsToTxn(..) => ApiKey::AddPartitionsToTxn,
         }
     }
 }
@@ -122,6 +126,7 @@ enum Reply {
     Produce(Option<ProduceResponse>),
     ListOffsets(ListOffsetsResponse),
     OffsetForLeaderEpoch(OffsetForLeaderEpochResponse),
+    AddPartitionsToTxn(AddPartitionsToTxnResponse),
 }
 
 type ReplyResult = Result<Reply, String>;
@@ -139,6 +144,7 @@ enum Waiting {
     Produce(Pending<ProduceResponse>),
     ListOffsets(Pending<ListOffsetsResponse>),
     OffsetForLeaderEpoch(Pending<OffsetForLeaderEpochResponse>),
+    AddPartitionsToTxn(Pending<AddPartitionsToTxnResponse>),
 }
 
 struct InFlight {
@@ -251,6 +257,7 @@ async fn call(shard: &Rc<Shard>, broker: i32, call: Call) -> Result<Reply, Forwa
         Call::Produce(r, v) => (request_bytes(r, *v), *v),
         Call::ListOffsets(r, v) => (request_bytes(r, *v), *v),
         Call::OffsetForLeaderEpoch(r, v) => (request_bytes(r, *v), *v),
+        Call::AddPartitionsToTxn(r, v) => (request_bytes(r, *v), *v),
     };
     let link = link(shard, broker);
     let sent = Sent::start(broker, api_key, bytes_out);
@@ -278,6 +285,7 @@ async fn call(shard: &Rc<Shard>, broker: i32, call: Call) -> Result<Reply, Forwa
         Ok(Reply::Produce(Some(r))) => r.compute_size(version).unwrap_or(0),
         Ok(Reply::ListOffsets(r)) => r.compute_size(version).unwrap_or(0),
         Ok(Reply::OffsetForLeaderEpoch(r)) => r.compute_size(version).unwrap_or(0),
+        Ok(Reply::AddPartitionsToTxn(r)) => r.compute_size(version).unwrap_or(0),
         Ok(Reply::Produce(None)) | Err(_) => 0,
     };
     sent.record(bytes_in, outcome.is_err());
@@ -330,6 +338,22 @@ pub async fn offset_for_leader_epoch(
     match call(shard, broker, Call::OffsetForLeaderEpoch(request, version)).await? {
         Reply::OffsetForLeaderEpoch(response) => Ok(response),
         _ => Err(other_kind(broker, ApiKey::OffsetForLeaderEpoch)),
+    }
+}
+
+/// Asks the transaction coordinator on `broker` whether partitions are in
+/// producers' transactions (AddPartitionsToTxn v4 with `verify_only`, as
+/// Kafka's partition leaders ask before a producer's first transactional
+/// batch): a quick answer, so it shares the pipelined link.
+pub async fn add_partitions_to_txn(
+    shard: &Rc<Shard>,
+    broker: i32,
+    request: AddPartitionsToTxnRequest,
+) -> Result<AddPartitionsToTxnResponse, ForwardError> {
+    let version = crate::handlers::transactions::ADD_PARTITIONS_BROKER_VERSION;
+    match call(shard, broker, Call::AddPartitionsToTxn(request, version)).await? {
+        Reply::AddPartitionsToTxn(response) => Ok(response),
+        _ => Err(other_kind(broker, ApiKey::AddPartitionsToTxn)),
     }
 }
 
@@ -670,6 +694,19 @@ async fn send(connection: &mut Connection, exchange: Exchange) -> Result<Option<
                     .map_err(|e| e.to_string())?,
             )
         }
+        Call::AddPartitionsToTxn(request, version) => {
+            let Some(version) =
+                same_version::<AddPartitionsToTxnRequest>(connection, version, &reply)
+            else {
+                return Ok(None);
+            };
+            Waiting::AddPartitionsToTxn(
+                connection
+                    .send(&request, version)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            )
+        }
     };
     Ok(Some(InFlight {
         waiting,
@@ -701,6 +738,9 @@ async fn receive(connection: &mut Connection, waiting: Waiting) -> Result<Reply,
         Waiting::ListOffsets(pending) => Reply::ListOffsets(connection.receive(pending).await?),
         Waiting::OffsetForLeaderEpoch(pending) => {
             Reply::OffsetForLeaderEpoch(connection.receive(pending).await?)
+        }
+        Waiting::AddPartitionsToTxn(pending) => {
+            Reply::AddPartitionsToTxn(connection.receive(pending).await?)
         }
     })
 }

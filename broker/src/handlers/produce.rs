@@ -358,20 +358,37 @@ pub async fn handle(
         origin,
     };
     let (mut scatter, appended) = route(&asked, &request, &names);
+    let transactional_id = request.transactional_id.as_ref().map(|id| id.0.to_string());
     scatter
         .gather_forwarding(
             shard,
-            move |owner, work| async move {
-                each_concurrently(work, |append: Append| {
-                    let partition = owner.partition(&append.topic, append.partition);
-                    async move {
-                        match partition {
-                            Some(partition) => partition.produce(append.batch, acks, timeout).await,
-                            None => ProduceOutcome::error(errors::NOT_LEADER_OR_FOLLOWER),
+            move |owner, work| {
+                let transactional_id = transactional_id.clone();
+                async move {
+                    each_concurrently(work, |append: Append| {
+                        let partition = owner.partition(&append.topic, append.partition);
+                        let owner = owner.clone();
+                        let transactional_id = transactional_id.clone();
+                        async move {
+                            match partition {
+                                Some(partition) => {
+                                    crate::txn::verify::produce(
+                                        &owner,
+                                        &partition,
+                                        transactional_id.as_deref(),
+                                        append.batch,
+                                        acks,
+                                        timeout,
+                                        version,
+                                    )
+                                    .await
+                                }
+                                None => ProduceOutcome::error(errors::NOT_LEADER_OR_FOLLOWER),
+                            }
                         }
-                    }
-                })
-                .await
+                    })
+                    .await
+                }
             },
             |broker, work| forward(shard, &request, version, broker, work),
         )

@@ -1,18 +1,20 @@
 //! The transaction coordinator's APIs (KIP-98): InitProducerId with a
-//! transactional id, AddPartitionsToTxn (24, v0–3: the client's form),
+//! transactional id, AddPartitionsToTxn (24, v0–3: the client's form;
+//! v4–5: brokers' batched form, whose `verify_only` checks that partitions
+//! are in a transaction, see `txn::verify`),
 //! AddOffsetsToTxn (25, v0–3), EndTxn (26, v0–3), DescribeTransactions
 //! (65, v0) and ListTransactions (66, v0–1). Each runs on the core
 //! coordinating its transactional id (`txn::manager`); a planned change
 //! is answered once its `__transaction_state` record is on every in-sync
-//! replica. Versions that would change the protocol (AddPartitionsToTxn
-//! v4+ batching for brokers, EndTxn v5's epoch bump under
-//! `transaction.version` 2) are not advertised.
+//! replica. Versions that would change the protocol (EndTxn v5's epoch
+//! bump under `transaction.version` 2) are not advertised.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::add_partitions_to_txn_response::{
-    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,
 };
 use kafka_protocol::messages::describe_transactions_response::{TopicData, TransactionState};
 use kafka_protocol::messages::list_transactions_response::TransactionState as ListedState;
@@ -32,7 +34,14 @@ use crate::metadata::OFFSETS_TOPIC;
 use crate::shard::Shard;
 use crate::txn::manager::{self, commit_plan, spawn_markers, with_coordinator};
 
-pub const ADD_PARTITIONS_VERSION_MAX: i16 = 3;
+pub const ADD_PARTITIONS_VERSION_MAX: i16 = 5;
+/// From this AddPartitionsToTxn version a request batches transactions
+/// (brokers' form, with `verify_only`).
+const BATCHED_VERSION_MIN: i16 = 4;
+/// The version a partition leader asks a coordinator at.
+pub const ADD_PARTITIONS_BROKER_VERSION: i16 = 4;
+/// Transactions in one batched AddPartitionsToTxn.
+const ADD_PARTITIONS_TRANSACTIONS_MAX: usize = 1000;
 pub const ADD_OFFSETS_VERSION_MAX: i16 = 3;
 pub const END_TXN_VERSION_MAX: i16 = 3;
 pub const DESCRIBE_VERSION_MAX: i16 = 0;
@@ -139,18 +148,71 @@ pub async fn add_partitions(
     request: AddPartitionsToTxnRequest,
     version: i16,
 ) -> AddPartitionsToTxnResponse {
-    let id = request.v3_and_below_transactional_id.0.to_string();
-    let producer = ProducerIdAndEpoch {
-        producer_id: request.v3_and_below_producer_id.0,
-        producer_epoch: request.v3_and_below_producer_epoch,
-    };
+    if version < BATCHED_VERSION_MIN {
+        let producer = ProducerIdAndEpoch {
+            producer_id: request.v3_and_below_producer_id.0,
+            producer_epoch: request.v3_and_below_producer_epoch,
+        };
+        let id = request.v3_and_below_transactional_id.0.to_string();
+        let results = add_or_verify(
+            shard,
+            id,
+            producer,
+            &request.v3_and_below_topics,
+            false,
+            version,
+        )
+        .await;
+        return AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results);
+    }
+    // The brokers' batched form: each transaction on its own.
+    if request.transactions.len() > ADD_PARTITIONS_TRANSACTIONS_MAX {
+        return AddPartitionsToTxnResponse::default()
+            .with_error_code(crate::errors::INVALID_REQUEST);
+    }
+    let mut results = Vec::with_capacity(request.transactions.len());
+    for transaction in request.transactions {
+        let producer = ProducerIdAndEpoch {
+            producer_id: transaction.producer_id.0,
+            producer_epoch: transaction.producer_epoch,
+        };
+        let topic_results = add_or_verify(
+            shard,
+            transaction.transactional_id.0.to_string(),
+            producer,
+            &transaction.topics,
+            transaction.verify_only,
+            version,
+        )
+        .await;
+        results.push(
+            AddPartitionsToTxnResult::default()
+                .with_transactional_id(transaction.transactional_id)
+                .with_topic_results(topic_results),
+        );
+    }
+    AddPartitionsToTxnResponse::default().with_results_by_transaction(results)
+}
+
+/// One transaction's partitions added to it, or (`verify_only`, a
+/// partition leader asking) checked to be in it; each partition's code.
+async fn add_or_verify(
+    shard: &Rc<Shard>,
+    id: String,
+    producer: ProducerIdAndEpoch,
+    topics: &[AddPartitionsToTxnTopic],
+    verify_only: bool,
+    version: i16,
+) -> Vec<AddPartitionsToTxnTopicResult> {
     let image = shard.metadata.image();
+    let asked = || {
+        topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(move |&p| (t.name.0.to_string(), p)))
+    };
     // Partitions that do not exist are UNKNOWN_TOPIC_OR_PARTITION and the
     // rest OPERATION_NOT_ATTEMPTED, as Kafka answers.
-    let unknown: BTreeSet<(String, i32)> = request
-        .v3_and_below_topics
-        .iter()
-        .flat_map(|t| t.partitions.iter().map(move |&p| (t.name.0.to_string(), p)))
+    let unknown: BTreeSet<(String, i32)> = asked()
         .filter(|(topic, p)| {
             image
                 .topics
@@ -158,36 +220,47 @@ pub async fn add_partitions(
                 .is_none_or(|t| !(0..t.partition_cores.len() as i32).contains(p))
         })
         .collect();
-    let partitions: BTreeSet<(String, i32)> = request
-        .v3_and_below_topics
-        .iter()
-        .flat_map(|t| t.partitions.iter().map(move |&p| (t.name.0.to_string(), p)))
-        .collect();
-    let outcome = if unknown.is_empty() {
-        let id = id.clone();
+    let partitions: BTreeSet<(String, i32)> = asked().collect();
+    let mut verified: BTreeMap<(String, i32), Result<(), TxnError>> = BTreeMap::new();
+    let outcome = if !unknown.is_empty() {
+        Err(TxnError::InvalidRequest)
+    } else if verify_only {
+        let key = id.clone();
+        let checked = manager::on_coordinator(shard, &key, move |owner, partition| async move {
+            with_coordinator(&owner, partition, |c| {
+                c.verify_partitions(&id, producer, &partitions)
+            })
+            .and_then(|inner| inner)
+        })
+        .await
+        .and_then(|inner| inner);
+        checked.map(|each| verified.extend(each))
+    } else {
         add(shard, id.clone(), move |c, now| {
             c.add_partitions(&id, producer, &partitions, now)
         })
         .await
-    } else {
-        Err(TxnError::InvalidRequest)
     };
     let code_of = |topic: &str, partition: i32| -> i16 {
         if !unknown.is_empty() {
-            if unknown.contains(&(topic.to_string(), partition)) {
+            return if unknown.contains(&(topic.to_string(), partition)) {
                 crate::errors::UNKNOWN_TOPIC_OR_PARTITION
             } else {
                 crate::errors::OPERATION_NOT_ATTEMPTED
-            }
-        } else {
-            match outcome {
-                Ok(()) => crate::errors::NONE,
-                Err(error) => error.code_for(TxnApi::AddPartitionsToTxn, version),
-            }
+            };
+        }
+        let outcome = match (&outcome, verified.get(&(topic.to_string(), partition))) {
+            (Err(error), _) => Err(*error),
+            (Ok(()), Some(each)) => *each,
+            (Ok(()), None) if verify_only => Err(TxnError::TransactionAbortable),
+            (Ok(()), None) => Ok(()),
+        };
+        match outcome {
+            Ok(()) => crate::errors::NONE,
+            Err(error) => error.code_for(TxnApi::AddPartitionsToTxn, version),
         }
     };
-    let results = request
-        .v3_and_below_topics
+    topics
         .iter()
         .map(|t| {
             AddPartitionsToTxnTopicResult::default()
@@ -203,8 +276,7 @@ pub async fn add_partitions(
                         .collect(),
                 )
         })
-        .collect();
-    AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results)
+        .collect()
 }
 
 pub async fn add_offsets(

@@ -148,6 +148,12 @@ pub struct ProducerTable {
     ongoing: BTreeSet<(i64, i64)>,
     /// Aborted transactions by marker offset, oldest first.
     aborted: VecDeque<AbortedTxn>,
+    /// Producers whose first transactional batch here is being checked
+    /// with their coordinator, by the token the check holds. A marker
+    /// clears its producer's: a check that raced the end of the
+    /// transaction cannot open one.
+    verifying: HashMap<i64, u64>,
+    next_verification: u64,
 }
 
 impl ProducerTable {

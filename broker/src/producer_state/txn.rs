@@ -52,6 +52,7 @@ impl ProducerTable {
     /// fenced the producer) moves the producer to it, its sequence
     /// starting again at 0.
     pub fn apply_marker(&mut self, producer_id: i64, epoch: i16, marker: Marker, offset: i64) {
+        self.verifying.remove(&producer_id);
         let entry = self
             .producers
             .entry(producer_id)
@@ -74,6 +75,34 @@ impl ProducerTable {
                     last_offset: offset,
                 });
             }
+        }
+    }
+
+    /// Whether `producer_id` has a transaction open here.
+    pub fn in_txn(&self, producer_id: i64) -> bool {
+        self.producers
+            .get(&producer_id)
+            .is_some_and(|entry| entry.ongoing_txn.is_some())
+    }
+
+    /// Starts checking with the coordinator that this partition is in
+    /// `producer_id`'s transaction; the token names the check.
+    pub fn start_verification(&mut self, producer_id: i64) -> u64 {
+        self.next_verification += 1;
+        self.verifying.insert(producer_id, self.next_verification);
+        self.next_verification
+    }
+
+    /// Whether the check `token` still stands: no marker of the producer
+    /// was written since it started.
+    pub fn verification_holds(&self, producer_id: i64, token: u64) -> bool {
+        self.verifying.get(&producer_id) == Some(&token)
+    }
+
+    /// Forgets the check `token` (its batch was appended or refused).
+    pub fn end_verification(&mut self, producer_id: i64, token: u64) {
+        if self.verification_holds(producer_id, token) {
+            self.verifying.remove(&producer_id);
         }
     }
 
@@ -139,6 +168,26 @@ mod tests {
             max_timestamp_ms: 1_000,
             transactional: true,
         }
+    }
+
+    #[test]
+    fn a_marker_written_during_a_check_with_the_coordinator_voids_it() {
+        let mut table = ProducerTable::default();
+        assert!(!table.in_txn(7));
+        let first = table.start_verification(7);
+        assert!(table.verification_holds(7, first));
+        table.apply_marker(7, 0, Marker::Abort, 3);
+        assert!(!table.verification_holds(7, first));
+        // A later check gets a token of its own; ending an older one
+        // leaves it standing.
+        let second = table.start_verification(7);
+        assert_ne!(first, second);
+        table.end_verification(7, first);
+        assert!(table.verification_holds(7, second));
+        table.end_verification(7, second);
+        assert!(!table.verification_holds(7, second));
+        table.recover(txn_batch(7, 0, 0, 0, 10));
+        assert!(table.in_txn(7));
     }
 
     #[test]

@@ -8,9 +8,12 @@
 //! coordinates it, as the group coordinator does for groups. The plain
 //! state machine and the records of `__transaction_state` are the `txn`
 //! crate's; `manager` is the runtime edge; `markers` writes the markers
-//! that end a transaction on its partitions.
+//! that end a transaction on its partitions; `verify` is a partition
+//! leader's check with the coordinator before a producer's first
+//! transactional batch there.
 
 pub mod markers;
+pub mod verify;
 
 /// The internal topic holding every transactional id's state.
 pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
