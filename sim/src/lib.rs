@@ -206,27 +206,34 @@ enum Message {
         image: Rc<MetadataImage>,
     },
     Alter(AlterPartition),
-    AlterRefused,
+    AlterRefused {
+        partition: usize,
+    },
     EpochQuery {
+        partition: usize,
         leader_epoch: i32,
         epoch: i32,
     },
     EpochAnswer {
+        partition: usize,
         leader_epoch: i32,
         epoch: i32,
         end: i64,
     },
     Fetch {
+        partition: usize,
         leader_epoch: i32,
         offset: u64,
     },
     FetchReply {
+        partition: usize,
         leader_epoch: i32,
         offset: u64,
         entries: Vec<Entry>,
         high_watermark: u64,
     },
     FetchRefused {
+        partition: usize,
         leader_epoch: i32,
     },
     Produce {
@@ -307,95 +314,37 @@ enum Fetching {
     },
 }
 
-struct Broker {
-    id: NodeId,
-    incarnation: u64,
-    up: bool,
-    restart_at: u64,
-    paused_until: u64,
-    slow_disk_until: u64,
-    inbox: Vec<(NodeId, Message)>,
+/// A broker's copy of one partition: its log on the simulated disk and
+/// the replica state deciding over it.
+struct Partition {
     log: Vec<Entry>,
     durable: usize,
     sync_at: Option<u64>,
-    /// How the running process found its data dir.
-    clean_start: bool,
-    new_directory: bool,
-    /// Whether the data dir records the cluster (`meta.properties`): a
-    /// start without it is a new directory.
-    directory_recorded: bool,
-    /// The newest image from the controller this process has.
-    assigned: Option<Rc<MetadataImage>>,
     replica: ReplicaState,
     fetching: Fetching,
     /// What waits for acks=all, and at which log offset.
     waiters: BTreeMap<WaiterId, (Parked, u64)>,
     next_waiter: WaiterId,
-    /// The group coordinator, once this leader has loaded the partition.
-    coordinator: Option<Coordinator>,
-    /// Names the coordinator's parked JoinGroup and SyncGroup calls, and
-    /// the consumer's call each answers.
-    next_group_waiter: u64,
-    group_calls: BTreeMap<u64, u64>,
-    next_group_tick: u64,
-    /// The log end this process had when it last became leader: its
-    /// coordinator loads once the high watermark reaches it.
+    /// The log end this process had when it last became leader: a
+    /// coordinator on the partition loads once the high watermark reaches
+    /// it.
     log_end_at_takeover: u64,
-    next_heartbeat: u64,
-    next_tick: u64,
     high_watermark_seen: u64,
-    /// The last millisecond the controller could not hear this broker
-    /// (down, paused, or cut from the controller).
-    unheard_at: u64,
 }
 
-impl Broker {
+impl Partition {
     fn new(id: NodeId, min_insync: usize) -> Self {
         Self {
-            id,
-            incarnation: 1,
-            up: true,
-            restart_at: 0,
-            paused_until: 0,
-            slow_disk_until: 0,
-            inbox: Vec::new(),
             log: Vec::new(),
             durable: 0,
             sync_at: None,
-            clean_start: true,
-            new_directory: true,
-            directory_recorded: false,
-            assigned: None,
             replica: fresh_replica(id, min_insync, 0),
             fetching: Fetching::Idle,
             waiters: BTreeMap::new(),
             next_waiter: 0,
-            coordinator: None,
             log_end_at_takeover: 0,
-            next_group_waiter: 0,
-            group_calls: BTreeMap::new(),
-            next_group_tick: 0,
-            next_heartbeat: 0,
-            next_tick: 0,
             high_watermark_seen: 0,
-            unheard_at: 0,
         }
-    }
-
-    fn meta(&self) -> BrokerMeta {
-        BrokerMeta {
-            id: self.id,
-            incarnation: self.incarnation,
-            host: format!("broker-{}", self.id),
-            port: 9092,
-            rack: None,
-            controller_address: String::new(),
-            fenced: false,
-        }
-    }
-
-    fn running(&self, now: u64) -> bool {
-        self.up && now >= self.paused_until
     }
 
     /// OffsetForLeaderEpoch on this log, by the storage's own leader-epoch
@@ -414,6 +363,83 @@ impl Broker {
             cache.assign(current, log_end);
         }
         cache.end_offset_for(epoch, log_end)
+    }
+}
+
+struct Broker {
+    id: NodeId,
+    incarnation: u64,
+    up: bool,
+    restart_at: u64,
+    paused_until: u64,
+    slow_disk_until: u64,
+    inbox: Vec<(NodeId, Message)>,
+    /// Its copies of the cluster's partitions, by partition index (every
+    /// broker holds a replica of every partition).
+    parts: Vec<Partition>,
+    /// How the running process found its data dir.
+    clean_start: bool,
+    new_directory: bool,
+    /// Whether the data dir records the cluster (`meta.properties`): a
+    /// start without it is a new directory.
+    directory_recorded: bool,
+    /// The newest image from the controller this process has.
+    assigned: Option<Rc<MetadataImage>>,
+    /// The group coordinator, once this leader has loaded the partition.
+    coordinator: Option<Coordinator>,
+    /// Names the coordinator's parked JoinGroup and SyncGroup calls, and
+    /// the consumer's call each answers.
+    next_group_waiter: u64,
+    group_calls: BTreeMap<u64, u64>,
+    next_group_tick: u64,
+    next_heartbeat: u64,
+    next_tick: u64,
+    /// The last millisecond the controller could not hear this broker
+    /// (down, paused, or cut from the controller).
+    unheard_at: u64,
+}
+
+impl Broker {
+    fn new(id: NodeId, min_insync: usize, partitions: usize) -> Self {
+        Self {
+            id,
+            incarnation: 1,
+            up: true,
+            restart_at: 0,
+            paused_until: 0,
+            slow_disk_until: 0,
+            inbox: Vec::new(),
+            parts: (0..partitions)
+                .map(|_| Partition::new(id, min_insync))
+                .collect(),
+            clean_start: true,
+            new_directory: true,
+            directory_recorded: false,
+            assigned: None,
+            coordinator: None,
+            next_group_waiter: 0,
+            group_calls: BTreeMap::new(),
+            next_group_tick: 0,
+            next_heartbeat: 0,
+            next_tick: 0,
+            unheard_at: 0,
+        }
+    }
+
+    fn meta(&self) -> BrokerMeta {
+        BrokerMeta {
+            id: self.id,
+            incarnation: self.incarnation,
+            host: format!("broker-{}", self.id),
+            port: 9092,
+            rack: None,
+            controller_address: String::new(),
+            fenced: false,
+        }
+    }
+
+    fn running(&self, now: u64) -> bool {
+        self.up && now >= self.paused_until
     }
 }
 
@@ -505,7 +531,11 @@ struct Sim {
     client: Client,
     cuts: Vec<(u64, NodeId, NodeId)>,
     report: Report,
-    leaders: BTreeMap<i32, NodeId>,
+    /// The cluster's partitions by index, as (topic, partition): the
+    /// first is the records' and consumer offsets' partition.
+    partitions: Vec<(String, i32)>,
+    /// Who led each partition (by index) at each leader epoch.
+    leaders: BTreeMap<(usize, i32), NodeId>,
     /// A broker fenced though the controller could hear it for the whole
     /// session before (the first such fence).
     wrongly_fenced: Option<String>,
@@ -581,12 +611,16 @@ impl Sim {
             configs,
             partitions: vec![PartitionState::new(ids.clone())],
         }));
+        let partitions = vec![(TOPIC.to_string(), 0)];
         Self {
             now: 0,
             rng: fastrand::Rng::with_seed(seed),
             net: SimulatedNetwork::new(seed ^ 0x5eed, &nodes, faults),
             min_insync,
-            brokers: ids.iter().map(|&id| Broker::new(id, min_insync)).collect(),
+            brokers: ids
+                .iter()
+                .map(|&id| Broker::new(id, min_insync, partitions.len()))
+                .collect(),
             controller: Controller {
                 image,
                 sessions: Sessions::new(
@@ -621,6 +655,7 @@ impl Sim {
             },
             cuts: Vec::new(),
             report: Report::default(),
+            partitions,
             leaders: BTreeMap::new(),
             wrongly_fenced: None,
             trace: std::env::var_os("STROM_SIM_TRACE").is_some(),
@@ -645,8 +680,27 @@ impl Sim {
         &mut self.brokers[(id - 1) as usize]
     }
 
+    /// A broker's copy of partition `p`.
+    fn part(&mut self, id: NodeId, p: usize) -> &mut Partition {
+        &mut self.brokers[(id - 1) as usize].parts[p]
+    }
+
+    /// The records' partition's state in the controller's image.
     fn state(&self) -> &PartitionState {
-        &self.controller.image.topics[TOPIC].partitions[0]
+        self.state_of(0)
+    }
+
+    /// Partition `p`'s state in the controller's image.
+    fn state_of(&self, p: usize) -> &PartitionState {
+        let (topic, index) = &self.partitions[p];
+        &self.controller.image.topics[topic].partitions[*index as usize]
+    }
+
+    /// The index of `topic`'s partition `index`.
+    fn partition_index(&self, topic: &str, index: i32) -> Option<usize> {
+        self.partitions
+            .iter()
+            .position(|(t, i)| t == topic && *i == index)
     }
 
     // ---- faults ----
@@ -672,20 +726,23 @@ impl Sim {
             Fault::Crash | Fault::EmptyDisk => {
                 // A minority at most, and only while the ISR still holds
                 // min.insync replicas: beyond that a loss is allowed.
-                if down >= tolerated
-                    || !self.broker(id).up
-                    || self.state().isr.len() < self.min_insync
-                {
+                let short = (0..self.partitions.len())
+                    .any(|p| self.state_of(p).isr.len() < self.min_insync);
+                if down >= tolerated || !self.broker(id).up || short {
                     return;
                 }
                 let restart_at = now + self.rng.u64(50..600);
                 let broker = self.broker(id);
                 broker.up = false;
                 broker.restart_at = restart_at;
-                broker.log.truncate(broker.durable);
+                for part in &mut broker.parts {
+                    part.log.truncate(part.durable);
+                    if fault == Fault::EmptyDisk {
+                        part.log.clear();
+                        part.durable = 0;
+                    }
+                }
                 if fault == Fault::EmptyDisk {
-                    broker.log.clear();
-                    broker.durable = 0;
                     broker.directory_recorded = false;
                 }
                 broker.new_directory = !broker.directory_recorded;
@@ -738,9 +795,9 @@ impl Sim {
         self.note(|| {
             let b = &self.brokers[index];
             format!(
-                "broker {} restarts with {} records (new directory: {})",
+                "broker {} restarts with {:?} records (new directory: {})",
                 b.id,
-                b.log.len(),
+                b.parts.iter().map(|p| p.log.len()).collect::<Vec<_>>(),
                 b.new_directory
             )
         });
@@ -756,15 +813,17 @@ impl Sim {
             broker.directory_recorded = true;
         }
         broker.assigned = None;
-        broker.replica = fresh_replica(broker.id, min_insync, broker.log.len() as u64);
-        broker.fetching = Fetching::Idle;
-        broker.waiters.clear();
+        for part in &mut broker.parts {
+            part.replica = fresh_replica(broker.id, min_insync, part.log.len() as u64);
+            part.fetching = Fetching::Idle;
+            part.waiters.clear();
+            part.sync_at = None;
+            part.high_watermark_seen = 0;
+        }
         broker.coordinator = None;
         broker.group_calls.clear();
-        broker.sync_at = None;
         broker.inbox.clear();
         broker.next_heartbeat = self.now;
-        broker.high_watermark_seen = 0;
     }
 
     // ---- one millisecond ----
@@ -830,13 +889,14 @@ impl Sim {
         let mut records = records;
         if self.scenario.mutation == Mutation::ElectIgnoringIsr {
             for record in &mut records {
-                if let MetadataRecord::PartitionChanged { state, .. } = record {
+                if let MetadataRecord::PartitionChanged { state, name, index } = record {
                     let live = state
                         .replicas
                         .iter()
                         .copied()
                         .find(|&r| self.controller.image.is_live(r) && r != state.leader);
-                    let was = &self.controller.image.topics[TOPIC].partitions[0];
+                    let was =
+                        &self.controller.image.topics[name.as_str()].partitions[*index as usize];
                     if state.leader != was.leader {
                         if let Some(live) = live {
                             state.leader = live;
@@ -880,7 +940,12 @@ impl Sim {
             Message::Alter(alter) => {
                 match placement::alter_partition(&self.controller.image, &alter) {
                     Ok(record) => self.decide(vec![record]),
-                    Err(_) => self.send(CONTROLLER, from, Message::AlterRefused),
+                    Err(_) => {
+                        let partition = self
+                            .partition_index(&alter.topic, alter.partition)
+                            .expect("leaders alter the cluster's partitions");
+                        self.send(CONTROLLER, from, Message::AlterRefused { partition });
+                    }
                 }
             }
             _ => {}
@@ -922,12 +987,12 @@ impl Sim {
 
     // ---- a broker: the replica state and its edge ----
 
-    fn apply_actions(&mut self, id: NodeId, actions: Vec<Action>) {
+    fn apply_actions(&mut self, id: NodeId, p: usize, actions: Vec<Action>) {
         for action in actions {
             match action {
                 Action::HighWatermarkAdvanced { .. } => {}
                 Action::CompleteAcks { waiter, result } => {
-                    let Some((parked, at)) = self.broker(id).waiters.remove(&waiter) else {
+                    let Some((parked, at)) = self.part(id, p).waiters.remove(&waiter) else {
                         continue;
                     };
                     let answers = match parked {
@@ -966,9 +1031,10 @@ impl Sim {
                     }
                 }
                 Action::ProposeIsr(proposal) => {
+                    let (topic, partition) = self.partitions[p].clone();
                     let alter = AlterPartition {
-                        topic: TOPIC.to_string(),
-                        partition: 0,
+                        topic,
+                        partition,
                         leader: id,
                         leader_epoch: proposal.leader_epoch,
                         partition_epoch: proposal.partition_epoch,
@@ -981,7 +1047,6 @@ impl Sim {
     }
 
     fn assign(&mut self, id: NodeId, image: Rc<MetadataImage>) {
-        let now = self.now;
         let broker = self.broker(id);
         if broker
             .assigned
@@ -996,19 +1061,27 @@ impl Sim {
         if placement::may_record_directory(&image, id, broker.incarnation) {
             broker.directory_recorded = true;
         }
-        let state = image.topics[TOPIC].partitions[0].clone();
         // Leadership waits until the image holds this incarnation's
         // registration (the broker's own rule).
         let may_lead = placement::may_lead(&image, id, broker.incarnation)
             || self.scenario.mutation == Mutation::LeadOnAnEarlierIncarnation;
-        let broker = self.broker(id);
+        for p in 0..self.partitions.len() {
+            let (topic, index) = &self.partitions[p];
+            let state = image.topics[topic].partitions[*index as usize].clone();
+            self.assign_partition(id, p, state, may_lead);
+        }
+    }
+
+    /// Takes partition `p`'s `state` from the controller's image.
+    fn assign_partition(&mut self, id: NodeId, p: usize, state: PartitionState, may_lead: bool) {
+        let now = self.now;
         let leader = if state.leader == id && !may_lead {
             -1
         } else {
             state.leader
         };
         let leading = leader == id;
-        let replica = &broker.replica;
+        let replica = &self.part(id, p).replica;
         let same_role = match replica.role() {
             Role::Leader => leading,
             Role::Follower { leader_id } => !leading && leader_id == leader,
@@ -1031,50 +1104,56 @@ impl Sim {
             isr: state.isr.clone(),
         };
         self.note(|| format!("broker {id} takes {state:?} (leading: {leading})"));
-        let broker = self.broker(id);
+        let part = self.part(id, p);
         let mut actions = Vec::new();
         let taken = if leading {
-            broker.replica.become_leader(assignment, now, &mut actions)
+            part.replica.become_leader(assignment, now, &mut actions)
         } else {
-            broker
-                .replica
+            part.replica
                 .become_follower(leader, assignment, &mut actions)
         };
         if taken.is_ok() && new_leadership {
-            broker.fetching = if leading || leader < 0 {
+            part.fetching = if leading || leader < 0 {
                 Fetching::Idle
             } else {
                 Fetching::AskEpoch
             };
-            // The groups go with the leadership: a new leader loads them
-            // again from its log.
-            broker.coordinator = None;
-            broker.group_calls.clear();
-            broker.log_end_at_takeover = broker.log.len() as u64;
+            part.log_end_at_takeover = part.log.len() as u64;
+            if p == 0 {
+                // The groups go with the leadership: a new leader loads
+                // them again from its log.
+                let broker = self.broker(id);
+                broker.coordinator = None;
+                broker.group_calls.clear();
+            }
         }
-        self.apply_actions(id, actions);
+        self.apply_actions(id, p, actions);
     }
 
     fn on_broker(&mut self, id: NodeId, from: NodeId, message: Message) {
         let now = self.now;
         match message {
             Message::Assign { image } => self.assign(id, image),
-            Message::AlterRefused => self.broker(id).replica.isr_proposal_failed(),
+            Message::AlterRefused { partition } => {
+                self.part(id, partition).replica.isr_proposal_failed()
+            }
             Message::EpochQuery {
+                partition,
                 leader_epoch,
                 epoch,
             } => {
-                let broker = self.broker(id);
-                if broker.replica.role() != Role::Leader
-                    || broker.replica.leader_epoch() != leader_epoch
+                let part = self.part(id, partition);
+                if part.replica.role() != Role::Leader
+                    || part.replica.leader_epoch() != leader_epoch
                 {
                     return;
                 }
-                let (epoch, end) = broker.epoch_end(epoch, Some(leader_epoch));
+                let (epoch, end) = part.epoch_end(epoch, Some(leader_epoch));
                 self.send(
                     id,
                     from,
                     Message::EpochAnswer {
+                        partition,
                         leader_epoch,
                         epoch,
                         end,
@@ -1082,76 +1161,81 @@ impl Sim {
                 );
             }
             Message::EpochAnswer {
+                partition,
                 leader_epoch,
                 epoch,
                 end,
             } => {
-                self.on_epoch_answer(id, leader_epoch, epoch, end);
+                self.on_epoch_answer(id, partition, leader_epoch, epoch, end);
             }
             Message::Fetch {
+                partition,
                 leader_epoch,
                 offset,
             } => {
                 let uncapped = self.scenario.mutation == Mutation::UncappedFollowerHighWatermark;
                 let mut actions = Vec::new();
-                let broker = self.broker(id);
+                let part = self.part(id, partition);
                 let taken =
-                    broker
-                        .replica
+                    part.replica
                         .follower_fetch(from, leader_epoch, offset, now, &mut actions);
                 let reply = match taken {
-                    Err(_) => Message::FetchRefused { leader_epoch },
+                    Err(_) => Message::FetchRefused {
+                        partition,
+                        leader_epoch,
+                    },
                     Ok(()) => {
                         let start = offset as usize;
-                        let end = (start + FETCH_ENTRIES_MAX).min(broker.log.len());
+                        let end = (start + FETCH_ENTRIES_MAX).min(part.log.len());
                         Message::FetchReply {
+                            partition,
                             leader_epoch,
                             offset,
-                            entries: broker.log[start..end].to_vec(),
+                            entries: part.log[start..end].to_vec(),
                             // Capped at what this leader has kept (the
                             // broker's rule, `Partition::read_for_follower`).
                             high_watermark: if uncapped {
-                                broker.replica.high_watermark()
+                                part.replica.high_watermark()
                             } else {
-                                broker.replica.high_watermark().min(broker.durable as u64)
+                                part.replica.high_watermark().min(part.durable as u64)
                             },
                         }
                     }
                 };
-                self.apply_actions(id, actions);
+                self.apply_actions(id, partition, actions);
                 self.send(id, from, reply);
             }
             Message::FetchReply {
+                partition,
                 leader_epoch,
                 offset,
                 entries,
                 high_watermark,
             } => {
-                let broker = self.broker(id);
-                let following = matches!(broker.replica.role(), Role::Follower { leader_id } if leader_id == from);
+                let slow = self.broker(id).slow_disk_until > now;
+                let part = self.part(id, partition);
+                let following = matches!(part.replica.role(), Role::Follower { leader_id } if leader_id == from);
                 if !following
-                    || broker.replica.leader_epoch() != leader_epoch
-                    || !matches!(broker.fetching, Fetching::AwaitFetch { .. })
-                    || offset != broker.log.len() as u64
+                    || part.replica.leader_epoch() != leader_epoch
+                    || !matches!(part.fetching, Fetching::AwaitFetch { .. })
+                    || offset != part.log.len() as u64
                 {
                     return;
                 }
-                let slow = broker.slow_disk_until > now;
                 let delay = sync_delay(&mut self.rng, slow);
                 let mut actions = Vec::new();
                 if !entries.is_empty() {
-                    self.note(|| format!("broker {id} appends {entries:?} at {offset} from {from} (leader high watermark {high_watermark})"));
-                    let broker = self.broker(id);
-                    broker.log.extend_from_slice(&entries);
-                    let end = broker.log.len() as u64;
-                    broker.replica.local_append(end, &mut actions);
-                    broker.sync_at.get_or_insert(now + delay);
+                    self.note(|| format!("broker {id} appends {entries:?} at {offset} of partition {partition} from {from} (leader high watermark {high_watermark})"));
+                    let part = self.part(id, partition);
+                    part.log.extend_from_slice(&entries);
+                    let end = part.log.len() as u64;
+                    part.replica.local_append(end, &mut actions);
+                    part.sync_at.get_or_insert(now + delay);
                 }
-                let broker = self.broker(id);
-                broker
-                    .replica
+                let part = self.part(id, partition);
+                part.replica
                     .leader_high_watermark(high_watermark, &mut actions);
-                broker.fetching = if entries.is_empty() {
+                part.fetching = if entries.is_empty() {
                     Fetching::Backoff {
                         until: now + 5,
                         then_ask: false,
@@ -1159,14 +1243,17 @@ impl Sim {
                 } else {
                     Fetching::Fetch
                 };
-                self.apply_actions(id, actions);
+                self.apply_actions(id, partition, actions);
             }
-            Message::FetchRefused { leader_epoch } => {
-                let broker = self.broker(id);
-                if broker.replica.leader_epoch() == leader_epoch
-                    && matches!(broker.fetching, Fetching::AwaitFetch { .. })
+            Message::FetchRefused {
+                partition,
+                leader_epoch,
+            } => {
+                let part = self.part(id, partition);
+                if part.replica.leader_epoch() == leader_epoch
+                    && matches!(part.fetching, Fetching::AwaitFetch { .. })
                 {
-                    broker.fetching = Fetching::Backoff {
+                    part.fetching = Fetching::Backoff {
                         until: now + 20,
                         then_ask: true,
                     };
@@ -1203,17 +1290,17 @@ impl Sim {
         if broker.coordinator.is_some() {
             return true;
         }
-        let high_watermark = broker.replica.high_watermark() as i64;
+        let high_watermark = broker.parts[0].replica.high_watermark() as i64;
         let takeover = if mutation == Mutation::LoadBeforeCaughtUp {
             0
         } else {
-            broker.log_end_at_takeover as i64
+            broker.parts[0].log_end_at_takeover as i64
         };
         let Some(end) = load::load_end(takeover, high_watermark) else {
             return false;
         };
         let mut coordinator = Coordinator::new(group_config(), id as u64);
-        for entry in &broker.log[..end as usize] {
+        for entry in &broker.parts[0].log[..end as usize] {
             if let Some(record) = &entry.offsets_record {
                 load::replay(&mut coordinator, &record.key, record.value.as_deref(), now);
             }
@@ -1228,7 +1315,7 @@ impl Sim {
     fn on_commit(&mut self, id: NodeId, offset: i64, generation: i32, member_id: String) {
         let now = self.now;
         let refused = Message::Committed { offset, ok: false };
-        if self.broker(id).replica.admit_produce(-1).is_err() || !self.load_coordinator(id) {
+        if self.part(id, 0).replica.admit_produce(-1).is_err() || !self.load_coordinator(id) {
             self.send(id, CLIENT, refused);
             return;
         }
@@ -1259,20 +1346,20 @@ impl Sim {
             key: records::offset_key(GROUP, TOPIC, 0),
             value: Some(records::offset_value(&committed)),
         };
-        let (at, actions) = self.leader_append(id, 0, Some(Rc::new(record)));
+        let (at, actions) = self.leader_append(id, 0, 0, Some(Rc::new(record)));
         self.note(|| format!("broker {id} writes the commit of {offset} at {at}"));
         if self.scenario.mutation == Mutation::AnswerCommitAtAppend {
-            self.apply_actions(id, actions);
+            self.apply_actions(id, 0, actions);
             self.send(id, CLIENT, Message::Committed { offset, ok: true });
             return;
         }
-        self.park(id, Parked::Commit { offset }, at, actions);
+        self.park(id, 0, Parked::Commit { offset }, at, actions);
     }
 
     /// Whether leader `id` coordinates the group now: it leads and has
     /// loaded its groups.
     fn coordinating(&mut self, id: NodeId) -> bool {
-        self.broker(id).replica.role() == Role::Leader && self.load_coordinator(id)
+        self.part(id, 0).replica.role() == Role::Leader && self.load_coordinator(id)
     }
 
     /// The coordinator's answers to the consumer: at once, or, when the
@@ -1295,9 +1382,9 @@ impl Sim {
                 value: metadata.map(|m| records::group_metadata_value(&m)),
             };
             if let Some((_, actions)) = last.take() {
-                self.apply_actions(id, actions);
+                self.apply_actions(id, 0, actions);
             }
-            let (at, actions) = self.leader_append(id, 0, Some(Rc::new(record)));
+            let (at, actions) = self.leader_append(id, 0, 0, Some(Rc::new(record)));
             self.note(|| {
                 format!("broker {id} writes the group at generation {generation:?} at {at}")
             });
@@ -1309,18 +1396,18 @@ impl Sim {
         }
         let (at, actions) = last.expect("a change was written");
         if answers.is_empty() {
-            self.apply_actions(id, actions);
+            self.apply_actions(id, 0, actions);
             return;
         }
         if self.scenario.mutation == Mutation::AnswerSyncAtAppend {
-            self.apply_actions(id, actions);
+            self.apply_actions(id, 0, actions);
             self.note_synced_record(&answers, at);
             for answer in answers {
                 self.send(id, CLIENT, answer);
             }
             return;
         }
-        self.park(id, Parked::Group(answers), at, actions);
+        self.park(id, 0, Parked::Group(answers), at, actions);
     }
 
     /// Notes the log offset of the membership record each successful
@@ -1464,99 +1551,102 @@ impl Sim {
         self.answer_group(id, answers);
     }
 
-    /// Appends one entry to leader `id`'s log in its epoch: the replica
-    /// state learns the new log end and a sync is due. Its offset, and
-    /// what the replica state asked for.
+    /// Appends one entry to leader `id`'s log of partition `p` in its
+    /// epoch: the replica state learns the new log end and a sync is due.
+    /// Its offset, and what the replica state asked for.
     fn leader_append(
         &mut self,
         id: NodeId,
+        p: usize,
         value: u64,
         offsets_record: Option<Rc<OffsetsRecord>>,
     ) -> (u64, Vec<Action>) {
         let now = self.now;
         let slow = self.broker(id).slow_disk_until > now;
         let sync = now + sync_delay(&mut self.rng, slow);
-        let broker = self.broker(id);
-        let epoch = broker.replica.leader_epoch();
-        broker.log.push(Entry {
+        let part = self.part(id, p);
+        let epoch = part.replica.leader_epoch();
+        part.log.push(Entry {
             epoch,
             value,
             offsets_record,
         });
-        let at = broker.log.len() as u64 - 1;
+        let at = part.log.len() as u64 - 1;
         let mut actions = Vec::new();
-        broker.replica.local_append(at + 1, &mut actions);
-        broker.sync_at.get_or_insert(sync);
+        part.replica.local_append(at + 1, &mut actions);
+        part.sync_at.get_or_insert(sync);
         (at, actions)
     }
 
-    /// Parks `parked` until acks=all holds for log offset `at` (it may
-    /// hold at once), with what the append before asked for.
-    fn park(&mut self, id: NodeId, parked: Parked, at: u64, mut actions: Vec<Action>) {
-        let broker = self.broker(id);
-        let waiter = broker.next_waiter;
-        broker.next_waiter += 1;
-        broker.waiters.insert(waiter, (parked, at));
-        broker.replica.await_acks(waiter, at, &mut actions);
-        self.apply_actions(id, actions);
+    /// Parks `parked` until acks=all holds for log offset `at` of
+    /// partition `p` (it may hold at once), with what the append before
+    /// asked for.
+    fn park(&mut self, id: NodeId, p: usize, parked: Parked, at: u64, mut actions: Vec<Action>) {
+        let part = self.part(id, p);
+        let waiter = part.next_waiter;
+        part.next_waiter += 1;
+        part.waiters.insert(waiter, (parked, at));
+        part.replica.await_acks(waiter, at, &mut actions);
+        self.apply_actions(id, p, actions);
     }
 
-    fn on_epoch_answer(&mut self, id: NodeId, leader_epoch: i32, epoch: i32, end: i64) {
+    fn on_epoch_answer(&mut self, id: NodeId, p: usize, leader_epoch: i32, epoch: i32, end: i64) {
         let now = self.now;
-        let broker = self.broker(id);
-        if broker.replica.leader_epoch() != leader_epoch
-            || !matches!(broker.fetching, Fetching::AwaitEpoch { .. })
+        let part = self.part(id, p);
+        if part.replica.leader_epoch() != leader_epoch
+            || !matches!(part.fetching, Fetching::AwaitEpoch { .. })
         {
             return;
         }
-        let local = broker.epoch_end(epoch, None);
+        let local = part.epoch_end(epoch, None);
         let follower = FollowerLog {
-            log_end: broker.log.len() as u64,
-            high_watermark: broker.replica.high_watermark(),
+            log_end: part.log.len() as u64,
+            high_watermark: part.replica.high_watermark(),
         };
         let decision = divergence(local, (epoch, end), follower);
         self.note(|| {
             format!(
-                "broker {id} hears epoch {epoch} ends at {end} at the leader (here {local:?}): \
-                 {decision:?}"
+                "broker {id} hears epoch {epoch} of partition {p} ends at {end} at the leader \
+                 (here {local:?}): {decision:?}"
             )
         });
-        let broker = self.broker(id);
+        let part = self.part(id, p);
         if let Some(cut) = decision.truncation_offset() {
-            if cut < broker.replica.high_watermark() {
+            if cut < part.replica.high_watermark() {
                 // Below what it knows committed: never (no unclean
                 // elections here). It waits for another leader.
                 self.report.refused_truncations += 1;
-                let broker = self.broker(id);
-                broker.fetching = Fetching::Backoff {
+                let part = self.part(id, p);
+                part.fetching = Fetching::Backoff {
                     until: now + 100,
                     then_ask: true,
                 };
                 return;
             }
-            let (end, high_watermark) = (broker.log.len(), broker.replica.high_watermark());
+            let (end, high_watermark) = (part.log.len(), part.replica.high_watermark());
             self.note(|| {
                 format!(
-                    "broker {id} truncates from {end} to {cut} (high watermark {high_watermark})"
+                    "broker {id} truncates partition {p} from {end} to {cut} (high watermark \
+                     {high_watermark})"
                 )
             });
-            let broker = self.broker(id);
-            broker.log.truncate(cut as usize);
-            broker.durable = broker.durable.min(cut as usize);
+            let part = self.part(id, p);
+            part.log.truncate(cut as usize);
+            part.durable = part.durable.min(cut as usize);
             let mut actions = Vec::new();
-            broker.replica.truncated(cut, &mut actions);
-            self.apply_actions(id, actions);
+            part.replica.truncated(cut, &mut actions);
+            self.apply_actions(id, p, actions);
         }
-        let broker = self.broker(id);
-        broker.fetching = match decision {
+        let part = self.part(id, p);
+        part.fetching = match decision {
             Divergence::TruncateAndAskAgain(_) => Fetching::AskEpoch,
             _ => Fetching::Fetch,
         };
     }
 
     fn on_produce(&mut self, id: NodeId, value: u64) {
-        let broker = self.broker(id);
-        if broker.replica.admit_produce(-1).is_err() {
+        let part = self.part(id, 0);
+        if part.replica.admit_produce(-1).is_err() {
             let refused = Message::Produced {
                 value,
                 offset: None,
@@ -1565,7 +1655,7 @@ impl Sim {
             return;
         }
         // The idempotent producer's duplicate: the batch is in the log.
-        if let Some(at) = broker.log.iter().position(|e| e.value == value) {
+        if let Some(at) = part.log.iter().position(|e| e.value == value) {
             let at = at as u64;
             if self.scenario.mutation == Mutation::AnswerDuplicateAtOnce {
                 let answer = Message::Produced {
@@ -1575,25 +1665,27 @@ impl Sim {
                 self.send(id, CLIENT, answer);
                 return;
             }
-            self.park(id, Parked::Produce { value }, at, Vec::new());
+            self.park(id, 0, Parked::Produce { value }, at, Vec::new());
             return;
         }
-        let (at, actions) = self.leader_append(id, value, None);
-        let epoch = self.broker(id).replica.leader_epoch();
+        let (at, actions) = self.leader_append(id, 0, value, None);
+        let epoch = self.part(id, 0).replica.leader_epoch();
         self.note(|| format!("broker {id} appends {value} at {at} in epoch {epoch}"));
-        self.park(id, Parked::Produce { value }, at, actions);
+        self.park(id, 0, Parked::Produce { value }, at, actions);
     }
 
     fn broker_timers(&mut self, id: NodeId) {
         let now = self.now;
-        let broker = self.broker(id);
-        if broker.sync_at.is_some_and(|at| at <= now) {
-            broker.sync_at = None;
-            broker.durable = broker.log.len();
-            let durable = broker.durable as u64;
-            let mut actions = Vec::new();
-            broker.replica.local_durable(durable, &mut actions);
-            self.apply_actions(id, actions);
+        for p in 0..self.partitions.len() {
+            let part = self.part(id, p);
+            if part.sync_at.is_some_and(|at| at <= now) {
+                part.sync_at = None;
+                part.durable = part.log.len();
+                let durable = part.durable as u64;
+                let mut actions = Vec::new();
+                part.replica.local_durable(durable, &mut actions);
+                self.apply_actions(id, p, actions);
+            }
         }
         let broker = self.broker(id);
         if now >= broker.next_heartbeat {
@@ -1612,25 +1704,36 @@ impl Sim {
         let broker = self.broker(id);
         if now >= broker.next_tick {
             broker.next_tick = now + TICK_MS;
-            let mut actions = Vec::new();
-            broker.replica.tick(now, &mut actions);
-            self.apply_actions(id, actions);
+            for p in 0..self.partitions.len() {
+                let mut actions = Vec::new();
+                self.part(id, p).replica.tick(now, &mut actions);
+                self.apply_actions(id, p, actions);
+            }
         }
         // A leader loads its groups as soon as the load rule lets it (in
         // the broker, the first group request after the takeover starts
         // the load): from then on it serves them.
-        if self.broker(id).replica.role() == Role::Leader && self.load_coordinator(id) {
+        if self.part(id, 0).replica.role() == Role::Leader && self.load_coordinator(id) {
             self.group_tick(id);
         }
-        let broker = self.broker(id);
-        let Role::Follower { leader_id } = broker.replica.role() else {
+        for p in 0..self.partitions.len() {
+            self.follow(id, p);
+        }
+    }
+
+    /// A follower's next step on partition `p`: ask where its latest epoch
+    /// ends at the leader, or fetch.
+    fn follow(&mut self, id: NodeId, p: usize) {
+        let now = self.now;
+        let part = self.part(id, p);
+        let Role::Follower { leader_id } = part.replica.role() else {
             return;
         };
         if leader_id < 0 {
             return;
         }
-        let leader_epoch = broker.replica.leader_epoch();
-        let next = match broker.fetching {
+        let leader_epoch = part.replica.leader_epoch();
+        let next = match part.fetching {
             Fetching::Idle => None,
             Fetching::Backoff { until, then_ask } if until <= now => Some(if then_ask {
                 Fetching::AskEpoch
@@ -1646,33 +1749,35 @@ impl Sim {
             _ => None,
         };
         if let Some(next) = next {
-            broker.fetching = next;
+            part.fetching = next;
         }
-        match broker.fetching {
+        match part.fetching {
             Fetching::AskEpoch => {
-                let epoch = broker.log.last().map_or(-1, |e| e.epoch);
+                let epoch = part.log.last().map_or(-1, |e| e.epoch);
                 if epoch < 0 {
-                    broker.fetching = Fetching::Fetch;
+                    part.fetching = Fetching::Fetch;
                     return;
                 }
-                broker.fetching = Fetching::AwaitEpoch { since: now };
+                part.fetching = Fetching::AwaitEpoch { since: now };
                 self.send(
                     id,
                     leader_id,
                     Message::EpochQuery {
+                        partition: p,
                         leader_epoch,
                         epoch,
                     },
                 );
             }
             // A follower's fetch offset promises its log is durable.
-            Fetching::Fetch if broker.durable == broker.log.len() => {
-                let offset = broker.log.len() as u64;
-                broker.fetching = Fetching::AwaitFetch { since: now };
+            Fetching::Fetch if part.durable == part.log.len() => {
+                let offset = part.log.len() as u64;
+                part.fetching = Fetching::AwaitFetch { since: now };
                 self.send(
                     id,
                     leader_id,
                     Message::Fetch {
+                        partition: p,
                         leader_epoch,
                         offset,
                     },
@@ -1941,9 +2046,10 @@ impl Sim {
             return None;
         }
         let leader = &self.brokers[(state.leader - 1) as usize];
+        let replica = &leader.parts[0].replica;
         if !leader.up
-            || leader.replica.role() != Role::Leader
-            || leader.replica.leader_epoch() != state.leader_epoch
+            || replica.role() != Role::Leader
+            || replica.leader_epoch() != state.leader_epoch
         {
             return None;
         }
@@ -1986,30 +2092,37 @@ impl Sim {
             if !broker.up {
                 continue;
             }
-            let replica = &broker.replica;
-            if replica.role() == Role::Leader {
-                let epoch = replica.leader_epoch();
-                let first = *self.leaders.entry(epoch).or_insert(broker.id);
-                if first != broker.id {
+            for (p, part) in broker.parts.iter_mut().enumerate() {
+                let replica = &part.replica;
+                if replica.role() == Role::Leader {
+                    let epoch = replica.leader_epoch();
+                    let first = *self.leaders.entry((p, epoch)).or_insert(broker.id);
+                    if first != broker.id {
+                        return Err(format!(
+                            "brokers {first} and {} both lead partition {p} at leader epoch \
+                             {epoch}",
+                            broker.id
+                        ));
+                    }
+                    if p == 0 {
+                        self.report.leader_epochs = self.report.leader_epochs.max(epoch);
+                    }
+                }
+                let high_watermark = replica.high_watermark();
+                if high_watermark < part.high_watermark_seen {
                     return Err(format!(
-                        "brokers {first} and {} both lead at leader epoch {epoch}",
-                        broker.id
+                        "broker {}'s high watermark of partition {p} went back from {} to \
+                         {high_watermark}",
+                        broker.id, part.high_watermark_seen
                     ));
                 }
-                self.report.leader_epochs = self.report.leader_epochs.max(epoch);
+                part.high_watermark_seen = high_watermark;
             }
-            let high_watermark = replica.high_watermark();
-            if high_watermark < broker.high_watermark_seen {
-                return Err(format!(
-                    "broker {}'s high watermark went back from {} to {high_watermark}",
-                    broker.id, broker.high_watermark_seen
-                ));
-            }
-            broker.high_watermark_seen = high_watermark;
         }
         let state = self.state().clone();
         if state.leader > 0 {
             let leader = &self.brokers[(state.leader - 1) as usize];
+            let part = &leader.parts[0];
             // Every acknowledged record, whenever the leadership changed;
             // those acknowledged since, as they come.
             let leadership = (leader.id, leader.incarnation, state.leader_epoch);
@@ -2019,19 +2132,19 @@ impl Sim {
                 0
             };
             if leader.up
-                && leader.replica.role() == Role::Leader
-                && leader.replica.leader_epoch() == state.leader_epoch
+                && part.replica.role() == Role::Leader
+                && part.replica.leader_epoch() == state.leader_epoch
             {
                 self.checked = (Some(leadership), self.client.acked.len());
                 for (&value, &offset) in self.client.acked.iter().skip(from) {
-                    let held = leader.log.get(offset as usize).map(|e| e.value);
+                    let held = part.log.get(offset as usize).map(|e| e.value);
                     if held != Some(value) {
                         return Err(format!(
                             "record {value}, acknowledged at offset {offset}, is not in the log of \
                              leader {} at epoch {} (it holds {held:?} there, log end {})",
                             leader.id,
                             state.leader_epoch,
-                            leader.log.len()
+                            part.log.len()
                         ));
                     }
                 }
@@ -2041,27 +2154,39 @@ impl Sim {
         if self.now % AGREEMENT_CHECK_MS != 0 {
             return Ok(());
         }
+        for p in 0..self.partitions.len() {
+            self.check_agreement(p)?;
+        }
+        Ok(())
+    }
+
+    /// No two replicas of partition `p` hold different records below
+    /// their high watermarks.
+    fn check_agreement(&self, p: usize) -> Result<(), String> {
         for a in &self.brokers {
             for b in &self.brokers {
                 if a.id >= b.id || !a.up || !b.up {
                     continue;
                 }
-                let below = a.replica.high_watermark().min(b.replica.high_watermark()) as usize;
-                let below = below.min(a.log.len()).min(b.log.len());
-                if a.log[..below] != b.log[..below] {
-                    let at = (0..below).find(|&i| a.log[i] != b.log[i]).unwrap_or(below);
+                let (pa, pb) = (&a.parts[p], &b.parts[p]);
+                let below = pa.replica.high_watermark().min(pb.replica.high_watermark()) as usize;
+                let below = below.min(pa.log.len()).min(pb.log.len());
+                if pa.log[..below] != pb.log[..below] {
+                    let at = (0..below)
+                        .find(|&i| pa.log[i] != pb.log[i])
+                        .unwrap_or(below);
                     return Err(format!(
-                        "brokers {} and {} disagree below their high watermarks ({below}): at \
-                         offset {at}, {:?} against {:?} (high watermarks {} and {}, log ends {} \
-                         and {})",
+                        "brokers {} and {} disagree below their high watermarks ({below}) of \
+                         partition {p}: at offset {at}, {:?} against {:?} (high watermarks {} and \
+                         {}, log ends {} and {})",
                         a.id,
                         b.id,
-                        (a.log[at].epoch, a.log[at].value),
-                        (b.log[at].epoch, b.log[at].value),
-                        a.replica.high_watermark(),
-                        b.replica.high_watermark(),
-                        a.log.len(),
-                        b.log.len()
+                        (pa.log[at].epoch, pa.log[at].value),
+                        (pb.log[at].epoch, pb.log[at].value),
+                        pa.replica.high_watermark(),
+                        pb.replica.high_watermark(),
+                        pa.log.len(),
+                        pb.log.len()
                     ));
                 }
             }
@@ -2088,7 +2213,7 @@ impl Sim {
         }
         let leader = &self.brokers[(state.leader - 1) as usize];
         for (&value, &offset) in &self.client.acked {
-            if leader.log.get(offset as usize).map(|e| e.value) != Some(value) {
+            if leader.parts[0].log.get(offset as usize).map(|e| e.value) != Some(value) {
                 return Err(format!(
                     "record {value}, acknowledged at offset {offset}, is lost (leader {})",
                     leader.id
