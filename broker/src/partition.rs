@@ -17,7 +17,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use protocol::batch::{BatchHeader, RecordBatch};
+use protocol::batch::{BatchHeader, RecordBatch, HEADER_LEN};
 
 use crate::errors;
 use crate::limits::{
@@ -434,8 +434,46 @@ async fn recover_producers(
         }
         from = result.next_offset;
     }
+    forget_cleaned_away_aborts(log, dir, &mut table, replay_from).await?;
     tracing::debug!(dir = %dir.display(), snapshot = snapshot.map_or(-1, |offset| offset as i64), replayed_from = replay_from, log_end = end, idempotent_batches = batches, producers = table.len(), "producer state rebuilt");
     Ok(table)
+}
+
+/// Forgets the aborted transactions a snapshot names whose markers the
+/// cleaner has removed since (a crash between a cleaning and the
+/// snapshot after it): a read_committed fetch naming one would have its
+/// client skip the producer's later records. Only a cleaned log can have
+/// lost markers, and only below where it was cleaned and the snapshot.
+async fn forget_cleaned_away_aborts(
+    log: &Log,
+    dir: &Path,
+    table: &mut ProducerTable,
+    replayed_from: u64,
+) -> Result<(), StorageError> {
+    let cleaned_to = log.cleaned_to().await?;
+    let below = cleaned_to.min(replayed_from);
+    let mut gone = Vec::new();
+    for range in table.aborted_ranges() {
+        if range.marker_offset >= below {
+            continue;
+        }
+        let read = log
+            .read(range.marker_offset, HEADER_LEN, log.next_offset())
+            .await?;
+        let present = BatchHeader::parse(&read.bytes).is_ok_and(|header| {
+            header.is_control()
+                && header.base_offset as u64 == range.marker_offset
+                && header.producer_id == range.producer_id
+        });
+        if !present {
+            gone.push((range.producer_id, range.marker_offset));
+        }
+    }
+    if !gone.is_empty() {
+        tracing::info!(dir = %dir.display(), aborted = gone.len(), "aborted transactions whose markers were cleaned away forgotten");
+        table.forget_aborted(&gone);
+    }
+    Ok(())
 }
 
 fn sorted(ids: &[NodeId]) -> Vec<NodeId> {
@@ -1772,23 +1810,27 @@ impl Partition {
     }
 
     /// What of the log a cleaning may touch now: sealed segments below the
-    /// high watermark (a record that may still be truncated must not make
-    /// an older value of its key go).
+    /// last stable offset (a record that may still be truncated must not
+    /// make an older value of its key go, nor a record of a transaction
+    /// that may still abort).
     pub async fn cleanable(&self, now_ms: i64) -> Option<storage::Cleanable> {
-        let below = u64::try_from(self.high_watermark()).ok()?;
+        let below = u64::try_from(self.last_stable_offset()).ok()?;
         let min_lag_ms = self.compaction.get().min_lag_ms;
         self.log.cleanable(below, now_ms, min_lag_ms).await.ok()
     }
 
     /// One cleaning of this partition's log (see `storage::log::clean`),
-    /// keeping every idempotent producer's last batch.
+    /// keeping every idempotent producer's last batch, removing aborted
+    /// transactions' records and, once `delete.retention.ms` is up, the
+    /// markers of transactions with nothing left (which leave the aborted
+    /// transactions a read_committed fetch names).
     pub async fn clean(
         &self,
         now_ms: i64,
         key_map_entries_max: usize,
         io_bytes_per_second: f64,
     ) -> storage::Result<Option<storage::CleanOutcome>> {
-        let Ok(below) = u64::try_from(self.high_watermark()) else {
+        let Ok(below) = u64::try_from(self.last_stable_offset()) else {
             return Ok(None);
         };
         let compaction = self.compaction.get();
@@ -1799,9 +1841,21 @@ impl Partition {
             delete_retention_ms: compaction.delete_retention_ms,
             key_map_entries_max,
             keep_batches: self.producers.borrow().last_batch_offsets(),
+            aborted: self.producers.borrow().aborted_ranges(),
             io_bytes_per_second,
         };
-        self.log.clean(&options).await
+        let outcome = self.log.clean(&options).await?;
+        if let Some(outcome) = &outcome {
+            if !outcome.markers_removed.is_empty() {
+                self.producers
+                    .borrow_mut()
+                    .forget_aborted(&outcome.markers_removed);
+                // The snapshot stops naming them; were it to fail, the next
+                // start finds their markers gone (`recover_producers`).
+                self.snapshot_producers().await;
+            }
+        }
+        Ok(outcome)
     }
 
     /// Deletes segments past the retention limits.

@@ -12,8 +12,9 @@ use bytes::Bytes;
 use common::run;
 use protocol::batch::build::{self, NewRecord};
 use protocol::batch::{self, BatchHeader, Compression, HEADER_LEN};
+use protocol::control::{self, Marker};
 use protocol::records;
-use storage::{AppendOptions, CleanOptions, Context, Log, ManualClock, SwapMarker};
+use storage::{AbortedRange, AppendOptions, CleanOptions, Context, Log, ManualClock, SwapMarker};
 
 const DAY_MS: i64 = 24 * 3600 * 1000;
 const KEYS: u64 = 200;
@@ -30,6 +31,7 @@ fn options(now_ms: i64, below: u64) -> CleanOptions {
         delete_retention_ms: DAY_MS,
         key_map_entries_max: 1 << 20,
         keep_batches: HashSet::new(),
+        aborted: Vec::new(),
         io_bytes_per_second: f64::MAX,
     }
 }
@@ -529,6 +531,153 @@ fn a_quiet_active_segment_rolls_after_segment_ms_and_becomes_cleanable() {
         assert!(log.cleanable(4, now + 61_000, 0).await.unwrap().dirty_bytes > 0);
         let outcome = log.clean(&options(now + 61_000, 4)).await.unwrap().unwrap();
         assert_eq!((outcome.cleaned_to, outcome.records_removed), (4, 2));
+        log.close().await.unwrap();
+    });
+}
+
+/// Appends one transactional batch of `producer_id` writing `value` to
+/// each key; returns its base offset.
+async fn append_txn(
+    log: &Log,
+    now: i64,
+    producer_id: i64,
+    keys: std::ops::Range<u64>,
+    value: &str,
+) -> u64 {
+    let records: Vec<NewRecord> = keys
+        .map(|k| {
+            plain(
+                Some(format!("k{k}").into_bytes()),
+                Some(value.as_bytes().to_vec()),
+            )
+        })
+        .collect();
+    let mut bytes = build::batch(now - 2 * DAY_MS, &records);
+    batch::set_producer_sequence(&mut bytes, producer_id, 0, 0, true);
+    log.append(Bytes::from(bytes), AppendOptions::default())
+        .await
+        .unwrap()
+        .base_offset
+}
+
+async fn append_marker(log: &Log, now: i64, producer_id: i64, marker: Marker) -> u64 {
+    let bytes = control::marker_batch(producer_id, 0, 0, marker, now - 2 * DAY_MS);
+    log.append(Bytes::from(bytes), AppendOptions::default())
+        .await
+        .unwrap()
+        .base_offset
+}
+
+/// The control batches of the log: (producer id, offset).
+async fn markers(log: &Log) -> Vec<(i64, u64)> {
+    let (_, headers) = stored(log).await;
+    headers
+        .iter()
+        .filter(|h| h.is_control())
+        .map(|h| (h.producer_id, h.base_offset as u64))
+        .collect()
+}
+
+#[test]
+fn aborted_transactions_records_go_and_markers_once_their_transaction_is_gone_and_their_time_up() {
+    let dir = common::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let now = common::BASE_TIMESTAMP + 30 * DAY_MS;
+        let clock = Rc::new(ManualClock::new(now));
+        let ctx = Context::new(Default::default(), clock.clone());
+        let mut config = common::config(16 << 10);
+        config.segment_ms = 1000;
+        let log = Log::open(&ctx, &path, config).await.unwrap();
+        // A: committed, later wholly superseded; B: aborted, over the same
+        // keys (must never make A's or anyone's value go); C and D:
+        // committed, superseding A.
+        append_txn(&log, now, 1, 0..10, "a").await;
+        let marker_a = append_marker(&log, now, 1, Marker::Commit).await;
+        let first_b = append_txn(&log, now, 2, 0..10, "b").await;
+        let marker_b = append_marker(&log, now, 2, Marker::Abort).await;
+        let c = append_txn(&log, now, 1, 0..5, "c").await;
+        let marker_c = append_marker(&log, now, 1, Marker::Commit).await;
+        let d = append_txn(&log, now, 3, 5..10, "d").await;
+        let marker_d = append_marker(&log, now, 3, Marker::Commit).await;
+        clock.advance_ms(2000);
+        let sentinel = log
+            .append(
+                Bytes::from(build::batch(
+                    now,
+                    &[plain(Some(b"s".to_vec()), Some(b"roll".to_vec()))],
+                )),
+                AppendOptions::default(),
+            )
+            .await
+            .unwrap()
+            .base_offset;
+        log.flush().await.unwrap();
+        let end = log.next_offset();
+        let aborted = vec![AbortedRange {
+            producer_id: 2,
+            first_offset: first_b,
+            marker_offset: marker_b,
+        }];
+        let with_aborted = |now_ms| CleanOptions {
+            aborted: aborted.clone(),
+            ..options(now_ms, end)
+        };
+
+        let first = log.clean(&with_aborted(now)).await.unwrap().expect("dirty");
+        assert_eq!(first.cleaned_to, sentinel, "{first:?}");
+        assert_eq!(first.aborted_records_removed, 10, "{first:?}");
+        // B's ten and A's ten (superseded by C and D).
+        assert_eq!(first.records_removed, 20, "{first:?}");
+        assert!(first.markers_removed.is_empty(), "{first:?}");
+        let (kept, _) = stored(&log).await;
+        let values: BTreeMap<u64, String> = kept
+            .iter()
+            .filter(|(_, (key, _))| key.starts_with(b"k"))
+            .map(|(offset, (_, value))| {
+                (*offset, String::from_utf8(value.clone().unwrap()).unwrap())
+            })
+            .collect();
+        let expected: BTreeMap<u64, String> = (0..5)
+            .map(|i| (c + i, "c".to_string()))
+            .chain((0..5).map(|i| (d + i, "d".to_string())))
+            .collect();
+        assert_eq!(values, expected, "C's and D's records, nothing of A or B");
+        // Every marker stays until its time is up.
+        assert_eq!(
+            markers(&log).await,
+            vec![(1, marker_a), (2, marker_b), (1, marker_c), (3, marker_d)]
+        );
+        assert_eq!(log.clean(&with_aborted(now)).await.unwrap(), None);
+
+        // A day later A's and B's markers go (nothing of their
+        // transactions is left), C's and D's stay with their records.
+        clock.advance_ms(DAY_MS as u64 + 1);
+        let later = now + 2000 + DAY_MS + 1;
+        let swept = log
+            .clean(&with_aborted(later))
+            .await
+            .unwrap()
+            .expect("markers due");
+        assert_eq!(
+            swept.markers_removed,
+            vec![(1, marker_a), (2, marker_b)],
+            "{swept:?}"
+        );
+        assert_eq!(swept.records_removed, 0, "{swept:?}");
+        assert_eq!(markers(&log).await, vec![(1, marker_c), (3, marker_d)]);
+        let (after, _) = stored(&log).await;
+        let control_offsets = [marker_a, marker_b];
+        let expected_after: Produced = kept
+            .into_iter()
+            .filter(|(offset, _)| !control_offsets.contains(offset))
+            .collect();
+        assert_eq!(after, expected_after);
+
+        // The same after a restart.
+        log.close().await.unwrap();
+        let log = open(&path, clock.clone()).await;
+        assert_eq!(markers(&log).await, vec![(1, marker_c), (3, marker_d)]);
         log.close().await.unwrap();
     });
 }

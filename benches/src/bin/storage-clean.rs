@@ -173,6 +173,7 @@ async fn fill_and_clean(dir: PathBuf, bytes: u64, versions: u64) -> Result<Clean
         delete_retention_ms: 24 * 3600 * 1000,
         key_map_entries_max: (keys as usize) * 2,
         keep_batches: HashSet::new(),
+        aborted: Vec::new(),
         io_bytes_per_second: f64::MAX,
     };
     let start = Instant::now();

@@ -146,6 +146,29 @@ impl ProducerTable {
         }
     }
 
+    /// The aborted transactions, as the cleaner takes them.
+    pub fn aborted_ranges(&self) -> Vec<storage::AbortedRange> {
+        self.aborted
+            .iter()
+            .map(|txn| storage::AbortedRange {
+                producer_id: txn.producer_id,
+                first_offset: txn.first_offset.max(0) as u64,
+                marker_offset: txn.last_offset.max(0) as u64,
+            })
+            .collect()
+    }
+
+    /// Forgets the aborted transactions whose markers, `(producer id,
+    /// offset)`, the cleaner removed (with every record of them).
+    pub fn forget_aborted(&mut self, markers: &[(i64, u64)]) {
+        let gone: std::collections::HashSet<(i64, i64)> = markers
+            .iter()
+            .map(|&(producer_id, offset)| (producer_id, offset as i64))
+            .collect();
+        self.aborted
+            .retain(|txn| !gone.contains(&(txn.producer_id, txn.last_offset)));
+    }
+
     /// The open transactions, oldest first: (first offset, producer id).
     pub fn open_transactions(&self) -> Vec<(i64, i64)> {
         self.ongoing.iter().copied().collect()

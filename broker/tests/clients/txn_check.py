@@ -28,16 +28,30 @@ CASE:
   verify-loop STATE PARTITIONS  every attempt is visible to read_committed
         whole or not at all, every acknowledged one is, and one attempt
         per transaction is, unless an earlier one ended unknown
+  compacted-produce STATE  on the compacted topic `txn-compacted`, one
+        transactional producer alternately commits and aborts rounds over
+        the same 20 keys (the last committed round over half of them),
+        then a plain record rolls the segment; STATE gets the latest
+        committed value of every key
+  compacted-check STATE  after the cleaner ran: read_uncommitted and
+        read_committed consumers both see exactly the latest committed
+        record of every key (aborted records are gone from the log, not
+        only hidden); `__transaction_state` is compacted
+  compacted-more STATE  the same transactional id commits one more round
+        over every key, and read_committed sees all of it (no aborted
+        transaction whose marker the cleaner removed hides the producer's
+        later records)
 Prints "<case>: ok ..." lines; exits non-zero at the first miss. Every
 wait is bounded by a deadline.
 """
 
+import json
 import os
 import sys
 import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from checks import check, fail
 
 DEADLINE_S = 120
@@ -315,6 +329,94 @@ def verify_loop(bootstrap, state, partitions):
     print(f"verify-loop: ok {len(by_attempt)} attempts visible whole, {len(saved['acked'])} acknowledged all visible")
 
 
+COMPACTED = "txn-compacted"
+COMPACTED_SEGMENT_MS = 2000
+COMPACTED_KEYS = 20
+
+
+def compacted_produce(bootstrap, state_path):
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    config = {
+        "cleanup.policy": "compact",
+        "segment.ms": str(COMPACTED_SEGMENT_MS),
+        "min.cleanable.dirty.ratio": "0.01",
+        "delete.retention.ms": "1000",
+    }
+    admin.create_topics([NewTopic(COMPACTED, 1, 1, config=config)])[COMPACTED].result(DEADLINE_S)
+    p = producer(bootstrap, "compactor")
+    latest, aborted = {}, 0
+    for round_ in range(7):
+        keys = range(COMPACTED_KEYS if round_ < 6 else COMPACTED_KEYS // 2)
+        values = {f"key-{k}": f"round {round_} key {k} " + "v" * k for k in keys}
+        p.begin_transaction()
+        for key, value in values.items():
+            p.produce(COMPACTED, key=key.encode(), value=value.encode(), partition=0)
+        if round_ % 2 == 0:
+            p.commit_transaction(DEADLINE_S)
+            latest.update(values)
+        else:
+            p.flush(DEADLINE_S)
+            p.abort_transaction(DEADLINE_S)
+            aborted += len(values)
+    # segment.ms later, a plain record rolls the segment holding the rest.
+    time.sleep(COMPACTED_SEGMENT_MS / 1000 + 0.5)
+    plain = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    offsets = []
+    plain.produce(COMPACTED, key=b"sentinel", value=b"roll", partition=0,
+                  on_delivery=lambda err, msg: offsets.append(msg.offset() if err is None else err))
+    plain.flush(DEADLINE_S)
+    check(len(offsets) == 1 and isinstance(offsets[0], int), f"compacted-produce: sentinel {offsets}")
+    latest["sentinel"] = "roll"
+    with open(state_path, "w") as f:
+        json.dump(latest, f)
+    print(f"compacted-produce: ok {len(latest) - 1} keys committed, {aborted} records aborted, "
+          f"sentinel at {offsets[0]}")
+
+
+def compacted_visible(bootstrap, isolation):
+    seen = {}
+    for _, offset, key, value in read_all(bootstrap, COMPACTED, 1, isolation):
+        key = key.decode()
+        check(key not in seen, f"compacted ({isolation}): {key} twice (at {offset})")
+        seen[key] = value.decode()
+    return seen
+
+
+def compacted_check(bootstrap, state_path):
+    with open(state_path) as f:
+        latest = json.load(f)
+    for isolation in ["read_uncommitted", "read_committed"]:
+        seen = compacted_visible(bootstrap, isolation)
+        check(seen == latest,
+              f"compacted-check ({isolation}): got {sorted(seen.items())[:4]}..., "
+              f"want {sorted(latest.items())[:4]}... ({len(seen)} vs {len(latest)} keys)")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "__transaction_state")
+    configs = admin.describe_configs([resource])[resource].result(DEADLINE_S)
+    policy = configs["cleanup.policy"].value
+    check(policy == "compact", f"compacted-check: __transaction_state cleanup.policy {policy}")
+    print(f"compacted-check: ok {len(latest)} keys, the latest committed value of each only")
+
+
+def compacted_more(bootstrap, state_path):
+    with open(state_path) as f:
+        latest = json.load(f)
+    p = producer(bootstrap, "compactor")
+    values = {f"key-{k}": f"round 7 key {k}" for k in range(COMPACTED_KEYS)}
+    p.begin_transaction()
+    for key, value in values.items():
+        p.produce(COMPACTED, key=key.encode(), value=value.encode(), partition=0)
+    p.commit_transaction(DEADLINE_S)
+    latest.update(values)
+    # Uncleaned yet: the earlier records of the keys are there too, but
+    # the last of each key is the new round.
+    last = {}
+    for _, _, key, value in read_all(bootstrap, COMPACTED, 1, "read_committed"):
+        last[key.decode()] = value.decode()
+    check(last == latest, f"compacted-more: got {sorted(last.items())[:4]}..., want {sorted(latest.items())[:4]}...")
+    print(f"compacted-more: ok {len(values)} records of a new transaction visible")
+
+
 def main():
     bootstrap, case = sys.argv[1], sys.argv[2]
     args = sys.argv[3:]
@@ -332,6 +434,12 @@ def main():
         loop(bootstrap, int(args[0]), int(args[1]), args[2])
     elif case == "verify-loop":
         verify_loop(bootstrap, args[0], int(args[1]))
+    elif case == "compacted-produce":
+        compacted_produce(bootstrap, args[0])
+    elif case == "compacted-check":
+        compacted_check(bootstrap, args[0])
+    elif case == "compacted-more":
+        compacted_more(bootstrap, args[0])
     else:
         fail(f"unknown case {case}")
 

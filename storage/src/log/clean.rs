@@ -47,6 +47,8 @@ use crate::error::{IoContext, Result, StorageError};
 use crate::file;
 use crate::segment::{self, Segment};
 
+use super::journal_link::journal_tombstone;
+use super::truncate::Truncating;
 use super::*;
 
 /// The cleaner's record of one log (see the module documentation).
@@ -83,6 +85,10 @@ pub struct CleanOptions {
     pub key_map_entries_max: usize,
     /// Base offsets of batches kept even when no record of them remains.
     pub keep_batches: HashSet<u64>,
+    /// The log's aborted transactions (the partition's producer state
+    /// knows them): their records are removed, and their markers once
+    /// `delete.retention.ms` has passed.
+    pub aborted: Vec<AbortedRange>,
     /// What the cleaning reads and writes at most per second
     /// (`f64::INFINITY` or `f64::MAX`: unbounded).
     pub io_bytes_per_second: f64,
@@ -118,8 +124,54 @@ impl Pace {
     }
 }
 
+/// An aborted transaction of a producer: its first offset in the log and
+/// the offset of its abort marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbortedRange {
+    pub producer_id: i64,
+    pub first_offset: u64,
+    pub marker_offset: u64,
+}
+
+/// The aborted transactions of a cleaning, by producer, in offset order.
+struct Aborted {
+    by_producer: HashMap<i64, Vec<(u64, u64)>>,
+}
+
+impl Aborted {
+    fn new(ranges: &[AbortedRange]) -> Self {
+        let mut by_producer: HashMap<i64, Vec<(u64, u64)>> = HashMap::new();
+        for range in ranges {
+            by_producer
+                .entry(range.producer_id)
+                .or_default()
+                .push((range.first_offset, range.marker_offset));
+        }
+        for ranges in by_producer.values_mut() {
+            ranges.sort_unstable();
+        }
+        Aborted { by_producer }
+    }
+
+    /// Whether `header` is a data batch of an aborted transaction (one
+    /// producer's transactions do not overlap: the last to start at or
+    /// before the batch is the only candidate).
+    fn holds(&self, header: &BatchHeader) -> bool {
+        if !header.is_transactional() || header.is_control() {
+            return false;
+        }
+        let base = header.base_offset as u64;
+        self.by_producer
+            .get(&header.producer_id)
+            .is_some_and(|ranges| {
+                let i = ranges.partition_point(|(first, _)| *first <= base);
+                i > 0 && base < ranges[i - 1].1
+            })
+    }
+}
+
 /// What one cleaning did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CleanOutcome {
     /// The first dirty offset before and after.
     pub dirty_from: u64,
@@ -130,6 +182,10 @@ pub struct CleanOutcome {
     pub bytes_written: u64,
     pub records_removed: u64,
     pub tombstones_removed: u64,
+    /// Of the records removed, those of aborted transactions.
+    pub aborted_records_removed: u64,
+    /// The transaction markers removed: (producer id, offset).
+    pub markers_removed: Vec<(i64, u64)>,
 }
 
 /// The cleanable part of a log, for scheduling.
@@ -612,15 +668,7 @@ impl Log {
         now_ms: i64,
         min_lag_ms: i64,
     ) -> Result<(Vec<Source>, CleanerRecord, u64)> {
-        let cached = self.inner.cleaner_record.borrow().clone();
-        let record = match cached {
-            Some(record) => record,
-            None => {
-                let record = CleanerRecord::read(&self.inner.dir).await?;
-                *self.inner.cleaner_record.borrow_mut() = Some(record.clone());
-                record
-            }
-        };
+        let record = self.cleaner_record().await?;
         let s = self.inner.state.borrow();
         let young_after = now_ms.saturating_sub(min_lag_ms.max(0));
         let mut sources = Vec::new();
@@ -638,6 +686,25 @@ impl Log {
         }
         let first_dirty = record.first_dirty.max(s.log_start_offset);
         Ok((sources, record, first_dirty))
+    }
+
+    /// Where the cleaner has got to: offsets below were cleaned at least
+    /// once (0 for a log never cleaned).
+    pub async fn cleaned_to(&self) -> Result<u64> {
+        Ok(self.cleaner_record().await?.first_dirty)
+    }
+
+    /// The cleaner's record, read once and kept.
+    async fn cleaner_record(&self) -> Result<CleanerRecord> {
+        let cached = self.inner.cleaner_record.borrow().clone();
+        match cached {
+            Some(record) => Ok(record),
+            None => {
+                let record = CleanerRecord::read(&self.inner.dir).await?;
+                *self.inner.cleaner_record.borrow_mut() = Some(record.clone());
+                Ok(record)
+            }
+        }
     }
 
     /// How much of the log is cleanable and how much of that is dirty.
@@ -699,6 +766,7 @@ impl Log {
         };
 
         let pace = Pace::new(options.io_bytes_per_second);
+        let aborted = Aborted::new(&options.aborted);
         // 1. The key map of the dirty part.
         let mut map: HashMap<u128, u64> = HashMap::new();
         let mut mapped_to = first_dirty;
@@ -714,7 +782,9 @@ impl Log {
                     full = true;
                     return Ok(());
                 }
-                if !header.is_control() {
+                // An aborted transaction's records are going: none of them
+                // may make an older value of its key go.
+                if !header.is_control() && !aborted.holds(&header) {
                     for record in compact::raw_records(batch, DECOMPRESSED_BYTES_MAX)? {
                         if let Some(key) = &record.key {
                             map.insert(key_hash(key), record.offset as u64);
@@ -755,6 +825,18 @@ impl Log {
         }
         let mut built: Vec<Segment> = Vec::new();
         let mut replaced: Vec<u64> = Vec::new();
+        // Per producer: whether its transaction being read (since its last
+        // marker) has a batch in the cleaned log. A marker goes only when
+        // none does and its `delete.retention.ms` is up (a consumer that
+        // read the transaction's records has had that long to read the
+        // marker too), as Kafka's cleaner does.
+        let mut txn_output: HashMap<i64, bool> = HashMap::new();
+        let marker_expired = |offset: u64| {
+            offset < first_dirty
+                && record.first_cleaned_ms(offset).is_some_and(|at| {
+                    options.now_ms >= at.saturating_add(options.delete_retention_ms.max(0))
+                })
+        };
         let result: Result<()> = async {
             for group in &groups {
                 let base = group[0].base;
@@ -764,14 +846,37 @@ impl Log {
                     let mut kept_batches: Vec<Vec<u8>> = Vec::new();
                     let read = for_each_batch(source, &pace, |_, batch| {
                         let header = BatchHeader::parse(batch)?;
-                        if header.is_control() || header.base_offset as u64 >= rewrite_to {
+                        let base = header.base_offset as u64;
+                        if header.is_control() {
+                            let had_output =
+                                txn_output.remove(&header.producer_id).unwrap_or(false);
+                            if base < rewrite_to && !had_output && marker_expired(base) {
+                                outcome.markers_removed.push((header.producer_id, base));
+                            } else {
+                                kept_batches.push(batch.to_vec());
+                            }
+                            return Ok(());
+                        }
+                        if header.is_transactional() {
+                            txn_output.entry(header.producer_id).or_insert(false);
+                        }
+                        if base >= rewrite_to {
+                            if header.is_transactional() {
+                                txn_output.insert(header.producer_id, true);
+                            }
                             kept_batches.push(batch.to_vec());
                             return Ok(());
                         }
                         let records = compact::raw_records(batch, DECOMPRESSED_BYTES_MAX)?;
                         let total = records.len();
+                        let in_aborted = aborted.holds(&header);
+                        if in_aborted {
+                            outcome.records_removed += total as u64;
+                            outcome.aborted_records_removed += total as u64;
+                        }
                         let kept: Vec<RawRecord> = records
                             .into_iter()
+                            .filter(|_| !in_aborted)
                             .filter(|r| {
                                 let keep =
                                     self::keeps(r, &map, &record, options, first_dirty, mapped_to);
@@ -784,12 +889,17 @@ impl Log {
                                 keep
                             })
                             .collect();
-                        if kept.len() == total {
+                        let written = if kept.len() == total && !in_aborted {
                             kept_batches.push(batch.to_vec());
-                        } else if !kept.is_empty()
-                            || options.keep_batches.contains(&(header.base_offset as u64))
-                        {
+                            true
+                        } else if !kept.is_empty() || options.keep_batches.contains(&base) {
                             kept_batches.push(compact::rebuild(batch, &kept)?);
+                            true
+                        } else {
+                            false
+                        };
+                        if written && header.is_transactional() {
+                            txn_output.insert(header.producer_id, true);
                         }
                         Ok(())
                     })
@@ -839,6 +949,8 @@ impl Log {
             bytes_written = outcome.bytes_written,
             records_removed = outcome.records_removed,
             tombstones_removed = outcome.tombstones_removed,
+            aborted_records_removed = outcome.aborted_records_removed,
+            markers_removed = outcome.markers_removed.len(),
             "log cleaned"
         );
         Ok(Some(outcome))
@@ -867,6 +979,7 @@ impl Log {
             finish_or_undo_swap(&dir)?;
             return Ok(false);
         }
+        self.void_journal_for_swap().await?;
         let marker = SwapMarker {
             old: replaced.clone(),
             new: built.iter().map(|s| s.base_offset).collect(),
@@ -954,6 +1067,36 @@ impl Log {
         })
         .detach();
         Ok(true)
+    }
+
+    /// Journal records name a segment file by path and position: one
+    /// replayed after a crash into a cleaned segment would write bytes the
+    /// cleaning removed back over it. With every byte of the log in its
+    /// segment files and synced, a tombstone voids the log's records, as
+    /// before a truncation.
+    async fn void_journal_for_swap(&self) -> Result<()> {
+        if self.inner.journal.get().is_none() {
+            return Ok(());
+        }
+        let _permit = self.lock_appends().await?;
+        let _truncating = Truncating::new(&self.inner);
+        self.wait_written(self.next_offset()).await?;
+        let files: Vec<(Rc<DmaFile>, PathBuf)> = self
+            .inner
+            .state
+            .borrow()
+            .segments
+            .iter()
+            .map(|s| (s.file.clone(), s.path.clone()))
+            .collect();
+        for (file, path) in files {
+            if let Err(e) = file.fdatasync().await.ctx("fdatasync", &path, 0) {
+                return Err(self.fence(e));
+            }
+        }
+        journal_tombstone(&self.inner)
+            .await
+            .map_err(|e| self.fence(e))
     }
 
     /// Whether every segment based at `bases` is still a sealed one of the log.
