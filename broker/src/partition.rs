@@ -1206,6 +1206,14 @@ impl Partition {
         (!producers.in_txn(producer_id)).then(|| producers.start_verification(producer_id))
     }
 
+    /// Whether the check `token` still stands: no marker of the producer
+    /// was written since it began.
+    pub fn txn_verification_holds(&self, producer_id: i64, token: u64) -> bool {
+        self.producers
+            .borrow()
+            .verification_holds(producer_id, token)
+    }
+
     /// Forgets a check whose batch is not appended (the coordinator
     /// refused it).
     pub fn end_txn_verification(&self, producer_id: i64, token: u64) {

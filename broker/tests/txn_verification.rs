@@ -6,7 +6,10 @@
 //! and appends nothing, so no transaction is left hanging. Requests are
 //! sent as a producer sends them, at fixed versions, over the wire; on a
 //! three-broker cluster the leader asks a coordinator on another broker
-//! (AddPartitionsToTxn v4, verify-only).
+//! (AddPartitionsToTxn v4, verify-only). Offsets committed in a
+//! transaction (TxnOffsetCommit) are checked the same way: without
+//! AddOffsetsToTxn, or after the transaction ended, INVALID_TXN_STATE,
+//! and nothing is left pending.
 
 mod common;
 
@@ -23,17 +26,23 @@ use protocol::kafka_protocol::messages::list_offsets_request::{
     ListOffsetsPartition, ListOffsetsTopic,
 };
 use protocol::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use protocol::kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use protocol::kafka_protocol::messages::txn_offset_commit_request::{
+    TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+};
 use protocol::kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, BrokerId, CreateTopicsRequest, DescribeProducersRequest,
-    EndTxnRequest, FindCoordinatorRequest, InitProducerIdRequest, ListOffsetsRequest,
-    MetadataRequest, ProduceRequest, ProducerId, TopicName, TransactionalId,
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, BrokerId, CreateTopicsRequest,
+    DescribeProducersRequest, EndTxnRequest, FindCoordinatorRequest, GroupId,
+    InitProducerIdRequest, ListOffsetsRequest, MetadataRequest, OffsetFetchRequest, ProduceRequest,
+    ProducerId, TopicName, TransactionalId, TxnOffsetCommitRequest,
 };
 use protocol::kafka_protocol::protocol::StrBytes;
 use test_support::cluster::Cluster;
 
 const TOPIC: &str = "verified";
 const TXN_ID: &str = "verified-producer";
+const GROUP: &str = "verified-group";
 const DEADLINE: Duration = Duration::from_secs(60);
 
 fn name(value: &str) -> StrBytes {
@@ -163,6 +172,63 @@ async fn end_txn(coordinator: &mut Connection, producer_id: i64, epoch: i16, com
     );
 }
 
+/// TxnOffsetCommit of `offset` for partition 0 of the topic: its code.
+async fn txn_offset_commit(
+    group: &mut Connection,
+    producer_id: i64,
+    epoch: i16,
+    offset: i64,
+) -> i16 {
+    let request = TxnOffsetCommitRequest::default()
+        .with_transactional_id(TransactionalId(name(TXN_ID)))
+        .with_group_id(GroupId(name(GROUP)))
+        .with_producer_id(ProducerId(producer_id))
+        .with_producer_epoch(epoch)
+        .with_topics(vec![TxnOffsetCommitRequestTopic::default()
+            .with_name(TopicName(name(TOPIC)))
+            .with_partitions(vec![TxnOffsetCommitRequestPartition::default()
+                .with_partition_index(0)
+                .with_committed_offset(offset)])]);
+    let response = group.call(&request, 3).await.expect("txn offset commit");
+    response.topics[0].partitions[0].error_code
+}
+
+/// The group's committed offset of partition 0 as OffsetFetch with
+/// `require_stable` answers it: (error code, offset).
+async fn stable_offset(group: &mut Connection) -> (i16, i64) {
+    let request = OffsetFetchRequest::default()
+        .with_group_id(GroupId(name(GROUP)))
+        .with_require_stable(true)
+        .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+            .with_name(TopicName(name(TOPIC)))
+            .with_partition_indexes(vec![0])]));
+    let response = group.call(&request, 7).await.expect("offset fetch");
+    let partition = &response.topics[0].partitions[0];
+    (partition.error_code, partition.committed_offset)
+}
+
+/// The group's coordinator.
+async fn group_coordinator(bootstrap: &str) -> String {
+    let mut any = connect(bootstrap.split(',').next().unwrap()).await;
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let found = any
+            .call(
+                &FindCoordinatorRequest::default()
+                    .with_key(name(GROUP))
+                    .with_key_type(0),
+                3,
+            )
+            .await
+            .expect("find coordinator");
+        if found.error_code == codes::NONE {
+            return format!("{}:{}", found.host, found.port);
+        }
+        assert!(Instant::now() < deadline, "no group coordinator found");
+        glommio::timer::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The partition's leader and the transactional id's coordinator.
 async fn find_roles(bootstrap: &str, partition: i32) -> (String, String) {
     let mut any = connect(bootstrap.split(',').next().unwrap()).await;
@@ -268,6 +334,32 @@ async fn scenario(bootstrap: String, partitions: i32, elsewhere: bool) -> String
     assert_eq!(offsets(&mut leader, partition).await, (0, 0));
     assert_eq!(open_transaction(&mut leader, partition, pid).await, -1);
 
+    // Offsets committed in the transaction without AddOffsetsToTxn are
+    // refused, and leave nothing pending; once added, they are taken.
+    let mut group = connect(&group_coordinator(&bootstrap).await).await;
+    assert_eq!(
+        txn_offset_commit(&mut group, pid, epoch, 7).await,
+        codes::INVALID_TXN_STATE,
+        "offsets of a group never added"
+    );
+    assert_eq!(stable_offset(&mut group).await, (codes::NONE, -1));
+    let added = coordinator
+        .call(
+            &AddOffsetsToTxnRequest::default()
+                .with_transactional_id(TransactionalId(name(TXN_ID)))
+                .with_producer_id(ProducerId(pid))
+                .with_producer_epoch(epoch)
+                .with_group_id(GroupId(name(GROUP))),
+            3,
+        )
+        .await
+        .expect("add offsets");
+    assert_eq!(added.error_code, codes::NONE, "add offsets");
+    assert_eq!(
+        txn_offset_commit(&mut group, pid, epoch, 3).await,
+        codes::NONE
+    );
+
     // Added: three batches sent back to back all land, in order (the
     // second and third wait for the first one's check).
     add_partition(&mut coordinator, pid, epoch, partition).await;
@@ -287,8 +379,27 @@ async fn scenario(bootstrap: String, partitions: i32, elsewhere: bool) -> String
     }
     assert_eq!(open_transaction(&mut leader, partition, pid).await, 0);
     end_txn(&mut coordinator, pid, epoch, true).await;
-    // Three records and the commit marker.
+    // Three records and the commit marker; the offsets committed with it.
     assert_eq!(offsets(&mut leader, partition).await, (4, 4));
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let fetched = stable_offset(&mut group).await;
+        if fetched == (codes::NONE, 3) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "committed offsets not stable: {fetched:?}"
+        );
+        glommio::timer::sleep(Duration::from_millis(20)).await;
+    }
+    // The late offsets of the committed transaction are refused too.
+    assert_eq!(
+        txn_offset_commit(&mut group, pid, epoch, 9).await,
+        codes::INVALID_TXN_STATE,
+        "late offsets after commit"
+    );
+    assert_eq!(stable_offset(&mut group).await, (codes::NONE, 3));
 
     // The late write of the committed transaction opens none.
     let late = produce(
@@ -325,7 +436,7 @@ async fn scenario(bootstrap: String, partitions: i32, elsewhere: bool) -> String
     );
     assert_eq!(offsets(&mut leader, partition).await, (6, 6));
     assert_eq!(open_transaction(&mut leader, partition, pid).await, -1);
-    format!("partition {partition} refused 4 unverified writes, appended 4 verified ones")
+    format!("partition {partition} refused 4 unverified writes and 2 unverified offset commits, appended 4 verified ones")
 }
 
 fn run(bootstrap: String, partitions: i32, elsewhere: bool) -> String {

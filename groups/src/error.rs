@@ -50,6 +50,11 @@ pub enum GroupError {
     /// A transactional commit from a producer epoch a newer one fenced.
     #[error("the producer was fenced by a newer one with the same transactional id")]
     ProducerFenced,
+    /// Offsets committed in a transaction whose coordinator does not have
+    /// the group's `__consumer_offsets` partition in it (no
+    /// AddOffsetsToTxn first, or the transaction has ended).
+    #[error("the group's offsets partition is not in the producer's transaction")]
+    InvalidTxnState,
 }
 
 impl GroupError {
@@ -75,6 +80,7 @@ impl GroupError {
             GroupError::InvalidCommitOffsetSize => codes::INVALID_COMMIT_OFFSET_SIZE,
             GroupError::InvalidRequest => codes::INVALID_REQUEST,
             GroupError::ProducerFenced => codes::PRODUCER_FENCED,
+            GroupError::InvalidTxnState => codes::INVALID_TXN_STATE,
         }
     }
 
@@ -117,6 +123,8 @@ mod tests {
             GroupError::OffsetMetadataTooLarge,
             GroupError::InvalidCommitOffsetSize,
             GroupError::InvalidRequest,
+            GroupError::ProducerFenced,
+            GroupError::InvalidTxnState,
         ];
         let codes: std::collections::BTreeSet<i16> = all.iter().map(|e| e.code()).collect();
         assert_eq!(codes.len(), all.len(), "two refusals share a code");

@@ -127,7 +127,7 @@ pub fn produce_code(code: i16, version: i16) -> i16 {
 
 /// Asks `transactional_id`'s coordinator whether `topic`-`partition` is in
 /// `producer`'s ongoing transaction; the refusal's Kafka code otherwise.
-async fn check(
+pub async fn check(
     shard: &Rc<Shard>,
     transactional_id: &str,
     producer: ProducerIdAndEpoch,
