@@ -576,6 +576,7 @@ fn total(snapshots: &[ShardSnapshot]) -> ShardSnapshot {
         all.connections_closed_idle += s.connections_closed_idle;
         all.connections_closed_receive_timeout += s.connections_closed_receive_timeout;
         all.storage.add(&s.storage);
+        all.txn_ends.add(&s.txn_ends);
         for stage in &s.stages {
             match all.stages.iter_mut().find(|t| t.stage == stage.stage) {
                 Some(sum) => sum.add(stage),
@@ -1062,8 +1063,83 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
             e.sample(name, &[("shard", shard)], value(s));
         }
     }
+    render_transactions(&mut e, snapshots, &rows);
     render_topics(&mut e, snapshots, state.config.metrics_partition_labels);
     e.out
+}
+
+/// The transaction coordinators this broker runs (one per
+/// `__transaction_state` partition it leads, labelled with it) and the
+/// ends of transactions counted on each core.
+fn render_transactions(
+    e: &mut Exposition,
+    snapshots: &[ShardSnapshot],
+    rows: &[(String, &ShardSnapshot)],
+) {
+    type CoordinatorFigure = (
+        &'static str,
+        &'static str,
+        fn(&crate::metrics::TxnCoordinatorSnapshot) -> f64,
+    );
+    let per_coordinator: [CoordinatorFigure; 3] = [
+        (
+            "strom_transactions_open",
+            "Transactions open (Ongoing) at the coordinator of a __transaction_state partition this broker leads, by that partition.",
+            |c| c.open as f64,
+        ),
+        (
+            "strom_transactions_oldest_open_seconds",
+            "How long the oldest transaction open at the coordinator has been open (0: none), by __transaction_state partition.",
+            |c| c.oldest_open_ms as f64 / 1000.0,
+        ),
+        (
+            "strom_transactions_markers_pending",
+            "Transactions the coordinator decided (PrepareCommit, PrepareAbort) whose markers are not all written yet, by __transaction_state partition.",
+            |c| c.markers_pending as f64,
+        ),
+    ];
+    for (name, help, value) in per_coordinator {
+        e.family(name, "gauge", help);
+        for s in snapshots {
+            for coordinator in &s.txn_coordinators {
+                let partition = coordinator.partition.to_string();
+                e.sample(name, &[("partition", &partition)], value(coordinator));
+            }
+        }
+    }
+    type EndFigure = (
+        &'static str,
+        &'static str,
+        fn(&crate::metrics::TxnEndsSnapshot) -> u64,
+    );
+    let ends: [EndFigure; 4] = [
+        (
+            "strom_transactions_committed_total",
+            "Transactions this broker's coordinators committed, counted once every marker was written.",
+            |t| t.committed,
+        ),
+        (
+            "strom_transactions_aborted_total",
+            "Transactions this broker's coordinators aborted (by the producer, at a timeout, or to fence it), counted once every marker was written.",
+            |t| t.aborted,
+        ),
+        (
+            "strom_transactions_timed_out_total",
+            "Transactions this broker's coordinators decided to abort because they were open past their transaction.timeout.ms.",
+            |t| t.timed_out,
+        ),
+        (
+            "strom_transactions_aborted_by_operator_total",
+            "Transactions aborted on a partition this broker leads by an operator's WriteTxnMarkers (strom transaction abort, kafka-transactions.sh abort), one per partition.",
+            |t| t.operator_aborts,
+        ),
+    ];
+    for (name, help, value) in ends {
+        e.family(name, "counter", help);
+        for (shard, s) in rows {
+            e.sample(name, &[("shard", shard)], value(&s.txn_ends));
+        }
+    }
 }
 
 /// One topic's (or partition's) figures, summed over the shards.
@@ -1076,6 +1152,7 @@ struct TopicFigures {
     log_start_offset: i64,
     log_end_offset: i64,
     high_watermark: i64,
+    last_stable_offset_lag: i64,
     size_bytes: u64,
     /// This broker leads the partition (one of the topic's, without a
     /// partition label): the log gauges are its.
@@ -1124,6 +1201,7 @@ fn render_topics(e: &mut Exposition, snapshots: &[ShardSnapshot], by_partition: 
             t.log_start_offset += log.log_start_offset;
             t.log_end_offset += log.log_end_offset;
             t.high_watermark += log.high_watermark;
+            t.last_stable_offset_lag += (log.high_watermark - log.last_stable_offset).max(0);
             t.size_bytes += log.size_bytes;
         }
     }
@@ -1165,7 +1243,7 @@ fn render_topics(e: &mut Exposition, snapshots: &[ShardSnapshot], by_partition: 
         }
     }
     type TopicFigure = (&'static str, &'static str, fn(&TopicFigures) -> i64);
-    let figures: [TopicFigure; 8] = [
+    let figures: [TopicFigure; 9] = [
         (
             "strom_topic_bytes_in_total",
             "Record batch bytes produced to the topic (appended).",
@@ -1200,6 +1278,11 @@ fn render_topics(e: &mut Exposition, snapshots: &[ShardSnapshot], by_partition: 
             "strom_topic_high_watermark",
             "High watermark: consumers read up to it, on the partition's leader (summed over the topic's partitions it leads without a partition label).",
             |t| t.high_watermark,
+        ),
+        (
+            "strom_topic_last_stable_offset_lag",
+            "High watermark minus last stable offset, on the partition's leader: records read_committed consumers cannot read yet because a transaction open before them is not decided (summed over the topic's partitions it leads without a partition label).",
+            |t| t.last_stable_offset_lag,
         ),
         (
             "strom_topic_log_size_bytes",

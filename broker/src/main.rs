@@ -38,6 +38,9 @@ enum Command {
     Consume(cli::consume::ConsumeArgs),
     /// List, describe, reset the offsets of and delete consumer groups.
     Group(cli::group::GroupArgs),
+    /// List and describe transactions, show a partition's producers, and
+    /// abort a hanging transaction (as kafka-transactions.sh).
+    Transaction(cli::transaction::TransactionArgs),
     /// Show the cluster's brokers, controller quorum and partition health.
     Cluster(cli::cluster::ClusterArgs),
     /// Show a broker's settings (DescribeConfigs).
@@ -152,6 +155,9 @@ fn main() -> ExitCode {
         Some(Command::Produce(args)) => cli::run("produce", cli::produce::run(args)),
         Some(Command::Consume(args)) => cli::run("consume", cli::consume::run(args)),
         Some(Command::Group(args)) => cli::run("group", cli::group::run(args)),
+        Some(Command::Transaction(args)) => {
+            cli::run("transaction", cli::transaction::run(args))
+        }
         Some(Command::Cluster(args)) => cli::run("cluster", cli::cluster::run(args)),
         Some(Command::Config(args)) => cli::run("config", cli::config::run(args)),
         Some(Command::Status(args)) => cli::status::run(args),

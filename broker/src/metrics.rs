@@ -80,6 +80,12 @@ struct Probe {
     /// (destination broker, api key) -> forwarded requests (load-balancer
     /// mode). Allocates the first time a pair is seen.
     forwarded: RefCell<BTreeMap<(i32, i16), ForwardSnapshot>>,
+    /// The ends of transactions this core's coordinators and partitions
+    /// saw.
+    txn_committed: Cell<u64>,
+    txn_aborted: Cell<u64>,
+    txn_timed_out: Cell<u64>,
+    txn_operator_aborts: Cell<u64>,
 }
 
 impl Probe {
@@ -102,6 +108,10 @@ impl Probe {
             closed_idle: Cell::new(0),
             closed_receive_timeout: Cell::new(0),
             forwarded: RefCell::new(BTreeMap::new()),
+            txn_committed: Cell::new(0),
+            txn_aborted: Cell::new(0),
+            txn_timed_out: Cell::new(0),
+            txn_operator_aborts: Cell::new(0),
         }
     }
 }
@@ -215,6 +225,33 @@ pub fn record_forward(forwarded: Forwarded) {
             .unwrap_or(LATENCY_BOUNDS_US.len());
         counts.latency_buckets[bucket] += 1;
     });
+}
+
+/// Counts a transaction its coordinator ended: committed or aborted,
+/// once every marker of it is written.
+pub fn record_txn_ended(commit: bool) {
+    PROBE.with(|p| {
+        bump(
+            if commit {
+                &p.txn_committed
+            } else {
+                &p.txn_aborted
+            },
+            1,
+        )
+    });
+}
+
+/// Counts a transaction its coordinator decided to abort because it was
+/// open past its timeout.
+pub fn record_txn_timed_out() {
+    PROBE.with(|p| bump(&p.txn_timed_out, 1));
+}
+
+/// Counts a transaction an operator aborted on one partition
+/// (WriteTxnMarkers from outside the coordinators, KIP-664).
+pub fn record_operator_abort() {
+    PROBE.with(|p| bump(&p.txn_operator_aborts, 1));
 }
 
 /// Counts one hop of work to another core.
@@ -394,6 +431,51 @@ pub struct ShardSnapshot {
     /// The stages of replicated batches this core timed.
     #[serde(default)]
     pub stages: Vec<crate::stages::StageSnapshot>,
+    /// The transaction coordinators on this core, one per
+    /// `__transaction_state` partition loaded here.
+    #[serde(default)]
+    pub txn_coordinators: Vec<TxnCoordinatorSnapshot>,
+    /// The ends of transactions counted on this core.
+    #[serde(default)]
+    pub txn_ends: TxnEndsSnapshot,
+}
+
+/// One transaction coordinator (a `__transaction_state` partition this
+/// broker leads) as it stands.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnCoordinatorSnapshot {
+    /// The `__transaction_state` partition.
+    pub partition: i32,
+    /// Transactions open (Ongoing): begun, not yet being ended.
+    pub open: u64,
+    /// How long the oldest of them has been open (0: none open).
+    pub oldest_open_ms: u64,
+    /// Transactions decided (PrepareCommit, PrepareAbort) whose markers
+    /// are not all written yet.
+    pub markers_pending: u64,
+}
+
+/// Transactions ended, counted on one core.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnEndsSnapshot {
+    /// Ended by their coordinator, once every marker was written.
+    pub committed: u64,
+    pub aborted: u64,
+    /// Of the aborts, those decided because the transaction was open past
+    /// its timeout (counted at the decision).
+    pub timed_out: u64,
+    /// Transactions aborted on one partition by an operator.
+    pub operator_aborts: u64,
+}
+
+impl TxnEndsSnapshot {
+    /// Adds the counts of `other`.
+    pub fn add(&mut self, other: &TxnEndsSnapshot) {
+        self.committed += other.committed;
+        self.aborted += other.aborted;
+        self.timed_out += other.timed_out;
+        self.operator_aborts += other.operator_aborts;
+    }
 }
 
 /// Requests of one API a shard forwarded to one other broker.
@@ -435,6 +517,10 @@ pub struct PartitionLogSnapshot {
     pub log_start_offset: i64,
     pub log_end_offset: i64,
     pub high_watermark: i64,
+    /// The offset below which every transaction is decided (the high
+    /// watermark when none is open).
+    #[serde(default)]
+    pub last_stable_offset: i64,
     pub size_bytes: u64,
     /// Whether this broker leads the partition: only the leader reports
     /// the partition's figures, so that a sum over brokers counts each
@@ -550,6 +636,7 @@ pub struct CoreCounters {
     pub connections_closed_idle: u64,
     pub connections_closed_receive_timeout: u64,
     pub forwarded: Vec<ForwardSnapshot>,
+    pub txn_ends: TxnEndsSnapshot,
 }
 
 /// This core's counters as they stand.
@@ -579,6 +666,12 @@ pub fn core_counters() -> CoreCounters {
         connections_closed_idle: p.closed_idle.get(),
         connections_closed_receive_timeout: p.closed_receive_timeout.get(),
         forwarded: p.forwarded.borrow().values().cloned().collect(),
+        txn_ends: TxnEndsSnapshot {
+            committed: p.txn_committed.get(),
+            aborted: p.txn_aborted.get(),
+            timed_out: p.txn_timed_out.get(),
+            operator_aborts: p.txn_operator_aborts.get(),
+        },
     })
 }
 

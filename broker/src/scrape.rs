@@ -1,7 +1,7 @@
 //! A core's answer to the admin thread's scrape: its counters (`metrics`)
 //! plus what it owns (partitions and their logs, connections, hops in
 //! flight, memory pools, the committed offsets of the groups it
-//! coordinates), as one [`ShardSnapshot`].
+//! coordinates, its transaction coordinators), as one [`ShardSnapshot`].
 
 use std::rc::Rc;
 
@@ -35,6 +35,7 @@ pub fn snapshot(shard: &Shard) -> ShardSnapshot {
                 log_start_offset: partition.log_start_offset(),
                 log_end_offset: log.next_offset() as i64,
                 high_watermark: partition.high_watermark(),
+                last_stable_offset: partition.last_stable_offset(),
                 size_bytes: log.size_bytes(),
                 leader,
             });
@@ -71,6 +72,8 @@ pub fn snapshot(shard: &Shard) -> ShardSnapshot {
         stages: crate::stages::snapshot(),
         cleaner: crate::compaction::stats(),
         cleaner_logs: crate::compaction::logs(),
+        txn_coordinators: crate::txn::manager::coordinator_figures(shard),
+        txn_ends: counters.txn_ends,
     }
 }
 

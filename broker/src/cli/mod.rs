@@ -1,6 +1,6 @@
 //! The admin and console tools of the `strom` binary (`strom topic`,
-//! `strom produce`, `strom consume`, `strom group`, `strom config`,
-//! `strom cluster`), built
+//! `strom produce`, `strom consume`, `strom group`, `strom transaction`,
+//! `strom config`, `strom cluster`), built
 //! on `protocol::client`, `protocol::admin` and `protocol::consumer_protocol`
 //! (not on the broker's internals), so they work against any Kafka broker;
 //! only `strom repair`, `strom status` and `strom log dump` read the
@@ -35,6 +35,7 @@ pub mod repair;
 pub mod retry;
 pub mod status;
 pub mod topic;
+pub mod transaction;
 
 use std::future::Future;
 use std::io::Write;

@@ -370,6 +370,7 @@ pub async fn finish_markers(shard: &Rc<Shard>, partition: i32, markers: txn::coo
         }
         let failed = markers::write(shard, &left).await;
         if failed.is_empty() {
+            crate::metrics::record_txn_ended(markers.commit);
             break;
         }
         attempt += 1;
@@ -457,6 +458,7 @@ async fn abort_timed_out(shard: &Rc<Shard>, partition: i32) {
         tracing::info!(partition, transactional_id = %id, "transaction timed out: aborting it and fencing its producer");
         match commit_plan(shard, partition, plan).await {
             Ok(AfterAppend::Fenced(markers) | AfterAppend::Ended(markers)) => {
+                crate::metrics::record_txn_timed_out();
                 spawn_markers(shard, partition, markers)
             }
             Ok(_) => {}
@@ -484,4 +486,44 @@ async fn expire_ids(shard: &Rc<Shard>, partition: i32) {
             }
         }
     }
+}
+
+/// The figures of this core's loaded coordinators, for `/metrics`: per
+/// `__transaction_state` partition, the transactions open and the age
+/// of the oldest, and those decided whose markers are being written.
+pub fn coordinator_figures(shard: &Shard) -> Vec<crate::metrics::TxnCoordinatorSnapshot> {
+    let now = shard.now_ms();
+    let coordinators = shard.transactions.coordinators.borrow();
+    let mut figures: Vec<crate::metrics::TxnCoordinatorSnapshot> = coordinators
+        .iter()
+        .filter(|(_, coordinator)| !coordinator.is_loading())
+        .map(|(&partition, coordinator)| {
+            let mut figure = crate::metrics::TxnCoordinatorSnapshot {
+                partition,
+                ..Default::default()
+            };
+            let mut oldest_start_ms: Option<i64> = None;
+            for (_, metadata) in coordinator.transactions() {
+                match metadata.state {
+                    txn::state::TxnState::Ongoing => {
+                        figure.open += 1;
+                        oldest_start_ms =
+                            Some(oldest_start_ms.map_or(metadata.txn_start_ms, |oldest| {
+                                oldest.min(metadata.txn_start_ms)
+                            }));
+                    }
+                    txn::state::TxnState::PrepareCommit | txn::state::TxnState::PrepareAbort => {
+                        figure.markers_pending += 1
+                    }
+                    _ => {}
+                }
+            }
+            figure.oldest_open_ms = oldest_start_ms.map_or(0, |start| {
+                u64::try_from(now.saturating_sub(start)).unwrap_or(0)
+            });
+            figure
+        })
+        .collect();
+    figures.sort_by_key(|figure| figure.partition);
+    figures
 }

@@ -6,11 +6,23 @@
 //! connection of its own. A marker on a `__consumer_offsets` partition
 //! also completes the offsets its group coordinator staged for the
 //! transaction.
+//!
+//! WriteTxnMarkers also comes from operators: KIP-664's abort of a
+//! hanging transaction (`strom transaction abort`,
+//! `kafka-transactions.sh abort`). A coordinator's request carries a
+//! tagged field of Strom's ([`FROM_COORDINATOR_TAG`]); one without it is
+//! an operator's and is held to [`check_operator_abort`] on the
+//! partition's core before anything is written: only an abort, of a
+//! producer the partition knows, at its epoch there, whose transaction
+//! is open there. A coordinator's marker needs none of that: it may end
+//! a transaction that never wrote to the partition, or fence a producer
+//! at a newer epoch, and it must be written all the same.
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use kafka_protocol::messages::write_txn_markers_request::{
     WritableTxnMarker, WritableTxnMarkerTopic,
 };
@@ -27,6 +39,7 @@ use crate::cluster::links;
 use crate::errors;
 use crate::limits::TXN_MARKERS_WAIT_MS;
 use crate::metadata::OFFSETS_TOPIC;
+use crate::producer_state::ProducerView;
 use crate::shard::Shard;
 use crate::sync::join_all;
 
@@ -34,6 +47,11 @@ type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + 
 
 pub const VERSION_MIN: i16 = 1;
 pub const VERSION_MAX: i16 = 1;
+
+/// The tagged field (unknown to Kafka, which skips it) that marks a
+/// WriteTxnMarkers as a transaction coordinator's; its value is the
+/// sending broker's node id (4 bytes, big-endian).
+pub const FROM_COORDINATOR_TAG: i32 = 0x5354;
 
 /// One transaction's end, to be marked on its partitions.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,7 +89,15 @@ pub async fn write(shard: &Rc<Shard>, job: &MarkerJob) -> Vec<((String, i32), i1
             .map(|(core, topic, partition)| {
                 let job = job.clone();
                 Box::pin(async move {
-                    let code = write_on_core(shard, core, job, topic.clone(), partition).await;
+                    let code = write_on_core(
+                        shard,
+                        core,
+                        job,
+                        topic.clone(),
+                        partition,
+                        Sender::Coordinator,
+                    )
+                    .await;
                     ((topic, partition), code)
                 }) as BoxFuture<'_, _>
             })
@@ -98,18 +124,43 @@ pub async fn write(shard: &Rc<Shard>, job: &MarkerJob) -> Vec<((String, i32), i1
     failed
 }
 
+/// Who asked for a marker: a transaction coordinator (this broker's, or
+/// another's through WriteTxnMarkers with [`FROM_COORDINATOR_TAG`]), or
+/// an operator aborting a hanging transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sender {
+    Coordinator,
+    Operator,
+}
+
 async fn write_on_core(
     shard: &Rc<Shard>,
     core: usize,
     job: MarkerJob,
     topic: String,
     index: i32,
+    sender: Sender,
 ) -> i16 {
     shard
         .run_on(core, move |owner| async move {
             let Some(partition) = owner.partition(&topic, index) else {
                 return errors::NOT_LEADER_OR_FOLLOWER;
             };
+            if sender == Sender::Operator {
+                // Checked and written with no wait between: the marker's
+                // append starts from the state that was checked.
+                if !partition.is_leader() {
+                    return errors::NOT_LEADER_OR_FOLLOWER;
+                }
+                let state = PartitionTxns {
+                    producers: partition.producers(),
+                    open: partition.open_transactions(),
+                };
+                if let Err(code) = check_operator_abort(&job, &state) {
+                    tracing::warn!(%topic, partition = index, producer_id = job.producer_id, producer_epoch = job.producer_epoch, code, "an operator's transaction marker refused; nothing written");
+                    return code;
+                }
+            }
             let code = partition
                 .write_marker(
                     job.producer_id,
@@ -122,9 +173,51 @@ async fn write_on_core(
             if code == errors::NONE && topic == OFFSETS_TOPIC {
                 crate::group::manager::complete_txn(&owner, index, job.producer_id, job.commit);
             }
+            if code == errors::NONE && sender == Sender::Operator {
+                tracing::info!(%topic, partition = index, producer_id = job.producer_id, producer_epoch = job.producer_epoch, coordinator_epoch = job.coordinator_epoch, "an operator aborted a transaction open on this partition");
+                crate::metrics::record_operator_abort();
+            }
             code
         })
         .await
+}
+
+/// What an operator's marker is checked against: the partition's
+/// producers as DescribeProducers shows them, and its open transactions
+/// as (first offset, producer id).
+struct PartitionTxns {
+    producers: Vec<ProducerView>,
+    open: Vec<(i64, i64)>,
+}
+
+/// Whether an operator's marker may be written: an abort (ending a
+/// transaction as committed from outside its coordinator would make
+/// half of it visible), with a coordinator epoch (Kafka's tool sends 0
+/// when DescribeProducers names none), of a producer the partition
+/// knows, at its epoch here (an older one is a zombie's, a newer one
+/// would fence the producer on this partition alone), whose transaction
+/// is open here. Else the Kafka code to answer: INVALID_REQUEST,
+/// UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_EPOCH or INVALID_TXN_STATE.
+fn check_operator_abort(job: &MarkerJob, state: &PartitionTxns) -> Result<(), i16> {
+    if job.commit || job.coordinator_epoch < 0 {
+        return Err(errors::INVALID_REQUEST);
+    }
+    // A producer known only by a coordinator's transactional write
+    // (offsets sent to a transaction) has no epoch here to check against.
+    let Some(producer) = state
+        .producers
+        .iter()
+        .find(|p| p.producer_id == job.producer_id)
+    else {
+        return Err(crate::producer_state::UNKNOWN_PRODUCER_ID);
+    };
+    if producer.epoch != job.producer_epoch {
+        return Err(errors::INVALID_PRODUCER_EPOCH);
+    }
+    if !state.open.iter().any(|&(_, id)| id == job.producer_id) {
+        return Err(errors::INVALID_TXN_STATE);
+    }
+    Ok(())
 }
 
 async fn write_remote(
@@ -152,7 +245,12 @@ async fn write_remote(
                 })
                 .collect(),
         );
-    let request = WriteTxnMarkersRequest::default().with_markers(vec![marker]);
+    let request = WriteTxnMarkersRequest::default()
+        .with_markers(vec![marker])
+        .with_unknown_tagged_fields(BTreeMap::from([(
+            FROM_COORDINATOR_TAG,
+            Bytes::copy_from_slice(&shard.config.node_id.to_be_bytes()),
+        )]));
     match links::write_txn_markers(shard, broker, request).await {
         Ok(response) => {
             let mut codes: BTreeMap<(String, i32), i16> = partitions
@@ -176,10 +274,19 @@ async fn write_remote(
     }
 }
 
-/// WriteTxnMarkers from a transaction coordinator: each marker written on
-/// the partitions this broker leads (others: NOT_LEADER_OR_FOLLOWER).
+/// WriteTxnMarkers: each marker written on the partitions this broker
+/// leads (others: NOT_LEADER_OR_FOLLOWER); from a transaction coordinator
+/// as it is, from an operator once [`check_operator_abort`] allows it.
 pub async fn handle(shard: &Rc<Shard>, request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse {
     let image = shard.metadata.image();
+    let sender = if request
+        .unknown_tagged_fields
+        .contains_key(&FROM_COORDINATOR_TAG)
+    {
+        Sender::Coordinator
+    } else {
+        Sender::Operator
+    };
     let mut markers = Vec::with_capacity(request.markers.len());
     for marker in request.markers {
         let job = MarkerJob {
@@ -198,7 +305,7 @@ pub async fn handle(shard: &Rc<Shard>, request: WriteTxnMarkersRequest) -> Write
                 let name = name.clone();
                 writes.push(Box::pin(async move {
                     let code = match place {
-                        Ok(core) => write_on_core(shard, core, job, name, index).await,
+                        Ok(core) => write_on_core(shard, core, job, name, index, sender).await,
                         Err(why) => errors::not_served(why),
                     };
                     (slot, index, code)
@@ -224,4 +331,82 @@ pub async fn handle(shard: &Rc<Shard>, request: WriteTxnMarkersRequest) -> Write
         );
     }
     WriteTxnMarkersResponse::default().with_markers(markers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Producer 7 at epoch 2 has a transaction open from offset 10;
+    /// producer 8 at epoch 0 has none.
+    fn partition() -> PartitionTxns {
+        let view = |producer_id, epoch, current_txn_start_offset| ProducerView {
+            producer_id,
+            epoch,
+            last_sequence: 4,
+            last_timestamp_ms: 1_000,
+            current_txn_start_offset,
+        };
+        PartitionTxns {
+            producers: vec![view(7, 2, 10), view(8, 0, -1)],
+            open: vec![(10, 7)],
+        }
+    }
+
+    fn check(producer_id: i64, producer_epoch: i16, coordinator_epoch: i32, commit: bool) -> i16 {
+        let job = MarkerJob {
+            producer_id,
+            producer_epoch,
+            coordinator_epoch,
+            commit,
+            partitions: Vec::new(),
+        };
+        match check_operator_abort(&job, &partition()) {
+            Ok(()) => errors::NONE,
+            Err(code) => code,
+        }
+    }
+
+    #[test]
+    fn an_operator_may_only_abort_an_open_transaction_of_a_known_producer_at_its_epoch() {
+        let unknown = crate::producer_state::UNKNOWN_PRODUCER_ID;
+        // (producer id, producer epoch, coordinator epoch, commit) -> code
+        let cases = [
+            ((7, 2, 0, false), errors::NONE),
+            ((7, 2, 5, false), errors::NONE),
+            ((7, 2, 0, true), errors::INVALID_REQUEST),
+            ((7, 2, -1, false), errors::INVALID_REQUEST),
+            ((7, 1, 0, false), errors::INVALID_PRODUCER_EPOCH),
+            ((7, 3, 0, false), errors::INVALID_PRODUCER_EPOCH),
+            ((8, 0, 0, false), errors::INVALID_TXN_STATE),
+            ((9, 0, 0, false), unknown),
+        ];
+        for ((producer_id, epoch, coordinator_epoch, commit), expected) in cases {
+            assert_eq!(
+                check(producer_id, epoch, coordinator_epoch, commit),
+                expected,
+                "producer {producer_id} epoch {epoch} coordinator epoch {coordinator_epoch} commit {commit}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_producer_with_an_open_transaction_but_no_epoch_here_is_refused() {
+        // Known only by a coordinator's transactional write: no view.
+        let state = PartitionTxns {
+            producers: Vec::new(),
+            open: vec![(3, 7)],
+        };
+        let job = MarkerJob {
+            producer_id: 7,
+            producer_epoch: 0,
+            coordinator_epoch: 0,
+            commit: false,
+            partitions: Vec::new(),
+        };
+        assert_eq!(
+            check_operator_abort(&job, &state),
+            Err(crate::producer_state::UNKNOWN_PRODUCER_ID)
+        );
+    }
 }
