@@ -72,7 +72,7 @@ pub fn snapshot(shard: &Shard) -> ShardSnapshot {
         stages: crate::stages::snapshot(),
         cleaner: crate::compaction::stats(),
         cleaner_logs: crate::compaction::logs(),
-        txn_coordinators: crate::txn::manager::coordinator_figures(shard),
+        txn_coordinators: shard.transactions.figures(shard.now_ms()),
         txn_ends: counters.txn_ends,
     }
 }
