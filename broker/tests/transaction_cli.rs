@@ -930,3 +930,50 @@ fn in_a_cluster_the_tools_find_coordinators_and_leaders_and_coordinators_markers
         assert_eq!(payloads(&committed[&p]), before[&p], "partition {p}");
     }
 }
+
+#[test]
+fn each_transaction_tool_explains_itself_in_its_help() {
+    let cases: [(&[&str], &[&str]); 5] = [
+        (
+            &["transaction", "--help"],
+            &["list", "describe", "describe-producers", "abort"],
+        ),
+        (
+            &["transaction", "list", "--help"],
+            &[
+                "--state",
+                "--producer-id",
+                "--duration-filter",
+                "--format",
+                "--bootstrap",
+            ],
+        ),
+        (
+            &["transaction", "describe", "--help"],
+            &["<TRANSACTIONAL_ID>", "--format"],
+        ),
+        (
+            &["transaction", "describe-producers", "--help"],
+            &["--topic", "--partition", "CurrentTransactionStartOffset"],
+        ),
+        (
+            &["transaction", "abort", "--help"],
+            &[
+                "KIP-664",
+                "--start-offset",
+                "--producer-id",
+                "--producer-epoch",
+                "--coordinator-epoch",
+                "strom transaction abort --topic orders --partition 0 --start-offset 1200",
+            ],
+        ),
+    ];
+    for (args, mentions) in cases {
+        let output = strom_at(None, args, None);
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        let help = String::from_utf8(output.stdout).unwrap();
+        for mention in mentions {
+            assert!(help.contains(mention), "{args:?} lacks {mention}:\n{help}");
+        }
+    }
+}

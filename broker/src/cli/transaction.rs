@@ -63,6 +63,21 @@ const STATES: [&str; 8] = [
     "PrepareEpochFence",
 ];
 
+/// What `abort --help` ends with.
+const ABORT_EXAMPLES: &str = "\
+Examples:
+  # Which transaction holds orders-0's last stable offset back:
+  strom transaction describe-producers --topic orders --partition 0
+  # Abort the one that starts at offset 1200 there:
+  strom transaction abort --topic orders --partition 0 --start-offset 1200
+  # Or name its producer as describe-producers shows it:
+  strom transaction abort --topic orders --partition 0 \\
+      --producer-id 4000 --producer-epoch 3 --coordinator-epoch 0
+
+Refused, with nothing written: an offset where no open transaction starts, a producer the
+leader does not know, one without a transaction open on the partition, or another epoch
+than its own.";
+
 #[derive(Args, Debug)]
 pub struct TransactionArgs {
     #[command(subcommand)]
@@ -93,6 +108,7 @@ enum TransactionCommand {
     /// Meant for a transaction its coordinator no longer ends; one the
     /// coordinator still knows is aborted here only, and its other
     /// partitions are left as they are.
+    #[command(after_help = ABORT_EXAMPLES)]
     Abort(AbortArgs),
 }
 
@@ -153,8 +169,11 @@ struct ProducersArgs {
     /// The partition.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(0..))]
     partition: i32,
-    /// How to print: `text`, a header then one tab-separated line per
-    /// producer (`-` for none), or `json`: {"producers": [{"producer_id",
+    /// How to print: `text`, a header (ProducerId, ProducerEpoch,
+    /// LatestCoordinatorEpoch, LastSequence, LastTimestamp,
+    /// CurrentTransactionStartOffset, as kafka-transactions.sh) then one
+    /// tab-separated line per producer (`-` for none), or `json`:
+    /// {"producers": [{"producer_id",
     /// "producer_epoch", "coordinator_epoch", "last_sequence",
     /// "last_timestamp_ms", "current_transaction_start_offset"}]} (null:
     /// none).
