@@ -824,7 +824,21 @@ async fn check_coordinators(
             target.producer_id
         );
     }
-    for t in listed.values() {
+    for note in coordinators_verdict(listed.values(), at)? {
+        eprintln!("strom transaction: note: {note}");
+    }
+    Ok(())
+}
+
+/// What the coordinators' listing of the producer means for an abort on
+/// `at`: an error while one is committing its transaction, else a note
+/// for each that still has it open.
+fn coordinators_verdict<'a>(
+    listed: impl IntoIterator<Item = &'a Listed>,
+    at: &str,
+) -> anyhow::Result<Vec<String>> {
+    let mut notes = Vec::new();
+    for t in listed {
         match t.state.as_str() {
             "PrepareCommit" => bail!(
                 "transactional id {} (coordinator {}) is committing producer {}'s transaction: its commit \
@@ -833,16 +847,16 @@ async fn check_coordinators(
                 t.coordinator,
                 t.producer_id
             ),
-            "Ongoing" | "PrepareAbort" | "PrepareEpochFence" => eprintln!(
-                "strom transaction: note: transactional id {} (coordinator {}) still has producer {}'s \
-                 transaction {}: it is aborted on {at} only, and its coordinator ends it at its timeout \
-                 or when its producer does",
+            "Ongoing" | "PrepareAbort" | "PrepareEpochFence" => notes.push(format!(
+                "transactional id {} (coordinator {}) still has producer {}'s transaction {}: it is \
+                 aborted on {at} only, and its coordinator ends it at its timeout or when its producer \
+                 does",
                 t.transactional_id, t.coordinator, t.producer_id, t.state
-            ),
+            )),
             _ => {}
         }
     }
-    Ok(())
+    Ok(notes)
 }
 
 async fn abort(args: &AbortArgs) -> anyhow::Result<()> {
@@ -1025,5 +1039,35 @@ mod tests {
         }
         let none_open = target(Wanted::StartOffset(0), &[producer(8, 0, None)], "t-0");
         assert!(format!("{:#}", none_open.unwrap_err()).ends_with("no transaction is open on t-0"));
+    }
+
+    #[test]
+    fn an_abort_is_refused_while_a_coordinator_commits_and_noted_while_one_has_it_open() {
+        let listed = |state: &str| Listed {
+            transactional_id: "app".to_string(),
+            coordinator: 2,
+            producer_id: 7,
+            state: state.to_string(),
+        };
+        for state in ["Empty", "CompleteCommit", "CompleteAbort", "Dead"] {
+            assert!(coordinators_verdict([&listed(state)], "t-0")
+                .unwrap()
+                .is_empty());
+        }
+        for state in ["Ongoing", "PrepareAbort", "PrepareEpochFence"] {
+            assert_eq!(
+                coordinators_verdict([&listed(state)], "t-0").unwrap(),
+                [format!(
+                    "transactional id app (coordinator 2) still has producer 7's transaction {state}: \
+                     it is aborted on t-0 only, and its coordinator ends it at its timeout or when its \
+                     producer does"
+                )]
+            );
+        }
+        let committing =
+            coordinators_verdict([&listed("Ongoing"), &listed("PrepareCommit")], "t-0");
+        assert!(format!("{:#}", committing.unwrap_err()).starts_with(
+            "transactional id app (coordinator 2) is committing producer 7's transaction"
+        ));
     }
 }
