@@ -341,6 +341,10 @@ pub async fn offset_for_leader_epoch(
     }
 }
 
+/// The AddPartitionsToTxn version a partition leader asks a coordinator at
+/// (the first of the brokers' batched form).
+const ADD_PARTITIONS_VERIFY_VERSION: i16 = 4;
+
 /// Asks the transaction coordinator on `broker` whether partitions are in
 /// producers' transactions (AddPartitionsToTxn v4 with `verify_only`, as
 /// Kafka's partition leaders ask before a producer's first transactional
@@ -350,7 +354,7 @@ pub async fn add_partitions_to_txn(
     broker: i32,
     request: AddPartitionsToTxnRequest,
 ) -> Result<AddPartitionsToTxnResponse, ForwardError> {
-    let version = crate::handlers::transactions::ADD_PARTITIONS_BROKER_VERSION;
+    let version = ADD_PARTITIONS_VERIFY_VERSION;
     match call(shard, broker, Call::AddPartitionsToTxn(request, version)).await? {
         Reply::AddPartitionsToTxn(response) => Ok(response),
         _ => Err(other_kind(broker, ApiKey::AddPartitionsToTxn)),

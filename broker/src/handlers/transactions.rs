@@ -38,8 +38,6 @@ pub const ADD_PARTITIONS_VERSION_MAX: i16 = 5;
 /// From this AddPartitionsToTxn version a request batches transactions
 /// (brokers' form, with `verify_only`).
 const BATCHED_VERSION_MIN: i16 = 4;
-/// The version a partition leader asks a coordinator at.
-pub const ADD_PARTITIONS_BROKER_VERSION: i16 = 4;
 /// Transactions in one batched AddPartitionsToTxn.
 const ADD_PARTITIONS_TRANSACTIONS_MAX: usize = 1000;
 pub const ADD_OFFSETS_VERSION_MAX: i16 = 3;
