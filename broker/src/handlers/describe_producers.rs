@@ -1,8 +1,9 @@
-//! DescribeProducers (61), version 0: each partition's idempotent producers
-//! (id, epoch, last sequence, last append time), read from its producer
-//! state on the owning core. There are no transactions: coordinator epoch
-//! and current transaction start offset are -1, as Kafka reports them for
-//! a producer outside a transaction.
+//! DescribeProducers (61), version 0: each partition's idempotent and
+//! transactional producers (id, epoch, last sequence, last append time,
+//! and the first offset of the producer's open transaction here, -1
+//! outside one), read from its producer state on the owning core. The
+//! coordinator epoch is -1: a partition does not keep the epoch of the
+//! coordinator that wrote a producer's last marker.
 
 use std::rc::Rc;
 
