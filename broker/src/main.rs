@@ -155,9 +155,7 @@ fn main() -> ExitCode {
         Some(Command::Produce(args)) => cli::run("produce", cli::produce::run(args)),
         Some(Command::Consume(args)) => cli::run("consume", cli::consume::run(args)),
         Some(Command::Group(args)) => cli::run("group", cli::group::run(args)),
-        Some(Command::Transaction(args)) => {
-            cli::run("transaction", cli::transaction::run(args))
-        }
+        Some(Command::Transaction(args)) => cli::run("transaction", cli::transaction::run(args)),
         Some(Command::Cluster(args)) => cli::run("cluster", cli::cluster::run(args)),
         Some(Command::Config(args)) => cli::run("config", cli::config::run(args)),
         Some(Command::Status(args)) => cli::status::run(args),
