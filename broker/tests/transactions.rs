@@ -82,8 +82,8 @@ fn a_transaction_left_open_is_aborted_after_its_timeout() {
     );
 }
 
-/// The transactions of a three-broker cluster: topics with three replicas,
-/// `__transaction_state` too; the 12 partitions' leaders are spread over
+/// The transactions of a three-broker cluster: 3 topics x 4 partitions with
+/// three replicas, `__transaction_state` too; the 12 partitions' leaders are spread over
 /// the brokers, so the coordinator writes most markers through
 /// WriteTxnMarkers to the others.
 #[test]
@@ -92,11 +92,11 @@ fn transactions_commit_and_abort_across_a_cluster() {
     let bootstrap = cluster.bootstrap();
     let out = run_python(
         "txn_check.py",
-        &[&bootstrap, "commit-abort", "2", "6", "3"],
+        &[&bootstrap, "commit-abort", "3", "4", "3"],
         SCRIPT_DEADLINE,
     );
     assert!(
-        out.contains("commit-abort: ok 2 topics x 6 partitions, 600 committed, 300 aborted"),
+        out.contains("commit-abort: ok 3 topics x 4 partitions, 600 committed, 300 aborted"),
         "{out}"
     );
 }
