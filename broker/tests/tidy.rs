@@ -144,6 +144,7 @@ fn crates_depend_on_each_other_as_the_design_says() {
                 "strom-storage",
                 "strom-replication",
                 "strom-groups",
+                "strom-txn",
             ][..],
         ),
         (

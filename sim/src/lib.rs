@@ -6,26 +6,39 @@
 //! code is the product's own: the controller's decisions on heartbeats,
 //! fencing and ISR changes are `replication::placement`'s, its brokers'
 //! sessions `replication::sessions`', applied to a
-//! real `MetadataImage`; each broker's partition is a real `ReplicaState`;
-//! a follower's truncation is `replica::divergence`. What the simulator
-//! writes itself is the edge the broker's I/O code is: sending, timers,
-//! the disk, and an idempotent client producing with acks=all and
-//! resending a request that timed out.
+//! real `MetadataImage`; each broker's copy of each partition is a real
+//! `ReplicaState`; a follower's truncation is `replica::divergence`. What
+//! the simulator writes itself is the edge the broker's I/O code is:
+//! sending, timers, the disk, and an idempotent client producing with
+//! acks=all and resending a request that timed out.
 //!
-//! The partition is also a `__consumer_offsets` partition: its leader runs
-//! the real group coordinator (`groups::coordinator`), takes over by the
-//! real load rule and replay (`groups::load`), and writes each offset
-//! commit as a real Kafka offset record (`groups::records`) into the log,
-//! answering it once `acks=all` holds. A consumer is a member of a group
-//! there: it joins (JoinGroup, MEMBER_ID_REQUIRED first), syncs,
+//! The records' partition is also a `__consumer_offsets` partition: its
+//! leader runs the real group coordinator (`groups::coordinator`), takes
+//! over by the real load rule and replay (`groups::load`), and writes each
+//! offset commit as a real Kafka offset record (`groups::records`) into
+//! the log, answering it once `acks=all` holds. A consumer is a member of
+//! a group there: it joins (JoinGroup, MEMBER_ID_REQUIRED first), syncs,
 //! heartbeats, rejoins now and then (each rebalance a new generation,
 //! whose membership record the coordinator writes and answers SyncGroup
 //! only once `acks=all` holds), and commits, as a member of its
 //! generation, how many records it has had acknowledged.
 //!
+//! Scenarios with transactions ([`txn_scenario`]) add a replicated
+//! `__transaction_state` partition and three data partitions, each led
+//! first by another broker: the leader of `__transaction_state` runs the
+//! real transaction coordinator (the `txn` crate, as the broker drives it:
+//! loaded once its log is committed, one record appended at a time and
+//! applied once `acks=all` holds, dropped and loaded again when an append
+//! fails or times out), two transactional producers init, add partitions,
+//! produce and commit or abort, and a read_committed reader reads every
+//! data partition (see [`transactions`] for the pieces and what each
+//! mirrors). An ISR change left unanswered there is sent again and stays
+//! proposed until an image says (the scenarios before transactions keep
+//! their schedules: they never send one again).
+//!
 //! A seed picks every timing and fault; [`run`] replays a seed exactly.
 //! After every step the invariants are checked ([`check`]):
-//! - at most one broker leads at any leader epoch;
+//! - at most one broker leads a partition at any leader epoch;
 //! - a replica's high watermark never moves back within a process;
 //! - every acknowledged record is in the log of the partition's leader,
 //!   at the offset it was acknowledged with;
@@ -36,7 +49,22 @@
 //!   holds at least the latest offset commit acknowledged to the consumer
 //!   (committed group offsets are never lost), and the group at least at
 //!   the generation of the latest SyncGroup acknowledged to it (unless the
-//!   group was deleted since, which writes a tombstone).
+//!   group was deleted since, which writes a tombstone);
+//! - with transactions: the read_committed reader gets, of each
+//!   transaction on a partition, every record its producer had
+//!   acknowledged there once it passes the commit marker, and none of an
+//!   aborted or undecided one; no leader's last stable offset passes the
+//!   first record of a transaction open in its log; a partition's
+//!   records of a producer between two markers are of one transaction, a
+//!   marker ends only the transaction it was written for, and a
+//!   producer's epochs never go back in a log; no transaction is decided
+//!   both ways, and every EndTxn answered to a producer matches the
+//!   decision; no two producer instances are given the same epoch, and
+//!   the current coordinator never holds a producer behind the epoch last
+//!   given to it. At the end, no transaction is left open on any
+//!   partition or in the coordinator, and every decided one has its
+//!   marker on each of its partitions, after every record acknowledged
+//!   there if it committed.
 //!
 //! A [`Mutation`] breaks one rule on purpose, to show the checks find it.
 
@@ -45,7 +73,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use replication::metadata::{BrokerMeta, MetadataImage, MetadataRecord, PartitionState, TopicMeta};
-use replication::placement::{self, AlterPartition, Arrival};
+use replication::placement::{self, AlterPartition, Arrival, Refused};
 use replication::replica::{
     divergence, Action, Assignment, Divergence, FollowerLog, NodeId, ReplicaConfig, ReplicaState,
     Role, WaiterId,
@@ -61,6 +89,14 @@ use groups::coordinator::{
 };
 use groups::error::GroupError;
 use groups::{load, records};
+
+mod transactions;
+
+use transactions::{
+    Appended, Batch, BatchCheck, Caller, ClientFault, CoordinatorEdge, Leaders, MarkerWrite,
+    Producers, Refusal, Turns, TxnEntry, TxnMessage, APPS, DATA_PARTITIONS, DATA_TOPIC, PRODUCERS,
+    READER, READ_ENTRIES_MAX, TRANSACTION_STATE_TOPIC, VERIFY_TIMEOUT_MS,
+};
 
 /// The controller's node id on the simulated network.
 pub const CONTROLLER: NodeId = 0;
@@ -96,6 +132,18 @@ const FETCH_ENTRIES_MAX: usize = 8;
 const AGREEMENT_CHECK_MS: u64 = 25;
 /// After the faulty part, everything is healed and runs this long more.
 const DRAIN_MS: u64 = 2_000;
+/// The same with transactions: long enough for every transaction left
+/// open to time out and its markers to be written.
+const TXN_DRAIN_MS: u64 = 4_000;
+/// The transactions' partitions: `__transaction_state`'s, then the data
+/// topic's.
+const TXN_STATE: usize = 1;
+const DATA_FIRST: usize = 2;
+
+/// The partition index of data partition `index`.
+fn data(index: usize) -> usize {
+    DATA_FIRST + index
+}
 
 /// A fault the seed may inject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,6 +163,30 @@ pub enum Fault {
     /// The controller's process stops running (SIGSTOP) for up to 1.5 s,
     /// several sessions: what it is sent meanwhile waits until it runs.
     PauseController,
+    /// kill -9 of the broker leading `__transaction_state` (its
+    /// transaction coordinator fails over).
+    CrashCoordinator,
+    /// The transaction coordinator's next append fails: refused before it
+    /// is written, or timed out with its record in the log or not.
+    FailCoordinatorAppend,
+    /// The markers' connection from the transaction coordinator to
+    /// another broker stalls for up to 1.5 s; what it held is delivered
+    /// in order then, or lost with the connection.
+    StallMarkers,
+    /// A transactional producer's process dies mid-whatever; another
+    /// starts with the same transactional id.
+    CrashProducer,
+    /// A transactional producer freezes for up to 1.5 s (its transaction
+    /// may time out meanwhile).
+    FreezeProducer,
+    /// A transactional producer freezes and another starts with the same
+    /// transactional id: the frozen one comes back a zombie.
+    ZombieProducer,
+    /// A transactional producer's connection to a leader sticks for up to
+    /// 1.5 s from its next record on: its records to that leader (the
+    /// retries too) arrive late, in order, maybe after the producer gave
+    /// them up and aborted its transaction.
+    LateRecord,
 }
 
 /// A rule broken on purpose: the simulator must catch each.
@@ -151,6 +223,23 @@ pub enum Mutation {
     /// controller registered it: a crash before the registration makes an
     /// emptied disk return as a mere crash.
     RecordDirectoryAtStart,
+    /// The last stable offset is the high watermark: open transactions
+    /// are ignored.
+    LastStableIgnoresOpenTransactions,
+    /// The transaction coordinator counts a marker written once it is
+    /// sent, without waiting for the partition's answer.
+    MarkersNotAwaited,
+    /// A leader appends a producer's first transactional record without
+    /// checking with the coordinator that the partition is in its
+    /// transaction.
+    FirstRecordUnchecked,
+    /// A leader writes a marker from any coordinator, also one older than
+    /// a coordinator that already wrote a marker for the producer.
+    MarkersOfAnyCoordinator,
+    /// A leader whose ISR change goes unanswered gives it up (as if the
+    /// controller had refused it), though the controller may have taken
+    /// it.
+    IsrChangeGivenUp,
 }
 
 #[derive(Debug, Clone)]
@@ -161,6 +250,12 @@ pub struct Scenario {
     pub lossy: bool,
     /// How long faults are injected, in simulated milliseconds.
     pub duration_ms: u64,
+    /// How long everything runs healed after the faults.
+    pub drain_ms: u64,
+    /// Transactional producers, a transaction coordinator and a
+    /// read_committed reader run beside the idempotent client and the
+    /// group member.
+    pub transactions: bool,
     pub mutation: Mutation,
 }
 
@@ -175,16 +270,32 @@ pub struct Report {
     pub faults: usize,
     pub leader_epochs: i32,
     pub refused_truncations: usize,
+    /// Transactions whose commit was acknowledged to their producer.
+    pub transactions_committed: usize,
+    /// Transactions decided aborted (by their producer, fencing or
+    /// timeout).
+    pub transactions_aborted: usize,
+    /// Records the read_committed reader delivered.
+    pub records_read: usize,
+    /// Transactional producer instances fenced (or refused for good).
+    pub producers_fenced: usize,
+    /// Transaction coordinator loads.
+    pub coordinator_loads: usize,
+    /// How often each thing worth counting in the transactions happened
+    /// (refusals, markers held, coordinator appends failed, ...).
+    pub events: BTreeMap<&'static str, usize>,
 }
 
-/// One record of the partition's log: a client's record (`value` > 0),
-/// or an offset commit the coordinator wrote (`value` 0, its record in
-/// `__consumer_offsets`' format).
+/// One record of a partition's log: a client's record (`value` > 0),
+/// an offset commit the coordinator wrote (`value` 0, its record in
+/// `__consumer_offsets`' format), or, on the transactions' partitions, a
+/// `__transaction_state` record, a transactional record or a marker.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Entry {
     epoch: i32,
     value: u64,
     offsets_record: Option<Rc<OffsetsRecord>>,
+    txn: Option<Rc<TxnEntry>>,
 }
 
 /// A `__consumer_offsets` record: key and value (`None`, a tombstone).
@@ -208,6 +319,7 @@ enum Message {
     Alter(AlterPartition),
     AlterRefused {
         partition: usize,
+        why: Refused,
     },
     EpochQuery {
         partition: usize,
@@ -264,6 +376,9 @@ enum Message {
         call: u64,
         answer: GroupAnswer,
     },
+    /// The transactions' messages (producers, coordinators, leaders and
+    /// the reader).
+    Txn(TxnMessage),
 }
 
 #[derive(Debug, Clone)]
@@ -290,6 +405,16 @@ enum Parked {
     /// The coordinator's answers that wait for the membership records
     /// they took.
     Group(Vec<Message>),
+    /// A transaction coordinator's `__transaction_state` record, by the
+    /// ticket of its append.
+    TxnAppend { ticket: u64 },
+    /// A producer's transactional record.
+    TxnProduce { caller: Caller, sequence: i32 },
+    /// A marker, answered to the coordinator on broker `coordinator`.
+    TxnMarker {
+        marker: MarkerWrite,
+        coordinator: NodeId,
+    },
 }
 
 /// Where a follower's fetching stands.
@@ -330,6 +455,13 @@ struct Partition {
     /// it.
     log_end_at_takeover: u64,
     high_watermark_seen: u64,
+    /// When this leader last sent its ISR change, and how often it has.
+    proposed_at: u64,
+    proposals_sent: u32,
+    /// The producers' state on a data partition (a function of the log).
+    producers: Producers,
+    /// A leader's transactional records waiting for their producer's turn.
+    turns: Turns,
 }
 
 impl Partition {
@@ -344,7 +476,40 @@ impl Partition {
             next_waiter: 0,
             log_end_at_takeover: 0,
             high_watermark_seen: 0,
+            proposed_at: 0,
+            proposals_sent: 0,
+            producers: Producers::default(),
+            turns: Turns::default(),
         }
+    }
+
+    /// The producers' state rebuilt from the log (after a restart or a
+    /// truncation).
+    fn rebuild_producers(&mut self) {
+        self.producers = Producers::rebuild(
+            self.log
+                .iter()
+                .enumerate()
+                .filter_map(|(offset, e)| Some((offset as u64, e.txn.as_deref()?))),
+        );
+    }
+
+    /// The offset read_committed readers read up to: the first offset of
+    /// the oldest open transaction, or the high watermark.
+    fn last_stable_offset(&self, ignore_open: bool) -> u64 {
+        let high_watermark = self.replica.high_watermark();
+        match self.producers.first_unstable() {
+            Some(first) if !ignore_open => first.min(high_watermark),
+            _ => high_watermark,
+        }
+    }
+
+    /// The transactions' entries of the log below `end`, with offsets.
+    fn txn_entries(&self, end: u64) -> impl Iterator<Item = (u64, &TxnEntry)> {
+        self.log[..(end as usize).min(self.log.len())]
+            .iter()
+            .enumerate()
+            .filter_map(|(offset, e)| Some((offset as u64, e.txn.as_deref()?)))
     }
 
     /// OffsetForLeaderEpoch on this log, by the storage's own leader-epoch
@@ -387,6 +552,9 @@ struct Broker {
     assigned: Option<Rc<MetadataImage>>,
     /// The group coordinator, once this leader has loaded the partition.
     coordinator: Option<Coordinator>,
+    /// The transaction coordinator, once this leader of
+    /// `__transaction_state` has loaded it.
+    txn_coordinator: Option<CoordinatorEdge>,
     /// Names the coordinator's parked JoinGroup and SyncGroup calls, and
     /// the consumer's call each answers.
     next_group_waiter: u64,
@@ -417,6 +585,7 @@ impl Broker {
             directory_recorded: false,
             assigned: None,
             coordinator: None,
+            txn_coordinator: None,
             next_group_waiter: 0,
             group_calls: BTreeMap::new(),
             next_group_tick: 0,
@@ -545,6 +714,33 @@ struct Sim {
     /// every acknowledged record, and how many it was checked for.
     checked: (Option<(NodeId, u64, i32)>, usize),
     group_log: GroupLog,
+    /// The transactions' producers, reader and oracle, in scenarios with
+    /// transactions.
+    txn: Option<transactions::World>,
+    /// The transaction coordinator's next append fails so.
+    append_fault: Option<Appended>,
+    /// Markers' connections stalled, by broker pair (smaller id first):
+    /// until when, and whether what they hold is lost then.
+    stalls: BTreeMap<(NodeId, NodeId), (u64, bool)>,
+    /// What stalled connections hold, in the order sent.
+    held: Vec<Held>,
+    /// The producers' next record's connection sticks this long.
+    late_record_ms: Option<u64>,
+    /// A stuck producer's connection: its app, leader, and until when.
+    stuck: Option<(usize, NodeId, u64)>,
+    /// Records held on their way: when they arrive, where, and what.
+    late: Vec<(u64, NodeId, TxnMessage)>,
+}
+
+/// A marker message a stalled connection holds: its connection (a broker
+/// pair, smaller id first), the sender and the receiver with the
+/// incarnations they had (a connection does not outlive a process).
+#[derive(Debug)]
+struct Held {
+    pair: (NodeId, NodeId),
+    sender: (NodeId, u64),
+    receiver: (NodeId, u64),
+    message: TxnMessage,
 }
 
 /// Where the group's membership records stand in the log, for the check
@@ -565,7 +761,7 @@ struct GroupLog {
 /// (with the simulated time it broke at).
 pub fn run(seed: u64, scenario: &Scenario) -> Result<Report, String> {
     let mut sim = Sim::new(seed, scenario.clone());
-    let end = scenario.duration_ms + DRAIN_MS;
+    let end = scenario.duration_ms + scenario.drain_ms;
     while sim.now < end {
         if sim.now < scenario.duration_ms {
             sim.inject();
@@ -611,7 +807,36 @@ impl Sim {
             configs,
             partitions: vec![PartitionState::new(ids.clone())],
         }));
-        let partitions = vec![(TOPIC.to_string(), 0)];
+        let mut partitions = vec![(TOPIC.to_string(), 0)];
+        if scenario.transactions {
+            // Each partition led first by another broker.
+            let rotated =
+                |by: usize| -> Vec<NodeId> { (0..n).map(|i| ids[(i + by) % n]).collect() };
+            let mut configs = BTreeMap::new();
+            configs.insert("min.insync.replicas".to_string(), min_insync.to_string());
+            image.apply(&MetadataRecord::TopicCreated(TopicMeta {
+                name: TRANSACTION_STATE_TOPIC.to_string(),
+                topic_id: 8,
+                partition_cores: vec![0],
+                configs: configs.clone(),
+                partitions: vec![PartitionState::new(rotated(1))],
+            }));
+            partitions.push((TRANSACTION_STATE_TOPIC.to_string(), 0));
+            image.apply(&MetadataRecord::TopicCreated(TopicMeta {
+                name: DATA_TOPIC.to_string(),
+                topic_id: 9,
+                partition_cores: vec![0; DATA_PARTITIONS],
+                configs,
+                partitions: (0..DATA_PARTITIONS)
+                    .map(|i| PartitionState::new(rotated(2 + i)))
+                    .collect(),
+            }));
+            for i in 0..DATA_PARTITIONS {
+                partitions.push((DATA_TOPIC.to_string(), i as i32));
+            }
+            nodes.push(PRODUCERS);
+            nodes.push(READER);
+        }
         Self {
             now: 0,
             rng: fastrand::Rng::with_seed(seed),
@@ -661,6 +886,15 @@ impl Sim {
             trace: std::env::var_os("STROM_SIM_TRACE").is_some(),
             checked: (None, 0),
             group_log: GroupLog::default(),
+            txn: scenario
+                .transactions
+                .then(|| transactions::World::new(scenario.duration_ms + scenario.drain_ms / 4)),
+            append_fault: None,
+            stalls: BTreeMap::new(),
+            held: Vec::new(),
+            late_record_ms: None,
+            stuck: None,
+            late: Vec::new(),
             scenario,
         }
     }
@@ -672,8 +906,84 @@ impl Sim {
     }
 
     fn send(&mut self, from: NodeId, to: NodeId, message: Message) {
+        if let Message::Txn(
+            marker @ (TxnMessage::WriteMarker(_) | TxnMessage::MarkerWritten { .. }),
+        ) = message
+        {
+            // Markers go over a connection of their own between brokers.
+            let pair = (from.min(to), from.max(to));
+            if self.stalls.contains_key(&pair) {
+                let sender = (from, self.brokers[(from - 1) as usize].incarnation);
+                let receiver = (to, self.brokers[(to - 1) as usize].incarnation);
+                self.held.push(Held {
+                    pair,
+                    sender,
+                    receiver,
+                    message: marker,
+                });
+                return;
+            }
+            let _ = self.net.send(from, to, Message::Txn(marker));
+            return;
+        }
         // A full queue is a lost message: senders retry on their timers.
         let _ = self.net.send(from, to, message);
+    }
+
+    /// Stalled markers' connections whose stall is over deliver what they
+    /// held, in order (or lose it, as a connection that broke).
+    fn release_stalls(&mut self) {
+        let now = self.now;
+        let over: Vec<((NodeId, NodeId), bool)> = self
+            .stalls
+            .iter()
+            .filter(|(_, (until, _))| *until <= now)
+            .map(|(&pair, &(_, lost))| (pair, lost))
+            .collect();
+        for (pair, lost) in over {
+            self.stalls.remove(&pair);
+            let held = std::mem::take(&mut self.held);
+            let (released, kept): (Vec<_>, Vec<_>) = held.into_iter().partition(|h| h.pair == pair);
+            self.held = kept;
+            if lost {
+                continue;
+            }
+            if let Some(world) = self.txn.as_mut() {
+                for _ in &released {
+                    world.count("markers held by a stalled connection");
+                }
+            }
+            for Held {
+                sender: (from, sent_by),
+                receiver: (to, sent_to),
+                message,
+                ..
+            } in released
+            {
+                // A connection does not outlive either end's process.
+                let alive = |b: &Broker, incarnation: u64| b.up && b.incarnation == incarnation;
+                if alive(&self.brokers[(from - 1) as usize], sent_by)
+                    && alive(&self.brokers[(to - 1) as usize], sent_to)
+                {
+                    self.deliver(from, to, Message::Txn(message));
+                }
+            }
+        }
+    }
+
+    /// A message reaches broker `id`: handled now, kept for when it runs
+    /// again, or lost when it is down.
+    fn deliver(&mut self, from: NodeId, id: NodeId, message: Message) {
+        let now = self.now;
+        let broker = self.broker(id);
+        if !broker.up {
+            return;
+        }
+        if !broker.running(now) {
+            broker.inbox.push((from, message));
+            return;
+        }
+        self.on_broker(id, from, message);
     }
 
     fn broker(&mut self, id: NodeId) -> &mut Broker {
@@ -717,13 +1027,19 @@ impl Sim {
             return;
         }
         let fault = self.scenario.faults[self.rng.usize(0..self.scenario.faults.len())];
-        let id = self.rng.i32(1..=self.scenario.brokers as i32);
+        let mut id = self.rng.i32(1..=self.scenario.brokers as i32);
         let down = self.brokers.iter().filter(|b| !b.up).count();
         let tolerated = (self.scenario.brokers - 1) / 2;
         let now = self.now;
         let length = self.rng.u64(100..1_500);
+        if fault == Fault::CrashCoordinator {
+            id = self.state_of(TXN_STATE).leader;
+            if id < 0 {
+                return;
+            }
+        }
         match fault {
-            Fault::Crash | Fault::EmptyDisk => {
+            Fault::Crash | Fault::EmptyDisk | Fault::CrashCoordinator => {
                 // A minority at most, and only while the ISR still holds
                 // min.insync replicas: beyond that a loss is allowed.
                 let short = (0..self.partitions.len())
@@ -771,6 +1087,38 @@ impl Sim {
             Fault::PauseController => {
                 self.controller.paused_until = self.controller.paused_until.max(now + length);
             }
+            Fault::FailCoordinatorAppend => {
+                self.append_fault = Some(if self.rng.bool() {
+                    Appended::Refused
+                } else {
+                    Appended::Unknown
+                });
+            }
+            Fault::StallMarkers => {
+                // The coordinator's connection to another broker.
+                let other = self.rng.i32(1..=self.scenario.brokers as i32);
+                id = self.state_of(TXN_STATE).leader;
+                if other == id || id < 0 {
+                    return;
+                }
+                let lost = self.rng.bool();
+                let until = now + length;
+                self.stalls
+                    .insert((id.min(other), id.max(other)), (until, lost));
+            }
+            Fault::LateRecord => self.late_record_ms = Some(length),
+            Fault::CrashProducer | Fault::FreezeProducer | Fault::ZombieProducer => {
+                let app = self.rng.usize(0..APPS);
+                let restart_ms = self.rng.u64(20..300);
+                let fault = match fault {
+                    Fault::CrashProducer => ClientFault::Crash,
+                    Fault::FreezeProducer => ClientFault::Freeze { ms: length },
+                    _ => ClientFault::Zombie { ms: length },
+                };
+                if let Some(world) = self.txn.as_mut() {
+                    world.client_fault(now, app, fault, restart_ms);
+                }
+            }
         }
         self.report.faults += 1;
         self.note(|| format!("fault: {fault:?} (broker {id} if a broker's, {length} ms; controller paused until {})", self.controller.paused_until));
@@ -788,6 +1136,15 @@ impl Sim {
             if !broker.up {
                 broker.restart_at = now;
             }
+        }
+        self.append_fault = None;
+        self.late_record_ms = None;
+        self.stuck = None;
+        for (until, _) in self.stalls.values_mut() {
+            *until = now;
+        }
+        if let Some(world) = self.txn.as_mut() {
+            world.thaw(now);
         }
     }
 
@@ -819,8 +1176,11 @@ impl Sim {
             part.waiters.clear();
             part.sync_at = None;
             part.high_watermark_seen = 0;
+            part.turns = Turns::default();
+            part.rebuild_producers();
         }
         broker.coordinator = None;
+        broker.txn_coordinator = None;
         broker.group_calls.clear();
         broker.inbox.clear();
         broker.next_heartbeat = self.now;
@@ -838,6 +1198,9 @@ impl Sim {
                 self.restart(index);
             }
         }
+        if !self.stalls.is_empty() {
+            self.release_stalls();
+        }
         while let Some(envelope) = self.net.receive(self.now) {
             let (from, to, message) = (envelope.from, envelope.to, envelope.message);
             match to {
@@ -846,18 +1209,8 @@ impl Sim {
                 }
                 CONTROLLER => self.on_controller(from, message),
                 CLIENT => self.on_client(message),
-                id => {
-                    let now = self.now;
-                    let broker = self.broker(id);
-                    if !broker.up {
-                        continue;
-                    }
-                    if !broker.running(now) {
-                        broker.inbox.push((from, message));
-                        continue;
-                    }
-                    self.on_broker(id, from, message);
-                }
+                PRODUCERS | READER => self.on_txn_client(message),
+                id => self.deliver(from, id, message),
             }
         }
         for id in 1..=self.brokers.len() as NodeId {
@@ -878,6 +1231,9 @@ impl Sim {
             }
         }
         self.client_timers();
+        if self.txn.is_some() {
+            self.txn_client_timers();
+        }
     }
 
     // ---- the controller: placement's decisions on a real image ----
@@ -940,11 +1296,11 @@ impl Sim {
             Message::Alter(alter) => {
                 match placement::alter_partition(&self.controller.image, &alter) {
                     Ok(record) => self.decide(vec![record]),
-                    Err(_) => {
+                    Err(why) => {
                         let partition = self
                             .partition_index(&alter.topic, alter.partition)
                             .expect("leaders alter the cluster's partitions");
-                        self.send(CONTROLLER, from, Message::AlterRefused { partition });
+                        self.send(CONTROLLER, from, Message::AlterRefused { partition, why });
                     }
                 }
             }
@@ -1025,12 +1381,49 @@ impl Sim {
                             self.note_synced_record(&answers, at);
                             answers
                         }
+                        Parked::TxnAppend { ticket } => {
+                            let how = if result.is_ok() {
+                                Appended::Kept
+                            } else {
+                                Appended::Unknown
+                            };
+                            self.txn_appended(id, ticket, how);
+                            continue;
+                        }
+                        Parked::TxnProduce { caller, sequence } => {
+                            let index = p - DATA_FIRST;
+                            let outcome = result
+                                .map(|()| at)
+                                .map_err(|_| Refusal::NotLeaderOrFollower);
+                            let answer = TxnMessage::Produced {
+                                partition: index,
+                                caller,
+                                sequence,
+                                outcome,
+                            };
+                            self.send(id, PRODUCERS, Message::Txn(answer));
+                            continue;
+                        }
+                        Parked::TxnMarker {
+                            marker,
+                            coordinator,
+                        } => {
+                            let outcome = result.map_err(|_| Refusal::NotLeaderOrFollower);
+                            self.note(|| format!("broker {id} answers the marker {marker:?} at {at}: {outcome:?}"));
+                            let answer = TxnMessage::MarkerWritten { marker, outcome };
+                            self.send(id, coordinator, Message::Txn(answer));
+                            continue;
+                        }
                     };
                     for answer in answers {
                         self.send(id, CLIENT, answer);
                     }
                 }
                 Action::ProposeIsr(proposal) => {
+                    let now = self.now;
+                    let part = self.part(id, p);
+                    part.proposed_at = now;
+                    part.proposals_sent = 1;
                     let (topic, partition) = self.partitions[p].clone();
                     let alter = AlterPartition {
                         topic,
@@ -1119,6 +1512,14 @@ impl Sim {
                 Fetching::AskEpoch
             };
             part.log_end_at_takeover = part.log.len() as u64;
+            // What waits for a producer's turn goes with the leadership
+            // (its producers send again).
+            part.turns = Turns::default();
+            if p == TXN_STATE && self.txn.is_some() {
+                // The transactions go with the leadership: a new leader
+                // loads them again from its log.
+                self.broker(id).txn_coordinator = None;
+            }
             if p == 0 {
                 // The groups go with the leadership: a new leader loads
                 // them again from its log.
@@ -1134,8 +1535,22 @@ impl Sim {
         let now = self.now;
         match message {
             Message::Assign { image } => self.assign(id, image),
-            Message::AlterRefused { partition } => {
-                self.part(id, partition).replica.isr_proposal_failed()
+            Message::AlterRefused { partition, why } => {
+                let part = self.part(id, partition);
+                // A change sent again may have been taken the first time:
+                // refused as stale then (an epoch moved), it stays proposed
+                // (its members count for the high watermark) until an
+                // image says, as Kafka's leaders keep it. A refusal that
+                // checked the change against the current epochs proves no
+                // attempt was taken.
+                let stale = matches!(
+                    why,
+                    Refused::InvalidUpdateVersion | Refused::FencedLeaderEpoch
+                );
+                let ambiguous = part.proposals_sent > 1 && stale;
+                if !ambiguous || self.scenario.mutation == Mutation::IsrChangeGivenUp {
+                    self.part(id, partition).replica.isr_proposal_failed();
+                }
             }
             Message::EpochQuery {
                 partition,
@@ -1227,6 +1642,11 @@ impl Sim {
                 if !entries.is_empty() {
                     self.note(|| format!("broker {id} appends {entries:?} at {offset} of partition {partition} from {from} (leader high watermark {high_watermark})"));
                     let part = self.part(id, partition);
+                    for (i, entry) in entries.iter().enumerate() {
+                        if let Some(txn) = &entry.txn {
+                            part.producers.apply(offset + i as u64, txn);
+                        }
+                    }
                     part.log.extend_from_slice(&entries);
                     let end = part.log.len() as u64;
                     part.replica.local_append(end, &mut actions);
@@ -1276,6 +1696,7 @@ impl Sim {
                     generation,
                 } => self.on_group_heartbeat(id, call, member_id, generation),
             },
+            Message::Txn(message) => self.on_txn_broker(id, from, message),
             _ => {}
         }
     }
@@ -1346,7 +1767,7 @@ impl Sim {
             key: records::offset_key(GROUP, TOPIC, 0),
             value: Some(records::offset_value(&committed)),
         };
-        let (at, actions) = self.leader_append(id, 0, 0, Some(Rc::new(record)));
+        let (at, actions) = self.leader_append(id, 0, 0, Some(Rc::new(record)), None);
         self.note(|| format!("broker {id} writes the commit of {offset} at {at}"));
         if self.scenario.mutation == Mutation::AnswerCommitAtAppend {
             self.apply_actions(id, 0, actions);
@@ -1384,7 +1805,7 @@ impl Sim {
             if let Some((_, actions)) = last.take() {
                 self.apply_actions(id, 0, actions);
             }
-            let (at, actions) = self.leader_append(id, 0, 0, Some(Rc::new(record)));
+            let (at, actions) = self.leader_append(id, 0, 0, Some(Rc::new(record)), None);
             self.note(|| {
                 format!("broker {id} writes the group at generation {generation:?} at {at}")
             });
@@ -1560,16 +1981,21 @@ impl Sim {
         p: usize,
         value: u64,
         offsets_record: Option<Rc<OffsetsRecord>>,
+        txn: Option<Rc<TxnEntry>>,
     ) -> (u64, Vec<Action>) {
         let now = self.now;
         let slow = self.broker(id).slow_disk_until > now;
         let sync = now + sync_delay(&mut self.rng, slow);
         let part = self.part(id, p);
         let epoch = part.replica.leader_epoch();
+        if let Some(entry) = &txn {
+            part.producers.apply(part.log.len() as u64, entry);
+        }
         part.log.push(Entry {
             epoch,
             value,
             offsets_record,
+            txn,
         });
         let at = part.log.len() as u64 - 1;
         let mut actions = Vec::new();
@@ -1633,6 +2059,7 @@ impl Sim {
             let part = self.part(id, p);
             part.log.truncate(cut as usize);
             part.durable = part.durable.min(cut as usize);
+            part.rebuild_producers();
             let mut actions = Vec::new();
             part.replica.truncated(cut, &mut actions);
             self.apply_actions(id, p, actions);
@@ -1668,7 +2095,7 @@ impl Sim {
             self.park(id, 0, Parked::Produce { value }, at, Vec::new());
             return;
         }
-        let (at, actions) = self.leader_append(id, 0, value, None);
+        let (at, actions) = self.leader_append(id, 0, value, None, None);
         let epoch = self.part(id, 0).replica.leader_epoch();
         self.note(|| format!("broker {id} appends {value} at {at} in epoch {epoch}"));
         self.park(id, 0, Parked::Produce { value }, at, actions);
@@ -1701,10 +2128,20 @@ impl Sim {
             };
             self.send(id, CONTROLLER, message);
         }
+        // The scenarios before transactions keep their schedules (and the
+        // seeds that found their defects): their lost AlterPartition
+        // requests are never sent again.
+        let resend_proposals = self.scenario.transactions;
         let broker = self.broker(id);
         if now >= broker.next_tick {
             broker.next_tick = now + TICK_MS;
             for p in 0..self.partitions.len() {
+                let part = self.part(id, p);
+                if resend_proposals && now - part.proposed_at > REQUEST_TIMEOUT_MS {
+                    if let Some(proposal) = part.replica.pending_isr().cloned() {
+                        self.resend_proposal(id, p, proposal);
+                    }
+                }
                 let mut actions = Vec::new();
                 self.part(id, p).replica.tick(now, &mut actions);
                 self.apply_actions(id, p, actions);
@@ -1716,9 +2153,44 @@ impl Sim {
         if self.part(id, 0).replica.role() == Role::Leader && self.load_coordinator(id) {
             self.group_tick(id);
         }
+        if self.txn.is_some() {
+            self.txn_broker_timers(id);
+        }
         for p in 0..self.partitions.len() {
             self.follow(id, p);
         }
+    }
+
+    /// Leader `id`'s ISR change of partition `p` went unanswered: it is
+    /// sent again, still proposed (the controller may have taken it and
+    /// its answer been lost), as Kafka's leaders retry AlterPartition.
+    /// Given up instead ([`Mutation::IsrChangeGivenUp`], the broker's
+    /// rule when its request fails), the leader counts its high watermark
+    /// without the member the controller may have added.
+    fn resend_proposal(
+        &mut self,
+        id: NodeId,
+        p: usize,
+        proposal: replication::replica::IsrProposal,
+    ) {
+        let now = self.now;
+        if self.scenario.mutation == Mutation::IsrChangeGivenUp {
+            self.part(id, p).replica.isr_proposal_failed();
+            return;
+        }
+        let part = self.part(id, p);
+        part.proposed_at = now;
+        part.proposals_sent += 1;
+        let (topic, partition) = self.partitions[p].clone();
+        let alter = AlterPartition {
+            topic,
+            partition,
+            leader: id,
+            leader_epoch: proposal.leader_epoch,
+            partition_epoch: proposal.partition_epoch,
+            isr: proposal.isr,
+        };
+        self.send(id, CONTROLLER, Message::Alter(alter));
     }
 
     /// A follower's next step on partition `p`: ask where its latest epoch
@@ -1959,7 +2431,7 @@ impl Sim {
     fn client_timers(&mut self) {
         let now = self.now;
         // New records until half the drain, so the last can be answered.
-        let producing = now < self.scenario.duration_ms + DRAIN_MS / 2;
+        let producing = now < self.scenario.duration_ms + self.scenario.drain_ms / 2;
         if self.client.in_flight.is_none() && producing {
             self.client.in_flight = Some(self.client.next_value);
             self.client.next_value += 1;
@@ -2082,6 +2554,649 @@ impl Sim {
         Ok(())
     }
 
+    // ---- transactions: producers, coordinators, leaders, reader ----
+
+    /// Where the leaders are, as the clients' metadata (the controller's
+    /// image) says.
+    fn client_leaders(&self) -> Leaders {
+        Leaders {
+            coordinator: self.state_of(TXN_STATE).leader,
+            data: (0..DATA_PARTITIONS)
+                .map(|i| self.state_of(data(i)).leader)
+                .collect(),
+        }
+    }
+
+    /// The leaders of the data partitions and of `__transaction_state` as
+    /// broker `id`'s own image has them (the broker sends markers and
+    /// checks by it).
+    fn broker_leaders(&mut self, id: NodeId) -> (BTreeMap<txn::TopicPartition, NodeId>, NodeId) {
+        let Some(image) = self.broker(id).assigned.clone() else {
+            return (BTreeMap::new(), -1);
+        };
+        let leader = |topic: &str, index: usize| {
+            image
+                .topics
+                .get(topic)
+                .map_or(-1, |t| t.partitions[index].leader)
+        };
+        let data = (0..DATA_PARTITIONS)
+            .map(|i| (transactions::data_partition(i), leader(DATA_TOPIC, i)))
+            .filter(|&(_, l)| l > 0)
+            .collect();
+        (data, leader(TRANSACTION_STATE_TOPIC, 0))
+    }
+
+    fn world(&mut self) -> &mut transactions::World {
+        self.txn.as_mut().expect("a scenario with transactions")
+    }
+
+    /// The producers' and the reader's timers.
+    fn txn_client_timers(&mut self) {
+        let now = self.now;
+        let leaders = self.client_leaders();
+        let world = self.txn.as_mut().expect("a scenario with transactions");
+        let sends = world.producer_timers(now, &leaders, &mut self.rng);
+        let fetches = world.reader_timers(now);
+        for (to, message) in sends {
+            if let TxnMessage::Produce { batch, .. } = &message {
+                if let Some(held_ms) = self.late_record_ms.take() {
+                    self.stuck = Some((batch.app, to, now + held_ms));
+                }
+                if let Some((app, leader, until)) = self.stuck {
+                    if app == batch.app && leader == to && now < until {
+                        self.world().count("records held on a stuck connection");
+                        self.late.push((until, to, message));
+                        continue;
+                    }
+                }
+            }
+            self.send(PRODUCERS, to, Message::Txn(message));
+        }
+        for (arrive_at, to, message) in std::mem::take(&mut self.late) {
+            if arrive_at <= now {
+                self.deliver(PRODUCERS, to, Message::Txn(message));
+            } else {
+                self.late.push((arrive_at, to, message));
+            }
+        }
+        for (partition, offset) in fetches {
+            match leaders.data[partition] {
+                leader if leader > 0 => {
+                    let fetch = TxnMessage::Fetch { partition, offset };
+                    self.send(READER, leader, Message::Txn(fetch));
+                }
+                _ => self.world().fetch_refused(now, partition, offset),
+            }
+        }
+    }
+
+    /// A message to the producers or the reader.
+    fn on_txn_client(&mut self, message: Message) {
+        let now = self.now;
+        let Message::Txn(message) = message else {
+            return;
+        };
+        let world = self.txn.as_mut().expect("a scenario with transactions");
+        match message {
+            TxnMessage::Fetched {
+                partition,
+                offset,
+                entries,
+                aborted,
+                last_stable,
+            } => world.on_fetched(now, partition, offset, &entries, &aborted, last_stable),
+            TxnMessage::FetchRefused { partition, offset } => {
+                world.fetch_refused(now, partition, offset)
+            }
+            message => world.on_producer_message(now, message, &mut self.rng),
+        }
+    }
+
+    fn on_txn_broker(&mut self, id: NodeId, from: NodeId, message: TxnMessage) {
+        let now = self.now;
+        match message {
+            TxnMessage::Request { caller, request } => {
+                if !self.txn_load(id) {
+                    let refused = if self.part(id, TXN_STATE).replica.role() == Role::Leader {
+                        txn::error::TxnError::CoordinatorLoadInProgress
+                    } else {
+                        txn::error::TxnError::NotCoordinator
+                    };
+                    let answer = TxnMessage::Answer {
+                        caller,
+                        answer: transactions::CoordinatorAnswer::Refused(refused),
+                    };
+                    self.send(id, PRODUCERS, Message::Txn(answer));
+                    return;
+                }
+                let Sim { txn, brokers, .. } = self;
+                let world = txn.as_mut().expect("a scenario with transactions");
+                let edge = brokers[(id - 1) as usize]
+                    .txn_coordinator
+                    .as_mut()
+                    .expect("loaded above");
+                let outs = edge.request(now, caller, request, &mut || world.allocate());
+                self.txn_outs(id, outs);
+            }
+            TxnMessage::Verify {
+                partition,
+                app,
+                producer,
+                token,
+            } => {
+                let outcome = if self.txn_load(id) {
+                    let edge = self.broker(id).txn_coordinator.as_ref().expect("loaded");
+                    edge.verify(app, producer, &transactions::data_partition(partition))
+                } else {
+                    Err(txn::error::TxnError::NotCoordinator)
+                };
+                let answer = TxnMessage::Verified {
+                    partition,
+                    producer_id: producer.producer_id,
+                    token,
+                    outcome,
+                };
+                self.send(id, from, Message::Txn(answer));
+            }
+            TxnMessage::Verified {
+                partition,
+                producer_id,
+                token,
+                outcome,
+            } => self.on_verified(id, data(partition), producer_id, token, outcome),
+            TxnMessage::Produce { partition, batch } => {
+                self.on_txn_produce(id, data(partition), batch)
+            }
+            TxnMessage::WriteMarker(marker) => self.on_write_marker(id, from, marker),
+            TxnMessage::MarkerWritten { marker, outcome } => {
+                self.note(|| {
+                    format!("broker {id} hears the marker {marker:?} is written: {outcome:?}")
+                });
+                if let Some(edge) = self.broker(id).txn_coordinator.as_mut() {
+                    if edge.coordinator_epoch() == marker.coordinator_epoch {
+                        edge.marker_written(now, &marker, outcome);
+                    }
+                }
+            }
+            TxnMessage::Fetch { partition, offset } => self.on_txn_read(id, partition, offset),
+            _ => {}
+        }
+    }
+
+    /// Loads the transaction coordinator on leader `id` of
+    /// `__transaction_state` once every record of its log is committed
+    /// (the broker waits for its high watermark to reach its log end),
+    /// replaying the log; whether it is loaded.
+    fn txn_load(&mut self, id: NodeId) -> bool {
+        let now = self.now;
+        let fire_and_forget = self.scenario.mutation == Mutation::MarkersNotAwaited;
+        let broker = self.broker(id);
+        if broker.txn_coordinator.is_some() {
+            return true;
+        }
+        let part = &broker.parts[TXN_STATE];
+        let high_watermark = part.replica.high_watermark();
+        if part.replica.role() != Role::Leader || high_watermark < part.log.len() as u64 {
+            return false;
+        }
+        let epoch = part.replica.leader_epoch();
+        let records = part
+            .txn_entries(high_watermark)
+            .filter_map(|(_, e)| match e {
+                TxnEntry::State { key, value } => Some((key.as_slice(), value.as_deref())),
+                _ => None,
+            });
+        let loaded = CoordinatorEdge::load(epoch, records, now, fire_and_forget);
+        let (edge, outs) = match loaded {
+            Ok(loaded) => loaded,
+            Err(broken) => {
+                self.world().broken.get_or_insert(broken);
+                return false;
+            }
+        };
+        self.broker(id).txn_coordinator = Some(edge);
+        self.world().oracle.loads += 1;
+        self.note(|| {
+            format!("broker {id} loads its transactions up to {high_watermark} at epoch {epoch}")
+        });
+        self.txn_outs(id, outs);
+        true
+    }
+
+    /// What coordinator `id` asked for: messages sent, the oracle told,
+    /// the coordinator dropped when it must go; then its next append.
+    fn txn_outs(&mut self, id: NodeId, outs: Vec<transactions::Out>) {
+        let (sends, unload) = self.world().outs(outs);
+        for (to, message) in sends {
+            self.send(id, to, Message::Txn(message));
+        }
+        if unload {
+            self.note(|| format!("broker {id} drops its transaction coordinator"));
+            self.broker(id).txn_coordinator = None;
+            return;
+        }
+        self.txn_append(id);
+    }
+
+    /// Appends coordinator `id`'s next record to `__transaction_state`,
+    /// if it has one and none is being appended.
+    fn txn_append(&mut self, id: NodeId) {
+        let now = self.now;
+        let ticket = self.world().ticket();
+        let Some(edge) = self.broker(id).txn_coordinator.as_mut() else {
+            return;
+        };
+        let Some((key, value)) = edge.next_append(now, ticket) else {
+            return;
+        };
+        let fault = self.append_fault.take();
+        if fault == Some(Appended::Refused) {
+            self.world().count("coordinator appends refused");
+            self.note(|| format!("broker {id}'s transaction append is refused"));
+            self.txn_appended(id, ticket, Appended::Refused);
+            return;
+        }
+        if self.part(id, TXN_STATE).replica.admit_produce(-1).is_err() {
+            self.txn_appended(id, ticket, Appended::Unknown);
+            return;
+        }
+        let entry = Rc::new(TxnEntry::State { key, value });
+        let (at, actions) = self.leader_append(id, TXN_STATE, 0, None, Some(entry.clone()));
+        self.note(|| {
+            let TxnEntry::State { key, value } = entry.as_ref() else {
+                unreachable!("appended above");
+            };
+            let id_of = txn::records::decode_key(key);
+            let value = value.as_deref().map(txn::records::decode_value);
+            format!("broker {id} appends {id_of:?}'s transaction record {value:?} at {at}")
+        });
+        if fault == Some(Appended::Unknown) {
+            self.world().count("coordinator appends given up");
+            // Its append times out: in the log, yet given up.
+            self.apply_actions(id, TXN_STATE, actions);
+            self.note(|| format!("broker {id}'s transaction append at {at} times out"));
+            self.txn_appended(id, ticket, Appended::Unknown);
+            return;
+        }
+        self.park(id, TXN_STATE, Parked::TxnAppend { ticket }, at, actions);
+    }
+
+    /// Coordinator `id`'s append under `ticket` ended as `how`.
+    fn txn_appended(&mut self, id: NodeId, ticket: u64, how: Appended) {
+        let now = self.now;
+        let Some(edge) = self.broker(id).txn_coordinator.as_mut() else {
+            return;
+        };
+        let outs = edge.appended(now, ticket, how);
+        self.txn_outs(id, outs);
+    }
+
+    /// A broker's transactions timers: its coordinator loads and ticks;
+    /// its leaders give up checks with coordinators that went unanswered.
+    fn txn_broker_timers(&mut self, id: NodeId) {
+        let now = self.now;
+        if self.part(id, TXN_STATE).replica.role() == Role::Leader && self.txn_load(id) {
+            let (leaders, _) = self.broker_leaders(id);
+            if let Some(edge) = self.broker(id).txn_coordinator.as_mut() {
+                let outs = edge.tick(now, &leaders);
+                self.txn_outs(id, outs);
+            }
+        }
+        for index in 0..DATA_PARTITIONS {
+            let p = data(index);
+            let overdue = self.part(id, p).turns.overdue(now);
+            for (producer_id, token) in overdue {
+                self.on_verified(
+                    id,
+                    p,
+                    producer_id,
+                    token,
+                    Err(txn::error::TxnError::CoordinatorNotAvailable),
+                );
+            }
+        }
+    }
+
+    fn refuse_produce(&mut self, id: NodeId, p: usize, batch: &Batch, why: Refusal) {
+        self.world().count(match why {
+            Refusal::NotLeaderOrFollower => "records refused: not the leader",
+            Refusal::NotEnoughReplicas => "records refused: not enough replicas",
+            Refusal::InvalidProducerEpoch => "records refused: fenced",
+            Refusal::InvalidProducerIdMapping => "records refused: unknown producer",
+            Refusal::OutOfOrderSequence => "records refused: out of order",
+            Refusal::TransactionAbortable => "records refused: not in the transaction",
+            Refusal::InvalidTxnState => "records refused: a marker came meanwhile",
+            Refusal::CoordinatorFenced => "records refused: coordinator fenced",
+        });
+        let caller = Caller {
+            app: batch.app,
+            instance: batch.instance,
+            call: batch.call,
+        };
+        let answer = TxnMessage::Produced {
+            partition: p - DATA_FIRST,
+            caller,
+            sequence: batch.sequence,
+            outcome: Err(why),
+        };
+        self.send(id, PRODUCERS, Message::Txn(answer));
+    }
+
+    /// A producer's transactional record at leader `id` of partition `p`:
+    /// appended now when its producer's transaction is open here, else
+    /// checked with the coordinator first, behind the producer's earlier
+    /// records.
+    fn on_txn_produce(&mut self, id: NodeId, p: usize, batch: Batch) {
+        let unchecked = self.scenario.mutation == Mutation::FirstRecordUnchecked;
+        let part = self.part(id, p);
+        if part.replica.role() != Role::Leader {
+            self.refuse_produce(id, p, &batch, Refusal::NotLeaderOrFollower);
+            return;
+        }
+        let producer_id = batch.producer.producer_id;
+        if unchecked || (part.producers.in_txn(producer_id) && !part.turns.busy(producer_id)) {
+            self.txn_append_batch(id, p, batch, None);
+            return;
+        }
+        if part.turns.queue(batch) {
+            self.txn_next_turn(id, p, producer_id);
+        }
+    }
+
+    /// The next of a producer's waiting records at leader `id` of
+    /// partition `p`: appended when its transaction is open here, else
+    /// checked with the coordinator.
+    fn txn_next_turn(&mut self, id: NodeId, p: usize, producer_id: i64) {
+        let now = self.now;
+        let (_, coordinator) = self.broker_leaders(id);
+        loop {
+            let part = self.part(id, p);
+            let Some(batch) = part.turns.next(producer_id) else {
+                return;
+            };
+            if part.producers.in_txn(producer_id) {
+                part.turns.done(producer_id);
+                self.txn_append_batch(id, p, batch, None);
+                continue;
+            }
+            if coordinator < 0 {
+                part.turns.done(producer_id);
+                self.refuse_produce(id, p, &batch, Refusal::NotEnoughReplicas);
+                continue;
+            }
+            let token = part.producers.start_verification(producer_id);
+            part.turns
+                .checking(producer_id, token, now + VERIFY_TIMEOUT_MS);
+            let verify = TxnMessage::Verify {
+                partition: p - DATA_FIRST,
+                app: batch.app,
+                producer: batch.producer,
+                token,
+            };
+            self.send(id, coordinator, Message::Txn(verify));
+            return;
+        }
+    }
+
+    /// The coordinator answered leader `id`'s check `token` (or the check
+    /// was given up).
+    fn on_verified(
+        &mut self,
+        id: NodeId,
+        p: usize,
+        producer_id: i64,
+        token: u64,
+        outcome: Result<(), txn::error::TxnError>,
+    ) {
+        let part = self.part(id, p);
+        if part.replica.role() != Role::Leader {
+            return;
+        }
+        let Some(batch) = part.turns.checked(producer_id, token) else {
+            return;
+        };
+        part.turns.done(producer_id);
+        match outcome {
+            Ok(()) => self.txn_append_batch(id, p, batch, Some(token)),
+            Err(error) => {
+                part.producers.end_verification(producer_id, token);
+                self.refuse_produce(id, p, &batch, Refusal::of_check(error));
+            }
+        }
+        self.txn_next_turn(id, p, producer_id);
+    }
+
+    /// Appends a producer's transactional record at leader `id` of
+    /// partition `p` (its producer's turn come, checked with the
+    /// coordinator under `verified` if it opens the transaction here),
+    /// answered once acks=all holds.
+    fn txn_append_batch(&mut self, id: NodeId, p: usize, batch: Batch, verified: Option<u64>) {
+        let producer = batch.producer;
+        let part = self.part(id, p);
+        if let Some(token) = verified {
+            if !part.producers.end_verification(producer.producer_id, token) {
+                // The transaction ended while the coordinator was asked.
+                self.refuse_produce(id, p, &batch, Refusal::InvalidTxnState);
+                return;
+            }
+        }
+        if let Err(why) = part.replica.admit_produce(-1) {
+            let why = match why {
+                replication::replica::ReplicaError::NotEnoughReplicas => Refusal::NotEnoughReplicas,
+                _ => Refusal::NotLeaderOrFollower,
+            };
+            self.refuse_produce(id, p, &batch, why);
+            return;
+        }
+        let caller = Caller {
+            app: batch.app,
+            instance: batch.instance,
+            call: batch.call,
+        };
+        let parked = Parked::TxnProduce {
+            caller,
+            sequence: batch.sequence,
+        };
+        let check = part.producers.check_batch(
+            producer.producer_id,
+            producer.producer_epoch,
+            batch.sequence,
+        );
+        match check {
+            BatchCheck::Append => {
+                let entry = TxnEntry::Data {
+                    producer_id: producer.producer_id,
+                    producer_epoch: producer.producer_epoch,
+                    sequence: batch.sequence,
+                    record: batch.record,
+                    txn: batch.txn,
+                };
+                let (at, actions) = self.leader_append(id, p, 0, None, Some(Rc::new(entry)));
+                self.note(|| {
+                    format!(
+                        "broker {id} appends {:?} at {at} of partition {p}",
+                        batch.record
+                    )
+                });
+                self.park(id, p, parked, at, actions);
+            }
+            // A retry: answered as its original, once that holds acks=all.
+            BatchCheck::Duplicate(at) => self.park(id, p, parked, at, Vec::new()),
+            BatchCheck::Refuse(why) => self.refuse_produce(id, p, &batch, why),
+        }
+    }
+
+    /// A coordinator's marker at leader `id`: written unless the
+    /// producer's epoch here is newer (or, by Kafka's rule, a newer
+    /// coordinator already wrote for it), answered once acks=all holds.
+    fn on_write_marker(&mut self, id: NodeId, from: NodeId, marker: MarkerWrite) {
+        let p = data(marker.partition);
+        let coordinator_checked = self.scenario.mutation != Mutation::MarkersOfAnyCoordinator;
+        let part = self.part(id, p);
+        let checked = part
+            .replica
+            .admit_produce(-1)
+            .map_err(|_| Refusal::NotLeaderOrFollower);
+        let checked = checked.and_then(|()| {
+            part.producers.check_marker(
+                marker.producer_id,
+                marker.producer_epoch,
+                marker.coordinator_epoch,
+                coordinator_checked,
+            )
+        });
+        if let Err(why) = checked {
+            self.world().count(match why {
+                Refusal::InvalidProducerEpoch => "markers refused: older epoch",
+                Refusal::CoordinatorFenced => "markers refused: older coordinator",
+                _ => "markers refused: not the leader or too few replicas",
+            });
+            let answer = TxnMessage::MarkerWritten {
+                marker,
+                outcome: Err(why),
+            };
+            self.send(id, from, Message::Txn(answer));
+            return;
+        }
+        let entry = TxnEntry::Marker {
+            producer_id: marker.producer_id,
+            producer_epoch: marker.producer_epoch,
+            coordinator_epoch: marker.coordinator_epoch,
+            commit: marker.commit,
+            txn: marker.txn,
+        };
+        let (at, actions) = self.leader_append(id, p, 0, None, Some(Rc::new(entry)));
+        self.note(|| format!("broker {id} writes the marker {marker:?} at {at}"));
+        let parked = Parked::TxnMarker {
+            marker,
+            coordinator: from,
+        };
+        self.park(id, p, parked, at, actions);
+    }
+
+    /// The reader's read_committed fetch at leader `id`: entries up to the
+    /// last stable offset, and the aborted transactions among them. The
+    /// last stable offset is checked against the log itself first.
+    fn on_txn_read(&mut self, id: NodeId, partition: usize, offset: u64) {
+        let ignore_open = self.scenario.mutation == Mutation::LastStableIgnoresOpenTransactions;
+        let part = &self.brokers[(id - 1) as usize].parts[data(partition)];
+        if part.replica.role() != Role::Leader {
+            let refused = TxnMessage::FetchRefused { partition, offset };
+            self.send(id, READER, Message::Txn(refused));
+            return;
+        }
+        let last_stable = part.last_stable_offset(ignore_open);
+        let checked = self.check_last_stable(id, data(partition));
+        if let Err(broken) = checked {
+            self.world().broken.get_or_insert(broken);
+            return;
+        }
+        let part = &self.brokers[(id - 1) as usize].parts[data(partition)];
+        let upper = last_stable.min(offset + READ_ENTRIES_MAX as u64);
+        let entries: Vec<(u64, Rc<TxnEntry>)> = (offset..upper.max(offset))
+            .filter_map(|o| Some((o, part.log[o as usize].txn.clone()?)))
+            .collect();
+        let aborted = part.producers.aborted_between(offset, upper);
+        let answer = TxnMessage::Fetched {
+            partition,
+            offset,
+            entries,
+            aborted,
+            last_stable,
+        };
+        self.send(id, READER, Message::Txn(answer));
+    }
+
+    /// Leader `id`'s last stable offset of partition `p` is not past the
+    /// first record of a transaction open in its log, and the log keeps
+    /// the transactions' rules ([`transactions::scan_log`]).
+    fn check_last_stable(&self, id: NodeId, p: usize) -> Result<(), String> {
+        let ignore_open = self.scenario.mutation == Mutation::LastStableIgnoresOpenTransactions;
+        let part = &self.brokers[(id - 1) as usize].parts[p];
+        let last_stable = part.last_stable_offset(ignore_open);
+        let end = part.log.len() as u64;
+        let first_open = transactions::scan_log(p - DATA_FIRST, part.txn_entries(end))?;
+        if let Some(first) = first_open.filter(|&f| f < last_stable) {
+            return Err(format!(
+                "leader {id}'s last stable offset of partition {} is {last_stable}, past the \
+                 first record of a transaction open at {first}",
+                p - DATA_FIRST
+            ));
+        }
+        Ok(())
+    }
+
+    /// The transactions' invariants: nothing broken while handling a
+    /// message; every leading replica of a data partition keeps its last
+    /// stable offset behind open transactions; the coordinator of the
+    /// current `__transaction_state` leader holds each producer at least
+    /// at the epoch last given to it.
+    fn check_transactions(&self) -> Result<(), String> {
+        let world = self.txn.as_ref().expect("a scenario with transactions");
+        if let Some(broken) = &world.broken {
+            return Err(broken.clone());
+        }
+        if self.now % AGREEMENT_CHECK_MS != 0 {
+            return Ok(());
+        }
+        for broker in &self.brokers {
+            if !broker.up {
+                continue;
+            }
+            for index in 0..DATA_PARTITIONS {
+                if broker.parts[data(index)].replica.role() == Role::Leader {
+                    self.check_last_stable(broker.id, data(index))?;
+                }
+            }
+        }
+        let state = self.state_of(TXN_STATE);
+        if state.leader > 0 {
+            let leader = &self.brokers[(state.leader - 1) as usize];
+            let replica = &leader.parts[TXN_STATE].replica;
+            if leader.up
+                && replica.role() == Role::Leader
+                && replica.leader_epoch() == state.leader_epoch
+            {
+                if let Some(edge) = &leader.txn_coordinator {
+                    world.check_coordinator(edge)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// At the end: every transaction decided, marked on each of its
+    /// partitions and complete, on the final leaders.
+    fn final_check_transactions(&mut self) -> Result<(), String> {
+        let mut logs = Vec::new();
+        for index in 0..DATA_PARTITIONS {
+            let leader = self.state_of(data(index)).leader;
+            if leader < 0 {
+                // Only an emptied last in-sync replica leaves no leader.
+                return Ok(());
+            }
+            let part = &self.brokers[(leader - 1) as usize].parts[data(index)];
+            let high_watermark = part.replica.high_watermark();
+            logs.push(
+                (0..high_watermark)
+                    .filter_map(|o| Some((o, part.log[o as usize].txn.clone()?)))
+                    .collect::<Vec<_>>(),
+            );
+        }
+        let world = self.txn.as_ref().expect("a scenario with transactions");
+        world.final_check(&logs)?;
+        let leader = self.state_of(TXN_STATE).leader;
+        if leader > 0 && self.brokers[(leader - 1) as usize].up && self.txn_load(leader) {
+            let edge = self.brokers[(leader - 1) as usize]
+                .txn_coordinator
+                .as_ref()
+                .expect("loaded");
+            transactions::World::final_coordinator_check(edge)?;
+        }
+        Ok(())
+    }
+
     // ---- the invariants ----
 
     fn check(&mut self) -> Result<(), String> {
@@ -2151,6 +3266,9 @@ impl Sim {
             }
         }
         self.check_commits()?;
+        if self.txn.is_some() {
+            self.check_transactions()?;
+        }
         if self.now % AGREEMENT_CHECK_MS != 0 {
             return Ok(());
         }
@@ -2198,6 +3316,16 @@ impl Sim {
         self.report.acknowledged = self.client.acked.len();
         self.report.commits_acknowledged = self.client.commits_acked;
         self.report.syncs_acknowledged = self.client.syncs_acked;
+        if let Some(world) = &self.txn {
+            let (committed, aborted) = world.oracle.counts();
+            self.report.transactions_committed = committed;
+            self.report.transactions_aborted = aborted;
+            self.report.records_read = world.oracle.records_read;
+            self.report.producers_fenced = world.oracle.instances_stopped;
+            self.report.coordinator_loads = world.oracle.loads;
+            self.report.events = world.oracle.events.clone();
+            self.final_check_transactions()?;
+        }
         let state = self.state().clone();
         if state.leader < 0 {
             // Only an emptied last in-sync replica leaves no leader; what
@@ -2259,9 +3387,73 @@ pub fn scenario(name: &str, brokers: usize) -> Option<Scenario> {
         faults,
         lossy: matches!(name, "lossy" | "everything"),
         duration_ms: 4_000,
+        drain_ms: DRAIN_MS,
+        transactions: false,
         mutation: Mutation::None,
     })
 }
+
+/// The scenarios with transactions CI runs, by name: the faults above
+/// and those of transactions (the coordinator's leader crashing, its
+/// appends failing, markers' connections stalling, producers crashing,
+/// freezing past their transaction timeout, or left zombies).
+pub fn txn_scenario(name: &str, brokers: usize) -> Option<Scenario> {
+    let producers = [
+        Fault::CrashProducer,
+        Fault::FreezeProducer,
+        Fault::ZombieProducer,
+        Fault::LateRecord,
+    ];
+    let faults = match name {
+        "txn_quiet" | "txn_lossy" => Vec::new(),
+        "txn_coordinator_failover" => vec![Fault::CrashCoordinator, Fault::Pause],
+        "txn_failed_appends" => vec![Fault::FailCoordinatorAppend],
+        "txn_stalled_markers" => vec![
+            Fault::StallMarkers,
+            Fault::CrashCoordinator,
+            Fault::Pause,
+            Fault::CutFromController,
+        ],
+        "txn_producers" => producers.to_vec(),
+        "txn_everything" => {
+            let mut all = vec![
+                Fault::Crash,
+                Fault::EmptyDisk,
+                Fault::Pause,
+                Fault::CutFromController,
+                Fault::CutFromPeers,
+                Fault::SlowDisk,
+                Fault::PauseController,
+                Fault::CrashCoordinator,
+                Fault::FailCoordinatorAppend,
+                Fault::StallMarkers,
+            ];
+            all.extend(producers);
+            all
+        }
+        _ => return None,
+    };
+    Some(Scenario {
+        brokers,
+        faults,
+        lossy: matches!(name, "txn_lossy" | "txn_everything"),
+        duration_ms: 4_000,
+        drain_ms: TXN_DRAIN_MS,
+        transactions: true,
+        mutation: Mutation::None,
+    })
+}
+
+/// Every scenario with transactions' name.
+pub const TXN_SCENARIOS: [&str; 7] = [
+    "txn_quiet",
+    "txn_lossy",
+    "txn_coordinator_failover",
+    "txn_failed_appends",
+    "txn_stalled_markers",
+    "txn_producers",
+    "txn_everything",
+];
 
 /// Every scenario's name.
 pub const SCENARIOS: [&str; 10] = [
