@@ -211,6 +211,37 @@ async fn open(path: &Path, clock: Rc<ManualClock>) -> Log {
         .unwrap()
 }
 
+/// A log at `path` whose segments also roll by age, after `segment_ms`.
+async fn open_aging(
+    path: &Path,
+    clock: Rc<ManualClock>,
+    segment_bytes: u64,
+    segment_ms: u64,
+) -> Log {
+    let ctx = Context::new(Default::default(), clock);
+    let mut config = common::config(segment_bytes);
+    config.segment_ms = segment_ms;
+    Log::open(&ctx, path, config).await.unwrap()
+}
+
+/// Two seconds on (past a `segment.ms` of one second), appends a record
+/// of `key` and value "roll" so that the active segment rolls, and flushes;
+/// returns the record's offset.
+async fn roll(log: &Log, clock: &ManualClock, now: i64, key: &[u8]) -> u64 {
+    clock.advance_ms(2000);
+    let sentinel = [plain(Some(key.to_vec()), Some(b"roll".to_vec()))];
+    let offset = log
+        .append(
+            Bytes::from(build::batch(now, &sentinel)),
+            AppendOptions::default(),
+        )
+        .await
+        .unwrap()
+        .base_offset;
+    log.flush().await.unwrap();
+    offset
+}
+
 #[test]
 fn a_cleaning_keeps_the_latest_record_of_every_key_and_tombstones_go_after_their_time() {
     let dir = common::tempdir().unwrap();
@@ -392,10 +423,7 @@ fn a_log_whose_last_sealed_records_are_all_swept_reads_on_to_its_active_segment(
     run(move || async move {
         let now = common::BASE_TIMESTAMP + 30 * DAY_MS;
         let clock = Rc::new(ManualClock::new(now));
-        let ctx = Context::new(Default::default(), clock.clone());
-        let mut config = common::config(16 << 10);
-        config.segment_ms = 1000;
-        let log = Log::open(&ctx, &path, config).await.unwrap();
+        let log = open_aging(&path, clock.clone(), 16 << 10, 1000).await;
         let mut produced = fill(&log, now).await;
         // Tombstones for keys 0..100 in batches of their own, then a roll.
         for chunk in 0..20u64 {
@@ -413,28 +441,16 @@ fn a_log_whose_last_sealed_records_are_all_swept_reads_on_to_its_active_segment(
                 produced.insert(info.base_offset + i as u64, (r.key.unwrap(), None));
             }
         }
-        clock.advance_ms(2000);
-        let sentinel = vec![plain(Some(b"sentinel".to_vec()), Some(b"roll".to_vec()))];
-        let info = log
-            .append(
-                Bytes::from(build::batch(now, &sentinel)),
-                AppendOptions::default(),
-            )
-            .await
-            .unwrap();
-        produced.insert(
-            info.base_offset,
-            (b"sentinel".to_vec(), Some(b"roll".to_vec())),
-        );
-        log.flush().await.unwrap();
+        let sentinel = roll(&log, &clock, now, b"sentinel").await;
+        produced.insert(sentinel, (b"sentinel".to_vec(), Some(b"roll".to_vec())));
         assert_eq!(
             *log.segment_base_offsets().last().unwrap(),
-            info.base_offset,
+            sentinel,
             "rolled"
         );
         let end = log.next_offset();
         let outcome = log.clean(&options(now, end)).await.unwrap().unwrap();
-        assert_eq!(outcome.cleaned_to, info.base_offset);
+        assert_eq!(outcome.cleaned_to, sentinel);
         let (kept, _) = stored(&log).await;
         check(&produced, &kept, outcome.cleaned_to, false);
         clock.advance_ms(DAY_MS as u64 + 1);
@@ -447,7 +463,7 @@ fn a_log_whose_last_sealed_records_are_all_swept_reads_on_to_its_active_segment(
         let (kept, _) = stored(&log).await;
         check(&produced, &kept, outcome.cleaned_to, true);
         // From every offset of the removed range a read moves on.
-        for from in [info.base_offset - 100, info.base_offset - 1] {
+        for from in [sentinel - 100, sentinel - 1] {
             let read = log.read(from, 1 << 20, end).await.unwrap();
             assert!(
                 read.next_offset > from && !read.bytes.is_empty(),
@@ -498,10 +514,7 @@ fn a_quiet_active_segment_rolls_after_segment_ms_and_becomes_cleanable() {
     run(move || async move {
         let now = common::BASE_TIMESTAMP + 30 * DAY_MS;
         let clock = Rc::new(ManualClock::new(now));
-        let ctx = Context::new(Default::default(), clock.clone());
-        let mut config = common::config(1 << 30);
-        config.segment_ms = 60_000;
-        let log = Log::open(&ctx, &path, config).await.unwrap();
+        let log = open_aging(&path, clock.clone(), 1 << 30, 60_000).await;
         // Empty: nothing to roll, however old.
         clock.advance_ms(120_000);
         assert!(!log.roll_if_idle().await.unwrap());
@@ -585,10 +598,7 @@ fn aborted_transactions_records_go_and_markers_once_their_transaction_is_gone_an
     run(move || async move {
         let now = common::BASE_TIMESTAMP + 30 * DAY_MS;
         let clock = Rc::new(ManualClock::new(now));
-        let ctx = Context::new(Default::default(), clock.clone());
-        let mut config = common::config(16 << 10);
-        config.segment_ms = 1000;
-        let log = Log::open(&ctx, &path, config).await.unwrap();
+        let log = open_aging(&path, clock.clone(), 16 << 10, 1000).await;
         // A: committed, later wholly superseded; B: aborted, over the same
         // keys (must never make A's or anyone's value go); C and D:
         // committed, superseding A.
@@ -600,19 +610,7 @@ fn aborted_transactions_records_go_and_markers_once_their_transaction_is_gone_an
         let marker_c = append_marker(&log, now, 1, Marker::Commit).await;
         let d = append_txn(&log, now, 3, 5..10, "d").await;
         let marker_d = append_marker(&log, now, 3, Marker::Commit).await;
-        clock.advance_ms(2000);
-        let sentinel = log
-            .append(
-                Bytes::from(build::batch(
-                    now,
-                    &[plain(Some(b"s".to_vec()), Some(b"roll".to_vec()))],
-                )),
-                AppendOptions::default(),
-            )
-            .await
-            .unwrap()
-            .base_offset;
-        log.flush().await.unwrap();
+        let sentinel = roll(&log, &clock, now, b"s").await;
         let end = log.next_offset();
         let aborted = vec![AbortedRange {
             producer_id: 2,
