@@ -886,9 +886,16 @@ impl Sim {
             trace: std::env::var_os("STROM_SIM_TRACE").is_some(),
             checked: (None, 0),
             group_log: GroupLog::default(),
-            txn: scenario
-                .transactions
-                .then(|| transactions::World::new(scenario.duration_ms + scenario.drain_ms / 4)),
+            txn: scenario.transactions.then(|| {
+                // Odd seeds write `__transaction_state` values in
+                // version 1 (with the previous producer id).
+                let version = if seed % 2 == 0 {
+                    txn::records::ValueVersion::V0
+                } else {
+                    txn::records::ValueVersion::V1
+                };
+                transactions::World::new(scenario.duration_ms + scenario.drain_ms / 4, version)
+            }),
             append_fault: None,
             stalls: BTreeMap::new(),
             held: Vec::new(),
@@ -2731,6 +2738,7 @@ impl Sim {
     fn txn_load(&mut self, id: NodeId) -> bool {
         let now = self.now;
         let fire_and_forget = self.scenario.mutation == Mutation::MarkersNotAwaited;
+        let version = self.world().value_version;
         let broker = self.broker(id);
         if broker.txn_coordinator.is_some() {
             return true;
@@ -2747,7 +2755,7 @@ impl Sim {
                 TxnEntry::State { key, value } => Some((key.as_slice(), value.as_deref())),
                 _ => None,
             });
-        let loaded = CoordinatorEdge::load(epoch, records, now, fire_and_forget);
+        let loaded = CoordinatorEdge::load(epoch, version, records, now, fire_and_forget);
         let (edge, outs) = match loaded {
             Ok(loaded) => loaded,
             Err(broken) => {

@@ -51,6 +51,7 @@ use replication::replica::NodeId;
 use txn::config::TxnConfig;
 use txn::coordinator::{AfterAppend, Coordinator, Markers, Plan, ProducerIdAndEpoch};
 use txn::error::TxnError;
+use txn::records::ValueVersion;
 use txn::state::TxnState;
 use txn::TopicPartition;
 
@@ -719,25 +720,28 @@ pub struct CoordinatorEdge {
     markers_fire_and_forget: bool,
 }
 
-/// The coordinator's settings here: transaction timeouts up to a minute.
-fn txn_config() -> TxnConfig {
+/// The coordinator's settings here: transaction timeouts up to a minute,
+/// `__transaction_state` values written in `log_value_version`.
+fn txn_config(log_value_version: ValueVersion) -> TxnConfig {
     TxnConfig {
         max_timeout_ms: 60_000,
-        ..TxnConfig::default()
+        log_value_version,
     }
 }
 
 impl CoordinatorEdge {
     /// Loads a coordinator at `epoch` from the `__transaction_state`
-    /// records `records` (the log up to its high watermark); the decided
-    /// transactions it finds have their markers written again.
+    /// records `records` (the log up to its high watermark), writing its
+    /// values in `version`; the decided transactions it finds have their
+    /// markers written again.
     pub fn load<'a>(
         epoch: i32,
+        version: ValueVersion,
         records: impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)>,
         now: u64,
         markers_fire_and_forget: bool,
     ) -> Result<(CoordinatorEdge, Vec<Out>), String> {
-        let mut coordinator = Coordinator::new(txn_config(), epoch);
+        let mut coordinator = Coordinator::new(txn_config(version), epoch);
         for (key, value) in records {
             coordinator
                 .replay(key, value)
@@ -1794,12 +1798,15 @@ pub struct World {
     next_ticket: u64,
     /// Producers begin transactions until then.
     pub begin_until: u64,
+    /// The `__transaction_state` value version the coordinators write
+    /// (Kafka writes version 0 before `transaction.version` 1).
+    pub value_version: ValueVersion,
     /// A rule broken here, found while handling a message.
     pub broken: Option<String>,
 }
 
 impl World {
-    pub fn new(begin_until: u64) -> Self {
+    pub fn new(begin_until: u64, value_version: ValueVersion) -> Self {
         Self {
             apps: (0..APPS).map(App::new).collect(),
             reader: Reader {
@@ -1811,6 +1818,7 @@ impl World {
             next_producer_id: 1_000,
             next_ticket: 0,
             begin_until,
+            value_version,
             broken: None,
         }
     }
