@@ -2055,6 +2055,19 @@ impl World {
                     "a transaction is left open on partition {partition} from offset {first}"
                 ));
             }
+            // Every marker, also one that ended nothing, says its
+            // transaction's decision.
+            for (offset, entry) in log {
+                if let TxnEntry::Marker { txn, commit, .. } = **entry {
+                    let decided = self.oracle.decisions.get(&txn).map(|d| d.commit);
+                    if decided != Some(commit) {
+                        return Err(format!(
+                            "partition {partition} holds a marker (commit {commit}) of \
+                             transaction {txn:?} at {offset}, which is decided {decided:?}"
+                        ));
+                    }
+                }
+            }
         }
         for (txn, decision) in &self.oracle.decisions {
             for (topic, index) in &decision.partitions {
