@@ -62,9 +62,10 @@
 //!   decision; no two producer instances are given the same epoch, and
 //!   the current coordinator never holds a producer behind the epoch last
 //!   given to it. At the end, no transaction is left open on any
-//!   partition or in the coordinator, and every decided one has its
-//!   marker on each of its partitions, after every record acknowledged
-//!   there if it committed.
+//!   partition or in the coordinator, every decided one has its marker
+//!   on each of its partitions, after every record acknowledged there if
+//!   it committed, and no marker says otherwise than its transaction's
+//!   decision.
 //!
 //! A [`Mutation`] breaks one rule on purpose, to show the checks find it.
 
