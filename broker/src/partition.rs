@@ -520,7 +520,7 @@ fn replay_batch(
     now_ms: i64,
 ) -> bool {
     if header.is_control() {
-        match protocol::control::marker_of(batch) {
+        match protocol::control::end_marker_of(batch) {
             Some(marker) => {
                 table.apply_marker(
                     header.producer_id,
@@ -822,10 +822,18 @@ impl Partition {
         self.isr_outbox.borrow_mut().take()
     }
 
-    /// The controller refused (or never heard) the ISR change: the replica
-    /// state may propose again.
-    pub fn isr_proposal_failed(&self) {
-        self.replica.borrow_mut().isr_proposal_failed();
+    /// The controller refused the ISR change sent `attempts` times (see
+    /// `ReplicaState::isr_change_refused`); whether it is still proposed.
+    pub fn isr_change_refused(&self, stale: bool, attempts: u32) -> bool {
+        self.replica
+            .borrow_mut()
+            .isr_change_refused(stale, attempts)
+    }
+
+    /// Whether `proposal` is still the ISR change this leader waits for
+    /// (no assignment settled it, no other change replaced it).
+    pub fn isr_change_pending(&self, proposal: &IsrProposal) -> bool {
+        self.replica.borrow().pending_isr() == Some(proposal)
     }
 
     /// The leader this partition follows, while it is a follower.
@@ -1290,7 +1298,7 @@ impl Partition {
             let fenced = self
                 .producers
                 .borrow()
-                .check_marker(header.producer_id, header.producer_epoch);
+                .check_coordinator_write(header.producer_id, header.producer_epoch);
             if let Err(code) = fenced {
                 return ProduceOutcome::error(code);
             }
@@ -1494,7 +1502,14 @@ impl Partition {
         if let Err(why) = self.replica.borrow().admit_produce(-1) {
             return errors::replica(why);
         }
-        if let Err(code) = self.producers.borrow().check_marker(producer_id, epoch) {
+        let fenced = self
+            .producers
+            .borrow()
+            .check_marker(producer_id, epoch, coordinator_epoch);
+        if let Err(code) = fenced {
+            if code == errors::TRANSACTION_COORDINATOR_FENCED {
+                tracing::info!(topic = %self.topic, partition = self.index, producer_id, coordinator_epoch, "refused a marker from a coordinator older than the last one that wrote for this producer");
+            }
             return code;
         }
         let bytes = protocol::control::marker_batch(
@@ -1527,7 +1542,10 @@ impl Partition {
         self.producers.borrow_mut().apply_marker(
             producer_id,
             epoch,
-            marker,
+            protocol::control::EndMarker {
+                marker,
+                coordinator_epoch,
+            },
             info.base_offset as i64,
         );
         drop(in_flight);

@@ -16,6 +16,9 @@
 //!   and no follower cuts its log to it.
 //! - An active controller paused for three sessions: once it runs again
 //!   it fences no live broker.
+//! - A leader's ISR change left unanswered (the controller quorum paused
+//!   while a follower comes back): the change stays proposed and is sent
+//!   again until the controller answers.
 //!
 //! Each runs one round by default; `scripts/soak` runs many
 //! (`STROM_SOAK_ROUNDS`).
@@ -417,6 +420,90 @@ fn a_paused_controller_fences_no_live_broker() {
         println!("round {rounds}: active controller {controller} paused {pause:?}: no live broker fenced");
     }
     producer.stop_and_check_every_replica(&mut cluster, &[1, 2, 3]);
+}
+
+/// The lines of `log` saying an ISR change went unanswered and stays
+/// proposed.
+fn unanswered_isr_changes(log: &str) -> usize {
+    log.lines()
+        .filter(|l| l.contains("ISR change not answered; it stays proposed"))
+        .count()
+}
+
+/// A leader whose AlterPartition request goes unanswered cannot know
+/// whether the controller took the change: it must keep the change
+/// proposed (its members counted for the high watermark) and send it
+/// again, never give it up and count over the smaller ISR. Broker 4 (no
+/// voter) leads, broker 5 (no voter) and voter 1 follow; 5 is paused until
+/// it leaves the ISR, then voters 2 and 3 are paused (no quorum) and 5
+/// runs again, catches up and is proposed back in. The
+/// change goes unanswered while the quorum is gone; once the voters run
+/// again it is taken and 5 is back in the ISR, with every acknowledged
+/// record in every replica.
+#[test]
+fn an_unanswered_isr_change_stays_proposed_and_is_sent_again() {
+    let budget = SoakBudget::from_env(1);
+    // A follower leaves the ISR well before its session runs out.
+    let lag_ms = SESSION_MS / 2;
+    let lag = format!("replica.lag.time.max.ms={lag_ms}");
+    let mut cluster = Cluster::start(3, &["--set", &lag]);
+    cluster.add_broker(4);
+    cluster.add_broker(5);
+    let any = cluster.node(1).broker.bootstrap();
+    cluster.wait_for("five brokers", || {
+        brokers(&any).filter(|(ids, c)| ids.len() == 5 && *c > 0)
+    });
+    let topic = "unanswered";
+    create(&any, topic, &[&[4, 5, 1]]);
+    cluster.wait_for("broker 4 leads, all in sync", || {
+        partitions(&any, topic).filter(|p| p[&0].0 == 4 && p[&0].1.len() == 3)
+    });
+    let producer = Producing::start(&cluster.bootstrap(), topic, &[]);
+    let leader = cluster.node(4).broker.bootstrap();
+    // The quorum stays away this long: several AlterPartition timeouts.
+    let quorum_away = Duration::from_secs(12);
+    let mut rounds = 0;
+    while budget.more(rounds) {
+        producer.wait_for_more(&cluster, ACKS_BEFORE_FAULT, "before the pause");
+        let unanswered_before = unanswered_isr_changes(&cluster.node(4).broker.log());
+        cluster.node(5).broker.signal(libc::SIGSTOP);
+        cluster.wait_for("broker 5 out of the ISR", || {
+            partitions(&leader, topic).filter(|p| p[&0].0 == 4 && !p[&0].1.contains(&5))
+        });
+        // Voters 2 and 3 paused: no quorum. When voter 1 is the active
+        // controller it may still log the change without committing it,
+        // and commit it once the others return, long after the leader's
+        // request timed out: the case where the answer is lost.
+        let paused = [2, 3];
+        for &id in &paused {
+            cluster.node(id).broker.signal(libc::SIGSTOP);
+        }
+        cluster.node(5).broker.signal(libc::SIGCONT);
+        let resends = poll_until(quorum_away, || {
+            let seen = unanswered_isr_changes(&cluster.node(4).broker.log());
+            (seen > unanswered_before).then_some(seen)
+        });
+        // The fault lasts this long in every round, whatever the poll saw.
+        std::thread::sleep(quorum_away.saturating_sub(Duration::from_secs(1)));
+        for &id in &paused {
+            cluster.node(id).broker.signal(libc::SIGCONT);
+        }
+        assert!(
+            resends.is_some(),
+            "broker 4 never logged an unanswered ISR change while the quorum was paused\n{}",
+            cluster.logs()
+        );
+        cluster.wait_for("broker 5 back in the ISR", || {
+            partitions(&leader, topic).filter(|p| p[&0].0 == 4 && p[&0].1.len() == 3)
+        });
+        producer.wait_for_more(&cluster, ACKS_BEFORE_FAULT, "after the quorum returned");
+        rounds += 1;
+        println!(
+            "round {rounds}: voters {paused:?} paused {quorum_away:?} while broker 5 caught up: \
+             the ISR change stayed proposed, was sent again and taken"
+        );
+    }
+    producer.stop_and_check_every_replica(&mut cluster, &[4, 5, 1]);
 }
 
 /// A loop-mounted ext4 filesystem made for a node's data dir, unmounted

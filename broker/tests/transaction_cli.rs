@@ -700,6 +700,35 @@ fn marker(
 /// One WriteTxnMarkers as an operator's tool sends it; the partition's
 /// error code.
 fn write_marker(broker: &Broker, marker: WritableTxnMarker, correlation_id: i32) -> i16 {
+    send_marker(
+        broker,
+        WriteTxnMarkersRequest::default().with_markers(vec![marker]),
+        correlation_id,
+    )
+}
+
+/// One WriteTxnMarkers as a transaction coordinator on broker 0 sends it
+/// (the broker's own tagged field naming the sender); the partition's
+/// error code.
+fn write_coordinators_marker(
+    broker: &Broker,
+    marker: WritableTxnMarker,
+    correlation_id: i32,
+) -> i16 {
+    let from_coordinator = std::collections::BTreeMap::from([(
+        broker::txn::markers::FROM_COORDINATOR_TAG,
+        bytes::Bytes::copy_from_slice(&0i32.to_be_bytes()),
+    )]);
+    send_marker(
+        broker,
+        WriteTxnMarkersRequest::default()
+            .with_markers(vec![marker])
+            .with_unknown_tagged_fields(from_coordinator),
+        correlation_id,
+    )
+}
+
+fn send_marker(broker: &Broker, request: WriteTxnMarkersRequest, correlation_id: i32) -> i16 {
     let mut stream = raw::connect(broker);
     let response: WriteTxnMarkersResponse = raw::call(
         &mut stream,
@@ -707,7 +736,7 @@ fn write_marker(broker: &Broker, marker: WritableTxnMarker, correlation_id: i32)
         1,
         correlation_id,
         "operator",
-        &WriteTxnMarkersRequest::default().with_markers(vec![marker]),
+        &request,
     );
     let codes: Vec<i16> = response
         .markers
@@ -751,15 +780,41 @@ fn an_operators_marker_is_written_only_to_abort_an_open_transaction_at_its_produ
         assert_eq!(end_offsets(&bootstrap, TOPIC), ends, "{error:?}");
     }
     // The abort passes once; the same again finds nothing open.
-    assert_eq!(write_marker(&broker, marker(pid, 0, 0, false, 0), 10), 0);
+    assert_eq!(write_marker(&broker, marker(pid, 0, 3, false, 0), 10), 0);
     let after_abort = end_offsets(&bootstrap, TOPIC);
     assert_eq!(after_abort[&0], ends[&0] + 1);
     assert_eq!(after_abort[&1], ends[&1]);
     assert_eq!(
-        write_marker(&broker, marker(pid, 0, 0, false, 0), 11),
+        write_marker(&broker, marker(pid, 0, 3, false, 0), 11),
         ResponseError::InvalidTxnState.code()
     );
     assert_eq!(end_offsets(&bootstrap, TOPIC), after_abort);
+    // The partition remembers the coordinator epoch of that marker: a
+    // coordinator older than it is deposed, and its marker is refused.
+    assert_eq!(
+        write_coordinators_marker(&broker, marker(pid, 0, 2, true, 0), 12),
+        ResponseError::TransactionCoordinatorFenced.code()
+    );
+    assert_eq!(end_offsets(&bootstrap, TOPIC), after_abort);
+    let described = strom_ok(
+        &broker,
+        &[
+            "transaction",
+            "describe-producers",
+            "--topic",
+            TOPIC,
+            "--partition",
+            "0",
+            "--format",
+            "json",
+        ],
+    );
+    let described: serde_json::Value = serde_json::from_str(&described).unwrap();
+    assert_eq!(
+        described["producers"][0]["coordinator_epoch"],
+        serde_json::json!(3),
+        "{described}"
+    );
     // Partition 0 is read past the transaction; partition 1 still waits.
     let committed = read(&bootstrap, TOPIC, PARTITIONS, "read_committed");
     assert_eq!(payloads(&committed[&0]), before[&0]);

@@ -70,10 +70,24 @@ pub fn marker_batch(
     batch
 }
 
+/// A transaction marker as stored: how the transaction ended and the
+/// epoch of the coordinator that wrote it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndMarker {
+    pub marker: Marker,
+    pub coordinator_epoch: i32,
+}
+
 /// Which marker a control batch holds: `None` when `batch` (a whole batch,
 /// header first) is not a control batch or its first record's key is not
 /// a control record key Kafka defines.
 pub fn marker_of(batch: &[u8]) -> Option<Marker> {
+    end_marker_of(batch).map(|end| end.marker)
+}
+
+/// The marker a control batch holds with its coordinator epoch (-1 when
+/// the record carries no readable value); `None` as for [`marker_of`].
+pub fn end_marker_of(batch: &[u8]) -> Option<EndMarker> {
     let header = BatchHeader::parse(batch).ok()?;
     if !header.is_control() || header.size() > batch.len() || header.record_count < 1 {
         return None;
@@ -85,11 +99,19 @@ pub fn marker_of(batch: &[u8]) -> Option<Marker> {
     if key.len() < 4 || i16::from_be_bytes([key[0], key[1]]) < 0 {
         return None;
     }
-    match i16::from_be_bytes([key[2], key[3]]) {
-        0 => Some(Marker::Abort),
-        1 => Some(Marker::Commit),
-        _ => None,
-    }
+    let marker = match i16::from_be_bytes([key[2], key[3]]) {
+        0 => Marker::Abort,
+        1 => Marker::Commit,
+        _ => return None,
+    };
+    let coordinator_epoch = match record.value.as_deref() {
+        Some([_, _, a, b, c, d, ..]) => i32::from_be_bytes([*a, *b, *c, *d]),
+        _ => -1,
+    };
+    Some(EndMarker {
+        marker,
+        coordinator_epoch,
+    })
 }
 
 #[cfg(test)]
@@ -113,6 +135,13 @@ mod tests {
             );
             assert_eq!((header.record_count, header.last_offset_delta), (1, 0));
             assert_eq!(marker_of(&batch), Some(marker));
+            assert_eq!(
+                end_marker_of(&batch),
+                Some(EndMarker {
+                    marker,
+                    coordinator_epoch: 3
+                })
+            );
         }
     }
 

@@ -643,6 +643,22 @@ impl ReplicaState {
         self.pending_isr = None;
     }
 
+    /// The controller refused the ISR change this leader sent `attempts`
+    /// times; `stale` when it refused it for an epoch that moved on
+    /// (INVALID_UPDATE_VERSION, FENCED_LEADER_EPOCH). A change sent again
+    /// may have been taken the first time (its answer lost), so a stale
+    /// refusal of a resend keeps it proposed, its members counted for the
+    /// high watermark, until an assignment settles it, as Kafka's leaders
+    /// do. Any other refusal proves no attempt was taken: another change
+    /// may be proposed. Whether the change is still proposed.
+    pub fn isr_change_refused(&mut self, stale: bool, attempts: u32) -> bool {
+        if stale && attempts > 1 {
+            return self.pending_isr.is_some();
+        }
+        self.pending_isr = None;
+        false
+    }
+
     fn propose(&mut self, isr: BTreeSet<NodeId>, actions: &mut Vec<Action>) {
         let proposal = IsrProposal {
             leader_epoch: self.leader_epoch,

@@ -1544,20 +1544,17 @@ impl Sim {
         match message {
             Message::Assign { image } => self.assign(id, image),
             Message::AlterRefused { partition, why } => {
+                let given_up = self.scenario.mutation == Mutation::IsrChangeGivenUp;
                 let part = self.part(id, partition);
-                // A change sent again may have been taken the first time:
-                // refused as stale then (an epoch moved), it stays proposed
-                // (its members count for the high watermark) until an
-                // image says, as Kafka's leaders keep it. A refusal that
-                // checked the change against the current epochs proves no
-                // attempt was taken.
                 let stale = matches!(
                     why,
                     Refused::InvalidUpdateVersion | Refused::FencedLeaderEpoch
                 );
-                let ambiguous = part.proposals_sent > 1 && stale;
-                if !ambiguous || self.scenario.mutation == Mutation::IsrChangeGivenUp {
-                    self.part(id, partition).replica.isr_proposal_failed();
+                if given_up {
+                    part.replica.isr_proposal_failed();
+                } else {
+                    let attempts = part.proposals_sent;
+                    part.replica.isr_change_refused(stale, attempts);
                 }
             }
             Message::EpochQuery {
@@ -2172,9 +2169,9 @@ impl Sim {
     /// Leader `id`'s ISR change of partition `p` went unanswered: it is
     /// sent again, still proposed (the controller may have taken it and
     /// its answer been lost), as Kafka's leaders retry AlterPartition.
-    /// Given up instead ([`Mutation::IsrChangeGivenUp`], the broker's
-    /// rule when its request fails), the leader counts its high watermark
-    /// without the member the controller may have added.
+    /// Given up instead ([`Mutation::IsrChangeGivenUp`]), the leader counts
+    /// its high watermark without the member the controller may have
+    /// added.
     fn resend_proposal(
         &mut self,
         id: NodeId,

@@ -10,9 +10,9 @@
 //!   offset, aborted transactions are remembered for read_committed
 //!   readers; a leader's check with the coordinator before a producer's
 //!   first record opens a transaction is voided by a marker written
-//!   meanwhile. Kafka's rule that a marker from a coordinator older than
-//!   one that already wrote for the producer is refused is kept too (the
-//!   broker lacks it: `Mutation::MarkersOfAnyCoordinator` is its rule).
+//!   meanwhile; a marker from a coordinator older than one that already
+//!   wrote for the producer is refused (Kafka's rule, the broker's too;
+//!   `Mutation::MarkersOfAnyCoordinator` drops it).
 //! - [`CoordinatorEdge`]: the transaction coordinator's runtime edge, the
 //!   broker's (`txn::manager`, `txn::markers`) mirrored around the `txn`
 //!   crate's real `Coordinator`: loaded from the `__transaction_state` log

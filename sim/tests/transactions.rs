@@ -173,12 +173,13 @@ fn a_first_record_appended_unchecked_with_the_coordinator_is_caught() {
 /// paused, another took `__transaction_state` over, loaded the decided
 /// transaction, wrote its markers and completed it, and the producer
 /// opened its next transaction on that partition at the same producer
-/// epoch. The stall over, the deposed coordinator's marker arrived and, by
-/// the broker's rule (a marker is refused only for an older producer
-/// epoch), ended the new transaction's records as committed before it was
-/// decided. A leader here refuses a marker from a coordinator epoch older
-/// than one that already wrote a marker for the producer (Kafka's rule);
-/// the broker's rule is a mutation the seed must catch.
+/// epoch. The stall over, the deposed coordinator's marker arrived and,
+/// were a marker refused only for an older producer epoch, would end the
+/// new transaction's records as committed before it was decided. A leader
+/// refuses a marker from a coordinator epoch older than one that already
+/// wrote a marker for the producer (Kafka's rule, the broker's:
+/// `ProducerTable::check_marker`); the looser rule is a mutation the seed
+/// must catch.
 #[test]
 fn seed_268_a_marker_from_a_deposed_coordinator_is_refused() {
     let mut scenario = txn_scenario("txn_stalled_markers", 3).unwrap();
@@ -190,15 +191,15 @@ fn seed_268_a_marker_from_a_deposed_coordinator_is_refused() {
 
 /// Seed 227 of `txn_everything` on 3 brokers: a leader proposed taking a
 /// caught-up follower back into the ISR; the controller took it, but its
-/// answer was lost and the leader was cut from the controller. By the
-/// broker's rule (an AlterPartition request that fails gives the change
-/// up), the leader counted its high watermark over the ISR it had before
-/// (itself alone) and took a record as committed that the follower, in
-/// the ISR by the controller's word, lacked; the controller then fenced
-/// the leader and elected that follower. A leader here sends an
-/// unanswered change again and keeps it proposed, its members counted,
-/// until an image settles it (Kafka's leaders do so); the broker's rule is
-/// a mutation the seed must catch.
+/// answer was lost and the leader was cut from the controller. Had the
+/// leader given the unanswered change up, it would have counted its high
+/// watermark over the ISR it had before (itself alone) and taken a record
+/// as committed that the follower, in the ISR by the controller's word,
+/// lacked; the controller then fenced the leader and elected that
+/// follower. A leader sends an unanswered change again and keeps it
+/// proposed, its members counted, until an image settles it (Kafka's
+/// leaders do so, and the broker's `send_isr_change`); giving it up is a
+/// mutation the seed must catch.
 #[test]
 fn seed_227_an_unanswered_isr_change_stays_proposed() {
     let mut scenario = txn_scenario("txn_everything", 3).unwrap();

@@ -84,27 +84,10 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>) {
                 partition.tick();
             }
             if let Some(proposal) = partition.take_isr_proposal() {
-                let alter = AlterPartition {
-                    topic: partition.topic().to_string(),
-                    partition: partition.index(),
-                    leader: shard.config.node_id,
-                    leader_epoch: proposal.leader_epoch,
-                    partition_epoch: proposal.partition_epoch,
-                    isr: proposal.isr,
-                };
-                let (cluster, partition) = (cluster.clone(), partition.clone());
+                let (shard, cluster, partition) =
+                    (shard.clone(), cluster.clone(), partition.clone());
                 glommio::spawn_local(async move {
-                    let code = cluster.alter_partition(alter.clone()).await;
-                    if code != errors::NONE {
-                        tracing::info!(
-                            topic = %alter.topic,
-                            partition = alter.partition,
-                            isr = ?alter.isr,
-                            error = %protocol::client::error_name(code),
-                            "ISR change not taken"
-                        );
-                        partition.isr_proposal_failed();
-                    }
+                    send_isr_change(&shard, &cluster, &partition, proposal).await;
                 })
                 .detach();
             }
@@ -126,6 +109,66 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>) {
         }
     }
 }
+
+/// Sends the ISR change `proposal` of `partition` (its leader here) to the
+/// active controller until it is answered. A request left unanswered (no
+/// controller reached, or no answer in time) may still have been taken, so
+/// the change stays proposed, its members counted for the high watermark,
+/// and is sent again every [`ISR_RESEND_AFTER`] until the controller
+/// answers or an assignment settles it (Kafka's leaders retry
+/// AlterPartition the same way); a refusal ends it as
+/// `ReplicaState::isr_change_refused` says.
+async fn send_isr_change(
+    shard: &Shard,
+    cluster: &Cluster,
+    partition: &Partition,
+    proposal: replication::replica::IsrProposal,
+) {
+    let alter = AlterPartition {
+        topic: partition.topic().to_string(),
+        partition: partition.index(),
+        leader: shard.config.node_id,
+        leader_epoch: proposal.leader_epoch,
+        partition_epoch: proposal.partition_epoch,
+        isr: proposal.isr.clone(),
+    };
+    let mut attempts = 0u32;
+    while partition.isr_change_pending(&proposal) {
+        attempts += 1;
+        let code = cluster.alter_partition(alter.clone()).await;
+        match code {
+            errors::NONE => return,
+            errors::NOT_CONTROLLER | errors::REQUEST_TIMED_OUT => {
+                if attempts == 1 || attempts.is_multiple_of(50) {
+                    tracing::info!(topic = %alter.topic, partition = alter.partition, isr = ?alter.isr, attempts, "ISR change not answered; it stays proposed and is sent again");
+                }
+                if shard.stopping.sleep_unless_raised(ISR_RESEND_AFTER).await {
+                    return;
+                }
+            }
+            _ => {
+                let stale = matches!(
+                    code,
+                    errors::INVALID_UPDATE_VERSION | errors::FENCED_LEADER_EPOCH
+                );
+                let kept = partition.isr_change_refused(stale, attempts);
+                tracing::info!(
+                    topic = %alter.topic,
+                    partition = alter.partition,
+                    isr = ?alter.isr,
+                    attempts,
+                    error = %protocol::client::error_name(code),
+                    kept_until_assignment = kept,
+                    "ISR change not taken"
+                );
+                return;
+            }
+        }
+    }
+}
+
+/// How long an unanswered ISR change waits before it is sent again.
+const ISR_RESEND_AFTER: Duration = Duration::from_millis(200);
 
 /// The partitions of this core that follow `leader`, with their leader epoch.
 fn following(shard: &Shard, leader: i32) -> Vec<(Rc<Partition>, i32)> {

@@ -90,7 +90,7 @@ fn producer_state(view: ProducerView) -> ProducerState {
         .with_producer_epoch(i32::from(view.epoch))
         .with_last_sequence(view.last_sequence)
         .with_last_timestamp(view.last_timestamp_ms)
-        .with_coordinator_epoch(-1)
+        .with_coordinator_epoch(view.coordinator_epoch)
         .with_current_txn_start_offset(view.current_txn_start_offset)
 }
 

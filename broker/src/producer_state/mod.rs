@@ -55,6 +55,9 @@ struct ProducerEntry {
     /// none): a replayed transactional batch at or below it belongs to a
     /// transaction already ended.
     last_marker_offset: i64,
+    /// The newest coordinator epoch that wrote a marker for it (-1:
+    /// none): a marker from an older coordinator is refused.
+    coordinator_epoch: i32,
 }
 
 impl ProducerEntry {
@@ -66,6 +69,7 @@ impl ProducerEntry {
             last_timestamp_ms,
             ongoing_txn: None,
             last_marker_offset: -1,
+            coordinator_epoch: -1,
         }
     }
 
@@ -139,6 +143,9 @@ pub struct ProducerView {
     pub last_timestamp_ms: i64,
     /// The first offset of its open transaction here (-1: none).
     pub current_txn_start_offset: i64,
+    /// The epoch of the coordinator that wrote its last marker here (-1:
+    /// none).
+    pub coordinator_epoch: i32,
 }
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -180,6 +187,7 @@ impl ProducerTable {
                     last_sequence: last.last_sequence,
                     last_timestamp_ms: entry.last_timestamp_ms,
                     current_txn_start_offset: entry.ongoing_txn.unwrap_or(-1),
+                    coordinator_epoch: entry.coordinator_epoch,
                 })
             })
             .collect();
@@ -454,6 +462,7 @@ impl ProducerTable {
             out.extend_from_slice(&entry.last_timestamp_ms.to_be_bytes());
             out.extend_from_slice(&entry.ongoing_txn.unwrap_or(-1).to_be_bytes());
             out.extend_from_slice(&entry.last_marker_offset.to_be_bytes());
+            out.extend_from_slice(&entry.coordinator_epoch.to_be_bytes());
             out.push(entry.batches.len() as u8);
             for batch in &entry.batches {
                 out.extend_from_slice(&batch.first_sequence.to_be_bytes());
@@ -491,10 +500,11 @@ impl ProducerTable {
         }
         let mut reader = Reader { bytes: &body[4..] };
         let version = u16::from_be_bytes(reader.take()?);
-        if version != SNAPSHOT_VERSION && version != SNAPSHOT_VERSION_IDEMPOTENT {
+        if !(SNAPSHOT_VERSION_IDEMPOTENT..=SNAPSHOT_VERSION).contains(&version) {
             return Err(SnapshotError::Version(version));
         }
-        let with_txns = version == SNAPSHOT_VERSION;
+        let with_txns = version >= SNAPSHOT_VERSION_TXNS;
+        let with_coordinator_epochs = version >= SNAPSHOT_VERSION;
         let offset = u64::from_be_bytes(reader.take()?);
         let count = u32::from_be_bytes(reader.take()?) as usize;
         if count > reader.bytes.len() / SNAPSHOT_ENTRY_BYTES {
@@ -512,6 +522,11 @@ impl ProducerTable {
                 )
             } else {
                 (-1, -1)
+            };
+            let coordinator_epoch = if with_coordinator_epochs {
+                i32::from_be_bytes(reader.take()?)
+            } else {
+                -1
             };
             let [batch_count] = reader.take::<1>()?;
             let batch_count = usize::from(batch_count);
@@ -538,6 +553,7 @@ impl ProducerTable {
                 last_timestamp_ms,
                 ongoing_txn: (ongoing >= 0).then_some(ongoing),
                 last_marker_offset,
+                coordinator_epoch,
             };
             if table.producers.insert(id, entry).is_some() {
                 return Err(SnapshotError::Entry(id));
@@ -565,9 +581,11 @@ impl ProducerTable {
 }
 
 const SNAPSHOT_MAGIC: &[u8; 4] = b"STPS";
-/// Version 2 adds each producer's open transaction and last marker, and
-/// the aborted transactions; version 1 (idempotent state only) is read.
-const SNAPSHOT_VERSION: u16 = 2;
+/// Version 3 adds the coordinator epoch of each producer's last marker;
+/// version 2 (each producer's open transaction and last marker, and the
+/// aborted transactions) and version 1 (idempotent state only) are read.
+const SNAPSHOT_VERSION: u16 = 3;
+const SNAPSHOT_VERSION_TXNS: u16 = 2;
 const SNAPSHOT_VERSION_IDEMPOTENT: u16 = 1;
 /// Producer id, first offset, marker offset of an aborted transaction.
 const SNAPSHOT_ABORTED_BYTES: usize = 8 + 8 + 8;
@@ -680,6 +698,7 @@ mod tests {
                     last_sequence: 0,
                     last_timestamp_ms: 1_000,
                     current_txn_start_offset: -1,
+                    coordinator_epoch: -1,
                 },
                 ProducerView {
                     producer_id: 9,
@@ -687,6 +706,7 @@ mod tests {
                     last_sequence: 4,
                     last_timestamp_ms: 5_000,
                     current_txn_start_offset: -1,
+                    coordinator_epoch: -1,
                 },
             ]
         );
@@ -875,6 +895,24 @@ mod tests {
     }
 
     #[test]
+    fn a_snapshot_of_the_previous_version_is_read_with_no_coordinator_epoch() {
+        let mut table = ProducerTable::default();
+        table.recover(batch(1, 0, 0, 4, 10));
+        let current = table.encode_snapshot(20);
+        // Version 2 is version 3 without each producer's coordinator
+        // epoch (the 4 bytes after its last marker offset).
+        let entry = SNAPSHOT_HEADER_BYTES;
+        let coordinator_epoch = entry + 8 + 2 + 8 + 8 + 8;
+        let mut previous = current[..current.len() - 4].to_vec();
+        previous.drain(coordinator_epoch..coordinator_epoch + 4);
+        previous[4..6].copy_from_slice(&SNAPSHOT_VERSION_TXNS.to_be_bytes());
+        let crc = crc32fast::hash(&previous);
+        previous.extend_from_slice(&crc.to_be_bytes());
+        let (offset, read) = ProducerTable::decode_snapshot(&previous).expect("version 2 is read");
+        assert_eq!((offset, read), (20, table));
+    }
+
+    #[test]
     fn damaged_snapshots_are_refused() {
         let mut table = ProducerTable::default();
         table.recover(batch(1, 0, 0, 4, 10));
@@ -898,12 +936,13 @@ mod tests {
         }
         // A well-formed file of another version is refused too.
         let mut other = bytes[..bytes.len() - 4].to_vec();
-        other[4..6].copy_from_slice(&3u16.to_be_bytes());
+        let newer = SNAPSHOT_VERSION + 1;
+        other[4..6].copy_from_slice(&newer.to_be_bytes());
         let crc = crc32fast::hash(&other);
         other.extend_from_slice(&crc.to_be_bytes());
         assert_eq!(
             ProducerTable::decode_snapshot(&other),
-            Err(SnapshotError::Version(3))
+            Err(SnapshotError::Version(newer))
         );
     }
 

@@ -6,7 +6,7 @@
 //! remembered, by its first and marker offsets, so that a read_committed
 //! fetch can name the aborted ranges it returns (Kafka's `.txnindex`).
 
-use protocol::control::Marker;
+use protocol::control::{EndMarker, Marker};
 
 use super::{ProducerEntry, ProducerTable};
 use crate::errors;
@@ -36,10 +36,31 @@ impl ProducerTable {
         self.ongoing.first().map(|&(first, _)| first)
     }
 
-    /// Whether a marker for `producer_id` at `epoch` may be written: a
-    /// marker older than the producer's epoch here is a zombie's
-    /// (INVALID_PRODUCER_EPOCH), as Kafka refuses it.
-    pub fn check_marker(&self, producer_id: i64, epoch: i16) -> Result<(), i16> {
+    /// Whether a marker for `producer_id` at `epoch`, sent by the
+    /// coordinator at `coordinator_epoch`, may be written. A marker older
+    /// than the producer's epoch here is a zombie's
+    /// (INVALID_PRODUCER_EPOCH); one from an older coordinator than the
+    /// last that wrote a marker for the producer comes from a deposed
+    /// coordinator that may not know how the transaction ended
+    /// (TRANSACTION_COORDINATOR_FENCED). Kafka refuses both.
+    pub fn check_marker(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        coordinator_epoch: i32,
+    ) -> Result<(), i16> {
+        self.check_coordinator_write(producer_id, epoch)?;
+        match self.producers.get(&producer_id) {
+            Some(entry) if coordinator_epoch < entry.coordinator_epoch => {
+                Err(errors::TRANSACTION_COORDINATOR_FENCED)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether a group coordinator may write `producer_id`'s transactional
+    /// offsets at `epoch`: not at an epoch older than the producer's here.
+    pub fn check_coordinator_write(&self, producer_id: i64, epoch: i16) -> Result<(), i16> {
         match self.producers.get(&producer_id) {
             Some(entry) if epoch < entry.epoch => Err(errors::INVALID_PRODUCER_EPOCH),
             _ => Ok(()),
@@ -50,8 +71,9 @@ impl ProducerTable {
     /// `offset` (also when it is read back from the log: applying a marker
     /// twice changes nothing). A marker at a newer epoch (the coordinator
     /// fenced the producer) moves the producer to it, its sequence
-    /// starting again at 0.
-    pub fn apply_marker(&mut self, producer_id: i64, epoch: i16, marker: Marker, offset: i64) {
+    /// starting again at 0. The producer remembers the newest coordinator
+    /// epoch that wrote a marker for it.
+    pub fn apply_marker(&mut self, producer_id: i64, epoch: i16, marker: EndMarker, offset: i64) {
         self.verifying.remove(&producer_id);
         let entry = self
             .producers
@@ -66,9 +88,10 @@ impl ProducerTable {
             entry.last_sequence = -1;
         }
         entry.last_marker_offset = offset;
+        entry.coordinator_epoch = entry.coordinator_epoch.max(marker.coordinator_epoch);
         if let Some(first) = entry.ongoing_txn.take() {
             self.ongoing.remove(&(first, producer_id));
-            if marker == Marker::Abort {
+            if marker.marker == Marker::Abort {
                 self.aborted.push_back(AbortedTxn {
                     producer_id,
                     first_offset: first,
@@ -180,6 +203,13 @@ mod tests {
     use super::super::{RecoveredBatch, SequenceCheck};
     use super::*;
 
+    fn end(marker: Marker, coordinator_epoch: i32) -> EndMarker {
+        EndMarker {
+            marker,
+            coordinator_epoch,
+        }
+    }
+
     fn txn_batch(producer_id: i64, epoch: i16, first: i32, last: i32, base: i64) -> RecoveredBatch {
         RecoveredBatch {
             producer_id,
@@ -199,7 +229,7 @@ mod tests {
         assert!(!table.in_txn(7));
         let first = table.start_verification(7);
         assert!(table.verification_holds(7, first));
-        table.apply_marker(7, 0, Marker::Abort, 3);
+        table.apply_marker(7, 0, end(Marker::Abort, 0), 3);
         assert!(!table.verification_holds(7, first));
         // A later check gets a token of its own; ending an older one
         // leaves it standing.
@@ -220,9 +250,9 @@ mod tests {
         table.recover(txn_batch(2, 0, 0, 1, 15));
         table.recover(txn_batch(1, 0, 5, 9, 17));
         assert_eq!(table.first_unstable_offset(), Some(10));
-        table.apply_marker(1, 0, Marker::Abort, 27);
+        table.apply_marker(1, 0, end(Marker::Abort, 0), 27);
         assert_eq!(table.first_unstable_offset(), Some(15));
-        table.apply_marker(2, 0, Marker::Commit, 28);
+        table.apply_marker(2, 0, end(Marker::Commit, 0), 28);
         assert_eq!(table.first_unstable_offset(), None);
         let aborted = AbortedTxn {
             producer_id: 1,
@@ -234,7 +264,7 @@ mod tests {
         assert_eq!(table.aborted_between(28, 100), vec![]);
         assert_eq!(table.aborted_between(0, 10), vec![]);
         // Applying the marker again (replayed from the log) changes nothing.
-        table.apply_marker(1, 0, Marker::Abort, 27);
+        table.apply_marker(1, 0, end(Marker::Abort, 0), 27);
         assert_eq!(table.aborted_between(0, 100).len(), 1);
         // A batch replayed from before the marker opens nothing.
         table.recover(txn_batch(1, 0, 5, 9, 17));
@@ -248,11 +278,11 @@ mod tests {
         let mut table = ProducerTable::default();
         table.recover(txn_batch(5, 3, 0, 2, 0));
         assert_eq!(
-            table.check_marker(5, 2),
+            table.check_marker(5, 2, 0),
             Err(errors::INVALID_PRODUCER_EPOCH)
         );
-        assert_eq!(table.check_marker(5, 4), Ok(()));
-        table.apply_marker(5, 4, Marker::Abort, 3);
+        assert_eq!(table.check_marker(5, 4, 0), Ok(()));
+        table.apply_marker(5, 4, end(Marker::Abort, 0), 3);
         assert_eq!(
             table.check(5, 3, 3, 3),
             SequenceCheck::Reject(errors::INVALID_PRODUCER_EPOCH)
@@ -264,10 +294,35 @@ mod tests {
     }
 
     #[test]
+    fn a_marker_from_a_coordinator_older_than_the_last_one_is_refused_also_after_a_restart() {
+        let mut table = ProducerTable::default();
+        table.recover(txn_batch(5, 0, 0, 0, 0));
+        // Nobody wrote a marker yet: any coordinator may.
+        assert_eq!(table.check_marker(5, 0, 0), Ok(()));
+        table.apply_marker(5, 0, end(Marker::Commit, 4), 1);
+        assert_eq!(
+            table.check_marker(5, 0, 3),
+            Err(errors::TRANSACTION_COORDINATOR_FENCED)
+        );
+        assert_eq!(table.check_marker(5, 0, 4), Ok(()));
+        // A stale marker read back (a follower copying the log) does not
+        // move the epoch back.
+        table.apply_marker(5, 0, end(Marker::Abort, 2), 2);
+        let (_, restarted) =
+            ProducerTable::decode_snapshot(&table.encode_snapshot(3)).expect("valid");
+        assert_eq!(
+            restarted.check_marker(5, 0, 3),
+            Err(errors::TRANSACTION_COORDINATOR_FENCED)
+        );
+        // DescribeProducers names it.
+        assert_eq!(restarted.views()[0].coordinator_epoch, 4);
+    }
+
+    #[test]
     fn snapshots_keep_open_and_aborted_transactions() {
         let mut table = ProducerTable::default();
         table.recover(txn_batch(1, 0, 0, 0, 0));
-        table.apply_marker(1, 0, Marker::Abort, 1);
+        table.apply_marker(1, 0, end(Marker::Abort, 0), 1);
         table.recover(txn_batch(1, 0, 1, 1, 2));
         table.recover(txn_batch(2, 0, 0, 0, 3));
         let bytes = table.encode_snapshot(4);
@@ -285,7 +340,7 @@ mod tests {
     fn a_cut_below_a_marker_forgets_its_producer_and_the_abort() {
         let mut table = ProducerTable::default();
         table.recover(txn_batch(1, 0, 0, 0, 0));
-        table.apply_marker(1, 0, Marker::Abort, 5);
+        table.apply_marker(1, 0, end(Marker::Abort, 0), 5);
         table.recover(txn_batch(2, 0, 0, 0, 6));
         table.forget_from(5);
         assert_eq!(table.aborted_between(0, 10), vec![]);

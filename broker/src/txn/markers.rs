@@ -346,6 +346,7 @@ mod tests {
             last_sequence: 4,
             last_timestamp_ms: 1_000,
             current_txn_start_offset,
+            coordinator_epoch: -1,
         };
         PartitionTxns {
             producers: vec![view(7, 2, 10), view(8, 0, -1)],
