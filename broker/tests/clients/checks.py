@@ -1,6 +1,6 @@
 """What every client check script shares: failing with a message on
-stderr and a non-zero exit, checking a condition, and reading a
-partition from its start to its end with confluent-kafka."""
+stderr and a non-zero exit, checking a condition, creating topics, and
+reading partitions from their start to their end with confluent-kafka."""
 
 import sys
 import time
@@ -46,3 +46,62 @@ def read_partition(bootstrap, topic, partition=0, deadline_s=60):
             messages.append(msg)
     finally:
         consumer.close()
+
+
+def create_topics(bootstrap, names, partitions, replication=1, deadline_s=120, exists_ok=True):
+    """Creates the topics, each with `partitions` partitions of
+    `replication` replicas (min.insync.replicas 2 when more than one).
+    A topic that exists already counts as created when `exists_ok`; any
+    other error fails, naming the topic."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    config = {"min.insync.replicas": "2"} if replication > 1 else {}
+    futures = admin.create_topics([NewTopic(n, partitions, replication, config=config) for n in names])
+    for name, future in futures.items():
+        try:
+            future.result(deadline_s)
+        except KafkaException as e:
+            if not (exists_ok and e.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS):
+                fail(f"create topic {name} (RF {replication}): {e}")
+
+
+def read_to_end(bootstrap, topics, partitions, isolation, group_prefix, deadline_s,
+                what=None, batch=1):
+    """Every message of the topics' partitions (`partitions` of each) from
+    offset 0 to the end visible under `isolation` (read_committed or
+    read_uncommitted), in the order read, with a consumer of a group of
+    its own (`group_prefix` and a timestamp) that commits nothing; at most
+    `batch` messages a call. Fails, naming `what`, at an error or past the
+    deadline."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    what = what or f"read {', '.join(topics)} ({isolation})"
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": f"{group_prefix}-{time.time_ns()}",
+        "enable.auto.commit": False,
+        "isolation.level": isolation,
+        "enable.partition.eof": True,
+    })
+    tps = [(topic, p) for topic in topics for p in range(partitions)]
+    consumer.assign([TopicPartition(topic, p, 0) for topic, p in tps])
+    messages, at_end = [], set()
+    deadline = time.time() + deadline_s
+    try:
+        while len(at_end) < len(tps):
+            check(time.time() < deadline,
+                  f"{what}: {len(at_end)} of {len(tps)} partitions reached their end "
+                  f"within {deadline_s} s, {len(messages)} records")
+            for msg in consumer.consume(batch, 0.5):
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        at_end.add((msg.topic(), msg.partition()))
+                        continue
+                    fail(f"{what}: {msg.error()}")
+                at_end.discard((msg.topic(), msg.partition()))
+                messages.append(msg)
+    finally:
+        consumer.close()
+    return messages

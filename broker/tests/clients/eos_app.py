@@ -41,7 +41,7 @@ import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from checks import check, fail
+from checks import check, fail, read_to_end
 
 IN = "eos-in"
 OUT = "eos-out"
@@ -374,32 +374,9 @@ class App:
 def read_all(bootstrap, topic, partitions, isolation):
     """Every record of `topic` from the start to the end visible under
     `isolation`, as (partition, offset, key, value)."""
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": f"eos-read-{time.time_ns()}",
-        "enable.auto.commit": False,
-        "isolation.level": isolation,
-        "enable.partition.eof": True,
-    })
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    records, at_end = [], set()
-    deadline = time.time() + READ_DEADLINE_S
-    try:
-        while len(at_end) < partitions:
-            check(time.time() < deadline,
-                  f"read {topic} ({isolation}): {len(at_end)} of {partitions} partitions "
-                  f"reached their end, {len(records)} records")
-            for msg in consumer.consume(1000, 0.5):
-                if msg.error():
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
-                        at_end.add(msg.partition())
-                        continue
-                    raise KafkaException(msg.error())
-                at_end.discard(msg.partition())
-                records.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
-    finally:
-        consumer.close()
-    return records
+    messages = read_to_end(bootstrap, [topic], partitions, isolation, "eos-read", READ_DEADLINE_S,
+                           batch=1000)
+    return [(msg.partition(), msg.offset(), msg.key(), msg.value()) for msg in messages]
 
 
 def verify(bootstrap, partitions, count):

@@ -52,21 +52,9 @@ import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
-from checks import check, fail
+from checks import check, create_topics, fail, read_to_end
 
 DEADLINE_S = 120
-
-
-def create(bootstrap, names, partitions, replication=1):
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    config = {"min.insync.replicas": "2"} if replication > 1 else {}
-    futures = admin.create_topics([NewTopic(n, partitions, replication, config=config) for n in names])
-    for name, future in futures.items():
-        try:
-            future.result(DEADLINE_S)
-        except KafkaException as e:
-            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise
 
 
 def producer(bootstrap, txn_id, **extra):
@@ -84,33 +72,8 @@ def producer(bootstrap, txn_id, **extra):
 def read_all(bootstrap, topic, partitions, isolation):
     """Every record of the topic's partitions from the start to the end
     visible under `isolation`, as (partition, offset, key, value)."""
-    c = Consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": f"txn-read-{time.time_ns()}",
-        "enable.auto.commit": False,
-        "isolation.level": isolation,
-        "enable.partition.eof": True,
-    })
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    records, at_end = [], set()
-    deadline = time.time() + DEADLINE_S
-    try:
-        while len(at_end) < partitions:
-            if time.time() > deadline:
-                fail(f"read {topic} ({isolation}): {len(at_end)} of {partitions} partitions reached their end")
-            msg = c.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    at_end.add(msg.partition())
-                    continue
-                raise KafkaException(msg.error())
-            at_end.discard(msg.partition())
-            records.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
-    finally:
-        c.close()
-    return records
+    return [(msg.partition(), msg.offset(), msg.key(), msg.value())
+            for msg in read_to_end(bootstrap, [topic], partitions, isolation, "txn-read", DEADLINE_S)]
 
 
 def payloads(records):
@@ -119,7 +82,7 @@ def payloads(records):
 
 def commit_abort(bootstrap, topics, partitions, replication):
     names = [f"txn-{i}" for i in range(topics)]
-    create(bootstrap, names, partitions, replication)
+    create_topics(bootstrap, names, partitions, replication, DEADLINE_S)
     p = producer(bootstrap, "txn-commit-abort")
     expected_committed = {n: [] for n in names}
     expected_aborted = {n: [] for n in names}
@@ -160,7 +123,7 @@ def committed_offset(bootstrap, group, topic, partition):
 
 
 def offsets(bootstrap):
-    create(bootstrap, ["in", "out"], 1)
+    create_topics(bootstrap, ["in", "out"], 1, deadline_s=DEADLINE_S)
     src = Producer({"bootstrap.servers": bootstrap})
     for i in range(100):
         src.produce("in", key=str(i).encode(), value=f"v{i}".encode())
@@ -208,7 +171,7 @@ def offsets(bootstrap):
 
 
 def fence(bootstrap):
-    create(bootstrap, ["fenced"], 1)
+    create_topics(bootstrap, ["fenced"], 1, deadline_s=DEADLINE_S)
     first = producer(bootstrap, "txn-fence")
     first.begin_transaction()
     first.produce("fenced", key=b"zombie", value=b"never-visible")
@@ -233,7 +196,7 @@ def fence(bootstrap):
 
 
 def hang(bootstrap, txn_id):
-    create(bootstrap, ["hang"], 1)
+    create_topics(bootstrap, ["hang"], 1, deadline_s=DEADLINE_S)
     p = producer(bootstrap, txn_id, **{"transaction.timeout.ms": 5000})
     p.begin_transaction()
     p.produce("hang", key=b"open", value=b"left-open")
@@ -261,9 +224,7 @@ def unblocked(bootstrap):
 
 def loop(bootstrap, txns, partitions, state):
     import json
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic("loop", partitions, 3, config={"min.insync.replicas": "2"})]).values():
-        future.result(DEADLINE_S)
+    create_topics(bootstrap, ["loop"], partitions, 3, DEADLINE_S, exists_ok=False)
     acked, unknown = [], []
     p = producer(bootstrap, "txn-loop", **{"transaction.timeout.ms": 10000})
     deadline = time.time() + 600

@@ -28,27 +28,14 @@ is bounded by a deadline.
 import json
 import os
 import sys
-import time
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
-from checks import check, fail
+from confluent_kafka import Producer
+from checks import check, create_topics, fail, read_to_end
 
 DEADLINE_S = 120
 # Long enough that only an operator ends the transaction within the test.
 OPEN_TIMEOUT_MS = 600000
 PLAIN_BEFORE = 3
-
-
-def create(bootstrap, name, partitions):
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(name, partitions, 1)])
-    for future in futures.values():
-        try:
-            future.result(DEADLINE_S)
-        except KafkaException as e:
-            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise
 
 
 def record(label, partition, i):
@@ -81,7 +68,7 @@ def transactional(bootstrap, txn_id, timeout_ms):
 
 
 def open_txn(bootstrap, topic, partitions, txn_id, records):
-    create(bootstrap, topic, partitions)
+    create_topics(bootstrap, [topic], partitions, deadline_s=DEADLINE_S)
     before = plain(bootstrap, topic, partitions, PLAIN_BEFORE, "before")
     p = transactional(bootstrap, txn_id, OPEN_TIMEOUT_MS)
     p.begin_transaction()
@@ -100,38 +87,14 @@ def open_txn(bootstrap, topic, partitions, txn_id, records):
 
 
 def read(bootstrap, topic, partitions, isolation):
-    c = Consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": f"txn-cli-read-{time.time_ns()}",
-        "enable.auto.commit": False,
-        "isolation.level": isolation,
-        "enable.partition.eof": True,
-    })
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     records = {p: [] for p in range(partitions)}
-    at_end = set()
-    deadline = time.time() + DEADLINE_S
-    try:
-        while len(at_end) < partitions:
-            check(time.time() < deadline,
-                  f"read {topic} ({isolation}): {len(at_end)} of {partitions} partitions reached their end")
-            msg = c.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    at_end.add(msg.partition())
-                    continue
-                raise KafkaException(msg.error())
-            at_end.discard(msg.partition())
-            records[msg.partition()].append([msg.offset(), msg.key().hex(), msg.value().hex()])
-    finally:
-        c.close()
+    for msg in read_to_end(bootstrap, [topic], partitions, isolation, "txn-cli-read", DEADLINE_S):
+        records[msg.partition()].append([msg.offset(), msg.key().hex(), msg.value().hex()])
     print(json.dumps(records), flush=True)
 
 
 def end(bootstrap, txn_id, topic):
-    create(bootstrap, topic, 1)
+    create_topics(bootstrap, [topic], 1, deadline_s=DEADLINE_S)
     p = transactional(bootstrap, txn_id, 60000)
     for commit in (True, False):
         p.begin_transaction()
@@ -146,7 +109,7 @@ def end(bootstrap, txn_id, topic):
 
 
 def time_out(bootstrap, txn_id, topic, partitions):
-    create(bootstrap, topic, partitions)
+    create_topics(bootstrap, [topic], partitions, deadline_s=DEADLINE_S)
     p = transactional(bootstrap, txn_id, 2000)
     p.begin_transaction()
     for part in range(partitions):

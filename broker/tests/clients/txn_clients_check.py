@@ -36,9 +36,8 @@ import threading
 import time
 import traceback
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
-from checks import check, fail
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from checks import check, create_topics, fail, read_to_end
 
 # One client call (a commit, a flush, a read of all partitions).
 CALL_DEADLINE_S = 120
@@ -92,17 +91,6 @@ def offsets_of(txn, partition):
 
 def dropped_offset(partition):
     return 7000 + partition
-
-
-def create_topics(bootstrap, names, replication):
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    config = {"min.insync.replicas": "2"} if replication > 1 else {}
-    futures = admin.create_topics([NewTopic(n, PARTITIONS, replication, config=config) for n in names])
-    for name, future in futures.items():
-        try:
-            future.result(CALL_DEADLINE_S)
-        except KafkaException as e:
-            fail(f"create topic {name} (RF {replication}): {e}")
 
 
 def within(what, fn, seconds=CALL_DEADLINE_S):
@@ -279,49 +267,43 @@ def ends(bootstrap, mode):
 def read_confluent(bootstrap, mode, isolation):
     """Every record of the topics' partitions from the start to the end
     visible under `isolation`: [(topic, partition, offset, key, value)]."""
-    tps = [(t, part) for t in topic_names(mode) for part in range(PARTITIONS)]
-    c = Consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": f"txn-{mode}-read-{time.time_ns()}",
-        "enable.auto.commit": False,
-        "isolation.level": isolation,
-        "enable.partition.eof": True,
-    })
-    c.assign([TopicPartition(t, part, 0) for t, part in tps])
-    records, at_end = [], set()
-    deadline = time.time() + CALL_DEADLINE_S
-    try:
-        while len(at_end) < len(tps):
-            check(time.time() < deadline,
-                  f"confluent-kafka {isolation}: {len(at_end)} of {len(tps)} partitions reached their end "
-                  f"within {CALL_DEADLINE_S} s")
-            msg = c.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    at_end.add((msg.topic(), msg.partition()))
-                    continue
-                fail(f"confluent-kafka {isolation}: {msg.error()}")
-            at_end.discard((msg.topic(), msg.partition()))
-            records.append((msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value()))
-    finally:
-        c.close()
-    return records
+    messages = read_to_end(bootstrap, topic_names(mode), PARTITIONS, isolation, f"txn-{mode}-read",
+                           CALL_DEADLINE_S, what=f"confluent-kafka {isolation}")
+    return [(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value()) for msg in messages]
+
+
+def reader_config(bootstrap, mode, isolation):
+    """kafka-python's and aiokafka's consumer settings (the same names in
+    both) for reading every partition from its start: no group, nothing
+    committed."""
+    return {
+        "bootstrap_servers": bootstrap.split(","),
+        "client_id": f"txn-{mode}-{isolation}",
+        "group_id": None,
+        "enable_auto_commit": False,
+        "isolation_level": isolation,
+        "auto_offset_reset": "earliest",
+    }
+
+
+def reached_ends(what, positions, end, deadline):
+    """Whether every partition's position reached its end; fails past the
+    deadline, naming the partitions short of it."""
+    behind = [tp for tp in positions if positions[tp] < end[(tp.topic, tp.partition)]]
+    if not behind:
+        return True
+    check(time.time() < deadline,
+          f"{what}: {len(behind)} partitions short of their end within {CALL_DEADLINE_S} s: "
+          + ", ".join(f"{tp.topic}-{tp.partition} at {positions[tp]} of {end[(tp.topic, tp.partition)]}"
+                      for tp in behind))
+    return False
 
 
 def read_kafka_python(bootstrap, mode, isolation, end):
     from kafka import KafkaConsumer
     from kafka.structs import TopicPartition as KTopicPartition
 
-    c = KafkaConsumer(
-        bootstrap_servers=bootstrap.split(","),
-        client_id=f"txn-{mode}-{isolation}",
-        group_id=None,
-        enable_auto_commit=False,
-        isolation_level=isolation,
-        auto_offset_reset="earliest",
-    )
+    c = KafkaConsumer(**reader_config(bootstrap, mode, isolation))
     tps = [KTopicPartition(t, part) for t, part in end]
     records = []
     try:
@@ -329,13 +311,9 @@ def read_kafka_python(bootstrap, mode, isolation, end):
         c.seek_to_beginning(*tps)
         deadline = time.time() + CALL_DEADLINE_S
         while True:
-            behind = [tp for tp in tps if c.position(tp, timeout_ms=CALL_DEADLINE_S * 1000) < end[(tp.topic, tp.partition)]]
-            if not behind:
+            positions = {tp: c.position(tp, timeout_ms=CALL_DEADLINE_S * 1000) for tp in tps}
+            if reached_ends(f"kafka-python {isolation}", positions, end, deadline):
                 break
-            check(time.time() < deadline,
-                  f"kafka-python {isolation}: {len(behind)} partitions short of their end within {CALL_DEADLINE_S} s: "
-                  + ", ".join(f"{tp.topic}-{tp.partition} at {c.position(tp)} of {end[(tp.topic, tp.partition)]}"
-                              for tp in behind))
             for tp, batch in c.poll(timeout_ms=500).items():
                 records.extend((m.topic, m.partition, m.offset, m.key, m.value) for m in batch)
     finally:
@@ -347,14 +325,7 @@ async def read_aiokafka(bootstrap, mode, isolation, end):
     from aiokafka import AIOKafkaConsumer
     from aiokafka.structs import TopicPartition as ATopicPartition
 
-    c = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap.split(","),
-        client_id=f"txn-{mode}-{isolation}",
-        group_id=None,
-        enable_auto_commit=False,
-        isolation_level=isolation,
-        auto_offset_reset="earliest",
-    )
+    c = AIOKafkaConsumer(**reader_config(bootstrap, mode, isolation))
     await bounded(f"aiokafka {isolation} consumer start", c.start())
     tps = [ATopicPartition(t, part) for t, part in end]
     records = []
@@ -364,13 +335,8 @@ async def read_aiokafka(bootstrap, mode, isolation, end):
         deadline = time.time() + CALL_DEADLINE_S
         while True:
             positions = {tp: await bounded(f"aiokafka {isolation} position", c.position(tp)) for tp in tps}
-            behind = [tp for tp in tps if positions[tp] < end[(tp.topic, tp.partition)]]
-            if not behind:
+            if reached_ends(f"aiokafka {isolation}", positions, end, deadline):
                 break
-            check(time.time() < deadline,
-                  f"aiokafka {isolation}: {len(behind)} partitions short of their end within {CALL_DEADLINE_S} s: "
-                  + ", ".join(f"{tp.topic}-{tp.partition} at {positions[tp]} of {end[(tp.topic, tp.partition)]}"
-                              for tp in behind))
             got = await bounded(f"aiokafka {isolation} getmany", c.getmany(timeout_ms=500))
             for tp, batch in got.items():
                 records.extend((m.topic, m.partition, m.offset, m.key, m.value) for m in batch)
@@ -419,7 +385,7 @@ def main():
         level=logging.DEBUG if os.environ.get("TXN_CLIENTS_DEBUG") == "1" else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
-    create_topics(bootstrap, topic_names(mode), replication)
+    create_topics(bootstrap, topic_names(mode), PARTITIONS, replication, CALL_DEADLINE_S, exists_ok=False)
     if mode == "kafka-python":
         produce_kafka_python(bootstrap, mode)
     else:
