@@ -658,7 +658,7 @@ def main():
     parser.add_argument("--keep", action="store_true", help="keep each case's data dirs and logs")
     args = parser.parse_args()
     if not os.access(args.strom, os.X_OK):
-        sys.exit(f"transactions: {args.strom} missing: cargo build --release -p strom-broker")
+        sys.exit(f"transactions: {args.strom} missing: cargo build --release")
     if args.record_bytes <= HEADER.size:
         sys.exit(f"transactions: --record-bytes must be above {HEADER.size}")
     os.makedirs(args.dir, exist_ok=True)

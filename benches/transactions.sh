@@ -4,7 +4,7 @@
 # against release-built brokers started here (benches/transactions.py
 # says how; its last line is a machine-readable summary).
 #
-#   cargo build --release --offline -p strom-broker
+#   cargo build --release
 #   scripts/python-venv                       # once: the Python clients
 #   benches/transactions.sh [--rounds 5] [--duration 5] [--cluster]
 #
@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 strom=target/release/strom
-[ -x "$strom" ] || { echo "transactions: $strom missing: run cargo build --release --offline -p strom-broker" >&2; exit 2; }
+[ -x "$strom" ] || { echo "transactions: $strom missing: run cargo build --release" >&2; exit 2; }
 venv=target/test-venv/bin
 [ -x "$venv/python3" ] || { echo "transactions: $venv/python3 missing: run scripts/python-venv" >&2; exit 2; }
 exec "$venv/python3" benches/transactions.py --strom "$strom" "$@"

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::rng::Rng;
 use common::{poll_until, raw, run_python, wait_deadline, SoakBudget};
 use protocol::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use protocol::kafka_protocol::messages::{
@@ -42,38 +43,6 @@ const SCRIPT_DEADLINE: Duration = Duration::from_secs(600);
 /// to be killed at (it joins the group and commits in seconds).
 const PROGRESS_DEADLINE: Duration = Duration::from_secs(120);
 const RAW_CLIENT_ID: &str = "exactly-once-raw";
-
-/// A small deterministic generator, so a failing run can be replayed
-/// with its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn from_env() -> Rng {
-        let seed = std::env::var("STROM_SOAK_SEED")
-            .ok()
-            .and_then(|s| s.parse::<u64>().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap()
-                    .as_nanos() as u64
-            })
-            | 1;
-        println!("seed {seed} (STROM_SOAK_SEED={seed} replays the kill moments)");
-        Rng(seed)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// Where one application run stands, as its progress file says.
 #[derive(Debug, Clone, PartialEq)]

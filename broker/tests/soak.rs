@@ -15,27 +15,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::hostile::*;
+use common::rng::Rng;
 use common::{poll_until, raw, wait_deadline, Broker, SoakBudget};
 use protocol::kafka_protocol::messages::{ApiKey, FetchResponse};
 
 /// Rounds each scenario runs when the environment does not say.
 const DEFAULT_ROUNDS: u64 = 3;
-
-/// A small deterministic generator, so a failing round can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn peak_rss(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -64,7 +49,7 @@ fn kill_9_under_idempotent_acks_all_load() {
         .stderr(std::fs::File::create(stop.with_file_name("soak-producer.err")).unwrap())
         .spawn()
         .expect("python3 runs the soak producer");
-    let mut rng = Rng(0x5eed_0001);
+    let mut rng = Rng::new(0x5eed_0001);
     let mut rounds = 0;
     let mut rss_peak = 0u64;
     while budget.more(rounds) {
@@ -186,7 +171,7 @@ fn torn_tails_after_kill_9_lose_no_acknowledged_record() {
     let topic = "soak-torn";
     let mut stream = raw::connect(&broker);
     let mut sent: Vec<Vec<u8>> = Vec::new();
-    let mut rng = Rng(0x5eed_0002);
+    let mut rng = Rng::new(0x5eed_0002);
     let mut rounds = 0;
     let mut kinds = std::collections::BTreeMap::new();
     while budget.more(rounds) {

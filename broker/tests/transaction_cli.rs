@@ -68,26 +68,29 @@ fn script(bootstrap: &str, args: &[&str]) -> serde_json::Value {
     serde_json::from_str(last).unwrap_or_else(|e| panic!("{SCRIPT} {args:?} printed {out:?}: {e}"))
 }
 
-fn written(value: &serde_json::Value) -> Written {
+/// A JSON object of partition → records (arrays) as a map, each record
+/// taken by `record`.
+fn by_partition<R>(
+    value: &serde_json::Value,
+    record: impl Fn(&serde_json::Value) -> R,
+) -> BTreeMap<i32, Vec<R>> {
     value
         .as_object()
         .unwrap()
         .iter()
         .map(|(partition, records)| {
-            let records = records
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|r| {
-                    (
-                        r[0].as_str().unwrap().to_string(),
-                        r[1].as_str().unwrap().to_string(),
-                    )
-                })
-                .collect();
+            let records = records.as_array().unwrap().iter().map(&record).collect();
             (partition.parse().unwrap(), records)
         })
         .collect()
+}
+
+fn text(value: &serde_json::Value) -> String {
+    value.as_str().unwrap().to_string()
+}
+
+fn written(value: &serde_json::Value) -> Written {
+    by_partition(value, |r| (text(&r[0]), text(&r[1])))
 }
 
 fn read(bootstrap: &str, topic: &str, partitions: i32, isolation: &str) -> Read {
@@ -95,26 +98,9 @@ fn read(bootstrap: &str, topic: &str, partitions: i32, isolation: &str) -> Read 
         bootstrap,
         &["read", topic, &partitions.to_string(), isolation],
     );
-    value
-        .as_object()
-        .unwrap()
-        .iter()
-        .map(|(partition, records)| {
-            let records = records
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|r| {
-                    (
-                        r[0].as_i64().unwrap(),
-                        r[1].as_str().unwrap().to_string(),
-                        r[2].as_str().unwrap().to_string(),
-                    )
-                })
-                .collect();
-            (partition.parse().unwrap(), records)
-        })
-        .collect()
+    by_partition(&value, |r| {
+        (r[0].as_i64().unwrap(), text(&r[1]), text(&r[2]))
+    })
 }
 
 /// The records read, without their offsets; checks that the offsets grow.

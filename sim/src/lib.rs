@@ -758,6 +758,46 @@ struct GroupLog {
     tombstone_at: Option<u64>,
 }
 
+/// The seeds a test runs: only `STROM_SIM_SEED` when it is set, else
+/// the first `STROM_SIM_SEEDS` (default `default`).
+pub fn seeds_from_env(default: u64) -> Vec<u64> {
+    if let Ok(seed) = std::env::var("STROM_SIM_SEED") {
+        return vec![seed.parse().expect("STROM_SIM_SEED is a number")];
+    }
+    let count = std::env::var("STROM_SIM_SEEDS")
+        .map(|n| n.parse().expect("STROM_SIM_SEEDS is a number"))
+        .unwrap_or(default);
+    (0..count).collect()
+}
+
+/// Runs `scenario` over `seeds`, handing each run's report to `each`
+/// (and printing it when one seed runs): the first failing seed and why
+/// (a check that failed, or a runtime assertion, whose panic is printed).
+pub fn run_seeds(
+    scenario: &Scenario,
+    seeds: &[u64],
+    mut each: impl FnMut(&Report),
+) -> Result<(), (u64, String)> {
+    for &seed in seeds {
+        match std::panic::catch_unwind(|| run(seed, scenario)) {
+            Ok(Ok(report)) => {
+                if seeds.len() == 1 {
+                    println!("seed {seed}: {report:?}");
+                }
+                each(&report);
+            }
+            Ok(Err(broken)) => return Err((seed, broken)),
+            Err(_) => {
+                return Err((
+                    seed,
+                    "a runtime assertion failed (see the panic above)".into(),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Runs `scenario` under `seed`: the report, or the first invariant broken
 /// (with the simulated time it broke at).
 pub fn run(seed: u64, scenario: &Scenario) -> Result<Report, String> {
@@ -1428,20 +1468,8 @@ impl Sim {
                     }
                 }
                 Action::ProposeIsr(proposal) => {
-                    let now = self.now;
-                    let part = self.part(id, p);
-                    part.proposed_at = now;
-                    part.proposals_sent = 1;
-                    let (topic, partition) = self.partitions[p].clone();
-                    let alter = AlterPartition {
-                        topic,
-                        partition,
-                        leader: id,
-                        leader_epoch: proposal.leader_epoch,
-                        partition_epoch: proposal.partition_epoch,
-                        isr: proposal.isr,
-                    };
-                    self.send(id, CONTROLLER, Message::Alter(alter));
+                    self.part(id, p).proposals_sent = 0;
+                    self.send_proposal(id, p, proposal);
                 }
             }
         }
@@ -2178,11 +2206,17 @@ impl Sim {
         p: usize,
         proposal: replication::replica::IsrProposal,
     ) {
-        let now = self.now;
         if self.scenario.mutation == Mutation::IsrChangeGivenUp {
             self.part(id, p).replica.isr_proposal_failed();
             return;
         }
+        self.send_proposal(id, p, proposal);
+    }
+
+    /// Sends leader `id`'s ISR change of partition `p` to the controller,
+    /// counting the attempt.
+    fn send_proposal(&mut self, id: NodeId, p: usize, proposal: replication::replica::IsrProposal) {
+        let now = self.now;
         let part = self.part(id, p);
         part.proposed_at = now;
         part.proposals_sent += 1;

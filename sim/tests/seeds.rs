@@ -2,50 +2,25 @@
 //! runs only seed N (of every scenario, printing its report);
 //! `STROM_SIM_SEEDS=N` runs N seeds per scenario (default 1,000).
 
-use sim::{run, scenario, Mutation, Report, Scenario, SCENARIOS};
-
-fn seeds(default: u64) -> Vec<u64> {
-    if let Ok(seed) = std::env::var("STROM_SIM_SEED") {
-        return vec![seed.parse().expect("STROM_SIM_SEED is a number")];
-    }
-    let count = std::env::var("STROM_SIM_SEEDS")
-        .map(|n| n.parse().expect("STROM_SIM_SEEDS is a number"))
-        .unwrap_or(default);
-    (0..count).collect()
-}
+use sim::{run, run_seeds, scenario, seeds_from_env, Mutation, Report, Scenario, SCENARIOS};
 
 /// Runs `scenario` over `seeds`: the first failing seed and why, else
 /// the sums of the runs' reports.
 fn first_failure(scenario: &Scenario, seeds: &[u64]) -> Result<Report, (u64, String)> {
     let mut sum = Report::default();
-    for &seed in seeds {
-        let outcome = std::panic::catch_unwind(|| run(seed, scenario));
-        match outcome {
-            Ok(Ok(report)) => {
-                if seeds.len() == 1 {
-                    println!("seed {seed}: {report:?}");
-                }
-                sum.acknowledged += report.acknowledged;
-                sum.commits_acknowledged += report.commits_acknowledged;
-                sum.syncs_acknowledged += report.syncs_acknowledged;
-                sum.faults += report.faults;
-                sum.leader_epochs += report.leader_epochs;
-                sum.refused_truncations += report.refused_truncations;
-            }
-            Ok(Err(broken)) => return Err((seed, broken)),
-            Err(_) => {
-                return Err((
-                    seed,
-                    "a runtime assertion failed (see the panic above)".into(),
-                ))
-            }
-        }
-    }
+    run_seeds(scenario, seeds, |report| {
+        sum.acknowledged += report.acknowledged;
+        sum.commits_acknowledged += report.commits_acknowledged;
+        sum.syncs_acknowledged += report.syncs_acknowledged;
+        sum.faults += report.faults;
+        sum.leader_epochs += report.leader_epochs;
+        sum.refused_truncations += report.refused_truncations;
+    })?;
     Ok(sum)
 }
 
 fn every_scenario_holds(brokers: usize, default_seeds: u64) {
-    let seeds = seeds(default_seeds);
+    let seeds = seeds_from_env(default_seeds);
     for name in SCENARIOS {
         let scenario = scenario(name, brokers).unwrap();
         let started = std::time::Instant::now();

@@ -7,17 +7,9 @@
 
 use std::collections::BTreeMap;
 
-use sim::{run, txn_scenario, Mutation, Report, Scenario, TXN_SCENARIOS};
-
-fn seeds(default: u64) -> Vec<u64> {
-    if let Ok(seed) = std::env::var("STROM_SIM_SEED") {
-        return vec![seed.parse().expect("STROM_SIM_SEED is a number")];
-    }
-    let count = std::env::var("STROM_SIM_SEEDS")
-        .map(|n| n.parse().expect("STROM_SIM_SEEDS is a number"))
-        .unwrap_or(default);
-    (0..count).collect()
-}
+use sim::{
+    run, run_seeds, seeds_from_env, txn_scenario, Mutation, Report, Scenario, TXN_SCENARIOS,
+};
 
 /// What the runs of one scenario did, summed.
 #[derive(Debug, Default)]
@@ -51,23 +43,7 @@ impl Sum {
 /// the sums of the runs' reports.
 fn first_failure(scenario: &Scenario, seeds: &[u64]) -> Result<Sum, (u64, String)> {
     let mut sum = Sum::default();
-    for &seed in seeds {
-        match std::panic::catch_unwind(|| run(seed, scenario)) {
-            Ok(Ok(report)) => {
-                if seeds.len() == 1 {
-                    println!("seed {seed}: {report:?}");
-                }
-                sum.add(&report);
-            }
-            Ok(Err(broken)) => return Err((seed, broken)),
-            Err(_) => {
-                return Err((
-                    seed,
-                    "a runtime assertion failed (see the panic above)".into(),
-                ))
-            }
-        }
-    }
+    run_seeds(scenario, seeds, |report| sum.add(report))?;
     Ok(sum)
 }
 
@@ -98,7 +74,7 @@ fn exercised(name: &str, sum: &Sum, seeds: usize) -> Result<(), String> {
 }
 
 fn every_scenario_keeps_transactions_whole(brokers: usize, default_seeds: u64) {
-    let seeds = seeds(default_seeds);
+    let seeds = seeds_from_env(default_seeds);
     for name in TXN_SCENARIOS {
         let scenario = txn_scenario(name, brokers).unwrap();
         let started = std::time::Instant::now();

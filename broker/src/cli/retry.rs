@@ -5,10 +5,12 @@
 
 use std::time::{Duration, Instant};
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::{bail, Context};
 
 use kafka_protocol::protocol::Request;
-use protocol::admin::{OffsetAnswers, OffsetFailure, Router, TopicPartition};
+use protocol::admin::{metadata, OffsetAnswers, OffsetFailure, Router, TopicPartition};
 use protocol::client::{is_retriable_code, ClientError, Connection};
 use protocol::kafka_protocol::error::ResponseError;
 
@@ -48,6 +50,27 @@ impl Retry {
     /// is left, in which case the pause has been waited.
     pub async fn again(&mut self, error: &anyhow::Error) -> bool {
         retriable(error) && self.pause().await
+    }
+
+    /// The value of an attempt that succeeded; `None` when it failed with
+    /// an error worth sending again and the pause before that has been
+    /// waited ([`Self::again`]); the error when it is not, or retries are
+    /// used up.
+    pub async fn settle<T, E: Into<anyhow::Error>>(
+        &mut self,
+        attempt: Result<T, E>,
+    ) -> anyhow::Result<Option<T>> {
+        match attempt {
+            Ok(value) => Ok(Some(value)),
+            Err(error) => {
+                let error = error.into();
+                if self.again(&error).await {
+                    Ok(None)
+                } else {
+                    Err(error)
+                }
+            }
+        }
     }
 
     /// Replaces `connection` by a new one to the bootstrap brokers when an
@@ -101,15 +124,11 @@ pub async fn call_admin<R: Request>(
     mut codes: impl FnMut(&R::Response) -> Vec<i16>,
 ) -> anyhow::Result<R::Response> {
     loop {
-        let response = match connection.call(request, version).await {
-            Ok(response) => response,
-            Err(error) => {
-                let error = anyhow::Error::from(error);
-                if retry.again(&error).await {
-                    continue;
-                }
-                return Err(error);
-            }
+        let Some(response) = retry
+            .settle(connection.call(request, version).await)
+            .await?
+        else {
+            continue;
         };
         if codes(&response).into_iter().any(admin_retriable) && retry.pause().await {
             continue;
@@ -137,15 +156,11 @@ pub async fn settled_offsets(
         .collect();
     loop {
         retry.usable(bootstrap).await?;
-        let mut router = match Router::discover(bootstrap, &topics).await {
-            Ok(router) => router,
-            Err(error) => {
-                let error = anyhow::Error::from(error);
-                if retry.again(&error).await {
-                    continue;
-                }
-                return Err(error);
-            }
+        let Some(mut router) = retry
+            .settle(Router::discover(bootstrap, &topics).await)
+            .await?
+        else {
+            continue;
         };
         let answers = router
             .list_offsets_each(bootstrap, partitions, timestamp)
@@ -157,6 +172,76 @@ pub async fn settled_offsets(
             continue;
         }
         return Ok(answers);
+    }
+}
+
+/// What every broker Metadata names listed (each lists only what its own
+/// coordinators hold: groups, transactions), merged by `key` (the first
+/// broker's entry kept), and the brokers that did not answer, with why.
+/// `ask` lists one broker, sending again within `retry` itself; `what`
+/// names the listing ("groups") and `tool` the command, for the warning
+/// when brokers share one address (a load balancer: "each" broker asked
+/// through it is whichever the balancer picks).
+pub async fn list_on_every_broker<T, K: Ord>(
+    connect: &ConnectArgs,
+    tool: &str,
+    what: &str,
+    key: impl Fn(&T) -> K,
+    mut ask: impl AsyncFnMut(&mut Router, &mut Connection, i32, &mut Retry) -> anyhow::Result<Vec<T>>,
+) -> anyhow::Result<(BTreeMap<K, T>, Vec<String>)> {
+    let mut bootstrap = connect.connect().await?;
+    let mut retry = Retry::new(connect);
+    let response = loop {
+        let attempt = retry.settle(metadata(&mut bootstrap, Some(&[]), false).await);
+        if let Some(response) = attempt.await.context("cannot list the cluster's brokers")? {
+            break response;
+        }
+    };
+    let mut router = Router::from_metadata(&bootstrap, &response);
+    warn_of_shared_addresses(tool, what, router.brokers());
+    let brokers = router.brokers().clone();
+    let mut listed = BTreeMap::new();
+    let mut failures = Vec::new();
+    for (id, address) in brokers {
+        match ask(&mut router, &mut bootstrap, id, &mut retry).await {
+            Ok(entries) => {
+                for entry in entries {
+                    listed.entry(key(&entry)).or_insert(entry);
+                }
+            }
+            Err(error) => failures.push(format!("broker {id} ({address}): {error:#}")),
+        }
+    }
+    Ok((listed, failures))
+}
+
+/// Fails naming the brokers that did not answer a cluster-wide listing
+/// of `what`.
+pub fn incomplete(what: &str, failures: &[String]) -> anyhow::Result<()> {
+    if failures.is_empty() {
+        return Ok(());
+    }
+    bail!(
+        "the listing lacks the {what} of {} broker(s) that did not answer: {}",
+        failures.len(),
+        failures.join("; ")
+    )
+}
+
+/// Brokers that Metadata lists at one address are behind a load
+/// balancer: a connection to "each" reaches whichever the balancer picks,
+/// so what the others hold may be missing from a listing. Says so.
+fn warn_of_shared_addresses(tool: &str, what: &str, brokers: &BTreeMap<i32, String>) {
+    let mut by_address: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (id, address) in brokers {
+        by_address.entry(address).or_default().push(id.to_string());
+    }
+    for (address, ids) in by_address.into_iter().filter(|(_, ids)| ids.len() > 1) {
+        eprintln!(
+            "{tool}: brokers {} share the address {address} (a load balancer): each is asked \
+             through it, so the {what} of a broker the balancer does not pick may be missing",
+            ids.join(", ")
+        );
     }
 }
 

@@ -392,14 +392,11 @@ async fn list(args: ListArgs) -> anyhow::Result<()> {
     let mut connection = args.connect.connect().await?;
     let mut retry = Retry::new(&args.connect);
     let response = loop {
-        match metadata(&mut connection, None, false).await {
-            Ok(response) => break response,
-            Err(error) => {
-                let error = anyhow::Error::from(error);
-                if !retry.again(&error).await {
-                    return Err(error.context("cannot list topics"));
-                }
-            }
+        let attempt = retry
+            .settle(metadata(&mut connection, None, false).await)
+            .await;
+        if let Some(response) = attempt.context("cannot list topics")? {
+            break response;
         }
     };
     let mut names: Vec<&str> = response
@@ -499,15 +496,11 @@ async fn partitions_and_offsets(
 ) -> anyhow::Result<(MetadataResponse, OffsetAnswers, OffsetAnswers)> {
     loop {
         retry.usable(connection).await?;
-        let response = match metadata(connection, wanted, false).await {
-            Ok(response) => response,
-            Err(error) => {
-                let error = anyhow::Error::from(error);
-                if retry.again(&error).await {
-                    continue;
-                }
-                return Err(error.context("cannot describe topics"));
-            }
+        let attempt = retry
+            .settle(metadata(connection, wanted, false).await)
+            .await;
+        let Some(response) = attempt.context("cannot describe topics")? else {
+            continue;
         };
         let mut unsettled_topic = None;
         for topic in &response.topics {
@@ -956,15 +949,11 @@ async fn delete_records(args: DeleteRecordsArgs) -> anyhow::Result<()> {
     let mut pending = wanted.clone();
     while !pending.is_empty() {
         retry.usable(&mut connection).await?;
-        let response = match metadata(&mut connection, Some(&topics), false).await {
-            Ok(response) => response,
-            Err(error) => {
-                let error = anyhow::Error::from(error);
-                if retry.again(&error).await {
-                    continue;
-                }
-                return Err(error.context("cannot delete records"));
-            }
+        let attempt = retry
+            .settle(metadata(&mut connection, Some(&topics), false).await)
+            .await;
+        let Some(response) = attempt.context("cannot delete records")? else {
+            continue;
         };
         // A topic or partition the broker does not have fails at once.
         let mut known = BTreeSet::new();

@@ -34,7 +34,7 @@ use protocol::kafka_protocol::error::ResponseError;
 use serde::Serialize;
 
 use super::format::{print_json_object, Format};
-use super::retry::Retry;
+use super::retry::{list_on_every_broker, Retry};
 use super::ConnectArgs;
 
 const FIND_COORDINATOR_VERSIONS: RangeInclusive<i16> = 1..=3;
@@ -278,36 +278,14 @@ async fn list_everywhere(
     connect: &ConnectArgs,
     filter: &Filter,
 ) -> anyhow::Result<(BTreeMap<String, Listed>, Vec<String>)> {
-    let mut bootstrap = connect.connect().await?;
-    let mut retry = Retry::new(connect);
-    let response = loop {
-        match metadata(&mut bootstrap, Some(&[]), false).await {
-            Ok(response) => break response,
-            Err(error) => {
-                let error = anyhow::Error::from(error);
-                if !retry.again(&error).await {
-                    return Err(error.context("cannot list the cluster's brokers"));
-                }
-            }
-        }
-    };
-    let mut router = Router::from_metadata(&bootstrap, &response);
-    let brokers = router.brokers().clone();
-    let mut listed = BTreeMap::new();
-    let mut failures = Vec::new();
-    for (id, address) in brokers {
-        match list_of(&mut router, &mut bootstrap, id, filter, &mut retry).await {
-            Ok(transactions) => {
-                for transaction in transactions {
-                    listed
-                        .entry(transaction.transactional_id.clone())
-                        .or_insert(transaction);
-                }
-            }
-            Err(error) => failures.push(format!("broker {id} ({address}): {error:#}")),
-        }
-    }
-    Ok((listed, failures))
+    list_on_every_broker(
+        connect,
+        "strom transaction",
+        "transactions",
+        |listed: &Listed| listed.transactional_id.clone(),
+        async |router, bootstrap, id, retry| list_of(router, bootstrap, id, filter, retry).await,
+    )
+    .await
 }
 
 /// ListTransactions of broker `id`, asked again while it answers a
@@ -357,16 +335,8 @@ async fn list_of(
     }
 }
 
-/// Fails naming the brokers that did not answer a cluster-wide listing.
 fn incomplete(failures: &[String]) -> anyhow::Result<()> {
-    if failures.is_empty() {
-        return Ok(());
-    }
-    bail!(
-        "the listing lacks the transactions of {} broker(s) that did not answer: {}",
-        failures.len(),
-        failures.join("; ")
-    )
+    super::retry::incomplete("transactions", failures)
 }
 
 async fn list(args: &ListArgs) -> anyhow::Result<()> {
@@ -429,15 +399,11 @@ async fn coordinator(
         let request = FindCoordinatorRequest::default()
             .with_key(text(transactional_id))
             .with_key_type(KEY_TYPE_TRANSACTION);
-        let found = match bootstrap.call(&request, version).await {
-            Ok(found) => found,
-            Err(error) => {
-                let error = anyhow::Error::from(error);
-                if retry.again(&error).await {
-                    continue;
-                }
-                return Err(error);
-            }
+        let Some(found) = retry
+            .settle(bootstrap.call(&request, version).await)
+            .await?
+        else {
+            continue;
         };
         if is_retriable_code(found.error_code) && retry.pause().await {
             continue;
@@ -567,15 +533,11 @@ async fn leader<'c>(
     loop {
         retry.usable(bootstrap).await?;
         let topics = [topic.to_string()];
-        let response = match metadata(bootstrap, Some(&topics), false).await {
-            Ok(response) => response,
-            Err(error) => {
-                let error = anyhow::Error::from(error);
-                if retry.again(&error).await {
-                    continue;
-                }
-                return Err(error);
-            }
+        let Some(response) = retry
+            .settle(metadata(bootstrap, Some(&topics), false).await)
+            .await?
+        else {
+            continue;
         };
         let found = response
             .topics
@@ -603,15 +565,8 @@ async fn leader<'c>(
             );
         }
         let routed = Router::from_metadata(bootstrap, &response);
-        let leader = match routed.leader(topic, partition) {
-            Ok(leader) => leader,
-            Err(error) => {
-                let error = anyhow::Error::from(error);
-                if retry.again(&error).await {
-                    continue;
-                }
-                return Err(error);
-            }
+        let Some(leader) = retry.settle(routed.leader(topic, partition)).await? else {
+            continue;
         };
         let router = router.insert(routed);
         return Ok(router.connection(bootstrap, leader).await?);
@@ -635,15 +590,11 @@ async fn producers_of(
             .with_topics(vec![TopicRequest::default()
                 .with_name(topic_name(topic))
                 .with_partition_indexes(vec![partition])]);
-        let response = match connection.call(&request, version).await {
-            Ok(response) => response,
-            Err(error) => {
-                let error = anyhow::Error::from(error);
-                if retry.again(&error).await {
-                    continue;
-                }
-                return Err(error);
-            }
+        let Some(response) = retry
+            .settle(connection.call(&request, version).await)
+            .await?
+        else {
+            continue;
         };
         let answer = response
             .topics

@@ -11,6 +11,7 @@ pub mod admin;
 pub mod hostile;
 pub mod listing;
 pub mod raw;
+pub mod rng;
 
 pub use admin::http_get;
 // Each test crate uses a part of these.

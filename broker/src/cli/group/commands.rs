@@ -7,14 +7,14 @@ use anyhow::{bail, Context};
 use kafka_protocol::messages::{
     ApiKey, DeleteGroupsRequest, DescribeGroupsRequest, ListGroupsRequest,
 };
-use protocol::admin::{list_topic_offsets, metadata, partitions, Router, EARLIEST, LATEST};
+use protocol::admin::{list_topic_offsets, partitions, Router, EARLIEST, LATEST};
 use protocol::client::{check_error, error_name, is_retriable_code, Connection, ERROR_NONE};
 use protocol::consumer_protocol::{self, assignment_partitions};
 use protocol::kafka_protocol::error::ResponseError;
 use serde::Serialize;
 
 use super::super::format::{print_json_object, Format};
-use super::super::retry::{settled_offsets, Retry};
+use super::super::retry::{list_on_every_broker, settled_offsets, Retry};
 use super::datetime::parse_datetime;
 use super::{
     commit, committed, coordinator, group_id, ConnectArgs, DescribeArgs, ResetArgs, ResetTarget,
@@ -44,35 +44,14 @@ fn non_empty(text: &str) -> Option<String> {
 async fn list_everywhere(
     connect: &ConnectArgs,
 ) -> anyhow::Result<(BTreeMap<String, ListedGroup>, Vec<String>)> {
-    let mut bootstrap = connect.connect().await?;
-    let mut retry = Retry::new(connect);
-    let response = loop {
-        match metadata(&mut bootstrap, Some(&[]), false).await {
-            Ok(response) => break response,
-            Err(error) => {
-                let error = anyhow::Error::from(error);
-                if !retry.again(&error).await {
-                    return Err(error.context("cannot list the cluster's brokers"));
-                }
-            }
-        }
-    };
-    let mut router = Router::from_metadata(&bootstrap, &response);
-    warn_of_shared_addresses(router.brokers());
-    let brokers = router.brokers().clone();
-    let mut groups = BTreeMap::new();
-    let mut failures = Vec::new();
-    for (id, address) in brokers {
-        match list_groups_of(&mut router, &mut bootstrap, id, &mut retry).await {
-            Ok(listed) => {
-                for group in listed {
-                    groups.entry(group.group.clone()).or_insert(group);
-                }
-            }
-            Err(error) => failures.push(format!("broker {id} ({address}): {error:#}")),
-        }
-    }
-    Ok((groups, failures))
+    list_on_every_broker(
+        connect,
+        "strom group",
+        "groups",
+        |group: &ListedGroup| group.group.clone(),
+        async |router, bootstrap, id, retry| list_groups_of(router, bootstrap, id, retry).await,
+    )
+    .await
 }
 
 /// ListGroups of broker `id`, asked again while it answers a retriable
@@ -106,33 +85,8 @@ async fn list_groups_of(
     }
 }
 
-/// Brokers that Metadata lists at one address are behind a load
-/// balancer: a connection to "each" reaches whichever the balancer picks,
-/// so a cluster-wide listing may miss some. Says so on stderr.
-fn warn_of_shared_addresses(brokers: &BTreeMap<i32, String>) {
-    let mut by_address: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    for (id, address) in brokers {
-        by_address.entry(address).or_default().push(id.to_string());
-    }
-    for (address, ids) in by_address.into_iter().filter(|(_, ids)| ids.len() > 1) {
-        eprintln!(
-            "strom group: brokers {} share the address {address} (a load balancer): each is asked \
-             through it, so the groups of a broker the balancer does not pick may be missing",
-            ids.join(", ")
-        );
-    }
-}
-
-/// Fails naming the brokers that did not answer a cluster-wide listing.
 fn incomplete(failures: &[String]) -> anyhow::Result<()> {
-    if failures.is_empty() {
-        return Ok(());
-    }
-    bail!(
-        "the listing lacks the groups of {} broker(s) that did not answer: {}",
-        failures.len(),
-        failures.join("; ")
-    )
+    super::super::retry::incomplete("groups", failures)
 }
 
 pub(super) async fn list(connect: &ConnectArgs, format: Format) -> anyhow::Result<()> {
