@@ -575,6 +575,8 @@ fn total(snapshots: &[ShardSnapshot]) -> ShardSnapshot {
         all.queued_response_bytes_peak += s.queued_response_bytes_peak;
         all.connections_closed_idle += s.connections_closed_idle;
         all.connections_closed_receive_timeout += s.connections_closed_receive_timeout;
+        all.tls_handshakes += s.tls_handshakes;
+        all.tls_handshakes_failed += s.tls_handshakes_failed;
         all.storage.add(&s.storage);
         all.txn_ends.add(&s.txn_ends);
         for stage in &s.stages {
@@ -928,7 +930,7 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
             s.storage.sync_latency_us_total,
         );
     }
-    let gauges: [ShardFigure; 17] = [
+    let gauges: [ShardFigure; 19] = [
         (
             "strom_partitions",
             "Partitions a shard owns.",
@@ -1010,6 +1012,16 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
             |s| s.connections_closed_receive_timeout,
         ),
         (
+            "strom_tls_handshakes_total",
+            "TLS handshakes completed on the client listener (its security protocol SSL).",
+            |s| s.tls_handshakes,
+        ),
+        (
+            "strom_tls_handshakes_failed_total",
+            "TLS handshakes on the client listener that failed or did not finish within strom.request.receive.timeout.ms.",
+            |s| s.tls_handshakes_failed,
+        ),
+        (
             "strom_journal_bytes_total",
             "Record bytes written to the core's journal (written again to the segment files later).",
             |s| s.storage.journal_bytes,
@@ -1024,34 +1036,7 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
     for (shard, s) in &rows {
         e.sample(name, &[("shard", shard)], s.cleaner.backlog);
     }
-    for (name, help) in [
-        (
-            "strom_cleaner_dirty_ratio",
-            "Share of a compacted partition's cleanable bytes (sealed segments below the high watermark) not cleaned yet, on this broker's replica.",
-        ),
-        (
-            "strom_cleaner_since_cleaning_seconds",
-            "Seconds since the last cleaning of a compacted partition's replica on this broker (absent until its first since start).",
-        ),
-    ] {
-        e.family(name, "gauge", help);
-        for s in snapshots {
-            for log in &s.cleaner_logs {
-                let partition = log.partition.to_string();
-                let labels = [("topic", log.topic.as_str()), ("partition", partition.as_str())];
-                if name == "strom_cleaner_dirty_ratio" {
-                    let ratio = if log.cleanable_bytes == 0 {
-                        0.0
-                    } else {
-                        log.dirty_bytes as f64 / log.cleanable_bytes as f64
-                    };
-                    e.sample(name, &labels, ratio);
-                } else if let Some(ms) = log.since_cleaned_ms {
-                    e.sample(name, &labels, ms as f64 / 1000.0);
-                }
-            }
-        }
-    }
+    render_cleaned_logs(&mut e, snapshots, state.config.metrics_partition_labels);
     for (name, help, value) in gauges {
         let kind = if name.ends_with("_total") {
             "counter"
@@ -1066,6 +1051,57 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
     render_transactions(&mut e, snapshots, &rows);
     render_topics(&mut e, snapshots, state.config.metrics_partition_labels);
     e.out
+}
+
+/// Each compacted log's dirty ratio and time since its last cleaning on
+/// this broker: per partition with `strom.metrics.partition.labels`, else
+/// per topic (dirty bytes over cleanable bytes of all its partitions, and
+/// the longest time since a cleaning).
+fn render_cleaned_logs(e: &mut Exposition, snapshots: &[ShardSnapshot], by_partition: bool) {
+    // (topic, partition or -1) → (dirty, cleanable, longest since cleaned).
+    let mut logs: BTreeMap<(&str, i32), (u64, u64, Option<u64>)> = BTreeMap::new();
+    for log in snapshots.iter().flat_map(|s| &s.cleaner_logs) {
+        let partition = if by_partition { log.partition } else { -1 };
+        let entry = logs.entry((log.topic.as_str(), partition)).or_default();
+        entry.0 += log.dirty_bytes;
+        entry.1 += log.cleanable_bytes;
+        if let Some(ms) = log.since_cleaned_ms {
+            entry.2 = Some(entry.2.map_or(ms, |m| m.max(ms)));
+        }
+    }
+    let labelled = |topic: &str, partition: i32, e: &mut Exposition, name: &str, value: f64| {
+        let partition_text = partition.to_string();
+        let mut labels = vec![("topic", topic)];
+        if partition >= 0 {
+            labels.push(("partition", partition_text.as_str()));
+        }
+        e.sample(name, &labels, value);
+    };
+    let name = "strom_cleaner_dirty_ratio";
+    e.family(
+        name,
+        "gauge",
+        "Share of a compacted log's cleanable bytes (sealed segments below the high watermark) not cleaned yet, on this broker's replicas (per topic; per partition with strom.metrics.partition.labels).",
+    );
+    for (&(topic, partition), &(dirty, cleanable, _)) in &logs {
+        let ratio = if cleanable == 0 {
+            0.0
+        } else {
+            dirty as f64 / cleanable as f64
+        };
+        labelled(topic, partition, e, name, ratio);
+    }
+    let name = "strom_cleaner_since_cleaning_seconds";
+    e.family(
+        name,
+        "gauge",
+        "Seconds since the last cleaning of a compacted log's replica on this broker, the longest over the topic's partitions unless per partition (absent until a first cleaning since start).",
+    );
+    for (&(topic, partition), &(_, _, since)) in &logs {
+        if let Some(ms) = since {
+            labelled(topic, partition, e, name, ms as f64 / 1000.0);
+        }
+    }
 }
 
 /// The transaction coordinators this broker runs (one per

@@ -38,6 +38,7 @@ pub mod shard;
 pub mod stages;
 pub mod storage_health;
 pub mod sync;
+pub mod tls;
 pub mod topic_config;
 pub mod txn;
 pub mod txn_state;

@@ -77,6 +77,8 @@ struct Probe {
     hops: Cell<u64>,
     closed_idle: Cell<u64>,
     closed_receive_timeout: Cell<u64>,
+    tls_handshakes: Cell<u64>,
+    tls_handshakes_failed: Cell<u64>,
     /// (destination broker, api key) -> forwarded requests (load-balancer
     /// mode). Allocates the first time a pair is seen.
     forwarded: RefCell<BTreeMap<(i32, i16), ForwardSnapshot>>,
@@ -107,6 +109,8 @@ impl Probe {
             hops: Cell::new(0),
             closed_idle: Cell::new(0),
             closed_receive_timeout: Cell::new(0),
+            tls_handshakes: Cell::new(0),
+            tls_handshakes_failed: Cell::new(0),
             forwarded: RefCell::new(BTreeMap::new()),
             txn_committed: Cell::new(0),
             txn_aborted: Cell::new(0),
@@ -126,6 +130,21 @@ fn bump(cell: &Cell<u64>, by: u64) {
 
 fn slot(api_key: i16) -> usize {
     (api_key.max(0) as usize).min(API_KEY_SLOTS - 1)
+}
+
+/// Counts a TLS handshake on the client listener that completed (`ok`)
+/// or failed or ran out of time.
+pub fn record_tls_handshake(ok: bool) {
+    PROBE.with(|p| {
+        bump(
+            if ok {
+                &p.tls_handshakes
+            } else {
+                &p.tls_handshakes_failed
+            },
+            1,
+        )
+    });
 }
 
 /// Counts a connection the broker closed for idling (`idle`) or for a
@@ -411,6 +430,12 @@ pub struct ShardSnapshot {
     pub connections_closed_idle: u64,
     #[serde(default)]
     pub connections_closed_receive_timeout: u64,
+    /// TLS handshakes on the client listener: completed, and failed or
+    /// timed out.
+    #[serde(default)]
+    pub tls_handshakes: u64,
+    #[serde(default)]
+    pub tls_handshakes_failed: u64,
     /// Offsets and size of each partition the shard owns.
     #[serde(default)]
     pub partition_logs: Vec<PartitionLogSnapshot>,
@@ -635,6 +660,8 @@ pub struct CoreCounters {
     pub hops: u64,
     pub connections_closed_idle: u64,
     pub connections_closed_receive_timeout: u64,
+    pub tls_handshakes: u64,
+    pub tls_handshakes_failed: u64,
     pub forwarded: Vec<ForwardSnapshot>,
     pub txn_ends: TxnEndsSnapshot,
 }
@@ -665,6 +692,8 @@ pub fn core_counters() -> CoreCounters {
         hops: p.hops.get(),
         connections_closed_idle: p.closed_idle.get(),
         connections_closed_receive_timeout: p.closed_receive_timeout.get(),
+        tls_handshakes: p.tls_handshakes.get(),
+        tls_handshakes_failed: p.tls_handshakes_failed.get(),
         forwarded: p.forwarded.borrow().values().cloned().collect(),
         txn_ends: TxnEndsSnapshot {
             committed: p.txn_committed.get(),

@@ -65,6 +65,8 @@ pub fn snapshot(shard: &Shard) -> ShardSnapshot {
         queued_response_bytes_peak: shard.response_pool.peak() as u64,
         connections_closed_idle: counters.connections_closed_idle,
         connections_closed_receive_timeout: counters.connections_closed_receive_timeout,
+        tls_handshakes: counters.tls_handshakes,
+        tls_handshakes_failed: counters.tls_handshakes_failed,
         partition_logs,
         traffic,
         committed: committed_snapshot(shard),

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use futures_lite::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter, WriteHalf};
+use futures_lite::{AsyncRead, AsyncWrite};
 use glommio::channels::local_channel;
 use glommio::net::{TcpListener, TcpStream};
 use glommio::task::JoinHandle;
@@ -61,14 +62,65 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
         let peer = stream.peer_addr().ok();
         let _ = stream.set_nodelay(true);
         let guard = shard.connections.enter();
+        let tls = shard.config.client_tls.clone();
         let shard = shard.clone();
         glommio::spawn_local(async move {
-            serve(shard.clone(), stream, peer).await;
+            match tls {
+                None => serve(shard.clone(), stream, peer).await,
+                Some(config) => {
+                    if let Some(stream) = tls_handshake(&shard, config, stream, peer).await {
+                        serve(shard.clone(), stream, peer).await;
+                    }
+                }
+            }
             drop(guard);
         })
         .detach();
     }
     tracing::debug!(core = shard.id, "listener closed");
+}
+
+/// The server side of a TLS handshake on an accepted connection, within
+/// `strom.request.receive.timeout.ms` (a client that opens a connection and
+/// never finishes its handshake holds it no longer). A failed handshake
+/// (a plaintext client on the SSL listener, an untrusted or missing client
+/// certificate, no common protocol or suite) is logged once and closes the
+/// connection.
+async fn tls_handshake(
+    shard: &Shard,
+    config: std::sync::Arc<rustls::ServerConfig>,
+    stream: TcpStream,
+    peer: Option<SocketAddr>,
+) -> Option<futures_rustls::server::TlsStream<TcpStream>> {
+    let peer = peer.map_or_else(|| "unknown".to_string(), |p| p.to_string());
+    let limit = Duration::from_millis(shard.config.request_receive_timeout_ms);
+    let acceptor = futures_rustls::TlsAcceptor::from(config);
+    let handshake =
+        futures_lite::future::or(async { Some(acceptor.accept(stream).await) }, async {
+            glommio::timer::sleep(limit).await;
+            None
+        });
+    let outcome = futures_lite::future::or(handshake, async {
+        shard.stopping.wait().await;
+        Some(Err(std::io::Error::other("the broker is stopping")))
+    })
+    .await;
+    match outcome {
+        Some(Ok(stream)) => {
+            crate::metrics::record_tls_handshake(true);
+            Some(stream)
+        }
+        Some(Err(error)) => {
+            crate::metrics::record_tls_handshake(false);
+            tracing::warn!(%peer, %error, "closing connection: TLS handshake failed (a PLAINTEXT client on the SSL listener, or a certificate, protocol or suite the two sides do not share)");
+            None
+        }
+        None => {
+            crate::metrics::record_tls_handshake(false);
+            tracing::warn!(%peer, timeout_ms = limit.as_millis() as u64, "closing connection: TLS handshake not finished in time");
+            None
+        }
+    }
 }
 
 type Outcome = Result<Option<Encoded>, ConnectionError>;
@@ -110,7 +162,10 @@ impl Connection {
     }
 }
 
-async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: Option<SocketAddr>) {
+async fn serve<S>(shard: Rc<Shard>, stream: S, peer: Option<SocketAddr>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
     let (read_half, write_half) = futures_lite::io::split(stream);
     let (queue_tx, queue_rx) = local_channel::new_bounded::<Pending>(CONNECTION_IN_FLIGHT_MAX);
     let connection = Rc::new(Connection {
@@ -147,7 +202,7 @@ async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: Option<SocketAddr>) {
                 tracing::warn!(
                     peer = %connection.peer,
                     "closing connection: a TLS handshake on a plaintext listener \
-                     (the client is configured for SSL or SASL_SSL; Strom serves PLAINTEXT only)"
+                     (the client is configured for SSL or SASL_SSL; this listener is PLAINTEXT)"
                 );
                 break;
             }
@@ -255,9 +310,9 @@ async fn stopped(shard: &Shard, connection: &Connection) {
 
 /// Writes the answers in request order, each as soon as it is done, and
 /// gives back the response budget each held.
-async fn write_responses(
+async fn write_responses<S: AsyncWrite + Unpin>(
     connection: Rc<Connection>,
-    write_half: WriteHalf<TcpStream>,
+    write_half: WriteHalf<S>,
     queue_rx: local_channel::LocalReceiver<Pending>,
 ) {
     let _done = RaiseOnDrop(connection.clone());

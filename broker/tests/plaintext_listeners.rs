@@ -1,8 +1,10 @@
-//! Strom serves PLAINTEXT listeners only, and says so: a listener whose
-//! security protocol is SSL, SASL_PLAINTEXT or SASL_SSL (by its scheme or
-//! through `listener.security.protocol.map`) stops `strom start` with a
-//! configuration error, and a TLS client that reaches a plaintext listener
-//! is logged as that, not as a malformed frame.
+//! Strom serves PLAINTEXT and SSL listeners (see tests/tls.rs) and says
+//! what it does not serve: a listener whose security protocol is
+//! SASL_PLAINTEXT or SASL_SSL (by its scheme or through
+//! `listener.security.protocol.map`), or an SSL one without its key and
+//! certificate, stops `strom start` with a configuration error, and a TLS
+//! client that reaches a plaintext listener is logged as that, not as a
+//! malformed frame.
 
 mod common;
 
@@ -18,20 +20,22 @@ const EXIT_CONFIG: i32 = 2;
 const TLS_LINE: &str = "a TLS handshake on a plaintext listener";
 
 #[test]
-fn listeners_other_than_plaintext_are_refused_at_start() {
+fn listeners_not_served_are_refused_at_start() {
     let port = free_port();
     let plaintext = format!("PLAINTEXT://127.0.0.1:{port}");
-    // (settings, the key named, the protocol named)
-    let cases: Vec<(Vec<String>, &str, &str)> = vec![
+    let sasl = |protocol: &str| format!("security protocol {protocol} is not served");
+    let no_keystore = "an SSL listener needs its key and certificate chain".to_string();
+    // (settings, the key named, what is said)
+    let cases: Vec<(Vec<String>, &str, String)> = vec![
         (
             vec![format!("listeners=SSL://127.0.0.1:{port}")],
-            "listeners",
-            "SSL",
+            "ssl.keystore.location",
+            no_keystore.clone(),
         ),
         (
             vec![format!("listeners=SASL_SSL://127.0.0.1:{port}")],
             "listeners",
-            "SASL_SSL",
+            sasl("SASL_SSL"),
         ),
         (
             vec![format!(
@@ -39,20 +43,20 @@ fn listeners_other_than_plaintext_are_refused_at_start() {
                 free_port()
             )],
             "listeners",
-            "SASL_PLAINTEXT",
+            sasl("SASL_PLAINTEXT"),
         ),
         (
             vec![format!("listen=SSL://127.0.0.1:{port}")],
             "listen",
-            "SSL",
+            "a bare client address is a PLAINTEXT listener".to_string(),
         ),
         (
             vec![
                 format!("listeners={plaintext}"),
                 "listener.security.protocol.map=PLAINTEXT:SSL".into(),
             ],
-            "listener.security.protocol.map",
-            "SSL",
+            "ssl.keystore.location",
+            no_keystore,
         ),
         (
             vec![
@@ -60,10 +64,10 @@ fn listeners_other_than_plaintext_are_refused_at_start() {
                 "listener.security.protocol.map=CLIENTS:SASL_SSL,CONTROLLER:PLAINTEXT".into(),
             ],
             "listener.security.protocol.map",
-            "SASL_SSL",
+            sasl("SASL_SSL"),
         ),
     ];
-    for (settings, key, protocol) in &cases {
+    for (settings, key, said) in &cases {
         let dir = tempfile::tempdir().unwrap();
         let data_dir = dir.path().join("data");
         let mut command = Command::new(strom_bin());
@@ -84,8 +88,7 @@ fn listeners_other_than_plaintext_are_refused_at_start() {
         for wanted in [
             "configuration error".to_string(),
             format!("`{key}`"),
-            format!("security protocol {protocol} is not served"),
-            "PLAINTEXT listeners only".to_string(),
+            said.clone(),
         ] {
             assert!(
                 stderr.contains(&wanted),

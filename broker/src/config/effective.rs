@@ -25,14 +25,27 @@ pub fn broker_value(config: &BrokerConfig, key: &str) -> Option<String> {
         "advertise" => format!("{}:{}", config.advertise_host, config.advertise_port),
         "advertised.listeners" => advertised_listeners(config),
         "controller.listener.names" => config.quorum.controller_listener_names.join(","),
-        // Only PLAINTEXT listeners start.
         "listener.security.protocol.map" => config
-            .quorum
-            .listeners
+            .security_protocols
             .iter()
-            .map(|l| format!("{}:PLAINTEXT", l.name))
+            .map(|(name, protocol)| format!("{name}:{protocol}"))
             .collect::<Vec<_>>()
             .join(","),
+        _ if crate::tls::SSL_KEYS.contains(&key) => {
+            let given = config
+                .client_ssl_settings
+                .iter()
+                .rev()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.clone());
+            match given {
+                Some(_) if key == "ssl.keystore.key" || key == "ssl.key.password" => {
+                    "[hidden]".to_string()
+                }
+                Some(value) => value,
+                None => String::new(),
+            }
+        }
         "process.roles" => config.quorum.roles.render(),
         "controller.quorum.voters" => crate::kraft_config::render_voters(&config.quorum.voters),
         "controller.quorum.bootstrap.servers" => {

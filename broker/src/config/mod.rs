@@ -110,6 +110,14 @@ pub struct Flags {
 pub struct BrokerConfig {
     pub node_id: i32,
     pub listen: SocketAddr,
+    /// TLS on the client listener (its security protocol is SSL), built
+    /// and checked at start and shared by every core.
+    pub client_tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    /// The client listener's TLS settings as given (`ssl.*`, its own
+    /// `listener.name.<name>.ssl.*` over them), for the effective config.
+    pub client_ssl_settings: Vec<(String, String)>,
+    /// Each listener's security protocol, by name.
+    pub security_protocols: Vec<(String, String)>,
     pub advertise_host: String,
     pub advertise_port: u16,
     pub data_dir: PathBuf,
@@ -356,23 +364,27 @@ struct Builder {
     client_listen: Option<(String, u16)>,
     controller_listener_names: Vec<String>,
     advertised_listeners: Vec<NamedAddress>,
-    /// Listener names `listener.security.protocol.map` maps to PLAINTEXT
-    /// (it is refused if it maps any to another protocol).
-    plaintext_listener_names: Vec<String>,
+    /// `listener.security.protocol.map`: listener name → protocol
+    /// (PLAINTEXT or SSL; the SASL protocols are refused).
+    security_protocol_map: Vec<(String, String)>,
+    /// TLS settings (`ssl.*`, and `listener.name.<name>.ssl.*` with the
+    /// listener's name upper-cased): (listener, key, value).
+    ssl_settings: Vec<(Option<String>, String, String)>,
     rack: Option<String>,
     given: Vec<GivenSetting>,
 }
 
-/// Kafka's security protocols; Strom serves the first only.
+/// Kafka's security protocols; Strom serves the first two.
 const SECURITY_PROTOCOLS: [&str; 4] = ["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"];
+/// The security protocols a client listener serves.
+const SERVED_PROTOCOLS: [&str; 2] = ["PLAINTEXT", "SSL"];
 
-/// Why a listener of `protocol` (one of [`SECURITY_PROTOCOLS`] but
-/// PLAINTEXT) is refused: the broker would serve plaintext on it, and a
-/// client configured for TLS or SASL would only see its handshake fail.
+/// Why a listener of `protocol` (SASL_PLAINTEXT or SASL_SSL) is refused:
+/// a client configured for SASL would only see its handshake fail.
 fn not_served(protocol: &str) -> String {
     format!(
-        "security protocol {protocol} is not served: Strom serves PLAINTEXT listeners only \
-         (no TLS or SASL yet), so a client configured for {protocol} could not connect"
+        "security protocol {protocol} is not served: Strom serves PLAINTEXT and SSL listeners \
+         (no SASL yet), so a client configured for {protocol} could not connect"
     )
 }
 
@@ -386,10 +398,10 @@ fn default_security_protocol(name: &str) -> &'static str {
         .unwrap_or("PLAINTEXT")
 }
 
-/// Parses `listener.security.protocol.map` (`NAME:PROTOCOL,...`) into the
-/// names it maps to PLAINTEXT; any other protocol is refused.
-fn parse_security_protocol_map(value: &str) -> Result<Vec<String>, String> {
-    let mut names: Vec<String> = Vec::new();
+/// Parses `listener.security.protocol.map` (`NAME:PROTOCOL,...`); a
+/// protocol not served is refused.
+fn parse_security_protocol_map(value: &str) -> Result<Vec<(String, String)>, String> {
+    let mut names: Vec<(String, String)> = Vec::new();
     for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
         let Some((name, protocol)) = entry.split_once(':') else {
             return Err(format!("{entry:?}: expected NAME:PROTOCOL"));
@@ -407,17 +419,34 @@ fn parse_security_protocol_map(value: &str) -> Result<Vec<String>, String> {
                 SECURITY_PROTOCOLS.join(", ")
             ));
         }
-        if protocol != "PLAINTEXT" {
+        if !SERVED_PROTOCOLS.contains(&protocol.as_str()) {
             return Err(format!("{entry:?}: {}", not_served(&protocol)));
         }
-        if names.contains(&name) {
+        if names.iter().any(|(n, _)| *n == name) {
             return Err(format!(
                 "{entry:?}: the listener name {name} is given twice"
             ));
         }
-        names.push(name);
+        names.push((name, protocol));
     }
     Ok(names)
+}
+
+/// The client listener's TLS configuration, if any, and its settings as
+/// given.
+type ClientTls = (
+    Option<std::sync::Arc<rustls::ServerConfig>>,
+    Vec<(String, String)>,
+);
+
+/// A `listener.name.<name>.ssl.*` key: the listener's name (upper-cased,
+/// as listener names are) and the `ssl.*` key.
+fn listener_ssl_key(key: &str) -> Option<(String, &str)> {
+    let rest = key.strip_prefix("listener.name.")?;
+    let (name, ssl_key) = rest.split_once('.')?;
+    crate::tls::SSL_KEYS
+        .contains(&ssl_key)
+        .then(|| (name.to_ascii_uppercase(), ssl_key))
 }
 
 fn parse_value<T: std::str::FromStr>(
@@ -472,6 +501,15 @@ fn parse_host_port(key: &str, value: &str, source: &Source) -> Result<(String, u
     let value_trimmed = value.trim();
     if let Some((scheme, _)) = value_trimmed.split_once("://") {
         let scheme = scheme.to_ascii_uppercase();
+        if scheme == "SSL" {
+            return Err(invalid(
+                key,
+                value,
+                source,
+                "a bare client address is a PLAINTEXT listener: name an SSL one in \
+                 `listeners` (e.g. SSL://HOST:PORT) with its ssl.* settings",
+            ));
+        }
         if scheme != "PLAINTEXT" && SECURITY_PROTOCOLS.contains(&scheme.as_str()) {
             return Err(invalid(key, value, source, not_served(&scheme)));
         }
@@ -560,7 +598,8 @@ impl Builder {
                 kraft_config::CONTROLLER_LISTENER_NAMES_DEFAULT.to_string()
             ],
             advertised_listeners: Vec::new(),
-            plaintext_listener_names: Vec::new(),
+            security_protocol_map: Vec::new(),
+            ssl_settings: Vec::new(),
             rack: None,
             given: Vec::new(),
         }
@@ -622,8 +661,20 @@ impl Builder {
                     .map_err(|reason| invalid(key, value, source, reason))?;
             }
             "listener.security.protocol.map" => {
-                self.plaintext_listener_names = parse_security_protocol_map(value)
+                self.security_protocol_map = parse_security_protocol_map(value)
                     .map_err(|reason| invalid(key, value, source, reason))?;
+            }
+            _ if crate::tls::SSL_KEYS.contains(&key) => {
+                self.ssl_settings
+                    .push((None, key.to_string(), value.trim().to_string()));
+            }
+            _ if listener_ssl_key(key).is_some() => {
+                let (listener, ssl_key) = listener_ssl_key(key).expect("checked");
+                self.ssl_settings.push((
+                    Some(listener),
+                    ssl_key.to_string(),
+                    value.trim().to_string(),
+                ));
             }
             "process.roles" => {
                 self.roles = ProcessRoles::parse(value)
@@ -990,9 +1041,15 @@ impl Builder {
         // Before the quorum's checks: a secured listener is the first thing
         // to tell (a second one would otherwise read as a second client
         // listener).
-        self.check_plaintext(&self.listeners)?;
+        self.check_protocols(&self.listeners)?;
         let quorum = self.quorum()?;
         let client = quorum.client_listener().clone();
+        let (client_tls, client_ssl_settings) = self.client_tls(&client)?;
+        let security_protocols: Vec<(String, String)> = quorum
+            .listeners
+            .iter()
+            .map(|l| (l.name.clone(), self.security_protocol(&l.name).to_string()))
+            .collect();
         let client_value = client.render();
         self.listen = resolve(
             "listeners",
@@ -1046,6 +1103,9 @@ impl Builder {
         Ok(BrokerConfig {
             node_id: self.node_id,
             listen: self.listen,
+            client_tls,
+            client_ssl_settings,
+            security_protocols,
             advertise_host,
             advertise_port,
             data_dir: self.data_dir,
@@ -1098,25 +1158,84 @@ impl Builder {
             .map_or(Source::Default, |g| g.source.clone())
     }
 
+    /// The security protocol of listener `name`: by
+    /// `listener.security.protocol.map`, else Kafka's default map.
+    fn security_protocol(&self, name: &str) -> &str {
+        self.security_protocol_map
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or_else(|| default_security_protocol(name), |(_, p)| p.as_str())
+    }
+
     /// Refuses a listener whose security protocol (by its name, through
     /// `listener.security.protocol.map` or Kafka's default map) is not
-    /// PLAINTEXT.
-    fn check_plaintext(&self, listeners: &[NamedAddress]) -> Result<(), ConfigError> {
+    /// served: SASL anywhere, and SSL on a controller listener (the
+    /// controller channel is PLAINTEXT).
+    fn check_protocols(&self, listeners: &[NamedAddress]) -> Result<(), ConfigError> {
         for listener in listeners {
-            if self.plaintext_listener_names.contains(&listener.name) {
+            let protocol = self.security_protocol(&listener.name);
+            let why = if !SERVED_PROTOCOLS.contains(&protocol) {
+                not_served(protocol)
+            } else if protocol == "SSL" && self.controller_listener_names.contains(&listener.name) {
+                "a controller listener serves PLAINTEXT only: the controller channel has no \
+                 TLS yet"
+                    .to_string()
+            } else {
                 continue;
-            }
-            let protocol = default_security_protocol(&listener.name);
-            if protocol != "PLAINTEXT" {
-                return Err(invalid(
-                    "listeners",
-                    &kraft_config::render_named(listeners),
-                    &self.origin_of(&["listeners"]),
-                    format!("the listener {}: {}", listener.name, not_served(protocol)),
-                ));
-            }
+            };
+            return Err(invalid(
+                "listeners",
+                &kraft_config::render_named(listeners),
+                &self.origin_of(&["listeners"]),
+                format!("the listener {}: {why}", listener.name),
+            ));
         }
         Ok(())
+    }
+
+    /// The client listener's TLS configuration when its protocol is SSL
+    /// (its `ssl.*` settings, its `listener.name.<name>.ssl.*` ones over
+    /// them); `None` for PLAINTEXT. TLS settings that no listener uses are
+    /// logged as unused.
+    fn client_tls(&self, client: &NamedAddress) -> Result<ClientTls, ConfigError> {
+        let serves_tls = self.security_protocol(&client.name) == "SSL";
+        let mut settings = crate::tls::TlsSettings::default();
+        for (listener, key, value) in &self.ssl_settings {
+            match listener {
+                None => settings.values.insert(0, (key.clone(), value.clone())),
+                Some(name) if *name == client.name => {
+                    settings.values.push((key.clone(), value.clone()))
+                }
+                Some(_) => {}
+            }
+        }
+        if !serves_tls {
+            if !settings.values.is_empty() {
+                tracing::warn!(listener = %client.name, "ssl.* settings given, but the client listener is PLAINTEXT: they are not used");
+            }
+            return Ok((None, settings.values));
+        }
+        crate::tls::server_config(&settings)
+            .map(|config| (Some(config), settings.values.clone()))
+            .map_err(|(key, why)| {
+                let value = settings
+                    .values
+                    .iter()
+                    .rev()
+                    .find(|(k, _)| *k == key)
+                    .map_or(String::new(), |(_, v)| v.clone());
+                let shown = if key.contains("key") && !key.ends_with("location") {
+                    "(hidden)".to_string()
+                } else {
+                    value
+                };
+                invalid(
+                    &key,
+                    &shown,
+                    &self.origin_of(&[key.as_str()]),
+                    format!("the SSL listener {}: {why}", client.name),
+                )
+            })
     }
 
     /// The KRaft settings together, checked: a bare client address given
@@ -1456,44 +1575,69 @@ mod tests {
     }
 
     #[test]
-    fn only_plaintext_listeners_are_accepted() {
+    fn plaintext_and_ssl_client_listeners_are_served_and_sasl_is_refused() {
         let check = |settings: &[(&str, &str)], refused_for: Option<&str>| {
             let result = load(&flags_with(settings));
             match refused_for {
                 None => {
                     result.unwrap_or_else(|e| panic!("{settings:?}: {e}"));
                 }
-                Some(protocol) => {
+                Some(wanted) => {
                     let error = result.expect_err("refused").to_string();
-                    let wanted = format!("security protocol {protocol} is not served");
-                    assert!(error.contains(&wanted), "{settings:?}: {error}");
+                    assert!(error.contains(wanted), "{settings:?}: {error}");
                 }
             }
         };
-        check(&[("listeners", "SSL://127.0.0.1:9093")], Some("SSL"));
+        let sasl = |protocol: &str| format!("security protocol {protocol} is not served");
+        // SSL is served, and needs its key and certificate.
+        check(
+            &[("listeners", "SSL://127.0.0.1:9093")],
+            Some("ssl.keystore.location"),
+        );
+        check(
+            &[
+                ("listeners", "CLIENTS://127.0.0.1:9093"),
+                ("listener.security.protocol.map", "CLIENTS:SSL"),
+                (
+                    "listener.name.clients.ssl.keystore.location",
+                    "/nonexistent.pem",
+                ),
+            ],
+            Some("/nonexistent.pem"),
+        );
+        check(
+            &[
+                ("listeners", "SSL://127.0.0.1:9093"),
+                ("ssl.keystore.location", "/k.pem"),
+                ("ssl.key.password", "secret"),
+            ],
+            Some("ssl.key.password"),
+        );
         check(
             &[("listeners", "sasl_ssl://127.0.0.1:9093")],
-            Some("SASL_SSL"),
+            Some(&sasl("SASL_SSL")),
         );
         check(
             &[(
                 "listeners",
                 "PLAINTEXT://127.0.0.1:9092,SASL_PLAINTEXT://127.0.0.1:9094",
             )],
-            Some("SASL_PLAINTEXT"),
+            Some(&sasl("SASL_PLAINTEXT")),
         );
-        check(&[("listen", "SSL://127.0.0.1:9093")], Some("SSL"));
-        check(&[("advertise", "SASL_SSL://broker:9093")], Some("SASL_SSL"));
         check(
-            &[("listener.security.protocol.map", "INTERNAL:SSL")],
-            Some("SSL"),
+            &[("listen", "SSL://127.0.0.1:9093")],
+            Some("a bare client address is a PLAINTEXT listener"),
+        );
+        check(
+            &[("advertise", "SASL_SSL://broker:9093")],
+            Some(&sasl("SASL_SSL")),
         );
         check(
             &[(
                 "listener.security.protocol.map",
                 "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
             )],
-            Some("SASL_PLAINTEXT"),
+            Some(&sasl("SASL_PLAINTEXT")),
         );
         // Names map to plaintext by the map or by default.
         check(&[("listeners", "PLAINTEXT://127.0.0.1:9092")], None);
