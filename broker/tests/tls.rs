@@ -238,6 +238,11 @@ fn wait_for_failures(broker: &Broker, before: usize, more: usize) {
 fn clients_produce_and_consume_over_tls_and_a_plaintext_client_is_refused() {
     let certificates = Certificates::make();
     let broker = tls_broker(&certificates, &[]);
+    assert!(
+        broker.log().contains("security_protocol=SSL"),
+        "the start line names the listener's protocol:\n{}",
+        broker.log()
+    );
     let lines: Vec<String> = (0..100)
         .map(|i| format!("tls-record-{i}-{}", "x".repeat(i)))
         .collect();
