@@ -617,7 +617,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         admin.set_ready();
         tracing::info!(
             listen = %config.listen,
-            security_protocol = if config.client_tls.is_some() { "SSL" } else { "PLAINTEXT" },
+            security_protocol = %if config.client_tls.is_some() { "SSL" } else { "PLAINTEXT" },
             advertise = %format!("{}:{}", config.advertise_host, config.advertise_port),
             data_dir = %config.data_dir.display(),
             cores,

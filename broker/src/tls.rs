@@ -157,6 +157,56 @@ pub fn server_config(settings: &TlsSettings) -> Result<Arc<ServerConfig>, TlsErr
     Ok(Arc::new(config))
 }
 
+/// A client's TLS configuration (the tools' `--command-config` with
+/// `security.protocol=SSL`): the broker's certificate checked against the
+/// authorities of `ssl.truststore.location` (or
+/// `ssl.truststore.certificates`) and its host name; the client's own key
+/// and certificate, from the keystore settings, when given.
+pub fn client_config(settings: &TlsSettings) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    for key in ["ssl.keystore.type", "ssl.truststore.type"] {
+        if let Some(kind) = settings.get(key) {
+            if !kind.eq_ignore_ascii_case("PEM") {
+                return Err(refused(key, format!("{kind}: PEM only")));
+            }
+        }
+    }
+    if settings.get("ssl.key.password").is_some() {
+        return Err(refused(
+            "ssl.key.password",
+            "encrypted private keys are not served yet: give the key unencrypted",
+        ));
+    }
+    if let Some(algorithm) = settings.get("ssl.endpoint.identification.algorithm") {
+        if !algorithm.eq_ignore_ascii_case("https") {
+            return Err(refused(
+                "ssl.endpoint.identification.algorithm",
+                format!("{algorithm}: the broker's host name is always checked (https)"),
+            ));
+        }
+    }
+    #[allow(deprecated)]
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let versions = protocols(settings)?;
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&versions)
+        .map_err(|error| refused("ssl.enabled.protocols", error.to_string()))?
+        .with_root_certificates(truststore(settings)?);
+    let has_keystore = settings.get("ssl.keystore.location").is_some()
+        || settings.get("ssl.keystore.certificate.chain").is_some();
+    let config = if has_keystore {
+        let (chain, key) = keystore(settings)?;
+        builder.with_client_auth_cert(chain, key).map_err(|error| {
+            refused(
+                "ssl.keystore.location",
+                format!("the key and certificate chain do not serve: {error}"),
+            )
+        })?
+    } else {
+        builder.with_no_client_auth()
+    };
+    Ok(Arc::new(config))
+}
+
 /// The certificate chain and private key: from `ssl.keystore.location`,
 /// or from `ssl.keystore.certificate.chain` and `ssl.keystore.key`.
 fn keystore(
@@ -231,8 +281,8 @@ fn truststore(settings: &TlsSettings) -> Result<RootCertStore, TlsError> {
         (None, None) => {
             return Err(refused(
                 "ssl.truststore.location",
-                "ssl.client.auth asks for client certificates: name the authorities they \
-                 must chain to (ssl.truststore.location, a PEM file)",
+                "name the certificate authorities to trust (ssl.truststore.location, a PEM \
+                 file)",
             ))
         }
     };

@@ -49,6 +49,9 @@ pub struct ClientConfig {
     pub request_timeout: Duration,
     /// Largest response frame accepted; larger closes the connection.
     pub response_bytes_max: usize,
+    /// TLS (Kafka's SSL security protocol) over each connection, else
+    /// plaintext.
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 impl Default for ClientConfig {
@@ -60,6 +63,7 @@ impl Default for ClientConfig {
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(30),
             response_bytes_max: 256 << 20,
+            tls: None,
         }
     }
 }
@@ -74,6 +78,8 @@ pub enum ClientError {
         #[source]
         source: std::io::Error,
     },
+    #[error("TLS with broker {address} failed: {message}")]
+    Tls { address: String, message: String },
     #[error("connecting to broker {address} timed out after {timeout_ms} ms")]
     ConnectTimeout { address: String, timeout_ms: u128 },
     #[error("no response from broker {address} to {api_key:?} within {timeout_ms} ms")]
@@ -275,11 +281,15 @@ impl<T> Pending<T> {
 }
 
 /// One connection to one Kafka broker.
+/// The byte stream a connection runs over: TCP, or TLS over TCP.
+trait Stream: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin {}
+impl<T: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin> Stream for T {}
+
 pub struct Connection {
     address: String,
     config: ClientConfig,
-    reader: BufReader<ReadHalf<TcpStream>>,
-    writer: WriteHalf<TcpStream>,
+    reader: BufReader<ReadHalf<Box<dyn Stream>>>,
+    writer: WriteHalf<Box<dyn Stream>>,
     next_correlation_id: i32,
     /// Correlation ids of requests whose responses were not read yet, in
     /// the order they were sent (the order the broker answers in).
@@ -311,6 +321,7 @@ impl Connection {
         for candidate in candidates {
             match Self::connect_one(address, candidate, &config).await {
                 Ok(stream) => {
+                    let stream = Self::secure(address, stream, &config).await?;
                     let mut connection = Self::over(address, stream, config);
                     connection.negotiate().await?;
                     return Ok(connection);
@@ -349,7 +360,47 @@ impl Connection {
         }
     }
 
-    fn over(address: &str, stream: TcpStream, config: ClientConfig) -> Self {
+    /// The connection's stream: `tcp` itself, or TLS over it when the
+    /// config asks for TLS (the broker's certificate checked against the
+    /// host of `address`, within the connect timeout).
+    async fn secure(
+        address: &str,
+        tcp: TcpStream,
+        config: &ClientConfig,
+    ) -> Result<Box<dyn Stream>, ClientError> {
+        let Some(tls) = &config.tls else {
+            return Ok(Box::new(tcp));
+        };
+        let failed = |message: String| ClientError::Tls {
+            address: address.to_string(),
+            message,
+        };
+        let host = address
+            .rsplit_once(':')
+            .map_or(address, |(host, _)| host)
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        let name = rustls::pki_types::ServerName::try_from(host.to_string())
+            .map_err(|error| failed(format!("{host} is not a server name: {error}")))?;
+        let connector = futures_rustls::TlsConnector::from(tls.clone());
+        let timeout = config.connect_timeout.max(Duration::from_millis(1));
+        let handshake =
+            futures_lite::future::or(async { Some(connector.connect(name, tcp).await) }, async {
+                glommio::timer::sleep(timeout).await;
+                None
+            })
+            .await;
+        match handshake {
+            Some(Ok(stream)) => Ok(Box::new(stream)),
+            Some(Err(error)) => Err(failed(error.to_string())),
+            None => Err(failed(format!(
+                "no handshake within {} ms",
+                timeout.as_millis()
+            ))),
+        }
+    }
+
+    fn over(address: &str, stream: Box<dyn Stream>, config: ClientConfig) -> Self {
         let (read_half, write_half) = futures_lite::io::split(stream);
         Connection {
             address: address.to_string(),

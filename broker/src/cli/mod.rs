@@ -42,7 +42,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 use clap::Args;
 use protocol::client::{ClientConfig, Connection};
 
@@ -115,6 +115,82 @@ pub struct ConnectArgs {
     /// milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 30_000)]
     pub timeout_ms: u64,
+    /// Client properties (`key=value` lines, as Kafka's tools take):
+    /// `security.protocol` (PLAINTEXT or SSL) and the `ssl.*` settings:
+    /// `ssl.truststore.location` (or librdkafka's `ssl.ca.location`), a
+    /// PEM file of the authorities the broker's certificate chains to;
+    /// for mutual TLS `ssl.keystore.location` (key and certificate in one
+    /// PEM file) or `ssl.certificate.location` and `ssl.key.location`.
+    #[arg(long, value_name = "FILE")]
+    pub command_config: Option<std::path::PathBuf>,
+}
+
+/// The TLS configuration a `--command-config` file asks for (`None` for
+/// PLAINTEXT). A key the tools do not use is named on stderr; a bad value
+/// or a protocol not served is an error naming the file and the key.
+fn command_config_tls(
+    path: &std::path::Path,
+) -> anyhow::Result<Option<std::sync::Arc<rustls::ClientConfig>>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read --command-config {}", path.display()))?;
+    let mut protocol = "PLAINTEXT".to_string();
+    let mut settings = broker::tls::TlsSettings::default();
+    let read = |key: &str, file: &str| {
+        std::fs::read_to_string(file).with_context(|| {
+            format!(
+                "--command-config {}: {key}: cannot read {file}",
+                path.display()
+            )
+        })
+    };
+    for (number, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
+            continue;
+        }
+        let Some((key, value)) = line.split_once(['=', ':']) else {
+            bail!(
+                "--command-config {} line {}: expected key=value, got {line:?}",
+                path.display(),
+                number + 1
+            );
+        };
+        let (key, value) = (key.trim(), value.trim());
+        match key {
+            "security.protocol" => protocol = value.to_ascii_uppercase(),
+            "ssl.ca.location" => settings
+                .values
+                .push(("ssl.truststore.location".into(), value.into())),
+            "ssl.certificate.location" => settings
+                .values
+                .push(("ssl.keystore.certificate.chain".into(), read(key, value)?)),
+            "ssl.key.location" => settings
+                .values
+                .push(("ssl.keystore.key".into(), read(key, value)?)),
+            "ssl.endpoint.identification.algorithm" => {
+                settings.values.push((key.into(), value.into()))
+            }
+            _ if broker::tls::SSL_KEYS.contains(&key) => {
+                settings.values.push((key.into(), value.into()))
+            }
+            _ => eprintln!(
+                "strom: --command-config {}: {key} is not used by strom's tools",
+                path.display()
+            ),
+        }
+    }
+    match protocol.as_str() {
+        "PLAINTEXT" => Ok(None),
+        "SSL" => broker::tls::client_config(&settings)
+            .map(Some)
+            .map_err(|(key, why)| {
+                anyhow::anyhow!("--command-config {}: {key}: {why}", path.display())
+            }),
+        other => bail!(
+            "--command-config {}: security.protocol {other} is not served (PLAINTEXT or SSL)",
+            path.display()
+        ),
+    }
 }
 
 impl ConnectArgs {
@@ -123,6 +199,7 @@ impl ConnectArgs {
         ConnectArgs {
             bootstrap: Some(address),
             timeout_ms: self.timeout_ms,
+            command_config: self.command_config.clone(),
         }
     }
 
@@ -165,11 +242,16 @@ impl ConnectArgs {
     /// Tries the bootstrap list `rounds` times at most, within the timeout.
     async fn connect_rounds(&self, rounds: usize) -> anyhow::Result<Connection> {
         let timeout = Duration::from_millis(self.timeout_ms.max(1));
+        let tls = match &self.command_config {
+            Some(path) => command_config_tls(path)?,
+            None => None,
+        };
         let config = ClientConfig {
             client_id: "strom-cli".to_string(),
             software_name: "strom-cli".to_string(),
             connect_timeout: timeout,
             request_timeout: timeout,
+            tls,
             ..ClientConfig::default()
         };
         // A broker that is starting refuses connections until it listens:
