@@ -577,6 +577,8 @@ fn total(snapshots: &[ShardSnapshot]) -> ShardSnapshot {
         all.connections_closed_receive_timeout += s.connections_closed_receive_timeout;
         all.tls_handshakes += s.tls_handshakes;
         all.tls_handshakes_failed += s.tls_handshakes_failed;
+        all.authentications += s.authentications;
+        all.authentications_failed += s.authentications_failed;
         all.storage.add(&s.storage);
         all.txn_ends.add(&s.txn_ends);
         for stage in &s.stages {
@@ -930,7 +932,7 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
             s.storage.sync_latency_us_total,
         );
     }
-    let gauges: [ShardFigure; 19] = [
+    let gauges: [ShardFigure; 21] = [
         (
             "strom_partitions",
             "Partitions a shard owns.",
@@ -1020,6 +1022,16 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
             "strom_tls_handshakes_failed_total",
             "TLS handshakes on the client listener that failed or did not finish within strom.request.receive.timeout.ms.",
             |s| s.tls_handshakes_failed,
+        ),
+        (
+            "strom_authentications_total",
+            "SASL authentications that succeeded on the client listener.",
+            |s| s.authentications,
+        ),
+        (
+            "strom_authentications_failed_total",
+            "SASL authentications that failed on the client listener (bad credentials, a mechanism not enabled, a request before authenticating); each closed its connection.",
+            |s| s.authentications_failed,
         ),
         (
             "strom_journal_bytes_total",

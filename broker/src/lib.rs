@@ -32,6 +32,7 @@ pub mod producer_state;
 pub mod reconciler;
 pub use ::replication::replica;
 pub mod runtime;
+pub mod sasl;
 pub mod scrape;
 pub mod server;
 pub mod shard;

@@ -79,6 +79,8 @@ struct Probe {
     closed_receive_timeout: Cell<u64>,
     tls_handshakes: Cell<u64>,
     tls_handshakes_failed: Cell<u64>,
+    authentications: Cell<u64>,
+    authentications_failed: Cell<u64>,
     /// (destination broker, api key) -> forwarded requests (load-balancer
     /// mode). Allocates the first time a pair is seen.
     forwarded: RefCell<BTreeMap<(i32, i16), ForwardSnapshot>>,
@@ -111,6 +113,8 @@ impl Probe {
             closed_receive_timeout: Cell::new(0),
             tls_handshakes: Cell::new(0),
             tls_handshakes_failed: Cell::new(0),
+            authentications: Cell::new(0),
+            authentications_failed: Cell::new(0),
             forwarded: RefCell::new(BTreeMap::new()),
             txn_committed: Cell::new(0),
             txn_aborted: Cell::new(0),
@@ -141,6 +145,22 @@ pub fn record_tls_handshake(ok: bool) {
                 &p.tls_handshakes
             } else {
                 &p.tls_handshakes_failed
+            },
+            1,
+        )
+    });
+}
+
+/// Counts a SASL authentication on the client listener: succeeded, or
+/// failed (bad credentials, a mechanism not enabled, a request out of
+/// order).
+pub fn record_authentication(ok: bool) {
+    PROBE.with(|p| {
+        bump(
+            if ok {
+                &p.authentications
+            } else {
+                &p.authentications_failed
             },
             1,
         )
@@ -436,6 +456,11 @@ pub struct ShardSnapshot {
     pub tls_handshakes: u64,
     #[serde(default)]
     pub tls_handshakes_failed: u64,
+    /// SASL authentications on the client listener: succeeded, failed.
+    #[serde(default)]
+    pub authentications: u64,
+    #[serde(default)]
+    pub authentications_failed: u64,
     /// Offsets and size of each partition the shard owns.
     #[serde(default)]
     pub partition_logs: Vec<PartitionLogSnapshot>,
@@ -662,6 +687,8 @@ pub struct CoreCounters {
     pub connections_closed_receive_timeout: u64,
     pub tls_handshakes: u64,
     pub tls_handshakes_failed: u64,
+    pub authentications: u64,
+    pub authentications_failed: u64,
     pub forwarded: Vec<ForwardSnapshot>,
     pub txn_ends: TxnEndsSnapshot,
 }
@@ -694,6 +721,8 @@ pub fn core_counters() -> CoreCounters {
         connections_closed_receive_timeout: p.closed_receive_timeout.get(),
         tls_handshakes: p.tls_handshakes.get(),
         tls_handshakes_failed: p.tls_handshakes_failed.get(),
+        authentications: p.authentications.get(),
+        authentications_failed: p.authentications_failed.get(),
         forwarded: p.forwarded.borrow().values().cloned().collect(),
         txn_ends: TxnEndsSnapshot {
             committed: p.txn_committed.get(),
@@ -820,6 +849,18 @@ mod error_codes {
     }
 
     impl ErrorCodes for EndTxnResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            each(self.error_code);
+        }
+    }
+
+    impl ErrorCodes for SaslHandshakeResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            each(self.error_code);
+        }
+    }
+
+    impl ErrorCodes for SaslAuthenticateResponse {
         fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
             each(self.error_code);
         }

@@ -67,6 +67,8 @@ pub fn snapshot(shard: &Shard) -> ShardSnapshot {
         connections_closed_receive_timeout: counters.connections_closed_receive_timeout,
         tls_handshakes: counters.tls_handshakes,
         tls_handshakes_failed: counters.tls_handshakes_failed,
+        authentications: counters.authentications,
+        authentications_failed: counters.authentications_failed,
         partition_logs,
         traffic,
         committed: committed_snapshot(shard),

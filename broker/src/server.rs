@@ -189,6 +189,8 @@ where
         non_produce_frame_bytes_max: NON_PRODUCE_FRAME_BYTES_MAX,
     };
     let mut first_frame = true;
+    let sasl = shard.config.client_sasl.clone();
+    let mut sasl_state = crate::sasl::SaslState::Start;
     loop {
         if !responses_allow_reading(&shard, &connection).await {
             break;
@@ -220,6 +222,42 @@ where
             }
         };
         let mut budget = ResponseBudget::new(&connection.responses, &shard.response_pool);
+        if let Some(config) = &sasl {
+            use crate::sasl::Step;
+            let (answer, close) = match crate::sasl::step(config, &mut sasl_state, &frame) {
+                Step::Serve => (None, None),
+                Step::Answer(answer) => (Some(answer), None),
+                Step::AnswerAndClose(answer, why) => (Some(answer), Some(why)),
+                Step::Close(why) => (None, Some(why)),
+            };
+            if let crate::sasl::SaslState::Authenticated(principal) = &sasl_state {
+                if answer.is_some() {
+                    crate::metrics::record_authentication(true);
+                    tracing::debug!(peer = %connection.peer, %principal, "authenticated");
+                }
+            }
+            if let Some(answer) = answer {
+                drop(request_lease);
+                budget.hold(answer.len());
+                let ready: Pending =
+                    glommio::spawn_local(async move { (Ok(Some(Encoded::from(answer))), budget) })
+                        .detach();
+                if queue_tx.send(ready).await.is_err() {
+                    break;
+                }
+                if let Some(why) = close {
+                    crate::metrics::record_authentication(false);
+                    tracing::warn!(peer = %connection.peer, reason = %why, "closing connection: SASL authentication failed");
+                    break;
+                }
+                continue;
+            }
+            if let Some(why) = close {
+                crate::metrics::record_authentication(false);
+                tracing::warn!(peer = %connection.peer, reason = %why, "closing connection: SASL authentication failed");
+                break;
+            }
+        }
         if frame[..API_KEY_BYTES] == (ApiKey::Fetch as i16).to_be_bytes() {
             // Held from now, not from when the handler first runs: the
             // reader must see it before it reads the next request. The

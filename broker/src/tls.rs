@@ -235,7 +235,7 @@ fn keystore(
                 _ => {
                     return Err(refused(
                         "ssl.keystore.location",
-                        "an SSL listener needs its key and certificate chain: \
+                        "a TLS listener needs its key and certificate chain: \
                          ssl.keystore.location (a PEM file with both), or \
                          ssl.keystore.certificate.chain and ssl.keystore.key",
                     ))

@@ -17,122 +17,16 @@ mod common;
 
 use std::io::Write;
 use std::net::TcpStream;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::admin::Admin;
+use common::certs::Certificates;
 use common::{free_port, poll_until, run, run_python, Broker};
 
 const DEADLINE: Duration = Duration::from_secs(60);
 const SCRIPT_DEADLINE: Duration = Duration::from_secs(300);
 const HANDSHAKE_FAILED: &str = "TLS handshake failed";
-
-/// The test's certificates, in a directory of their own.
-struct Certificates {
-    dir: tempfile::TempDir,
-}
-
-impl Certificates {
-    fn make() -> Certificates {
-        let dir = tempfile::tempdir().unwrap();
-        let certificates = Certificates { dir };
-        certificates.authority("ca");
-        certificates.authority("stranger-ca");
-        certificates.signed(
-            "server",
-            "localhost",
-            "ca",
-            "subjectAltName=IP:127.0.0.1,DNS:localhost",
-        );
-        certificates.signed("alice", "alice", "ca", "extendedKeyUsage=clientAuth");
-        certificates.signed(
-            "mallory",
-            "mallory",
-            "stranger-ca",
-            "extendedKeyUsage=clientAuth",
-        );
-        // Kafka's PEM keystore: the key and the chain in one file.
-        let mut keystore = std::fs::read(certificates.path("server.key")).unwrap();
-        keystore.extend(std::fs::read(certificates.path("server.pem")).unwrap());
-        std::fs::write(certificates.path("server-keystore.pem"), keystore).unwrap();
-        certificates
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn text(&self, name: &str) -> String {
-        self.path(name).to_string_lossy().into_owned()
-    }
-
-    fn openssl(&self, args: &[&str]) {
-        let output = run(
-            Command::new("openssl")
-                .args(args)
-                .current_dir(self.dir.path()),
-            None,
-            DEADLINE,
-        );
-        assert!(
-            output.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-
-    fn authority(&self, name: &str) {
-        self.openssl(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            &format!("/CN=strom test {name}"),
-            "-keyout",
-            &format!("{name}.key"),
-            "-out",
-            &format!("{name}.pem"),
-        ]);
-    }
-
-    fn signed(&self, name: &str, common_name: &str, authority: &str, extension: &str) {
-        self.openssl(&[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            &format!("/CN={common_name}"),
-            "-keyout",
-            &format!("{name}.key"),
-            "-out",
-            &format!("{name}.csr"),
-        ]);
-        std::fs::write(self.path(&format!("{name}.ext")), format!("{extension}\n")).unwrap();
-        self.openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            &format!("{name}.csr"),
-            "-days",
-            "2",
-            "-CA",
-            &format!("{authority}.pem"),
-            "-CAkey",
-            &format!("{authority}.key"),
-            "-CAcreateserial",
-            "-extfile",
-            &format!("{name}.ext"),
-            "-out",
-            &format!("{name}.pem"),
-        ]);
-    }
-}
 
 /// A broker whose client listener is SSL, with `extra` settings.
 fn tls_broker(certificates: &Certificates, extra: &[String]) -> Broker {
@@ -377,13 +271,13 @@ fn connections_that_never_finish_their_handshake_are_closed_and_cost_little() {
         "tls-after-silence",
         &["after".to_string()],
     );
-    // Each timeout is one line of the log (written out a little later).
+    // Each timeout is one line of the log.
     let logged = poll_until(DEADLINE, || {
         let lines = broker
             .log()
             .matches("TLS handshake not finished in time")
             .count();
-        (lines >= SILENT).then_some(lines)
+        (lines >= SILENT).then_some(())
     });
     assert!(logged.is_some(), "not {SILENT} timeouts logged");
 }
@@ -397,10 +291,11 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// The sum of a metric's samples in a /metrics body.
+/// A metric's value over the broker's cores (its `shard="all"` sample) in
+/// a /metrics body.
 fn metric(body: &str, name: &str) -> f64 {
     body.lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+        .filter(|l| l.starts_with(&format!("{name}{{shard=\"all\"}}")))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }

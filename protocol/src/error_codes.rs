@@ -82,3 +82,6 @@ pub const TRANSACTION_ABORTABLE: i16 = ResponseError::TransactionAbortable.code(
 pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 =
     ResponseError::TransactionalIdAuthorizationFailed.code();
 pub const NETWORK_EXCEPTION: i16 = ResponseError::NetworkException.code();
+pub const UNSUPPORTED_SASL_MECHANISM: i16 = ResponseError::UnsupportedSaslMechanism.code();
+pub const ILLEGAL_SASL_STATE: i16 = ResponseError::IllegalSaslState.code();
+pub const SASL_AUTHENTICATION_FAILED: i16 = ResponseError::SaslAuthenticationFailed.code();

@@ -31,6 +31,10 @@ pub fn broker_value(config: &BrokerConfig, key: &str) -> Option<String> {
             .map(|(name, protocol)| format!("{name}:{protocol}"))
             .collect::<Vec<_>>()
             .join(","),
+        "sasl.enabled.mechanisms" => config
+            .client_sasl
+            .as_ref()
+            .map_or(String::new(), |sasl| sasl.mechanisms.join(",")),
         _ if crate::tls::SSL_KEYS.contains(&key) => {
             let given = config
                 .client_ssl_settings

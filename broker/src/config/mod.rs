@@ -116,6 +116,8 @@ pub struct BrokerConfig {
     /// The client listener's TLS settings as given (`ssl.*`, its own
     /// `listener.name.<name>.ssl.*` over them), for the effective config.
     pub client_ssl_settings: Vec<(String, String)>,
+    /// SASL on the client listener (SASL_PLAINTEXT, SASL_SSL).
+    pub client_sasl: Option<std::sync::Arc<crate::sasl::SaslConfig>>,
     /// Each listener's security protocol, by name.
     pub security_protocols: Vec<(String, String)>,
     pub advertise_host: String,
@@ -370,21 +372,24 @@ struct Builder {
     /// TLS settings (`ssl.*`, and `listener.name.<name>.ssl.*` with the
     /// listener's name upper-cased): (listener, key, value).
     ssl_settings: Vec<(Option<String>, String, String)>,
+    /// SASL settings: (listener, key, value): `sasl.enabled.mechanisms`
+    /// and `plain.sasl.jaas.config`, plain or `listener.name.<name>.`.
+    sasl_settings: Vec<(Option<String>, String, String)>,
     rack: Option<String>,
     given: Vec<GivenSetting>,
 }
 
-/// Kafka's security protocols; Strom serves the first two.
+/// Kafka's security protocols, all served on the client listener.
 const SECURITY_PROTOCOLS: [&str; 4] = ["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"];
 /// The security protocols a client listener serves.
-const SERVED_PROTOCOLS: [&str; 2] = ["PLAINTEXT", "SSL"];
+const SERVED_PROTOCOLS: [&str; 4] = SECURITY_PROTOCOLS;
 
-/// Why a listener of `protocol` (SASL_PLAINTEXT or SASL_SSL) is refused:
-/// a client configured for SASL would only see its handshake fail.
+/// Why a listener of `protocol` is refused.
 fn not_served(protocol: &str) -> String {
     format!(
-        "security protocol {protocol} is not served: Strom serves PLAINTEXT and SSL listeners \
-         (no SASL yet), so a client configured for {protocol} could not connect"
+        "security protocol {protocol} is not served: Strom serves PLAINTEXT, SSL, \
+         SASL_PLAINTEXT and SASL_SSL client listeners, so a client configured for {protocol} \
+         could not connect"
     )
 }
 
@@ -438,6 +443,19 @@ type ClientTls = (
     Option<std::sync::Arc<rustls::ServerConfig>>,
     Vec<(String, String)>,
 );
+
+/// A `listener.name.<name>.sasl.enabled.mechanisms` or
+/// `listener.name.<name>.plain.sasl.jaas.config` key: the listener's name
+/// (upper-cased) and the key without the prefix.
+fn listener_sasl_key(key: &str) -> Option<(String, &str)> {
+    let rest = key.strip_prefix("listener.name.")?;
+    let (name, sasl_key) = rest.split_once('.')?;
+    matches!(
+        sasl_key,
+        "sasl.enabled.mechanisms" | "plain.sasl.jaas.config"
+    )
+    .then(|| (name.to_ascii_uppercase(), sasl_key))
+}
 
 /// A `listener.name.<name>.ssl.*` key: the listener's name (upper-cased,
 /// as listener names are) and the `ssl.*` key.
@@ -501,17 +519,16 @@ fn parse_host_port(key: &str, value: &str, source: &Source) -> Result<(String, u
     let value_trimmed = value.trim();
     if let Some((scheme, _)) = value_trimmed.split_once("://") {
         let scheme = scheme.to_ascii_uppercase();
-        if scheme == "SSL" {
+        if scheme != "PLAINTEXT" && SECURITY_PROTOCOLS.contains(&scheme.as_str()) {
             return Err(invalid(
                 key,
                 value,
                 source,
-                "a bare client address is a PLAINTEXT listener: name an SSL one in \
-                 `listeners` (e.g. SSL://HOST:PORT) with its ssl.* settings",
+                format!(
+                    "a bare client address is a PLAINTEXT listener: name a {scheme} one in \
+                     `listeners` ({scheme}://HOST:PORT) with its settings"
+                ),
             ));
-        }
-        if scheme != "PLAINTEXT" && SECURITY_PROTOCOLS.contains(&scheme.as_str()) {
-            return Err(invalid(key, value, source, not_served(&scheme)));
         }
     }
     let address = value_trimmed
@@ -600,6 +617,7 @@ impl Builder {
             advertised_listeners: Vec::new(),
             security_protocol_map: Vec::new(),
             ssl_settings: Vec::new(),
+            sasl_settings: Vec::new(),
             rack: None,
             given: Vec::new(),
         }
@@ -663,6 +681,18 @@ impl Builder {
             "listener.security.protocol.map" => {
                 self.security_protocol_map = parse_security_protocol_map(value)
                     .map_err(|reason| invalid(key, value, source, reason))?;
+            }
+            "sasl.enabled.mechanisms" => {
+                self.sasl_settings
+                    .push((None, key.to_string(), value.trim().to_string()));
+            }
+            _ if listener_sasl_key(key).is_some() => {
+                let (listener, sasl_key) = listener_sasl_key(key).expect("checked");
+                self.sasl_settings.push((
+                    Some(listener),
+                    sasl_key.to_string(),
+                    value.trim().to_string(),
+                ));
             }
             _ if crate::tls::SSL_KEYS.contains(&key) => {
                 self.ssl_settings
@@ -1045,6 +1075,7 @@ impl Builder {
         let quorum = self.quorum()?;
         let client = quorum.client_listener().clone();
         let (client_tls, client_ssl_settings) = self.client_tls(&client)?;
+        let client_sasl = self.client_sasl(&client)?;
         let security_protocols: Vec<(String, String)> = quorum
             .listeners
             .iter()
@@ -1105,6 +1136,7 @@ impl Builder {
             listen: self.listen,
             client_tls,
             client_ssl_settings,
+            client_sasl,
             security_protocols,
             advertise_host,
             advertise_port,
@@ -1176,10 +1208,13 @@ impl Builder {
             let protocol = self.security_protocol(&listener.name);
             let why = if !SERVED_PROTOCOLS.contains(&protocol) {
                 not_served(protocol)
-            } else if protocol == "SSL" && self.controller_listener_names.contains(&listener.name) {
-                "a controller listener serves PLAINTEXT only: the controller channel has no \
-                 TLS yet"
-                    .to_string()
+            } else if protocol != "PLAINTEXT"
+                && self.controller_listener_names.contains(&listener.name)
+            {
+                format!(
+                    "security protocol {protocol} is not served on a controller listener: the \
+                     controller channel is PLAINTEXT only yet"
+                )
             } else {
                 continue;
             };
@@ -1193,12 +1228,56 @@ impl Builder {
         Ok(())
     }
 
+    /// The client listener's SASL configuration when its protocol is
+    /// SASL_PLAINTEXT or SASL_SSL (its own `listener.name.<name>.` settings
+    /// over the plain ones).
+    fn client_sasl(
+        &self,
+        client: &NamedAddress,
+    ) -> Result<Option<std::sync::Arc<crate::sasl::SaslConfig>>, ConfigError> {
+        let protocol = self.security_protocol(&client.name);
+        if !protocol.starts_with("SASL_") {
+            return Ok(None);
+        }
+        let find = |key: &str| {
+            let own = self
+                .sasl_settings
+                .iter()
+                .rev()
+                .find(|(l, k, _)| l.as_deref() == Some(client.name.as_str()) && k == key);
+            let plain = self
+                .sasl_settings
+                .iter()
+                .rev()
+                .find(|(l, k, _)| l.is_none() && k == key);
+            own.or(plain).map(|(_, _, v)| v.as_str())
+        };
+        crate::sasl::SaslConfig::new(
+            find("sasl.enabled.mechanisms"),
+            find("plain.sasl.jaas.config"),
+        )
+        .map(|config| Some(std::sync::Arc::new(config)))
+        .map_err(|(key, why)| {
+            let key = key.replace("<name>", &client.name.to_ascii_lowercase());
+            invalid(
+                &key,
+                if key.ends_with("jaas.config") {
+                    "(hidden)"
+                } else {
+                    find("sasl.enabled.mechanisms").unwrap_or("")
+                },
+                &self.origin_of(&[key.as_str()]),
+                format!("the {protocol} listener {}: {why}", client.name),
+            )
+        })
+    }
+
     /// The client listener's TLS configuration when its protocol is SSL
     /// (its `ssl.*` settings, its `listener.name.<name>.ssl.*` ones over
     /// them); `None` for PLAINTEXT. TLS settings that no listener uses are
     /// logged as unused.
     fn client_tls(&self, client: &NamedAddress) -> Result<ClientTls, ConfigError> {
-        let serves_tls = self.security_protocol(&client.name) == "SSL";
+        let serves_tls = matches!(self.security_protocol(&client.name), "SSL" | "SASL_SSL");
         let mut settings = crate::tls::TlsSettings::default();
         for (listener, key, value) in &self.ssl_settings {
             match listener {
@@ -1233,7 +1312,11 @@ impl Builder {
                     &key,
                     &shown,
                     &self.origin_of(&[key.as_str()]),
-                    format!("the SSL listener {}: {why}", client.name),
+                    format!(
+                        "the {} listener {}: {why}",
+                        self.security_protocol(&client.name),
+                        client.name
+                    ),
                 )
             })
     }
@@ -1575,7 +1658,7 @@ mod tests {
     }
 
     #[test]
-    fn plaintext_and_ssl_client_listeners_are_served_and_sasl_is_refused() {
+    fn every_security_protocol_is_served_on_the_client_listener_with_its_settings() {
         let check = |settings: &[(&str, &str)], refused_for: Option<&str>| {
             let result = load(&flags_with(settings));
             match refused_for {
@@ -1588,8 +1671,7 @@ mod tests {
                 }
             }
         };
-        let sasl = |protocol: &str| format!("security protocol {protocol} is not served");
-        // SSL is served, and needs its key and certificate.
+        // SSL needs its key and certificate.
         check(
             &[("listeners", "SSL://127.0.0.1:9093")],
             Some("ssl.keystore.location"),
@@ -1613,16 +1695,55 @@ mod tests {
             ],
             Some("ssl.key.password"),
         );
+        // SASL needs a mechanism served and its users.
         check(
-            &[("listeners", "sasl_ssl://127.0.0.1:9093")],
-            Some(&sasl("SASL_SSL")),
+            &[("listeners", "SASL_PLAINTEXT://127.0.0.1:9093")],
+            Some("sasl.enabled.mechanisms"),
         );
         check(
+            &[
+                ("listeners", "SASL_PLAINTEXT://127.0.0.1:9093"),
+                ("sasl.enabled.mechanisms", "SCRAM-SHA-512"),
+            ],
+            Some("not served yet"),
+        );
+        check(
+            &[
+                ("listeners", "SASL_PLAINTEXT://127.0.0.1:9093"),
+                ("sasl.enabled.mechanisms", "PLAIN"),
+            ],
+            Some("listener.name.sasl_plaintext.plain.sasl.jaas.config"),
+        );
+        check(
+            &[
+                ("listeners", "SASL_PLAINTEXT://127.0.0.1:9093"),
+                (
+                    "listener.name.sasl_plaintext.sasl.enabled.mechanisms",
+                    "PLAIN",
+                ),
+                (
+                    "listener.name.sasl_plaintext.plain.sasl.jaas.config",
+                    "org.apache.kafka.common.security.plain.PlainLoginModule required \
+                     user_alice=\"secret\";",
+                ),
+            ],
+            None,
+        );
+        // SASL_SSL needs both.
+        check(
+            &[
+                ("listeners", "SASL_SSL://127.0.0.1:9093"),
+                ("sasl.enabled.mechanisms", "PLAIN"),
+            ],
+            Some("ssl.keystore.location"),
+        );
+        // A controller listener is PLAINTEXT.
+        check(
             &[(
-                "listeners",
-                "PLAINTEXT://127.0.0.1:9092,SASL_PLAINTEXT://127.0.0.1:9094",
+                "listener.security.protocol.map",
+                "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
             )],
-            Some(&sasl("SASL_PLAINTEXT")),
+            None,
         );
         check(
             &[("listen", "SSL://127.0.0.1:9093")],
@@ -1630,14 +1751,7 @@ mod tests {
         );
         check(
             &[("advertise", "SASL_SSL://broker:9093")],
-            Some(&sasl("SASL_SSL")),
-        );
-        check(
-            &[(
-                "listener.security.protocol.map",
-                "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
-            )],
-            Some(&sasl("SASL_PLAINTEXT")),
+            Some("a bare client address is a PLAINTEXT listener"),
         );
         // Names map to plaintext by the map or by default.
         check(&[("listeners", "PLAINTEXT://127.0.0.1:9092")], None);

@@ -44,7 +44,7 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         keys: &["listeners"],
         flag: None,
         default: Default::Value("PLAINTEXT://127.0.0.1:9092"),
-        meaning: "Kafka's listeners: `NAME://HOST:PORT,...`, or a bare `HOST:PORT` for the client listener. The client listener is the first one not named in `controller.listener.names`; Strom serves clients on that one only (a second client listener is refused). Two listeners on one address are refused. A voter of a quorum of several opens its controller listener (the one named in `controller.listener.names`) for the other voters and the brokers' heartbeats. The client listener serves PLAINTEXT or SSL (TLS, with the `ssl.*` settings), by `listener.security.protocol.map`; a controller listener serves PLAINTEXT; `SASL_PLAINTEXT://` and `SASL_SSL://` are refused.",
+        meaning: "Kafka's listeners: `NAME://HOST:PORT,...`, or a bare `HOST:PORT` for the client listener. The client listener is the first one not named in `controller.listener.names`; Strom serves clients on that one only (a second client listener is refused). Two listeners on one address are refused. A voter of a quorum of several opens its controller listener (the one named in `controller.listener.names`) for the other voters and the brokers' heartbeats. The client listener serves PLAINTEXT, SSL (TLS, with the `ssl.*` settings), SASL_PLAINTEXT or SASL_SSL (with `sasl.enabled.mechanisms`), by `listener.security.protocol.map`; a controller listener serves PLAINTEXT.",
     },
     Setting {
         keys: &["advertise"],
@@ -68,7 +68,13 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         keys: &["listener.security.protocol.map"],
         flag: None,
         default: Default::Described("every listener PLAINTEXT"),
-        meaning: "Kafka's map of listener names to security protocols, `NAME:PROTOCOL,...`. A listener the map does not name is PLAINTEXT, unless it is named SSL, SASL_PLAINTEXT or SASL_SSL (Kafka's default map gives them those protocols). Strom serves PLAINTEXT and SSL: SASL_PLAINTEXT and SASL_SSL are refused, and so is SSL on a controller listener.",
+        meaning: "Kafka's map of listener names to security protocols, `NAME:PROTOCOL,...`. A listener the map does not name is PLAINTEXT, unless it is named SSL, SASL_PLAINTEXT or SASL_SSL (Kafka's default map gives them those protocols). Strom serves all four on the client listener; a controller listener is PLAINTEXT.",
+    },
+    Setting {
+        keys: &["sasl.enabled.mechanisms"],
+        flag: None,
+        default: Default::Described("none (Kafka's GSSAPI is not served)"),
+        meaning: "The SASL mechanisms of a SASL_PLAINTEXT or SASL_SSL client listener: PLAIN (SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER and GSSAPI are refused as not served yet). May be given per listener as `listener.name.<name>.sasl.enabled.mechanisms`. PLAIN's users come from Kafka's `listener.name.<name>.plain.sasl.jaas.config`: `org.apache.kafka.common.security.plain.PlainLoginModule required user_NAME=\"PASSWORD\" ...;` (its `username` and `password` are skipped). A client may send only ApiVersions, SaslHandshake and SaslAuthenticate until it authenticates; bad credentials get SASL_AUTHENTICATION_FAILED and the connection closes.",
     },
     Setting {
         keys: &["ssl.keystore.type"],

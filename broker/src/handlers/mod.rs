@@ -56,6 +56,18 @@ pub mod txn_offset_commit;
 
 /// Every API the broker answers, with the versions it advertises.
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    // Served on a SASL listener's connections before authentication
+    // (`crate::sasl`).
+    (
+        ApiKey::SaslHandshake,
+        crate::sasl::HANDSHAKE_VERSIONS.0,
+        crate::sasl::HANDSHAKE_VERSIONS.1,
+    ),
+    (
+        ApiKey::SaslAuthenticate,
+        crate::sasl::AUTHENTICATE_VERSIONS.0,
+        crate::sasl::AUTHENTICATE_VERSIONS.1,
+    ),
     (ApiKey::Produce, produce::VERSION_MIN, produce::VERSION_MAX),
     (ApiKey::Fetch, fetch::VERSION_MIN, fetch::VERSION_MAX),
     (
@@ -390,6 +402,16 @@ async fn dispatch(
     let origin = crate::cluster::links::Origin::of(request.client_id.as_deref());
     let encoded = match body {
         RequestKind::ApiVersions(_) => out.encode(&api_versions::handle(version)),
+        // On a listener without SASL, or after authenticating (no
+        // re-authentication yet): Kafka's answer.
+        RequestKind::SaslHandshake(_) => out.encode(
+            &kafka_protocol::messages::SaslHandshakeResponse::default()
+                .with_error_code(crate::errors::ILLEGAL_SASL_STATE),
+        ),
+        RequestKind::SaslAuthenticate(_) => out.encode(
+            &kafka_protocol::messages::SaslAuthenticateResponse::default()
+                .with_error_code(crate::errors::ILLEGAL_SASL_STATE),
+        ),
         RequestKind::Metadata(body) => out.encode(&metadata::handle(&shard, body, version).await),
         RequestKind::CreateTopics(body) => out.encode(&create_topics::handle(&shard, body).await),
         RequestKind::Produce(body) => match produce::handle(&shard, body, version, origin).await {

@@ -1,0 +1,446 @@
+//! SASL authentication on the client listener (the SASL_PLAINTEXT and
+//! SASL_SSL security protocols), Kafka's way: after the connection opens
+//! (and, for SASL_SSL, its TLS handshake ends) a client may send only
+//! ApiVersions, SaslHandshake (v1) naming a mechanism
+//! `sasl.enabled.mechanisms` enables, then SaslAuthenticate with the
+//! mechanism's bytes. Until it authenticates, any other request closes the
+//! connection; a failed authentication is answered with
+//! SASL_AUTHENTICATION_FAILED and the connection closed.
+//!
+//! Mechanisms served: PLAIN, with the users of Kafka's
+//! `listener.name.<name>.plain.sasl.jaas.config`
+//! (`org.apache.kafka.common.security.plain.PlainLoginModule required
+//! user_alice="alice-secret";`). The work before authentication is bounded:
+//! each request is decoded within the listener's frame limits and checked
+//! at once, on the connection's own reader, one at a time.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use kafka_protocol::messages::{
+    ApiKey, RequestKind, SaslAuthenticateResponse, SaslHandshakeResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use protocol::codec;
+
+use crate::errors;
+
+/// The versions served (SaslHandshake v0 is advertised, as librdkafka
+/// needs it listed, and refused: raw SASL tokens follow it).
+pub const HANDSHAKE_VERSIONS: (i16, i16) = (0, 1);
+pub const AUTHENTICATE_VERSIONS: (i16, i16) = (0, 2);
+
+/// The mechanisms Strom serves.
+pub const MECHANISMS_SERVED: &[&str] = &["PLAIN"];
+/// Mechanisms Kafka knows that Strom does not serve yet.
+const MECHANISMS_KNOWN: &[&str] = &[
+    "GSSAPI",
+    "PLAIN",
+    "SCRAM-SHA-256",
+    "SCRAM-SHA-512",
+    "OAUTHBEARER",
+];
+
+/// A SASL listener's settings, checked at start.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SaslConfig {
+    pub mechanisms: Vec<String>,
+    /// PLAIN's users: name → password.
+    plain_users: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for SaslConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SaslConfig")
+            .field("mechanisms", &self.mechanisms)
+            .field("plain_users", &self.plain_users.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl SaslConfig {
+    /// The config of `sasl.enabled.mechanisms` (`None`: not given) and the
+    /// PLAIN JAAS config; else the setting at fault and why.
+    pub fn new(
+        mechanisms: Option<&str>,
+        plain_jaas: Option<&str>,
+    ) -> Result<SaslConfig, (&'static str, String)> {
+        let Some(mechanisms) = mechanisms else {
+            return Err((
+                "sasl.enabled.mechanisms",
+                "a SASL listener needs sasl.enabled.mechanisms=PLAIN (Kafka's default, GSSAPI, \
+                 is not served)"
+                    .to_string(),
+            ));
+        };
+        let mut enabled = Vec::new();
+        for name in mechanisms
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+        {
+            let name = name.to_ascii_uppercase();
+            if !MECHANISMS_SERVED.contains(&name.as_str()) {
+                let why = if MECHANISMS_KNOWN.contains(&name.as_str()) {
+                    format!(
+                        "{name} is not served yet; Strom serves {}",
+                        MECHANISMS_SERVED.join(", ")
+                    )
+                } else {
+                    format!("{name} is no SASL mechanism Kafka knows")
+                };
+                return Err(("sasl.enabled.mechanisms", why));
+            }
+            if !enabled.contains(&name) {
+                enabled.push(name);
+            }
+        }
+        if enabled.is_empty() {
+            return Err(("sasl.enabled.mechanisms", "names no mechanism".to_string()));
+        }
+        let plain_users = match plain_jaas {
+            Some(jaas) => plain_users(jaas)
+                .map_err(|why| ("listener.name.<name>.plain.sasl.jaas.config", why))?,
+            None => BTreeMap::new(),
+        };
+        if enabled.iter().any(|m| m == "PLAIN") && plain_users.is_empty() {
+            return Err((
+                "listener.name.<name>.plain.sasl.jaas.config",
+                "PLAIN is enabled but no user is configured: give \
+                 org.apache.kafka.common.security.plain.PlainLoginModule required \
+                 user_NAME=\"PASSWORD\";"
+                    .to_string(),
+            ));
+        }
+        Ok(SaslConfig {
+            mechanisms: enabled,
+            plain_users,
+        })
+    }
+
+    /// Whether `user` has `password` (compared in time independent of
+    /// where they differ).
+    fn plain_valid(&self, user: &str, password: &[u8]) -> bool {
+        match self.plain_users.get(user) {
+            Some(expected) => constant_time_eq(expected.as_bytes(), password),
+            None => {
+                // The same work for an unknown user.
+                let _ = constant_time_eq(password, password);
+                false
+            }
+        }
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = a.len() ^ b.len();
+    for i in 0..a.len().max(b.len()) {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0);
+        diff |= usize::from(x ^ y);
+    }
+    diff == 0
+}
+
+/// The users of a PLAIN JAAS config:
+/// `org.apache.kafka.common.security.plain.PlainLoginModule required
+/// username="admin" password="admin-secret" user_admin="admin-secret"
+/// user_alice="alice-secret";` (`username`/`password` are the broker's own
+/// and are skipped).
+pub fn plain_users(jaas: &str) -> Result<BTreeMap<String, String>, String> {
+    let jaas = jaas.trim();
+    let Some(rest) = jaas.strip_prefix("org.apache.kafka.common.security.plain.PlainLoginModule")
+    else {
+        return Err(
+            "expected org.apache.kafka.common.security.plain.PlainLoginModule required ...;"
+                .to_string(),
+        );
+    };
+    let rest = rest.trim_start();
+    let Some(rest) = rest.strip_prefix("required") else {
+        return Err("expected the flag `required` after the login module".to_string());
+    };
+    let Some(body) = rest.trim().strip_suffix(';') else {
+        return Err("expected `;` at the end".to_string());
+    };
+    let mut users = BTreeMap::new();
+    let mut text = body.trim();
+    while !text.is_empty() {
+        let Some((key, after)) = text.split_once('=') else {
+            return Err(format!("expected key=\"value\" at {text:?}"));
+        };
+        let key = key.trim();
+        let after = after.trim_start();
+        let Some(quoted) = after.strip_prefix('"') else {
+            return Err(format!("the value of {key} is not quoted"));
+        };
+        let Some(end) = quoted.find('"') else {
+            return Err(format!("the value of {key} has no closing quote"));
+        };
+        let value = &quoted[..end];
+        if let Some(user) = key.strip_prefix("user_") {
+            if user.is_empty() {
+                return Err("user_ names no user".to_string());
+            }
+            users.insert(user.to_string(), value.to_string());
+        } else if key != "username" && key != "password" {
+            return Err(format!(
+                "{key} is not a PLAIN option (user_NAME, username, password)"
+            ));
+        }
+        text = quoted[end + 1..].trim_start();
+    }
+    Ok(users)
+}
+
+/// Where a connection stands in its authentication.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SaslState {
+    /// Nothing yet: ApiVersions and SaslHandshake are served.
+    Start,
+    /// SaslHandshake chose this mechanism: SaslAuthenticate next.
+    Handshaken(String),
+    /// Authenticated as this principal (`User:name`).
+    Authenticated(String),
+}
+
+/// What the connection does with a request frame before authentication.
+#[derive(Debug)]
+pub enum Step {
+    /// Handled as any request (ApiVersions, or the connection is
+    /// authenticated).
+    Serve,
+    /// This answer, then go on.
+    Answer(Bytes),
+    /// This answer, then close the connection: why, for the log.
+    AnswerAndClose(Bytes, String),
+    /// Close the connection at once: why.
+    Close(String),
+}
+
+/// Takes `frame` (a request, header first) on a SASL listener's
+/// connection in `state`.
+pub fn step(config: &SaslConfig, state: &mut SaslState, frame: &Bytes) -> Step {
+    if matches!(state, SaslState::Authenticated(_)) {
+        return Step::Serve;
+    }
+    if frame.len() >= 2 && frame[..2] == (ApiKey::ApiVersions as i16).to_be_bytes() {
+        return Step::Serve;
+    }
+    let request = match codec::decode_header(frame.clone()) {
+        Ok(request) => request,
+        Err(error) => {
+            return Step::Close(format!(
+                "a malformed request before authentication: {error}"
+            ))
+        }
+    };
+    let (key, version, id) = (request.api_key, request.api_version, request.correlation_id);
+    if !matches!(key, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate) {
+        return Step::Close(format!("{key:?} before SASL authentication"));
+    }
+    if key == ApiKey::SaslHandshake && version == 0 {
+        return Step::Close(
+            "SaslHandshake v0 (raw SASL tokens after it) is not served: the client must send v1 \
+             and SaslAuthenticate"
+                .to_string(),
+        );
+    }
+    let (min, max) = if key == ApiKey::SaslHandshake {
+        HANDSHAKE_VERSIONS
+    } else {
+        AUTHENTICATE_VERSIONS
+    };
+    if !(min..=max).contains(&version) {
+        return Step::Close(format!("{key:?} v{version} is not served"));
+    }
+    let body = match codec::decode_body(&request) {
+        Ok(body) => body,
+        Err(error) => return Step::Close(format!("a malformed {key:?}: {error}")),
+    };
+    match (body, &*state) {
+        (RequestKind::SaslHandshake(handshake), SaslState::Start) => {
+            let mechanism = handshake.mechanism.to_string();
+            let enabled = config.mechanisms.contains(&mechanism);
+            let code = if enabled {
+                errors::NONE
+            } else {
+                errors::UNSUPPORTED_SASL_MECHANISM
+            };
+            let response = SaslHandshakeResponse::default()
+                .with_error_code(code)
+                .with_mechanisms(
+                    config
+                        .mechanisms
+                        .iter()
+                        .map(|m| StrBytes::from_string(m.clone()))
+                        .collect(),
+                );
+            let Some(answer) = encode(id, version, &response, key, code) else {
+                return Step::Close("cannot encode SaslHandshake's answer".to_string());
+            };
+            if enabled {
+                *state = SaslState::Handshaken(mechanism);
+                Step::Answer(answer)
+            } else {
+                Step::AnswerAndClose(
+                    answer,
+                    format!(
+                        "SASL mechanism {mechanism:?} not enabled (enabled: {})",
+                        config.mechanisms.join(", ")
+                    ),
+                )
+            }
+        }
+        (RequestKind::SaslAuthenticate(authenticate), SaslState::Handshaken(mechanism)) => {
+            let outcome = match mechanism.as_str() {
+                "PLAIN" => plain(config, &authenticate.auth_bytes),
+                other => Err(format!("mechanism {other} is not served")),
+            };
+            let (code, message, why) = match &outcome {
+                Ok(_) => (errors::NONE, None, None),
+                Err(why) => (
+                    errors::SASL_AUTHENTICATION_FAILED,
+                    Some(StrBytes::from_static_str(
+                        "Authentication failed: Invalid username or password",
+                    )),
+                    Some(why.clone()),
+                ),
+            };
+            let response = SaslAuthenticateResponse::default()
+                .with_error_code(code)
+                .with_error_message(message)
+                .with_auth_bytes(Bytes::new())
+                .with_session_lifetime_ms(0);
+            let Some(answer) = encode(id, version, &response, key, code) else {
+                return Step::Close("cannot encode SaslAuthenticate's answer".to_string());
+            };
+            match (outcome, why) {
+                (Ok(principal), _) => {
+                    *state = SaslState::Authenticated(principal);
+                    Step::Answer(answer)
+                }
+                (Err(_), why) => Step::AnswerAndClose(answer, why.unwrap_or_default()),
+            }
+        }
+        (_, _) => {
+            let response_code = errors::ILLEGAL_SASL_STATE;
+            let answer = if key == ApiKey::SaslHandshake {
+                encode(
+                    id,
+                    version,
+                    &SaslHandshakeResponse::default().with_error_code(response_code),
+                    key,
+                    response_code,
+                )
+            } else {
+                encode(
+                    id,
+                    version,
+                    &SaslAuthenticateResponse::default().with_error_code(response_code),
+                    key,
+                    response_code,
+                )
+            };
+            match answer {
+                Some(answer) => Step::AnswerAndClose(
+                    answer,
+                    format!("{key:?} out of order (ILLEGAL_SASL_STATE)"),
+                ),
+                None => Step::Close(format!("{key:?} out of order")),
+            }
+        }
+    }
+}
+
+/// PLAIN's message: `authzid NUL authcid NUL password`; the principal, or
+/// why it fails (for the log, never for the client).
+fn plain(config: &SaslConfig, bytes: &[u8]) -> Result<String, String> {
+    let mut parts = bytes.split(|&b| b == 0);
+    let (Some(authzid), Some(user), Some(password), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err("a malformed PLAIN message".to_string());
+    };
+    let user = std::str::from_utf8(user).map_err(|_| "a user name not UTF-8".to_string())?;
+    if !authzid.is_empty() && authzid != user.as_bytes() {
+        return Err(format!("user {user:?} asked to act as another"));
+    }
+    if config.plain_valid(user, password) {
+        Ok(format!("User:{user}"))
+    } else {
+        Err(format!("wrong password or unknown user {user:?}"))
+    }
+}
+
+fn encode<T>(id: i32, version: i16, response: &T, key: ApiKey, code: i16) -> Option<Bytes>
+where
+    T: kafka_protocol::protocol::Encodable + kafka_protocol::protocol::HeaderVersion,
+{
+    crate::metrics::record_error_code(key as i16, code);
+    codec::encode_response(id, version, response).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const JAAS: &str = "org.apache.kafka.common.security.plain.PlainLoginModule required \
+        username=\"admin\" password=\"admin-secret\" user_admin=\"admin-secret\" \
+        user_alice=\"alice-secret\";";
+
+    #[test]
+    fn a_plain_jaas_config_gives_its_users_and_bad_ones_say_why() {
+        let users = plain_users(JAAS).unwrap();
+        assert_eq!(
+            users.into_iter().collect::<Vec<_>>(),
+            [
+                ("admin".to_string(), "admin-secret".to_string()),
+                ("alice".to_string(), "alice-secret".to_string())
+            ]
+        );
+        for bad in [
+            "PlainLoginModule required user_a=\"b\";",
+            "org.apache.kafka.common.security.plain.PlainLoginModule optional user_a=\"b\";",
+            "org.apache.kafka.common.security.plain.PlainLoginModule required user_a=\"b\"",
+            "org.apache.kafka.common.security.plain.PlainLoginModule required user_a=b;",
+            "org.apache.kafka.common.security.plain.PlainLoginModule required other=\"b\";",
+        ] {
+            assert!(plain_users(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn mechanisms_not_served_are_refused_naming_the_setting() {
+        assert!(SaslConfig::new(Some("PLAIN"), Some(JAAS)).is_ok());
+        assert_eq!(
+            SaslConfig::new(None, Some(JAAS)).unwrap_err().0,
+            "sasl.enabled.mechanisms"
+        );
+        let scram = SaslConfig::new(Some("SCRAM-SHA-512"), Some(JAAS)).unwrap_err();
+        assert!(scram.1.contains("not served yet"), "{scram:?}");
+        assert!(SaslConfig::new(Some("PLAIN"), None).is_err());
+        assert!(SaslConfig::new(Some("MAGIC"), Some(JAAS))
+            .unwrap_err()
+            .1
+            .contains("no SASL mechanism"));
+    }
+
+    #[test]
+    fn plain_takes_the_right_password_only() {
+        let config = SaslConfig::new(Some("PLAIN"), Some(JAAS)).unwrap();
+        assert_eq!(
+            plain(&config, b"\0alice\0alice-secret"),
+            Ok("User:alice".to_string())
+        );
+        assert_eq!(
+            plain(&config, b"alice\0alice\0alice-secret"),
+            Ok("User:alice".to_string())
+        );
+        assert!(plain(&config, b"\0alice\0admin-secret").is_err());
+        assert!(plain(&config, b"\0mallory\0alice-secret").is_err());
+        assert!(plain(&config, b"admin\0alice\0alice-secret").is_err());
+        assert!(plain(&config, b"\0alice").is_err());
+        assert!(plain(&config, b"\0alice\0alice-secret\0more").is_err());
+    }
+}

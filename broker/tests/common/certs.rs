@@ -1,0 +1,119 @@
+//! Certificates the TLS tests make with `openssl`: a test authority
+//! (`ca`), the broker's certificate for 127.0.0.1 and localhost signed by
+//! it with its key in one PEM file (`server-keystore.pem`, Kafka's PEM
+//! keystore), a client certificate signed by it (`alice`), and one signed
+//! by an authority the broker does not trust (`mallory`).
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use test_support::run;
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// The test's certificates, in a directory of their own.
+pub struct Certificates {
+    dir: tempfile::TempDir,
+}
+
+impl Certificates {
+    pub fn make() -> Certificates {
+        let dir = tempfile::tempdir().unwrap();
+        let certificates = Certificates { dir };
+        certificates.authority("ca");
+        certificates.authority("stranger-ca");
+        certificates.signed(
+            "server",
+            "localhost",
+            "ca",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost",
+        );
+        certificates.signed("alice", "alice", "ca", "extendedKeyUsage=clientAuth");
+        certificates.signed(
+            "mallory",
+            "mallory",
+            "stranger-ca",
+            "extendedKeyUsage=clientAuth",
+        );
+        // Kafka's PEM keystore: the key and the chain in one file.
+        let mut keystore = std::fs::read(certificates.path("server.key")).unwrap();
+        keystore.extend(std::fs::read(certificates.path("server.pem")).unwrap());
+        std::fs::write(certificates.path("server-keystore.pem"), keystore).unwrap();
+        certificates
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn text(&self, name: &str) -> String {
+        self.path(name).to_string_lossy().into_owned()
+    }
+
+    fn openssl(&self, args: &[&str]) {
+        let output = run(
+            Command::new("openssl")
+                .args(args)
+                .current_dir(self.dir.path()),
+            None,
+            DEADLINE,
+        );
+        assert!(
+            output.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    fn authority(&self, name: &str) {
+        self.openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            &format!("/CN=strom test {name}"),
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.pem"),
+        ]);
+    }
+
+    fn signed(&self, name: &str, common_name: &str, authority: &str, extension: &str) {
+        self.openssl(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            &format!("/CN={common_name}"),
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.csr"),
+        ]);
+        std::fs::write(self.path(&format!("{name}.ext")), format!("{extension}\n")).unwrap();
+        self.openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{name}.csr"),
+            "-days",
+            "2",
+            "-CA",
+            &format!("{authority}.pem"),
+            "-CAkey",
+            &format!("{authority}.key"),
+            "-CAcreateserial",
+            "-extfile",
+            &format!("{name}.ext"),
+            "-out",
+            &format!("{name}.pem"),
+        ]);
+    }
+}
