@@ -373,7 +373,7 @@ struct Builder {
     /// listener's name upper-cased): (listener, key, value).
     ssl_settings: Vec<(Option<String>, String, String)>,
     /// SASL settings: (listener, key, value): `sasl.enabled.mechanisms`
-    /// and `plain.sasl.jaas.config`, plain or `listener.name.<name>.`.
+    /// (plain or per listener) and `listener.name.<name>.plain.sasl.jaas.config`.
     sasl_settings: Vec<(Option<String>, String, String)>,
     rack: Option<String>,
     given: Vec<GivenSetting>,
@@ -444,27 +444,22 @@ type ClientTls = (
     Vec<(String, String)>,
 );
 
-/// A `listener.name.<name>.sasl.enabled.mechanisms` or
-/// `listener.name.<name>.plain.sasl.jaas.config` key: the listener's name
-/// (upper-cased) and the key without the prefix.
-fn listener_sasl_key(key: &str) -> Option<(String, &str)> {
+/// A `listener.name.<name>.<key>` setting whose `<key>` `served` takes
+/// (an `ssl.*` key, `sasl.enabled.mechanisms`,
+/// `plain.sasl.jaas.config`): the listener's name (upper-cased, as
+/// listener names are) and the key.
+fn listener_key(key: &str, served: impl Fn(&str) -> bool) -> Option<(String, &str)> {
     let rest = key.strip_prefix("listener.name.")?;
-    let (name, sasl_key) = rest.split_once('.')?;
-    matches!(
-        sasl_key,
-        "sasl.enabled.mechanisms" | "plain.sasl.jaas.config"
-    )
-    .then(|| (name.to_ascii_uppercase(), sasl_key))
+    let (name, listener_key) = rest.split_once('.')?;
+    served(listener_key).then(|| (name.to_ascii_uppercase(), listener_key))
 }
 
-/// A `listener.name.<name>.ssl.*` key: the listener's name (upper-cased,
-/// as listener names are) and the `ssl.*` key.
-fn listener_ssl_key(key: &str) -> Option<(String, &str)> {
-    let rest = key.strip_prefix("listener.name.")?;
-    let (name, ssl_key) = rest.split_once('.')?;
-    crate::tls::SSL_KEYS
-        .contains(&ssl_key)
-        .then(|| (name.to_ascii_uppercase(), ssl_key))
+fn is_ssl_key(key: &str) -> bool {
+    crate::tls::SSL_KEYS.contains(&key)
+}
+
+fn is_sasl_key(key: &str) -> bool {
+    matches!(key, "sasl.enabled.mechanisms" | "plain.sasl.jaas.config")
 }
 
 fn parse_value<T: std::str::FromStr>(
@@ -686,8 +681,8 @@ impl Builder {
                 self.sasl_settings
                     .push((None, key.to_string(), value.trim().to_string()));
             }
-            _ if listener_sasl_key(key).is_some() => {
-                let (listener, sasl_key) = listener_sasl_key(key).expect("checked");
+            _ if listener_key(key, is_sasl_key).is_some() => {
+                let (listener, sasl_key) = listener_key(key, is_sasl_key).expect("checked");
                 self.sasl_settings.push((
                     Some(listener),
                     sasl_key.to_string(),
@@ -698,8 +693,8 @@ impl Builder {
                 self.ssl_settings
                     .push((None, key.to_string(), value.trim().to_string()));
             }
-            _ if listener_ssl_key(key).is_some() => {
-                let (listener, ssl_key) = listener_ssl_key(key).expect("checked");
+            _ if listener_key(key, is_ssl_key).is_some() => {
+                let (listener, ssl_key) = listener_key(key, is_ssl_key).expect("checked");
                 self.ssl_settings.push((
                     Some(listener),
                     ssl_key.to_string(),

@@ -105,3 +105,32 @@ def read_to_end(bootstrap, topics, partitions, isolation, group_prefix, deadline
     finally:
         consumer.close()
     return messages
+
+
+def kafka_python_round_trip(settings, topic, payload, records, group_prefix):
+    """kafka-python with `settings` (its connection and security options):
+    produces `records` values `payload(i)` to partition 0 of `topic` with
+    acks=all, checks their offsets are 0.., reads them back byte for byte
+    as a new consumer group and commits. Prints `kafka-python: ok N`."""
+    from kafka import KafkaConsumer, KafkaProducer
+
+    producer = KafkaProducer(acks="all", **settings)
+    futures = [producer.send(topic, value=payload(i), partition=0) for i in range(records)]
+    producer.flush(60)
+    offsets = [f.get(timeout=60).offset for f in futures]
+    check(offsets == list(range(records)), f"kafka-python: offsets {offsets[:5]}...")
+    producer.close()
+    consumer = KafkaConsumer(topic, group_id=f"{group_prefix}-{time.time_ns()}",
+                             auto_offset_reset="earliest", enable_auto_commit=False,
+                             consumer_timeout_ms=20000, **settings)
+    read = []
+    for msg in consumer:
+        read.append(msg)
+        if len(read) == records:
+            break
+    check(len(read) == records, f"kafka-python: read {len(read)} of {records}")
+    for i, msg in enumerate(read):
+        check(msg.offset == i and msg.value == payload(i), f"kafka-python: record {i} differs")
+    consumer.commit()
+    consumer.close()
+    print(f"kafka-python: ok {len(read)}", flush=True)

@@ -11,7 +11,7 @@ Prints one line per check: `<client>: ok <records>` and
 import sys
 import time
 
-from checks import check, fail
+from checks import check, fail, kafka_python_round_trip
 
 RECORDS = 100
 
@@ -88,30 +88,9 @@ def python_settings(bootstrap, protocol, user, password, ca):
 
 
 def kafka_python(bootstrap, protocol, user, password, ca):
-    from kafka import KafkaConsumer, KafkaProducer
-
-    settings = python_settings(bootstrap, protocol, user, password, ca)
-    topic = "sasl-kafka-python"
-    producer = KafkaProducer(acks="all", **settings)
-    futures = [producer.send(topic, value=payload("kafka-python", i)) for i in range(RECORDS)]
-    producer.flush(60)
-    offsets = [f.get(timeout=60).offset for f in futures]
-    check(offsets == list(range(RECORDS)), f"kafka-python: offsets {offsets[:5]}")
-    producer.close()
-    consumer = KafkaConsumer(topic, group_id=f"sasl-{time.time_ns()}", auto_offset_reset="earliest",
-                             enable_auto_commit=False, consumer_timeout_ms=20000, **settings)
-    read = []
-    for msg in consumer:
-        read.append(msg)
-        if len(read) == RECORDS:
-            break
-    check(len(read) == RECORDS, f"kafka-python: read {len(read)} of {RECORDS}")
-    for i, msg in enumerate(read):
-        check(msg.offset == i and msg.value == payload("kafka-python", i),
-              f"kafka-python: record {i} differs")
-    consumer.commit()
-    consumer.close()
-    print(f"kafka-python: ok {len(read)}", flush=True)
+    kafka_python_round_trip(python_settings(bootstrap, protocol, user, password, ca),
+                            "sasl-kafka-python", lambda i: payload("kafka-python", i), RECORDS,
+                            "sasl")
 
 
 def kafka_python_refused(bootstrap, protocol, user, password, ca):

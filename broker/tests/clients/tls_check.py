@@ -11,7 +11,7 @@ Prints one line per client: `<client>: ok <records>`."""
 import sys
 import time
 
-from checks import check, fail
+from checks import check, fail, kafka_python_round_trip
 
 RECORDS = 200
 
@@ -67,7 +67,6 @@ def confluent(bootstrap, ca, cert, key):
 
 
 def kafka_python(bootstrap, ca, cert, key):
-    from kafka import KafkaConsumer, KafkaProducer
     from kafka.admin import KafkaAdminClient, NewTopic
 
     tls = {"bootstrap_servers": bootstrap, "security_protocol": "SSL", "ssl_cafile": ca,
@@ -78,28 +77,7 @@ def kafka_python(bootstrap, ca, cert, key):
     admin = KafkaAdminClient(**tls)
     admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
     admin.close()
-    producer = KafkaProducer(acks="all", **tls)
-    futures = [producer.send(topic, key=str(i).encode(), value=payload("kafka-python", i))
-               for i in range(RECORDS)]
-    producer.flush(60)
-    offsets = [f.get(timeout=60).offset for f in futures]
-    check(offsets == list(range(RECORDS)), f"kafka-python: offsets {offsets[:5]}...")
-    producer.close()
-    consumer = KafkaConsumer(topic, group_id=f"tls-group-{time.time_ns()}",
-                             auto_offset_reset="earliest", enable_auto_commit=False,
-                             consumer_timeout_ms=20000, **tls)
-    read = []
-    for msg in consumer:
-        read.append(msg)
-        if len(read) == RECORDS:
-            break
-    check(len(read) == RECORDS, f"kafka-python: read {len(read)} of {RECORDS}")
-    for i, msg in enumerate(read):
-        check(msg.offset == i and msg.value == payload("kafka-python", i),
-              f"kafka-python: record {i} differs")
-    consumer.commit()
-    consumer.close()
-    print(f"kafka-python: ok {len(read)}", flush=True)
+    kafka_python_round_trip(tls, topic, lambda i: payload("kafka-python", i), RECORDS, "tls-group")
 
 
 def main():
