@@ -148,6 +148,26 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// user_alice="alice-secret";` (`username`/`password` are the broker's own
 /// and are skipped).
 pub fn plain_users(jaas: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut users = BTreeMap::new();
+    for (key, value) in jaas_options(jaas)? {
+        if let Some(user) = key.strip_prefix("user_") {
+            if user.is_empty() {
+                return Err("user_ names no user".to_string());
+            }
+            users.insert(user.to_string(), value);
+        } else if key != "username" && key != "password" {
+            return Err(format!(
+                "{key} is not a PLAIN option (user_NAME, username, password)"
+            ));
+        }
+    }
+    Ok(users)
+}
+
+/// The options of a PLAIN login module line:
+/// `org.apache.kafka.common.security.plain.PlainLoginModule required
+/// key="value" ...;`.
+fn jaas_options(jaas: &str) -> Result<Vec<(String, String)>, String> {
     let jaas = jaas.trim();
     let Some(rest) = jaas.strip_prefix("org.apache.kafka.common.security.plain.PlainLoginModule")
     else {
@@ -163,7 +183,7 @@ pub fn plain_users(jaas: &str) -> Result<BTreeMap<String, String>, String> {
     let Some(body) = rest.trim().strip_suffix(';') else {
         return Err("expected `;` at the end".to_string());
     };
-    let mut users = BTreeMap::new();
+    let mut options = Vec::new();
     let mut text = body.trim();
     while !text.is_empty() {
         let Some((key, after)) = text.split_once('=') else {
@@ -177,20 +197,24 @@ pub fn plain_users(jaas: &str) -> Result<BTreeMap<String, String>, String> {
         let Some(end) = quoted.find('"') else {
             return Err(format!("the value of {key} has no closing quote"));
         };
-        let value = &quoted[..end];
-        if let Some(user) = key.strip_prefix("user_") {
-            if user.is_empty() {
-                return Err("user_ names no user".to_string());
-            }
-            users.insert(user.to_string(), value.to_string());
-        } else if key != "username" && key != "password" {
-            return Err(format!(
-                "{key} is not a PLAIN option (user_NAME, username, password)"
-            ));
-        }
+        options.push((key.to_string(), quoted[..end].to_string()));
         text = quoted[end + 1..].trim_start();
     }
-    Ok(users)
+    Ok(options)
+}
+
+/// A client's PLAIN JAAS config (`sasl.jaas.config` of Kafka's client
+/// properties): its `username` and `password`.
+pub fn plain_login(jaas: &str) -> Result<(String, String), String> {
+    let options = jaas_options(jaas)?;
+    let find = |key: &str| {
+        options
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+            .ok_or_else(|| format!("no {key}=\"...\""))
+    };
+    Ok((find("username")?, find("password")?))
 }
 
 /// Where a connection stands in its authentication.
@@ -408,6 +432,20 @@ mod tests {
         ] {
             assert!(plain_users(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_clients_plain_jaas_config_gives_its_login() {
+        assert_eq!(
+            plain_login(JAAS),
+            Ok(("admin".to_string(), "admin-secret".to_string()))
+        );
+        let no_password = "org.apache.kafka.common.security.plain.PlainLoginModule required \
+            username=\"alice\";";
+        assert_eq!(
+            plain_login(no_password),
+            Err("no password=\"...\"".to_string())
+        );
     }
 
     #[test]

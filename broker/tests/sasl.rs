@@ -268,3 +268,80 @@ fn a_request_before_authenticating_closes_the_connection() {
     });
     assert!(logged.is_some(), "{}", broker.log());
 }
+
+/// `strom` with `--command-config` holding `properties`.
+fn strom_with(
+    broker: &Broker,
+    dir: &std::path::Path,
+    properties: &str,
+    args: &[&str],
+    stdin: Option<&[u8]>,
+) -> std::process::Output {
+    let config = dir.join(format!("client-{}.properties", properties.len()));
+    std::fs::write(&config, properties).unwrap();
+    let config = config.to_string_lossy().into_owned();
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["--command-config", &config]);
+    common::strom(broker, &all, stdin)
+}
+
+#[test]
+fn the_tools_authenticate_with_a_command_config() {
+    let certificates = Certificates::make();
+    for protocol in ["SASL_PLAINTEXT", "SASL_SSL"] {
+        let (broker, _admin) = sasl_broker(protocol, &certificates);
+        let dir = tempfile::tempdir().unwrap();
+        // Java's JAAS line over SASL_PLAINTEXT; librdkafka's names over
+        // SASL_SSL.
+        let properties = if protocol == "SASL_PLAINTEXT" {
+            "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n\
+             sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required \
+             username=\"alice\" password=\"alice-secret\";\n"
+                .to_string()
+        } else {
+            format!(
+                "security.protocol=SASL_SSL\nsasl.mechanisms=PLAIN\nsasl.username=alice\n\
+                 sasl.password=alice-secret\nssl.ca.location={}\n",
+                certificates.text("ca.pem")
+            )
+        };
+        let ok = |args: &[&str], stdin: Option<&[u8]>| {
+            let output = strom_with(&broker, dir.path(), &properties, args, stdin);
+            assert!(
+                output.status.success(),
+                "{protocol}: strom {args:?}: {}\n{}",
+                String::from_utf8_lossy(&output.stderr),
+                broker.log()
+            );
+            String::from_utf8(output.stdout).unwrap()
+        };
+        ok(
+            &["topic", "create", "sasl-tools", "--partitions", "1"],
+            None,
+        );
+        let lines: String = (0..30).map(|i| format!("sasl-line-{i}\n")).collect();
+        ok(&["produce", "sasl-tools"], Some(lines.as_bytes()));
+        let read = ok(
+            &[
+                "consume",
+                "sasl-tools",
+                "--from-beginning",
+                "--max-messages",
+                "30",
+            ],
+            None,
+        );
+        assert_eq!(read, lines, "{protocol}");
+        let wrong = properties.replace("alice-secret", "wrong");
+        let refused = strom_with(&broker, dir.path(), &wrong, &["topic", "list"], None);
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(
+            !refused.status.success(),
+            "{protocol}: a wrong password was served"
+        );
+        assert!(
+            stderr.contains("SASL_AUTHENTICATION_FAILED"),
+            "{protocol}: {stderr}"
+        );
+    }
+}

@@ -52,6 +52,9 @@ pub struct ClientConfig {
     /// TLS (Kafka's SSL security protocol) over each connection, else
     /// plaintext.
     pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    /// SASL PLAIN's user and password (SASL_PLAINTEXT or, with `tls`,
+    /// SASL_SSL): each connection authenticates after ApiVersions.
+    pub sasl_plain: Option<(String, String)>,
 }
 
 impl Default for ClientConfig {
@@ -64,6 +67,7 @@ impl Default for ClientConfig {
             request_timeout: Duration::from_secs(30),
             response_bytes_max: 256 << 20,
             tls: None,
+            sasl_plain: None,
         }
     }
 }
@@ -324,6 +328,7 @@ impl Connection {
                     let stream = Self::secure(address, stream, &config).await?;
                     let mut connection = Self::over(address, stream, config);
                     connection.negotiate().await?;
+                    connection.authenticate().await?;
                     return Ok(connection);
                 }
                 Err(error) => last_error = Some(error),
@@ -418,6 +423,54 @@ impl Connection {
     /// ApiVersions at our highest version; a broker that does not know it
     /// answers a v0 body with UNSUPPORTED_VERSION and its own range, and we
     /// ask again at the highest version both know.
+    /// SASL PLAIN when the config asks for it: SaslHandshake v1, then
+    /// SaslAuthenticate with `NUL user NUL password`; a refusal is the
+    /// broker's error (SASL_AUTHENTICATION_FAILED with its message).
+    async fn authenticate(&mut self) -> Result<(), ClientError> {
+        use kafka_protocol::messages::{SaslAuthenticateRequest, SaslHandshakeRequest};
+        let Some((user, password)) = self.config.sasl_plain.clone() else {
+            return Ok(());
+        };
+        let handshake =
+            SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN"));
+        let version = self.version::<SaslHandshakeRequest>(1..=1)?;
+        let answer = self.call(&handshake, version).await?;
+        if answer.error_code != 0 {
+            return Err(ClientError::Kafka {
+                api_key: ApiKey::SaslHandshake,
+                code: answer.error_code,
+                message: Some(format!(
+                    "the broker offers {:?}",
+                    answer
+                        .mechanisms
+                        .iter()
+                        .map(|m| m.as_str())
+                        .collect::<Vec<_>>()
+                )),
+            });
+        }
+        let mut message = Vec::with_capacity(2 + user.len() + password.len());
+        message.push(0);
+        message.extend_from_slice(user.as_bytes());
+        message.push(0);
+        message.extend_from_slice(password.as_bytes());
+        let version = self.version::<SaslAuthenticateRequest>(0..=2)?;
+        let answer = self
+            .call(
+                &SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(message)),
+                version,
+            )
+            .await?;
+        if answer.error_code != 0 {
+            return Err(ClientError::Kafka {
+                api_key: ApiKey::SaslAuthenticate,
+                code: answer.error_code,
+                message: answer.error_message.map(|m| m.to_string()),
+            });
+        }
+        Ok(())
+    }
+
     async fn negotiate(&mut self) -> Result<(), ClientError> {
         let mut version = API_VERSIONS_VERSION_MAX;
         for _ in 0..2 {

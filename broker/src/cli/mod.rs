@@ -116,32 +116,39 @@ pub struct ConnectArgs {
     #[arg(long, value_name = "MS", default_value_t = 30_000)]
     pub timeout_ms: u64,
     /// Client properties (`key=value` lines, as Kafka's tools take):
-    /// `security.protocol` (PLAINTEXT or SSL) and the `ssl.*` settings:
-    /// `ssl.truststore.location` (or librdkafka's `ssl.ca.location`), a
-    /// PEM file of the authorities the broker's certificate chains to;
-    /// for mutual TLS `ssl.keystore.location` (key and certificate in one
-    /// PEM file) or `ssl.certificate.location` and `ssl.key.location`.
+    /// `security.protocol` (PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL);
+    /// for TLS `ssl.truststore.location` (or librdkafka's
+    /// `ssl.ca.location`), a PEM file of the authorities the broker's
+    /// certificate chains to, and for mutual TLS `ssl.keystore.location`
+    /// (key and certificate in one PEM file) or `ssl.certificate.location`
+    /// and `ssl.key.location`; for SASL `sasl.mechanism=PLAIN` and
+    /// `sasl.jaas.config` (PlainLoginModule with username and password) or
+    /// `sasl.username` and `sasl.password`.
     #[arg(long, value_name = "FILE")]
     pub command_config: Option<std::path::PathBuf>,
 }
 
-/// The TLS configuration a `--command-config` file asks for (`None` for
+/// What a `--command-config` file asks for: TLS (SSL, SASL_SSL) and SASL
+/// PLAIN's user and password (SASL_PLAINTEXT, SASL_SSL).
+type Security = (
+    Option<std::sync::Arc<rustls::ClientConfig>>,
+    Option<(String, String)>,
+);
+
+/// The security a `--command-config` file asks for (none for
 /// PLAINTEXT). A key the tools do not use is named on stderr; a bad value
-/// or a protocol not served is an error naming the file and the key.
-fn command_config_tls(
-    path: &std::path::Path,
-) -> anyhow::Result<Option<std::sync::Arc<rustls::ClientConfig>>> {
+/// or something not served is an error naming the file and the key.
+fn command_config_security(path: &std::path::Path) -> anyhow::Result<Security> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read --command-config {}", path.display()))?;
+    let file = path.display();
     let mut protocol = "PLAINTEXT".to_string();
+    let mut mechanism = "GSSAPI".to_string();
+    let (mut user, mut password) = (None, None);
     let mut settings = broker::tls::TlsSettings::default();
-    let read = |key: &str, file: &str| {
-        std::fs::read_to_string(file).with_context(|| {
-            format!(
-                "--command-config {}: {key}: cannot read {file}",
-                path.display()
-            )
-        })
+    let read = |key: &str, name: &str| {
+        std::fs::read_to_string(name)
+            .with_context(|| format!("--command-config {file}: {key}: cannot read {name}"))
     };
     for (number, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -150,14 +157,22 @@ fn command_config_tls(
         }
         let Some((key, value)) = line.split_once(['=', ':']) else {
             bail!(
-                "--command-config {} line {}: expected key=value, got {line:?}",
-                path.display(),
+                "--command-config {file} line {}: expected key=value, got {line:?}",
                 number + 1
             );
         };
         let (key, value) = (key.trim(), value.trim());
         match key {
             "security.protocol" => protocol = value.to_ascii_uppercase(),
+            "sasl.mechanism" | "sasl.mechanisms" => mechanism = value.to_ascii_uppercase(),
+            "sasl.username" => user = Some(value.to_string()),
+            "sasl.password" => password = Some(value.to_string()),
+            "sasl.jaas.config" => {
+                let (u, p) = broker::sasl::plain_login(value).map_err(|why| {
+                    anyhow::anyhow!("--command-config {file}: sasl.jaas.config: {why}")
+                })?;
+                (user, password) = (Some(u), Some(p));
+            }
             "ssl.ca.location" => settings
                 .values
                 .push(("ssl.truststore.location".into(), value.into())),
@@ -173,22 +188,38 @@ fn command_config_tls(
             _ if broker::tls::SSL_KEYS.contains(&key) => {
                 settings.values.push((key.into(), value.into()))
             }
-            _ => eprintln!(
-                "strom: --command-config {}: {key} is not used by strom's tools",
-                path.display()
-            ),
+            _ => eprintln!("strom: --command-config {file}: {key} is not used by strom's tools"),
         }
     }
-    match protocol.as_str() {
-        "PLAINTEXT" => Ok(None),
-        "SSL" => broker::tls::client_config(&settings)
+    let tls = || {
+        broker::tls::client_config(&settings)
             .map(Some)
-            .map_err(|(key, why)| {
-                anyhow::anyhow!("--command-config {}: {key}: {why}", path.display())
-            }),
+            .map_err(|(key, why)| anyhow::anyhow!("--command-config {file}: {key}: {why}"))
+    };
+    let sasl = || -> anyhow::Result<Option<(String, String)>> {
+        if mechanism != "PLAIN" {
+            bail!(
+                "--command-config {file}: sasl.mechanism {mechanism} is not served by strom's \
+                 tools (PLAIN)"
+            );
+        }
+        match (user.clone(), password.clone()) {
+            (Some(user), Some(password)) => Ok(Some((user, password))),
+            _ => bail!(
+                "--command-config {file}: SASL PLAIN needs sasl.jaas.config \
+                 (PlainLoginModule required username=\"...\" password=\"...\";) or \
+                 sasl.username and sasl.password"
+            ),
+        }
+    };
+    match protocol.as_str() {
+        "PLAINTEXT" => Ok((None, None)),
+        "SSL" => Ok((tls()?, None)),
+        "SASL_PLAINTEXT" => Ok((None, sasl()?)),
+        "SASL_SSL" => Ok((tls()?, sasl()?)),
         other => bail!(
-            "--command-config {}: security.protocol {other} is not served (PLAINTEXT or SSL)",
-            path.display()
+            "--command-config {file}: security.protocol {other} is not one of PLAINTEXT, SSL, \
+             SASL_PLAINTEXT, SASL_SSL"
         ),
     }
 }
@@ -242,9 +273,9 @@ impl ConnectArgs {
     /// Tries the bootstrap list `rounds` times at most, within the timeout.
     async fn connect_rounds(&self, rounds: usize) -> anyhow::Result<Connection> {
         let timeout = Duration::from_millis(self.timeout_ms.max(1));
-        let tls = match &self.command_config {
-            Some(path) => command_config_tls(path)?,
-            None => None,
+        let (tls, sasl_plain) = match &self.command_config {
+            Some(path) => command_config_security(path)?,
+            None => (None, None),
         };
         let config = ClientConfig {
             client_id: "strom-cli".to_string(),
@@ -252,6 +283,7 @@ impl ConnectArgs {
             connect_timeout: timeout,
             request_timeout: timeout,
             tls,
+            sasl_plain,
             ..ClientConfig::default()
         };
         // A broker that is starting refuses connections until it listens:
