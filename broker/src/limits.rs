@@ -37,6 +37,10 @@ pub const REQUEST_RECEIVE_TIMEOUT_MS_DEFAULT: u64 = 30_000;
 /// per array element, several times the element's wire size, so only
 /// Produce (whose bulk is record bytes) gets the full frame limit.
 pub const NON_PRODUCE_FRAME_BYTES_MAX: usize = 8 << 20;
+/// Largest frame a connection of a SASL listener may send before it
+/// authenticates (Kafka's `sasl.server.max.receive.size` default): an
+/// unauthenticated client costs the broker little.
+pub const UNAUTHENTICATED_FRAME_BYTES_MAX: usize = 512 << 10;
 
 /// Longest a Fetch may wait for data, whatever the client asks.
 pub const FETCH_WAIT_MS_MAX: u64 = 5_000;

@@ -26,7 +26,7 @@ use kafka_protocol::messages::ApiKey;
 
 use crate::limits::{
     CONNECTION_IN_FLIGHT_MAX, FRAME_RECEIVE_STEP_BYTES, NON_PRODUCE_FRAME_BYTES_MAX,
-    SMALL_FRAME_BYTES_MAX,
+    SMALL_FRAME_BYTES_MAX, UNAUTHENTICATED_FRAME_BYTES_MAX,
 };
 use crate::memory::{Lease, MemoryPool, ResponseBudget};
 use crate::shard::Shard;
@@ -195,7 +195,17 @@ where
         if !responses_allow_reading(&shard, &connection).await {
             break;
         }
-        let next = read_frame(&shard, &connection, &mut reader, &limits, first_frame).await;
+        let unauthenticated =
+            sasl.is_some() && !matches!(sasl_state, crate::sasl::SaslState::Authenticated(_));
+        let frame_limits = if unauthenticated {
+            &FrameLimits {
+                frame_bytes_max: UNAUTHENTICATED_FRAME_BYTES_MAX,
+                non_produce_frame_bytes_max: UNAUTHENTICATED_FRAME_BYTES_MAX,
+            }
+        } else {
+            &limits
+        };
+        let next = read_frame(&shard, &connection, &mut reader, frame_limits, first_frame).await;
         first_frame = false;
         let (frame, request_lease) = match next {
             Ok(Some(read)) => read,

@@ -267,6 +267,36 @@ fn a_request_before_authenticating_closes_the_connection() {
             .then_some(())
     });
     assert!(logged.is_some(), "{}", broker.log());
+
+    // A frame larger than Kafka's sasl.server.max.receive.size (512 KiB)
+    // before authenticating is refused from its length alone.
+    use std::io::{Read, Write};
+    let mut raw = std::net::TcpStream::connect(broker.address()).unwrap();
+    raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut header = (4u32 << 20).to_be_bytes().to_vec();
+    header.extend_from_slice(&0i16.to_be_bytes()); // Produce
+    header.extend_from_slice(&9i16.to_be_bytes());
+    raw.write_all(&header).unwrap();
+    let mut byte = [0u8; 1];
+    // Closed by the broker: end of stream or a reset, not a read that
+    // timed out waiting.
+    let read = raw.read(&mut byte);
+    let closed = match &read {
+        Ok(0) => true,
+        Err(error) => !matches!(
+            error.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+        Ok(_) => false,
+    };
+    assert!(
+        closed,
+        "a 4 MiB frame before authenticating was taken: {read:?}"
+    );
+    let logged = poll_until(DEADLINE, || {
+        broker.log().contains("closing connection").then_some(())
+    });
+    assert!(logged.is_some(), "{}", broker.log());
 }
 
 /// `strom` with `--command-config` holding `properties`.
