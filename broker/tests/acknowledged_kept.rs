@@ -46,20 +46,7 @@ fn partitions(bootstrap: &str, topic: &str) -> Option<BTreeMap<i32, (i32, Vec<i3
 
 /// The brokers `bootstrap` lists and its active controller.
 fn brokers(bootstrap: &str) -> Option<(Vec<i32>, i32)> {
-    let output = run(
-        Command::new("kcat").args(["-b", bootstrap, "-L", "-J", "-m", "5"]),
-        None,
-        Duration::from_secs(20),
-    );
-    let json: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
-    let mut ids: Vec<i32> = json["brokers"]
-        .as_array()?
-        .iter()
-        .filter_map(|b| b["id"].as_i64())
-        .map(|id| id as i32)
-        .collect();
-    ids.sort_unstable();
-    Some((ids, json["controllerid"].as_i64()? as i32))
+    common::listing::brokers(bootstrap)
 }
 
 /// Creates `topic` through `bootstrap` with the replica lists given

@@ -143,7 +143,7 @@ impl App {
 }
 
 fn start_cluster() -> Cluster {
-    Cluster::start(
+    let cluster = Cluster::start(
         3,
         &[
             // A transaction whose producer died unrestarted is aborted
@@ -151,7 +151,13 @@ fn start_cluster() -> Cluster {
             "--set",
             "transaction.abort.timed.out.transaction.cleanup.interval.ms=1000",
         ],
-    )
+    );
+    // Topics of three replicas need all three registered.
+    let bootstrap = cluster.bootstrap();
+    cluster.wait_for("three brokers registered", || {
+        common::listing::brokers(&bootstrap).filter(|(ids, _)| ids.len() == 3)
+    });
+    cluster
 }
 
 /// Creates `eos-in` and `eos-out` (three replicas, min.insync.replicas

@@ -1,5 +1,6 @@
-//! What kcat's metadata listing (`kcat -L -J`) says of a topic: each
-//! partition's leader and ISR, as the cluster tests poll for them.
+//! What kcat's metadata listing (`kcat -L -J`) says of a topic (each
+//! partition's leader and ISR) and of the cluster (its brokers and active
+//! controller), as the cluster tests poll for them.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -50,4 +51,22 @@ pub fn partitions(bootstrap: &str, topic: &str) -> Option<BTreeMap<i32, (i32, Ve
     }
     let json: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
     partitions_of(&json, topic).filter(|p| !p.is_empty())
+}
+
+/// The brokers `bootstrap` lists and its active controller.
+pub fn brokers(bootstrap: &str) -> Option<(Vec<i32>, i32)> {
+    let output = super::run(
+        Command::new("kcat").args(["-b", bootstrap, "-L", "-J", "-m", "5"]),
+        None,
+        LISTING_DEADLINE,
+    );
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
+    let mut ids: Vec<i32> = json["brokers"]
+        .as_array()?
+        .iter()
+        .filter_map(|b| b["id"].as_i64())
+        .map(|id| id as i32)
+        .collect();
+    ids.sort_unstable();
+    Some((ids, json["controllerid"].as_i64()? as i32))
 }
