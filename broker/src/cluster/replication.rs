@@ -354,6 +354,7 @@ async fn reconcile(
             Ok(end) => tracing::info!(
                 topic = %partition.topic(),
                 partition = partition.index(),
+                leader = partition.following().map_or(-1, |(leader, _)| leader),
                 leader_epoch = current_epoch,
                 log_end_before = before,
                 log_end = end,
