@@ -378,8 +378,15 @@ fn the_tools_speak_tls_with_a_command_config() {
         );
     };
     refused(
-        "security.protocol=SASL_SSL\n",
-        "security.protocol SASL_SSL is not served",
+        &format!(
+            "security.protocol=SASL_SSL\nsasl.mechanism=GSSAPI\nssl.truststore.location={}\n",
+            certificates.text("ca.pem")
+        ),
+        "sasl.mechanism GSSAPI is not served by strom's tools",
+    );
+    refused(
+        "security.protocol=SASL_SCRAM\n",
+        "security.protocol SASL_SCRAM is not one of",
     );
     refused("security.protocol=SSL\n", "ssl.truststore.location");
     // Without a client certificate the broker refuses the handshake.
