@@ -553,6 +553,38 @@ pub async fn set_broker_configs(
     .await
 }
 
+/// Sets and deletes users' SCRAM credentials (each user's changes
+/// together or not at all) and keeps them in the metadata log: one
+/// result per user.
+pub async fn alter_scram_credentials(
+    shard: &Rc<Shard>,
+    changes: Vec<crate::credentials::Change>,
+) -> Vec<crate::credentials::UserResult> {
+    on_controller(shard, move |controller| async move {
+        let image = controller.metadata.store().image();
+        let (mut results, records) = crate::credentials::decide(&image, &changes);
+        let refusal = match not_controller(&controller) {
+            Some(refusal) => Some(refusal),
+            None if records.is_empty() => None,
+            None => propose(&controller, records).await.err(),
+        };
+        for (user, code, message) in &mut results {
+            if *code != errors::NONE {
+                continue;
+            }
+            match &refusal {
+                Some(refusal) => {
+                    *code = refusal.error_code;
+                    *message = Some(refusal.message.clone());
+                }
+                None => tracing::info!(user = %user, "SCRAM credentials changed"),
+            }
+        }
+        results
+    })
+    .await
+}
+
 /// Replaces a consumer group's settings and keeps them in the metadata log.
 pub async fn set_group_configs(
     shard: &Rc<Shard>,

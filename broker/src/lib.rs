@@ -12,6 +12,7 @@ pub mod compaction;
 pub mod config;
 pub mod controller;
 pub mod coordinator_forward;
+pub mod credentials;
 pub mod disk_usage;
 pub mod environment;
 pub mod errors;

@@ -41,6 +41,8 @@ enum Command {
     /// List and describe transactions, show a partition's producers, and
     /// abort a hanging transaction (as kafka-transactions.sh).
     Transaction(cli::transaction::TransactionArgs),
+    /// Set, list and delete users' SCRAM credentials (SASL/SCRAM).
+    User(cli::user::UserArgs),
     /// Show the cluster's brokers, controller quorum and partition health.
     Cluster(cli::cluster::ClusterArgs),
     /// Show a broker's settings (DescribeConfigs).
@@ -156,6 +158,7 @@ fn main() -> ExitCode {
         Some(Command::Consume(args)) => cli::run("consume", cli::consume::run(args)),
         Some(Command::Group(args)) => cli::run("group", cli::group::run(args)),
         Some(Command::Transaction(args)) => cli::run("transaction", cli::transaction::run(args)),
+        Some(Command::User(args)) => cli::run("user", cli::user::run(args)),
         Some(Command::Cluster(args)) => cli::run("cluster", cli::cluster::run(args)),
         Some(Command::Config(args)) => cli::run("config", cli::config::run(args)),
         Some(Command::Status(args)) => cli::status::run(args),

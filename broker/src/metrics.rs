@@ -1057,6 +1057,23 @@ mod error_codes {
         }
     }
 
+    impl ErrorCodes for DescribeUserScramCredentialsResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            each(self.error_code);
+            for result in &self.results {
+                each(result.error_code);
+            }
+        }
+    }
+
+    impl ErrorCodes for AlterUserScramCredentialsResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            for result in &self.results {
+                each(result.error_code);
+            }
+        }
+    }
+
     impl ErrorCodes for ListConfigResourcesResponse {
         fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
             each(self.error_code);

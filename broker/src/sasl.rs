@@ -10,9 +10,13 @@
 //! Mechanisms served: PLAIN, with the users of Kafka's
 //! `listener.name.<name>.plain.sasl.jaas.config`
 //! (`org.apache.kafka.common.security.plain.PlainLoginModule required
-//! user_alice="alice-secret";`). The work before authentication is bounded:
-//! each request is decoded within the listener's frame limits and checked
-//! at once, on the connection's own reader, one at a time.
+//! user_alice="alice-secret";`), and SCRAM-SHA-256 and SCRAM-SHA-512 with
+//! the credentials of the replicated metadata (set with
+//! AlterUserScramCredentials: salted keys, never a password). The work
+//! before authentication is bounded: each request is decoded within the
+//! listener's frame limits and checked at once, on the connection's own
+//! reader, one at a time; a SCRAM exchange costs the broker two HMACs and
+//! a hash (the salting is the client's).
 
 use std::collections::BTreeMap;
 
@@ -22,6 +26,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use protocol::codec;
+use protocol::scram::{self, Mechanism, ServerExchange};
 
 use crate::errors;
 
@@ -31,7 +36,7 @@ pub const HANDSHAKE_VERSIONS: (i16, i16) = (0, 1);
 pub const AUTHENTICATE_VERSIONS: (i16, i16) = (0, 2);
 
 /// The mechanisms Strom serves.
-pub const MECHANISMS_SERVED: &[&str] = &["PLAIN"];
+pub const MECHANISMS_SERVED: &[&str] = &["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
 /// Mechanisms Kafka knows that Strom does not serve yet.
 const MECHANISMS_KNOWN: &[&str] = &[
     "GSSAPI",
@@ -68,8 +73,8 @@ impl SaslConfig {
         let Some(mechanisms) = mechanisms else {
             return Err((
                 "sasl.enabled.mechanisms",
-                "a SASL listener needs sasl.enabled.mechanisms=PLAIN (Kafka's default, GSSAPI, \
-                 is not served)"
+                "a SASL listener needs sasl.enabled.mechanisms: PLAIN, SCRAM-SHA-256 or \
+                 SCRAM-SHA-512 (Kafka's default, GSSAPI, is not served)"
                     .to_string(),
             ));
         };
@@ -122,24 +127,14 @@ impl SaslConfig {
     /// where they differ).
     fn plain_valid(&self, user: &str, password: &[u8]) -> bool {
         match self.plain_users.get(user) {
-            Some(expected) => constant_time_eq(expected.as_bytes(), password),
+            Some(expected) => scram::constant_time_eq(expected.as_bytes(), password),
             None => {
                 // The same work for an unknown user.
-                let _ = constant_time_eq(password, password);
+                let _ = scram::constant_time_eq(password, password);
                 false
             }
         }
     }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = a.len() ^ b.len();
-    for i in 0..a.len().max(b.len()) {
-        let x = a.get(i).copied().unwrap_or(0);
-        let y = b.get(i).copied().unwrap_or(0);
-        diff |= usize::from(x ^ y);
-    }
-    diff == 0
 }
 
 /// The users of a PLAIN JAAS config:
@@ -149,7 +144,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// and are skipped).
 pub fn plain_users(jaas: &str) -> Result<BTreeMap<String, String>, String> {
     let mut users = BTreeMap::new();
-    for (key, value) in jaas_options(jaas)? {
+    for (key, value) in jaas_options(jaas, &[PLAIN_LOGIN_MODULE])? {
         if let Some(user) = key.strip_prefix("user_") {
             if user.is_empty() {
                 return Err("user_ names no user".to_string());
@@ -164,17 +159,16 @@ pub fn plain_users(jaas: &str) -> Result<BTreeMap<String, String>, String> {
     Ok(users)
 }
 
-/// The options of a PLAIN login module line:
+const PLAIN_LOGIN_MODULE: &str = "org.apache.kafka.common.security.plain.PlainLoginModule";
+const SCRAM_LOGIN_MODULE: &str = "org.apache.kafka.common.security.scram.ScramLoginModule";
+
+/// The options of a login module line, one of `modules`:
 /// `org.apache.kafka.common.security.plain.PlainLoginModule required
 /// key="value" ...;`.
-fn jaas_options(jaas: &str) -> Result<Vec<(String, String)>, String> {
+fn jaas_options(jaas: &str, modules: &[&str]) -> Result<Vec<(String, String)>, String> {
     let jaas = jaas.trim();
-    let Some(rest) = jaas.strip_prefix("org.apache.kafka.common.security.plain.PlainLoginModule")
-    else {
-        return Err(
-            "expected org.apache.kafka.common.security.plain.PlainLoginModule required ...;"
-                .to_string(),
-        );
+    let Some(rest) = modules.iter().find_map(|m| jaas.strip_prefix(m)) else {
+        return Err(format!("expected {} required ...;", modules.join(" or ")));
     };
     let rest = rest.trim_start();
     let Some(rest) = rest.strip_prefix("required") else {
@@ -203,10 +197,11 @@ fn jaas_options(jaas: &str) -> Result<Vec<(String, String)>, String> {
     Ok(options)
 }
 
-/// A client's PLAIN JAAS config (`sasl.jaas.config` of Kafka's client
-/// properties): its `username` and `password`.
-pub fn plain_login(jaas: &str) -> Result<(String, String), String> {
-    let options = jaas_options(jaas)?;
+/// A client's JAAS config (`sasl.jaas.config` of Kafka's client
+/// properties, PlainLoginModule or ScramLoginModule): its `username` and
+/// `password`.
+pub fn client_login(jaas: &str) -> Result<(String, String), String> {
+    let options = jaas_options(jaas, &[PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE])?;
     let find = |key: &str| {
         options
             .iter()
@@ -218,15 +213,20 @@ pub fn plain_login(jaas: &str) -> Result<(String, String), String> {
 }
 
 /// Where a connection stands in its authentication.
-#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SaslState {
     /// Nothing yet: ApiVersions and SaslHandshake are served.
     Start,
     /// SaslHandshake chose this mechanism: SaslAuthenticate next.
     Handshaken(String),
+    /// A SCRAM exchange answered the client's first message: its final
+    /// one comes next.
+    Scram(Box<ServerExchange>),
     /// Authenticated as this principal (`User:name`).
     Authenticated(String),
 }
+
+/// Looks up a user's SCRAM credential for a mechanism.
+pub type ScramCredentials<'a> = &'a dyn Fn(&str, Mechanism) -> Option<scram::Credential>;
 
 /// What the connection does with a request frame before authentication.
 #[derive(Debug)]
@@ -243,8 +243,13 @@ pub enum Step {
 }
 
 /// Takes `frame` (a request, header first) on a SASL listener's
-/// connection in `state`.
-pub fn step(config: &SaslConfig, state: &mut SaslState, frame: &Bytes) -> Step {
+/// connection in `state`; SCRAM's credentials come from `credentials`.
+pub fn step(
+    config: &SaslConfig,
+    state: &mut SaslState,
+    frame: &Bytes,
+    credentials: ScramCredentials<'_>,
+) -> Step {
     if matches!(state, SaslState::Authenticated(_)) {
         return Step::Serve;
     }
@@ -316,35 +321,34 @@ pub fn step(config: &SaslConfig, state: &mut SaslState, frame: &Bytes) -> Step {
                 )
             }
         }
-        (RequestKind::SaslAuthenticate(authenticate), SaslState::Handshaken(mechanism)) => {
-            let outcome = match mechanism.as_str() {
-                "PLAIN" => plain(config, &authenticate.auth_bytes),
-                other => Err(format!("mechanism {other} is not served")),
-            };
-            let (code, message, why) = match &outcome {
-                Ok(_) => (errors::NONE, None, None),
-                Err(why) => (
+        (RequestKind::SaslAuthenticate(authenticate), SaslState::Handshaken(_))
+        | (RequestKind::SaslAuthenticate(authenticate), SaslState::Scram(_)) => {
+            let taken = std::mem::replace(state, SaslState::Start);
+            let outcome = authenticate_step(config, taken, &authenticate.auth_bytes, credentials);
+            let (code, message, reply) = match &outcome {
+                Ok((_, reply)) => (errors::NONE, None, reply.clone()),
+                Err(_) => (
                     errors::SASL_AUTHENTICATION_FAILED,
                     Some(StrBytes::from_static_str(
                         "Authentication failed: Invalid username or password",
                     )),
-                    Some(why.clone()),
+                    Bytes::new(),
                 ),
             };
             let response = SaslAuthenticateResponse::default()
                 .with_error_code(code)
                 .with_error_message(message)
-                .with_auth_bytes(Bytes::new())
+                .with_auth_bytes(reply)
                 .with_session_lifetime_ms(0);
             let Some(answer) = encode(id, version, &response, key, code) else {
                 return Step::Close("cannot encode SaslAuthenticate's answer".to_string());
             };
-            match (outcome, why) {
-                (Ok(principal), _) => {
-                    *state = SaslState::Authenticated(principal);
+            match outcome {
+                Ok((next, _)) => {
+                    *state = next;
                     Step::Answer(answer)
                 }
-                (Err(_), why) => Step::AnswerAndClose(answer, why.unwrap_or_default()),
+                Err(why) => Step::AnswerAndClose(answer, why),
             }
         }
         (_, _) => {
@@ -373,6 +377,38 @@ pub fn step(config: &SaslConfig, state: &mut SaslState, frame: &Bytes) -> Step {
                 ),
                 None => Step::Close(format!("{key:?} out of order")),
             }
+        }
+    }
+}
+
+/// One SaslAuthenticate of a connection in `state`: its next state and the
+/// bytes to answer, or why the authentication fails (for the log).
+fn authenticate_step(
+    config: &SaslConfig,
+    state: SaslState,
+    bytes: &[u8],
+    credentials: ScramCredentials<'_>,
+) -> Result<(SaslState, Bytes), String> {
+    match state {
+        SaslState::Handshaken(mechanism) if mechanism == "PLAIN" => {
+            let principal = plain(config, bytes)?;
+            Ok((SaslState::Authenticated(principal), Bytes::new()))
+        }
+        SaslState::Handshaken(name) => {
+            let Some(mechanism) = Mechanism::from_name(&name) else {
+                return Err(format!("mechanism {name} is not served"));
+            };
+            let (exchange, reply) =
+                ServerExchange::start(mechanism, bytes, |user| credentials(user, mechanism))?;
+            Ok((SaslState::Scram(Box::new(exchange)), Bytes::from(reply)))
+        }
+        SaslState::Scram(exchange) => {
+            let principal = format!("User:{}", exchange.user());
+            let reply = exchange.finish(bytes)?;
+            Ok((SaslState::Authenticated(principal), Bytes::from(reply)))
+        }
+        SaslState::Start | SaslState::Authenticated(_) => {
+            Err("SaslAuthenticate out of order".to_string())
         }
     }
 }
@@ -435,15 +471,21 @@ mod tests {
     }
 
     #[test]
-    fn a_clients_plain_jaas_config_gives_its_login() {
+    fn a_clients_jaas_config_gives_its_login() {
         assert_eq!(
-            plain_login(JAAS),
+            client_login(JAAS),
             Ok(("admin".to_string(), "admin-secret".to_string()))
+        );
+        let scram = "org.apache.kafka.common.security.scram.ScramLoginModule required \
+            username=\"alice\" password=\"pw\";";
+        assert_eq!(
+            client_login(scram),
+            Ok(("alice".to_string(), "pw".to_string()))
         );
         let no_password = "org.apache.kafka.common.security.plain.PlainLoginModule required \
             username=\"alice\";";
         assert_eq!(
-            plain_login(no_password),
+            client_login(no_password),
             Err("no password=\"...\"".to_string())
         );
     }
@@ -455,8 +497,10 @@ mod tests {
             SaslConfig::new(None, Some(JAAS)).unwrap_err().0,
             "sasl.enabled.mechanisms"
         );
-        let scram = SaslConfig::new(Some("SCRAM-SHA-512"), Some(JAAS)).unwrap_err();
-        assert!(scram.1.contains("not served yet"), "{scram:?}");
+        let scram = SaslConfig::new(Some("scram-sha-512,SCRAM-SHA-256"), None).unwrap();
+        assert_eq!(scram.mechanisms, ["SCRAM-SHA-512", "SCRAM-SHA-256"]);
+        let oauth = SaslConfig::new(Some("OAUTHBEARER"), Some(JAAS)).unwrap_err();
+        assert!(oauth.1.contains("not served yet"), "{oauth:?}");
         assert!(SaslConfig::new(Some("PLAIN"), None).is_err());
         assert!(SaslConfig::new(Some("MAGIC"), Some(JAAS))
             .unwrap_err()

@@ -234,12 +234,16 @@ where
         let mut budget = ResponseBudget::new(&connection.responses, &shard.response_pool);
         if let Some(config) = &sasl {
             use crate::sasl::Step;
-            let (answer, close) = match crate::sasl::step(config, &mut sasl_state, &frame) {
-                Step::Serve => (None, None),
-                Step::Answer(answer) => (Some(answer), None),
-                Step::AnswerAndClose(answer, why) => (Some(answer), Some(why)),
-                Step::Close(why) => (None, Some(why)),
+            let credentials = |user: &str, mechanism: protocol::scram::Mechanism| {
+                scram_credential(&shard, user, mechanism)
             };
+            let (answer, close) =
+                match crate::sasl::step(config, &mut sasl_state, &frame, &credentials) {
+                    Step::Serve => (None, None),
+                    Step::Answer(answer) => (Some(answer), None),
+                    Step::AnswerAndClose(answer, why) => (Some(answer), Some(why)),
+                    Step::Close(why) => (None, Some(why)),
+                };
             if let crate::sasl::SaslState::Authenticated(principal) = &sasl_state {
                 if answer.is_some() {
                     crate::metrics::record_authentication(true);
@@ -316,6 +320,25 @@ where
 /// waiting to be written are within its bound and, while the core's
 /// response budget is used up, it has none waiting (so every connection
 /// still gets one answer at a time). False when the connection is to close.
+/// A user's SCRAM credential for `mechanism`, from this core's copy of the
+/// replicated metadata.
+fn scram_credential(
+    shard: &Shard,
+    user: &str,
+    mechanism: protocol::scram::Mechanism,
+) -> Option<protocol::scram::Credential> {
+    let image = shard.metadata.image();
+    let stored = image.scram.get(&(user.to_string(), mechanism.type_id()))?;
+    Some(protocol::scram::Credential {
+        salt: stored.salt.clone(),
+        iterations: stored.iterations,
+        keys: protocol::scram::Keys {
+            stored_key: stored.stored_key.clone(),
+            server_key: stored.server_key.clone(),
+        },
+    })
+}
+
 async fn responses_allow_reading(shard: &Rc<Shard>, connection: &Rc<Connection>) -> bool {
     let core = &shard.response_pool;
     let own = &connection.responses;

@@ -1,8 +1,11 @@
-//! SASL PLAIN on the client listener, over SASL_PLAINTEXT and SASL_SSL,
-//! with the users of Kafka's `listener.name.<name>.plain.sasl.jaas.config`:
-//! kcat, confluent-kafka and kafka-python authenticate, produce and read
-//! back byte for byte with consumer groups and the admin API; a wrong
-//! password, an unknown user, a mechanism not enabled and a request before
+//! SASL on the client listener, over SASL_PLAINTEXT and SASL_SSL: PLAIN
+//! with the users of Kafka's `listener.name.<name>.plain.sasl.jaas.config`,
+//! and SCRAM-SHA-256 and SCRAM-SHA-512 with credentials set through
+//! `strom user scram` and confluent-kafka's admin API (kept in the
+//! metadata, across a restart). kcat, confluent-kafka, kafka-python and
+//! the tools authenticate, produce and read back byte for byte with
+//! consumer groups and the admin API; a wrong password, an unknown user, a
+//! deleted credential, a mechanism not enabled and a request before
 //! authenticating are each refused with one line in the broker's log and
 //! counted, and the broker keeps serving.
 
@@ -22,15 +25,26 @@ const JAAS: &str = "org.apache.kafka.common.security.plain.PlainLoginModule requ
     user_alice=\"alice-secret\";";
 const REFUSED_LINE: &str = "closing connection: SASL authentication failed";
 
+const ALL_MECHANISMS: &str = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512";
+
 /// A broker whose client listener is `protocol` (SASL_PLAINTEXT or
 /// SASL_SSL) with PLAIN enabled, and its admin listener.
 fn sasl_broker(protocol: &str, certificates: &Certificates) -> (Broker, Admin) {
+    sasl_broker_with(protocol, "PLAIN", certificates)
+}
+
+/// The same with `mechanisms` enabled.
+fn sasl_broker_with(
+    protocol: &str,
+    mechanisms: &str,
+    certificates: &Certificates,
+) -> (Broker, Admin) {
     let port = free_port();
     let admin = Admin { port: free_port() };
     let name = protocol.to_ascii_lowercase();
     let mut settings = vec![
         format!("listeners={protocol}://127.0.0.1:{port}"),
-        format!("listener.name.{name}.sasl.enabled.mechanisms=PLAIN"),
+        format!("listener.name.{name}.sasl.enabled.mechanisms={mechanisms}"),
         format!("listener.name.{name}.plain.sasl.jaas.config={JAAS}"),
     ];
     if protocol == "SASL_SSL" {
@@ -58,12 +72,31 @@ fn kcat(
     user: &str,
     password: &str,
 ) -> std::process::Output {
+    kcat_as(
+        broker,
+        protocol,
+        certificates,
+        ("PLAIN", user, password),
+        extra,
+        None,
+    )
+}
+
+/// kcat authenticating with `(mechanism, user, password)`.
+fn kcat_as(
+    broker: &Broker,
+    protocol: &str,
+    certificates: &Certificates,
+    (mechanism, user, password): (&str, &str, &str),
+    extra: &[&str],
+    stdin: Option<&[u8]>,
+) -> std::process::Output {
     let mut command = Command::new("kcat");
     command
         .args(["-b", &broker.bootstrap()])
         .args(extra)
         .args(["-X", &format!("security.protocol={protocol}")])
-        .args(["-X", "sasl.mechanisms=PLAIN"])
+        .args(["-X", &format!("sasl.mechanisms={mechanism}")])
         .args(["-X", &format!("sasl.username={user}")])
         .args(["-X", &format!("sasl.password={password}")]);
     if protocol == "SASL_SSL" {
@@ -72,7 +105,7 @@ fn kcat(
             &format!("ssl.ca.location={}", certificates.text("ca.pem")),
         ]);
     }
-    run(&mut command, None, DEADLINE)
+    run(&mut command, stdin, DEADLINE)
 }
 
 fn metric(admin: &Admin, name: &str) -> f64 {
@@ -91,18 +124,23 @@ fn refusals_logged(broker: &Broker) -> usize {
     broker.log().matches(REFUSED_LINE).count()
 }
 
-fn clients_authenticate_and_bad_credentials_are_refused(protocol: &str) {
-    let certificates = Certificates::make();
-    let (broker, admin) = sasl_broker(protocol, &certificates);
-    let ca = certificates.text("ca.pem");
+/// confluent-kafka and kafka-python authenticate as `login`, round-trip
+/// records, and are refused with a wrong password (sasl_check.py).
+fn python_clients_authenticate(
+    broker: &Broker,
+    protocol: &str,
+    certificates: &Certificates,
+    (mechanism, user, password): (&str, &str, &str),
+) {
     let mut args = vec![
         broker.bootstrap(),
         protocol.to_string(),
-        "alice".into(),
-        "alice-secret".into(),
+        mechanism.to_string(),
+        user.to_string(),
+        password.to_string(),
     ];
     if protocol == "SASL_SSL" {
-        args.push(ca.clone());
+        args.push(certificates.text("ca.pem"));
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = run_python("sasl_check.py", &args, SCRIPT_DEADLINE);
@@ -114,10 +152,22 @@ fn clients_authenticate_and_bad_credentials_are_refused(protocol: &str) {
     ] {
         assert!(
             out.contains(wanted),
-            "{wanted:?} not in {out}\n{}",
+            "{mechanism}: {wanted:?} not in {out}\n{}",
             broker.log()
         );
     }
+}
+
+fn clients_authenticate_and_bad_credentials_are_refused(protocol: &str) {
+    let certificates = Certificates::make();
+    let (broker, admin) = sasl_broker(protocol, &certificates);
+    let ca = certificates.text("ca.pem");
+    python_clients_authenticate(
+        &broker,
+        protocol,
+        &certificates,
+        ("PLAIN", "alice", "alice-secret"),
+    );
 
     // kcat: produce and read back as admin.
     let lines = "one\ntwo\nthree\n";
@@ -374,4 +424,299 @@ fn the_tools_authenticate_with_a_command_config() {
             "{protocol}: {stderr}"
         );
     }
+}
+
+/// The admin's client properties: PLAIN over `protocol`.
+fn admin_properties(protocol: &str, certificates: &Certificates) -> String {
+    let mut properties = format!(
+        "security.protocol={protocol}\nsasl.mechanism=PLAIN\nsasl.username=admin\n\
+         sasl.password=admin-secret\n"
+    );
+    if protocol == "SASL_SSL" {
+        properties.push_str(&format!(
+            "ssl.ca.location={}\n",
+            certificates.text("ca.pem")
+        ));
+    }
+    properties
+}
+
+/// `strom ARGS` with `properties`, which must succeed: its stdout.
+fn strom_ok(broker: &Broker, dir: &std::path::Path, properties: &str, args: &[&str]) -> String {
+    let output = strom_with(broker, dir, properties, args, None);
+    assert!(
+        output.status.success(),
+        "strom {args:?}: {}\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        broker.log()
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// SCRAM users set with `strom user scram` and with confluent-kafka's
+/// admin API authenticate kcat, confluent-kafka, kafka-python and the
+/// tools; a wrong password and a deleted credential are refused; the
+/// credentials are in the metadata, so they outlive a restart.
+#[test]
+fn scram_users_set_with_the_tools_authenticate_and_outlive_a_restart() {
+    let protocol = "SASL_PLAINTEXT";
+    let certificates = Certificates::make();
+    let (mut broker, admin) = sasl_broker_with(protocol, ALL_MECHANISMS, &certificates);
+    let dir = tempfile::tempdir().unwrap();
+    let admin_config = admin_properties(protocol, &certificates);
+    let password_file = dir.path().join("alice.pw");
+    std::fs::write(&password_file, "alice-scram\n").unwrap();
+    strom_ok(
+        &broker,
+        dir.path(),
+        &admin_config,
+        &[
+            "user",
+            "scram",
+            "set",
+            "--user",
+            "alice",
+            "--mechanism",
+            "SCRAM-SHA-512",
+            "--password-file",
+            &password_file.to_string_lossy(),
+        ],
+    );
+    strom_ok(
+        &broker,
+        dir.path(),
+        &admin_config,
+        &[
+            "user",
+            "scram",
+            "set",
+            "--user",
+            "carol",
+            "--mechanism",
+            "SCRAM-SHA-256",
+            "--password",
+            "carol-scram",
+            "--iterations",
+            "8192",
+        ],
+    );
+    let listed = strom_ok(
+        &broker,
+        dir.path(),
+        &admin_config,
+        &["user", "scram", "describe"],
+    );
+    assert_eq!(
+        listed,
+        "USER\tMECHANISM\tITERATIONS\nalice\tSCRAM-SHA-512\t4096\ncarol\tSCRAM-SHA-256\t8192\n"
+    );
+    let too_few = strom_with(
+        &broker,
+        dir.path(),
+        &admin_config,
+        &[
+            "user",
+            "scram",
+            "set",
+            "--user",
+            "x",
+            "--mechanism",
+            "SCRAM-SHA-256",
+            "--password",
+            "p",
+            "--iterations",
+            "100",
+        ],
+        None,
+    );
+    assert!(!too_few.status.success(), "100 iterations were taken");
+
+    // confluent-kafka and kafka-python as alice (SCRAM-SHA-512); the
+    // admin API sets, describes and deletes dave's credentials.
+    python_clients_authenticate(
+        &broker,
+        protocol,
+        &certificates,
+        ("SCRAM-SHA-512", "alice", "alice-scram"),
+    );
+    let out = run_python(
+        "sasl_check.py",
+        &[
+            "scram-admin",
+            &broker.bootstrap(),
+            protocol,
+            "PLAIN",
+            "admin",
+            "admin-secret",
+        ],
+        SCRIPT_DEADLINE,
+    );
+    for wanted in [
+        "scram-admin: described [('SCRAM_SHA_256', 8192), ('SCRAM_SHA_512', 4096)]",
+        "scram-admin: refused UNACCEPTABLE_CREDENTIAL",
+        "scram-admin: refused RESOURCE_NOT_FOUND",
+        "scram-admin: after delete [('SCRAM_SHA_512', 4096)]",
+        "confluent-kafka: ok 100",
+    ] {
+        assert!(
+            out.contains(wanted),
+            "{wanted:?} not in {out}\n{}",
+            broker.log()
+        );
+    }
+
+    // kcat as carol (SCRAM-SHA-256), byte for byte.
+    let carol = ("SCRAM-SHA-256", "carol", "carol-scram");
+    let lines = "scram-one\nscram-two\nscram-three\n";
+    let produced = kcat_as(
+        &broker,
+        protocol,
+        &certificates,
+        carol,
+        &["-P", "-t", "scram-kcat", "-p", "0"],
+        Some(lines.as_bytes()),
+    );
+    assert!(
+        produced.status.success(),
+        "{}",
+        String::from_utf8_lossy(&produced.stderr)
+    );
+    let consumed = kcat_as(
+        &broker,
+        protocol,
+        &certificates,
+        carol,
+        &["-C", "-t", "scram-kcat", "-p", "0", "-o", "beginning", "-e"],
+        None,
+    );
+    assert_eq!(String::from_utf8_lossy(&consumed.stdout), lines);
+
+    // The tools as carol, with Java's ScramLoginModule line.
+    let carol_config = "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n\
+        sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \
+        username=\"carol\" password=\"carol-scram\";\n";
+    let topics = strom_ok(&broker, dir.path(), carol_config, &["topic", "list"]);
+    assert!(topics.contains("scram-kcat"), "{topics}");
+
+    // Refusals: a wrong password, a mechanism the user has no credential
+    // for, then carol's deleted credential.
+    let before = refusals_logged(&broker);
+    for login in [
+        ("SCRAM-SHA-256", "carol", "wrong"),
+        ("SCRAM-SHA-512", "carol", "carol-scram"),
+    ] {
+        let refused = kcat_as(
+            &broker,
+            protocol,
+            &certificates,
+            login,
+            &["-L", "-m", "5"],
+            None,
+        );
+        assert!(!refused.status.success(), "{login:?} was served");
+    }
+    strom_ok(
+        &broker,
+        dir.path(),
+        &admin_config,
+        &[
+            "user",
+            "scram",
+            "delete",
+            "--user",
+            "carol",
+            "--mechanism",
+            "SCRAM-SHA-256",
+        ],
+    );
+    let gone = strom_with(
+        &broker,
+        dir.path(),
+        &admin_config,
+        &["user", "scram", "describe", "--user", "carol"],
+        None,
+    );
+    assert!(!gone.status.success());
+    assert!(
+        String::from_utf8_lossy(&gone.stderr).contains("RESOURCE_NOT_FOUND"),
+        "{}",
+        String::from_utf8_lossy(&gone.stderr)
+    );
+    let refused = kcat_as(
+        &broker,
+        protocol,
+        &certificates,
+        carol,
+        &["-L", "-m", "5"],
+        None,
+    );
+    assert!(!refused.status.success(), "a deleted credential was served");
+    let logged = poll_until(DEADLINE, || {
+        (refusals_logged(&broker) >= before + 3).then_some(())
+    });
+    assert!(logged.is_some(), "not 3 refusals logged:\n{}", broker.log());
+    assert!(metric(&admin, "strom_authentications_failed_total") >= 3.0);
+
+    // After a restart: the same credentials, from the metadata log.
+    broker.restart();
+    let listed = strom_ok(
+        &broker,
+        dir.path(),
+        &admin_config,
+        &["user", "scram", "describe"],
+    );
+    assert_eq!(
+        listed,
+        "USER\tMECHANISM\tITERATIONS\nalice\tSCRAM-SHA-512\t4096\ndave\tSCRAM-SHA-512\t4096\n"
+    );
+    let alice = kcat_as(
+        &broker,
+        protocol,
+        &certificates,
+        ("SCRAM-SHA-512", "alice", "alice-scram"),
+        &["-C", "-t", "scram-kcat", "-p", "0", "-o", "beginning", "-e"],
+        None,
+    );
+    assert_eq!(String::from_utf8_lossy(&alice.stdout), lines);
+    let refused = kcat_as(
+        &broker,
+        protocol,
+        &certificates,
+        carol,
+        &["-L", "-m", "5"],
+        None,
+    );
+    assert!(!refused.status.success(), "a deleted credential came back");
+}
+
+/// SCRAM over TLS: the tools set a credential through the SASL_SSL
+/// listener and confluent-kafka and kafka-python authenticate with it.
+#[test]
+fn sasl_ssl_clients_authenticate_with_scram() {
+    let protocol = "SASL_SSL";
+    let certificates = Certificates::make();
+    let (broker, _admin) = sasl_broker_with(protocol, ALL_MECHANISMS, &certificates);
+    let dir = tempfile::tempdir().unwrap();
+    strom_ok(
+        &broker,
+        dir.path(),
+        &admin_properties(protocol, &certificates),
+        &[
+            "user",
+            "scram",
+            "set",
+            "--user",
+            "bob",
+            "--mechanism",
+            "SCRAM-SHA-256",
+            "--password",
+            "bob-scram",
+        ],
+    );
+    python_clients_authenticate(
+        &broker,
+        protocol,
+        &certificates,
+        ("SCRAM-SHA-256", "bob", "bob-scram"),
+    );
 }

@@ -52,9 +52,27 @@ pub struct ClientConfig {
     /// TLS (Kafka's SSL security protocol) over each connection, else
     /// plaintext.
     pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
-    /// SASL PLAIN's user and password (SASL_PLAINTEXT or, with `tls`,
-    /// SASL_SSL): each connection authenticates after ApiVersions.
-    pub sasl_plain: Option<(String, String)>,
+    /// SASL's mechanism, user and password (SASL_PLAINTEXT or, with
+    /// `tls`, SASL_SSL): each connection authenticates after ApiVersions.
+    pub sasl: Option<SaslLogin>,
+}
+
+/// How a client authenticates with SASL.
+#[derive(Clone)]
+pub struct SaslLogin {
+    /// PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+    pub mechanism: String,
+    pub user: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for SaslLogin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SaslLogin")
+            .field("mechanism", &self.mechanism)
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for ClientConfig {
@@ -67,7 +85,7 @@ impl Default for ClientConfig {
             request_timeout: Duration::from_secs(30),
             response_bytes_max: 256 << 20,
             tls: None,
-            sasl_plain: None,
+            sasl: None,
         }
     }
 }
@@ -84,6 +102,8 @@ pub enum ClientError {
     },
     #[error("TLS with broker {address} failed: {message}")]
     Tls { address: String, message: String },
+    #[error("SASL authentication with broker {address} failed: {message}")]
+    Sasl { address: String, message: String },
     #[error("connecting to broker {address} timed out after {timeout_ms} ms")]
     ConnectTimeout { address: String, timeout_ms: u128 },
     #[error("no response from broker {address} to {api_key:?} within {timeout_ms} ms")]
@@ -423,16 +443,33 @@ impl Connection {
     /// ApiVersions at our highest version; a broker that does not know it
     /// answers a v0 body with UNSUPPORTED_VERSION and its own range, and we
     /// ask again at the highest version both know.
-    /// SASL PLAIN when the config asks for it: SaslHandshake v1, then
-    /// SaslAuthenticate with `NUL user NUL password`; a refusal is the
-    /// broker's error (SASL_AUTHENTICATION_FAILED with its message).
+    /// SASL when the config asks for it: SaslHandshake v1 naming the
+    /// mechanism, then SaslAuthenticate with PLAIN's `NUL user NUL
+    /// password`, or SCRAM's two client messages (the broker's final one
+    /// checked: it proves the broker knows the user's keys); a refusal is
+    /// the broker's error (SASL_AUTHENTICATION_FAILED with its message).
     async fn authenticate(&mut self) -> Result<(), ClientError> {
-        use kafka_protocol::messages::{SaslAuthenticateRequest, SaslHandshakeRequest};
-        let Some((user, password)) = self.config.sasl_plain.clone() else {
+        use kafka_protocol::messages::SaslHandshakeRequest;
+        let Some(login) = self.config.sasl.clone() else {
             return Ok(());
         };
-        let handshake =
-            SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN"));
+        let scram = match login.mechanism.as_str() {
+            "PLAIN" => None,
+            name => match crate::scram::Mechanism::from_name(name) {
+                Some(mechanism) => Some(mechanism),
+                None => {
+                    return Err(ClientError::Sasl {
+                        address: self.address.clone(),
+                        message: format!(
+                            "mechanism {name} is not served by this client (PLAIN, \
+                             SCRAM-SHA-256, SCRAM-SHA-512)"
+                        ),
+                    })
+                }
+            },
+        };
+        let handshake = SaslHandshakeRequest::default()
+            .with_mechanism(StrBytes::from_string(login.mechanism.clone()));
         let version = self.version::<SaslHandshakeRequest>(1..=1)?;
         let answer = self.call(&handshake, version).await?;
         if answer.error_code != 0 {
@@ -449,11 +486,36 @@ impl Connection {
                 )),
             });
         }
-        let mut message = Vec::with_capacity(2 + user.len() + password.len());
-        message.push(0);
-        message.extend_from_slice(user.as_bytes());
-        message.push(0);
-        message.extend_from_slice(password.as_bytes());
+        let Some(mechanism) = scram else {
+            let mut message = Vec::with_capacity(2 + login.user.len() + login.password.len());
+            message.push(0);
+            message.extend_from_slice(login.user.as_bytes());
+            message.push(0);
+            message.extend_from_slice(login.password.as_bytes());
+            self.sasl_authenticate(message).await?;
+            return Ok(());
+        };
+        let (mut exchange, first) =
+            crate::scram::ClientExchange::start(mechanism, &login.user, &login.password);
+        let server_first = self.sasl_authenticate(first).await?;
+        let last = exchange
+            .respond(&server_first)
+            .map_err(|message| ClientError::Sasl {
+                address: self.address.clone(),
+                message,
+            })?;
+        let server_final = self.sasl_authenticate(last).await?;
+        exchange
+            .verify(&server_final)
+            .map_err(|message| ClientError::Sasl {
+                address: self.address.clone(),
+                message,
+            })
+    }
+
+    /// One SaslAuthenticate: the broker's bytes, or its refusal.
+    async fn sasl_authenticate(&mut self, message: Vec<u8>) -> Result<Bytes, ClientError> {
+        use kafka_protocol::messages::SaslAuthenticateRequest;
         let version = self.version::<SaslAuthenticateRequest>(0..=2)?;
         let answer = self
             .call(
@@ -468,7 +530,7 @@ impl Connection {
                 message: answer.error_message.map(|m| m.to_string()),
             });
         }
-        Ok(())
+        Ok(answer.auth_bytes)
     }
 
     async fn negotiate(&mut self) -> Result<(), ClientError> {

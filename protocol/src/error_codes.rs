@@ -85,3 +85,6 @@ pub const NETWORK_EXCEPTION: i16 = ResponseError::NetworkException.code();
 pub const UNSUPPORTED_SASL_MECHANISM: i16 = ResponseError::UnsupportedSaslMechanism.code();
 pub const ILLEGAL_SASL_STATE: i16 = ResponseError::IllegalSaslState.code();
 pub const SASL_AUTHENTICATION_FAILED: i16 = ResponseError::SaslAuthenticationFailed.code();
+pub const RESOURCE_NOT_FOUND: i16 = ResponseError::ResourceNotFound.code();
+pub const DUPLICATE_RESOURCE: i16 = ResponseError::DuplicateResource.code();
+pub const UNACCEPTABLE_CREDENTIAL: i16 = ResponseError::UnacceptableCredential.code();

@@ -19,6 +19,7 @@ pub mod frame;
 pub mod partitioner;
 pub mod recompress;
 pub mod records;
+pub mod scram;
 pub mod shape;
 #[cfg(feature = "client")]
 pub mod watchdog;

@@ -36,6 +36,7 @@ pub mod retry;
 pub mod status;
 pub mod topic;
 pub mod transaction;
+pub mod user;
 
 use std::future::Future;
 use std::io::Write;
@@ -121,9 +122,10 @@ pub struct ConnectArgs {
     /// `ssl.ca.location`), a PEM file of the authorities the broker's
     /// certificate chains to, and for mutual TLS `ssl.keystore.location`
     /// (key and certificate in one PEM file) or `ssl.certificate.location`
-    /// and `ssl.key.location`; for SASL `sasl.mechanism=PLAIN` and
-    /// `sasl.jaas.config` (PlainLoginModule with username and password) or
-    /// `sasl.username` and `sasl.password`.
+    /// and `ssl.key.location`; for SASL `sasl.mechanism` (PLAIN,
+    /// SCRAM-SHA-256, SCRAM-SHA-512) and `sasl.jaas.config`
+    /// (PlainLoginModule or ScramLoginModule with username and password)
+    /// or `sasl.username` and `sasl.password`.
     #[arg(long, value_name = "FILE")]
     pub command_config: Option<std::path::PathBuf>,
 }
@@ -132,7 +134,7 @@ pub struct ConnectArgs {
 /// PLAIN's user and password (SASL_PLAINTEXT, SASL_SSL).
 type Security = (
     Option<std::sync::Arc<rustls::ClientConfig>>,
-    Option<(String, String)>,
+    Option<protocol::client::SaslLogin>,
 );
 
 /// The security a `--command-config` file asks for (none for
@@ -168,7 +170,7 @@ fn command_config_security(path: &std::path::Path) -> anyhow::Result<Security> {
             "sasl.username" => user = Some(value.to_string()),
             "sasl.password" => password = Some(value.to_string()),
             "sasl.jaas.config" => {
-                let (u, p) = broker::sasl::plain_login(value).map_err(|why| {
+                let (u, p) = broker::sasl::client_login(value).map_err(|why| {
                     anyhow::anyhow!("--command-config {file}: sasl.jaas.config: {why}")
                 })?;
                 (user, password) = (Some(u), Some(p));
@@ -196,19 +198,23 @@ fn command_config_security(path: &std::path::Path) -> anyhow::Result<Security> {
             .map(Some)
             .map_err(|(key, why)| anyhow::anyhow!("--command-config {file}: {key}: {why}"))
     };
-    let sasl = || -> anyhow::Result<Option<(String, String)>> {
-        if mechanism != "PLAIN" {
+    let sasl = || -> anyhow::Result<Option<protocol::client::SaslLogin>> {
+        if mechanism != "PLAIN" && protocol::scram::Mechanism::from_name(&mechanism).is_none() {
             bail!(
                 "--command-config {file}: sasl.mechanism {mechanism} is not served by strom's \
-                 tools (PLAIN)"
+                 tools (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"
             );
         }
         match (user.clone(), password.clone()) {
-            (Some(user), Some(password)) => Ok(Some((user, password))),
+            (Some(user), Some(password)) => Ok(Some(protocol::client::SaslLogin {
+                mechanism: mechanism.clone(),
+                user,
+                password,
+            })),
             _ => bail!(
-                "--command-config {file}: SASL PLAIN needs sasl.jaas.config \
-                 (PlainLoginModule required username=\"...\" password=\"...\";) or \
-                 sasl.username and sasl.password"
+                "--command-config {file}: SASL {mechanism} needs sasl.jaas.config \
+                 (PlainLoginModule or ScramLoginModule required username=\"...\" \
+                 password=\"...\";) or sasl.username and sasl.password"
             ),
         }
     };
@@ -273,7 +279,7 @@ impl ConnectArgs {
     /// Tries the bootstrap list `rounds` times at most, within the timeout.
     async fn connect_rounds(&self, rounds: usize) -> anyhow::Result<Connection> {
         let timeout = Duration::from_millis(self.timeout_ms.max(1));
-        let (tls, sasl_plain) = match &self.command_config {
+        let (tls, sasl) = match &self.command_config {
             Some(path) => command_config_security(path)?,
             None => (None, None),
         };
@@ -283,7 +289,7 @@ impl ConnectArgs {
             connect_timeout: timeout,
             request_timeout: timeout,
             tls,
-            sasl_plain,
+            sasl,
             ..ClientConfig::default()
         };
         // A broker that is starting refuses connections until it listens:

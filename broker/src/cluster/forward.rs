@@ -42,6 +42,7 @@ pub fn is_controller_api(api_key: ApiKey) -> bool {
             | ApiKey::DescribeQuorum
             | ApiKey::AddRaftVoter
             | ApiKey::RemoveRaftVoter
+            | ApiKey::AlterUserScramCredentials
     )
 }
 

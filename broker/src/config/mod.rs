@@ -1698,9 +1698,17 @@ mod tests {
         check(
             &[
                 ("listeners", "SASL_PLAINTEXT://127.0.0.1:9093"),
-                ("sasl.enabled.mechanisms", "SCRAM-SHA-512"),
+                ("sasl.enabled.mechanisms", "OAUTHBEARER"),
             ],
             Some("not served yet"),
+        );
+        // SCRAM's credentials are in the metadata: nothing more to give.
+        check(
+            &[
+                ("listeners", "SASL_PLAINTEXT://127.0.0.1:9093"),
+                ("sasl.enabled.mechanisms", "SCRAM-SHA-512,SCRAM-SHA-256"),
+            ],
+            None,
         );
         check(
             &[

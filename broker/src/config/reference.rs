@@ -74,7 +74,7 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         keys: &["sasl.enabled.mechanisms"],
         flag: None,
         default: Default::Described("none (Kafka's GSSAPI is not served)"),
-        meaning: "The SASL mechanisms of a SASL_PLAINTEXT or SASL_SSL client listener: PLAIN (SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER and GSSAPI are refused as not served yet). May be given per listener as `listener.name.<name>.sasl.enabled.mechanisms`. PLAIN's users come from Kafka's `listener.name.<name>.plain.sasl.jaas.config`: `org.apache.kafka.common.security.plain.PlainLoginModule required user_NAME=\"PASSWORD\" ...;` (its `username` and `password` are skipped). A client may send only ApiVersions, SaslHandshake and SaslAuthenticate until it authenticates; bad credentials get SASL_AUTHENTICATION_FAILED and the connection closes.",
+        meaning: "The SASL mechanisms of a SASL_PLAINTEXT or SASL_SSL client listener: PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 (OAUTHBEARER and GSSAPI are refused as not served yet). May be given per listener as `listener.name.<name>.sasl.enabled.mechanisms`. PLAIN's users come from Kafka's `listener.name.<name>.plain.sasl.jaas.config`: `org.apache.kafka.common.security.plain.PlainLoginModule required user_NAME=\"PASSWORD\" ...;` (its `username` and `password` are skipped). SCRAM's credentials are in the cluster's metadata, set with AlterUserScramCredentials (`strom user scram set`). A client may send only ApiVersions, SaslHandshake and SaslAuthenticate until it authenticates; bad credentials get SASL_AUTHENTICATION_FAILED and the connection closes.",
     },
     Setting {
         keys: &["ssl.keystore.type"],

@@ -50,6 +50,7 @@ pub mod placement;
 pub mod produce;
 pub mod raft_voters;
 pub mod scatter;
+pub mod scram_credentials;
 pub mod sync_group;
 pub mod transactions;
 pub mod txn_offset_commit;
@@ -164,6 +165,16 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
         ApiKey::RemoveRaftVoter,
         raft_voters::REMOVE_VERSION_MIN,
         raft_voters::REMOVE_VERSION_MAX,
+    ),
+    (
+        ApiKey::DescribeUserScramCredentials,
+        scram_credentials::VERSION_MIN,
+        scram_credentials::VERSION_MAX,
+    ),
+    (
+        ApiKey::AlterUserScramCredentials,
+        scram_credentials::VERSION_MIN,
+        scram_credentials::VERSION_MAX,
     ),
     (
         ApiKey::DescribeLogDirs,
@@ -458,6 +469,12 @@ async fn dispatch(
         }
         RequestKind::AddRaftVoter(body) => out.encode(&raft_voters::add(&shard, body).await),
         RequestKind::RemoveRaftVoter(body) => out.encode(&raft_voters::remove(&shard, body).await),
+        RequestKind::DescribeUserScramCredentials(body) => {
+            out.encode(&scram_credentials::describe(&shard, body))
+        }
+        RequestKind::AlterUserScramCredentials(body) => {
+            out.encode(&scram_credentials::alter(&shard, body).await)
+        }
         RequestKind::DescribeLogDirs(body) => {
             out.encode(&describe_log_dirs::handle(&shard, body).await)
         }

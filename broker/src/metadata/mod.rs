@@ -27,7 +27,7 @@ use std::sync::{Arc, RwLock};
 pub use log::{record_at, repair, FileMetadataLog, MetadataLog, MetadataWriter, RepairReport};
 pub use replication::metadata::{
     decode_snapshot, encode_snapshot, place_partitions, BrokerMeta, MetadataImage, MetadataRecord,
-    NotServed, PartitionState, TopicMeta,
+    NotServed, PartitionState, ScramCredential, TopicMeta,
 };
 
 pub const METADATA_DIR: &str = "__metadata";

@@ -1802,6 +1802,216 @@ pub static TXN_OFFSET_COMMIT_REQUEST__TXN_OFFSET_COMMIT_REQUEST_PARTITION: Struc
     tags: &[],
 };
 
+pub static DESCRIBE_ACLS_REQUEST: Struct = Struct {
+    versions: (1, 3),
+    flexible_since: 2,
+    fields: &[
+        Field {
+            kind: Fixed(1),
+            since: 1,
+            until: 3,
+        }, // resource_type_filter
+        Field {
+            kind: Str,
+            since: 1,
+            until: 1,
+        }, // resource_name_filter
+        Field {
+            kind: CompactStr,
+            since: 2,
+            until: 3,
+        }, // resource_name_filter
+        Field {
+            kind: Fixed(1),
+            since: 1,
+            until: 3,
+        }, // pattern_type_filter
+        Field {
+            kind: Str,
+            since: 1,
+            until: 1,
+        }, // principal_filter
+        Field {
+            kind: CompactStr,
+            since: 2,
+            until: 3,
+        }, // principal_filter
+        Field {
+            kind: Str,
+            since: 1,
+            until: 1,
+        }, // host_filter
+        Field {
+            kind: CompactStr,
+            since: 2,
+            until: 3,
+        }, // host_filter
+        Field {
+            kind: Fixed(1),
+            since: 1,
+            until: 3,
+        }, // operation
+        Field {
+            kind: Fixed(1),
+            since: 1,
+            until: 3,
+        }, // permission_type
+    ],
+    tags: &[],
+};
+
+pub static CREATE_ACLS_REQUEST: Struct = Struct {
+    versions: (1, 3),
+    flexible_since: 2,
+    fields: &[
+        Field {
+            kind: Array(&CREATE_ACLS_REQUEST__ACL_CREATION),
+            since: 1,
+            until: 1,
+        }, // creations
+        Field {
+            kind: CompactArray(&CREATE_ACLS_REQUEST__ACL_CREATION),
+            since: 2,
+            until: 3,
+        }, // creations
+    ],
+    tags: &[],
+};
+
+pub static CREATE_ACLS_REQUEST__ACL_CREATION: Struct = Struct {
+    versions: (1, 3),
+    flexible_since: 2,
+    fields: &[
+        Field {
+            kind: Fixed(1),
+            since: 1,
+            until: 3,
+        }, // resource_type
+        Field {
+            kind: Str,
+            since: 1,
+            until: 1,
+        }, // resource_name
+        Field {
+            kind: CompactStr,
+            since: 2,
+            until: 3,
+        }, // resource_name
+        Field {
+            kind: Fixed(1),
+            since: 1,
+            until: 3,
+        }, // resource_pattern_type
+        Field {
+            kind: Str,
+            since: 1,
+            until: 1,
+        }, // principal
+        Field {
+            kind: CompactStr,
+            since: 2,
+            until: 3,
+        }, // principal
+        Field {
+            kind: Str,
+            since: 1,
+            until: 1,
+        }, // host
+        Field {
+            kind: CompactStr,
+            since: 2,
+            until: 3,
+        }, // host
+        Field {
+            kind: Fixed(1),
+            since: 1,
+            until: 3,
+        }, // operation
+        Field {
+            kind: Fixed(1),
+            since: 1,
+            until: 3,
+        }, // permission_type
+    ],
+    tags: &[],
+};
+
+pub static DELETE_ACLS_REQUEST: Struct = Struct {
+    versions: (1, 3),
+    flexible_since: 2,
+    fields: &[
+        Field {
+            kind: Array(&DELETE_ACLS_REQUEST__DELETE_ACLS_FILTER),
+            since: 1,
+            until: 1,
+        }, // filters
+        Field {
+            kind: CompactArray(&DELETE_ACLS_REQUEST__DELETE_ACLS_FILTER),
+            since: 2,
+            until: 3,
+        }, // filters
+    ],
+    tags: &[],
+};
+
+pub static DELETE_ACLS_REQUEST__DELETE_ACLS_FILTER: Struct = Struct {
+    versions: (1, 3),
+    flexible_since: 2,
+    fields: &[
+        Field {
+            kind: Fixed(1),
+            since: 1,
+            until: 3,
+        }, // resource_type_filter
+        Field {
+            kind: Str,
+            since: 1,
+            until: 1,
+        }, // resource_name_filter
+        Field {
+            kind: CompactStr,
+            since: 2,
+            until: 3,
+        }, // resource_name_filter
+        Field {
+            kind: Fixed(1),
+            since: 1,
+            until: 3,
+        }, // pattern_type_filter
+        Field {
+            kind: Str,
+            since: 1,
+            until: 1,
+        }, // principal_filter
+        Field {
+            kind: CompactStr,
+            since: 2,
+            until: 3,
+        }, // principal_filter
+        Field {
+            kind: Str,
+            since: 1,
+            until: 1,
+        }, // host_filter
+        Field {
+            kind: CompactStr,
+            since: 2,
+            until: 3,
+        }, // host_filter
+        Field {
+            kind: Fixed(1),
+            since: 1,
+            until: 3,
+        }, // operation
+        Field {
+            kind: Fixed(1),
+            since: 1,
+            until: 3,
+        }, // permission_type
+    ],
+    tags: &[],
+};
+
 pub static DESCRIBE_CONFIGS_REQUEST: Struct = Struct {
     versions: (1, 4),
     flexible_since: 4,
@@ -2400,6 +2610,101 @@ pub static OFFSET_DELETE_REQUEST__OFFSET_DELETE_REQUEST_PARTITION: Struct = Stru
     tags: &[],
 };
 
+pub static DESCRIBE_USER_SCRAM_CREDENTIALS_REQUEST: Struct = Struct {
+    versions: (0, 0),
+    flexible_since: 0,
+    fields: &[
+        Field {
+            kind: CompactArray(&DESCRIBE_USER_SCRAM_CREDENTIALS_REQUEST__USER_NAME),
+            since: 0,
+            until: 0,
+        }, // users
+    ],
+    tags: &[],
+};
+
+pub static DESCRIBE_USER_SCRAM_CREDENTIALS_REQUEST__USER_NAME: Struct = Struct {
+    versions: (0, 0),
+    flexible_since: 0,
+    fields: &[
+        Field {
+            kind: CompactStr,
+            since: 0,
+            until: 0,
+        }, // name
+    ],
+    tags: &[],
+};
+
+pub static ALTER_USER_SCRAM_CREDENTIALS_REQUEST: Struct = Struct {
+    versions: (0, 0),
+    flexible_since: 0,
+    fields: &[
+        Field {
+            kind: CompactArray(&ALTER_USER_SCRAM_CREDENTIALS_REQUEST__SCRAM_CREDENTIAL_DELETION),
+            since: 0,
+            until: 0,
+        }, // deletions
+        Field {
+            kind: CompactArray(&ALTER_USER_SCRAM_CREDENTIALS_REQUEST__SCRAM_CREDENTIAL_UPSERTION),
+            since: 0,
+            until: 0,
+        }, // upsertions
+    ],
+    tags: &[],
+};
+
+pub static ALTER_USER_SCRAM_CREDENTIALS_REQUEST__SCRAM_CREDENTIAL_UPSERTION: Struct = Struct {
+    versions: (0, 0),
+    flexible_since: 0,
+    fields: &[
+        Field {
+            kind: CompactStr,
+            since: 0,
+            until: 0,
+        }, // name
+        Field {
+            kind: Fixed(1),
+            since: 0,
+            until: 0,
+        }, // mechanism
+        Field {
+            kind: Fixed(4),
+            since: 0,
+            until: 0,
+        }, // iterations
+        Field {
+            kind: CompactBytes,
+            since: 0,
+            until: 0,
+        }, // salt
+        Field {
+            kind: CompactBytes,
+            since: 0,
+            until: 0,
+        }, // salted_password
+    ],
+    tags: &[],
+};
+
+pub static ALTER_USER_SCRAM_CREDENTIALS_REQUEST__SCRAM_CREDENTIAL_DELETION: Struct = Struct {
+    versions: (0, 0),
+    flexible_since: 0,
+    fields: &[
+        Field {
+            kind: CompactStr,
+            since: 0,
+            until: 0,
+        }, // name
+        Field {
+            kind: Fixed(1),
+            since: 0,
+            until: 0,
+        }, // mechanism
+    ],
+    tags: &[],
+};
+
 pub static DESCRIBE_QUORUM_REQUEST: Struct = Struct {
     versions: (0, 2),
     flexible_since: 0,
@@ -2807,6 +3112,9 @@ pub fn request(api_key: i16) -> Option<&'static Struct> {
         26 => &END_TXN_REQUEST,
         27 => &WRITE_TXN_MARKERS_REQUEST,
         28 => &TXN_OFFSET_COMMIT_REQUEST,
+        29 => &DESCRIBE_ACLS_REQUEST,
+        30 => &CREATE_ACLS_REQUEST,
+        31 => &DELETE_ACLS_REQUEST,
         32 => &DESCRIBE_CONFIGS_REQUEST,
         33 => &ALTER_CONFIGS_REQUEST,
         35 => &DESCRIBE_LOG_DIRS_REQUEST,
@@ -2818,6 +3126,8 @@ pub fn request(api_key: i16) -> Option<&'static Struct> {
         45 => &ALTER_PARTITION_REASSIGNMENTS_REQUEST,
         46 => &LIST_PARTITION_REASSIGNMENTS_REQUEST,
         47 => &OFFSET_DELETE_REQUEST,
+        50 => &DESCRIBE_USER_SCRAM_CREDENTIALS_REQUEST,
+        51 => &ALTER_USER_SCRAM_CREDENTIALS_REQUEST,
         55 => &DESCRIBE_QUORUM_REQUEST,
         60 => &DESCRIBE_CLUSTER_REQUEST,
         61 => &DESCRIBE_PRODUCERS_REQUEST,

@@ -89,6 +89,17 @@ pub struct BrokerMeta {
     pub fenced: bool,
 }
 
+/// A user's SCRAM credential for one mechanism, as RFC 5802 keeps it: the
+/// salt, the iteration count and the keys derived from the salted
+/// password (never the password).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScramCredential {
+    pub salt: Vec<u8>,
+    pub iterations: i32,
+    pub stored_key: Vec<u8>,
+    pub server_key: Vec<u8>,
+}
+
 /// A topic as the metadata log knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicMeta {
@@ -131,6 +142,9 @@ pub struct MetadataImage {
     /// The brokers that registered, by id (none on a single node: the
     /// node itself is the only broker).
     pub brokers: BTreeMap<i32, BrokerMeta>,
+    /// SCRAM credentials by user and mechanism (Kafka's ScramMechanism
+    /// type: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512).
+    pub scram: BTreeMap<(String, i8), ScramCredential>,
 }
 
 impl MetadataImage {
@@ -220,6 +234,17 @@ impl MetadataImage {
                 if let Some(broker) = self.brokers.get_mut(id) {
                     broker.fenced = *fenced;
                 }
+            }
+            MetadataRecord::ScramCredentialSet {
+                user,
+                mechanism,
+                credential,
+            } => {
+                self.scram
+                    .insert((user.clone(), *mechanism), credential.clone());
+            }
+            MetadataRecord::ScramCredentialDeleted { user, mechanism } => {
+                self.scram.remove(&(user.clone(), *mechanism));
             }
             MetadataRecord::PartitionChanged { name, index, state } => {
                 if let Some(topic) = self.topics.get_mut(name) {

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::image::{BrokerMeta, PartitionState, TopicMeta};
+use super::image::{BrokerMeta, PartitionState, ScramCredential, TopicMeta};
 
 /// One change to the metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +58,17 @@ pub enum MetadataRecord {
         index: i32,
         state: PartitionState,
     },
+    /// A user's SCRAM credential for a mechanism is set (replacing any).
+    ScramCredentialSet {
+        user: String,
+        mechanism: i8,
+        credential: ScramCredential,
+    },
+    /// A user's SCRAM credential for a mechanism is removed.
+    ScramCredentialDeleted {
+        user: String,
+        mechanism: i8,
+    },
 }
 
 const TYPE_CLUSTER_ID: u8 = 1;
@@ -71,10 +82,11 @@ const TYPE_GROUP_CONFIGS_SET: u8 = 8;
 const TYPE_BROKER_REGISTERED: u8 = 9;
 const TYPE_BROKER_FENCING: u8 = 10;
 const TYPE_PARTITION_CHANGED: u8 = 11;
+const TYPE_SCRAM_CREDENTIAL_SET: u8 = 12;
+const TYPE_SCRAM_CREDENTIAL_DELETED: u8 = 13;
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
-    out.extend_from_slice(&(s.len() as u32).to_be_bytes());
-    out.extend_from_slice(s.as_bytes());
+    put_bytes(out, s.as_bytes());
 }
 
 fn put_cores(out: &mut Vec<u8>, cores: &[u32]) {
@@ -119,6 +131,11 @@ fn put_partition_state(out: &mut Vec<u8>, state: &PartitionState) {
         put_brokers(out, &state.adding);
         put_brokers(out, &state.removing);
     }
+}
+
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+    out.extend_from_slice(bytes);
 }
 
 fn put_configs(out: &mut Vec<u8>, configs: &BTreeMap<String, String>) {
@@ -197,6 +214,24 @@ impl MetadataRecord {
                 put_str(&mut out, name);
                 out.extend_from_slice(&index.to_be_bytes());
                 put_partition_state(&mut out, state);
+            }
+            MetadataRecord::ScramCredentialSet {
+                user,
+                mechanism,
+                credential,
+            } => {
+                out.push(TYPE_SCRAM_CREDENTIAL_SET);
+                put_str(&mut out, user);
+                out.extend_from_slice(&mechanism.to_be_bytes());
+                put_bytes(&mut out, &credential.salt);
+                out.extend_from_slice(&credential.iterations.to_be_bytes());
+                put_bytes(&mut out, &credential.stored_key);
+                put_bytes(&mut out, &credential.server_key);
+            }
+            MetadataRecord::ScramCredentialDeleted { user, mechanism } => {
+                out.push(TYPE_SCRAM_CREDENTIAL_DELETED);
+                put_str(&mut out, user);
+                out.extend_from_slice(&mechanism.to_be_bytes());
             }
         }
         out
@@ -285,6 +320,20 @@ impl MetadataRecord {
                 }
                 MetadataRecord::PartitionChanged { name, index, state }
             }
+            TYPE_SCRAM_CREDENTIAL_SET => MetadataRecord::ScramCredentialSet {
+                user: take_str(&mut buf)?,
+                mechanism: take_u8(&mut buf)? as i8,
+                credential: ScramCredential {
+                    salt: take_bytes(&mut buf)?,
+                    iterations: take_i32(&mut buf)?,
+                    stored_key: take_bytes(&mut buf)?,
+                    server_key: take_bytes(&mut buf)?,
+                },
+            },
+            TYPE_SCRAM_CREDENTIAL_DELETED => MetadataRecord::ScramCredentialDeleted {
+                user: take_str(&mut buf)?,
+                mechanism: take_u8(&mut buf)? as i8,
+            },
             other => return Err(format!("unknown record type {other}")),
         };
         if !buf.is_empty() {
@@ -316,10 +365,14 @@ fn take_len(buf: &mut &[u8], element_bytes: usize) -> Result<usize, String> {
 }
 
 fn take_str(buf: &mut &[u8]) -> Result<String, String> {
+    String::from_utf8(take_bytes(buf)?).map_err(|_| "string is not UTF-8".to_string())
+}
+
+fn take_bytes(buf: &mut &[u8]) -> Result<Vec<u8>, String> {
     let len = take_len(buf, 1)?;
     let (head, rest) = buf.split_at(len);
     *buf = rest;
-    String::from_utf8(head.to_vec()).map_err(|_| "string is not UTF-8".to_string())
+    Ok(head.to_vec())
 }
 
 fn take_cores(buf: &mut &[u8]) -> Result<Vec<u32>, String> {
@@ -491,6 +544,20 @@ mod tests {
                     adding: vec![3],
                     removing: vec![1],
                 },
+            },
+            MetadataRecord::ScramCredentialSet {
+                user: "alice".to_string(),
+                mechanism: 2,
+                credential: ScramCredential {
+                    salt: vec![1, 2, 3],
+                    iterations: 8192,
+                    stored_key: vec![7; 64],
+                    server_key: vec![9; 64],
+                },
+            },
+            MetadataRecord::ScramCredentialDeleted {
+                user: "alice".to_string(),
+                mechanism: 1,
             },
         ];
         for record in records {

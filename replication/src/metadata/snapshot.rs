@@ -15,12 +15,13 @@ use std::sync::Arc;
 
 use rkyv::rancor;
 
-use super::image::{BrokerMeta, MetadataImage, PartitionState, TopicMeta};
+use super::image::{BrokerMeta, MetadataImage, PartitionState, ScramCredential, TopicMeta};
 
 const MAGIC: [u8; 8] = *b"STRMIMG\0";
 /// The layout of the mirror structs below. Version 2 added the running
-/// reassignments; decode still reads version 1 (none then).
-const FORMAT_VERSION: u32 = 2;
+/// reassignments, version 3 the SCRAM credentials; decode still reads
+/// versions 1 and 2 (none of them then).
+const FORMAT_VERSION: u32 = 3;
 /// Magic, version and CRC: 16 bytes, so an archive copied after it stays
 /// as aligned as the header.
 const HEADER_BYTES: usize = MAGIC.len() + 4 + 4;
@@ -32,6 +33,20 @@ type Configs = Vec<(String, String)>;
 
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 struct ImageSnapshot {
+    offset: u64,
+    cluster_id: String,
+    topics: Vec<TopicSnapshot>,
+    producer_ids_end: i64,
+    broker_configs: Vec<(String, Configs)>,
+    group_configs: Vec<(String, Configs)>,
+    brokers: Vec<BrokerSnapshot>,
+    reassignments: Vec<ReassignmentSnapshot>,
+    scram: Vec<ScramSnapshot>,
+}
+
+/// [`ImageSnapshot`] in format version 2: before SCRAM credentials.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+struct ImageSnapshotV2 {
     offset: u64,
     cluster_id: String,
     topics: Vec<TopicSnapshot>,
@@ -61,6 +76,17 @@ struct ReassignmentSnapshot {
     partition: u32,
     adding: Vec<i32>,
     removing: Vec<i32>,
+}
+
+/// A user's SCRAM credential for one mechanism.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+struct ScramSnapshot {
+    user: String,
+    mechanism: i8,
+    salt: Vec<u8>,
+    iterations: i32,
+    stored_key: Vec<u8>,
+    server_key: Vec<u8>,
 }
 
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
@@ -119,7 +145,7 @@ pub fn decode(bytes: &[u8], node_id: i32) -> Result<MetadataImage, String> {
         return Err(format!("not a metadata snapshot (magic {magic:02x?})"));
     }
     let version = u32::from_le_bytes(rest[0..4].try_into().expect("4 bytes"));
-    if version != FORMAT_VERSION && version != 1 {
+    if !(1..=FORMAT_VERSION).contains(&version) {
         return Err(format!(
             "metadata snapshot format version {version}; this broker reads versions 1 to \
              {FORMAT_VERSION}"
@@ -137,22 +163,35 @@ pub fn decode(bytes: &[u8], node_id: i32) -> Result<MetadataImage, String> {
     // so it gets an aligned copy.
     let mut aligned = rkyv::util::AlignedVec::<ARCHIVE_ALIGNMENT>::with_capacity(archive.len());
     aligned.extend_from_slice(archive);
-    let snapshot = if version == 1 {
-        let v1 = rkyv::from_bytes::<ImageSnapshotV1, rancor::Error>(&aligned)
-            .map_err(|e| format!("metadata snapshot archive does not validate: {e}"))?;
-        ImageSnapshot {
-            offset: v1.offset,
-            cluster_id: v1.cluster_id,
-            topics: v1.topics,
-            producer_ids_end: v1.producer_ids_end,
-            broker_configs: v1.broker_configs,
-            group_configs: v1.group_configs,
-            brokers: v1.brokers,
-            reassignments: Vec::new(),
+    let invalid = |e: rancor::Error| format!("metadata snapshot archive does not validate: {e}");
+    let v2 = |v2: ImageSnapshotV2| ImageSnapshot {
+        offset: v2.offset,
+        cluster_id: v2.cluster_id,
+        topics: v2.topics,
+        producer_ids_end: v2.producer_ids_end,
+        broker_configs: v2.broker_configs,
+        group_configs: v2.group_configs,
+        brokers: v2.brokers,
+        reassignments: v2.reassignments,
+        scram: Vec::new(),
+    };
+    let snapshot = match version {
+        1 => {
+            let v1 =
+                rkyv::from_bytes::<ImageSnapshotV1, rancor::Error>(&aligned).map_err(invalid)?;
+            v2(ImageSnapshotV2 {
+                offset: v1.offset,
+                cluster_id: v1.cluster_id,
+                topics: v1.topics,
+                producer_ids_end: v1.producer_ids_end,
+                broker_configs: v1.broker_configs,
+                group_configs: v1.group_configs,
+                brokers: v1.brokers,
+                reassignments: Vec::new(),
+            })
         }
-    } else {
-        rkyv::from_bytes::<ImageSnapshot, rancor::Error>(&aligned)
-            .map_err(|e| format!("metadata snapshot archive does not validate: {e}"))?
+        2 => v2(rkyv::from_bytes::<ImageSnapshotV2, rancor::Error>(&aligned).map_err(invalid)?),
+        _ => rkyv::from_bytes::<ImageSnapshot, rancor::Error>(&aligned).map_err(invalid)?,
     };
     snapshot.into_image(node_id)
 }
@@ -179,6 +218,18 @@ impl ImageSnapshot {
                     partition: index as u32,
                     adding: p.adding.clone(),
                     removing: p.removing.clone(),
+                })
+                .collect(),
+            scram: image
+                .scram
+                .iter()
+                .map(|((user, mechanism), credential)| ScramSnapshot {
+                    user: user.clone(),
+                    mechanism: *mechanism,
+                    salt: credential.salt.clone(),
+                    iterations: credential.iterations,
+                    stored_key: credential.stored_key.clone(),
+                    server_key: credential.server_key.clone(),
                 })
                 .collect(),
         }
@@ -227,6 +278,19 @@ impl ImageSnapshot {
             broker_configs: configs_by_name(self.broker_configs),
             group_configs: configs_by_name(self.group_configs),
             brokers,
+            scram: self
+                .scram
+                .into_iter()
+                .map(|c| {
+                    let credential = ScramCredential {
+                        salt: c.salt,
+                        iterations: c.iterations,
+                        stored_key: c.stored_key,
+                        server_key: c.server_key,
+                    };
+                    ((c.user, c.mechanism), credential)
+                })
+                .collect(),
         })
     }
 }
@@ -432,7 +496,25 @@ mod tests {
             .into_iter()
             .map(|b| (b.id, b))
             .collect(),
+            scram: BTreeMap::from([(
+                ("alice".to_string(), 2),
+                ScramCredential {
+                    salt: vec![3; 16],
+                    iterations: 4096,
+                    stored_key: vec![5; 64],
+                    server_key: vec![6; 64],
+                },
+            )]),
         }
+    }
+
+    /// `archive` framed as a snapshot of format `version`.
+    fn framed(version: u32, archive: &[u8]) -> Vec<u8> {
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend_from_slice(&version.to_le_bytes());
+        bytes.extend_from_slice(&crc32fast::hash(archive).to_le_bytes());
+        bytes.extend_from_slice(archive);
+        bytes
     }
 
     /// Every field of the image, for comparison (`MetadataImage` is not `PartialEq`).
@@ -519,7 +601,7 @@ mod tests {
         let mut newer = bytes.clone();
         newer[MAGIC.len()..MAGIC.len() + 4].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
         let error = decode(&newer, NODE).unwrap_err();
-        assert!(error.contains("version 3"), "{error}");
+        assert!(error.contains("version 4"), "{error}");
 
         let mut other = bytes.clone();
         other[..MAGIC.len()].copy_from_slice(b"NOTSTROM");
@@ -543,12 +625,9 @@ mod tests {
             brokers: now.brokers,
         };
         let archive = rkyv::to_bytes::<rancor::Error>(&v1).unwrap();
-        let mut bytes = MAGIC.to_vec();
-        bytes.extend_from_slice(&1u32.to_le_bytes());
-        bytes.extend_from_slice(&crc32fast::hash(&archive).to_le_bytes());
-        bytes.extend_from_slice(&archive);
-        let read = decode(&bytes, NODE).unwrap();
+        let read = decode(&framed(1, &archive), NODE).unwrap();
         let mut expected = image.clone();
+        expected.scram.clear();
         for topic in expected.topics.values_mut() {
             for p in &mut Arc::make_mut(topic).partitions {
                 p.adding.clear();
@@ -562,16 +641,36 @@ mod tests {
         );
     }
 
+    /// A snapshot written before SCRAM credentials were recorded reads as
+    /// the same image with none.
+    #[test]
+    fn a_format_2_snapshot_still_reads() {
+        let image = rich_image();
+        let now = ImageSnapshot::of(&image);
+        let v2 = ImageSnapshotV2 {
+            offset: now.offset,
+            cluster_id: now.cluster_id,
+            topics: now.topics,
+            producer_ids_end: now.producer_ids_end,
+            broker_configs: now.broker_configs,
+            group_configs: now.group_configs,
+            brokers: now.brokers,
+            reassignments: now.reassignments,
+        };
+        let archive = rkyv::to_bytes::<rancor::Error>(&v2).unwrap();
+        let read = decode(&framed(2, &archive), NODE).unwrap();
+        let mut expected = image.clone();
+        expected.scram.clear();
+        assert_eq!(fields(&read), fields(&expected));
+        assert!(!image.scram.is_empty(), "the image had a credential");
+    }
+
     #[test]
     fn a_reassignment_of_a_partition_not_there_is_refused() {
         let mut snapshot = ImageSnapshot::of(&rich_image());
         snapshot.reassignments[0].partition = 99;
         let archive = rkyv::to_bytes::<rancor::Error>(&snapshot).unwrap();
-        let mut bytes = MAGIC.to_vec();
-        bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        bytes.extend_from_slice(&crc32fast::hash(&archive).to_le_bytes());
-        bytes.extend_from_slice(&archive);
-        let error = decode(&bytes, NODE).unwrap_err();
+        let error = decode(&framed(FORMAT_VERSION, &archive), NODE).unwrap_err();
         assert!(error.contains("does not have"), "{error}");
     }
 
@@ -580,12 +679,7 @@ mod tests {
         let mut snapshot = ImageSnapshot::of(&rich_image());
         snapshot.topics[0].partitions.pop();
         let archive = rkyv::to_bytes::<rancor::Error>(&snapshot).unwrap();
-        let mut bytes = Vec::new();
-        bytes.extend_from_slice(&MAGIC);
-        bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        bytes.extend_from_slice(&crc32fast::hash(&archive).to_le_bytes());
-        bytes.extend_from_slice(&archive);
-        let error = decode(&bytes, NODE).unwrap_err();
+        let error = decode(&framed(FORMAT_VERSION, &archive), NODE).unwrap_err();
         assert!(error.contains("partition states"), "{error}");
     }
 }
