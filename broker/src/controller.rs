@@ -585,6 +585,67 @@ pub async fn alter_scram_credentials(
     .await
 }
 
+/// Adds ACLs (those already there change nothing) to the metadata log.
+pub async fn create_acls(shard: &Rc<Shard>, acls: Vec<crate::metadata::AclBinding>) -> Outcome {
+    on_controller(shard, move |controller| async move {
+        if let Some(refusal) = not_controller(&controller) {
+            return Err(refusal);
+        }
+        let image = controller.metadata.store().image();
+        let mut records = Vec::new();
+        for acl in acls {
+            let record = MetadataRecord::AclCreated(acl.clone());
+            if !image.acls.contains(&acl) && !records.contains(&record) {
+                records.push(record);
+            }
+        }
+        if !records.is_empty() {
+            let count = records.len();
+            propose(&controller, records).await?;
+            tracing::info!(count, "ACLs created");
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// Removes the ACLs each filter matches; the ACLs removed, per filter.
+pub async fn delete_acls(
+    shard: &Rc<Shard>,
+    filters: Vec<crate::authorizer::AclFilter>,
+) -> Result<Vec<Vec<crate::metadata::AclBinding>>, Refusal> {
+    on_controller(shard, move |controller| async move {
+        if let Some(refusal) = not_controller(&controller) {
+            return Err(refusal);
+        }
+        let image = controller.metadata.store().image();
+        let matched: Vec<Vec<crate::metadata::AclBinding>> = filters
+            .iter()
+            .map(|f| {
+                image
+                    .acls
+                    .iter()
+                    .filter(|a| f.matches(a))
+                    .cloned()
+                    .collect()
+            })
+            .collect();
+        let gone: std::collections::BTreeSet<&crate::metadata::AclBinding> =
+            matched.iter().flatten().collect();
+        if !gone.is_empty() {
+            let count = gone.len();
+            let records = gone
+                .into_iter()
+                .map(|acl| MetadataRecord::AclDeleted(acl.clone()))
+                .collect();
+            propose(&controller, records).await?;
+            tracing::info!(count, "ACLs deleted");
+        }
+        Ok(matched)
+    })
+    .await
+}
+
 /// Replaces a consumer group's settings and keeps them in the metadata log.
 pub async fn set_group_configs(
     shard: &Rc<Shard>,

@@ -94,4 +94,6 @@ pub enum ConnectionError {
     RequestTooLarge { api_key: i16, frame_bytes: usize },
     #[error("request handler failed")]
     HandlerGone,
+    #[error("not authorized: {0}")]
+    NotAuthorized(String),
 }

@@ -5,6 +5,7 @@
 
 pub mod admin_http;
 pub mod allocator;
+pub mod authorizer;
 pub mod change;
 pub mod clean_shutdown;
 pub mod cluster;

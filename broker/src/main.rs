@@ -41,6 +41,8 @@ enum Command {
     /// List and describe transactions, show a partition's producers, and
     /// abort a hanging transaction (as kafka-transactions.sh).
     Transaction(cli::transaction::TransactionArgs),
+    /// Add, list and remove ACLs (as kafka-acls.sh), for the authorizer.
+    Acl(cli::acl::AclArgs),
     /// Set, list and delete users' SCRAM credentials (SASL/SCRAM).
     User(cli::user::UserArgs),
     /// Show the cluster's brokers, controller quorum and partition health.
@@ -158,6 +160,7 @@ fn main() -> ExitCode {
         Some(Command::Consume(args)) => cli::run("consume", cli::consume::run(args)),
         Some(Command::Group(args)) => cli::run("group", cli::group::run(args)),
         Some(Command::Transaction(args)) => cli::run("transaction", cli::transaction::run(args)),
+        Some(Command::Acl(args)) => cli::run("acl", cli::acl::run(args)),
         Some(Command::User(args)) => cli::run("user", cli::user::run(args)),
         Some(Command::Cluster(args)) => cli::run("cluster", cli::cluster::run(args)),
         Some(Command::Config(args)) => cli::run("config", cli::config::run(args)),

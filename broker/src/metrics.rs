@@ -1057,6 +1057,28 @@ mod error_codes {
         }
     }
 
+    impl ErrorCodes for CreateAclsResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            for result in &self.results {
+                each(result.error_code);
+            }
+        }
+    }
+
+    impl ErrorCodes for DescribeAclsResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            each(self.error_code);
+        }
+    }
+
+    impl ErrorCodes for DeleteAclsResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            for result in &self.filter_results {
+                each(result.error_code);
+            }
+        }
+    }
+
     impl ErrorCodes for DescribeUserScramCredentialsResponse {
         fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
             each(self.error_code);

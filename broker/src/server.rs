@@ -191,6 +191,14 @@ where
     let mut first_frame = true;
     let sasl = shard.config.client_sasl.clone();
     let mut sasl_state = crate::sasl::SaslState::Start;
+    // Who asks, for the authorizer (when on): anonymous until SASL says.
+    let host = peer.map(|p| p.ip().to_string()).unwrap_or_default();
+    let mut session = shard.config.authorizer.as_ref().map(|_| {
+        Rc::new(crate::authorizer::Session::new(
+            crate::authorizer::ANONYMOUS,
+            host.clone(),
+        ))
+    });
     loop {
         if !responses_allow_reading(&shard, &connection).await {
             break;
@@ -248,6 +256,12 @@ where
                 if answer.is_some() {
                     crate::metrics::record_authentication(true);
                     tracing::debug!(peer = %connection.peer, %principal, "authenticated");
+                    if session.is_some() {
+                        session = Some(Rc::new(crate::authorizer::Session::new(
+                            principal.clone(),
+                            host.clone(),
+                        )));
+                    }
                 }
             }
             if let Some(answer) = answer {
@@ -283,12 +297,19 @@ where
             .requests_in_flight
             .set(connection.requests_in_flight.get() + 1);
         let peer_ip = peer.map(|p| p.ip());
+        let session = session.clone();
         let task = glommio::spawn_local({
             let shard = shard.clone();
             let connection = connection.clone();
             async move {
                 let outcome = request
-                    .observe(handlers::handle(shard, frame, &mut budget, peer_ip))
+                    .observe(handlers::handle(
+                        shard,
+                        frame,
+                        &mut budget,
+                        peer_ip,
+                        session,
+                    ))
                     .await;
                 drop(request_lease);
                 connection

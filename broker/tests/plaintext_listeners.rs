@@ -39,7 +39,8 @@ fn listeners_not_served_are_refused_at_start() {
         (
             vec![format!("listeners=SASL_PLAINTEXT://127.0.0.1:{port}")],
             "sasl.enabled.mechanisms",
-            "a SASL listener needs sasl.enabled.mechanisms=PLAIN".to_string(),
+            "a SASL listener needs sasl.enabled.mechanisms: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"
+                .to_string(),
         ),
         (
             vec![format!(

@@ -24,6 +24,7 @@ macro_rules! outln {
     ($($arg:tt)*) => { $crate::cli::write_stdout(format_args!("{}\n", format_args!($($arg)*))) };
 }
 
+pub mod acl;
 pub mod cluster;
 pub mod config;
 pub mod consume;

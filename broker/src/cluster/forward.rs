@@ -43,6 +43,8 @@ pub fn is_controller_api(api_key: ApiKey) -> bool {
             | ApiKey::AddRaftVoter
             | ApiKey::RemoveRaftVoter
             | ApiKey::AlterUserScramCredentials
+            | ApiKey::CreateAcls
+            | ApiKey::DeleteAcls
     )
 }
 

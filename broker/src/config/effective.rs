@@ -73,6 +73,18 @@ pub fn broker_value(config: &BrokerConfig, key: &str) -> Option<String> {
         "strom.balancer.single.broker" => config.balancer_single_broker.to_string(),
         "strom.balancer.broker.address" => format!("{}:{}", config.broker_host, config.broker_port),
         "auto.create.topics.enable" => config.auto_create_topics.to_string(),
+        "authorizer.class.name" => config.authorizer.as_ref().map_or(String::new(), |_| {
+            crate::authorizer::CLASS_NAMES[0].to_string()
+        }),
+        "super.users" => config
+            .authorizer
+            .as_ref()
+            .map_or(String::new(), |a| a.super_users.join(";")),
+        "allow.everyone.if.no.acl.found" => config
+            .authorizer
+            .as_ref()
+            .is_some_and(|a| a.allow_if_no_acl)
+            .to_string(),
         "num.partitions" => config.num_partitions.to_string(),
         "delete.topic.enable" => config.delete_topic_enable.to_string(),
         "default.replication.factor" => config.default_replication_factor.to_string(),

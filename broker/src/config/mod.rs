@@ -120,6 +120,8 @@ pub struct BrokerConfig {
     pub client_sasl: Option<std::sync::Arc<crate::sasl::SaslConfig>>,
     /// Each listener's security protocol, by name.
     pub security_protocols: Vec<(String, String)>,
+    /// The built-in authorizer (`authorizer.class.name`), when on.
+    pub authorizer: Option<std::sync::Arc<crate::authorizer::Authorizer>>,
     pub advertise_host: String,
     pub advertise_port: u16,
     pub data_dir: PathBuf,
@@ -323,6 +325,10 @@ struct Builder {
     cores_set: bool,
     cores_source: Source,
     cpuset: Vec<usize>,
+    /// `authorizer.class.name` names the built-in authorizer.
+    authorizer_enabled: bool,
+    super_users: Vec<String>,
+    allow_everyone_if_no_acl: bool,
     auto_create_topics: bool,
     num_partitions: i32,
     default_replication_factor: i16,
@@ -558,6 +564,9 @@ impl Builder {
             cores_set: false,
             cores_source: Source::Default,
             cpuset: Vec::new(),
+            authorizer_enabled: false,
+            super_users: Vec::new(),
+            allow_everyone_if_no_acl: false,
             auto_create_topics: true,
             num_partitions: 1,
             default_replication_factor: 1,
@@ -774,6 +783,43 @@ impl Builder {
             }
             "auto.create.topics.enable" => {
                 self.auto_create_topics = parse_value(key, value, source)?
+            }
+            "authorizer.class.name" => {
+                self.authorizer_enabled = match value.trim() {
+                    "" => false,
+                    name if crate::authorizer::CLASS_NAMES.contains(&name) => true,
+                    _ => {
+                        return Err(invalid(
+                            key,
+                            value,
+                            source,
+                            "the built-in authorizer is named \
+                             org.apache.kafka.metadata.authorizer.StandardAuthorizer \
+                             (or kafka.security.authorizer.AclAuthorizer); empty: none",
+                        ))
+                    }
+                }
+            }
+            "super.users" => {
+                let mut users = Vec::new();
+                for user in value.split(';').map(str::trim).filter(|u| !u.is_empty()) {
+                    if !user
+                        .split_once(':')
+                        .is_some_and(|(k, n)| !k.is_empty() && !n.is_empty())
+                    {
+                        return Err(invalid(
+                            key,
+                            value,
+                            source,
+                            "principals are TYPE:NAME, separated by `;` (User:admin;User:ops)",
+                        ));
+                    }
+                    users.push(user.to_string());
+                }
+                self.super_users = users;
+            }
+            "allow.everyone.if.no.acl.found" => {
+                self.allow_everyone_if_no_acl = parse_value(key, value, source)?
             }
             "delete.topic.enable" => self.delete_topic_enable = parse_value(key, value, source)?,
             "num.partitions" => {
@@ -1133,6 +1179,12 @@ impl Builder {
             client_ssl_settings,
             client_sasl,
             security_protocols,
+            authorizer: self.authorizer_enabled.then(|| {
+                std::sync::Arc::new(crate::authorizer::Authorizer {
+                    super_users: self.super_users.clone(),
+                    allow_if_no_acl: self.allow_everyone_if_no_acl,
+                })
+            }),
             advertise_host,
             advertise_port,
             data_dir: self.data_dir,

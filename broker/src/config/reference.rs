@@ -221,6 +221,24 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         meaning: "`HOST:PORT` at which the other brokers reach this one's client listener (never through the balancer). Registered in load-balancer mode instead of the advertised address; set it when the listener is on 0.0.0.0 and brokers run on different hosts.",
     },
     Setting {
+        keys: &["authorizer.class.name"],
+        flag: None,
+        default: Default::Described("none (every client may do everything)"),
+        meaning: "`org.apache.kafka.metadata.authorizer.StandardAuthorizer` (or `kafka.security.authorizer.AclAuthorizer`) switches on the built-in authorizer: Kafka's ACL semantics over the ACLs of the cluster's metadata (CreateAcls, `strom acl add`). A client's principal is `User:NAME` after SASL, else `User:ANONYMOUS`. Any other class name is refused.",
+    },
+    Setting {
+        keys: &["super.users"],
+        flag: None,
+        default: Default::Described("none"),
+        meaning: "Principals the authorizer allows everything, separated by `;` (`User:admin;User:ops`).",
+    },
+    Setting {
+        keys: &["allow.everyone.if.no.acl.found"],
+        flag: None,
+        default: Default::Value("false"),
+        meaning: "With the authorizer on, whether a resource no ACL names is open to everyone (Kafka's default, false: only super users).",
+    },
+    Setting {
         keys: &["auto.create.topics.enable"],
         flag: None,
         default: Default::Value("true"),

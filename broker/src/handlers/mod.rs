@@ -16,6 +16,8 @@ use crate::memory::ResponseBudget;
 use crate::metrics::{self, ErrorCodes};
 use crate::shard::Shard;
 
+pub mod access;
+pub mod acls;
 pub mod api_versions;
 pub mod authorized_operations;
 pub mod configs;
@@ -166,6 +168,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
         raft_voters::REMOVE_VERSION_MIN,
         raft_voters::REMOVE_VERSION_MAX,
     ),
+    (ApiKey::DescribeAcls, acls::VERSION_MIN, acls::VERSION_MAX),
+    (ApiKey::CreateAcls, acls::VERSION_MIN, acls::VERSION_MAX),
+    (ApiKey::DeleteAcls, acls::VERSION_MIN, acls::VERSION_MAX),
     (
         ApiKey::DescribeUserScramCredentials,
         scram_credentials::VERSION_MIN,
@@ -306,12 +311,14 @@ fn supported_range(api_key: ApiKey) -> Option<(i16, i16)> {
 /// Frames of other requests than Produce above `NON_PRODUCE_FRAME_BYTES_MAX`
 /// are refused by the server before they are read. `budget` is what the
 /// response may hold of its connection's memory; Fetch sizes its answer by it.
-/// `peer` is the client's address (JoinGroup records it as the member's host).
+/// `peer` is the client's address (JoinGroup records it as the member's host);
+/// `session` who asks, when the authorizer is on.
 pub async fn handle(
     shard: Rc<Shard>,
     frame: Bytes,
     budget: &mut ResponseBudget,
     peer: Option<IpAddr>,
+    session: Option<Rc<crate::authorizer::Session>>,
 ) -> Result<Option<Encoded>, ConnectionError> {
     if let Some(answer) = api_versions_unsupported(&frame) {
         metrics::record_error_code(
@@ -341,12 +348,79 @@ pub async fn handle(
         });
     }
     let body = codec::decode_body(&request)?;
-    if let Some(answer) =
-        crate::coordinator_forward::forward(&shard, &request, &body, &original, peer).await
+    let mut checked = None;
+    let mut body = body;
+    if let Some(access) = session
+        .as_deref()
+        .and_then(|s| access::Access::of(&shard, s))
     {
-        return Ok(Some(answer.into()));
+        match access.check(api_key, body) {
+            access::Checked::Serve(allowed, denied) => {
+                body = allowed;
+                checked = Some((access, denied));
+            }
+            access::Checked::Deny(answer) => {
+                let out = Respond {
+                    api_key: api_key as i16,
+                    id: request.correlation_id,
+                    version,
+                };
+                return Ok(Some(encode_refusal(&out, *answer)?));
+            }
+            access::Checked::Close(why) => {
+                tracing::warn!(reason = %why, "closing connection: not authorized");
+                return Err(ConnectionError::NotAuthorized(why));
+            }
+        }
     }
-    dispatch(shard, &request, body, budget, peer).await
+    // A request the authorizer cut down is answered here, never
+    // forwarded whole as the client framed it.
+    let cut = checked
+        .as_ref()
+        .is_some_and(|(_, denied)| !denied.is_empty());
+    if !cut {
+        if let Some(answer) =
+            crate::coordinator_forward::forward(&shard, &request, &body, &original, peer).await
+        {
+            return Ok(Some(answer.into()));
+        }
+    }
+    dispatch(shard, &request, body, budget, peer, checked).await
+}
+
+/// A whole request the authorizer refused: its answer.
+fn encode_refusal(
+    out: &Respond,
+    answer: kafka_protocol::messages::ResponseKind,
+) -> Result<Encoded, ConnectionError> {
+    use kafka_protocol::messages::ResponseKind as K;
+    let encoded = match answer {
+        K::Produce(r) => out.encode(&r),
+        K::Fetch(r) => out.encode_fetch(&r),
+        K::JoinGroup(r) => out.encode(&r),
+        K::SyncGroup(r) => out.encode(&r),
+        K::Heartbeat(r) => out.encode(&r),
+        K::LeaveGroup(r) => out.encode(&r),
+        K::OffsetCommit(r) => out.encode(&r),
+        K::OffsetFetch(r) => out.encode(&r),
+        K::FindCoordinator(r) => out.encode(&r),
+        K::InitProducerId(r) => out.encode(&r),
+        K::AddOffsetsToTxn(r) => out.encode(&r),
+        K::EndTxn(r) => out.encode(&r),
+        K::AddPartitionsToTxn(r) => out.encode(&r),
+        K::TxnOffsetCommit(r) => out.encode(&r),
+        K::CreateAcls(r) => out.encode(&r),
+        K::DeleteAcls(r) => out.encode(&r),
+        K::DescribeAcls(r) => out.encode(&r),
+        K::AlterUserScramCredentials(r) => out.encode(&r),
+        K::DescribeUserScramCredentials(r) => out.encode(&r),
+        other => {
+            return Err(ConnectionError::NotAuthorized(format!(
+                "no refusal answer for {other:?}"
+            )))
+        }
+    };
+    Ok(encoded?)
 }
 
 /// In a cluster, a metadata change sent to a broker that is not the
@@ -403,7 +477,10 @@ async fn dispatch(
     body: RequestKind,
     budget: &mut ResponseBudget,
     peer: Option<IpAddr>,
+    checked: Option<(access::Access, access::Denied)>,
 ) -> Result<Option<Encoded>, ConnectionError> {
+    let denied = checked.as_ref().map(|(_, d)| d);
+    let access = checked.as_ref().map(|(a, _)| a);
     let out = Respond {
         api_key: request.api_key as i16,
         id: request.correlation_id,
@@ -423,24 +500,60 @@ async fn dispatch(
             &kafka_protocol::messages::SaslAuthenticateResponse::default()
                 .with_error_code(crate::errors::ILLEGAL_SASL_STATE),
         ),
-        RequestKind::Metadata(body) => out.encode(&metadata::handle(&shard, body, version).await),
-        RequestKind::CreateTopics(body) => out.encode(&create_topics::handle(&shard, body).await),
+        RequestKind::Metadata(body) => {
+            let mut response = metadata::handle(&shard, body, version).await;
+            if let (Some(denied), Some(access)) = (denied, access) {
+                denied.metadata(access, &mut response);
+            }
+            out.encode(&response)
+        }
+        RequestKind::CreateTopics(body) => {
+            let mut response = create_topics::handle(&shard, body).await;
+            if let Some(denied) = denied {
+                denied.create_topics(&mut response);
+            }
+            out.encode(&response)
+        }
         RequestKind::Produce(body) => match produce::handle(&shard, body, version, origin).await {
-            Some(response) => out.encode(&response),
+            Some(mut response) => {
+                if let Some(denied) = denied {
+                    denied.produce(&mut response);
+                }
+                out.encode(&response)
+            }
             None => return Ok(None),
         },
         RequestKind::Fetch(body) => {
-            out.encode_fetch(&fetch::handle(&shard, body, version, budget, origin).await)
+            let mut response = fetch::handle(&shard, body, version, budget, origin).await;
+            if let Some(denied) = denied {
+                denied.fetch(&mut response);
+            }
+            out.encode_fetch(&response)
         }
         RequestKind::ListOffsets(body) => {
-            out.encode(&list_offsets::handle(&shard, body, version, origin).await)
+            let mut response = list_offsets::handle(&shard, body, version, origin).await;
+            if let Some(denied) = denied {
+                denied.list_offsets(&mut response);
+            }
+            out.encode(&response)
         }
         RequestKind::OffsetForLeaderEpoch(body) => {
-            out.encode(&offset_for_leader_epoch::handle(&shard, body, version, origin).await)
+            let mut response = offset_for_leader_epoch::handle(&shard, body, version, origin).await;
+            if let Some(denied) = denied {
+                denied.offset_for_leader_epoch(&mut response);
+            }
+            out.encode(&response)
         }
         RequestKind::DeleteTopics(body) => {
-            out.encode(&delete_topics::handle(&shard, body, version).await)
+            let mut response = delete_topics::handle(&shard, body, version).await;
+            if let Some(denied) = denied {
+                denied.delete_topics(&mut response);
+            }
+            out.encode(&response)
         }
+        RequestKind::CreateAcls(body) => out.encode(&acls::create(&shard, body).await),
+        RequestKind::DescribeAcls(body) => out.encode(&acls::describe(&shard, body)),
+        RequestKind::DeleteAcls(body) => out.encode(&acls::delete(&shard, body).await),
         RequestKind::DeleteRecords(body) => {
             out.encode(&delete_records::handle(&shard, body, version, origin).await)
         }
@@ -491,7 +604,11 @@ async fn dispatch(
             out.encode(&init_producer_id::handle(&shard, body, version).await)
         }
         RequestKind::FindCoordinator(body) => {
-            out.encode(&find_coordinator::handle(&shard, body, version).await)
+            let mut response = find_coordinator::handle(&shard, body, version).await;
+            if let Some(denied) = denied {
+                denied.find_coordinator(&mut response);
+            }
+            out.encode(&response)
         }
         RequestKind::JoinGroup(body) => {
             // A JoinGroup another broker forwarded names its member's own.
@@ -526,12 +643,26 @@ async fn dispatch(
         }
         RequestKind::OffsetDelete(body) => out.encode(&offset_delete::handle(&shard, body).await),
         RequestKind::DescribeGroups(body) => {
-            out.encode(&describe_groups::handle(&shard, body, version).await)
+            let mut response = describe_groups::handle(&shard, body, version).await;
+            if let Some(denied) = denied {
+                denied.describe_groups(&mut response);
+            }
+            out.encode(&response)
         }
         RequestKind::ListGroups(body) => {
-            out.encode(&list_groups::handle(&shard, body, version).await)
+            let mut response = list_groups::handle(&shard, body, version).await;
+            if let (Some(denied), Some(access)) = (denied, access) {
+                denied.list_groups(access, &mut response);
+            }
+            out.encode(&response)
         }
-        RequestKind::DeleteGroups(body) => out.encode(&delete_groups::handle(&shard, body).await),
+        RequestKind::DeleteGroups(body) => {
+            let mut response = delete_groups::handle(&shard, body).await;
+            if let Some(denied) = denied {
+                denied.delete_groups(&mut response);
+            }
+            out.encode(&response)
+        }
         RequestKind::AddPartitionsToTxn(body) => {
             out.encode(&transactions::add_partitions(&shard, body, version).await)
         }

@@ -100,6 +100,22 @@ pub struct ScramCredential {
     pub server_key: Vec<u8>,
 }
 
+/// An ACL as Kafka's StandardAuthorizer keeps it: a resource pattern
+/// (type, name, literal or prefixed), a principal (`User:name`, `User:*`),
+/// a host (`*`: any), an operation and allow or deny. The codes are
+/// Kafka's (`ResourceType`, `PatternType`, `AclOperation`,
+/// `AclPermissionType`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AclBinding {
+    pub resource_type: i8,
+    pub resource_name: String,
+    pub pattern_type: i8,
+    pub principal: String,
+    pub host: String,
+    pub operation: i8,
+    pub permission_type: i8,
+}
+
 /// A topic as the metadata log knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicMeta {
@@ -145,6 +161,8 @@ pub struct MetadataImage {
     /// SCRAM credentials by user and mechanism (Kafka's ScramMechanism
     /// type: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512).
     pub scram: BTreeMap<(String, i8), ScramCredential>,
+    /// The ACLs, in their order (resource type, then name, ...).
+    pub acls: std::collections::BTreeSet<AclBinding>,
 }
 
 impl MetadataImage {
@@ -245,6 +263,12 @@ impl MetadataImage {
             }
             MetadataRecord::ScramCredentialDeleted { user, mechanism } => {
                 self.scram.remove(&(user.clone(), *mechanism));
+            }
+            MetadataRecord::AclCreated(acl) => {
+                self.acls.insert(acl.clone());
+            }
+            MetadataRecord::AclDeleted(acl) => {
+                self.acls.remove(acl);
             }
             MetadataRecord::PartitionChanged { name, index, state } => {
                 if let Some(topic) = self.topics.get_mut(name) {

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::image::{BrokerMeta, PartitionState, ScramCredential, TopicMeta};
+use super::image::{AclBinding, BrokerMeta, PartitionState, ScramCredential, TopicMeta};
 
 /// One change to the metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,6 +69,10 @@ pub enum MetadataRecord {
         user: String,
         mechanism: i8,
     },
+    /// An ACL is added (adding one that exists changes nothing).
+    AclCreated(AclBinding),
+    /// An ACL is removed.
+    AclDeleted(AclBinding),
 }
 
 const TYPE_CLUSTER_ID: u8 = 1;
@@ -84,6 +88,8 @@ const TYPE_BROKER_FENCING: u8 = 10;
 const TYPE_PARTITION_CHANGED: u8 = 11;
 const TYPE_SCRAM_CREDENTIAL_SET: u8 = 12;
 const TYPE_SCRAM_CREDENTIAL_DELETED: u8 = 13;
+const TYPE_ACL_CREATED: u8 = 14;
+const TYPE_ACL_DELETED: u8 = 15;
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
     put_bytes(out, s.as_bytes());
@@ -136,6 +142,28 @@ fn put_partition_state(out: &mut Vec<u8>, state: &PartitionState) {
 fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
     out.extend_from_slice(bytes);
+}
+
+fn put_acl(out: &mut Vec<u8>, acl: &AclBinding) {
+    out.extend_from_slice(&acl.resource_type.to_be_bytes());
+    put_str(out, &acl.resource_name);
+    out.extend_from_slice(&acl.pattern_type.to_be_bytes());
+    put_str(out, &acl.principal);
+    put_str(out, &acl.host);
+    out.extend_from_slice(&acl.operation.to_be_bytes());
+    out.extend_from_slice(&acl.permission_type.to_be_bytes());
+}
+
+fn take_acl(buf: &mut &[u8]) -> Result<AclBinding, String> {
+    Ok(AclBinding {
+        resource_type: take_u8(buf)? as i8,
+        resource_name: take_str(buf)?,
+        pattern_type: take_u8(buf)? as i8,
+        principal: take_str(buf)?,
+        host: take_str(buf)?,
+        operation: take_u8(buf)? as i8,
+        permission_type: take_u8(buf)? as i8,
+    })
 }
 
 fn put_configs(out: &mut Vec<u8>, configs: &BTreeMap<String, String>) {
@@ -232,6 +260,14 @@ impl MetadataRecord {
                 out.push(TYPE_SCRAM_CREDENTIAL_DELETED);
                 put_str(&mut out, user);
                 out.extend_from_slice(&mechanism.to_be_bytes());
+            }
+            MetadataRecord::AclCreated(acl) => {
+                out.push(TYPE_ACL_CREATED);
+                put_acl(&mut out, acl);
+            }
+            MetadataRecord::AclDeleted(acl) => {
+                out.push(TYPE_ACL_DELETED);
+                put_acl(&mut out, acl);
             }
         }
         out
@@ -334,6 +370,8 @@ impl MetadataRecord {
                 user: take_str(&mut buf)?,
                 mechanism: take_u8(&mut buf)? as i8,
             },
+            TYPE_ACL_CREATED => MetadataRecord::AclCreated(take_acl(&mut buf)?),
+            TYPE_ACL_DELETED => MetadataRecord::AclDeleted(take_acl(&mut buf)?),
             other => return Err(format!("unknown record type {other}")),
         };
         if !buf.is_empty() {
@@ -559,6 +597,24 @@ mod tests {
                 user: "alice".to_string(),
                 mechanism: 1,
             },
+            MetadataRecord::AclCreated(AclBinding {
+                resource_type: 2,
+                resource_name: "orders-".to_string(),
+                pattern_type: 4,
+                principal: "User:alice".to_string(),
+                host: "*".to_string(),
+                operation: 3,
+                permission_type: 3,
+            }),
+            MetadataRecord::AclDeleted(AclBinding {
+                resource_type: 4,
+                resource_name: "kafka-cluster".to_string(),
+                pattern_type: 3,
+                principal: "User:*".to_string(),
+                host: "10.0.0.1".to_string(),
+                operation: 7,
+                permission_type: 2,
+            }),
         ];
         for record in records {
             assert_eq!(MetadataRecord::decode(&record.encode()).unwrap(), record);

@@ -15,11 +15,13 @@ use std::sync::Arc;
 
 use rkyv::rancor;
 
-use super::image::{BrokerMeta, MetadataImage, PartitionState, ScramCredential, TopicMeta};
+use super::image::{
+    AclBinding, BrokerMeta, MetadataImage, PartitionState, ScramCredential, TopicMeta,
+};
 
 const MAGIC: [u8; 8] = *b"STRMIMG\0";
 /// The layout of the mirror structs below. Version 2 added the running
-/// reassignments, version 3 the SCRAM credentials; decode still reads
+/// reassignments, version 3 the SCRAM credentials and ACLs; decode still reads
 /// versions 1 and 2 (none of them then).
 const FORMAT_VERSION: u32 = 3;
 /// Magic, version and CRC: 16 bytes, so an archive copied after it stays
@@ -42,6 +44,7 @@ struct ImageSnapshot {
     brokers: Vec<BrokerSnapshot>,
     reassignments: Vec<ReassignmentSnapshot>,
     scram: Vec<ScramSnapshot>,
+    acls: Vec<AclSnapshot>,
 }
 
 /// [`ImageSnapshot`] in format version 2: before SCRAM credentials.
@@ -76,6 +79,18 @@ struct ReassignmentSnapshot {
     partition: u32,
     adding: Vec<i32>,
     removing: Vec<i32>,
+}
+
+/// An ACL.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+struct AclSnapshot {
+    resource_type: i8,
+    resource_name: String,
+    pattern_type: i8,
+    principal: String,
+    host: String,
+    operation: i8,
+    permission_type: i8,
 }
 
 /// A user's SCRAM credential for one mechanism.
@@ -174,6 +189,7 @@ pub fn decode(bytes: &[u8], node_id: i32) -> Result<MetadataImage, String> {
         brokers: v2.brokers,
         reassignments: v2.reassignments,
         scram: Vec::new(),
+        acls: Vec::new(),
     };
     let snapshot = match version {
         1 => {
@@ -230,6 +246,19 @@ impl ImageSnapshot {
                     iterations: credential.iterations,
                     stored_key: credential.stored_key.clone(),
                     server_key: credential.server_key.clone(),
+                })
+                .collect(),
+            acls: image
+                .acls
+                .iter()
+                .map(|acl| AclSnapshot {
+                    resource_type: acl.resource_type,
+                    resource_name: acl.resource_name.clone(),
+                    pattern_type: acl.pattern_type,
+                    principal: acl.principal.clone(),
+                    host: acl.host.clone(),
+                    operation: acl.operation,
+                    permission_type: acl.permission_type,
                 })
                 .collect(),
         }
@@ -289,6 +318,19 @@ impl ImageSnapshot {
                         server_key: c.server_key,
                     };
                     ((c.user, c.mechanism), credential)
+                })
+                .collect(),
+            acls: self
+                .acls
+                .into_iter()
+                .map(|a| AclBinding {
+                    resource_type: a.resource_type,
+                    resource_name: a.resource_name,
+                    pattern_type: a.pattern_type,
+                    principal: a.principal,
+                    host: a.host,
+                    operation: a.operation,
+                    permission_type: a.permission_type,
                 })
                 .collect(),
         })
@@ -505,6 +547,16 @@ mod tests {
                     server_key: vec![6; 64],
                 },
             )]),
+            acls: [AclBinding {
+                resource_type: 2,
+                resource_name: "orders-".to_string(),
+                pattern_type: 4,
+                principal: "User:alice".to_string(),
+                host: "*".to_string(),
+                operation: 4,
+                permission_type: 3,
+            }]
+            .into(),
         }
     }
 
@@ -628,6 +680,7 @@ mod tests {
         let read = decode(&framed(1, &archive), NODE).unwrap();
         let mut expected = image.clone();
         expected.scram.clear();
+        expected.acls.clear();
         for topic in expected.topics.values_mut() {
             for p in &mut Arc::make_mut(topic).partitions {
                 p.adding.clear();
@@ -661,6 +714,7 @@ mod tests {
         let read = decode(&framed(2, &archive), NODE).unwrap();
         let mut expected = image.clone();
         expected.scram.clear();
+        expected.acls.clear();
         assert_eq!(fields(&read), fields(&expected));
         assert!(!image.scram.is_empty(), "the image had a credential");
     }

@@ -1,0 +1,368 @@
+//! The built-in authorizer with ACLs in the metadata: a broker with
+//! `authorizer.class.name` set, SASL PLAIN users and a super user. ACLs
+//! set with `strom acl` and confluent-kafka's admin API decide what kcat,
+//! confluent-kafka and the tools may do (literal and prefixed patterns,
+//! allow and deny, Metadata hiding, groups); every refusal is Kafka's code;
+//! ACLs outlive a restart; without an authorizer the ACL APIs answer
+//! SECURITY_DISABLED.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::{free_port, run, run_python, Broker};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+const SCRIPT_DEADLINE: Duration = Duration::from_secs(300);
+const JAAS: &str = "org.apache.kafka.common.security.plain.PlainLoginModule required \
+    user_admin=\"admin-secret\" user_alice=\"alice-secret\" user_bob=\"bob-secret\" \
+    user_carol=\"carol-secret\";";
+
+/// A broker serving SASL_PLAINTEXT with PLAIN, with the authorizer on
+/// (`authorizer`) and `User:admin` its super user.
+fn broker(authorizer: bool) -> Broker {
+    let port = free_port();
+    let mut settings = vec![
+        format!("listeners=SASL_PLAINTEXT://127.0.0.1:{port}"),
+        "listener.name.sasl_plaintext.sasl.enabled.mechanisms=PLAIN".to_string(),
+        format!("listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}"),
+    ];
+    if authorizer {
+        settings.push(
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+                .to_string(),
+        );
+        settings.push("super.users=User:admin".to_string());
+    }
+    let mut args = Vec::new();
+    for setting in &settings {
+        args.push("--set");
+        args.push(setting.as_str());
+    }
+    let dir = tempfile::tempdir().unwrap().keep();
+    Broker::start_at(&dir.join("data"), &dir.join("strom.log"), port, &args)
+}
+
+/// kcat as `user`.
+fn kcat(broker: &Broker, user: &str, args: &[&str], stdin: Option<&[u8]>) -> std::process::Output {
+    let mut command = Command::new("kcat");
+    command
+        .args(["-b", &broker.bootstrap()])
+        .args(args)
+        .args([
+            "-X",
+            "security.protocol=SASL_PLAINTEXT",
+            "-X",
+            "sasl.mechanisms=PLAIN",
+        ])
+        .args(["-X", &format!("sasl.username={user}")])
+        .args(["-X", &format!("sasl.password={user}-secret")]);
+    run(&mut command, stdin, DEADLINE)
+}
+
+fn stderr(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// `strom ARGS` as `user` (PLAIN through `--command-config`).
+fn strom_as(
+    broker: &Broker,
+    dir: &std::path::Path,
+    user: &str,
+    args: &[&str],
+) -> std::process::Output {
+    let config = dir.join(format!("{user}.properties"));
+    std::fs::write(
+        &config,
+        format!(
+            "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username={user}\n\
+             sasl.password={user}-secret\n"
+        ),
+    )
+    .unwrap();
+    let config = config.to_string_lossy().into_owned();
+    let mut all = args.to_vec();
+    all.extend(["--command-config", &config]);
+    common::strom(broker, &all, None)
+}
+
+fn ok(broker: &Broker, dir: &std::path::Path, user: &str, args: &[&str]) -> String {
+    let output = strom_as(broker, dir, user, args);
+    assert!(
+        output.status.success(),
+        "{user}: strom {args:?}: {}\n{}",
+        stderr(&output),
+        broker.log()
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[test]
+fn acls_decide_what_each_principal_may_do_and_outlive_a_restart() {
+    let mut broker = broker(true);
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    for topic in ["orders", "pay-eu", "pay-secret", "hidden"] {
+        ok(&broker, dir, "admin", &["topic", "create", topic]);
+    }
+    let add = |args: &[&str]| {
+        let mut all = vec!["acl", "add"];
+        all.extend_from_slice(args);
+        ok(&broker, dir, "admin", &all);
+    };
+    add(&[
+        "--allow-principal",
+        "User:alice",
+        "--operation",
+        "Write",
+        "--topic",
+        "orders",
+    ]);
+    add(&[
+        "--allow-principal",
+        "User:alice",
+        "--operation",
+        "Write",
+        "--topic",
+        "pay-",
+        "--resource-pattern-type",
+        "prefixed",
+    ]);
+    add(&[
+        "--deny-principal",
+        "User:alice",
+        "--operation",
+        "All",
+        "--topic",
+        "pay-secret",
+    ]);
+    add(&[
+        "--allow-principal",
+        "User:bob",
+        "--operation",
+        "Read",
+        "--topic",
+        "orders",
+        "--group",
+        "billing",
+    ]);
+    let listed = ok(&broker, dir, "admin", &["acl", "list"]);
+    assert_eq!(listed.lines().count(), 1 + 5, "{listed}");
+    assert!(
+        listed.contains("TOPIC\tpay-\tPREFIXED\tUser:alice\t*\tWRITE\tALLOW"),
+        "{listed}"
+    );
+
+    // Produce: WRITE on the topic; a deny wins over the prefixed allow.
+    let lines = "order-1\norder-2\norder-3\n";
+    let produce = |user: &str, topic: &str, body: &str| {
+        kcat(
+            &broker,
+            user,
+            &["-P", "-t", topic, "-p", "0"],
+            Some(body.as_bytes()),
+        )
+    };
+    let written = produce("alice", "orders", lines);
+    assert!(written.status.success(), "{}", stderr(&written));
+    let written = produce("alice", "pay-eu", "eu\n");
+    assert!(written.status.success(), "{}", stderr(&written));
+    for (user, topic) in [
+        ("alice", "pay-secret"),
+        ("bob", "orders"),
+        ("carol", "orders"),
+    ] {
+        let refused = produce(user, topic, "no\n");
+        assert!(!refused.status.success(), "{user} wrote {topic}");
+        assert!(
+            stderr(&refused).contains("Topic authorization failed"),
+            "{user} {topic}: {}",
+            stderr(&refused)
+        );
+    }
+
+    // Fetch and groups: READ on the topic and the group.
+    let consume = |user: &str, group: &str| {
+        kcat(
+            &broker,
+            user,
+            &[
+                "-C",
+                "-G",
+                group,
+                "orders",
+                "-o",
+                "beginning",
+                "-e",
+                "-f",
+                "%s\n",
+            ],
+            None,
+        )
+    };
+    let read = consume("bob", "billing");
+    assert_eq!(
+        String::from_utf8_lossy(&read.stdout),
+        lines,
+        "{}",
+        stderr(&read)
+    );
+    let refused = consume("bob", "other-group");
+    assert!(!String::from_utf8_lossy(&refused.stdout).contains("order-1"));
+    assert!(
+        stderr(&refused).contains("Group authorization failed"),
+        "{}",
+        stderr(&refused)
+    );
+    let refused = kcat(
+        &broker,
+        "alice",
+        &["-C", "-t", "orders", "-o", "beginning", "-e"],
+        None,
+    );
+    assert!(
+        stderr(&refused).contains("Topic authorization failed"),
+        "{}",
+        stderr(&refused)
+    );
+
+    // Metadata lists only what a principal may describe.
+    let topics = |user: &str| {
+        let listed = kcat(&broker, user, &["-L"], None);
+        String::from_utf8_lossy(&listed.stdout).into_owned()
+    };
+    let bob_sees = topics("bob");
+    assert!(
+        bob_sees.contains("\"orders\"") && !bob_sees.contains("\"hidden\""),
+        "{bob_sees}"
+    );
+    let admin_sees = topics("admin");
+    assert!(admin_sees.contains("\"hidden\""), "{admin_sees}");
+
+    // Admin APIs: CREATE on the cluster; the ACL APIs ALTER and DESCRIBE.
+    let refused = strom_as(&broker, dir, "carol", &["topic", "create", "carols"]);
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("TOPIC_AUTHORIZATION_FAILED"),
+        "{}",
+        stderr(&refused)
+    );
+    let refused = strom_as(&broker, dir, "carol", &["acl", "list"]);
+    assert!(
+        stderr(&refused).contains("CLUSTER_AUTHORIZATION_FAILED"),
+        "{}",
+        stderr(&refused)
+    );
+    add(&[
+        "--allow-principal",
+        "User:carol",
+        "--operation",
+        "Create",
+        "--cluster",
+    ]);
+    ok(&broker, dir, "carol", &["topic", "create", "carols"]);
+
+    // Removed: bob's READ on orders.
+    let removed = ok(
+        &broker,
+        dir,
+        "admin",
+        &[
+            "acl",
+            "remove",
+            "--allow-principal",
+            "User:bob",
+            "--operation",
+            "Read",
+            "--topic",
+            "orders",
+        ],
+    );
+    assert!(removed.contains("Removed 1 ACL(s)."), "{removed}");
+    let refused = consume("bob", "billing");
+    assert!(!String::from_utf8_lossy(&refused.stdout).contains("order-1"));
+
+    // After a restart: the same ACLs, from the metadata log.
+    let before = ok(&broker, dir, "admin", &["acl", "list"]);
+    broker.restart();
+    assert_eq!(ok(&broker, dir, "admin", &["acl", "list"]), before);
+    let produce = |user: &str, topic: &str, body: &str| {
+        kcat(
+            &broker,
+            user,
+            &["-P", "-t", topic, "-p", "0"],
+            Some(body.as_bytes()),
+        )
+    };
+    let refused = produce("alice", "pay-secret", "no\n");
+    assert!(
+        !refused.status.success(),
+        "the deny did not outlive the restart"
+    );
+    let written = produce("alice", "pay-eu", "eu-again\n");
+    assert!(written.status.success(), "{}", stderr(&written));
+}
+
+#[test]
+fn confluent_kafkas_admin_acl_api_and_clients_follow_the_acls() {
+    let broker = broker(true);
+    let out = run_python("acl_check.py", &[&broker.bootstrap()], SCRIPT_DEADLINE);
+    for wanted in [
+        "acl: created 3",
+        "acl: refused binding INVALID_REQUEST",
+        "acl: described 3 by principal, 2 by match",
+        "acl: carol read 20",
+        "acl: carol audit-secret TOPIC_AUTHORIZATION_FAILED",
+        "acl: carol group others GROUP_AUTHORIZATION_FAILED",
+        "acl: alice produce TOPIC_AUTHORIZATION_FAILED",
+        "acl: after delete carol",
+    ] {
+        assert!(
+            out.contains(wanted),
+            "{wanted:?} not in {out}\n{}",
+            broker.log()
+        );
+    }
+}
+
+#[test]
+fn without_an_authorizer_the_acl_apis_answer_security_disabled() {
+    let broker = broker(false);
+    let dir = tempfile::tempdir().unwrap();
+    let refused = strom_as(&broker, dir.path(), "alice", &["acl", "list"]);
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("SECURITY_DISABLED"),
+        "{}",
+        stderr(&refused)
+    );
+    let refused = strom_as(
+        &broker,
+        dir.path(),
+        "alice",
+        &[
+            "acl",
+            "add",
+            "--allow-principal",
+            "User:bob",
+            "--operation",
+            "Read",
+            "--topic",
+            "t",
+        ],
+    );
+    assert!(
+        stderr(&refused).contains("SECURITY_DISABLED"),
+        "{}",
+        stderr(&refused)
+    );
+    // Everyone may do everything.
+    let written = kcat(
+        &broker,
+        "bob",
+        &["-P", "-t", "open", "-p", "0"],
+        Some(b"x\n"),
+    );
+    assert!(written.status.success(), "{}", stderr(&written));
+}
