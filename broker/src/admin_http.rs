@@ -579,6 +579,9 @@ fn total(snapshots: &[ShardSnapshot]) -> ShardSnapshot {
         all.tls_handshakes_failed += s.tls_handshakes_failed;
         all.authentications += s.authentications;
         all.authentications_failed += s.authentications_failed;
+        for (sum, d) in all.denials.iter_mut().zip(s.denials) {
+            *sum += d;
+        }
         all.storage.add(&s.storage);
         all.txn_ends.add(&s.txn_ends);
         for stage in &s.stages {
@@ -1058,6 +1061,17 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
         e.family(name, kind, help);
         for (shard, s) in &rows {
             e.sample(name, &[("shard", shard)], value(s));
+        }
+    }
+    let name = "strom_authorization_denials_total";
+    e.family(
+        name,
+        "counter",
+        "Requests (or topics, groups, keys of one) the authorizer refused, by resource type.",
+    );
+    for (shard, s) in &rows {
+        for (resource, count) in crate::metrics::DENIAL_RESOURCES.iter().zip(s.denials) {
+            e.sample(name, &[("shard", shard), ("resource", resource)], count);
         }
     }
     render_transactions(&mut e, snapshots, &rows);

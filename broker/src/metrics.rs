@@ -81,6 +81,8 @@ struct Probe {
     tls_handshakes_failed: Cell<u64>,
     authentications: Cell<u64>,
     authentications_failed: Cell<u64>,
+    /// Authorization denials by resource type ([`DENIAL_RESOURCES`]).
+    denials: [Cell<u64>; 4],
     /// (destination broker, api key) -> forwarded requests (load-balancer
     /// mode). Allocates the first time a pair is seen.
     forwarded: RefCell<BTreeMap<(i32, i16), ForwardSnapshot>>,
@@ -115,6 +117,7 @@ impl Probe {
             tls_handshakes_failed: Cell::new(0),
             authentications: Cell::new(0),
             authentications_failed: Cell::new(0),
+            denials: Default::default(),
             forwarded: RefCell::new(BTreeMap::new()),
             txn_committed: Cell::new(0),
             txn_aborted: Cell::new(0),
@@ -165,6 +168,22 @@ pub fn record_authentication(ok: bool) {
             1,
         )
     });
+}
+
+/// The resource types authorization denials are counted by, as labelled.
+pub const DENIAL_RESOURCES: [&str; 4] = ["topic", "group", "cluster", "transactional_id"];
+
+/// Counts a request (or a part of one) the authorizer refused on a
+/// resource of Kafka's type `resource_type`.
+pub fn record_denial(resource_type: i8) {
+    use crate::authorizer::resource;
+    let index = match resource_type {
+        resource::TOPIC => 0,
+        resource::GROUP => 1,
+        resource::CLUSTER => 2,
+        _ => 3,
+    };
+    PROBE.with(|p| bump(&p.denials[index], 1));
 }
 
 /// Counts a connection the broker closed for idling (`idle`) or for a
@@ -461,6 +480,9 @@ pub struct ShardSnapshot {
     pub authentications: u64,
     #[serde(default)]
     pub authentications_failed: u64,
+    /// Authorization denials by resource type ([`DENIAL_RESOURCES`]).
+    #[serde(default)]
+    pub denials: [u64; 4],
     /// Offsets and size of each partition the shard owns.
     #[serde(default)]
     pub partition_logs: Vec<PartitionLogSnapshot>,
@@ -689,6 +711,7 @@ pub struct CoreCounters {
     pub tls_handshakes_failed: u64,
     pub authentications: u64,
     pub authentications_failed: u64,
+    pub denials: [u64; 4],
     pub forwarded: Vec<ForwardSnapshot>,
     pub txn_ends: TxnEndsSnapshot,
 }
@@ -723,6 +746,7 @@ pub fn core_counters() -> CoreCounters {
         tls_handshakes_failed: p.tls_handshakes_failed.get(),
         authentications: p.authentications.get(),
         authentications_failed: p.authentications_failed.get(),
+        denials: std::array::from_fn(|i| p.denials[i].get()),
         forwarded: p.forwarded.borrow().values().cloned().collect(),
         txn_ends: TxnEndsSnapshot {
             committed: p.txn_committed.get(),

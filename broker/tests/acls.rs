@@ -11,6 +11,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
+use common::admin::Admin;
 use common::{free_port, run, run_python, Broker};
 
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -22,7 +23,14 @@ const JAAS: &str = "org.apache.kafka.common.security.plain.PlainLoginModule requ
 /// A broker serving SASL_PLAINTEXT with PLAIN, with the authorizer on
 /// (`authorizer`) and `User:admin` its super user.
 fn broker(authorizer: bool) -> Broker {
+    broker_and_admin(authorizer).0
+}
+
+/// The same and its admin listener.
+fn broker_and_admin(authorizer: bool) -> (Broker, Admin) {
     let port = free_port();
+    let admin = Admin { port: free_port() };
+    let admin_address = admin.address();
     let mut settings = vec![
         format!("listeners=SASL_PLAINTEXT://127.0.0.1:{port}"),
         "listener.name.sasl_plaintext.sasl.enabled.mechanisms=PLAIN".to_string(),
@@ -35,13 +43,27 @@ fn broker(authorizer: bool) -> Broker {
         );
         settings.push("super.users=User:admin".to_string());
     }
-    let mut args = Vec::new();
+    let mut args = vec!["--admin-listen", admin_address.as_str()];
     for setting in &settings {
         args.push("--set");
         args.push(setting.as_str());
     }
     let dir = tempfile::tempdir().unwrap().keep();
-    Broker::start_at(&dir.join("data"), &dir.join("strom.log"), port, &args)
+    let broker = Broker::start_at(&dir.join("data"), &dir.join("strom.log"), port, &args);
+    (broker, admin)
+}
+
+/// `strom_authorization_denials_total` of `resource`, over the cores.
+fn denials(admin: &Admin, resource: &str) -> f64 {
+    let (_, body) = admin.get("/metrics");
+    body.lines()
+        .filter(|l| {
+            l.starts_with("strom_authorization_denials_total{")
+                && l.contains(&format!("resource=\"{resource}\""))
+                && !l.contains("shard=\"all\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 /// kcat as `user`.
@@ -100,7 +122,7 @@ fn ok(broker: &Broker, dir: &std::path::Path, user: &str, args: &[&str]) -> Stri
 
 #[test]
 fn acls_decide_what_each_principal_may_do_and_outlive_a_restart() {
-    let mut broker = broker(true);
+    let (mut broker, admin) = broker_and_admin(true);
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
     for topic in ["orders", "pay-eu", "pay-secret", "hidden"] {
@@ -254,6 +276,13 @@ fn acls_decide_what_each_principal_may_do_and_outlive_a_restart() {
         "{}",
         stderr(&refused)
     );
+    // Each refusal counted by its resource type.
+    for resource in ["topic", "group", "cluster"] {
+        assert!(
+            denials(&admin, resource) >= 1.0,
+            "no {resource} denial counted"
+        );
+    }
     add(&[
         "--allow-principal",
         "User:carol",

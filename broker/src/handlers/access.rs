@@ -732,6 +732,25 @@ impl Denied {
             && !self.filter_groups
     }
 
+    /// Counts each refused topic, group and coordinator key.
+    pub fn count(&self) {
+        for _ in &self.topics {
+            crate::metrics::record_denial(resource::TOPIC);
+        }
+        for _ in &self.groups {
+            crate::metrics::record_denial(resource::GROUP);
+        }
+        for (_, code) in &self.keys {
+            crate::metrics::record_denial(
+                if *code == errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED {
+                    resource::TRANSACTIONAL_ID
+                } else {
+                    resource::GROUP
+                },
+            );
+        }
+    }
+
     fn topic_code() -> i16 {
         errors::TOPIC_AUTHORIZATION_FAILED
     }

@@ -357,6 +357,7 @@ pub async fn handle(
         match access.check(api_key, body) {
             access::Checked::Serve(allowed, denied) => {
                 body = allowed;
+                denied.count();
                 checked = Some((access, denied));
             }
             access::Checked::Deny(answer) => {
@@ -368,6 +369,7 @@ pub async fn handle(
                 return Ok(Some(encode_refusal(&out, *answer)?));
             }
             access::Checked::Close(why) => {
+                metrics::record_denial(crate::authorizer::resource::CLUSTER);
                 tracing::warn!(reason = %why, "closing connection: not authorized");
                 return Err(ConnectionError::NotAuthorized(why));
             }
@@ -394,26 +396,38 @@ fn encode_refusal(
     answer: kafka_protocol::messages::ResponseKind,
 ) -> Result<Encoded, ConnectionError> {
     use kafka_protocol::messages::ResponseKind as K;
+    /// Counts the refusal by the resource its first authorization code
+    /// names, then encodes it.
+    macro_rules! refused {
+        ($response:expr) => {{
+            let response = $response;
+            count_denial(&response, out.version);
+            out.encode(&response)
+        }};
+    }
     let encoded = match answer {
-        K::Produce(r) => out.encode(&r),
-        K::Fetch(r) => out.encode_fetch(&r),
-        K::JoinGroup(r) => out.encode(&r),
-        K::SyncGroup(r) => out.encode(&r),
-        K::Heartbeat(r) => out.encode(&r),
-        K::LeaveGroup(r) => out.encode(&r),
-        K::OffsetCommit(r) => out.encode(&r),
-        K::OffsetFetch(r) => out.encode(&r),
-        K::FindCoordinator(r) => out.encode(&r),
-        K::InitProducerId(r) => out.encode(&r),
-        K::AddOffsetsToTxn(r) => out.encode(&r),
-        K::EndTxn(r) => out.encode(&r),
-        K::AddPartitionsToTxn(r) => out.encode(&r),
-        K::TxnOffsetCommit(r) => out.encode(&r),
-        K::CreateAcls(r) => out.encode(&r),
-        K::DeleteAcls(r) => out.encode(&r),
-        K::DescribeAcls(r) => out.encode(&r),
-        K::AlterUserScramCredentials(r) => out.encode(&r),
-        K::DescribeUserScramCredentials(r) => out.encode(&r),
+        K::Produce(r) => refused!(r),
+        K::Fetch(r) => {
+            count_denial(&r, out.version);
+            out.encode_fetch(&r)
+        }
+        K::JoinGroup(r) => refused!(r),
+        K::SyncGroup(r) => refused!(r),
+        K::Heartbeat(r) => refused!(r),
+        K::LeaveGroup(r) => refused!(r),
+        K::OffsetCommit(r) => refused!(r),
+        K::OffsetFetch(r) => refused!(r),
+        K::FindCoordinator(r) => refused!(r),
+        K::InitProducerId(r) => refused!(r),
+        K::AddOffsetsToTxn(r) => refused!(r),
+        K::EndTxn(r) => refused!(r),
+        K::AddPartitionsToTxn(r) => refused!(r),
+        K::TxnOffsetCommit(r) => refused!(r),
+        K::CreateAcls(r) => refused!(r),
+        K::DeleteAcls(r) => refused!(r),
+        K::DescribeAcls(r) => refused!(r),
+        K::AlterUserScramCredentials(r) => refused!(r),
+        K::DescribeUserScramCredentials(r) => refused!(r),
         other => {
             return Err(ConnectionError::NotAuthorized(format!(
                 "no refusal answer for {other:?}"
@@ -421,6 +435,26 @@ fn encode_refusal(
         }
     };
     Ok(encoded?)
+}
+
+/// Counts one denial, by the resource type of the response's first
+/// authorization error code.
+fn count_denial(response: &impl ErrorCodes, version: i16) {
+    use crate::authorizer::resource;
+    use crate::errors;
+    let mut kind = None;
+    response.each_error_code(version, &mut |code| {
+        kind = kind.or(match code {
+            errors::TOPIC_AUTHORIZATION_FAILED => Some(resource::TOPIC),
+            errors::GROUP_AUTHORIZATION_FAILED => Some(resource::GROUP),
+            errors::CLUSTER_AUTHORIZATION_FAILED => Some(resource::CLUSTER),
+            errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED => Some(resource::TRANSACTIONAL_ID),
+            _ => None,
+        });
+    });
+    if let Some(kind) = kind {
+        metrics::record_denial(kind);
+    }
 }
 
 /// In a cluster, a metadata change sent to a broker that is not the
