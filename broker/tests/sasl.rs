@@ -720,3 +720,94 @@ fn sasl_ssl_clients_authenticate_with_scram() {
         ("SCRAM-SHA-256", "bob", "bob-scram"),
     );
 }
+
+/// 1,000 connections that handshake (SaslHandshake PLAIN) and never
+/// authenticate cost the broker little memory, and a client that does
+/// authenticate is served meanwhile; once they close, the broker is as
+/// before.
+#[test]
+fn a_thousand_connections_that_never_authenticate_hold_little_memory() {
+    use kafka_protocol::messages::{ApiKey, SaslHandshakeRequest, SaslHandshakeResponse};
+    use kafka_protocol::protocol::StrBytes;
+
+    const CONNECTIONS: usize = 1_000;
+    /// What the stalled connections may add to the broker's resident
+    /// memory, all together (64 KiB each at most).
+    const GROWTH_MAX: u64 = 64 << 20;
+    raise_open_files(CONNECTIONS as u64 + 256);
+    let certificates = Certificates::make();
+    let (broker, _admin) = sasl_broker("SASL_PLAINTEXT", &certificates);
+    let pid = broker.pid();
+    let before = common::hostile::rss_bytes(pid).unwrap();
+    let mut stalled = Vec::with_capacity(CONNECTIONS);
+    for i in 0..CONNECTIONS {
+        let mut stream = common::raw::connect(&broker);
+        let handshake =
+            SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN"));
+        let answer: SaslHandshakeResponse = common::raw::call(
+            &mut stream,
+            ApiKey::SaslHandshake,
+            1,
+            i as i32,
+            "stalled",
+            &handshake,
+        );
+        assert_eq!(answer.error_code, 0, "connection {i}");
+        stalled.push(stream);
+    }
+    let during = common::hostile::rss_bytes(pid).unwrap();
+    assert!(
+        during.saturating_sub(before) < GROWTH_MAX,
+        "{CONNECTIONS} stalled connections grew the broker from {before} to {during} bytes"
+    );
+    // A client that authenticates is served while they wait.
+    let listed = kcat(
+        &broker,
+        "SASL_PLAINTEXT",
+        &certificates,
+        &["-L", "-m", "10"],
+        "alice",
+        "alice-secret",
+    );
+    assert!(listed.status.success(), "{}", stderr_of(&listed));
+    drop(stalled);
+    let listed = kcat(
+        &broker,
+        "SASL_PLAINTEXT",
+        &certificates,
+        &["-L", "-m", "10"],
+        "alice",
+        "alice-secret",
+    );
+    assert!(listed.status.success(), "{}", stderr_of(&listed));
+    println!(
+        "{CONNECTIONS} stalled connections: broker RSS {} MiB before, {} MiB during",
+        before >> 20,
+        during >> 20
+    );
+}
+
+fn stderr_of(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Raises this process's open-file limit to `wanted` (or its hard limit).
+fn raise_open_files(wanted: u64) {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit with a valid pointer to our struct.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
+        if limit.rlim_cur < wanted {
+            limit.rlim_cur = wanted.min(limit.rlim_max);
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
+        }
+    }
+    assert!(
+        limit.rlim_cur >= wanted,
+        "the open-file limit {} is below the {wanted} this test needs",
+        limit.rlim_cur
+    );
+}
