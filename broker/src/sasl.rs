@@ -52,6 +52,10 @@ pub struct SaslConfig {
     pub mechanisms: Vec<String>,
     /// PLAIN's users: name → password.
     plain_users: BTreeMap<String, String>,
+    /// `connections.max.reauth.ms` (KIP-368): how long an authentication
+    /// holds before the client must authenticate again on its connection
+    /// (0: for the connection's life).
+    pub reauth_ms: u64,
 }
 
 impl std::fmt::Debug for SaslConfig {
@@ -59,6 +63,7 @@ impl std::fmt::Debug for SaslConfig {
         f.debug_struct("SaslConfig")
             .field("mechanisms", &self.mechanisms)
             .field("plain_users", &self.plain_users.keys().collect::<Vec<_>>())
+            .field("reauth_ms", &self.reauth_ms)
             .finish()
     }
 }
@@ -69,7 +74,17 @@ impl SaslConfig {
     pub fn new(
         mechanisms: Option<&str>,
         plain_jaas: Option<&str>,
+        reauth_ms: Option<&str>,
     ) -> Result<SaslConfig, (&'static str, String)> {
+        let reauth_ms = match reauth_ms {
+            None => 0,
+            Some(ms) => ms.trim().parse::<u64>().map_err(|_| {
+                (
+                    "connections.max.reauth.ms",
+                    format!("{ms:?} is not a count of milliseconds (0: never)"),
+                )
+            })?,
+        };
         let Some(mechanisms) = mechanisms else {
             return Err((
                 "sasl.enabled.mechanisms",
@@ -120,6 +135,7 @@ impl SaslConfig {
         Ok(SaslConfig {
             mechanisms: enabled,
             plain_users,
+            reauth_ms,
         })
     }
 
@@ -221,8 +237,31 @@ pub enum SaslState {
     /// A SCRAM exchange answered the client's first message: its final
     /// one comes next.
     Scram(Box<ServerExchange>),
-    /// Authenticated as this principal (`User:name`).
-    Authenticated(String),
+    /// Authenticated as this principal (`User:name`), until `expires`
+    /// (`connections.max.reauth.ms`) when the client must authenticate
+    /// again (KIP-368).
+    Authenticated {
+        principal: String,
+        expires: Option<std::time::Instant>,
+    },
+    /// Authenticated as `principal` and authenticating again: `next` is
+    /// where the new authentication stands (Handshaken or Scram); it must
+    /// end with the same principal.
+    Reauthenticating {
+        principal: String,
+        next: Box<SaslState>,
+    },
+}
+
+impl SaslState {
+    /// The principal a connection authenticated as, if it did.
+    pub fn principal(&self) -> Option<&str> {
+        match self {
+            SaslState::Authenticated { principal, .. }
+            | SaslState::Reauthenticating { principal, .. } => Some(principal),
+            _ => None,
+        }
+    }
 }
 
 /// Looks up a user's SCRAM credential for a mechanism.
@@ -250,8 +289,61 @@ pub fn step(
     frame: &Bytes,
     credentials: ScramCredentials<'_>,
 ) -> Step {
-    if matches!(state, SaslState::Authenticated(_)) {
-        return Step::Serve;
+    let is = |key: ApiKey| frame.len() >= 2 && frame[..2] == (key as i16).to_be_bytes();
+    match state {
+        SaslState::Authenticated { principal, expires } => {
+            if is(ApiKey::SaslHandshake) {
+                // KIP-368: authenticating again, as the same principal.
+                let principal = principal.clone();
+                let mut next = SaslState::Start;
+                let step = step(config, &mut next, frame, credentials);
+                if matches!(next, SaslState::Handshaken(_)) {
+                    *state = SaslState::Reauthenticating {
+                        principal,
+                        next: Box::new(next),
+                    };
+                }
+                return step;
+            }
+            if expires.is_some_and(|at| std::time::Instant::now() >= at) {
+                return Step::Close(format!(
+                    "the session of {principal} expired (connections.max.reauth.ms {} ms) and \
+                     the client did not authenticate again",
+                    config.reauth_ms
+                ));
+            }
+            return Step::Serve;
+        }
+        SaslState::Reauthenticating { principal, next } => {
+            if !is(ApiKey::SaslAuthenticate) {
+                return Step::Close(format!(
+                    "a request other than SaslAuthenticate while {principal} authenticates again"
+                ));
+            }
+            let principal = principal.clone();
+            let mut inner = std::mem::replace(next.as_mut(), SaslState::Start);
+            let step = step(config, &mut inner, frame, credentials);
+            *state = match inner {
+                SaslState::Authenticated {
+                    principal: again,
+                    expires,
+                } => {
+                    if again != principal {
+                        return Step::Close(format!(
+                            "{principal} authenticated again as another principal, {again}"
+                        ));
+                    }
+                    tracing::debug!(%principal, "authenticated again");
+                    SaslState::Authenticated { principal, expires }
+                }
+                other => SaslState::Reauthenticating {
+                    principal,
+                    next: Box::new(other),
+                },
+            };
+            return step;
+        }
+        _ => {}
     }
     if frame.len() >= 2 && frame[..2] == (ApiKey::ApiVersions as i16).to_be_bytes() {
         return Step::Serve;
@@ -335,11 +427,16 @@ pub fn step(
                     Bytes::new(),
                 ),
             };
+            // KIP-368: from v1 the client learns when to authenticate again.
+            let lifetime = match &outcome {
+                Ok((SaslState::Authenticated { .. }, _)) => config.reauth_ms as i64,
+                _ => 0,
+            };
             let response = SaslAuthenticateResponse::default()
                 .with_error_code(code)
                 .with_error_message(message)
                 .with_auth_bytes(reply)
-                .with_session_lifetime_ms(0);
+                .with_session_lifetime_ms(lifetime);
             let Some(answer) = encode(id, version, &response, key, code) else {
                 return Step::Close("cannot encode SaslAuthenticate's answer".to_string());
             };
@@ -392,7 +489,7 @@ fn authenticate_step(
     match state {
         SaslState::Handshaken(mechanism) if mechanism == "PLAIN" => {
             let principal = plain(config, bytes)?;
-            Ok((SaslState::Authenticated(principal), Bytes::new()))
+            Ok((authenticated(config, principal), Bytes::new()))
         }
         SaslState::Handshaken(name) => {
             let Some(mechanism) = Mechanism::from_name(&name) else {
@@ -405,12 +502,19 @@ fn authenticate_step(
         SaslState::Scram(exchange) => {
             let principal = format!("User:{}", exchange.user());
             let reply = exchange.finish(bytes)?;
-            Ok((SaslState::Authenticated(principal), Bytes::from(reply)))
+            Ok((authenticated(config, principal), Bytes::from(reply)))
         }
-        SaslState::Start | SaslState::Authenticated(_) => {
+        SaslState::Start | SaslState::Authenticated { .. } | SaslState::Reauthenticating { .. } => {
             Err("SaslAuthenticate out of order".to_string())
         }
     }
+}
+
+/// Authenticated as `principal`, until `connections.max.reauth.ms` from now.
+fn authenticated(config: &SaslConfig, principal: String) -> SaslState {
+    let expires = (config.reauth_ms > 0)
+        .then(|| std::time::Instant::now() + std::time::Duration::from_millis(config.reauth_ms));
+    SaslState::Authenticated { principal, expires }
 }
 
 /// PLAIN's message: `authzid NUL authcid NUL password`; the principal, or
@@ -492,17 +596,17 @@ mod tests {
 
     #[test]
     fn mechanisms_not_served_are_refused_naming_the_setting() {
-        assert!(SaslConfig::new(Some("PLAIN"), Some(JAAS)).is_ok());
+        assert!(SaslConfig::new(Some("PLAIN"), Some(JAAS), None).is_ok());
         assert_eq!(
-            SaslConfig::new(None, Some(JAAS)).unwrap_err().0,
+            SaslConfig::new(None, Some(JAAS), None).unwrap_err().0,
             "sasl.enabled.mechanisms"
         );
-        let scram = SaslConfig::new(Some("scram-sha-512,SCRAM-SHA-256"), None).unwrap();
+        let scram = SaslConfig::new(Some("scram-sha-512,SCRAM-SHA-256"), None, None).unwrap();
         assert_eq!(scram.mechanisms, ["SCRAM-SHA-512", "SCRAM-SHA-256"]);
-        let oauth = SaslConfig::new(Some("OAUTHBEARER"), Some(JAAS)).unwrap_err();
+        let oauth = SaslConfig::new(Some("OAUTHBEARER"), Some(JAAS), None).unwrap_err();
         assert!(oauth.1.contains("not served yet"), "{oauth:?}");
-        assert!(SaslConfig::new(Some("PLAIN"), None).is_err());
-        assert!(SaslConfig::new(Some("MAGIC"), Some(JAAS))
+        assert!(SaslConfig::new(Some("PLAIN"), None, None).is_err());
+        assert!(SaslConfig::new(Some("MAGIC"), Some(JAAS), None)
             .unwrap_err()
             .1
             .contains("no SASL mechanism"));
@@ -510,7 +614,7 @@ mod tests {
 
     #[test]
     fn plain_takes_the_right_password_only() {
-        let config = SaslConfig::new(Some("PLAIN"), Some(JAAS)).unwrap();
+        let config = SaslConfig::new(Some("PLAIN"), Some(JAAS), None).unwrap();
         assert_eq!(
             plain(&config, b"\0alice\0alice-secret"),
             Ok("User:alice".to_string())

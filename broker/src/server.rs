@@ -203,8 +203,7 @@ where
         if !responses_allow_reading(&shard, &connection).await {
             break;
         }
-        let unauthenticated =
-            sasl.is_some() && !matches!(sasl_state, crate::sasl::SaslState::Authenticated(_));
+        let unauthenticated = sasl.is_some() && sasl_state.principal().is_none();
         let frame_limits = if unauthenticated {
             &FrameLimits {
                 frame_bytes_max: UNAUTHENTICATED_FRAME_BYTES_MAX,
@@ -252,7 +251,7 @@ where
                     Step::AnswerAndClose(answer, why) => (Some(answer), Some(why)),
                     Step::Close(why) => (None, Some(why)),
                 };
-            if let crate::sasl::SaslState::Authenticated(principal) = &sasl_state {
+            if let crate::sasl::SaslState::Authenticated { principal, .. } = &sasl_state {
                 if answer.is_some() {
                     crate::metrics::record_authentication(true);
                     tracing::debug!(peer = %connection.peer, %principal, "authenticated");

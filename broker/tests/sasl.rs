@@ -811,3 +811,163 @@ fn raise_open_files(wanted: u64) {
         limit.rlim_cur
     );
 }
+
+/// KIP-368: with `connections.max.reauth.ms` a session lasts that long
+/// (SaslAuthenticate tells the client); confluent-kafka authenticates
+/// again on its connections and loses nothing, a client that does not is
+/// closed at its next request, and authenticating again as another
+/// principal closes the connection.
+#[test]
+fn sessions_expire_unless_the_client_authenticates_again() {
+    use kafka_protocol::messages::{
+        ApiKey, MetadataRequest, MetadataResponse, SaslAuthenticateRequest,
+        SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    use std::io::{Read, Write};
+
+    const REAUTH_MS: u64 = 2_000;
+    let port = free_port();
+    let admin = Admin { port: free_port() };
+    let settings = [
+        format!("listeners=SASL_PLAINTEXT://127.0.0.1:{port}"),
+        "listener.name.sasl_plaintext.sasl.enabled.mechanisms=PLAIN".to_string(),
+        format!("listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}"),
+        format!("connections.max.reauth.ms={REAUTH_MS}"),
+    ];
+    let admin_address = admin.address();
+    let mut args = vec!["--admin-listen", admin_address.as_str()];
+    for setting in &settings {
+        args.extend(["--set", setting.as_str()]);
+    }
+    let dir = tempfile::tempdir().unwrap().keep();
+    let broker = Broker::start_at(&dir.join("data"), &dir.join("strom.log"), port, &args);
+
+    let authenticate = |stream: &mut std::net::TcpStream, user: &str, password: &str, id: i32| {
+        let handshake: SaslHandshakeResponse = common::raw::call(
+            stream,
+            ApiKey::SaslHandshake,
+            1,
+            id,
+            "raw",
+            &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN")),
+        );
+        assert_eq!(handshake.error_code, 0);
+        let message = format!("\0{user}\0{password}");
+        let answer: SaslAuthenticateResponse = common::raw::call(
+            stream,
+            ApiKey::SaslAuthenticate,
+            2,
+            id + 1,
+            "raw",
+            &SaslAuthenticateRequest::default().with_auth_bytes(message.into_bytes().into()),
+        );
+        answer
+    };
+    let closed = |stream: &mut std::net::TcpStream| {
+        let mut byte = [0u8; 1];
+        match stream.read(&mut byte) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(error) => !matches!(
+                error.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+        }
+    };
+
+    // The session's lifetime is told, and a request after it closes.
+    let mut stream = common::raw::connect(&broker);
+    let answer = authenticate(&mut stream, "alice", "alice-secret", 1);
+    assert_eq!(answer.error_code, 0);
+    assert_eq!(answer.session_lifetime_ms, REAUTH_MS as i64);
+    let metadata: MetadataResponse = common::raw::call(
+        &mut stream,
+        ApiKey::Metadata,
+        12,
+        3,
+        "raw",
+        &MetadataRequest::default().with_topics(Some(Vec::new())),
+    );
+    assert!(!metadata.brokers.is_empty());
+    std::thread::sleep(Duration::from_millis(REAUTH_MS + 500));
+    stream
+        .write_all(&common::raw::frame(
+            ApiKey::Metadata,
+            12,
+            4,
+            "raw",
+            &MetadataRequest::default().with_topics(Some(Vec::new())),
+        ))
+        .unwrap();
+    assert!(closed(&mut stream), "an expired session was served");
+    let logged = poll_until(DEADLINE, || broker.log().contains("expired").then_some(()));
+    assert!(logged.is_some(), "{}", broker.log());
+
+    // Authenticating again before it expires keeps the connection; as
+    // another principal closes it.
+    let mut stream = common::raw::connect(&broker);
+    assert_eq!(
+        authenticate(&mut stream, "alice", "alice-secret", 1).error_code,
+        0
+    );
+    let again = authenticate(&mut stream, "alice", "alice-secret", 3);
+    assert_eq!(again.error_code, 0);
+    assert_eq!(again.session_lifetime_ms, REAUTH_MS as i64);
+    let mut other = common::raw::connect(&broker);
+    assert_eq!(
+        authenticate(&mut other, "alice", "alice-secret", 1).error_code,
+        0
+    );
+    other
+        .write_all(&common::raw::frame(
+            ApiKey::SaslHandshake,
+            1,
+            3,
+            "raw",
+            &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN")),
+        ))
+        .unwrap();
+    let _: SaslHandshakeResponse = common::raw::read_response(&mut other, 1, 3);
+    other
+        .write_all(&common::raw::frame(
+            ApiKey::SaslAuthenticate,
+            2,
+            4,
+            "raw",
+            &SaslAuthenticateRequest::default()
+                .with_auth_bytes(b"\0admin\0admin-secret".to_vec().into()),
+        ))
+        .unwrap();
+    assert!(closed(&mut other), "a session changed its principal");
+
+    // confluent-kafka authenticates again on its own and loses nothing.
+    let before = metric(&admin, "strom_authentications_total");
+    let out = run_python(
+        "sasl_check.py",
+        &[
+            "reauth",
+            &broker.bootstrap(),
+            "SASL_PLAINTEXT",
+            "PLAIN",
+            "alice",
+            "alice-secret",
+        ],
+        SCRIPT_DEADLINE,
+    );
+    assert!(out.contains("reauth: ok"), "{out}\n{}", broker.log());
+    let authentications = metric(&admin, "strom_authentications_total") - before;
+    // Each client connection authenticated once and again every 2 s of
+    // the 7 it produced.
+    assert!(
+        authentications >= 6.0,
+        "only {authentications} authentications: the client did not authenticate again"
+    );
+    // ... on its open connections: none of them expired (the one expiry
+    // logged is the raw client's).
+    let expired = broker
+        .log()
+        .matches("expired (connections.max.reauth.ms")
+        .count();
+    assert_eq!(expired, 1, "{}", broker.log());
+}

@@ -31,6 +31,11 @@ pub fn broker_value(config: &BrokerConfig, key: &str) -> Option<String> {
             .map(|(name, protocol)| format!("{name}:{protocol}"))
             .collect::<Vec<_>>()
             .join(","),
+        "connections.max.reauth.ms" => config
+            .client_sasl
+            .as_ref()
+            .map_or(0, |sasl| sasl.reauth_ms)
+            .to_string(),
         "sasl.enabled.mechanisms" => config
             .client_sasl
             .as_ref()

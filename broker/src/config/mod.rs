@@ -465,7 +465,10 @@ fn is_ssl_key(key: &str) -> bool {
 }
 
 fn is_sasl_key(key: &str) -> bool {
-    matches!(key, "sasl.enabled.mechanisms" | "plain.sasl.jaas.config")
+    matches!(
+        key,
+        "sasl.enabled.mechanisms" | "plain.sasl.jaas.config" | "connections.max.reauth.ms"
+    )
 }
 
 fn parse_value<T: std::str::FromStr>(
@@ -686,7 +689,7 @@ impl Builder {
                 self.security_protocol_map = parse_security_protocol_map(value)
                     .map_err(|reason| invalid(key, value, source, reason))?;
             }
-            "sasl.enabled.mechanisms" => {
+            "sasl.enabled.mechanisms" | "connections.max.reauth.ms" => {
                 self.sasl_settings
                     .push((None, key.to_string(), value.trim().to_string()));
             }
@@ -1302,6 +1305,7 @@ impl Builder {
         crate::sasl::SaslConfig::new(
             find("sasl.enabled.mechanisms"),
             find("plain.sasl.jaas.config"),
+            find("connections.max.reauth.ms"),
         )
         .map(|config| Some(std::sync::Arc::new(config)))
         .map_err(|(key, why)| {
@@ -1311,7 +1315,7 @@ impl Builder {
                 if key.ends_with("jaas.config") {
                     "(hidden)"
                 } else {
-                    find("sasl.enabled.mechanisms").unwrap_or("")
+                    find(&key).or(find("sasl.enabled.mechanisms")).unwrap_or("")
                 },
                 &self.origin_of(&[key.as_str()]),
                 format!("the {protocol} listener {}: {why}", client.name),

@@ -221,6 +221,12 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         meaning: "`HOST:PORT` at which the other brokers reach this one's client listener (never through the balancer). Registered in load-balancer mode instead of the advertised address; set it when the listener is on 0.0.0.0 and brokers run on different hosts.",
     },
     Setting {
+        keys: &["connections.max.reauth.ms"],
+        flag: None,
+        default: Default::Value("0"),
+        meaning: "KIP-368: how long a SASL authentication holds, in milliseconds (0: for the connection's life). SaslAuthenticate tells the client; a client that does not authenticate again on its connection before then (librdkafka from 2.2 and the Java client do) is closed at its next request, and authenticating again as another principal closes the connection. May be given per listener as `listener.name.<name>.connections.max.reauth.ms`.",
+    },
+    Setting {
         keys: &["authorizer.class.name"],
         flag: None,
         default: Default::Described("none (every client may do everything)"),

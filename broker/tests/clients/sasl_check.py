@@ -16,7 +16,14 @@ credentials: sets user `dave`'s for both mechanisms, describes them,
 is refused too few iterations and the deletion of a credential dave does
 not have, deletes dave's SCRAM-SHA-256 one, then authenticates as dave
 with SCRAM-SHA-512 and round-trips records. Prints `scram-admin: ...`
-lines."""
+lines.
+
+    sasl_check.py reauth BOOTSTRAP PROTOCOL MECHANISM USER PASSWORD [CA_PEM]
+
+confluent-kafka produces for 7 seconds against a broker whose sessions
+expire every few seconds (connections.max.reauth.ms), authenticating
+again on its connections, then reads every record back. Prints
+`reauth: ok N`."""
 
 import sys
 import time
@@ -164,7 +171,45 @@ def scram_admin(bootstrap, protocol, mechanism, user, password, ca):
     confluent(bootstrap, protocol, "SCRAM-SHA-512", "dave", secret.decode(), ca)
 
 
+def reauth(bootstrap, protocol, mechanism, user, password, ca, seconds=7):
+    """A producer sending a record every 100 ms for `seconds`, across
+    several re-authentications, then a consumer group reading them all."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+
+    settings = confluent_settings(bootstrap, protocol, mechanism, user, password, ca)
+    topic = f"sasl-reauth-{mechanism.lower()}"
+    producer = Producer(dict(settings, **{"enable.idempotence": True}))
+    errors = []
+    sent = 0
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        producer.produce(topic, value=payload("reauth", sent), partition=0,
+                         on_delivery=lambda err, msg: err and errors.append(err))
+        sent += 1
+        producer.poll(0.1)
+    check(producer.flush(60) == 0 and not errors, f"reauth: delivery failed: {errors[:3]}")
+    consumer = Consumer(dict(settings, **{"group.id": f"reauth-{time.time_ns()}",
+                                          "auto.offset.reset": "earliest"}))
+    consumer.subscribe([topic])
+    read = 0
+    deadline = time.time() + 60
+    while read < sent:
+        check(time.time() < deadline, f"reauth: read {read} of {sent}")
+        msg = consumer.poll(1.0)
+        if msg is None:
+            continue
+        if msg.error():
+            raise KafkaException(msg.error())
+        check(msg.value() == payload("reauth", read), f"reauth: record {read} differs")
+        read += 1
+    consumer.close()
+    print(f"reauth: ok {read}", flush=True)
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "reauth":
+        reauth(*sys.argv[2:7], sys.argv[7] if len(sys.argv) == 8 else None)
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "scram-admin":
         if len(sys.argv) not in (7, 8):
             fail("usage: sasl_check.py scram-admin BOOTSTRAP PROTOCOL MECHANISM USER PASSWORD "
