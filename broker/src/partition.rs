@@ -1450,7 +1450,11 @@ impl Partition {
             aborted: Vec::new(),
             records,
         };
-        if fetch_offset < log_start_offset || fetch_offset > high_watermark {
+        // Past the log end is out of range; between the high watermark and
+        // the log end is not (as Kafka answers): a new leader's high
+        // watermark can trail the old leader's until its followers fetch,
+        // and a consumer at the old one must wait, not reset.
+        if fetch_offset < log_start_offset || fetch_offset > self.log_end_offset() {
             return answer(errors::OFFSET_OUT_OF_RANGE, Bytes::new());
         }
         let upper = if read_committed {
@@ -2224,6 +2228,17 @@ mod tests {
                 .await
                 .expect("durable");
             assert_eq!((p.log_end_offset(), p.high_watermark()), (6, 4));
+            // Between the high watermark and the log end: nothing yet, not
+            // out of range (a consumer waits there after a leader change).
+            let waiting = p.read(5, 1 << 20, false).await;
+            assert_eq!(
+                (waiting.error_code, waiting.records.len()),
+                (errors::NONE, 0)
+            );
+            assert_eq!(
+                p.read(7, 1 << 20, false).await.error_code,
+                errors::OFFSET_OUT_OF_RANGE
+            );
             assert_eq!(p.follow_log_start(2).await, Ok(2));
             assert_eq!(p.follow_log_start(1).await, Ok(2), "never back");
             assert_eq!(
