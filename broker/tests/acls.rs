@@ -111,13 +111,7 @@ fn strom_as(
 
 fn ok(broker: &Broker, dir: &std::path::Path, user: &str, args: &[&str]) -> String {
     let output = strom_as(broker, dir, user, args);
-    assert!(
-        output.status.success(),
-        "{user}: strom {args:?}: {}\n{}",
-        stderr(&output),
-        broker.log()
-    );
-    String::from_utf8(output.stdout).unwrap()
+    common::succeeded(output, &format!("{user}: strom {args:?}"), broker)
 }
 
 #[test]

@@ -387,13 +387,7 @@ fn the_tools_authenticate_with_a_command_config() {
         };
         let ok = |args: &[&str], stdin: Option<&[u8]>| {
             let output = strom_with(&broker, dir.path(), &properties, args, stdin);
-            assert!(
-                output.status.success(),
-                "{protocol}: strom {args:?}: {}\n{}",
-                String::from_utf8_lossy(&output.stderr),
-                broker.log()
-            );
-            String::from_utf8(output.stdout).unwrap()
+            common::succeeded(output, &format!("{protocol}: strom {args:?}"), &broker)
         };
         ok(
             &["topic", "create", "sasl-tools", "--partitions", "1"],
@@ -444,13 +438,7 @@ fn admin_properties(protocol: &str, certificates: &Certificates) -> String {
 /// `strom ARGS` with `properties`, which must succeed: its stdout.
 fn strom_ok(broker: &Broker, dir: &std::path::Path, properties: &str, args: &[&str]) -> String {
     let output = strom_with(broker, dir, properties, args, None);
-    assert!(
-        output.status.success(),
-        "strom {args:?}: {}\n{}",
-        String::from_utf8_lossy(&output.stderr),
-        broker.log()
-    );
-    String::from_utf8(output.stdout).unwrap()
+    common::succeeded(output, &format!("strom {args:?}"), broker)
 }
 
 /// SCRAM users set with `strom user scram` and with confluent-kafka's

@@ -336,13 +336,7 @@ fn the_tools_speak_tls_with_a_command_config() {
     );
     let ok = |args: &[&str], stdin: Option<&[u8]>| {
         let output = strom_tls(&broker, &certificates, &properties, args, stdin);
-        assert!(
-            output.status.success(),
-            "strom {args:?}: {}\n{}",
-            String::from_utf8_lossy(&output.stderr),
-            broker.log()
-        );
-        String::from_utf8(output.stdout).unwrap()
+        common::succeeded(output, &format!("strom {args:?}"), &broker)
     };
     ok(&["topic", "create", "tls-tools", "--partitions", "2"], None);
     assert!(ok(&["topic", "list"], None).contains("tls-tools"));

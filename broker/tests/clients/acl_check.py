@@ -16,7 +16,7 @@ her next read is refused. Prints one `acl: ...` line per check."""
 import sys
 import time
 
-from checks import check, fail
+from checks import check, fail, poll_messages
 
 RECORDS = 20
 
@@ -33,26 +33,16 @@ def payload(i):
 def consume(bootstrap, user, topic, group, wanted):
     """Reads `wanted` records of `topic` as `user` in `group`; the records,
     or the KafkaError that stopped it."""
-    from confluent_kafka import Consumer, KafkaError
+    from confluent_kafka import Consumer
 
     consumer = Consumer(dict(settings(bootstrap, user), **{
         "group.id": group, "auto.offset.reset": "earliest", "enable.partition.eof": True}))
     consumer.subscribe([topic])
-    read = []
-    deadline = time.time() + 30
     try:
-        while len(read) < wanted and time.time() < deadline:
-            msg = consumer.poll(1.0)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    continue
-                return msg.error()
-            read.append(msg.value())
+        read, error = poll_messages(consumer, wanted, 30)
     finally:
         consumer.close()
-    return read
+    return error or [m.value() for m in read]
 
 
 def main():

@@ -107,6 +107,26 @@ def read_to_end(bootstrap, topics, partitions, isolation, group_prefix, deadline
     return messages
 
 
+def poll_messages(consumer, wanted, deadline_s):
+    """Up to `wanted` messages of a subscribed confluent-kafka `consumer`
+    (partition ends skipped) within `deadline_s`, and the first error that
+    stopped it (None when none did)."""
+    from confluent_kafka import KafkaError
+
+    messages = []
+    deadline = time.time() + deadline_s
+    while len(messages) < wanted and time.time() < deadline:
+        msg = consumer.poll(1.0)
+        if msg is None:
+            continue
+        if msg.error():
+            if msg.error().code() == KafkaError._PARTITION_EOF:
+                continue
+            return messages, msg.error()
+        messages.append(msg)
+    return messages, None
+
+
 def kafka_python_round_trip(settings, topic, payload, records, group_prefix):
     """kafka-python with `settings` (its connection and security options):
     produces `records` values `payload(i)` to partition 0 of `topic` with

@@ -28,7 +28,7 @@ again on its connections, then reads every record back. Prints
 import sys
 import time
 
-from checks import check, fail, kafka_python_round_trip
+from checks import check, fail, kafka_python_round_trip, poll_messages
 
 RECORDS = 100
 
@@ -46,7 +46,7 @@ def confluent_settings(bootstrap, protocol, mechanism, user, password, ca):
 
 
 def confluent(bootstrap, protocol, mechanism, user, password, ca):
-    from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+    from confluent_kafka import Consumer, KafkaException, Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     settings = confluent_settings(bootstrap, protocol, mechanism, user, password, ca)
@@ -63,21 +63,13 @@ def confluent(bootstrap, protocol, mechanism, user, password, ca):
                                           "auto.offset.reset": "earliest",
                                           "enable.partition.eof": True}))
     consumer.subscribe([topic])
-    read = []
-    deadline = time.time() + 60
-    while len(read) < RECORDS:
-        check(time.time() < deadline, f"confluent-kafka: read {len(read)} of {RECORDS}")
-        msg = consumer.poll(1.0)
-        if msg is None:
-            continue
-        if msg.error():
-            if msg.error().code() == KafkaError._PARTITION_EOF:
-                continue
-            raise KafkaException(msg.error())
-        i = len(read)
+    read, error = poll_messages(consumer, RECORDS, 60)
+    if error:
+        raise KafkaException(error)
+    check(len(read) == RECORDS, f"confluent-kafka: read {len(read)} of {RECORDS}")
+    for i, msg in enumerate(read):
         check(msg.offset() == i and msg.value() == payload("confluent", i),
               f"confluent-kafka: record {i} differs")
-        read.append(msg)
     consumer.commit(asynchronous=False)
     consumer.close()
     print(f"confluent-kafka: ok {len(read)}", flush=True)
@@ -174,7 +166,7 @@ def scram_admin(bootstrap, protocol, mechanism, user, password, ca):
 def reauth(bootstrap, protocol, mechanism, user, password, ca, seconds=7):
     """A producer sending a record every 100 ms for `seconds`, across
     several re-authentications, then a consumer group reading them all."""
-    from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+    from confluent_kafka import Consumer, KafkaException, Producer
 
     settings = confluent_settings(bootstrap, protocol, mechanism, user, password, ca)
     topic = f"sasl-reauth-{mechanism.lower()}"
@@ -191,19 +183,13 @@ def reauth(bootstrap, protocol, mechanism, user, password, ca, seconds=7):
     consumer = Consumer(dict(settings, **{"group.id": f"reauth-{time.time_ns()}",
                                           "auto.offset.reset": "earliest"}))
     consumer.subscribe([topic])
-    read = 0
-    deadline = time.time() + 60
-    while read < sent:
-        check(time.time() < deadline, f"reauth: read {read} of {sent}")
-        msg = consumer.poll(1.0)
-        if msg is None:
-            continue
-        if msg.error():
-            raise KafkaException(msg.error())
-        check(msg.value() == payload("reauth", read), f"reauth: record {read} differs")
-        read += 1
+    read, error = poll_messages(consumer, sent, 60)
+    if error:
+        raise KafkaException(error)
+    check([m.value() for m in read] == [payload("reauth", i) for i in range(sent)],
+          f"reauth: read {len(read)} of {sent}, or not byte for byte")
     consumer.close()
-    print(f"reauth: ok {read}", flush=True)
+    print(f"reauth: ok {len(read)}", flush=True)
 
 
 def main():

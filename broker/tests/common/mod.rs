@@ -50,6 +50,18 @@ pub fn kcat(broker: &Broker, args: &[&str], stdin: Option<&[u8]>) -> Vec<u8> {
     output.stdout
 }
 
+/// A tool's stdout; fails the test, with the tool's stderr and the
+/// broker's log, unless it succeeded. `what` names the call.
+pub fn succeeded(output: std::process::Output, what: &str, broker: &Broker) -> String {
+    assert!(
+        output.status.success(),
+        "{what}: {}\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        broker.log()
+    );
+    String::from_utf8(output.stdout).expect("a tool's output is UTF-8")
+}
+
 /// Runs a Python client script from `tests/clients/` against the broker;
 /// panics with its output unless it exits 0.
 pub fn run_python(script: &str, args: &[&str], limit: Duration) -> String {
