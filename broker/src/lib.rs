@@ -30,6 +30,7 @@ pub mod meta_properties;
 pub mod metadata;
 pub mod metrics;
 pub mod partition;
+pub mod principal;
 pub mod producer_state;
 pub mod reconciler;
 pub use ::replication::replica;

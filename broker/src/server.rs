@@ -66,10 +66,17 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
         let shard = shard.clone();
         glommio::spawn_local(async move {
             match tls {
-                None => serve(shard.clone(), stream, peer).await,
+                None => serve(shard.clone(), stream, peer, None).await,
                 Some(config) => {
                     if let Some(stream) = tls_handshake(&shard, config, stream, peer).await {
-                        serve(shard.clone(), stream, peer).await;
+                        match certificate_principal(&shard, &stream) {
+                            Ok(principal) => serve(shard.clone(), stream, peer, principal).await,
+                            Err(why) => tracing::warn!(
+                                peer = ?peer,
+                                reason = %why,
+                                "closing connection: no principal for the client certificate"
+                            ),
+                        }
                     }
                 }
             }
@@ -162,7 +169,36 @@ impl Connection {
     }
 }
 
-async fn serve<S>(shard: Rc<Shard>, stream: S, peer: Option<SocketAddr>)
+/// The principal a TLS client's certificate names (`User:` and its
+/// subject mapped by `ssl.principal.mapping.rules`), None without a
+/// certificate; else why the connection cannot be served.
+fn certificate_principal(
+    shard: &Shard,
+    stream: &futures_rustls::server::TlsStream<TcpStream>,
+) -> Result<Option<String>, String> {
+    let Some(certificate) = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+    else {
+        return Ok(None);
+    };
+    let subject = crate::principal::subject_name(certificate)
+        .ok_or_else(|| "the client certificate's subject does not parse".to_string())?;
+    let mapper = shard.config.client_principal_mapper.as_deref();
+    let name = match mapper {
+        Some(mapper) => mapper.map(&subject).ok_or_else(|| {
+            format!("no rule of ssl.principal.mapping.rules applies to {subject:?}")
+        })?,
+        None => subject,
+    };
+    Ok(Some(format!("User:{name}")))
+}
+
+/// Serves one connection; `principal` is what its TLS client certificate
+/// names (SASL's, when the listener has it, replaces it).
+async fn serve<S>(shard: Rc<Shard>, stream: S, peer: Option<SocketAddr>, principal: Option<String>)
 where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
@@ -195,7 +231,7 @@ where
     let host = peer.map(|p| p.ip().to_string()).unwrap_or_default();
     let mut session = shard.config.authorizer.as_ref().map(|_| {
         Rc::new(crate::authorizer::Session::new(
-            crate::authorizer::ANONYMOUS,
+            principal.as_deref().unwrap_or(crate::authorizer::ANONYMOUS),
             host.clone(),
         ))
     });

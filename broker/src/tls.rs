@@ -38,6 +38,7 @@ pub const SSL_KEYS: &[&str] = &[
     "ssl.client.auth",
     "ssl.enabled.protocols",
     "ssl.cipher.suites",
+    "ssl.principal.mapping.rules",
 ];
 
 /// Whether a client must, may or may not show a certificate.

@@ -4,7 +4,8 @@
 //! confluent-kafka and the tools may do (literal and prefixed patterns,
 //! allow and deny, Metadata hiding, groups); every refusal is Kafka's code;
 //! ACLs outlive a restart; without an authorizer the ACL APIs answer
-//! SECURITY_DISABLED.
+//! SECURITY_DISABLED. With mutual TLS, the principal is the client
+//! certificate's subject mapped by `ssl.principal.mapping.rules`.
 
 mod common;
 
@@ -388,4 +389,126 @@ fn without_an_authorizer_the_acl_apis_answer_security_disabled() {
         Some(b"x\n"),
     );
     assert!(written.status.success(), "{}", stderr(&written));
+}
+
+/// Mutual TLS: each client certificate's subject, mapped by
+/// `ssl.principal.mapping.rules`, is the principal the ACLs name.
+#[test]
+fn a_client_certificate_names_the_principal_through_the_mapping_rules() {
+    let certificates = common::certs::Certificates::make();
+    certificates.client("admin");
+    certificates.client("bob");
+    let port = free_port();
+    let settings = [
+        format!("listeners=SSL://127.0.0.1:{port}"),
+        format!(
+            "ssl.keystore.location={}",
+            certificates.text("server-keystore.pem")
+        ),
+        format!("ssl.truststore.location={}", certificates.text("ca.pem")),
+        "ssl.client.auth=required".to_string(),
+        // CN=alice names User:ALICE.
+        "ssl.principal.mapping.rules=RULE:^CN=([^,]*)$/$1/U,DEFAULT".to_string(),
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer".to_string(),
+        "super.users=User:ADMIN".to_string(),
+    ];
+    let mut args = Vec::new();
+    for setting in &settings {
+        args.extend(["--set", setting.as_str()]);
+    }
+    let dir = tempfile::tempdir().unwrap().keep();
+    let broker = Broker::start_at(&dir.join("data"), &dir.join("strom.log"), port, &args);
+    let tools = tempfile::tempdir().unwrap();
+    let admin_config = tools.path().join("admin.properties");
+    std::fs::write(
+        &admin_config,
+        format!(
+            "security.protocol=SSL\nssl.ca.location={}\nssl.certificate.location={}\n\
+             ssl.key.location={}\n",
+            certificates.text("ca.pem"),
+            certificates.text("admin.pem"),
+            certificates.text("admin.key")
+        ),
+    )
+    .unwrap();
+    let admin_config = admin_config.to_string_lossy().into_owned();
+    let strom_admin = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--command-config", admin_config.as_str()]);
+        common::succeeded(
+            common::strom(&broker, &all, None),
+            &format!("{args:?}"),
+            &broker,
+        )
+    };
+    strom_admin(&["topic", "create", "certified"]);
+    strom_admin(&[
+        "acl",
+        "add",
+        "--allow-principal",
+        "User:ALICE",
+        "--operation",
+        "Write",
+        "--topic",
+        "certified",
+    ]);
+    let produce = |who: &str| {
+        let mut command = Command::new("kcat");
+        command
+            .args([
+                "-b",
+                &broker.bootstrap(),
+                "-P",
+                "-t",
+                "certified",
+                "-p",
+                "0",
+            ])
+            .args(["-X", "security.protocol=SSL"])
+            .args([
+                "-X",
+                &format!("ssl.ca.location={}", certificates.text("ca.pem")),
+            ])
+            .args([
+                "-X",
+                &format!(
+                    "ssl.certificate.location={}",
+                    certificates.text(&format!("{who}.pem"))
+                ),
+            ])
+            .args([
+                "-X",
+                &format!(
+                    "ssl.key.location={}",
+                    certificates.text(&format!("{who}.key"))
+                ),
+            ]);
+        run(
+            &mut command,
+            Some(format!("from {who}\n").as_bytes()),
+            DEADLINE,
+        )
+    };
+    let written = produce("alice");
+    assert!(
+        written.status.success(),
+        "{}\n{}",
+        stderr(&written),
+        broker.log()
+    );
+    let refused = produce("bob");
+    assert!(!refused.status.success(), "bob's certificate wrote");
+    assert!(
+        stderr(&refused).contains("Topic authorization failed"),
+        "{}",
+        stderr(&refused)
+    );
+    let read = strom_admin(&[
+        "consume",
+        "certified",
+        "--from-beginning",
+        "--max-messages",
+        "1",
+    ]);
+    assert_eq!(read, "from alice\n");
 }

@@ -120,6 +120,9 @@ pub struct BrokerConfig {
     pub client_sasl: Option<std::sync::Arc<crate::sasl::SaslConfig>>,
     /// Each listener's security protocol, by name.
     pub security_protocols: Vec<(String, String)>,
+    /// How a TLS client certificate names its principal
+    /// (`ssl.principal.mapping.rules`), on a TLS client listener.
+    pub client_principal_mapper: Option<std::sync::Arc<crate::principal::PrincipalMapper>>,
     /// The built-in authorizer (`authorizer.class.name`), when on.
     pub authorizer: Option<std::sync::Arc<crate::authorizer::Authorizer>>,
     pub advertise_host: String,
@@ -1120,6 +1123,20 @@ impl Builder {
         let client = quorum.client_listener().clone();
         let (client_tls, client_ssl_settings) = self.client_tls(&client)?;
         let client_sasl = self.client_sasl(&client)?;
+        let client_principal_mapper = match client_ssl_settings
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "ssl.principal.mapping.rules")
+        {
+            Some((key, rules)) if client_tls.is_some() => Some(std::sync::Arc::new(
+                crate::principal::PrincipalMapper::parse(rules)
+                    .map_err(|why| invalid(key, rules, &self.origin_of(&[key.as_str()]), why))?,
+            )),
+            _ if client_tls.is_some() => Some(std::sync::Arc::new(
+                crate::principal::PrincipalMapper::default(),
+            )),
+            _ => None,
+        };
         let security_protocols: Vec<(String, String)> = quorum
             .listeners
             .iter()
@@ -1182,6 +1199,7 @@ impl Builder {
             client_ssl_settings,
             client_sasl,
             security_protocols,
+            client_principal_mapper,
             authorizer: self.authorizer_enabled.then(|| {
                 std::sync::Arc::new(crate::authorizer::Authorizer {
                     super_users: self.super_users.clone(),

@@ -143,6 +143,12 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         meaning: "The cipher suites the SSL listener accepts, by their IANA names (e.g. `TLS_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384`); a name not served is refused, listing those that are.",
     },
     Setting {
+        keys: &["ssl.principal.mapping.rules"],
+        flag: None,
+        default: Default::Described("DEFAULT (the subject as is)"),
+        meaning: "How a TLS client certificate names its principal: Kafka's rules `RULE:pattern/replacement/` (an optional `L` or `U` after the last `/` lowers or uppers the result) and `DEFAULT` (the subject as is), separated by commas; the first rule whose pattern matches the certificate's whole subject (RFC 2253: `CN=alice,OU=eng,O=Example`) gives the name, and the principal is `User:<name>`. A certificate no rule applies to is refused.",
+    },
+    Setting {
         keys: &["process.roles"],
         flag: None,
         default: Default::Value("broker,controller"),

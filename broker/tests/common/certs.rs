@@ -43,6 +43,12 @@ impl Certificates {
         certificates
     }
 
+    /// One more client certificate (`NAME.pem`, `NAME.key`) for
+    /// `CN=NAME`, signed by the trusted authority.
+    pub fn client(&self, name: &str) {
+        self.signed(name, name, "ca", "extendedKeyUsage=clientAuth");
+    }
+
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
