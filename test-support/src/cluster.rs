@@ -9,6 +9,9 @@ use std::time::Duration;
 
 use crate::{free_port, poll_until, Broker, Host};
 
+/// How long a new cluster may take until every node is a live broker.
+const REGISTER_DEADLINE: Duration = Duration::from_secs(30);
+
 /// How long a cluster may take to elect, register and settle.
 pub const SETTLE_DEADLINE: Duration = Duration::from_secs(60);
 
@@ -102,7 +105,25 @@ impl Cluster {
         for handle in handles {
             cluster.nodes.push(handle.join().unwrap());
         }
+        cluster.wait_until_registered();
         cluster
+    }
+
+    /// Waits (at most [`REGISTER_DEADLINE`]) until the cluster lists every
+    /// node as a live broker, as `strom cluster status` shows it: a topic
+    /// of as many replicas as nodes can then be created at once (before,
+    /// one broker registering a moment late refuses it with
+    /// INVALID_REPLICATION_FACTOR). Best effort: a cluster that does not
+    /// get there is left to the test, which says what it waits for.
+    fn wait_until_registered(&self) {
+        let bootstrap = self.bootstrap();
+        let wanted = self.nodes.len();
+        let _ = poll_until(REGISTER_DEADLINE, || {
+            let output = crate::strom_at(Some(&bootstrap), &["cluster", "status", "--json"], None);
+            let text = String::from_utf8_lossy(&output.stdout);
+            (output.status.success() && text.matches("\"fenced\": false").count() >= wanted)
+                .then_some(())
+        });
     }
 
     /// Adds node `id` as a broker only (not a voter), on loopback: a
