@@ -69,17 +69,17 @@ pub struct DeniedTopic {
 /// One request's principal and the authorizer with the ACLs it decides by.
 pub struct Access {
     authorizer: Arc<Authorizer>,
-    session: Session,
+    session: Rc<Session>,
     image: Rc<MetadataImage>,
 }
 
 impl Access {
     /// None when no authorizer is on: everything is allowed.
-    pub fn of(shard: &Shard, session: &Session) -> Option<Access> {
+    pub fn of(shard: &Shard, session: &Rc<Session>) -> Option<Access> {
         let authorizer = shard.config.authorizer.clone()?;
         Some(Access {
             authorizer,
-            session: session.clone(),
+            session: Rc::clone(session),
             image: shard.metadata.image(),
         })
     }
@@ -674,12 +674,7 @@ impl Access {
         if !name.is_empty() {
             return Some(name.to_string());
         }
-        let id = id.as_u128();
-        self.image
-            .topics
-            .values()
-            .find(|t| t.topic_id == id)
-            .map(|t| t.name.clone())
+        super::metadata::topic_by_id(&self.image, id).map(|t| t.name.clone())
     }
 }
 

@@ -205,11 +205,7 @@ async fn answer(
             if topic.topic_id.is_nil() {
                 Some(topic.topic.0.to_string())
             } else {
-                image
-                    .topics
-                    .values()
-                    .find(|t| super::metadata::topic_id(t) == topic.topic_id)
-                    .map(|t| t.name.clone())
+                super::metadata::topic_by_id(&image, topic.topic_id).map(|t| t.name.clone())
             }
         })
         .collect();

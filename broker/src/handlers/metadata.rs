@@ -65,6 +65,19 @@ pub fn topic_id(topic: &TopicMeta) -> uuid::Uuid {
     uuid::Uuid::from_u128(topic.topic_id)
 }
 
+/// The topic with id `id` (a request naming topics by id), if any; the
+/// nil id names none.
+pub fn topic_by_id(image: &MetadataImage, id: uuid::Uuid) -> Option<&TopicMeta> {
+    if id.is_nil() {
+        return None;
+    }
+    image
+        .topics
+        .values()
+        .find(|t| t.topic_id == id.as_u128())
+        .map(|t| t.as_ref())
+}
+
 pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -> MetadataResponse {
     let mut response = answer(shard, request, version).await;
     // One listed broker behind a load balancer: it leads every partition
@@ -225,7 +238,7 @@ fn by_topic_id(shard: &Shard, ids: &[uuid::Uuid], with_operations: bool) -> Meta
     let topics = ids
         .iter()
         .map(|id| {
-            let found = image.topics.values().find(|t| topic_id(t) == *id);
+            let found = topic_by_id(&image, *id);
             match found {
                 Some(topic) => topic_response(&image, topic),
                 None => MetadataResponseTopic::default()

@@ -350,10 +350,7 @@ pub async fn handle(
     let body = codec::decode_body(&request)?;
     let mut checked = None;
     let mut body = body;
-    if let Some(access) = session
-        .as_deref()
-        .and_then(|s| access::Access::of(&shard, s))
-    {
+    if let Some(access) = session.as_ref().and_then(|s| access::Access::of(&shard, s)) {
         match access.check(api_key, body) {
             access::Checked::Serve(allowed, denied) => {
                 body = allowed;

@@ -340,14 +340,7 @@ pub async fn handle(
             if !by_id {
                 return Some(topic_data.name.0.to_string());
             }
-            image
-                .topics
-                .values()
-                .find(|t| {
-                    !topic_data.topic_id.is_nil()
-                        && super::metadata::topic_id(t) == topic_data.topic_id
-                })
-                .map(|t| t.name.clone())
+            super::metadata::topic_by_id(&image, topic_data.topic_id).map(|t| t.name.clone())
         })
         .collect();
     let asked = Asked {
