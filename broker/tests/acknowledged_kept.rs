@@ -468,6 +468,7 @@ fn an_unanswered_isr_change_stays_proposed_and_is_sent_again() {
         // and commit it once the others return, long after the leader's
         // request timed out: the case where the answer is lost.
         let paused = [2, 3];
+        let quorum_left = std::time::Instant::now();
         for &id in &paused {
             cluster.node(id).broker.signal(libc::SIGSTOP);
         }
@@ -476,8 +477,9 @@ fn an_unanswered_isr_change_stays_proposed_and_is_sent_again() {
             let seen = unanswered_isr_changes(&cluster.node(4).broker.log());
             (seen > unanswered_before).then_some(seen)
         });
-        // The fault lasts this long in every round, whatever the poll saw.
-        std::thread::sleep(quorum_away.saturating_sub(Duration::from_secs(1)));
+        // The fault lasts `quorum_away` in every round, however soon the
+        // poll saw the resend.
+        std::thread::sleep(quorum_away.saturating_sub(quorum_left.elapsed()));
         for &id in &paused {
             cluster.node(id).broker.signal(libc::SIGCONT);
         }
