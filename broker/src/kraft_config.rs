@@ -250,12 +250,18 @@ impl Quorum {
         self.controller_listener_names.iter().any(|n| n == name)
     }
 
-    /// The listener clients connect to: the first non-controller one.
+    /// The listener clients connect to first: the first non-controller one.
     pub fn client_listener(&self) -> &NamedAddress {
+        self.client_listeners()
+            .next()
+            .expect("checked: a client listener exists")
+    }
+
+    /// Every listener that is not a controller listener, in order.
+    pub fn client_listeners(&self) -> impl Iterator<Item = &NamedAddress> {
         self.listeners
             .iter()
-            .find(|l| !self.is_controller_listener(&l.name))
-            .expect("checked: a client listener exists")
+            .filter(|l| !self.is_controller_listener(&l.name))
     }
 
     /// The checks Kafka makes at start, for the roles Strom plays.
@@ -265,23 +271,11 @@ impl Quorum {
             .iter()
             .filter(|l| !self.is_controller_listener(&l.name))
             .collect();
-        match clients.as_slice() {
-            [] => {
-                return Err(refuse(
-                    "listeners",
-                    "no client listener: every listener is named in controller.listener.names",
-                ))
-            }
-            [_] => {}
-            [first, second, ..] => {
-                return Err(refuse(
-                    "listeners",
-                    format!(
-                        "Strom serves clients on one listener: {} and {} are both client listeners",
-                        first.name, second.name
-                    ),
-                ))
-            }
+        if clients.is_empty() {
+            return Err(refuse(
+                "listeners",
+                "no client listener: every listener is named in controller.listener.names",
+            ));
         }
         for (i, a) in self.listeners.iter().enumerate() {
             for b in &self.listeners[i + 1..] {
@@ -499,10 +493,14 @@ mod tests {
             .check(0)
             .unwrap_err();
         assert!(error.reason.contains("no client listener"));
-        let error = quorum("", "A://127.0.0.1:1,B://127.0.0.1:2")
-            .check(0)
-            .unwrap_err();
-        assert!(error.reason.contains("A and B"), "{error:?}");
+        // Several client listeners are served at once.
+        let several = quorum("", "A://127.0.0.1:1,B://127.0.0.1:2");
+        assert_eq!(several.check(0), Ok(()));
+        let names: Vec<&str> = several
+            .client_listeners()
+            .map(|l| l.name.as_str())
+            .collect();
+        assert_eq!(names, ["A", "B"]);
         let mut broker_only = quorum("", "PLAINTEXT://127.0.0.1:9092");
         broker_only.roles = ProcessRoles::parse("broker").unwrap();
         assert_eq!(broker_only.check(0).unwrap_err().key, "process.roles");

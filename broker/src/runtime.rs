@@ -160,14 +160,20 @@ async fn core_main(
         }
     };
 
-    let listener = match server::bind(config.listen) {
-        Ok(listener) => listener,
-        Err(error) => {
-            let message = format!("cannot listen on {}: {error}", config.listen);
-            let _ = events.send(Event::Fatal { core, message });
-            return;
+    let mut bound = Vec::with_capacity(config.listeners.len());
+    for listener in &config.listeners {
+        match server::bind(listener.address) {
+            Ok(socket) => bound.push((socket, listener.clone())),
+            Err(error) => {
+                let message = format!(
+                    "cannot listen on {} (listener {}): {error}",
+                    listener.address, listener.name
+                );
+                let _ = events.send(Event::Fatal { core, message });
+                return;
+            }
         }
-    };
+    }
     glommio::spawn_local(crate::scrape::serve_scrapes(shard.clone(), scrapes)).detach();
     // Start-up work (opening logs, the first touch of io memory) may hold
     // the core for a while; from here on that is a stall.
@@ -176,7 +182,12 @@ async fn core_main(
         core,
         partitions: opened,
     });
-    let accept = glommio::spawn_local(accept_once_serving(shard.clone(), listener));
+    let accepts: Vec<_> = bound
+        .into_iter()
+        .map(|(socket, listener)| {
+            glommio::spawn_local(accept_once_serving(shard.clone(), socket, listener))
+        })
+        .collect();
     if let Some(cluster) = crate::cluster::of(&shard) {
         glommio::spawn_local(crate::cluster::replication::run(
             shard.clone(),
@@ -205,7 +216,9 @@ async fn core_main(
     // Stop (or the main thread gone) ends accepting and reading.
     let _ = control.recv_async().await;
     shard.stopping.raise();
-    accept.await;
+    for accept in accepts {
+        accept.await;
+    }
     futures_lite::future::or(
         shard.connections.wait_empty(),
         glommio::timer::sleep(Duration::from_millis(DRAIN_MS_MAX)),
@@ -239,7 +252,11 @@ async fn core_main(
 /// until then the listener is bound, so a client's connection waits in
 /// its backlog and is served from then on, rather than hearing of no
 /// brokers and no controller. Ends when the broker stops.
-async fn accept_once_serving(shard: Rc<Shard>, listener: glommio::net::TcpListener) {
+async fn accept_once_serving(
+    shard: Rc<Shard>,
+    socket: glommio::net::TcpListener,
+    listener: std::sync::Arc<crate::config::Listener>,
+) {
     if let Some(cluster) = crate::cluster::of(&shard) {
         let stopped = futures_lite::future::or(
             async {
@@ -256,7 +273,7 @@ async fn accept_once_serving(shard: Rc<Shard>, listener: glommio::net::TcpListen
             return;
         }
     }
-    server::accept_loop(shard, listener).await;
+    server::accept_loop(shard, socket, listener).await;
 }
 
 /// Warns about each partition directory the metadata does not name: its
@@ -478,7 +495,11 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     let config = crate::environment::check(config)?;
     // Held until this function returns, so for the process's whole life.
     let _data_dir_lock = crate::exclusive::DataDirLock::acquire(&config.data_dir)?;
-    let _address_guard = crate::exclusive::claim_listen_address(config.listen)?;
+    let _address_guards = config
+        .listeners
+        .iter()
+        .map(|l| crate::exclusive::claim_listen_address(l.address))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     tracing::info!(
         "effective configuration: {}",
         crate::config::effective::render(&config)
@@ -616,9 +637,13 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         );
         admin.set_ready();
         tracing::info!(
-            listen = %config.listen,
-            security_protocol = %if config.client_tls.is_some() { "SSL" } else { "PLAINTEXT" },
-            advertise = %format!("{}:{}", config.advertise_host, config.advertise_port),
+            listeners = %config
+                .listeners
+                .iter()
+                .map(|l| format!("{}:{}://{} (advertised {}:{})", l.name, l.protocol, l.address, l.advertise_host, l.advertise_port))
+                .collect::<Vec<_>>()
+                .join(", "),
+            inter_broker_listener = %config.inter_broker.listener,
             data_dir = %config.data_dir.display(),
             cores,
             topics,

@@ -519,7 +519,7 @@ fn authenticated(config: &SaslConfig, principal: String) -> SaslState {
 
 /// PLAIN's message: `authzid NUL authcid NUL password`; the principal, or
 /// why it fails (for the log, never for the client).
-fn plain(config: &SaslConfig, bytes: &[u8]) -> Result<String, String> {
+pub fn plain(config: &SaslConfig, bytes: &[u8]) -> Result<String, String> {
     let mut parts = bytes.split(|&b| b == 0);
     let (Some(authzid), Some(user), Some(password), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())

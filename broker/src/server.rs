@@ -44,7 +44,11 @@ pub fn bind(address: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(address).map_err(|e| std::io::Error::other(e.to_string()))
 }
 
-pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
+pub async fn accept_loop(
+    shard: Rc<Shard>,
+    listener: TcpListener,
+    config: std::sync::Arc<crate::config::Listener>,
+) {
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
             shard.stopping.wait().await;
@@ -62,15 +66,18 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
         let peer = stream.peer_addr().ok();
         let _ = stream.set_nodelay(true);
         let guard = shard.connections.enter();
-        let tls = shard.config.client_tls.clone();
+        let tls = config.tls.clone();
         let shard = shard.clone();
+        let listener = config.clone();
         glommio::spawn_local(async move {
             match tls {
-                None => serve(shard.clone(), stream, peer, None).await,
-                Some(config) => {
-                    if let Some(stream) = tls_handshake(&shard, config, stream, peer).await {
-                        match certificate_principal(&shard, &stream) {
-                            Ok(principal) => serve(shard.clone(), stream, peer, principal).await,
+                None => serve(shard.clone(), &listener, stream, peer, None).await,
+                Some(tls) => {
+                    if let Some(stream) = tls_handshake(&shard, tls, stream, peer).await {
+                        match certificate_principal(&listener, &stream) {
+                            Ok(principal) => {
+                                serve(shard.clone(), &listener, stream, peer, principal).await
+                            }
                             Err(why) => tracing::warn!(
                                 peer = ?peer,
                                 reason = %why,
@@ -84,7 +91,7 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
         })
         .detach();
     }
-    tracing::debug!(core = shard.id, "listener closed");
+    tracing::debug!(core = shard.id, listener = %config.name, "listener closed");
 }
 
 /// The server side of a TLS handshake on an accepted connection, within
@@ -173,7 +180,7 @@ impl Connection {
 /// subject mapped by `ssl.principal.mapping.rules`), None without a
 /// certificate; else why the connection cannot be served.
 fn certificate_principal(
-    shard: &Shard,
+    listener: &crate::config::Listener,
     stream: &futures_rustls::server::TlsStream<TcpStream>,
 ) -> Result<Option<String>, String> {
     let Some(certificate) = stream
@@ -186,7 +193,7 @@ fn certificate_principal(
     };
     let subject = crate::principal::subject_name(certificate)
         .ok_or_else(|| "the client certificate's subject does not parse".to_string())?;
-    let mapper = shard.config.client_principal_mapper.as_deref();
+    let mapper = listener.principal_mapper.as_deref();
     let name = match mapper {
         Some(mapper) => mapper.map(&subject).ok_or_else(|| {
             format!("no rule of ssl.principal.mapping.rules applies to {subject:?}")
@@ -198,8 +205,13 @@ fn certificate_principal(
 
 /// Serves one connection; `principal` is what its TLS client certificate
 /// names (SASL's, when the listener has it, replaces it).
-async fn serve<S>(shard: Rc<Shard>, stream: S, peer: Option<SocketAddr>, principal: Option<String>)
-where
+async fn serve<S>(
+    shard: Rc<Shard>,
+    listener: &std::sync::Arc<crate::config::Listener>,
+    stream: S,
+    peer: Option<SocketAddr>,
+    principal: Option<String>,
+) where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
     let (read_half, write_half) = futures_lite::io::split(stream);
@@ -225,7 +237,7 @@ where
         non_produce_frame_bytes_max: NON_PRODUCE_FRAME_BYTES_MAX,
     };
     let mut first_frame = true;
-    let sasl = shard.config.client_sasl.clone();
+    let sasl = listener.sasl.clone();
     let mut sasl_state = crate::sasl::SaslState::Start;
     // Who asks, for the authorizer (when on): anonymous until SASL says.
     let host = peer.map(|p| p.ip().to_string()).unwrap_or_default();
@@ -336,6 +348,7 @@ where
         let task = glommio::spawn_local({
             let shard = shard.clone();
             let connection = connection.clone();
+            let listener = listener.clone();
             async move {
                 let outcome = request
                     .observe(handlers::handle(
@@ -344,6 +357,7 @@ where
                         &mut budget,
                         peer_ip,
                         session,
+                        &listener.name,
                     ))
                     .await;
                 drop(request_lease);

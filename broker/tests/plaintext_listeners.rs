@@ -1,8 +1,8 @@
 //! Strom serves PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL client
 //! listeners (see tests/tls.rs and tests/sasl.rs) and says what it cannot
 //! start: a TLS listener without its key and certificate, a SASL one
-//! without a served mechanism, a second client listener, a secured scheme
-//! on a bare address stop `strom start` with a configuration error naming
+//! without a served mechanism, an inter-broker listener that is not one of
+//! the listeners, a secured scheme on a bare address stop `strom start` with a configuration error naming
 //! the setting; a TLS client that reaches a plaintext listener is logged
 //! as that, not as a malformed frame.
 
@@ -43,12 +43,12 @@ fn listeners_not_served_are_refused_at_start() {
                 .to_string(),
         ),
         (
-            vec![format!(
-                "listeners={plaintext},SASL_PLAINTEXT://127.0.0.1:{}",
-                free_port()
-            )],
-            "listeners",
-            "Strom serves clients on one listener".to_string(),
+            vec![
+                format!("listeners={plaintext}"),
+                "inter.broker.listener.name=EXTERNAL".into(),
+            ],
+            "inter.broker.listener.name",
+            "no listener EXTERNAL in listeners (PLAINTEXT)".to_string(),
         ),
         (
             vec![format!("listen=SSL://127.0.0.1:{port}")],

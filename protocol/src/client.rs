@@ -713,6 +713,59 @@ impl Connection {
         self.decode_body(body, pending.api_key, pending.version)
     }
 
+    /// Sends a whole request `frame` framed elsewhere (its own header and
+    /// correlation id; without the length prefix) and reads the one
+    /// response frame that answers it, returned with its length prefix,
+    /// within the request timeout. Only on a connection with nothing else
+    /// in flight: the answer is the next frame to arrive.
+    pub async fn round_trip(&mut self, frame: &[u8]) -> Result<Bytes, ClientError> {
+        self.usable()?;
+        if !self.in_flight.is_empty() || !self.arrived.is_empty() {
+            return Err(ClientError::Correlation {
+                address: self.address.clone(),
+                expected: frame_correlation_id(&frame[4.min(frame.len())..]).unwrap_or(-1),
+                got: self.in_flight.front().copied().unwrap_or(-1),
+            });
+        }
+        let timeout = self.config.request_timeout;
+        let exchanged = async {
+            self.writer
+                .write_all(&(frame.len() as u32).to_be_bytes())
+                .await
+                .map_err(Err)?;
+            self.writer.write_all(frame).await.map_err(Err)?;
+            self.writer.flush().await.map_err(Err)?;
+            self.read_frame().await.map_err(Ok)
+        };
+        match with_timeout(timeout, exchanged).await {
+            Some(Ok(answer)) => {
+                let mut framed = BytesMut::with_capacity(LENGTH_PREFIX_BYTES + answer.len());
+                framed.extend_from_slice(&(answer.len() as u32).to_be_bytes());
+                framed.extend_from_slice(&answer);
+                Ok(framed.freeze())
+            }
+            Some(Err(Ok(error))) => Err(error),
+            Some(Err(Err(source))) => {
+                self.broken = true;
+                Err(ClientError::Io {
+                    address: self.address.clone(),
+                    source,
+                })
+            }
+            None => {
+                self.broken = true;
+                Err(ClientError::Timeout {
+                    address: self.address.clone(),
+                    api_key: frame
+                        .get(..2)
+                        .and_then(|k| ApiKey::try_from(i16::from_be_bytes([k[0], k[1]])).ok())
+                        .unwrap_or(ApiKey::ApiVersions),
+                    timeout_ms: timeout.as_millis(),
+                })
+            }
+        }
+    }
+
     async fn write_request<R: Request>(
         &mut self,
         request: &R,

@@ -792,6 +792,7 @@ mod tests {
             rack: rack.map(str::to_string),
             controller_address: String::new(),
             fenced: false,
+            endpoints: Vec::new(),
         })
     }
 

@@ -605,6 +605,7 @@ impl Broker {
             rack: None,
             controller_address: String::new(),
             fenced: false,
+            endpoints: Vec::new(),
         }
     }
 

@@ -26,13 +26,15 @@ pub struct Node {
     pub broker: Broker,
 }
 
-/// A node's ports: clients, the controller listener (voters only) and the
-/// admin HTTP listener (`/metrics`).
+/// A node's ports: clients, the controller listener (voters only), the
+/// admin HTTP listener (`/metrics`) and, in a secured cluster, the
+/// listener the brokers talk to each other on.
 #[derive(Debug, Clone, Copy)]
 pub struct Ports {
     pub client: u16,
     pub controller: Option<u16>,
     pub admin: u16,
+    pub inter_broker: u16,
 }
 
 impl Ports {
@@ -41,9 +43,13 @@ impl Ports {
             client: free_port(),
             controller: voter.then(free_port),
             admin: free_port(),
+            inter_broker: free_port(),
         }
     }
 }
+
+/// The listener brokers talk to each other on in a secured cluster.
+pub const INTER_BROKER_LISTENER: &str = "BROKER";
 
 pub struct Cluster {
     _temp: tempfile::TempDir,
@@ -52,6 +58,10 @@ pub struct Cluster {
     extra: Vec<String>,
     /// Where voter `i + 1` runs; other nodes run on loopback.
     hosts: Vec<Host>,
+    /// Brokers talk to each other on a SASL_SSL listener of their own
+    /// ([`INTER_BROKER_LISTENER`]) and the controller listener is
+    /// SASL_SSL; clients keep a PLAINTEXT listener.
+    secured: bool,
 }
 
 impl Cluster {
@@ -63,6 +73,18 @@ impl Cluster {
     /// Starts one node that is both broker and controller on each of
     /// `hosts` (node `i + 1` on `hosts[i]`).
     pub fn start_on(hosts: Vec<Host>, extra: &[&str]) -> Cluster {
+        Self::start_with(hosts, extra, false)
+    }
+
+    /// Starts `voters` nodes whose brokers talk to each other over
+    /// SASL_SSL on [`INTER_BROKER_LISTENER`], and whose controller
+    /// listener is SASL_SSL, beside a PLAINTEXT listener for clients.
+    /// `extra` gives those listeners' TLS and SASL settings.
+    pub fn start_secured(voters: usize, extra: &[&str]) -> Cluster {
+        Self::start_with(vec![Host::loopback(); voters], extra, true)
+    }
+
+    fn start_with(hosts: Vec<Host>, extra: &[&str], secured: bool) -> Cluster {
         let temp = tempfile::tempdir().unwrap();
         let ports: Vec<Ports> = hosts.iter().map(|_| Ports::free(true)).collect();
         let voter_list = ports
@@ -81,6 +103,7 @@ impl Cluster {
             nodes: Vec::new(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
             hosts,
+            secured,
         };
         // All at once: each waits for the others to elect a controller.
         let handles: Vec<_> = ports
@@ -159,6 +182,7 @@ impl Cluster {
             client,
             controller,
             admin,
+            inter_broker,
         } = ports;
         let at = |port: u16| std::net::SocketAddr::new(self.host(id).ip, port);
         let mut args: Vec<String> = vec![
@@ -169,10 +193,23 @@ impl Cluster {
             "--admin-listen".into(),
             at(admin).to_string(),
         ];
-        let listeners = match controller {
-            Some(c) => format!("PLAINTEXT://{},CONTROLLER://{}", at(client), at(c)),
-            None => format!("PLAINTEXT://{}", at(client)),
-        };
+        let mut listeners = format!("PLAINTEXT://{}", at(client));
+        if self.secured {
+            listeners.push_str(&format!(",{INTER_BROKER_LISTENER}://{}", at(inter_broker)));
+            for setting in [
+                format!(
+                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,\
+                     {INTER_BROKER_LISTENER}:SASL_SSL,CONTROLLER:SASL_SSL"
+                ),
+                format!("inter.broker.listener.name={INTER_BROKER_LISTENER}"),
+            ] {
+                args.push("--set".into());
+                args.push(setting);
+            }
+        }
+        if let Some(c) = controller {
+            listeners.push_str(&format!(",CONTROLLER://{}", at(c)));
+        }
         for setting in [
             format!("listeners={listeners}"),
             "controller.listener.names=CONTROLLER".to_string(),

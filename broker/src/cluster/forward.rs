@@ -70,7 +70,7 @@ pub fn controller_address(shard: &Shard) -> Option<String> {
 /// the client to retry.
 pub async fn forward(shard: &Rc<Shard>, api_key: ApiKey, frame: &Bytes) -> Option<Bytes> {
     let address = controller_address(shard)?;
-    let answer = transport::exchange_with(&address, frame, FORWARD_TIMEOUT).await;
+    let answer = transport::exchange_with(shard, &address, frame, FORWARD_TIMEOUT).await;
     match answer {
         Ok(answer) => {
             // A read changes nothing here to catch up with.

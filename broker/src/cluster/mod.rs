@@ -38,7 +38,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use crate::config::{BrokerConfig, ClusterTiming};
 use crate::kraft_config::Voter as VoterAddress;
-use crate::metadata::{BrokerMeta, MetadataImage, MetadataRecord};
+use crate::metadata::{BrokerMeta, Endpoint, MetadataImage, MetadataRecord};
 use crate::shard::Shard;
 use voter::{Input, ProposeError};
 
@@ -106,6 +106,11 @@ pub struct Cluster {
     /// The controller listener and the connections to the controllers,
     /// run on core 0, for this node's threads.
     pub channel: transport::ControllerChannel,
+    /// TLS and SASL on the controller listener, served and shown.
+    pub security: Arc<crate::config::ControllerSecurity>,
+    /// The authorizer, which lets only principals allowed CLUSTER_ACTION
+    /// on the cluster use the controller listener (when on).
+    pub authorizer: Option<Arc<crate::authorizer::Authorizer>>,
     image: RwLock<Arc<MetadataImage>>,
     status: Mutex<QuorumStatus>,
     /// The active controller as the agent last heard (brokers that are not
@@ -191,6 +196,8 @@ impl Cluster {
             }),
             inbox,
             channel: transport::ControllerChannel::default(),
+            security: Arc::new(config.controller_security.clone()),
+            authorizer: config.authorizer.clone(),
             image: RwLock::new(Arc::new(image)),
             heard_leader: AtomicI32::new(-1),
             changed,
@@ -545,10 +552,35 @@ pub fn identity(config: &BrokerConfig) -> BrokerMeta {
     // Behind a load balancer every broker advertises the balancer: the
     // image then keeps the address the brokers reach each other at, and
     // only the answers to clients name the balancer (`listed_brokers`).
-    let (host, port) = if config.balancer_enable {
+    // Other brokers reach it on the inter-broker listener.
+    let inter_broker = config
+        .listeners
+        .iter()
+        .find(|l| l.name == config.inter_broker.listener)
+        .unwrap_or(&config.listeners[0]);
+    // Behind a balancer the first listener advertises the balancer: the
+    // brokers reach each other at its own address.
+    let (host, port) = if config.balancer_enable && inter_broker.name == config.listeners[0].name {
         (config.broker_host.clone(), config.broker_port)
     } else {
-        (config.advertise_host.clone(), config.advertise_port)
+        (
+            inter_broker.advertise_host.clone(),
+            inter_broker.advertise_port,
+        )
+    };
+    // One listener registers no list: its address is `host`/`port`.
+    let endpoints = if config.listeners.len() > 1 {
+        config
+            .listeners
+            .iter()
+            .map(|l| Endpoint {
+                name: l.name.clone(),
+                host: l.advertise_host.clone(),
+                port: l.advertise_port,
+            })
+            .collect()
+    } else {
+        Vec::new()
     };
     BrokerMeta {
         id: config.node_id,
@@ -558,6 +590,7 @@ pub fn identity(config: &BrokerConfig) -> BrokerMeta {
         rack: config.quorum.rack.clone(),
         controller_address,
         fenced: false,
+        endpoints,
     }
 }
 
@@ -615,39 +648,55 @@ fn assign_states(shard: &Rc<Shard>) {
     }
 }
 
-/// The brokers clients are told of: in a cluster every registered broker
-/// that is not fenced (and the fenced ones too when `with_fenced`), on a
+/// The brokers clients of `listener` are told of, at that listener's
+/// addresses: in a cluster every registered broker that is not fenced (and
+/// the fenced ones too when `with_fenced`) and has that listener, on a
 /// single node the node itself. In load-balancer mode each keeps its id
 /// but is given at this broker's advertised address (the balancer's):
 /// any broker serves a request for any node.
-pub fn listed_brokers(shard: &Shard, image: &MetadataImage, with_fenced: bool) -> Vec<BrokerMeta> {
+pub fn listed_brokers(
+    shard: &Shard,
+    image: &MetadataImage,
+    with_fenced: bool,
+    listener: &str,
+) -> Vec<BrokerMeta> {
+    let config = &shard.config;
+    let own = config
+        .listeners
+        .iter()
+        .find(|l| l.name == listener)
+        .unwrap_or(&config.listeners[0]);
     if shard.in_cluster() {
-        let config = &shard.config;
         let single = single_listed(shard, image);
         return image
             .brokers
             .values()
             .filter(|b| with_fenced || !b.fenced)
             .filter(|b| single.is_none_or(|id| id == b.id))
-            .cloned()
-            .map(|mut b| {
-                if config.balancer_enable {
-                    b.host.clone_from(&config.advertise_host);
-                    b.port = config.advertise_port;
-                }
-                b
+            .filter_map(|b| {
+                let (host, port) = if config.balancer_enable {
+                    (own.advertise_host.clone(), own.advertise_port)
+                } else {
+                    let (host, port) = b.endpoint(listener)?;
+                    (host.to_string(), port)
+                };
+                Some(BrokerMeta {
+                    host,
+                    port,
+                    ..b.clone()
+                })
             })
             .collect();
     }
-    let config = &shard.config;
     vec![BrokerMeta {
         id: config.node_id,
         incarnation: 0,
-        host: config.advertise_host.clone(),
-        port: config.advertise_port,
+        host: own.advertise_host.clone(),
+        port: own.advertise_port,
         rack: config.quorum.rack.clone(),
         controller_address: String::new(),
         fenced: false,
+        endpoints: Vec::new(),
     }]
 }
 
@@ -744,6 +793,7 @@ macro_rules! node_endpoints {
 pub fn leader_endpoints(
     shard: &Shard,
     image: &MetadataImage,
+    listener: &str,
     leaders: impl Iterator<Item = i32>,
 ) -> Vec<BrokerMeta> {
     let mut ids: Vec<i32> = leaders.filter(|&id| id >= 0).collect();
@@ -752,7 +802,7 @@ pub fn leader_endpoints(
     }
     ids.sort_unstable();
     ids.dedup();
-    listed_brokers(shard, image, false)
+    listed_brokers(shard, image, false, listener)
         .into_iter()
         .filter(|b| ids.binary_search(&b.id).is_ok())
         .collect()

@@ -44,10 +44,16 @@ use replication::transport::{Envelope as Routed, SendError, Transport, TRANSPORT
 use super::voter::Input;
 use super::wire::{self, Envelope, Frame};
 use super::Cluster;
+use crate::config::ControllerSecurity;
 use crate::limits::{
     FORWARDED_ANSWER_BYTES_MAX, FORWARD_CONNECT_TIMEOUT_MS, FORWARD_GROUP_CONNECTIONS_MAX,
 };
 use crate::shard::Shard;
+
+/// A controller-channel connection: TCP, or TLS over TCP.
+pub trait ChannelStream: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin {}
+impl<T: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin> ChannelStream for T {}
+type Stream = Box<dyn ChannelStream>;
 
 /// Controller-listener connections served at once.
 pub const CONNECTIONS_MAX: usize = 64;
@@ -312,15 +318,16 @@ pub async fn run_controller_channel(cluster: Arc<Cluster>) {
         let listener = unsafe { TcpListener::from_raw_fd(listener.into_raw_fd()) };
         glommio::spawn_local(serve(listener, cluster.clone())).detach();
     }
+    let security = cluster.security.clone();
     let senders: RefCell<HashMap<String, LocalSender<Queued>>> = RefCell::new(HashMap::new());
-    let kept: Rc<RefCell<HashMap<(Lane, String), TcpStream>>> = Rc::default();
+    let kept: Rc<RefCell<HashMap<(Lane, String), Stream>>> = Rc::default();
     while let Ok(job) = parts.jobs.recv_async().await {
         match job {
             Job::Raft { address, frame } => {
                 let mut senders = senders.borrow_mut();
                 let sender = senders.entry(address.clone()).or_insert_with(|| {
                     let (tx, rx) = local_channel::new_bounded(PEER_QUEUE);
-                    glommio::spawn_local(send_loop(address, rx)).detach();
+                    glommio::spawn_local(send_loop(address, rx, security.clone())).detach();
                     tx
                 });
                 // Full: dropped, Raft sends again.
@@ -338,9 +345,10 @@ pub async fn run_controller_channel(cluster: Arc<Cluster>) {
                     continue;
                 }
                 let kept = kept.clone();
+                let security = security.clone();
                 glommio::spawn_local(async move {
                     let idle = kept.borrow_mut().remove(&(lane, address.clone()));
-                    let result = call(idle, &address, &frame, timeout).await;
+                    let result = call(idle, &security, &address, &frame, timeout).await;
                     let answer = result.map(|(stream, envelope)| {
                         kept.borrow_mut().insert((lane, address), stream);
                         envelope
@@ -357,18 +365,19 @@ pub async fn run_controller_channel(cluster: Arc<Cluster>) {
 /// One call on `stream` (or a new connection to `address`); the
 /// connection back with the answer, to be kept.
 async fn call(
-    stream: Option<TcpStream>,
+    stream: Option<Stream>,
+    security: &ControllerSecurity,
     address: &str,
     frame: &[u8],
     timeout: Duration,
-) -> std::io::Result<(TcpStream, Envelope)> {
+) -> std::io::Result<(Stream, Envelope)> {
     let mut stream = match stream {
         Some(stream) => stream,
-        None => connect(address, CONTROLLER_CONNECT_TIMEOUT).await?,
+        None => connect(security, address, CONTROLLER_CONNECT_TIMEOUT).await?,
     };
     stream.write_all(frame).await?;
-    stream.set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
-    match read_envelope(&mut stream).await? {
+    stream.flush().await?;
+    match read_within(&mut stream, timeout.max(Duration::from_millis(1))).await? {
         Some(envelope) => Ok((stream, envelope)),
         None => Err(std::io::Error::new(
             std::io::ErrorKind::UnexpectedEof,
@@ -377,12 +386,30 @@ async fn call(
     }
 }
 
+/// [`read_envelope`] within `limit`.
+async fn read_within(stream: &mut Stream, limit: Duration) -> std::io::Result<Option<Envelope>> {
+    glommio::timer::timeout(limit, async {
+        read_envelope(stream)
+            .await
+            .map_err(glommio::GlommioError::<()>::IoError)
+    })
+    .await
+    .map_err(|error| match error {
+        glommio::GlommioError::IoError(error) => error,
+        other => std::io::Error::new(std::io::ErrorKind::TimedOut, other.to_string()),
+    })
+}
+
 /// A Raft message for one voter, encoded, with when it was queued.
 type Queued = (Instant, Vec<u8>);
 
 /// Delivers one voter's Raft messages, connecting when needed.
-async fn send_loop(address: String, queue: local_channel::LocalReceiver<Queued>) {
-    let mut stream: Option<TcpStream> = None;
+async fn send_loop(
+    address: String,
+    queue: local_channel::LocalReceiver<Queued>,
+    security: Arc<ControllerSecurity>,
+) {
+    let mut stream: Option<Stream> = None;
     // What was queued before a failed connect is stale once it is back.
     let mut stale_before = Instant::now();
     while let Some((queued, frame)) = queue.recv().await {
@@ -390,7 +417,7 @@ async fn send_loop(address: String, queue: local_channel::LocalReceiver<Queued>)
             continue;
         }
         if stream.is_none() {
-            match connect(&address, CONTROLLER_CONNECT_TIMEOUT).await {
+            match connect(&security, &address, CONTROLLER_CONNECT_TIMEOUT).await {
                 Ok(connected) => stream = Some(connected),
                 Err(error) => {
                     tracing::debug!(%address, %error, "voter unreachable");
@@ -401,16 +428,100 @@ async fn send_loop(address: String, queue: local_channel::LocalReceiver<Queued>)
             }
         }
         let open = stream.as_mut().expect("connected");
-        if let Err(error) = open.write_all(&frame).await {
+        let written = async {
+            open.write_all(&frame).await?;
+            open.flush().await
+        };
+        if let Err(error) = written.await {
             tracing::debug!(%address, %error, "connection to voter lost");
             stream = None;
         }
     }
 }
 
+/// Connects to the controller listener at `address` (the first of its
+/// resolved addresses answering within `limit`), with the channel's write
+/// timeout, and secures the connection as the listener asks: TLS (the
+/// voter's certificate checked against the host of `address`), then SASL
+/// PLAIN with this node's login. A refusal is an error naming why.
+async fn connect(
+    security: &ControllerSecurity,
+    address: &str,
+    limit: Duration,
+) -> std::io::Result<Stream> {
+    let tcp = connect_tcp(address, limit).await?;
+    let mut stream: Stream = match &security.client_tls {
+        None => Box::new(tcp),
+        Some(tls) => {
+            let host = address
+                .rsplit_once(':')
+                .map_or(address, |(host, _)| host)
+                .trim_start_matches('[')
+                .trim_end_matches(']');
+            let name = rustls::pki_types::ServerName::try_from(host.to_string())
+                .map_err(|e| std::io::Error::other(format!("{host} is not a server name: {e}")))?;
+            let connector = futures_rustls::TlsConnector::from(tls.clone());
+            let handshake = glommio::timer::timeout(limit, async {
+                connector
+                    .connect(name, tcp)
+                    .await
+                    .map_err(glommio::GlommioError::<()>::IoError)
+            })
+            .await
+            .map_err(|e| {
+                std::io::Error::other(format!(
+                    "TLS to the controller listener at {address} failed: {e}"
+                ))
+            })?;
+            Box::new(handshake)
+        }
+    };
+    if let Some(login) = &security.login {
+        let mut auth = Vec::with_capacity(2 + login.user.len() + login.password.len());
+        auth.push(0);
+        auth.extend_from_slice(login.user.as_bytes());
+        auth.push(0);
+        auth.extend_from_slice(login.password.as_bytes());
+        let frame = Envelope {
+            cluster_id: String::new(),
+            frame: Frame::Authenticate {
+                mechanism: login.mechanism.clone(),
+                auth,
+            },
+        }
+        .encode();
+        stream.write_all(&frame).await?;
+        stream.flush().await?;
+        match read_within(&mut stream, IO_TIMEOUT).await? {
+            Some(Envelope {
+                frame: Frame::AuthenticateReply { error },
+                ..
+            }) if error.is_empty() => {}
+            Some(Envelope {
+                frame: Frame::AuthenticateReply { error },
+                ..
+            }) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    format!(
+                        "the controller listener at {address} refused {} ({}): {error}",
+                        login.user, login.mechanism
+                    ),
+                ))
+            }
+            _ => {
+                return Err(std::io::Error::other(format!(
+                    "the controller listener at {address} did not answer the authentication"
+                )))
+            }
+        }
+    }
+    Ok(stream)
+}
+
 /// Connects to `address` (the first of its resolved addresses answering
 /// within `limit`), with the channel's write timeout.
-async fn connect(address: &str, limit: Duration) -> std::io::Result<TcpStream> {
+async fn connect_tcp(address: &str, limit: Duration) -> std::io::Result<TcpStream> {
     let mut last = None;
     for candidate in std::net::ToSocketAddrs::to_socket_addrs(address)? {
         match TcpStream::connect_timeout(candidate, limit).await {
@@ -426,7 +537,9 @@ async fn connect(address: &str, limit: Duration) -> std::io::Result<TcpStream> {
 }
 
 /// Reads one controller frame; `Ok(None)` at a clean end of stream.
-async fn read_envelope(stream: &mut TcpStream) -> std::io::Result<Option<Envelope>> {
+async fn read_envelope<S: futures_lite::AsyncRead + Unpin>(
+    stream: &mut S,
+) -> std::io::Result<Option<Envelope>> {
     let mut head = [0u8; wire::FRAME_HEAD_BYTES];
     if stream.read(&mut head[..1]).await? == 0 {
         return Ok(None);
@@ -461,8 +574,18 @@ async fn serve(listener: TcpListener, cluster: Arc<Cluster>) {
         let (cluster, open) = (cluster.clone(), open.clone());
         glommio::spawn_local(async move {
             let peer = stream.peer_addr().ok();
-            if let Err(error) = serve_connection(stream, &cluster).await {
-                tracing::debug!(?peer, %error, "controller connection closed");
+            match admit(stream, &cluster).await {
+                Ok(stream) => {
+                    if let Err(error) = serve_connection(stream, &cluster).await {
+                        tracing::debug!(?peer, %error, "controller connection closed");
+                    }
+                }
+                Err(why) => tracing::warn!(
+                    ?peer,
+                    listener = %cluster.security.listener,
+                    reason = %why,
+                    "closing controller connection: not admitted"
+                ),
             }
             open.fetch_sub(1, Ordering::Relaxed);
         })
@@ -470,9 +593,116 @@ async fn serve(listener: TcpListener, cluster: Arc<Cluster>) {
     }
 }
 
+/// Secures an accepted controller connection as the listener asks (TLS,
+/// then SASL PLAIN as the first frame), within [`IO_TIMEOUT`], and checks
+/// that its principal may use the controller listener: allowed
+/// CLUSTER_ACTION on the cluster while the authorizer is on. Why not,
+/// else.
+async fn admit(tcp: TcpStream, cluster: &Cluster) -> Result<Stream, String> {
+    let security = &cluster.security;
+    tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+    // Voters keep their connections open between messages: no read timeout.
+    tcp.set_write_timeout(Some(IO_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    let host = tcp
+        .peer_addr()
+        .map(|p| p.ip().to_string())
+        .unwrap_or_default();
+    let mut principal = None;
+    let mut stream: Stream = match &security.server_tls {
+        None => Box::new(tcp),
+        Some(tls) => {
+            let acceptor = futures_rustls::TlsAcceptor::from(tls.clone());
+            let secured = glommio::timer::timeout(IO_TIMEOUT, async {
+                acceptor
+                    .accept(tcp)
+                    .await
+                    .map_err(glommio::GlommioError::<()>::IoError)
+            })
+            .await;
+            crate::metrics::record_tls_handshake(secured.is_ok());
+            let secured = secured.map_err(|e| format!("TLS handshake failed: {e}"))?;
+            if let Some(certificate) = secured
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+            {
+                let subject = crate::principal::subject_name(certificate)
+                    .ok_or("the client certificate's subject does not parse")?;
+                let name = match &security.principal_mapper {
+                    Some(mapper) => mapper.map(&subject).ok_or_else(|| {
+                        format!("no rule of ssl.principal.mapping.rules applies to {subject:?}")
+                    })?,
+                    None => subject,
+                };
+                principal = Some(format!("User:{name}"));
+            }
+            Box::new(secured)
+        }
+    };
+    if let Some(sasl) = &security.sasl {
+        let first = read_within(&mut stream, IO_TIMEOUT)
+            .await
+            .map_err(|e| format!("no authentication: {e}"))?;
+        let outcome = match first {
+            Some(Envelope {
+                frame: Frame::Authenticate { mechanism, auth },
+                ..
+            }) if mechanism == "PLAIN" => crate::sasl::plain(sasl, &auth),
+            Some(Envelope {
+                frame: Frame::Authenticate { mechanism, .. },
+                ..
+            }) => Err(format!("mechanism {mechanism} is not served here (PLAIN)")),
+            Some(_) => Err("a frame before authenticating".to_string()),
+            None => Err("closed before authenticating".to_string()),
+        };
+        crate::metrics::record_authentication(outcome.is_ok());
+        let error = outcome.as_ref().err().cloned().unwrap_or_default();
+        let reply = Envelope {
+            cluster_id: cluster.cluster_id(),
+            frame: Frame::AuthenticateReply {
+                // What the client hears names no user.
+                error: if error.is_empty() {
+                    String::new()
+                } else {
+                    "authentication failed: invalid credentials".to_string()
+                },
+            },
+        }
+        .encode();
+        let _ = stream.write_all(&reply).await;
+        let _ = stream.flush().await;
+        principal = Some(outcome?);
+    }
+    if let Some(authorizer) = &cluster.authorizer {
+        let principal = principal
+            .clone()
+            .unwrap_or_else(|| crate::authorizer::ANONYMOUS.to_string());
+        let session = crate::authorizer::Session::new(&principal, host);
+        let image = cluster.image();
+        if !authorizer.allows(
+            &image.acls,
+            &session,
+            crate::authorizer::operation::CLUSTER_ACTION,
+            crate::authorizer::resource::CLUSTER,
+            crate::authorizer::CLUSTER_NAME,
+        ) {
+            crate::metrics::record_denial(crate::authorizer::resource::CLUSTER);
+            return Err(format!(
+                "{principal} may not use the controller listener (CLUSTER_ACTION on the cluster)"
+            ));
+        }
+    }
+    if let Some(principal) = principal {
+        tracing::debug!(%principal, "controller connection admitted");
+    }
+    Ok(stream)
+}
+
 /// Serves one connection; when a broker's heartbeat connection ends, the
 /// quorum thread hears of it (a killed broker's kernel closes it at once).
-async fn serve_connection(stream: TcpStream, cluster: &Cluster) -> std::io::Result<()> {
+async fn serve_connection(stream: Stream, cluster: &Cluster) -> std::io::Result<()> {
     let mut heartbeats_of = None;
     let served = serve_frames(stream, cluster, &mut heartbeats_of).await;
     if let (Some(broker), Some(inbox)) = (heartbeats_of, cluster.inbox.as_ref()) {
@@ -501,13 +731,10 @@ async fn asked<T>(
 }
 
 async fn serve_frames(
-    mut stream: TcpStream,
+    mut stream: Stream,
     cluster: &Cluster,
     heartbeats_of: &mut Option<i32>,
 ) -> std::io::Result<()> {
-    stream.set_nodelay(true)?;
-    // Voters keep their connections open between messages: no read timeout.
-    stream.set_write_timeout(Some(IO_TIMEOUT))?;
     let Some(inbox) = cluster.inbox.as_ref() else {
         return Ok(());
     };
@@ -588,6 +815,7 @@ async fn serve_frames(
         }
         .encode();
         stream.write_all(&answer).await?;
+        stream.flush().await?;
     }
     Ok(())
 }
@@ -616,16 +844,24 @@ pub const REPLICA_CLIENT_ID_PREFIX: &str = "strom-replica-";
 pub const ADMIN_CLIENT_ID_PREFIX: &str = "strom-broker-";
 
 impl Purpose {
-    fn config(self, node_id: i32) -> ClientConfig {
+    /// The client configuration for this purpose: its client id and
+    /// timeout, and the inter-broker listener's TLS and SASL login.
+    fn config(self, shard: &Shard) -> ClientConfig {
         let (prefix, request_timeout) = match self {
             Purpose::Replica { wait } => (REPLICA_CLIENT_ID_PREFIX, wait + Duration::from_secs(10)),
             Purpose::Forward { timeout } => (FORWARDED_CLIENT_ID_PREFIX, timeout),
             Purpose::Admin { timeout } => (ADMIN_CLIENT_ID_PREFIX, timeout),
         };
+        let inter_broker = &shard.config.inter_broker;
         ClientConfig {
-            client_id: format!("{prefix}{node_id}"),
+            client_id: format!("{prefix}{}", shard.config.node_id),
             connect_timeout: CONNECT_TIMEOUT,
             request_timeout,
+            response_bytes_max: ClientConfig::default()
+                .response_bytes_max
+                .max(FORWARDED_ANSWER_BYTES_MAX),
+            tls: inter_broker.tls.clone(),
+            sasl: inter_broker.sasl.clone(),
             ..ClientConfig::default()
         }
     }
@@ -643,7 +879,7 @@ pub async fn connect_address(
     address: &str,
     purpose: Purpose,
 ) -> Result<Connection, String> {
-    Connection::connect(address, purpose.config(shard.config.node_id))
+    Connection::connect(address, purpose.config(shard))
         .await
         .map_err(|e| e.to_string())
 }
@@ -662,7 +898,7 @@ pub async fn connect_broker(
 /// This core's connections for whole frames to one broker: idle ones,
 /// and the bound on those in use.
 struct Pool {
-    idle: RefCell<Vec<(String, TcpStream)>>,
+    idle: RefCell<Vec<Connection>>,
     slots: Semaphore,
 }
 
@@ -684,7 +920,7 @@ fn pool(broker: i32) -> Rc<Pool> {
     })
 }
 
-/// Sends a whole request `frame` to `broker`'s client listener on a
+/// Sends a whole request `frame` to `broker`'s inter-broker listener on a
 /// pooled connection of this core and reads its whole answer, within
 /// `limit`. At most [`FORWARD_GROUP_CONNECTIONS_MAX`] are in use per
 /// destination, so a request that waits long there (a JoinGroup) holds up
@@ -704,56 +940,42 @@ pub async fn exchange(
         .await
         .map_err(|e| e.to_string())?;
     let idle = pool.idle.borrow_mut().pop();
-    let mut stream = match idle {
-        Some((at, stream)) if at == address => stream,
-        _ => connect(&address, CONNECT_TIMEOUT)
-            .await
-            .map_err(|e| e.to_string())?,
+    let mut connection = match idle {
+        Some(connection) if connection.address() == address && !connection.is_broken() => {
+            connection
+        }
+        _ => connect_address(shard, &address, Purpose::Forward { timeout: limit }).await?,
     };
-    let answer = glommio::timer::timeout(limit, async {
-        round_trip(&mut stream, &frame)
-            .await
-            .map_err(glommio::GlommioError::<()>::IoError)
-    })
-    .await
-    .map_err(|e| e.to_string())?;
-    pool.idle.borrow_mut().push((address, stream));
+    let answer = round_trip(&mut connection, &frame, limit).await?;
+    pool.idle.borrow_mut().push(connection);
     Ok(answer)
 }
 
 /// Sends a whole request `frame` to `address` on a connection of its own
 /// and reads the whole answer, within `limit`.
-pub async fn exchange_with(address: &str, frame: &[u8], limit: Duration) -> Result<Bytes, String> {
-    let mut stream = connect(address, CONNECT_TIMEOUT)
-        .await
-        .map_err(|e| e.to_string())?;
+pub async fn exchange_with(
+    shard: &Shard,
+    address: &str,
+    frame: &[u8],
+    limit: Duration,
+) -> Result<Bytes, String> {
+    let mut connection = connect_address(shard, address, Purpose::Admin { timeout: limit }).await?;
+    round_trip(&mut connection, frame, limit).await
+}
+
+/// Writes one request frame and reads the one response frame to it
+/// (returned with its length prefix), within `limit`.
+async fn round_trip(
+    connection: &mut Connection,
+    frame: &[u8],
+    limit: Duration,
+) -> Result<Bytes, String> {
     glommio::timer::timeout(limit, async {
-        round_trip(&mut stream, frame)
+        connection
+            .round_trip(frame)
             .await
-            .map_err(glommio::GlommioError::<()>::IoError)
+            .map_err(|e| glommio::GlommioError::<()>::IoError(std::io::Error::other(e.to_string())))
     })
     .await
     .map_err(|e| e.to_string())
-}
-
-/// Writes one request frame (with its length prefix) and reads one whole
-/// response frame (returned with its length prefix).
-async fn round_trip(stream: &mut TcpStream, frame: &[u8]) -> std::io::Result<Bytes> {
-    let max = FORWARDED_ANSWER_BYTES_MAX;
-    let mut request = Vec::with_capacity(frame.len() + 4);
-    request.extend_from_slice(&(frame.len() as u32).to_be_bytes());
-    request.extend_from_slice(frame);
-    stream.write_all(&request).await?;
-    let mut head = [0u8; 4];
-    stream.read_exact(&mut head).await?;
-    let len = u32::from_be_bytes(head) as usize;
-    if len > max {
-        return Err(std::io::Error::other(format!(
-            "an answer of {len} bytes is above the {max}-byte limit"
-        )));
-    }
-    let mut answer = vec![0u8; len + 4];
-    answer[..4].copy_from_slice(&head);
-    stream.read_exact(&mut answer[4..]).await?;
-    Ok(Bytes::from(answer))
 }

@@ -1144,6 +1144,7 @@ mod tests {
             rack: None,
             controller_address: String::new(),
             fenced: false,
+            endpoints: Vec::new(),
         }
     }
 

@@ -27,6 +27,8 @@ const KIND_ALTER_PARTITION: u8 = 6;
 const KIND_ALTER_PARTITION_REPLY: u8 = 7;
 const KIND_VOTER_PROBE: u8 = 8;
 const KIND_VOTER_PROBE_REPLY: u8 = 9;
+const KIND_AUTHENTICATE: u8 = 10;
+const KIND_AUTHENTICATE_REPLY: u8 = 11;
 
 /// A voter's answer to another whose Raft log is empty (see
 /// `cluster::membership`).
@@ -145,6 +147,16 @@ pub enum Frame {
         directory: String,
     },
     VoterProbeReply(VoterProbeReply),
+    /// The first frame on a SASL controller listener: the mechanism
+    /// (PLAIN) and its client message.
+    Authenticate {
+        mechanism: String,
+        auth: Vec<u8>,
+    },
+    /// Why the authentication failed; empty: authenticated.
+    AuthenticateReply {
+        error: String,
+    },
 }
 
 /// A frame and the cluster id its sender knows ("" before it knows one).
@@ -191,6 +203,8 @@ impl Envelope {
             Frame::AlterPartitionReply { .. } => KIND_ALTER_PARTITION_REPLY,
             Frame::VoterProbe { .. } => KIND_VOTER_PROBE,
             Frame::VoterProbeReply(_) => KIND_VOTER_PROBE_REPLY,
+            Frame::Authenticate { .. } => KIND_AUTHENTICATE,
+            Frame::AuthenticateReply { .. } => KIND_AUTHENTICATE_REPLY,
         };
         payload.push(kind);
         put_bytes(&mut payload, self.cluster_id.as_bytes());
@@ -290,6 +304,13 @@ impl Envelope {
                     payload.extend_from_slice(&node.to_be_bytes());
                     put_bytes(&mut payload, directory.as_bytes());
                 }
+            }
+            Frame::Authenticate { mechanism, auth } => {
+                put_bytes(&mut payload, mechanism.as_bytes());
+                put_bytes(&mut payload, auth);
+            }
+            Frame::AuthenticateReply { error } => {
+                put_bytes(&mut payload, error.as_bytes());
             }
         }
         let mut out = Vec::with_capacity(payload.len() + 8);
@@ -449,6 +470,15 @@ impl Envelope {
                     directories,
                 })
             }
+            KIND_AUTHENTICATE => Frame::Authenticate {
+                mechanism: String::from_utf8(take_bytes(&mut buf)?.to_vec())
+                    .map_err(|_| "the mechanism is not UTF-8".to_string())?,
+                auth: take_bytes(&mut buf)?.to_vec(),
+            },
+            KIND_AUTHENTICATE_REPLY => Frame::AuthenticateReply {
+                error: String::from_utf8(take_bytes(&mut buf)?.to_vec())
+                    .map_err(|_| "the error is not UTF-8".to_string())?,
+            },
             other => return Err(format!("unknown frame kind {other}")),
         };
         if !buf.is_empty() {
@@ -545,6 +575,7 @@ mod tests {
             rack: Some("a".to_string()),
             controller_address: "127.0.0.1:19093".to_string(),
             fenced: false,
+            endpoints: Vec::new(),
         }
     }
 
@@ -604,6 +635,13 @@ mod tests {
         round_trip(Frame::Fetch {
             after: 17,
             wait_ms: 500,
+        });
+        round_trip(Frame::Authenticate {
+            mechanism: "PLAIN".to_string(),
+            auth: b"\0broker\0secret".to_vec(),
+        });
+        round_trip(Frame::AuthenticateReply {
+            error: "unknown user".to_string(),
         });
         round_trip(Frame::VoterProbe {
             node_id: 3,

@@ -31,18 +31,28 @@ pub fn broker_value(config: &BrokerConfig, key: &str) -> Option<String> {
             .map(|(name, protocol)| format!("{name}:{protocol}"))
             .collect::<Vec<_>>()
             .join(","),
-        "connections.max.reauth.ms" => config
-            .client_sasl
-            .as_ref()
+        "connections.max.reauth.ms" => first_sasl(config)
             .map_or(0, |sasl| sasl.reauth_ms)
             .to_string(),
-        "sasl.enabled.mechanisms" => config
-            .client_sasl
+        "sasl.enabled.mechanisms" => {
+            first_sasl(config).map_or(String::new(), |sasl| sasl.mechanisms.join(","))
+        }
+        "inter.broker.listener.name" => config.inter_broker.listener.clone(),
+        "security.inter.broker.protocol" => config.inter_broker.protocol.clone(),
+        "sasl.mechanism.inter.broker.protocol" => config
+            .inter_broker
+            .sasl
             .as_ref()
-            .map_or(String::new(), |sasl| sasl.mechanisms.join(",")),
+            .map_or(String::new(), |login| login.mechanism.clone()),
         _ if crate::tls::SSL_KEYS.contains(&key) => {
-            let given = config
-                .client_ssl_settings
+            // The first TLS listener's (its own settings over the plain ones).
+            let listener = config
+                .listeners
+                .iter()
+                .find(|l| l.tls.is_some())
+                .unwrap_or(&config.listeners[0]);
+            let given = listener
+                .ssl_settings
                 .iter()
                 .rev()
                 .find(|(k, _)| k == key)
@@ -147,21 +157,29 @@ pub fn broker_value(config: &BrokerConfig, key: &str) -> Option<String> {
     })
 }
 
+/// The SASL settings of the first SASL listener.
+fn first_sasl(config: &BrokerConfig) -> Option<&crate::sasl::SaslConfig> {
+    config.listeners.iter().find_map(|l| l.sasl.as_deref())
+}
+
 /// `advertised.listeners` as it applies: the client listener with the
 /// address clients are given, then the other advertised ones.
 fn advertised_listeners(config: &BrokerConfig) -> String {
-    let client = config.quorum.client_listener();
-    let mut list = vec![crate::kraft_config::NamedAddress {
-        name: client.name.clone(),
-        host: config.advertise_host.clone(),
-        port: config.advertise_port,
-    }];
+    let mut list: Vec<crate::kraft_config::NamedAddress> = config
+        .listeners
+        .iter()
+        .map(|l| crate::kraft_config::NamedAddress {
+            name: l.name.clone(),
+            host: l.advertise_host.clone(),
+            port: l.advertise_port,
+        })
+        .collect();
     list.extend(
         config
             .quorum
             .advertised_listeners
             .iter()
-            .filter(|a| a.name != client.name)
+            .filter(|a| !config.listeners.iter().any(|l| l.name == a.name))
             .cloned(),
     );
     crate::kraft_config::render_named(&list)

@@ -110,19 +110,17 @@ pub struct Flags {
 pub struct BrokerConfig {
     pub node_id: i32,
     pub listen: SocketAddr,
-    /// TLS on the client listener (its security protocol is SSL), built
-    /// and checked at start and shared by every core.
-    pub client_tls: Option<std::sync::Arc<rustls::ServerConfig>>,
-    /// The client listener's TLS settings as given (`ssl.*`, its own
-    /// `listener.name.<name>.ssl.*` over them), for the effective config.
-    pub client_ssl_settings: Vec<(String, String)>,
-    /// SASL on the client listener (SASL_PLAINTEXT, SASL_SSL).
-    pub client_sasl: Option<std::sync::Arc<crate::sasl::SaslConfig>>,
+    /// The listeners clients and other brokers connect to (every listener
+    /// but the controller's), each with its security; the first is the one
+    /// `listen` and `advertise_*` name.
+    pub listeners: Vec<std::sync::Arc<Listener>>,
+    /// How this broker connects to the other brokers' listener named by
+    /// `inter.broker.listener.name`.
+    pub inter_broker: InterBroker,
+    /// The controller listener's security.
+    pub controller_security: ControllerSecurity,
     /// Each listener's security protocol, by name.
     pub security_protocols: Vec<(String, String)>,
-    /// How a TLS client certificate names its principal
-    /// (`ssl.principal.mapping.rules`), on a TLS client listener.
-    pub client_principal_mapper: Option<std::sync::Arc<crate::principal::PrincipalMapper>>,
     /// The built-in authorizer (`authorizer.class.name`), when on.
     pub authorizer: Option<std::sync::Arc<crate::authorizer::Authorizer>>,
     pub advertise_host: String,
@@ -366,6 +364,13 @@ struct Builder {
     balancer_enable: bool,
     balancer_single_broker: bool,
     balancer_broker_address: Option<(String, u16)>,
+    /// `inter.broker.listener.name` (or the listener of
+    /// `security.inter.broker.protocol`'s protocol).
+    inter_broker_listener: Option<InterBrokerChoice>,
+    /// `sasl.mechanism.inter.broker.protocol`.
+    inter_broker_mechanism: Option<String>,
+    /// `sasl.mechanism.controller.protocol`.
+    controller_mechanism: Option<String>,
     roles: ProcessRoles,
     voters: Vec<kraft_config::Voter>,
     bootstrap_servers: Vec<(String, u16)>,
@@ -386,6 +391,64 @@ struct Builder {
     sasl_settings: Vec<(Option<String>, String, String)>,
     rack: Option<String>,
     given: Vec<GivenSetting>,
+}
+
+/// A listener clients (and other brokers) connect to, with its security.
+#[derive(Debug)]
+pub struct Listener {
+    /// Its name in `listeners` (upper-case).
+    pub name: String,
+    /// PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.
+    pub protocol: String,
+    pub address: SocketAddr,
+    /// The address this broker gives clients of this listener.
+    pub advertise_host: String,
+    pub advertise_port: u16,
+    /// TLS (SSL, SASL_SSL), built and checked at start, shared by every core.
+    pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    /// Its TLS settings as given (`ssl.*`, its own
+    /// `listener.name.<name>.ssl.*` over them), for the effective config.
+    pub ssl_settings: Vec<(String, String)>,
+    /// SASL (SASL_PLAINTEXT, SASL_SSL).
+    pub sasl: Option<std::sync::Arc<crate::sasl::SaslConfig>>,
+    /// How a TLS client certificate names its principal
+    /// (`ssl.principal.mapping.rules`), on a TLS listener.
+    pub principal_mapper: Option<std::sync::Arc<crate::principal::PrincipalMapper>>,
+}
+
+/// How this broker reaches the others: the listener it uses
+/// (`inter.broker.listener.name`) and what it shows there, TLS with its own
+/// certificate and the listener's truststore, SASL with the mechanism of
+/// `sasl.mechanism.inter.broker.protocol` and the listener's JAAS login.
+#[derive(Debug, Clone, Default)]
+pub struct InterBroker {
+    pub listener: String,
+    pub protocol: String,
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    pub sasl: Option<protocol::client::SaslLogin>,
+}
+
+/// The controller listener's security (the first name of
+/// `controller.listener.names`, by `listener.security.protocol.map`): what
+/// a voter serves on it, and what every node shows when it connects to
+/// one. SSL is TLS with the listener's keystore and truststore (client
+/// certificates required between nodes); SASL is PLAIN (as in Kafka, SCRAM's
+/// credentials live in the metadata the quorum itself carries), logging in
+/// with `sasl.mechanism.controller.protocol` and the listener's
+/// `plain.sasl.jaas.config`.
+#[derive(Debug, Clone, Default)]
+pub struct ControllerSecurity {
+    pub listener: String,
+    pub protocol: String,
+    /// A voter's TLS on its controller listener.
+    pub server_tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    pub principal_mapper: Option<std::sync::Arc<crate::principal::PrincipalMapper>>,
+    /// A voter's SASL users on its controller listener.
+    pub sasl: Option<std::sync::Arc<crate::sasl::SaslConfig>>,
+    /// TLS to a voter's controller listener.
+    pub client_tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    /// PLAIN's login to a voter's controller listener.
+    pub login: Option<protocol::client::SaslLogin>,
 }
 
 /// Kafka's security protocols, all served on the client listener.
@@ -471,7 +534,25 @@ fn is_sasl_key(key: &str) -> bool {
     matches!(
         key,
         "sasl.enabled.mechanisms" | "plain.sasl.jaas.config" | "connections.max.reauth.ms"
+    ) || is_login_key(key)
+}
+
+/// The JAAS login a broker authenticates to other brokers with, by
+/// mechanism (`<mechanism>.sasl.jaas.config`; PLAIN's is
+/// `plain.sasl.jaas.config`, which also lists the listener's users).
+fn is_login_key(key: &str) -> bool {
+    matches!(
+        key,
+        "scram-sha-256.sasl.jaas.config" | "scram-sha-512.sasl.jaas.config"
     )
+}
+
+/// How `inter.broker.listener.name` or `security.inter.broker.protocol`
+/// chose the listener between brokers.
+#[derive(Debug, Clone)]
+enum InterBrokerChoice {
+    Name(String),
+    Protocol(String),
 }
 
 fn parse_value<T: std::str::FromStr>(
@@ -611,6 +692,9 @@ impl Builder {
             balancer_enable: false,
             balancer_single_broker: false,
             balancer_broker_address: None,
+            inter_broker_listener: None,
+            inter_broker_mechanism: None,
+            controller_mechanism: None,
             roles: ProcessRoles::parse(kraft_config::PROCESS_ROLES_DEFAULT)
                 .expect("default roles parse"),
             voters: Vec::new(),
@@ -691,6 +775,53 @@ impl Builder {
             "listener.security.protocol.map" => {
                 self.security_protocol_map = parse_security_protocol_map(value)
                     .map_err(|reason| invalid(key, value, source, reason))?;
+            }
+            "inter.broker.listener.name" => {
+                let name = value.trim().to_ascii_uppercase();
+                if name.is_empty() {
+                    return Err(invalid(key, value, source, "must name a listener"));
+                }
+                self.inter_broker_listener = Some(InterBrokerChoice::Name(name));
+            }
+            "security.inter.broker.protocol" => {
+                let protocol = value.trim().to_ascii_uppercase();
+                if !SECURITY_PROTOCOLS.contains(&protocol.as_str()) {
+                    return Err(invalid(
+                        key,
+                        value,
+                        source,
+                        format!("the protocol is one of {}", SECURITY_PROTOCOLS.join(", ")),
+                    ));
+                }
+                self.inter_broker_listener = Some(InterBrokerChoice::Protocol(protocol));
+            }
+            "sasl.mechanism.controller.protocol" => {
+                let mechanism = value.trim().to_ascii_uppercase();
+                if mechanism != "PLAIN" {
+                    return Err(invalid(
+                        key,
+                        value,
+                        source,
+                        "nodes authenticate on the controller listener with PLAIN (SCRAM's \
+                         credentials live in the metadata the controllers carry)",
+                    ));
+                }
+                self.controller_mechanism = Some(mechanism);
+            }
+            "sasl.mechanism.inter.broker.protocol" => {
+                let mechanism = value.trim().to_ascii_uppercase();
+                if !crate::sasl::MECHANISMS_SERVED.contains(&mechanism.as_str()) {
+                    return Err(invalid(
+                        key,
+                        value,
+                        source,
+                        format!(
+                            "brokers authenticate to each other with {}",
+                            crate::sasl::MECHANISMS_SERVED.join(", ")
+                        ),
+                    ));
+                }
+                self.inter_broker_mechanism = Some(mechanism);
             }
             "sasl.enabled.mechanisms" | "connections.max.reauth.ms" => {
                 self.sasl_settings
@@ -1121,22 +1252,6 @@ impl Builder {
         self.check_protocols(&self.listeners)?;
         let quorum = self.quorum()?;
         let client = quorum.client_listener().clone();
-        let (client_tls, client_ssl_settings) = self.client_tls(&client)?;
-        let client_sasl = self.client_sasl(&client)?;
-        let client_principal_mapper = match client_ssl_settings
-            .iter()
-            .rev()
-            .find(|(k, _)| k == "ssl.principal.mapping.rules")
-        {
-            Some((key, rules)) if client_tls.is_some() => Some(std::sync::Arc::new(
-                crate::principal::PrincipalMapper::parse(rules)
-                    .map_err(|why| invalid(key, rules, &self.origin_of(&[key.as_str()]), why))?,
-            )),
-            _ if client_tls.is_some() => Some(std::sync::Arc::new(
-                crate::principal::PrincipalMapper::default(),
-            )),
-            _ => None,
-        };
         let security_protocols: Vec<(String, String)> = quorum
             .listeners
             .iter()
@@ -1150,28 +1265,56 @@ impl Builder {
             &client.host,
             client.port,
         )?;
-        let named_advertise = quorum
-            .advertised_listeners
-            .iter()
-            .find(|a| a.name == client.name)
-            .map(|a| (a.host.clone(), a.port));
-        let listener_address = {
-            let ip = self.listen.ip();
-            let host = if ip.is_unspecified() {
-                "127.0.0.1".to_string()
-            } else {
-                ip.to_string()
-            };
-            (host, self.listen.port())
+        let named_advertise = |name: &str| {
+            quorum
+                .advertised_listeners
+                .iter()
+                .find(|a| a.name == name)
+                .map(|a| (a.host.clone(), a.port))
         };
+        let listener_address = reachable(self.listen);
         let (advertise_host, advertise_port) = self
             .advertise
-            .or(named_advertise)
+            .clone()
+            .or(named_advertise(&client.name))
             .unwrap_or_else(|| listener_address.clone());
         let (broker_host, broker_port) = self
             .balancer_broker_address
             .clone()
             .unwrap_or(listener_address);
+        let mut listeners = Vec::new();
+        for named in quorum.client_listeners() {
+            let (address, advertised) = if named.name == client.name {
+                (self.listen, (advertise_host.clone(), advertise_port))
+            } else {
+                let address = resolve(
+                    "listeners",
+                    &named.render(),
+                    &self.origin_of(&["listeners"]),
+                    &named.host,
+                    named.port,
+                )?;
+                let advertised = named_advertise(&named.name).unwrap_or_else(|| reachable(address));
+                (address, advertised)
+            };
+            listeners.push(std::sync::Arc::new(
+                self.listener(named, address, advertised)?,
+            ));
+        }
+        if listeners.iter().all(|l| l.tls.is_none()) && !self.ssl_settings.is_empty() {
+            tracing::warn!(
+                "ssl.* settings given, but no listener is SSL or SASL_SSL: they are not used"
+            );
+        }
+        let in_cluster = !quorum.roles.controller
+            || quorum.voters.iter().any(|v| v.id != self.node_id)
+            || !quorum.bootstrap_servers.is_empty();
+        let inter_broker = self.inter_broker(&quorum, &listeners, in_cluster)?;
+        let controller_security = if in_cluster {
+            self.controller_security(&quorum)?
+        } else {
+            ControllerSecurity::default()
+        };
         let frame_bytes_max = self
             .frame_bytes_max
             .unwrap_or(FRAME_OVERHEAD_BYTES + self.message_max_bytes as usize);
@@ -1195,11 +1338,10 @@ impl Builder {
         Ok(BrokerConfig {
             node_id: self.node_id,
             listen: self.listen,
-            client_tls,
-            client_ssl_settings,
-            client_sasl,
+            listeners,
+            inter_broker,
+            controller_security,
             security_protocols,
-            client_principal_mapper,
             authorizer: self.authorizer_enabled.then(|| {
                 std::sync::Arc::new(crate::authorizer::Authorizer {
                     super_users: self.super_users.clone(),
@@ -1276,13 +1418,6 @@ impl Builder {
             let protocol = self.security_protocol(&listener.name);
             let why = if !SERVED_PROTOCOLS.contains(&protocol) {
                 not_served(protocol)
-            } else if protocol != "PLAINTEXT"
-                && self.controller_listener_names.contains(&listener.name)
-            {
-                format!(
-                    "security protocol {protocol} is not served on a controller listener: the \
-                     controller channel is PLAINTEXT only yet"
-                )
             } else {
                 continue;
             };
@@ -1294,6 +1429,286 @@ impl Builder {
             ));
         }
         Ok(())
+    }
+
+    /// One listener clients connect to, with its security.
+    fn listener(
+        &self,
+        named: &NamedAddress,
+        address: SocketAddr,
+        (advertise_host, advertise_port): (String, u16),
+    ) -> Result<Listener, ConfigError> {
+        let (tls, ssl_settings) = self.client_tls(named)?;
+        let sasl = self.client_sasl(named)?;
+        let principal_mapper = match ssl_settings
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "ssl.principal.mapping.rules")
+        {
+            _ if tls.is_none() => None,
+            Some((key, rules)) => Some(std::sync::Arc::new(
+                crate::principal::PrincipalMapper::parse(rules)
+                    .map_err(|why| invalid(key, rules, &self.origin_of(&[key.as_str()]), why))?,
+            )),
+            None => Some(std::sync::Arc::new(
+                crate::principal::PrincipalMapper::default(),
+            )),
+        };
+        Ok(Listener {
+            name: named.name.clone(),
+            protocol: self.security_protocol(&named.name).to_string(),
+            address,
+            advertise_host,
+            advertise_port,
+            tls,
+            ssl_settings,
+            sasl,
+            principal_mapper,
+        })
+    }
+
+    /// How this broker connects to the others (in a cluster): the listener
+    /// `inter.broker.listener.name` (or `security.inter.broker.protocol`)
+    /// names, else the first client listener, with TLS and SASL as that
+    /// listener asks.
+    fn inter_broker(
+        &self,
+        quorum: &Quorum,
+        listeners: &[std::sync::Arc<Listener>],
+        in_cluster: bool,
+    ) -> Result<InterBroker, ConfigError> {
+        let names = || {
+            listeners
+                .iter()
+                .map(|l| l.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let listener = match &self.inter_broker_listener {
+            None => &listeners[0],
+            Some(InterBrokerChoice::Name(name)) => {
+                let key = "inter.broker.listener.name";
+                let refuse = |why: String| invalid(key, name, &self.origin_of(&[key]), why);
+                if quorum.is_controller_listener(name) {
+                    return Err(refuse(format!(
+                        "{name} is a controller listener; brokers talk to each other on a \
+                         client listener ({})",
+                        names()
+                    )));
+                }
+                listeners.iter().find(|l| l.name == *name).ok_or_else(|| {
+                    refuse(format!("no listener {name} in listeners ({})", names()))
+                })?
+            }
+            Some(InterBrokerChoice::Protocol(protocol)) => {
+                let key = "security.inter.broker.protocol";
+                listeners
+                    .iter()
+                    .find(|l| l.protocol == *protocol)
+                    .ok_or_else(|| {
+                        invalid(
+                            key,
+                            protocol,
+                            &self.origin_of(&[key]),
+                            format!("no {protocol} listener in listeners ({})", names()),
+                        )
+                    })?
+            }
+        };
+        let mut inter_broker = InterBroker {
+            listener: listener.name.clone(),
+            protocol: listener.protocol.clone(),
+            tls: None,
+            sasl: None,
+        };
+        if !in_cluster {
+            return Ok(inter_broker);
+        }
+        let about = |key: &str, value: &str, why: String| {
+            invalid(
+                key,
+                value,
+                &self.origin_of(&[key]),
+                format!(
+                    "the inter-broker listener {} ({}): {why}",
+                    listener.name, listener.protocol
+                ),
+            )
+        };
+        if listener.tls.is_some() {
+            let settings = crate::tls::TlsSettings {
+                values: listener.ssl_settings.clone(),
+            };
+            let tls = crate::tls::client_config(&settings).map_err(|(key, why)| {
+                about(
+                    &key,
+                    "",
+                    format!("a broker checks the others' certificates with it: {why}"),
+                )
+            })?;
+            inter_broker.tls = Some(tls);
+        }
+        if let Some(sasl) = &listener.sasl {
+            let key = "sasl.mechanism.inter.broker.protocol";
+            let Some(mechanism) = self.inter_broker_mechanism.clone() else {
+                return Err(about(
+                    key,
+                    "",
+                    format!(
+                        "name the mechanism brokers authenticate with ({})",
+                        sasl.mechanisms.join(", ")
+                    ),
+                ));
+            };
+            if !sasl.mechanisms.contains(&mechanism) {
+                return Err(about(
+                    key,
+                    &mechanism,
+                    format!(
+                        "the listener enables {} only (sasl.enabled.mechanisms)",
+                        sasl.mechanisms.join(", ")
+                    ),
+                ));
+            }
+            let login_key = format!("{}.sasl.jaas.config", mechanism.to_ascii_lowercase());
+            let prefixed = format!(
+                "listener.name.{}.{login_key}",
+                listener.name.to_ascii_lowercase()
+            );
+            let jaas = self
+                .sasl_settings
+                .iter()
+                .rev()
+                .find(|(l, k, _)| l.as_deref() == Some(listener.name.as_str()) && *k == login_key)
+                .map(|(_, _, v)| v.as_str())
+                .ok_or_else(|| {
+                    about(
+                        &prefixed,
+                        "",
+                        format!(
+                            "a broker logs in to the others with the username and password \
+                             of {prefixed}"
+                        ),
+                    )
+                })?;
+            let (user, password) =
+                crate::sasl::client_login(jaas).map_err(|why| about(&prefixed, "(hidden)", why))?;
+            inter_broker.sasl = Some(protocol::client::SaslLogin {
+                mechanism,
+                user,
+                password,
+            });
+        }
+        Ok(inter_broker)
+    }
+
+    /// The controller listener's security: served on it by a voter (whose
+    /// `listeners` has it), shown to it by every node of the cluster.
+    fn controller_security(&self, quorum: &Quorum) -> Result<ControllerSecurity, ConfigError> {
+        let name = quorum
+            .controller_listener_names
+            .first()
+            .cloned()
+            .unwrap_or_else(|| kraft_config::CONTROLLER_LISTENER_NAMES_DEFAULT.to_string());
+        let protocol = self.security_protocol(&name).to_string();
+        let named = quorum
+            .listeners
+            .iter()
+            .find(|l| l.name == name)
+            .cloned()
+            .unwrap_or(NamedAddress {
+                name: name.clone(),
+                host: String::new(),
+                port: 0,
+            });
+        let serves = quorum.listeners.iter().any(|l| l.name == name);
+        let about = |key: &str, value: &str, why: String| {
+            invalid(
+                key,
+                value,
+                &self.origin_of(&[key]),
+                format!("the controller listener {name} ({protocol}): {why}"),
+            )
+        };
+        let mut security = ControllerSecurity {
+            listener: name.clone(),
+            protocol: protocol.clone(),
+            ..ControllerSecurity::default()
+        };
+        if matches!(protocol.as_str(), "SSL" | "SASL_SSL") {
+            let (server_tls, settings) = self.client_tls(&named)?;
+            if serves {
+                security.server_tls = server_tls;
+                security.principal_mapper = Some(std::sync::Arc::new(
+                    match settings
+                        .iter()
+                        .rev()
+                        .find(|(k, _)| k == "ssl.principal.mapping.rules")
+                    {
+                        Some((key, rules)) => crate::principal::PrincipalMapper::parse(rules)
+                            .map_err(|why| about(key, rules, why))?,
+                        None => crate::principal::PrincipalMapper::default(),
+                    },
+                ));
+            }
+            let client = crate::tls::client_config(&crate::tls::TlsSettings { values: settings })
+                .map_err(|(key, why)| {
+                about(
+                    &key,
+                    "",
+                    format!("a node checks the voters' certificates with it: {why}"),
+                )
+            })?;
+            security.client_tls = Some(client);
+        }
+        if protocol.starts_with("SASL_") {
+            let key = "sasl.mechanism.controller.protocol";
+            if self.controller_mechanism.is_none() {
+                return Err(about(
+                    key,
+                    "",
+                    "name the mechanism nodes authenticate with on it: PLAIN".to_string(),
+                ));
+            }
+            if serves {
+                let sasl = self.client_sasl(&named)?.expect("a SASL listener");
+                if !sasl.mechanisms.iter().any(|m| m == "PLAIN") {
+                    return Err(about(
+                        "sasl.enabled.mechanisms",
+                        &sasl.mechanisms.join(","),
+                        "enable PLAIN on it: nodes authenticate with PLAIN there".to_string(),
+                    ));
+                }
+                security.sasl = Some(sasl);
+            }
+            let prefixed = format!(
+                "listener.name.{}.plain.sasl.jaas.config",
+                name.to_ascii_lowercase()
+            );
+            let jaas = self
+                .sasl_settings
+                .iter()
+                .rev()
+                .find(|(l, k, _)| {
+                    l.as_deref() == Some(name.as_str()) && k == "plain.sasl.jaas.config"
+                })
+                .map(|(_, _, v)| v.as_str())
+                .ok_or_else(|| {
+                    about(
+                        &prefixed,
+                        "",
+                        format!("a node logs in to the voters with the username and password of {prefixed}"),
+                    )
+                })?;
+            let (user, password) =
+                crate::sasl::client_login(jaas).map_err(|why| about(&prefixed, "(hidden)", why))?;
+            security.login = Some(protocol::client::SaslLogin {
+                mechanism: "PLAIN".to_string(),
+                user,
+                password,
+            });
+        }
+        Ok(security)
     }
 
     /// The client listener's SASL configuration when its protocol is
@@ -1358,9 +1773,6 @@ impl Builder {
             }
         }
         if !serves_tls {
-            if !settings.values.is_empty() {
-                tracing::warn!(listener = %client.name, "ssl.* settings given, but the client listener is PLAINTEXT: they are not used");
-            }
             return Ok((None, settings.values));
         }
         crate::tls::server_config(&settings)
@@ -1439,6 +1851,18 @@ impl Builder {
 }
 
 /// The first address `host:port` resolves to; errors name `key`.
+/// The address other processes on this host reach `address` at: a
+/// wildcard address is reached at 127.0.0.1.
+fn reachable(address: SocketAddr) -> (String, u16) {
+    let ip = address.ip();
+    let host = if ip.is_unspecified() {
+        "127.0.0.1".to_string()
+    } else {
+        ip.to_string()
+    };
+    (host, address.port())
+}
+
 fn resolve(
     key: &str,
     value: &str,

@@ -44,7 +44,7 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         keys: &["listeners"],
         flag: None,
         default: Default::Value("PLAINTEXT://127.0.0.1:9092"),
-        meaning: "Kafka's listeners: `NAME://HOST:PORT,...`, or a bare `HOST:PORT` for the client listener. The client listener is the first one not named in `controller.listener.names`; Strom serves clients on that one only (a second client listener is refused). Two listeners on one address are refused. A voter of a quorum of several opens its controller listener (the one named in `controller.listener.names`) for the other voters and the brokers' heartbeats. The client listener serves PLAINTEXT, SSL (TLS, with the `ssl.*` settings), SASL_PLAINTEXT or SASL_SSL (with `sasl.enabled.mechanisms`), by `listener.security.protocol.map`; a controller listener serves PLAINTEXT.",
+        meaning: "Kafka's listeners: `NAME://HOST:PORT,...`, or a bare `HOST:PORT` for the first client listener. Every listener not named in `controller.listener.names` is a client listener, served on every core at once, each with its own security protocol (by `listener.security.protocol.map`: PLAINTEXT, SSL with the `ssl.*` settings, SASL_PLAINTEXT or SASL_SSL with `sasl.enabled.mechanisms`) and its own settings under `listener.name.<name>.`; for example PLAINTEXT on loopback for operators beside SASL_SSL for applications. A client is told the brokers' addresses on the listener it asked on. The first client listener is the one `--listen`, `--advertise` and the tools name. Two listeners on one address are refused. A voter of a quorum of several opens its controller listener (the one named in `controller.listener.names`) for the other voters and the brokers' heartbeats.",
     },
     Setting {
         keys: &["advertise"],
@@ -69,6 +69,18 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         flag: None,
         default: Default::Described("every listener PLAINTEXT"),
         meaning: "Kafka's map of listener names to security protocols, `NAME:PROTOCOL,...`. A listener the map does not name is PLAINTEXT, unless it is named SSL, SASL_PLAINTEXT or SASL_SSL (Kafka's default map gives them those protocols). Strom serves all four on the client listener; a controller listener is PLAINTEXT.",
+    },
+    Setting {
+        keys: &["inter.broker.listener.name", "security.inter.broker.protocol"],
+        flag: None,
+        default: Default::Described("the first client listener"),
+        meaning: "The listener brokers connect to each other on (replication, forwarded requests, admin requests for the active controller): by name, or by Kafka's `security.inter.broker.protocol` (the first listener of that protocol). A name that is not a client listener is refused at start. On an SSL or SASL_SSL listener a broker checks the others' certificates against the listener's `ssl.truststore.location` and shows its own keystore's certificate; on a SASL listener it logs in with `sasl.mechanism.inter.broker.protocol`.",
+    },
+    Setting {
+        keys: &["sasl.mechanism.inter.broker.protocol"],
+        flag: None,
+        default: Default::Described("none: required when the inter-broker listener is SASL (Kafka's GSSAPI is not served)"),
+        meaning: "The SASL mechanism a broker authenticates to the others with: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, one the inter-broker listener enables. The username and password are those of the listener's JAAS login for it, `listener.name.<name>.<mechanism>.sasl.jaas.config` (for PLAIN the same `plain.sasl.jaas.config` that lists the users; for SCRAM `org.apache.kafka.common.security.scram.ScramLoginModule required username=\"broker\" password=\"...\";`, whose credential must be set with `strom user scram set` before the brokers connect to each other over it).",
     },
     Setting {
         keys: &["sasl.enabled.mechanisms"],

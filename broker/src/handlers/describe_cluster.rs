@@ -26,6 +26,7 @@ pub fn handle(
     shard: &Rc<Shard>,
     request: DescribeClusterRequest,
     version: i16,
+    listener: &str,
 ) -> DescribeClusterResponse {
     if request.endpoint_type != ENDPOINT_BROKER {
         // v0 has no codes of its own for these; Kafka answers INVALID_REQUEST.
@@ -48,17 +49,18 @@ pub fn handle(
             .with_error_message(Some(StrBytes::from_string(message)));
     }
     let image = shard.metadata.image();
-    let brokers = crate::cluster::listed_brokers(shard, &image, request.include_fenced_brokers)
-        .into_iter()
-        .map(|b| {
-            DescribeClusterBroker::default()
-                .with_broker_id(BrokerId(b.id))
-                .with_host(StrBytes::from_string(b.host))
-                .with_port(i32::from(b.port))
-                .with_rack(b.rack.map(StrBytes::from_string))
-                .with_is_fenced(b.fenced)
-        })
-        .collect();
+    let brokers =
+        crate::cluster::listed_brokers(shard, &image, request.include_fenced_brokers, listener)
+            .into_iter()
+            .map(|b| {
+                DescribeClusterBroker::default()
+                    .with_broker_id(BrokerId(b.id))
+                    .with_host(StrBytes::from_string(b.host))
+                    .with_port(i32::from(b.port))
+                    .with_rack(b.rack.map(StrBytes::from_string))
+                    .with_is_fenced(b.fenced)
+            })
+            .collect();
     DescribeClusterResponse::default()
         .with_cluster_id(StrBytes::from_string(image.cluster_id.clone()))
         .with_controller_id(BrokerId(crate::cluster::controller_id(shard)))

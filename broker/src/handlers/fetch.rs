@@ -153,11 +153,12 @@ pub async fn handle(
     version: i16,
     budget: &mut ResponseBudget,
     origin: Origin,
+    listener: &str,
 ) -> FetchResponse {
     // A follower's report of its position (no wait) is not a fetch round.
     let follower = follower_id(&request, version) >= 0 && request.max_wait_ms > 0;
     let started = Instant::now();
-    let response = answer(shard, request, version, budget, origin).await;
+    let response = answer(shard, request, version, budget, origin, listener).await;
     if follower {
         crate::stages::record_since(crate::stages::Stage::LeaderFollowerFetch, started);
     }
@@ -180,6 +181,7 @@ async fn answer(
     version: i16,
     budget: &mut ResponseBudget,
     origin: Origin,
+    listener: &str,
 ) -> FetchResponse {
     let image = shard.metadata.image();
     let max_wait =
@@ -374,6 +376,7 @@ async fn answer(
     let leaders = crate::cluster::leader_endpoints(
         shard,
         &image,
+        listener,
         responses
             .iter()
             .flat_map(|t| t.partitions.iter())

@@ -26,7 +26,12 @@ const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
 
 /// The coordinating broker's id, host and port.
-async fn find(shard: &Rc<Shard>, key: &str, key_type: i8) -> Result<(i32, StrBytes, i32), i16> {
+async fn find(
+    shard: &Rc<Shard>,
+    key: &str,
+    key_type: i8,
+    listener: &str,
+) -> Result<(i32, StrBytes, i32), i16> {
     let id = match key_type {
         KEY_TYPE_GROUP => manager::coordinator(shard, key)
             .await
@@ -38,7 +43,7 @@ async fn find(shard: &Rc<Shard>, key: &str, key_type: i8) -> Result<(i32, StrByt
     };
     let image = shard.metadata.image();
     let id = crate::cluster::client_node(shard, &image, id);
-    crate::cluster::listed_brokers(shard, &image, false)
+    crate::cluster::listed_brokers(shard, &image, false, listener)
         .into_iter()
         .find(|b| b.id == id)
         .map(|b| (b.id, StrBytes::from_string(b.host), i32::from(b.port)))
@@ -49,11 +54,12 @@ pub async fn handle(
     shard: &Rc<Shard>,
     request: FindCoordinatorRequest,
     version: i16,
+    listener: &str,
 ) -> FindCoordinatorResponse {
     if version >= 4 {
         let mut coordinators = Vec::with_capacity(request.coordinator_keys.len());
         for key in request.coordinator_keys {
-            let coordinator = match find(shard, &key, request.key_type).await {
+            let coordinator = match find(shard, &key, request.key_type, listener).await {
                 Ok((id, host, port)) => Coordinator::default()
                     .with_node_id(BrokerId(id))
                     .with_host(host)
@@ -72,7 +78,7 @@ pub async fn handle(
     } else {
         request.key_type
     };
-    match find(shard, &request.key, key_type).await {
+    match find(shard, &request.key, key_type, listener).await {
         Ok((id, host, port)) => FindCoordinatorResponse::default()
             .with_node_id(BrokerId(id))
             .with_host(host)

@@ -78,8 +78,14 @@ pub fn topic_by_id(image: &MetadataImage, id: uuid::Uuid) -> Option<&TopicMeta> 
         .map(|t| t.as_ref())
 }
 
-pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -> MetadataResponse {
-    let mut response = answer(shard, request, version).await;
+/// `listener`: the listener the client asked on, whose addresses it gets.
+pub async fn handle(
+    shard: &Rc<Shard>,
+    request: MetadataRequest,
+    version: i16,
+    listener: &str,
+) -> MetadataResponse {
+    let mut response = answer(shard, request, version, listener).await;
     // One listed broker behind a load balancer: it leads every partition
     // in the clients' view (the brokers forward to the real leaders).
     if crate::cluster::single_listed(shard, &shard.metadata.image()).is_some() {
@@ -95,7 +101,12 @@ pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -
     response
 }
 
-async fn answer(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -> MetadataResponse {
+async fn answer(
+    shard: &Rc<Shard>,
+    request: MetadataRequest,
+    version: i16,
+    listener: &str,
+) -> MetadataResponse {
     let config = &shard.config;
     let asked = request.topics.clone().unwrap_or_default();
     // Topic ids are asked for from v12 on; v10-11 carry the field but
@@ -122,7 +133,12 @@ async fn answer(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -> Me
         .filter(|id| !id.is_nil())
         .collect();
     if !ids.is_empty() {
-        return by_topic_id(shard, &ids, request.include_topic_authorized_operations);
+        return by_topic_id(
+            shard,
+            &ids,
+            request.include_topic_authorized_operations,
+            listener,
+        );
     }
     let requested: Option<Vec<String>> = match request.topics {
         None => None,
@@ -207,14 +223,14 @@ async fn answer(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -> Me
     let cluster_operations = authorized_operations::cluster(
         (8..=10).contains(&version) && request.include_cluster_authorized_operations,
     );
-    cluster(shard, &image)
+    cluster(shard, &image, listener)
         .with_cluster_authorized_operations(cluster_operations)
         .with_topics(topics)
 }
 
 /// The response's broker list, cluster id and controller.
-fn cluster(shard: &Shard, image: &MetadataImage) -> MetadataResponse {
-    let brokers = crate::cluster::listed_brokers(shard, image, false)
+fn cluster(shard: &Shard, image: &MetadataImage, listener: &str) -> MetadataResponse {
+    let brokers = crate::cluster::listed_brokers(shard, image, false, listener)
         .into_iter()
         .map(|b| {
             MetadataResponseBroker::default()
@@ -232,7 +248,12 @@ fn cluster(shard: &Shard, image: &MetadataImage) -> MetadataResponse {
 
 /// Topics asked for by id (v12+): never created; an id no topic has gets
 /// UNKNOWN_TOPIC_ID without a name, as Kafka answers.
-fn by_topic_id(shard: &Shard, ids: &[uuid::Uuid], with_operations: bool) -> MetadataResponse {
+fn by_topic_id(
+    shard: &Shard,
+    ids: &[uuid::Uuid],
+    with_operations: bool,
+    listener: &str,
+) -> MetadataResponse {
     let image = shard.metadata.image();
     let operations = authorized_operations::topic(with_operations);
     let topics = ids
@@ -249,5 +270,5 @@ fn by_topic_id(shard: &Shard, ids: &[uuid::Uuid], with_operations: bool) -> Meta
             .with_topic_authorized_operations(operations)
         })
         .collect();
-    cluster(shard, &image).with_topics(topics)
+    cluster(shard, &image, listener).with_topics(topics)
 }

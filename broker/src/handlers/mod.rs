@@ -319,6 +319,7 @@ pub async fn handle(
     budget: &mut ResponseBudget,
     peer: Option<IpAddr>,
     session: Option<Rc<crate::authorizer::Session>>,
+    listener: &str,
 ) -> Result<Option<Encoded>, ConnectionError> {
     if let Some(answer) = api_versions_unsupported(&frame) {
         metrics::record_error_code(
@@ -384,7 +385,7 @@ pub async fn handle(
             return Ok(Some(answer.into()));
         }
     }
-    dispatch(shard, &request, body, budget, peer, checked).await
+    dispatch(shard, &request, body, budget, peer, checked, listener).await
 }
 
 /// A whole request the authorizer refused: its answer.
@@ -509,6 +510,7 @@ async fn dispatch(
     budget: &mut ResponseBudget,
     peer: Option<IpAddr>,
     checked: Option<(access::Access, access::Denied)>,
+    listener: &str,
 ) -> Result<Option<Encoded>, ConnectionError> {
     let denied = checked.as_ref().map(|(_, d)| d);
     let access = checked.as_ref().map(|(a, _)| a);
@@ -532,7 +534,7 @@ async fn dispatch(
                 .with_error_code(crate::errors::ILLEGAL_SASL_STATE),
         ),
         RequestKind::Metadata(body) => {
-            let mut response = metadata::handle(&shard, body, version).await;
+            let mut response = metadata::handle(&shard, body, version, listener).await;
             if let (Some(denied), Some(access)) = (denied, access) {
                 denied.metadata(access, &mut response);
             }
@@ -545,17 +547,19 @@ async fn dispatch(
             }
             out.encode(&response)
         }
-        RequestKind::Produce(body) => match produce::handle(&shard, body, version, origin).await {
-            Some(mut response) => {
-                if let Some(denied) = denied {
-                    denied.produce(&mut response);
+        RequestKind::Produce(body) => {
+            match produce::handle(&shard, body, version, origin, listener).await {
+                Some(mut response) => {
+                    if let Some(denied) = denied {
+                        denied.produce(&mut response);
+                    }
+                    out.encode(&response)
                 }
-                out.encode(&response)
+                None => return Ok(None),
             }
-            None => return Ok(None),
-        },
+        }
         RequestKind::Fetch(body) => {
-            let mut response = fetch::handle(&shard, body, version, budget, origin).await;
+            let mut response = fetch::handle(&shard, body, version, budget, origin, listener).await;
             if let Some(denied) = denied {
                 denied.fetch(&mut response);
             }
@@ -597,7 +601,7 @@ async fn dispatch(
             out.encode(&configs::incremental_alter(&shard, body).await)
         }
         RequestKind::DescribeCluster(body) => {
-            out.encode(&describe_cluster::handle(&shard, body, version))
+            out.encode(&describe_cluster::handle(&shard, body, version, listener))
         }
         RequestKind::ElectLeaders(body) => {
             out.encode(&elect_leaders::handle(&shard, body, version).await)
@@ -635,7 +639,7 @@ async fn dispatch(
             out.encode(&init_producer_id::handle(&shard, body, version).await)
         }
         RequestKind::FindCoordinator(body) => {
-            let mut response = find_coordinator::handle(&shard, body, version).await;
+            let mut response = find_coordinator::handle(&shard, body, version, listener).await;
             if let Some(denied) = denied {
                 denied.find_coordinator(&mut response);
             }

@@ -323,6 +323,7 @@ pub async fn handle(
     request: ProduceRequest,
     version: i16,
     origin: Origin,
+    listener: &str,
 ) -> Option<ProduceResponse> {
     let acks = request.acks;
     // How long acks=all waits for the ISR before REQUEST_TIMED_OUT.
@@ -445,6 +446,7 @@ pub async fn handle(
     let leaders = leader_endpoints(
         shard,
         &image,
+        listener,
         response.responses.iter().flat_map(|t| {
             t.partition_responses
                 .iter()

@@ -26,8 +26,8 @@ use std::sync::{Arc, RwLock};
 
 pub use log::{record_at, repair, FileMetadataLog, MetadataLog, MetadataWriter, RepairReport};
 pub use replication::metadata::{
-    decode_snapshot, encode_snapshot, place_partitions, AclBinding, BrokerMeta, MetadataImage,
-    MetadataRecord, NotServed, PartitionState, ScramCredential, TopicMeta,
+    decode_snapshot, encode_snapshot, place_partitions, AclBinding, BrokerMeta, Endpoint,
+    MetadataImage, MetadataRecord, NotServed, PartitionState, ScramCredential, TopicMeta,
 };
 
 pub const METADATA_DIR: &str = "__metadata";

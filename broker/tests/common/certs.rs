@@ -123,3 +123,37 @@ impl Certificates {
         ]);
     }
 }
+
+/// The JAAS config of PLAIN on the secured cluster's listeners: the
+/// brokers' own login (`broker`) and the users they accept.
+pub const BROKER_JAAS: &str = "org.apache.kafka.common.security.plain.PlainLoginModule required \
+    username=\"broker\" password=\"broker-secret\" user_broker=\"broker-secret\";";
+
+impl Certificates {
+    /// `--set` arguments for [`test_support::cluster::Cluster::start_secured`]:
+    /// SASL_SSL with PLAIN between brokers and on the controller listener,
+    /// each node showing and checking these certificates.
+    pub fn secured_cluster_args(&self) -> Vec<String> {
+        let listener = test_support::cluster::INTER_BROKER_LISTENER.to_ascii_lowercase();
+        let mut settings = vec!["sasl.mechanism.inter.broker.protocol=PLAIN".to_string()];
+        settings.push("sasl.mechanism.controller.protocol=PLAIN".to_string());
+        for name in [listener.as_str(), "controller"] {
+            settings.extend([
+                format!(
+                    "listener.name.{name}.ssl.keystore.location={}",
+                    self.text("server-keystore.pem")
+                ),
+                format!(
+                    "listener.name.{name}.ssl.truststore.location={}",
+                    self.text("ca.pem")
+                ),
+                format!("listener.name.{name}.sasl.enabled.mechanisms=PLAIN"),
+                format!("listener.name.{name}.plain.sasl.jaas.config={BROKER_JAAS}"),
+            ]);
+        }
+        settings
+            .into_iter()
+            .flat_map(|setting| ["--set".to_string(), setting])
+            .collect()
+    }
+}

@@ -87,6 +87,32 @@ pub struct BrokerMeta {
     pub controller_address: String,
     /// Missed its heartbeats or stopped: leads nothing, listed nowhere.
     pub fenced: bool,
+    /// The advertised address of each of its client listeners, by name
+    /// (empty for a broker that registered one listener: `host`/`port`).
+    pub endpoints: Vec<Endpoint>,
+}
+
+/// One named listener's advertised address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+}
+
+impl BrokerMeta {
+    /// The address clients of listener `name` reach this broker at: that
+    /// listener's advertised address, `host`/`port` for a broker that
+    /// registered no list, none when it has no such listener.
+    pub fn endpoint(&self, name: &str) -> Option<(&str, u16)> {
+        if self.endpoints.is_empty() {
+            return Some((self.host.as_str(), self.port));
+        }
+        self.endpoints
+            .iter()
+            .find(|e| e.name == name)
+            .map(|e| (e.host.as_str(), e.port))
+    }
 }
 
 /// A user's SCRAM credential for one mechanism, as RFC 5802 keeps it: the

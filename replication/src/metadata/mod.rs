@@ -12,8 +12,8 @@ mod snapshot;
 pub mod testing;
 
 pub use image::{
-    place_partitions, AclBinding, BrokerMeta, MetadataImage, PartitionState, ScramCredential,
-    TopicMeta,
+    place_partitions, AclBinding, BrokerMeta, Endpoint, MetadataImage, PartitionState,
+    ScramCredential, TopicMeta,
 };
 pub use records::MetadataRecord;
 pub use snapshot::{decode as decode_snapshot, encode as encode_snapshot};

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::image::{AclBinding, BrokerMeta, PartitionState, ScramCredential, TopicMeta};
+use super::image::{AclBinding, BrokerMeta, Endpoint, PartitionState, ScramCredential, TopicMeta};
 
 /// One change to the metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -231,6 +231,15 @@ impl MetadataRecord {
                 out.extend_from_slice(&broker.port.to_be_bytes());
                 put_str(&mut out, broker.rack.as_deref().unwrap_or(""));
                 put_str(&mut out, &broker.controller_address);
+                // Appended: a registration of one listener ends before it.
+                if !broker.endpoints.is_empty() {
+                    out.extend_from_slice(&(broker.endpoints.len() as u16).to_be_bytes());
+                    for endpoint in &broker.endpoints {
+                        put_str(&mut out, &endpoint.name);
+                        put_str(&mut out, &endpoint.host);
+                        out.extend_from_slice(&endpoint.port.to_be_bytes());
+                    }
+                }
             }
             MetadataRecord::BrokerFencing { id, fenced } => {
                 out.push(TYPE_BROKER_FENCING);
@@ -320,6 +329,17 @@ impl MetadataRecord {
                 let port = u16::from_be_bytes(take::<2>(&mut buf)?);
                 let rack = take_str(&mut buf)?;
                 let controller_address = take_str(&mut buf)?;
+                let mut endpoints = Vec::new();
+                if !buf.is_empty() {
+                    let count = u16::from_be_bytes(take::<2>(&mut buf)?);
+                    for _ in 0..count {
+                        endpoints.push(Endpoint {
+                            name: take_str(&mut buf)?,
+                            host: take_str(&mut buf)?,
+                            port: u16::from_be_bytes(take::<2>(&mut buf)?),
+                        });
+                    }
+                }
                 MetadataRecord::BrokerRegistered(BrokerMeta {
                     id,
                     incarnation,
@@ -328,6 +348,7 @@ impl MetadataRecord {
                     rack: (!rack.is_empty()).then_some(rack),
                     controller_address,
                     fenced: false,
+                    endpoints,
                 })
             }
             TYPE_BROKER_FENCING => MetadataRecord::BrokerFencing {
@@ -538,6 +559,18 @@ mod tests {
                 rack: Some("r1".to_string()),
                 controller_address: "127.0.0.1:19093".to_string(),
                 fenced: false,
+                endpoints: vec![
+                    Endpoint {
+                        name: "INTERNAL".to_string(),
+                        host: "127.0.0.1".to_string(),
+                        port: 19092,
+                    },
+                    Endpoint {
+                        name: "EXTERNAL".to_string(),
+                        host: "broker2.example".to_string(),
+                        port: 9094,
+                    },
+                ],
             }),
             MetadataRecord::BrokerRegistered(BrokerMeta {
                 id: 3,
@@ -547,6 +580,7 @@ mod tests {
                 rack: None,
                 controller_address: String::new(),
                 fenced: false,
+                endpoints: Vec::new(),
             }),
             MetadataRecord::BrokerFencing {
                 id: 2,

@@ -16,14 +16,15 @@ use std::sync::Arc;
 use rkyv::rancor;
 
 use super::image::{
-    AclBinding, BrokerMeta, MetadataImage, PartitionState, ScramCredential, TopicMeta,
+    AclBinding, BrokerMeta, Endpoint, MetadataImage, PartitionState, ScramCredential, TopicMeta,
 };
 
 const MAGIC: [u8; 8] = *b"STRMIMG\0";
 /// The layout of the mirror structs below. Version 2 added the running
-/// reassignments, version 3 the SCRAM credentials and ACLs; decode still reads
-/// versions 1 and 2 (none of them then).
-const FORMAT_VERSION: u32 = 3;
+/// reassignments, version 3 the SCRAM credentials and ACLs, version 4 the
+/// brokers' named listeners; decode still reads versions 1 to 3 (none of
+/// them then).
+const FORMAT_VERSION: u32 = 4;
 /// Magic, version and CRC: 16 bytes, so an archive copied after it stays
 /// as aligned as the header.
 const HEADER_BYTES: usize = MAGIC.len() + 4 + 4;
@@ -35,6 +36,23 @@ type Configs = Vec<(String, String)>;
 
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 struct ImageSnapshot {
+    offset: u64,
+    cluster_id: String,
+    topics: Vec<TopicSnapshot>,
+    producer_ids_end: i64,
+    broker_configs: Vec<(String, Configs)>,
+    group_configs: Vec<(String, Configs)>,
+    brokers: Vec<BrokerSnapshot>,
+    reassignments: Vec<ReassignmentSnapshot>,
+    scram: Vec<ScramSnapshot>,
+    acls: Vec<AclSnapshot>,
+    /// Each broker's named listeners (id, then name, host, port).
+    endpoints: Vec<(i32, Vec<(String, String, u16)>)>,
+}
+
+/// [`ImageSnapshot`] in format version 3: before named listeners.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+struct ImageSnapshotV3 {
     offset: u64,
     cluster_id: String,
     topics: Vec<TopicSnapshot>,
@@ -190,6 +208,7 @@ pub fn decode(bytes: &[u8], node_id: i32) -> Result<MetadataImage, String> {
         reassignments: v2.reassignments,
         scram: Vec::new(),
         acls: Vec::new(),
+        endpoints: Vec::new(),
     };
     let snapshot = match version {
         1 => {
@@ -207,6 +226,23 @@ pub fn decode(bytes: &[u8], node_id: i32) -> Result<MetadataImage, String> {
             })
         }
         2 => v2(rkyv::from_bytes::<ImageSnapshotV2, rancor::Error>(&aligned).map_err(invalid)?),
+        3 => {
+            let v3 =
+                rkyv::from_bytes::<ImageSnapshotV3, rancor::Error>(&aligned).map_err(invalid)?;
+            ImageSnapshot {
+                offset: v3.offset,
+                cluster_id: v3.cluster_id,
+                topics: v3.topics,
+                producer_ids_end: v3.producer_ids_end,
+                broker_configs: v3.broker_configs,
+                group_configs: v3.group_configs,
+                brokers: v3.brokers,
+                reassignments: v3.reassignments,
+                scram: v3.scram,
+                acls: v3.acls,
+                endpoints: Vec::new(),
+            }
+        }
         _ => rkyv::from_bytes::<ImageSnapshot, rancor::Error>(&aligned).map_err(invalid)?,
     };
     snapshot.into_image(node_id)
@@ -261,6 +297,19 @@ impl ImageSnapshot {
                     permission_type: acl.permission_type,
                 })
                 .collect(),
+            endpoints: image
+                .brokers
+                .values()
+                .filter(|b| !b.endpoints.is_empty())
+                .map(|b| {
+                    let endpoints = b
+                        .endpoints
+                        .iter()
+                        .map(|e| (e.name.clone(), e.host.clone(), e.port))
+                        .collect();
+                    (b.id, endpoints)
+                })
+                .collect(),
         }
     }
 
@@ -297,6 +346,15 @@ impl ImageSnapshot {
             if brokers.insert(id, broker).is_some() {
                 return Err(format!("metadata snapshot lists broker {id} twice"));
             }
+        }
+        for (id, endpoints) in self.endpoints {
+            let broker = brokers.get_mut(&id).ok_or_else(|| {
+                format!("metadata snapshot lists listeners of broker {id}, which it does not have")
+            })?;
+            broker.endpoints = endpoints
+                .into_iter()
+                .map(|(name, host, port)| Endpoint { name, host, port })
+                .collect();
         }
         Ok(MetadataImage {
             node_id,
@@ -412,6 +470,7 @@ impl BrokerSnapshot {
             rack: self.rack,
             controller_address: self.controller_address,
             fenced: self.fenced,
+            endpoints: Vec::new(),
         }
     }
 }
@@ -473,6 +532,22 @@ mod tests {
                 String::new()
             },
             fenced,
+            endpoints: if id == 1 {
+                vec![
+                    Endpoint {
+                        name: "INTERNAL".to_string(),
+                        host: "broker-1.example".to_string(),
+                        port: 9092 + id as u16,
+                    },
+                    Endpoint {
+                        name: "EXTERNAL".to_string(),
+                        host: "kafka.example".to_string(),
+                        port: 9094,
+                    },
+                ]
+            } else {
+                Vec::new()
+            },
         }
     }
 
@@ -653,7 +728,7 @@ mod tests {
         let mut newer = bytes.clone();
         newer[MAGIC.len()..MAGIC.len() + 4].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
         let error = decode(&newer, NODE).unwrap_err();
-        assert!(error.contains("version 4"), "{error}");
+        assert!(error.contains("version 5"), "{error}");
 
         let mut other = bytes.clone();
         other[..MAGIC.len()].copy_from_slice(b"NOTSTROM");
@@ -678,7 +753,7 @@ mod tests {
         };
         let archive = rkyv::to_bytes::<rancor::Error>(&v1).unwrap();
         let read = decode(&framed(1, &archive), NODE).unwrap();
-        let mut expected = image.clone();
+        let mut expected = without_listeners(&image);
         expected.scram.clear();
         expected.acls.clear();
         for topic in expected.topics.values_mut() {
@@ -712,11 +787,44 @@ mod tests {
         };
         let archive = rkyv::to_bytes::<rancor::Error>(&v2).unwrap();
         let read = decode(&framed(2, &archive), NODE).unwrap();
-        let mut expected = image.clone();
+        let mut expected = without_listeners(&image);
         expected.scram.clear();
         expected.acls.clear();
         assert_eq!(fields(&read), fields(&expected));
         assert!(!image.scram.is_empty(), "the image had a credential");
+    }
+
+    /// A snapshot written before brokers registered named listeners reads
+    /// as the same image with each broker at its one address.
+    #[test]
+    fn a_format_3_snapshot_still_reads() {
+        let image = rich_image();
+        let now = ImageSnapshot::of(&image);
+        assert!(!now.endpoints.is_empty(), "the image had named listeners");
+        let v3 = ImageSnapshotV3 {
+            offset: now.offset,
+            cluster_id: now.cluster_id,
+            topics: now.topics,
+            producer_ids_end: now.producer_ids_end,
+            broker_configs: now.broker_configs,
+            group_configs: now.group_configs,
+            brokers: now.brokers,
+            reassignments: now.reassignments,
+            scram: now.scram,
+            acls: now.acls,
+        };
+        let archive = rkyv::to_bytes::<rancor::Error>(&v3).unwrap();
+        let read = decode(&framed(3, &archive), NODE).unwrap();
+        assert_eq!(fields(&read), fields(&without_listeners(&image)));
+    }
+
+    /// `image` with no broker's named listeners.
+    fn without_listeners(image: &MetadataImage) -> MetadataImage {
+        let mut image = image.clone();
+        for broker in image.brokers.values_mut() {
+            broker.endpoints.clear();
+        }
+        image
     }
 
     #[test]

@@ -1,0 +1,201 @@
+//! Several client listeners at once, each with its own security protocol
+//! and settings (Kafka's `listeners`, `listener.security.protocol.map` and
+//! `listener.name.<name>.` prefix): a PLAINTEXT listener on loopback for
+//! operators beside a SASL_SSL one for applications. Each listener's
+//! clients are told that listener's addresses, records written through one
+//! are read back byte for byte through the other, and each refuses what
+//! its protocol does not speak.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::certs::Certificates;
+use common::{free_port, run, Broker};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+const JAAS: &str = "org.apache.kafka.common.security.plain.PlainLoginModule required \
+    username=\"admin\" password=\"admin-secret\" user_admin=\"admin-secret\" \
+    user_alice=\"alice-secret\";";
+
+/// kcat on `port` of 127.0.0.1, over SASL_SSL as alice when `secured`.
+fn kcat(
+    port: u16,
+    secured: bool,
+    certificates: &Certificates,
+    args: &[&str],
+    stdin: Option<&[u8]>,
+) -> std::process::Output {
+    let mut command = Command::new("kcat");
+    command
+        .args(["-b", &format!("127.0.0.1:{port}")])
+        .args(args);
+    if secured {
+        command.args([
+            "-X",
+            "security.protocol=SASL_SSL",
+            "-X",
+            "sasl.mechanisms=PLAIN",
+            "-X",
+            "sasl.username=alice",
+            "-X",
+            "sasl.password=alice-secret",
+            "-X",
+            &format!("ssl.ca.location={}", certificates.text("ca.pem")),
+        ]);
+    }
+    run(&mut command, stdin, DEADLINE)
+}
+
+fn ok(output: std::process::Output, what: &str, broker: &Broker) -> Vec<u8> {
+    assert!(
+        output.status.success(),
+        "{what}: {}\nbroker log:\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        broker.log()
+    );
+    output.stdout
+}
+
+#[test]
+fn each_listener_serves_its_own_protocol_and_addresses() {
+    let certificates = Certificates::make();
+    let internal = free_port();
+    let external = free_port();
+    let settings = [
+        format!("listeners=INTERNAL://127.0.0.1:{internal},EXTERNAL://127.0.0.1:{external}"),
+        "listener.security.protocol.map=INTERNAL:PLAINTEXT,EXTERNAL:SASL_SSL,CONTROLLER:PLAINTEXT"
+            .to_string(),
+        format!(
+            "advertised.listeners=INTERNAL://127.0.0.1:{internal},EXTERNAL://localhost:{external}"
+        ),
+        "listener.name.external.sasl.enabled.mechanisms=PLAIN".to_string(),
+        format!("listener.name.external.plain.sasl.jaas.config={JAAS}"),
+        format!(
+            "listener.name.external.ssl.keystore.location={}",
+            certificates.text("server-keystore.pem")
+        ),
+    ];
+    let mut args = vec!["--admin-listen".to_string(), "off".to_string()];
+    for setting in &settings {
+        args.push("--set".into());
+        args.push(setting.clone());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start_at(
+        &dir.path().join("data"),
+        &dir.path().join("strom.log"),
+        internal,
+        &args,
+    );
+
+    // Each listener's clients are told that listener's address.
+    let listed = ok(
+        kcat(internal, false, &certificates, &["-L", "-J"], None),
+        "metadata on INTERNAL",
+        &broker,
+    );
+    let listed = String::from_utf8_lossy(&listed);
+    assert!(
+        listed.contains(&format!("\"id\":0,\"name\":\"127.0.0.1:{internal}\"")),
+        "INTERNAL lists its own address: {listed}"
+    );
+    let listed = ok(
+        kcat(external, true, &certificates, &["-L", "-J"], None),
+        "metadata on EXTERNAL",
+        &broker,
+    );
+    let listed = String::from_utf8_lossy(&listed);
+    assert!(
+        listed.contains(&format!("\"id\":0,\"name\":\"localhost:{external}\"")),
+        "EXTERNAL lists its advertised address: {listed}"
+    );
+    assert!(
+        !listed.contains(&format!(":{internal}\"")),
+        "EXTERNAL's clients never see INTERNAL: {listed}"
+    );
+
+    // Written through the SASL_SSL listener, read through the plaintext one.
+    let records: Vec<Vec<u8>> = (0..200)
+        .map(|i| format!("record-{i:04}-{}", "x".repeat(i % 37)).into_bytes())
+        .collect();
+    let mut input = Vec::new();
+    for record in &records {
+        input.extend_from_slice(record);
+        input.push(b'\n');
+    }
+    ok(
+        kcat(
+            external,
+            true,
+            &certificates,
+            &[
+                "-P",
+                "-t",
+                "both-ways",
+                "-X",
+                "topic.partitioner=murmur2_random",
+            ],
+            Some(&input),
+        ),
+        "produce on EXTERNAL",
+        &broker,
+    );
+    let read = ok(
+        kcat(
+            internal,
+            false,
+            &certificates,
+            &[
+                "-C",
+                "-t",
+                "both-ways",
+                "-o",
+                "beginning",
+                "-e",
+                "-c",
+                "200",
+            ],
+            None,
+        ),
+        "consume on INTERNAL",
+        &broker,
+    );
+    let mut got: Vec<Vec<u8>> = read
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect();
+    let mut wanted = records.clone();
+    got.sort();
+    wanted.sort();
+    assert_eq!(got, wanted, "every record, byte for byte");
+
+    // A plaintext client on the SASL_SSL listener, and a SASL_SSL one on
+    // the plaintext listener, are refused; the broker keeps serving.
+    let refused = kcat(external, false, &certificates, &["-L", "-m", "5"], None);
+    assert!(!refused.status.success(), "plaintext on EXTERNAL refused");
+    let refused = kcat(internal, true, &certificates, &["-L", "-m", "5"], None);
+    assert!(!refused.status.success(), "TLS on INTERNAL refused");
+    let log = broker.log();
+    assert!(
+        log.contains("TLS handshake failed"),
+        "the plaintext client on EXTERNAL is logged: {log}"
+    );
+    assert!(
+        log.contains("a TLS handshake on a plaintext listener"),
+        "the TLS client on INTERNAL is logged: {log}"
+    );
+    ok(
+        kcat(internal, false, &certificates, &["-L"], None),
+        "INTERNAL still serves",
+        &broker,
+    );
+    ok(
+        kcat(external, true, &certificates, &["-L"], None),
+        "EXTERNAL still serves",
+        &broker,
+    );
+}
