@@ -104,6 +104,7 @@ pub async fn forward(
     body: &RequestKind,
     frame: &Bytes,
     peer: Option<IpAddr>,
+    session: Option<&crate::authorizer::Session>,
 ) -> Option<Bytes> {
     if !shard.config.balancer_enable
         || !shard.in_cluster()
@@ -138,9 +139,22 @@ pub async fn forward(
         request.client_id.as_deref().unwrap_or("")
     );
     let framed = with_client_id(frame, &marked)?;
+    // While the authorizer is on, in an Envelope: the coordinator
+    // authorizes the client, not this broker.
+    let enveloped = session.filter(|_| shard.config.authorizer.is_some());
+    let framed = match enveloped {
+        Some(session) => {
+            crate::cluster::envelope::wrap(&framed, session, peer, shard.config.node_id)?
+        }
+        None => framed,
+    };
     let started = Instant::now();
     let bytes_out = framed.len() as u64;
     let answer = exchange(shard, coordinator, framed, timeout(body)).await;
+    let answer = match (answer, enveloped) {
+        (Ok(answer), Some(_)) => crate::cluster::envelope::unwrap(&answer),
+        (answer, _) => answer,
+    };
     crate::metrics::record_forward(crate::metrics::Forwarded {
         broker: coordinator,
         api_key: request.api_key as i16,

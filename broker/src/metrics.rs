@@ -836,6 +836,12 @@ mod error_codes {
         }
     }
 
+    impl ErrorCodes for EnvelopeResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            each(self.error_code);
+        }
+    }
+
     impl ErrorCodes for WriteTxnMarkersResponse {
         fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
             for marker in &self.markers {

@@ -640,7 +640,10 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
             listeners = %config
                 .listeners
                 .iter()
-                .map(|l| format!("{}:{}://{} (advertised {}:{})", l.name, l.protocol, l.address, l.advertise_host, l.advertise_port))
+                .map(|l| format!(
+                    "{}://{} ({}, advertised {}:{})",
+                    l.name, l.address, l.protocol, l.advertise_host, l.advertise_port
+                ))
                 .collect::<Vec<_>>()
                 .join(", "),
             inter_broker_listener = %config.inter_broker.listener,

@@ -338,6 +338,17 @@ struct Balanced {
 /// once every replica is in sync. Returns what kcat lists through the
 /// balancer: brokers and partitions.
 fn balanced(extra: &[&str], balance: Balance, topic: &str) -> (Balanced, Listing) {
+    balanced_on(extra, balance, topic, None)
+}
+
+/// [`balanced`], on a cluster whose brokers talk to each other over
+/// SASL_SSL with these certificates, when given.
+fn balanced_on(
+    extra: &[&str],
+    balance: Balance,
+    topic: &str,
+    secured: Option<&common::certs::Certificates>,
+) -> (Balanced, Listing) {
     let balancer_port = free_port();
     let advertised = format!("advertised.listeners=PLAINTEXT://127.0.0.1:{balancer_port}");
     let mut settings = vec![
@@ -350,7 +361,14 @@ fn balanced(extra: &[&str], balance: Balance, topic: &str) -> (Balanced, Listing
         "auto.create.topics.enable=false",
     ];
     settings.extend_from_slice(extra);
-    let cluster = Cluster::start(3, &settings);
+    let secured_args = secured.map(|c| c.secured_cluster_args());
+    let cluster = match &secured_args {
+        None => Cluster::start(3, &settings),
+        Some(args) => {
+            settings.extend(args.iter().map(String::as_str));
+            Cluster::start_secured(3, &settings)
+        }
+    };
     let backends: Vec<u16> = cluster.nodes.iter().map(|n| n.ports.client).collect();
     let haproxy = HaProxy::start(balancer_port, &backends, balance);
     create_topic(&cluster, &haproxy.bootstrap(), topic);
@@ -781,7 +799,24 @@ fn every_broker_is_listed_at_the_balancer_and_confluent_kafka_reads_back_every_r
     // Every connection to the first broker: the worst case for
     // forwarding, and what a round-robin balancer does to some of a
     // client's connections.
-    let (balanced, (brokers, partitions)) = balanced(&[], Balance::First, TOPIC);
+    every_broker_listed_at_the_balancer(balanced(&[], Balance::First, TOPIC));
+}
+
+/// The same where the brokers forward to each other over SASL_SSL on a
+/// listener of their own, and reach the controllers over SASL_SSL.
+#[test]
+fn behind_the_balancer_a_cluster_secured_between_brokers_reads_back_every_record() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let certificates = common::certs::Certificates::make();
+    every_broker_listed_at_the_balancer(balanced_on(
+        &[],
+        Balance::First,
+        TOPIC,
+        Some(&certificates),
+    ));
+}
+
+fn every_broker_listed_at_the_balancer((balanced, (brokers, partitions)): (Balanced, Listing)) {
     let bootstrap = balanced.haproxy.bootstrap();
     // Every broker is listed by its own id at the balancer's address.
     assert_eq!(

@@ -133,7 +133,7 @@ fn clients_produce_and_consume_over_tls_and_a_plaintext_client_is_refused() {
     let certificates = Certificates::make();
     let broker = tls_broker(&certificates, &[]);
     assert!(
-        broker.log().contains("security_protocol=SSL"),
+        broker.log().contains("(SSL, advertised 127.0.0.1:"),
         "the start line names the listener's protocol:\n{}",
         broker.log()
     );

@@ -68,9 +68,27 @@ pub fn controller_address(shard: &Shard) -> Option<String> {
 /// prefix), or `None` when it cannot be reached: the request is then
 /// answered here, and the controller's refusal (NOT_CONTROLLER) tells
 /// the client to retry.
-pub async fn forward(shard: &Rc<Shard>, api_key: ApiKey, frame: &Bytes) -> Option<Bytes> {
+/// While the authorizer is on, the request travels in an Envelope with
+/// the client's principal (`session`) and address, so the controller
+/// authorizes the client.
+pub async fn forward(
+    shard: &Rc<Shard>,
+    api_key: ApiKey,
+    frame: &Bytes,
+    session: Option<&crate::authorizer::Session>,
+    peer: Option<std::net::IpAddr>,
+) -> Option<Bytes> {
     let address = controller_address(shard)?;
-    let answer = transport::exchange_with(shard, &address, frame, FORWARD_TIMEOUT).await;
+    let answer = match session.filter(|_| shard.config.authorizer.is_some()) {
+        None => transport::exchange_with(shard, &address, frame, FORWARD_TIMEOUT).await,
+        Some(session) => {
+            let wrapped = super::envelope::wrap(frame, session, peer, shard.config.node_id)?;
+            match transport::exchange_with(shard, &address, &wrapped, FORWARD_TIMEOUT).await {
+                Ok(answer) => super::envelope::unwrap(&answer),
+                Err(error) => Err(error),
+            }
+        }
+    };
     match answer {
         Ok(answer) => {
             // A read changes nothing here to catch up with.

@@ -21,6 +21,7 @@
 //! file, as before: a quorum of one needs no consensus.
 
 pub mod agent;
+pub mod envelope;
 pub mod follower;
 pub mod forward;
 pub mod links;

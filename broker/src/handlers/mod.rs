@@ -328,7 +328,10 @@ pub async fn handle(
         );
         return Ok(Some(answer.into()));
     }
-    if let Some(answer) = forward_to_controller(&shard, &frame).await {
+    if frame.get(..2) == Some(&(ApiKey::Envelope as i16).to_be_bytes()[..]) {
+        return serve_envelope(shard, frame, budget, session, listener).await;
+    }
+    if let Some(answer) = forward_to_controller(&shard, &frame, session.as_deref(), peer).await {
         return Ok(Some(answer.into()));
     }
     // The frame as the client framed it, for a group request forwarded whole.
@@ -379,8 +382,15 @@ pub async fn handle(
         .as_ref()
         .is_some_and(|(_, denied)| !denied.is_empty());
     if !cut {
-        if let Some(answer) =
-            crate::coordinator_forward::forward(&shard, &request, &body, &original, peer).await
+        if let Some(answer) = crate::coordinator_forward::forward(
+            &shard,
+            &request,
+            &body,
+            &original,
+            peer,
+            session.as_deref(),
+        )
+        .await
         {
             return Ok(Some(answer.into()));
         }
@@ -457,7 +467,12 @@ fn count_denial(response: &impl ErrorCodes, version: i16) {
 
 /// In a cluster, a metadata change sent to a broker that is not the
 /// active controller goes there, and its answer comes back unchanged.
-async fn forward_to_controller(shard: &Rc<Shard>, frame: &Bytes) -> Option<Bytes> {
+async fn forward_to_controller(
+    shard: &Rc<Shard>,
+    frame: &Bytes,
+    session: Option<&crate::authorizer::Session>,
+    peer: Option<IpAddr>,
+) -> Option<Bytes> {
     crate::cluster::of(shard)?;
     let [k0, k1, ..] = **frame else {
         return None;
@@ -466,7 +481,79 @@ async fn forward_to_controller(shard: &Rc<Shard>, frame: &Bytes) -> Option<Bytes
     if !crate::cluster::forward::is_controller_api(api_key) {
         return None;
     }
-    crate::cluster::forward::forward(shard, api_key, frame).await
+    crate::cluster::forward::forward(shard, api_key, frame, session, peer).await
+}
+
+/// An Envelope from another broker: the client's request it carries,
+/// served as the client's principal, and its answer carried back. Only a
+/// principal allowed CLUSTER_ACTION on the cluster (a broker) may send
+/// one, and only while the authorizer is on (brokers send none without
+/// it); a request that cannot be served is refused with the Envelope's
+/// own error code.
+async fn serve_envelope(
+    shard: Rc<Shard>,
+    frame: Bytes,
+    budget: &mut ResponseBudget,
+    session: Option<Rc<crate::authorizer::Session>>,
+    listener: &str,
+) -> Result<Option<Encoded>, ConnectionError> {
+    use crate::authorizer::{operation, resource, CLUSTER_NAME};
+    use crate::cluster::envelope;
+    let request = codec::decode_header(frame)?;
+    let out = Respond {
+        api_key: ApiKey::Envelope as i16,
+        id: request.correlation_id,
+        version: request.api_version,
+    };
+    let refuse = |code: i16, why: String| {
+        tracing::warn!(reason = %why, "an Envelope refused");
+        Ok(Some(out.encode(&envelope::answer(None, code))?))
+    };
+    let Some(access) = session.as_ref().and_then(|s| access::Access::of(&shard, s)) else {
+        return refuse(
+            crate::errors::INVALID_REQUEST,
+            "an Envelope while the authorizer is off".to_string(),
+        );
+    };
+    if !access.allows(operation::CLUSTER_ACTION, resource::CLUSTER, CLUSTER_NAME) {
+        metrics::record_denial(resource::CLUSTER);
+        let principal = session.as_ref().map_or("", |s| s.principal.as_str());
+        return refuse(
+            crate::errors::CLUSTER_AUTHORIZATION_FAILED,
+            format!("{principal} may not forward requests (CLUSTER_ACTION on the cluster)"),
+        );
+    }
+    let opened = match envelope::open(request.body, request.api_version) {
+        Ok(opened) => opened,
+        Err(why) => return refuse(crate::errors::INVALID_REQUEST, why),
+    };
+    if opened.frame.get(..2) == Some(&(ApiKey::Envelope as i16).to_be_bytes()[..]) {
+        return refuse(
+            crate::errors::INVALID_REQUEST,
+            "an Envelope inside an Envelope".to_string(),
+        );
+    }
+    let host = opened.peer.map(|p| p.to_string()).unwrap_or_default();
+    let client = Rc::new(crate::authorizer::Session::new(opened.principal, host));
+    let served = Box::pin(handle(
+        shard.clone(),
+        opened.frame,
+        budget,
+        opened.peer,
+        Some(client),
+        listener,
+    ))
+    .await;
+    match served {
+        Ok(inner) => Ok(Some(out.encode(&envelope::answer(
+            inner.map(|encoded| encoded.to_bytes()),
+            crate::errors::NONE,
+        ))?)),
+        Err(error) => refuse(
+            crate::errors::INVALID_REQUEST,
+            format!("the request it carries cannot be served: {error}"),
+        ),
+    }
 }
 
 /// Kafka's answer to an ApiVersions request at a version it does not serve

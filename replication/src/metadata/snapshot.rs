@@ -33,6 +33,8 @@ const _: () = assert!(HEADER_BYTES == 16);
 const ARCHIVE_ALIGNMENT: usize = 16;
 
 type Configs = Vec<(String, String)>;
+/// A broker's named listeners: name, host, port.
+type Listeners = Vec<(String, String, u16)>;
 
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 struct ImageSnapshot {
@@ -47,7 +49,7 @@ struct ImageSnapshot {
     scram: Vec<ScramSnapshot>,
     acls: Vec<AclSnapshot>,
     /// Each broker's named listeners (id, then name, host, port).
-    endpoints: Vec<(i32, Vec<(String, String, u16)>)>,
+    endpoints: Vec<(i32, Listeners)>,
 }
 
 /// [`ImageSnapshot`] in format version 3: before named listeners.

@@ -1,0 +1,233 @@
+//! ACLs in a cluster whose brokers talk to each other over SASL_SSL: an
+//! ACL made through one broker applies on every broker without a restart,
+//! and a request one broker forwards to another (an admin request for the
+//! active controller, in Kafka's Envelope) is authorized as the client's
+//! principal, not the forwarding broker's: the brokers themselves are
+//! super users, so a forwarded request authorized as its broker would
+//! always pass.
+
+mod common;
+
+use std::process::Output;
+
+use common::certs::Certificates;
+use test_support::cluster::Cluster;
+use test_support::{poll_until, run, strom_at};
+
+/// The inter-broker listener's PLAIN users: the brokers and two clients.
+const JAAS: &str = "org.apache.kafka.common.security.plain.PlainLoginModule required \
+    username=\"broker\" password=\"broker-secret\" user_broker=\"broker-secret\" \
+    user_alice=\"alice-secret\" user_bob=\"bob-secret\";";
+
+struct Secured {
+    cluster: Cluster,
+    certificates: Certificates,
+    dir: tempfile::TempDir,
+}
+
+impl Secured {
+    fn start() -> Secured {
+        let certificates = Certificates::make();
+        let mut args = certificates.secured_cluster_args();
+        let listener = test_support::cluster::INTER_BROKER_LISTENER.to_ascii_lowercase();
+        for setting in [
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+                .to_string(),
+            // The brokers, and operators on the loopback PLAINTEXT listener.
+            "super.users=User:broker;User:ANONYMOUS".to_string(),
+            format!("listener.name.{listener}.plain.sasl.jaas.config={JAAS}"),
+        ] {
+            args.extend(["--set".to_string(), setting]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let cluster = Cluster::start_secured(3, &args);
+        Secured {
+            cluster,
+            certificates,
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// `strom ARGS` on node `id`'s SASL_SSL listener as `user`.
+    fn strom_as(&self, id: i32, user: &str, args: &[&str]) -> Output {
+        let config = self.dir.path().join(format!("{user}.properties"));
+        std::fs::write(
+            &config,
+            format!(
+                "security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\nsasl.username={user}\n\
+                 sasl.password={user}-secret\nssl.truststore.location={}\n",
+                self.certificates.text("ca.pem")
+            ),
+        )
+        .unwrap();
+        let bootstrap = format!("127.0.0.1:{}", self.cluster.node(id).ports.inter_broker);
+        let mut all = args.to_vec();
+        let config = config.to_string_lossy().into_owned();
+        all.extend(["--command-config", &config]);
+        strom_at(Some(&bootstrap), &all, None)
+    }
+
+    /// `strom ARGS` on node `id`'s PLAINTEXT listener (a super user).
+    fn operator(&self, id: i32, args: &[&str]) -> String {
+        let output = strom_at(Some(&self.cluster.node(id).broker.bootstrap()), args, None);
+        assert!(
+            output.status.success(),
+            "strom {args:?}: {}\n{}",
+            String::from_utf8_lossy(&output.stderr),
+            self.cluster.logs()
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// The active controller's id.
+    fn controller(&self) -> i32 {
+        self.cluster.wait_for("a controller", || {
+            let status = strom_at(
+                Some(&self.cluster.node(1).broker.bootstrap()),
+                &["cluster", "status"],
+                None,
+            );
+            String::from_utf8_lossy(&status.stdout)
+                .lines()
+                .find_map(|l| l.strip_prefix("Controller: ")?.trim().parse::<i32>().ok())
+                .filter(|id| *id > 0)
+        })
+    }
+}
+
+fn said(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+#[test]
+fn acls_apply_on_every_broker_and_forwarded_requests_are_authorized_as_the_client() {
+    let secured = Secured::start();
+    secured.operator(
+        2,
+        &[
+            "acl",
+            "add",
+            "--allow-principal",
+            "User:alice",
+            "--operation",
+            "Create",
+            "--operation",
+            "Write",
+            "--operation",
+            "Describe",
+            "--topic",
+            "alice-",
+            "--resource-pattern-type",
+            "prefixed",
+        ],
+    );
+    // Made through broker 2, in force on every broker.
+    for id in 1..=3 {
+        let seen = poll_until(std::time::Duration::from_secs(30), || {
+            let listed = secured.operator(id, &["acl", "list"]);
+            listed
+                .contains("TOPIC\talice-\tPREFIXED\tUser:alice\t*\tCREATE\tALLOW")
+                .then_some(())
+        });
+        assert!(seen.is_some(), "broker {id} lists alice's ACL");
+    }
+
+    // CreateTopics goes to the active controller: from the other brokers
+    // it is forwarded. Alice may create her topics through each broker;
+    // Bob, who has no ACL, through none, though every forwarding broker
+    // is a super user.
+    let controller = secured.controller();
+    let forwarding: Vec<i32> = (1..=3).filter(|id| *id != controller).collect();
+    assert_eq!(forwarding.len(), 2);
+    for id in 1..=3 {
+        let topic = format!("alice-{id}");
+        let created = secured.strom_as(id, "alice", &["topic", "create", &topic]);
+        assert!(
+            created.status.success(),
+            "alice creates {topic} through broker {id}: {}\n{}",
+            said(&created),
+            secured.cluster.logs()
+        );
+        let refused = secured.strom_as(id, "bob", &["topic", "create", &format!("bob-{id}")]);
+        assert!(
+            !refused.status.success(),
+            "bob created bob-{id} through broker {id}"
+        );
+        assert!(
+            said(&refused).contains("TOPIC_AUTHORIZATION_FAILED"),
+            "bob through broker {id}: {}",
+            said(&refused)
+        );
+        let sneaky = secured.strom_as(id, "bob", &["topic", "create", &format!("alice-bob-{id}")]);
+        assert!(
+            !sneaky.status.success(),
+            "bob created a topic of alice's prefix through broker {id}"
+        );
+    }
+    // Each topic exists once, made by alice; none of bob's.
+    let listed = secured.operator(1, &["topic", "list"]);
+    for id in 1..=3 {
+        assert!(
+            listed.lines().any(|l| l.trim() == format!("alice-{id}")),
+            "{listed}"
+        );
+        assert!(!listed.contains(&format!("bob-{id}")), "{listed}");
+    }
+
+    // Records alice writes through one broker's SASL_SSL listener are
+    // read back byte for byte through another's.
+    let records: Vec<String> = (0..50).map(|i| format!("alice-record-{i:03}")).collect();
+    let kcat = |id: i32, user: &str, args: &[&str], stdin: Option<&[u8]>| {
+        let mut command = std::process::Command::new("kcat");
+        command
+            .args([
+                "-b",
+                &format!("127.0.0.1:{}", secured.cluster.node(id).ports.inter_broker),
+            ])
+            .args(args)
+            .args([
+                "-X",
+                "security.protocol=SASL_SSL",
+                "-X",
+                "sasl.mechanisms=PLAIN",
+            ])
+            .args(["-X", &format!("sasl.username={user}")])
+            .args(["-X", &format!("sasl.password={user}-secret")])
+            .args([
+                "-X",
+                &format!("ssl.ca.location={}", secured.certificates.text("ca.pem")),
+            ]);
+        run(&mut command, stdin, std::time::Duration::from_secs(60))
+    };
+    let input = records.join("\n") + "\n";
+    let written = kcat(
+        forwarding[0],
+        "alice",
+        &["-P", "-t", "alice-1", "-p", "0"],
+        Some(input.as_bytes()),
+    );
+    assert!(written.status.success(), "{}", said(&written));
+    let read = secured.operator(
+        forwarding[1],
+        &[
+            "consume",
+            "alice-1",
+            "--from-beginning",
+            "--max-messages",
+            "50",
+        ],
+    );
+    let got: Vec<&str> = read.lines().collect();
+    assert_eq!(got, records, "alice's records, byte for byte");
+    let refused = kcat(
+        forwarding[1],
+        "bob",
+        &["-P", "-t", "alice-1", "-p", "0"],
+        Some(b"bob was here\n"),
+    );
+    assert!(!refused.status.success(), "bob wrote alice-1");
+}
