@@ -136,6 +136,28 @@ fn acls_apply_on_every_broker_and_forwarded_requests_are_authorized_as_the_clien
         assert!(seen.is_some(), "broker {id} lists alice's ACL");
     }
 
+    // `strom cluster status` shows each broker's listeners and protocols.
+    let status = secured.operator(1, &["cluster", "status"]);
+    for id in 1..=3 {
+        let node = secured.cluster.node(id);
+        for row in [
+            format!(
+                "PLAINTEXT\t{id}\tPLAINTEXT\t127.0.0.1:{}\tclients",
+                node.ports.client
+            ),
+            format!(
+                "BROKER\t{id}\tSASL_SSL\t127.0.0.1:{}\tclients, inter-broker",
+                node.ports.inter_broker
+            ),
+            format!(
+                "CONTROLLER\t{id}\tSASL_SSL\t127.0.0.1:{}\tcontroller",
+                node.ports.controller.expect("a voter")
+            ),
+        ] {
+            assert!(status.contains(&row), "{row:?} not in:\n{status}");
+        }
+    }
+
     // CreateTopics goes to the active controller: from the other brokers
     // it is forwarded. Alice may create her topics through each broker;
     // Bob, who has no ACL, through none, though every forwarding broker

@@ -469,7 +469,17 @@ fn a_single_node_is_a_quorum_of_one_and_no_broker_is_an_error() {
     assert_eq!(lines[6], format!("0\t{high_watermark}\t0"));
     assert_eq!(lines[7], "Observers: -");
     assert_eq!(lines[8], "Partitions: 2\tUnderReplicated: 0\tOffline: 0");
-    assert_eq!(lines.len(), 9, "{text}");
+    // Its listeners: the one clients use, and the controller's (not opened
+    // by a quorum of one).
+    assert_eq!(lines[9], "LISTENER\tBROKER\tPROTOCOL\tADDRESS\tFOR");
+    assert_eq!(
+        lines[10],
+        format!(
+            "PLAINTEXT\t0\tPLAINTEXT\t{}\tclients, inter-broker",
+            broker.bootstrap()
+        )
+    );
+    assert_eq!(lines.len(), 11, "{text}");
 
     let json: serde_json::Value =
         serde_json::from_str(&common::strom_ok(&broker, &["cluster", "status", "--json"]))
@@ -495,6 +505,13 @@ fn a_single_node_is_a_quorum_of_one_and_no_broker_is_an_error() {
                 "observers": [],
             },
             "partitions": {"total": 2, "under_replicated": 0, "offline": 0},
+            "listeners": [{
+                "broker": 0,
+                "name": "PLAINTEXT",
+                "security_protocol": "PLAINTEXT",
+                "address": broker.bootstrap(),
+                "role": "clients, inter-broker",
+            }],
         })
     );
 

@@ -4,7 +4,7 @@
 //! active controller) and Metadata (each partition's replicas, in-sync
 //! replicas and leader). Works against any Kafka cluster in KRaft mode.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use anyhow::Context;
@@ -150,6 +150,22 @@ struct ClusterStatus {
     /// `None` when the cluster does not answer DescribeQuorum.
     quorum: Option<Quorum>,
     partitions: Partitions,
+    /// Each live broker's listeners, as it describes them.
+    listeners: Vec<Listener>,
+}
+
+/// One listener of one broker.
+#[derive(Debug, Serialize)]
+struct Listener {
+    broker: i32,
+    name: String,
+    /// PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (empty: the broker did not
+    /// answer).
+    security_protocol: String,
+    /// `HOST:PORT` it listens on.
+    address: String,
+    /// What the brokers talk to each other on, or the controllers'.
+    role: &'static str,
 }
 
 #[derive(Debug, Serialize)]
@@ -191,7 +207,14 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
     let cluster = describe_cluster(&mut connection).await?;
     let quorum = describe_quorum(&mut connection).await?;
     let topics = metadata(&mut connection, None, false).await?;
-    let status = summarize(&cluster, quorum.as_ref(), &topics);
+    let mut status = summarize(&cluster, quorum.as_ref(), &topics);
+    let live: Vec<i32> = status
+        .brokers
+        .iter()
+        .filter(|b| !b.fenced)
+        .map(|b| b.id)
+        .collect();
+    status.listeners = listeners(&args.connect, &live).await?;
     if args.json {
         let text = serde_json::to_string_pretty(&status).context("cannot write JSON")?;
         outln!("{text}");
@@ -199,6 +222,62 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
         out!("{}", render(&status));
     }
     Ok(())
+}
+
+/// The listener settings each broker of `ids` reports, one row per
+/// listener; a broker that cannot be asked gets one row saying so.
+async fn listeners(connect: &super::ConnectArgs, ids: &[i32]) -> anyhow::Result<Vec<Listener>> {
+    const KEYS: [&str; 4] = [
+        "listeners",
+        "listener.security.protocol.map",
+        "inter.broker.listener.name",
+        "controller.listener.names",
+    ];
+    let mut brokers = super::config::Brokers::discover(connect).await?;
+    let mut rows = Vec::new();
+    for &id in ids {
+        let settings = match brokers.settings(id, &KEYS).await {
+            Ok(settings) => settings,
+            Err(error) => {
+                rows.push(Listener {
+                    broker: id,
+                    name: "-".to_string(),
+                    security_protocol: String::new(),
+                    address: format!("unknown: {error:#}"),
+                    role: "",
+                });
+                continue;
+            }
+        };
+        let get = |key: &str| settings.get(key).map(String::as_str).unwrap_or("");
+        let protocols: BTreeMap<&str, &str> = get("listener.security.protocol.map")
+            .split(',')
+            .filter_map(|entry| entry.trim().split_once(':'))
+            .collect();
+        let controllers: Vec<&str> = get("controller.listener.names").split(',').collect();
+        for listener in get("listeners").split(',').filter(|l| !l.trim().is_empty()) {
+            let (name, address) = listener.trim().split_once("://").unwrap_or(("", listener));
+            let role = if controllers.contains(&name) {
+                "controller"
+            } else if name == get("inter.broker.listener.name") {
+                "clients, inter-broker"
+            } else {
+                "clients"
+            };
+            rows.push(Listener {
+                broker: id,
+                name: name.to_string(),
+                security_protocol: protocols
+                    .get(name)
+                    .copied()
+                    .unwrap_or("PLAINTEXT")
+                    .to_string(),
+                address: address.to_string(),
+                role,
+            });
+        }
+    }
+    Ok(rows)
 }
 
 async fn describe_cluster(connection: &mut Connection) -> anyhow::Result<DescribeClusterResponse> {
@@ -292,6 +371,7 @@ fn summarize(
         brokers,
         quorum,
         partitions,
+        listeners: Vec::new(),
     }
 }
 
@@ -366,5 +446,23 @@ fn render(status: &ClusterStatus) -> String {
         "Partitions: {}\tUnderReplicated: {}\tOffline: {}",
         p.total, p.under_replicated, p.offline
     );
+    if !status.listeners.is_empty() {
+        let _ = writeln!(out, "LISTENER\tBROKER\tPROTOCOL\tADDRESS\tFOR");
+        for l in &status.listeners {
+            let _ = writeln!(
+                out,
+                "{}\t{}\t{}\t{}\t{}",
+                l.name,
+                l.broker,
+                if l.security_protocol.is_empty() {
+                    "-"
+                } else {
+                    &l.security_protocol
+                },
+                l.address,
+                if l.role.is_empty() { "-" } else { l.role }
+            );
+        }
+    }
     out
 }

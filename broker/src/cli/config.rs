@@ -106,13 +106,13 @@ fn source_name(source: i8) -> &'static str {
 
 /// The brokers of the cluster, as the bootstrap broker's Metadata lists
 /// them, with a connection to each opened when first needed.
-struct Brokers {
+pub(crate) struct Brokers {
     bootstrap: Connection,
     router: Router,
 }
 
 impl Brokers {
-    async fn discover(connect: &ConnectArgs) -> anyhow::Result<Brokers> {
+    pub(crate) async fn discover(connect: &ConnectArgs) -> anyhow::Result<Brokers> {
         let mut bootstrap = connect.connect().await?;
         let response = metadata(&mut bootstrap, Some(&[]), false)
             .await
@@ -153,6 +153,43 @@ impl Brokers {
             .connection(&mut self.bootstrap, id)
             .await
             .with_context(|| format!("cannot reach broker {id} at {address}"))
+    }
+
+    /// The values of `keys` among broker `id`'s settings (as it describes
+    /// its own), by key; keys it does not report are left out.
+    pub(crate) async fn settings(
+        &mut self,
+        id: i32,
+        keys: &[&str],
+    ) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+        let connection = self.connection(id).await?;
+        let version = connection.version::<DescribeConfigsRequest>(DESCRIBE_CONFIGS_VERSIONS)?;
+        let request = DescribeConfigsRequest::default().with_resources(vec![
+            DescribeConfigsResource::default()
+                .with_resource_type(RESOURCE_BROKER)
+                .with_resource_name(StrBytes::from_string(id.to_string()))
+                .with_configuration_keys(Some(
+                    keys.iter()
+                        .map(|k| StrBytes::from_string(k.to_string()))
+                        .collect(),
+                )),
+        ]);
+        let response = connection.call(&request, version).await?;
+        let result = response
+            .results
+            .first()
+            .context("the broker described no resource")?;
+        check_error(
+            ApiKey::DescribeConfigs,
+            result.error_code,
+            result.error_message.as_deref(),
+        )
+        .with_context(|| format!("cannot describe the configs of broker {id}"))?;
+        Ok(result
+            .configs
+            .iter()
+            .filter_map(|c| Some((c.name.to_string(), c.value.as_ref()?.to_string())))
+            .collect())
     }
 
     /// `ID at HOST:PORT, ...` of every broker listed.
