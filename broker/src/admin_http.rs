@@ -577,8 +577,19 @@ fn total(snapshots: &[ShardSnapshot]) -> ShardSnapshot {
         all.connections_closed_receive_timeout += s.connections_closed_receive_timeout;
         all.tls_handshakes += s.tls_handshakes;
         all.tls_handshakes_failed += s.tls_handshakes_failed;
-        all.authentications += s.authentications;
-        all.authentications_failed += s.authentications_failed;
+        for counted in &s.authentications {
+            match all
+                .authentications
+                .iter_mut()
+                .find(|a| a.listener == counted.listener && a.mechanism == counted.mechanism)
+            {
+                Some(sum) => {
+                    sum.succeeded += counted.succeeded;
+                    sum.failed += counted.failed;
+                }
+                None => all.authentications.push(counted.clone()),
+            }
+        }
         for (sum, d) in all.denials.iter_mut().zip(s.denials) {
             *sum += d;
         }
@@ -935,7 +946,7 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
             s.storage.sync_latency_us_total,
         );
     }
-    let gauges: [ShardFigure; 21] = [
+    let gauges: [ShardFigure; 19] = [
         (
             "strom_partitions",
             "Partitions a shard owns.",
@@ -1027,16 +1038,6 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
             |s| s.tls_handshakes_failed,
         ),
         (
-            "strom_authentications_total",
-            "SASL authentications that succeeded on the client listener.",
-            |s| s.authentications,
-        ),
-        (
-            "strom_authentications_failed_total",
-            "SASL authentications that failed on the client listener (bad credentials, a mechanism not enabled, a request before authenticating); each closed its connection.",
-            |s| s.authentications_failed,
-        ),
-        (
             "strom_journal_bytes_total",
             "Record bytes written to the core's journal (written again to the segment files later).",
             |s| s.storage.journal_bytes,
@@ -1061,6 +1062,34 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
         e.family(name, kind, help);
         for (shard, s) in &rows {
             e.sample(name, &[("shard", shard)], value(s));
+        }
+    }
+    let authentications: [(&str, &str, fn(&crate::metrics::AuthenticationSnapshot) -> u64); 2] = [
+        (
+            "strom_authentications_total",
+            "SASL authentications that succeeded, by listener and mechanism (the controller listener's too).",
+            |a| a.succeeded,
+        ),
+        (
+            "strom_authentications_failed_total",
+            "SASL authentications that failed, by listener and mechanism (\"none\" before a served one was named): bad credentials, a mechanism not enabled, a request before authenticating; each closed its connection.",
+            |a| a.failed,
+        ),
+    ];
+    for (name, help, value) in authentications {
+        e.family(name, "counter", help);
+        for (shard, s) in &rows {
+            for a in &s.authentications {
+                e.sample(
+                    name,
+                    &[
+                        ("shard", shard),
+                        ("listener", &a.listener),
+                        ("mechanism", &a.mechanism),
+                    ],
+                    value(a),
+                );
+            }
         }
     }
     let name = "strom_authorization_denials_total";

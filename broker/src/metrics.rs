@@ -79,8 +79,10 @@ struct Probe {
     closed_receive_timeout: Cell<u64>,
     tls_handshakes: Cell<u64>,
     tls_handshakes_failed: Cell<u64>,
-    authentications: Cell<u64>,
-    authentications_failed: Cell<u64>,
+    /// (listener, mechanism) -> SASL authentications (succeeded, failed).
+    /// Both labels are bounded: listeners by the config, mechanisms by
+    /// those served.
+    authentications: RefCell<BTreeMap<(String, &'static str), (u64, u64)>>,
     /// Authorization denials by resource type ([`DENIAL_RESOURCES`]).
     denials: [Cell<u64>; 4],
     /// (destination broker, api key) -> forwarded requests (load-balancer
@@ -115,8 +117,7 @@ impl Probe {
             closed_receive_timeout: Cell::new(0),
             tls_handshakes: Cell::new(0),
             tls_handshakes_failed: Cell::new(0),
-            authentications: Cell::new(0),
-            authentications_failed: Cell::new(0),
+            authentications: RefCell::new(BTreeMap::new()),
             denials: Default::default(),
             forwarded: RefCell::new(BTreeMap::new()),
             txn_committed: Cell::new(0),
@@ -154,19 +155,27 @@ pub fn record_tls_handshake(ok: bool) {
     });
 }
 
-/// Counts a SASL authentication on the client listener: succeeded, or
+/// Counts a SASL authentication on `listener` with `mechanism` (one
+/// served; any other name, or none yet, counts as "none"): succeeded, or
 /// failed (bad credentials, a mechanism not enabled, a request out of
 /// order).
-pub fn record_authentication(ok: bool) {
+pub fn record_authentication(listener: &str, mechanism: Option<&str>, ok: bool) {
+    let mechanism = crate::sasl::MECHANISMS_SERVED
+        .iter()
+        .copied()
+        .find(|m| Some(*m) == mechanism)
+        .unwrap_or("none");
     PROBE.with(|p| {
-        bump(
-            if ok {
-                &p.authentications
-            } else {
-                &p.authentications_failed
-            },
-            1,
-        )
+        let mut counts = p.authentications.borrow_mut();
+        let entry = match counts.get_mut(&(listener.to_string(), mechanism)) {
+            Some(entry) => entry,
+            None => counts.entry((listener.to_string(), mechanism)).or_default(),
+        };
+        if ok {
+            entry.0 += 1;
+        } else {
+            entry.1 += 1;
+        }
     });
 }
 
@@ -475,11 +484,9 @@ pub struct ShardSnapshot {
     pub tls_handshakes: u64,
     #[serde(default)]
     pub tls_handshakes_failed: u64,
-    /// SASL authentications on the client listener: succeeded, failed.
+    /// SASL authentications by listener and mechanism.
     #[serde(default)]
-    pub authentications: u64,
-    #[serde(default)]
-    pub authentications_failed: u64,
+    pub authentications: Vec<AuthenticationSnapshot>,
     /// Authorization denials by resource type ([`DENIAL_RESOURCES`]).
     #[serde(default)]
     pub denials: [u64; 4],
@@ -699,6 +706,15 @@ impl StorageSnapshot {
     }
 }
 
+/// SASL authentications on one listener with one mechanism.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuthenticationSnapshot {
+    pub listener: String,
+    pub mechanism: String,
+    pub succeeded: u64,
+    pub failed: u64,
+}
+
 /// This core's request, error, hop, connection and forwarding counters:
 /// the part of its snapshot kept in this module.
 pub struct CoreCounters {
@@ -709,8 +725,7 @@ pub struct CoreCounters {
     pub connections_closed_receive_timeout: u64,
     pub tls_handshakes: u64,
     pub tls_handshakes_failed: u64,
-    pub authentications: u64,
-    pub authentications_failed: u64,
+    pub authentications: Vec<AuthenticationSnapshot>,
     pub denials: [u64; 4],
     pub forwarded: Vec<ForwardSnapshot>,
     pub txn_ends: TxnEndsSnapshot,
@@ -744,8 +759,19 @@ pub fn core_counters() -> CoreCounters {
         connections_closed_receive_timeout: p.closed_receive_timeout.get(),
         tls_handshakes: p.tls_handshakes.get(),
         tls_handshakes_failed: p.tls_handshakes_failed.get(),
-        authentications: p.authentications.get(),
-        authentications_failed: p.authentications_failed.get(),
+        authentications: p
+            .authentications
+            .borrow()
+            .iter()
+            .map(
+                |((listener, mechanism), (succeeded, failed))| AuthenticationSnapshot {
+                    listener: listener.clone(),
+                    mechanism: mechanism.to_string(),
+                    succeeded: *succeeded,
+                    failed: *failed,
+                },
+            )
+            .collect(),
         denials: std::array::from_fn(|i| p.denials[i].get()),
         forwarded: p.forwarded.borrow().values().cloned().collect(),
         txn_ends: TxnEndsSnapshot {

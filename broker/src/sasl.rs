@@ -254,6 +254,17 @@ pub enum SaslState {
 }
 
 impl SaslState {
+    /// The mechanism an authentication under way uses, once the handshake
+    /// named it.
+    pub fn mechanism(&self) -> Option<&str> {
+        match self {
+            SaslState::Handshaken(mechanism) => Some(mechanism),
+            SaslState::Scram(exchange) => Some(exchange.mechanism().name()),
+            SaslState::Reauthenticating { next, .. } => next.mechanism(),
+            _ => None,
+        }
+    }
+
     /// The principal a connection authenticated as, if it did.
     pub fn principal(&self) -> Option<&str> {
         match self {

@@ -68,7 +68,6 @@ pub fn snapshot(shard: &Shard) -> ShardSnapshot {
         tls_handshakes: counters.tls_handshakes,
         tls_handshakes_failed: counters.tls_handshakes_failed,
         authentications: counters.authentications,
-        authentications_failed: counters.authentications_failed,
         denials: counters.denials,
         partition_logs,
         traffic,

@@ -292,6 +292,7 @@ async fn serve<S>(
             let credentials = |user: &str, mechanism: protocol::scram::Mechanism| {
                 scram_credential(&shard, user, mechanism)
             };
+            let asked = sasl_state.mechanism().map(str::to_string);
             let (answer, close) =
                 match crate::sasl::step(config, &mut sasl_state, &frame, &credentials) {
                     Step::Serve => (None, None),
@@ -301,7 +302,7 @@ async fn serve<S>(
                 };
             if let crate::sasl::SaslState::Authenticated { principal, .. } = &sasl_state {
                 if answer.is_some() {
-                    crate::metrics::record_authentication(true);
+                    crate::metrics::record_authentication(&listener.name, asked.as_deref(), true);
                     tracing::debug!(peer = %connection.peer, %principal, "authenticated");
                     if session.is_some() {
                         session = Some(Rc::new(crate::authorizer::Session::new(
@@ -321,14 +322,14 @@ async fn serve<S>(
                     break;
                 }
                 if let Some(why) = close {
-                    crate::metrics::record_authentication(false);
+                    crate::metrics::record_authentication(&listener.name, asked.as_deref(), false);
                     tracing::warn!(peer = %connection.peer, reason = %why, "closing connection: SASL authentication failed");
                     break;
                 }
                 continue;
             }
             if let Some(why) = close {
-                crate::metrics::record_authentication(false);
+                crate::metrics::record_authentication(&listener.name, asked.as_deref(), false);
                 tracing::warn!(peer = %connection.peer, reason = %why, "closing connection: SASL authentication failed");
                 break;
             }

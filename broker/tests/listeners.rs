@@ -11,6 +11,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
+use common::admin::Admin;
 use common::certs::Certificates;
 use common::{free_port, run, Broker};
 
@@ -77,7 +78,8 @@ fn each_listener_serves_its_own_protocol_and_addresses() {
             certificates.text("server-keystore.pem")
         ),
     ];
-    let mut args = vec!["--admin-listen".to_string(), "off".to_string()];
+    let admin = Admin { port: free_port() };
+    let mut args = vec!["--admin-listen".to_string(), admin.address()];
     for setting in &settings {
         args.push("--set".into());
         args.push(setting.clone());
@@ -192,6 +194,26 @@ fn each_listener_serves_its_own_protocol_and_addresses() {
         kcat(internal, false, &certificates, &["-L"], None),
         "INTERNAL still serves",
         &broker,
+    );
+
+    // Authentications are counted by listener and mechanism: every kcat
+    // on EXTERNAL authenticated with PLAIN, none failed.
+    let (_, metrics) = admin.get("/metrics");
+    let counted = |name: &str| -> f64 {
+        let wanted = format!("{name}{{shard=\"all\",listener=\"EXTERNAL\",mechanism=\"PLAIN\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&wanted)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    assert!(
+        counted("strom_authentications_total") >= 3.0,
+        "EXTERNAL's PLAIN authentications counted:\n{metrics}"
+    );
+    assert_eq!(
+        counted("strom_authentications_failed_total"),
+        0.0,
+        "{metrics}"
     );
     ok(
         kcat(external, true, &certificates, &["-L"], None),

@@ -187,6 +187,11 @@ pub struct ServerExchange {
 }
 
 impl ServerExchange {
+    /// The mechanism of this exchange.
+    pub fn mechanism(&self) -> Mechanism {
+        self.mechanism
+    }
+
     /// Reads the client's first message, looks the user up with
     /// `credential`, and answers with the server's first message; else
     /// why the authentication fails (for the log).
