@@ -1064,7 +1064,12 @@ pub fn render_metrics(state: &AdminState, snapshots: &[ShardSnapshot]) -> String
             e.sample(name, &[("shard", shard)], value(s));
         }
     }
-    let authentications: [(&str, &str, fn(&crate::metrics::AuthenticationSnapshot) -> u64); 2] = [
+    type AuthenticationFigure = (
+        &'static str,
+        &'static str,
+        fn(&crate::metrics::AuthenticationSnapshot) -> u64,
+    );
+    let authentications: [AuthenticationFigure; 2] = [
         (
             "strom_authentications_total",
             "SASL authentications that succeeded, by listener and mechanism (the controller listener's too).",

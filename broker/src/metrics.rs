@@ -67,6 +67,9 @@ struct Traffic {
     records_out: u64,
 }
 
+/// An authentication counter's labels: listener and mechanism.
+type AuthenticationKey = (String, &'static str);
+
 struct Probe {
     apis: Vec<ApiCounters>,
     /// Topic -> partition -> traffic. A map lookup per produced or fetched
@@ -82,7 +85,7 @@ struct Probe {
     /// (listener, mechanism) -> SASL authentications (succeeded, failed).
     /// Both labels are bounded: listeners by the config, mechanisms by
     /// those served.
-    authentications: RefCell<BTreeMap<(String, &'static str), (u64, u64)>>,
+    authentications: RefCell<BTreeMap<AuthenticationKey, (u64, u64)>>,
     /// Authorization denials by resource type ([`DENIAL_RESOURCES`]).
     denials: [Cell<u64>; 4],
     /// (destination broker, api key) -> forwarded requests (load-balancer
