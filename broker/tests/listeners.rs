@@ -4,7 +4,7 @@
 //! operators beside a SASL_SSL one for applications. Each listener's
 //! clients are told that listener's addresses, records written through one
 //! are read back byte for byte through the other, and each refuses what
-//! its protocol does not speak.
+//! its protocol does not speak; aiokafka works over each protocol.
 
 mod common;
 
@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::admin::Admin;
 use common::certs::Certificates;
-use common::{free_port, run, Broker};
+use common::{free_port, run, run_python, strom_at, Broker};
 
 const DEADLINE: Duration = Duration::from_secs(60);
 const JAAS: &str = "org.apache.kafka.common.security.plain.PlainLoginModule required \
@@ -220,4 +220,92 @@ fn each_listener_serves_its_own_protocol_and_addresses() {
         "EXTERNAL still serves",
         &broker,
     );
+}
+
+/// aiokafka over SSL with a client certificate (mutual TLS), SASL_SSL with
+/// SCRAM-SHA-512 and with PLAIN, and SASL_PLAINTEXT: four listeners of one
+/// broker, each creating a topic, writing and reading it back byte for
+/// byte in a committing group.
+#[test]
+fn aiokafka_works_over_every_security_protocol() {
+    let certificates = Certificates::make();
+    certificates.client("aiokafka");
+    let ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
+    let settings = [
+        format!(
+            "listeners=TLS://127.0.0.1:{},SECURE://127.0.0.1:{},SASL://127.0.0.1:{},PLAIN://127.0.0.1:{}",
+            ports[0], ports[1], ports[2], ports[3]
+        ),
+        "listener.security.protocol.map=TLS:SSL,SECURE:SASL_SSL,SASL:SASL_PLAINTEXT,PLAIN:PLAINTEXT,CONTROLLER:PLAINTEXT"
+            .to_string(),
+        format!("ssl.keystore.location={}", certificates.text("server-keystore.pem")),
+        format!("listener.name.tls.ssl.truststore.location={}", certificates.text("ca.pem")),
+        "listener.name.tls.ssl.client.auth=required".to_string(),
+        "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512".to_string(),
+        format!("listener.name.secure.plain.sasl.jaas.config={JAAS}"),
+        format!("listener.name.sasl.plain.sasl.jaas.config={JAAS}"),
+    ];
+    let mut args = vec!["--admin-listen".to_string(), "off".to_string()];
+    for setting in &settings {
+        args.push("--set".into());
+        args.push(setting.clone());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start_at(
+        &dir.path().join("data"),
+        &dir.path().join("strom.log"),
+        ports[0],
+        &args,
+    );
+    // A SCRAM user, set over the plaintext listener.
+    let password = dir.path().join("bob.pw");
+    std::fs::write(&password, "bob-scram\n").unwrap();
+    let set = strom_at(
+        Some(&format!("127.0.0.1:{}", ports[3])),
+        &[
+            "user",
+            "scram",
+            "set",
+            "--user",
+            "bob",
+            "--mechanism",
+            "SCRAM-SHA-512",
+            "--password-file",
+            &password.to_string_lossy(),
+        ],
+        None,
+    );
+    ok(set, "strom user scram set", &broker);
+    let out = run_python(
+        "aiokafka_security_check.py",
+        &[
+            &certificates.text("ca.pem"),
+            &certificates.text("aiokafka.pem"),
+            &certificates.text("aiokafka.key"),
+            &format!("SSL@127.0.0.1:{}", ports[0]),
+            &format!(
+                "SASL_SSL@localhost:{}@SCRAM-SHA-512@bob@bob-scram",
+                ports[1]
+            ),
+            &format!("SASL_SSL@localhost:{}@PLAIN@alice@alice-secret", ports[1]),
+            &format!(
+                "SASL_PLAINTEXT@127.0.0.1:{}@PLAIN@alice@alice-secret",
+                ports[2]
+            ),
+        ],
+        Duration::from_secs(300),
+    );
+    for line in [
+        "ssl: ok 150",
+        "sasl_ssl-scram-sha-512: ok 150",
+        "sasl_ssl-plain: ok 150",
+        "sasl_plaintext-plain: ok 150",
+    ] {
+        assert!(
+            out.contains(line),
+            "{line:?} not in:\n{out}\n{}",
+            broker.log()
+        );
+    }
 }
