@@ -309,3 +309,96 @@ fn aiokafka_works_over_every_security_protocol() {
         );
     }
 }
+
+/// Mutual TLS refuses a client whose certificate expired, and one signed
+/// by an authority the listener does not trust, each with one line in the
+/// log; a client with a valid certificate is served before and after.
+#[test]
+fn an_expired_or_untrusted_client_certificate_is_refused() {
+    let certificates = Certificates::make();
+    certificates.expired_client("expired");
+    let port = free_port();
+    let settings = [
+        format!("listeners=SSL://127.0.0.1:{port}"),
+        format!(
+            "ssl.keystore.location={}",
+            certificates.text("server-keystore.pem")
+        ),
+        format!("ssl.truststore.location={}", certificates.text("ca.pem")),
+        "ssl.client.auth=required".to_string(),
+    ];
+    let mut args = vec!["--admin-listen".to_string(), "off".to_string()];
+    for setting in &settings {
+        args.push("--set".into());
+        args.push(setting.clone());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start_at(
+        &dir.path().join("data"),
+        &dir.path().join("strom.log"),
+        port,
+        &args,
+    );
+    let kcat_as = |name: &str, stdin: Option<&[u8]>, args: &[&str]| {
+        let mut command = Command::new("kcat");
+        command
+            .args(["-b", &format!("127.0.0.1:{port}")])
+            .args(args)
+            .args(["-X", "security.protocol=ssl"])
+            .args([
+                "-X",
+                &format!("ssl.ca.location={}", certificates.text("ca.pem")),
+            ])
+            .args([
+                "-X",
+                &format!(
+                    "ssl.certificate.location={}",
+                    certificates.text(&format!("{name}.pem"))
+                ),
+            ])
+            .args([
+                "-X",
+                &format!(
+                    "ssl.key.location={}",
+                    certificates.text(&format!("{name}.key"))
+                ),
+            ]);
+        run(&mut command, stdin, DEADLINE)
+    };
+    ok(
+        kcat_as(
+            "alice",
+            Some(b"kept\n"),
+            &["-P", "-t", "certified", "-p", "0"],
+        ),
+        "a valid certificate writes",
+        &broker,
+    );
+    let failed_before = broker.log().matches("TLS handshake failed").count();
+    for name in ["expired", "mallory"] {
+        let refused = kcat_as(name, None, &["-L", "-m", "5"]);
+        assert!(!refused.status.success(), "{name}'s certificate was served");
+    }
+    let failed = broker.log().matches("TLS handshake failed").count() - failed_before;
+    assert!(
+        failed >= 2,
+        "two refusals logged, {failed} found:\n{}",
+        broker.log()
+    );
+    let log = broker.log();
+    assert!(
+        log.contains("Expired") || log.contains("expired"),
+        "the expired certificate is named as such:\n{log}"
+    );
+    let read = ok(
+        kcat_as(
+            "alice",
+            None,
+            &["-C", "-t", "certified", "-p", "0", "-o", "beginning", "-e"],
+        ),
+        "a valid certificate reads",
+        &broker,
+    );
+    assert_eq!(read, b"kept\n", "the record, byte for byte");
+}

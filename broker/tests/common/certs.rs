@@ -157,3 +157,51 @@ impl Certificates {
             .collect()
     }
 }
+
+impl Certificates {
+    /// A client certificate (`NAME.pem`, `NAME.key`) for `CN=NAME`, signed
+    /// by the trusted authority, that expired years ago.
+    pub fn expired_client(&self, name: &str) {
+        self.openssl(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            &format!("/CN={name}"),
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.csr"),
+        ]);
+        // `openssl ca` sets the validity dates `openssl x509` cannot.
+        std::fs::write(
+            self.path("expired-ca.cnf"),
+            "[ca]\ndefault_ca = test\n[test]\ndatabase = expired-index.txt\n\
+             new_certs_dir = .\ncertificate = ca.pem\nprivate_key = ca.key\n\
+             serial = expired-serial\ndefault_md = sha256\npolicy = any\n\
+             unique_subject = no\n[any]\ncommonName = supplied\n\
+             [client]\nextendedKeyUsage = clientAuth\n",
+        )
+        .unwrap();
+        std::fs::write(self.path("expired-index.txt"), "").unwrap();
+        std::fs::write(self.path("expired-serial"), "01\n").unwrap();
+        self.openssl(&[
+            "ca",
+            "-batch",
+            "-notext",
+            "-config",
+            "expired-ca.cnf",
+            "-extensions",
+            "client",
+            "-startdate",
+            "20200101000000Z",
+            "-enddate",
+            "20200102000000Z",
+            "-in",
+            &format!("{name}.csr"),
+            "-out",
+            &format!("{name}.pem"),
+        ]);
+    }
+}
