@@ -253,3 +253,53 @@ fn acls_apply_on_every_broker_and_forwarded_requests_are_authorized_as_the_clien
     );
     assert!(!refused.status.success(), "bob wrote alice-1");
 }
+
+/// A node whose login the controller listener refuses is told so, logged
+/// by the voters with why, and never registers: the cluster goes on with
+/// the others.
+#[test]
+fn a_node_refused_on_the_controller_listener_never_registers() {
+    let mut secured = Secured::start();
+    let wrong = "listener.name.controller.plain.sasl.jaas.config=\
+        org.apache.kafka.common.security.plain.PlainLoginModule required \
+        username=\"broker\" password=\"not-the-password\" user_broker=\"not-the-password\";";
+    secured.cluster.add_broker_with(4, &["--set", wrong]);
+    let refused = poll_until(std::time::Duration::from_secs(30), || {
+        (1..=3)
+            .map(|id| secured.cluster.node(id).broker.log())
+            .find(|log| {
+                log.lines().any(|l| {
+                    l.contains("closing controller connection: not admitted")
+                        && l.contains("wrong password or unknown user")
+                })
+            })
+            .map(|_| ())
+    });
+    assert!(
+        refused.is_some(),
+        "no voter logged the refusal:\n{}",
+        secured.cluster.logs()
+    );
+    let status = secured.operator(1, &["cluster", "status"]);
+    let brokers: Vec<&str> = status
+        .lines()
+        .skip_while(|l| !l.starts_with("BROKER\t"))
+        .skip(1)
+        .take_while(|l| {
+            l.split('\t')
+                .next()
+                .is_some_and(|id| id.parse::<i32>().is_ok())
+        })
+        .collect();
+    assert_eq!(
+        brokers.len(),
+        3,
+        "only the three nodes registered:\n{status}"
+    );
+    assert!(
+        brokers.iter().all(|l| !l.starts_with("4\t")),
+        "node 4 registered:\n{status}"
+    );
+    // The others still take changes.
+    secured.operator(2, &["topic", "create", "after-the-refusal"]);
+}

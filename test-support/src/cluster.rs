@@ -153,8 +153,15 @@ impl Cluster {
     /// cluster of [`Cluster::start_on`] hosts in a test network has no
     /// host for it.
     pub fn add_broker(&mut self, id: i32) -> &mut Node {
+        self.add_broker_with(id, &[])
+    }
+
+    /// [`Cluster::add_broker`] with `more` arguments after the cluster's
+    /// (a later `--set` of a key wins).
+    pub fn add_broker_with(&mut self, id: i32, more: &[&str]) -> &mut Node {
         let ports = Ports::free(false);
-        let args = self.args(id, ports);
+        let mut args = self.args(id, ports);
+        args.extend(more.iter().map(|s| s.to_string()));
         let host = self.host(id);
         let broker = start_node(host.clone(), &self.dir(id), ports.client, &args);
         self.nodes.push(Node {
