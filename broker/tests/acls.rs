@@ -512,3 +512,73 @@ fn a_client_certificate_names_the_principal_through_the_mapping_rules() {
     ]);
     assert_eq!(read, "from alice\n");
 }
+
+/// The operator APIs check what Kafka checks (DescribeConfigs and
+/// IncrementalAlterConfigs DESCRIBE_CONFIGS and ALTER_CONFIGS on the topic
+/// or the cluster, CreatePartitions ALTER and DeleteRecords DELETE on the
+/// topic, ElectLeaders ALTER on the cluster, OffsetDelete DELETE on the
+/// group) and the authorized-operations fields of DescribeTopicPartitions,
+/// DescribeCluster and DescribeGroups report what the principal may do,
+/// through confluent-kafka's admin client (acl_operator_check.py).
+#[test]
+fn operator_apis_check_what_kafka_checks_and_authorized_operations_are_real() {
+    let (broker, admin) = broker_and_admin(true);
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    ok(
+        &broker,
+        dir,
+        "admin",
+        &["topic", "create", "orders", "--partitions", "2"],
+    );
+    let add = |args: &[&str]| {
+        let mut all = vec!["acl", "add"];
+        all.extend_from_slice(args);
+        ok(&broker, dir, "admin", &all);
+    };
+    for operation in ["Read", "Alter", "Delete", "DescribeConfigs", "AlterConfigs"] {
+        add(&[
+            "--allow-principal",
+            "User:alice",
+            "--operation",
+            operation,
+            "--topic",
+            "orders",
+        ]);
+    }
+    add(&[
+        "--allow-principal",
+        "User:alice",
+        "--operation",
+        "Read",
+        "--group",
+        "billing",
+    ]);
+    add(&[
+        "--allow-principal",
+        "User:alice",
+        "--operation",
+        "Describe",
+        "--cluster",
+    ]);
+    // Bob sees the topic (Metadata), and may do nothing else with it.
+    add(&[
+        "--allow-principal",
+        "User:bob",
+        "--operation",
+        "Describe",
+        "--topic",
+        "orders",
+    ]);
+    let refused_before = denials(&admin, "topic") + denials(&admin, "cluster");
+    let out = run_python(
+        "acl_operator_check.py",
+        &[&broker.bootstrap()],
+        SCRIPT_DEADLINE,
+    );
+    assert!(out.contains("ok 20"), "{out}\n{}", broker.log());
+    let refused = denials(&admin, "topic") + denials(&admin, "cluster") - refused_before;
+    assert!(refused >= 6.0, "{refused} refusals counted");
+    // The broker still serves.
+    ok(&broker, dir, "admin", &["topic", "describe", "orders"]);
+}

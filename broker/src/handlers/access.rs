@@ -13,12 +13,23 @@
 //! InitProducerId WRITE on the transactional id or IDEMPOTENT_WRITE on the
 //! cluster (or WRITE on a topic), the transaction APIs WRITE on the
 //! transactional id, the ACL and SCRAM APIs ALTER or DESCRIBE on the
-//! cluster. A topic or group refused is answered with Kafka's code
-//! (TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED,
-//! TRANSACTIONAL_ID_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED)
-//! beside the answers of those allowed. Every other API is served to
-//! super users only: another principal's connection is closed, with a
-//! line in the log naming the API.
+//! cluster; the operator APIs: DescribeConfigs and AlterConfigs /
+//! IncrementalAlterConfigs DESCRIBE_CONFIGS and ALTER_CONFIGS on the
+//! topic, group or cluster (broker resources), CreatePartitions ALTER and
+//! DeleteRecords DELETE on the topic, DescribeProducers READ on the topic,
+//! DescribeTopicPartitions DESCRIBE on it (all topics: those described),
+//! OffsetDelete DELETE on the group and READ on its topics,
+//! DescribeTransactions DESCRIBE on the transactional id (ListTransactions
+//! those described), ElectLeaders, AlterPartitionReassignments and the
+//! voter changes ALTER on the cluster, ListPartitionReassignments,
+//! DescribeQuorum and DescribeLogDirs DESCRIBE on it, ListConfigResources
+//! DESCRIBE_CONFIGS on it, WriteTxnMarkers CLUSTER_ACTION. A resource
+//! refused is answered with Kafka's code (TOPIC_AUTHORIZATION_FAILED,
+//! GROUP_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+//! CLUSTER_AUTHORIZATION_FAILED) beside the answers of those allowed. An
+//! API this list does not name is served to super users only: another
+//! principal's connection is closed, with a line in the log naming the
+//! API.
 
 use std::rc::Rc;
 use std::sync::Arc;
@@ -57,6 +68,10 @@ pub struct Denied {
     pub filter_topics: bool,
     /// ListGroups: keep only the groups the principal may describe.
     pub filter_groups: bool,
+    /// Config resources refused: Kafka's config resource type, name, code.
+    pub configs: Vec<(i8, String, i16)>,
+    /// ListTransactions: keep only the ids the principal may describe.
+    pub filter_transactional_ids: bool,
 }
 
 #[derive(Debug)]
@@ -115,6 +130,12 @@ impl Access {
     /// Metadata's topics allowed DESCRIBE (the others are refused).
     pub fn may_describe_topic(&self, name: &str) -> bool {
         self.topic(operation::DESCRIBE, name)
+    }
+
+    /// An authorized-operations field (`supported`, or not requested)
+    /// narrowed to what this principal may do on the resource.
+    pub fn operations(&self, supported: i32, kind: i8, name: &str) -> i32 {
+        super::authorized_operations::restrict(supported, |op| self.allows(op, kind, name))
     }
 
     pub fn may_describe_group(&self, name: &str) -> bool {
@@ -656,7 +677,263 @@ impl Access {
                 }
             }
             R::DescribeCluster(_) => {}
-            _ => {
+            _ => return self.check_operator_apis(api_key, body, denied),
+        }
+        Checked::Serve(body, denied)
+    }
+
+    /// The operator APIs: configs, partitions, records, elections,
+    /// reassignments, the quorum, log dirs, producers and transactions
+    /// listings, and the markers between brokers, each as Kafka checks it.
+    fn check_operator_apis(
+        &self,
+        api_key: ApiKey,
+        body: RequestKind,
+        mut denied: Denied,
+    ) -> Checked {
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        let cluster_refused = errors::CLUSTER_AUTHORIZATION_FAILED;
+        let deny = |response: ResponseKind| Checked::Deny(Box::new(response));
+        let message = || Some(refusal_text(cluster_refused));
+        let body = match body {
+            R::DescribeConfigs(mut request) => {
+                request.resources.retain(|r| {
+                    self.config_resource(
+                        operation::DESCRIBE_CONFIGS,
+                        r.resource_type,
+                        &r.resource_name,
+                        &mut denied,
+                    )
+                });
+                R::DescribeConfigs(request)
+            }
+            R::AlterConfigs(mut request) => {
+                request.resources.retain(|r| {
+                    self.config_resource(
+                        operation::ALTER_CONFIGS,
+                        r.resource_type,
+                        &r.resource_name,
+                        &mut denied,
+                    )
+                });
+                R::AlterConfigs(request)
+            }
+            R::IncrementalAlterConfigs(mut request) => {
+                request.resources.retain(|r| {
+                    self.config_resource(
+                        operation::ALTER_CONFIGS,
+                        r.resource_type,
+                        &r.resource_name,
+                        &mut denied,
+                    )
+                });
+                R::IncrementalAlterConfigs(request)
+            }
+            R::CreatePartitions(mut request) => {
+                request.topics.retain(|t| {
+                    self.topic_or_deny(operation::ALTER, &t.name, Vec::new(), &mut denied)
+                });
+                R::CreatePartitions(request)
+            }
+            R::DeleteRecords(mut request) => {
+                request.topics.retain(|t| {
+                    let partitions = t.partitions.iter().map(|p| p.partition_index).collect();
+                    self.topic_or_deny(operation::DELETE, &t.name, partitions, &mut denied)
+                });
+                R::DeleteRecords(request)
+            }
+            R::DescribeProducers(mut request) => {
+                request.topics.retain(|t| {
+                    self.topic_or_deny(
+                        operation::READ,
+                        &t.name,
+                        t.partition_indexes.clone(),
+                        &mut denied,
+                    )
+                });
+                R::DescribeProducers(request)
+            }
+            R::OffsetDelete(mut request) => {
+                if !self.group(operation::DELETE, &request.group_id) {
+                    return deny(ResponseKind::OffsetDelete(
+                        OffsetDeleteResponse::default()
+                            .with_error_code(errors::GROUP_AUTHORIZATION_FAILED),
+                    ));
+                }
+                request.topics.retain(|t| {
+                    let partitions = t.partitions.iter().map(|p| p.partition_index).collect();
+                    self.topic_or_deny(operation::READ, &t.name, partitions, &mut denied)
+                });
+                R::OffsetDelete(request)
+            }
+            R::DescribeTopicPartitions(mut request) => {
+                if request.topics.is_empty() {
+                    denied.filter_topics = true;
+                } else {
+                    request.topics.retain(|t| {
+                        let allowed = self.topic(operation::DESCRIBE, &t.name);
+                        if !allowed {
+                            denied.topics.push(DeniedTopic {
+                                name: t.name.to_string(),
+                                id: Default::default(),
+                                partitions: Vec::new(),
+                            });
+                        }
+                        allowed
+                    });
+                }
+                R::DescribeTopicPartitions(request)
+            }
+            R::DescribeTransactions(mut request) => {
+                request.transactional_ids.retain(|id| {
+                    let allowed = self.allows(operation::DESCRIBE, resource::TRANSACTIONAL_ID, id);
+                    if !allowed {
+                        denied.keys.push((
+                            id.to_string(),
+                            errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                        ));
+                    }
+                    allowed
+                });
+                R::DescribeTransactions(request)
+            }
+            R::ListTransactions(request) => {
+                denied.filter_transactional_ids = true;
+                R::ListTransactions(request)
+            }
+            R::ElectLeaders(request) => {
+                if !self.cluster(operation::ALTER) {
+                    let results = request
+                        .topic_partitions
+                        .iter()
+                        .flatten()
+                        .map(|t| {
+                            elect_leaders_response::ReplicaElectionResult::default()
+                                .with_topic(t.topic.clone())
+                                .with_partition_result(
+                                    t.partitions
+                                        .iter()
+                                        .map(|&p| {
+                                            elect_leaders_response::PartitionResult::default()
+                                                .with_partition_id(p)
+                                                .with_error_code(cluster_refused)
+                                                .with_error_message(message())
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect();
+                    return deny(ResponseKind::ElectLeaders(
+                        ElectLeadersResponse::default()
+                            .with_error_code(cluster_refused)
+                            .with_replica_election_results(results),
+                    ));
+                }
+                R::ElectLeaders(request)
+            }
+            R::AlterPartitionReassignments(request) => {
+                if !self.cluster(operation::ALTER) {
+                    return deny(ResponseKind::AlterPartitionReassignments(
+                        AlterPartitionReassignmentsResponse::default()
+                            .with_error_code(cluster_refused)
+                            .with_error_message(message()),
+                    ));
+                }
+                R::AlterPartitionReassignments(request)
+            }
+            R::ListPartitionReassignments(request) => {
+                if !self.cluster(operation::DESCRIBE) {
+                    return deny(ResponseKind::ListPartitionReassignments(
+                        ListPartitionReassignmentsResponse::default()
+                            .with_error_code(cluster_refused)
+                            .with_error_message(message()),
+                    ));
+                }
+                R::ListPartitionReassignments(request)
+            }
+            R::DescribeQuorum(request) => {
+                if !self.cluster(operation::DESCRIBE) {
+                    return deny(ResponseKind::DescribeQuorum(
+                        DescribeQuorumResponse::default()
+                            .with_error_code(cluster_refused)
+                            .with_error_message(message()),
+                    ));
+                }
+                R::DescribeQuorum(request)
+            }
+            R::AddRaftVoter(request) => {
+                if !self.cluster(operation::ALTER) {
+                    return deny(ResponseKind::AddRaftVoter(
+                        AddRaftVoterResponse::default()
+                            .with_error_code(cluster_refused)
+                            .with_error_message(message()),
+                    ));
+                }
+                R::AddRaftVoter(request)
+            }
+            R::RemoveRaftVoter(request) => {
+                if !self.cluster(operation::ALTER) {
+                    return deny(ResponseKind::RemoveRaftVoter(
+                        RemoveRaftVoterResponse::default()
+                            .with_error_code(cluster_refused)
+                            .with_error_message(message()),
+                    ));
+                }
+                R::RemoveRaftVoter(request)
+            }
+            R::DescribeLogDirs(request) => {
+                if !self.cluster(operation::DESCRIBE) {
+                    return deny(ResponseKind::DescribeLogDirs(
+                        DescribeLogDirsResponse::default().with_error_code(cluster_refused),
+                    ));
+                }
+                R::DescribeLogDirs(request)
+            }
+            R::ListConfigResources(request) => {
+                if !self.cluster(operation::DESCRIBE_CONFIGS) {
+                    return deny(ResponseKind::ListConfigResources(
+                        ListConfigResourcesResponse::default().with_error_code(cluster_refused),
+                    ));
+                }
+                R::ListConfigResources(request)
+            }
+            R::WriteTxnMarkers(request) => {
+                if !self.cluster(operation::CLUSTER_ACTION) {
+                    let markers = request
+                        .markers
+                        .iter()
+                        .map(|m| {
+                            write_txn_markers_response::WritableTxnMarkerResult::default()
+                                .with_producer_id(m.producer_id)
+                                .with_topics(
+                                    m.topics
+                                        .iter()
+                                        .map(|t| {
+                                            write_txn_markers_response::WritableTxnMarkerTopicResult::default()
+                                                .with_name(t.name.clone())
+                                                .with_partitions(
+                                                    t.partition_indexes
+                                                        .iter()
+                                                        .map(|&p| {
+                                                            write_txn_markers_response::WritableTxnMarkerPartitionResult::default()
+                                                                .with_partition_index(p)
+                                                                .with_error_code(cluster_refused)
+                                                        })
+                                                        .collect(),
+                                                )
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect();
+                    return deny(ResponseKind::WriteTxnMarkers(
+                        WriteTxnMarkersResponse::default().with_markers(markers),
+                    ));
+                }
+                R::WriteTxnMarkers(request)
+            }
+            other => {
                 if !self.is_super_user() {
                     return Checked::Close(format!(
                         "{api_key:?} by {} refused: with the authorizer on, only super users \
@@ -664,9 +941,47 @@ impl Access {
                         self.session.principal
                     ));
                 }
+                other
             }
-        }
+        };
         Checked::Serve(body, denied)
+    }
+
+    /// Whether a config resource (Kafka's config resource types: topic,
+    /// broker, broker logger, client metrics, group) allows `op`; a refused
+    /// one is noted with its code.
+    fn config_resource(&self, op: i8, resource_type: i8, name: &str, denied: &mut Denied) -> bool {
+        const TOPIC: i8 = 2;
+        const GROUP: i8 = 32;
+        let (allowed, code) = match resource_type {
+            TOPIC => (self.topic(op, name), errors::TOPIC_AUTHORIZATION_FAILED),
+            GROUP => (self.group(op, name), errors::GROUP_AUTHORIZATION_FAILED),
+            _ => (self.cluster(op), errors::CLUSTER_AUTHORIZATION_FAILED),
+        };
+        if !allowed {
+            denied.configs.push((resource_type, name.to_string(), code));
+        }
+        allowed
+    }
+
+    /// Whether `op` on topic `name` is allowed; a refused one is noted with
+    /// its partitions.
+    fn topic_or_deny(
+        &self,
+        op: i8,
+        name: &TopicName,
+        partitions: Vec<i32>,
+        denied: &mut Denied,
+    ) -> bool {
+        let allowed = self.topic(op, name);
+        if !allowed {
+            denied.topics.push(DeniedTopic {
+                name: name.to_string(),
+                id: Default::default(),
+                partitions,
+            });
+        }
+        allowed
     }
 
     /// A topic's name, from its name or its id (newer versions send ids).
@@ -725,6 +1040,8 @@ impl Denied {
             && self.keys.is_empty()
             && !self.filter_topics
             && !self.filter_groups
+            && self.configs.is_empty()
+            && !self.filter_transactional_ids
     }
 
     /// Counts each refused topic, group and coordinator key.
@@ -734,6 +1051,13 @@ impl Denied {
         }
         for _ in &self.groups {
             crate::metrics::record_denial(resource::GROUP);
+        }
+        for (_, _, code) in &self.configs {
+            crate::metrics::record_denial(match *code {
+                errors::TOPIC_AUTHORIZATION_FAILED => resource::TOPIC,
+                errors::GROUP_AUTHORIZATION_FAILED => resource::GROUP,
+                _ => resource::CLUSTER,
+            });
         }
         for (_, code) in &self.keys {
             crate::metrics::record_denial(
@@ -937,6 +1261,187 @@ impl Denied {
             response
                 .groups
                 .retain(|g| access.may_describe_group(&g.group_id));
+        }
+    }
+
+    pub fn describe_configs(
+        &self,
+        response: &mut kafka_protocol::messages::DescribeConfigsResponse,
+    ) {
+        use kafka_protocol::messages::describe_configs_response::*;
+        for (resource_type, name, code) in &self.configs {
+            response.results.push(
+                DescribeConfigsResult::default()
+                    .with_error_code(*code)
+                    .with_error_message(Some(refusal_text(*code)))
+                    .with_resource_type(*resource_type)
+                    .with_resource_name(StrBytes::from_string(name.clone())),
+            );
+        }
+    }
+
+    pub fn alter_configs(&self, response: &mut kafka_protocol::messages::AlterConfigsResponse) {
+        use kafka_protocol::messages::alter_configs_response::*;
+        for (resource_type, name, code) in &self.configs {
+            response.responses.push(
+                AlterConfigsResourceResponse::default()
+                    .with_error_code(*code)
+                    .with_error_message(Some(refusal_text(*code)))
+                    .with_resource_type(*resource_type)
+                    .with_resource_name(StrBytes::from_string(name.clone())),
+            );
+        }
+    }
+
+    pub fn incremental_alter_configs(
+        &self,
+        response: &mut kafka_protocol::messages::IncrementalAlterConfigsResponse,
+    ) {
+        use kafka_protocol::messages::incremental_alter_configs_response::*;
+        for (resource_type, name, code) in &self.configs {
+            response.responses.push(
+                AlterConfigsResourceResponse::default()
+                    .with_error_code(*code)
+                    .with_error_message(Some(refusal_text(*code)))
+                    .with_resource_type(*resource_type)
+                    .with_resource_name(StrBytes::from_string(name.clone())),
+            );
+        }
+    }
+
+    pub fn create_partitions(
+        &self,
+        response: &mut kafka_protocol::messages::CreatePartitionsResponse,
+    ) {
+        use kafka_protocol::messages::create_partitions_response::*;
+        for t in &self.topics {
+            response.results.push(
+                CreatePartitionsTopicResult::default()
+                    .with_name(TopicName(StrBytes::from_string(t.name.clone())))
+                    .with_error_code(Self::topic_code())
+                    .with_error_message(Some(refusal_text(Self::topic_code()))),
+            );
+        }
+    }
+
+    pub fn delete_records(&self, response: &mut kafka_protocol::messages::DeleteRecordsResponse) {
+        use kafka_protocol::messages::delete_records_response::*;
+        for t in &self.topics {
+            response.topics.push(
+                DeleteRecordsTopicResult::default()
+                    .with_name(TopicName(StrBytes::from_string(t.name.clone())))
+                    .with_partitions(
+                        t.partitions
+                            .iter()
+                            .map(|&p| {
+                                DeleteRecordsPartitionResult::default()
+                                    .with_partition_index(p)
+                                    .with_low_watermark(-1)
+                                    .with_error_code(Self::topic_code())
+                            })
+                            .collect(),
+                    ),
+            );
+        }
+    }
+
+    pub fn describe_producers(
+        &self,
+        response: &mut kafka_protocol::messages::DescribeProducersResponse,
+    ) {
+        use kafka_protocol::messages::describe_producers_response::*;
+        for t in &self.topics {
+            response.topics.push(
+                TopicResponse::default()
+                    .with_name(TopicName(StrBytes::from_string(t.name.clone())))
+                    .with_partitions(
+                        t.partitions
+                            .iter()
+                            .map(|&p| {
+                                PartitionResponse::default()
+                                    .with_partition_index(p)
+                                    .with_error_code(Self::topic_code())
+                                    .with_error_message(Some(refusal_text(Self::topic_code())))
+                            })
+                            .collect(),
+                    ),
+            );
+        }
+    }
+
+    pub fn offset_delete(&self, response: &mut kafka_protocol::messages::OffsetDeleteResponse) {
+        use kafka_protocol::messages::offset_delete_response::*;
+        for t in &self.topics {
+            response.topics.push(
+                OffsetDeleteResponseTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(t.name.clone())))
+                    .with_partitions(
+                        t.partitions
+                            .iter()
+                            .map(|&p| {
+                                OffsetDeleteResponsePartition::default()
+                                    .with_partition_index(p)
+                                    .with_error_code(Self::topic_code())
+                            })
+                            .collect(),
+                    ),
+            );
+        }
+    }
+
+    pub fn describe_topic_partitions(
+        &self,
+        access: &Access,
+        response: &mut kafka_protocol::messages::DescribeTopicPartitionsResponse,
+    ) {
+        use kafka_protocol::messages::describe_topic_partitions_response::*;
+        if self.filter_topics {
+            response.topics.retain(|t| {
+                t.name
+                    .as_ref()
+                    .is_some_and(|n| access.may_describe_topic(n))
+            });
+        }
+        for t in &self.topics {
+            response.topics.push(
+                DescribeTopicPartitionsResponseTopic::default()
+                    .with_error_code(Self::topic_code())
+                    .with_name(Some(TopicName(StrBytes::from_string(t.name.clone())))),
+            );
+        }
+    }
+
+    pub fn describe_transactions(
+        &self,
+        response: &mut kafka_protocol::messages::DescribeTransactionsResponse,
+    ) {
+        use kafka_protocol::messages::describe_transactions_response::*;
+        for (id, code) in &self.keys {
+            response.transaction_states.push(
+                TransactionState::default()
+                    .with_error_code(*code)
+                    .with_transactional_id(kafka_protocol::messages::TransactionalId(
+                        StrBytes::from_string(id.clone()),
+                    ))
+                    .with_producer_id(kafka_protocol::messages::ProducerId(-1))
+                    .with_producer_epoch(-1),
+            );
+        }
+    }
+
+    pub fn list_transactions(
+        &self,
+        access: &Access,
+        response: &mut kafka_protocol::messages::ListTransactionsResponse,
+    ) {
+        if self.filter_transactional_ids {
+            response.transaction_states.retain(|t| {
+                access.allows(
+                    operation::DESCRIBE,
+                    resource::TRANSACTIONAL_ID,
+                    &t.transactional_id,
+                )
+            });
         }
     }
 

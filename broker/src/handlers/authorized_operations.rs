@@ -1,7 +1,9 @@
 //! Authorized-operations bit fields (Metadata, DescribeCluster,
-//! DescribeTopicPartitions, DescribeGroups) as Kafka computes them without an authorizer:
-//! every operation the resource type supports is allowed, one bit per
-//! ACL operation code.
+//! DescribeTopicPartitions, DescribeGroups), one bit per ACL operation
+//! code. Without an authorizer every operation the resource type supports
+//! is allowed, as Kafka answers; with one, the handlers' fields are then
+//! narrowed to what the authorizer allows the principal
+//! ([`restrict`], Kafka's `authorizedOperations`).
 
 /// ACL operation codes (Kafka's `AclOperation`).
 const READ: u8 = 3;
@@ -83,6 +85,18 @@ pub fn cluster(requested: bool) -> i32 {
     }
 }
 
+/// `field` (a resource type's supported operations, or
+/// [`NOT_REQUESTED`]) narrowed to those `allows` grants.
+pub fn restrict(field: i32, allows: impl Fn(i8) -> bool) -> i32 {
+    if field == NOT_REQUESTED {
+        return field;
+    }
+    (0..31)
+        .filter(|op| field & (1 << op) != 0)
+        .filter(|&op| allows(op as i8))
+        .fold(0, |bits, op| bits | (1 << op))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,5 +109,16 @@ mod tests {
         assert_eq!(GROUP, 3400);
         assert_eq!(topic(false), i32::MIN);
         assert_eq!(cluster(true), 8096);
+    }
+
+    #[test]
+    fn restricting_keeps_only_what_is_allowed_and_leaves_not_requested() {
+        assert_eq!(restrict(NOT_REQUESTED, |_| false), NOT_REQUESTED);
+        assert_eq!(restrict(TOPIC, |_| true), TOPIC);
+        assert_eq!(restrict(TOPIC, |_| false), 0);
+        let read_describe = restrict(TOPIC, |op| op == READ as i8 || op == DESCRIBE as i8);
+        assert_eq!(read_describe, (1 << READ) | (1 << DESCRIBE));
+        // An operation the resource does not support is never reported.
+        assert_eq!(restrict(GROUP, |op| op == WRITE as i8), 0);
     }
 }

@@ -436,6 +436,16 @@ fn encode_refusal(
         K::DescribeAcls(r) => refused!(r),
         K::AlterUserScramCredentials(r) => refused!(r),
         K::DescribeUserScramCredentials(r) => refused!(r),
+        K::OffsetDelete(r) => refused!(r),
+        K::ElectLeaders(r) => refused!(r),
+        K::AlterPartitionReassignments(r) => refused!(r),
+        K::ListPartitionReassignments(r) => refused!(r),
+        K::DescribeQuorum(r) => refused!(r),
+        K::AddRaftVoter(r) => refused!(r),
+        K::RemoveRaftVoter(r) => refused!(r),
+        K::DescribeLogDirs(r) => refused!(r),
+        K::ListConfigResources(r) => refused!(r),
+        K::WriteTxnMarkers(r) => refused!(r),
         other => {
             return Err(ConnectionError::NotAuthorized(format!(
                 "no refusal answer for {other:?}"
@@ -624,6 +634,17 @@ async fn dispatch(
             let mut response = metadata::handle(&shard, body, version, listener).await;
             if let (Some(denied), Some(access)) = (denied, access) {
                 denied.metadata(access, &mut response);
+                use crate::authorizer::{resource, CLUSTER_NAME};
+                for topic in &mut response.topics {
+                    let name = topic.name.as_ref().map_or("", |n| n.as_str());
+                    topic.topic_authorized_operations =
+                        access.operations(topic.topic_authorized_operations, resource::TOPIC, name);
+                }
+                response.cluster_authorized_operations = access.operations(
+                    response.cluster_authorized_operations,
+                    resource::CLUSTER,
+                    CLUSTER_NAME,
+                );
             }
             out.encode(&response)
         }
@@ -677,18 +698,51 @@ async fn dispatch(
         RequestKind::DescribeAcls(body) => out.encode(&acls::describe(&shard, body)),
         RequestKind::DeleteAcls(body) => out.encode(&acls::delete(&shard, body).await),
         RequestKind::DeleteRecords(body) => {
-            out.encode(&delete_records::handle(&shard, body, version, origin).await)
+            let mut response = delete_records::handle(&shard, body, version, origin).await;
+            if let Some(denied) = denied {
+                denied.delete_records(&mut response);
+            }
+            out.encode(&response)
         }
         RequestKind::CreatePartitions(body) => {
-            out.encode(&create_partitions::handle(&shard, body).await)
+            let mut response = create_partitions::handle(&shard, body).await;
+            if let Some(denied) = denied {
+                denied.create_partitions(&mut response);
+            }
+            out.encode(&response)
         }
-        RequestKind::DescribeConfigs(body) => out.encode(&configs::describe(&shard, body, version)),
-        RequestKind::AlterConfigs(body) => out.encode(&configs::alter(&shard, body).await),
+        RequestKind::DescribeConfigs(body) => {
+            let mut response = configs::describe(&shard, body, version);
+            if let Some(denied) = denied {
+                denied.describe_configs(&mut response);
+            }
+            out.encode(&response)
+        }
+        RequestKind::AlterConfigs(body) => {
+            let mut response = configs::alter(&shard, body).await;
+            if let Some(denied) = denied {
+                denied.alter_configs(&mut response);
+            }
+            out.encode(&response)
+        }
         RequestKind::IncrementalAlterConfigs(body) => {
-            out.encode(&configs::incremental_alter(&shard, body).await)
+            let mut response = configs::incremental_alter(&shard, body).await;
+            if let Some(denied) = denied {
+                denied.incremental_alter_configs(&mut response);
+            }
+            out.encode(&response)
         }
         RequestKind::DescribeCluster(body) => {
-            out.encode(&describe_cluster::handle(&shard, body, version, listener))
+            let mut response = describe_cluster::handle(&shard, body, version, listener);
+            if let Some(access) = access {
+                use crate::authorizer::{resource, CLUSTER_NAME};
+                response.cluster_authorized_operations = access.operations(
+                    response.cluster_authorized_operations,
+                    resource::CLUSTER,
+                    CLUSTER_NAME,
+                );
+            }
+            out.encode(&response)
         }
         RequestKind::ElectLeaders(body) => {
             out.encode(&elect_leaders::handle(&shard, body, version).await)
@@ -714,13 +768,29 @@ async fn dispatch(
             out.encode(&describe_log_dirs::handle(&shard, body).await)
         }
         RequestKind::DescribeProducers(body) => {
-            out.encode(&describe_producers::handle(&shard, body).await)
+            let mut response = describe_producers::handle(&shard, body).await;
+            if let Some(denied) = denied {
+                denied.describe_producers(&mut response);
+            }
+            out.encode(&response)
         }
         RequestKind::ListConfigResources(body) => {
             out.encode(&list_config_resources::handle(&shard, body, version))
         }
         RequestKind::DescribeTopicPartitions(body) => {
-            out.encode(&describe_topic_partitions::handle(&shard, body))
+            let mut response = describe_topic_partitions::handle(&shard, body);
+            if let (Some(denied), Some(access)) = (denied, access) {
+                denied.describe_topic_partitions(access, &mut response);
+                for topic in &mut response.topics {
+                    let name = topic.name.as_ref().map_or("", |n| n.as_str());
+                    topic.topic_authorized_operations = access.operations(
+                        topic.topic_authorized_operations,
+                        crate::authorizer::resource::TOPIC,
+                        name,
+                    );
+                }
+            }
+            out.encode(&response)
         }
         RequestKind::InitProducerId(body) => {
             out.encode(&init_producer_id::handle(&shard, body, version).await)
@@ -763,11 +833,24 @@ async fn dispatch(
         RequestKind::OffsetFetch(body) => {
             out.encode(&offset_fetch::handle(&shard, body, version).await)
         }
-        RequestKind::OffsetDelete(body) => out.encode(&offset_delete::handle(&shard, body).await),
+        RequestKind::OffsetDelete(body) => {
+            let mut response = offset_delete::handle(&shard, body).await;
+            if let Some(denied) = denied {
+                denied.offset_delete(&mut response);
+            }
+            out.encode(&response)
+        }
         RequestKind::DescribeGroups(body) => {
             let mut response = describe_groups::handle(&shard, body, version).await;
-            if let Some(denied) = denied {
+            if let (Some(denied), Some(access)) = (denied, access) {
                 denied.describe_groups(&mut response);
+                for group in &mut response.groups {
+                    group.authorized_operations = access.operations(
+                        group.authorized_operations,
+                        crate::authorizer::resource::GROUP,
+                        &group.group_id,
+                    );
+                }
             }
             out.encode(&response)
         }
@@ -795,9 +878,19 @@ async fn dispatch(
             out.encode(&transactions::end_txn(&shard, body, version).await)
         }
         RequestKind::DescribeTransactions(body) => {
-            out.encode(&transactions::describe(&shard, body).await)
+            let mut response = transactions::describe(&shard, body).await;
+            if let Some(denied) = denied {
+                denied.describe_transactions(&mut response);
+            }
+            out.encode(&response)
         }
-        RequestKind::ListTransactions(body) => out.encode(&transactions::list(&shard, body).await),
+        RequestKind::ListTransactions(body) => {
+            let mut response = transactions::list(&shard, body).await;
+            if let (Some(denied), Some(access)) = (denied, access) {
+                denied.list_transactions(access, &mut response);
+            }
+            out.encode(&response)
+        }
         RequestKind::TxnOffsetCommit(body) => {
             out.encode(&txn_offset_commit::handle(&shard, body, version).await)
         }
