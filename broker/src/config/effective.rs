@@ -39,6 +39,11 @@ pub fn broker_value(config: &BrokerConfig, key: &str) -> Option<String> {
         }
         "inter.broker.listener.name" => config.inter_broker.listener.clone(),
         "security.inter.broker.protocol" => config.inter_broker.protocol.clone(),
+        "sasl.mechanism.controller.protocol" => config
+            .controller_security
+            .login
+            .as_ref()
+            .map_or(String::new(), |login| login.mechanism.clone()),
         "sasl.mechanism.inter.broker.protocol" => config
             .inter_broker
             .sasl

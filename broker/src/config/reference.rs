@@ -83,6 +83,12 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         meaning: "The SASL mechanism a broker authenticates to the others with: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, one the inter-broker listener enables. The username and password are those of the listener's JAAS login for it, `listener.name.<name>.<mechanism>.sasl.jaas.config` (for PLAIN the same `plain.sasl.jaas.config` that lists the users; for SCRAM `org.apache.kafka.common.security.scram.ScramLoginModule required username=\"broker\" password=\"...\";`, whose credential must be set with `strom user scram set` before the brokers connect to each other over it).",
     },
     Setting {
+        keys: &["sasl.mechanism.controller.protocol"],
+        flag: None,
+        default: Default::Described("none: required when the controller listener is SASL (Kafka's GSSAPI is not served)"),
+        meaning: "The SASL mechanism nodes authenticate to the controller listener with: PLAIN (as in Kafka, SCRAM is not served there, since its credentials live in the metadata the controllers carry). The username and password are those of `listener.name.<controller listener>.plain.sasl.jaas.config`, whose `user_NAME` entries are also the users a voter accepts there. A controller listener of protocol SSL or SASL_SSL uses its `ssl.*` settings to serve TLS and to check the voters' certificates. With the authorizer on, only principals allowed CLUSTER_ACTION on the cluster are admitted; a refused node is logged by the voter (`closing controller connection: not admitted`) and never registers.",
+    },
+    Setting {
         keys: &["sasl.enabled.mechanisms"],
         flag: None,
         default: Default::Described("none (Kafka's GSSAPI is not served)"),
