@@ -103,13 +103,6 @@ pub fn server_config(settings: &TlsSettings) -> Result<Arc<ServerConfig>, TlsErr
             }
         }
     }
-    if settings.get("ssl.key.password").is_some() {
-        return Err(refused(
-            "ssl.key.password",
-            "encrypted private keys are not served yet: give the key unencrypted \
-             (`openssl pkcs8 -topk8 -nocrypt`) and protect the file's permissions",
-        ));
-    }
     let (chain, key) = keystore(settings)?;
     // ring builds with the Rust toolchain alone (aws-lc-rs, rustls's
     // default, needs CMake); it offers no post-quantum key exchange, which
@@ -170,12 +163,6 @@ pub fn client_config(settings: &TlsSettings) -> Result<Arc<rustls::ClientConfig>
                 return Err(refused(key, format!("{kind}: PEM only")));
             }
         }
-    }
-    if settings.get("ssl.key.password").is_some() {
-        return Err(refused(
-            "ssl.key.password",
-            "encrypted private keys are not served yet: give the key unencrypted",
-        ));
     }
     if let Some(algorithm) = settings.get("ssl.endpoint.identification.algorithm") {
         if !algorithm.eq_ignore_ascii_case("https") {
@@ -244,14 +231,12 @@ fn keystore(
             }
         }
     };
-    if key_pem
-        .windows(b"ENCRYPTED PRIVATE KEY".len())
-        .any(|w| w == b"ENCRYPTED PRIVATE KEY")
-    {
+    let contains = |text: &[u8], what: &str| text.windows(what.len()).any(|w| w == what.as_bytes());
+    if contains(&key_pem, "Proc-Type: 4,ENCRYPTED") {
         return Err(refused(
             key_key,
-            "the private key is encrypted; encrypted keys are not served yet: \
-             give it unencrypted (`openssl pkcs8 -topk8 -nocrypt`)",
+            "the private key is encrypted in OpenSSL's legacy PEM form, which is not read: \
+             convert it to encrypted PKCS#8 (`openssl pkcs8 -topk8 -v2 aes-256-cbc`)",
         ));
     }
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&chain_pem)
@@ -263,9 +248,61 @@ fn keystore(
             "holds no certificate (-----BEGIN CERTIFICATE-----)",
         ));
     }
-    let key = PrivateKeyDer::from_pem_slice(&key_pem)
-        .map_err(|error| refused(key_key, format!("holds no readable private key: {error}")))?;
+    let key = if contains(&key_pem, "-----BEGIN ENCRYPTED PRIVATE KEY-----") {
+        decrypt_key(&key_pem, settings.get("ssl.key.password"), key_key)?
+    } else {
+        PrivateKeyDer::from_pem_slice(&key_pem)
+            .map_err(|error| refused(key_key, format!("holds no readable private key: {error}")))?
+    };
     Ok((chain, key))
+}
+
+/// The PKCS#8 key of an `ENCRYPTED PRIVATE KEY` block (PBES2: PBKDF2 or
+/// scrypt with AES, what `openssl pkcs8 -topk8 -v2` and `openssl genpkey
+/// -aes256` write), decrypted with `ssl.key.password`.
+fn decrypt_key(
+    pem: &[u8],
+    password: Option<&str>,
+    key_key: &str,
+) -> Result<PrivateKeyDer<'static>, TlsError> {
+    const BEGIN: &str = "-----BEGIN ENCRYPTED PRIVATE KEY-----";
+    const END: &str = "-----END ENCRYPTED PRIVATE KEY-----";
+    let Some(password) = password else {
+        return Err(refused(
+            "ssl.key.password",
+            format!("the private key of {key_key} is encrypted: give its password"),
+        ));
+    };
+    let text = String::from_utf8_lossy(pem);
+    let block = text
+        .find(BEGIN)
+        .and_then(|start| {
+            let end = text[start..].find(END)? + start + END.len();
+            Some(&text[start..end])
+        })
+        .ok_or_else(|| refused(key_key, "an ENCRYPTED PRIVATE KEY block without its end"))?;
+    let (_, der) = pkcs8::der::pem::decode_vec(block.as_bytes()).map_err(|error| {
+        refused(
+            key_key,
+            format!("the encrypted private key does not decode: {error}"),
+        )
+    })?;
+    let encrypted =
+        pkcs8::EncryptedPrivateKeyInfoRef::try_from(der.as_slice()).map_err(|error| {
+            refused(
+                key_key,
+                format!("the encrypted private key does not decode: {error}"),
+            )
+        })?;
+    let decrypted = encrypted.decrypt(password).map_err(|_| {
+        refused(
+            "ssl.key.password",
+            format!("does not decrypt the private key of {key_key} (a wrong password, or a cipher not served)"),
+        )
+    })?;
+    Ok(PrivateKeyDer::Pkcs8(
+        rustls::pki_types::PrivatePkcs8KeyDer::from(decrypted.as_bytes().to_vec()),
+    ))
 }
 
 /// The authorities clients' certificates must chain to.
@@ -396,10 +433,6 @@ mod tests {
         assert_eq!(
             refusal(&[("ssl.keystore.type", "JKS")]).0,
             "ssl.keystore.type"
-        );
-        assert_eq!(
-            refusal(&[("ssl.key.password", "secret")]).0,
-            "ssl.key.password"
         );
         let missing = refusal(&[("ssl.keystore.location", "/nonexistent/key.pem")]);
         assert_eq!(missing.0, "ssl.keystore.location");

@@ -402,3 +402,159 @@ fn an_expired_or_untrusted_client_certificate_is_refused() {
     );
     assert_eq!(read, b"kept\n", "the record, byte for byte");
 }
+
+/// An encrypted PKCS#8 private key (what `openssl pkcs8 -topk8 -v2
+/// aes-256-cbc` writes) is served with `ssl.key.password`; a wrong or
+/// missing password, and a key in OpenSSL's legacy encrypted form, stop
+/// the start naming the setting.
+#[test]
+fn an_encrypted_private_key_is_served_with_its_password() {
+    let certificates = Certificates::make();
+    let openssl = |args: &[&str]| {
+        let output = run(
+            Command::new("openssl")
+                .args(args)
+                .current_dir(certificates.path("")),
+            None,
+            DEADLINE,
+        );
+        assert!(output.status.success(), "openssl {args:?}: {output:?}");
+    };
+    openssl(&[
+        "pkcs8",
+        "-topk8",
+        "-v2",
+        "aes-256-cbc",
+        "-in",
+        "server.key",
+        "-out",
+        "server-encrypted.key",
+        "-passout",
+        "pass:key-secret",
+    ]);
+    openssl(&[
+        "rsa",
+        "-in",
+        "server.key",
+        "-aes256",
+        "-traditional",
+        "-out",
+        "server-legacy.key",
+        "-passout",
+        "pass:key-secret",
+    ]);
+    let keystore = |key: &str| {
+        let mut pem = std::fs::read(certificates.path(key)).unwrap();
+        pem.extend(std::fs::read(certificates.path("server.pem")).unwrap());
+        let path = certificates.path(&format!("keystore-{key}.pem"));
+        std::fs::write(&path, pem).unwrap();
+        path.to_string_lossy().into_owned()
+    };
+    let encrypted = keystore("server-encrypted.key");
+    let legacy = keystore("server-legacy.key");
+
+    // Refused at start, naming the setting.
+    for (store, password, key, said) in [
+        (
+            &encrypted,
+            Some("wrong"),
+            "ssl.key.password",
+            "does not decrypt",
+        ),
+        (
+            &encrypted,
+            None,
+            "ssl.key.password",
+            "is encrypted: give its password",
+        ),
+        (
+            &legacy,
+            Some("key-secret"),
+            "ssl.keystore.location",
+            "legacy PEM form",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut command = Command::new(common::strom_bin());
+        command
+            .args([
+                "start",
+                "--cores",
+                "1",
+                "--admin-listen",
+                "off",
+                "--data-dir",
+            ])
+            .arg(dir.path().join("data"))
+            .args([
+                "--set",
+                &format!("listeners=SSL://127.0.0.1:{}", free_port()),
+            ])
+            .args(["--set", &format!("ssl.keystore.location={store}")]);
+        if let Some(password) = password {
+            command.args(["--set", &format!("ssl.key.password={password}")]);
+        }
+        let output = run(&mut command, None, DEADLINE);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains(&format!("`{key}`")) && stderr.contains(said),
+            "{stderr}"
+        );
+        assert!(
+            !stderr.contains("key-secret"),
+            "the password is never shown: {stderr}"
+        );
+    }
+
+    // Served with the right password: records round-trip over TLS.
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let settings = [
+        format!("listeners=SSL://127.0.0.1:{port}"),
+        format!("ssl.keystore.location={encrypted}"),
+        "ssl.key.password=key-secret".to_string(),
+    ];
+    let mut args = vec!["--admin-listen".to_string(), "off".to_string()];
+    for setting in &settings {
+        args.push("--set".into());
+        args.push(setting.clone());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let broker = Broker::start_at(
+        &dir.path().join("data"),
+        &dir.path().join("strom.log"),
+        port,
+        &args,
+    );
+    let kcat_tls = |args: &[&str], stdin: Option<&[u8]>| {
+        let mut command = Command::new("kcat");
+        command
+            .args(["-b", &format!("127.0.0.1:{port}")])
+            .args(args)
+            .args(["-X", "security.protocol=ssl"])
+            .args([
+                "-X",
+                &format!("ssl.ca.location={}", certificates.text("ca.pem")),
+            ]);
+        run(&mut command, stdin, DEADLINE)
+    };
+    ok(
+        kcat_tls(&["-P", "-t", "sealed", "-p", "0"], Some(b"one\ntwo\n")),
+        "produce over TLS with the decrypted key",
+        &broker,
+    );
+    let read = ok(
+        kcat_tls(
+            &["-C", "-t", "sealed", "-p", "0", "-o", "beginning", "-e"],
+            None,
+        ),
+        "consume",
+        &broker,
+    );
+    assert_eq!(read, b"one\ntwo\n");
+    assert!(
+        !broker.log().contains("key-secret"),
+        "the password is not logged"
+    );
+}

@@ -104,7 +104,7 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         keys: &["ssl.keystore.location"],
         flag: None,
         default: Default::Described("none"),
-        meaning: "A PEM file holding the SSL listener's private key (unencrypted PKCS#8, PKCS#1 or SEC1) and its certificate chain, leaf first. Read at start: a missing file, a key that does not match the certificate, or a file without both is refused naming this setting.",
+        meaning: "A PEM file holding the SSL listener's private key (PKCS#8, PKCS#1 or SEC1; an encrypted PKCS#8 key with `ssl.key.password`) and its certificate chain, leaf first. Read at start: a missing file, a key that does not match the certificate, or a file without both is refused naming this setting.",
     },
     Setting {
         keys: &["ssl.keystore.certificate.chain"],
@@ -116,13 +116,13 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         keys: &["ssl.keystore.key"],
         flag: None,
         default: Default::Described("none"),
-        meaning: "The SSL listener's private key as PEM text (unencrypted), with `ssl.keystore.certificate.chain`. Shown as [hidden].",
+        meaning: "The SSL listener's private key as PEM text (encrypted PKCS#8 with `ssl.key.password`, or unencrypted), with `ssl.keystore.certificate.chain`. Shown as [hidden].",
     },
     Setting {
         keys: &["ssl.key.password"],
         flag: None,
         default: Default::Described("none"),
-        meaning: "The password of an encrypted private key: encrypted keys are not served yet, so setting it is refused at start; give the key unencrypted (`openssl pkcs8 -topk8 -nocrypt`) and protect the file.",
+        meaning: "The password of an encrypted PKCS#8 private key (`-----BEGIN ENCRYPTED PRIVATE KEY-----`: PBES2 with PBKDF2 or scrypt and AES, as `openssl pkcs8 -topk8 -v2 aes-256-cbc` and `openssl genpkey -aes256` write). A wrong or missing password is refused at start naming this setting; a key in OpenSSL's legacy encrypted form (`Proc-Type: 4,ENCRYPTED`) is refused with the command that converts it. Shown as [hidden]; never logged.",
     },
     Setting {
         keys: &["ssl.truststore.type"],
