@@ -25,11 +25,23 @@ use protocol::client::{error_name, ClientConfig, Connection, ERROR_NONE};
 
 use crate::workload::Compression;
 
+/// TLS and SASL of every connection, from `--command-config`: set once
+/// before the run starts, read by every executor.
+static SECURITY: std::sync::OnceLock<protocol::properties::Security> = std::sync::OnceLock::new();
+
+/// Sets the connections' security (once, before any connects).
+pub fn set_security(security: protocol::properties::Security) {
+    let _ = SECURITY.set(security);
+}
+
 pub fn client_config(timeout: Duration) -> ClientConfig {
+    let (tls, sasl) = SECURITY.get().cloned().unwrap_or_default();
     ClientConfig {
         client_id: "strom-loadgen".into(),
         software_name: "strom-loadgen".into(),
         request_timeout: timeout,
+        tls,
+        sasl,
         ..ClientConfig::default()
     }
 }

@@ -60,6 +60,17 @@ struct RunArgs {
     /// port 9092), or several, comma-separated, tried in order.
     #[arg(long, default_value = "127.0.0.1:9092")]
     bootstrap: String,
+    /// Client properties (`key=value` lines, as Kafka's tools and `strom`'s
+    /// take): `security.protocol` (PLAINTEXT, SSL, SASL_PLAINTEXT,
+    /// SASL_SSL); for TLS `ssl.truststore.location` (or `ssl.ca.location`)
+    /// and for mutual TLS `ssl.keystore.location` (or
+    /// `ssl.certificate.location` and `ssl.key.location`, with
+    /// `ssl.key.password` for an encrypted key); for SASL `sasl.mechanism`
+    /// (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) and `sasl.jaas.config` or
+    /// `sasl.username` and `sasl.password`. Every connection of the run
+    /// uses them.
+    #[arg(long, value_name = "FILE")]
+    command_config: Option<PathBuf>,
     /// OpenMessaging Benchmark workload YAML; flags below override its fields.
     #[arg(long, value_name = "FILE")]
     workload: Option<PathBuf>,
@@ -335,6 +346,9 @@ fn run_mode(mode: ModeArg) -> Result<bool> {
         ModeArg::Consume(a) => (Mode::Consume, a),
         ModeArg::E2e(a) => (Mode::EndToEnd, a),
     };
+    if let Some(path) = &args.command_config {
+        kafka::set_security(protocol::properties::security(path, "strom-loadgen")?);
+    }
     let mut workload = workload_from(&args)?;
     let payload = payload(&workload)?;
     let cores = args

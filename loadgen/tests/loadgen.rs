@@ -547,3 +547,164 @@ fn error_kinds_keep_the_whole_error_text() {
         "no error names the broker: {errors:?}"
     );
 }
+
+/// `openssl` in `dir`, which must succeed.
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let output = run(
+        Command::new("openssl").args(args).current_dir(dir),
+        None,
+        Duration::from_secs(60),
+    );
+    assert!(output.status.success(), "openssl {args:?}: {output:?}");
+}
+
+/// With `--command-config`, every connection of the run uses the client
+/// properties' TLS and SASL: an end-to-end run against a SASL_SSL-only
+/// broker counts every record; a protocol not served and a wrong password
+/// are clear errors (exit 2).
+#[test]
+fn e2e_runs_over_sasl_ssl_with_command_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let tls = dir.path();
+    openssl(
+        tls,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=loadgen-ca",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+        ],
+    );
+    openssl(
+        tls,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            "broker.key",
+            "-out",
+            "broker.csr",
+        ],
+    );
+    std::fs::write(tls.join("broker.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    openssl(
+        tls,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "broker.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "broker.ext",
+            "-out",
+            "broker.pem",
+        ],
+    );
+    let mut keystore = std::fs::read(tls.join("broker.key")).unwrap();
+    keystore.extend(std::fs::read(tls.join("broker.pem")).unwrap());
+    std::fs::write(tls.join("keystore.pem"), keystore).unwrap();
+    let port = free_port();
+    let settings = [
+        format!("listeners=SASL_SSL://127.0.0.1:{port}"),
+        format!("ssl.keystore.location={}", tls.join("keystore.pem").display()),
+        "sasl.enabled.mechanisms=PLAIN".to_string(),
+        "listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_alice=\"alice-secret\";".to_string(),
+    ];
+    let mut args = vec!["--cores".to_string(), "1".to_string()];
+    for setting in &settings {
+        args.extend(["--set".to_string(), setting.clone()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let broker = Broker::start_at(&tls.join("data"), &tls.join("strom.log"), port, &args);
+    let properties = |password: &str, protocol: &str| {
+        let path = tls.join(format!("client-{password}-{protocol}.properties"));
+        std::fs::write(
+            &path,
+            format!(
+                "security.protocol={protocol}\nsasl.mechanism=PLAIN\nsasl.username=alice\n\
+                 sasl.password={password}\nssl.truststore.location={}\n",
+                tls.join("ca.pem").display()
+            ),
+        )
+        .unwrap();
+        path.to_string_lossy().into_owned()
+    };
+    let report = tls.join("report.json");
+    let run_with = |config: &str| {
+        loadgen(&[
+            "e2e",
+            "--bootstrap",
+            &broker.bootstrap(),
+            "--command-config",
+            config,
+            "--partitions",
+            "2",
+            "--message-size",
+            "200",
+            "--rate",
+            "1000",
+            "--duration",
+            "2",
+            "--cores",
+            "1",
+            "--strict",
+            "--json",
+            report.to_str().unwrap(),
+        ])
+    };
+    let out = run_with(&properties("alice-secret", "SASL_SSL"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}\n{}", broker.log());
+    let r = json(&report);
+    let produced = r["produce"]["records"].as_u64().unwrap();
+    assert!(produced >= 1_000, "produced {produced}");
+    let integrity = &r["integrity"];
+    assert_eq!(
+        integrity["received"].as_u64(),
+        Some(produced),
+        "{integrity}"
+    );
+    for field in ["lost", "duplicates", "reordered", "corrupt", "foreign"] {
+        assert_eq!(integrity[field].as_u64(), Some(0), "{field}: {integrity}");
+    }
+    assert!(
+        r["errors"].as_object().unwrap().is_empty(),
+        "{}",
+        r["errors"]
+    );
+
+    let refused = run_with(&properties("alice-secret", "KERBEROS"));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("security.protocol KERBEROS is not one of"),
+        "{stderr}"
+    );
+    let wrong = run_with(&properties("not-alice", "SASL_SSL"));
+    let stderr = String::from_utf8_lossy(&wrong.stderr);
+    assert_eq!(wrong.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("SASL_AUTHENTICATION_FAILED") || stderr.contains("authentication"),
+        "{stderr}"
+    );
+}

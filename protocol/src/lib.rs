@@ -16,11 +16,16 @@ pub mod consumer_protocol;
 pub mod control;
 pub mod error_codes;
 pub mod frame;
+pub mod jaas;
 pub mod partitioner;
+#[cfg(feature = "client")]
+pub mod properties;
 pub mod recompress;
 pub mod records;
 pub mod scram;
 pub mod shape;
+#[cfg(feature = "client")]
+pub mod tls;
 #[cfg(feature = "client")]
 pub mod watchdog;
 

@@ -44,7 +44,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use clap::Args;
 use protocol::client::{ClientConfig, Connection};
 
@@ -131,106 +131,6 @@ pub struct ConnectArgs {
     pub command_config: Option<std::path::PathBuf>,
 }
 
-/// What a `--command-config` file asks for: TLS (SSL, SASL_SSL) and SASL
-/// PLAIN's user and password (SASL_PLAINTEXT, SASL_SSL).
-type Security = (
-    Option<std::sync::Arc<rustls::ClientConfig>>,
-    Option<protocol::client::SaslLogin>,
-);
-
-/// The security a `--command-config` file asks for (none for
-/// PLAINTEXT). A key the tools do not use is named on stderr; a bad value
-/// or something not served is an error naming the file and the key.
-fn command_config_security(path: &std::path::Path) -> anyhow::Result<Security> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read --command-config {}", path.display()))?;
-    let file = path.display();
-    let mut protocol = "PLAINTEXT".to_string();
-    let mut mechanism = "GSSAPI".to_string();
-    let (mut user, mut password) = (None, None);
-    let mut settings = broker::tls::TlsSettings::default();
-    let read = |key: &str, name: &str| {
-        std::fs::read_to_string(name)
-            .with_context(|| format!("--command-config {file}: {key}: cannot read {name}"))
-    };
-    for (number, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
-            continue;
-        }
-        let Some((key, value)) = line.split_once(['=', ':']) else {
-            bail!(
-                "--command-config {file} line {}: expected key=value, got {line:?}",
-                number + 1
-            );
-        };
-        let (key, value) = (key.trim(), value.trim());
-        match key {
-            "security.protocol" => protocol = value.to_ascii_uppercase(),
-            "sasl.mechanism" | "sasl.mechanisms" => mechanism = value.to_ascii_uppercase(),
-            "sasl.username" => user = Some(value.to_string()),
-            "sasl.password" => password = Some(value.to_string()),
-            "sasl.jaas.config" => {
-                let (u, p) = broker::sasl::client_login(value).map_err(|why| {
-                    anyhow::anyhow!("--command-config {file}: sasl.jaas.config: {why}")
-                })?;
-                (user, password) = (Some(u), Some(p));
-            }
-            "ssl.ca.location" => settings
-                .values
-                .push(("ssl.truststore.location".into(), value.into())),
-            "ssl.certificate.location" => settings
-                .values
-                .push(("ssl.keystore.certificate.chain".into(), read(key, value)?)),
-            "ssl.key.location" => settings
-                .values
-                .push(("ssl.keystore.key".into(), read(key, value)?)),
-            "ssl.endpoint.identification.algorithm" => {
-                settings.values.push((key.into(), value.into()))
-            }
-            _ if broker::tls::SSL_KEYS.contains(&key) => {
-                settings.values.push((key.into(), value.into()))
-            }
-            _ => eprintln!("strom: --command-config {file}: {key} is not used by strom's tools"),
-        }
-    }
-    let tls = || {
-        broker::tls::client_config(&settings)
-            .map(Some)
-            .map_err(|(key, why)| anyhow::anyhow!("--command-config {file}: {key}: {why}"))
-    };
-    let sasl = || -> anyhow::Result<Option<protocol::client::SaslLogin>> {
-        if mechanism != "PLAIN" && protocol::scram::Mechanism::from_name(&mechanism).is_none() {
-            bail!(
-                "--command-config {file}: sasl.mechanism {mechanism} is not served by strom's \
-                 tools (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"
-            );
-        }
-        match (user.clone(), password.clone()) {
-            (Some(user), Some(password)) => Ok(Some(protocol::client::SaslLogin {
-                mechanism: mechanism.clone(),
-                user,
-                password,
-            })),
-            _ => bail!(
-                "--command-config {file}: SASL {mechanism} needs sasl.jaas.config \
-                 (PlainLoginModule or ScramLoginModule required username=\"...\" \
-                 password=\"...\";) or sasl.username and sasl.password"
-            ),
-        }
-    };
-    match protocol.as_str() {
-        "PLAINTEXT" => Ok((None, None)),
-        "SSL" => Ok((tls()?, None)),
-        "SASL_PLAINTEXT" => Ok((None, sasl()?)),
-        "SASL_SSL" => Ok((tls()?, sasl()?)),
-        other => bail!(
-            "--command-config {file}: security.protocol {other} is not one of PLAINTEXT, SSL, \
-             SASL_PLAINTEXT, SASL_SSL"
-        ),
-    }
-}
-
 impl ConnectArgs {
     /// Connect settings for another broker (a group's coordinator).
     pub fn to(&self, address: String) -> ConnectArgs {
@@ -281,7 +181,7 @@ impl ConnectArgs {
     async fn connect_rounds(&self, rounds: usize) -> anyhow::Result<Connection> {
         let timeout = Duration::from_millis(self.timeout_ms.max(1));
         let (tls, sasl) = match &self.command_config {
-            Some(path) => command_config_security(path)?,
+            Some(path) => protocol::properties::security(path, "strom")?,
             None => (None, None),
         };
         let config = ClientConfig {
