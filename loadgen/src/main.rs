@@ -347,7 +347,11 @@ fn run_mode(mode: ModeArg) -> Result<bool> {
         ModeArg::E2e(a) => (Mode::EndToEnd, a),
     };
     if let Some(path) = &args.command_config {
-        kafka::set_security(protocol::properties::security(path, "strom-loadgen")?);
+        kafka::set_security(protocol::properties::security(
+            path,
+            "strom-loadgen",
+            "strom-loadgen",
+        )?);
     }
     let mut workload = workload_from(&args)?;
     let payload = payload(&workload)?;

@@ -15,10 +15,11 @@ use crate::tls::{client_config, TlsSettings, SSL_KEYS};
 pub type Security = (Option<Arc<rustls::ClientConfig>>, Option<SaslLogin>);
 
 /// The security the properties file at `path` asks for (none for
-/// PLAINTEXT), for `tool` (which names itself in what it says). A key no
-/// client setting here uses is named on stderr; a bad value or something
-/// not served is an error naming the file and the key.
-pub fn security(path: &Path, tool: &str) -> anyhow::Result<Security> {
+/// PLAINTEXT), for `program` (which names itself on stderr) and `users`
+/// (how what it says names the programs reading it). A key no client
+/// setting here uses is named on stderr; a bad value or something not
+/// served is an error naming the file and the key.
+pub fn security(path: &Path, program: &str, users: &str) -> anyhow::Result<Security> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read --command-config {}", path.display()))?;
     let file = path.display();
@@ -66,7 +67,7 @@ pub fn security(path: &Path, tool: &str) -> anyhow::Result<Security> {
                 settings.values.push((key.into(), value.into()))
             }
             _ if SSL_KEYS.contains(&key) => settings.values.push((key.into(), value.into())),
-            _ => eprintln!("{tool}: --command-config {file}: {key} is not used by {tool}"),
+            _ => eprintln!("{program}: --command-config {file}: {key} is not used by {users}"),
         }
     }
     let tls = || {
@@ -77,7 +78,7 @@ pub fn security(path: &Path, tool: &str) -> anyhow::Result<Security> {
     let sasl = || -> anyhow::Result<Option<SaslLogin>> {
         if mechanism != "PLAIN" && crate::scram::Mechanism::from_name(&mechanism).is_none() {
             bail!(
-                "--command-config {file}: sasl.mechanism {mechanism} is not served by {tool} \
+                "--command-config {file}: sasl.mechanism {mechanism} is not served by {users} \
                  (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"
             );
         }

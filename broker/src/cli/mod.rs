@@ -181,7 +181,7 @@ impl ConnectArgs {
     async fn connect_rounds(&self, rounds: usize) -> anyhow::Result<Connection> {
         let timeout = Duration::from_millis(self.timeout_ms.max(1));
         let (tls, sasl) = match &self.command_config {
-            Some(path) => protocol::properties::security(path, "strom")?,
+            Some(path) => protocol::properties::security(path, "strom", "strom's tools")?,
             None => (None, None),
         };
         let config = ClientConfig {

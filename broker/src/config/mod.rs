@@ -2183,10 +2183,10 @@ mod tests {
         check(
             &[
                 ("listeners", "SSL://127.0.0.1:9093"),
-                ("ssl.keystore.location", "/k.pem"),
-                ("ssl.key.password", "secret"),
+                ("ssl.keystore.type", "PKCS12"),
+                ("ssl.keystore.location", "/k.p12"),
             ],
-            Some("ssl.key.password"),
+            Some("ssl.keystore.type"),
         );
         // SASL needs a mechanism served and its users.
         check(
