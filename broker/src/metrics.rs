@@ -158,16 +158,10 @@ pub fn record_tls_handshake(ok: bool) {
     });
 }
 
-/// Counts a SASL authentication on `listener` with `mechanism` (one
-/// served; any other name, or none yet, counts as "none"): succeeded, or
-/// failed (bad credentials, a mechanism not enabled, a request out of
-/// order).
-pub fn record_authentication(listener: &str, mechanism: Option<&str>, ok: bool) {
-    let mechanism = crate::sasl::MECHANISMS_SERVED
-        .iter()
-        .copied()
-        .find(|m| Some(*m) == mechanism)
-        .unwrap_or("none");
+/// Counts a SASL authentication on `listener` with `mechanism` (a served
+/// one, or "none": [`crate::sasl::mechanism_label`]): succeeded, or failed
+/// (bad credentials, a mechanism not enabled, a request out of order).
+pub fn record_authentication(listener: &str, mechanism: &'static str, ok: bool) {
     PROBE.with(|p| {
         let mut counts = p.authentications.borrow_mut();
         let entry = match counts.get_mut(&(listener.to_string(), mechanism)) {

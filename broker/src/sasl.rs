@@ -37,6 +37,17 @@ pub const AUTHENTICATE_VERSIONS: (i16, i16) = (0, 2);
 
 /// The mechanisms Strom serves.
 pub const MECHANISMS_SERVED: &[&str] = &["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
+
+/// The label an authentication with `mechanism` is counted under: the
+/// mechanism when it is one served, else "none" (not yet named, or a name
+/// a client made up: the labels stay bounded).
+pub fn mechanism_label(mechanism: Option<&str>) -> &'static str {
+    MECHANISMS_SERVED
+        .iter()
+        .copied()
+        .find(|m| Some(*m) == mechanism)
+        .unwrap_or("none")
+}
 /// Mechanisms Kafka knows that Strom does not serve yet.
 const MECHANISMS_KNOWN: &[&str] = &[
     "GSSAPI",

@@ -302,7 +302,11 @@ async fn serve<S>(
                 };
             if let crate::sasl::SaslState::Authenticated { principal, .. } = &sasl_state {
                 if answer.is_some() {
-                    crate::metrics::record_authentication(&listener.name, asked.as_deref(), true);
+                    crate::metrics::record_authentication(
+                        &listener.name,
+                        crate::sasl::mechanism_label(asked.as_deref()),
+                        true,
+                    );
                     tracing::debug!(peer = %connection.peer, %principal, "authenticated");
                     if session.is_some() {
                         session = Some(Rc::new(crate::authorizer::Session::new(
@@ -322,14 +326,22 @@ async fn serve<S>(
                     break;
                 }
                 if let Some(why) = close {
-                    crate::metrics::record_authentication(&listener.name, asked.as_deref(), false);
+                    crate::metrics::record_authentication(
+                        &listener.name,
+                        crate::sasl::mechanism_label(asked.as_deref()),
+                        false,
+                    );
                     tracing::warn!(peer = %connection.peer, reason = %why, "closing connection: SASL authentication failed");
                     break;
                 }
                 continue;
             }
             if let Some(why) = close {
-                crate::metrics::record_authentication(&listener.name, asked.as_deref(), false);
+                crate::metrics::record_authentication(
+                    &listener.name,
+                    crate::sasl::mechanism_label(asked.as_deref()),
+                    false,
+                );
                 tracing::warn!(peer = %connection.peer, reason = %why, "closing connection: SASL authentication failed");
                 break;
             }

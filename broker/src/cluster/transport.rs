@@ -657,7 +657,7 @@ async fn admit(tcp: TcpStream, cluster: &Cluster) -> Result<Stream, String> {
             Some(_) => Err("a frame before authenticating".to_string()),
             None => Err("closed before authenticating".to_string()),
         };
-        crate::metrics::record_authentication(&security.listener, Some("PLAIN"), outcome.is_ok());
+        crate::metrics::record_authentication(&security.listener, "PLAIN", outcome.is_ok());
         let error = outcome.as_ref().err().cloned().unwrap_or_default();
         let reply = Envelope {
             cluster_id: cluster.cluster_id(),
