@@ -29,6 +29,7 @@ pub mod memory;
 pub mod meta_properties;
 pub mod metadata;
 pub mod metrics;
+pub mod oauth;
 pub mod partition;
 pub mod principal;
 pub mod producer_state;

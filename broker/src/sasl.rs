@@ -36,7 +36,7 @@ pub const HANDSHAKE_VERSIONS: (i16, i16) = (0, 1);
 pub const AUTHENTICATE_VERSIONS: (i16, i16) = (0, 2);
 
 /// The mechanisms Strom serves.
-pub const MECHANISMS_SERVED: &[&str] = &["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
+pub const MECHANISMS_SERVED: &[&str] = &["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"];
 
 /// The label an authentication with `mechanism` is counted under: the
 /// mechanism when it is one served, else "none" (not yet named, or a name
@@ -58,7 +58,7 @@ const MECHANISMS_KNOWN: &[&str] = &[
 ];
 
 /// A SASL listener's settings, checked at start.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct SaslConfig {
     pub mechanisms: Vec<String>,
     /// PLAIN's users: name → password.
@@ -67,6 +67,8 @@ pub struct SaslConfig {
     /// holds before the client must authenticate again on its connection
     /// (0: for the connection's life).
     pub reauth_ms: u64,
+    /// How OAUTHBEARER's tokens are validated, when it is enabled.
+    pub oauth: Option<std::sync::Arc<crate::oauth::OauthValidator>>,
 }
 
 impl std::fmt::Debug for SaslConfig {
@@ -147,6 +149,7 @@ impl SaslConfig {
             mechanisms: enabled,
             plain_users,
             reauth_ms,
+            oauth: None,
         })
     }
 
@@ -205,6 +208,9 @@ pub enum SaslState {
         principal: String,
         expires: Option<std::time::Instant>,
     },
+    /// OAUTHBEARER refused the client's token (why, for the log): its
+    /// answer carried the error; the client's next message ends it.
+    OauthRefused(String),
     /// Authenticated as `principal` and authenticating again: `next` is
     /// where the new authentication stands (Handshaken or Scram); it must
     /// end with the same principal.
@@ -386,7 +392,8 @@ pub fn step(
             }
         }
         (RequestKind::SaslAuthenticate(authenticate), SaslState::Handshaken(_))
-        | (RequestKind::SaslAuthenticate(authenticate), SaslState::Scram(_)) => {
+        | (RequestKind::SaslAuthenticate(authenticate), SaslState::Scram(_))
+        | (RequestKind::SaslAuthenticate(authenticate), SaslState::OauthRefused(_)) => {
             let taken = std::mem::replace(state, SaslState::Start);
             let outcome = authenticate_step(config, taken, &authenticate.auth_bytes, credentials);
             let (code, message, reply) = match &outcome {
@@ -401,7 +408,14 @@ pub fn step(
             };
             // KIP-368: from v1 the client learns when to authenticate again.
             let lifetime = match &outcome {
-                Ok((SaslState::Authenticated { .. }, _)) => config.reauth_ms as i64,
+                Ok((
+                    SaslState::Authenticated {
+                        expires: Some(at), ..
+                    },
+                    _,
+                )) => at
+                    .saturating_duration_since(std::time::Instant::now())
+                    .as_millis() as i64,
                 _ => 0,
             };
             let response = SaslAuthenticateResponse::default()
@@ -463,6 +477,33 @@ fn authenticate_step(
             let principal = plain(config, bytes)?;
             Ok((authenticated(config, principal), Bytes::new()))
         }
+        SaslState::Handshaken(mechanism) if mechanism == "OAUTHBEARER" => {
+            let oauth = config
+                .oauth
+                .as_ref()
+                .ok_or("OAUTHBEARER has no validator on this listener")?;
+            match oauth.authenticate(bytes) {
+                Ok(valid) => {
+                    let mut state = authenticated(config, valid.principal);
+                    // KIP-368: a token's expiry bounds the session too.
+                    if let (
+                        SaslState::Authenticated {
+                            expires: Some(at), ..
+                        },
+                        Some(ms),
+                    ) = (&mut state, valid.expires_ms)
+                    {
+                        *at = (*at).min(crate::oauth::instant_of(ms));
+                    }
+                    Ok((state, Bytes::new()))
+                }
+                Err(why) => Ok((
+                    SaslState::OauthRefused(why),
+                    Bytes::from(crate::oauth::error_challenge()),
+                )),
+            }
+        }
+        SaslState::OauthRefused(why) => Err(format!("OAUTHBEARER token refused: {why}")),
         SaslState::Handshaken(name) => {
             let Some(mechanism) = Mechanism::from_name(&name) else {
                 return Err(format!("mechanism {name} is not served"));
@@ -575,8 +616,9 @@ mod tests {
         );
         let scram = SaslConfig::new(Some("scram-sha-512,SCRAM-SHA-256"), None, None).unwrap();
         assert_eq!(scram.mechanisms, ["SCRAM-SHA-512", "SCRAM-SHA-256"]);
-        let oauth = SaslConfig::new(Some("OAUTHBEARER"), Some(JAAS), None).unwrap_err();
-        assert!(oauth.1.contains("not served yet"), "{oauth:?}");
+        let gssapi = SaslConfig::new(Some("GSSAPI"), Some(JAAS), None).unwrap_err();
+        assert!(gssapi.1.contains("not served yet"), "{gssapi:?}");
+        assert!(SaslConfig::new(Some("OAUTHBEARER"), None, None).is_ok());
         assert!(SaslConfig::new(Some("PLAIN"), None, None).is_err());
         assert!(SaslConfig::new(Some("MAGIC"), Some(JAAS), None)
             .unwrap_err()

@@ -37,6 +37,24 @@ pub fn broker_value(config: &BrokerConfig, key: &str) -> Option<String> {
         "sasl.enabled.mechanisms" => {
             first_sasl(config).map_or(String::new(), |sasl| sasl.mechanisms.join(","))
         }
+        _ if key.starts_with("sasl.oauthbearer.") => config
+            .given
+            .iter()
+            .rev()
+            .find(|g| {
+                g.key == key
+                    || (g.key.starts_with("listener.name.") && g.key.ends_with(&format!(".{key}")))
+            })
+            .map(|g| g.value.clone())
+            .unwrap_or_else(|| {
+                match key {
+                    "sasl.oauthbearer.sub.claim.name" => "sub",
+                    "sasl.oauthbearer.scope.claim.name" => "scope",
+                    "sasl.oauthbearer.clock.skew.seconds" => "30",
+                    _ => "",
+                }
+                .to_string()
+            }),
         "inter.broker.listener.name" => config.inter_broker.listener.clone(),
         "security.inter.broker.protocol" => config.inter_broker.protocol.clone(),
         "sasl.mechanism.controller.protocol" => config

@@ -535,6 +535,7 @@ fn is_sasl_key(key: &str) -> bool {
         key,
         "sasl.enabled.mechanisms" | "plain.sasl.jaas.config" | "connections.max.reauth.ms"
     ) || is_login_key(key)
+        || crate::oauth::OAUTH_KEYS.contains(&key)
 }
 
 /// The JAAS login a broker authenticates to other brokers with, by
@@ -823,7 +824,14 @@ impl Builder {
                 }
                 self.inter_broker_mechanism = Some(mechanism);
             }
-            "sasl.enabled.mechanisms" | "connections.max.reauth.ms" => {
+            "sasl.enabled.mechanisms"
+            | "connections.max.reauth.ms"
+            | "sasl.oauthbearer.jwks.endpoint.url"
+            | "sasl.oauthbearer.expected.audience"
+            | "sasl.oauthbearer.expected.issuer"
+            | "sasl.oauthbearer.sub.claim.name"
+            | "sasl.oauthbearer.scope.claim.name"
+            | "sasl.oauthbearer.clock.skew.seconds" => {
                 self.sasl_settings
                     .push((None, key.to_string(), value.trim().to_string()));
             }
@@ -1735,25 +1743,47 @@ impl Builder {
                 .find(|(l, k, _)| l.is_none() && k == key);
             own.or(plain).map(|(_, _, v)| v.as_str())
         };
-        crate::sasl::SaslConfig::new(
+        let mut config = crate::sasl::SaslConfig::new(
             find("sasl.enabled.mechanisms"),
             find("plain.sasl.jaas.config"),
             find("connections.max.reauth.ms"),
-        )
-        .map(|config| Some(std::sync::Arc::new(config)))
-        .map_err(|(key, why)| {
-            let key = key.replace("<name>", &client.name.to_ascii_lowercase());
-            invalid(
-                &key,
-                if key.ends_with("jaas.config") {
-                    "(hidden)"
-                } else {
-                    find(&key).or(find("sasl.enabled.mechanisms")).unwrap_or("")
-                },
-                &self.origin_of(&[key.as_str()]),
-                format!("the {protocol} listener {}: {why}", client.name),
-            )
-        })
+        );
+        if let Ok(sasl) = &mut config {
+            if sasl.mechanisms.iter().any(|m| m == "OAUTHBEARER") {
+                let validator = crate::oauth::OauthValidator::from_settings(|key| {
+                    find(key).map(str::to_string)
+                })
+                .map_err(|(key, why)| {
+                    let shown = if key.ends_with("jaas.config") {
+                        "(hidden)".to_string()
+                    } else {
+                        find(&key).unwrap_or("").to_string()
+                    };
+                    invalid(
+                        &key,
+                        &shown,
+                        &self.origin_of(&[key.as_str()]),
+                        format!("the {protocol} listener {}: {why}", client.name),
+                    )
+                })?;
+                sasl.oauth = Some(std::sync::Arc::new(validator));
+            }
+        }
+        config
+            .map(|config| Some(std::sync::Arc::new(config)))
+            .map_err(|(key, why)| {
+                let key = key.replace("<name>", &client.name.to_ascii_lowercase());
+                invalid(
+                    &key,
+                    if key.ends_with("jaas.config") {
+                        "(hidden)"
+                    } else {
+                        find(&key).or(find("sasl.enabled.mechanisms")).unwrap_or("")
+                    },
+                    &self.origin_of(&[key.as_str()]),
+                    format!("the {protocol} listener {}: {why}", client.name),
+                )
+            })
     }
 
     /// The client listener's TLS configuration when its protocol is SSL
@@ -2196,9 +2226,28 @@ mod tests {
         check(
             &[
                 ("listeners", "SASL_PLAINTEXT://127.0.0.1:9093"),
-                ("sasl.enabled.mechanisms", "OAUTHBEARER"),
+                ("sasl.enabled.mechanisms", "GSSAPI"),
             ],
             Some("not served yet"),
+        );
+        // OAUTHBEARER: unsecured tokens by default, keys from a local file.
+        check(
+            &[
+                ("listeners", "SASL_PLAINTEXT://127.0.0.1:9093"),
+                ("sasl.enabled.mechanisms", "OAUTHBEARER"),
+            ],
+            None,
+        );
+        check(
+            &[
+                ("listeners", "SASL_PLAINTEXT://127.0.0.1:9093"),
+                ("sasl.enabled.mechanisms", "OAUTHBEARER"),
+                (
+                    "sasl.oauthbearer.jwks.endpoint.url",
+                    "https://idp.example/keys",
+                ),
+            ],
+            Some("only file:// URLs are served"),
         );
         // SCRAM's credentials are in the metadata: nothing more to give.
         check(

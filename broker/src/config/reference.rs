@@ -89,10 +89,46 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         meaning: "The SASL mechanism nodes authenticate to the controller listener with: PLAIN (as in Kafka, SCRAM is not served there, since its credentials live in the metadata the controllers carry). The username and password are those of `listener.name.<controller listener>.plain.sasl.jaas.config`, whose `user_NAME` entries are also the users a voter accepts there. A controller listener of protocol SSL or SASL_SSL uses its `ssl.*` settings to serve TLS and to check the voters' certificates. With the authorizer on, only principals allowed CLUSTER_ACTION on the cluster are admitted; a refused node is logged by the voter (`closing controller connection: not admitted`) and never registers.",
     },
     Setting {
+        keys: &["sasl.oauthbearer.jwks.endpoint.url"],
+        flag: None,
+        default: Default::Described("none: OAUTHBEARER takes unsigned tokens (Kafka's unsecured validator, for development; a warning says so at start)"),
+        meaning: "OAUTHBEARER's keys: a `file://` URL to a JWKS document (http and https URLs are refused at start). With it, a token's signature (RS256/384/512, PS256/384/512, ES256/384) is checked against the key its `kid` names; a `kid` not in the file makes it be read again, at most once a second, so keys rotate by replacing the file. Also `listener.name.<name>.sasl.oauthbearer.jwks.endpoint.url`; `listener.name.<name>.oauthbearer.sasl.server.callback.handler.class` may name Kafka's OAuthBearerValidatorCallbackHandler (which needs this) or the unsecured one, any other class is refused. Without it, unsigned tokens (`alg: none`) are taken, with the options of `listener.name.<name>.oauthbearer.sasl.jaas.config` (unsecuredValidatorPrincipalClaimName, ...ScopeClaimName, ...RequiredScope, ...AllowableClockSkewMs).",
+    },
+    Setting {
+        keys: &["sasl.oauthbearer.expected.audience"],
+        flag: None,
+        default: Default::Described("none: any audience"),
+        meaning: "Comma-separated audiences a signed OAUTHBEARER token's `aud` must name one of; else SASL_AUTHENTICATION_FAILED.",
+    },
+    Setting {
+        keys: &["sasl.oauthbearer.expected.issuer"],
+        flag: None,
+        default: Default::Described("none: any issuer"),
+        meaning: "The issuer a signed OAUTHBEARER token's `iss` must be.",
+    },
+    Setting {
+        keys: &["sasl.oauthbearer.sub.claim.name"],
+        flag: None,
+        default: Default::Value("sub"),
+        meaning: "The claim an OAUTHBEARER token's principal is read from: the principal is `User:` and its value.",
+    },
+    Setting {
+        keys: &["sasl.oauthbearer.scope.claim.name"],
+        flag: None,
+        default: Default::Value("scope"),
+        meaning: "The claim an OAUTHBEARER token's scope is read from (the unsecured validator's required scope is checked against it).",
+    },
+    Setting {
+        keys: &["sasl.oauthbearer.clock.skew.seconds"],
+        flag: None,
+        default: Default::Value("30"),
+        meaning: "How far an OAUTHBEARER token's `exp`, `nbf` and `iat` may be off this broker's clock. A token's `exp` also bounds its session: with `connections.max.reauth.ms` the client must authenticate again by the earlier of the two.",
+    },
+    Setting {
         keys: &["sasl.enabled.mechanisms"],
         flag: None,
         default: Default::Described("none (Kafka's GSSAPI is not served)"),
-        meaning: "The SASL mechanisms of a SASL_PLAINTEXT or SASL_SSL client listener: PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 (OAUTHBEARER and GSSAPI are refused as not served yet). May be given per listener as `listener.name.<name>.sasl.enabled.mechanisms`. PLAIN's users come from Kafka's `listener.name.<name>.plain.sasl.jaas.config`: `org.apache.kafka.common.security.plain.PlainLoginModule required user_NAME=\"PASSWORD\" ...;` (its `username` and `password` are skipped). SCRAM's credentials are in the cluster's metadata, set with AlterUserScramCredentials (`strom user scram set`). A client may send only ApiVersions, SaslHandshake and SaslAuthenticate until it authenticates; bad credentials get SASL_AUTHENTICATION_FAILED and the connection closes.",
+        meaning: "The SASL mechanisms of a SASL_PLAINTEXT or SASL_SSL client listener: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER (GSSAPI is refused as not served). May be given per listener as `listener.name.<name>.sasl.enabled.mechanisms`. PLAIN's users come from Kafka's `listener.name.<name>.plain.sasl.jaas.config`: `org.apache.kafka.common.security.plain.PlainLoginModule required user_NAME=\"PASSWORD\" ...;` (its `username` and `password` are skipped). SCRAM's credentials are in the cluster's metadata, set with AlterUserScramCredentials (`strom user scram set`). A client may send only ApiVersions, SaslHandshake and SaslAuthenticate until it authenticates; bad credentials get SASL_AUTHENTICATION_FAILED and the connection closes.",
     },
     Setting {
         keys: &["ssl.keystore.type"],
