@@ -184,11 +184,6 @@ impl OauthValidator {
                     }
                 }
             }
-            tracing::warn!(
-                "OAUTHBEARER takes unsigned tokens on this listener (Kafka's unsecured \
-                 validator, for development): anyone may claim any principal; set \
-                 sasl.oauthbearer.jwks.endpoint.url to check signatures"
-            );
         }
         Ok(validator)
     }

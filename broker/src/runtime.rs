@@ -636,6 +636,17 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
             "opened {partitions} partitions"
         );
         admin.set_ready();
+        for listener in &config.listeners {
+            let oauth = listener.sasl.as_ref().and_then(|sasl| sasl.oauth.as_ref());
+            if oauth.is_some_and(|o| !o.checks_signatures()) {
+                tracing::warn!(
+                    listener = %listener.name,
+                    "OAUTHBEARER takes unsigned tokens on this listener (Kafka's unsecured \
+                     validator, for development): anyone may claim any principal; set \
+                     sasl.oauthbearer.jwks.endpoint.url to check signatures"
+                );
+            }
+        }
         tracing::info!(
             listeners = %config
                 .listeners
