@@ -368,11 +368,6 @@ pub fn error_challenge() -> Vec<u8> {
     br#"{"status":"invalid_token"}"#.to_vec()
 }
 
-/// `now` plus what is left of a token expiring at Unix ms `expires_ms`.
-pub fn instant_of(expires_ms: u64) -> Instant {
-    Instant::now() + Duration::from_millis(expires_ms.saturating_sub(now_ms()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -397,7 +397,7 @@ pub fn step(
             let taken = std::mem::replace(state, SaslState::Start);
             let outcome = authenticate_step(config, taken, &authenticate.auth_bytes, credentials);
             let (code, message, reply) = match &outcome {
-                Ok((_, reply)) => (errors::NONE, None, reply.clone()),
+                Ok((_, reply, _)) => (errors::NONE, None, reply.clone()),
                 Err(_) => (
                     errors::SASL_AUTHENTICATION_FAILED,
                     Some(StrBytes::from_static_str(
@@ -408,14 +408,7 @@ pub fn step(
             };
             // KIP-368: from v1 the client learns when to authenticate again.
             let lifetime = match &outcome {
-                Ok((
-                    SaslState::Authenticated {
-                        expires: Some(at), ..
-                    },
-                    _,
-                )) => at
-                    .saturating_duration_since(std::time::Instant::now())
-                    .as_millis() as i64,
+                Ok((SaslState::Authenticated { .. }, _, lifetime)) => *lifetime,
                 _ => 0,
             };
             let response = SaslAuthenticateResponse::default()
@@ -427,7 +420,7 @@ pub fn step(
                 return Step::Close("cannot encode SaslAuthenticate's answer".to_string());
             };
             match outcome {
-                Ok((next, _)) => {
+                Ok((next, _, _)) => {
                     *state = next;
                     Step::Answer(answer)
                 }
@@ -464,18 +457,20 @@ pub fn step(
     }
 }
 
-/// One SaslAuthenticate of a connection in `state`: its next state and the
-/// bytes to answer, or why the authentication fails (for the log).
+/// One SaslAuthenticate of a connection in `state`: its next state, the
+/// bytes to answer and the session's lifetime in ms (KIP-368; 0: none), or
+/// why the authentication fails (for the log).
 fn authenticate_step(
     config: &SaslConfig,
     state: SaslState,
     bytes: &[u8],
     credentials: ScramCredentials<'_>,
-) -> Result<(SaslState, Bytes), String> {
+) -> Result<(SaslState, Bytes, i64), String> {
     match state {
         SaslState::Handshaken(mechanism) if mechanism == "PLAIN" => {
             let principal = plain(config, bytes)?;
-            Ok((authenticated(config, principal), Bytes::new()))
+            let (state, lifetime) = authenticated(config, principal, None);
+            Ok((state, Bytes::new(), lifetime))
         }
         SaslState::Handshaken(mechanism) if mechanism == "OAUTHBEARER" => {
             let oauth = config
@@ -484,22 +479,14 @@ fn authenticate_step(
                 .ok_or("OAUTHBEARER has no validator on this listener")?;
             match oauth.authenticate(bytes) {
                 Ok(valid) => {
-                    let mut state = authenticated(config, valid.principal);
-                    // KIP-368: a token's expiry bounds the session too.
-                    if let (
-                        SaslState::Authenticated {
-                            expires: Some(at), ..
-                        },
-                        Some(ms),
-                    ) = (&mut state, valid.expires_ms)
-                    {
-                        *at = (*at).min(crate::oauth::instant_of(ms));
-                    }
-                    Ok((state, Bytes::new()))
+                    let (state, lifetime) =
+                        authenticated(config, valid.principal, valid.expires_ms);
+                    Ok((state, Bytes::new(), lifetime))
                 }
                 Err(why) => Ok((
                     SaslState::OauthRefused(why),
                     Bytes::from(crate::oauth::error_challenge()),
+                    0,
                 )),
             }
         }
@@ -510,12 +497,13 @@ fn authenticate_step(
             };
             let (exchange, reply) =
                 ServerExchange::start(mechanism, bytes, |user| credentials(user, mechanism))?;
-            Ok((SaslState::Scram(Box::new(exchange)), Bytes::from(reply)))
+            Ok((SaslState::Scram(Box::new(exchange)), Bytes::from(reply), 0))
         }
         SaslState::Scram(exchange) => {
             let principal = format!("User:{}", exchange.user());
             let reply = exchange.finish(bytes)?;
-            Ok((authenticated(config, principal), Bytes::from(reply)))
+            let (state, lifetime) = authenticated(config, principal, None);
+            Ok((state, Bytes::from(reply), lifetime))
         }
         SaslState::Start | SaslState::Authenticated { .. } | SaslState::Reauthenticating { .. } => {
             Err("SaslAuthenticate out of order".to_string())
@@ -523,11 +511,37 @@ fn authenticate_step(
     }
 }
 
-/// Authenticated as `principal`, until `connections.max.reauth.ms` from now.
-fn authenticated(config: &SaslConfig, principal: String) -> SaslState {
-    let expires = (config.reauth_ms > 0)
-        .then(|| std::time::Instant::now() + std::time::Duration::from_millis(config.reauth_ms));
-    SaslState::Authenticated { principal, expires }
+/// Authenticated as `principal`, until `connections.max.reauth.ms` from now
+/// (or the credential's own expiry, Unix ms, when earlier: KIP-368), and
+/// that lifetime in ms (0: none).
+fn authenticated(
+    config: &SaslConfig,
+    principal: String,
+    credential_expires_ms: Option<u64>,
+) -> (SaslState, i64) {
+    if config.reauth_ms == 0 {
+        return (
+            SaslState::Authenticated {
+                principal,
+                expires: None,
+            },
+            0,
+        );
+    }
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let lifetime = credential_expires_ms
+        .map_or(config.reauth_ms, |at| at.saturating_sub(now_ms))
+        .min(config.reauth_ms);
+    let expires = std::time::Instant::now() + std::time::Duration::from_millis(lifetime);
+    (
+        SaslState::Authenticated {
+            principal,
+            expires: Some(expires),
+        },
+        lifetime as i64,
+    )
 }
 
 /// PLAIN's message: `authzid NUL authcid NUL password`; the principal, or
@@ -624,6 +638,24 @@ mod tests {
             .unwrap_err()
             .1
             .contains("no SASL mechanism"));
+    }
+
+    #[test]
+    fn a_credentials_expiry_bounds_the_session_when_sessions_expire() {
+        let mut config = SaslConfig::new(Some("PLAIN"), Some(JAAS), Some("60000")).unwrap();
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let (_, lifetime) = authenticated(&config, "User:a".into(), Some(now_ms + 5_000));
+        assert!((4_000..=5_000).contains(&lifetime), "{lifetime}");
+        let (_, lifetime) = authenticated(&config, "User:a".into(), Some(now_ms + 600_000));
+        assert_eq!(lifetime, 60_000);
+        assert_eq!(authenticated(&config, "User:a".into(), None).1, 60_000);
+        config.reauth_ms = 0;
+        let (state, lifetime) = authenticated(&config, "User:a".into(), Some(now_ms + 5_000));
+        assert_eq!(lifetime, 0);
+        assert!(matches!(state, SaslState::Authenticated { expires: None, .. }));
     }
 
     #[test]
