@@ -149,6 +149,10 @@ async fn core_main(
 
     // Changes committed since this core's table was made count too.
     crate::reconciler::install(&shard, &metadata.image());
+    if core == 0 {
+        // The keystores AlterConfigs set for this node's listeners.
+        crate::tls::apply_dynamic(&shard.config, &shard.metadata.image(), false, &[]);
+    }
     let opened = match crate::reconciler::open_missing(&shard, &shard.metadata.image()).await {
         Ok(opened) => opened,
         Err(failure) => {

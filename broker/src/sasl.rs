@@ -655,7 +655,10 @@ mod tests {
         config.reauth_ms = 0;
         let (state, lifetime) = authenticated(&config, "User:a".into(), Some(now_ms + 5_000));
         assert_eq!(lifetime, 0);
-        assert!(matches!(state, SaslState::Authenticated { expires: None, .. }));
+        assert!(matches!(
+            state,
+            SaslState::Authenticated { expires: None, .. }
+        ));
     }
 
     #[test]

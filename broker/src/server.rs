@@ -66,7 +66,8 @@ pub async fn accept_loop(
         let peer = stream.peer_addr().ok();
         let _ = stream.set_nodelay(true);
         let guard = shard.connections.enter();
-        let tls = config.tls.clone();
+        // The keystore in force now: a reload serves the connections after it.
+        let tls = config.tls.as_ref().map(|tls| tls.current());
         let shard = shard.clone();
         let listener = config.clone();
         glommio::spawn_local(async move {

@@ -24,6 +24,127 @@ use rustls::{ServerConfig, SupportedCipherSuite};
 pub use protocol::tls::{client_config, ClientAuth, TlsError, TlsSettings, SSL_KEYS};
 use protocol::tls::{keystore, protocols, refused, truststore};
 
+/// The keystore setting a listener's TLS takes while the broker runs
+/// (Kafka's dynamic `listener.name.<name>.ssl.keystore.location` update
+/// through AlterConfigs on the broker). The key's text and password are
+/// not taken: the metadata log would keep them as given; an encrypted key
+/// in the new file must open with the listener's `ssl.key.password`.
+pub const RELOADABLE_KEYS: &[&str] = &["ssl.keystore.location"];
+
+/// The listener and keystore key a dynamic broker setting
+/// `listener.name.<name>.<key>` names, when `<key>` is reloadable.
+pub fn reloadable(key: &str) -> Option<(String, &str)> {
+    let rest = key.strip_prefix("listener.name.")?;
+    let (name, key) = rest.split_once('.')?;
+    RELOADABLE_KEYS
+        .contains(&key)
+        .then(|| (name.to_ascii_uppercase(), key))
+}
+
+/// A listener's TLS server configuration, replaced live when its keystore
+/// settings change: each new connection takes the current one, existing
+/// connections keep theirs.
+pub struct ServerTls {
+    /// The listener's settings as started.
+    base: TlsSettings,
+    /// The dynamic keystore settings in force and the configuration they
+    /// gave.
+    current: std::sync::RwLock<InForce>,
+}
+
+/// Dynamic keystore settings and the configuration they gave.
+type InForce = (Vec<(String, String)>, Arc<ServerConfig>);
+
+impl std::fmt::Debug for ServerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerTls").finish_non_exhaustive()
+    }
+}
+
+impl ServerTls {
+    pub fn new(base: TlsSettings) -> Result<ServerTls, TlsError> {
+        let config = server_config(&base)?;
+        Ok(ServerTls {
+            base,
+            current: std::sync::RwLock::new((Vec::new(), config)),
+        })
+    }
+
+    /// The configuration a new connection is served with.
+    pub fn current(&self) -> Arc<ServerConfig> {
+        self.current.read().expect("not poisoned").1.clone()
+    }
+
+    /// The configuration `overrides` (dynamic keystore settings) give over
+    /// the listener's own, checked; the files are read again.
+    pub fn build(&self, overrides: &[(String, String)]) -> Result<Arc<ServerConfig>, TlsError> {
+        let mut settings = self.base.clone();
+        settings.values.extend(overrides.iter().cloned());
+        server_config(&settings)
+    }
+
+    /// Serves new connections with `overrides` from now on, rereading the
+    /// files even when the settings are the ones in force (`force`: a
+    /// keystore file replaced under the same name); unchanged settings
+    /// without `force` change nothing. Whether it changed, or why not.
+    pub fn apply(&self, overrides: Vec<(String, String)>, force: bool) -> Result<bool, TlsError> {
+        if !force && self.current.read().expect("not poisoned").0 == overrides {
+            return Ok(false);
+        }
+        let config = self.build(&overrides)?;
+        *self.current.write().expect("not poisoned") = (overrides, config);
+        Ok(true)
+    }
+}
+
+/// The dynamic keystore settings `image` holds for `node_id`'s listener
+/// `name`, as plain keys.
+pub fn overrides_for(
+    image: &crate::metadata::MetadataImage,
+    node_id: i32,
+    name: &str,
+) -> Vec<(String, String)> {
+    image
+        .broker_configs
+        .get(&node_id.to_string())
+        .into_iter()
+        .flatten()
+        .filter_map(|(key, value)| {
+            let (listener, key) = reloadable(key)?;
+            (listener == name).then(|| (key.to_string(), value.clone()))
+        })
+        .collect()
+}
+
+/// Gives each TLS listener of `config` the keystore settings `image` holds
+/// for this node (at start, and when they change): a keystore that does
+/// not serve is logged and the one in force kept. `force` rereads the
+/// files of the listeners named in `only` even if unchanged.
+pub fn apply_dynamic(
+    config: &crate::config::BrokerConfig,
+    image: &crate::metadata::MetadataImage,
+    force: bool,
+    only: &[String],
+) {
+    for listener in &config.listeners {
+        let Some(tls) = &listener.tls else { continue };
+        let forced = force && only.contains(&listener.name);
+        let overrides = overrides_for(image, config.node_id, &listener.name);
+        match tls.apply(overrides, forced) {
+            Ok(true) => {
+                tracing::info!(listener = %listener.name, "TLS keystore reloaded: new connections get its certificate")
+            }
+            Ok(false) => {}
+            Err((key, why)) => tracing::error!(
+                listener = %listener.name,
+                setting = %key,
+                reason = %why,
+                "the new TLS keystore does not serve: the listener keeps the one in force"
+            ),
+        }
+    }
+}
+
 /// The rustls server configuration of `settings`, checked.
 pub fn server_config(settings: &TlsSettings) -> Result<Arc<ServerConfig>, TlsError> {
     for key in ["ssl.keystore.type", "ssl.truststore.type"] {

@@ -558,3 +558,215 @@ fn an_encrypted_private_key_is_served_with_its_password() {
         "the password is not logged"
     );
 }
+
+/// The subject of the certificate a TLS listener at `port` serves now.
+fn served_subject(port: u16) -> String {
+    let output = run(
+        Command::new("openssl").args([
+            "s_client",
+            "-connect",
+            &format!("127.0.0.1:{port}"),
+            "-servername",
+            "localhost",
+        ]),
+        Some(b""),
+        DEADLINE,
+    );
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    text.lines()
+        .find_map(|l| l.strip_prefix("subject="))
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A listener's keystore replaced live, the Kafka way: AlterConfigs on the
+/// broker with `listener.name.<name>.ssl.keystore.location` serves new
+/// connections the new certificate (the same path set again rereads a
+/// replaced file); a keystore that does not serve is refused with
+/// INVALID_CONFIG and the one in force keeps serving; the change outlives
+/// a restart.
+#[test]
+fn a_keystore_is_replaced_live_through_alter_configs() {
+    let certificates = Certificates::make();
+    let dir = certificates.path("");
+    let openssl = |args: &[&str]| {
+        let output = run(
+            Command::new("openssl").args(args).current_dir(&dir),
+            None,
+            DEADLINE,
+        );
+        assert!(output.status.success(), "openssl {args:?}: {output:?}");
+    };
+    // A second certificate for the same address, from the same authority.
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=renewed",
+        "-keyout",
+        "renewed.key",
+        "-out",
+        "renewed.csr",
+    ]);
+    std::fs::write(
+        dir.join("renewed.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "renewed.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "renewed.ext",
+        "-out",
+        "renewed.pem",
+    ]);
+    let mut renewed = std::fs::read(dir.join("renewed.key")).unwrap();
+    renewed.extend(std::fs::read(dir.join("renewed.pem")).unwrap());
+    std::fs::write(dir.join("renewed-keystore.pem"), renewed).unwrap();
+    std::fs::write(dir.join("broken-keystore.pem"), "not a keystore\n").unwrap();
+
+    let port = free_port();
+    let data = tempfile::tempdir().unwrap();
+    let settings = [
+        format!("listeners=SSL://127.0.0.1:{port}"),
+        format!(
+            "ssl.keystore.location={}",
+            certificates.text("server-keystore.pem")
+        ),
+    ];
+    let mut args = vec!["--admin-listen".to_string(), "off".to_string()];
+    for setting in &settings {
+        args.push("--set".into());
+        args.push(setting.clone());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut broker = Broker::start_at(
+        &data.path().join("data"),
+        &data.path().join("strom.log"),
+        port,
+        &args,
+    );
+    assert!(
+        served_subject(port).contains("localhost"),
+        "{}",
+        served_subject(port)
+    );
+
+    let properties = dir.join("client.properties");
+    std::fs::write(
+        &properties,
+        format!(
+            "security.protocol=SSL\nssl.truststore.location={}\n",
+            certificates.text("ca.pem")
+        ),
+    )
+    .unwrap();
+    let alter = |keystore: &str| {
+        strom_at(
+            Some(&format!("127.0.0.1:{port}")),
+            &[
+                "config",
+                "alter",
+                "--broker",
+                "0",
+                "--add-config",
+                &format!(
+                    "listener.name.ssl.ssl.keystore.location={}",
+                    certificates.text(keystore)
+                ),
+                "--command-config",
+                &properties.to_string_lossy(),
+            ],
+            None,
+        )
+    };
+    // A keystore that does not serve is refused; the one in force serves.
+    let refused = alter("broken-keystore.pem");
+    assert!(!refused.status.success(), "a broken keystore was taken");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("INVALID_CONFIG"), "{said}");
+    assert!(served_subject(port).contains("localhost"));
+
+    ok(
+        alter("renewed-keystore.pem"),
+        "the renewed keystore is set",
+        &broker,
+    );
+    assert!(
+        served_subject(port).contains("renewed"),
+        "{}",
+        served_subject(port)
+    );
+    assert!(
+        broker.log().contains("TLS keystore reloaded"),
+        "{}",
+        broker.log()
+    );
+    // Records still round-trip over the new certificate.
+    let kcat_tls = |args: &[&str], stdin: Option<&[u8]>| {
+        let mut command = Command::new("kcat");
+        command
+            .args(["-b", &format!("127.0.0.1:{port}")])
+            .args(args)
+            .args(["-X", "security.protocol=ssl"])
+            .args([
+                "-X",
+                &format!("ssl.ca.location={}", certificates.text("ca.pem")),
+            ]);
+        run(&mut command, stdin, DEADLINE)
+    };
+    ok(
+        kcat_tls(&["-P", "-t", "renewed", "-p", "0"], Some(b"after\n")),
+        "produce",
+        &broker,
+    );
+    let read = ok(
+        kcat_tls(
+            &["-C", "-t", "renewed", "-p", "0", "-o", "beginning", "-e"],
+            None,
+        ),
+        "consume",
+        &broker,
+    );
+    assert_eq!(read, b"after\n");
+
+    // The same path again, its file replaced: read again.
+    std::fs::copy(
+        dir.join("server-keystore.pem"),
+        dir.join("renewed-keystore.pem"),
+    )
+    .unwrap();
+    ok(
+        alter("renewed-keystore.pem"),
+        "the same path again",
+        &broker,
+    );
+    assert!(
+        served_subject(port).contains("localhost"),
+        "{}",
+        served_subject(port)
+    );
+
+    // Kept in the metadata: a restart serves the file it names.
+    let mut pem = std::fs::read(dir.join("renewed.key")).unwrap();
+    pem.extend(std::fs::read(dir.join("renewed.pem")).unwrap());
+    std::fs::write(dir.join("renewed-keystore.pem"), pem).unwrap();
+    broker.restart();
+    assert!(
+        served_subject(port).contains("renewed"),
+        "{}",
+        served_subject(port)
+    );
+}

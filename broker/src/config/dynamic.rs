@@ -170,11 +170,21 @@ fn topic_key_of(key: &str) -> Option<&'static str> {
 /// defaults (`log.*`, `message.max.bytes`, `compression.type`, ...) and
 /// `log.retention.check.interval.ms`. The others are read-only.
 pub fn is_dynamic(key: &str) -> bool {
-    key == "log.retention.check.interval.ms" || topic_key_of(key).is_some()
+    key == "log.retention.check.interval.ms"
+        || topic_key_of(key).is_some()
+        || crate::tls::reloadable(key).is_some()
 }
 
 /// Checks one dynamic broker setting; the error names the key and says why.
 pub fn validate_broker(key: &str, value: &str) -> Result<(), String> {
+    if crate::tls::reloadable(key).is_some() {
+        // Checked whole by the broker whose listener it is.
+        return if value.trim().is_empty() {
+            Err(format!("invalid value for {key}: empty"))
+        } else {
+            Ok(())
+        };
+    }
     if key == "log.retention.check.interval.ms" {
         return match value.trim().parse::<u64>() {
             Ok(ms) if ms >= 1 => Ok(()),

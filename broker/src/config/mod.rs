@@ -404,8 +404,9 @@ pub struct Listener {
     /// The address this broker gives clients of this listener.
     pub advertise_host: String,
     pub advertise_port: u16,
-    /// TLS (SSL, SASL_SSL), built and checked at start, shared by every core.
-    pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    /// TLS (SSL, SASL_SSL), built and checked at start, shared by every
+    /// core, its keystore replaced live.
+    pub tls: Option<std::sync::Arc<crate::tls::ServerTls>>,
     /// Its TLS settings as given (`ssl.*`, its own
     /// `listener.name.<name>.ssl.*` over them), for the effective config.
     pub ssl_settings: Vec<(String, String)>,
@@ -512,7 +513,7 @@ fn parse_security_protocol_map(value: &str) -> Result<Vec<(String, String)>, Str
 /// The client listener's TLS configuration, if any, and its settings as
 /// given.
 type ClientTls = (
-    Option<std::sync::Arc<rustls::ServerConfig>>,
+    Option<std::sync::Arc<crate::tls::ServerTls>>,
     Vec<(String, String)>,
 );
 
@@ -1646,7 +1647,7 @@ impl Builder {
         if matches!(protocol.as_str(), "SSL" | "SASL_SSL") {
             let (server_tls, settings) = self.client_tls(&named)?;
             if serves {
-                security.server_tls = server_tls;
+                security.server_tls = server_tls.map(|tls| tls.current());
                 security.principal_mapper = Some(std::sync::Arc::new(
                     match settings
                         .iter()
@@ -1805,8 +1806,8 @@ impl Builder {
         if !serves_tls {
             return Ok((None, settings.values));
         }
-        crate::tls::server_config(&settings)
-            .map(|config| (Some(config), settings.values.clone()))
+        crate::tls::ServerTls::new(settings.clone())
+            .map(|tls| (Some(std::sync::Arc::new(tls)), settings.values.clone()))
             .map_err(|(key, why)| {
                 let value = settings
                     .values

@@ -140,7 +140,7 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         keys: &["ssl.keystore.location"],
         flag: None,
         default: Default::Described("none"),
-        meaning: "A PEM file holding the SSL listener's private key (PKCS#8, PKCS#1 or SEC1; an encrypted PKCS#8 key with `ssl.key.password`) and its certificate chain, leaf first. Read at start: a missing file, a key that does not match the certificate, or a file without both is refused naming this setting.",
+        meaning: "A PEM file holding the SSL listener's private key (PKCS#8, PKCS#1 or SEC1; an encrypted PKCS#8 key with `ssl.key.password`) and its certificate chain, leaf first. Read at start: a missing file, a key that does not match the certificate, or a file without both is refused naming this setting. Replaced while the broker runs by AlterConfigs on the broker (`strom config alter --broker ID --add-config listener.name.<name>.ssl.keystore.location=FILE`, or kafka-configs.sh): the new file is read and checked first (INVALID_CONFIG, and the keystore in force stays, when it does not serve), then serves every new connection; the same path set again reads a replaced file again; kept in the metadata across restarts.",
     },
     Setting {
         keys: &["ssl.keystore.certificate.chain"],

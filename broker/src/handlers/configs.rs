@@ -203,7 +203,19 @@ async fn replace(
         RESOURCE_TOPIC => controller::set_topic_configs(shard, name, configs, validate_only).await,
         RESOURCE_BROKER => {
             check_broker_resource(shard, &name)?;
-            controller::set_broker_configs(shard, name, configs, validate_only).await
+            let own = name == shard.config.node_id.to_string();
+            // This broker's keystores: the new ones must serve before they
+            // are kept, and are read again once they are.
+            let listeners = if own {
+                check_keystores(shard, &configs)?
+            } else {
+                Vec::new()
+            };
+            controller::set_broker_configs(shard, name, configs, validate_only).await?;
+            if !validate_only && !listeners.is_empty() {
+                crate::tls::apply_dynamic(&shard.config, &shard.metadata.image(), true, &listeners);
+            }
+            Ok(())
         }
         RESOURCE_GROUP => controller::set_group_configs(shard, name, configs, validate_only).await,
         other => Err(Refusal {
@@ -211,6 +223,52 @@ async fn replace(
             message: format!("resource type {other} cannot be changed"),
         }),
     }
+}
+
+/// The TLS listeners whose keystore settings `configs` (a broker's whole
+/// dynamic set) names, each checked by building its configuration with
+/// them (the files read): INVALID_CONFIG with why when one does not serve.
+fn check_keystores(
+    shard: &Shard,
+    configs: &BTreeMap<String, String>,
+) -> Result<Vec<String>, Refusal> {
+    let mut named = Vec::new();
+    for key in configs.keys() {
+        let Some((listener, _)) = crate::tls::reloadable(key) else {
+            continue;
+        };
+        let Some(tls) = shard
+            .config
+            .listeners
+            .iter()
+            .find(|l| l.name == listener)
+            .and_then(|l| l.tls.clone())
+        else {
+            return Err(Refusal {
+                error_code: errors::INVALID_CONFIG,
+                message: format!("{key}: this broker has no TLS listener {listener}"),
+            });
+        };
+        if named.contains(&listener) {
+            continue;
+        }
+        let overrides: Vec<(String, String)> = configs
+            .iter()
+            .filter_map(|(k, v)| {
+                let (l, key) = crate::tls::reloadable(k)?;
+                (l == listener).then(|| (key.to_string(), v.clone()))
+            })
+            .collect();
+        tls.build(&overrides).map_err(|(setting, why)| Refusal {
+            error_code: errors::INVALID_CONFIG,
+            message: format!(
+                "Validation of dynamic config update of SSLFactory failed: listener {listener}: \
+                 {setting}: {why}"
+            ),
+        })?;
+        named.push(listener);
+    }
+    Ok(named)
 }
 
 /// A broker resource is this node's id or `""` (the cluster-wide default).
