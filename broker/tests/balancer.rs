@@ -47,7 +47,7 @@ use protocol::kafka_protocol::messages::{
 };
 use protocol::kafka_protocol::protocol::StrBytes;
 use test_support::cluster::Cluster;
-use test_support::{free_port, poll_until, run, wait_deadline};
+use test_support::{free_port, poll_until, run, strom_at, wait_deadline};
 
 const TOPIC: &str = "balanced";
 const PARTITIONS: i32 = 6;
@@ -814,6 +814,109 @@ fn behind_the_balancer_a_cluster_secured_between_brokers_reads_back_every_record
         TOPIC,
         Some(&certificates),
     ));
+}
+
+/// With the authorizer on, a group request one broker forwards to the
+/// group's coordinator travels in an Envelope and is served as the
+/// client: behind a balancer that sends every connection to broker 1,
+/// consumer groups coordinated by the others work (their requests
+/// forwarded), and a group the client is denied is refused with
+/// GROUP_AUTHORIZATION_FAILED, whichever broker coordinates it.
+#[test]
+fn behind_the_balancer_forwarded_group_requests_are_authorized_as_the_client() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let certificates = common::certs::Certificates::make();
+    let (balanced, _) = balanced_on(
+        &[
+            "--set",
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "--set",
+            "super.users=User:broker",
+            // Clients (User:ANONYMOUS through the balancer) may use what no
+            // ACL names.
+            "--set",
+            "allow.everyone.if.no.acl.found=true",
+        ],
+        Balance::First,
+        TOPIC,
+        Some(&certificates),
+    );
+    let bootstrap = balanced.haproxy.bootstrap();
+    let cluster = &balanced.cluster;
+    let joins_before = forwarded(cluster, "JoinGroup");
+    // Groups until one is coordinated by a broker other than the first.
+    let lines: String = (0..50).map(|i| format!("record-{i}\n")).collect();
+    kcat(
+        &["-b", &bootstrap, "-P", "-t", TOPIC, "-p", "0"],
+        Some(lines.as_bytes()),
+    );
+    let consume = |group: &str| {
+        strom_at(
+            Some(&bootstrap),
+            &[
+                "consume",
+                TOPIC,
+                "--group",
+                group,
+                "--from-beginning",
+                "--max-messages",
+                "50",
+            ],
+            None,
+        )
+    };
+    for group in 0..8 {
+        let group = format!("allowed-{group}");
+        let out = consume(&group);
+        assert!(
+            out.status.success(),
+            "{group}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).lines().count(),
+            50,
+            "{group}"
+        );
+        if forwarded(cluster, "JoinGroup") > joins_before {
+            break;
+        }
+    }
+    assert!(
+        forwarded(cluster, "JoinGroup") > joins_before,
+        "no group's requests were forwarded to another coordinator"
+    );
+    // Denied: a prefix of groups, refused for the client wherever coordinated.
+    let denied = strom_at(
+        Some(&bootstrap),
+        &[
+            "acl",
+            "add",
+            "--deny-principal",
+            "User:ANONYMOUS",
+            "--operation",
+            "Read",
+            "--group",
+            "denied-",
+            "--resource-pattern-type",
+            "prefixed",
+        ],
+        None,
+    );
+    assert!(
+        denied.status.success(),
+        "{}",
+        String::from_utf8_lossy(&denied.stderr)
+    );
+    for group in 0..4 {
+        let refused = consume(&format!("denied-{group}"));
+        let said = String::from_utf8_lossy(&refused.stderr);
+        assert!(!refused.status.success(), "group denied-{group} consumed");
+        assert!(
+            said.contains("Group authorization failed"),
+            "denied-{group}: {said}"
+        );
+    }
 }
 
 fn every_broker_listed_at_the_balancer((balanced, (brokers, partitions)): (Balanced, Listing)) {
