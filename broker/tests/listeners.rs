@@ -49,6 +49,18 @@ fn kcat(
     run(&mut command, stdin, DEADLINE)
 }
 
+/// A broker on `port` with `settings` (`--set` each) and no admin
+/// listener, its data and log in `dir`.
+fn start_with(dir: &std::path::Path, port: u16, settings: &[String]) -> Broker {
+    let mut args = vec!["--admin-listen".to_string(), "off".to_string()];
+    for setting in settings {
+        args.push("--set".into());
+        args.push(setting.clone());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Broker::start_at(&dir.join("data"), &dir.join("strom.log"), port, &args)
+}
+
 fn ok(output: std::process::Output, what: &str, broker: &Broker) -> Vec<u8> {
     assert!(
         output.status.success(),
@@ -245,19 +257,8 @@ fn aiokafka_works_over_every_security_protocol() {
         format!("listener.name.secure.plain.sasl.jaas.config={JAAS}"),
         format!("listener.name.sasl.plain.sasl.jaas.config={JAAS}"),
     ];
-    let mut args = vec!["--admin-listen".to_string(), "off".to_string()];
-    for setting in &settings {
-        args.push("--set".into());
-        args.push(setting.clone());
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let dir = tempfile::tempdir().unwrap();
-    let broker = Broker::start_at(
-        &dir.path().join("data"),
-        &dir.path().join("strom.log"),
-        ports[0],
-        &args,
-    );
+    let broker = start_with(dir.path(), ports[0], &settings);
     // A SCRAM user, set over the plaintext listener.
     let password = dir.path().join("bob.pw");
     std::fs::write(&password, "bob-scram\n").unwrap();
@@ -327,19 +328,8 @@ fn an_expired_or_untrusted_client_certificate_is_refused() {
         format!("ssl.truststore.location={}", certificates.text("ca.pem")),
         "ssl.client.auth=required".to_string(),
     ];
-    let mut args = vec!["--admin-listen".to_string(), "off".to_string()];
-    for setting in &settings {
-        args.push("--set".into());
-        args.push(setting.clone());
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let dir = tempfile::tempdir().unwrap();
-    let broker = Broker::start_at(
-        &dir.path().join("data"),
-        &dir.path().join("strom.log"),
-        port,
-        &args,
-    );
+    let broker = start_with(dir.path(), port, &settings);
     let kcat_as = |name: &str, stdin: Option<&[u8]>, args: &[&str]| {
         let mut command = Command::new("kcat");
         command
@@ -515,18 +505,7 @@ fn an_encrypted_private_key_is_served_with_its_password() {
         format!("ssl.keystore.location={encrypted}"),
         "ssl.key.password=key-secret".to_string(),
     ];
-    let mut args = vec!["--admin-listen".to_string(), "off".to_string()];
-    for setting in &settings {
-        args.push("--set".into());
-        args.push(setting.clone());
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let broker = Broker::start_at(
-        &dir.path().join("data"),
-        &dir.path().join("strom.log"),
-        port,
-        &args,
-    );
+    let broker = start_with(dir.path(), port, &settings);
     let kcat_tls = |args: &[&str], stdin: Option<&[u8]>| {
         let mut command = Command::new("kcat");
         command
@@ -646,18 +625,7 @@ fn a_keystore_is_replaced_live_through_alter_configs() {
             certificates.text("server-keystore.pem")
         ),
     ];
-    let mut args = vec!["--admin-listen".to_string(), "off".to_string()];
-    for setting in &settings {
-        args.push("--set".into());
-        args.push(setting.clone());
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut broker = Broker::start_at(
-        &data.path().join("data"),
-        &data.path().join("strom.log"),
-        port,
-        &args,
-    );
+    let mut broker = start_with(data.path(), port, &settings);
     assert!(
         served_subject(port).contains("localhost"),
         "{}",

@@ -41,6 +41,27 @@ fn section<'a>(doc: &'a str, heading: &str) -> &'a str {
     &rest[..end]
 }
 
+/// Runs `script` with bash in a fresh directory, the built `strom` first
+/// on `PATH`: the directory (kept for the logs) and the output.
+fn run_script(script: &str) -> (tempfile::TempDir, std::process::Output) {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = test_support::strom_bin();
+    let path = format!(
+        "{}:{}",
+        bin.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let output = common::run(
+        Command::new("bash")
+            .args(["-c", script])
+            .env("PATH", path)
+            .current_dir(dir.path()),
+        None,
+        BLOCK_DEADLINE,
+    );
+    (dir, output)
+}
+
 /// The fenced code blocks of `text`, in order.
 fn blocks(text: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -76,27 +97,13 @@ fn the_three_node_cluster_of_the_operations_guide_runs_as_written() {
             );
         }
     }
-    let dir = tempfile::tempdir().unwrap();
-    let bin = test_support::strom_bin();
-    let path = format!(
-        "{}:{}",
-        bin.parent().unwrap().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
     // The guide says to make the directory first; the nodes are killed
     // whatever happens (they were started in the background).
     let script = format!(
         "set -euo pipefail\ntrap 'kill -9 $(jobs -p) 2>/dev/null; wait' EXIT\n\
          mkdir -p cluster\n{start}\n{commands}\n"
     );
-    let output = common::run(
-        Command::new("bash")
-            .args(["-c", &script])
-            .env("PATH", path)
-            .current_dir(dir.path()),
-        None,
-        BLOCK_DEADLINE,
-    );
+    let (dir, output) = run_script(&script);
     let logs: String = (1..=3)
         .map(|id| {
             let log = std::fs::read_to_string(dir.path().join(format!("cluster/node-{id}.log")))
@@ -146,25 +153,11 @@ fn the_secured_three_node_cluster_of_the_operations_guide_runs_as_written() {
             );
         }
     }
-    let dir = tempfile::tempdir().unwrap();
-    let bin = test_support::strom_bin();
-    let path = format!(
-        "{}:{}",
-        bin.parent().unwrap().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
     let script = format!(
         "set -euo pipefail\ntrap 'kill -9 $(jobs -p) 2>/dev/null; wait' EXIT\n\
          {setup}\n{start}\n{commands}\n"
     );
-    let output = common::run(
-        Command::new("bash")
-            .args(["-c", &script])
-            .env("PATH", path)
-            .current_dir(dir.path()),
-        None,
-        BLOCK_DEADLINE,
-    );
+    let (dir, output) = run_script(&script);
     let logs: String = (1..=3)
         .map(|id| {
             let log =
