@@ -1,4 +1,5 @@
-//! SASL/OAUTHBEARER: tokens signed by a key of a JWKS file the test writes
+//! SASL/OAUTHBEARER (confluent-kafka, kafka-python, aiokafka): tokens signed
+//! by a key of a JWKS file the test writes
 //! (its keys made with openssl, its tokens signed here) are taken, and
 //! their subject is the principal the ACLs decide for; expired tokens,
 //! another audience or issuer, and another key's signature are refused

@@ -1,6 +1,7 @@
-"""confluent-kafka over SASL/OAUTHBEARER with tokens the test signed: an
-administrator's token creates a topic and ACLs for alice; alice's token
-produces records and reads them back byte for byte in a consumer group;
+"""confluent-kafka, kafka-python and aiokafka over SASL/OAUTHBEARER with
+tokens the test signed: an administrator's token creates a topic and ACLs
+for alice; alice's token produces records and reads them back byte for
+byte in a consumer group (with each client);
 bob's token (no ACL) is refused writing; each bad token (expired, wrong
 audience, wrong issuer, signed by another key) fails to authenticate.
 
@@ -91,7 +92,69 @@ def main():
             check(e.args[0].code() in (KafkaError._AUTHENTICATION, KafkaError._TRANSPORT,
                                        KafkaError._TIMED_OUT, KafkaError.SASL_AUTHENTICATION_FAILED),
                   f"bad token {n}: {e}")
+    python_clients()
     print(f"ok {len(seen)} refused {len(BAD)}", flush=True)
+
+
+def python_clients():
+    """alice's token with kafka-python and aiokafka: records written and
+    read back byte for byte in her group."""
+    import asyncio
+
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka.net.sasl.oauth import AbstractTokenProvider
+
+    class Alice(AbstractTokenProvider):
+        def token(self):
+            return ALICE
+
+    oauth = {"bootstrap_servers": BOOTSTRAP, "security_protocol": "SASL_PLAINTEXT",
+             "sasl_mechanism": "OAUTHBEARER", "sasl_oauth_token_provider": Alice()}
+    producer = KafkaProducer(acks="all", **oauth)
+    for i in range(20):
+        producer.send(TOPIC, key=f"kp-{i}".encode(), value=payload(1000 + i), partition=0)
+    producer.flush(30)
+    producer.close()
+    consumer = KafkaConsumer(TOPIC, group_id="alice-group", auto_offset_reset="earliest",
+                             consumer_timeout_ms=15000, **oauth)
+    got = {m.key: m.value for m in consumer if m.key and m.key.startswith(b"kp-")}
+    consumer.close()
+    check(len(got) == 20 and all(got[f"kp-{i}".encode()] == payload(1000 + i) for i in range(20)),
+          f"kafka-python read {len(got)} of 20")
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.abc import AbstractTokenProvider as AsyncProvider
+
+    class AsyncAlice(AsyncProvider):
+        async def token(self):
+            return ALICE
+
+    async def round_trip():
+        settings = dict(oauth, sasl_oauth_token_provider=AsyncAlice())
+        producer = AIOKafkaProducer(acks="all", **settings)
+        await producer.start()
+        try:
+            for i in range(20):
+                await producer.send_and_wait(TOPIC, key=f"ak-{i}".encode(),
+                                             value=payload(2000 + i), partition=1)
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(TOPIC, group_id="alice-group", auto_offset_reset="earliest",
+                                    **settings)
+        await consumer.start()
+        seen = {}
+        try:
+            deadline = time.time() + 30
+            while len(seen) < 20:
+                check(time.time() < deadline, f"aiokafka read {len(seen)} of 20")
+                for records in (await consumer.getmany(timeout_ms=1000)).values():
+                    for r in records:
+                        if r.key and r.key.startswith(b"ak-"):
+                            check(r.value == payload(2000 + int(r.key[3:])), "aiokafka: changed")
+                            seen[r.key] = True
+        finally:
+            await consumer.stop()
+    asyncio.run(round_trip())
 
 
 main()
