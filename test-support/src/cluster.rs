@@ -58,10 +58,10 @@ pub struct Cluster {
     extra: Vec<String>,
     /// Where voter `i + 1` runs; other nodes run on loopback.
     hosts: Vec<Host>,
-    /// Brokers talk to each other on a SASL_SSL listener of their own
-    /// ([`INTER_BROKER_LISTENER`]) and the controller listener is
-    /// SASL_SSL; clients keep a PLAINTEXT listener.
-    secured: bool,
+    /// Brokers talk to each other on a listener of their own
+    /// ([`INTER_BROKER_LISTENER`]) of this protocol, and the controller
+    /// listener is SASL_SSL; clients keep a PLAINTEXT listener.
+    secured: Option<String>,
 }
 
 impl Cluster {
@@ -73,7 +73,7 @@ impl Cluster {
     /// Starts one node that is both broker and controller on each of
     /// `hosts` (node `i + 1` on `hosts[i]`).
     pub fn start_on(hosts: Vec<Host>, extra: &[&str]) -> Cluster {
-        Self::start_with(hosts, extra, false)
+        Self::start_with(hosts, extra, None)
     }
 
     /// Starts `voters` nodes whose brokers talk to each other over
@@ -81,10 +81,17 @@ impl Cluster {
     /// listener is SASL_SSL, beside a PLAINTEXT listener for clients.
     /// `extra` gives those listeners' TLS and SASL settings.
     pub fn start_secured(voters: usize, extra: &[&str]) -> Cluster {
-        Self::start_with(vec![Host::loopback(); voters], extra, true)
+        Self::start_with(vec![Host::loopback(); voters], extra, Some("SASL_SSL"))
     }
 
-    fn start_with(hosts: Vec<Host>, extra: &[&str], secured: bool) -> Cluster {
+    /// [`Cluster::start_secured`] with the brokers' own listener of
+    /// `protocol` (SSL: mutual TLS, with `ssl.client.auth=required` in
+    /// `extra`).
+    pub fn start_secured_over(voters: usize, protocol: &str, extra: &[&str]) -> Cluster {
+        Self::start_with(vec![Host::loopback(); voters], extra, Some(protocol))
+    }
+
+    fn start_with(hosts: Vec<Host>, extra: &[&str], secured: Option<&str>) -> Cluster {
         let temp = tempfile::tempdir().unwrap();
         let ports: Vec<Ports> = hosts.iter().map(|_| Ports::free(true)).collect();
         let voter_list = ports
@@ -103,7 +110,7 @@ impl Cluster {
             nodes: Vec::new(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
             hosts,
-            secured,
+            secured: secured.map(str::to_string),
         };
         // All at once: each waits for the others to elect a controller.
         let handles: Vec<_> = ports
@@ -201,12 +208,12 @@ impl Cluster {
             at(admin).to_string(),
         ];
         let mut listeners = format!("PLAINTEXT://{}", at(client));
-        if self.secured {
+        if let Some(protocol) = &self.secured {
             listeners.push_str(&format!(",{INTER_BROKER_LISTENER}://{}", at(inter_broker)));
             for setting in [
                 format!(
                     "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,\
-                     {INTER_BROKER_LISTENER}:SASL_SSL,CONTROLLER:SASL_SSL"
+                     {INTER_BROKER_LISTENER}:{protocol},CONTROLLER:SASL_SSL"
                 ),
                 format!("inter.broker.listener.name={INTER_BROKER_LISTENER}"),
             ] {
