@@ -196,7 +196,7 @@ pub fn install(shard: &Rc<Shard>, image: &MetadataImage) {
     let after = shard.metadata.image();
     let broker_changed = before.broker_configs != after.broker_configs;
     if broker_changed && shard.id == 0 {
-        crate::tls::apply_dynamic(&shard.config, &after, false, &[]);
+        crate::config::apply_keystores(&shard.config, &after, false, &[]);
     }
     let defaults = crate::config::dynamic::topic_defaults(&shard.config, &after);
     for topic in after.topics.values() {

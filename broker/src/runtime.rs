@@ -151,7 +151,7 @@ async fn core_main(
     crate::reconciler::install(&shard, &metadata.image());
     if core == 0 {
         // The keystores AlterConfigs set for this node's listeners.
-        crate::tls::apply_dynamic(&shard.config, &shard.metadata.image(), false, &[]);
+        crate::config::apply_keystores(&shard.config, &shard.metadata.image(), false, &[]);
     }
     let opened = match crate::reconciler::open_missing(&shard, &shard.metadata.image()).await {
         Ok(opened) => opened,

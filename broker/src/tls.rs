@@ -116,35 +116,6 @@ pub fn overrides_for(
         .collect()
 }
 
-/// Gives each TLS listener of `config` the keystore settings `image` holds
-/// for this node (at start, and when they change): a keystore that does
-/// not serve is logged and the one in force kept. `force` rereads the
-/// files of the listeners named in `only` even if unchanged.
-pub fn apply_dynamic(
-    config: &crate::config::BrokerConfig,
-    image: &crate::metadata::MetadataImage,
-    force: bool,
-    only: &[String],
-) {
-    for listener in &config.listeners {
-        let Some(tls) = &listener.tls else { continue };
-        let forced = force && only.contains(&listener.name);
-        let overrides = overrides_for(image, config.node_id, &listener.name);
-        match tls.apply(overrides, forced) {
-            Ok(true) => {
-                tracing::info!(listener = %listener.name, "TLS keystore reloaded: new connections get its certificate")
-            }
-            Ok(false) => {}
-            Err((key, why)) => tracing::error!(
-                listener = %listener.name,
-                setting = %key,
-                reason = %why,
-                "the new TLS keystore does not serve: the listener keeps the one in force"
-            ),
-        }
-    }
-}
-
 /// The rustls server configuration of `settings`, checked.
 pub fn server_config(settings: &TlsSettings) -> Result<Arc<ServerConfig>, TlsError> {
     for key in ["ssl.keystore.type", "ssl.truststore.type"] {

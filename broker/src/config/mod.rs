@@ -2078,6 +2078,35 @@ impl Default for TransactionConfig {
     }
 }
 
+/// Gives each TLS listener of `config` the keystore settings `image` holds
+/// for this node (at start, and when they change): a keystore that does
+/// not serve is logged and the one in force kept. `force` rereads the
+/// files of the listeners named in `only` even if unchanged.
+pub fn apply_keystores(
+    config: &BrokerConfig,
+    image: &crate::metadata::MetadataImage,
+    force: bool,
+    only: &[String],
+) {
+    for listener in &config.listeners {
+        let Some(tls) = &listener.tls else { continue };
+        let forced = force && only.contains(&listener.name);
+        let overrides = crate::tls::overrides_for(image, config.node_id, &listener.name);
+        match tls.apply(overrides, forced) {
+            Ok(true) => {
+                tracing::info!(listener = %listener.name, "TLS keystore reloaded: new connections get its certificate")
+            }
+            Ok(false) => {}
+            Err((key, why)) => tracing::error!(
+                listener = %listener.name,
+                setting = %key,
+                reason = %why,
+                "the new TLS keystore does not serve: the listener keeps the one in force"
+            ),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

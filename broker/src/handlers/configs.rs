@@ -213,7 +213,12 @@ async fn replace(
             };
             controller::set_broker_configs(shard, name, configs, validate_only).await?;
             if !validate_only && !listeners.is_empty() {
-                crate::tls::apply_dynamic(&shard.config, &shard.metadata.image(), true, &listeners);
+                crate::config::apply_keystores(
+                    &shard.config,
+                    &shard.metadata.image(),
+                    true,
+                    &listeners,
+                );
             }
             Ok(())
         }
