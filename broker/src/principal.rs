@@ -144,6 +144,27 @@ fn java_groups(replacement: &str) -> String {
     out
 }
 
+/// The principal a TLS peer's certificates name: `User:` and the first
+/// certificate's subject mapped by `mapper` (as is without one); `None`
+/// without a certificate; else why the peer cannot be served.
+pub fn of_certificates(
+    mapper: Option<&PrincipalMapper>,
+    certificates: Option<&[rustls::pki_types::CertificateDer<'_>]>,
+) -> Result<Option<String>, String> {
+    let Some(certificate) = certificates.and_then(|c| c.first()) else {
+        return Ok(None);
+    };
+    let subject = subject_name(certificate)
+        .ok_or_else(|| "the client certificate's subject does not parse".to_string())?;
+    let name = match mapper {
+        Some(mapper) => mapper.map(&subject).ok_or_else(|| {
+            format!("no rule of ssl.principal.mapping.rules applies to {subject:?}")
+        })?,
+        None => subject,
+    };
+    Ok(Some(format!("User:{name}")))
+}
+
 /// A certificate's subject as an RFC 2253 name (Java's
 /// `X500Principal.getName()`), or None when it does not parse.
 pub fn subject_name(certificate_der: &[u8]) -> Option<String> {

@@ -184,24 +184,10 @@ fn certificate_principal(
     listener: &crate::config::Listener,
     stream: &futures_rustls::server::TlsStream<TcpStream>,
 ) -> Result<Option<String>, String> {
-    let Some(certificate) = stream
-        .get_ref()
-        .1
-        .peer_certificates()
-        .and_then(|c| c.first())
-    else {
-        return Ok(None);
-    };
-    let subject = crate::principal::subject_name(certificate)
-        .ok_or_else(|| "the client certificate's subject does not parse".to_string())?;
-    let mapper = listener.principal_mapper.as_deref();
-    let name = match mapper {
-        Some(mapper) => mapper.map(&subject).ok_or_else(|| {
-            format!("no rule of ssl.principal.mapping.rules applies to {subject:?}")
-        })?,
-        None => subject,
-    };
-    Ok(Some(format!("User:{name}")))
+    crate::principal::of_certificates(
+        listener.principal_mapper.as_deref(),
+        stream.get_ref().1.peer_certificates(),
+    )
 }
 
 /// Serves one connection; `principal` is what its TLS client certificate

@@ -395,7 +395,7 @@ fn without_an_authorizer_the_acl_apis_answer_security_disabled() {
 /// `ssl.principal.mapping.rules`, is the principal the ACLs name.
 #[test]
 fn a_client_certificate_names_the_principal_through_the_mapping_rules() {
-    let certificates = common::certs::Certificates::make();
+    let certificates = test_support::certs::Certificates::make();
     certificates.client("admin");
     certificates.client("bob");
     let port = free_port();

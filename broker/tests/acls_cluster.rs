@@ -10,7 +10,7 @@ mod common;
 
 use std::process::Output;
 
-use common::certs::Certificates;
+use test_support::certs::Certificates;
 use test_support::cluster::Cluster;
 use test_support::{poll_until, run, strom_at};
 

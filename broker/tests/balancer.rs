@@ -347,7 +347,7 @@ fn balanced_on(
     extra: &[&str],
     balance: Balance,
     topic: &str,
-    secured: Option<&common::certs::Certificates>,
+    secured: Option<&test_support::certs::Certificates>,
 ) -> (Balanced, Listing) {
     let balancer_port = free_port();
     let advertised = format!("advertised.listeners=PLAINTEXT://127.0.0.1:{balancer_port}");
@@ -807,7 +807,7 @@ fn every_broker_is_listed_at_the_balancer_and_confluent_kafka_reads_back_every_r
 #[test]
 fn behind_the_balancer_a_cluster_secured_between_brokers_reads_back_every_record() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let certificates = common::certs::Certificates::make();
+    let certificates = test_support::certs::Certificates::make();
     every_broker_listed_at_the_balancer(balanced_on(
         &[],
         Balance::First,
@@ -825,7 +825,7 @@ fn behind_the_balancer_a_cluster_secured_between_brokers_reads_back_every_record
 #[test]
 fn behind_the_balancer_forwarded_group_requests_are_authorized_as_the_client() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let certificates = common::certs::Certificates::make();
+    let certificates = test_support::certs::Certificates::make();
     let (balanced, _) = balanced_on(
         &[
             "--set",

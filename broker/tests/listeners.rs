@@ -12,8 +12,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::admin::Admin;
-use common::certs::Certificates;
 use common::{free_port, run, run_python, strom_at, Broker};
+use test_support::certs::Certificates;
 
 const DEADLINE: Duration = Duration::from_secs(60);
 const JAAS: &str = "org.apache.kafka.common.security.plain.PlainLoginModule required \
@@ -59,6 +59,44 @@ fn start_with(dir: &std::path::Path, port: u16, settings: &[String]) -> Broker {
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     Broker::start_at(&dir.join("data"), &dir.join("strom.log"), port, &args)
+}
+
+/// kcat over TLS to 127.0.0.1:`port`, trusting the test authority, showing
+/// the client certificate `NAME.pem` (and `NAME.key`) when given.
+fn kcat_tls(
+    port: u16,
+    certificates: &Certificates,
+    client: Option<&str>,
+    args: &[&str],
+    stdin: Option<&[u8]>,
+) -> std::process::Output {
+    let mut command = Command::new("kcat");
+    command
+        .args(["-b", &format!("127.0.0.1:{port}")])
+        .args(args)
+        .args(["-X", "security.protocol=ssl"])
+        .args([
+            "-X",
+            &format!("ssl.ca.location={}", certificates.text("ca.pem")),
+        ]);
+    if let Some(name) = client {
+        command
+            .args([
+                "-X",
+                &format!(
+                    "ssl.certificate.location={}",
+                    certificates.text(&format!("{name}.pem"))
+                ),
+            ])
+            .args([
+                "-X",
+                &format!(
+                    "ssl.key.location={}",
+                    certificates.text(&format!("{name}.key"))
+                ),
+            ]);
+    }
+    run(&mut command, stdin, DEADLINE)
 }
 
 fn ok(output: std::process::Output, what: &str, broker: &Broker) -> Vec<u8> {
@@ -331,30 +369,7 @@ fn an_expired_or_untrusted_client_certificate_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let broker = start_with(dir.path(), port, &settings);
     let kcat_as = |name: &str, stdin: Option<&[u8]>, args: &[&str]| {
-        let mut command = Command::new("kcat");
-        command
-            .args(["-b", &format!("127.0.0.1:{port}")])
-            .args(args)
-            .args(["-X", "security.protocol=ssl"])
-            .args([
-                "-X",
-                &format!("ssl.ca.location={}", certificates.text("ca.pem")),
-            ])
-            .args([
-                "-X",
-                &format!(
-                    "ssl.certificate.location={}",
-                    certificates.text(&format!("{name}.pem"))
-                ),
-            ])
-            .args([
-                "-X",
-                &format!(
-                    "ssl.key.location={}",
-                    certificates.text(&format!("{name}.key"))
-                ),
-            ]);
-        run(&mut command, stdin, DEADLINE)
+        kcat_tls(port, &certificates, Some(name), args, stdin)
     };
     ok(
         kcat_as(
@@ -506,18 +521,8 @@ fn an_encrypted_private_key_is_served_with_its_password() {
         "ssl.key.password=key-secret".to_string(),
     ];
     let broker = start_with(dir.path(), port, &settings);
-    let kcat_tls = |args: &[&str], stdin: Option<&[u8]>| {
-        let mut command = Command::new("kcat");
-        command
-            .args(["-b", &format!("127.0.0.1:{port}")])
-            .args(args)
-            .args(["-X", "security.protocol=ssl"])
-            .args([
-                "-X",
-                &format!("ssl.ca.location={}", certificates.text("ca.pem")),
-            ]);
-        run(&mut command, stdin, DEADLINE)
-    };
+    let kcat_tls =
+        |args: &[&str], stdin: Option<&[u8]>| kcat_tls(port, &certificates, None, args, stdin);
     ok(
         kcat_tls(&["-P", "-t", "sealed", "-p", "0"], Some(b"one\ntwo\n")),
         "produce over TLS with the decrypted key",
@@ -683,18 +688,8 @@ fn a_keystore_is_replaced_live_through_alter_configs() {
         broker.log()
     );
     // Records still round-trip over the new certificate.
-    let kcat_tls = |args: &[&str], stdin: Option<&[u8]>| {
-        let mut command = Command::new("kcat");
-        command
-            .args(["-b", &format!("127.0.0.1:{port}")])
-            .args(args)
-            .args(["-X", "security.protocol=ssl"])
-            .args([
-                "-X",
-                &format!("ssl.ca.location={}", certificates.text("ca.pem")),
-            ]);
-        run(&mut command, stdin, DEADLINE)
-    };
+    let kcat_tls =
+        |args: &[&str], stdin: Option<&[u8]>| kcat_tls(port, &certificates, None, args, stdin);
     ok(
         kcat_tls(&["-P", "-t", "renewed", "-p", "0"], Some(b"after\n")),
         "produce",

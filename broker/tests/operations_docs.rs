@@ -62,6 +62,31 @@ fn run_script(script: &str) -> (tempfile::TempDir, std::process::Output) {
     (dir, output)
 }
 
+/// `output`'s stdout, once the guide's script succeeded; else a panic
+/// with the script, its output and the logs of the nodes in `cluster`.
+fn succeeded(
+    dir: &tempfile::TempDir,
+    cluster: &str,
+    script: &str,
+    output: &std::process::Output,
+) -> String {
+    let logs: String = (1..=3)
+        .map(|id| {
+            let log = std::fs::read_to_string(dir.path().join(format!("{cluster}/node-{id}.log")))
+                .unwrap_or_default();
+            format!("==== node {id} ====\n{log}\n")
+        })
+        .collect();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "the guide's commands failed ({}):\n{script}\nstdout:\n{stdout}\nstderr:\n{}\n{logs}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
 /// The fenced code blocks of `text`, in order.
 fn blocks(text: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -104,20 +129,7 @@ fn the_three_node_cluster_of_the_operations_guide_runs_as_written() {
          mkdir -p cluster\n{start}\n{commands}\n"
     );
     let (dir, output) = run_script(&script);
-    let logs: String = (1..=3)
-        .map(|id| {
-            let log = std::fs::read_to_string(dir.path().join(format!("cluster/node-{id}.log")))
-                .unwrap_or_default();
-            format!("==== node {id} ====\n{log}\n")
-        })
-        .collect();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the guide's commands failed ({}):\n{script}\nstdout:\n{stdout}\nstderr:\n{}\n{logs}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = succeeded(&dir, "cluster", &script, &output);
     // The description lists all 10 partitions of the topic it created.
     let described = stdout.lines().filter(|l| l.contains("orders")).count();
     assert!(
@@ -158,21 +170,7 @@ fn the_secured_three_node_cluster_of_the_operations_guide_runs_as_written() {
          {setup}\n{start}\n{commands}\n"
     );
     let (dir, output) = run_script(&script);
-    let logs: String = (1..=3)
-        .map(|id| {
-            let log =
-                std::fs::read_to_string(dir.path().join(format!("cluster-secure/node-{id}.log")))
-                    .unwrap_or_default();
-            format!("==== node {id} ====\n{log}\n")
-        })
-        .collect();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the guide's commands failed ({}):\n{script}\nstdout:\n{stdout}\nstderr:\n{}\n{logs}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = succeeded(&dir, "cluster-secure", &script, &output);
     for id in 1..=3 {
         for row in [
             format!("EXTERNAL\t{id}\tSASL_SSL\t127.0.0.1:929{id}\tclients, inter-broker"),

@@ -131,7 +131,7 @@ fn killing_leaders_under_acks_all_loses_no_acknowledged_record() {
 /// listener of their own, and reach the controllers over SASL_SSL.
 #[test]
 fn killing_leaders_of_a_cluster_secured_between_brokers_loses_no_acknowledged_record() {
-    let certificates = common::certs::Certificates::make();
+    let certificates = test_support::certs::Certificates::make();
     let mut args = certificates.secured_cluster_args();
     args.extend([
         "--set".to_string(),

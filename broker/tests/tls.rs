@@ -21,8 +21,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::admin::Admin;
-use common::certs::Certificates;
 use common::{free_port, poll_until, run, run_python, Broker};
+use test_support::certs::Certificates;
 
 const DEADLINE: Duration = Duration::from_secs(60);
 const SCRIPT_DEADLINE: Duration = Duration::from_secs(300);

@@ -548,85 +548,19 @@ fn error_kinds_keep_the_whole_error_text() {
     );
 }
 
-/// `openssl` in `dir`, which must succeed.
-fn openssl(dir: &std::path::Path, args: &[&str]) {
-    let output = run(
-        Command::new("openssl").args(args).current_dir(dir),
-        None,
-        Duration::from_secs(60),
-    );
-    assert!(output.status.success(), "openssl {args:?}: {output:?}");
-}
-
 /// With `--command-config`, every connection of the run uses the client
 /// properties' TLS and SASL: an end-to-end run against a SASL_SSL-only
 /// broker counts every record; a protocol not served and a wrong password
 /// are clear errors (exit 2).
 #[test]
 fn e2e_runs_over_sasl_ssl_with_command_config() {
-    let dir = tempfile::tempdir().unwrap();
-    let tls = dir.path();
-    openssl(
-        tls,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=loadgen-ca",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-        ],
-    );
-    openssl(
-        tls,
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            "/CN=localhost",
-            "-keyout",
-            "broker.key",
-            "-out",
-            "broker.csr",
-        ],
-    );
-    std::fs::write(tls.join("broker.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
-    openssl(
-        tls,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "broker.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "broker.ext",
-            "-out",
-            "broker.pem",
-        ],
-    );
-    let mut keystore = std::fs::read(tls.join("broker.key")).unwrap();
-    keystore.extend(std::fs::read(tls.join("broker.pem")).unwrap());
-    std::fs::write(tls.join("keystore.pem"), keystore).unwrap();
+    let certificates = test_support::certs::Certificates::make();
+    let tls = certificates.path("");
+    let tls = tls.as_path();
     let port = free_port();
     let settings = [
         format!("listeners=SASL_SSL://127.0.0.1:{port}"),
-        format!("ssl.keystore.location={}", tls.join("keystore.pem").display()),
+        format!("ssl.keystore.location={}", certificates.text("server-keystore.pem")),
         "sasl.enabled.mechanisms=PLAIN".to_string(),
         "listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_alice=\"alice-secret\";".to_string(),
     ];

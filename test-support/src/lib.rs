@@ -12,6 +12,7 @@
 //! polls it with a deadline.
 
 mod broker;
+pub mod certs;
 pub mod cluster;
 pub mod mount;
 pub mod netns;

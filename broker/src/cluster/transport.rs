@@ -622,22 +622,10 @@ async fn admit(tcp: TcpStream, cluster: &Cluster) -> Result<Stream, String> {
             .await;
             crate::metrics::record_tls_handshake(secured.is_ok());
             let secured = secured.map_err(|e| format!("TLS handshake failed: {e}"))?;
-            if let Some(certificate) = secured
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|c| c.first())
-            {
-                let subject = crate::principal::subject_name(certificate)
-                    .ok_or("the client certificate's subject does not parse")?;
-                let name = match &security.principal_mapper {
-                    Some(mapper) => mapper.map(&subject).ok_or_else(|| {
-                        format!("no rule of ssl.principal.mapping.rules applies to {subject:?}")
-                    })?,
-                    None => subject,
-                };
-                principal = Some(format!("User:{name}"));
-            }
+            principal = crate::principal::of_certificates(
+                security.principal_mapper.as_deref(),
+                secured.get_ref().1.peer_certificates(),
+            )?;
             Box::new(secured)
         }
     };

@@ -1449,19 +1449,9 @@ impl Builder {
     ) -> Result<Listener, ConfigError> {
         let (tls, ssl_settings) = self.client_tls(named)?;
         let sasl = self.client_sasl(named)?;
-        let principal_mapper = match ssl_settings
-            .iter()
-            .rev()
-            .find(|(k, _)| k == "ssl.principal.mapping.rules")
-        {
-            _ if tls.is_none() => None,
-            Some((key, rules)) => Some(std::sync::Arc::new(
-                crate::principal::PrincipalMapper::parse(rules)
-                    .map_err(|why| invalid(key, rules, &self.origin_of(&[key.as_str()]), why))?,
-            )),
-            None => Some(std::sync::Arc::new(
-                crate::principal::PrincipalMapper::default(),
-            )),
+        let principal_mapper = match tls {
+            Some(_) => Some(self.principal_mapper(&ssl_settings)?),
+            None => None,
         };
         Ok(Listener {
             name: named.name.clone(),
@@ -1579,36 +1569,65 @@ impl Builder {
                     ),
                 ));
             }
-            let login_key = format!("{}.sasl.jaas.config", mechanism.to_ascii_lowercase());
-            let prefixed = format!(
-                "listener.name.{}.{login_key}",
-                listener.name.to_ascii_lowercase()
-            );
-            let jaas = self
-                .sasl_settings
-                .iter()
-                .rev()
-                .find(|(l, k, _)| l.as_deref() == Some(listener.name.as_str()) && *k == login_key)
-                .map(|(_, _, v)| v.as_str())
-                .ok_or_else(|| {
-                    about(
-                        &prefixed,
-                        "",
-                        format!(
-                            "a broker logs in to the others with the username and password \
-                             of {prefixed}"
-                        ),
-                    )
-                })?;
-            let (user, password) =
-                crate::sasl::client_login(jaas).map_err(|why| about(&prefixed, "(hidden)", why))?;
-            inter_broker.sasl = Some(protocol::client::SaslLogin {
-                mechanism,
-                user,
-                password,
-            });
+            let login = self
+                .jaas_login(&listener.name, &mechanism)
+                .map_err(|(key, why)| about(&key, "(hidden)", why))?;
+            inter_broker.sasl = Some(login);
         }
         Ok(inter_broker)
+    }
+
+    /// A TLS listener's principal mapping (`ssl.principal.mapping.rules`
+    /// of its settings; Kafka's DEFAULT without).
+    fn principal_mapper(
+        &self,
+        settings: &[(String, String)],
+    ) -> Result<std::sync::Arc<crate::principal::PrincipalMapper>, ConfigError> {
+        let mapper = match settings
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "ssl.principal.mapping.rules")
+        {
+            Some((key, rules)) => crate::principal::PrincipalMapper::parse(rules)
+                .map_err(|why| invalid(key, rules, &self.origin_of(&[key.as_str()]), why))?,
+            None => crate::principal::PrincipalMapper::default(),
+        };
+        Ok(std::sync::Arc::new(mapper))
+    }
+
+    /// The login this node shows on `listener` with `mechanism`: the
+    /// username and password of the listener's
+    /// `listener.name.<name>.<mechanism>.sasl.jaas.config`; else that key
+    /// and why.
+    fn jaas_login(
+        &self,
+        listener: &str,
+        mechanism: &str,
+    ) -> Result<protocol::client::SaslLogin, (String, String)> {
+        let login_key = format!("{}.sasl.jaas.config", mechanism.to_ascii_lowercase());
+        let prefixed = format!(
+            "listener.name.{}.{login_key}",
+            listener.to_ascii_lowercase()
+        );
+        let jaas = self
+            .sasl_settings
+            .iter()
+            .rev()
+            .find(|(l, k, _)| l.as_deref() == Some(listener) && *k == login_key)
+            .map(|(_, _, v)| v.as_str())
+            .ok_or_else(|| {
+                (
+                    prefixed.clone(),
+                    format!("this node logs in to the others with the username and password of {prefixed}"),
+                )
+            })?;
+        let (user, password) =
+            crate::sasl::client_login(jaas).map_err(|why| (prefixed.clone(), why))?;
+        Ok(protocol::client::SaslLogin {
+            mechanism: mechanism.to_string(),
+            user,
+            password,
+        })
     }
 
     /// The controller listener's security: served on it by a voter (whose
@@ -1648,17 +1667,7 @@ impl Builder {
             let (server_tls, settings) = self.client_tls(&named)?;
             if serves {
                 security.server_tls = server_tls.map(|tls| tls.current());
-                security.principal_mapper = Some(std::sync::Arc::new(
-                    match settings
-                        .iter()
-                        .rev()
-                        .find(|(k, _)| k == "ssl.principal.mapping.rules")
-                    {
-                        Some((key, rules)) => crate::principal::PrincipalMapper::parse(rules)
-                            .map_err(|why| about(key, rules, why))?,
-                        None => crate::principal::PrincipalMapper::default(),
-                    },
-                ));
+                security.principal_mapper = Some(self.principal_mapper(&settings)?);
             }
             let client = crate::tls::client_config(&crate::tls::TlsSettings { values: settings })
                 .map_err(|(key, why)| {
@@ -1690,32 +1699,10 @@ impl Builder {
                 }
                 security.sasl = Some(sasl);
             }
-            let prefixed = format!(
-                "listener.name.{}.plain.sasl.jaas.config",
-                name.to_ascii_lowercase()
-            );
-            let jaas = self
-                .sasl_settings
-                .iter()
-                .rev()
-                .find(|(l, k, _)| {
-                    l.as_deref() == Some(name.as_str()) && k == "plain.sasl.jaas.config"
-                })
-                .map(|(_, _, v)| v.as_str())
-                .ok_or_else(|| {
-                    about(
-                        &prefixed,
-                        "",
-                        format!("a node logs in to the voters with the username and password of {prefixed}"),
-                    )
-                })?;
-            let (user, password) =
-                crate::sasl::client_login(jaas).map_err(|why| about(&prefixed, "(hidden)", why))?;
-            security.login = Some(protocol::client::SaslLogin {
-                mechanism: "PLAIN".to_string(),
-                user,
-                password,
-            });
+            let login = self
+                .jaas_login(&name, "PLAIN")
+                .map_err(|(key, why)| about(&key, "(hidden)", why))?;
+            security.login = Some(login);
         }
         Ok(security)
     }

@@ -696,6 +696,12 @@ impl Access {
         let cluster_refused = errors::CLUSTER_AUTHORIZATION_FAILED;
         let deny = |response: ResponseKind| Checked::Deny(Box::new(response));
         let message = || Some(refusal_text(cluster_refused));
+        if let Some(op) = cluster_operation(&body) {
+            if !self.cluster(op) {
+                return deny(cluster_refusal(&body));
+            }
+            return Checked::Serve(body, denied);
+        }
         let body = match body {
             R::DescribeConfigs(mut request) => {
                 request.resources.retain(|r| {
@@ -832,72 +838,6 @@ impl Access {
                 }
                 R::ElectLeaders(request)
             }
-            R::AlterPartitionReassignments(request) => {
-                if !self.cluster(operation::ALTER) {
-                    return deny(ResponseKind::AlterPartitionReassignments(
-                        AlterPartitionReassignmentsResponse::default()
-                            .with_error_code(cluster_refused)
-                            .with_error_message(message()),
-                    ));
-                }
-                R::AlterPartitionReassignments(request)
-            }
-            R::ListPartitionReassignments(request) => {
-                if !self.cluster(operation::DESCRIBE) {
-                    return deny(ResponseKind::ListPartitionReassignments(
-                        ListPartitionReassignmentsResponse::default()
-                            .with_error_code(cluster_refused)
-                            .with_error_message(message()),
-                    ));
-                }
-                R::ListPartitionReassignments(request)
-            }
-            R::DescribeQuorum(request) => {
-                if !self.cluster(operation::DESCRIBE) {
-                    return deny(ResponseKind::DescribeQuorum(
-                        DescribeQuorumResponse::default()
-                            .with_error_code(cluster_refused)
-                            .with_error_message(message()),
-                    ));
-                }
-                R::DescribeQuorum(request)
-            }
-            R::AddRaftVoter(request) => {
-                if !self.cluster(operation::ALTER) {
-                    return deny(ResponseKind::AddRaftVoter(
-                        AddRaftVoterResponse::default()
-                            .with_error_code(cluster_refused)
-                            .with_error_message(message()),
-                    ));
-                }
-                R::AddRaftVoter(request)
-            }
-            R::RemoveRaftVoter(request) => {
-                if !self.cluster(operation::ALTER) {
-                    return deny(ResponseKind::RemoveRaftVoter(
-                        RemoveRaftVoterResponse::default()
-                            .with_error_code(cluster_refused)
-                            .with_error_message(message()),
-                    ));
-                }
-                R::RemoveRaftVoter(request)
-            }
-            R::DescribeLogDirs(request) => {
-                if !self.cluster(operation::DESCRIBE) {
-                    return deny(ResponseKind::DescribeLogDirs(
-                        DescribeLogDirsResponse::default().with_error_code(cluster_refused),
-                    ));
-                }
-                R::DescribeLogDirs(request)
-            }
-            R::ListConfigResources(request) => {
-                if !self.cluster(operation::DESCRIBE_CONFIGS) {
-                    return deny(ResponseKind::ListConfigResources(
-                        ListConfigResourcesResponse::default().with_error_code(cluster_refused),
-                    ));
-                }
-                R::ListConfigResources(request)
-            }
             R::WriteTxnMarkers(request) => {
                 if !self.cluster(operation::CLUSTER_ACTION) {
                     let markers = request
@@ -990,6 +930,66 @@ impl Access {
             return Some(name.to_string());
         }
         super::metadata::topic_by_id(&self.image, id).map(|t| t.name.clone())
+    }
+}
+
+/// The cluster operation an API that acts on the cluster alone needs:
+/// ALTER to change reassignments or voters, DESCRIBE to list
+/// reassignments, the quorum or log dirs, DESCRIBE_CONFIGS to list config
+/// resources.
+fn cluster_operation(body: &RequestKind) -> Option<i8> {
+    use RequestKind as R;
+    match body {
+        R::AlterPartitionReassignments(_) | R::AddRaftVoter(_) | R::RemoveRaftVoter(_) => {
+            Some(operation::ALTER)
+        }
+        R::ListPartitionReassignments(_) | R::DescribeQuorum(_) | R::DescribeLogDirs(_) => {
+            Some(operation::DESCRIBE)
+        }
+        R::ListConfigResources(_) => Some(operation::DESCRIBE_CONFIGS),
+        _ => None,
+    }
+}
+
+/// CLUSTER_AUTHORIZATION_FAILED in the answer to one of the APIs of
+/// [`cluster_operation`].
+fn cluster_refusal(body: &RequestKind) -> ResponseKind {
+    use kafka_protocol::messages::*;
+    use RequestKind as R;
+    let code = errors::CLUSTER_AUTHORIZATION_FAILED;
+    let text = || Some(refusal_text(code));
+    match body {
+        R::AlterPartitionReassignments(_) => ResponseKind::AlterPartitionReassignments(
+            AlterPartitionReassignmentsResponse::default()
+                .with_error_code(code)
+                .with_error_message(text()),
+        ),
+        R::ListPartitionReassignments(_) => ResponseKind::ListPartitionReassignments(
+            ListPartitionReassignmentsResponse::default()
+                .with_error_code(code)
+                .with_error_message(text()),
+        ),
+        R::DescribeQuorum(_) => ResponseKind::DescribeQuorum(
+            DescribeQuorumResponse::default()
+                .with_error_code(code)
+                .with_error_message(text()),
+        ),
+        R::AddRaftVoter(_) => ResponseKind::AddRaftVoter(
+            AddRaftVoterResponse::default()
+                .with_error_code(code)
+                .with_error_message(text()),
+        ),
+        R::RemoveRaftVoter(_) => ResponseKind::RemoveRaftVoter(
+            RemoveRaftVoterResponse::default()
+                .with_error_code(code)
+                .with_error_message(text()),
+        ),
+        R::DescribeLogDirs(_) => {
+            ResponseKind::DescribeLogDirs(DescribeLogDirsResponse::default().with_error_code(code))
+        }
+        _ => ResponseKind::ListConfigResources(
+            ListConfigResourcesResponse::default().with_error_code(code),
+        ),
     }
 }
 

@@ -8,7 +8,6 @@
 
 pub mod acks;
 pub mod admin;
-pub mod certs;
 pub mod hostile;
 pub mod listing;
 pub mod raw;

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use test_support::run;
+use crate::run;
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
@@ -130,11 +130,11 @@ pub const BROKER_JAAS: &str = "org.apache.kafka.common.security.plain.PlainLogin
     username=\"broker\" password=\"broker-secret\" user_broker=\"broker-secret\";";
 
 impl Certificates {
-    /// `--set` arguments for [`test_support::cluster::Cluster::start_secured`]:
+    /// `--set` arguments for [`crate::cluster::Cluster::start_secured`]:
     /// SASL_SSL with PLAIN between brokers and on the controller listener,
     /// each node showing and checking these certificates.
     pub fn secured_cluster_args(&self) -> Vec<String> {
-        let listener = test_support::cluster::INTER_BROKER_LISTENER.to_ascii_lowercase();
+        let listener = crate::cluster::INTER_BROKER_LISTENER.to_ascii_lowercase();
         let mut settings = vec!["sasl.mechanism.inter.broker.protocol=PLAIN".to_string()];
         settings.push("sasl.mechanism.controller.protocol=PLAIN".to_string());
         for name in [listener.as_str(), "controller"] {
