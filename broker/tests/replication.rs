@@ -940,3 +940,170 @@ fn reassignment_moves_replicas_under_acks_all_load_and_loses_nothing() {
     let checked = producer.stop_and_check(&cluster, &any, MOVING);
     println!("reassignments under acks=all load: {checked}");
 }
+
+mod returning_coordinator {
+    use super::*;
+    use protocol::kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use protocol::kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    use protocol::kafka_protocol::messages::{
+        ApiKey, FindCoordinatorRequest, FindCoordinatorResponse, GroupId, OffsetCommitRequest,
+        OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, TopicName,
+    };
+    use protocol::kafka_protocol::protocol::StrBytes;
+    use std::net::TcpStream;
+    use test_support::Broker;
+
+    const GROUP: &str = "returning";
+    const TOPIC: &str = "returning-offsets";
+
+    fn text(value: &str) -> StrBytes {
+        StrBytes::from_string(value.to_string())
+    }
+
+    /// The node coordinating `GROUP`, as `broker` answers.
+    fn coordinator(broker: &Broker) -> Option<i32> {
+        let mut stream = TcpStream::connect(broker.address()).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+        let found: FindCoordinatorResponse = common::raw::call(
+            &mut stream,
+            ApiKey::FindCoordinator,
+            3,
+            1,
+            "returning-test",
+            &FindCoordinatorRequest::default().with_key(text(GROUP)),
+        );
+        (found.error_code == 0).then_some(found.node_id.0)
+    }
+
+    /// Commits `offset` for partition 0 outside any generation (Kafka's
+    /// "simple" commit); the error code.
+    fn commit(broker: &Broker, offset: i64) -> i16 {
+        let mut stream = common::raw::connect(broker);
+        let response: OffsetCommitResponse = common::raw::call(
+            &mut stream,
+            ApiKey::OffsetCommit,
+            8,
+            1,
+            "returning-test",
+            &OffsetCommitRequest::default()
+                .with_group_id(GroupId(text(GROUP)))
+                .with_generation_id_or_member_epoch(-1)
+                .with_member_id(text(""))
+                .with_topics(vec![OffsetCommitRequestTopic::default()
+                    .with_name(TopicName(text(TOPIC)))
+                    .with_partitions(vec![OffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(offset)
+                        .with_committed_leader_epoch(-1)])]),
+        );
+        response.topics[0].partitions[0].error_code
+    }
+
+    /// Partition 0's committed offset as `broker` answers, or the error
+    /// code; None when the broker does not answer yet.
+    fn fetch(broker: &Broker) -> Option<Result<i64, i16>> {
+        let mut stream = TcpStream::connect(broker.address()).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+        let response: OffsetFetchResponse = common::raw::call(
+            &mut stream,
+            ApiKey::OffsetFetch,
+            7,
+            1,
+            "returning-test",
+            &OffsetFetchRequest::default()
+                .with_group_id(GroupId(text(GROUP)))
+                .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+                    .with_name(TopicName(text(TOPIC)))
+                    .with_partition_indexes(vec![0])])),
+        );
+        if response.error_code != 0 {
+            return Some(Err(response.error_code));
+        }
+        let partition = &response.topics[0].partitions[0];
+        Some(if partition.error_code != 0 {
+            Err(partition.error_code)
+        } else {
+            Ok(partition.committed_offset)
+        })
+    }
+
+    /// A coordinator killed and brought back while another broker took its
+    /// groups must not answer from the offsets its own log had when it
+    /// died: until it leads the offsets partition again (and has loaded
+    /// what was committed meanwhile) it refuses with a retriable code.
+    #[test]
+    fn a_returning_coordinator_never_serves_offsets_committed_before_it_died() {
+        let mut cluster = three_brokers(&[]);
+        create_replicated(&cluster, TOPIC, 1, &[]);
+        let first = cluster.wait_for("a coordinator", || coordinator(&cluster.node(1).broker));
+        assert_eq!(commit(&cluster.node(first).broker, 10), 0);
+        cluster.node_mut(first).broker.kill();
+        let survivor = (1..=3).find(|&n| n != first).unwrap();
+        let survivor_bootstrap = cluster.node(survivor).broker.bootstrap();
+        cluster.wait_for("the killed broker fenced", || {
+            brokers_listed(&survivor_bootstrap, 2)
+        });
+        let second = cluster.wait_for("another coordinator", || {
+            coordinator(&cluster.node(survivor).broker).filter(|&n| n != first)
+        });
+        cluster.wait_for("the commit through the new coordinator", || {
+            (commit(&cluster.node(second).broker, 20) == 0).then_some(())
+        });
+        cluster.node_mut(first).broker.start_again();
+        // From the moment it listens, the returning broker answers a
+        // retriable error (another broker coordinates now) or the new
+        // offset, never the one its log had when it died.
+        let answers = poll_returning(&cluster, first, Duration::from_secs(10), false);
+        assert!(
+            answers.iter().any(|a| matches!(a, Some(Err(16)))),
+            "never NOT_COORDINATOR: {answers:?}"
+        );
+        // Once it leads the offsets partition again (the preferred leader
+        // elected), it coordinates with what was committed while it was
+        // away.
+        cluster.wait_for("the returning broker leads its offsets partitions again", || {
+            // Partitions whose preferred replica is not back in the ISR
+            // yet fail the election; the next try takes them.
+            test_support::strom(
+                &cluster.node(second).broker,
+                &["topic", "elect-leaders", "__consumer_offsets"],
+                None,
+            );
+            (coordinator(&cluster.node(second).broker) == Some(first)).then_some(())
+        });
+        poll_returning(&cluster, first, Duration::from_secs(60), true);
+    }
+
+    /// Asks the returning broker `node` for the committed offset every
+    /// 20 ms for `limit`, or (`until_served`) until it answered 20 five
+    /// times in a row; panics on any other offset. The answers.
+    fn poll_returning(
+        cluster: &Cluster,
+        node: i32,
+        limit: Duration,
+        until_served: bool,
+    ) -> Vec<Option<Result<i64, i16>>> {
+        let deadline = std::time::Instant::now() + limit;
+        let mut answers = Vec::new();
+        let mut in_a_row = 0;
+        while std::time::Instant::now() < deadline && !(until_served && in_a_row == 5) {
+            let answer = fetch(&cluster.node(node).broker);
+            match answer {
+                Some(Ok(20)) => in_a_row += 1,
+                Some(Ok(stale)) => panic!(
+                    "the returning broker answered offset {stale}, not 20\n{}",
+                    cluster.logs()
+                ),
+                _ => in_a_row = 0,
+            }
+            answers.push(answer);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if until_served {
+            assert_eq!(in_a_row, 5, "answers: {answers:?}\n{}", cluster.logs());
+        }
+        answers
+    }
+}

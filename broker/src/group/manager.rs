@@ -102,6 +102,12 @@ where
     let placement = place(shard, group_id).await?;
     shard
         .run_on(placement.core, move |owner| async move {
+            // The image may say this broker leads while its replica does
+            // not (yet): a broker back from a crash replays a metadata log
+            // that can be behind, and its leaderships are withheld until
+            // the controller knows this process. Its log may then miss
+            // commits made meanwhile elsewhere: it must not load them.
+            offsets_partition(&owner, placement.partition)?;
             ensure_loaded(&owner, placement.partition).await?;
             Ok(work(owner.clone(), placement.partition).await)
         })
@@ -116,6 +122,17 @@ pub fn unload(shard: &Shard, partition: i32) {
     if !shard.groups.loaded.borrow_mut().remove(&partition) {
         return;
     }
+    let forgotten = forget_partition(shard, partition);
+    tracing::info!(
+        partition,
+        groups = forgotten,
+        "offsets partition led elsewhere now: its groups unloaded"
+    );
+}
+
+/// Drops the groups and staged offsets of offsets partition `partition`
+/// from this core's coordinator; how many groups went.
+fn forget_partition(shard: &Shard, partition: i32) -> usize {
     let count = offsets_partition_count(shard);
     let mut replies = Vec::new();
     let forgotten = with_coordinator(shard, |c| {
@@ -125,11 +142,7 @@ pub fn unload(shard: &Shard, partition: i32) {
         c.forget(ours, GroupError::NotCoordinator, &mut replies)
     });
     dispatch(shard, replies);
-    tracing::info!(
-        partition,
-        groups = forgotten,
-        "offsets partition led elsewhere now: its groups unloaded"
-    );
+    forgotten
 }
 
 /// Loads one offsets partition into this core's coordinator, once.
@@ -150,19 +163,39 @@ pub async fn ensure_loaded(shard: &Rc<Shard>, partition: i32) -> Result<(), Grou
             .loading
             .borrow_mut()
             .insert(partition, notify.clone());
-        let result = load(shard, partition).await;
+        let epoch = offsets_partition(shard, partition).map(|p| p.leader_epoch());
+        let mut result = match epoch {
+            Ok(_) => load(shard, partition).await,
+            Err(why) => Err(why),
+        };
         manager.loading.borrow_mut().remove(&partition);
-        if result.is_ok() {
+        // Leadership lost (or lost and regained) while loading: what was
+        // read may be behind the log another leader extended.
+        let still = offsets_partition(shard, partition).map(|p| p.leader_epoch());
+        if result.is_ok() && still.is_ok() && still == epoch {
             manager.loaded.borrow_mut().insert(partition);
+        } else {
+            if result.is_ok() {
+                tracing::info!(
+                    partition,
+                    "offsets partition led elsewhere before its load finished: not loaded"
+                );
+                result = Err(GroupError::NotCoordinator);
+            }
+            // Nothing half-read stays behind.
+            forget_partition(shard, partition);
         }
         notify.raise();
         return result;
     }
 }
 
+/// This core's replica of offsets partition `partition`, while it leads
+/// (NOT_COORDINATOR otherwise: a follower's log may miss commits).
 fn offsets_partition(shard: &Shard, partition: i32) -> Result<Rc<Partition>, GroupError> {
     shard
         .partition(OFFSETS_TOPIC, partition)
+        .filter(|p| p.is_leader())
         .ok_or(GroupError::NotCoordinator)
 }
 
@@ -744,7 +777,9 @@ pub async fn load_owned(shard: &Rc<Shard>) -> Result<(), GroupError> {
         return Ok(());
     };
     for partition in 0..topic.partition_cores.len() as i32 {
-        if image.leader_core(topic, partition, shard.cores) == Ok(shard.id) {
+        if image.leader_core(topic, partition, shard.cores) == Ok(shard.id)
+            && offsets_partition(shard, partition).is_ok()
+        {
             ensure_loaded(shard, partition).await?;
         }
     }
