@@ -965,7 +965,9 @@ mod returning_coordinator {
     /// The node coordinating `GROUP`, as `broker` answers.
     fn coordinator(broker: &Broker) -> Option<i32> {
         let mut stream = TcpStream::connect(broker.address()).ok()?;
-        stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .ok()?;
         let found: FindCoordinatorResponse = common::raw::call(
             &mut stream,
             ApiKey::FindCoordinator,
@@ -1005,7 +1007,9 @@ mod returning_coordinator {
     /// code; None when the broker does not answer yet.
     fn fetch(broker: &Broker) -> Option<Result<i64, i16>> {
         let mut stream = TcpStream::connect(broker.address()).ok()?;
-        stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .ok()?;
         let response: OffsetFetchResponse = common::raw::call(
             &mut stream,
             ApiKey::OffsetFetch,
@@ -1063,16 +1067,19 @@ mod returning_coordinator {
         // Once it leads the offsets partition again (the preferred leader
         // elected), it coordinates with what was committed while it was
         // away.
-        cluster.wait_for("the returning broker leads its offsets partitions again", || {
-            // Partitions whose preferred replica is not back in the ISR
-            // yet fail the election; the next try takes them.
-            test_support::strom(
-                &cluster.node(second).broker,
-                &["topic", "elect-leaders", "__consumer_offsets"],
-                None,
-            );
-            (coordinator(&cluster.node(second).broker) == Some(first)).then_some(())
-        });
+        cluster.wait_for(
+            "the returning broker leads its offsets partitions again",
+            || {
+                // Partitions whose preferred replica is not back in the ISR
+                // yet fail the election; the next try takes them.
+                test_support::strom(
+                    &cluster.node(second).broker,
+                    &["topic", "elect-leaders", "__consumer_offsets"],
+                    None,
+                );
+                (coordinator(&cluster.node(second).broker) == Some(first)).then_some(())
+            },
+        );
         poll_returning(&cluster, first, Duration::from_secs(60), true);
     }
 

@@ -18,6 +18,45 @@ pub struct GroupConfig {
     pub offsets_partitions: i32,
     /// `offsets.retention.minutes`, in ms.
     pub offsets_retention_ms: u64,
+    /// KIP-848 groups (`group.protocol=consumer`): the broker-side settings.
+    pub consumer: ConsumerGroupConfig,
+}
+
+/// The settings of consumer-protocol groups (Kafka's `group.consumer.*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerGroupConfig {
+    /// `group.consumer.session.timeout.ms` and its bounds
+    /// (`group.consumer.min.session.timeout.ms`, `...max...`).
+    pub session_timeout_ms: u64,
+    pub min_session_timeout_ms: u64,
+    pub max_session_timeout_ms: u64,
+    /// `group.consumer.heartbeat.interval.ms` and its bounds.
+    pub heartbeat_interval_ms: u64,
+    pub min_heartbeat_interval_ms: u64,
+    pub max_heartbeat_interval_ms: u64,
+    /// `group.consumer.max.size`.
+    pub max_size: usize,
+    /// `group.consumer.assignors`: the server-side assignors members may
+    /// name, the first the default.
+    pub assignors: Vec<String>,
+}
+
+impl Default for ConsumerGroupConfig {
+    fn default() -> Self {
+        Self {
+            session_timeout_ms: 45_000,
+            min_session_timeout_ms: 45_000,
+            max_session_timeout_ms: 60_000,
+            heartbeat_interval_ms: 5_000,
+            min_heartbeat_interval_ms: 5_000,
+            max_heartbeat_interval_ms: 15_000,
+            max_size: GROUP_MEMBERS_MAX,
+            assignors: crate::coordinator::ASSIGNORS
+                .iter()
+                .map(|a| a.to_string())
+                .collect(),
+        }
+    }
 }
 
 impl Default for GroupConfig {
@@ -29,6 +68,7 @@ impl Default for GroupConfig {
             max_session_timeout_ms: 1_800_000,
             offsets_partitions: 50,
             offsets_retention_ms: 7 * 24 * 60 * 60 * 1000,
+            consumer: ConsumerGroupConfig::default(),
         }
     }
 }
@@ -41,6 +81,14 @@ pub const GROUP_CONFIG_KEYS: &[&str] = &[
     "group.max.session.timeout.ms",
     "offsets.topic.num.partitions",
     "offsets.retention.minutes",
+    "group.consumer.session.timeout.ms",
+    "group.consumer.min.session.timeout.ms",
+    "group.consumer.max.session.timeout.ms",
+    "group.consumer.heartbeat.interval.ms",
+    "group.consumer.min.heartbeat.interval.ms",
+    "group.consumer.max.heartbeat.interval.ms",
+    "group.consumer.max.size",
+    "group.consumer.assignors",
 ];
 
 impl GroupConfig {
@@ -80,12 +128,82 @@ impl GroupConfig {
                 }
                 self.offsets_retention_ms = minutes.saturating_mul(60_000);
             }
+            "group.consumer.session.timeout.ms" => self.consumer.session_timeout_ms = number()?,
+            "group.consumer.min.session.timeout.ms" => {
+                self.consumer.min_session_timeout_ms = number()?
+            }
+            "group.consumer.max.session.timeout.ms" => {
+                self.consumer.max_session_timeout_ms = number()?
+            }
+            "group.consumer.heartbeat.interval.ms" => {
+                self.consumer.heartbeat_interval_ms = number()?
+            }
+            "group.consumer.min.heartbeat.interval.ms" => {
+                self.consumer.min_heartbeat_interval_ms = number()?
+            }
+            "group.consumer.max.heartbeat.interval.ms" => {
+                self.consumer.max_heartbeat_interval_ms = number()?
+            }
+            "group.consumer.max.size" => {
+                let size = number()?;
+                if size == 0 || size > GROUP_MEMBERS_MAX as u64 {
+                    return Err(format!("must be between 1 and {GROUP_MEMBERS_MAX}"));
+                }
+                self.consumer.max_size = size as usize;
+            }
+            "group.consumer.assignors" => {
+                let names: Vec<String> = value
+                    .split(',')
+                    .map(|name| name.trim().to_string())
+                    .filter(|name| !name.is_empty())
+                    .collect();
+                if names.is_empty() {
+                    return Err("names no assignor".to_string());
+                }
+                if let Some(unknown) = names
+                    .iter()
+                    .find(|n| !crate::coordinator::ASSIGNORS.contains(&n.as_str()))
+                {
+                    return Err(format!(
+                        "`{unknown}` is not an assignor here (known: {})",
+                        crate::coordinator::ASSIGNORS.join(", ")
+                    ));
+                }
+                self.consumer.assignors = names;
+            }
             _ => return Err(format!("`{key}` is not a group setting")),
         }
         if self.min_session_timeout_ms > self.max_session_timeout_ms {
             return Err(
                 "group.min.session.timeout.ms is above group.max.session.timeout.ms".into(),
             );
+        }
+        Ok(())
+    }
+
+    /// Checks that each consumer-protocol default lies within its bounds
+    /// (once every key is set: Kafka checks them together at start).
+    pub fn check_consumer_bounds(&self) -> Result<(), String> {
+        let c = &self.consumer;
+        if !(c.min_session_timeout_ms..=c.max_session_timeout_ms).contains(&c.session_timeout_ms) {
+            return Err(format!(
+                "group.consumer.session.timeout.ms ({}) must lie between group.consumer.min.session.timeout.ms ({}) and group.consumer.max.session.timeout.ms ({})",
+                c.session_timeout_ms, c.min_session_timeout_ms, c.max_session_timeout_ms
+            ));
+        }
+        if !(c.min_heartbeat_interval_ms..=c.max_heartbeat_interval_ms)
+            .contains(&c.heartbeat_interval_ms)
+        {
+            return Err(format!(
+                "group.consumer.heartbeat.interval.ms ({}) must lie between group.consumer.min.heartbeat.interval.ms ({}) and group.consumer.max.heartbeat.interval.ms ({})",
+                c.heartbeat_interval_ms, c.min_heartbeat_interval_ms, c.max_heartbeat_interval_ms
+            ));
+        }
+        if c.heartbeat_interval_ms >= c.session_timeout_ms {
+            return Err(format!(
+                "group.consumer.heartbeat.interval.ms ({}) must be below group.consumer.session.timeout.ms ({})",
+                c.heartbeat_interval_ms, c.session_timeout_ms
+            ));
         }
         Ok(())
     }

@@ -55,6 +55,20 @@ pub enum GroupError {
     /// AddOffsetsToTxn first, or the transaction has ended).
     #[error("the group's offsets partition is not in the producer's transaction")]
     InvalidTxnState,
+    /// A consumer-protocol member's epoch is not the group's view of it:
+    /// it must give up its partitions and join again.
+    #[error("the member's epoch is fenced")]
+    FencedMemberEpoch,
+    #[error("a live member still holds this static member's instance id")]
+    UnreleasedInstanceId,
+    #[error("the server-side assignor is not supported")]
+    UnsupportedAssignor,
+    /// An offset commit from a consumer-protocol member at an epoch that
+    /// is not its current one.
+    #[error("the member's epoch is stale")]
+    StaleMemberEpoch,
+    #[error("the subscription's regular expression is not valid")]
+    InvalidRegularExpression,
 }
 
 impl GroupError {
@@ -78,6 +92,11 @@ impl GroupError {
             GroupError::InvalidSessionTimeout => codes::INVALID_SESSION_TIMEOUT,
             GroupError::OffsetMetadataTooLarge => codes::OFFSET_METADATA_TOO_LARGE,
             GroupError::InvalidCommitOffsetSize => codes::INVALID_COMMIT_OFFSET_SIZE,
+            GroupError::FencedMemberEpoch => codes::FENCED_MEMBER_EPOCH,
+            GroupError::UnreleasedInstanceId => codes::UNRELEASED_INSTANCE_ID,
+            GroupError::UnsupportedAssignor => codes::UNSUPPORTED_ASSIGNOR,
+            GroupError::StaleMemberEpoch => codes::STALE_MEMBER_EPOCH,
+            GroupError::InvalidRegularExpression => codes::INVALID_REGULAR_EXPRESSION,
             GroupError::InvalidRequest => codes::INVALID_REQUEST,
             GroupError::ProducerFenced => codes::PRODUCER_FENCED,
             GroupError::InvalidTxnState => codes::INVALID_TXN_STATE,

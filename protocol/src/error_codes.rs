@@ -60,6 +60,11 @@ pub const NON_EMPTY_GROUP: i16 = ResponseError::NonEmptyGroup.code();
 pub const GROUP_ID_NOT_FOUND: i16 = ResponseError::GroupIdNotFound.code();
 pub const MEMBER_ID_REQUIRED: i16 = ResponseError::MemberIdRequired.code();
 pub const GROUP_MAX_SIZE_REACHED: i16 = ResponseError::GroupMaxSizeReached.code();
+pub const FENCED_MEMBER_EPOCH: i16 = ResponseError::FencedMemberEpoch.code();
+pub const UNRELEASED_INSTANCE_ID: i16 = ResponseError::UnreleasedInstanceId.code();
+pub const UNSUPPORTED_ASSIGNOR: i16 = ResponseError::UnsupportedAssignor.code();
+pub const STALE_MEMBER_EPOCH: i16 = ResponseError::StaleMemberEpoch.code();
+pub const INVALID_REGULAR_EXPRESSION: i16 = ResponseError::InvalidRegularExpression.code();
 pub const FENCED_INSTANCE_ID: i16 = ResponseError::FencedInstanceId.code();
 pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = ResponseError::GroupSubscribedToTopic.code();
 

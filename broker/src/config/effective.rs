@@ -217,6 +217,22 @@ pub fn group_value(config: &BrokerConfig, key: &str) -> Option<String> {
         "group.max.session.timeout.ms" => groups.max_session_timeout_ms.to_string(),
         "offsets.topic.num.partitions" => groups.offsets_partitions.to_string(),
         "offsets.retention.minutes" => (groups.offsets_retention_ms / 60_000).to_string(),
+        "group.consumer.session.timeout.ms" => groups.consumer.session_timeout_ms.to_string(),
+        "group.consumer.min.session.timeout.ms" => {
+            groups.consumer.min_session_timeout_ms.to_string()
+        }
+        "group.consumer.max.session.timeout.ms" => {
+            groups.consumer.max_session_timeout_ms.to_string()
+        }
+        "group.consumer.heartbeat.interval.ms" => groups.consumer.heartbeat_interval_ms.to_string(),
+        "group.consumer.min.heartbeat.interval.ms" => {
+            groups.consumer.min_heartbeat_interval_ms.to_string()
+        }
+        "group.consumer.max.heartbeat.interval.ms" => {
+            groups.consumer.max_heartbeat_interval_ms.to_string()
+        }
+        "group.consumer.max.size" => groups.consumer.max_size.to_string(),
+        "group.consumer.assignors" => groups.consumer.assignors.join(","),
         _ => return None,
     })
 }

@@ -1245,6 +1245,10 @@ impl Builder {
 
     fn finish(mut self) -> Result<BrokerConfig, ConfigError> {
         let source = Source::Flag;
+        self.groups.check_consumer_bounds().map_err(|reason| {
+            let value = self.groups.consumer.session_timeout_ms.to_string();
+            invalid("group.consumer.session.timeout.ms", &value, &source, reason)
+        })?;
         if let Some((ms, _)) = self.retention_ms {
             self.topic_defaults
                 .set("retention.ms", &ms.to_string())

@@ -801,6 +801,46 @@ pub const GROUP_SETTINGS: &[GroupSetting] = &[
         default: "10080",
         meaning: "How long committed offsets of an empty group are kept.",
     },
+    GroupSetting {
+        key: "group.consumer.session.timeout.ms",
+        default: "45000",
+        meaning: "Session timeout of members of consumer-protocol groups (`group.protocol=consumer`): a member silent this long leaves the group.",
+    },
+    GroupSetting {
+        key: "group.consumer.min.session.timeout.ms",
+        default: "45000",
+        meaning: "Lower bound of `group.consumer.session.timeout.ms`.",
+    },
+    GroupSetting {
+        key: "group.consumer.max.session.timeout.ms",
+        default: "60000",
+        meaning: "Upper bound of `group.consumer.session.timeout.ms`.",
+    },
+    GroupSetting {
+        key: "group.consumer.heartbeat.interval.ms",
+        default: "5000",
+        meaning: "How often members of consumer-protocol groups heartbeat (the coordinator tells them).",
+    },
+    GroupSetting {
+        key: "group.consumer.min.heartbeat.interval.ms",
+        default: "5000",
+        meaning: "Lower bound of `group.consumer.heartbeat.interval.ms`.",
+    },
+    GroupSetting {
+        key: "group.consumer.max.heartbeat.interval.ms",
+        default: "15000",
+        meaning: "Upper bound of `group.consumer.heartbeat.interval.ms`.",
+    },
+    GroupSetting {
+        key: "group.consumer.max.size",
+        default: "1000",
+        meaning: "Most members in one consumer-protocol group.",
+    },
+    GroupSetting {
+        key: "group.consumer.assignors",
+        default: "uniform,range",
+        meaning: "Server-side assignors consumer-protocol members may name (`group.remote.assignor`), the first the default: `uniform` (balanced and sticky) and `range` (per topic, contiguous ranges).",
+    },
 ];
 
 fn cell(text: &str) -> String {

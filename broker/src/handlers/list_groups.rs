@@ -1,9 +1,8 @@
 //! ListGroups (16), versions 0–5 (v4: `states_filter`; v5: `types_filter`
-//! and each group's type): the groups of every core's coordinator. Every
-//! group here is a classic group, so Kafka 4 reports each as `classic`; a
-//! types filter without `classic` (say `consumer`, KIP-848 groups) lists
-//! none, and an unknown type matches nothing, as in Kafka. Both filters
-//! ignore case.
+//! and each group's type): the groups of every core's coordinator, each
+//! `classic` (JoinGroup/SyncGroup) or `consumer` (KIP-848's
+//! ConsumerGroupHeartbeat). An unknown type matches nothing, as in Kafka.
+//! Both filters ignore case.
 
 use std::rc::Rc;
 
@@ -18,9 +17,6 @@ use crate::shard::Shard;
 pub const VERSION_MIN: i16 = 0;
 pub const VERSION_MAX: i16 = 5;
 
-/// Kafka's name for the type of a group managed by JoinGroup/SyncGroup.
-const GROUP_TYPE_CLASSIC: &str = "classic";
-
 pub async fn handle(
     shard: &Rc<Shard>,
     request: ListGroupsRequest,
@@ -31,30 +27,29 @@ pub async fn handle(
         .iter()
         .map(|s| s.trim().to_ascii_lowercase())
         .collect();
-    let classic_listed = request.types_filter.is_empty()
-        || request
-            .types_filter
-            .iter()
-            .any(|t| t.eq_ignore_ascii_case(GROUP_TYPE_CLASSIC));
+    let types: Vec<String> = request
+        .types_filter
+        .iter()
+        .map(|t| t.trim().to_ascii_lowercase())
+        .collect();
     let mut error_code = errors::NONE;
     let mut groups = Vec::new();
     for result in manager::on_every_coordinator(shard, |c| c.list()).await {
         match result {
             Ok(listed) => {
-                for (group_id, protocol_type, state) in listed {
-                    if !classic_listed {
+                for listed in listed {
+                    if !types.is_empty() && !types.iter().any(|t| t == listed.group_type) {
                         continue;
                     }
-                    if !states.is_empty() && !states.contains(&state.name().to_ascii_lowercase()) {
+                    if !states.is_empty() && !states.contains(&listed.state.to_ascii_lowercase()) {
                         continue;
                     }
                     let mut group = ListedGroup::default()
-                        .with_group_id(GroupId(StrBytes::from_string(group_id)))
-                        .with_protocol_type(StrBytes::from_string(protocol_type))
-                        .with_group_state(StrBytes::from_static_str(state.name()));
+                        .with_group_id(GroupId(StrBytes::from_string(listed.group_id)))
+                        .with_protocol_type(StrBytes::from_string(listed.protocol_type))
+                        .with_group_state(StrBytes::from_static_str(listed.state));
                     if version >= 5 {
-                        group =
-                            group.with_group_type(StrBytes::from_static_str(GROUP_TYPE_CLASSIC));
+                        group = group.with_group_type(StrBytes::from_static_str(listed.group_type));
                     }
                     groups.push(group);
                 }

@@ -48,6 +48,19 @@ impl Coordinator {
             return fail(GroupError::InconsistentGroupProtocol);
         }
         let exists = self.groups.contains_key(&request.group_id);
+        if let Some(group) = self.groups.get_mut(&request.group_id) {
+            // A consumer-protocol group turns classic again once empty.
+            match group.consumer.as_ref() {
+                Some(consumer) if !consumer.members.is_empty() => {
+                    return fail(GroupError::InconsistentGroupProtocol);
+                }
+                Some(_) => {
+                    group.consumer = None;
+                    group.protocol_type = None;
+                }
+                None => {}
+            }
+        }
         if !exists {
             if !request.member_id.is_empty() {
                 return fail(GroupError::UnknownMemberId);
@@ -202,6 +215,7 @@ impl Coordinator {
     /// Checks the deadlines of groups with members or pending ids:
     /// pending ids, sessions, the join phase and the sync phase.
     pub fn tick(&mut self, now_ms: u64, replies: &mut Replies) {
+        self.tick_consumer_groups(now_ms);
         let ids: Vec<String> = self
             .groups
             .values()

@@ -219,3 +219,14 @@ pub struct DroppedOffset {
     pub topic: String,
     pub partition: i32,
 }
+
+/// A group as ListGroups shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedGroup {
+    pub group_id: String,
+    pub protocol_type: String,
+    /// Kafka's name of its state ("Stable", "Reconciling", ...).
+    pub state: &'static str,
+    /// "classic" or "consumer".
+    pub group_type: &'static str,
+}

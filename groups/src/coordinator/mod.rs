@@ -25,6 +25,7 @@ use bytes::Bytes;
 use crate::error::GroupError;
 use crate::limits::{GROUPS_PER_CORE_MAX, GROUP_ID_BYTES_MAX, MEMBER_NAME_BYTES_MAX};
 
+mod consumer;
 mod membership;
 mod messages;
 mod offsets;
@@ -35,6 +36,10 @@ mod tests;
 mod txn_offsets;
 
 pub use crate::config::{GroupConfig, GROUP_CONFIG_KEYS};
+pub use consumer::{
+    assign_range, assign_uniform, group_state_name, ConsumerGroup, ConsumerHeartbeat,
+    ConsumerHeartbeatAnswer, ConsumerMember, MemberState, Partitions, TopicInfo, Topics, ASSIGNORS,
+};
 pub use messages::*;
 pub use state::Group;
 pub use subscription::consumer_subscription_topics;
@@ -312,11 +317,19 @@ impl Coordinator {
         }
     }
 
-    /// ListGroups: (group id, protocol type, state).
-    pub fn list(&self) -> Vec<(String, String, GroupState)> {
+    /// ListGroups: each group with its protocol type, state and type.
+    pub fn list(&self) -> Vec<ListedGroup> {
         self.groups
             .values()
-            .map(|g| (g.id.clone(), g.protocol_type().to_string(), g.state))
+            .map(|g| ListedGroup {
+                group_id: g.id.clone(),
+                protocol_type: g.protocol_type().to_string(),
+                state: match g.consumer() {
+                    Some(consumer) => consumer::group_state_name(consumer),
+                    None => g.state.name(),
+                },
+                group_type: g.group_type(),
+            })
             .collect()
     }
 }

@@ -62,8 +62,12 @@ impl Coordinator {
         }
         let core_offsets_left = CORE_OFFSETS_MAX.saturating_sub(self.offsets_count);
         self.with_group(&committer.group_id, |group| {
+            let consumer =
+                group.consumer_commit_allowed(&committer.member_id, committer.generation_id);
             let allowed = if group.state == GroupState::Dead {
                 Err(GroupError::CoordinatorNotAvailable)
+            } else if let Some(allowed) = consumer {
+                allowed
             } else if group.fenced(&committer.member_id, committer.group_instance_id.as_deref()) {
                 Err(GroupError::FencedInstanceId)
             } else if committer.generation_id < 0 && group.state == GroupState::Empty {

@@ -75,6 +75,9 @@ pub struct Group {
     pub(super) metadata: Option<Rc<GroupMetadata>>,
     /// `metadata` was taken anew and is not yet queued for writing.
     pub(super) metadata_changed: bool,
+    /// A consumer-protocol group's members and assignments (KIP-848);
+    /// `None` for a classic group.
+    pub(super) consumer: Option<Box<super::consumer::ConsumerGroup>>,
 }
 
 impl Group {
@@ -97,6 +100,7 @@ impl Group {
             offsets: BTreeMap::new(),
             metadata: None,
             metadata_changed: false,
+            consumer: None,
         }
     }
 
@@ -130,7 +134,21 @@ impl Group {
     }
 
     pub(super) fn member_bytes(&self) -> usize {
-        self.members.values().map(Member::bytes).sum()
+        self.members.values().map(Member::bytes).sum::<usize>() + self.consumer_bytes()
+    }
+
+    /// "consumer" for a consumer-protocol group, else "classic".
+    pub fn group_type(&self) -> &'static str {
+        if self.consumer.is_some() {
+            "consumer"
+        } else {
+            "classic"
+        }
+    }
+
+    /// The consumer-protocol part, for a consumer-protocol group.
+    pub fn consumer(&self) -> Option<&super::consumer::ConsumerGroup> {
+        self.consumer.as_deref()
     }
 
     /// Takes the group's membership for `__consumer_offsets`, as Kafka

@@ -1,0 +1,1119 @@
+//! Consumer-protocol groups (KIP-848, `group.protocol=consumer`): the
+//! coordinator computes the assignment and hands it out through
+//! ConsumerGroupHeartbeat, one member at a time, without stopping the
+//! group.
+//!
+//! The group has an epoch, bumped by any change of membership, of
+//! subscriptions or of the subscribed topics' partitions; the target
+//! assignment is computed for the group epoch by a server-side assignor
+//! (`uniform` or `range`). Each member then reconciles towards its target
+//! at its own pace: it first gives up what the target takes from it
+//! (UNREVOKED_PARTITIONS: its epoch stays until it heartbeats without
+//! them), then gets its new epoch with the partitions no other member
+//! still holds; those still held come as they are released
+//! (UNRELEASED_PARTITIONS). So no partition is ever owned by two members.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::error::GroupError;
+use crate::limits::GROUP_MEMBERS_MAX;
+
+use super::messages::GroupState;
+use super::state::Group;
+use super::{too_long, Coordinator};
+
+/// Partitions by topic name.
+pub type Partitions = BTreeMap<String, BTreeSet<i32>>;
+
+/// The server-side assignors, by the names clients give.
+pub const ASSIGNORS: &[&str] = &["uniform", "range"];
+
+/// Topics a group may be assigned, as the metadata has them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopicInfo {
+    /// The topic id (clients name topics by id in heartbeats).
+    pub id: u128,
+    pub partitions: i32,
+}
+
+/// Every topic by name.
+pub type Topics = BTreeMap<String, TopicInfo>;
+
+/// A ConsumerGroupHeartbeat, decoded (topics by name).
+#[derive(Debug, Clone, Default)]
+pub struct ConsumerHeartbeat {
+    pub group_id: String,
+    pub member_id: String,
+    /// 0 joins, -1 leaves, -2 leaves for now (a static member).
+    pub member_epoch: i32,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    /// -1: unchanged.
+    pub rebalance_timeout_ms: i32,
+    /// `None`: unchanged.
+    pub subscribed_topic_names: Option<Vec<String>>,
+    pub subscribed_topic_regex: Option<String>,
+    pub server_assignor: Option<String>,
+    /// The partitions the member owns; `None`: unchanged since the last
+    /// heartbeat.
+    pub owned: Option<Partitions>,
+    pub client_id: String,
+    pub client_host: String,
+}
+
+/// The answer to a heartbeat that was accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerHeartbeatAnswer {
+    pub member_id: String,
+    pub member_epoch: i32,
+    pub heartbeat_interval_ms: i32,
+    /// The partitions the member may own now, when they changed (or the
+    /// member may not know them).
+    pub assignment: Option<Partitions>,
+}
+
+/// Where a member is in reaching its target assignment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberState {
+    Stable,
+    /// It must first give up partitions (`revoking`).
+    UnrevokedPartitions,
+    /// Some partitions of its target are still held by others.
+    UnreleasedPartitions,
+}
+
+impl MemberState {
+    pub fn name(self) -> &'static str {
+        match self {
+            MemberState::Stable => "stable",
+            MemberState::UnrevokedPartitions => "unrevoked_partitions",
+            MemberState::UnreleasedPartitions => "unreleased_partitions",
+        }
+    }
+}
+
+/// One member of a consumer-protocol group.
+#[derive(Debug, Clone)]
+pub struct ConsumerMember {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub rebalance_timeout_ms: u64,
+    pub subscribed_names: BTreeSet<String>,
+    pub subscribed_regex: Option<String>,
+    compiled_regex: Option<regex::Regex>,
+    pub server_assignor: Option<String>,
+    pub member_epoch: i32,
+    pub previous_member_epoch: i32,
+    pub state: MemberState,
+    /// What it may own now.
+    pub assigned: Partitions,
+    /// What it must give up before it moves on.
+    pub revoking: Partitions,
+    pub session_deadline_ms: u64,
+    /// Until when it may take to revoke (UNREVOKED_PARTITIONS).
+    pub revocation_deadline_ms: Option<u64>,
+    /// A static member that left for now (epoch -2): its assignment waits
+    /// for its instance to come back within the session timeout.
+    pub away: bool,
+}
+
+impl ConsumerMember {
+    fn bytes(&self) -> usize {
+        let names: usize = self.subscribed_names.iter().map(String::len).sum();
+        self.member_id.len()
+            + self.client_id.len()
+            + self.client_host.len()
+            + names
+            + self.subscribed_regex.as_ref().map_or(0, String::len)
+            + 8 * (count(&self.assigned) + count(&self.revoking))
+    }
+
+    /// Whether it subscribes to `topic`.
+    fn subscribes(&self, topic: &str) -> bool {
+        self.subscribed_names.contains(topic)
+            || self
+                .compiled_regex
+                .as_ref()
+                .is_some_and(|r| r.is_match(topic))
+    }
+}
+
+/// The consumer-protocol part of a group.
+#[derive(Debug, Clone, Default)]
+pub struct ConsumerGroup {
+    pub group_epoch: i32,
+    /// The epoch `target` was computed for.
+    pub assignment_epoch: i32,
+    pub members: BTreeMap<String, ConsumerMember>,
+    pub target: BTreeMap<String, Partitions>,
+    /// The subscribed topics' partition counts the target was computed
+    /// from: a change bumps the group epoch.
+    pub subscribed_topics: BTreeMap<String, i32>,
+}
+
+/// A consumer-protocol group's state as ConsumerGroupDescribe names it.
+pub fn group_state_name(group: &ConsumerGroup) -> &'static str {
+    if group.members.is_empty() {
+        "Empty"
+    } else if group.assignment_epoch < group.group_epoch {
+        "Assigning"
+    } else if group
+        .members
+        .values()
+        .any(|m| m.member_epoch != group.assignment_epoch || m.state != MemberState::Stable)
+    {
+        "Reconciling"
+    } else {
+        "Stable"
+    }
+}
+
+fn count(partitions: &Partitions) -> usize {
+    partitions.values().map(BTreeSet::len).sum()
+}
+
+fn contains(partitions: &Partitions, topic: &str, partition: i32) -> bool {
+    partitions
+        .get(topic)
+        .is_some_and(|p| p.contains(&partition))
+}
+
+fn intersects(a: &Partitions, b: &Partitions) -> bool {
+    a.iter()
+        .any(|(topic, ps)| b.get(topic).is_some_and(|other| !ps.is_disjoint(other)))
+}
+
+fn is_subset(a: &Partitions, b: &Partitions) -> bool {
+    a.iter()
+        .all(|(topic, ps)| ps.is_empty() || b.get(topic).is_some_and(|other| ps.is_subset(other)))
+}
+
+/// `a` ∩ `b` and `a` − `b`.
+fn split(a: &Partitions, b: &Partitions) -> (Partitions, Partitions) {
+    let mut both = Partitions::new();
+    let mut only = Partitions::new();
+    for (topic, ps) in a {
+        for &p in ps {
+            let side = if contains(b, topic, p) {
+                &mut both
+            } else {
+                &mut only
+            };
+            side.entry(topic.clone()).or_default().insert(p);
+        }
+    }
+    (both, only)
+}
+
+fn add(into: &mut Partitions, from: &Partitions) {
+    for (topic, ps) in from {
+        into.entry(topic.clone()).or_default().extend(ps);
+    }
+}
+
+/// The empty topics dropped, so equal sets compare equal.
+fn normalized(mut partitions: Partitions) -> Partitions {
+    partitions.retain(|_, ps| !ps.is_empty());
+    partitions
+}
+
+/// Compiles a subscription's regular expression (Kafka's RE2/J syntax;
+/// the whole topic name must match).
+fn compile(regex: &str) -> Result<regex::Regex, GroupError> {
+    regex::Regex::new(&format!("^(?:{regex})$")).map_err(|_| GroupError::InvalidRegularExpression)
+}
+
+impl ConsumerGroup {
+    /// Topics some member subscribes to, with their partition counts.
+    fn subscribed(&self, topics: &Topics) -> BTreeMap<String, i32> {
+        topics
+            .iter()
+            .filter(|(name, _)| self.members.values().any(|m| m.subscribes(name)))
+            .map(|(name, info)| (name.clone(), info.partitions))
+            .collect()
+    }
+
+    /// Who owns `topic`-`partition` now (assigned or still revoking),
+    /// other than `except`.
+    fn held_by_other(&self, except: &str, topic: &str, partition: i32) -> bool {
+        self.members.iter().any(|(id, m)| {
+            id != except
+                && (contains(&m.assigned, topic, partition)
+                    || contains(&m.revoking, topic, partition))
+        })
+    }
+
+    /// Every partition owned by two members at once: none, ever.
+    pub fn double_owned(&self) -> Vec<(String, i32)> {
+        let mut seen = BTreeSet::new();
+        let mut twice = Vec::new();
+        for member in self.members.values() {
+            let mut mine = member.assigned.clone();
+            add(&mut mine, &member.revoking);
+            for (topic, ps) in mine {
+                for p in ps {
+                    if !seen.insert((topic.clone(), p)) {
+                        twice.push((topic.clone(), p));
+                    }
+                }
+            }
+        }
+        twice
+    }
+
+    /// Computes the target assignment for the group epoch, if behind.
+    fn refresh_target(&mut self, topics: &Topics, default_assignor: &str) {
+        let subscribed = self.subscribed(topics);
+        if subscribed != self.subscribed_topics {
+            self.subscribed_topics = subscribed;
+            self.group_epoch += 1;
+        }
+        if self.assignment_epoch >= self.group_epoch {
+            return;
+        }
+        // The most common choice among the members, else the default.
+        let mut votes: BTreeMap<&str, usize> = BTreeMap::new();
+        for m in self.members.values() {
+            if let Some(name) = m.server_assignor.as_deref() {
+                *votes.entry(name).or_default() += 1;
+            }
+        }
+        let assignor = votes
+            .iter()
+            .max_by_key(|(_, n)| **n)
+            .map_or(default_assignor, |(name, _)| *name)
+            .to_string();
+        let subscriptions: BTreeMap<String, BTreeSet<String>> = self
+            .members
+            .iter()
+            .map(|(id, m)| {
+                let topics = self
+                    .subscribed_topics
+                    .keys()
+                    .filter(|t| m.subscribes(t))
+                    .cloned()
+                    .collect();
+                (id.clone(), topics)
+            })
+            .collect();
+        self.target = match assignor.as_str() {
+            "range" => assign_range(&subscriptions, &self.subscribed_topics),
+            _ => assign_uniform(&subscriptions, &self.subscribed_topics, &self.target),
+        };
+        self.assignment_epoch = self.group_epoch;
+    }
+
+    /// Moves `member_id` towards its target; `owned` is what it reported.
+    fn reconcile(&mut self, member_id: &str, owned: Option<&Partitions>, now_ms: u64) {
+        // Two passes at most: a confirmed revocation then the new epoch.
+        for _ in 0..2 {
+            let Some(member) = self.members.get(member_id) else {
+                return;
+            };
+            match member.state {
+                MemberState::UnrevokedPartitions => {
+                    let released = owned.is_some_and(|owned| !intersects(owned, &member.revoking));
+                    if !released {
+                        return;
+                    }
+                    let member = self.members.get_mut(member_id).expect("member exists");
+                    member.revoking.clear();
+                    member.revocation_deadline_ms = None;
+                    member.state = MemberState::Stable;
+                    // Same epoch as before: the next pass moves it on.
+                    continue;
+                }
+                MemberState::Stable if member.member_epoch == self.assignment_epoch => return,
+                _ => {}
+            }
+            let target = self.target.get(member_id).cloned().unwrap_or_default();
+            let (kept, revoke) = split(&member.assigned, &target);
+            if !revoke.is_empty() {
+                let deadline = now_ms + member.rebalance_timeout_ms;
+                let member = self.members.get_mut(member_id).expect("member exists");
+                member.assigned = normalized(kept);
+                member.revoking = revoke;
+                member.state = MemberState::UnrevokedPartitions;
+                member.revocation_deadline_ms = Some(deadline);
+                return;
+            }
+            let (_, new) = split(&target, &kept);
+            let mut free = Partitions::new();
+            let mut unreleased = false;
+            for (topic, ps) in &new {
+                for &p in ps {
+                    if self.held_by_other(member_id, topic, p) {
+                        unreleased = true;
+                    } else {
+                        free.entry(topic.clone()).or_default().insert(p);
+                    }
+                }
+            }
+            let epoch = self.assignment_epoch;
+            let member = self.members.get_mut(member_id).expect("member exists");
+            let mut assigned = kept;
+            add(&mut assigned, &free);
+            member.assigned = normalized(assigned);
+            if member.member_epoch != epoch {
+                member.previous_member_epoch = member.member_epoch;
+                member.member_epoch = epoch;
+            }
+            member.state = if unreleased {
+                MemberState::UnreleasedPartitions
+            } else {
+                MemberState::Stable
+            };
+            return;
+        }
+    }
+}
+
+/// `uniform`: every member gets as many partitions as another, within
+/// one, among the topics it subscribes to; a partition stays with its
+/// member from the previous target when balance allows (sticky).
+pub fn assign_uniform(
+    subscriptions: &BTreeMap<String, BTreeSet<String>>,
+    topics: &BTreeMap<String, i32>,
+    previous: &BTreeMap<String, Partitions>,
+) -> BTreeMap<String, Partitions> {
+    let mut owner: BTreeMap<(String, i32), String> = BTreeMap::new();
+    let mut counts: BTreeMap<&str, usize> =
+        subscriptions.keys().map(|m| (m.as_str(), 0usize)).collect();
+    let candidates = |topic: &str| -> Vec<&str> {
+        subscriptions
+            .iter()
+            .filter(|(_, subscribed)| subscribed.contains(topic))
+            .map(|(m, _)| m.as_str())
+            .collect()
+    };
+    // Sticky first: each partition with its previous member, up to the
+    // fair share of that member's topics.
+    let total: usize = topics.values().map(|&n| n.max(0) as usize).sum();
+    let share = total.div_ceil(subscriptions.len().max(1));
+    for (member, partitions) in previous {
+        let Some(subscribed) = subscriptions.get(member) else {
+            continue;
+        };
+        for (topic, ps) in partitions {
+            let Some(&n) = topics.get(topic) else {
+                continue;
+            };
+            if !subscribed.contains(topic) {
+                continue;
+            }
+            for &p in ps {
+                let count = counts.get_mut(member.as_str()).expect("member counted");
+                if p < n && *count < share {
+                    owner.insert((topic.clone(), p), member.clone());
+                    *count += 1;
+                }
+            }
+        }
+    }
+    // The rest to the least loaded candidate.
+    for (topic, &n) in topics {
+        let members = candidates(topic);
+        if members.is_empty() {
+            continue;
+        }
+        for p in 0..n {
+            let key = (topic.clone(), p);
+            if owner.contains_key(&key) {
+                continue;
+            }
+            let least = members
+                .iter()
+                .min_by_key(|m| (counts[**m], **m))
+                .expect("candidates");
+            *counts.get_mut(*least).expect("member counted") += 1;
+            owner.insert(key, least.to_string());
+        }
+    }
+    // Balance: a partition moves from a member with two more than the
+    // least loaded member that could take it. Bounded by the partitions.
+    for _ in 0..total {
+        let mut moved = false;
+        let keys: Vec<(String, i32)> = owner.keys().cloned().collect();
+        for key in keys {
+            let from = owner[&key].clone();
+            let members = candidates(&key.0);
+            let least = members
+                .iter()
+                .min_by_key(|m| (counts[**m], **m))
+                .expect("candidates");
+            if counts[from.as_str()] > counts[*least] + 1 {
+                *counts.get_mut(from.as_str()).expect("member counted") -= 1;
+                *counts.get_mut(*least).expect("member counted") += 1;
+                owner.insert(key, least.to_string());
+                moved = true;
+            }
+        }
+        if !moved {
+            break;
+        }
+    }
+    let mut out: BTreeMap<String, Partitions> = subscriptions
+        .keys()
+        .map(|m| (m.clone(), Partitions::new()))
+        .collect();
+    for ((topic, p), member) in owner {
+        out.get_mut(&member)
+            .expect("member listed")
+            .entry(topic)
+            .or_default()
+            .insert(p);
+    }
+    out
+}
+
+/// `range`: each topic's partitions in contiguous ranges over the members
+/// subscribing to it, in member id order; the first members get one more
+/// when they do not divide evenly.
+pub fn assign_range(
+    subscriptions: &BTreeMap<String, BTreeSet<String>>,
+    topics: &BTreeMap<String, i32>,
+) -> BTreeMap<String, Partitions> {
+    let mut out: BTreeMap<String, Partitions> = subscriptions
+        .keys()
+        .map(|m| (m.clone(), Partitions::new()))
+        .collect();
+    for (topic, &n) in topics {
+        let members: Vec<&String> = subscriptions
+            .iter()
+            .filter(|(_, s)| s.contains(topic))
+            .map(|(m, _)| m)
+            .collect();
+        if members.is_empty() || n <= 0 {
+            continue;
+        }
+        let n = n as usize;
+        let each = n / members.len();
+        let extra = n % members.len();
+        let mut next = 0usize;
+        for (i, member) in members.iter().enumerate() {
+            let take = each + usize::from(i < extra);
+            let ps = out
+                .get_mut(*member)
+                .expect("member listed")
+                .entry(topic.clone())
+                .or_default();
+            for p in next..next + take {
+                ps.insert(p as i32);
+            }
+            next += take;
+        }
+    }
+    out
+}
+
+impl Coordinator {
+    /// ConsumerGroupHeartbeat. `topics` is every topic the metadata has.
+    pub fn consumer_heartbeat(
+        &mut self,
+        now_ms: u64,
+        request: ConsumerHeartbeat,
+        topics: &Topics,
+    ) -> Result<ConsumerHeartbeatAnswer, GroupError> {
+        Self::check_group_id(&request.group_id)?;
+        let config = self.config.consumer.clone();
+        if request.member_id.is_empty()
+            || too_long(&request.member_id)
+            || request.instance_id.as_deref().is_some_and(too_long)
+            || request.rack_id.as_deref().is_some_and(too_long)
+            || request
+                .subscribed_topic_regex
+                .as_deref()
+                .is_some_and(too_long)
+            || request
+                .subscribed_topic_names
+                .as_ref()
+                .is_some_and(|names| {
+                    names.len() > GROUP_MEMBERS_MAX * 10 || names.iter().any(|n| too_long(n))
+                })
+        {
+            return Err(GroupError::InvalidRequest);
+        }
+        if request.member_epoch < -2 {
+            return Err(GroupError::InvalidRequest);
+        }
+        if request.member_epoch == 0 {
+            // A join says what it subscribes to and how long it may take.
+            if request.rebalance_timeout_ms < 0
+                || (request.subscribed_topic_names.is_none()
+                    && request.subscribed_topic_regex.is_none())
+                || request.owned.as_ref().is_some_and(|o| count(o) > 0)
+            {
+                return Err(GroupError::InvalidRequest);
+            }
+        }
+        if request.member_epoch == -2 && request.instance_id.is_none() {
+            return Err(GroupError::InvalidRequest);
+        }
+        if let Some(assignor) = &request.server_assignor {
+            if !config.assignors.iter().any(|a| a == assignor) {
+                return Err(GroupError::UnsupportedAssignor);
+            }
+        }
+        let regex = match request.subscribed_topic_regex.as_deref() {
+            Some("") | None => None,
+            Some(text) => Some(compile(text)?),
+        };
+        match self.groups.get(&request.group_id) {
+            None => {
+                if request.member_epoch != 0 {
+                    return Err(GroupError::UnknownMemberId);
+                }
+                self.add_group(&request.group_id)?;
+            }
+            Some(group) if group.consumer.is_none() => {
+                // A classic group converts once it has no members.
+                if group.state != GroupState::Empty || !group.pending.is_empty() {
+                    return Err(GroupError::GroupIdNotFound);
+                }
+            }
+            Some(_) => {}
+        }
+        let default_assignor = config
+            .assignors
+            .first()
+            .cloned()
+            .unwrap_or_else(|| ASSIGNORS[0].to_string());
+        let group_id = request.group_id.clone();
+        self.with_group(&group_id, |group| {
+            let answer = heartbeat(
+                group,
+                &config,
+                &default_assignor,
+                now_ms,
+                request,
+                regex,
+                topics,
+            );
+            group.settle_consumer(now_ms);
+            answer
+        })
+        .expect("group exists")
+    }
+
+    /// ConsumerGroupDescribe for one group (`None`: no such group, or not
+    /// a consumer-protocol group).
+    pub fn consumer_group(&self, group_id: &str) -> Option<&ConsumerGroup> {
+        self.groups.get(group_id)?.consumer.as_deref()
+    }
+
+    /// Consumer-protocol members whose session or revocation time ran
+    /// out leave their groups.
+    pub(super) fn tick_consumer_groups(&mut self, now_ms: u64) {
+        let ids: Vec<String> = self
+            .groups
+            .values()
+            .filter(|g| g.consumer.as_ref().is_some_and(|c| !c.members.is_empty()))
+            .map(|g| g.id.clone())
+            .collect();
+        for id in ids {
+            self.with_group(&id, |group| {
+                let consumer = group.consumer.as_mut().expect("consumer group");
+                let expired: Vec<String> = consumer
+                    .members
+                    .values()
+                    .filter(|m| {
+                        m.session_deadline_ms <= now_ms
+                            || m.revocation_deadline_ms.is_some_and(|d| d <= now_ms)
+                    })
+                    .map(|m| m.member_id.clone())
+                    .collect();
+                for member_id in expired {
+                    remove_member(consumer, &member_id);
+                }
+                group.settle_consumer(now_ms);
+            });
+        }
+    }
+}
+
+/// A member leaves: its partitions are free at once.
+fn remove_member(group: &mut ConsumerGroup, member_id: &str) {
+    if group.members.remove(member_id).is_some() {
+        group.target.remove(member_id);
+        group.group_epoch += 1;
+    }
+}
+
+fn heartbeat(
+    group: &mut Group,
+    config: &crate::config::ConsumerGroupConfig,
+    default_assignor: &str,
+    now_ms: u64,
+    request: ConsumerHeartbeat,
+    regex: Option<regex::Regex>,
+    topics: &Topics,
+) -> Result<ConsumerHeartbeatAnswer, GroupError> {
+    if group.consumer.is_none() {
+        group.protocol_type = Some("consumer".to_string());
+        group.protocol_name = None;
+        group.consumer = Some(Box::default());
+    }
+    let consumer = group.consumer.as_mut().expect("consumer group");
+    let member_id = request.member_id.clone();
+    let heartbeat_interval_ms = i32::try_from(config.heartbeat_interval_ms).unwrap_or(i32::MAX);
+    match request.member_epoch {
+        -1 | -2 => {
+            let Some(member) = consumer.members.get_mut(&member_id) else {
+                return Err(GroupError::UnknownMemberId);
+            };
+            if request.member_epoch == -2 {
+                // A static member restarting: its partitions wait for it.
+                member.away = true;
+            } else {
+                remove_member(consumer, &member_id);
+            }
+            return Ok(ConsumerHeartbeatAnswer {
+                member_id,
+                member_epoch: request.member_epoch,
+                heartbeat_interval_ms: 0,
+                assignment: None,
+            });
+        }
+        0 => {
+            let static_away = request.instance_id.as_ref().and_then(|instance| {
+                consumer
+                    .members
+                    .values()
+                    .find(|m| m.instance_id.as_ref() == Some(instance) && m.member_id != member_id)
+                    .map(|m| (m.member_id.clone(), m.away))
+            });
+            match static_away {
+                Some((_, false)) => return Err(GroupError::UnreleasedInstanceId),
+                Some((old_id, true)) => {
+                    // The instance is back under a new member id: it takes
+                    // its place, epoch and partitions, without a rebalance.
+                    let mut member = consumer.members.remove(&old_id).expect("member");
+                    if let Some(target) = consumer.target.remove(&old_id) {
+                        consumer.target.insert(member_id.clone(), target);
+                    }
+                    member.member_id = member_id.clone();
+                    member.away = false;
+                    consumer.members.insert(member_id.clone(), member);
+                }
+                None => {
+                    if consumer.members.contains_key(&member_id) {
+                        // Rejoining after being fenced: a fresh start.
+                        remove_member(consumer, &member_id);
+                    }
+                    if consumer.members.len() >= config.max_size {
+                        return Err(GroupError::GroupMaxSizeReached);
+                    }
+                    consumer.members.insert(
+                        member_id.clone(),
+                        ConsumerMember {
+                            member_id: member_id.clone(),
+                            instance_id: request.instance_id.clone(),
+                            rack_id: None,
+                            client_id: String::new(),
+                            client_host: String::new(),
+                            rebalance_timeout_ms: 0,
+                            subscribed_names: BTreeSet::new(),
+                            subscribed_regex: None,
+                            compiled_regex: None,
+                            server_assignor: None,
+                            member_epoch: 0,
+                            previous_member_epoch: -1,
+                            state: MemberState::Stable,
+                            assigned: Partitions::new(),
+                            revoking: Partitions::new(),
+                            session_deadline_ms: 0,
+                            revocation_deadline_ms: None,
+                            away: false,
+                        },
+                    );
+                    consumer.group_epoch += 1;
+                }
+            }
+        }
+        epoch => {
+            let Some(member) = consumer.members.get(&member_id) else {
+                return Err(GroupError::UnknownMemberId);
+            };
+            // An answer may have been lost: the epoch before is accepted
+            // while the member owns nothing it was not given.
+            let tolerated = epoch == member.previous_member_epoch
+                && request
+                    .owned
+                    .as_ref()
+                    .is_some_and(|owned| is_subset(owned, &member.assigned));
+            if epoch != member.member_epoch && !tolerated {
+                return Err(GroupError::FencedMemberEpoch);
+            }
+        }
+    }
+    let member = consumer.members.get_mut(&member_id).expect("member exists");
+    let before = (member.member_epoch, member.assigned.clone());
+    member.client_id = request.client_id;
+    member.client_host = request.client_host;
+    member.session_deadline_ms = now_ms + config.session_timeout_ms;
+    if request.rebalance_timeout_ms >= 0 {
+        member.rebalance_timeout_ms = request.rebalance_timeout_ms as u64;
+    }
+    if request.rack_id.is_some() {
+        member.rack_id = request.rack_id;
+    }
+    let mut changed = false;
+    if let Some(names) = request.subscribed_topic_names {
+        let names: BTreeSet<String> = names.into_iter().collect();
+        changed |= names != member.subscribed_names;
+        member.subscribed_names = names;
+    }
+    if let Some(text) = request.subscribed_topic_regex {
+        let text = (!text.is_empty()).then_some(text);
+        changed |= text != member.subscribed_regex;
+        member.subscribed_regex = text;
+        member.compiled_regex = regex;
+    }
+    if request.server_assignor.is_some() && request.server_assignor != member.server_assignor {
+        member.server_assignor = request.server_assignor;
+        changed = true;
+    }
+    if changed {
+        consumer.group_epoch += 1;
+    }
+    consumer.refresh_target(topics, default_assignor);
+    consumer.reconcile(&member_id, request.owned.as_ref(), now_ms);
+    let member = &consumer.members[&member_id];
+    let after = (member.member_epoch, member.assigned.clone());
+    let send = request.member_epoch == 0
+        || request
+            .owned
+            .as_ref()
+            .is_some_and(|o| normalized(o.clone()) != member.assigned)
+        || request.member_epoch != member.member_epoch
+        || before != after;
+    Ok(ConsumerHeartbeatAnswer {
+        member_id,
+        member_epoch: member.member_epoch,
+        heartbeat_interval_ms,
+        assignment: send.then(|| member.assigned.clone()),
+    })
+}
+
+impl Group {
+    /// Keeps the classic view of a consumer-protocol group true: Empty
+    /// without members (its offsets then expire as a classic group's do),
+    /// Stable with some.
+    pub(super) fn settle_consumer(&mut self, now_ms: u64) {
+        let Some(consumer) = self.consumer.as_ref() else {
+            return;
+        };
+        if consumer.members.is_empty() {
+            if self.state != GroupState::Empty {
+                self.state = GroupState::Empty;
+                self.empty_since_ms = Some(now_ms);
+            }
+        } else {
+            self.state = GroupState::Stable;
+            self.empty_since_ms = None;
+        }
+        self.generation_id = consumer.group_epoch;
+    }
+
+    /// The member bytes of the consumer-protocol members.
+    pub(super) fn consumer_bytes(&self) -> usize {
+        self.consumer
+            .as_ref()
+            .map_or(0, |c| c.members.values().map(ConsumerMember::bytes).sum())
+    }
+
+    /// OffsetCommit's check for a consumer-protocol group: a member at its
+    /// current epoch (an `assign()` consumer, epoch -1 without a member
+    /// id, only while the group has no members).
+    pub(super) fn consumer_commit_allowed(
+        &self,
+        member_id: &str,
+        member_epoch: i32,
+    ) -> Option<Result<(), GroupError>> {
+        let consumer = self.consumer.as_ref()?;
+        if member_epoch < 0 && member_id.is_empty() {
+            return Some(if consumer.members.is_empty() {
+                Ok(())
+            } else {
+                Err(GroupError::UnknownMemberId)
+            });
+        }
+        let Some(member) = consumer.members.get(member_id) else {
+            return Some(Err(GroupError::UnknownMemberId));
+        };
+        Some(if member_epoch != member.member_epoch {
+            Err(GroupError::StaleMemberEpoch)
+        } else {
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::GroupConfig;
+
+    fn topics(list: &[(&str, i32)]) -> Topics {
+        list.iter()
+            .enumerate()
+            .map(|(i, (name, n))| {
+                (
+                    name.to_string(),
+                    TopicInfo {
+                        id: i as u128 + 1,
+                        partitions: *n,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    fn join(member: &str, names: &[&str]) -> ConsumerHeartbeat {
+        ConsumerHeartbeat {
+            group_id: "g".into(),
+            member_id: member.into(),
+            member_epoch: 0,
+            rebalance_timeout_ms: 30_000,
+            subscribed_topic_names: Some(names.iter().map(|n| n.to_string()).collect()),
+            owned: Some(Partitions::new()),
+            ..Default::default()
+        }
+    }
+
+    fn beat(member: &str, epoch: i32, owned: &Partitions) -> ConsumerHeartbeat {
+        ConsumerHeartbeat {
+            group_id: "g".into(),
+            member_id: member.into(),
+            member_epoch: epoch,
+            rebalance_timeout_ms: -1,
+            owned: Some(owned.clone()),
+            ..Default::default()
+        }
+    }
+
+    /// A client that does what it is told: owns what each answer
+    /// assigns, reporting it in its next heartbeat.
+    struct Client {
+        id: String,
+        epoch: i32,
+        owned: Partitions,
+    }
+
+    fn coordinator() -> Coordinator {
+        Coordinator::new(GroupConfig::default(), 7)
+    }
+
+    fn run(c: &mut Coordinator, clients: &mut [Client], topics: &Topics, now: u64) {
+        for client in clients.iter_mut() {
+            let answer = c
+                .consumer_heartbeat(now, beat(&client.id, client.epoch, &client.owned), topics)
+                .unwrap();
+            client.epoch = answer.member_epoch;
+            if let Some(assignment) = answer.assignment {
+                client.owned = assignment;
+            }
+            let group = c.consumer_group("g").unwrap();
+            assert!(group.double_owned().is_empty(), "{group:?}");
+        }
+    }
+
+    fn owned_total(clients: &[Client]) -> usize {
+        clients.iter().map(|c| count(&c.owned)).sum()
+    }
+
+    #[test]
+    fn members_converge_on_a_balanced_assignment_and_no_partition_has_two_owners() {
+        let topics = topics(&[("t", 6)]);
+        let mut c = coordinator();
+        let mut clients = Vec::new();
+        for (i, id) in ["a", "b", "c"].iter().enumerate() {
+            let answer = c
+                .consumer_heartbeat(i as u64, join(id, &["t"]), &topics)
+                .unwrap();
+            clients.push(Client {
+                id: id.to_string(),
+                epoch: answer.member_epoch,
+                owned: answer.assignment.unwrap_or_default(),
+            });
+            assert!(c.consumer_group("g").unwrap().double_owned().is_empty());
+        }
+        for round in 0..5 {
+            run(&mut c, &mut clients, &topics, 10 + round);
+        }
+        assert_eq!(owned_total(&clients), 6);
+        for client in &clients {
+            assert_eq!(count(&client.owned), 2, "{}", client.id);
+        }
+        let group = c.consumer_group("g").unwrap();
+        assert_eq!(group_state_name(group), "Stable");
+        // One leaves: the others take its partitions.
+        let leave = ConsumerHeartbeat {
+            member_epoch: -1,
+            ..beat("b", clients[1].epoch, &clients[1].owned)
+        };
+        assert_eq!(
+            c.consumer_heartbeat(20, leave, &topics)
+                .unwrap()
+                .member_epoch,
+            -1
+        );
+        let mut rest: Vec<Client> = clients.into_iter().filter(|c| c.id != "b").collect();
+        for round in 0..4 {
+            run(&mut c, &mut rest, &topics, 30 + round);
+        }
+        assert_eq!(owned_total(&rest), 6);
+        assert!(rest.iter().all(|c| count(&c.owned) == 3));
+    }
+
+    #[test]
+    fn a_partition_moves_only_after_its_owner_revoked_it() {
+        let topics = topics(&[("t", 2)]);
+        let mut c = coordinator();
+        let a = c.consumer_heartbeat(0, join("a", &["t"]), &topics).unwrap();
+        assert_eq!(count(a.assignment.as_ref().unwrap()), 2);
+        let a_owned = a.assignment.unwrap();
+        let b = c.consumer_heartbeat(1, join("b", &["t"]), &topics).unwrap();
+        // b's partition is still a's: b gets the new epoch and nothing yet.
+        assert_eq!(b.assignment, Some(Partitions::new()));
+        // a is told to give one up, keeping its epoch.
+        let a2 = c
+            .consumer_heartbeat(2, beat("a", a.member_epoch, &a_owned), &topics)
+            .unwrap();
+        assert_eq!(a2.member_epoch, a.member_epoch);
+        let kept = a2.assignment.unwrap();
+        assert_eq!(count(&kept), 1);
+        // b still waits while a has not confirmed.
+        let b2 = c
+            .consumer_heartbeat(3, beat("b", b.member_epoch, &Partitions::new()), &topics)
+            .unwrap();
+        assert!(b2.assignment.is_none_or(|p| count(&p) == 0));
+        // a confirms; then b gets it.
+        let a3 = c
+            .consumer_heartbeat(4, beat("a", a2.member_epoch, &kept), &topics)
+            .unwrap();
+        assert_eq!(a3.member_epoch, b.member_epoch);
+        let b3 = c
+            .consumer_heartbeat(5, beat("b", b.member_epoch, &Partitions::new()), &topics)
+            .unwrap();
+        assert_eq!(count(&b3.assignment.unwrap()), 1);
+    }
+
+    #[test]
+    fn stale_epochs_are_fenced_and_unknown_members_rejoin() {
+        let topics = topics(&[("t", 1)]);
+        let mut c = coordinator();
+        let a = c.consumer_heartbeat(0, join("a", &["t"]), &topics).unwrap();
+        let err = c
+            .consumer_heartbeat(
+                1,
+                beat("a", a.member_epoch + 5, &Partitions::new()),
+                &topics,
+            )
+            .unwrap_err();
+        assert_eq!(err, GroupError::FencedMemberEpoch);
+        let err = c
+            .consumer_heartbeat(1, beat("zz", 3, &Partitions::new()), &topics)
+            .unwrap_err();
+        assert_eq!(err, GroupError::UnknownMemberId);
+        let mut bad = join("b", &["t"]);
+        bad.server_assignor = Some("sticky".into());
+        assert_eq!(
+            c.consumer_heartbeat(1, bad, &topics).unwrap_err(),
+            GroupError::UnsupportedAssignor
+        );
+        let mut bad = join("b", &[]);
+        bad.subscribed_topic_names = None;
+        bad.subscribed_topic_regex = Some("(".into());
+        assert_eq!(
+            c.consumer_heartbeat(1, bad, &topics).unwrap_err(),
+            GroupError::InvalidRegularExpression
+        );
+    }
+
+    #[test]
+    fn a_session_timeout_frees_the_partitions_and_a_regex_finds_new_topics() {
+        let mut all = topics(&[("orders-1", 2)]);
+        let mut c = coordinator();
+        let mut request = join("a", &[]);
+        request.subscribed_topic_names = None;
+        request.subscribed_topic_regex = Some("orders-.*".into());
+        let a = c.consumer_heartbeat(0, request, &all).unwrap();
+        assert_eq!(count(a.assignment.as_ref().unwrap()), 2);
+        all.insert(
+            "orders-2".into(),
+            TopicInfo {
+                id: 9,
+                partitions: 3,
+            },
+        );
+        all.insert(
+            "other".into(),
+            TopicInfo {
+                id: 10,
+                partitions: 3,
+            },
+        );
+        let a2 = c
+            .consumer_heartbeat(10, beat("a", a.member_epoch, &a.assignment.unwrap()), &all)
+            .unwrap();
+        let owned = a2.assignment.unwrap();
+        assert_eq!(count(&owned), 5);
+        assert!(!owned.contains_key("other"));
+        // Silent past the session timeout: it is gone.
+        c.tick_consumer_groups(10 + GroupConfig::default().consumer.session_timeout_ms);
+        // Gone with it: the group had nothing else to keep.
+        assert!(c.consumer_group("g").is_none_or(|g| g.members.is_empty()));
+    }
+
+    #[test]
+    fn a_static_member_back_under_a_new_id_keeps_its_partitions_and_the_epoch() {
+        let topics = topics(&[("t", 4)]);
+        let mut c = coordinator();
+        let mut first = join("a", &["t"]);
+        first.instance_id = Some("i-1".into());
+        let a = c.consumer_heartbeat(0, first, &topics).unwrap();
+        let epoch = c.consumer_group("g").unwrap().group_epoch;
+        let mut away = beat("a", a.member_epoch, &a.assignment.clone().unwrap());
+        away.member_epoch = -2;
+        away.instance_id = Some("i-1".into());
+        c.consumer_heartbeat(1, away, &topics).unwrap();
+        let mut back = join("a2", &["t"]);
+        back.instance_id = Some("i-1".into());
+        let a2 = c.consumer_heartbeat(2, back, &topics).unwrap();
+        assert_eq!(a2.assignment, a.assignment);
+        assert_eq!(c.consumer_group("g").unwrap().group_epoch, epoch);
+        // A second live member with the same instance id is refused.
+        let mut clash = join("a3", &["t"]);
+        clash.instance_id = Some("i-1".into());
+        assert_eq!(
+            c.consumer_heartbeat(3, clash, &topics).unwrap_err(),
+            GroupError::UnreleasedInstanceId
+        );
+    }
+
+    #[test]
+    fn range_gives_contiguous_ranges_and_uniform_stays_sticky() {
+        let subs: BTreeMap<String, BTreeSet<String>> = ["a", "b"]
+            .iter()
+            .map(|m| (m.to_string(), ["t".to_string()].into()))
+            .collect();
+        let topics: BTreeMap<String, i32> = [("t".to_string(), 5)].into();
+        let out = assign_range(&subs, &topics);
+        assert_eq!(out["a"]["t"], [0, 1, 2].into());
+        assert_eq!(out["b"]["t"], [3, 4].into());
+        let first = assign_uniform(&subs, &topics, &BTreeMap::new());
+        let mut three = subs.clone();
+        three.insert("c".into(), ["t".to_string()].into());
+        let second = assign_uniform(&three, &topics, &first);
+        // Nothing moves between a and b: c takes from them.
+        for m in ["a", "b"] {
+            assert!(second[m]["t"].is_subset(&first[m]["t"]), "{second:?}");
+        }
+        let counts: Vec<usize> = second.values().map(count).collect();
+        assert!(counts.iter().max().unwrap() - counts.iter().min().unwrap() <= 1);
+    }
+}
