@@ -49,6 +49,8 @@ fn keys(body: &RequestKind) -> Vec<Key<'_>> {
         RequestKind::JoinGroup(r) => vec![group(&r.group_id)],
         RequestKind::SyncGroup(r) => vec![group(&r.group_id)],
         RequestKind::Heartbeat(r) => vec![group(&r.group_id)],
+        RequestKind::ConsumerGroupHeartbeat(r) => vec![group(&r.group_id)],
+        RequestKind::ConsumerGroupDescribe(r) => r.group_ids.iter().map(group).collect(),
         RequestKind::LeaveGroup(r) => vec![group(&r.group_id)],
         RequestKind::OffsetCommit(r) => vec![group(&r.group_id)],
         RequestKind::TxnOffsetCommit(r) => vec![group(&r.group_id)],

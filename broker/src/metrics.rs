@@ -1201,6 +1201,20 @@ mod error_codes {
         }
     }
 
+    impl ErrorCodes for ConsumerGroupHeartbeatResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            each(self.error_code);
+        }
+    }
+
+    impl ErrorCodes for ConsumerGroupDescribeResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            for group in &self.groups {
+                each(group.error_code);
+            }
+        }
+    }
+
     impl ErrorCodes for LeaveGroupResponse {
         fn each_error_code(&self, version: i16, each: &mut impl FnMut(i16)) {
             each(self.error_code);

@@ -350,7 +350,16 @@ impl Access {
                     LeaveGroupResponse::default().with_error_code(group_refused),
                 ))
             }
-            R::JoinGroup(_) | R::SyncGroup(_) | R::Heartbeat(_) | R::LeaveGroup(_) => body,
+            R::ConsumerGroupHeartbeat(ref r) if !self.group(operation::READ, &r.group_id) => {
+                return deny(ResponseKind::ConsumerGroupHeartbeat(
+                    ConsumerGroupHeartbeatResponse::default().with_error_code(group_refused),
+                ))
+            }
+            R::JoinGroup(_)
+            | R::SyncGroup(_)
+            | R::Heartbeat(_)
+            | R::LeaveGroup(_)
+            | R::ConsumerGroupHeartbeat(_) => body,
             R::OffsetCommit(ref r) => {
                 let group = self.group(operation::READ, &r.group_id);
                 let topics_allowed = r
@@ -455,6 +464,16 @@ impl Access {
                     ok
                 });
                 R::DescribeGroups(request)
+            }
+            R::ConsumerGroupDescribe(mut request) => {
+                request.group_ids.retain(|g| {
+                    let ok = self.group(operation::DESCRIBE, g);
+                    if !ok {
+                        denied.groups.push(g.to_string());
+                    }
+                    ok
+                });
+                R::ConsumerGroupDescribe(request)
             }
             R::ListGroups(request) => {
                 denied.filter_groups = !self.cluster(operation::DESCRIBE);
@@ -1241,6 +1260,22 @@ impl Denied {
 
     pub fn describe_groups(&self, response: &mut kafka_protocol::messages::DescribeGroupsResponse) {
         use kafka_protocol::messages::describe_groups_response::*;
+        for group in &self.groups {
+            response.groups.push(
+                DescribedGroup::default()
+                    .with_group_id(kafka_protocol::messages::GroupId(StrBytes::from_string(
+                        group.clone(),
+                    )))
+                    .with_error_code(errors::GROUP_AUTHORIZATION_FAILED),
+            );
+        }
+    }
+
+    pub fn consumer_group_describe(
+        &self,
+        response: &mut kafka_protocol::messages::ConsumerGroupDescribeResponse,
+    ) {
+        use kafka_protocol::messages::consumer_group_describe_response::DescribedGroup;
         for group in &self.groups {
             response.groups.push(
                 DescribedGroup::default()

@@ -3,13 +3,13 @@
 //! or body being parsed (see `handlers::handle`).
 //!
 //! v3+ also carry the features a Kafka 4.0 broker reports (KIP-584):
-//! metadata.version up to 4.0's (finalized there); kraft.version,
-//! group.version and eligible.leader.replicas.version supported from 0
-//! and finalized at 0, which Kafka leaves out of the finalized list (no
-//! KIP-848 consumer groups, no ELR). transaction.version is not reported
-//! at all, so clients keep the classic transaction flow. Before v4 a
-//! feature whose minimum is 0 is left out, as Kafka does: older clients
-//! refuse a 0 minimum.
+//! metadata.version up to 4.0's (finalized there); group.version
+//! finalized at 1 (KIP-848's consumer groups are served); kraft.version
+//! and eligible.leader.replicas.version supported from 0 and finalized at
+//! 0, which Kafka leaves out of the finalized list (no ELR).
+//! transaction.version is not reported at all, so clients keep the
+//! classic transaction flow. Before v4 a feature whose minimum is 0 is
+//! left out, as Kafka does: older clients refuse a 0 minimum.
 
 use kafka_protocol::messages::api_versions_response::{FinalizedFeatureKey, SupportedFeatureKey};
 use kafka_protocol::messages::ApiVersionsResponse;
@@ -32,7 +32,7 @@ const FEATURES: [(&str, i16, i16, i16); 4] = [
         METADATA_VERSION_MAX,
     ),
     ("kraft.version", 0, 1, 0),
-    ("group.version", 0, 1, 0),
+    ("group.version", 0, 1, 1),
     ("eligible.leader.replicas.version", 0, 1, 0),
 ];
 

@@ -21,6 +21,7 @@ pub mod acls;
 pub mod api_versions;
 pub mod authorized_operations;
 pub mod configs;
+pub mod consumer_groups;
 pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_groups;
@@ -258,6 +259,16 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
         offset_delete::VERSION_MAX,
     ),
     (
+        ApiKey::ConsumerGroupHeartbeat,
+        consumer_groups::VERSION_MIN,
+        consumer_groups::VERSION_MAX,
+    ),
+    (
+        ApiKey::ConsumerGroupDescribe,
+        consumer_groups::VERSION_MIN,
+        consumer_groups::VERSION_MAX,
+    ),
+    (
         ApiKey::AddPartitionsToTxn,
         0,
         transactions::ADD_PARTITIONS_VERSION_MAX,
@@ -422,6 +433,7 @@ fn encode_refusal(
         K::JoinGroup(r) => refused!(r),
         K::SyncGroup(r) => refused!(r),
         K::Heartbeat(r) => refused!(r),
+        K::ConsumerGroupHeartbeat(r) => refused!(r),
         K::LeaveGroup(r) => refused!(r),
         K::OffsetCommit(r) => refused!(r),
         K::OffsetFetch(r) => refused!(r),
@@ -598,6 +610,22 @@ impl VersionContains for kafka_protocol::protocol::VersionRange {
     fn contains(&self, version: i16) -> bool {
         self.min <= version && version <= self.max
     }
+}
+
+/// A group member's client host and client id: those its request carries,
+/// or, for one another broker forwarded, the member's own.
+fn member_client(request: &RequestFrame, peer: Option<IpAddr>) -> (String, String) {
+    let forwarded = crate::coordinator_forward::forwarded_client(request.client_id.as_deref());
+    forwarded.unwrap_or_else(|| {
+        (
+            peer.map(join_group::client_host).unwrap_or_default(),
+            request
+                .client_id
+                .as_ref()
+                .map(|c| c.to_string())
+                .unwrap_or_default(),
+        )
+    })
 }
 
 async fn dispatch(
@@ -803,24 +831,30 @@ async fn dispatch(
             out.encode(&response)
         }
         RequestKind::JoinGroup(body) => {
-            // A JoinGroup another broker forwarded names its member's own.
-            let forwarded =
-                crate::coordinator_forward::forwarded_client(request.client_id.as_deref());
-            let (client_host, client_id) = forwarded.unwrap_or_else(|| {
-                (
-                    peer.map(join_group::client_host).unwrap_or_default(),
-                    request
-                        .client_id
-                        .as_ref()
-                        .map(|c| c.to_string())
-                        .unwrap_or_default(),
-                )
-            });
+            let (client_host, client_id) = member_client(&request, peer);
             let client = join_group::Client {
                 id: client_id,
                 host: client_host,
             };
             out.encode(&join_group::handle(&shard, body, version, client).await)
+        }
+        RequestKind::ConsumerGroupHeartbeat(body) => {
+            let (client_host, client_id) = member_client(&request, peer);
+            out.encode(&consumer_groups::heartbeat(&shard, body, client_id, client_host).await)
+        }
+        RequestKind::ConsumerGroupDescribe(body) => {
+            let mut response = consumer_groups::describe(&shard, body).await;
+            if let (Some(denied), Some(access)) = (denied, access) {
+                denied.consumer_group_describe(&mut response);
+                for group in &mut response.groups {
+                    group.authorized_operations = access.operations(
+                        group.authorized_operations,
+                        crate::authorizer::resource::GROUP,
+                        &group.group_id,
+                    );
+                }
+            }
+            out.encode(&response)
         }
         RequestKind::SyncGroup(body) => out.encode(&sync_group::handle(&shard, body).await),
         RequestKind::Heartbeat(body) => out.encode(&heartbeat::handle(&shard, body).await),

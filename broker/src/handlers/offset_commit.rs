@@ -2,9 +2,10 @@
 //! `assign()` consumers with generation -1 and an empty member id (allowed
 //! while the group has no members). Accepted offsets are appended to the
 //! group's `__consumer_offsets` partition and answered once durable.
-//! v9 carries a KIP-848 member epoch in the generation's place; every
-//! group here is classic, so it is checked as the generation, as Kafka
-//! checks a classic group's. A group that does not exist, with a
+//! v9 carries a KIP-848 member epoch in the generation's place: a
+//! consumer-protocol group checks it against the member's epoch
+//! (STALE_MEMBER_EPOCH when it differs), a classic group as the
+//! generation, as Kafka does. A group that does not exist, with a
 //! generation of 0 or more, is GROUP_ID_NOT_FOUND from v9 and
 //! ILLEGAL_GENERATION before. v10 (topic ids) is not in the protocol
 //! crate yet.

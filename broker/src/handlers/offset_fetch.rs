@@ -1,9 +1,10 @@
 //! OffsetFetch (9), versions 1–9: the committed offsets of the partitions
 //! asked, or of every partition with null topics (v2+); -1 where nothing
 //! is committed. v8 asks for several groups at once (`groups[]`). v9's
-//! member id and epoch are for KIP-848 groups; Kafka ignores them for a
-//! classic group, the only kind here. v10 (topic ids) is not in the
-//! protocol crate yet.
+//! member id and epoch are checked for a consumer-protocol group (an
+//! unknown member gets UNKNOWN_MEMBER_ID, another epoch STALE_MEMBER_EPOCH)
+//! and ignored for a classic one, as Kafka does. v10 (topic ids) is not in
+//! the protocol crate yet.
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -39,12 +40,16 @@ async fn fetch_group(
     group_id: String,
     topics: Option<Vec<(String, Vec<i32>)>>,
     require_stable: bool,
+    member: Option<(String, i32)>,
 ) -> Result<Fetched, GroupError> {
     if group_id.is_empty() {
         return Err(GroupError::InvalidGroupId);
     }
     manager::on_coordinator(shard, &group_id.clone(), move |owner, _| async move {
         manager::with_coordinator(&owner, |c| {
+            if let Some((member_id, epoch)) = &member {
+                c.check_consumer_member(&group_id, member_id, *epoch)?;
+            }
             let found = |topic: &str, p: i32, offset: Option<CommittedOffset>| -> Found {
                 if require_stable && c.has_pending_txn_offset(&group_id, topic, p) {
                     Err(errors::UNSTABLE_OFFSET_COMMIT)
@@ -53,7 +58,7 @@ async fn fetch_group(
                 }
             };
             match topics {
-                Some(topics) => topics
+                Some(topics) => Ok(topics
                     .into_iter()
                     .map(|(topic, partitions)| {
                         let wanted: Vec<(String, i32)> =
@@ -65,19 +70,20 @@ async fn fetch_group(
                             .collect();
                         (topic, offsets)
                     })
-                    .collect(),
+                    .collect()),
                 None => {
                     let mut by_topic: BTreeMap<String, Vec<(i32, Found)>> = BTreeMap::new();
                     for ((topic, p), offset) in c.fetch_offsets(&group_id, None) {
                         let offset = found(&topic, p, offset);
                         by_topic.entry(topic).or_default().push((p, offset));
                     }
-                    by_topic.into_iter().collect()
+                    Ok(by_topic.into_iter().collect())
                 }
             }
         })
     })
     .await
+    .and_then(|inner| inner)
 }
 
 /// Offset, leader epoch, metadata and error code of a partition's answer.
@@ -108,11 +114,17 @@ pub async fn handle(
                     .map(|t| (t.name.0.to_string(), t.partition_indexes))
                     .collect()
             });
+            // v9: a consumer-protocol member says who it is.
+            let member = group
+                .member_id
+                .filter(|_| group.member_epoch >= 0)
+                .map(|id| (id.to_string(), group.member_epoch));
             let result = fetch_group(
                 shard,
                 group.group_id.0.to_string(),
                 topics,
                 request.require_stable,
+                member,
             )
             .await;
             let response = match result {
@@ -157,6 +169,7 @@ pub async fn handle(
         request.group_id.0.to_string(),
         asked.clone(),
         require_stable,
+        None,
     )
     .await;
     let (fetched, error_code) = match result {

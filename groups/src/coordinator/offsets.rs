@@ -139,6 +139,22 @@ impl Coordinator {
         }
     }
 
+    /// OffsetFetch v9's check of a consumer-protocol member (a classic
+    /// group, or none, takes any).
+    pub fn check_consumer_member(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        member_epoch: i32,
+    ) -> Result<(), GroupError> {
+        match self.groups.get(group_id) {
+            Some(group) if group.consumer.is_some() => group
+                .consumer_commit_allowed(member_id, member_epoch)
+                .unwrap_or(Ok(())),
+            _ => Ok(()),
+        }
+    }
+
     /// OffsetFetch: the committed offset of each partition asked, or of
     /// every partition with `None`.
     pub fn fetch_offsets(
