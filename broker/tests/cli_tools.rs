@@ -825,6 +825,7 @@ fn listings_print_json_and_leave_out_internal_topics() {
             "group": "readers",
             "state": "Empty",
             "protocol_type": "consumer",
+            "group_type": "classic",
             "coordinator": 0,
         }]})
     );
@@ -844,6 +845,7 @@ fn listings_print_json_and_leave_out_internal_topics() {
         serde_json::json!({"groups": [{
             "group": "readers",
             "state": "Empty",
+            "group_type": "classic",
             "protocol_type": "consumer",
             "protocol": null,
             "members": [],

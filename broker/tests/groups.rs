@@ -975,9 +975,9 @@ fn group_protocol_types_generations_and_members_survive_a_broker_restart() {
     let (kept, kept_generation) = join_alone(&mut conn, "restart-kept");
     let listed = strom_ok(&broker, &["group", "list"]);
     for line in [
-        "restart-group\tEmpty\tconsumer\n",
-        "restart-assign\tEmpty\t-\n",
-        "restart-kept\tStable\tconsumer\n",
+        "restart-group\tEmpty\tconsumer\tclassic\n",
+        "restart-assign\tEmpty\t-\tclassic\n",
+        "restart-kept\tStable\tconsumer\tclassic\n",
     ] {
         assert!(listed.contains(line), "{line:?} in {listed}");
     }

@@ -264,10 +264,12 @@ impl ConsumerGroup {
         twice
     }
 
-    /// Computes the target assignment for the group epoch, if behind.
-    fn refresh_target(&mut self, topics: &Topics, default_assignor: &str) {
+    /// Bumps the group epoch once when the group `changed` (members or
+    /// subscriptions) or its subscribed topics did, and computes the
+    /// target assignment for it.
+    fn refresh_target(&mut self, topics: &Topics, default_assignor: &str, changed: bool) {
         let subscribed = self.subscribed(topics);
-        if subscribed != self.subscribed_topics {
+        if changed || subscribed != self.subscribed_topics {
             self.subscribed_topics = subscribed;
             self.group_epoch += 1;
         }
@@ -659,6 +661,7 @@ fn heartbeat(
     let consumer = group.consumer.as_mut().expect("consumer group");
     let member_id = request.member_id.clone();
     let heartbeat_interval_ms = i32::try_from(config.heartbeat_interval_ms).unwrap_or(i32::MAX);
+    let mut joined = false;
     match request.member_epoch {
         -1 | -2 => {
             let Some(member) = consumer.members.get_mut(&member_id) else {
@@ -729,7 +732,7 @@ fn heartbeat(
                             away: false,
                         },
                     );
-                    consumer.group_epoch += 1;
+                    joined = true;
                 }
             }
         }
@@ -760,7 +763,7 @@ fn heartbeat(
     if request.rack_id.is_some() {
         member.rack_id = request.rack_id;
     }
-    let mut changed = false;
+    let mut changed = joined;
     if let Some(names) = request.subscribed_topic_names {
         let names: BTreeSet<String> = names.into_iter().collect();
         changed |= names != member.subscribed_names;
@@ -776,10 +779,7 @@ fn heartbeat(
         member.server_assignor = request.server_assignor;
         changed = true;
     }
-    if changed {
-        consumer.group_epoch += 1;
-    }
-    consumer.refresh_target(topics, default_assignor);
+    consumer.refresh_target(topics, default_assignor, changed);
     consumer.reconcile(&member_id, request.owned.as_ref(), now_ms);
     let member = &consumer.members[&member_id];
     let after = (member.member_epoch, member.assigned.clone());

@@ -702,7 +702,7 @@ fn an_emptied_group_keeps_its_protocol_type_as_kafka_does() {
     assert_eq!(h.state(), GroupState::Empty);
     let listed = h.coordinator.list();
     assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0].1, "consumer");
+    assert_eq!(listed[0].protocol_type, "consumer");
     assert_eq!(h.coordinator.describe("g").protocol_type, "consumer");
 }
 
@@ -954,7 +954,12 @@ fn a_loaded_empty_group_keeps_its_protocol_type_generation_and_empty_time() {
     assert_eq!(restarted.state(), GroupState::Empty);
     assert_eq!(
         restarted.coordinator.list(),
-        vec![("g".to_string(), "consumer".to_string(), GroupState::Empty)]
+        vec![ListedGroup {
+            group_id: "g".to_string(),
+            protocol_type: "consumer".to_string(),
+            state: "Empty",
+            group_type: "classic",
+        }]
     );
     let described = restarted.coordinator.describe("g");
     assert_eq!(described.protocol_type, "consumer");

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use anyhow::{bail, Context};
 use kafka_protocol::messages::{
-    ApiKey, DeleteGroupsRequest, DescribeGroupsRequest, ListGroupsRequest,
+    consumer_group_describe_response, ApiKey, ConsumerGroupDescribeRequest, DeleteGroupsRequest,
+    DescribeGroupsRequest, ListGroupsRequest,
 };
 use protocol::admin::{list_topic_offsets, partitions, Router, EARLIEST, LATEST};
 use protocol::client::{check_error, error_name, is_retriable_code, Connection, ERROR_NONE};
@@ -18,7 +19,8 @@ use super::super::retry::{list_on_every_broker, settled_offsets, Retry};
 use super::datetime::parse_datetime;
 use super::{
     commit, committed, coordinator, group_id, ConnectArgs, DescribeArgs, ResetArgs, ResetTarget,
-    DELETE_GROUPS_VERSIONS, DESCRIBE_GROUPS_VERSIONS, LIST_GROUPS_VERSIONS,
+    CONSUMER_GROUP_DESCRIBE_VERSIONS, DELETE_GROUPS_VERSIONS, DESCRIBE_GROUPS_VERSIONS,
+    LIST_GROUPS_VERSIONS,
 };
 
 /// A group as ListGroups lists it.
@@ -27,6 +29,8 @@ struct ListedGroup {
     group: String,
     state: Option<String>,
     protocol_type: Option<String>,
+    /// `classic` or `consumer` (KIP-848), from brokers that say.
+    group_type: Option<String>,
     /// The broker that listed it: its coordinator.
     coordinator: i32,
 }
@@ -79,6 +83,7 @@ async fn list_groups_of(
                 group: g.group_id.0.to_string(),
                 state: non_empty(&g.group_state),
                 protocol_type: non_empty(&g.protocol_type),
+                group_type: non_empty(&g.group_type),
                 coordinator: id,
             })
             .collect());
@@ -99,10 +104,11 @@ pub(super) async fn list(connect: &ConnectArgs, format: Format) -> anyhow::Resul
     let mut text = String::new();
     for group in groups.values() {
         text.push_str(&format!(
-            "{}\t{}\t{}\n",
+            "{}\t{}\t{}\t{}\n",
             group.group,
             group.state.as_deref().unwrap_or("-"),
-            group.protocol_type.as_deref().unwrap_or("-")
+            group.protocol_type.as_deref().unwrap_or("-"),
+            group.group_type.as_deref().unwrap_or("-")
         ));
     }
     out!("{text}");
@@ -112,16 +118,88 @@ pub(super) async fn list(connect: &ConnectArgs, format: Format) -> anyhow::Resul
 /// Topic → partitions of one member's assignment.
 type Assignment = BTreeMap<String, Vec<i32>>;
 
-/// A group as DescribeGroups shows it.
+/// A group as DescribeGroups (or, for a consumer-protocol group,
+/// ConsumerGroupDescribe) shows it.
 struct Described {
     state: String,
+    group_type: &'static str,
     protocol_type: String,
     protocol: String,
-    /// member id, client id, host, assignment (topic → partitions).
-    members: Vec<(String, String, String, Assignment)>,
+    /// Consumer-protocol groups: the group and target assignment epochs.
+    epochs: Option<(i32, i32)>,
+    members: Vec<DescribedMember>,
+}
+
+struct DescribedMember {
+    member_id: String,
+    client_id: String,
+    host: String,
+    assignment: Assignment,
+    /// Consumer-protocol members: their epoch and target assignment.
+    reconciling: Option<(i32, Assignment)>,
+}
+
+fn assignment_of(assignment: &consumer_group_describe_response::Assignment) -> Assignment {
+    assignment
+        .topic_partitions
+        .iter()
+        .map(|t| (t.topic_name.0.to_string(), t.partitions.clone()))
+        .collect()
+}
+
+/// ConsumerGroupDescribe of `group`: `None` when it is not a
+/// consumer-protocol group (or the broker does not know the API).
+async fn describe_consumer_group(
+    connection: &mut Connection,
+    group: &str,
+) -> anyhow::Result<Option<Described>> {
+    let Ok(version) =
+        connection.version::<ConsumerGroupDescribeRequest>(CONSUMER_GROUP_DESCRIBE_VERSIONS)
+    else {
+        return Ok(None);
+    };
+    let response = connection
+        .call(
+            &ConsumerGroupDescribeRequest::default().with_group_ids(vec![group_id(group)]),
+            version,
+        )
+        .await?;
+    let Some(found) = response.groups.first() else {
+        bail!("the broker described no group");
+    };
+    if found.error_code == ResponseError::GroupIdNotFound.code() {
+        return Ok(None);
+    }
+    check_error(
+        ApiKey::ConsumerGroupDescribe,
+        found.error_code,
+        found.error_message.as_deref(),
+    )
+    .with_context(|| format!("cannot describe group {group}"))?;
+    Ok(Some(Described {
+        state: found.group_state.to_string(),
+        group_type: "consumer",
+        protocol_type: consumer_protocol::PROTOCOL_TYPE.to_string(),
+        protocol: found.assignor_name.to_string(),
+        epochs: Some((found.group_epoch, found.assignment_epoch)),
+        members: found
+            .members
+            .iter()
+            .map(|m| DescribedMember {
+                member_id: m.member_id.to_string(),
+                client_id: m.client_id.to_string(),
+                host: m.client_host.to_string(),
+                assignment: assignment_of(&m.assignment),
+                reconciling: Some((m.member_epoch, assignment_of(&m.target_assignment))),
+            })
+            .collect(),
+    }))
 }
 
 async fn describe_group(connection: &mut Connection, group: &str) -> anyhow::Result<Described> {
+    if let Some(described) = describe_consumer_group(connection, group).await? {
+        return Ok(described);
+    }
     let version = connection.version::<DescribeGroupsRequest>(DESCRIBE_GROUPS_VERSIONS)?;
     let response = connection
         .call(
@@ -141,8 +219,10 @@ async fn describe_group(connection: &mut Connection, group: &str) -> anyhow::Res
     let consumer = found.protocol_type.as_str() == consumer_protocol::PROTOCOL_TYPE;
     Ok(Described {
         state: found.group_state.to_string(),
+        group_type: "classic",
         protocol_type: found.protocol_type.to_string(),
         protocol: found.protocol_data.to_string(),
+        epochs: None,
         members: found
             .members
             .iter()
@@ -152,12 +232,13 @@ async fn describe_group(connection: &mut Connection, group: &str) -> anyhow::Res
                 } else {
                     BTreeMap::new()
                 };
-                (
-                    m.member_id.to_string(),
-                    m.client_id.to_string(),
-                    m.client_host.to_string(),
+                DescribedMember {
+                    member_id: m.member_id.to_string(),
+                    client_id: m.client_id.to_string(),
+                    host: m.client_host.to_string(),
                     assignment,
-                )
+                    reconciling: None,
+                }
             })
             .collect(),
     })
@@ -168,6 +249,14 @@ async fn describe_group(connection: &mut Connection, group: &str) -> anyhow::Res
 struct GroupView {
     group: String,
     state: String,
+    /// `classic` or `consumer` (KIP-848).
+    group_type: &'static str,
+    /// Consumer-protocol groups: the group epoch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    group_epoch: Option<i32>,
+    /// Consumer-protocol groups: the epoch of the target assignment.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    assignment_epoch: Option<i32>,
     protocol_type: Option<String>,
     protocol: Option<String>,
     members: Vec<MemberView>,
@@ -181,6 +270,13 @@ struct MemberView {
     /// As Kafka's tools show it: `/ADDRESS`.
     host: String,
     assignment: Assignment,
+    /// Consumer-protocol members: the member's epoch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    member_epoch: Option<i32>,
+    /// Consumer-protocol members: what the coordinator means it to own
+    /// once reconciled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    target_assignment: Option<Assignment>,
 }
 
 /// One partition the group committed an offset for or is assigned.
@@ -241,10 +337,10 @@ async fn describe_one(
         bail!("consumer group {group} does not exist (no members, no committed offsets)");
     }
     let mut owners: BTreeMap<(String, i32), String> = BTreeMap::new();
-    for (member_id, _, _, assignment) in &described.members {
-        for (t, ps) in assignment {
+    for member in &described.members {
+        for (t, ps) in &member.assignment {
             for p in ps {
-                owners.insert((t.clone(), *p), member_id.clone());
+                owners.insert((t.clone(), *p), member.member_id.clone());
             }
         }
     }
@@ -287,16 +383,21 @@ async fn describe_one(
     Ok(GroupView {
         group: group.to_string(),
         state: described.state,
+        group_type: described.group_type,
+        group_epoch: described.epochs.map(|(group, _)| group),
+        assignment_epoch: described.epochs.map(|(_, target)| target),
         protocol_type: non_empty(&described.protocol_type),
         protocol: non_empty(&described.protocol),
         members: described
             .members
             .into_iter()
-            .map(|(member_id, client_id, host, assignment)| MemberView {
-                member_id,
-                client_id,
-                host: kafka_host(&host),
-                assignment,
+            .map(|m| MemberView {
+                member_id: m.member_id,
+                client_id: m.client_id,
+                host: kafka_host(&m.host),
+                assignment: m.assignment,
+                member_epoch: m.reconciling.as_ref().map(|(epoch, _)| *epoch),
+                target_assignment: m.reconciling.map(|(_, target)| target),
             })
             .collect(),
         offsets,
@@ -308,33 +409,44 @@ async fn describe_one(
 fn describe_text(view: &GroupView) -> String {
     let dash = |value: Option<&str>| value.unwrap_or("-").to_string();
     let mut text = format!(
-        "GROUP {}\tSTATE {}\tPROTOCOL {}/{}\tMEMBERS {}\n",
+        "GROUP {}\tTYPE {}\tSTATE {}\tPROTOCOL {}/{}\tMEMBERS {}",
         view.group,
+        view.group_type,
         view.state,
         dash(view.protocol_type.as_deref()),
         dash(view.protocol.as_deref()),
         view.members.len()
     );
-    for member in &view.members {
-        let parts: Vec<String> = member
-            .assignment
+    if let (Some(group), Some(target)) = (view.group_epoch, view.assignment_epoch) {
+        text.push_str(&format!("\tEPOCH {group}\tTARGET-EPOCH {target}"));
+    }
+    text.push('\n');
+    let listed = |assignment: &Assignment| -> String {
+        let parts: Vec<String> = assignment
             .iter()
             .map(|(t, ps)| {
                 let list: Vec<String> = ps.iter().map(i32::to_string).collect();
                 format!("{t}:{}", list.join(","))
             })
             .collect();
+        if parts.is_empty() {
+            "-".to_string()
+        } else {
+            parts.join(" ")
+        }
+    };
+    for member in &view.members {
         text.push_str(&format!(
-            "MEMBER {}\tCLIENT {}\tHOST {}\tASSIGNED {}\n",
+            "MEMBER {}\tCLIENT {}\tHOST {}\tASSIGNED {}",
             member.member_id,
             member.client_id,
             member.host,
-            if parts.is_empty() {
-                "-".to_string()
-            } else {
-                parts.join(" ")
-            }
+            listed(&member.assignment)
         ));
+        if let (Some(epoch), Some(target)) = (member.member_epoch, &member.target_assignment) {
+            text.push_str(&format!("\tEPOCH {epoch}\tTARGET {}", listed(target)));
+        }
+        text.push('\n');
     }
     text.push_str("TOPIC\tPARTITION\tCOMMITTED\tLOG-END\tLAG\tMEMBER\n");
     let number = |value: Option<i64>| value.map_or_else(|| "-".to_string(), |v| v.to_string());

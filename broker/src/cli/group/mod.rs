@@ -39,7 +39,8 @@ use super::format::Format;
 use super::ConnectArgs;
 
 const FIND_COORDINATOR_VERSIONS: std::ops::RangeInclusive<i16> = 1..=3;
-const LIST_GROUPS_VERSIONS: std::ops::RangeInclusive<i16> = 0..=4;
+const LIST_GROUPS_VERSIONS: std::ops::RangeInclusive<i16> = 0..=5;
+const CONSUMER_GROUP_DESCRIBE_VERSIONS: std::ops::RangeInclusive<i16> = 0..=1;
 const DESCRIBE_GROUPS_VERSIONS: std::ops::RangeInclusive<i16> = 0..=5;
 const DELETE_GROUPS_VERSIONS: std::ops::RangeInclusive<i16> = 0..=2;
 const OFFSET_FETCH_VERSIONS: std::ops::RangeInclusive<i16> = 1..=7;
