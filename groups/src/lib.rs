@@ -9,6 +9,7 @@
 //! simulator drives the same code over its simulated log.
 
 pub mod config;
+pub mod consumer_records;
 pub mod coordinator;
 pub mod error;
 pub mod limits;

@@ -39,7 +39,29 @@ pub fn replay(
     value: Option<&[u8]>,
     now_ms: u64,
 ) -> Replayed {
+    replay_with_topics(coordinator, key, value, now_ms, &|_| None)
+}
+
+/// [`replay`], with `topic_names` resolving the topic ids of
+/// consumer-protocol groups' records (a topic it does not know is left
+/// out of their assignments).
+pub fn replay_with_topics(
+    coordinator: &mut Coordinator,
+    key: &[u8],
+    value: Option<&[u8]>,
+    now_ms: u64,
+    topic_names: &dyn Fn(u128) -> Option<String>,
+) -> Replayed {
     match records::parse_key(key) {
+        Some(OffsetsKey::Consumer(key)) => {
+            if coordinator.load_consumer_record(&key, value, topic_names, now_ms) {
+                Replayed::GroupMetadata
+            } else {
+                Replayed::UndecodableGroupMetadata {
+                    group_id: key.group_id().to_string(),
+                }
+            }
+        }
         None => Replayed::UnknownKey,
         Some(OffsetsKey::Offset {
             group_id,

@@ -30,6 +30,8 @@ pub enum OffsetsKey {
     GroupMetadata {
         group_id: String,
     },
+    /// A consumer-protocol group's record (key types 3 to 8).
+    Consumer(crate::consumer_records::ConsumerKey),
 }
 
 fn put_string(out: &mut Vec<u8>, value: &str) {
@@ -280,6 +282,9 @@ pub fn parse_key(bytes: &[u8]) -> Option<OffsetsKey> {
         GROUP_METADATA_KEY_VERSION => Some(OffsetsKey::GroupMetadata {
             group_id: r.string()?,
         }),
+        kind @ 3..=8 => {
+            crate::consumer_records::ConsumerKey::decode(kind, r.bytes).map(OffsetsKey::Consumer)
+        }
         _ => None,
     }
 }

@@ -216,6 +216,15 @@ async fn load(shard: &Rc<Shard>, partition: i32) -> Result<(), GroupError> {
     };
     let mut from = log.log_start_offset();
     let mut records_loaded = 0u64;
+    // Consumer-protocol groups' records name topics by id.
+    let image = shard.metadata.image();
+    let topic_names = |id: u128| {
+        image
+            .topics
+            .values()
+            .find(|t| t.topic_id == id)
+            .map(|t| t.name.clone())
+    };
     while from < end {
         let read = log.read(from, OFFSETS_LOAD_READ_BYTES, false).await;
         if read.error_code != errors::NONE {
@@ -279,7 +288,13 @@ async fn load(shard: &Rc<Shard>, partition: i32) -> Result<(), GroupError> {
                 }
                 let now = shard.now_ms() as u64;
                 let replayed = with_coordinator(shard, |c| {
-                    groups::load::replay(c, key, record.value.as_deref(), now)
+                    groups::load::replay_with_topics(
+                        c,
+                        key,
+                        record.value.as_deref(),
+                        now,
+                        &topic_names,
+                    )
                 });
                 match replayed {
                     Replayed::UnknownKey => continue,
@@ -477,11 +492,12 @@ pub async fn write_lock(shard: &Shard, partition: i32) -> glommio::sync::StaticP
 /// offsets partition `partition`, each group's latest.
 fn metadata_records(shard: &Shard, partition: i32) -> Vec<OffsetsRecord> {
     let count = offsets_partition_count(shard);
-    let changes = with_coordinator(shard, |c| {
+    let ours = |id: &str| offsets_partition_for(id, count) == partition;
+    let (changes, consumer) = with_coordinator(shard, |c| {
         if !c.has_metadata_changes() {
-            return Vec::new();
+            return (Vec::new(), Vec::new());
         }
-        c.take_metadata_changes(|id| offsets_partition_for(id, count) == partition)
+        (c.take_metadata_changes(ours), c.take_consumer_records(ours))
     });
     changes
         .into_iter()
@@ -491,6 +507,7 @@ fn metadata_records(shard: &Shard, partition: i32) -> Vec<OffsetsRecord> {
                 metadata.map(|m| records::group_metadata_value(&m)),
             )
         })
+        .chain(consumer)
         .collect()
 }
 
@@ -636,7 +653,11 @@ pub async fn maybe_compact(shard: &Rc<Shard>, partition: i32) {
     let live_count = with_coordinator(shard, |c| {
         c.groups()
             .filter(|g| offsets_partition_for(g.id(), partitions) == partition)
-            .map(|g| g.offsets().len() as u64 + u64::from(g.metadata().is_some()))
+            .map(|g| {
+                g.offsets().len() as u64
+                    + u64::from(g.metadata().is_some())
+                    + g.consumer().map_or(0, |c| 3 * c.members.len() as u64 + 2)
+            })
             .sum::<u64>()
     });
     let bound = 2 * live_count + OFFSETS_COMPACT_SLACK_RECORDS;
@@ -667,7 +688,8 @@ pub async fn maybe_compact(shard: &Rc<Shard>, partition: i32) {
                         Some(records::group_metadata_value(m)),
                     )
                 });
-                offsets.chain(metadata)
+                let consumer = g.consumer().map(|c| c.records(g.id())).unwrap_or_default();
+                offsets.chain(metadata).chain(consumer)
             })
             .collect()
     });

@@ -75,31 +75,46 @@ pub async fn heartbeat(
     client_host: String,
 ) -> ConsumerGroupHeartbeatResponse {
     let group_id = request.group_id.0.to_string();
-    let outcome = manager::on_coordinator(shard, &group_id.clone(), move |owner, _| async move {
-        let topics = topics(&owner);
-        let decoded = ConsumerHeartbeat {
-            group_id,
-            member_id: request.member_id.to_string(),
-            member_epoch: request.member_epoch,
-            instance_id: request.instance_id.map(|i| i.to_string()),
-            rack_id: request.rack_id.map(|r| r.to_string()),
-            rebalance_timeout_ms: request.rebalance_timeout_ms,
-            subscribed_topic_names: request
-                .subscribed_topic_names
-                .map(|names| names.into_iter().map(|n| n.0.to_string()).collect()),
-            subscribed_topic_regex: request.subscribed_topic_regex.map(|r| r.to_string()),
-            server_assignor: request.server_assignor.map(|a| a.to_string()),
-            owned: request
-                .topic_partitions
-                .map(|owned| by_name(&topics, owned)),
-            client_id,
-            client_host,
-        };
-        let answer = manager::with_coordinator(&owner, |c| {
-            c.consumer_heartbeat(owner.now_ms() as u64, decoded, &topics)
-        });
-        answer.map(|a| (a, topics))
-    })
+    let outcome = manager::on_coordinator(
+        shard,
+        &group_id.clone(),
+        move |owner, partition| async move {
+            let topics = topics(&owner);
+            let decoded = ConsumerHeartbeat {
+                group_id,
+                member_id: request.member_id.to_string(),
+                member_epoch: request.member_epoch,
+                instance_id: request.instance_id.map(|i| i.to_string()),
+                rack_id: request.rack_id.map(|r| r.to_string()),
+                rebalance_timeout_ms: request.rebalance_timeout_ms,
+                subscribed_topic_names: request
+                    .subscribed_topic_names
+                    .map(|names| names.into_iter().map(|n| n.0.to_string()).collect()),
+                subscribed_topic_regex: request.subscribed_topic_regex.map(|r| r.to_string()),
+                server_assignor: request.server_assignor.map(|a| a.to_string()),
+                owned: request
+                    .topic_partitions
+                    .map(|owned| by_name(&topics, owned)),
+                client_id,
+                client_host,
+            };
+            // The change and its records under the partition's write lock,
+            // so records of one member reach the log in the order taken; the
+            // answer once they are durable on every in-sync replica, so a
+            // new coordinator knows what this one told the member.
+            let lock = manager::write_lock(&owner, partition).await;
+            let answer = manager::with_coordinator(&owner, |c| {
+                c.consumer_heartbeat(owner.now_ms() as u64, decoded, &topics)
+            });
+            let last = manager::append(&owner, partition, Vec::new()).await;
+            drop(lock);
+            if let Some(last) = last? {
+                manager::wait_durable(&owner, partition, last).await?;
+                manager::maybe_compact(&owner, partition).await;
+            }
+            answer.map(|a| (a, topics))
+        },
+    )
     .await
     .and_then(|inner| inner);
     let (answer, topics) = match outcome {

@@ -15,6 +15,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::consumer_records::{self as records, AssignmentValue, ById, ConsumerKey, MemberValue};
 use crate::error::GroupError;
 use crate::limits::GROUP_MEMBERS_MAX;
 
@@ -131,6 +132,45 @@ impl ConsumerMember {
             + 8 * (count(&self.assigned) + count(&self.revoking))
     }
 
+    /// What its records hold, to tell when they must be written again.
+    fn recorded(&self) -> (MemberValue, i32, i32, MemberState, Partitions, Partitions) {
+        (
+            self.member_value(),
+            self.member_epoch,
+            self.previous_member_epoch,
+            self.state,
+            self.assigned.clone(),
+            self.revoking.clone(),
+        )
+    }
+
+    fn member_value(&self) -> MemberValue {
+        MemberValue {
+            instance_id: self.instance_id.clone(),
+            rack_id: self.rack_id.clone(),
+            client_id: self.client_id.clone(),
+            client_host: self.client_host.clone(),
+            subscribed_topic_names: self.subscribed_names.iter().cloned().collect(),
+            subscribed_topic_regex: self.subscribed_regex.clone(),
+            rebalance_timeout_ms: i32::try_from(self.rebalance_timeout_ms).unwrap_or(i32::MAX),
+            server_assignor: self.server_assignor.clone(),
+        }
+    }
+
+    fn assignment_value(&self, ids: &BTreeMap<String, u128>) -> AssignmentValue {
+        AssignmentValue {
+            member_epoch: self.member_epoch,
+            previous_member_epoch: self.previous_member_epoch,
+            state: match self.state {
+                MemberState::Stable => 0,
+                MemberState::UnrevokedPartitions => 1,
+                MemberState::UnreleasedPartitions => 2,
+            },
+            assigned: by_id(&self.assigned, ids),
+            revoking: by_id(&self.revoking, ids),
+        }
+    }
+
     /// Whether it subscribes to `topic`.
     fn subscribes(&self, topic: &str) -> bool {
         self.subscribed_names.contains(topic)
@@ -152,6 +192,31 @@ pub struct ConsumerGroup {
     /// The subscribed topics' partition counts the target was computed
     /// from: a change bumps the group epoch.
     pub subscribed_topics: BTreeMap<String, i32>,
+    /// Topic ids by name, for the records (which name topics by id).
+    pub topic_ids: BTreeMap<String, u128>,
+    /// What changed since its records were last taken.
+    dirty: Dirty,
+    /// Loaded from the log: the first heartbeat takes the subscribed
+    /// topics as they are, without a new epoch.
+    loaded: bool,
+}
+
+/// The records a consumer-protocol group owes `__consumer_offsets`.
+#[derive(Debug, Clone, Default)]
+struct Dirty {
+    epoch: bool,
+    /// The whole target assignment (its epoch and every member's).
+    target: bool,
+    /// Members whose metadata and current assignment changed.
+    members: BTreeSet<String>,
+    /// Members gone: tombstones for their records.
+    gone: BTreeSet<String>,
+}
+
+impl Dirty {
+    fn is_empty(&self) -> bool {
+        !self.epoch && !self.target && self.members.is_empty() && self.gone.is_empty()
+    }
 }
 
 /// A consumer-protocol group's state as ConsumerGroupDescribe names it.
@@ -269,9 +334,18 @@ impl ConsumerGroup {
     /// target assignment for it.
     fn refresh_target(&mut self, topics: &Topics, default_assignor: &str, changed: bool) {
         let subscribed = self.subscribed(topics);
+        for name in subscribed.keys() {
+            if let Some(info) = topics.get(name) {
+                self.topic_ids.insert(name.clone(), info.id);
+            }
+        }
+        if std::mem::take(&mut self.loaded) && !changed {
+            self.subscribed_topics = subscribed.clone();
+        }
         if changed || subscribed != self.subscribed_topics {
             self.subscribed_topics = subscribed;
             self.group_epoch += 1;
+            self.dirty.epoch = true;
         }
         if self.assignment_epoch >= self.group_epoch {
             return;
@@ -306,6 +380,7 @@ impl ConsumerGroup {
             _ => assign_uniform(&subscriptions, &self.subscribed_topics, &self.target),
         };
         self.assignment_epoch = self.group_epoch;
+        self.dirty.target = true;
     }
 
     /// Moves `member_id` towards its target; `owned` is what it reported.
@@ -369,6 +444,289 @@ impl ConsumerGroup {
                 MemberState::Stable
             };
             return;
+        }
+    }
+}
+
+/// Partitions by name as records name them: by topic id (a topic
+/// without a known id is left out).
+fn by_id(partitions: &Partitions, ids: &BTreeMap<String, u128>) -> ById {
+    partitions
+        .iter()
+        .filter(|(_, ps)| !ps.is_empty())
+        .filter_map(|(name, ps)| Some((*ids.get(name)?, ps.iter().copied().collect())))
+        .collect()
+}
+
+/// Partitions by id resolved to names (`ids` learns each one); a topic
+/// `names` does not know (deleted since) is left out.
+fn by_name(
+    partitions: &ById,
+    names: &dyn Fn(u128) -> Option<String>,
+    ids: &mut BTreeMap<String, u128>,
+) -> Partitions {
+    let mut out = Partitions::new();
+    for (id, ps) in partitions {
+        if let Some(name) = names(*id) {
+            ids.insert(name.clone(), *id);
+            out.entry(name).or_default().extend(ps.iter().copied());
+        }
+    }
+    out
+}
+
+/// A record for `__consumer_offsets`: key and value (`None`: tombstone).
+pub type ConsumerRecord = (Vec<u8>, Option<Vec<u8>>);
+
+impl ConsumerGroup {
+    /// Whether records are owed.
+    pub(super) fn is_dirty(&self) -> bool {
+        !self.dirty.is_empty()
+    }
+
+    fn member_records(&self, group_id: &str, member: &ConsumerMember) -> [ConsumerRecord; 2] {
+        let member_id = member.member_id.clone();
+        [
+            (
+                ConsumerKey::Member {
+                    group_id: group_id.to_string(),
+                    member_id: member_id.clone(),
+                }
+                .encode(),
+                Some(records::member_value(&member.member_value())),
+            ),
+            (
+                ConsumerKey::CurrentAssignment {
+                    group_id: group_id.to_string(),
+                    member_id,
+                }
+                .encode(),
+                Some(records::assignment_value(
+                    &member.assignment_value(&self.topic_ids),
+                )),
+            ),
+        ]
+    }
+
+    fn target_records(&self, group_id: &str) -> Vec<ConsumerRecord> {
+        let mut out: Vec<ConsumerRecord> = self
+            .target
+            .iter()
+            .map(|(member_id, partitions)| {
+                (
+                    ConsumerKey::TargetMember {
+                        group_id: group_id.to_string(),
+                        member_id: member_id.clone(),
+                    }
+                    .encode(),
+                    Some(records::target_member_value(&by_id(
+                        partitions,
+                        &self.topic_ids,
+                    ))),
+                )
+            })
+            .collect();
+        out.push((
+            ConsumerKey::Target {
+                group_id: group_id.to_string(),
+            }
+            .encode(),
+            Some(records::target_value(self.assignment_epoch)),
+        ));
+        out
+    }
+
+    fn group_record(&self, group_id: &str) -> ConsumerRecord {
+        (
+            ConsumerKey::Group {
+                group_id: group_id.to_string(),
+            }
+            .encode(),
+            Some(records::group_value(self.group_epoch)),
+        )
+    }
+
+    /// The records owed since the last call, in Kafka's order: members'
+    /// records, then the target assignment, then the group epoch (a
+    /// member gone: tombstones for its three records).
+    pub(super) fn take_records(&mut self, group_id: &str) -> Vec<ConsumerRecord> {
+        let dirty = std::mem::take(&mut self.dirty);
+        let mut out = Vec::new();
+        for member_id in &dirty.gone {
+            for key in [
+                ConsumerKey::CurrentAssignment {
+                    group_id: group_id.to_string(),
+                    member_id: member_id.clone(),
+                },
+                ConsumerKey::TargetMember {
+                    group_id: group_id.to_string(),
+                    member_id: member_id.clone(),
+                },
+                ConsumerKey::Member {
+                    group_id: group_id.to_string(),
+                    member_id: member_id.clone(),
+                },
+            ] {
+                out.push((key.encode(), None));
+            }
+        }
+        for member_id in &dirty.members {
+            if let Some(member) = self.members.get(member_id) {
+                out.extend(self.member_records(group_id, member));
+            }
+        }
+        if dirty.target {
+            out.extend(self.target_records(group_id));
+        }
+        if dirty.epoch {
+            out.push(self.group_record(group_id));
+        }
+        out
+    }
+
+    /// Every live record of the group (a compaction's snapshot).
+    pub fn records(&self, group_id: &str) -> Vec<ConsumerRecord> {
+        let mut out: Vec<ConsumerRecord> = self
+            .members
+            .values()
+            .flat_map(|m| self.member_records(group_id, m))
+            .collect();
+        out.extend(self.target_records(group_id));
+        out.push(self.group_record(group_id));
+        out
+    }
+
+    /// Tombstones for the group's own records, once it is gone.
+    pub(super) fn tombstones(group_id: &str) -> Vec<ConsumerRecord> {
+        [
+            ConsumerKey::Target {
+                group_id: group_id.to_string(),
+            },
+            ConsumerKey::Group {
+                group_id: group_id.to_string(),
+            },
+        ]
+        .into_iter()
+        .map(|key| (key.encode(), None))
+        .collect()
+    }
+
+    /// Replays one record loaded from `__consumer_offsets`; `names`
+    /// resolves topic ids. A loaded member's session starts at `now_ms`.
+    pub(super) fn load(
+        &mut self,
+        key: &ConsumerKey,
+        value: Option<&[u8]>,
+        names: &dyn Fn(u128) -> Option<String>,
+        session_deadline_ms: u64,
+    ) -> bool {
+        self.loaded = true;
+        let blank = |member_id: &str| ConsumerMember {
+            member_id: member_id.to_string(),
+            instance_id: None,
+            rack_id: None,
+            client_id: String::new(),
+            client_host: String::new(),
+            rebalance_timeout_ms: 0,
+            subscribed_names: BTreeSet::new(),
+            subscribed_regex: None,
+            compiled_regex: None,
+            server_assignor: None,
+            member_epoch: 0,
+            previous_member_epoch: -1,
+            state: MemberState::Stable,
+            assigned: Partitions::new(),
+            revoking: Partitions::new(),
+            session_deadline_ms,
+            revocation_deadline_ms: None,
+            away: false,
+        };
+        match (key, value) {
+            (ConsumerKey::PartitionMetadata { .. }, _) => true,
+            (ConsumerKey::Group { .. }, Some(bytes)) => match records::parse_epoch(bytes) {
+                Some(epoch) => {
+                    self.group_epoch = epoch;
+                    true
+                }
+                None => false,
+            },
+            (ConsumerKey::Target { .. }, Some(bytes)) => match records::parse_epoch(bytes) {
+                Some(epoch) => {
+                    self.assignment_epoch = epoch;
+                    true
+                }
+                None => false,
+            },
+            (ConsumerKey::Group { .. } | ConsumerKey::Target { .. }, None) => true,
+            (ConsumerKey::Member { member_id, .. }, None) => {
+                self.members.remove(member_id);
+                self.target.remove(member_id);
+                true
+            }
+            (ConsumerKey::Member { member_id, .. }, Some(bytes)) => {
+                let Some(value) = records::parse_member(bytes) else {
+                    return false;
+                };
+                let member = self
+                    .members
+                    .entry(member_id.clone())
+                    .or_insert_with(|| blank(member_id));
+                member.instance_id = value.instance_id;
+                member.rack_id = value.rack_id;
+                member.client_id = value.client_id;
+                member.client_host = value.client_host;
+                member.subscribed_names = value.subscribed_topic_names.into_iter().collect();
+                member.compiled_regex = value
+                    .subscribed_topic_regex
+                    .as_deref()
+                    .and_then(|r| compile(r).ok());
+                member.subscribed_regex = value.subscribed_topic_regex;
+                member.rebalance_timeout_ms = value.rebalance_timeout_ms.max(0) as u64;
+                member.server_assignor = value.server_assignor;
+                true
+            }
+            (ConsumerKey::TargetMember { member_id, .. }, None) => {
+                self.target.remove(member_id);
+                true
+            }
+            (ConsumerKey::TargetMember { member_id, .. }, Some(bytes)) => {
+                match records::parse_target_member(bytes) {
+                    Some(partitions) => {
+                        let partitions = by_name(&partitions, names, &mut self.topic_ids);
+                        self.target.insert(member_id.clone(), partitions);
+                        true
+                    }
+                    None => false,
+                }
+            }
+            (ConsumerKey::CurrentAssignment { member_id, .. }, None) => {
+                if let Some(member) = self.members.get_mut(member_id) {
+                    member.assigned.clear();
+                    member.revoking.clear();
+                }
+                true
+            }
+            (ConsumerKey::CurrentAssignment { member_id, .. }, Some(bytes)) => {
+                let Some(value) = records::parse_assignment(bytes) else {
+                    return false;
+                };
+                let member = self
+                    .members
+                    .entry(member_id.clone())
+                    .or_insert_with(|| blank(member_id));
+                member.member_epoch = value.member_epoch;
+                member.previous_member_epoch = value.previous_member_epoch;
+                member.state = match value.state {
+                    1 => MemberState::UnrevokedPartitions,
+                    2 => MemberState::UnreleasedPartitions,
+                    _ => MemberState::Stable,
+                };
+                member.assigned = by_name(&value.assigned, names, &mut self.topic_ids);
+                member.revoking = by_name(&value.revoking, names, &mut self.topic_ids);
+                member.revocation_deadline_ms = (member.state == MemberState::UnrevokedPartitions)
+                    .then_some(session_deadline_ms);
+                true
+            }
         }
     }
 }
@@ -641,6 +999,9 @@ fn remove_member(group: &mut ConsumerGroup, member_id: &str) {
     if group.members.remove(member_id).is_some() {
         group.target.remove(member_id);
         group.group_epoch += 1;
+        group.dirty.epoch = true;
+        group.dirty.members.remove(member_id);
+        group.dirty.gone.insert(member_id.to_string());
     }
 }
 
@@ -697,6 +1058,8 @@ fn heartbeat(
                     if let Some(target) = consumer.target.remove(&old_id) {
                         consumer.target.insert(member_id.clone(), target);
                     }
+                    consumer.dirty.gone.insert(old_id.clone());
+                    consumer.dirty.target = true;
                     member.member_id = member_id.clone();
                     member.away = false;
                     consumer.members.insert(member_id.clone(), member);
@@ -754,6 +1117,7 @@ fn heartbeat(
     }
     let member = consumer.members.get_mut(&member_id).expect("member exists");
     let before = (member.member_epoch, member.assigned.clone());
+    let recorded_before = member.recorded();
     member.client_id = request.client_id;
     member.client_host = request.client_host;
     member.session_deadline_ms = now_ms + config.session_timeout_ms;
@@ -781,6 +1145,11 @@ fn heartbeat(
     }
     consumer.refresh_target(topics, default_assignor, changed);
     consumer.reconcile(&member_id, request.owned.as_ref(), now_ms);
+    let member = &consumer.members[&member_id];
+    if member.recorded() != recorded_before {
+        consumer.dirty.gone.remove(&member_id);
+        consumer.dirty.members.insert(member_id.clone());
+    }
     let member = &consumer.members[&member_id];
     let after = (member.member_epoch, member.assigned.clone());
     let send = request.member_epoch == 0
@@ -1093,6 +1462,98 @@ mod tests {
             c.consumer_heartbeat(3, clash, &topics).unwrap_err(),
             GroupError::UnreleasedInstanceId
         );
+    }
+
+    /// Every record the coordinator owes, as the manager writes them.
+    fn written(c: &mut Coordinator) -> Vec<ConsumerRecord> {
+        c.take_consumer_records(|_| true)
+    }
+
+    #[test]
+    fn a_new_coordinator_replaying_the_records_keeps_members_epochs_and_assignments() {
+        let topics = topics(&[("t", 4)]);
+        let names = |id: u128| {
+            topics
+                .iter()
+                .find(|(_, i)| i.id == id)
+                .map(|(n, _)| n.clone())
+        };
+        let mut c = coordinator();
+        let mut log: Vec<ConsumerRecord> = Vec::new();
+        let mut clients = Vec::new();
+        for id in ["a", "b"] {
+            let answer = c.consumer_heartbeat(0, join(id, &["t"]), &topics).unwrap();
+            log.extend(written(&mut c));
+            clients.push(Client {
+                id: id.to_string(),
+                epoch: answer.member_epoch,
+                owned: answer.assignment.unwrap_or_default(),
+            });
+        }
+        for round in 0..4 {
+            run(&mut c, &mut clients, &topics, 10 + round);
+            log.extend(written(&mut c));
+        }
+        assert!(clients.iter().all(|c| count(&c.owned) == 2));
+        // A third member joins; a is told to give up a partition, and the
+        // coordinator moves before a confirms.
+        let answer = c
+            .consumer_heartbeat(20, join("c", &["t"]), &topics)
+            .unwrap();
+        log.extend(written(&mut c));
+        clients.push(Client {
+            id: "c".into(),
+            epoch: answer.member_epoch,
+            owned: answer.assignment.unwrap_or_default(),
+        });
+        run(&mut c, &mut clients[..1], &topics, 21);
+        log.extend(written(&mut c));
+        let mut moved = coordinator();
+        for (key, value) in &log {
+            let replayed =
+                crate::load::replay_with_topics(&mut moved, key, value.as_deref(), 30, &names);
+            assert_eq!(replayed, crate::load::Replayed::GroupMetadata);
+        }
+        let before = c.consumer_group("g").unwrap();
+        let after = moved.consumer_group("g").unwrap();
+        assert_eq!(after.group_epoch, before.group_epoch);
+        assert_eq!(after.assignment_epoch, before.assignment_epoch);
+        assert_eq!(after.target, before.target);
+        for (id, m) in &before.members {
+            let loaded = &after.members[id];
+            assert_eq!(
+                (
+                    loaded.member_epoch,
+                    loaded.state,
+                    &loaded.assigned,
+                    &loaded.revoking
+                ),
+                (m.member_epoch, m.state, &m.assigned, &m.revoking),
+                "{id}"
+            );
+        }
+        // The members carry on with the new coordinator, none fenced, and
+        // converge with no partition owned twice.
+        for round in 0..5 {
+            run(&mut moved, &mut clients, &topics, 40 + round);
+        }
+        assert_eq!(owned_total(&clients), 4);
+        // The group's epoch did not move for the failover itself.
+        assert_eq!(
+            moved.consumer_group("g").unwrap().group_epoch,
+            before.group_epoch
+        );
+        // A member leaving writes tombstones: replayed, it is gone.
+        let leave = ConsumerHeartbeat {
+            member_epoch: -1,
+            ..beat("c", clients[2].epoch, &clients[2].owned)
+        };
+        moved.consumer_heartbeat(60, leave, &topics).unwrap();
+        let mut again = coordinator();
+        for (key, value) in log.iter().chain(&written(&mut moved)) {
+            crate::load::replay_with_topics(&mut again, key, value.as_deref(), 70, &names);
+        }
+        assert!(!again.consumer_group("g").unwrap().members.contains_key("c"));
     }
 
     #[test]

@@ -55,8 +55,15 @@ impl Coordinator {
                     return fail(GroupError::InconsistentGroupProtocol);
                 }
                 Some(_) => {
-                    group.consumer = None;
+                    let mut consumer = group.consumer.take().expect("consumer group");
                     group.protocol_type = None;
+                    let mut records = consumer.take_records(&request.group_id);
+                    records.extend(super::ConsumerGroup::tombstones(&request.group_id));
+                    self.consumer_orphans
+                        .entry(request.group_id.clone())
+                        .or_default()
+                        .extend(records);
+                    self.consumer_dirty.insert(request.group_id.clone());
                 }
                 None => {}
             }

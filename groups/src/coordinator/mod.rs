@@ -38,7 +38,8 @@ mod txn_offsets;
 pub use crate::config::{GroupConfig, GROUP_CONFIG_KEYS};
 pub use consumer::{
     assign_range, assign_uniform, group_state_name, ConsumerGroup, ConsumerHeartbeat,
-    ConsumerHeartbeatAnswer, ConsumerMember, MemberState, Partitions, TopicInfo, Topics, ASSIGNORS,
+    ConsumerHeartbeatAnswer, ConsumerMember, ConsumerRecord, MemberState, Partitions, TopicInfo,
+    Topics, ASSIGNORS,
 };
 pub use messages::*;
 pub use state::Group;
@@ -60,6 +61,11 @@ pub struct Coordinator {
     /// Offsets committed inside open transactions, by producer id: they
     /// take effect when the transaction's commit marker is written.
     pending_txn_offsets: BTreeMap<i64, Vec<PendingTxnOffset>>,
+    /// Consumer-protocol groups whose records are to be written.
+    consumer_dirty: BTreeSet<String>,
+    /// Records of consumer-protocol groups that are gone (or turned
+    /// classic): tombstones, by group.
+    consumer_orphans: BTreeMap<String, Vec<ConsumerRecord>>,
 }
 
 fn too_long(value: &str) -> bool {
@@ -77,6 +83,8 @@ impl Coordinator {
             id_seed,
             id_counter: 0,
             pending_txn_offsets: BTreeMap::new(),
+            consumer_dirty: BTreeSet::new(),
+            consumer_orphans: BTreeMap::new(),
         }
     }
 
@@ -132,6 +140,9 @@ impl Coordinator {
         if std::mem::take(&mut group.metadata_changed) {
             self.metadata_dirty.insert(group_id.to_string());
         }
+        if group.consumer.as_ref().is_some_and(|c| c.is_dirty()) {
+            self.consumer_dirty.insert(group_id.to_string());
+        }
         if (group.state == GroupState::Empty
             && group.offsets.is_empty()
             && group.pending.is_empty())
@@ -141,6 +152,15 @@ impl Coordinator {
             self.member_bytes -= group.member_bytes();
             if group.metadata.is_some() {
                 self.metadata_dirty.insert(group_id.to_string());
+            }
+            if let Some(mut consumer) = group.consumer.take() {
+                let mut records = consumer.take_records(group_id);
+                records.extend(ConsumerGroup::tombstones(group_id));
+                self.consumer_orphans
+                    .entry(group_id.to_string())
+                    .or_default()
+                    .extend(records);
+                self.consumer_dirty.insert(group_id.to_string());
             }
             self.groups.remove(group_id);
         }
@@ -171,12 +191,68 @@ impl Coordinator {
 
     /// Whether any membership record waits to be written.
     pub fn has_metadata_changes(&self) -> bool {
-        !self.metadata_dirty.is_empty()
+        !self.metadata_dirty.is_empty() || !self.consumer_dirty.is_empty()
     }
 
-    /// The groups whose membership record waits to be written.
+    /// The groups whose membership records wait to be written.
     pub fn metadata_changes(&self) -> impl Iterator<Item = &str> {
-        self.metadata_dirty.iter().map(String::as_str)
+        self.metadata_dirty
+            .iter()
+            .chain(&self.consumer_dirty)
+            .map(String::as_str)
+    }
+
+    /// The records of consumer-protocol groups `wanted` names that wait
+    /// to be written (members, target assignment, epoch; tombstones of
+    /// what went), in the order to write them.
+    pub fn take_consumer_records(&mut self, wanted: impl Fn(&str) -> bool) -> Vec<ConsumerRecord> {
+        let ids: Vec<String> = self
+            .consumer_dirty
+            .iter()
+            .filter(|id| wanted(id))
+            .cloned()
+            .collect();
+        let mut out = Vec::new();
+        for id in ids {
+            self.consumer_dirty.remove(&id);
+            out.extend(self.consumer_orphans.remove(&id).unwrap_or_default());
+            if let Some(consumer) = self.groups.get_mut(&id).and_then(|g| g.consumer.as_mut()) {
+                out.extend(consumer.take_records(&id));
+            }
+        }
+        out
+    }
+
+    /// A consumer-protocol group's record loaded from `__consumer_offsets`
+    /// (`None`: a tombstone); `names` resolves topic ids. False when its
+    /// value does not decode (skipped).
+    pub fn load_consumer_record(
+        &mut self,
+        key: &crate::consumer_records::ConsumerKey,
+        value: Option<&[u8]>,
+        names: &dyn Fn(u128) -> Option<String>,
+        now_ms: u64,
+    ) -> bool {
+        let group_id = key.group_id().to_string();
+        if !self.groups.contains_key(&group_id) {
+            if value.is_none() {
+                return true;
+            }
+            self.groups.insert(group_id.clone(), Group::new(&group_id));
+        }
+        let session_ms = self.config.consumer.session_timeout_ms;
+        self.with_group(&group_id, |group| {
+            if group.consumer.is_none() {
+                group.consumer = Some(Box::default());
+                group.protocol_type = Some("consumer".to_string());
+                group.protocol_name = None;
+            }
+            let consumer = group.consumer.as_mut().expect("consumer group");
+            let decoded = consumer.load(key, value, names, now_ms + session_ms);
+            group.settle_consumer(now_ms);
+            decoded
+        })
+        .unwrap_or(true)
     }
 
     /// A membership record loaded from `__consumer_offsets` (`None`: a
@@ -260,6 +336,8 @@ impl Coordinator {
         let gone: Vec<String> = self.groups.keys().filter(|id| moved(id)).cloned().collect();
         // The new coordinator writes their records from now on.
         self.metadata_dirty.retain(|id| !moved(id));
+        self.consumer_dirty.retain(|id| !moved(id));
+        self.consumer_orphans.retain(|id, _| !moved(id));
         for group_id in &gone {
             if let Some(mut group) = self.groups.remove(group_id) {
                 self.member_bytes -= group.member_bytes();
