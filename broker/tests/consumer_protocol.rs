@@ -199,3 +199,98 @@ fn bad_heartbeats_get_kafkas_error_codes_and_the_broker_keeps_serving() {
     );
     assert_eq!((left.error_code, left.member_epoch), (0, -1));
 }
+
+/// The node coordinating `group`, as `broker` answers.
+fn coordinator_of(broker: &Broker, group: &str) -> Option<i32> {
+    use protocol::kafka_protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};
+    let mut stream = std::net::TcpStream::connect(broker.address()).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .ok()?;
+    let found: FindCoordinatorResponse = common::raw::call(
+        &mut stream,
+        ApiKey::FindCoordinator,
+        3,
+        1,
+        "kip848-test",
+        &FindCoordinatorRequest::default().with_key(text(group)),
+    );
+    (found.error_code == 0 && found.node_id.0 > 0).then_some(found.node_id.0)
+}
+
+#[test]
+fn the_coordinator_killed_while_the_group_reconciles_loses_no_assignment_in_a_cluster() {
+    use test_support::cluster::Cluster;
+    let mut cluster = Cluster::start(3, BROKER_ARGS);
+    let bootstrap = cluster.bootstrap();
+    strom_ok(
+        &cluster.node(1).broker,
+        &[
+            "topic",
+            "create",
+            "kip848-replicated",
+            "--partitions",
+            "6",
+            "--replication-factor",
+            "3",
+            "--config",
+            "min.insync.replicas=2",
+        ],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("members.log");
+    let signals = dir.path().to_path_buf();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/clients/consumer_protocol_check.py");
+    let mut members = std::process::Command::new("python3")
+        .arg(&script)
+        .args([
+            "failover",
+            &bootstrap,
+            "kip848-replicated",
+            log.to_str().unwrap(),
+            signals.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let rebalancing = signals.join("rebalancing");
+    let deadline = std::time::Instant::now() + SCRIPT_DEADLINE;
+    while !rebalancing.exists() {
+        if let Some(status) = members.try_wait().unwrap() {
+            let out = members.wait_with_output().unwrap();
+            panic!(
+                "the members exited ({status}) before the rebalance\n{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        assert!(std::time::Instant::now() < deadline, "no rebalance");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let victim = cluster.wait_for("the group's coordinator", || {
+        coordinator_of(&cluster.node(1).broker, "kip848-failover")
+    });
+    cluster.node_mut(victim).broker.kill();
+    std::fs::write(signals.join("killed"), victim.to_string()).unwrap();
+    let out = test_support::wait_deadline(&mut members, SCRIPT_DEADLINE);
+    if out.is_none() {
+        let _ = members.kill();
+    }
+    let output = members.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        out.is_some_and(|s| s.success()) && stdout.contains("failover: ok"),
+        "{stdout}\n{}\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        cluster.logs()
+    );
+    let survivor = (1..=3).find(|&n| n != victim).unwrap();
+    let after = cluster.wait_for("a new coordinator", || {
+        coordinator_of(&cluster.node(survivor).broker, "kip848-failover")
+    });
+    assert_ne!(after, victim);
+    cluster.node_mut(victim).broker.start_again();
+    println!("{stdout}");
+}

@@ -81,6 +81,8 @@ def member(bootstrap, group, subscription, name, log_path, instance=""):
     consumer = Consumer(config)
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    # A member outlives no orchestrator that died (a failed test).
+    parent = os.getppid()
 
     def event(kind):
         def callback(_consumer, partitions):
@@ -92,7 +94,7 @@ def member(bootstrap, group, subscription, name, log_path, instance=""):
     consumer.subscribe(topics, on_assign=event("assign"), on_revoke=event("revoke"),
                        on_lost=event("revoke"))
     log.write(f"started {name} {time.monotonic():.6f}\n")
-    while not stopping:
+    while not stopping and os.getppid() == parent:
         for message in consumer.consume(50, timeout=0.2):
             if message.error():
                 log.write(f"error {name} {message.error()}\n")
@@ -114,9 +116,12 @@ class Members:
         self.killed = {}  # name -> monotonic time of the kill
 
     def start(self, name, instance=""):
+        # librdkafka's own logs go beside the log, not to a pipe that
+        # could fill up.
         self.procs[name] = subprocess.Popen(
             [sys.executable, __file__, "member", self.bootstrap, self.group, self.subscription, name,
-             self.log_path, instance])
+             self.log_path, instance],
+            stdout=subprocess.DEVNULL, stderr=open(self.log_path + ".stderr", "a"))
 
     def stop(self, name):
         proc = self.procs.pop(name)
@@ -311,6 +316,39 @@ def regex(bootstrap, prefix, log_path):
     print(f"regex: ok {produced.total()} records from {first} and {second}")
 
 
+def wait_file(path, what):
+    deadline = time.time() + DEADLINE_S
+    while not os.path.exists(path):
+        check(time.time() < deadline, f"{what}: {path} never appeared")
+        time.sleep(0.1)
+
+
+def failover(bootstrap, topic, log_path, signal_dir):
+    """Three members consume a replicated topic; a fourth joins and, while
+    the group reconciles, the test kills the group's coordinator (it
+    waits for `rebalancing` here, then writes `killed`). The members carry
+    on with the new coordinator: every record consumed, none twice, no
+    partition owned by two members at once."""
+    produced = Produced(bootstrap)
+    produced.produce(topic, 30)
+    members = Members(bootstrap, "kip848-failover", topic, log_path)
+    for name in ("a", "b", "c"):
+        members.start(name)
+    members.wait_owned(["a", "b", "c"], PARTITIONS, "three members")
+    members.wait_consumed(produced, "three members")
+    members.start("d")
+    open(os.path.join(signal_dir, "rebalancing"), "w").close()
+    wait_file(os.path.join(signal_dir, "killed"), "the coordinator's kill")
+    produced.produce(topic, 30)
+    members.wait_owned(["a", "b", "c", "d"], PARTITIONS, "four members after the failover")
+    members.wait_consumed(produced, "after the failover")
+    members.stop_all()
+    twice = check_records(members, produced)
+    check(twice == 0, f"{twice} records consumed twice")
+    spans = check_ownership(members)
+    print(f"failover: ok {produced.total()} records, {spans} ownership spans")
+
+
 def main():
     if len(sys.argv) < 3:
         fail(__doc__)
@@ -323,6 +361,8 @@ def main():
         static(*args)
     elif mode == "regex":
         regex(*args)
+    elif mode == "failover":
+        failover(*args)
     else:
         fail(f"unknown mode {mode}")
 
