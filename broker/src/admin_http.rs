@@ -1428,6 +1428,36 @@ fn render_topics(e: &mut Exposition, snapshots: &[ShardSnapshot], by_partition: 
             |g| g.lag,
         ),
     ];
+    type ConsumerFigure = (
+        &'static str,
+        &'static str,
+        fn(&crate::metrics::ConsumerGroupSnapshot) -> i64,
+    );
+    let consumer_figures: [ConsumerFigure; 3] = [
+        (
+            "strom_consumer_group_epoch",
+            "Epoch of a consumer-protocol group (group.protocol=consumer), on its coordinator: each change of members, subscriptions or subscribed partitions bumps it, so its rise counts the group's rebalances.",
+            |g| i64::from(g.epoch),
+        ),
+        (
+            "strom_consumer_group_members",
+            "Members of a consumer-protocol group, on its coordinator.",
+            |g| g.members as i64,
+        ),
+        (
+            "strom_consumer_group_reconciling_members",
+            "Members of a consumer-protocol group still reconciling: not at the target assignment's epoch, or waiting to give up or get partitions.",
+            |g| g.reconciling as i64,
+        ),
+    ];
+    for (name, help, value) in consumer_figures {
+        e.family(name, "gauge", help);
+        for s in snapshots {
+            for g in &s.consumer_groups {
+                e.sample(name, &[("group", g.group.as_str())], value(g));
+            }
+        }
+    }
     for (name, help, value) in figures {
         e.family(name, "gauge", help);
         for ((group, (topic, partition)), g) in &groups {

@@ -501,6 +501,8 @@ pub struct ShardSnapshot {
     /// Committed offsets of the groups the shard coordinates (those loaded).
     #[serde(default)]
     pub committed: Vec<CommittedSnapshot>,
+    #[serde(default)]
+    pub consumer_groups: Vec<ConsumerGroupSnapshot>,
     /// Requests forwarded to other brokers, by destination and API.
     #[serde(default)]
     pub forwarded: Vec<ForwardSnapshot>,
@@ -641,6 +643,19 @@ pub struct TrafficSnapshot {
     pub records_in: u64,
     pub bytes_out: u64,
     pub records_out: u64,
+}
+
+/// A consumer-protocol group (KIP-848) as its coordinator holds it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsumerGroupSnapshot {
+    pub group: String,
+    /// Bumped by each change of members, subscriptions or subscribed
+    /// topics: the rebalances the group went through.
+    pub epoch: i32,
+    pub members: u64,
+    /// Members not yet at the target assignment's epoch, or waiting to
+    /// give up or get partitions.
+    pub reconciling: u64,
 }
 
 /// A group's committed offset for one partition.

@@ -72,6 +72,7 @@ pub fn snapshot(shard: &Shard) -> ShardSnapshot {
         partition_logs,
         traffic,
         committed: committed_snapshot(shard),
+        consumer_groups: consumer_groups_snapshot(shard),
         forwarded: counters.forwarded,
         stages: crate::stages::snapshot(),
         cleaner: crate::compaction::stats(),
@@ -96,6 +97,33 @@ fn committed_snapshot(shard: &Shard) -> Vec<CommittedSnapshot> {
                         partition: *partition,
                         offset: committed.offset,
                     })
+            })
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+/// The consumer-protocol groups this core's coordinator holds.
+fn consumer_groups_snapshot(shard: &Shard) -> Vec<crate::metrics::ConsumerGroupSnapshot> {
+    use groups::coordinator::MemberState;
+    crate::group::manager::with_loaded_coordinator(shard, |coordinator| {
+        coordinator
+            .groups()
+            .filter_map(|group| {
+                let consumer = group.consumer()?;
+                Some(crate::metrics::ConsumerGroupSnapshot {
+                    group: group.id().to_string(),
+                    epoch: consumer.group_epoch,
+                    members: consumer.members.len() as u64,
+                    reconciling: consumer
+                        .members
+                        .values()
+                        .filter(|m| {
+                            m.member_epoch != consumer.assignment_epoch
+                                || m.state != MemberState::Stable
+                        })
+                        .count() as u64,
+                })
             })
             .collect()
     })

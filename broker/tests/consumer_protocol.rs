@@ -98,7 +98,7 @@ fn join(group: &str, member: &str) -> ConsumerGroupHeartbeatRequest {
 
 #[test]
 fn bad_heartbeats_get_kafkas_error_codes_and_the_broker_keeps_serving() {
-    let broker = Broker::start(BROKER_ARGS);
+    let (broker, admin) = common::admin::Admin::start(BROKER_ARGS);
     strom_ok(
         &broker,
         &["topic", "create", "raw-topic", "--partitions", "4"],
@@ -188,6 +188,16 @@ fn bad_heartbeats_get_kafkas_error_codes_and_the_broker_keeps_serving() {
         &ListGroupsRequest::default().with_types_filter(vec![text("classic")]),
     );
     assert!(classic.groups.is_empty(), "{classic:?}");
+    // The coordinator's figures for the group.
+    let (status, metrics) = admin.get("/metrics");
+    assert_eq!(status, 200);
+    for line in [
+        "strom_consumer_group_epoch{group=\"raw\"} 1",
+        "strom_consumer_group_members{group=\"raw\"} 1",
+        "strom_consumer_group_reconciling_members{group=\"raw\"} 0",
+    ] {
+        assert!(metrics.contains(line), "{line} in\n{metrics}");
+    }
     // It leaves: epoch -1 answered.
     let left = heartbeat(
         &broker,
