@@ -361,7 +361,14 @@ fn features_with_a_zero_minimum_only_from_api_versions_v4() {
             .iter()
             .map(|f| (f.name.to_string(), f.max_version_level))
             .collect();
-        assert_eq!(finalized, vec![("metadata.version".to_string(), 25)]);
+        // group.version 1: KIP-848's consumer groups are served.
+        assert_eq!(
+            finalized,
+            vec![
+                ("metadata.version".to_string(), 25),
+                ("group.version".to_string(), 1)
+            ]
+        );
         assert_eq!(response.finalized_features_epoch, 0);
     }
     // Topic ids are asked for from v12 on; earlier versions that use the

@@ -80,6 +80,17 @@ pub async fn heartbeat(
         &group_id.clone(),
         move |owner, partition| async move {
             let topics = topics(&owner);
+            // The group's own settings (IncrementalAlterConfigs on the group).
+            let image = owner.metadata.image();
+            let group_config = |key: &str| {
+                image
+                    .group_configs
+                    .get(&group_id)
+                    .and_then(|configs| configs.get(key))
+                    .and_then(|value| value.parse::<u64>().ok())
+            };
+            let session_timeout_ms = group_config("consumer.session.timeout.ms");
+            let heartbeat_interval_ms = group_config("consumer.heartbeat.interval.ms");
             let decoded = ConsumerHeartbeat {
                 group_id,
                 member_id: request.member_id.to_string(),
@@ -97,6 +108,8 @@ pub async fn heartbeat(
                     .map(|owned| by_name(&topics, owned)),
                 client_id,
                 client_host,
+                session_timeout_ms,
+                heartbeat_interval_ms,
             };
             // The change and its records under the partition's write lock,
             // so records of one member reach the log in the order taken; the

@@ -60,6 +60,10 @@ pub struct ConsumerHeartbeat {
     pub owned: Option<Partitions>,
     pub client_id: String,
     pub client_host: String,
+    /// The group's own `consumer.session.timeout.ms` and
+    /// `consumer.heartbeat.interval.ms` (group configs), over the broker's.
+    pub session_timeout_ms: Option<u64>,
+    pub heartbeat_interval_ms: Option<u64>,
 }
 
 /// The answer to a heartbeat that was accepted.
@@ -1021,7 +1025,13 @@ fn heartbeat(
     }
     let consumer = group.consumer.as_mut().expect("consumer group");
     let member_id = request.member_id.clone();
-    let heartbeat_interval_ms = i32::try_from(config.heartbeat_interval_ms).unwrap_or(i32::MAX);
+    let heartbeat_interval_ms = request
+        .heartbeat_interval_ms
+        .unwrap_or(config.heartbeat_interval_ms);
+    let heartbeat_interval_ms = i32::try_from(heartbeat_interval_ms).unwrap_or(i32::MAX);
+    let session_timeout_ms = request
+        .session_timeout_ms
+        .unwrap_or(config.session_timeout_ms);
     let mut joined = false;
     match request.member_epoch {
         -1 | -2 => {
@@ -1120,7 +1130,7 @@ fn heartbeat(
     let recorded_before = member.recorded();
     member.client_id = request.client_id;
     member.client_host = request.client_host;
-    member.session_deadline_ms = now_ms + config.session_timeout_ms;
+    member.session_deadline_ms = now_ms + session_timeout_ms;
     if request.rebalance_timeout_ms >= 0 {
         member.rebalance_timeout_ms = request.rebalance_timeout_ms as u64;
     }
