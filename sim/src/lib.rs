@@ -91,6 +91,7 @@ use groups::coordinator::{
 use groups::error::GroupError;
 use groups::{load, records};
 
+pub mod consumer_groups;
 mod transactions;
 
 use transactions::{
