@@ -518,14 +518,14 @@ pub const GROUP_KEYS: &[GroupKey] = &[
         config_type: types::INT,
         default: "45000",
         range: Some((45_000, 60_000)),
-        meaning: "Session timeout of the group's members under the consumer rebalance protocol (KIP-848). Kept and reported; Strom serves the classic protocol, whose members give their own session timeout.",
+        meaning: "Session timeout of the group's members under the consumer rebalance protocol (KIP-848, `group.protocol=consumer`), over `group.consumer.session.timeout.ms`. Classic members give their own.",
     },
     GroupKey {
         name: "consumer.heartbeat.interval.ms",
         config_type: types::INT,
         default: "5000",
         range: Some((5_000, 15_000)),
-        meaning: "Heartbeat interval of the group's members under the consumer rebalance protocol. Kept and reported.",
+        meaning: "Heartbeat interval the coordinator gives the group's members under the consumer rebalance protocol, over `group.consumer.heartbeat.interval.ms`.",
     },
     GroupKey {
         name: "share.session.timeout.ms",
