@@ -94,7 +94,7 @@ enum Message {
     Request {
         member: usize,
         incarnation: u64,
-        request: ConsumerHeartbeat,
+        request: Box<ConsumerHeartbeat>,
     },
     Answer {
         member: usize,
@@ -262,7 +262,7 @@ impl Sim {
                 member,
                 incarnation,
                 request,
-            } => return self.serve(member, incarnation, request),
+            } => return self.serve(member, incarnation, *request),
             Message::Answer {
                 member,
                 incarnation,
@@ -344,7 +344,7 @@ impl Sim {
             m.waiting_until = Some(self.now + REQUEST_TIMEOUT_MS);
             m.sent_ms = self.now;
             let incarnation = m.incarnation;
-            let request = self.heartbeat_of(index);
+            let request = Box::new(self.heartbeat_of(index));
             self.send(Message::Request {
                 member: index,
                 incarnation,

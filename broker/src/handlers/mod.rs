@@ -831,7 +831,7 @@ async fn dispatch(
             out.encode(&response)
         }
         RequestKind::JoinGroup(body) => {
-            let (client_host, client_id) = member_client(&request, peer);
+            let (client_host, client_id) = member_client(request, peer);
             let client = join_group::Client {
                 id: client_id,
                 host: client_host,
@@ -839,7 +839,7 @@ async fn dispatch(
             out.encode(&join_group::handle(&shard, body, version, client).await)
         }
         RequestKind::ConsumerGroupHeartbeat(body) => {
-            let (client_host, client_id) = member_client(&request, peer);
+            let (client_host, client_id) = member_client(request, peer);
             out.encode(&consumer_groups::heartbeat(&shard, body, client_id, client_host).await)
         }
         RequestKind::ConsumerGroupDescribe(body) => {
