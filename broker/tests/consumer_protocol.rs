@@ -197,6 +197,34 @@ fn bad_heartbeats_get_kafkas_error_codes_and_the_broker_keeps_serving() {
         4
     );
     assert_eq!(described.groups[1].error_code, 69, "GROUP_ID_NOT_FOUND");
+    // DescribeGroups describes it as Kafka does: type `consumer`, the
+    // assignor, the epoch, the member's assignment in the consumer
+    // protocol's encoding.
+    let classic_view: protocol::kafka_protocol::messages::DescribeGroupsResponse =
+        common::raw::call(
+            &mut stream,
+            ApiKey::DescribeGroups,
+            5,
+            5,
+            "kip848-test",
+            &protocol::kafka_protocol::messages::DescribeGroupsRequest::default()
+                .with_groups(vec![GroupId(text("raw"))]),
+        );
+    let group = &classic_view.groups[0];
+    assert_eq!(
+        (
+            group.error_code,
+            group.group_state.as_str(),
+            group.protocol_type.as_str(),
+            group.protocol_data.as_str()
+        ),
+        (0, "Stable", "consumer", "uniform"),
+        "{group:?}"
+    );
+    let assigned =
+        protocol::consumer_protocol::assignment_partitions(&group.members[0].member_assignment)
+            .expect("an assignment");
+    assert_eq!(assigned["raw-topic"], vec![0, 1, 2, 3]);
     // ListGroups v5 with a type filter.
     let listed: ListGroupsResponse = common::raw::call(
         &mut stream,

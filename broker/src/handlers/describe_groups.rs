@@ -1,5 +1,8 @@
 //! DescribeGroups (15), versions 0–6: state, protocol and members (with
-//! metadata and assignment when Stable). An unknown group is Dead, and
+//! metadata and assignment when Stable). A consumer-protocol group is
+//! described as Kafka describes it: protocol type `consumer`, its assignor
+//! as the protocol, its epoch as the generation and each member's
+//! subscription and assignment in the consumer protocol's encoding. An unknown group is Dead, and
 //! from v6 also GROUP_ID_NOT_FOUND with Kafka's message. Asked for
 //! authorized operations (v3+), a group found gets every operation a
 //! group supports, as from Kafka without an authorizer.
@@ -53,7 +56,7 @@ pub async fn handle(
             }
             Ok(d) => DescribedGroup::default()
                 .with_authorized_operations(operations)
-                .with_group_state(StrBytes::from_static_str(d.state.name()))
+                .with_group_state(StrBytes::from_static_str(d.state_name))
                 .with_protocol_type(StrBytes::from_string(d.protocol_type))
                 .with_protocol_data(StrBytes::from_string(d.protocol_name))
                 .with_members(

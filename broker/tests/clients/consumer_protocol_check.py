@@ -185,6 +185,23 @@ class Members:
         return owned
 
 
+def describe_settled(bootstrap, group, count):
+    """confluent-kafka's admin client sees a consumer-protocol group with
+    `count` members, stable, owning every partition between them."""
+    from confluent_kafka import ConsumerGroupState, ConsumerGroupType
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.time() + DEADLINE_S
+    while True:
+        description = admin.describe_consumer_groups([group])[group].result(timeout=30)
+        owned = sum(len(m.assignment.topic_partitions) for m in description.members)
+        if description.state == ConsumerGroupState.STABLE and owned == PARTITIONS:
+            break
+        check(time.time() < deadline, f"{group} not stable: {description}")
+        time.sleep(0.5)
+    check(description.type == ConsumerGroupType.CONSUMER, f"{group} is {description.type}")
+    check(len(description.members) == count, f"{group} has {len(description.members)} members")
+
+
 def check_records(members, produced):
     """Every record consumed, byte for byte; a record twice only where a
     killed member consumed it last on its partition (its commit may not
@@ -261,6 +278,7 @@ def membership(bootstrap, topic, log_path):
     produced.produce(topic, 40)
     members.wait_owned(["a", "d"], PARTITIONS, "d joined")
     members.wait_consumed(produced, "d joined")
+    describe_settled(bootstrap, "kip848-members", 2)
     members.stop_all()
     twice = check_records(members, produced)
     spans = check_ownership(members)

@@ -479,6 +479,66 @@ fn by_name(
     out
 }
 
+impl ConsumerGroup {
+    /// DescribeGroups of a consumer-protocol group, as Kafka answers it:
+    /// protocol type `consumer`, the assignor as the protocol, and each
+    /// member's subscription and assignment in the consumer protocol's
+    /// encoding.
+    pub(super) fn describe(&self, group: &Group) -> super::messages::GroupDescription {
+        use protocol::consumer_protocol::{self as wire, Assignment, Subscription};
+        let assignor = self
+            .members
+            .values()
+            .find_map(|m| m.server_assignor.clone())
+            .unwrap_or_else(|| ASSIGNORS[0].to_string());
+        let members = self
+            .members
+            .values()
+            .map(|m| {
+                let listed = |p: &Partitions| -> wire::TopicPartitions {
+                    p.iter()
+                        .map(|(t, ps)| (t.clone(), ps.iter().copied().collect()))
+                        .collect()
+                };
+                let subscription = Subscription {
+                    owned_partitions: listed(&m.assigned),
+                    // Named topics, and those its regex matches now.
+                    ..Subscription::to_topics(
+                        self.subscribed_topics
+                            .keys()
+                            .filter(|t| m.subscribes(t))
+                            .chain(&m.subscribed_names)
+                            .collect::<BTreeSet<_>>()
+                            .into_iter()
+                            .cloned(),
+                    )
+                };
+                let assignment = Assignment {
+                    partitions: listed(&m.assigned),
+                    user_data: None,
+                };
+                super::messages::MemberDescription {
+                    member_id: m.member_id.clone(),
+                    group_instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    metadata: wire::encode_subscription(&subscription, 1).unwrap_or_default(),
+                    assignment: wire::encode_assignment(&assignment, 0).unwrap_or_default(),
+                }
+            })
+            .collect();
+        super::messages::GroupDescription {
+            group_id: group.id.clone(),
+            state: group.state,
+            state_name: group_state_name(self),
+            protocol_type: "consumer".to_string(),
+            protocol_name: assignor,
+            generation_id: self.group_epoch,
+            members,
+        }
+    }
+}
+
 /// A record for `__consumer_offsets`: key and value (`None`: tombstone).
 pub type ConsumerRecord = (Vec<u8>, Option<Vec<u8>>);
 

@@ -175,6 +175,9 @@ pub struct MemberDescription {
 pub struct GroupDescription {
     pub group_id: String,
     pub state: GroupState,
+    /// Kafka's name of the state: the classic state's, or for a
+    /// consumer-protocol group its own (`Assigning`, `Reconciling`, ...).
+    pub state_name: &'static str,
     pub protocol_type: String,
     pub protocol_name: String,
     pub generation_id: i32,

@@ -357,18 +357,23 @@ impl Coordinator {
             return GroupDescription {
                 group_id: group_id.to_string(),
                 state: GroupState::Dead,
+                state_name: GroupState::Dead.name(),
                 protocol_type: String::new(),
                 protocol_name: String::new(),
                 generation_id: -1,
                 members: Vec::new(),
             };
         };
+        if let Some(consumer) = group.consumer() {
+            return consumer.describe(group);
+        }
         let protocol = group.protocol_name.clone().unwrap_or_default();
         // Kafka shows member metadata and assignments only when Stable.
         let stable = group.state == GroupState::Stable;
         GroupDescription {
             group_id: group_id.to_string(),
             state: group.state,
+            state_name: group.state.name(),
             protocol_type: group.protocol_type().to_string(),
             protocol_name: protocol.clone(),
             generation_id: group.generation_id,
