@@ -341,7 +341,7 @@ def wait_file(path, what):
         time.sleep(0.1)
 
 
-def failover(bootstrap, topic, log_path, signal_dir):
+def failover(bootstrap, topic, log_path, signal_dir, group="kip848-failover"):
     """Three members consume a replicated topic; a fourth joins and, while
     the group reconciles, the test kills the group's coordinator (it
     waits for `rebalancing` here, then writes `killed`). The members carry
@@ -349,7 +349,7 @@ def failover(bootstrap, topic, log_path, signal_dir):
     partition owned by two members at once."""
     produced = Produced(bootstrap)
     produced.produce(topic, 30)
-    members = Members(bootstrap, "kip848-failover", topic, log_path)
+    members = Members(bootstrap, group, topic, log_path)
     for name in ("a", "b", "c"):
         members.start(name)
     members.wait_owned(["a", "b", "c"], PARTITIONS, "three members")
