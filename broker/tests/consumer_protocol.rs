@@ -399,3 +399,13 @@ fn the_coordinator_killed_while_the_group_reconciles_loses_no_assignment_in_a_cl
         started.elapsed().as_secs_f64()
     );
 }
+
+/// A classic group turned consumer-protocol online by a member of the
+/// new protocol joining it, its classic members staying, and classic
+/// again once that member leaves (`group.consumer.migration.policy`,
+/// bidirectional by default).
+#[test]
+fn a_classic_group_migrates_online_to_the_consumer_protocol_and_back() {
+    let broker = Broker::start(BROKER_ARGS);
+    check(&broker, "migration", "kip848-migration");
+}

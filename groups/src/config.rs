@@ -39,6 +39,48 @@ pub struct ConsumerGroupConfig {
     /// `group.consumer.assignors`: the server-side assignors members may
     /// name, the first the default.
     pub assignors: Vec<String>,
+    /// `group.consumer.migration.policy`: whether a group may switch
+    /// protocols while it has members.
+    pub migration_policy: MigrationPolicy,
+}
+
+/// `group.consumer.migration.policy` (Kafka's values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MigrationPolicy {
+    /// A group with members keeps its protocol.
+    Disabled,
+    /// A classic group turns consumer when a consumer-protocol member
+    /// joins it.
+    Upgrade,
+    /// A consumer group whose last consumer-protocol member leaves turns
+    /// classic again when classic members remain.
+    Downgrade,
+    Bidirectional,
+}
+
+impl MigrationPolicy {
+    pub fn name(self) -> &'static str {
+        match self {
+            MigrationPolicy::Disabled => "disabled",
+            MigrationPolicy::Upgrade => "upgrade",
+            MigrationPolicy::Downgrade => "downgrade",
+            MigrationPolicy::Bidirectional => "bidirectional",
+        }
+    }
+
+    pub fn upgrades(self) -> bool {
+        matches!(
+            self,
+            MigrationPolicy::Upgrade | MigrationPolicy::Bidirectional
+        )
+    }
+
+    pub fn downgrades(self) -> bool {
+        matches!(
+            self,
+            MigrationPolicy::Downgrade | MigrationPolicy::Bidirectional
+        )
+    }
 }
 
 impl Default for ConsumerGroupConfig {
@@ -55,6 +97,7 @@ impl Default for ConsumerGroupConfig {
                 .iter()
                 .map(|a| a.to_string())
                 .collect(),
+            migration_policy: MigrationPolicy::Bidirectional,
         }
     }
 }
@@ -89,6 +132,7 @@ pub const GROUP_CONFIG_KEYS: &[&str] = &[
     "group.consumer.max.heartbeat.interval.ms",
     "group.consumer.max.size",
     "group.consumer.assignors",
+    "group.consumer.migration.policy",
 ];
 
 impl GroupConfig {
@@ -170,6 +214,17 @@ impl GroupConfig {
                     ));
                 }
                 self.consumer.assignors = names;
+            }
+            "group.consumer.migration.policy" => {
+                self.consumer.migration_policy = match value.trim().to_ascii_lowercase().as_str() {
+                    "disabled" => MigrationPolicy::Disabled,
+                    "upgrade" => MigrationPolicy::Upgrade,
+                    "downgrade" => MigrationPolicy::Downgrade,
+                    "bidirectional" => MigrationPolicy::Bidirectional,
+                    other => return Err(format!(
+                        "`{other}` is not a policy: disabled, upgrade, downgrade or bidirectional"
+                    )),
+                }
             }
             _ => return Err(format!("`{key}` is not a group setting")),
         }

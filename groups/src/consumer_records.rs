@@ -120,6 +120,10 @@ pub struct MemberValue {
     pub subscribed_topic_regex: Option<String>,
     pub rebalance_timeout_ms: i32,
     pub server_assignor: Option<String>,
+    /// A classic member's protocols (name, metadata), Kafka's
+    /// ClassicMemberMetadata (tagged field 0); `None` for a
+    /// consumer-protocol member.
+    pub classic_protocols: Option<Vec<(String, Vec<u8>)>>,
 }
 
 /// Partitions by topic id.
@@ -210,7 +214,25 @@ pub fn member_value(member: &MemberValue) -> Vec<u8> {
     put_compact_string(&mut out, member.subscribed_topic_regex.as_deref());
     out.extend_from_slice(&member.rebalance_timeout_ms.to_be_bytes());
     put_compact_string(&mut out, member.server_assignor.as_deref());
-    out.push(0);
+    match &member.classic_protocols {
+        None => out.push(0),
+        Some(protocols) => {
+            // ClassicMemberMetadata { SupportedProtocols [ {Name, Metadata} ] }
+            let mut field = Vec::new();
+            put_compact_len(&mut field, protocols.len());
+            for (name, metadata) in protocols {
+                put_compact_string(&mut field, Some(name));
+                put_compact_len(&mut field, metadata.len());
+                field.extend_from_slice(metadata);
+                field.push(0);
+            }
+            field.push(0);
+            out.push(1); // one tagged field
+            put_varint(&mut out, 0); // tag 0
+            put_varint(&mut out, field.len() as u64);
+            out.extend_from_slice(&field);
+        }
+    }
     out
 }
 
@@ -342,7 +364,27 @@ pub fn parse_member(bytes: &[u8]) -> Option<MemberValue> {
     let subscribed_topic_regex = r.compact_string()?;
     let rebalance_timeout_ms = r.i32()?;
     let server_assignor = r.compact_string()?;
-    r.tags()?;
+    let mut classic_protocols = None;
+    let count = r.varint()?;
+    for _ in 0..count {
+        let tag = r.varint()?;
+        let size = usize::try_from(r.varint()?).ok()?;
+        let field = r.take(size)?;
+        if tag == 0 {
+            let mut f = Reader { bytes: field };
+            let n = f.compact_len()??;
+            let mut protocols = Vec::with_capacity(n);
+            for _ in 0..n {
+                let name = f.compact_string()??;
+                let len = f.compact_len()??;
+                let metadata = f.take(len)?.to_vec();
+                f.tags()?;
+                protocols.push((name, metadata));
+            }
+            f.tags()?;
+            classic_protocols = Some(protocols);
+        }
+    }
     Some(MemberValue {
         instance_id,
         rack_id,
@@ -352,6 +394,7 @@ pub fn parse_member(bytes: &[u8]) -> Option<MemberValue> {
         subscribed_topic_regex,
         rebalance_timeout_ms,
         server_assignor,
+        classic_protocols,
     })
 }
 
@@ -405,8 +448,17 @@ mod tests {
             subscribed_topic_regex: Some("x.*".into()),
             rebalance_timeout_ms: 30_000,
             server_assignor: Some("uniform".into()),
+            classic_protocols: None,
         };
-        assert_eq!(parse_member(&member_value(&member)), Some(member));
+        assert_eq!(parse_member(&member_value(&member)), Some(member.clone()));
+        let classic = MemberValue {
+            classic_protocols: Some(vec![
+                ("range".into(), vec![0, 1, 2]),
+                ("roundrobin".into(), vec![]),
+            ]),
+            ..member
+        };
+        assert_eq!(parse_member(&member_value(&classic)), Some(classic));
         let assignment = AssignmentValue {
             member_epoch: 4,
             previous_member_epoch: 3,

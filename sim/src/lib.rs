@@ -1931,6 +1931,7 @@ impl Sim {
             protocols: vec![("range".to_string(), Bytes::new())],
             require_known_member_id: true,
             supports_skip_assignment: false,
+            topics: None,
         };
         let mut replies = Vec::new();
         let coordinator = self.broker(id).coordinator.as_mut().expect("loaded");

@@ -233,6 +233,7 @@ pub fn group_value(config: &BrokerConfig, key: &str) -> Option<String> {
         }
         "group.consumer.max.size" => groups.consumer.max_size.to_string(),
         "group.consumer.assignors" => groups.consumer.assignors.join(","),
+        "group.consumer.migration.policy" => groups.consumer.migration_policy.name().to_string(),
         _ => return None,
     })
 }

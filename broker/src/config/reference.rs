@@ -841,6 +841,11 @@ pub const GROUP_SETTINGS: &[GroupSetting] = &[
         default: "uniform,range",
         meaning: "Server-side assignors consumer-protocol members may name (`group.remote.assignor`), the first the default: `uniform` (balanced and sticky) and `range` (per topic, contiguous ranges).",
     },
+    GroupSetting {
+        key: "group.consumer.migration.policy",
+        default: "bidirectional",
+        meaning: "Whether a group switches protocols while it has members: `upgrade` (a classic group turns consumer when a consumer-protocol member joins), `downgrade` (back to classic when its last consumer-protocol member leaves and classic members remain), `bidirectional` (both) or `disabled` (neither; the other kind is refused).",
+    },
 ];
 
 fn cell(text: &str) -> String {

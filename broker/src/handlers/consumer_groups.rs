@@ -25,7 +25,7 @@ pub const VERSION_MIN: i16 = 0;
 pub const VERSION_MAX: i16 = 1;
 
 /// Every topic of the image, by name, with its id and partition count.
-fn topics(shard: &Shard) -> Topics {
+pub fn topics(shard: &Shard) -> Topics {
     shard
         .metadata
         .image()
@@ -256,8 +256,8 @@ fn describe_one(
                         .with_subscribed_topic_regex(m.subscribed_regex.clone().map(text))
                         .with_assignment(described_assignment(topics, &m.assigned))
                         .with_target_assignment(described_assignment(topics, &target))
-                        // 1: a consumer-protocol member (0 is classic).
-                        .with_member_type(1)
+                        // 0: a classic member (of a group migrating), 1: consumer.
+                        .with_member_type(if m.classic.is_some() { 0 } else { 1 })
                 })
                 .collect(),
         )

@@ -59,6 +59,7 @@ pub async fn handle(
             .collect(),
         require_known_member_id: version >= 4,
         supports_skip_assignment: version >= 9,
+        topics: Some(crate::handlers::consumer_groups::topics(shard)),
     };
     let member_id = join.member_id.clone();
     let response = manager::on_coordinator(shard, &group_id, move |owner, _| async move {

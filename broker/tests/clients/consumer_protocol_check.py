@@ -65,17 +65,20 @@ class Produced:
         return sum(len(v) for v in self.values.values())
 
 
-def member(bootstrap, group, subscription, name, log_path, instance=""):
+def member(bootstrap, group, subscription, name, log_path, instance="", protocol="consumer"):
     """One member: consumes, logs, commits each record; leaves cleanly on
-    SIGTERM."""
+    SIGTERM. `protocol` consumer (KIP-848) or classic (eager range)."""
     log = open(log_path, "a", buffering=1)
     config = {
         "bootstrap.servers": bootstrap,
         "group.id": group,
-        "group.protocol": "consumer",
+        "group.protocol": protocol,
         "auto.offset.reset": "earliest",
         "enable.auto.commit": False,
     }
+    if protocol == "classic":
+        config["session.timeout.ms"] = 6000
+        config["heartbeat.interval.ms"] = 500
     if instance:
         config["group.instance.id"] = instance
     consumer = Consumer(config)
@@ -103,8 +106,9 @@ def member(bootstrap, group, subscription, name, log_path, instance=""):
                       f"{message.offset()} {message.value().hex()}\n")
             try:
                 consumer.commit(message=message, asynchronous=False)
-            except Exception as e:  # a commit refused during a revocation
-                log.write(f"commit-error {name} {e}\n")
+            except Exception as e:  # a commit refused during a rebalance
+                log.write(f"commit-error {name} {message.topic()} {message.partition()} "
+                          f"{message.offset()} {str(e).replace(' ', '_')}\n")
     consumer.close()
     log.write(f"closed {name} {time.monotonic():.6f}\n")
 
@@ -115,12 +119,12 @@ class Members:
         self.procs = {}
         self.killed = {}  # name -> monotonic time of the kill
 
-    def start(self, name, instance=""):
+    def start(self, name, instance="", protocol="consumer"):
         # librdkafka's own logs go beside the log, not to a pipe that
         # could fill up.
         self.procs[name] = subprocess.Popen(
             [sys.executable, __file__, "member", self.bootstrap, self.group, self.subscription, name,
-             self.log_path, instance],
+             self.log_path, instance, protocol],
             stdout=subprocess.DEVNULL, stderr=open(self.log_path + ".stderr", "a"))
 
     def stop(self, name):
@@ -219,9 +223,16 @@ def check_records(members, produced):
     for line in members.records():
         if line[1] in members.killed:
             last_of_killed[(line[1], line[3], int(line[4]))] = int(line[5])
+    # A record whose commit was refused (its member was rebalancing) is
+    # consumed again by the next owner: at-least-once, as Kafka's.
+    refused = {(l[1], l[2], int(l[3]), int(l[4])) for l in members.lines()
+               if l[0] == "commit-error" and len(l) >= 5}
     twice = {k: v for k, v in seen.items() if len(v) > 1}
     for (topic, partition, offset), names in twice.items():
-        allowed = len(names) == 2 and last_of_killed.get((names[0], topic, partition)) == offset
+        first = names[0]
+        allowed = len(names) == 2 and (
+            last_of_killed.get((first, topic, partition)) == offset
+            or (first, topic, partition, offset) in refused)
         check(allowed, f"{topic}/{partition}@{offset} consumed by {names}")
     return len(twice)
 
@@ -334,6 +345,54 @@ def regex(bootstrap, prefix, log_path):
     print(f"regex: ok {produced.total()} records from {first} and {second}")
 
 
+def group_type(bootstrap, group):
+    from confluent_kafka import ConsumerGroupType
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    description = admin.describe_consumer_groups([group])[group].result(timeout=30)
+    return {ConsumerGroupType.CONSUMER: "consumer", ConsumerGroupType.CLASSIC: "classic"}.get(
+        description.type, str(description.type))
+
+
+def wait_group_type(bootstrap, group, wanted):
+    deadline = time.time() + DEADLINE_S
+    while (found := group_type(bootstrap, group)) != wanted:
+        check(time.time() < deadline, f"{group} stayed {found}, not {wanted}")
+        time.sleep(0.5)
+
+
+def migration(bootstrap, topic, log_path):
+    """Two classic members consume; a consumer-protocol member joins and
+    the group turns consumer online, the classic members staying in it;
+    the consumer-protocol member leaves and the group turns classic again.
+    Records produced at each step; every record consumed (again only after
+    a refused commit), no partition owned by two members at once."""
+    create_topic(bootstrap, topic, PARTITIONS)
+    produced = Produced(bootstrap)
+    produced.produce(topic, 20)
+    group = "kip848-migration"
+    members = Members(bootstrap, group, topic, log_path)
+    members.start("k1", protocol="classic")
+    members.start("k2", protocol="classic")
+    members.wait_owned(["k1", "k2"], PARTITIONS, "two classic members")
+    members.wait_consumed(produced, "two classic members")
+    check(group_type(bootstrap, group) == "classic", "a classic group to start with")
+    members.start("c1")
+    wait_group_type(bootstrap, group, "consumer")
+    produced.produce(topic, 20)
+    members.wait_owned(["k1", "k2", "c1"], PARTITIONS, "both kinds")
+    members.wait_consumed(produced, "both kinds")
+    members.stop("c1")
+    wait_group_type(bootstrap, group, "classic")
+    produced.produce(topic, 20)
+    members.wait_owned(["k1", "k2"], PARTITIONS, "classic again")
+    members.wait_consumed(produced, "classic again")
+    members.stop_all()
+    twice = check_records(members, produced)
+    spans = check_ownership(members)
+    print(f"migration: ok {produced.total()} records, {twice} again after a refused commit, "
+          f"{spans} ownership spans")
+
+
 def wait_file(path, what):
     deadline = time.time() + DEADLINE_S
     while not os.path.exists(path):
@@ -381,6 +440,8 @@ def main():
         regex(*args)
     elif mode == "failover":
         failover(*args)
+    elif mode == "migration":
+        migration(*args)
     else:
         fail(f"unknown mode {mode}")
 

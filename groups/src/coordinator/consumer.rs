@@ -108,7 +108,7 @@ pub struct ConsumerMember {
     pub rebalance_timeout_ms: u64,
     pub subscribed_names: BTreeSet<String>,
     pub subscribed_regex: Option<String>,
-    compiled_regex: Option<regex::Regex>,
+    pub(super) compiled_regex: Option<regex::Regex>,
     pub server_assignor: Option<String>,
     pub member_epoch: i32,
     pub previous_member_epoch: i32,
@@ -123,6 +123,18 @@ pub struct ConsumerMember {
     /// A static member that left for now (epoch -2): its assignment waits
     /// for its instance to come back within the session timeout.
     pub away: bool,
+    /// A member speaking the classic protocol (JoinGroup, SyncGroup,
+    /// Heartbeat) in a consumer-protocol group, while the group migrates.
+    pub classic: Option<ClassicMember>,
+}
+
+/// What a classic member of a consumer-protocol group joined with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassicMember {
+    /// Its protocols (assignor names) and their metadata (subscriptions),
+    /// in its order of preference.
+    pub protocols: Vec<(String, bytes::Bytes)>,
+    pub session_timeout_ms: u64,
 }
 
 impl ConsumerMember {
@@ -137,7 +149,7 @@ impl ConsumerMember {
     }
 
     /// What its records hold, to tell when they must be written again.
-    fn recorded(&self) -> (MemberValue, i32, i32, MemberState, Partitions, Partitions) {
+    pub(super) fn recorded(&self) -> (MemberValue, i32, i32, MemberState, Partitions, Partitions) {
         (
             self.member_value(),
             self.member_epoch,
@@ -158,6 +170,12 @@ impl ConsumerMember {
             subscribed_topic_regex: self.subscribed_regex.clone(),
             rebalance_timeout_ms: i32::try_from(self.rebalance_timeout_ms).unwrap_or(i32::MAX),
             server_assignor: self.server_assignor.clone(),
+            classic_protocols: self.classic.as_ref().map(|c| {
+                c.protocols
+                    .iter()
+                    .map(|(name, metadata)| (name.clone(), metadata.to_vec()))
+                    .collect()
+            }),
         }
     }
 
@@ -199,22 +217,25 @@ pub struct ConsumerGroup {
     /// Topic ids by name, for the records (which name topics by id).
     pub topic_ids: BTreeMap<String, u128>,
     /// What changed since its records were last taken.
-    dirty: Dirty,
+    pub(super) dirty: Dirty,
     /// Loaded from the log: the first heartbeat takes the subscribed
     /// topics as they are, without a new epoch.
-    loaded: bool,
+    pub(super) loaded: bool,
+    /// The topics as the last call that brought them saw them (classic
+    /// members' heartbeats do not).
+    pub(super) last_topics: Topics,
 }
 
 /// The records a consumer-protocol group owes `__consumer_offsets`.
 #[derive(Debug, Clone, Default)]
-struct Dirty {
-    epoch: bool,
+pub(super) struct Dirty {
+    pub(super) epoch: bool,
     /// The whole target assignment (its epoch and every member's).
-    target: bool,
+    pub(super) target: bool,
     /// Members whose metadata and current assignment changed.
-    members: BTreeSet<String>,
+    pub(super) members: BTreeSet<String>,
     /// Members gone: tombstones for their records.
-    gone: BTreeSet<String>,
+    pub(super) gone: BTreeSet<String>,
 }
 
 impl Dirty {
@@ -336,7 +357,15 @@ impl ConsumerGroup {
     /// Bumps the group epoch once when the group `changed` (members or
     /// subscriptions) or its subscribed topics did, and computes the
     /// target assignment for it.
-    fn refresh_target(&mut self, topics: &Topics, default_assignor: &str, changed: bool) {
+    pub(super) fn refresh_target(
+        &mut self,
+        topics: &Topics,
+        default_assignor: &str,
+        changed: bool,
+    ) {
+        if self.last_topics != *topics {
+            self.last_topics = topics.clone();
+        }
         let subscribed = self.subscribed(topics);
         for name in subscribed.keys() {
             if let Some(info) = topics.get(name) {
@@ -388,7 +417,7 @@ impl ConsumerGroup {
     }
 
     /// Moves `member_id` towards its target; `owned` is what it reported.
-    fn reconcile(&mut self, member_id: &str, owned: Option<&Partitions>, now_ms: u64) {
+    pub(super) fn reconcile(&mut self, member_id: &str, owned: Option<&Partitions>, now_ms: u64) {
         // Two passes at most: a confirmed revocation then the new epoch.
         for _ in 0..2 {
             let Some(member) = self.members.get(member_id) else {
@@ -412,7 +441,10 @@ impl ConsumerGroup {
             }
             let target = self.target.get(member_id).cloned().unwrap_or_default();
             let (kept, revoke) = split(&member.assigned, &target);
-            if !revoke.is_empty() {
+            // A member whose report shows it no longer owns them (a
+            // classic member rejoins after revoking) moves on at once.
+            let released = owned.is_some_and(|owned| !intersects(owned, &revoke));
+            if !revoke.is_empty() && !released {
                 let deadline = now_ms + member.rebalance_timeout_ms;
                 let member = self.members.get_mut(member_id).expect("member exists");
                 member.assigned = normalized(kept);
@@ -682,8 +714,10 @@ impl ConsumerGroup {
         key: &ConsumerKey,
         value: Option<&[u8]>,
         names: &dyn Fn(u128) -> Option<String>,
-        session_deadline_ms: u64,
+        now_ms: u64,
+        session_ms: u64,
     ) -> bool {
+        let session_deadline_ms = now_ms + session_ms;
         self.loaded = true;
         let blank = |member_id: &str| ConsumerMember {
             member_id: member_id.to_string(),
@@ -704,6 +738,7 @@ impl ConsumerGroup {
             session_deadline_ms,
             revocation_deadline_ms: None,
             away: false,
+            classic: None,
         };
         match (key, value) {
             (ConsumerKey::PartitionMetadata { .. }, _) => true,
@@ -747,6 +782,15 @@ impl ConsumerGroup {
                 member.subscribed_regex = value.subscribed_topic_regex;
                 member.rebalance_timeout_ms = value.rebalance_timeout_ms.max(0) as u64;
                 member.server_assignor = value.server_assignor;
+                // A loaded classic member's session is the broker's
+                // (the record keeps its protocols, not its timeout).
+                member.classic = value.classic_protocols.map(|protocols| ClassicMember {
+                    protocols: protocols
+                        .into_iter()
+                        .map(|(name, metadata)| (name, bytes::Bytes::from(metadata)))
+                        .collect(),
+                    session_timeout_ms: session_ms,
+                });
                 true
             }
             (ConsumerKey::TargetMember { member_id, .. }, None) => {
@@ -993,9 +1037,19 @@ impl Coordinator {
                 self.add_group(&request.group_id)?;
             }
             Some(group) if group.consumer.is_none() => {
-                // A classic group converts once it has no members.
-                if group.state != GroupState::Empty || !group.pending.is_empty() {
-                    return Err(GroupError::GroupIdNotFound);
+                // A classic group converts once it has no members, or
+                // while it has some if the policy allows it (its members
+                // stay, speaking the classic protocol).
+                let empty = group.state == GroupState::Empty && group.pending.is_empty();
+                if !empty {
+                    if request.member_epoch != 0
+                        || !config.migration_policy.upgrades()
+                        || !group.upgradable()
+                    {
+                        return Err(GroupError::GroupIdNotFound);
+                    }
+                    let group = self.groups.get_mut(&request.group_id).expect("group");
+                    group.upgrade(now_ms);
                 }
             }
             Some(_) => {}
@@ -1006,20 +1060,27 @@ impl Coordinator {
             .cloned()
             .unwrap_or_else(|| ASSIGNORS[0].to_string());
         let group_id = request.group_id.clone();
-        self.with_group(&group_id, |group| {
-            let answer = heartbeat(
-                group,
-                &config,
-                &default_assignor,
-                now_ms,
-                request,
-                regex,
-                topics,
-            );
-            group.settle_consumer(now_ms);
-            answer
-        })
-        .expect("group exists")
+        let leaving = request.member_epoch == -1;
+        let answer = self
+            .with_group(&group_id, |group| {
+                let answer = heartbeat(
+                    group,
+                    &config,
+                    &default_assignor,
+                    now_ms,
+                    request,
+                    regex,
+                    topics,
+                );
+                group.settle_consumer(now_ms);
+                answer
+            })
+            .expect("group exists");
+        if leaving {
+            // No classic member is parked in a consumer-protocol group.
+            self.maybe_downgrade(&group_id, now_ms, &mut Vec::new());
+        }
+        answer
     }
 
     /// ConsumerGroupDescribe for one group (`None`: no such group, or not
@@ -1054,12 +1115,13 @@ impl Coordinator {
                 }
                 group.settle_consumer(now_ms);
             });
+            self.maybe_downgrade(&id, now_ms, &mut Vec::new());
         }
     }
 }
 
 /// A member leaves: its partitions are free at once.
-fn remove_member(group: &mut ConsumerGroup, member_id: &str) {
+pub(super) fn remove_member(group: &mut ConsumerGroup, member_id: &str) {
     if group.members.remove(member_id).is_some() {
         group.target.remove(member_id);
         group.group_epoch += 1;
@@ -1163,6 +1225,7 @@ fn heartbeat(
                             session_deadline_ms: 0,
                             revocation_deadline_ms: None,
                             away: false,
+                            classic: None,
                         },
                     );
                     joined = true;

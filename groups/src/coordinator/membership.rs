@@ -49,10 +49,11 @@ impl Coordinator {
         }
         let exists = self.groups.contains_key(&request.group_id);
         if let Some(group) = self.groups.get_mut(&request.group_id) {
-            // A consumer-protocol group turns classic again once empty.
+            // A consumer-protocol group turns classic again once empty;
+            // with members, a classic member joins it as one of them.
             match group.consumer.as_ref() {
                 Some(consumer) if !consumer.members.is_empty() => {
-                    return fail(GroupError::InconsistentGroupProtocol);
+                    return Answer::Now(self.classic_join(now_ms, request));
                 }
                 Some(_) => {
                     let mut consumer = group.consumer.take().expect("consumer group");
@@ -119,6 +120,16 @@ impl Coordinator {
         {
             return Answer::Now(SyncResponse::error(GroupError::InvalidRequest));
         }
+        if self
+            .groups
+            .get(&request.group_id)
+            .is_some_and(|g| g.consumer.is_some())
+        {
+            return Answer::Now(
+                self.classic_sync(now_ms, &request)
+                    .unwrap_or_else(SyncResponse::error),
+            );
+        }
         let core_bytes_left = CORE_MEMBER_BYTES_MAX.saturating_sub(self.member_bytes);
         let group_id = request.group_id.clone();
         self.with_group(&group_id, |group| {
@@ -143,6 +154,9 @@ impl Coordinator {
         let Some(group) = self.groups.get_mut(group_id) else {
             return Err(GroupError::UnknownMemberId);
         };
+        if group.consumer.is_some() {
+            return self.classic_heartbeat(now_ms, group_id, generation_id, member_id);
+        }
         {
             if group.fenced(member_id, group_instance_id) {
                 return Err(GroupError::FencedInstanceId);
@@ -176,6 +190,13 @@ impl Coordinator {
         replies: &mut Replies,
     ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
         Self::check_group_id(group_id)?;
+        if self
+            .groups
+            .get(group_id)
+            .is_some_and(|g| g.consumer.is_some())
+        {
+            return Ok(self.classic_leave(now_ms, group_id, leaving, replies));
+        }
         let unknown = vec![Err(GroupError::UnknownMemberId); leaving.len()];
         Ok(self
             .with_group(group_id, |group| {

@@ -47,6 +47,10 @@ pub struct JoinRequest {
     /// JoinGroup v9+ (KIP-814): a static leader rejoining a Stable group
     /// gets the members with `skip_assignment`, keeping the assignment.
     pub supports_skip_assignment: bool,
+    /// The topics the metadata has, for a group that turned
+    /// consumer-protocol while it has classic members (the coordinator
+    /// assigns their partitions); `None` where unknown.
+    pub topics: Option<super::Topics>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -28,6 +28,7 @@ use crate::limits::{GROUPS_PER_CORE_MAX, GROUP_ID_BYTES_MAX, MEMBER_NAME_BYTES_M
 mod consumer;
 mod membership;
 mod messages;
+mod migration;
 mod offsets;
 mod state;
 mod subscription;
@@ -248,7 +249,7 @@ impl Coordinator {
                 group.protocol_name = None;
             }
             let consumer = group.consumer.as_mut().expect("consumer group");
-            let decoded = consumer.load(key, value, names, now_ms + session_ms);
+            let decoded = consumer.load(key, value, names, now_ms, session_ms);
             group.settle_consumer(now_ms);
             decoded
         })

@@ -32,6 +32,7 @@ fn join_request(member_id: &str, instance: Option<&str>, protocols: &[&str]) -> 
             .collect(),
         require_known_member_id: true,
         supports_skip_assignment: false,
+        topics: None,
     }
 }
 
