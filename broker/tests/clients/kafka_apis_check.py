@@ -176,6 +176,8 @@ def request_classes():
 # Advertised APIs kafka-python has no request class for, and the test that
 # proves each instead. Any other advertised key without a class fails.
 BEYOND_KAFKA_PYTHON = {
+    68: "ConsumerGroupHeartbeat: consumer_protocol (confluent-kafka group.protocol=consumer, raw)",
+    69: "ConsumerGroupDescribe: consumer_protocol (confluent-kafka admin, strom group describe, raw)",
     80: "AddRaftVoter: voter_replacement (strom cluster add-voter)",
     81: "RemoveRaftVoter: voter_replacement (strom cluster remove-voter)",
 }
