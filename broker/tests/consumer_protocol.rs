@@ -267,24 +267,6 @@ fn bad_heartbeats_get_kafkas_error_codes_and_the_broker_keeps_serving() {
     assert_eq!((left.error_code, left.member_epoch), (0, -1));
 }
 
-/// The node coordinating `group`, as `broker` answers.
-fn coordinator_of(broker: &Broker, group: &str) -> Option<i32> {
-    use protocol::kafka_protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};
-    let mut stream = std::net::TcpStream::connect(broker.address()).ok()?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .ok()?;
-    let found: FindCoordinatorResponse = common::raw::call(
-        &mut stream,
-        ApiKey::FindCoordinator,
-        3,
-        1,
-        "kip848-test",
-        &FindCoordinatorRequest::default().with_key(text(group)),
-    );
-    (found.error_code == 0 && found.node_id.0 > 0).then_some(found.node_id.0)
-}
-
 /// One round: a group of three members on a new topic, a fourth joining,
 /// the group's coordinator killed while it reconciles; the members'
 /// script checks the rest. The killed node, started again.
@@ -342,7 +324,7 @@ fn coordinator_killed_round(cluster: &mut test_support::cluster::Cluster, round:
         .find(|&n| cluster.node(n).broker.is_running())
         .unwrap();
     let victim = cluster.wait_for("the group's coordinator", || {
-        coordinator_of(&cluster.node(any).broker, &group)
+        common::raw::find_coordinator(&cluster.node(any).broker, &group, 0)
     });
     cluster.node_mut(victim).broker.kill();
     std::fs::write(signals.join("killed"), victim.to_string()).unwrap();
@@ -360,7 +342,7 @@ fn coordinator_killed_round(cluster: &mut test_support::cluster::Cluster, round:
     );
     let survivor = (1..=3).find(|&n| n != victim).unwrap();
     let after = cluster.wait_for("a new coordinator", || {
-        coordinator_of(&cluster.node(survivor).broker, &group)
+        common::raw::find_coordinator(&cluster.node(survivor).broker, &group, 0)
     });
     assert_ne!(after, victim);
     cluster.node_mut(victim).broker.start_again();

@@ -20,10 +20,7 @@ use std::time::{Duration, Instant};
 use common::rng::Rng;
 use common::{poll_until, raw, run_python, wait_deadline, SoakBudget};
 use protocol::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use protocol::kafka_protocol::messages::{
-    ApiKey, FindCoordinatorRequest, FindCoordinatorResponse, MetadataRequest, MetadataResponse,
-    TopicName,
-};
+use protocol::kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse, TopicName};
 use protocol::kafka_protocol::protocol::StrBytes;
 use test_support::cluster::Cluster;
 
@@ -346,18 +343,7 @@ fn the_output_holds_each_input_once_while_the_app_is_killed() {
 /// transactional id) names, asked of node `asked` until it answers.
 fn coordinator(cluster: &Cluster, asked: i32, key: &str, key_type: i8) -> i32 {
     cluster.wait_for(&format!("the coordinator of {key}"), || {
-        let mut stream = raw::connect(&cluster.node(asked).broker);
-        let found: FindCoordinatorResponse = raw::call(
-            &mut stream,
-            ApiKey::FindCoordinator,
-            3,
-            1,
-            RAW_CLIENT_ID,
-            &FindCoordinatorRequest::default()
-                .with_key(StrBytes::from_string(key.to_string()))
-                .with_key_type(key_type),
-        );
-        (found.error_code == 0 && found.node_id.0 > 0).then_some(found.node_id.0)
+        raw::find_coordinator(&cluster.node(asked).broker, key, key_type).filter(|&n| n > 0)
     })
 }
 

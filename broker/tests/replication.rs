@@ -948,8 +948,8 @@ mod returning_coordinator {
     };
     use protocol::kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
     use protocol::kafka_protocol::messages::{
-        ApiKey, FindCoordinatorRequest, FindCoordinatorResponse, GroupId, OffsetCommitRequest,
-        OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, TopicName,
+        ApiKey, GroupId, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest,
+        OffsetFetchResponse, TopicName,
     };
     use protocol::kafka_protocol::protocol::StrBytes;
     use std::net::TcpStream;
@@ -964,19 +964,7 @@ mod returning_coordinator {
 
     /// The node coordinating `GROUP`, as `broker` answers.
     fn coordinator(broker: &Broker) -> Option<i32> {
-        let mut stream = TcpStream::connect(broker.address()).ok()?;
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .ok()?;
-        let found: FindCoordinatorResponse = common::raw::call(
-            &mut stream,
-            ApiKey::FindCoordinator,
-            3,
-            1,
-            "returning-test",
-            &FindCoordinatorRequest::default().with_key(text(GROUP)),
-        );
-        (found.error_code == 0).then_some(found.node_id.0)
+        common::raw::find_coordinator(broker, GROUP, 0)
     }
 
     /// Commits `offset` for partition 0 outside any generation (Kafka's

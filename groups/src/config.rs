@@ -221,9 +221,11 @@ impl GroupConfig {
                     "upgrade" => MigrationPolicy::Upgrade,
                     "downgrade" => MigrationPolicy::Downgrade,
                     "bidirectional" => MigrationPolicy::Bidirectional,
-                    other => return Err(format!(
+                    other => {
+                        return Err(format!(
                         "`{other}` is not a policy: disabled, upgrade, downgrade or bidirectional"
-                    )),
+                    ))
+                    }
                 }
             }
             _ => return Err(format!("`{key}` is not a group setting")),

@@ -7,6 +7,8 @@
 //! (compact strings and arrays, tagged fields). Partitions are named by
 //! topic id. A null value is a tombstone.
 
+use crate::reader::Reader;
+
 /// A consumer-protocol group's record key.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ConsumerKey {
@@ -254,71 +256,7 @@ pub fn assignment_value(value: &AssignmentValue) -> Vec<u8> {
     out
 }
 
-struct Reader<'a> {
-    bytes: &'a [u8],
-}
-
 impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Option<&[u8]> {
-        if self.bytes.len() < n {
-            return None;
-        }
-        let (head, tail) = self.bytes.split_at(n);
-        self.bytes = tail;
-        Some(head)
-    }
-    fn i8(&mut self) -> Option<i8> {
-        Some(self.take(1)?[0] as i8)
-    }
-    fn i16(&mut self) -> Option<i16> {
-        Some(i16::from_be_bytes(self.take(2)?.try_into().ok()?))
-    }
-    fn i32(&mut self) -> Option<i32> {
-        Some(i32::from_be_bytes(self.take(4)?.try_into().ok()?))
-    }
-    fn u128(&mut self) -> Option<u128> {
-        Some(u128::from_be_bytes(self.take(16)?.try_into().ok()?))
-    }
-    fn key_string(&mut self) -> Option<String> {
-        let len = usize::try_from(self.i16()?).ok()?;
-        String::from_utf8(self.take(len)?.to_vec()).ok()
-    }
-    fn varint(&mut self) -> Option<u64> {
-        let mut value = 0u64;
-        for shift in (0..64).step_by(7) {
-            let byte = self.take(1)?[0];
-            value |= u64::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return Some(value);
-            }
-        }
-        None
-    }
-    /// A compact length; `None` inside for null.
-    fn compact_len(&mut self) -> Option<Option<usize>> {
-        let n = self.varint()?;
-        let len = n.checked_sub(1).map(|n| n as usize);
-        // Each element or byte takes at least a byte.
-        if len.is_some_and(|len| len > self.bytes.len()) {
-            return None;
-        }
-        Some(len)
-    }
-    fn compact_string(&mut self) -> Option<Option<String>> {
-        match self.compact_len()? {
-            None => Some(None),
-            Some(len) => Some(Some(String::from_utf8(self.take(len)?.to_vec()).ok()?)),
-        }
-    }
-    fn tags(&mut self) -> Option<()> {
-        let count = self.varint()?;
-        for _ in 0..count {
-            self.varint()?;
-            let size = usize::try_from(self.varint()?).ok()?;
-            self.take(size)?;
-        }
-        Some(())
-    }
     fn version(&mut self) -> Option<()> {
         (self.i16()? == VALUE_VERSION).then_some(())
     }

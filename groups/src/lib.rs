@@ -14,4 +14,5 @@ pub mod coordinator;
 pub mod error;
 pub mod limits;
 pub mod load;
+mod reader;
 pub mod records;

@@ -7,6 +7,8 @@
 
 use bytes::Bytes;
 
+use crate::reader::Reader;
+
 use crate::coordinator::{CommittedOffset, GroupMetadata, MemberMetadata};
 
 const OFFSET_KEY_VERSION: i16 = 1;
@@ -113,48 +115,6 @@ pub fn offset_value(offset: &CommittedOffset) -> Vec<u8> {
     put_string(&mut out, &offset.metadata);
     out.extend_from_slice(&offset.commit_timestamp_ms.to_be_bytes());
     out
-}
-
-struct Reader<'a> {
-    bytes: &'a [u8],
-}
-
-impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Option<&[u8]> {
-        if self.bytes.len() < n {
-            return None;
-        }
-        let (head, tail) = self.bytes.split_at(n);
-        self.bytes = tail;
-        Some(head)
-    }
-    fn i16(&mut self) -> Option<i16> {
-        Some(i16::from_be_bytes(self.take(2)?.try_into().ok()?))
-    }
-    fn i32(&mut self) -> Option<i32> {
-        Some(i32::from_be_bytes(self.take(4)?.try_into().ok()?))
-    }
-    fn i64(&mut self) -> Option<i64> {
-        Some(i64::from_be_bytes(self.take(8)?.try_into().ok()?))
-    }
-    fn string(&mut self) -> Option<String> {
-        let len = self.i16()?;
-        if len < 0 {
-            return Some(String::new());
-        }
-        String::from_utf8(self.take(len as usize)?.to_vec()).ok()
-    }
-    fn unsigned_varint(&mut self) -> Option<u32> {
-        let mut value = 0u32;
-        for shift in (0..35).step_by(7) {
-            let byte = self.take(1)?[0];
-            value |= u32::from(byte & 0x7f).checked_shl(shift)?;
-            if byte & 0x80 == 0 {
-                return Some(value);
-            }
-        }
-        None
-    }
 }
 
 /// Reads the fields of a GroupMetadataValue in its version's encoding:

@@ -88,6 +88,20 @@ struct Member {
     subscription_sent: bool,
 }
 
+impl Member {
+    /// A crashed member's process started again: a new member id, joining.
+    fn restart(&mut self, index: usize, now: u64) {
+        self.alive = true;
+        self.incarnation += 1;
+        self.id = format!("m{index}-{}", self.incarnation);
+        self.epoch = 0;
+        self.subscription_sent = false;
+        self.waiting_until = None;
+        self.answered_sent_ms = now;
+        self.next_ms = now;
+    }
+}
+
 /// A message on the way, delivered at `at_ms`.
 #[derive(Debug)]
 enum Message {
@@ -374,14 +388,7 @@ impl Sim {
                 m.alive = false;
                 m.owned.clear();
             } else {
-                m.alive = true;
-                m.incarnation += 1;
-                m.id = format!("m{index}-{}", m.incarnation);
-                m.epoch = 0;
-                m.subscription_sent = false;
-                m.waiting_until = None;
-                m.answered_sent_ms = self.now;
-                m.next_ms = self.now;
+                m.restart(index, self.now);
             }
         } else if roll < 24 {
             // A topic gets more partitions.
@@ -503,14 +510,7 @@ pub fn run_group_seed(seed: u64, mutation: GroupMutation) -> Result<GroupReport,
     for index in 0..sim.members.len() {
         let m = &mut sim.members[index];
         if !m.alive {
-            m.alive = true;
-            m.incarnation += 1;
-            m.id = format!("m{index}-{}", m.incarnation);
-            m.epoch = 0;
-            m.subscription_sent = false;
-            m.waiting_until = None;
-            m.answered_sent_ms = sim.now;
-            m.next_ms = sim.now;
+            m.restart(index, sim.now);
         }
     }
     let deadline = sim.now + SETTLE_MS;

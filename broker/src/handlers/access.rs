@@ -138,6 +138,13 @@ impl Access {
         super::authorized_operations::restrict(supported, |op| self.allows(op, kind, name))
     }
 
+    /// [`Access::operations`] of each group described: (its field, its id).
+    pub fn group_operations<'a>(&self, groups: impl Iterator<Item = (&'a mut i32, &'a str)>) {
+        for (operations, group_id) in groups {
+            *operations = self.operations(*operations, resource::GROUP, group_id);
+        }
+    }
+
     pub fn may_describe_group(&self, name: &str) -> bool {
         self.group(operation::DESCRIBE, name)
     }

@@ -846,13 +846,12 @@ async fn dispatch(
             let mut response = consumer_groups::describe(&shard, body).await;
             if let (Some(denied), Some(access)) = (denied, access) {
                 denied.consumer_group_describe(&mut response);
-                for group in &mut response.groups {
-                    group.authorized_operations = access.operations(
-                        group.authorized_operations,
-                        crate::authorizer::resource::GROUP,
-                        &group.group_id,
-                    );
-                }
+                access.group_operations(
+                    response
+                        .groups
+                        .iter_mut()
+                        .map(|g| (&mut g.authorized_operations, g.group_id.0.as_str())),
+                );
             }
             out.encode(&response)
         }
@@ -878,13 +877,12 @@ async fn dispatch(
             let mut response = describe_groups::handle(&shard, body, version).await;
             if let (Some(denied), Some(access)) = (denied, access) {
                 denied.describe_groups(&mut response);
-                for group in &mut response.groups {
-                    group.authorized_operations = access.operations(
-                        group.authorized_operations,
-                        crate::authorizer::resource::GROUP,
-                        &group.group_id,
-                    );
-                }
+                access.group_operations(
+                    response
+                        .groups
+                        .iter_mut()
+                        .map(|g| (&mut g.authorized_operations, g.group_id.0.as_str())),
+                );
             }
             out.encode(&response)
         }

@@ -80,3 +80,23 @@ pub fn call<Req: Encodable, Resp: Decodable + HeaderVersion>(
         .unwrap();
     read_response(stream, version, correlation_id)
 }
+
+/// The node coordinating `key` (`key_type` 0: a group, 1: a transactional
+/// id), as `broker` answers FindCoordinator v3; `None` while it cannot
+/// say (no connection, an error code).
+pub fn find_coordinator(broker: &super::Broker, key: &str, key_type: i8) -> Option<i32> {
+    use protocol::kafka_protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};
+    let mut stream = TcpStream::connect(broker.address()).ok()?;
+    stream.set_read_timeout(Some(IO_TIMEOUT)).ok()?;
+    let found: FindCoordinatorResponse = call(
+        &mut stream,
+        ApiKey::FindCoordinator,
+        3,
+        1,
+        "find-coordinator",
+        &FindCoordinatorRequest::default()
+            .with_key(StrBytes::from_string(key.to_string()))
+            .with_key_type(key_type),
+    );
+    (found.error_code == 0 && found.node_id.0 >= 0).then_some(found.node_id.0)
+}

@@ -138,6 +138,31 @@ pub struct ClassicMember {
 }
 
 impl ConsumerMember {
+    /// A member that just joined: epoch 0, owning nothing.
+    pub(super) fn new(member_id: &str, instance_id: Option<String>) -> Self {
+        ConsumerMember {
+            member_id: member_id.to_string(),
+            instance_id,
+            rack_id: None,
+            client_id: String::new(),
+            client_host: String::new(),
+            rebalance_timeout_ms: 0,
+            subscribed_names: BTreeSet::new(),
+            subscribed_regex: None,
+            compiled_regex: None,
+            server_assignor: None,
+            member_epoch: 0,
+            previous_member_epoch: -1,
+            state: MemberState::Stable,
+            assigned: Partitions::new(),
+            revoking: Partitions::new(),
+            session_deadline_ms: 0,
+            revocation_deadline_ms: None,
+            away: false,
+            classic: None,
+        }
+    }
+
     fn bytes(&self) -> usize {
         let names: usize = self.subscribed_names.iter().map(String::len).sum();
         self.member_id.len()
@@ -720,25 +745,8 @@ impl ConsumerGroup {
         let session_deadline_ms = now_ms + session_ms;
         self.loaded = true;
         let blank = |member_id: &str| ConsumerMember {
-            member_id: member_id.to_string(),
-            instance_id: None,
-            rack_id: None,
-            client_id: String::new(),
-            client_host: String::new(),
-            rebalance_timeout_ms: 0,
-            subscribed_names: BTreeSet::new(),
-            subscribed_regex: None,
-            compiled_regex: None,
-            server_assignor: None,
-            member_epoch: 0,
-            previous_member_epoch: -1,
-            state: MemberState::Stable,
-            assigned: Partitions::new(),
-            revoking: Partitions::new(),
             session_deadline_ms,
-            revocation_deadline_ms: None,
-            away: false,
-            classic: None,
+            ..ConsumerMember::new(member_id, None)
         };
         match (key, value) {
             (ConsumerKey::PartitionMetadata { .. }, _) => true,
@@ -1206,27 +1214,7 @@ fn heartbeat(
                     }
                     consumer.members.insert(
                         member_id.clone(),
-                        ConsumerMember {
-                            member_id: member_id.clone(),
-                            instance_id: request.instance_id.clone(),
-                            rack_id: None,
-                            client_id: String::new(),
-                            client_host: String::new(),
-                            rebalance_timeout_ms: 0,
-                            subscribed_names: BTreeSet::new(),
-                            subscribed_regex: None,
-                            compiled_regex: None,
-                            server_assignor: None,
-                            member_epoch: 0,
-                            previous_member_epoch: -1,
-                            state: MemberState::Stable,
-                            assigned: Partitions::new(),
-                            revoking: Partitions::new(),
-                            session_deadline_ms: 0,
-                            revocation_deadline_ms: None,
-                            away: false,
-                            classic: None,
-                        },
+                        ConsumerMember::new(&member_id, request.instance_id.clone()),
                     );
                     joined = true;
                 }

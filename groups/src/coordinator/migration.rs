@@ -318,25 +318,8 @@ impl Coordinator {
                 consumer.members.insert(
                     member_id.clone(),
                     ConsumerMember {
-                        member_id: member_id.clone(),
-                        instance_id: request.group_instance_id.clone(),
                         rack_id: subscription.rack_id.clone(),
-                        client_id: String::new(),
-                        client_host: String::new(),
-                        rebalance_timeout_ms: 0,
-                        subscribed_names: Default::default(),
-                        subscribed_regex: None,
-                        compiled_regex: None,
-                        server_assignor: None,
-                        member_epoch: 0,
-                        previous_member_epoch: -1,
-                        state: MemberState::Stable,
-                        assigned: Partitions::new(),
-                        revoking: Partitions::new(),
-                        session_deadline_ms: 0,
-                        revocation_deadline_ms: None,
-                        away: false,
-                        classic: None,
+                        ..ConsumerMember::new(&member_id, request.group_instance_id.clone())
                     },
                 );
                 changed = true;
