@@ -577,8 +577,10 @@ mod tests {
 
     #[test]
     fn a_classic_group_turns_consumer_with_its_members_and_back() {
-        let mut config = GroupConfig::default();
-        config.initial_rebalance_delay_ms = 0;
+        let config = GroupConfig {
+            initial_rebalance_delay_ms: 0,
+            ..GroupConfig::default()
+        };
         let mut c = Coordinator::new(config, 3);
         // A classic member alone, owning the four partitions.
         let mut replies = Vec::new();
@@ -740,8 +742,10 @@ mod tests {
 
     #[test]
     fn with_migration_disabled_a_group_with_members_keeps_its_protocol() {
-        let mut config = GroupConfig::default();
-        config.initial_rebalance_delay_ms = 0;
+        let mut config = GroupConfig {
+            initial_rebalance_delay_ms: 0,
+            ..GroupConfig::default()
+        };
         config.consumer.migration_policy = crate::config::MigrationPolicy::Disabled;
         let mut c = Coordinator::new(config, 3);
         let mut replies = Vec::new();
