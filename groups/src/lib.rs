@@ -16,3 +16,4 @@ pub mod limits;
 pub mod load;
 mod reader;
 pub mod records;
+pub mod share;

@@ -92,6 +92,7 @@ use groups::error::GroupError;
 use groups::{load, records};
 
 pub mod consumer_groups;
+pub mod share_groups;
 mod transactions;
 
 use transactions::{

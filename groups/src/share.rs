@@ -1,0 +1,406 @@
+//! Share groups (KIP-932, queues for Kafka): the state of one share
+//! partition, as plain code. Members of a share group read the same
+//! partitions cooperatively: each record is acquired by one member at a
+//! time, under a lock with a deadline, and then acknowledged one by one:
+//! accepted (done), released (available again, delivered anew later) or
+//! rejected (archived, never delivered again). A record delivered
+//! `delivery_count_limit` times and not accepted is archived.
+//!
+//! The share-partition start offset (SPSO) is the first offset not yet
+//! done with; records from it up to the end offset (SPEO) are in flight,
+//! each with its state and delivery count. Past the SPEO nothing was
+//! delivered yet. `acquire` hands out records from the in-flight window
+//! first (those released or whose lock expired), then new ones from the
+//! log, at most `max_record_locks` acquired at once.
+//!
+//! The rules the tests (and the simulator) check: a record is acquired by
+//! at most one member at a time; an acknowledgement counts only from the
+//! member holding the record; an accepted record is never delivered
+//! again; a released or expired record is delivered again with a higher
+//! delivery count; the SPSO never moves back and passes only records done
+//! with.
+
+use std::collections::BTreeMap;
+
+/// How a member acknowledges a record (Kafka's acknowledge types).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcknowledgeType {
+    /// 1: processed.
+    Accept,
+    /// 2: give it back, to be delivered again.
+    Release,
+    /// 3: unprocessable: never deliver it again.
+    Reject,
+}
+
+impl AcknowledgeType {
+    /// Kafka's code (0 is a gap: an offset with no record, as after
+    /// compaction, which is accepted).
+    pub fn from_code(code: i8) -> Option<Self> {
+        match code {
+            0 | 1 => Some(AcknowledgeType::Accept),
+            2 => Some(AcknowledgeType::Release),
+            3 => Some(AcknowledgeType::Reject),
+            _ => None,
+        }
+    }
+}
+
+/// A record's state in the in-flight window.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordState {
+    Available,
+    Acquired { member: String, lock_until_ms: u64 },
+    Acknowledged,
+    Archived,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct InFlight {
+    state: RecordState,
+    delivery_count: u16,
+}
+
+/// Records handed to a member: offsets `first..=last`, each delivered
+/// `delivery_count` times so far (this delivery included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Acquired {
+    pub first: i64,
+    pub last: i64,
+    pub delivery_count: u16,
+}
+
+/// Why an acknowledgement was refused (Kafka's INVALID_RECORD_STATE).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InvalidRecordState {
+    pub offset: i64,
+}
+
+/// The settings a share partition runs by (Kafka's `group.share.*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShareConfig {
+    /// `group.share.record.lock.duration.ms`.
+    pub record_lock_ms: u64,
+    /// `group.share.delivery.count.limit`.
+    pub delivery_count_limit: u16,
+    /// `group.share.partition.max.record.locks`.
+    pub max_record_locks: usize,
+}
+
+impl Default for ShareConfig {
+    fn default() -> Self {
+        Self {
+            record_lock_ms: 30_000,
+            delivery_count_limit: 5,
+            max_record_locks: 2_000,
+        }
+    }
+}
+
+/// One share partition's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharePartition {
+    /// The share-partition start offset.
+    start: i64,
+    /// In-flight records, from `start`, each with its state.
+    in_flight: BTreeMap<i64, InFlight>,
+    /// One past the last offset ever delivered.
+    end: i64,
+}
+
+impl SharePartition {
+    /// A share partition starting at `start` (`share.auto.offset.reset`:
+    /// the log start for `earliest`, the log end for `latest`).
+    pub fn new(start: i64) -> Self {
+        Self {
+            start,
+            in_flight: BTreeMap::new(),
+            end: start,
+        }
+    }
+
+    pub fn start_offset(&self) -> i64 {
+        self.start
+    }
+
+    pub fn end_offset(&self) -> i64 {
+        self.end
+    }
+
+    /// Records acquired now (locks held).
+    pub fn acquired_count(&self) -> usize {
+        self.in_flight
+            .values()
+            .filter(|r| matches!(r.state, RecordState::Acquired { .. }))
+            .count()
+    }
+
+    /// The state and delivery count of `offset` while in flight.
+    pub fn record(&self, offset: i64) -> Option<(&RecordState, u16)> {
+        self.in_flight
+            .get(&offset)
+            .map(|r| (&r.state, r.delivery_count))
+    }
+
+    /// Hands `member` up to `max_records` records below `log_end`: first
+    /// those available again in the window, then new ones; each locked
+    /// until `now_ms` + the lock duration. Contiguous records with the
+    /// same delivery count come as one range.
+    pub fn acquire(
+        &mut self,
+        member: &str,
+        log_end: i64,
+        max_records: usize,
+        now_ms: u64,
+        config: &ShareConfig,
+    ) -> Vec<Acquired> {
+        let room = config
+            .max_record_locks
+            .saturating_sub(self.acquired_count())
+            .min(max_records);
+        let lock_until_ms = now_ms + config.record_lock_ms;
+        let mut taken: Vec<(i64, u16)> = Vec::new();
+        for (&offset, record) in self.in_flight.iter_mut() {
+            if taken.len() >= room || offset >= log_end {
+                break;
+            }
+            if record.state == RecordState::Available {
+                record.delivery_count += 1;
+                record.state = RecordState::Acquired {
+                    member: member.to_string(),
+                    lock_until_ms,
+                };
+                taken.push((offset, record.delivery_count));
+            }
+        }
+        while taken.len() < room && self.end < log_end {
+            self.in_flight.insert(
+                self.end,
+                InFlight {
+                    state: RecordState::Acquired {
+                        member: member.to_string(),
+                        lock_until_ms,
+                    },
+                    delivery_count: 1,
+                },
+            );
+            taken.push((self.end, 1));
+            self.end += 1;
+        }
+        let mut out: Vec<Acquired> = Vec::new();
+        for (offset, count) in taken {
+            match out.last_mut() {
+                Some(last) if last.last + 1 == offset && last.delivery_count == count => {
+                    last.last = offset
+                }
+                _ => out.push(Acquired {
+                    first: offset,
+                    last: offset,
+                    delivery_count: count,
+                }),
+            }
+        }
+        out
+    }
+
+    /// `member` acknowledges offsets `first..=last` as `kind`. All or
+    /// nothing: every offset must be in flight and acquired by `member`.
+    pub fn acknowledge(
+        &mut self,
+        member: &str,
+        first: i64,
+        last: i64,
+        kind: AcknowledgeType,
+        config: &ShareConfig,
+    ) -> Result<(), InvalidRecordState> {
+        for offset in first..=last {
+            let held = self.in_flight.get(&offset).is_some_and(|r| {
+                matches!(&r.state, RecordState::Acquired { member: holder, .. } if holder == member)
+            });
+            if !held {
+                return Err(InvalidRecordState { offset });
+            }
+        }
+        for offset in first..=last {
+            let record = self.in_flight.get_mut(&offset).expect("checked in flight");
+            record.state = match kind {
+                AcknowledgeType::Accept => RecordState::Acknowledged,
+                AcknowledgeType::Reject => RecordState::Archived,
+                AcknowledgeType::Release
+                    if record.delivery_count >= config.delivery_count_limit =>
+                {
+                    RecordState::Archived
+                }
+                AcknowledgeType::Release => RecordState::Available,
+            };
+        }
+        self.advance();
+        Ok(())
+    }
+
+    /// Locks past their deadline end: the records are available again
+    /// (archived once delivered as often as the limit allows). How many.
+    pub fn expire_locks(&mut self, now_ms: u64, config: &ShareConfig) -> usize {
+        let mut expired = 0;
+        for record in self.in_flight.values_mut() {
+            if let RecordState::Acquired { lock_until_ms, .. } = record.state {
+                if lock_until_ms <= now_ms {
+                    expired += 1;
+                    record.state = if record.delivery_count >= config.delivery_count_limit {
+                        RecordState::Archived
+                    } else {
+                        RecordState::Available
+                    };
+                }
+            }
+        }
+        self.advance();
+        expired
+    }
+
+    /// A member left: what it held is available again.
+    pub fn release_member(&mut self, member: &str, config: &ShareConfig) {
+        for record in self.in_flight.values_mut() {
+            if matches!(&record.state, RecordState::Acquired { member: holder, .. } if holder == member)
+            {
+                record.state = if record.delivery_count >= config.delivery_count_limit {
+                    RecordState::Archived
+                } else {
+                    RecordState::Available
+                };
+            }
+        }
+        self.advance();
+    }
+
+    /// The SPSO moves past the records done with at the window's front.
+    fn advance(&mut self) {
+        while let Some(entry) = self.in_flight.first_entry() {
+            if matches!(
+                entry.get().state,
+                RecordState::Acknowledged | RecordState::Archived
+            ) {
+                let offset = *entry.key();
+                entry.remove();
+                self.start = offset + 1;
+            } else {
+                break;
+            }
+        }
+        if self.in_flight.is_empty() {
+            self.start = self.start.max(self.end);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> ShareConfig {
+        ShareConfig {
+            record_lock_ms: 1_000,
+            delivery_count_limit: 3,
+            max_record_locks: 10,
+        }
+    }
+
+    #[test]
+    fn records_go_to_one_member_at_a_time_and_accepted_ones_never_again() {
+        let c = config();
+        let mut p = SharePartition::new(0);
+        let a = p.acquire("a", 6, 4, 0, &c);
+        assert_eq!(
+            a,
+            [Acquired {
+                first: 0,
+                last: 3,
+                delivery_count: 1
+            }]
+        );
+        let b = p.acquire("b", 6, 4, 0, &c);
+        assert_eq!(
+            b,
+            [Acquired {
+                first: 4,
+                last: 5,
+                delivery_count: 1
+            }]
+        );
+        // b cannot acknowledge a's records; a can.
+        assert_eq!(
+            p.acknowledge("b", 0, 0, AcknowledgeType::Accept, &c),
+            Err(InvalidRecordState { offset: 0 })
+        );
+        p.acknowledge("a", 0, 1, AcknowledgeType::Accept, &c)
+            .unwrap();
+        assert_eq!(p.start_offset(), 2);
+        // Accepted twice: refused.
+        assert_eq!(
+            p.acknowledge("a", 0, 0, AcknowledgeType::Accept, &c),
+            Err(InvalidRecordState { offset: 0 })
+        );
+        // a releases 2, rejects 3: 2 comes again with a higher count, 3 never.
+        p.acknowledge("a", 2, 2, AcknowledgeType::Release, &c)
+            .unwrap();
+        p.acknowledge("a", 3, 3, AcknowledgeType::Reject, &c)
+            .unwrap();
+        let again = p.acquire("b", 6, 10, 10, &c);
+        assert_eq!(
+            again,
+            [Acquired {
+                first: 2,
+                last: 2,
+                delivery_count: 2
+            }]
+        );
+        p.acknowledge("b", 2, 2, AcknowledgeType::Accept, &c)
+            .unwrap();
+        p.acknowledge("b", 4, 5, AcknowledgeType::Accept, &c)
+            .unwrap();
+        assert_eq!(p.start_offset(), 6);
+        assert!(p.acquire("a", 6, 10, 20, &c).is_empty());
+    }
+
+    #[test]
+    fn expired_locks_redeliver_and_the_delivery_limit_archives() {
+        let c = config();
+        let mut p = SharePartition::new(10);
+        assert_eq!(p.acquire("a", 11, 5, 0, &c).len(), 1);
+        for round in 2..=3u16 {
+            assert_eq!(p.expire_locks(1_000 * u64::from(round), &c), 1);
+            let again = p.acquire("b", 11, 5, 1_000 * u64::from(round), &c);
+            assert_eq!(again[0].delivery_count, round);
+        }
+        // Delivered three times (the limit): archived when its lock ends.
+        assert_eq!(p.expire_locks(10_000, &c), 1);
+        assert_eq!(p.start_offset(), 11);
+        assert!(p.acquire("a", 11, 5, 10_000, &c).is_empty());
+        // A late acknowledgement of an expired lock is refused.
+        assert!(p
+            .acknowledge("b", 10, 10, AcknowledgeType::Accept, &c)
+            .is_err());
+    }
+
+    #[test]
+    fn record_locks_are_bounded_and_a_member_leaving_releases_its_records() {
+        let c = config();
+        let mut p = SharePartition::new(0);
+        assert_eq!(
+            p.acquire("a", 100, 100, 0, &c)[0].last,
+            9,
+            "at most 10 locks"
+        );
+        assert!(p.acquire("b", 100, 100, 0, &c).is_empty());
+        p.release_member("a", &c);
+        let b = p.acquire("b", 100, 3, 0, &c);
+        assert_eq!(
+            b,
+            [Acquired {
+                first: 0,
+                last: 2,
+                delivery_count: 2
+            }]
+        );
+    }
+}
