@@ -45,6 +45,8 @@ REQUESTS = {
     65: "describe_transactions_request", 66: "list_transactions_request",
     68: "consumer_group_heartbeat_request", 69: "consumer_group_describe_request",
     74: "list_config_resources_request", 75: "describe_topic_partitions_request",
+    76: "share_group_heartbeat_request", 77: "share_group_describe_request",
+    78: "share_fetch_request", 79: "share_acknowledge_request",
     80: "add_raft_voter_request", 81: "remove_raft_voter_request",
 }
 

@@ -50,6 +50,7 @@ fn keys(body: &RequestKind) -> Vec<Key<'_>> {
         RequestKind::SyncGroup(r) => vec![group(&r.group_id)],
         RequestKind::Heartbeat(r) => vec![group(&r.group_id)],
         RequestKind::ConsumerGroupHeartbeat(r) => vec![group(&r.group_id)],
+        RequestKind::ShareGroupHeartbeat(r) => vec![group(&r.group_id)],
         RequestKind::ConsumerGroupDescribe(r) => r.group_ids.iter().map(group).collect(),
         RequestKind::LeaveGroup(r) => vec![group(&r.group_id)],
         RequestKind::OffsetCommit(r) => vec![group(&r.group_id)],

@@ -31,4 +31,19 @@ pub struct GroupManager {
     pub(crate) compact_check_at: RefCell<HashMap<i32, u64>>,
     /// A task writes the membership records the tick took.
     pub(crate) metadata_writer: Cell<bool>,
+    /// Share partitions (KIP-932) of the partitions this core owns, by
+    /// (share group, topic, partition).
+    pub(crate) share_partitions:
+        RefCell<std::collections::BTreeMap<(String, String, i32), groups::share::SharePartition>>,
+    /// Share sessions of this core's connections, by (share group,
+    /// member): the session epoch expected next and the partitions in it.
+    pub(crate) share_sessions: RefCell<HashMap<(String, String), ShareSession>>,
+}
+
+/// A share fetch session (KIP-932): the epoch its next request carries,
+/// and the partitions it fetches (topic id, partition).
+#[derive(Debug, Default)]
+pub struct ShareSession {
+    pub epoch: i32,
+    pub partitions: std::collections::BTreeSet<(u128, i32)>,
 }

@@ -1222,6 +1222,35 @@ mod error_codes {
         }
     }
 
+    impl ErrorCodes for ShareGroupHeartbeatResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            each(self.error_code);
+        }
+    }
+
+    impl ErrorCodes for ShareFetchResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            each(self.error_code);
+            for topic in &self.responses {
+                for partition in &topic.partitions {
+                    each(partition.error_code);
+                    each(partition.acknowledge_error_code);
+                }
+            }
+        }
+    }
+
+    impl ErrorCodes for ShareAcknowledgeResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            each(self.error_code);
+            for topic in &self.responses {
+                for partition in &topic.partitions {
+                    each(partition.error_code);
+                }
+            }
+        }
+    }
+
     impl ErrorCodes for ConsumerGroupDescribeResponse {
         fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
             for group in &self.groups {

@@ -353,7 +353,7 @@ fn features_with_a_zero_minimum_only_from_api_versions_v4() {
         &ApiVersionsRequest::default(),
     );
     let v4_names = names(&v4);
-    assert_eq!(v4_names.len(), 4, "{v4_names:?}");
+    assert_eq!(v4_names.len(), 5, "{v4_names:?}");
     assert!(v4_names.contains(&("group.version".to_string(), 0)));
     for response in [&v3, &v4] {
         let finalized: Vec<(String, i16)> = response
@@ -366,7 +366,8 @@ fn features_with_a_zero_minimum_only_from_api_versions_v4() {
             finalized,
             vec![
                 ("metadata.version".to_string(), 25),
-                ("group.version".to_string(), 1)
+                ("group.version".to_string(), 1),
+                ("share.version".to_string(), 1)
             ]
         );
         assert_eq!(response.finalized_features_epoch, 0);

@@ -20,7 +20,38 @@ pub struct GroupConfig {
     pub offsets_retention_ms: u64,
     /// KIP-848 groups (`group.protocol=consumer`): the broker-side settings.
     pub consumer: ConsumerGroupConfig,
+    /// Share groups (KIP-932).
+    pub share: ShareGroupConfig,
 }
+
+/// The settings of share groups (Kafka's `group.share.*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShareGroupConfig {
+    /// `group.share.session.timeout.ms`.
+    pub session_timeout_ms: u64,
+    /// `group.share.heartbeat.interval.ms`.
+    pub heartbeat_interval_ms: u64,
+    /// `group.share.max.size`.
+    pub max_size: usize,
+    /// `group.share.record.lock.duration.ms`, `group.share.delivery.count.limit`,
+    /// `group.share.partition.max.record.locks`.
+    pub partition: crate::share::ShareConfig,
+}
+
+impl Default for ShareGroupConfig {
+    fn default() -> Self {
+        Self {
+            session_timeout_ms: 45_000,
+            heartbeat_interval_ms: 5_000,
+            max_size: 200,
+            partition: crate::share::ShareConfig::default(),
+        }
+    }
+}
+
+/// The server-side assignors of consumer-protocol groups, by the names
+/// clients give.
+pub const ASSIGNORS: &[&str] = &["uniform", "range"];
 
 /// The settings of consumer-protocol groups (Kafka's `group.consumer.*`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,10 +124,7 @@ impl Default for ConsumerGroupConfig {
             min_heartbeat_interval_ms: 5_000,
             max_heartbeat_interval_ms: 15_000,
             max_size: GROUP_MEMBERS_MAX,
-            assignors: crate::coordinator::ASSIGNORS
-                .iter()
-                .map(|a| a.to_string())
-                .collect(),
+            assignors: ASSIGNORS.iter().map(|a| a.to_string()).collect(),
             migration_policy: MigrationPolicy::Bidirectional,
         }
     }
@@ -112,6 +140,7 @@ impl Default for GroupConfig {
             offsets_partitions: 50,
             offsets_retention_ms: 7 * 24 * 60 * 60 * 1000,
             consumer: ConsumerGroupConfig::default(),
+            share: ShareGroupConfig::default(),
         }
     }
 }
@@ -133,6 +162,12 @@ pub const GROUP_CONFIG_KEYS: &[&str] = &[
     "group.consumer.max.size",
     "group.consumer.assignors",
     "group.consumer.migration.policy",
+    "group.share.session.timeout.ms",
+    "group.share.heartbeat.interval.ms",
+    "group.share.max.size",
+    "group.share.record.lock.duration.ms",
+    "group.share.delivery.count.limit",
+    "group.share.partition.max.record.locks",
 ];
 
 impl GroupConfig {
@@ -204,16 +239,43 @@ impl GroupConfig {
                 if names.is_empty() {
                     return Err("names no assignor".to_string());
                 }
-                if let Some(unknown) = names
-                    .iter()
-                    .find(|n| !crate::coordinator::ASSIGNORS.contains(&n.as_str()))
-                {
+                if let Some(unknown) = names.iter().find(|n| !ASSIGNORS.contains(&n.as_str())) {
                     return Err(format!(
                         "`{unknown}` is not an assignor here (known: {})",
-                        crate::coordinator::ASSIGNORS.join(", ")
+                        ASSIGNORS.join(", ")
                     ));
                 }
                 self.consumer.assignors = names;
+            }
+            "group.share.session.timeout.ms" => self.share.session_timeout_ms = number()?,
+            "group.share.heartbeat.interval.ms" => self.share.heartbeat_interval_ms = number()?,
+            "group.share.max.size" => {
+                let size = number()?;
+                if size == 0 || size > GROUP_MEMBERS_MAX as u64 {
+                    return Err(format!("must be between 1 and {GROUP_MEMBERS_MAX}"));
+                }
+                self.share.max_size = size as usize;
+            }
+            "group.share.record.lock.duration.ms" => {
+                let ms = number()?;
+                if !(1_000..=3_600_000).contains(&ms) {
+                    return Err("must be between 1000 and 3600000".to_string());
+                }
+                self.share.partition.record_lock_ms = ms;
+            }
+            "group.share.delivery.count.limit" => {
+                let limit = number()?;
+                if !(2..=10).contains(&limit) {
+                    return Err("must be between 2 and 10".to_string());
+                }
+                self.share.partition.delivery_count_limit = limit as u16;
+            }
+            "group.share.partition.max.record.locks" => {
+                let locks = number()?;
+                if !(100..=10_000).contains(&locks) {
+                    return Err("must be between 100 and 10000".to_string());
+                }
+                self.share.partition.max_record_locks = locks as usize;
             }
             "group.consumer.migration.policy" => {
                 self.consumer.migration_policy = match value.trim().to_ascii_lowercase().as_str() {

@@ -404,3 +404,152 @@ mod tests {
         );
     }
 }
+
+/// A share group's membership (ShareGroupHeartbeat): members, their
+/// subscriptions and epochs. Every member is assigned every partition of
+/// the topics it subscribes to: records, not partitions, are what its
+/// members divide (each acquired by one member at a time).
+#[derive(Debug, Clone, Default)]
+pub struct ShareGroup {
+    pub group_epoch: i32,
+    pub members: BTreeMap<String, ShareMember>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareMember {
+    pub member_id: String,
+    pub member_epoch: i32,
+    pub rack_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed: std::collections::BTreeSet<String>,
+    pub session_deadline_ms: u64,
+}
+
+/// A ShareGroupHeartbeat, decoded.
+#[derive(Debug, Clone, Default)]
+pub struct ShareHeartbeat {
+    pub group_id: String,
+    pub member_id: String,
+    /// 0 joins, -1 leaves.
+    pub member_epoch: i32,
+    pub rack_id: Option<String>,
+    pub subscribed_topic_names: Option<Vec<String>>,
+    pub client_id: String,
+    pub client_host: String,
+}
+
+/// An accepted share heartbeat's answer: the member's epoch and its
+/// partitions (topic name → partition count: every partition).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareHeartbeatAnswer {
+    pub member_id: String,
+    pub member_epoch: i32,
+    pub assignment: Option<BTreeMap<String, i32>>,
+}
+
+/// Why a share heartbeat was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShareRefusal {
+    InvalidRequest,
+    UnknownMemberId,
+    FencedMemberEpoch,
+    GroupMaxSizeReached,
+}
+
+impl ShareGroup {
+    /// ShareGroupHeartbeat; `topics` are the partition counts of every
+    /// topic the metadata has.
+    pub fn heartbeat(
+        &mut self,
+        now_ms: u64,
+        request: ShareHeartbeat,
+        topics: &BTreeMap<String, i32>,
+        session_timeout_ms: u64,
+        max_size: usize,
+    ) -> Result<ShareHeartbeatAnswer, ShareRefusal> {
+        if request.member_id.is_empty() || request.member_epoch < -1 {
+            return Err(ShareRefusal::InvalidRequest);
+        }
+        match request.member_epoch {
+            -1 => {
+                if self.members.remove(&request.member_id).is_none() {
+                    return Err(ShareRefusal::UnknownMemberId);
+                }
+                self.group_epoch += 1;
+                return Ok(ShareHeartbeatAnswer {
+                    member_id: request.member_id,
+                    member_epoch: -1,
+                    assignment: None,
+                });
+            }
+            0 => {
+                let Some(names) = &request.subscribed_topic_names else {
+                    return Err(ShareRefusal::InvalidRequest);
+                };
+                if !self.members.contains_key(&request.member_id) && self.members.len() >= max_size
+                {
+                    return Err(ShareRefusal::GroupMaxSizeReached);
+                }
+                self.group_epoch += 1;
+                self.members.insert(
+                    request.member_id.clone(),
+                    ShareMember {
+                        member_id: request.member_id.clone(),
+                        member_epoch: self.group_epoch,
+                        rack_id: request.rack_id.clone(),
+                        client_id: request.client_id.clone(),
+                        client_host: request.client_host.clone(),
+                        subscribed: names.iter().cloned().collect(),
+                        session_deadline_ms: now_ms + session_timeout_ms,
+                    },
+                );
+            }
+            epoch => {
+                let Some(member) = self.members.get_mut(&request.member_id) else {
+                    return Err(ShareRefusal::UnknownMemberId);
+                };
+                if epoch != member.member_epoch {
+                    return Err(ShareRefusal::FencedMemberEpoch);
+                }
+                member.session_deadline_ms = now_ms + session_timeout_ms;
+                if let Some(names) = &request.subscribed_topic_names {
+                    let names: std::collections::BTreeSet<String> = names.iter().cloned().collect();
+                    if names != member.subscribed {
+                        member.subscribed = names;
+                        self.group_epoch += 1;
+                        member.member_epoch = self.group_epoch;
+                    }
+                }
+            }
+        }
+        let member = &self.members[&request.member_id];
+        let assignment: BTreeMap<String, i32> = member
+            .subscribed
+            .iter()
+            .filter_map(|name| Some((name.clone(), *topics.get(name)?)))
+            .collect();
+        Ok(ShareHeartbeatAnswer {
+            member_id: request.member_id,
+            member_epoch: member.member_epoch,
+            assignment: Some(assignment),
+        })
+    }
+
+    /// Members silent past their session leave; their ids.
+    pub fn expire(&mut self, now_ms: u64) -> Vec<String> {
+        let gone: Vec<String> = self
+            .members
+            .values()
+            .filter(|m| m.session_deadline_ms <= now_ms)
+            .map(|m| m.member_id.clone())
+            .collect();
+        for id in &gone {
+            self.members.remove(id);
+        }
+        if !gone.is_empty() {
+            self.group_epoch += 1;
+        }
+        gone
+    }
+}

@@ -175,10 +175,12 @@ pub fn run_share_seed(seed: u64) -> Result<ShareReport, String> {
         if !accepted.contains(&offset) && !rejected.contains(&offset) {
             match partition.record(offset) {
                 None if offset < partition.start_offset() => report.archived_at_the_limit += 1,
-                state => return Err(format!(
+                state => {
+                    return Err(format!(
                     "offset {offset} neither accepted nor archived at the end: {state:?}, start {}",
                     partition.start_offset()
-                )),
+                ))
+                }
             }
         }
     }

@@ -234,6 +234,16 @@ pub fn group_value(config: &BrokerConfig, key: &str) -> Option<String> {
         "group.consumer.max.size" => groups.consumer.max_size.to_string(),
         "group.consumer.assignors" => groups.consumer.assignors.join(","),
         "group.consumer.migration.policy" => groups.consumer.migration_policy.name().to_string(),
+        "group.share.session.timeout.ms" => groups.share.session_timeout_ms.to_string(),
+        "group.share.heartbeat.interval.ms" => groups.share.heartbeat_interval_ms.to_string(),
+        "group.share.max.size" => groups.share.max_size.to_string(),
+        "group.share.record.lock.duration.ms" => groups.share.partition.record_lock_ms.to_string(),
+        "group.share.delivery.count.limit" => {
+            groups.share.partition.delivery_count_limit.to_string()
+        }
+        "group.share.partition.max.record.locks" => {
+            groups.share.partition.max_record_locks.to_string()
+        }
         _ => return None,
     })
 }

@@ -846,6 +846,36 @@ pub const GROUP_SETTINGS: &[GroupSetting] = &[
         default: "bidirectional",
         meaning: "Whether a group switches protocols while it has members: `upgrade` (a classic group turns consumer when a consumer-protocol member joins), `downgrade` (back to classic when its last consumer-protocol member leaves and classic members remain), `bidirectional` (both) or `disabled` (neither; the other kind is refused).",
     },
+    GroupSetting {
+        key: "group.share.session.timeout.ms",
+        default: "45000",
+        meaning: "Session timeout of share group members (KIP-932): a member silent this long leaves the group.",
+    },
+    GroupSetting {
+        key: "group.share.heartbeat.interval.ms",
+        default: "5000",
+        meaning: "How often share group members heartbeat (the coordinator tells them).",
+    },
+    GroupSetting {
+        key: "group.share.max.size",
+        default: "200",
+        meaning: "Most members in one share group.",
+    },
+    GroupSetting {
+        key: "group.share.record.lock.duration.ms",
+        default: "30000",
+        meaning: "How long a share group member holds a record it acquired before the record is available again (1000 to 3600000).",
+    },
+    GroupSetting {
+        key: "group.share.delivery.count.limit",
+        default: "5",
+        meaning: "Deliveries of a record to a share group before it is archived unaccepted (2 to 10).",
+    },
+    GroupSetting {
+        key: "group.share.partition.max.record.locks",
+        default: "2000",
+        meaning: "Records of one share partition acquired at once at most (100 to 10000).",
+    },
 ];
 
 fn cell(text: &str) -> String {

@@ -362,11 +362,39 @@ impl Access {
                     ConsumerGroupHeartbeatResponse::default().with_error_code(group_refused),
                 ))
             }
+            R::ShareGroupHeartbeat(ref r) if !self.group(operation::READ, &r.group_id) => {
+                return deny(ResponseKind::ShareGroupHeartbeat(
+                    ShareGroupHeartbeatResponse::default().with_error_code(group_refused),
+                ))
+            }
+            R::ShareFetch(ref r)
+                if !r
+                    .group_id
+                    .as_ref()
+                    .is_some_and(|g| self.group(operation::READ, g)) =>
+            {
+                return deny(ResponseKind::ShareFetch(
+                    ShareFetchResponse::default().with_error_code(group_refused),
+                ))
+            }
+            R::ShareAcknowledge(ref r)
+                if !r
+                    .group_id
+                    .as_ref()
+                    .is_some_and(|g| self.group(operation::READ, g)) =>
+            {
+                return deny(ResponseKind::ShareAcknowledge(
+                    ShareAcknowledgeResponse::default().with_error_code(group_refused),
+                ))
+            }
             R::JoinGroup(_)
             | R::SyncGroup(_)
             | R::Heartbeat(_)
             | R::LeaveGroup(_)
-            | R::ConsumerGroupHeartbeat(_) => body,
+            | R::ConsumerGroupHeartbeat(_)
+            | R::ShareGroupHeartbeat(_)
+            | R::ShareFetch(_)
+            | R::ShareAcknowledge(_) => body,
             R::OffsetCommit(ref r) => {
                 let group = self.group(operation::READ, &r.group_id);
                 let topics_allowed = r

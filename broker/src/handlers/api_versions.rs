@@ -4,7 +4,8 @@
 //!
 //! v3+ also carry the features a Kafka 4.0 broker reports (KIP-584):
 //! metadata.version up to 4.0's (finalized there); group.version
-//! finalized at 1 (KIP-848's consumer groups are served); kraft.version
+//! finalized at 1 (KIP-848's consumer groups are served); share.version
+//! finalized at 1 (KIP-932's share groups are served); kraft.version
 //! and eligible.leader.replicas.version supported from 0 and finalized at
 //! 0, which Kafka leaves out of the finalized list (no ELR).
 //! transaction.version is not reported at all, so clients keep the
@@ -24,7 +25,7 @@ const METADATA_VERSION_MIN: i16 = 7;
 const METADATA_VERSION_MAX: i16 = 25;
 
 /// (name, min supported, max supported, finalized level).
-const FEATURES: [(&str, i16, i16, i16); 4] = [
+const FEATURES: [(&str, i16, i16, i16); 5] = [
     (
         "metadata.version",
         METADATA_VERSION_MIN,
@@ -34,6 +35,7 @@ const FEATURES: [(&str, i16, i16, i16); 4] = [
     ("kraft.version", 0, 1, 0),
     ("group.version", 0, 1, 1),
     ("eligible.leader.replicas.version", 0, 1, 0),
+    ("share.version", 0, 1, 1),
 ];
 
 /// The finalized levels never change: their epoch is that of the first

@@ -54,6 +54,7 @@ pub mod produce;
 pub mod raft_voters;
 pub mod scatter;
 pub mod scram_credentials;
+pub mod share_groups;
 pub mod sync_group;
 pub mod transactions;
 pub mod txn_offset_commit;
@@ -269,6 +270,21 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
         consumer_groups::VERSION_MAX,
     ),
     (
+        ApiKey::ShareGroupHeartbeat,
+        share_groups::VERSION_MIN,
+        share_groups::VERSION_MAX,
+    ),
+    (
+        ApiKey::ShareFetch,
+        share_groups::VERSION_MIN,
+        share_groups::VERSION_MAX,
+    ),
+    (
+        ApiKey::ShareAcknowledge,
+        share_groups::VERSION_MIN,
+        share_groups::VERSION_MAX,
+    ),
+    (
         ApiKey::AddPartitionsToTxn,
         0,
         transactions::ADD_PARTITIONS_VERSION_MAX,
@@ -434,6 +450,9 @@ fn encode_refusal(
         K::SyncGroup(r) => refused!(r),
         K::Heartbeat(r) => refused!(r),
         K::ConsumerGroupHeartbeat(r) => refused!(r),
+        K::ShareGroupHeartbeat(r) => refused!(r),
+        K::ShareFetch(r) => refused!(r),
+        K::ShareAcknowledge(r) => refused!(r),
         K::LeaveGroup(r) => refused!(r),
         K::OffsetCommit(r) => refused!(r),
         K::OffsetFetch(r) => refused!(r),
@@ -841,6 +860,14 @@ async fn dispatch(
         RequestKind::ConsumerGroupHeartbeat(body) => {
             let (client_host, client_id) = member_client(request, peer);
             out.encode(&consumer_groups::heartbeat(&shard, body, client_id, client_host).await)
+        }
+        RequestKind::ShareGroupHeartbeat(body) => {
+            let (client_host, client_id) = member_client(request, peer);
+            out.encode(&share_groups::heartbeat(&shard, body, client_id, client_host).await)
+        }
+        RequestKind::ShareFetch(body) => out.encode(&share_groups::fetch(&shard, body).await),
+        RequestKind::ShareAcknowledge(body) => {
+            out.encode(&share_groups::acknowledge(&shard, body).await)
         }
         RequestKind::ConsumerGroupDescribe(body) => {
             let mut response = consumer_groups::describe(&shard, body).await;

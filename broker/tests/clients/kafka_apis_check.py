@@ -178,6 +178,9 @@ def request_classes():
 BEYOND_KAFKA_PYTHON = {
     68: "ConsumerGroupHeartbeat: consumer_protocol (confluent-kafka group.protocol=consumer, raw)",
     69: "ConsumerGroupDescribe: consumer_protocol (confluent-kafka admin, strom group describe, raw)",
+    76: "ShareGroupHeartbeat: share_groups (confluent-kafka ShareConsumer)",
+    78: "ShareFetch: share_groups (confluent-kafka ShareConsumer)",
+    79: "ShareAcknowledge: share_groups (confluent-kafka ShareConsumer)",
     80: "AddRaftVoter: voter_replacement (strom cluster add-voter)",
     81: "RemoveRaftVoter: voter_replacement (strom cluster remove-voter)",
 }

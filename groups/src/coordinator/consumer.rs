@@ -26,8 +26,7 @@ use super::{too_long, Coordinator};
 /// Partitions by topic name.
 pub type Partitions = BTreeMap<String, BTreeSet<i32>>;
 
-/// The server-side assignors, by the names clients give.
-pub const ASSIGNORS: &[&str] = &["uniform", "range"];
+pub use crate::config::ASSIGNORS;
 
 /// Topics a group may be assigned, as the metadata has them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

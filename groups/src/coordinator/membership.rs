@@ -244,6 +244,7 @@ impl Coordinator {
     /// pending ids, sessions, the join phase and the sync phase.
     pub fn tick(&mut self, now_ms: u64, replies: &mut Replies) {
         self.tick_consumer_groups(now_ms);
+        self.expire_share_members(now_ms);
         let ids: Vec<String> = self
             .groups
             .values()

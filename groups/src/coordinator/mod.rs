@@ -67,6 +67,8 @@ pub struct Coordinator {
     /// Records of consumer-protocol groups that are gone (or turned
     /// classic): tombstones, by group.
     consumer_orphans: BTreeMap<String, Vec<ConsumerRecord>>,
+    /// Share groups (KIP-932): their members.
+    share_groups: BTreeMap<String, crate::share::ShareGroup>,
 }
 
 fn too_long(value: &str) -> bool {
@@ -86,6 +88,7 @@ impl Coordinator {
             pending_txn_offsets: BTreeMap::new(),
             consumer_dirty: BTreeSet::new(),
             consumer_orphans: BTreeMap::new(),
+            share_groups: BTreeMap::new(),
         }
     }
 
@@ -401,6 +404,77 @@ impl Coordinator {
         }
     }
 
+    /// ShareGroupHeartbeat. `topics`: every topic's partition count.
+    pub fn share_heartbeat(
+        &mut self,
+        now_ms: u64,
+        request: crate::share::ShareHeartbeat,
+        topics: &BTreeMap<String, i32>,
+    ) -> Result<crate::share::ShareHeartbeatAnswer, GroupError> {
+        use crate::share::ShareRefusal;
+        Self::check_group_id(&request.group_id)?;
+        if self
+            .groups
+            .get(&request.group_id)
+            .is_some_and(|g| g.state != GroupState::Empty)
+        {
+            // The id names a consumer group with members.
+            return Err(GroupError::InconsistentGroupProtocol);
+        }
+        if !self.share_groups.contains_key(&request.group_id) {
+            if request.member_epoch != 0 {
+                return Err(GroupError::UnknownMemberId);
+            }
+            if self.groups.len() + self.share_groups.len() >= GROUPS_PER_CORE_MAX {
+                return Err(GroupError::CoordinatorNotAvailable);
+            }
+        }
+        let config = self.config.share;
+        let group = self
+            .share_groups
+            .entry(request.group_id.clone())
+            .or_default();
+        group
+            .heartbeat(
+                now_ms,
+                request,
+                topics,
+                config.session_timeout_ms,
+                config.max_size,
+            )
+            .map_err(|refusal| match refusal {
+                ShareRefusal::InvalidRequest => GroupError::InvalidRequest,
+                ShareRefusal::UnknownMemberId => GroupError::UnknownMemberId,
+                ShareRefusal::FencedMemberEpoch => GroupError::FencedMemberEpoch,
+                ShareRefusal::GroupMaxSizeReached => GroupError::GroupMaxSizeReached,
+            })
+    }
+
+    /// A share group, if there is one by that id.
+    pub fn share_group(&self, group_id: &str) -> Option<&crate::share::ShareGroup> {
+        self.share_groups.get(group_id)
+    }
+
+    /// Whether `member_id` is a member of share group `group_id`.
+    pub fn is_share_member(&self, group_id: &str, member_id: &str) -> bool {
+        self.share_groups
+            .get(group_id)
+            .is_some_and(|g| g.members.contains_key(member_id))
+    }
+
+    /// Share group members silent past their session leave; (group,
+    /// member) of each.
+    pub fn expire_share_members(&mut self, now_ms: u64) -> Vec<(String, String)> {
+        let mut gone = Vec::new();
+        for (id, group) in self.share_groups.iter_mut() {
+            for member in group.expire(now_ms) {
+                gone.push((id.clone(), member));
+            }
+        }
+        self.share_groups.retain(|_, g| !g.members.is_empty());
+        gone
+    }
+
     /// ListGroups: each group with its protocol type, state and type.
     pub fn list(&self) -> Vec<ListedGroup> {
         self.groups
@@ -414,6 +488,16 @@ impl Coordinator {
                 },
                 group_type: g.group_type(),
             })
+            .chain(self.share_groups.iter().map(|(id, g)| ListedGroup {
+                group_id: id.clone(),
+                protocol_type: "share".to_string(),
+                state: if g.members.is_empty() {
+                    "Empty"
+                } else {
+                    "Stable"
+                },
+                group_type: "share",
+            }))
             .collect()
     }
 }

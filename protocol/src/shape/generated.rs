@@ -3005,6 +3005,279 @@ pub static DESCRIBE_TOPIC_PARTITIONS_REQUEST__CURSOR: Struct = Struct {
     tags: &[],
 };
 
+pub static SHARE_GROUP_HEARTBEAT_REQUEST: Struct = Struct {
+    versions: (1, 1),
+    flexible_since: 1,
+    fields: &[
+        Field {
+            kind: CompactStr,
+            since: 1,
+            until: 1,
+        }, // group_id
+        Field {
+            kind: CompactStr,
+            since: 1,
+            until: 1,
+        }, // member_id
+        Field {
+            kind: Fixed(4),
+            since: 1,
+            until: 1,
+        }, // member_epoch
+        Field {
+            kind: CompactStr,
+            since: 1,
+            until: 1,
+        }, // rack_id
+        Field {
+            kind: CompactArrayOfStr,
+            since: 1,
+            until: 1,
+        }, // subscribed_topic_names
+    ],
+    tags: &[],
+};
+
+pub static SHARE_GROUP_DESCRIBE_REQUEST: Struct = Struct {
+    versions: (1, 1),
+    flexible_since: 1,
+    fields: &[
+        Field {
+            kind: CompactArrayOfStr,
+            since: 1,
+            until: 1,
+        }, // group_ids
+        Field {
+            kind: Fixed(1),
+            since: 1,
+            until: 1,
+        }, // include_authorized_operations
+    ],
+    tags: &[],
+};
+
+pub static SHARE_FETCH_REQUEST: Struct = Struct {
+    versions: (1, 1),
+    flexible_since: 1,
+    fields: &[
+        Field {
+            kind: CompactStr,
+            since: 1,
+            until: 1,
+        }, // group_id
+        Field {
+            kind: CompactStr,
+            since: 1,
+            until: 1,
+        }, // member_id
+        Field {
+            kind: Fixed(4),
+            since: 1,
+            until: 1,
+        }, // share_session_epoch
+        Field {
+            kind: Fixed(4),
+            since: 1,
+            until: 1,
+        }, // max_wait_ms
+        Field {
+            kind: Fixed(4),
+            since: 1,
+            until: 1,
+        }, // min_bytes
+        Field {
+            kind: Fixed(4),
+            since: 1,
+            until: 1,
+        }, // max_bytes
+        Field {
+            kind: Fixed(4),
+            since: 1,
+            until: 1,
+        }, // max_records
+        Field {
+            kind: Fixed(4),
+            since: 1,
+            until: 1,
+        }, // batch_size
+        Field {
+            kind: CompactArray(&SHARE_FETCH_REQUEST__FETCH_TOPIC),
+            since: 1,
+            until: 1,
+        }, // topics
+        Field {
+            kind: CompactArray(&SHARE_FETCH_REQUEST__FORGOTTEN_TOPIC),
+            since: 1,
+            until: 1,
+        }, // forgotten_topics_data
+    ],
+    tags: &[],
+};
+
+pub static SHARE_FETCH_REQUEST__FORGOTTEN_TOPIC: Struct = Struct {
+    versions: (1, 1),
+    flexible_since: 1,
+    fields: &[
+        Field {
+            kind: Fixed(16),
+            since: 1,
+            until: 1,
+        }, // topic_id
+        Field {
+            kind: CompactArrayOf(4),
+            since: 1,
+            until: 1,
+        }, // partitions
+    ],
+    tags: &[],
+};
+
+pub static SHARE_FETCH_REQUEST__FETCH_TOPIC: Struct = Struct {
+    versions: (1, 1),
+    flexible_since: 1,
+    fields: &[
+        Field {
+            kind: Fixed(16),
+            since: 1,
+            until: 1,
+        }, // topic_id
+        Field {
+            kind: CompactArray(&SHARE_FETCH_REQUEST__FETCH_PARTITION),
+            since: 1,
+            until: 1,
+        }, // partitions
+    ],
+    tags: &[],
+};
+
+pub static SHARE_FETCH_REQUEST__FETCH_PARTITION: Struct = Struct {
+    versions: (1, 1),
+    flexible_since: 1,
+    fields: &[
+        Field {
+            kind: Fixed(4),
+            since: 1,
+            until: 1,
+        }, // partition_index
+        Field {
+            kind: CompactArray(&SHARE_FETCH_REQUEST__ACKNOWLEDGEMENT_BATCH),
+            since: 1,
+            until: 1,
+        }, // acknowledgement_batches
+    ],
+    tags: &[],
+};
+
+pub static SHARE_FETCH_REQUEST__ACKNOWLEDGEMENT_BATCH: Struct = Struct {
+    versions: (1, 1),
+    flexible_since: 1,
+    fields: &[
+        Field {
+            kind: Fixed(8),
+            since: 1,
+            until: 1,
+        }, // first_offset
+        Field {
+            kind: Fixed(8),
+            since: 1,
+            until: 1,
+        }, // last_offset
+        Field {
+            kind: CompactArrayOf(1),
+            since: 1,
+            until: 1,
+        }, // acknowledge_types
+    ],
+    tags: &[],
+};
+
+pub static SHARE_ACKNOWLEDGE_REQUEST: Struct = Struct {
+    versions: (1, 1),
+    flexible_since: 1,
+    fields: &[
+        Field {
+            kind: CompactStr,
+            since: 1,
+            until: 1,
+        }, // group_id
+        Field {
+            kind: CompactStr,
+            since: 1,
+            until: 1,
+        }, // member_id
+        Field {
+            kind: Fixed(4),
+            since: 1,
+            until: 1,
+        }, // share_session_epoch
+        Field {
+            kind: CompactArray(&SHARE_ACKNOWLEDGE_REQUEST__ACKNOWLEDGE_TOPIC),
+            since: 1,
+            until: 1,
+        }, // topics
+    ],
+    tags: &[],
+};
+
+pub static SHARE_ACKNOWLEDGE_REQUEST__ACKNOWLEDGE_TOPIC: Struct = Struct {
+    versions: (1, 1),
+    flexible_since: 1,
+    fields: &[
+        Field {
+            kind: Fixed(16),
+            since: 1,
+            until: 1,
+        }, // topic_id
+        Field {
+            kind: CompactArray(&SHARE_ACKNOWLEDGE_REQUEST__ACKNOWLEDGE_PARTITION),
+            since: 1,
+            until: 1,
+        }, // partitions
+    ],
+    tags: &[],
+};
+
+pub static SHARE_ACKNOWLEDGE_REQUEST__ACKNOWLEDGE_PARTITION: Struct = Struct {
+    versions: (1, 1),
+    flexible_since: 1,
+    fields: &[
+        Field {
+            kind: Fixed(4),
+            since: 1,
+            until: 1,
+        }, // partition_index
+        Field {
+            kind: CompactArray(&SHARE_ACKNOWLEDGE_REQUEST__ACKNOWLEDGEMENT_BATCH),
+            since: 1,
+            until: 1,
+        }, // acknowledgement_batches
+    ],
+    tags: &[],
+};
+
+pub static SHARE_ACKNOWLEDGE_REQUEST__ACKNOWLEDGEMENT_BATCH: Struct = Struct {
+    versions: (1, 1),
+    flexible_since: 1,
+    fields: &[
+        Field {
+            kind: Fixed(8),
+            since: 1,
+            until: 1,
+        }, // first_offset
+        Field {
+            kind: Fixed(8),
+            since: 1,
+            until: 1,
+        }, // last_offset
+        Field {
+            kind: CompactArrayOf(1),
+            since: 1,
+            until: 1,
+        }, // acknowledge_types
+    ],
+    tags: &[],
+};
+
 pub static ADD_RAFT_VOTER_REQUEST: Struct = Struct {
     versions: (0, 0),
     flexible_since: 0,
@@ -3137,6 +3410,10 @@ pub fn request(api_key: i16) -> Option<&'static Struct> {
         69 => &CONSUMER_GROUP_DESCRIBE_REQUEST,
         74 => &LIST_CONFIG_RESOURCES_REQUEST,
         75 => &DESCRIBE_TOPIC_PARTITIONS_REQUEST,
+        76 => &SHARE_GROUP_HEARTBEAT_REQUEST,
+        77 => &SHARE_GROUP_DESCRIBE_REQUEST,
+        78 => &SHARE_FETCH_REQUEST,
+        79 => &SHARE_ACKNOWLEDGE_REQUEST,
         80 => &ADD_RAFT_VOTER_REQUEST,
         81 => &REMOVE_RAFT_VOTER_REQUEST,
         _ => return None,

@@ -1,0 +1,514 @@
+//! Share groups (KIP-932, queues for Kafka): ShareGroupHeartbeat (76),
+//! ShareFetch (78) and ShareAcknowledge (79), version 1.
+//!
+//! Membership is the group coordinator's (`groups::share::ShareGroup`):
+//! every member is assigned every partition of its topics. Each share
+//! partition's state (`groups::share::SharePartition`: the records in
+//! flight, who holds which under what lock, delivery counts) lives on the
+//! core that owns the partition, beside its log. ShareFetch first applies
+//! the acknowledgements it carries, then acquires records for the member
+//! up to the high watermark and returns the batches that hold them with
+//! the acquired ranges (the client keeps the records of those ranges).
+//! A share session (per group and member, on the connection's core)
+//! carries the partitions between requests: epoch 0 opens one with the
+//! request's partitions, each later request brings the next epoch with
+//! what it adds and forgets, -1 closes it (acknowledging only).
+//!
+//! Not yet: the share partitions' state is in memory only (a restart or
+//! a leader move starts a share partition anew at
+//! `share.auto.offset.reset`); in a cluster a share partition is served
+//! only by the broker that leads it.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+use groups::share::{AcknowledgeType, ShareHeartbeat, SharePartition};
+use kafka_protocol::messages::share_fetch_response::{
+    AcquiredRecords, LeaderIdAndEpoch, PartitionData, ShareFetchableTopicResponse,
+};
+use kafka_protocol::messages::share_group_heartbeat_response::{Assignment, TopicPartitions};
+use kafka_protocol::messages::{
+    share_acknowledge_response, ShareAcknowledgeRequest, ShareAcknowledgeResponse,
+    ShareFetchRequest, ShareFetchResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use crate::errors;
+use crate::group::manager;
+use crate::group_state::ShareSession;
+use crate::shard::Shard;
+
+pub const VERSION_MIN: i16 = 1;
+pub const VERSION_MAX: i16 = 1;
+
+/// Records acquired per partition and request at most when the client
+/// asks for none in particular.
+const MAX_RECORDS_DEFAULT: usize = 500;
+/// How long a ShareFetch that acquired nothing waits for records at most.
+const EMPTY_WAIT_MAX: Duration = Duration::from_millis(500);
+
+fn text(value: impl Into<String>) -> StrBytes {
+    StrBytes::from_string(value.into())
+}
+
+pub async fn heartbeat(
+    shard: &Rc<Shard>,
+    request: ShareGroupHeartbeatRequest,
+    client_id: String,
+    client_host: String,
+) -> ShareGroupHeartbeatResponse {
+    let group_id = request.group_id.0.to_string();
+    let interval = shard.config.groups.share.heartbeat_interval_ms;
+    let outcome = manager::on_coordinator(shard, &group_id.clone(), move |owner, _| async move {
+        let image = owner.metadata.image();
+        let counts: BTreeMap<String, i32> = image
+            .topics
+            .values()
+            .map(|t| (t.name.clone(), t.partition_cores.len() as i32))
+            .collect();
+        let ids: BTreeMap<String, u128> = image
+            .topics
+            .values()
+            .map(|t| (t.name.clone(), t.topic_id))
+            .collect();
+        let decoded = ShareHeartbeat {
+            group_id,
+            member_id: request.member_id.to_string(),
+            member_epoch: request.member_epoch,
+            rack_id: request.rack_id.map(|r| r.to_string()),
+            subscribed_topic_names: request
+                .subscribed_topic_names
+                .map(|names| names.into_iter().map(|n| n.0.to_string()).collect()),
+            client_id,
+            client_host,
+        };
+        manager::with_coordinator(&owner, |c| {
+            c.share_heartbeat(owner.now_ms() as u64, decoded, &counts)
+        })
+        .map(|answer| (answer, ids))
+    })
+    .await
+    .and_then(|inner| inner);
+    match outcome {
+        Err(error) => ShareGroupHeartbeatResponse::default()
+            .with_error_code(error.code())
+            .with_error_message(Some(text(error.to_string()))),
+        Ok((answer, ids)) => ShareGroupHeartbeatResponse::default()
+            .with_member_id(Some(text(answer.member_id)))
+            .with_member_epoch(answer.member_epoch)
+            .with_heartbeat_interval_ms(i32::try_from(interval).unwrap_or(i32::MAX))
+            .with_assignment(answer.assignment.map(|topics| {
+                Assignment::default().with_topic_partitions(
+                    topics
+                        .into_iter()
+                        .map(|(name, count)| {
+                            TopicPartitions::default()
+                                .with_topic_id(uuid::Uuid::from_u128(
+                                    ids.get(&name).copied().unwrap_or(0),
+                                ))
+                                .with_partitions((0..count).collect())
+                        })
+                        .collect(),
+                )
+            })),
+    }
+}
+
+/// One acknowledgement batch: offsets and a type each (one type for the
+/// whole range when only one is given).
+type Acks = Vec<(i64, i64, Vec<i8>)>;
+
+/// What one partition's turn on its owner core gave.
+struct Served {
+    error_code: i16,
+    acknowledge_error_code: i16,
+    leader_epoch: i32,
+    records: Option<bytes::Bytes>,
+    acquired: Vec<groups::share::Acquired>,
+}
+
+/// On the core owning `topic`-`partition`: applies `acks` from `member`
+/// and, if `fetch`, acquires records for it and reads them.
+#[allow(clippy::too_many_arguments)]
+async fn serve_partition(
+    owner: Rc<Shard>,
+    group_id: String,
+    member_id: String,
+    topic: String,
+    partition: i32,
+    acks: Acks,
+    fetch: Option<(usize, usize)>,
+) -> Served {
+    let Some(log) = owner.partition(&topic, partition).filter(|p| p.is_leader()) else {
+        return Served {
+            error_code: errors::NOT_LEADER_OR_FOLLOWER,
+            acknowledge_error_code: errors::NOT_LEADER_OR_FOLLOWER,
+            leader_epoch: -1,
+            records: None,
+            acquired: Vec::new(),
+        };
+    };
+    let config = owner.config.groups.share.partition;
+    let now = owner.now_ms() as u64;
+    let high_watermark = log.high_watermark();
+    let (acknowledge_error_code, acquired) = {
+        let image = owner.metadata.image();
+        let earliest = image
+            .group_configs
+            .get(&group_id)
+            .and_then(|c| c.get("share.auto.offset.reset"))
+            .is_some_and(|reset| reset == "earliest");
+        let start = if earliest {
+            log.log_start_offset()
+        } else {
+            high_watermark
+        };
+        let mut partitions = owner.groups.share_partitions.borrow_mut();
+        let state = partitions
+            .entry((group_id, topic, partition))
+            .or_insert_with(|| SharePartition::new(start));
+        state.expire_locks(now, &config);
+        let mut acknowledge_error_code = errors::NONE;
+        for (first, last, types) in acks {
+            let outcome = if types.len() <= 1 {
+                let kind = types.first().copied().unwrap_or(1);
+                match AcknowledgeType::from_code(kind) {
+                    Some(kind) => state.acknowledge(&member_id, first, last, kind, &config),
+                    None => Err(groups::share::InvalidRecordState { offset: first }),
+                }
+            } else {
+                let mut result = Ok(());
+                for (offset, code) in (first..=last).zip(types) {
+                    let one = match AcknowledgeType::from_code(code) {
+                        Some(kind) => state.acknowledge(&member_id, offset, offset, kind, &config),
+                        None => Err(groups::share::InvalidRecordState { offset }),
+                    };
+                    result = result.and(one);
+                }
+                result
+            };
+            if outcome.is_err() {
+                acknowledge_error_code = ResponseError::InvalidRecordState.code();
+            }
+        }
+        let acquired = match fetch {
+            Some((max_records, _)) => {
+                state.acquire(&member_id, high_watermark, max_records, now, &config)
+            }
+            None => Vec::new(),
+        };
+        (acknowledge_error_code, acquired)
+    };
+    let records = match (acquired.first(), fetch) {
+        (Some(first), Some((_, max_bytes))) => {
+            let read = log.read(first.first, max_bytes.max(1), false).await;
+            (read.error_code == errors::NONE).then_some(read.records)
+        }
+        _ => None,
+    };
+    Served {
+        error_code: errors::NONE,
+        acknowledge_error_code,
+        leader_epoch: log.leader_epoch(),
+        records,
+        acquired,
+    }
+}
+
+/// The share session of (`group_id`, `member_id`) on this core moved on
+/// by a request at `epoch` naming `added` and `forgotten` partitions: the
+/// partitions to fetch, or the error code.
+fn advance_session(
+    shard: &Shard,
+    key: (String, String),
+    epoch: i32,
+    added: &[(u128, i32)],
+    forgotten: &[(u128, i32)],
+) -> Result<Vec<(u128, i32)>, i16> {
+    let mut sessions = shard.groups.share_sessions.borrow_mut();
+    match epoch {
+        0 => {
+            let session = ShareSession {
+                epoch: 1,
+                partitions: added.iter().copied().collect(),
+            };
+            let partitions = session.partitions.iter().copied().collect();
+            sessions.insert(key, session);
+            Ok(partitions)
+        }
+        -1 => {
+            sessions.remove(&key);
+            Ok(Vec::new())
+        }
+        epoch => {
+            let Some(session) = sessions.get_mut(&key) else {
+                return Err(ResponseError::ShareSessionNotFound.code());
+            };
+            if session.epoch != epoch {
+                return Err(ResponseError::InvalidShareSessionEpoch.code());
+            }
+            session.epoch = epoch.wrapping_add(1).max(1);
+            session.partitions.extend(added.iter().copied());
+            for p in forgotten {
+                session.partitions.remove(p);
+            }
+            Ok(session.partitions.iter().copied().collect())
+        }
+    }
+}
+
+/// Serves `wanted` partitions (with their acknowledgements) on their
+/// cores; the answers by partition.
+async fn serve_all(
+    shard: &Rc<Shard>,
+    group_id: &str,
+    member_id: &str,
+    wanted: BTreeMap<(u128, i32), (Acks, bool)>,
+    max_records: usize,
+    max_bytes: usize,
+) -> BTreeMap<(u128, i32), Served> {
+    let image = shard.metadata.image();
+    let mut out = BTreeMap::new();
+    for ((topic_id, partition), (acks, fetch)) in wanted {
+        let Some(topic) = image.topics.values().find(|t| t.topic_id == topic_id) else {
+            out.insert(
+                (topic_id, partition),
+                Served {
+                    error_code: errors::UNKNOWN_TOPIC_ID,
+                    acknowledge_error_code: errors::UNKNOWN_TOPIC_ID,
+                    leader_epoch: -1,
+                    records: None,
+                    acquired: Vec::new(),
+                },
+            );
+            continue;
+        };
+        let name = topic.name.clone();
+        let served = match image.leader_core(topic, partition, shard.cores) {
+            Err(why) => {
+                let code = errors::not_served(why);
+                Served {
+                    error_code: code,
+                    acknowledge_error_code: code,
+                    leader_epoch: -1,
+                    records: None,
+                    acquired: Vec::new(),
+                }
+            }
+            Ok(core) => {
+                let (group, member) = (group_id.to_string(), member_id.to_string());
+                let fetch = fetch.then_some((max_records, max_bytes));
+                shard
+                    .run_on(core, move |owner| {
+                        serve_partition(owner, group, member, name, partition, acks, fetch)
+                    })
+                    .await
+            }
+        };
+        out.insert((topic_id, partition), served);
+    }
+    out
+}
+
+fn acks_of(
+    batches: Vec<kafka_protocol::messages::share_fetch_request::AcknowledgementBatch>,
+) -> Acks {
+    batches
+        .into_iter()
+        .map(|b| (b.first_offset, b.last_offset, b.acknowledge_types))
+        .collect()
+}
+
+pub async fn fetch(shard: &Rc<Shard>, request: ShareFetchRequest) -> ShareFetchResponse {
+    let (Some(group_id), Some(member_id)) = (
+        request.group_id.as_ref().map(|g| g.0.to_string()),
+        request.member_id.as_ref().map(|m| m.to_string()),
+    ) else {
+        return ShareFetchResponse::default().with_error_code(errors::INVALID_REQUEST);
+    };
+    let mut wanted: BTreeMap<(u128, i32), (Acks, bool)> = BTreeMap::new();
+    let mut added = Vec::new();
+    for topic in request.topics {
+        let id = topic.topic_id.as_u128();
+        for p in topic.partitions {
+            added.push((id, p.partition_index));
+            wanted
+                .entry((id, p.partition_index))
+                .or_default()
+                .0
+                .extend(acks_of(p.acknowledgement_batches));
+        }
+    }
+    let forgotten: Vec<(u128, i32)> = request
+        .forgotten_topics_data
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(move |p| (t.topic_id.as_u128(), *p)))
+        .collect();
+    let closing = request.share_session_epoch == -1;
+    let session = advance_session(
+        shard,
+        (group_id.clone(), member_id.clone()),
+        request.share_session_epoch,
+        &added,
+        &forgotten,
+    );
+    let fetched = match session {
+        Err(code) => return ShareFetchResponse::default().with_error_code(code),
+        Ok(partitions) => partitions,
+    };
+    if !closing {
+        for key in fetched {
+            wanted.entry(key).or_default().1 = true;
+        }
+    }
+    let max_records = usize::try_from(request.max_records)
+        .ok()
+        .filter(|&n| n > 0)
+        .unwrap_or(MAX_RECORDS_DEFAULT);
+    let max_bytes = usize::try_from(request.max_bytes).unwrap_or(0).max(1 << 20);
+    let deadline = std::time::Instant::now()
+        + Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0))
+            .min(EMPTY_WAIT_MAX);
+    let mut served = serve_all(
+        shard,
+        &group_id,
+        &member_id,
+        wanted.clone(),
+        max_records,
+        max_bytes,
+    )
+    .await;
+    // Nothing to hand out yet: wait a little for records, as a fetch does.
+    while !closing
+        && served.values().all(|s| s.acquired.is_empty())
+        && std::time::Instant::now() < deadline
+    {
+        glommio::timer::sleep(Duration::from_millis(50)).await;
+        let fetch_only = wanted
+            .iter()
+            .filter(|(_, (_, fetch))| *fetch)
+            .map(|(k, _)| (*k, (Acks::new(), true)))
+            .collect();
+        let again = serve_all(
+            shard,
+            &group_id,
+            &member_id,
+            fetch_only,
+            max_records,
+            max_bytes,
+        )
+        .await;
+        for (key, s) in again {
+            if let Some(slot) = served.get_mut(&key) {
+                slot.acquired = s.acquired;
+                slot.records = s.records;
+                if slot.error_code == errors::NONE {
+                    slot.error_code = s.error_code;
+                }
+            }
+        }
+    }
+    let mut topics: BTreeMap<u128, Vec<PartitionData>> = BTreeMap::new();
+    for ((topic_id, partition), s) in served {
+        topics.entry(topic_id).or_default().push(
+            PartitionData::default()
+                .with_partition_index(partition)
+                .with_error_code(s.error_code)
+                .with_acknowledge_error_code(s.acknowledge_error_code)
+                .with_current_leader(
+                    LeaderIdAndEpoch::default()
+                        .with_leader_id(shard.config.node_id)
+                        .with_leader_epoch(s.leader_epoch),
+                )
+                .with_records(s.records)
+                .with_acquired_records(
+                    s.acquired
+                        .iter()
+                        .map(|a| {
+                            AcquiredRecords::default()
+                                .with_first_offset(a.first)
+                                .with_last_offset(a.last)
+                                .with_delivery_count(
+                                    i16::try_from(a.delivery_count).unwrap_or(i16::MAX),
+                                )
+                        })
+                        .collect(),
+                ),
+        );
+    }
+    let lock_ms = shard.config.groups.share.partition.record_lock_ms;
+    ShareFetchResponse::default()
+        .with_acquisition_lock_timeout_ms(i32::try_from(lock_ms).unwrap_or(i32::MAX))
+        .with_responses(
+            topics
+                .into_iter()
+                .map(|(id, partitions)| {
+                    ShareFetchableTopicResponse::default()
+                        .with_topic_id(uuid::Uuid::from_u128(id))
+                        .with_partitions(partitions)
+                })
+                .collect(),
+        )
+}
+
+pub async fn acknowledge(
+    shard: &Rc<Shard>,
+    request: ShareAcknowledgeRequest,
+) -> ShareAcknowledgeResponse {
+    let (Some(group_id), Some(member_id)) = (
+        request.group_id.as_ref().map(|g| g.0.to_string()),
+        request.member_id.as_ref().map(|m| m.to_string()),
+    ) else {
+        return ShareAcknowledgeResponse::default().with_error_code(errors::INVALID_REQUEST);
+    };
+    if request.share_session_epoch == 0 {
+        return ShareAcknowledgeResponse::default()
+            .with_error_code(ResponseError::InvalidShareSessionEpoch.code());
+    }
+    if let Err(code) = advance_session(
+        shard,
+        (group_id.clone(), member_id.clone()),
+        request.share_session_epoch,
+        &[],
+        &[],
+    ) {
+        return ShareAcknowledgeResponse::default().with_error_code(code);
+    }
+    let mut wanted: BTreeMap<(u128, i32), (Acks, bool)> = BTreeMap::new();
+    for topic in request.topics {
+        let id = topic.topic_id.as_u128();
+        for p in topic.partitions {
+            wanted.entry((id, p.partition_index)).or_default().0.extend(
+                p.acknowledgement_batches
+                    .into_iter()
+                    .map(|b| (b.first_offset, b.last_offset, b.acknowledge_types)),
+            );
+        }
+    }
+    let served = serve_all(shard, &group_id, &member_id, wanted, 0, 0).await;
+    let mut topics: BTreeMap<u128, Vec<share_acknowledge_response::PartitionData>> =
+        BTreeMap::new();
+    for ((topic_id, partition), s) in served {
+        topics.entry(topic_id).or_default().push(
+            share_acknowledge_response::PartitionData::default()
+                .with_partition_index(partition)
+                .with_error_code(if s.error_code == errors::NONE {
+                    s.acknowledge_error_code
+                } else {
+                    s.error_code
+                }),
+        );
+    }
+    ShareAcknowledgeResponse::default().with_responses(
+        topics
+            .into_iter()
+            .map(|(id, partitions)| {
+                share_acknowledge_response::ShareAcknowledgeTopicResponse::default()
+                    .with_topic_id(uuid::Uuid::from_u128(id))
+                    .with_partitions(partitions)
+            })
+            .collect(),
+    )
+}
