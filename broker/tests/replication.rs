@@ -345,7 +345,14 @@ fn a_stopped_follower_leaves_the_isr_and_two_stopped_refuse_acks_all() {
         isr(&any, "lag").filter(|(l, isr)| *l == 1 && isr.len() == 3)
     });
     let leader = &cluster.node(1).broker;
-    assert_eq!(produce_one(leader, "lag", 1, b"all three"), 0);
+    // The ISR listed by another broker may be seen before the leader has
+    // taken the leadership itself: NOT_LEADER_OR_FOLLOWER is retriable,
+    // and a client sends again (a refused batch is not written).
+    let first = cluster.wait_for("the leader taking the first record", || {
+        let code = produce_one(leader, "lag", 1, b"all three");
+        (code != 6).then_some(code)
+    });
+    assert_eq!(first, 0);
     // Lone records, one at a time: each is answered once both followers
     // report it durable, not when their next fetch (already waiting at the
     // leader while they sync) gives up its 500 ms wait.
