@@ -307,18 +307,22 @@ fn coordinator_killed_round(cluster: &mut test_support::cluster::Cluster, round:
         .spawn()
         .expect("python3");
     let rebalancing = signals.join("rebalancing");
-    let deadline = std::time::Instant::now() + SCRIPT_DEADLINE;
-    while !rebalancing.exists() {
-        if let Some(status) = members.try_wait().unwrap() {
-            let out = members.wait_with_output().unwrap();
-            panic!(
-                "the members exited ({status}) before the rebalance\n{}\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
+    // The members' script says when the fourth member joined; it must
+    // not have exited before.
+    let exited = test_support::poll_until(SCRIPT_DEADLINE, || {
+        if rebalancing.exists() {
+            return Some(None);
         }
-        assert!(std::time::Instant::now() < deadline, "no rebalance");
-        std::thread::sleep(Duration::from_millis(50));
+        members.try_wait().unwrap().map(Some)
+    })
+    .expect("no rebalance within the script's deadline");
+    if let Some(status) = exited {
+        let out = members.wait_with_output().unwrap();
+        panic!(
+            "the members exited ({status}) before the rebalance\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let any = (1..=3)
         .find(|&n| cluster.node(n).broker.is_running())

@@ -1087,10 +1087,11 @@ mod returning_coordinator {
         limit: Duration,
         until_served: bool,
     ) -> Vec<Option<Result<i64, i16>>> {
-        let deadline = std::time::Instant::now() + limit;
         let mut answers = Vec::new();
         let mut in_a_row = 0;
-        while std::time::Instant::now() < deadline && !(until_served && in_a_row == 5) {
+        // Each poll asks once; it ends early only when `until_served`
+        // and the new offset was answered five times in a row.
+        test_support::poll_until(limit, || {
             let answer = fetch(&cluster.node(node).broker);
             match answer {
                 Some(Ok(20)) => in_a_row += 1,
@@ -1101,8 +1102,8 @@ mod returning_coordinator {
                 _ => in_a_row = 0,
             }
             answers.push(answer);
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            (until_served && in_a_row == 5).then_some(())
+        });
         if until_served {
             assert_eq!(in_a_row, 5, "answers: {answers:?}\n{}", cluster.logs());
         }
