@@ -1458,6 +1458,61 @@ fn render_topics(e: &mut Exposition, snapshots: &[ShardSnapshot], by_partition: 
             }
         }
     }
+    type ShareFigure = (
+        &'static str,
+        &'static str,
+        &'static str,
+        fn(&crate::metrics::ShareGroupFigures) -> u64,
+    );
+    let share_figures: [ShareFigure; 5] = [
+        (
+            "strom_share_group_records_in_flight",
+            "gauge",
+            "Records of a share group's partitions this broker leads that were delivered or are due again and are not yet acknowledged or archived.",
+            |g| g.in_flight,
+        ),
+        (
+            "strom_share_group_records_acquired",
+            "gauge",
+            "Records of a share group's partitions this broker leads held by a member now, under an acquisition lock.",
+            |g| g.acquired,
+        ),
+        (
+            "strom_share_group_deliveries_total",
+            "counter",
+            "Records handed to a share group's members by this broker, each delivery counted.",
+            |g| g.counters.deliveries,
+        ),
+        (
+            "strom_share_group_redeliveries_total",
+            "counter",
+            "Of the deliveries, records delivered again after a release, an expired lock or a leader change.",
+            |g| g.counters.redeliveries,
+        ),
+        (
+            "strom_share_group_lock_expiries_total",
+            "counter",
+            "Acquisition locks that ran out before their record was acknowledged (group.share.record.lock.duration.ms).",
+            |g| g.counters.lock_expiries,
+        ),
+    ];
+    let mut share: BTreeMap<&str, crate::metrics::ShareGroupFigures> = BTreeMap::new();
+    for s in snapshots {
+        for g in &s.share_groups {
+            let sum = share.entry(g.group.as_str()).or_default();
+            sum.in_flight += g.in_flight;
+            sum.acquired += g.acquired;
+            sum.counters.deliveries += g.counters.deliveries;
+            sum.counters.redeliveries += g.counters.redeliveries;
+            sum.counters.lock_expiries += g.counters.lock_expiries;
+        }
+    }
+    for (name, kind, help, value) in share_figures {
+        e.family(name, kind, help);
+        for (group, g) in &share {
+            e.sample(name, &[("group", group)], value(g) as i64);
+        }
+    }
     for (name, help, value) in figures {
         e.family(name, "gauge", help);
         for ((group, (topic, partition)), g) in &groups {

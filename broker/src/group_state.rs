@@ -34,10 +34,40 @@ pub struct GroupManager {
     /// Share partitions (KIP-932) of the partitions this core owns, by
     /// (share group, topic, partition).
     pub(crate) share_partitions:
-        RefCell<std::collections::BTreeMap<(String, String, i32), groups::share::SharePartition>>,
+        RefCell<std::collections::BTreeMap<(String, String, i32), HeldShare>>,
     /// Share sessions of this core's connections, by (share group,
     /// member): the session epoch expected next and the partitions in it.
     pub(crate) share_sessions: RefCell<HashMap<(String, String), ShareSession>>,
+    /// One ShareFetch or ShareAcknowledge at a time per share partition
+    /// (by a hash of its key): each writes its state before it answers.
+    pub(crate) share_turns: crate::sync::KeyedLocks,
+    /// The share coordinator's states (`share_state`).
+    pub(crate) share_states: ShareStates,
+}
+
+/// A share partition served on this core: its state, and the leader
+/// epoch and state epoch it was read at.
+#[derive(Debug, Clone)]
+pub struct HeldShare {
+    pub partition: groups::share::SharePartition,
+    pub leader_epoch: i32,
+    pub state_epoch: i32,
+}
+
+/// The share coordinator's state on one core: the states of the
+/// `__share_group_state` partitions this core leads, each loaded at a
+/// leader epoch.
+#[derive(Default)]
+pub struct ShareStates {
+    pub(crate) loaded: RefCell<HashMap<i32, i32>>,
+    pub(crate) states: RefCell<
+        HashMap<
+            i32,
+            HashMap<groups::share_records::SharePartitionKey, groups::share_records::ShareState>,
+        >,
+    >,
+    /// One load or write at a time per state partition.
+    pub(crate) locks: crate::sync::KeyedLocks,
 }
 
 /// A share fetch session (KIP-932): the epoch its next request carries,

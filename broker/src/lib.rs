@@ -40,6 +40,7 @@ pub mod sasl;
 pub mod scrape;
 pub mod server;
 pub mod shard;
+pub mod share_state;
 pub mod stages;
 pub mod storage_health;
 pub mod sync;

@@ -97,6 +97,8 @@ struct Probe {
     txn_aborted: Cell<u64>,
     txn_timed_out: Cell<u64>,
     txn_operator_aborts: Cell<u64>,
+    /// Share groups' record deliveries on this core's share partitions.
+    share: RefCell<BTreeMap<String, ShareCounters>>,
 }
 
 impl Probe {
@@ -127,6 +129,7 @@ impl Probe {
             txn_aborted: Cell::new(0),
             txn_timed_out: Cell::new(0),
             txn_operator_aborts: Cell::new(0),
+            share: RefCell::new(BTreeMap::new()),
         }
     }
 }
@@ -318,6 +321,39 @@ pub fn record_operator_abort() {
     PROBE.with(|p| bump(&p.txn_operator_aborts, 1));
 }
 
+/// What one ShareFetch's turn on a share partition did.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ShareActivity {
+    /// Records handed out (each a delivery).
+    pub acquired: u64,
+    /// Of those, delivered before (a delivery count above one).
+    pub redelivered: u64,
+    /// Locks that ran out before their records were acknowledged.
+    pub lock_expiries: u64,
+}
+
+/// Counts a share partition's deliveries for `group`.
+pub fn record_share(group: &str, activity: ShareActivity) {
+    if activity.acquired == 0 && activity.lock_expiries == 0 {
+        return;
+    }
+    PROBE.with(|p| {
+        let mut share = p.share.borrow_mut();
+        let counters = match share.get_mut(group) {
+            Some(counters) => counters,
+            None => share.entry(group.to_string()).or_default(),
+        };
+        counters.deliveries += activity.acquired;
+        counters.redeliveries += activity.redelivered;
+        counters.lock_expiries += activity.lock_expiries;
+    });
+}
+
+/// This core's share-group counters, by group.
+pub fn share_counters() -> BTreeMap<String, ShareCounters> {
+    PROBE.with(|p| p.share.borrow().clone())
+}
+
 /// Counts one hop of work to another core.
 pub fn record_hop() {
     PROBE.with(|p| bump(&p.hops, 1));
@@ -503,6 +539,9 @@ pub struct ShardSnapshot {
     pub committed: Vec<CommittedSnapshot>,
     #[serde(default)]
     pub consumer_groups: Vec<ConsumerGroupSnapshot>,
+    /// Share groups' records on the share partitions this core serves.
+    #[serde(default)]
+    pub share_groups: Vec<ShareGroupFigures>,
     /// Requests forwarded to other brokers, by destination and API.
     #[serde(default)]
     pub forwarded: Vec<ForwardSnapshot>,
@@ -656,6 +695,26 @@ pub struct ConsumerGroupSnapshot {
     /// Members not yet at the target assignment's epoch, or waiting to
     /// give up or get partitions.
     pub reconciling: u64,
+}
+
+/// A share group's delivery counters on one core.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShareCounters {
+    pub deliveries: u64,
+    pub redeliveries: u64,
+    pub lock_expiries: u64,
+}
+
+/// A share group's records on the share partitions one core serves.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShareGroupFigures {
+    pub group: String,
+    /// Records between the share partitions' start and end offsets not yet
+    /// acknowledged or archived.
+    pub in_flight: u64,
+    /// Of those, acquired by a member now.
+    pub acquired: u64,
+    pub counters: ShareCounters,
 }
 
 /// A group's committed offset for one partition.
@@ -1244,6 +1303,26 @@ mod error_codes {
         fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
             each(self.error_code);
             for topic in &self.responses {
+                for partition in &topic.partitions {
+                    each(partition.error_code);
+                }
+            }
+        }
+    }
+
+    impl ErrorCodes for ReadShareGroupStateResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            for topic in &self.results {
+                for partition in &topic.partitions {
+                    each(partition.error_code);
+                }
+            }
+        }
+    }
+
+    impl ErrorCodes for WriteShareGroupStateResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            for topic in &self.results {
                 for partition in &topic.partitions {
                     each(partition.error_code);
                 }

@@ -73,6 +73,7 @@ pub fn snapshot(shard: &Shard) -> ShardSnapshot {
         traffic,
         committed: committed_snapshot(shard),
         consumer_groups: consumer_groups_snapshot(shard),
+        share_groups: share_groups_snapshot(shard),
         forwarded: counters.forwarded,
         stages: crate::stages::snapshot(),
         cleaner: crate::compaction::stats(),
@@ -101,6 +102,34 @@ fn committed_snapshot(shard: &Shard) -> Vec<CommittedSnapshot> {
             .collect()
     })
     .unwrap_or_default()
+}
+
+/// The share groups' records on this core's share partitions, with the
+/// core's delivery counters.
+fn share_groups_snapshot(shard: &Shard) -> Vec<crate::metrics::ShareGroupFigures> {
+    let mut figures: std::collections::BTreeMap<String, crate::metrics::ShareGroupFigures> =
+        crate::metrics::share_counters()
+            .into_iter()
+            .map(|(group, counters)| {
+                let figures = crate::metrics::ShareGroupFigures {
+                    group: group.clone(),
+                    counters,
+                    ..Default::default()
+                };
+                (group, figures)
+            })
+            .collect();
+    for ((group, _, _), held) in shard.groups.share_partitions.borrow().iter() {
+        let f = figures
+            .entry(group.clone())
+            .or_insert_with(|| crate::metrics::ShareGroupFigures {
+                group: group.clone(),
+                ..Default::default()
+            });
+        f.in_flight += held.partition.pending_count() as u64;
+        f.acquired += held.partition.acquired_count() as u64;
+    }
+    figures.into_values().collect()
 }
 
 /// The consumer-protocol groups this core's coordinator holds.

@@ -17,3 +17,4 @@ pub mod load;
 mod reader;
 pub mod records;
 pub mod share;
+pub mod share_records;

@@ -97,6 +97,41 @@ impl Default for ShareConfig {
     }
 }
 
+/// A record's state as it is kept durably (Kafka's delivery states):
+/// an acquired record is kept as available with its delivery count, so
+/// that a new leader hands it out again.
+pub const DELIVERY_AVAILABLE: i8 = 0;
+pub const DELIVERY_ACKNOWLEDGED: i8 = 2;
+pub const DELIVERY_ARCHIVED: i8 = 4;
+
+/// Consecutive in-flight records with one durable state and delivery count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateBatch {
+    pub first: i64,
+    pub last: i64,
+    pub delivery_state: i8,
+    pub delivery_count: i16,
+}
+
+/// What of a share partition is kept durably: its start offset and the
+/// in-flight records after it. Locks and their holders are not: after a
+/// leader move every record not acknowledged is available again.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ShareSnapshot {
+    pub start_offset: i64,
+    pub batches: Vec<StateBatch>,
+}
+
+impl ShareSnapshot {
+    /// Records in flight (from the start offset to the last one delivered).
+    pub fn in_flight(&self) -> i64 {
+        self.batches
+            .iter()
+            .map(|b| b.last - b.first + 1)
+            .sum::<i64>()
+    }
+}
+
 /// One share partition's state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SharePartition {
@@ -273,6 +308,95 @@ impl SharePartition {
         self.advance();
     }
 
+    /// The durable part of the state (see [`ShareSnapshot`]).
+    pub fn snapshot(&self) -> ShareSnapshot {
+        let mut batches: Vec<StateBatch> = Vec::new();
+        for (&offset, record) in &self.in_flight {
+            let delivery_state = match record.state {
+                RecordState::Available | RecordState::Acquired { .. } => DELIVERY_AVAILABLE,
+                RecordState::Acknowledged => DELIVERY_ACKNOWLEDGED,
+                RecordState::Archived => DELIVERY_ARCHIVED,
+            };
+            let delivery_count = i16::try_from(record.delivery_count).unwrap_or(i16::MAX);
+            match batches.last_mut() {
+                Some(last)
+                    if last.last + 1 == offset
+                        && last.delivery_state == delivery_state
+                        && last.delivery_count == delivery_count =>
+                {
+                    last.last = offset
+                }
+                _ => batches.push(StateBatch {
+                    first: offset,
+                    last: offset,
+                    delivery_state,
+                    delivery_count,
+                }),
+            }
+        }
+        ShareSnapshot {
+            start_offset: self.start,
+            batches,
+        }
+    }
+
+    /// The state a snapshot describes: every record not acknowledged or
+    /// archived is available again (archived once delivered as often as
+    /// the limit allows). Batches before the start offset, overlapping
+    /// one another or with unknown states are ignored; a gap between
+    /// batches is available, never delivered.
+    pub fn restore(snapshot: &ShareSnapshot, config: &ShareConfig) -> Self {
+        let mut partition = SharePartition::new(snapshot.start_offset);
+        for batch in &snapshot.batches {
+            let state = match batch.delivery_state {
+                DELIVERY_AVAILABLE => {
+                    let count = u16::try_from(batch.delivery_count.max(0)).unwrap_or(0);
+                    if count >= config.delivery_count_limit {
+                        RecordState::Archived
+                    } else {
+                        RecordState::Available
+                    }
+                }
+                DELIVERY_ACKNOWLEDGED => RecordState::Acknowledged,
+                DELIVERY_ARCHIVED => RecordState::Archived,
+                _ => continue,
+            };
+            let first = batch.first.max(partition.end);
+            if batch.last < first {
+                continue;
+            }
+            for offset in partition.end..first {
+                partition.in_flight.insert(
+                    offset,
+                    InFlight {
+                        state: RecordState::Available,
+                        delivery_count: 0,
+                    },
+                );
+            }
+            for offset in first..=batch.last {
+                partition.in_flight.insert(
+                    offset,
+                    InFlight {
+                        state: state.clone(),
+                        delivery_count: u16::try_from(batch.delivery_count.max(0)).unwrap_or(0),
+                    },
+                );
+            }
+            partition.end = batch.last + 1;
+        }
+        partition.advance();
+        partition
+    }
+
+    /// Records in flight not yet done with (available again or acquired).
+    pub fn pending_count(&self) -> usize {
+        self.in_flight
+            .values()
+            .filter(|r| matches!(r.state, RecordState::Available | RecordState::Acquired { .. }))
+            .count()
+    }
+
     /// The SPSO moves past the records done with at the window's front.
     fn advance(&mut self) {
         while let Some(entry) = self.in_flight.first_entry() {
@@ -380,6 +504,89 @@ mod tests {
         assert!(p
             .acknowledge("b", 10, 10, AcknowledgeType::Accept, &c)
             .is_err());
+    }
+
+    #[test]
+    fn a_restored_snapshot_keeps_acknowledgements_and_hands_out_acquired_records_again() {
+        let c = config();
+        let mut p = SharePartition::new(0);
+        p.acquire("a", 8, 8, 0, &c);
+        p.acknowledge("a", 0, 1, AcknowledgeType::Accept, &c)
+            .unwrap();
+        p.acknowledge("a", 3, 3, AcknowledgeType::Accept, &c)
+            .unwrap();
+        p.acknowledge("a", 4, 4, AcknowledgeType::Reject, &c)
+            .unwrap();
+        p.acknowledge("a", 5, 5, AcknowledgeType::Release, &c)
+            .unwrap();
+        let snapshot = p.snapshot();
+        assert_eq!(snapshot.start_offset, 2);
+        assert_eq!(
+            snapshot.batches,
+            [
+                StateBatch {
+                    first: 2,
+                    last: 2,
+                    delivery_state: DELIVERY_AVAILABLE,
+                    delivery_count: 1
+                },
+                StateBatch {
+                    first: 3,
+                    last: 3,
+                    delivery_state: DELIVERY_ACKNOWLEDGED,
+                    delivery_count: 1
+                },
+                StateBatch {
+                    first: 4,
+                    last: 4,
+                    delivery_state: DELIVERY_ARCHIVED,
+                    delivery_count: 1
+                },
+                StateBatch {
+                    first: 5,
+                    last: 7,
+                    delivery_state: DELIVERY_AVAILABLE,
+                    delivery_count: 1
+                },
+            ]
+        );
+        let mut q = SharePartition::restore(&snapshot, &c);
+        assert_eq!(q.snapshot(), snapshot);
+        // What a held (2, 6, 7) or released (5) comes again, counted; what
+        // was accepted (0, 1, 3) or rejected (4) never.
+        let again = q.acquire("b", 8, 10, 0, &c);
+        let offsets: Vec<(i64, i64, u16)> = again
+            .iter()
+            .map(|a| (a.first, a.last, a.delivery_count))
+            .collect();
+        assert_eq!(offsets, [(2, 2, 2), (5, 7, 2)]);
+        // Delivered as often as the limit allows: archived on restore.
+        let mut limit = snapshot.clone();
+        limit.batches[0].delivery_count = 3;
+        let r = SharePartition::restore(&limit, &c);
+        assert_eq!(r.record(2), None);
+        assert_eq!(r.start_offset(), 5, "2 archived, 3 accepted, 4 rejected");
+        // Nonsense is ignored, never trusted into a window that goes back.
+        let odd = ShareSnapshot {
+            start_offset: 10,
+            batches: vec![
+                StateBatch {
+                    first: 3,
+                    last: 5,
+                    delivery_state: DELIVERY_ACKNOWLEDGED,
+                    delivery_count: 1,
+                },
+                StateBatch {
+                    first: 12,
+                    last: 12,
+                    delivery_state: 9,
+                    delivery_count: 1,
+                },
+            ],
+        };
+        let r = SharePartition::restore(&odd, &c);
+        assert_eq!(r.start_offset(), 10);
+        assert_eq!(r.end_offset(), 10);
     }
 
     #[test]

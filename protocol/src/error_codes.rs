@@ -97,3 +97,4 @@ pub const SECURITY_DISABLED: i16 = ResponseError::SecurityDisabled.code();
 pub const RESOURCE_NOT_FOUND: i16 = ResponseError::ResourceNotFound.code();
 pub const DUPLICATE_RESOURCE: i16 = ResponseError::DuplicateResource.code();
 pub const UNACCEPTABLE_CREDENTIAL: i16 = ResponseError::UnacceptableCredential.code();
+pub const FENCED_STATE_EPOCH: i16 = ResponseError::FencedStateEpoch.code();

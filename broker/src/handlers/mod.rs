@@ -55,6 +55,7 @@ pub mod raft_voters;
 pub mod scatter;
 pub mod scram_credentials;
 pub mod share_groups;
+pub mod share_state;
 pub mod sync_group;
 pub mod transactions;
 pub mod txn_offset_commit;
@@ -283,6 +284,17 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
         ApiKey::ShareAcknowledge,
         share_groups::VERSION_MIN,
         share_groups::VERSION_MAX,
+    ),
+    // Between brokers: a share partition's leader and its share coordinator.
+    (
+        ApiKey::ReadShareGroupState,
+        share_state::VERSION,
+        share_state::VERSION,
+    ),
+    (
+        ApiKey::WriteShareGroupState,
+        share_state::VERSION,
+        share_state::VERSION,
     ),
     (
         ApiKey::AddPartitionsToTxn,
@@ -955,6 +967,12 @@ async fn dispatch(
         }
         RequestKind::WriteTxnMarkers(body) => {
             out.encode(&crate::txn::markers::handle(&shard, body).await)
+        }
+        RequestKind::ReadShareGroupState(body) => {
+            out.encode(&share_state::handle_read(&shard, body).await)
+        }
+        RequestKind::WriteShareGroupState(body) => {
+            out.encode(&share_state::handle_write(&shard, body).await)
         }
         _ => {
             return Err(ConnectionError::UnsupportedApi {

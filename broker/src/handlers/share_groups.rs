@@ -24,6 +24,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use groups::share::{AcknowledgeType, ShareHeartbeat, SharePartition};
+use groups::share_records::{SharePartitionKey, ShareState};
 use kafka_protocol::messages::share_fetch_response::{
     AcquiredRecords, LeaderIdAndEpoch, PartitionData, ShareFetchableTopicResponse,
 };
@@ -37,7 +38,8 @@ use kafka_protocol::ResponseError;
 
 use crate::errors;
 use crate::group::manager;
-use crate::group_state::ShareSession;
+use crate::group_state::{HeldShare, ShareSession};
+use crate::share_state;
 use crate::shard::Shard;
 
 pub const VERSION_MIN: i16 = 1;
@@ -120,6 +122,16 @@ pub async fn heartbeat(
 /// whole range when only one is given).
 type Acks = Vec<(i64, i64, Vec<i8>)>;
 
+/// What a request asks of one share partition.
+#[derive(Debug, Clone, Default)]
+struct Want {
+    acks: Acks,
+    /// Acquire records for the member.
+    fetch: bool,
+    /// The member's session closed: what it holds goes back.
+    release: bool,
+}
+
 /// What one partition's turn on its owner core gave.
 struct Served {
     error_code: i16,
@@ -129,89 +141,176 @@ struct Served {
     acquired: Vec<groups::share::Acquired>,
 }
 
-/// On the core owning `topic`-`partition`: applies `acks` from `member`
-/// and, if `fetch`, acquires records for it and reads them.
+impl Served {
+    fn refused(code: i16) -> Self {
+        Served {
+            error_code: code,
+            acknowledge_error_code: code,
+            leader_epoch: -1,
+            records: None,
+            acquired: Vec::new(),
+        }
+    }
+}
+
+/// The turn of a share partition: a hash of its key.
+fn turn_of(key: &(String, String, i32)) -> i32 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut hasher);
+    hasher.finish() as i32
+}
+
+/// Applies `acks` of `member_id` to `state`; the acknowledgement's code.
+fn apply_acks(
+    state: &mut SharePartition,
+    member_id: &str,
+    acks: Acks,
+    config: &groups::share::ShareConfig,
+) -> i16 {
+    let mut code = errors::NONE;
+    for (first, last, types) in acks {
+        let outcome = if types.len() <= 1 {
+            let kind = types.first().copied().unwrap_or(1);
+            match AcknowledgeType::from_code(kind) {
+                Some(kind) => state.acknowledge(member_id, first, last, kind, config),
+                None => Err(groups::share::InvalidRecordState { offset: first }),
+            }
+        } else {
+            let mut result = Ok(());
+            for (offset, code) in (first..=last).zip(types) {
+                let one = match AcknowledgeType::from_code(code) {
+                    Some(kind) => state.acknowledge(member_id, offset, offset, kind, config),
+                    None => Err(groups::share::InvalidRecordState { offset }),
+                };
+                result = result.and(one);
+            }
+            result
+        };
+        if outcome.is_err() {
+            code = ResponseError::InvalidRecordState.code();
+        }
+    }
+    code
+}
+
+/// On the core owning `topic`-`partition`: applies what `want` asks of
+/// `member` (acknowledgements, a release, an acquisition), writes the
+/// share partition's changed state at its share coordinator and only
+/// then answers, with the records acquired.
 #[allow(clippy::too_many_arguments)]
 async fn serve_partition(
     owner: Rc<Shard>,
     group_id: String,
     member_id: String,
     topic: String,
+    topic_id: u128,
     partition: i32,
-    acks: Acks,
-    fetch: Option<(usize, usize)>,
+    want: Want,
+    limits: (usize, usize),
 ) -> Served {
     let Some(log) = owner.partition(&topic, partition).filter(|p| p.is_leader()) else {
-        return Served {
-            error_code: errors::NOT_LEADER_OR_FOLLOWER,
-            acknowledge_error_code: errors::NOT_LEADER_OR_FOLLOWER,
-            leader_epoch: -1,
-            records: None,
-            acquired: Vec::new(),
-        };
+        return Served::refused(errors::NOT_LEADER_OR_FOLLOWER);
     };
+    let key = (group_id.clone(), topic, partition);
+    let _turn = owner.groups.share_turns.lock(turn_of(&key)).await;
     let config = owner.config.groups.share.partition;
-    let now = owner.now_ms() as u64;
-    let high_watermark = log.high_watermark();
-    let (acknowledge_error_code, acquired) = {
-        let image = owner.metadata.image();
-        let earliest = image
-            .group_configs
-            .get(&group_id)
-            .and_then(|c| c.get("share.auto.offset.reset"))
-            .is_some_and(|reset| reset == "earliest");
-        let start = if earliest {
-            log.log_start_offset()
-        } else {
-            high_watermark
-        };
-        let mut partitions = owner.groups.share_partitions.borrow_mut();
-        let state = partitions
-            .entry((group_id, topic, partition))
-            .or_insert_with(|| SharePartition::new(start));
-        state.expire_locks(now, &config);
-        let mut acknowledge_error_code = errors::NONE;
-        for (first, last, types) in acks {
-            let outcome = if types.len() <= 1 {
-                let kind = types.first().copied().unwrap_or(1);
-                match AcknowledgeType::from_code(kind) {
-                    Some(kind) => state.acknowledge(&member_id, first, last, kind, &config),
-                    None => Err(groups::share::InvalidRecordState { offset: first }),
-                }
-            } else {
-                let mut result = Ok(());
-                for (offset, code) in (first..=last).zip(types) {
-                    let one = match AcknowledgeType::from_code(code) {
-                        Some(kind) => state.acknowledge(&member_id, offset, offset, kind, &config),
-                        None => Err(groups::share::InvalidRecordState { offset }),
-                    };
-                    result = result.and(one);
-                }
-                result
-            };
-            if outcome.is_err() {
-                acknowledge_error_code = ResponseError::InvalidRecordState.code();
-            }
-        }
-        let acquired = match fetch {
-            Some((max_records, _)) => {
-                state.acquire(&member_id, high_watermark, max_records, now, &config)
-            }
-            None => Vec::new(),
-        };
-        (acknowledge_error_code, acquired)
+    let leader_epoch = log.leader_epoch();
+    let state_key = SharePartitionKey {
+        group_id: group_id.clone(),
+        topic_id,
+        partition,
     };
-    let records = match (acquired.first(), fetch) {
-        (Some(first), Some((_, max_bytes))) => {
-            let read = log.read(first.first, max_bytes.max(1), false).await;
+    let held = owner
+        .groups
+        .share_partitions
+        .borrow()
+        .get(&key)
+        .filter(|h| h.leader_epoch == leader_epoch)
+        .cloned();
+    let held = match held {
+        Some(held) => held,
+        // Not served here at this leader epoch yet: the state as the
+        // share coordinator keeps it.
+        None => match share_state::read(&owner, state_key.clone()).await {
+            Err(code) => {
+                tracing::info!(group = %group_id, partition, code, "share partition state not read");
+                return Served::refused(errors::NOT_LEADER_OR_FOLLOWER);
+            }
+            Ok(Some(stored)) => HeldShare {
+                partition: SharePartition::restore(&stored.snapshot, &config),
+                leader_epoch,
+                state_epoch: stored.state_epoch,
+            },
+            Ok(None) => {
+                let image = owner.metadata.image();
+                let earliest = image
+                    .group_configs
+                    .get(&group_id)
+                    .and_then(|c| c.get("share.auto.offset.reset"))
+                    .is_some_and(|reset| reset == "earliest");
+                let start = if earliest {
+                    log.log_start_offset()
+                } else {
+                    log.high_watermark()
+                };
+                HeldShare {
+                    partition: SharePartition::new(start),
+                    leader_epoch,
+                    state_epoch: 0,
+                }
+            }
+        },
+    };
+    let before = held.partition.snapshot();
+    let mut next = held;
+    let now = owner.now_ms() as u64;
+    let expired = next.partition.expire_locks(now, &config);
+    let acknowledge_error_code = apply_acks(&mut next.partition, &member_id, want.acks, &config);
+    if want.release {
+        next.partition.release_member(&member_id, &config);
+    }
+    let acquired = if want.fetch {
+        next.partition
+            .acquire(&member_id, log.high_watermark(), limits.0, now, &config)
+    } else {
+        Vec::new()
+    };
+    let snapshot = next.partition.snapshot();
+    if snapshot != before {
+        let state = ShareState {
+            state_epoch: next.state_epoch,
+            leader_epoch,
+            snapshot,
+        };
+        if let Err(code) = share_state::write(&owner, state_key, state).await {
+            tracing::info!(group = %group_id, partition, code, "share partition state not written: nothing of this request applied");
+            // Fenced: another leader or a reset wrote since; read again next time.
+            owner.groups.share_partitions.borrow_mut().remove(&key);
+            return Served::refused(errors::NOT_LEADER_OR_FOLLOWER);
+        }
+    }
+    crate::metrics::record_share(&group_id, crate::metrics::ShareActivity {
+        acquired: acquired.iter().map(|a| (a.last - a.first + 1) as u64).sum(),
+        redelivered: acquired
+            .iter()
+            .filter(|a| a.delivery_count > 1)
+            .map(|a| (a.last - a.first + 1) as u64)
+            .sum(),
+        lock_expiries: expired as u64,
+    });
+    owner.groups.share_partitions.borrow_mut().insert(key, next);
+    let records = match acquired.first() {
+        Some(first) => {
+            let read = log.read(first.first, limits.1.max(1), false).await;
             (read.error_code == errors::NONE).then_some(read.records)
         }
-        _ => None,
+        None => None,
     };
     Served {
         error_code: errors::NONE,
         acknowledge_error_code,
-        leader_epoch: log.leader_epoch(),
+        leader_epoch,
         records,
         acquired,
     }
@@ -238,10 +337,11 @@ fn advance_session(
             sessions.insert(key, session);
             Ok(partitions)
         }
-        -1 => {
-            sessions.remove(&key);
-            Ok(Vec::new())
-        }
+        // Closed: its partitions, whose records the member held go back.
+        -1 => Ok(sessions
+            .remove(&key)
+            .map(|s| s.partitions.into_iter().collect())
+            .unwrap_or_default()),
         epoch => {
             let Some(session) = sessions.get_mut(&key) else {
                 return Err(ResponseError::ShareSessionNotFound.code());
@@ -259,50 +359,31 @@ fn advance_session(
     }
 }
 
-/// Serves `wanted` partitions (with their acknowledgements) on their
-/// cores; the answers by partition.
+/// Serves `wanted` partitions on their cores; the answers by partition.
 async fn serve_all(
     shard: &Rc<Shard>,
     group_id: &str,
     member_id: &str,
-    wanted: BTreeMap<(u128, i32), (Acks, bool)>,
-    max_records: usize,
-    max_bytes: usize,
+    wanted: BTreeMap<(u128, i32), Want>,
+    limits: (usize, usize),
 ) -> BTreeMap<(u128, i32), Served> {
     let image = shard.metadata.image();
     let mut out = BTreeMap::new();
-    for ((topic_id, partition), (acks, fetch)) in wanted {
+    for ((topic_id, partition), want) in wanted {
         let Some(topic) = image.topics.values().find(|t| t.topic_id == topic_id) else {
-            out.insert(
-                (topic_id, partition),
-                Served {
-                    error_code: errors::UNKNOWN_TOPIC_ID,
-                    acknowledge_error_code: errors::UNKNOWN_TOPIC_ID,
-                    leader_epoch: -1,
-                    records: None,
-                    acquired: Vec::new(),
-                },
-            );
+            out.insert((topic_id, partition), Served::refused(errors::UNKNOWN_TOPIC_ID));
             continue;
         };
         let name = topic.name.clone();
         let served = match image.leader_core(topic, partition, shard.cores) {
-            Err(why) => {
-                let code = errors::not_served(why);
-                Served {
-                    error_code: code,
-                    acknowledge_error_code: code,
-                    leader_epoch: -1,
-                    records: None,
-                    acquired: Vec::new(),
-                }
-            }
+            Err(why) => Served::refused(errors::not_served(why)),
             Ok(core) => {
                 let (group, member) = (group_id.to_string(), member_id.to_string());
-                let fetch = fetch.then_some((max_records, max_bytes));
                 shard
                     .run_on(core, move |owner| {
-                        serve_partition(owner, group, member, name, partition, acks, fetch)
+                        serve_partition(
+                            owner, group, member, name, topic_id, partition, want, limits,
+                        )
                     })
                     .await
             }
@@ -328,7 +409,7 @@ pub async fn fetch(shard: &Rc<Shard>, request: ShareFetchRequest) -> ShareFetchR
     ) else {
         return ShareFetchResponse::default().with_error_code(errors::INVALID_REQUEST);
     };
-    let mut wanted: BTreeMap<(u128, i32), (Acks, bool)> = BTreeMap::new();
+    let mut wanted: BTreeMap<(u128, i32), Want> = BTreeMap::new();
     let mut added = Vec::new();
     for topic in request.topics {
         let id = topic.topic_id.as_u128();
@@ -337,7 +418,7 @@ pub async fn fetch(shard: &Rc<Shard>, request: ShareFetchRequest) -> ShareFetchR
             wanted
                 .entry((id, p.partition_index))
                 .or_default()
-                .0
+                .acks
                 .extend(acks_of(p.acknowledgement_batches));
         }
     }
@@ -358,9 +439,13 @@ pub async fn fetch(shard: &Rc<Shard>, request: ShareFetchRequest) -> ShareFetchR
         Err(code) => return ShareFetchResponse::default().with_error_code(code),
         Ok(partitions) => partitions,
     };
-    if !closing {
-        for key in fetched {
-            wanted.entry(key).or_default().1 = true;
+    let named: Vec<(u128, i32)> = wanted.keys().copied().collect();
+    for key in fetched {
+        let want = wanted.entry(key).or_default();
+        if closing {
+            want.release = true;
+        } else {
+            want.fetch = true;
         }
     }
     let max_records = usize::try_from(request.max_records)
@@ -376,10 +461,13 @@ pub async fn fetch(shard: &Rc<Shard>, request: ShareFetchRequest) -> ShareFetchR
         &group_id,
         &member_id,
         wanted.clone(),
-        max_records,
-        max_bytes,
+        (max_records, max_bytes),
     )
     .await;
+    if closing {
+        // Only the partitions the request named are answered.
+        served.retain(|key, _| named.contains(key));
+    }
     // Nothing to hand out yet: wait a little for records, as a fetch does.
     while !closing
         && served.values().all(|s| s.acquired.is_empty())
@@ -388,16 +476,21 @@ pub async fn fetch(shard: &Rc<Shard>, request: ShareFetchRequest) -> ShareFetchR
         glommio::timer::sleep(Duration::from_millis(50)).await;
         let fetch_only = wanted
             .iter()
-            .filter(|(_, (_, fetch))| *fetch)
-            .map(|(k, _)| (*k, (Acks::new(), true)))
+            .filter(|(_, want)| want.fetch)
+            .map(|(k, _)| {
+                let want = Want {
+                    fetch: true,
+                    ..Want::default()
+                };
+                (*k, want)
+            })
             .collect();
         let again = serve_all(
             shard,
             &group_id,
             &member_id,
             fetch_only,
-            max_records,
-            max_bytes,
+            (max_records, max_bytes),
         )
         .await;
         for (key, s) in again {
@@ -467,27 +560,36 @@ pub async fn acknowledge(
         return ShareAcknowledgeResponse::default()
             .with_error_code(ResponseError::InvalidShareSessionEpoch.code());
     }
-    if let Err(code) = advance_session(
+    let closed = match advance_session(
         shard,
         (group_id.clone(), member_id.clone()),
         request.share_session_epoch,
         &[],
         &[],
     ) {
-        return ShareAcknowledgeResponse::default().with_error_code(code);
-    }
-    let mut wanted: BTreeMap<(u128, i32), (Acks, bool)> = BTreeMap::new();
+        Err(code) => return ShareAcknowledgeResponse::default().with_error_code(code),
+        // A closing acknowledgement: what the member still holds goes back.
+        Ok(partitions) if request.share_session_epoch == -1 => partitions,
+        Ok(_) => Vec::new(),
+    };
+    let mut wanted: BTreeMap<(u128, i32), Want> = BTreeMap::new();
     for topic in request.topics {
         let id = topic.topic_id.as_u128();
         for p in topic.partitions {
-            wanted.entry((id, p.partition_index)).or_default().0.extend(
+            wanted.entry((id, p.partition_index)).or_default().acks.extend(
                 p.acknowledgement_batches
                     .into_iter()
                     .map(|b| (b.first_offset, b.last_offset, b.acknowledge_types)),
             );
         }
     }
-    let served = serve_all(shard, &group_id, &member_id, wanted, 0, 0).await;
+    let answered: Vec<(u128, i32)> = wanted.keys().copied().collect();
+    for key in closed {
+        wanted.entry(key).or_default().release = true;
+    }
+    let mut served = serve_all(shard, &group_id, &member_id, wanted, (0, 0)).await;
+    // Only the partitions the request named are answered.
+    served.retain(|key, _| answered.contains(key));
     let mut topics: BTreeMap<u128, Vec<share_acknowledge_response::PartitionData>> =
         BTreeMap::new();
     for ((topic_id, partition), s) in served {

@@ -262,7 +262,17 @@ def check_ownership(members):
         for (s1, e1, n1), (s2, e2, n2) in zip(spans, spans[1:]):
             if n1 != n2 and s2 < e1:
                 overlaps.append((partition, n1, n2, round(e1 - s2, 3)))
-    check(not overlaps, f"partitions owned by two members at once: {overlaps}")
+    if overlaps:
+        # What the members saw, for the post-mortem: every membership
+        # event and error, and the tail of librdkafka's own log.
+        events = [" ".join(l) for l in members.lines() if l[0] != "rec"]
+        try:
+            with open(members.log_path + ".stderr") as f:
+                stderr = f.read()[-6000:]
+        except FileNotFoundError:
+            stderr = ""
+        fail(f"partitions owned by two members at once: {overlaps}\n" + "\n".join(events)
+             + f"\n--- members' stderr (tail) ---\n{stderr}")
     return sum(len(s) for s in intervals.values())
 
 

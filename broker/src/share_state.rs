@@ -1,0 +1,413 @@
+//! The share coordinator: share partitions' durable state (KIP-932) in
+//! `__share_group_state`. A share partition's state (its start offset and
+//! the in-flight records' delivery states and counts) is one record keyed
+//! by group, topic id and partition (`groups::share_records`), in the
+//! partition of that topic its coordinator key (`group:topicId:partition`)
+//! hashes to, whose leader is the share partition's coordinator. The topic
+//! is replicated and compacted.
+//!
+//! The leader of a data partition serving a share group (the share
+//! partition's leader) reads the state when it starts serving it and
+//! writes each change before it answers the request that made it
+//! ([`read`], [`write`]): an acknowledgement is never answered before the
+//! in-sync replicas of the state partition hold it durably, so a new
+//! leader after a crash or a leader move neither delivers an accepted
+//! record again nor forgets one handed out but not acknowledged. Writes
+//! carry the data partition's leader epoch and the state epoch: one from
+//! an older leader, or made before an operator reset the share partition
+//! ([`initialize`]), is refused (FENCED_LEADER_EPOCH, FENCED_STATE_EPOCH)
+//! and the writer reads the state again.
+//!
+//! The coordinator loads a state partition on first use after it took its
+//! leadership, and again whenever its leader epoch changed. Requests for a
+//! coordinator on another broker go there as ReadShareGroupState,
+//! WriteShareGroupState and InitializeShareGroupState, Kafka's
+//! inter-broker requests for it.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use groups::share_records::{self, SharePartitionKey, ShareState};
+use protocol::batch::build::{self, NewRecord};
+use protocol::batch::{split_batches, RecordBatch};
+
+use crate::errors;
+use crate::internal_topic::{self, InternalTopic, Unplaced};
+use crate::limits::{OFFSETS_COMMIT_TIMEOUT_MS, OFFSETS_LOAD_READ_BYTES};
+use crate::partition::Partition;
+use crate::shard::Shard;
+
+pub const SHARE_STATE_TOPIC: &str = "__share_group_state";
+/// Kafka's `share.coordinator.state.topic.num.partitions` default.
+const SHARE_STATE_PARTITIONS: i32 = 50;
+/// Kafka's `share.coordinator.state.topic.min.isr` default.
+const SHARE_STATE_MIN_ISR: i32 = 2;
+/// How long a new coordinator waits for its state partition's high
+/// watermark to cover its log before answering COORDINATOR_LOAD_IN_PROGRESS.
+const LOAD_CATCH_UP_WAIT: Duration = Duration::from_secs(5);
+
+/// `__share_group_state` as Kafka creates it: replicated like the offsets
+/// topic, compacted (each record is a whole snapshot).
+fn state_topic(shard: &Shard) -> InternalTopic {
+    InternalTopic {
+        name: SHARE_STATE_TOPIC,
+        partitions: SHARE_STATE_PARTITIONS,
+        replication_factor: shard.config.offsets_replication_factor,
+        min_insync_replicas: Some(SHARE_STATE_MIN_ISR),
+        configs: vec![
+            ("cleanup.policy", "compact".into()),
+            ("retention.ms", "-1".into()),
+            ("segment.bytes", "104857600".into()),
+            ("strom.preallocate.bytes", "65536".into()),
+            ("strom.cache.bytes", "1048576".into()),
+        ],
+    }
+}
+
+fn unplaced(why: Unplaced) -> i16 {
+    match why {
+        Unplaced::NotAvailable => errors::COORDINATOR_NOT_AVAILABLE,
+        Unplaced::NotHere => errors::NOT_COORDINATOR,
+    }
+}
+
+/// The broker coordinating the share partition `key` (FindCoordinator key
+/// type 2): the leader of its state partition.
+pub async fn coordinator(shard: &Rc<Shard>, key: &str) -> Result<i32, i16> {
+    internal_topic::coordinator(shard, &state_topic(shard), key)
+        .await
+        .map_err(unplaced)
+}
+
+/// What a write asks of the coordinator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WriteKind {
+    /// A share partition's leader: fenced by an older leader or state epoch.
+    Leader,
+    /// An operator's reset: a new state epoch, the leader epoch kept.
+    Initialize,
+    /// The state removed (a tombstone).
+    Delete,
+}
+
+/// Runs `op` on the core leading `key`'s state partition on this broker,
+/// with that partition loaded and locked.
+async fn on_coordinator<R, F>(shard: &Rc<Shard>, key: SharePartitionKey, op: F) -> Result<R, i16>
+where
+    R: Send + 'static,
+    F: FnOnce(&HashMap<SharePartitionKey, ShareState>) -> Result<R, i16> + Send + 'static,
+{
+    let placement = internal_topic::place(shard, &state_topic(shard), &key.coordinator_key())
+        .await
+        .map_err(unplaced)?;
+    shard
+        .run_on(placement.core, move |owner| async move {
+            let partition = placement.partition;
+            let _lock = owner.groups.share_states.locks.lock(partition).await;
+            let log = state_partition(&owner, partition)?;
+            ensure_loaded(&owner, partition, &log).await?;
+            let states = owner.groups.share_states.states.borrow();
+            let empty = HashMap::new();
+            op(states.get(&partition).unwrap_or(&empty))
+        })
+        .await
+}
+
+fn state_partition(shard: &Shard, partition: i32) -> Result<Rc<Partition>, i16> {
+    shard
+        .partition(SHARE_STATE_TOPIC, partition)
+        .filter(|p| p.is_leader())
+        .ok_or(errors::NOT_COORDINATOR)
+}
+
+/// Loads state partition `partition` unless loaded at its current leader
+/// epoch. Call with its lock held.
+async fn ensure_loaded(shard: &Rc<Shard>, partition: i32, log: &Partition) -> Result<(), i16> {
+    let epoch = log.leader_epoch();
+    let store = &shard.groups.share_states;
+    if store.loaded.borrow().get(&partition) == Some(&epoch) {
+        return Ok(());
+    }
+    store.loaded.borrow_mut().remove(&partition);
+    store.states.borrow_mut().remove(&partition);
+    let log_end = log.log_end_offset();
+    if groups::load::load_end(log_end, log.high_watermark()).is_none() {
+        futures_lite::future::or(log.wait_for_append(log_end - 1), async {
+            glommio::timer::sleep(LOAD_CATCH_UP_WAIT).await;
+        })
+        .await;
+    }
+    let end = groups::load::load_end(log_end, log.high_watermark())
+        .ok_or(errors::COORDINATOR_LOAD_IN_PROGRESS)?;
+    let mut states: HashMap<SharePartitionKey, ShareState> = HashMap::new();
+    let mut from = log.log_start_offset();
+    let mut skipped = 0u64;
+    while from < end {
+        let read = log.read(from, OFFSETS_LOAD_READ_BYTES, false).await;
+        if read.error_code != errors::NONE {
+            tracing::error!(partition, from, code = read.error_code, "cannot load share states");
+            return Err(errors::COORDINATOR_LOAD_IN_PROGRESS);
+        }
+        let mut next = from;
+        for batch in split_batches(read.records) {
+            let Ok(batch) = batch else { break };
+            next = batch.header().last_offset() + 1;
+            let Ok(records) = batch.records() else {
+                continue;
+            };
+            for record in records.flatten() {
+                let Some(key) = record.key.as_deref().and_then(share_records::parse_key) else {
+                    skipped += 1;
+                    continue;
+                };
+                match record.value.as_deref() {
+                    None => {
+                        states.remove(&key);
+                    }
+                    Some(value) => match share_records::parse_value(value) {
+                        Some(state) => {
+                            states.insert(key, state);
+                        }
+                        None => skipped += 1,
+                    },
+                }
+            }
+        }
+        if next <= from {
+            break;
+        }
+        from = next;
+    }
+    if log.leader_epoch() != epoch || !log.is_leader() {
+        return Err(errors::NOT_COORDINATOR);
+    }
+    tracing::info!(
+        partition,
+        share_partitions = states.len(),
+        skipped,
+        "loaded {SHARE_STATE_TOPIC} partition"
+    );
+    store.states.borrow_mut().insert(partition, states);
+    store.loaded.borrow_mut().insert(partition, epoch);
+    Ok(())
+}
+
+/// Writes `state` (`None`: a tombstone) for `key` durably on the state
+/// partition's in-sync replicas, then keeps it. Refuses a write fenced by
+/// the state there.
+async fn write_here(
+    shard: &Rc<Shard>,
+    key: SharePartitionKey,
+    state: Option<ShareState>,
+    kind: WriteKind,
+) -> Result<ShareState, i16> {
+    let placement = internal_topic::place(shard, &state_topic(shard), &key.coordinator_key())
+        .await
+        .map_err(unplaced)?;
+    shard
+        .run_on(placement.core, move |owner| async move {
+            let partition = placement.partition;
+            let _lock = owner.groups.share_states.locks.lock(partition).await;
+            let log = state_partition(&owner, partition)?;
+            ensure_loaded(&owner, partition, &log).await?;
+            let current = owner
+                .groups
+                .share_states
+                .states
+                .borrow()
+                .get(&partition)
+                .and_then(|s| s.get(&key))
+                .cloned();
+            let state = match (kind, state, &current) {
+                (WriteKind::Delete, _, _) => None,
+                (WriteKind::Leader, Some(new), Some(old)) => {
+                    if new.leader_epoch < old.leader_epoch {
+                        return Err(errors::FENCED_LEADER_EPOCH);
+                    }
+                    if new.state_epoch != old.state_epoch {
+                        return Err(errors::FENCED_STATE_EPOCH);
+                    }
+                    Some(new)
+                }
+                (WriteKind::Initialize, Some(new), Some(old)) => Some(ShareState {
+                    state_epoch: old.state_epoch + 1,
+                    leader_epoch: old.leader_epoch,
+                    snapshot: new.snapshot,
+                }),
+                (_, Some(new), None) => Some(new),
+                (_, None, _) => None,
+            };
+            let record = NewRecord {
+                key: Some(share_records::key(&key)),
+                value: state.as_ref().map(share_records::value),
+                headers: Vec::new(),
+                timestamp_delta: 0,
+            };
+            let bytes = Bytes::from(build::batch(owner.now_ms(), &[record]));
+            let batch = RecordBatch::new(bytes).map_err(|error| {
+                tracing::error!(partition, %error, "a share state batch built here does not parse");
+                errors::COORDINATOR_NOT_AVAILABLE
+            })?;
+            // acks=all, then durable: answered once every in-sync replica
+            // holds it.
+            let outcome = log
+                .produce(batch, -1, Duration::from_millis(OFFSETS_COMMIT_TIMEOUT_MS))
+                .await;
+            if outcome.error_code != errors::NONE {
+                tracing::warn!(partition, code = outcome.error_code, "share state write failed");
+                return Err(match outcome.error_code {
+                    errors::NOT_LEADER_OR_FOLLOWER => errors::NOT_COORDINATOR,
+                    _ => errors::COORDINATOR_NOT_AVAILABLE,
+                });
+            }
+            log.wait_durable(outcome.base_offset).await.map_err(|code| {
+                tracing::error!(partition, code, "share state sync failed");
+                errors::COORDINATOR_NOT_AVAILABLE
+            })?;
+            let mut states = owner.groups.share_states.states.borrow_mut();
+            let here = states.entry(partition).or_default();
+            let kept = state.clone().unwrap_or_default();
+            match state {
+                Some(state) => here.insert(key, state),
+                None => here.remove(&key),
+            };
+            Ok(kept)
+        })
+        .await
+}
+
+/// The coordinator's state of `key`, read on this broker.
+pub async fn read_here(
+    shard: &Rc<Shard>,
+    key: SharePartitionKey,
+) -> Result<Option<ShareState>, i16> {
+    let wanted = key.clone();
+    on_coordinator(shard, key, move |states| Ok(states.get(&wanted).cloned())).await
+}
+
+/// Every share partition state of `group_id` this broker coordinates.
+pub async fn group_states_here(
+    shard: &Rc<Shard>,
+    group_id: String,
+) -> Vec<(SharePartitionKey, ShareState)> {
+    let mut found = Vec::new();
+    for core in 0..shard.cores {
+        let group = group_id.clone();
+        let here = shard
+            .run_on(core, move |owner| async move {
+                let mut found = Vec::new();
+                let partitions: Vec<i32> = owner
+                    .groups
+                    .share_states
+                    .loaded
+                    .borrow()
+                    .keys()
+                    .copied()
+                    .collect();
+                for partition in partitions {
+                    if state_partition(&owner, partition).is_err() {
+                        continue;
+                    }
+                    let states = owner.groups.share_states.states.borrow();
+                    for (key, state) in states.get(&partition).into_iter().flatten() {
+                        if key.group_id == group {
+                            found.push((key.clone(), state.clone()));
+                        }
+                    }
+                }
+                found
+            })
+            .await;
+        found.extend(here);
+    }
+    found
+}
+
+/// A share partition's durable state, from its coordinator wherever it
+/// runs; `None`: never written (or deleted).
+pub async fn read(shard: &Rc<Shard>, key: SharePartitionKey) -> Result<Option<ShareState>, i16> {
+    let broker = coordinator(shard, &key.coordinator_key()).await?;
+    if broker == shard.config.node_id {
+        return read_here(shard, key).await;
+    }
+    crate::cluster::links::read_share_group_state(shard, broker, &key).await
+}
+
+/// Writes a share partition's state as its leader (see the module
+/// documentation for the fencing).
+pub async fn write(shard: &Rc<Shard>, key: SharePartitionKey, state: ShareState) -> Result<(), i16> {
+    remote_or_here(shard, key, Some(state), WriteKind::Leader)
+        .await
+        .map(|_| ())
+}
+
+/// An operator's reset of a share partition: a new start offset, nothing
+/// in flight, the next state epoch (its leader reads the state again).
+pub async fn initialize(
+    shard: &Rc<Shard>,
+    key: SharePartitionKey,
+    start_offset: i64,
+) -> Result<ShareState, i16> {
+    let state = ShareState {
+        state_epoch: 0,
+        leader_epoch: -1,
+        snapshot: groups::share::ShareSnapshot {
+            start_offset,
+            batches: Vec::new(),
+        },
+    };
+    remote_or_here(shard, key, Some(state), WriteKind::Initialize).await
+}
+
+/// Removes a share partition's state (its group deleted).
+pub async fn delete(shard: &Rc<Shard>, key: SharePartitionKey) -> Result<(), i16> {
+    remote_or_here(shard, key, None, WriteKind::Delete)
+        .await
+        .map(|_| ())
+}
+
+async fn remote_or_here(
+    shard: &Rc<Shard>,
+    key: SharePartitionKey,
+    state: Option<ShareState>,
+    kind: WriteKind,
+) -> Result<ShareState, i16> {
+    let broker = coordinator(shard, &key.coordinator_key()).await?;
+    if broker == shard.config.node_id {
+        return write_here(shard, key, state, kind).await;
+    }
+    crate::cluster::links::write_share_group_state(shard, broker, &key, state, kind.code()).await
+}
+
+impl WriteKind {
+    /// How the kind travels in WriteShareGroupState (a tagged field).
+    fn code(self) -> i8 {
+        match self {
+            WriteKind::Leader => 0,
+            WriteKind::Initialize => 1,
+            WriteKind::Delete => 2,
+        }
+    }
+
+    fn from_code(code: i8) -> Option<Self> {
+        match code {
+            0 => Some(WriteKind::Leader),
+            1 => Some(WriteKind::Initialize),
+            2 => Some(WriteKind::Delete),
+            _ => None,
+        }
+    }
+}
+
+/// Serves a write another broker sent (WriteShareGroupState).
+pub async fn write_for_peer(
+    shard: &Rc<Shard>,
+    key: SharePartitionKey,
+    state: Option<ShareState>,
+    kind: i8,
+) -> Result<ShareState, i16> {
+    let kind = WriteKind::from_code(kind).ok_or(errors::INVALID_REQUEST)?;
+    write_here(shard, key, state, kind).await
+}
