@@ -6,7 +6,10 @@ usage: consumer_protocol_check.py MODE BOOTSTRAP [ARGS...]
 Members run as processes of their own (mode `member`), so one can be
 killed with SIGKILL; each logs, one line each, flushed:
   assign NAME TIME P,P,...   (incremental: what it gained)
-  revoke NAME TIME P,P,...   (what it gave up, or lost)
+  revoke NAME TIME P,P,...   (what it gave up)
+  lost NAME TIME P,P,...     (what the coordinator took from it: fenced,
+                              its session gone; KIP-848 hands such
+                              partitions on without waiting for it)
   rec NAME TIME PARTITION OFFSET
 and commits each record synchronously after logging it. TIME is
 time.monotonic(), one clock for every process of the machine.
@@ -95,7 +98,7 @@ def member(bootstrap, group, subscription, name, log_path, instance="", protocol
 
     topics = subscription.split(",")
     consumer.subscribe(topics, on_assign=event("assign"), on_revoke=event("revoke"),
-                       on_lost=event("revoke"))
+                       on_lost=event("lost"))
     log.write(f"started {name} {time.monotonic():.6f}\n")
     while not stopping and os.getppid() == parent:
         for message in consumer.consume(50, timeout=0.2):
@@ -179,7 +182,7 @@ class Members:
     def owned(self):
         owned = {}
         for line in self.lines():
-            if line[0] in ("assign", "revoke") and len(line) > 3:
+            if line[0] in ("assign", "revoke", "lost") and len(line) > 3:
                 parts = set(line[3].split(","))
                 mine = owned.setdefault(line[1], set())
                 if line[0] == "assign":
@@ -239,11 +242,15 @@ def check_records(members, produced):
 
 def check_ownership(members):
     """No partition owned by two members at once, from their callbacks; a
-    killed member's ownership ends when it was killed."""
-    intervals = {}  # partition -> [(start, end, name)]
+    killed member's ownership ends when it was killed. A member told it
+    lost its partitions (fenced) had them taken by the coordinator before
+    it heard: its span may end after the next owner's starts (its commits
+    are refused, which check_records allows); such overlaps are counted,
+    not failed."""
+    intervals = {}  # partition -> [(start, end, name, lost)]
     open_since = {}
     for line in members.lines():
-        if line[0] not in ("assign", "revoke") or len(line) < 4:
+        if line[0] not in ("assign", "revoke", "lost") or len(line) < 4:
             continue
         name, at = line[1], float(line[2])
         for partition in line[3].split(","):
@@ -252,16 +259,20 @@ def check_ownership(members):
             else:
                 start = open_since.pop((name, partition), None)
                 if start is not None:
-                    intervals.setdefault(partition, []).append((start, at, name))
+                    intervals.setdefault(partition, []).append((start, at, name, line[0] == "lost"))
     for (name, partition), start in open_since.items():
         end = members.killed.get(name, float("inf"))
-        intervals.setdefault(partition, []).append((start, end, name))
+        intervals.setdefault(partition, []).append((start, end, name, False))
     overlaps = []
+    members.lost_overlaps = 0
     for partition, spans in intervals.items():
         spans.sort()
-        for (s1, e1, n1), (s2, e2, n2) in zip(spans, spans[1:]):
+        for (s1, e1, n1, lost), (s2, e2, n2, _) in zip(spans, spans[1:]):
             if n1 != n2 and s2 < e1:
-                overlaps.append((partition, n1, n2, round(e1 - s2, 3)))
+                if lost:
+                    members.lost_overlaps += 1
+                else:
+                    overlaps.append((partition, n1, n2, round(e1 - s2, 3)))
     if overlaps:
         # What the members saw, for the post-mortem: every membership
         # event and error, and the tail of librdkafka's own log.
@@ -318,7 +329,7 @@ def static(bootstrap, topic, log_path):
     members.start("n1")
     before = members.wait_owned(["s1", "n1"], PARTITIONS, "two members")
     members.wait_consumed(produced, "two members")
-    events_before = len([l for l in members.lines() if l[0] in ("assign", "revoke") and l[1] == "n1"])
+    events_before = len([l for l in members.lines() if l[0] in ("assign", "revoke", "lost") and l[1] == "n1"])
     members.stop("s1")
     members.start("s1", "instance-1")
     deadline = time.time() + DEADLINE_S
@@ -331,7 +342,7 @@ def static(bootstrap, topic, log_path):
     members.wait_consumed(produced, "s1 back")
     after = members.owned()
     check(after.get("s1") == before.get("s1"), f"s1 owned {before.get('s1')}, then {after.get('s1')}")
-    events_after = len([l for l in members.lines() if l[0] in ("assign", "revoke") and l[1] == "n1"])
+    events_after = len([l for l in members.lines() if l[0] in ("assign", "revoke", "lost") and l[1] == "n1"])
     check(events_after == events_before, f"n1 rebalanced while s1 restarted: {members.lines()}")
     members.stop_all()
     check_records(members, produced)
@@ -433,7 +444,8 @@ def failover(bootstrap, topic, log_path, signal_dir, group="kip848-failover"):
     twice = check_records(members, produced)
     check(twice == 0, f"{twice} records consumed twice")
     spans = check_ownership(members)
-    print(f"failover: ok {produced.total()} records, {spans} ownership spans")
+    print(f"failover: ok {produced.total()} records, {spans} ownership spans, "
+          f"{members.lost_overlaps} lost by a fenced member")
 
 
 def main():
