@@ -48,6 +48,10 @@ REQUESTS = {
     76: "share_group_heartbeat_request", 77: "share_group_describe_request",
     78: "share_fetch_request", 79: "share_acknowledge_request",
     80: "add_raft_voter_request", 81: "remove_raft_voter_request",
+    84: "read_share_group_state_request", 85: "write_share_group_state_request",
+    90: "describe_share_group_offsets_request",
+    91: "alter_share_group_offsets_request",
+    92: "delete_share_group_offsets_request",
 }
 
 SCALARS = {

@@ -52,6 +52,12 @@ fn keys(body: &RequestKind) -> Vec<Key<'_>> {
         RequestKind::ConsumerGroupHeartbeat(r) => vec![group(&r.group_id)],
         RequestKind::ShareGroupHeartbeat(r) => vec![group(&r.group_id)],
         RequestKind::ConsumerGroupDescribe(r) => r.group_ids.iter().map(group).collect(),
+        RequestKind::ShareGroupDescribe(r) => r.group_ids.iter().map(group).collect(),
+        RequestKind::DescribeShareGroupOffsets(r) => {
+            r.groups.iter().map(|g| group(&g.group_id)).collect()
+        }
+        RequestKind::AlterShareGroupOffsets(r) => vec![group(&r.group_id)],
+        RequestKind::DeleteShareGroupOffsets(r) => vec![group(&r.group_id)],
         RequestKind::LeaveGroup(r) => vec![group(&r.group_id)],
         RequestKind::OffsetCommit(r) => vec![group(&r.group_id)],
         RequestKind::TxnOffsetCommit(r) => vec![group(&r.group_id)],

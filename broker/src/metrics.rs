@@ -1310,6 +1310,47 @@ mod error_codes {
         }
     }
 
+    impl ErrorCodes for ShareGroupDescribeResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            for group in &self.groups {
+                each(group.error_code);
+            }
+        }
+    }
+
+    impl ErrorCodes for DescribeShareGroupOffsetsResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            for group in &self.groups {
+                each(group.error_code);
+                for topic in &group.topics {
+                    for partition in &topic.partitions {
+                        each(partition.error_code);
+                    }
+                }
+            }
+        }
+    }
+
+    impl ErrorCodes for AlterShareGroupOffsetsResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            each(self.error_code);
+            for topic in &self.responses {
+                for partition in &topic.partitions {
+                    each(partition.error_code);
+                }
+            }
+        }
+    }
+
+    impl ErrorCodes for DeleteShareGroupOffsetsResponse {
+        fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
+            each(self.error_code);
+            for topic in &self.responses {
+                each(topic.error_code);
+            }
+        }
+    }
+
     impl ErrorCodes for ReadShareGroupStateResponse {
         fn each_error_code(&self, _version: i16, each: &mut impl FnMut(i16)) {
             for topic in &self.results {

@@ -39,7 +39,7 @@ use crate::limits::{OFFSETS_COMMIT_TIMEOUT_MS, OFFSETS_LOAD_READ_BYTES};
 use crate::partition::Partition;
 use crate::shard::Shard;
 
-pub const SHARE_STATE_TOPIC: &str = "__share_group_state";
+pub use crate::metadata::SHARE_STATE_TOPIC;
 /// Kafka's `share.coordinator.state.topic.num.partitions` default.
 const SHARE_STATE_PARTITIONS: i32 = 50;
 /// Kafka's `share.coordinator.state.topic.min.isr` default.
@@ -410,4 +410,38 @@ pub async fn write_for_peer(
 ) -> Result<ShareState, i16> {
     let kind = WriteKind::from_code(kind).ok_or(errors::INVALID_REQUEST)?;
     write_here(shard, key, state, kind).await
+}
+
+/// A share partition of a group: its topic's name and id, the partition,
+/// and its state as read (`None`: never written).
+pub type GroupPartition = (String, u128, i32, Result<Option<ShareState>, i16>);
+
+/// The share partitions of `group_id` on the topics `only` (every topic
+/// but the internal ones when `None`), each with its state.
+pub async fn group_partitions(
+    shard: &Rc<Shard>,
+    group_id: &str,
+    only: Option<&std::collections::BTreeSet<String>>,
+) -> Vec<GroupPartition> {
+    let image = shard.metadata.image();
+    let mut topics: Vec<(String, u128, i32)> = image
+        .topics
+        .values()
+        .filter(|t| !crate::metadata::is_internal_topic(&t.name) && !t.name.starts_with("__"))
+        .filter(|t| only.is_none_or(|o| o.contains(&t.name)))
+        .map(|t| (t.name.clone(), t.topic_id, t.partition_cores.len() as i32))
+        .collect();
+    topics.sort();
+    let mut out = Vec::new();
+    for (name, topic_id, count) in topics {
+        for partition in 0..count {
+            let key = SharePartitionKey {
+                group_id: group_id.to_string(),
+                topic_id,
+                partition,
+            };
+            out.push((name.clone(), topic_id, partition, read(shard, key).await));
+        }
+    }
+    out
 }

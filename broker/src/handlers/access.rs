@@ -465,12 +465,14 @@ impl Access {
                 let allowed = |key: &str| match key_type {
                     0 => self.group(operation::DESCRIBE, key),
                     1 => self.allows(operation::DESCRIBE, resource::TRANSACTIONAL_ID, key),
+                    // A share coordinator: asked by brokers only.
+                    2 => self.cluster(operation::CLUSTER_ACTION),
                     _ => true,
                 };
-                let code = if key_type == 1 {
-                    errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-                } else {
-                    group_refused
+                let code = match key_type {
+                    1 => errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    2 => errors::CLUSTER_AUTHORIZATION_FAILED,
+                    _ => group_refused,
                 };
                 if !request.key.is_empty() && !allowed(&request.key) {
                     return deny(ResponseKind::FindCoordinator(

@@ -1,6 +1,7 @@
 //! DeleteGroups (42), versions 0–2: an empty group and its committed
 //! offsets go (tombstones, durable before the answer); a group with
-//! members gets NON_EMPTY_GROUP, an unknown one GROUP_ID_NOT_FOUND.
+//! members gets NON_EMPTY_GROUP, an unknown one GROUP_ID_NOT_FOUND. A
+//! share group without members loses its share partitions' states.
 
 use std::rc::Rc;
 
@@ -37,6 +38,13 @@ pub async fn handle(shard: &Rc<Shard>, request: DeleteGroupsRequest) -> DeleteGr
             })
             .await
             .and_then(|inner| inner)
+        };
+        // Not a classic or consumer group: perhaps a share group.
+        let outcome = match outcome {
+            Err(GroupError::GroupIdNotFound) => {
+                crate::handlers::share_admin::delete_group(shard, &group_id).await
+            }
+            other => other,
         };
         results.push(
             DeletableGroupResult::default()

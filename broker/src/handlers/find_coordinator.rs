@@ -3,10 +3,11 @@
 //! `__consumer_offsets` partition, on the core owning it; the first
 //! request creates that topic, as Kafka does. Transactional ids (key
 //! type 1) likewise, by the broker leading their `__transaction_state`
-//! partition. v5 only lets a transaction coordinator answer
-//! TRANSACTION_ABORTABLE, which none here does; v6's share groups (key type 2) get INVALID_REQUEST
-//! per key, as from a Kafka without a share coordinator (and from any
-//! Kafka below v6).
+//! partition. Share partitions (key type 2, v6, `group:topicId:partition`)
+//! by the broker leading their `__share_group_state` partition (their
+//! share coordinator, `crate::share_state`); a key of another form gets
+//! INVALID_REQUEST. v5 only lets a transaction coordinator answer
+//! TRANSACTION_ABORTABLE, which none here does.
 
 use std::rc::Rc;
 
@@ -24,6 +25,23 @@ pub const VERSION_MAX: i16 = 6;
 
 const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
+const KEY_TYPE_SHARE: i8 = 2;
+
+/// Whether `key` names a share partition: `group:topicId:partition`, the
+/// topic id in Kafka's 22-character form, the partition not negative.
+fn is_share_partition_key(key: &str) -> bool {
+    let mut parts = key.rsplitn(3, ':');
+    let (Some(partition), Some(topic_id), Some(group)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    !group.is_empty()
+        && topic_id.len() == 22
+        && topic_id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        && partition.parse::<i32>().is_ok_and(|p| p >= 0)
+}
 
 /// The coordinating broker's id, host and port.
 async fn find(
@@ -39,6 +57,9 @@ async fn find(
         KEY_TYPE_TRANSACTION if !key.is_empty() => crate::txn::manager::coordinator(shard, key)
             .await
             .map_err(|error| error.code())?,
+        KEY_TYPE_SHARE if is_share_partition_key(key) => {
+            crate::share_state::coordinator(shard, key).await?
+        }
         _ => return Err(errors::INVALID_REQUEST),
     };
     let image = shard.metadata.image();
@@ -87,5 +108,27 @@ pub async fn handle(
             .with_error_code(code)
             .with_node_id(BrokerId(-1))
             .with_port(-1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_share_partition_key;
+
+    #[test]
+    fn share_partition_keys_are_group_topic_id_and_partition() {
+        assert!(is_share_partition_key("queue:AAAAAAAAAAAAAAAAAAAAAA:0"));
+        assert!(is_share_partition_key("a:b:c:_____________________w:12"));
+        for bad in [
+            "queue",
+            "queue:AAAAAAAAAAAAAAAAAAAAAA",
+            ":AAAAAAAAAAAAAAAAAAAAAA:0",
+            "queue:short:0",
+            "queue:AAAAAAAAAAAAAAAAAAAAAA:-1",
+            "queue:AAAAAAAAAAAAAAAAAAAA!!:0",
+            "queue:AAAAAAAAAAAAAAAAAAAAAA:x",
+        ] {
+            assert!(!is_share_partition_key(bad), "{bad}");
+        }
     }
 }

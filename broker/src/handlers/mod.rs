@@ -54,6 +54,7 @@ pub mod produce;
 pub mod raft_voters;
 pub mod scatter;
 pub mod scram_credentials;
+pub mod share_admin;
 pub mod share_groups;
 pub mod share_state;
 pub mod sync_group;
@@ -284,6 +285,26 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
         ApiKey::ShareAcknowledge,
         share_groups::VERSION_MIN,
         share_groups::VERSION_MAX,
+    ),
+    (
+        ApiKey::ShareGroupDescribe,
+        share_admin::DESCRIBE_VERSION,
+        share_admin::DESCRIBE_VERSION,
+    ),
+    (
+        ApiKey::DescribeShareGroupOffsets,
+        share_admin::OFFSETS_VERSION,
+        share_admin::OFFSETS_VERSION,
+    ),
+    (
+        ApiKey::AlterShareGroupOffsets,
+        share_admin::OFFSETS_VERSION,
+        share_admin::OFFSETS_VERSION,
+    ),
+    (
+        ApiKey::DeleteShareGroupOffsets,
+        share_admin::OFFSETS_VERSION,
+        share_admin::OFFSETS_VERSION,
     ),
     // Between brokers: a share partition's leader and its share coordinator.
     (
@@ -967,6 +988,18 @@ async fn dispatch(
         }
         RequestKind::WriteTxnMarkers(body) => {
             out.encode(&crate::txn::markers::handle(&shard, body).await)
+        }
+        RequestKind::ShareGroupDescribe(body) => {
+            out.encode(&share_admin::describe(&shard, body).await)
+        }
+        RequestKind::DescribeShareGroupOffsets(body) => {
+            out.encode(&share_admin::describe_offsets(&shard, body).await)
+        }
+        RequestKind::AlterShareGroupOffsets(body) => {
+            out.encode(&share_admin::alter_offsets(&shard, body).await)
+        }
+        RequestKind::DeleteShareGroupOffsets(body) => {
+            out.encode(&share_admin::delete_offsets(&shard, body).await)
         }
         RequestKind::ReadShareGroupState(body) => {
             out.encode(&share_state::handle_read(&shard, body).await)

@@ -130,6 +130,9 @@ struct Want {
     fetch: bool,
     /// The member's session closed: what it holds goes back.
     release: bool,
+    /// A session opens with it: a state held here with nothing acquired
+    /// is read again (an operator may have reset it meanwhile).
+    fresh: bool,
 }
 
 /// What one partition's turn on its owner core gave.
@@ -227,6 +230,7 @@ async fn serve_partition(
         .borrow()
         .get(&key)
         .filter(|h| h.leader_epoch == leader_epoch)
+        .filter(|h| !want.fresh || h.partition.acquired_count() > 0)
         .cloned();
     let held = match held {
         Some(held) => held,
@@ -439,6 +443,11 @@ pub async fn fetch(shard: &Rc<Shard>, request: ShareFetchRequest) -> ShareFetchR
         Err(code) => return ShareFetchResponse::default().with_error_code(code),
         Ok(partitions) => partitions,
     };
+    if request.share_session_epoch == 0 {
+        for want in wanted.values_mut() {
+            want.fresh = true;
+        }
+    }
     let named: Vec<(u128, i32)> = wanted.keys().copied().collect();
     for key in fetched {
         let want = wanted.entry(key).or_default();
@@ -515,7 +524,8 @@ pub async fn fetch(shard: &Rc<Shard>, request: ShareFetchRequest) -> ShareFetchR
                         .with_leader_id(shard.config.node_id)
                         .with_leader_epoch(s.leader_epoch),
                 )
-                .with_records(s.records)
+                // Empty, never null: clients cannot parse a null record set.
+                .with_records(Some(s.records.unwrap_or_default()))
                 .with_acquired_records(
                     s.acquired
                         .iter()

@@ -36,8 +36,10 @@ pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// Topics the broker writes itself: clients may read them, but not write,
 /// delete or repartition them (Kafka's `Topic.isInternal`).
 pub fn is_internal_topic(name: &str) -> bool {
-    name == OFFSETS_TOPIC
+    name == OFFSETS_TOPIC || name == SHARE_STATE_TOPIC
 }
+/// The internal topic that holds share partitions' states.
+pub const SHARE_STATE_TOPIC: &str = "__share_group_state";
 
 /// Where `strom repair` keeps what it cut from a partition log.
 pub const REPAIR_DIR: &str = "__repair";

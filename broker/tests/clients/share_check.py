@@ -7,6 +7,8 @@ Members run as processes of their own (mode `member`), in explicit
 acknowledgement mode, and log one line per record, flushed:
   got NAME PARTITION OFFSET DELIVERY_COUNT VALUE_HEX
   ack NAME PARTITION OFFSET TYPE           (after commit_sync confirmed it)
+  ack-failed NAME PARTITION OFFSET TYPE    (commit_sync failed for it: it
+                                            may or may not have been applied)
 Each record's value is `<index>/...`; what a member does with it:
   index % 10 == 7: reject it (archived, never delivered again);
   index % 10 == 9: release it, every time (archived at the delivery limit);
@@ -74,9 +76,15 @@ def member(bootstrap, group, topic, name, log_path):
                 time.sleep(DEADLINE_S)
             continue
         if acked:
-            consumer.commit_sync(30)
+            try:
+                results = consumer.commit_sync(30)
+                failed = {tp.partition for tp, error in results.items() if error is not None}
+            except Exception as e:  # the whole commit failed (a leader gone)
+                log.write(f"error {name} {str(e).replace(' ', '_')}\n")
+                failed = {partition for partition, _, _ in acked}
             for partition, offset, kind in acked:
-                log.write(f"ack {name} {partition} {offset} {kind}\n")
+                outcome = "ack-failed" if partition in failed else "ack"
+                log.write(f"{outcome} {name} {partition} {offset} {kind}\n")
     consumer.close()
     log.write(f"closed {name}\n")
 
@@ -89,22 +97,28 @@ def lines(path):
         return []
 
 
-def queue(bootstrap, topic, log_path, limit):
-    limit = int(limit)
+def prepare(bootstrap, topic, replication):
+    """The topic, and its share group reading from the earliest record."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
+    config = {"min.insync.replicas": "2"} if replication > 1 else {}
     for future in admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS,
-                                                replication_factor=1)]).values():
+                                                replication_factor=replication,
+                                                config=config)]).values():
         future.result(timeout=30)
     group = "share-" + topic
     resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
         ConfigEntry("share.auto.offset.reset", "earliest",
                     incremental_operation=AlterConfigOpType.SET)])
     admin.incremental_alter_configs([resource])[resource].result(timeout=30)
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
-    count = 300
-    where = {}
+    return admin, group
+
+
+def produce(bootstrap, topic, indexes, where):
+    """Records `indexes`, acks=all; `where` learns (partition, offset) -> index."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                         "enable.idempotence": True})
     delivered = []
-    for index in range(count):
+    for index in indexes:
         producer.produce(topic, value=value_of(index), partition=index % PARTITIONS,
                          on_delivery=lambda err, msg, i=index: delivered.append((i, err, msg.partition(), msg.offset())))
     check(producer.flush(60) == 0, "records not delivered")
@@ -112,12 +126,126 @@ def queue(bootstrap, topic, log_path, limit):
         check(err is None, f"record {index}: {err}")
         where[(partition, offset)] = index
 
-    def start(name):
-        return subprocess.Popen([sys.executable, __file__, "member", bootstrap, group, topic, name, log_path],
-                                stdout=subprocess.DEVNULL, stderr=open(log_path + ".stderr", "a"))
 
+def start_member(bootstrap, group, topic, name, log_path):
+    return subprocess.Popen([sys.executable, __file__, "member", bootstrap, group, topic, name, log_path],
+                            stdout=subprocess.DEVNULL, stderr=open(log_path + ".stderr", "a"))
+
+
+def outcomes(all_lines):
+    """Per record: its deliveries' counts, confirmed final acknowledgements
+    (accept 1 / reject 3) and the log positions of each, and the final
+    acknowledgements that failed (applied or not: unknown)."""
+    got, final, failed = {}, {}, {}
+    for position, l in enumerate(all_lines):
+        if l[0] == "got":
+            got.setdefault((int(l[2]), int(l[3])), []).append((position, int(l[4])))
+        elif l[0] in ("ack", "ack-failed") and int(l[4]) in (1, 3):
+            target = final if l[0] == "ack" else failed
+            target.setdefault((int(l[2]), int(l[3])), []).append((position, int(l[4])))
+    return got, final, failed
+
+
+def settled(log_path, where, limit):
+    """Every record accepted or rejected (or its acknowledgement failed and
+    it never came again), and every `9` record delivered `limit` times."""
+    got, final, failed = outcomes(lines(log_path))
+    for key, index in where.items():
+        if index % 10 == 9:
+            if len(got.get(key, [])) < limit:
+                return False, len(final)
+        elif key not in final:
+            last_failed = max((p for p, _ in failed.get(key, [])), default=None)
+            last_got = max((p for p, _ in got.get(key, [])), default=-1)
+            if last_failed is None or last_got > last_failed:
+                return False, len(final)
+    return True, len(final)
+
+
+def wait_settled(log_path, where, limit, members):
+    deadline = time.time() + DEADLINE_S
+    while True:
+        ok, done = settled(log_path, where, limit)
+        if ok:
+            break
+        for m in members:
+            check(m.poll() is None, f"a member exited {m.returncode}")
+        if time.time() >= deadline:
+            got, final, failed = outcomes(lines(log_path))
+            open_keys = [k for k, i in where.items() if i % 10 != 9 and k not in final]
+            by_partition = {}
+            for k in open_keys:
+                by_partition.setdefault(k[0], []).append(k[1])
+            summary = {p: (len(o), min(o), max(o)) for p, o in by_partition.items()}
+            events = [" ".join(l) for l in lines(log_path) if l[0] not in ("got", "ack")]
+            try:
+                with open(log_path + ".stderr") as f:
+                    stderr = f.read()[-4000:]
+            except FileNotFoundError:
+                stderr = ""
+            fail(f"not settled: {done} records done; open by partition (count, first, last): "
+                 f"{summary}; first open: "
+                 f"{[(k, got.get(k), failed.get(k)) for k in open_keys[:5]]}\n"
+                 + "\n".join(events[-60:]) + f"\n--- members' stderr (tail) ---\n{stderr}")
+        time.sleep(0.5)
+    # Nothing more comes: the archived records stay archived, what was
+    # acknowledged is not delivered again.
+    time.sleep(2)
+    for m in members:
+        m.send_signal(signal.SIGTERM)
+    for m in members:
+        m.wait(60)
+        check(m.returncode == 0, f"a member exited {m.returncode}")
+
+
+def check_outcomes(log_path, where, limit, held):
+    """Each record's deliveries and acknowledgements as share groups
+    promise them; returns (deliveries, acknowledgements that failed)."""
+    all_lines = lines(log_path)
+    got, final, failed = outcomes(all_lines)
+    for l in all_lines:
+        if l[0] == "got":
+            key = (int(l[2]), int(l[3]))
+            check(key in where, f"{key} was never produced")
+            check(bytes.fromhex(l[5]) == value_of(where[key]), f"{key}: value differs")
+    unknown = 0
+    for key, index in where.items():
+        counts = [c for _, c in got.get(key, [])]
+        check(counts == sorted(counts) and len(set(counts)) == len(counts),
+              f"record {index}: delivery counts {counts} do not rise")
+        accepted = [p for p, kind in final.get(key, []) if kind == 1]
+        # Acknowledged means kept: never delivered after a confirmed accept or reject.
+        confirmed = min((p for p, _ in final.get(key, [])), default=None)
+        if confirmed is not None:
+            later = [c for p, c in got.get(key, []) if p > confirmed]
+            check(not later, f"record {index} delivered again {later} after it was acknowledged")
+        if index % 10 in (7, 9):
+            check(not accepted, f"record {index} accepted")
+        elif len(accepted) != 1:
+            # Its accept failed and it never came again: applied before
+            # the failure was seen.
+            check(not accepted and key in failed, f"record {index} accepted {len(accepted)} times")
+            unknown += 1
+        if index % 10 == 9:
+            check(len(counts) == limit and max(counts) == limit,
+                  f"record {index} delivered {counts}, the limit is {limit}")
+        if index % 10 == 3:
+            check(len(counts) >= 2, f"record {index} released once, delivered {counts}")
+    for key in held:
+        counts = [c for _, c in got[key]]
+        check(len(counts) >= 2 and counts[0] == 1,
+              f"record {where[key]} held by the killed member: deliveries {counts}")
+    return sum(len(c) for c in got.values()), unknown
+
+
+def queue(bootstrap, topic, log_path, limit):
+    limit = int(limit)
+    _, group = prepare(bootstrap, topic, 1)
+    where = {}
+    count = 300
+    produce(bootstrap, topic, range(count), where)
     # A member that acquires records and dies holding them.
-    holder = start("hold1")
+    holder = start_member(bootstrap, group, topic, "hold1", log_path)
     deadline = time.time() + DEADLINE_S
     while not any(l[0] == "holding" for l in lines(log_path)):
         check(time.time() < deadline, "the holding member got no records")
@@ -125,84 +253,45 @@ def queue(bootstrap, topic, log_path, limit):
     holder.kill()
     holder.wait(30)
     held = {(int(l[2]), int(l[3])) for l in lines(log_path) if l[0] == "got" and l[1] == "hold1"}
-    members = [start(f"s{i}") for i in range(3)]
-    # Done when every record is accepted, rejected or archived at the limit.
-    def settled():
-        """Every record accepted or rejected, and every `9` record delivered
-        `limit` times, each delivery released (or held by the killed
-        member)."""
-        all_lines = lines(log_path)
-        final = {}
-        released = {}
-        for l in all_lines:
-            if l[0] == "ack":
-                key = (int(l[2]), int(l[3]))
-                if int(l[4]) in (1, 3):
-                    final.setdefault(key, []).append(int(l[4]))
-                else:
-                    released[key] = released.get(key, 0) + 1
-        held_now = {}
-        for l in all_lines:
-            if l[0] == "got" and l[1].startswith("hold"):
-                key = (int(l[2]), int(l[3]))
-                held_now[key] = held_now.get(key, 0) + 1
-        for key, index in where.items():
-            if index % 10 == 9:
-                if released.get(key, 0) + held_now.get(key, 0) < limit:
-                    return False, final
-            elif key not in final:
-                return False, final
-        return True, final
-    while True:
-        ok, final = settled()
-        if ok:
-            break
+    members = [start_member(bootstrap, group, topic, f"s{i}", log_path) for i in range(3)]
+    wait_settled(log_path, where, limit, members)
+    deliveries, _ = check_outcomes(log_path, where, limit, held)
+    print(f"queue: ok {count} records, {len(held)} held by a killed member and redelivered, "
+          f"{deliveries} deliveries, "
+          f"{sum(1 for i in where.values() if i % 10 == 9)} archived at the limit of {limit}")
+
+
+def failover(bootstrap, topic, log_path, signal_dir, limit):
+    """Three members on a replicated topic; once they have acknowledged
+    some records, the test kills (SIGKILL) the leader of partition 0
+    (named in `kill` here; the test writes `killed`), more records come,
+    and the members go on: no acknowledged record delivered again, every
+    record acquired but not acknowledged delivered again, each accepted
+    once."""
+    limit = int(limit)
+    _, group = prepare(bootstrap, topic, 3)
+    where = {}
+    produce(bootstrap, topic, range(300), where)
+    members = [start_member(bootstrap, group, topic, f"s{i}", log_path) for i in range(3)]
+    deadline = time.time() + DEADLINE_S
+    while sum(1 for l in lines(log_path) if l[0] == "ack") < 60:
+        check(time.time() < deadline, "no acknowledgements")
         for m in members:
             check(m.poll() is None, f"a member exited {m.returncode}")
-        check(time.time() < deadline, f"not settled: {len(final)} records done")
-        time.sleep(0.5)
-    # Nothing more comes: the archived records stay archived.
-    time.sleep(2)
-    for m in members:
-        m.send_signal(signal.SIGTERM)
-    for m in members:
-        m.wait(60)
-        check(m.returncode == 0, f"a member exited {m.returncode}")
-    got = [l for l in lines(log_path) if l[0] == "got"]
-    acks = [l for l in lines(log_path) if l[0] == "ack"]
-    deliveries = {}
-    for l in got:
-        key = (int(l[2]), int(l[3]))
-        check(key in where, f"{key} was never produced")
-        index = where[key]
-        check(bytes.fromhex(l[5]) == value_of(index), f"{key}: value differs")
-        deliveries.setdefault(key, []).append(int(l[4]))
-    accepted = {}
-    for l in acks:
-        if int(l[4]) == 1:
-            key = (int(l[2]), int(l[3]))
-            accepted[key] = accepted.get(key, 0) + 1
-    for key, index in where.items():
-        counts = deliveries.get(key, [])
-        check(counts == sorted(counts) and len(set(counts)) == len(counts),
-              f"record {index}: delivery counts {counts} do not rise")
-        if index % 10 in (7, 9):
-            check(key not in accepted, f"record {index} accepted")
-        else:
-            check(accepted.get(key) == 1, f"record {index} accepted {accepted.get(key, 0)} times")
-        if index % 10 == 9:
-            check(len(counts) == limit and max(counts) == limit,
-                  f"record {index} delivered {counts}, the limit is {limit}")
-        if index % 10 == 3:
-            check(len(counts) >= 2, f"record {index} released once, delivered {counts}")
-    for key in held:
-        index = where[key]
-        counts = deliveries[key]
-        check(len(counts) >= 2 and counts[0] == 1,
-              f"record {index} held by the killed member: deliveries {counts}")
-    print(f"queue: ok {count} records, {len(held)} held by a killed member and redelivered, "
-          f"{sum(len(c) for c in deliveries.values())} deliveries, "
-          f"{sum(1 for i in where.values() if i % 10 == 9)} archived at the limit of {limit}")
+        time.sleep(0.1)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    leader = admin.list_topics(topic, timeout=30).topics[topic].partitions[0].leader
+    with open(os.path.join(signal_dir, "kill"), "w") as f:
+        f.write(str(leader))
+    while not os.path.exists(os.path.join(signal_dir, "killed")):
+        check(time.time() < deadline, "the leader was not killed")
+        time.sleep(0.1)
+    produce(bootstrap, topic, range(300, 450), where)
+    wait_settled(log_path, where, limit, members)
+    deliveries, unknown = check_outcomes(log_path, where, limit, set())
+    redelivered = sum(1 for l in lines(log_path) if l[0] == "got" and int(l[4]) > 1)
+    print(f"failover: ok {len(where)} records, leader {leader} killed, {deliveries} deliveries, "
+          f"{redelivered} redeliveries, {unknown} accepted when the answer was lost")
 
 
 def main():
@@ -213,6 +302,8 @@ def main():
         member(*args)
     elif mode == "queue":
         queue(*args)
+    elif mode == "failover":
+        failover(*args)
     else:
         fail(f"unknown mode {mode}")
 

@@ -3357,6 +3357,306 @@ pub static REMOVE_RAFT_VOTER_REQUEST: Struct = Struct {
     tags: &[],
 };
 
+pub static READ_SHARE_GROUP_STATE_REQUEST: Struct = Struct {
+    versions: (0, 0),
+    flexible_since: 0,
+    fields: &[
+        Field {
+            kind: CompactStr,
+            since: 0,
+            until: 0,
+        }, // group_id
+        Field {
+            kind: CompactArray(&READ_SHARE_GROUP_STATE_REQUEST__READ_STATE_DATA),
+            since: 0,
+            until: 0,
+        }, // topics
+    ],
+    tags: &[],
+};
+
+pub static READ_SHARE_GROUP_STATE_REQUEST__READ_STATE_DATA: Struct = Struct {
+    versions: (0, 0),
+    flexible_since: 0,
+    fields: &[
+        Field {
+            kind: Fixed(16),
+            since: 0,
+            until: 0,
+        }, // topic_id
+        Field {
+            kind: CompactArray(&READ_SHARE_GROUP_STATE_REQUEST__PARTITION_DATA),
+            since: 0,
+            until: 0,
+        }, // partitions
+    ],
+    tags: &[],
+};
+
+pub static READ_SHARE_GROUP_STATE_REQUEST__PARTITION_DATA: Struct = Struct {
+    versions: (0, 0),
+    flexible_since: 0,
+    fields: &[
+        Field {
+            kind: Fixed(4),
+            since: 0,
+            until: 0,
+        }, // partition
+        Field {
+            kind: Fixed(4),
+            since: 0,
+            until: 0,
+        }, // leader_epoch
+    ],
+    tags: &[],
+};
+
+pub static WRITE_SHARE_GROUP_STATE_REQUEST: Struct = Struct {
+    versions: (0, 0),
+    flexible_since: 0,
+    fields: &[
+        Field {
+            kind: CompactStr,
+            since: 0,
+            until: 0,
+        }, // group_id
+        Field {
+            kind: CompactArray(&WRITE_SHARE_GROUP_STATE_REQUEST__WRITE_STATE_DATA),
+            since: 0,
+            until: 0,
+        }, // topics
+    ],
+    tags: &[],
+};
+
+pub static WRITE_SHARE_GROUP_STATE_REQUEST__WRITE_STATE_DATA: Struct = Struct {
+    versions: (0, 0),
+    flexible_since: 0,
+    fields: &[
+        Field {
+            kind: Fixed(16),
+            since: 0,
+            until: 0,
+        }, // topic_id
+        Field {
+            kind: CompactArray(&WRITE_SHARE_GROUP_STATE_REQUEST__PARTITION_DATA),
+            since: 0,
+            until: 0,
+        }, // partitions
+    ],
+    tags: &[],
+};
+
+pub static WRITE_SHARE_GROUP_STATE_REQUEST__PARTITION_DATA: Struct = Struct {
+    versions: (0, 0),
+    flexible_since: 0,
+    fields: &[
+        Field {
+            kind: Fixed(4),
+            since: 0,
+            until: 0,
+        }, // partition
+        Field {
+            kind: Fixed(4),
+            since: 0,
+            until: 0,
+        }, // state_epoch
+        Field {
+            kind: Fixed(4),
+            since: 0,
+            until: 0,
+        }, // leader_epoch
+        Field {
+            kind: Fixed(8),
+            since: 0,
+            until: 0,
+        }, // start_offset
+        Field {
+            kind: CompactArray(&WRITE_SHARE_GROUP_STATE_REQUEST__STATE_BATCH),
+            since: 0,
+            until: 0,
+        }, // state_batches
+    ],
+    tags: &[],
+};
+
+pub static WRITE_SHARE_GROUP_STATE_REQUEST__STATE_BATCH: Struct = Struct {
+    versions: (0, 0),
+    flexible_since: 0,
+    fields: &[
+        Field {
+            kind: Fixed(8),
+            since: 0,
+            until: 0,
+        }, // first_offset
+        Field {
+            kind: Fixed(8),
+            since: 0,
+            until: 0,
+        }, // last_offset
+        Field {
+            kind: Fixed(1),
+            since: 0,
+            until: 0,
+        }, // delivery_state
+        Field {
+            kind: Fixed(2),
+            since: 0,
+            until: 0,
+        }, // delivery_count
+    ],
+    tags: &[],
+};
+
+pub static DESCRIBE_SHARE_GROUP_OFFSETS_REQUEST: Struct = Struct {
+    versions: (0, 0),
+    flexible_since: 0,
+    fields: &[
+        Field {
+            kind: CompactArray(
+                &DESCRIBE_SHARE_GROUP_OFFSETS_REQUEST__DESCRIBE_SHARE_GROUP_OFFSETS_REQUEST_GROUP,
+            ),
+            since: 0,
+            until: 0,
+        }, // groups
+    ],
+    tags: &[],
+};
+
+pub static DESCRIBE_SHARE_GROUP_OFFSETS_REQUEST__DESCRIBE_SHARE_GROUP_OFFSETS_REQUEST_GROUP:
+    Struct = Struct {
+    versions: (0, 0),
+    flexible_since: 0,
+    fields: &[
+        Field {
+            kind: CompactStr,
+            since: 0,
+            until: 0,
+        }, // group_id
+        Field {
+            kind: CompactArray(
+                &DESCRIBE_SHARE_GROUP_OFFSETS_REQUEST__DESCRIBE_SHARE_GROUP_OFFSETS_REQUEST_TOPIC,
+            ),
+            since: 0,
+            until: 0,
+        }, // topics
+    ],
+    tags: &[],
+};
+
+pub static DESCRIBE_SHARE_GROUP_OFFSETS_REQUEST__DESCRIBE_SHARE_GROUP_OFFSETS_REQUEST_TOPIC:
+    Struct = Struct {
+    versions: (0, 0),
+    flexible_since: 0,
+    fields: &[
+        Field {
+            kind: CompactStr,
+            since: 0,
+            until: 0,
+        }, // topic_name
+        Field {
+            kind: CompactArrayOf(4),
+            since: 0,
+            until: 0,
+        }, // partitions
+    ],
+    tags: &[],
+};
+
+pub static ALTER_SHARE_GROUP_OFFSETS_REQUEST: Struct = Struct {
+    versions: (0, 0),
+    flexible_since: 0,
+    fields: &[
+        Field {
+            kind: CompactStr,
+            since: 0,
+            until: 0,
+        }, // group_id
+        Field {
+            kind: CompactArray(
+                &ALTER_SHARE_GROUP_OFFSETS_REQUEST__ALTER_SHARE_GROUP_OFFSETS_REQUEST_TOPIC,
+            ),
+            since: 0,
+            until: 0,
+        }, // topics
+    ],
+    tags: &[],
+};
+
+pub static ALTER_SHARE_GROUP_OFFSETS_REQUEST__ALTER_SHARE_GROUP_OFFSETS_REQUEST_TOPIC: Struct =
+    Struct {
+        versions: (0, 0),
+        flexible_since: 0,
+        fields: &[
+            Field {
+                kind: CompactStr,
+                since: 0,
+                until: 0,
+            }, // topic_name
+            Field {
+                kind: CompactArray(
+                    &ALTER_SHARE_GROUP_OFFSETS_REQUEST__ALTER_SHARE_GROUP_OFFSETS_REQUEST_PARTITION,
+                ),
+                since: 0,
+                until: 0,
+            }, // partitions
+        ],
+        tags: &[],
+    };
+
+pub static ALTER_SHARE_GROUP_OFFSETS_REQUEST__ALTER_SHARE_GROUP_OFFSETS_REQUEST_PARTITION: Struct =
+    Struct {
+        versions: (0, 0),
+        flexible_since: 0,
+        fields: &[
+            Field {
+                kind: Fixed(4),
+                since: 0,
+                until: 0,
+            }, // partition_index
+            Field {
+                kind: Fixed(8),
+                since: 0,
+                until: 0,
+            }, // start_offset
+        ],
+        tags: &[],
+    };
+
+pub static DELETE_SHARE_GROUP_OFFSETS_REQUEST: Struct = Struct {
+    versions: (0, 0),
+    flexible_since: 0,
+    fields: &[
+        Field {
+            kind: CompactStr,
+            since: 0,
+            until: 0,
+        }, // group_id
+        Field {
+            kind: CompactArray(
+                &DELETE_SHARE_GROUP_OFFSETS_REQUEST__DELETE_SHARE_GROUP_OFFSETS_REQUEST_TOPIC,
+            ),
+            since: 0,
+            until: 0,
+        }, // topics
+    ],
+    tags: &[],
+};
+
+pub static DELETE_SHARE_GROUP_OFFSETS_REQUEST__DELETE_SHARE_GROUP_OFFSETS_REQUEST_TOPIC: Struct =
+    Struct {
+        versions: (0, 0),
+        flexible_since: 0,
+        fields: &[
+            Field {
+                kind: CompactStr,
+                since: 0,
+                until: 0,
+            }, // topic_name
+        ],
+        tags: &[],
+    };
+
 /// The root struct of each request body, by api key.
 pub fn request(api_key: i16) -> Option<&'static Struct> {
     Some(match api_key {
@@ -3416,6 +3716,11 @@ pub fn request(api_key: i16) -> Option<&'static Struct> {
         79 => &SHARE_ACKNOWLEDGE_REQUEST,
         80 => &ADD_RAFT_VOTER_REQUEST,
         81 => &REMOVE_RAFT_VOTER_REQUEST,
+        84 => &READ_SHARE_GROUP_STATE_REQUEST,
+        85 => &WRITE_SHARE_GROUP_STATE_REQUEST,
+        90 => &DESCRIBE_SHARE_GROUP_OFFSETS_REQUEST,
+        91 => &ALTER_SHARE_GROUP_OFFSETS_REQUEST,
+        92 => &DELETE_SHARE_GROUP_OFFSETS_REQUEST,
         _ => return None,
     })
 }
