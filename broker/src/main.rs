@@ -38,6 +38,9 @@ enum Command {
     Consume(cli::consume::ConsumeArgs),
     /// List, describe, reset the offsets of and delete consumer groups.
     Group(cli::group::GroupArgs),
+    /// List, describe, reset the start offsets of and delete share groups
+    /// (as kafka-share-groups.sh).
+    ShareGroup(cli::group::ShareGroupArgs),
     /// List and describe transactions, show a partition's producers, and
     /// abort a hanging transaction (as kafka-transactions.sh).
     Transaction(cli::transaction::TransactionArgs),
@@ -159,6 +162,7 @@ fn main() -> ExitCode {
         Some(Command::Produce(args)) => cli::run("produce", cli::produce::run(args)),
         Some(Command::Consume(args)) => cli::run("consume", cli::consume::run(args)),
         Some(Command::Group(args)) => cli::run("group", cli::group::run(args)),
+        Some(Command::ShareGroup(args)) => cli::run("share-group", cli::group::run_share(args)),
         Some(Command::Transaction(args)) => cli::run("transaction", cli::transaction::run(args)),
         Some(Command::Acl(args)) => cli::run("acl", cli::acl::run(args)),
         Some(Command::User(args)) => cli::run("user", cli::user::run(args)),

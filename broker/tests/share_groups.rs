@@ -7,19 +7,38 @@ mod common;
 use std::time::Duration;
 
 use common::{run_python, Broker};
+use protocol::kafka_protocol::messages::alter_share_group_offsets_request::{
+    AlterShareGroupOffsetsRequestPartition, AlterShareGroupOffsetsRequestTopic,
+};
+use protocol::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use protocol::kafka_protocol::messages::{
+    AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, ApiKey, GroupId,
+    MetadataRequest, MetadataResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
+    TopicName,
+};
+use protocol::kafka_protocol::protocol::StrBytes;
+use common::{strom_fails, strom_ok};
 
 /// Three members share one topic after a member that acquired records
 /// was killed holding them: every record delivered, each accepted once
 /// (by one member), rejected ones never again, released and lock-expired
 /// ones delivered again with a higher delivery count, and records
 /// released at every delivery archived at `group.share.delivery.count.limit`.
+/// Then the group, without members, through `strom share-group` and the
+/// share admin APIs: described with its start offsets, reset to the
+/// earliest offset (every record delivered again), refused while a member
+/// is in, deleted; its delivery metrics; its share coordinator found.
 #[test]
 fn share_consumers_divide_records_accept_each_once_and_redeliver_what_was_not_accepted() {
-    let broker = Broker::start(&[
+    let (broker, admin) = common::admin::Admin::start(&[
         "--set",
         "group.share.record.lock.duration.ms=3000",
         "--set",
         "group.share.delivery.count.limit=3",
+        "--set",
+        "group.share.session.timeout.ms=5000",
+        "--set",
+        "group.share.heartbeat.interval.ms=1000",
     ]);
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("members.log");
@@ -36,6 +55,145 @@ fn share_consumers_divide_records_accept_each_once_and_redeliver_what_was_not_ac
     );
     assert!(out.contains("queue: ok 300 records"), "{out}");
     println!("{out}");
+    let group = "share-share-topic";
+
+    // Its figures: deliveries, redeliveries, expired locks (the killed member's).
+    let (status, metrics) = admin.get("/metrics");
+    assert_eq!(status, 200);
+    for family in [
+        "strom_share_group_deliveries_total",
+        "strom_share_group_redeliveries_total",
+        "strom_share_group_lock_expiries_total",
+    ] {
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("{family}{{group=\"{group}\"}}")))
+            .unwrap_or_else(|| panic!("no {family} in\n{metrics}"));
+        let value: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+        assert!(value > 0, "{line}");
+    }
+
+    // Done with everything: each partition's start offset past its 100
+    // records. Without members once the killed one's session ended.
+    let described = common::poll_until(Duration::from_secs(30), || {
+        let described = strom_ok(&broker, &["share-group", "describe", group]);
+        described.contains("STATE Empty").then_some(described)
+    })
+    .expect("the killed member's session never ended");
+    assert!(described.contains(&format!("GROUP {group} STATE Empty")), "{described}");
+    for p in 0..3 {
+        assert!(described.contains(&format!("share-topic\t{p}\t100")), "{described}");
+    }
+    // A dry run changes nothing; --execute sets the start offsets.
+    let dry = strom_ok(
+        &broker,
+        &["share-group", "reset-offsets", group, "--topic", "share-topic", "--to-earliest"],
+    );
+    assert!(dry.contains("share-topic\t0\t0") && dry.contains("dry run"), "{dry}");
+    assert_eq!(strom_ok(&broker, &["share-group", "describe", group]), described);
+    strom_ok(
+        &broker,
+        &[
+            "share-group",
+            "reset-offsets",
+            group,
+            "--topic",
+            "share-topic",
+            "--to-earliest",
+            "--execute",
+        ],
+    );
+    let reset = strom_ok(&broker, &["share-group", "describe", group]);
+    for p in 0..3 {
+        assert!(reset.contains(&format!("share-topic\t{p}\t0")), "{reset}");
+    }
+    // Every record comes again, the archived ones too.
+    let drained = run_python(
+        "share_check.py",
+        &["drain", &broker.bootstrap(), group, "share-topic", "300"],
+        Duration::from_secs(120),
+    );
+    assert!(drained.contains("drain: ok 300 records"), "{drained}");
+
+    // A member in: its offsets may not change, nor the group go.
+    let key = format!("{group}:{}:0", topic_id_text(&broker, "share-topic"));
+    let node = common::raw::find_coordinator(&broker, group, 0);
+    assert!(node.is_some());
+    assert_eq!(common::raw::find_coordinator(&broker, &key, 2), node);
+    assert_eq!(common::raw::find_coordinator(&broker, "not-a-share-key", 2), None);
+    let mut stream = common::raw::connect(&broker);
+    let joined: ShareGroupHeartbeatResponse = common::raw::call(
+        &mut stream,
+        ApiKey::ShareGroupHeartbeat,
+        1,
+        1,
+        "share-test",
+        &ShareGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(text(group)))
+            .with_member_id(text("raw-member-0000000000"))
+            .with_member_epoch(0)
+            .with_subscribed_topic_names(Some(vec![TopicName(text("share-topic"))])),
+    );
+    assert_eq!(joined.error_code, 0, "{joined:?}");
+    let refused: AlterShareGroupOffsetsResponse = common::raw::call(
+        &mut stream,
+        ApiKey::AlterShareGroupOffsets,
+        0,
+        2,
+        "share-test",
+        &AlterShareGroupOffsetsRequest::default()
+            .with_group_id(GroupId(text(group)))
+            .with_topics(vec![AlterShareGroupOffsetsRequestTopic::default()
+                .with_topic_name(TopicName(text("share-topic")))
+                .with_partitions(vec![AlterShareGroupOffsetsRequestPartition::default()
+                    .with_partition_index(0)
+                    .with_start_offset(0)])]),
+    );
+    assert_eq!(refused.error_code, protocol::error_codes::NON_EMPTY_GROUP, "{refused:?}");
+    let busy = strom_fails(&broker, &["share-group", "delete", group], None);
+    assert!(busy.contains("active members"), "{busy}");
+    let listed = strom_ok(&broker, &["share-group", "list"]);
+    assert!(listed.contains(group), "{listed}");
+    let described = strom_ok(&broker, &["share-group", "describe", group]);
+    assert!(described.contains("STATE Stable") && described.contains("MEMBER raw-member-0000000000"), "{described}");
+    let left: ShareGroupHeartbeatResponse = common::raw::call(
+        &mut stream,
+        ApiKey::ShareGroupHeartbeat,
+        1,
+        3,
+        "share-test",
+        &ShareGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(text(group)))
+            .with_member_id(text("raw-member-0000000000"))
+            .with_member_epoch(-1),
+    );
+    assert_eq!(left.error_code, 0, "{left:?}");
+
+    // Gone with its states; then unknown.
+    let deleted = strom_ok(&broker, &["share-group", "delete", group]);
+    assert!(deleted.contains(&format!("deleted group {group}")), "{deleted}");
+    let gone = strom_fails(&broker, &["share-group", "describe", group], None);
+    assert!(gone.contains("GROUP_ID_NOT_FOUND") || gone.contains("not found"), "{gone}");
+}
+
+fn text(value: &str) -> StrBytes {
+    StrBytes::from_string(value.to_string())
+}
+
+/// A topic's id as Kafka prints it, from Metadata.
+fn topic_id_text(broker: &Broker, topic: &str) -> String {
+    let mut stream = common::raw::connect(broker);
+    let metadata: MetadataResponse = common::raw::call(
+        &mut stream,
+        ApiKey::Metadata,
+        12,
+        1,
+        "share-test",
+        &MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default()
+            .with_name(Some(TopicName(text(topic))))])),
+    );
+    let id = metadata.topics[0].topic_id.as_u128();
+    groups::share_records::topic_id_text(id)
 }
 
 /// A share partition's leader killed (SIGKILL) in a three-node cluster

@@ -148,11 +148,12 @@ def outcomes(all_lines):
 
 def settled(log_path, where, limit):
     """Every record accepted or rejected (or its acknowledgement failed and
-    it never came again), and every `9` record delivered `limit` times."""
+    it never came again), and every `9` record delivered for the
+    `limit`th time."""
     got, final, failed = outcomes(lines(log_path))
     for key, index in where.items():
         if index % 10 == 9:
-            if len(got.get(key, [])) < limit:
+            if max((c for _, c in got.get(key, [])), default=0) < limit:
                 return False, len(final)
         elif key not in final:
             last_failed = max((p for p, _ in failed.get(key, [])), default=None)
@@ -198,7 +199,7 @@ def wait_settled(log_path, where, limit, members):
         check(m.returncode == 0, f"a member exited {m.returncode}")
 
 
-def check_outcomes(log_path, where, limit, held):
+def check_outcomes(log_path, where, limit, held, strict=True):
     """Each record's deliveries and acknowledgements as share groups
     promise them; returns (deliveries, acknowledgements that failed)."""
     all_lines = lines(log_path)
@@ -227,10 +228,14 @@ def check_outcomes(log_path, where, limit, held):
             check(not accepted and key in failed, f"record {index} accepted {len(accepted)} times")
             unknown += 1
         if index % 10 == 9:
-            check(len(counts) == limit and max(counts) == limit,
+            # A delivery handed out by a leader that died before its
+            # answer left counts too: then fewer reach the member.
+            exact = len(counts) == limit or not strict
+            check(exact and max(counts) == limit,
                   f"record {index} delivered {counts}, the limit is {limit}")
         if index % 10 == 3:
-            check(len(counts) >= 2, f"record {index} released once, delivered {counts}")
+            check(len(counts) >= 2 or (not strict and max(counts) >= 2),
+                  f"record {index} released once, delivered {counts}")
     for key in held:
         counts = [c for _, c in got[key]]
         check(len(counts) >= 2 and counts[0] == 1,
@@ -288,10 +293,31 @@ def failover(bootstrap, topic, log_path, signal_dir, limit):
         time.sleep(0.1)
     produce(bootstrap, topic, range(300, 450), where)
     wait_settled(log_path, where, limit, members)
-    deliveries, unknown = check_outcomes(log_path, where, limit, set())
+    deliveries, unknown = check_outcomes(log_path, where, limit, set(), strict=False)
     redelivered = sum(1 for l in lines(log_path) if l[0] == "got" and int(l[4]) > 1)
     print(f"failover: ok {len(where)} records, leader {leader} killed, {deliveries} deliveries, "
           f"{redelivered} redeliveries, {unknown} accepted when the answer was lost")
+
+
+def drain(bootstrap, group, topic, count):
+    """One ShareConsumer (implicit acknowledgement) until it has `count`
+    distinct records, each checked byte for byte."""
+    count = int(count)
+    consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+    consumer.subscribe([topic])
+    seen = set()
+    deadline = time.time() + DEADLINE_S
+    while len(seen) < count:
+        check(time.time() < deadline, f"drained {len(seen)} of {count}")
+        for m in consumer.poll(0.5) or []:
+            if m.error():
+                continue
+            index = int(m.value().split(b"/")[0])
+            check(m.value() == value_of(index), f"{m.partition()}@{m.offset()}: value differs")
+            seen.add((m.partition(), m.offset()))
+        consumer.commit_sync(30)
+    consumer.close()
+    print(f"drain: ok {len(seen)} records")
 
 
 def main():
@@ -304,6 +330,8 @@ def main():
         queue(*args)
     elif mode == "failover":
         failover(*args)
+    elif mode == "drain":
+        drain(*args)
     else:
         fail(f"unknown mode {mode}")
 

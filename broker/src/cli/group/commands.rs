@@ -25,12 +25,12 @@ use super::{
 
 /// A group as ListGroups lists it.
 #[derive(Debug, Serialize)]
-struct ListedGroup {
-    group: String,
-    state: Option<String>,
+pub(super) struct ListedGroup {
+    pub(super) group: String,
+    pub(super) state: Option<String>,
     protocol_type: Option<String>,
-    /// `classic` or `consumer` (KIP-848), from brokers that say.
-    group_type: Option<String>,
+    /// `classic`, `consumer` (KIP-848) or `share`, from brokers that say.
+    pub(super) group_type: Option<String>,
     /// The broker that listed it: its coordinator.
     coordinator: i32,
 }
@@ -45,7 +45,7 @@ fn non_empty(text: &str) -> Option<String> {
 /// it coordinates), by group id, and the brokers that did not answer,
 /// with why. A broker answering a retriable error (a coordinator still
 /// loading) is asked again within `--timeout-ms`.
-async fn list_everywhere(
+pub(super) async fn list_everywhere(
     connect: &ConnectArgs,
 ) -> anyhow::Result<(BTreeMap<String, ListedGroup>, Vec<String>)> {
     list_on_every_broker(

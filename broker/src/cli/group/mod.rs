@@ -15,9 +15,11 @@ mod assignor;
 mod commands;
 mod datetime;
 mod member;
+mod share;
 
 pub use datetime::parse_datetime;
 pub use member::GroupMember;
+pub use share::{run as run_share, ShareGroupArgs};
 
 use std::collections::BTreeMap;
 
