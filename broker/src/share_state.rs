@@ -147,7 +147,12 @@ async fn ensure_loaded(shard: &Rc<Shard>, partition: i32, log: &Partition) -> Re
     while from < end {
         let read = log.read(from, OFFSETS_LOAD_READ_BYTES, false).await;
         if read.error_code != errors::NONE {
-            tracing::error!(partition, from, code = read.error_code, "cannot load share states");
+            tracing::error!(
+                partition,
+                from,
+                code = read.error_code,
+                "cannot load share states"
+            );
             return Err(errors::COORDINATOR_LOAD_IN_PROGRESS);
         }
         let mut next = from;
@@ -256,16 +261,22 @@ async fn write_here(
                 .produce(batch, -1, Duration::from_millis(OFFSETS_COMMIT_TIMEOUT_MS))
                 .await;
             if outcome.error_code != errors::NONE {
-                tracing::warn!(partition, code = outcome.error_code, "share state write failed");
+                tracing::warn!(
+                    partition,
+                    code = outcome.error_code,
+                    "share state write failed"
+                );
                 return Err(match outcome.error_code {
                     errors::NOT_LEADER_OR_FOLLOWER => errors::NOT_COORDINATOR,
                     _ => errors::COORDINATOR_NOT_AVAILABLE,
                 });
             }
-            log.wait_durable(outcome.base_offset).await.map_err(|code| {
-                tracing::error!(partition, code, "share state sync failed");
-                errors::COORDINATOR_NOT_AVAILABLE
-            })?;
+            log.wait_durable(outcome.base_offset)
+                .await
+                .map_err(|code| {
+                    tracing::error!(partition, code, "share state sync failed");
+                    errors::COORDINATOR_NOT_AVAILABLE
+                })?;
             let mut states = owner.groups.share_states.states.borrow_mut();
             let here = states.entry(partition).or_default();
             let kept = state.clone().unwrap_or_default();
@@ -337,7 +348,11 @@ pub async fn read(shard: &Rc<Shard>, key: SharePartitionKey) -> Result<Option<Sh
 
 /// Writes a share partition's state as its leader (see the module
 /// documentation for the fencing).
-pub async fn write(shard: &Rc<Shard>, key: SharePartitionKey, state: ShareState) -> Result<(), i16> {
+pub async fn write(
+    shard: &Rc<Shard>,
+    key: SharePartitionKey,
+    state: ShareState,
+) -> Result<(), i16> {
     remote_or_here(shard, key, Some(state), WriteKind::Leader)
         .await
         .map(|_| ())

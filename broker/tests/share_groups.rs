@@ -7,17 +7,18 @@ mod common;
 use std::time::Duration;
 
 use common::{run_python, Broker};
+use common::{strom_fails, strom_ok};
 use protocol::kafka_protocol::messages::alter_share_group_offsets_request::{
     AlterShareGroupOffsetsRequestPartition, AlterShareGroupOffsetsRequestTopic,
 };
+use protocol::kafka_protocol::messages::delete_share_group_offsets_request::DeleteShareGroupOffsetsRequestTopic;
 use protocol::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use protocol::kafka_protocol::messages::{
-    AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, ApiKey, GroupId,
-    MetadataRequest, MetadataResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
-    TopicName,
+    AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, ApiKey,
+    DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse, GroupId, MetadataRequest,
+    MetadataResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, TopicName,
 };
 use protocol::kafka_protocol::protocol::StrBytes;
-use common::{strom_fails, strom_ok};
 
 /// Three members share one topic after a member that acquired records
 /// was killed holding them: every record delivered, each accepted once
@@ -80,17 +81,36 @@ fn share_consumers_divide_records_accept_each_once_and_redeliver_what_was_not_ac
         described.contains("STATE Empty").then_some(described)
     })
     .expect("the killed member's session never ended");
-    assert!(described.contains(&format!("GROUP {group} STATE Empty")), "{described}");
+    assert!(
+        described.contains(&format!("GROUP {group} STATE Empty")),
+        "{described}"
+    );
     for p in 0..3 {
-        assert!(described.contains(&format!("share-topic\t{p}\t100")), "{described}");
+        assert!(
+            described.contains(&format!("share-topic\t{p}\t100")),
+            "{described}"
+        );
     }
     // A dry run changes nothing; --execute sets the start offsets.
     let dry = strom_ok(
         &broker,
-        &["share-group", "reset-offsets", group, "--topic", "share-topic", "--to-earliest"],
+        &[
+            "share-group",
+            "reset-offsets",
+            group,
+            "--topic",
+            "share-topic",
+            "--to-earliest",
+        ],
     );
-    assert!(dry.contains("share-topic\t0\t0") && dry.contains("dry run"), "{dry}");
-    assert_eq!(strom_ok(&broker, &["share-group", "describe", group]), described);
+    assert!(
+        dry.contains("share-topic\t0\t0") && dry.contains("dry run"),
+        "{dry}"
+    );
+    assert_eq!(
+        strom_ok(&broker, &["share-group", "describe", group]),
+        described
+    );
     strom_ok(
         &broker,
         &[
@@ -120,7 +140,10 @@ fn share_consumers_divide_records_accept_each_once_and_redeliver_what_was_not_ac
     let node = common::raw::find_coordinator(&broker, group, 0);
     assert!(node.is_some());
     assert_eq!(common::raw::find_coordinator(&broker, &key, 2), node);
-    assert_eq!(common::raw::find_coordinator(&broker, "not-a-share-key", 2), None);
+    assert_eq!(
+        common::raw::find_coordinator(&broker, "not-a-share-key", 2),
+        None
+    );
     let mut stream = common::raw::connect(&broker);
     let joined: ShareGroupHeartbeatResponse = common::raw::call(
         &mut stream,
@@ -145,17 +168,42 @@ fn share_consumers_divide_records_accept_each_once_and_redeliver_what_was_not_ac
             .with_group_id(GroupId(text(group)))
             .with_topics(vec![AlterShareGroupOffsetsRequestTopic::default()
                 .with_topic_name(TopicName(text("share-topic")))
-                .with_partitions(vec![AlterShareGroupOffsetsRequestPartition::default()
-                    .with_partition_index(0)
-                    .with_start_offset(0)])]),
+                .with_partitions(vec![
+                    AlterShareGroupOffsetsRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_start_offset(0),
+                ])]),
     );
-    assert_eq!(refused.error_code, protocol::error_codes::NON_EMPTY_GROUP, "{refused:?}");
+    assert_eq!(
+        refused.error_code,
+        protocol::error_codes::NON_EMPTY_GROUP,
+        "{refused:?}"
+    );
+    let refused: DeleteShareGroupOffsetsResponse = common::raw::call(
+        &mut stream,
+        ApiKey::DeleteShareGroupOffsets,
+        0,
+        4,
+        "share-test",
+        &DeleteShareGroupOffsetsRequest::default()
+            .with_group_id(GroupId(text(group)))
+            .with_topics(vec![DeleteShareGroupOffsetsRequestTopic::default()
+                .with_topic_name(TopicName(text("share-topic")))]),
+    );
+    assert_eq!(
+        refused.error_code,
+        protocol::error_codes::NON_EMPTY_GROUP,
+        "{refused:?}"
+    );
     let busy = strom_fails(&broker, &["share-group", "delete", group], None);
     assert!(busy.contains("active members"), "{busy}");
     let listed = strom_ok(&broker, &["share-group", "list"]);
     assert!(listed.contains(group), "{listed}");
     let described = strom_ok(&broker, &["share-group", "describe", group]);
-    assert!(described.contains("STATE Stable") && described.contains("MEMBER raw-member-0000000000"), "{described}");
+    assert!(
+        described.contains("STATE Stable") && described.contains("MEMBER raw-member-0000000000"),
+        "{described}"
+    );
     let left: ShareGroupHeartbeatResponse = common::raw::call(
         &mut stream,
         ApiKey::ShareGroupHeartbeat,
@@ -171,9 +219,38 @@ fn share_consumers_divide_records_accept_each_once_and_redeliver_what_was_not_ac
 
     // Gone with its states; then unknown.
     let deleted = strom_ok(&broker, &["share-group", "delete", group]);
-    assert!(deleted.contains(&format!("deleted group {group}")), "{deleted}");
+    assert!(
+        deleted.contains(&format!("deleted group {group}")),
+        "{deleted}"
+    );
     let gone = strom_fails(&broker, &["share-group", "describe", group], None);
-    assert!(gone.contains("GROUP_ID_NOT_FOUND") || gone.contains("not found"), "{gone}");
+    assert!(
+        gone.contains("GROUP_ID_NOT_FOUND") || gone.contains("not found"),
+        "{gone}"
+    );
+    let mut stream = common::raw::connect(&broker);
+    let deleted: DeleteShareGroupOffsetsResponse = common::raw::call(
+        &mut stream,
+        ApiKey::DeleteShareGroupOffsets,
+        0,
+        5,
+        "share-test",
+        &DeleteShareGroupOffsetsRequest::default()
+            .with_group_id(GroupId(text(group)))
+            .with_topics(vec![
+                DeleteShareGroupOffsetsRequestTopic::default()
+                    .with_topic_name(TopicName(text("share-topic"))),
+                DeleteShareGroupOffsetsRequestTopic::default()
+                    .with_topic_name(TopicName(text("no-such-topic"))),
+            ]),
+    );
+    assert_eq!(deleted.error_code, 0, "{deleted:?}");
+    let codes: Vec<i16> = deleted.responses.iter().map(|r| r.error_code).collect();
+    assert_eq!(
+        codes,
+        [0, protocol::error_codes::UNKNOWN_TOPIC_OR_PARTITION],
+        "{deleted:?}"
+    );
 }
 
 fn text(value: &str) -> StrBytes {
@@ -189,31 +266,19 @@ fn topic_id_text(broker: &Broker, topic: &str) -> String {
         12,
         1,
         "share-test",
-        &MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default()
-            .with_name(Some(TopicName(text(topic))))])),
+        &MetadataRequest::default().with_topics(Some(vec![
+            MetadataRequestTopic::default().with_name(Some(TopicName(text(topic))))
+        ])),
     );
     let id = metadata.topics[0].topic_id.as_u128();
     groups::share_records::topic_id_text(id)
 }
 
-/// A share partition's leader killed (SIGKILL) in a three-node cluster
-/// while three ShareConsumers work through a replicated topic: the new
-/// leader reads the share partition's state from its share coordinator
-/// (`__share_group_state`, replicated), so no record acknowledged before
-/// the kill is delivered again, every record acquired but not
-/// acknowledged is delivered again with a higher count, and each record
-/// is accepted once.
-#[test]
-fn a_share_partition_leader_killed_loses_no_acknowledgement_and_no_acquired_record() {
-    let mut cluster = test_support::cluster::Cluster::start(
-        3,
-        &[
-            "--set",
-            "group.share.record.lock.duration.ms=3000",
-            "--set",
-            "group.share.delivery.count.limit=3",
-        ],
-    );
+/// One round: three ShareConsumers on a new replicated topic, the leader
+/// of its partition 0 killed once they have acknowledged some records;
+/// the members' script checks the rest. The killed node, started again.
+fn share_leader_killed_round(cluster: &mut test_support::cluster::Cluster, round: u64) -> String {
+    let topic = format!("shared-replicated-{round}");
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("members.log");
     let script =
@@ -223,7 +288,7 @@ fn a_share_partition_leader_killed_loses_no_acknowledgement_and_no_acquired_reco
         .args([
             "failover",
             &cluster.bootstrap(),
-            "shared-replicated",
+            &topic,
             log.to_str().unwrap(),
             dir.path().to_str().unwrap(),
             "3",
@@ -233,7 +298,7 @@ fn a_share_partition_leader_killed_loses_no_acknowledgement_and_no_acquired_reco
         .spawn()
         .expect("python3");
     let kill = dir.path().join("kill");
-    let named = test_support::poll_until(Duration::from_secs(180), || {
+    let named = common::poll_until(Duration::from_secs(180), || {
         if let Ok(text) = std::fs::read_to_string(&kill) {
             if let Ok(id) = text.trim().parse::<i32>() {
                 return Some(Some(id));
@@ -245,14 +310,14 @@ fn a_share_partition_leader_killed_loses_no_acknowledgement_and_no_acquired_reco
     let Some(victim) = named else {
         let out = members.wait_with_output().unwrap();
         panic!(
-            "the members exited before the kill\n{}\n{}",
+            "round {round}: the members exited before the kill\n{}\n{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
     };
     cluster.node_mut(victim).broker.kill();
     std::fs::write(dir.path().join("killed"), victim.to_string()).unwrap();
-    let status = test_support::wait_deadline(&mut members, Duration::from_secs(300));
+    let status = common::wait_deadline(&mut members, Duration::from_secs(300));
     if status.is_none() {
         let _ = members.kill();
     }
@@ -260,9 +325,49 @@ fn a_share_partition_leader_killed_loses_no_acknowledgement_and_no_acquired_reco
     let stdout = String::from_utf8_lossy(&output.stdout).to_string();
     assert!(
         status.is_some_and(|s| s.success()) && stdout.contains("failover: ok 450 records"),
-        "{stdout}\n{}\n{}",
+        "round {round}: {stdout}\n{}\n{}",
         String::from_utf8_lossy(&output.stderr),
         cluster.logs()
     );
-    println!("{stdout}");
+    cluster.node_mut(victim).broker.start_again();
+    let survivor = (1..=3).find(|&n| n != victim).unwrap();
+    cluster.wait_for("the killed node back", || {
+        let listed = common::strom(&cluster.node(survivor).broker, &["cluster", "status"], None);
+        let text = String::from_utf8_lossy(&listed.stdout);
+        (listed.status.success() && !text.contains("fenced")).then_some(())
+    });
+    format!("round {}: {}", round + 1, stdout.trim())
+}
+
+/// A share partition's leader killed (SIGKILL) in a three-node cluster
+/// while three ShareConsumers work through a replicated topic, round
+/// after round (`STROM_SOAK_ROUNDS`; `scripts/soak share_partition_leader`
+/// runs many): the new leader reads the share partition's state from its
+/// share coordinator (`__share_group_state`, replicated), so no record
+/// acknowledged before the kill is delivered again, every record acquired
+/// but not acknowledged is delivered again with a higher count, and each
+/// record is accepted once.
+#[test]
+fn a_share_partition_leader_killed_loses_no_acknowledgement_and_no_acquired_record() {
+    let started = std::time::Instant::now();
+    let budget = common::SoakBudget::from_env(2);
+    let mut cluster = test_support::cluster::Cluster::start(
+        3,
+        &[
+            "--set",
+            "group.share.record.lock.duration.ms=3000",
+            "--set",
+            "group.share.delivery.count.limit=3",
+        ],
+    );
+    let mut round = 0;
+    while budget.more(round) {
+        println!("{}", share_leader_killed_round(&mut cluster, round));
+        round += 1;
+    }
+    assert!(round > 0, "no round ran");
+    println!(
+        "soak share_partition_leader_killed: {round} rounds, {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
 }

@@ -393,7 +393,12 @@ impl SharePartition {
     pub fn pending_count(&self) -> usize {
         self.in_flight
             .values()
-            .filter(|r| matches!(r.state, RecordState::Available | RecordState::Acquired { .. }))
+            .filter(|r| {
+                matches!(
+                    r.state,
+                    RecordState::Available | RecordState::Acquired { .. }
+                )
+            })
             .count()
     }
 

@@ -34,8 +34,7 @@ impl SharePartitionKey {
 /// A topic id as Kafka prints it (URL-safe base64 of the 16 bytes, no
 /// padding).
 pub fn topic_id_text(id: u128) -> String {
-    const ALPHABET: &[u8; 64] =
-        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let bytes = id.to_be_bytes();
     let mut out = String::with_capacity(22);
     for chunk in bytes.chunks(3) {

@@ -459,7 +459,16 @@ pub async fn read_share_group_state(
 ) -> Result<Option<groups::share_records::ShareState>, i16> {
     use crate::handlers::share_state as wire;
     let request = wire::read_request(key);
-    match call_alone(shard, broker, ApiKey::ReadShareGroupState, &request, wire::VERSION, Duration::ZERO).await {
+    match call_alone(
+        shard,
+        broker,
+        ApiKey::ReadShareGroupState,
+        &request,
+        wire::VERSION,
+        Duration::ZERO,
+    )
+    .await
+    {
         Ok(response) => wire::read_answer(response),
         Err(error) => {
             tracing::info!(broker, message = %error.message, "share coordinator not reached");
@@ -480,7 +489,16 @@ pub async fn write_share_group_state(
     use crate::handlers::share_state as wire;
     let request = wire::write_request(key, state.as_ref(), kind);
     let wait = Duration::from_millis(crate::limits::OFFSETS_COMMIT_TIMEOUT_MS);
-    match call_alone(shard, broker, ApiKey::WriteShareGroupState, &request, wire::VERSION, wait).await {
+    match call_alone(
+        shard,
+        broker,
+        ApiKey::WriteShareGroupState,
+        &request,
+        wire::VERSION,
+        wait,
+    )
+    .await
+    {
         Ok(response) => wire::write_answer(response).map(|()| state.unwrap_or_default()),
         Err(error) => {
             tracing::info!(broker, message = %error.message, "share coordinator not reached");

@@ -156,7 +156,9 @@ pub async fn describe_offsets(
     let mut groups_out = Vec::with_capacity(request.groups.len());
     for group in request.groups {
         let id = group.group_id.0.to_string();
-        let base = describe_share_group_offsets_response::DescribeShareGroupOffsetsResponseGroup::default()
+        let base =
+            describe_share_group_offsets_response::DescribeShareGroupOffsetsResponseGroup::default(
+            )
             .with_group_id(group.group_id.clone());
         if let Err(error) = known(shard, &id).await {
             groups_out.push(
@@ -169,11 +171,21 @@ pub async fn describe_offsets(
         let wanted: Option<BTreeMap<String, BTreeSet<i32>>> = group.topics.as_ref().map(|topics| {
             topics
                 .iter()
-                .map(|t| (t.topic_name.0.to_string(), t.partitions.iter().copied().collect()))
+                .map(|t| {
+                    (
+                        t.topic_name.0.to_string(),
+                        t.partitions.iter().copied().collect(),
+                    )
+                })
                 .collect()
         });
-        let only = wanted.as_ref().map(|w| w.keys().cloned().collect::<BTreeSet<_>>());
-        let mut topics: BTreeMap<(String, u128), Vec<describe_share_group_offsets_response::DescribeShareGroupOffsetsResponsePartition>> = BTreeMap::new();
+        let only = wanted
+            .as_ref()
+            .map(|w| w.keys().cloned().collect::<BTreeSet<_>>());
+        let mut topics: BTreeMap<
+            (String, u128),
+            Vec<describe_share_group_offsets_response::DescribeShareGroupOffsetsResponsePartition>,
+        > = BTreeMap::new();
         for (name, topic_id, partition, state) in
             share_state::group_partitions(shard, &id, only.as_ref()).await
         {
@@ -201,7 +213,11 @@ pub async fn describe_offsets(
         // Named topics that do not exist.
         for name in only.iter().flatten() {
             if !shard.metadata.image().topics.contains_key(name) {
-                let partitions = wanted.as_ref().and_then(|w| w.get(name)).cloned().unwrap_or_default();
+                let partitions = wanted
+                    .as_ref()
+                    .and_then(|w| w.get(name))
+                    .cloned()
+                    .unwrap_or_default();
                 topics.insert(
                     (name.clone(), 0),
                     partitions
@@ -275,8 +291,9 @@ pub async fn alter_offsets(
                 .with_partition_index(p.partition_index);
             let code = match meta {
                 None => errors::UNKNOWN_TOPIC_OR_PARTITION,
-                Some(t) if p.partition_index < 0
-                    || p.partition_index >= t.partition_cores.len() as i32 =>
+                Some(t)
+                    if p.partition_index < 0
+                        || p.partition_index >= t.partition_cores.len() as i32 =>
                 {
                     errors::UNKNOWN_TOPIC_OR_PARTITION
                 }

@@ -39,8 +39,8 @@ use kafka_protocol::ResponseError;
 use crate::errors;
 use crate::group::manager;
 use crate::group_state::{HeldShare, ShareSession};
-use crate::share_state;
 use crate::shard::Shard;
+use crate::share_state;
 
 pub const VERSION_MIN: i16 = 1;
 pub const VERSION_MAX: i16 = 1;
@@ -294,15 +294,18 @@ async fn serve_partition(
             return Served::refused(errors::NOT_LEADER_OR_FOLLOWER);
         }
     }
-    crate::metrics::record_share(&group_id, crate::metrics::ShareActivity {
-        acquired: acquired.iter().map(|a| (a.last - a.first + 1) as u64).sum(),
-        redelivered: acquired
-            .iter()
-            .filter(|a| a.delivery_count > 1)
-            .map(|a| (a.last - a.first + 1) as u64)
-            .sum(),
-        lock_expiries: expired as u64,
-    });
+    crate::metrics::record_share(
+        &group_id,
+        crate::metrics::ShareActivity {
+            acquired: acquired.iter().map(|a| (a.last - a.first + 1) as u64).sum(),
+            redelivered: acquired
+                .iter()
+                .filter(|a| a.delivery_count > 1)
+                .map(|a| (a.last - a.first + 1) as u64)
+                .sum(),
+            lock_expiries: expired as u64,
+        },
+    );
     owner.groups.share_partitions.borrow_mut().insert(key, next);
     let records = match acquired.first() {
         Some(first) => {
@@ -375,7 +378,10 @@ async fn serve_all(
     let mut out = BTreeMap::new();
     for ((topic_id, partition), want) in wanted {
         let Some(topic) = image.topics.values().find(|t| t.topic_id == topic_id) else {
-            out.insert((topic_id, partition), Served::refused(errors::UNKNOWN_TOPIC_ID));
+            out.insert(
+                (topic_id, partition),
+                Served::refused(errors::UNKNOWN_TOPIC_ID),
+            );
             continue;
         };
         let name = topic.name.clone();
@@ -586,11 +592,15 @@ pub async fn acknowledge(
     for topic in request.topics {
         let id = topic.topic_id.as_u128();
         for p in topic.partitions {
-            wanted.entry((id, p.partition_index)).or_default().acks.extend(
-                p.acknowledgement_batches
-                    .into_iter()
-                    .map(|b| (b.first_offset, b.last_offset, b.acknowledge_types)),
-            );
+            wanted
+                .entry((id, p.partition_index))
+                .or_default()
+                .acks
+                .extend(
+                    p.acknowledgement_batches
+                        .into_iter()
+                        .map(|b| (b.first_offset, b.last_offset, b.acknowledge_types)),
+                );
         }
     }
     let answered: Vec<(u128, i32)> = wanted.keys().copied().collect();

@@ -47,13 +47,15 @@ fn single<T, P>(topics: &[T], partitions: impl Fn(&T) -> &[P]) -> Option<(&T, &P
 pub fn read_request(key: &SharePartitionKey) -> ReadShareGroupStateRequest {
     ReadShareGroupStateRequest::default()
         .with_group_id(StrBytes::from_string(key.group_id.clone()))
-        .with_topics(vec![read_share_group_state_request::ReadStateData::default()
-            .with_topic_id(uuid::Uuid::from_u128(key.topic_id))
-            .with_partitions(vec![
-                read_share_group_state_request::PartitionData::default()
-                    .with_partition(key.partition)
-                    .with_leader_epoch(-1),
-            ])])
+        .with_topics(vec![
+            read_share_group_state_request::ReadStateData::default()
+                .with_topic_id(uuid::Uuid::from_u128(key.topic_id))
+                .with_partitions(vec![
+                    read_share_group_state_request::PartitionData::default()
+                        .with_partition(key.partition)
+                        .with_leader_epoch(-1),
+                ]),
+        ])
 }
 
 /// The state a read answered (`None`: never written), or its error.
@@ -97,29 +99,31 @@ pub fn write_request(
     let state = state.cloned().unwrap_or_default();
     WriteShareGroupStateRequest::default()
         .with_group_id(StrBytes::from_string(key.group_id.clone()))
-        .with_topics(vec![write_share_group_state_request::WriteStateData::default()
-            .with_topic_id(uuid::Uuid::from_u128(key.topic_id))
-            .with_partitions(vec![
-                write_share_group_state_request::PartitionData::default()
-                    .with_partition(key.partition)
-                    .with_state_epoch(state.state_epoch)
-                    .with_leader_epoch(state.leader_epoch)
-                    .with_start_offset(state.snapshot.start_offset)
-                    .with_state_batches(
-                        state
-                            .snapshot
-                            .batches
-                            .iter()
-                            .map(|b| {
-                                write_share_group_state_request::StateBatch::default()
-                                    .with_first_offset(b.first)
-                                    .with_last_offset(b.last)
-                                    .with_delivery_state(b.delivery_state)
-                                    .with_delivery_count(b.delivery_count)
-                            })
-                            .collect(),
-                    ),
-            ])])
+        .with_topics(vec![
+            write_share_group_state_request::WriteStateData::default()
+                .with_topic_id(uuid::Uuid::from_u128(key.topic_id))
+                .with_partitions(vec![
+                    write_share_group_state_request::PartitionData::default()
+                        .with_partition(key.partition)
+                        .with_state_epoch(state.state_epoch)
+                        .with_leader_epoch(state.leader_epoch)
+                        .with_start_offset(state.snapshot.start_offset)
+                        .with_state_batches(
+                            state
+                                .snapshot
+                                .batches
+                                .iter()
+                                .map(|b| {
+                                    write_share_group_state_request::StateBatch::default()
+                                        .with_first_offset(b.first)
+                                        .with_last_offset(b.last)
+                                        .with_delivery_state(b.delivery_state)
+                                        .with_delivery_count(b.delivery_count)
+                                })
+                                .collect(),
+                        ),
+                ]),
+        ])
         .with_unknown_tagged_fields(BTreeMap::from([(
             WRITE_KIND_TAG,
             Bytes::copy_from_slice(&kind.to_be_bytes()),

@@ -180,9 +180,15 @@ BEYOND_KAFKA_PYTHON = {
     69: "ConsumerGroupDescribe: consumer_protocol (confluent-kafka admin, strom group describe, raw)",
     76: "ShareGroupHeartbeat: share_groups (confluent-kafka ShareConsumer)",
     78: "ShareFetch: share_groups (confluent-kafka ShareConsumer)",
+    77: "ShareGroupDescribe: share_groups (strom share-group describe)",
     79: "ShareAcknowledge: share_groups (confluent-kafka ShareConsumer)",
     80: "AddRaftVoter: voter_replacement (strom cluster add-voter)",
     81: "RemoveRaftVoter: voter_replacement (strom cluster remove-voter)",
+    84: "ReadShareGroupState: share_groups (a share partition's leader, in a cluster)",
+    85: "WriteShareGroupState: share_groups (a share partition's leader, in a cluster)",
+    90: "DescribeShareGroupOffsets: share_groups (strom share-group describe)",
+    91: "AlterShareGroupOffsets: share_groups (strom share-group reset-offsets, raw)",
+    92: "DeleteShareGroupOffsets: share_groups (raw)",
 }
 
 

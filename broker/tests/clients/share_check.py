@@ -146,14 +146,17 @@ def outcomes(all_lines):
     return got, final, failed
 
 
-def settled(log_path, where, limit):
+def settled(log_path, where, limit, strict=True):
     """Every record accepted or rejected (or its acknowledgement failed and
     it never came again), and every `9` record delivered for the
     `limit`th time."""
     got, final, failed = outcomes(lines(log_path))
     for key, index in where.items():
         if index % 10 == 9:
-            if max((c for _, c in got.get(key, [])), default=0) < limit:
+            # After a leader's death the last of its deliveries may have
+            # been handed out and lost with it: then the member never sees
+            # the limit, and only a quiet spell tells it is over.
+            if strict and max((c for _, c in got.get(key, [])), default=0) < limit:
                 return False, len(final)
         elif key not in final:
             last_failed = max((p for p, _ in failed.get(key, [])), default=None)
@@ -163,10 +166,15 @@ def settled(log_path, where, limit):
     return True, len(final)
 
 
-def wait_settled(log_path, where, limit, members):
+def wait_settled(log_path, where, limit, members, strict=True):
     deadline = time.time() + DEADLINE_S
     while True:
-        ok, done = settled(log_path, where, limit)
+        ok, done = settled(log_path, where, limit, strict)
+        if ok and not strict:
+            # Quiet for three lock durations: nothing more is coming.
+            got = len([l for l in lines(log_path) if l[0] == "got"])
+            time.sleep(9)
+            ok = got == len([l for l in lines(log_path) if l[0] == "got"])
         if ok:
             break
         for m in members:
@@ -230,9 +238,12 @@ def check_outcomes(log_path, where, limit, held, strict=True):
         if index % 10 == 9:
             # A delivery handed out by a leader that died before its
             # answer left counts too: then fewer reach the member.
-            exact = len(counts) == limit or not strict
-            check(exact and max(counts) == limit,
-                  f"record {index} delivered {counts}, the limit is {limit}")
+            if strict:
+                check(len(counts) == limit and max(counts) == limit,
+                      f"record {index} delivered {counts}, the limit is {limit}")
+            else:
+                check(counts and max(counts) <= limit,
+                      f"record {index} delivered {counts}, the limit is {limit}")
         if index % 10 == 3:
             check(len(counts) >= 2 or (not strict and max(counts) >= 2),
                   f"record {index} released once, delivered {counts}")
@@ -292,7 +303,7 @@ def failover(bootstrap, topic, log_path, signal_dir, limit):
         check(time.time() < deadline, "the leader was not killed")
         time.sleep(0.1)
     produce(bootstrap, topic, range(300, 450), where)
-    wait_settled(log_path, where, limit, members)
+    wait_settled(log_path, where, limit, members, strict=False)
     deliveries, unknown = check_outcomes(log_path, where, limit, set(), strict=False)
     redelivered = sum(1 for l in lines(log_path) if l[0] == "got" and int(l[4]) > 1)
     print(f"failover: ok {len(where)} records, leader {leader} killed, {deliveries} deliveries, "

@@ -240,7 +240,10 @@ async fn describe(connect: &ConnectArgs, group: &str, format: Format) -> anyhow:
     }
     out.push_str("TOPIC\tPARTITION\tSTART-OFFSET\n");
     for o in &described.offsets {
-        out.push_str(&format!("{}\t{}\t{}\n", o.topic, o.partition, o.start_offset));
+        out.push_str(&format!(
+            "{}\t{}\t{}\n",
+            o.topic, o.partition, o.start_offset
+        ));
     }
     outln!("{}", out.trim_end());
     Ok(())
@@ -307,7 +310,10 @@ async fn reset_offsets(args: ResetArgs) -> anyhow::Result<()> {
             .as_deref()
             .map(|m| m.to_string())
             .unwrap_or_else(|| error_name(response.error_code));
-        bail!("cannot reset the offsets of share group {}: {message}", args.group);
+        bail!(
+            "cannot reset the offsets of share group {}: {message}",
+            args.group
+        );
     }
     for t in &response.responses {
         for p in &t.partitions {
