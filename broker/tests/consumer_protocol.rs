@@ -123,32 +123,10 @@ fn bad_heartbeats_get_kafkas_error_codes_and_the_broker_keeps_serving() {
     assert_eq!(codes(join("raw", "ghost").with_member_epoch(3)), 25);
     // The group's own heartbeat interval (a group config) is the one
     // its members are told.
-    {
-        use protocol::kafka_protocol::messages::incremental_alter_configs_request::{
-            AlterConfigsResource, AlterableConfig,
-        };
-        use protocol::kafka_protocol::messages::{
-            IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
-        };
-        let mut stream = common::raw::connect(&broker);
-        let altered: IncrementalAlterConfigsResponse = common::raw::call(
-            &mut stream,
-            ApiKey::IncrementalAlterConfigs,
-            1,
-            9,
-            "kip848-test",
-            &IncrementalAlterConfigsRequest::default().with_resources(vec![
-                AlterConfigsResource::default()
-                    .with_resource_type(32)
-                    .with_resource_name(text("raw"))
-                    .with_configs(vec![AlterableConfig::default()
-                        .with_name(text("consumer.heartbeat.interval.ms"))
-                        .with_config_operation(0)
-                        .with_value(Some(text("7000")))]),
-            ]),
-        );
-        assert_eq!(altered.responses[0].error_code, 0, "{altered:?}");
-    }
+    assert_eq!(
+        common::raw::alter_group_config(&broker, "raw", "consumer.heartbeat.interval.ms", "7000"),
+        0
+    );
     // A member joins and gets the four partitions at epoch 1.
     let joined = heartbeat(&broker, join("raw", "m1"));
     assert_eq!(joined.error_code, 0, "{joined:?}");

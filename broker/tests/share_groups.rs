@@ -134,6 +134,22 @@ fn share_consumers_divide_records_accept_each_once_and_redeliver_what_was_not_ac
         Duration::from_secs(120),
     );
     assert!(drained.contains("drain: ok 300 records"), "{drained}");
+    // Another group starting at the records at most an hour old: all of them.
+    assert_eq!(
+        common::raw::alter_group_config(
+            &broker,
+            "recent",
+            "share.auto.offset.reset",
+            "by_duration:PT1H"
+        ),
+        0
+    );
+    let recent = run_python(
+        "share_check.py",
+        &["drain", &broker.bootstrap(), "recent", "share-topic", "300"],
+        Duration::from_secs(120),
+    );
+    assert!(recent.contains("drain: ok 300 records"), "{recent}");
 
     // A member in: its offsets may not change, nor the group go.
     let key = format!("{group}:{}:0", topic_id_text(&broker, "share-topic"));
@@ -143,6 +159,12 @@ fn share_consumers_divide_records_accept_each_once_and_redeliver_what_was_not_ac
     assert_eq!(
         common::raw::find_coordinator(&broker, "not-a-share-key", 2),
         None
+    );
+    // The group's own heartbeat interval (a group config) is the one its
+    // members are told.
+    assert_eq!(
+        common::raw::alter_group_config(&broker, group, "share.heartbeat.interval.ms", "7000"),
+        0
     );
     let mut stream = common::raw::connect(&broker);
     let joined: ShareGroupHeartbeatResponse = common::raw::call(
@@ -158,6 +180,7 @@ fn share_consumers_divide_records_accept_each_once_and_redeliver_what_was_not_ac
             .with_subscribed_topic_names(Some(vec![TopicName(text("share-topic"))])),
     );
     assert_eq!(joined.error_code, 0, "{joined:?}");
+    assert_eq!(joined.heartbeat_interval_ms, 7000);
     let refused: AlterShareGroupOffsetsResponse = common::raw::call(
         &mut stream,
         ApiKey::AlterShareGroupOffsets,

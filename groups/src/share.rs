@@ -22,6 +22,46 @@
 
 use std::collections::BTreeMap;
 
+/// An ISO-8601 duration as `share.auto.offset.reset=by_duration:` takes
+/// it (Java's `Duration.parse`): `P[nD][T[nH][nM][n[.f]S]]`, in
+/// milliseconds; `None` for anything else, a negative one included.
+pub fn parse_duration_ms(text: &str) -> Option<u64> {
+    let rest = text.strip_prefix('P').or_else(|| text.strip_prefix('p'))?;
+    let (days, time) = match rest.find(['T', 't']) {
+        Some(at) => (&rest[..at], Some(&rest[at + 1..])),
+        None => (rest, None),
+    };
+    let mut total: f64 = 0.0;
+    let mut any = false;
+    let mut take = |part: &str, units: &[(char, f64)]| -> Option<()> {
+        let mut number = String::new();
+        let mut next_unit = 0;
+        for c in part.chars() {
+            if c.is_ascii_digit() || c == '.' {
+                number.push(c);
+                continue;
+            }
+            let at = units[next_unit..]
+                .iter()
+                .position(|(u, _)| u.eq_ignore_ascii_case(&c))?;
+            let value: f64 = number.parse().ok()?;
+            total += value * units[next_unit + at].1;
+            next_unit += at + 1;
+            number.clear();
+            any = true;
+        }
+        number.is_empty().then_some(())
+    };
+    take(days, &[('D', 86_400_000.0)])?;
+    if let Some(time) = time {
+        if time.is_empty() {
+            return None;
+        }
+        take(time, &[('H', 3_600_000.0), ('M', 60_000.0), ('S', 1_000.0)])?;
+    }
+    (any && total.is_finite() && total < 1e18).then_some(total as u64)
+}
+
 /// How a member acknowledges a record (Kafka's acknowledge types).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AcknowledgeType {
@@ -512,6 +552,19 @@ mod tests {
     }
 
     #[test]
+    fn durations_read_as_java_reads_them() {
+        assert_eq!(parse_duration_ms("PT10M"), Some(600_000));
+        assert_eq!(parse_duration_ms("P1D"), Some(86_400_000));
+        assert_eq!(parse_duration_ms("P1DT1H0.5S"), Some(90_000_500));
+        assert_eq!(parse_duration_ms("PT1.5S"), Some(1_500));
+        for bad in [
+            "", "P", "PT", "10M", "PT10X", "PT1S1M", "P-1D", "PTM", "P1H",
+        ] {
+            assert_eq!(parse_duration_ms(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
     fn a_restored_snapshot_keeps_acknowledgements_and_hands_out_acquired_records_again() {
         let c = config();
         let mut p = SharePartition::new(0);
@@ -649,6 +702,8 @@ pub struct ShareHeartbeat {
     pub subscribed_topic_names: Option<Vec<String>>,
     pub client_id: String,
     pub client_host: String,
+    /// The group's own `share.session.timeout.ms`, over the broker's.
+    pub session_timeout_ms: Option<u64>,
 }
 
 /// An accepted share heartbeat's answer: the member's epoch and its

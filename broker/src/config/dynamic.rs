@@ -532,35 +532,35 @@ pub const GROUP_KEYS: &[GroupKey] = &[
         config_type: types::INT,
         default: "45000",
         range: Some((45_000, 60_000)),
-        meaning: "Session timeout of a share group's members. Kept and reported.",
+        meaning: "Session timeout of a share group's members, over `group.share.session.timeout.ms`.",
     },
     GroupKey {
         name: "share.heartbeat.interval.ms",
         config_type: types::INT,
         default: "5000",
         range: Some((5_000, 15_000)),
-        meaning: "Heartbeat interval of a share group's members. Kept and reported.",
+        meaning: "Heartbeat interval the coordinator gives a share group's members, over `group.share.heartbeat.interval.ms`.",
     },
     GroupKey {
         name: "share.record.lock.duration.ms",
         config_type: types::INT,
         default: "30000",
         range: Some((15_000, 60_000)),
-        meaning: "How long a share group's consumer holds a record's acquisition lock. Kept and reported.",
+        meaning: "How long a share group's consumer holds a record's acquisition lock, over `group.share.record.lock.duration.ms`.",
     },
     GroupKey {
         name: "share.auto.offset.reset",
         config_type: types::STRING,
         default: "latest",
         range: None,
-        meaning: "Where a share group starts reading: `latest`, `earliest` or `by_duration:<ISO-8601 duration>`. Kept and reported.",
+        meaning: "Where a share partition without a kept state starts: `latest` (the log end), `earliest` (the log start) or `by_duration:<ISO-8601 duration>` (the first record at most that old, e.g. `by_duration:PT10M`).",
     },
     GroupKey {
         name: "share.isolation.level",
         config_type: types::STRING,
         default: "read_uncommitted",
         range: None,
-        meaning: "`read_committed` or `read_uncommitted` records for a share group. Kept and reported.",
+        meaning: "`read_committed` or `read_uncommitted` records for a share group. Kept and reported: share groups read uncommitted.",
     },
     GroupKey {
         name: "streams.session.timeout.ms",
@@ -607,7 +607,8 @@ pub fn validate_group(configs: &BTreeMap<String, String>) -> Result<(), String> 
                 matches!(value.as_str(), "latest" | "earliest")
                     || value
                         .strip_prefix("by_duration:")
-                        .is_some_and(|d| d.starts_with('P'))
+                        .and_then(groups::share::parse_duration_ms)
+                        .is_some()
             }
             "share.isolation.level" => {
                 matches!(value.as_str(), "read_committed" | "read_uncommitted")
@@ -809,6 +810,8 @@ mod tests {
         assert!(validate_group(&set(&[("no.such", "1")])).is_err());
         assert!(validate_group(&set(&[("share.auto.offset.reset", "earliest")])).is_ok());
         assert!(validate_group(&set(&[("share.auto.offset.reset", "soon")])).is_err());
+        assert!(validate_group(&set(&[("share.auto.offset.reset", "by_duration:PT10M")])).is_ok());
+        assert!(validate_group(&set(&[("share.auto.offset.reset", "by_duration:P")])).is_err());
     }
 
     #[test]

@@ -62,9 +62,10 @@ pub async fn heartbeat(
     client_host: String,
 ) -> ShareGroupHeartbeatResponse {
     let group_id = request.group_id.0.to_string();
-    let interval = shard.config.groups.share.heartbeat_interval_ms;
     let outcome = manager::on_coordinator(shard, &group_id.clone(), move |owner, _| async move {
         let image = owner.metadata.image();
+        // The group's own settings (IncrementalAlterConfigs on the group).
+        let settings = GroupSettings::of(&owner, &group_id);
         let counts: BTreeMap<String, i32> = image
             .topics
             .values()
@@ -85,11 +86,12 @@ pub async fn heartbeat(
                 .map(|names| names.into_iter().map(|n| n.0.to_string()).collect()),
             client_id,
             client_host,
+            session_timeout_ms: settings.session_timeout_ms,
         };
         manager::with_coordinator(&owner, |c| {
             c.share_heartbeat(owner.now_ms() as u64, decoded, &counts)
         })
-        .map(|answer| (answer, ids))
+        .map(|answer| (answer, ids, settings.heartbeat_interval_ms))
     })
     .await
     .and_then(|inner| inner);
@@ -97,7 +99,7 @@ pub async fn heartbeat(
         Err(error) => ShareGroupHeartbeatResponse::default()
             .with_error_code(error.code())
             .with_error_message(Some(text(error.to_string()))),
-        Ok((answer, ids)) => ShareGroupHeartbeatResponse::default()
+        Ok((answer, ids, interval)) => ShareGroupHeartbeatResponse::default()
             .with_member_id(Some(text(answer.member_id)))
             .with_member_epoch(answer.member_epoch)
             .with_heartbeat_interval_ms(i32::try_from(interval).unwrap_or(i32::MAX))
@@ -115,6 +117,56 @@ pub async fn heartbeat(
                         .collect(),
                 )
             })),
+    }
+}
+
+/// A share group's own settings (group configs) over the broker's.
+struct GroupSettings {
+    session_timeout_ms: Option<u64>,
+    heartbeat_interval_ms: u64,
+    record_lock_ms: u64,
+    auto_offset_reset: String,
+}
+
+impl GroupSettings {
+    fn of(shard: &Shard, group_id: &str) -> Self {
+        let image = shard.metadata.image();
+        let configs = image.group_configs.get(group_id);
+        let text = |key: &str| configs.and_then(|c| c.get(key)).cloned();
+        let number = |key: &str| text(key).and_then(|v| v.trim().parse::<u64>().ok());
+        let broker = &shard.config.groups.share;
+        GroupSettings {
+            session_timeout_ms: number("share.session.timeout.ms"),
+            heartbeat_interval_ms: number("share.heartbeat.interval.ms")
+                .unwrap_or(broker.heartbeat_interval_ms),
+            record_lock_ms: number("share.record.lock.duration.ms")
+                .unwrap_or(broker.partition.record_lock_ms),
+            auto_offset_reset: text("share.auto.offset.reset").unwrap_or_else(|| "latest".into()),
+        }
+    }
+}
+
+/// Where a share partition without a kept state starts
+/// (`share.auto.offset.reset`): the log end, its start, or the first
+/// record at most `by_duration:` old (the log end when none is).
+async fn start_offset(log: &crate::partition::Partition, reset: &str, now_ms: i64) -> i64 {
+    if reset == "earliest" {
+        return log.log_start_offset();
+    }
+    let Some(age_ms) = reset
+        .strip_prefix("by_duration:")
+        .and_then(groups::share::parse_duration_ms)
+    else {
+        return log.high_watermark();
+    };
+    let since = now_ms
+        .saturating_sub(i64::try_from(age_ms).unwrap_or(i64::MAX))
+        .max(0);
+    let found = log.list_offset(since, false).await;
+    if found.error_code == errors::NONE && found.offset >= 0 {
+        found.offset.min(log.high_watermark())
+    } else {
+        log.high_watermark()
     }
 }
 
@@ -217,7 +269,11 @@ async fn serve_partition(
     };
     let key = (group_id.clone(), topic, partition);
     let _turn = owner.groups.share_turns.lock(turn_of(&key)).await;
-    let config = owner.config.groups.share.partition;
+    let settings = GroupSettings::of(&owner, &group_id);
+    let config = groups::share::ShareConfig {
+        record_lock_ms: settings.record_lock_ms,
+        ..owner.config.groups.share.partition
+    };
     let leader_epoch = log.leader_epoch();
     let state_key = SharePartitionKey {
         group_id: group_id.clone(),
@@ -247,17 +303,7 @@ async fn serve_partition(
                 state_epoch: stored.state_epoch,
             },
             Ok(None) => {
-                let image = owner.metadata.image();
-                let earliest = image
-                    .group_configs
-                    .get(&group_id)
-                    .and_then(|c| c.get("share.auto.offset.reset"))
-                    .is_some_and(|reset| reset == "earliest");
-                let start = if earliest {
-                    log.log_start_offset()
-                } else {
-                    log.high_watermark()
-                };
+                let start = start_offset(&log, &settings.auto_offset_reset, owner.now_ms()).await;
                 HeldShare {
                     partition: SharePartition::new(start),
                     leader_epoch,
@@ -547,7 +593,7 @@ pub async fn fetch(shard: &Rc<Shard>, request: ShareFetchRequest) -> ShareFetchR
                 ),
         );
     }
-    let lock_ms = shard.config.groups.share.partition.record_lock_ms;
+    let lock_ms = GroupSettings::of(shard, &group_id).record_lock_ms;
     ShareFetchResponse::default()
         .with_acquisition_lock_timeout_ms(i32::try_from(lock_ms).unwrap_or(i32::MAX))
         .with_responses(

@@ -100,3 +100,34 @@ pub fn find_coordinator(broker: &super::Broker, key: &str, key_type: i8) -> Opti
     );
     (found.error_code == 0 && found.node_id.0 >= 0).then_some(found.node_id.0)
 }
+
+/// Sets a group config (IncrementalAlterConfigs v1 on the GROUP resource)
+/// and returns the resource's error code.
+#[allow(dead_code)]
+pub fn alter_group_config(broker: &super::Broker, group: &str, key: &str, value: &str) -> i16 {
+    use protocol::kafka_protocol::messages::incremental_alter_configs_request::{
+        AlterConfigsResource, AlterableConfig,
+    };
+    use protocol::kafka_protocol::messages::{
+        IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+    };
+    let text = |v: &str| StrBytes::from_string(v.to_string());
+    let mut stream = connect(broker);
+    let altered: IncrementalAlterConfigsResponse = call(
+        &mut stream,
+        ApiKey::IncrementalAlterConfigs,
+        1,
+        1,
+        "group-config",
+        &IncrementalAlterConfigsRequest::default().with_resources(vec![
+            AlterConfigsResource::default()
+                .with_resource_type(32)
+                .with_resource_name(text(group))
+                .with_configs(vec![AlterableConfig::default()
+                    .with_name(text(key))
+                    .with_config_operation(0)
+                    .with_value(Some(text(value)))]),
+        ]),
+    );
+    altered.responses[0].error_code
+}

@@ -430,18 +430,15 @@ impl Coordinator {
             }
         }
         let config = self.config.share;
+        let session_timeout_ms = request
+            .session_timeout_ms
+            .unwrap_or(config.session_timeout_ms);
         let group = self
             .share_groups
             .entry(request.group_id.clone())
             .or_default();
         group
-            .heartbeat(
-                now_ms,
-                request,
-                topics,
-                config.session_timeout_ms,
-                config.max_size,
-            )
+            .heartbeat(now_ms, request, topics, session_timeout_ms, config.max_size)
             .map_err(|refusal| match refusal {
                 ShareRefusal::InvalidRequest => GroupError::InvalidRequest,
                 ShareRefusal::UnknownMemberId => GroupError::UnknownMemberId,
