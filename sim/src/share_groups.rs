@@ -1,24 +1,43 @@
-//! Share partitions (KIP-932) under seeded members: the broker's share
-//! partition state (`groups::share`) driven by members that acquire
-//! records, acknowledge them late or never (their locks expire), release
-//! or reject some, and leave, while the log grows.
+//! Share partitions (KIP-932) under seeded members and leader crashes:
+//! the broker's share partition state (`groups::share`) driven by members
+//! that acquire records, acknowledge them late or never (their locks
+//! expire), release or reject some, and leave, while the log grows; and
+//! the share partition's leader crashing now and then, as the broker runs
+//! it: each request's change is made on a copy, written durably (the
+//! share coordinator's snapshot, `groups::share::ShareSnapshot`) when it
+//! changed anything kept, and only then answered. A crash before the
+//! write loses the change and the answer; one after it loses the answer.
+//! The new leader restores the last durable snapshot; what members held
+//! is gone with the old leader's locks.
 //!
 //! The rules checked after every step and at the end:
-//! - a record is accepted at most once, and an accepted record is never
-//!   delivered again;
+//! - a record is accepted at most once, and a record whose acceptance (or
+//!   rejection) was answered is never delivered again;
 //! - no record is held by two members at once (a member whose lock
 //!   expired has its acknowledgement refused);
-//! - each delivery of a record has a higher delivery count than the one
-//!   before, and none beyond the limit;
+//! - each delivery a member sees of a record has a higher delivery count
+//!   than the one it saw before, and none beyond the limit;
 //! - once members stop failing, every record is accepted or archived: none
-//!   is lost while acquired and not acknowledged.
+//!   is lost while acquired and not acknowledged, not even across crashes.
+//!
+//! [`ShareMutation::AnswerBeforeDurable`] answers before writing, as a
+//! broker must not: a crash then forgets an acceptance a member was told
+//! of, and the record comes again.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use groups::share::{AcknowledgeType, ShareConfig, SharePartition};
+use groups::share::{AcknowledgeType, ShareConfig, SharePartition, ShareSnapshot};
 
 const TICK_MS: u64 = 50;
 const STEPS: u64 = 2_000;
+
+/// A rule broken on purpose, to show the checks catch it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShareMutation {
+    None,
+    /// Acknowledgements answered before the state is durable.
+    AnswerBeforeDurable,
+}
 
 /// What one seed did.
 #[derive(Debug, Default, Clone)]
@@ -30,9 +49,19 @@ pub struct ShareReport {
     pub lock_expiries: u64,
     pub refused_acknowledgements: u64,
     pub archived_at_the_limit: u64,
+    pub leader_crashes: u64,
+    /// Acceptances written durably whose answer a crash lost.
+    pub unanswered_acceptances: u64,
 }
 
-pub fn run_share_seed(seed: u64) -> Result<ShareReport, String> {
+/// What one request asked and what its answer tells the member.
+enum Answer {
+    Acquired(Vec<groups::share::Acquired>),
+    Acknowledged(Vec<(i64, AcknowledgeType, bool)>),
+    Nothing,
+}
+
+pub fn run_share_seed(seed: u64, mutation: ShareMutation) -> Result<ShareReport, String> {
     let mut rng = fastrand::Rng::with_seed(seed);
     let config = ShareConfig {
         record_lock_ms: 500 + rng.u64(0..1_000),
@@ -41,12 +70,17 @@ pub fn run_share_seed(seed: u64) -> Result<ShareReport, String> {
     };
     let members = 2 + rng.usize(0..4);
     let mut partition = SharePartition::new(0);
+    let mut durable: ShareSnapshot = partition.snapshot();
     let mut report = ShareReport::default();
     let mut log_end = 0i64;
-    // What each member believes it holds: offset -> delivery count.
-    let mut held: Vec<BTreeMap<i64, u16>> = vec![BTreeMap::new(); members];
+    // What each member believes it holds: offset -> its lock's end.
+    let mut held: Vec<BTreeMap<i64, u64>> = vec![BTreeMap::new(); members];
+    // Answered acceptances and rejections.
     let mut accepted: BTreeSet<i64> = BTreeSet::new();
     let mut rejected: BTreeSet<i64> = BTreeSet::new();
+    // Acceptances written durably but never answered (a crash).
+    let mut unanswered: BTreeSet<i64> = BTreeSet::new();
+    // The delivery count each member last saw of a record.
     let mut last_count: BTreeMap<i64, u16> = BTreeMap::new();
     let mut now = 0u64;
     let settle_from = STEPS * 3 / 4;
@@ -56,58 +90,20 @@ pub fn run_share_seed(seed: u64) -> Result<ShareReport, String> {
         if step < STEPS && rng.u32(0..3) == 0 {
             log_end += i64::from(rng.u32(1..8));
         }
-        report.lock_expiries += partition.expire_locks(now, &config) as u64;
         let m = rng.usize(0..members);
         let name = format!("m{m}");
-        match rng.u32(0..10) {
-            // Acquire.
+        // The request's change, on a copy.
+        let mut next = partition.clone();
+        report.lock_expiries += next.expire_locks(now, &config) as u64;
+        let answer = match rng.u32(0..10) {
             0..=3 => {
-                for range in partition.acquire(&name, log_end, 1 + rng.usize(0..10), now, &config) {
-                    for offset in range.first..=range.last {
-                        report.delivered += 1;
-                        if accepted.contains(&offset) || rejected.contains(&offset) {
-                            return Err(format!(
-                                "offset {offset} delivered again after it was done with"
-                            ));
-                        }
-                        if range.delivery_count > config.delivery_count_limit {
-                            return Err(format!(
-                                "offset {offset} delivered {} times",
-                                range.delivery_count
-                            ));
-                        }
-                        let before = last_count.insert(offset, range.delivery_count).unwrap_or(0);
-                        if range.delivery_count <= before {
-                            return Err(format!(
-                                "offset {offset} delivered with count {} after {before}",
-                                range.delivery_count
-                            ));
-                        }
-                        for (other, holds) in held.iter().enumerate() {
-                            if other != m && holds.contains_key(&offset) {
-                                // The other's lock must have expired: its
-                                // acknowledgement will be refused.
-                                if let Some((
-                                    groups::share::RecordState::Acquired { member, .. },
-                                    _,
-                                )) = partition.record(offset)
-                                {
-                                    if *member == format!("m{other}") {
-                                        return Err(format!(
-                                            "offset {offset} held by m{other} and {name}"
-                                        ));
-                                    }
-                                }
-                            }
-                        }
-                        held[m].insert(offset, range.delivery_count);
-                    }
-                }
+                Answer::Acquired(next.acquire(&name, log_end, 1 + rng.usize(0..10), now, &config))
             }
             // Acknowledge some of what it holds, or forget it (a slow or
             // dead member: its locks expire).
             4..=8 => {
                 let mine: Vec<i64> = held[m].keys().copied().collect();
+                let mut outcomes = Vec::new();
                 for offset in mine {
                     if faulty && rng.u32(0..10) == 0 {
                         continue;
@@ -118,30 +114,70 @@ pub fn run_share_seed(seed: u64) -> Result<ShareReport, String> {
                         _ => AcknowledgeType::Accept,
                     };
                     held[m].remove(&offset);
-                    match partition.acknowledge(&name, offset, offset, kind, &config) {
-                        Ok(()) => match kind {
-                            AcknowledgeType::Accept => {
-                                report.accepted += 1;
-                                if !accepted.insert(offset) {
-                                    return Err(format!("offset {offset} accepted twice"));
-                                }
-                            }
-                            AcknowledgeType::Release => report.released += 1,
-                            AcknowledgeType::Reject => {
-                                report.rejected += 1;
-                                rejected.insert(offset);
-                            }
-                        },
-                        Err(_) => report.refused_acknowledgements += 1,
-                    }
+                    let ok = next
+                        .acknowledge(&name, offset, offset, kind, &config)
+                        .is_ok();
+                    outcomes.push((offset, kind, ok));
                 }
+                Answer::Acknowledged(outcomes)
             }
             // Leaves (and comes back at once as the same name).
             _ if faulty => {
-                partition.release_member(&name, &config);
+                next.release_member(&name, &config);
                 held[m].clear();
+                Answer::Nothing
             }
-            _ => {}
+            _ => Answer::Nothing,
+        };
+        let crash = faulty && rng.u32(0..80) == 0;
+        let crash_before_write = crash && rng.bool();
+        let changed = next.snapshot() != durable;
+        if crash_before_write {
+            let acknowledging = matches!(answer, Answer::Acknowledged(_));
+            if mutation == ShareMutation::AnswerBeforeDurable && acknowledging {
+                hear(
+                    &answer,
+                    (m, now),
+                    &mut held,
+                    &mut accepted,
+                    &mut rejected,
+                    &mut last_count,
+                    &mut report,
+                    &config,
+                )?;
+            }
+        } else {
+            if changed {
+                durable = next.snapshot();
+            }
+            partition = next;
+            if !crash {
+                hear(
+                    &answer,
+                    (m, now),
+                    &mut held,
+                    &mut accepted,
+                    &mut rejected,
+                    &mut last_count,
+                    &mut report,
+                    &config,
+                )?;
+            } else if let Answer::Acknowledged(outcomes) = &answer {
+                for &(offset, kind, ok) in outcomes {
+                    if ok && kind == AcknowledgeType::Accept {
+                        unanswered.insert(offset);
+                        report.unanswered_acceptances += 1;
+                    }
+                }
+            }
+        }
+        if crash {
+            // A new leader: the durable snapshot, no locks.
+            report.leader_crashes += 1;
+            partition = SharePartition::restore(&durable, &config);
+            for holds in held.iter_mut() {
+                holds.clear();
+            }
         }
     }
     // The members stop: their locks run out, and one member drains the
@@ -157,6 +193,11 @@ pub fn run_share_seed(seed: u64) -> Result<ShareReport, String> {
                 if accepted.contains(&offset) || rejected.contains(&offset) {
                     return Err(format!(
                         "offset {offset} delivered again after it was done with"
+                    ));
+                }
+                if unanswered.contains(&offset) {
+                    return Err(format!(
+                        "offset {offset} delivered again after its acceptance was written"
                     ));
                 }
                 partition
@@ -185,4 +226,81 @@ pub fn run_share_seed(seed: u64) -> Result<ShareReport, String> {
         }
     }
     Ok(report)
+}
+
+/// Member `m` hears `answer`: what it acquired (checked against what is
+/// done with and what others hold) or how its acknowledgements went.
+#[allow(clippy::too_many_arguments)]
+fn hear(
+    answer: &Answer,
+    (m, now): (usize, u64),
+    held: &mut [BTreeMap<i64, u64>],
+    accepted: &mut BTreeSet<i64>,
+    rejected: &mut BTreeSet<i64>,
+    last_count: &mut BTreeMap<i64, u16>,
+    report: &mut ShareReport,
+    config: &ShareConfig,
+) -> Result<(), String> {
+    match answer {
+        Answer::Acquired(ranges) => {
+            for range in ranges {
+                for offset in range.first..=range.last {
+                    report.delivered += 1;
+                    if accepted.contains(&offset) || rejected.contains(&offset) {
+                        return Err(format!(
+                            "offset {offset} delivered again after it was done with"
+                        ));
+                    }
+                    if range.delivery_count > config.delivery_count_limit {
+                        return Err(format!(
+                            "offset {offset} delivered {} times",
+                            range.delivery_count
+                        ));
+                    }
+                    let before = last_count.insert(offset, range.delivery_count).unwrap_or(0);
+                    if range.delivery_count <= before {
+                        return Err(format!(
+                            "offset {offset} delivered with count {} after {before}",
+                            range.delivery_count
+                        ));
+                    }
+                    // Whoever held it before must have lost its lock
+                    // (expired; with a dead leader it forgot it at once).
+                    for (other, holds) in held.iter_mut().enumerate() {
+                        if let Some(until) = holds.remove(&offset) {
+                            if until > now {
+                                return Err(format!(
+                                    "offset {offset} handed to m{m} while m{other} holds it until {until} (now {now})"
+                                ));
+                            }
+                        }
+                    }
+                    held[m].insert(offset, now + config.record_lock_ms);
+                }
+            }
+        }
+        Answer::Acknowledged(outcomes) => {
+            for &(offset, kind, ok) in outcomes {
+                if !ok {
+                    report.refused_acknowledgements += 1;
+                    continue;
+                }
+                match kind {
+                    AcknowledgeType::Accept => {
+                        report.accepted += 1;
+                        if !accepted.insert(offset) {
+                            return Err(format!("offset {offset} accepted twice"));
+                        }
+                    }
+                    AcknowledgeType::Release => report.released += 1,
+                    AcknowledgeType::Reject => {
+                        report.rejected += 1;
+                        rejected.insert(offset);
+                    }
+                }
+            }
+        }
+        Answer::Nothing => {}
+    }
+    Ok(())
 }
