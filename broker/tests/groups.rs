@@ -453,25 +453,29 @@ fn bad_group_input_gets_kafkas_error_codes_and_limits_hold() {
     );
 }
 
-/// Kafka 4's additions to the group APIs, as a Kafka 4 broker without
-/// KIP-848 or share groups answers them.
+/// Kafka 4's additions to the group APIs, as a Kafka 4 broker answers
+/// them.
 #[test]
 fn kafka_4_group_api_versions_answer_as_kafka_4_does() {
     let broker = Broker::start(BROKER_ARGS);
     let mut conn = Connection::open(&broker);
 
-    // FindCoordinator v6: share groups (key type 2) are INVALID_REQUEST
-    // per key, consumer groups name this node.
-    for (key_type, want) in [(0i8, 0i16), (2, 42)] {
+    // FindCoordinator v6: consumer groups name this node; share
+    // partitions (key type 2, `group:topicId:partition`) their share
+    // coordinator, a key of another form INVALID_REQUEST.
+    for (key_type, keys, want) in [
+        (0i8, ["v4", "v4:topic:0"], [0i16, 0]),
+        (2, ["v4", "v4:AAAAAAAAAAAAAAAAAAAAAA:0"], [42, 0]),
+    ] {
         let found: FindCoordinatorResponse = conn.call(
             ApiKey::FindCoordinator,
             6,
             &FindCoordinatorRequest::default()
                 .with_key_type(key_type)
-                .with_coordinator_keys(vec![text("v4"), text("v4:topic:0")]),
+                .with_coordinator_keys(keys.iter().map(|k| text(k)).collect()),
         );
         let codes: Vec<i16> = found.coordinators.iter().map(|c| c.error_code).collect();
-        assert_eq!(codes, vec![want, want], "key type {key_type}: {found:?}");
+        assert_eq!(codes, want, "key type {key_type}: {found:?}");
     }
     let _: MetadataResponse = conn.call(
         ApiKey::Metadata,
