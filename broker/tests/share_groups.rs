@@ -150,6 +150,20 @@ fn share_consumers_divide_records_accept_each_once_and_redeliver_what_was_not_ac
         Duration::from_secs(120),
     );
     assert!(recent.contains("drain: ok 300 records"), "{recent}");
+    // A member closing while it holds records gives them back at once.
+    for (key, value) in [
+        ("share.auto.offset.reset", "earliest"),
+        ("share.record.lock.duration.ms", "60000"),
+    ] {
+        assert_eq!(common::raw::alter_group_config(&broker, "closing", key, value), 0);
+    }
+    let closing = run_python(
+        "share_check.py",
+        &["close", &broker.bootstrap(), "closing", "share-topic"],
+        Duration::from_secs(120),
+    );
+    assert!(closing.contains("close: ok"), "{closing}");
+    println!("{closing}");
 
     // A member in: its offsets may not change, nor the group go.
     let key = format!("{group}:{}:0", topic_id_text(&broker, "share-topic"));

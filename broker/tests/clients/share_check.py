@@ -331,6 +331,39 @@ def drain(bootstrap, group, topic, count):
     print(f"drain: ok {len(seen)} records")
 
 
+def close_releases(bootstrap, group, topic):
+    """A member that closes its consumer holding records (never
+    acknowledged) gives them back at once: another member gets them
+    again, delivery count 2, long before their locks (the group's
+    `share.record.lock.duration.ms`, 60 s) would have ended."""
+    holder = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
+                            "share.acknowledgement.mode": "explicit"})
+    holder.subscribe([topic])
+    held = set()
+    deadline = time.time() + DEADLINE_S
+    while not held:
+        check(time.time() < deadline, "the holder got no records")
+        held = {(m.partition(), m.offset()) for m in holder.poll(0.5) or [] if not m.error()}
+    holder.close()
+    closed = time.time()
+    other = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+    other.subscribe([topic])
+    again = {}
+    while not held <= set(again):
+        check(time.time() < closed + 20,
+              f"{len(held - set(again))} of the {len(held)} held records not delivered again "
+              f"within 20 s of the close")
+        for m in other.poll(0.5) or []:
+            if not m.error():
+                again[(m.partition(), m.offset())] = m.delivery_count()
+        other.commit_sync(30)
+    other.close()
+    counts = {again[k] for k in held}
+    check(counts == {2}, f"held records came again with delivery counts {counts}")
+    print(f"close: ok {len(held)} records given back at the close, "
+          f"again after {time.time() - closed:.1f} s")
+
+
 def main():
     if len(sys.argv) < 3:
         fail(__doc__)
@@ -343,6 +376,8 @@ def main():
         failover(*args)
     elif mode == "drain":
         drain(*args)
+    elif mode == "close":
+        close_releases(*args)
     else:
         fail(f"unknown mode {mode}")
 
