@@ -7,9 +7,17 @@
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
+use std::time::Duration;
+
+use bytes::Bytes;
+use protocol::batch::build::{self, NewRecord};
+use protocol::batch::{split_batches, RecordBatch};
+
 use crate::controller::{self, TopicSpec};
 use crate::errors;
+use crate::limits::{OFFSETS_COMMIT_TIMEOUT_MS, OFFSETS_LOAD_READ_BYTES};
 use crate::metadata::{MetadataImage, NotServed};
+use crate::partition::Partition;
 use crate::shard::Shard;
 
 /// How an internal topic is created.
@@ -23,6 +31,35 @@ pub struct InternalTopic {
     /// created with (`None`: the broker's default).
     pub min_insync_replicas: Option<i32>,
     pub configs: Vec<(&'static str, String)>,
+}
+
+impl InternalTopic {
+    /// A coordinator's topic as Kafka creates it: compacted (the latest
+    /// record of each key is the state), kept forever, 100 MiB segments,
+    /// small preallocation and cache, plus `more` settings.
+    pub fn compacted(
+        name: &'static str,
+        partitions: i32,
+        replication_factor: i16,
+        min_insync_replicas: Option<i32>,
+        more: &[(&'static str, &str)],
+    ) -> Self {
+        let mut configs = vec![
+            ("cleanup.policy", "compact".to_string()),
+            ("retention.ms", "-1".to_string()),
+            ("segment.bytes", "104857600".to_string()),
+            ("strom.preallocate.bytes", "65536".to_string()),
+            ("strom.cache.bytes", "1048576".to_string()),
+        ];
+        configs.extend(more.iter().map(|&(k, v)| (k, v.to_string())));
+        InternalTopic {
+            name,
+            partitions,
+            replication_factor,
+            min_insync_replicas,
+            configs,
+        }
+    }
 }
 
 /// Why a key has no coordinator here.
@@ -153,4 +190,54 @@ pub async fn place(
             NotServed::UnknownTopicOrPartition => Unplaced::NotAvailable,
         })?;
     Ok(Placement { partition, core })
+}
+
+/// Reads a coordinator's partition from its log start up to `end`,
+/// handing `each` every batch in order (a batch that does not parse ends
+/// its read). The failed read's error code, if one fails.
+pub async fn for_each_batch(
+    log: &Partition,
+    end: i64,
+    mut each: impl FnMut(&RecordBatch),
+) -> Result<(), i16> {
+    let mut from = log.log_start_offset();
+    while from < end {
+        let read = log.read(from, OFFSETS_LOAD_READ_BYTES, false).await;
+        if read.error_code != errors::NONE {
+            return Err(read.error_code);
+        }
+        let mut next = from;
+        for batch in split_batches(read.records) {
+            let Ok(batch) = batch else { break };
+            next = batch.header().last_offset() + 1;
+            each(&batch);
+        }
+        if next <= from {
+            break;
+        }
+        from = next;
+    }
+    Ok(())
+}
+
+/// Appends `records` to a coordinator's partition as one batch, acks=all:
+/// answered once every in-sync replica has it. Its base offset, or the
+/// produce's error code.
+pub async fn append_replicated(
+    log: &Partition,
+    timestamp: i64,
+    records: &[NewRecord],
+) -> Result<i64, i16> {
+    let bytes = Bytes::from(build::batch(timestamp, records));
+    let batch = RecordBatch::new(bytes).map_err(|error| {
+        tracing::error!(%error, "a coordinator's batch built here does not parse");
+        errors::INVALID_RECORD
+    })?;
+    let outcome = log
+        .produce(batch, -1, Duration::from_millis(OFFSETS_COMMIT_TIMEOUT_MS))
+        .await;
+    match outcome.error_code {
+        errors::NONE => Ok(outcome.base_offset),
+        code => Err(code),
+    }
 }

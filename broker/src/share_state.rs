@@ -28,14 +28,11 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use groups::share_records::{self, SharePartitionKey, ShareState};
-use protocol::batch::build::{self, NewRecord};
-use protocol::batch::{split_batches, RecordBatch};
+use protocol::batch::build::NewRecord;
 
 use crate::errors;
 use crate::internal_topic::{self, InternalTopic, Unplaced};
-use crate::limits::{OFFSETS_COMMIT_TIMEOUT_MS, OFFSETS_LOAD_READ_BYTES};
 use crate::partition::Partition;
 use crate::shard::Shard;
 
@@ -51,19 +48,13 @@ const LOAD_CATCH_UP_WAIT: Duration = Duration::from_secs(5);
 /// `__share_group_state` as Kafka creates it: replicated like the offsets
 /// topic, compacted (each record is a whole snapshot).
 fn state_topic(shard: &Shard) -> InternalTopic {
-    InternalTopic {
-        name: SHARE_STATE_TOPIC,
-        partitions: SHARE_STATE_PARTITIONS,
-        replication_factor: shard.config.offsets_replication_factor,
-        min_insync_replicas: Some(SHARE_STATE_MIN_ISR),
-        configs: vec![
-            ("cleanup.policy", "compact".into()),
-            ("retention.ms", "-1".into()),
-            ("segment.bytes", "104857600".into()),
-            ("strom.preallocate.bytes", "65536".into()),
-            ("strom.cache.bytes", "1048576".into()),
-        ],
-    }
+    InternalTopic::compacted(
+        SHARE_STATE_TOPIC,
+        SHARE_STATE_PARTITIONS,
+        shard.config.offsets_replication_factor,
+        Some(SHARE_STATE_MIN_ISR),
+        &[],
+    )
 }
 
 fn unplaced(why: Unplaced) -> i16 {
@@ -93,11 +84,17 @@ enum WriteKind {
 }
 
 /// Runs `op` on the core leading `key`'s state partition on this broker,
-/// with that partition loaded and locked.
-async fn on_coordinator<R, F>(shard: &Rc<Shard>, key: SharePartitionKey, op: F) -> Result<R, i16>
+/// with that partition loaded and locked: `op` gets the core, the
+/// partition's index and its log.
+async fn on_coordinator<R, F, Fut>(
+    shard: &Rc<Shard>,
+    key: &SharePartitionKey,
+    op: F,
+) -> Result<R, i16>
 where
     R: Send + 'static,
-    F: FnOnce(&HashMap<SharePartitionKey, ShareState>) -> Result<R, i16> + Send + 'static,
+    F: FnOnce(Rc<Shard>, i32, Rc<Partition>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<R, i16>> + 'static,
 {
     let placement = internal_topic::place(shard, &state_topic(shard), &key.coordinator_key())
         .await
@@ -108,11 +105,21 @@ where
             let _lock = owner.groups.share_states.locks.lock(partition).await;
             let log = state_partition(&owner, partition)?;
             ensure_loaded(&owner, partition, &log).await?;
-            let states = owner.groups.share_states.states.borrow();
-            let empty = HashMap::new();
-            op(states.get(&partition).unwrap_or(&empty))
+            op(owner, partition, log).await
         })
         .await
+}
+
+/// The state of `key` this core keeps for state partition `partition`.
+fn kept(shard: &Shard, partition: i32, key: &SharePartitionKey) -> Option<ShareState> {
+    shard
+        .groups
+        .share_states
+        .states
+        .borrow()
+        .get(&partition)
+        .and_then(|s| s.get(key))
+        .cloned()
 }
 
 fn state_partition(shard: &Shard, partition: i32) -> Result<Rc<Partition>, i16> {
@@ -142,48 +149,33 @@ async fn ensure_loaded(shard: &Rc<Shard>, partition: i32, log: &Partition) -> Re
     let end = groups::load::load_end(log_end, log.high_watermark())
         .ok_or(errors::COORDINATOR_LOAD_IN_PROGRESS)?;
     let mut states: HashMap<SharePartitionKey, ShareState> = HashMap::new();
-    let mut from = log.log_start_offset();
     let mut skipped = 0u64;
-    while from < end {
-        let read = log.read(from, OFFSETS_LOAD_READ_BYTES, false).await;
-        if read.error_code != errors::NONE {
-            tracing::error!(
-                partition,
-                from,
-                code = read.error_code,
-                "cannot load share states"
-            );
-            return Err(errors::COORDINATOR_LOAD_IN_PROGRESS);
-        }
-        let mut next = from;
-        for batch in split_batches(read.records) {
-            let Ok(batch) = batch else { break };
-            next = batch.header().last_offset() + 1;
-            let Ok(records) = batch.records() else {
+    let read = internal_topic::for_each_batch(log, end, |batch| {
+        let Ok(records) = batch.records() else {
+            return;
+        };
+        for record in records.flatten() {
+            let Some(key) = record.key.as_deref().and_then(share_records::parse_key) else {
+                skipped += 1;
                 continue;
             };
-            for record in records.flatten() {
-                let Some(key) = record.key.as_deref().and_then(share_records::parse_key) else {
-                    skipped += 1;
-                    continue;
-                };
-                match record.value.as_deref() {
-                    None => {
-                        states.remove(&key);
-                    }
-                    Some(value) => match share_records::parse_value(value) {
-                        Some(state) => {
-                            states.insert(key, state);
-                        }
-                        None => skipped += 1,
-                    },
+            match record.value.as_deref() {
+                None => {
+                    states.remove(&key);
                 }
+                Some(value) => match share_records::parse_value(value) {
+                    Some(state) => {
+                        states.insert(key, state);
+                    }
+                    None => skipped += 1,
+                },
             }
         }
-        if next <= from {
-            break;
-        }
-        from = next;
+    })
+    .await;
+    if let Err(code) = read {
+        tracing::error!(partition, code, "cannot load share states");
+        return Err(errors::COORDINATOR_LOAD_IN_PROGRESS);
     }
     if log.leader_epoch() != epoch || !log.is_leader() {
         return Err(errors::NOT_COORDINATOR);
@@ -208,23 +200,11 @@ async fn write_here(
     state: Option<ShareState>,
     kind: WriteKind,
 ) -> Result<ShareState, i16> {
-    let placement = internal_topic::place(shard, &state_topic(shard), &key.coordinator_key())
-        .await
-        .map_err(unplaced)?;
-    shard
-        .run_on(placement.core, move |owner| async move {
-            let partition = placement.partition;
-            let _lock = owner.groups.share_states.locks.lock(partition).await;
-            let log = state_partition(&owner, partition)?;
-            ensure_loaded(&owner, partition, &log).await?;
-            let current = owner
-                .groups
-                .share_states
-                .states
-                .borrow()
-                .get(&partition)
-                .and_then(|s| s.get(&key))
-                .cloned();
+    on_coordinator(
+        shard,
+        &key.clone(),
+        move |owner, partition, log| async move {
+            let current = kept(&owner, partition, &key);
             let state = match (kind, state, &current) {
                 (WriteKind::Delete, _, _) => None,
                 (WriteKind::Leader, Some(new), Some(old)) => {
@@ -250,33 +230,21 @@ async fn write_here(
                 headers: Vec::new(),
                 timestamp_delta: 0,
             };
-            let bytes = Bytes::from(build::batch(owner.now_ms(), &[record]));
-            let batch = RecordBatch::new(bytes).map_err(|error| {
-                tracing::error!(partition, %error, "a share state batch built here does not parse");
-                errors::COORDINATOR_NOT_AVAILABLE
-            })?;
             // acks=all, then durable: answered once every in-sync replica
             // holds it.
-            let outcome = log
-                .produce(batch, -1, Duration::from_millis(OFFSETS_COMMIT_TIMEOUT_MS))
-                .await;
-            if outcome.error_code != errors::NONE {
-                tracing::warn!(
-                    partition,
-                    code = outcome.error_code,
-                    "share state write failed"
-                );
-                return Err(match outcome.error_code {
-                    errors::NOT_LEADER_OR_FOLLOWER => errors::NOT_COORDINATOR,
-                    _ => errors::COORDINATOR_NOT_AVAILABLE,
-                });
-            }
-            log.wait_durable(outcome.base_offset)
+            let offset = internal_topic::append_replicated(&log, owner.now_ms(), &[record])
                 .await
                 .map_err(|code| {
-                    tracing::error!(partition, code, "share state sync failed");
-                    errors::COORDINATOR_NOT_AVAILABLE
+                    tracing::warn!(partition, code, "share state write failed");
+                    match code {
+                        errors::NOT_LEADER_OR_FOLLOWER => errors::NOT_COORDINATOR,
+                        _ => errors::COORDINATOR_NOT_AVAILABLE,
+                    }
                 })?;
+            log.wait_durable(offset).await.map_err(|code| {
+                tracing::error!(partition, code, "share state sync failed");
+                errors::COORDINATOR_NOT_AVAILABLE
+            })?;
             let mut states = owner.groups.share_states.states.borrow_mut();
             let here = states.entry(partition).or_default();
             let kept = state.clone().unwrap_or_default();
@@ -285,8 +253,9 @@ async fn write_here(
                 None => here.remove(&key),
             };
             Ok(kept)
-        })
-        .await
+        },
+    )
+    .await
 }
 
 /// The coordinator's state of `key`, read on this broker.
@@ -294,8 +263,10 @@ pub async fn read_here(
     shard: &Rc<Shard>,
     key: SharePartitionKey,
 ) -> Result<Option<ShareState>, i16> {
-    let wanted = key.clone();
-    on_coordinator(shard, key, move |states| Ok(states.get(&wanted).cloned())).await
+    on_coordinator(shard, &key.clone(), move |owner, partition, _| async move {
+        Ok(kept(&owner, partition, &key))
+    })
+    .await
 }
 
 /// Every share partition state of `group_id` this broker coordinates.

@@ -268,40 +268,20 @@ fn coordinator_killed_round(cluster: &mut test_support::cluster::Cluster, round:
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("members.log");
     let signals = dir.path().to_path_buf();
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/clients/consumer_protocol_check.py");
-    let mut members = std::process::Command::new("python3")
-        .arg(&script)
-        .args([
+    let mut members = common::Script::start(
+        "consumer_protocol_check.py",
+        &[
             "failover",
             &cluster.bootstrap(),
             &topic,
             log.to_str().unwrap(),
             signals.to_str().unwrap(),
             &group,
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("python3");
+        ],
+    );
+    // The members' script says when the fourth member joined.
     let rebalancing = signals.join("rebalancing");
-    // The members' script says when the fourth member joined; it must
-    // not have exited before.
-    let exited = test_support::poll_until(SCRIPT_DEADLINE, || {
-        if rebalancing.exists() {
-            return Some(None);
-        }
-        members.try_wait().unwrap().map(Some)
-    })
-    .expect("no rebalance within the script's deadline");
-    if let Some(status) = exited {
-        let out = members.wait_with_output().unwrap();
-        panic!(
-            "the members exited ({status}) before the rebalance\n{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    members.wait_for(SCRIPT_DEADLINE, || rebalancing.exists().then_some(()));
     let any = (1..=3)
         .find(|&n| cluster.node(n).broker.is_running())
         .unwrap();
@@ -310,16 +290,10 @@ fn coordinator_killed_round(cluster: &mut test_support::cluster::Cluster, round:
     });
     cluster.node_mut(victim).broker.kill();
     std::fs::write(signals.join("killed"), victim.to_string()).unwrap();
-    let status = test_support::wait_deadline(&mut members, SCRIPT_DEADLINE);
-    if status.is_none() {
-        let _ = members.kill();
-    }
-    let output = members.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    let (ok, stdout, stderr) = members.finish(SCRIPT_DEADLINE);
     assert!(
-        status.is_some_and(|s| s.success()) && stdout.contains("failover: ok"),
-        "round {round}: {stdout}\n{}\n{}",
-        String::from_utf8_lossy(&output.stderr),
+        ok && stdout.contains("failover: ok"),
+        "round {round}: {stdout}\n{stderr}\n{}",
         cluster.logs()
     );
     let survivor = (1..=3).find(|&n| n != victim).unwrap();
@@ -327,14 +301,8 @@ fn coordinator_killed_round(cluster: &mut test_support::cluster::Cluster, round:
         common::raw::find_coordinator(&cluster.node(survivor).broker, &group, 0)
     });
     assert_ne!(after, victim);
-    cluster.node_mut(victim).broker.start_again();
     // Back before the next round kills again: listed by a survivor.
-    cluster.wait_for("the killed node back", || {
-        let listed =
-            test_support::strom(&cluster.node(survivor).broker, &["cluster", "status"], None);
-        let text = String::from_utf8_lossy(&listed.stdout);
-        (listed.status.success() && !text.contains("fenced")).then_some(())
-    });
+    common::restart_killed(cluster, victim);
     format!(
         "round {}: killed node {victim} ({})",
         round + 1,

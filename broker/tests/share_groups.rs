@@ -104,7 +104,7 @@ fn share_consumers_divide_records_accept_each_once_and_redeliver_what_was_not_ac
         ],
     );
     assert!(
-        dry.contains("share-topic\t0\t0") && dry.contains("dry run"),
+        dry.contains(&format!("{group}\tshare-topic\t0\t0")),
         "{dry}"
     );
     assert_eq!(
@@ -155,7 +155,10 @@ fn share_consumers_divide_records_accept_each_once_and_redeliver_what_was_not_ac
         ("share.auto.offset.reset", "earliest"),
         ("share.record.lock.duration.ms", "60000"),
     ] {
-        assert_eq!(common::raw::alter_group_config(&broker, "closing", key, value), 0);
+        assert_eq!(
+            common::raw::alter_group_config(&broker, "closing", key, value),
+            0
+        );
     }
     let closing = run_python(
         "share_check.py",
@@ -318,61 +321,32 @@ fn share_leader_killed_round(cluster: &mut test_support::cluster::Cluster, round
     let topic = format!("shared-replicated-{round}");
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("members.log");
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/share_check.py");
-    let mut members = std::process::Command::new("python3")
-        .arg(&script)
-        .args([
+    let mut members = common::Script::start(
+        "share_check.py",
+        &[
             "failover",
             &cluster.bootstrap(),
             &topic,
             log.to_str().unwrap(),
             dir.path().to_str().unwrap(),
             "3",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("python3");
+        ],
+    );
     let kill = dir.path().join("kill");
-    let named = common::poll_until(Duration::from_secs(180), || {
-        if let Ok(text) = std::fs::read_to_string(&kill) {
-            if let Ok(id) = text.trim().parse::<i32>() {
-                return Some(Some(id));
-            }
-        }
-        members.try_wait().unwrap().map(|_| None)
-    })
-    .expect("the members never named the leader to kill");
-    let Some(victim) = named else {
-        let out = members.wait_with_output().unwrap();
-        panic!(
-            "round {round}: the members exited before the kill\n{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let victim = members.wait_for(Duration::from_secs(180), || {
+        std::fs::read_to_string(&kill)
+            .ok()
+            .and_then(|text| text.trim().parse::<i32>().ok())
+    });
     cluster.node_mut(victim).broker.kill();
     std::fs::write(dir.path().join("killed"), victim.to_string()).unwrap();
-    let status = common::wait_deadline(&mut members, Duration::from_secs(300));
-    if status.is_none() {
-        let _ = members.kill();
-    }
-    let output = members.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    let (ok, stdout, stderr) = members.finish(Duration::from_secs(300));
     assert!(
-        status.is_some_and(|s| s.success()) && stdout.contains("failover: ok 450 records"),
-        "round {round}: {stdout}\n{}\n{}",
-        String::from_utf8_lossy(&output.stderr),
+        ok && stdout.contains("failover: ok 450 records"),
+        "round {round}: {stdout}\n{stderr}\n{}",
         cluster.logs()
     );
-    cluster.node_mut(victim).broker.start_again();
-    let survivor = (1..=3).find(|&n| n != victim).unwrap();
-    cluster.wait_for("the killed node back", || {
-        let listed = common::strom(&cluster.node(survivor).broker, &["cluster", "status"], None);
-        let text = String::from_utf8_lossy(&listed.stdout);
-        (listed.status.success() && !text.contains("fenced")).then_some(())
-    });
+    common::restart_killed(cluster, victim);
     format!("round {}: {}", round + 1, stdout.trim())
 }
 

@@ -131,43 +131,37 @@ pub fn run_share_seed(seed: u64, mutation: ShareMutation) -> Result<ShareReport,
         };
         let crash = faulty && rng.u32(0..80) == 0;
         let crash_before_write = crash && rng.bool();
-        let changed = next.snapshot() != durable;
-        if crash_before_write {
-            let acknowledging = matches!(answer, Answer::Acknowledged(_));
-            if mutation == ShareMutation::AnswerBeforeDurable && acknowledging {
-                hear(
-                    &answer,
-                    (m, now),
-                    &mut held,
-                    &mut accepted,
-                    &mut rejected,
-                    &mut last_count,
-                    &mut report,
-                    &config,
-                )?;
-            }
-        } else {
-            if changed {
+        let acknowledging = matches!(answer, Answer::Acknowledged(_));
+        // The member hears the answer unless a crash took it; answering
+        // before the write (the mutation) lets it hear what a crash
+        // before the write then forgets.
+        let heard = !crash
+            || (crash_before_write
+                && acknowledging
+                && mutation == ShareMutation::AnswerBeforeDurable);
+        if !crash_before_write {
+            if next.snapshot() != durable {
                 durable = next.snapshot();
             }
             partition = next;
-            if !crash {
-                hear(
-                    &answer,
-                    (m, now),
-                    &mut held,
-                    &mut accepted,
-                    &mut rejected,
-                    &mut last_count,
-                    &mut report,
-                    &config,
-                )?;
-            } else if let Answer::Acknowledged(outcomes) = &answer {
-                for &(offset, kind, ok) in outcomes {
-                    if ok && kind == AcknowledgeType::Accept {
-                        unanswered.insert(offset);
-                        report.unanswered_acceptances += 1;
-                    }
+        }
+        if heard {
+            hear(
+                &answer,
+                (m, now),
+                &mut held,
+                &mut accepted,
+                &mut rejected,
+                &mut last_count,
+                &mut report,
+                &config,
+            )?;
+        } else if let (false, Answer::Acknowledged(outcomes)) = (crash_before_write, &answer) {
+            // Written, not answered: done with, though the member never heard.
+            for &(offset, kind, ok) in outcomes {
+                if ok && kind == AcknowledgeType::Accept {
+                    unanswered.insert(offset);
+                    report.unanswered_acceptances += 1;
                 }
             }
         }

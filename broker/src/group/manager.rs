@@ -42,20 +42,13 @@ fn offsets_partition_count(shard: &Shard) -> i32 {
 
 /// `__consumer_offsets` as Kafka creates it: compacted, 100 MiB segments.
 fn offsets_topic(shard: &Shard) -> InternalTopic {
-    InternalTopic {
-        name: OFFSETS_TOPIC,
-        partitions: shard.config.groups.offsets_partitions,
-        replication_factor: shard.config.offsets_replication_factor,
-        min_insync_replicas: None,
-        configs: vec![
-            ("cleanup.policy", "compact".into()),
-            ("retention.ms", "-1".into()),
-            ("segment.bytes", "104857600".into()),
-            ("strom.preallocate.bytes", "65536".into()),
-            ("strom.cache.bytes", "1048576".into()),
-            ("max.message.bytes", "1048588".into()),
-        ],
-    }
+    InternalTopic::compacted(
+        OFFSETS_TOPIC,
+        shard.config.groups.offsets_partitions,
+        shard.config.offsets_replication_factor,
+        None,
+        &[("max.message.bytes", "1048588")],
+    )
 }
 
 fn group_error(why: Unplaced) -> GroupError {

@@ -270,16 +270,24 @@ async fn check_empty(shard: &Rc<Shard>, group_id: &str) -> Result<(), (i16, Stri
     }
 }
 
+/// Returns `$response` with the refusal while the group's offsets may
+/// not change (see [`check_empty`]).
+macro_rules! refuse_unless_empty {
+    ($shard:expr, $id:expr, $response:ty) => {
+        if let Err((code, message)) = check_empty($shard, $id).await {
+            return <$response>::default()
+                .with_error_code(code)
+                .with_error_message(Some(text(message)));
+        }
+    };
+}
+
 pub async fn alter_offsets(
     shard: &Rc<Shard>,
     request: AlterShareGroupOffsetsRequest,
 ) -> AlterShareGroupOffsetsResponse {
     let id = request.group_id.0.to_string();
-    if let Err((code, message)) = check_empty(shard, &id).await {
-        return AlterShareGroupOffsetsResponse::default()
-            .with_error_code(code)
-            .with_error_message(Some(text(message)));
-    }
+    refuse_unless_empty!(shard, &id, AlterShareGroupOffsetsResponse);
     let image = shard.metadata.image();
     let mut responses = Vec::with_capacity(request.topics.len());
     for topic in request.topics {
@@ -357,11 +365,7 @@ pub async fn delete_offsets(
     request: DeleteShareGroupOffsetsRequest,
 ) -> DeleteShareGroupOffsetsResponse {
     let id = request.group_id.0.to_string();
-    if let Err((code, message)) = check_empty(shard, &id).await {
-        return DeleteShareGroupOffsetsResponse::default()
-            .with_error_code(code)
-            .with_error_message(Some(text(message)));
-    }
+    refuse_unless_empty!(shard, &id, DeleteShareGroupOffsetsResponse);
     let image = shard.metadata.image();
     let mut responses = Vec::with_capacity(request.topics.len());
     for topic in request.topics {

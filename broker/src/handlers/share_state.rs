@@ -25,6 +25,36 @@ pub const VERSION: i16 = 0;
 /// The tagged field of a WriteShareGroupState request naming its kind.
 const WRITE_KIND_TAG: i32 = 10_000;
 
+/// The wire's state batches (each message has its own type, with the
+/// same fields) from ours, and ours from the wire's.
+macro_rules! wire_batches {
+    ($wire:ty, $batches:expr) => {
+        $batches
+            .iter()
+            .map(|b| {
+                <$wire>::default()
+                    .with_first_offset(b.first)
+                    .with_last_offset(b.last)
+                    .with_delivery_state(b.delivery_state)
+                    .with_delivery_count(b.delivery_count)
+            })
+            .collect()
+    };
+}
+macro_rules! our_batches {
+    ($batches:expr) => {
+        $batches
+            .iter()
+            .map(|b| StateBatch {
+                first: b.first_offset,
+                last: b.last_offset,
+                delivery_state: b.delivery_state,
+                delivery_count: b.delivery_count,
+            })
+            .collect()
+    };
+}
+
 fn key_of(group_id: &StrBytes, topic_id: uuid::Uuid, partition: i32) -> SharePartitionKey {
     SharePartitionKey {
         group_id: group_id.to_string(),
@@ -77,16 +107,7 @@ pub fn read_answer(response: ReadShareGroupStateResponse) -> Result<Option<Share
         leader_epoch: -1,
         snapshot: ShareSnapshot {
             start_offset: result.start_offset,
-            batches: result
-                .state_batches
-                .into_iter()
-                .map(|b| StateBatch {
-                    first: b.first_offset,
-                    last: b.last_offset,
-                    delivery_state: b.delivery_state,
-                    delivery_count: b.delivery_count,
-                })
-                .collect(),
+            batches: our_batches!(result.state_batches),
         },
     }))
 }
@@ -108,20 +129,10 @@ pub fn write_request(
                         .with_state_epoch(state.state_epoch)
                         .with_leader_epoch(state.leader_epoch)
                         .with_start_offset(state.snapshot.start_offset)
-                        .with_state_batches(
-                            state
-                                .snapshot
-                                .batches
-                                .iter()
-                                .map(|b| {
-                                    write_share_group_state_request::StateBatch::default()
-                                        .with_first_offset(b.first)
-                                        .with_last_offset(b.last)
-                                        .with_delivery_state(b.delivery_state)
-                                        .with_delivery_count(b.delivery_count)
-                                })
-                                .collect(),
-                        ),
+                        .with_state_batches(wire_batches!(
+                            write_share_group_state_request::StateBatch,
+                            state.snapshot.batches
+                        )),
                 ]),
         ])
         .with_unknown_tagged_fields(BTreeMap::from([(
@@ -159,20 +170,10 @@ pub async fn handle_read(
         Ok(Some(state)) => result
             .with_state_epoch(state.state_epoch)
             .with_start_offset(state.snapshot.start_offset)
-            .with_state_batches(
-                state
-                    .snapshot
-                    .batches
-                    .iter()
-                    .map(|b| {
-                        read_share_group_state_response::StateBatch::default()
-                            .with_first_offset(b.first)
-                            .with_last_offset(b.last)
-                            .with_delivery_state(b.delivery_state)
-                            .with_delivery_count(b.delivery_count)
-                    })
-                    .collect(),
-            ),
+            .with_state_batches(wire_batches!(
+                read_share_group_state_response::StateBatch,
+                state.snapshot.batches
+            )),
     };
     ReadShareGroupStateResponse::default().with_results(vec![
         read_share_group_state_response::ReadStateResult::default()
@@ -200,16 +201,7 @@ pub async fn handle_write(
         leader_epoch: partition.leader_epoch,
         snapshot: ShareSnapshot {
             start_offset: partition.start_offset,
-            batches: partition
-                .state_batches
-                .iter()
-                .map(|b| StateBatch {
-                    first: b.first_offset,
-                    last: b.last_offset,
-                    delivery_state: b.delivery_state,
-                    delivery_count: b.delivery_count,
-                })
-                .collect(),
+            batches: our_batches!(partition.state_batches),
         },
     };
     let code = match crate::share_state::write_for_peer(shard, key, Some(state), kind).await {

@@ -29,20 +29,13 @@ use crate::sync::Notify;
 /// segments, `min.insync.replicas` from `transaction.state.log.min.isr`.
 fn state_topic(shard: &Shard) -> InternalTopic {
     let config = &shard.config.transactions;
-    InternalTopic {
-        name: TRANSACTION_STATE_TOPIC,
-        partitions: config.state_partitions,
-        replication_factor: config.state_replication_factor,
-        min_insync_replicas: Some(config.state_min_isr),
-        configs: vec![
-            ("cleanup.policy", "compact".into()),
-            ("retention.ms", "-1".into()),
-            ("segment.bytes", "104857600".into()),
-            ("strom.preallocate.bytes", "65536".into()),
-            ("strom.cache.bytes", "1048576".into()),
-            ("unclean.leader.election.enable", "false".into()),
-        ],
-    }
+    InternalTopic::compacted(
+        TRANSACTION_STATE_TOPIC,
+        config.state_partitions,
+        config.state_replication_factor,
+        Some(config.state_min_isr),
+        &[("unclean.leader.election.enable", "false")],
+    )
 }
 
 fn txn_error(why: Unplaced) -> TxnError {

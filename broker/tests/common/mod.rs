@@ -78,6 +78,86 @@ pub fn run_python(script: &str, args: &[&str], limit: Duration) -> String {
     stdout
 }
 
+/// A client script of tests/clients run beside the test, which signals
+/// moments through files in a directory both see.
+#[allow(dead_code)]
+pub struct Script {
+    child: std::process::Child,
+    name: &'static str,
+}
+
+#[allow(dead_code)]
+impl Script {
+    /// Starts `python3 tests/clients/<name> args...`, its output piped.
+    pub fn start(name: &'static str, args: &[&str]) -> Script {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/clients")
+            .join(name);
+        let child = Command::new("python3")
+            .arg(&path)
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3");
+        Script { child, name }
+    }
+
+    /// Waits (up to `limit`) until `check` says something or the script
+    /// exits: `Some(value)`, or `None` when it exited first (its output
+    /// then fails the test).
+    pub fn wait_for<T>(&mut self, limit: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+        let seen = poll_until(limit, || {
+            if let Some(value) = check() {
+                return Some(Some(value));
+            }
+            self.child.try_wait().unwrap().map(|_| None)
+        })
+        .unwrap_or_else(|| panic!("{}: nothing within {limit:?}", self.name));
+        match seen {
+            Some(value) => value,
+            None => {
+                let mut out = (String::new(), String::new());
+                if let Some(mut pipe) = self.child.stdout.take() {
+                    let _ = std::io::Read::read_to_string(&mut pipe, &mut out.0);
+                }
+                if let Some(mut pipe) = self.child.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut pipe, &mut out.1);
+                }
+                panic!("{} exited early\n{}\n{}", self.name, out.0, out.1);
+            }
+        }
+    }
+
+    /// Waits (up to `limit`, then kills it) for the script to end:
+    /// whether it succeeded, its stdout and its stderr.
+    pub fn finish(mut self, limit: Duration) -> (bool, String, String) {
+        let status = wait_deadline(&mut self.child, limit);
+        if status.is_none() {
+            let _ = self.child.kill();
+        }
+        let output = self.child.wait_with_output().unwrap();
+        (
+            status.is_some_and(|s| s.success()),
+            String::from_utf8_lossy(&output.stdout).to_string(),
+            String::from_utf8_lossy(&output.stderr).to_string(),
+        )
+    }
+}
+
+/// Starts a killed node of a three-node cluster again and waits until
+/// another node lists it, unfenced.
+#[allow(dead_code)]
+pub fn restart_killed(cluster: &mut test_support::cluster::Cluster, victim: i32) {
+    cluster.node_mut(victim).broker.start_again();
+    let survivor = (1..=3).find(|&n| n != victim).unwrap();
+    cluster.wait_for("the killed node back", || {
+        let listed = strom(&cluster.node(survivor).broker, &["cluster", "status"], None);
+        let text = String::from_utf8_lossy(&listed.stdout);
+        (listed.status.success() && !text.contains("fenced")).then_some(())
+    });
+}
+
 /// How many rounds a fault scenario runs and until when: `STROM_SOAK_ROUNDS`
 /// (else the test's default) and `STROM_SOAK_MINUTES`, whichever ends
 /// first (`scripts/soak` sets them).

@@ -469,16 +469,17 @@ fn describe_text(view: &GroupView) -> String {
 }
 
 /// Where `reset-offsets` moves one topic's offsets from.
-struct Placement<'a> {
-    group: &'a str,
-    topic: &'a str,
-    /// The group's committed offsets of the topic, if any.
-    committed: Option<&'a BTreeMap<i32, i64>>,
+pub(super) struct Placement<'a> {
+    pub(super) group: &'a str,
+    pub(super) topic: &'a str,
+    /// The group's committed offsets of the topic (a share group's start
+    /// offsets), if any.
+    pub(super) committed: Option<&'a BTreeMap<i32, i64>>,
 }
 
 /// The offsets `target` names for every partition of one topic, within
 /// each partition's earliest and latest.
-async fn new_offsets(
+pub(super) async fn new_offsets(
     bootstrap: &mut Connection,
     place: &Placement<'_>,
     target: &ResetTarget,

@@ -16,12 +16,15 @@ use kafka_protocol::messages::{
     AlterShareGroupOffsetsRequest, ApiKey, DescribeShareGroupOffsetsRequest,
     ShareGroupDescribeRequest,
 };
-use protocol::admin::{list_topic_offsets, partitions, topic_name, EARLIEST, LATEST};
-use protocol::client::{check_error, error_name};
+use protocol::admin::topic_name;
+use protocol::client::{check_error, Connection, ERROR_NONE};
+use protocol::kafka_protocol::error::ResponseError;
 use serde::Serialize;
 
 use super::super::format::{print_json_object, Format};
-use super::{coordinator, group_id, ConnectArgs};
+use super::commands::{new_offsets, Placement};
+use super::datetime::parse_datetime;
+use super::{coordinator, group_id, ConnectArgs, ResetTarget};
 
 #[derive(Args, Debug)]
 pub struct ShareGroupArgs {
@@ -71,27 +74,18 @@ struct ResetArgs {
     /// Topic whose start offsets are reset, every partition (repeatable).
     #[arg(long, value_name = "TOPIC", required = true)]
     topic: Vec<String>,
+    /// Where to (as `strom group reset-offsets`; --shift-by moves each
+    /// partition's start offset).
     #[command(flatten)]
     target: ResetTarget,
-    /// Set the new start offsets (without it, only show them).
+    /// Only show the new start offsets; change nothing (the default).
+    #[arg(long, conflicts_with = "execute")]
+    dry_run: bool,
+    /// Set the new start offsets (without it nothing changes).
     #[arg(long)]
     execute: bool,
     #[command(flatten)]
     connect: ConnectArgs,
-}
-
-#[derive(Args, Debug)]
-#[group(required = true, multiple = false)]
-struct ResetTarget {
-    /// The first offset still stored: everything delivered again.
-    #[arg(long)]
-    to_earliest: bool,
-    /// The end of each partition: only records produced later.
-    #[arg(long)]
-    to_latest: bool,
-    /// This offset (kept within each partition's earliest and latest).
-    #[arg(long, value_name = "N")]
-    to_offset: Option<i64>,
 }
 
 pub async fn run(args: ShareGroupArgs) -> anyhow::Result<()> {
@@ -168,37 +162,19 @@ async fn describe(connect: &ConnectArgs, group: &str, format: Format) -> anyhow:
         described.error_message.as_deref(),
     )
     .with_context(|| format!("cannot describe share group {group}"))?;
-    let version = connection.version::<DescribeShareGroupOffsetsRequest>(0..=0)?;
-    let offsets = connection
-        .call(
-            &DescribeShareGroupOffsetsRequest::default().with_groups(vec![
-                DescribeShareGroupOffsetsRequestGroup::default()
-                    .with_group_id(group_id(group))
-                    .with_topics(None),
-            ]),
-            version,
-        )
-        .await?;
-    let mut rows = Vec::new();
-    for g in offsets.groups {
-        check_error(
-            ApiKey::DescribeShareGroupOffsets,
-            g.error_code,
-            g.error_message.as_deref(),
-        )
-        .with_context(|| format!("cannot describe the offsets of share group {group}"))?;
-        for t in g.topics {
-            for p in t.partitions {
-                check_error(ApiKey::DescribeShareGroupOffsets, p.error_code, None)
-                    .with_context(|| format!("{}-{}", t.topic_name.0, p.partition_index))?;
-                rows.push(Offset {
-                    topic: t.topic_name.0.to_string(),
-                    partition: p.partition_index,
-                    start_offset: p.start_offset,
-                });
-            }
-        }
-    }
+    let rows = start_offsets(&mut connection, group)
+        .await?
+        .into_iter()
+        .flat_map(|(topic, offsets)| {
+            offsets
+                .into_iter()
+                .map(move |(partition, start_offset)| Offset {
+                    topic: topic.clone(),
+                    partition,
+                    start_offset,
+                })
+        })
+        .collect();
     let described = Described {
         group: group.to_string(),
         state: described.group_state.to_string(),
@@ -249,78 +225,117 @@ async fn describe(connect: &ConnectArgs, group: &str, format: Format) -> anyhow:
     Ok(())
 }
 
+/// A share group's start offsets: topic → partition → offset (-1: none
+/// kept), from its coordinator.
+async fn start_offsets(
+    connection: &mut Connection,
+    group: &str,
+) -> anyhow::Result<BTreeMap<String, BTreeMap<i32, i64>>> {
+    let version = connection.version::<DescribeShareGroupOffsetsRequest>(0..=0)?;
+    let response = connection
+        .call(
+            &DescribeShareGroupOffsetsRequest::default().with_groups(vec![
+                DescribeShareGroupOffsetsRequestGroup::default()
+                    .with_group_id(group_id(group))
+                    .with_topics(None),
+            ]),
+            version,
+        )
+        .await?;
+    let mut offsets: BTreeMap<String, BTreeMap<i32, i64>> = BTreeMap::new();
+    for g in response.groups {
+        check_error(
+            ApiKey::DescribeShareGroupOffsets,
+            g.error_code,
+            g.error_message.as_deref(),
+        )
+        .with_context(|| format!("cannot describe the offsets of share group {group}"))?;
+        for t in g.topics {
+            for p in t.partitions {
+                check_error(ApiKey::DescribeShareGroupOffsets, p.error_code, None)
+                    .with_context(|| format!("{}-{}", t.topic_name.0, p.partition_index))?;
+                offsets
+                    .entry(t.topic_name.0.to_string())
+                    .or_default()
+                    .insert(p.partition_index, p.start_offset);
+            }
+        }
+    }
+    Ok(offsets)
+}
+
 async fn reset_offsets(args: ResetArgs) -> anyhow::Result<()> {
+    let group = &args.group;
+    let mut coordinator = coordinator(&args.connect, group).await?;
+    let current = start_offsets(&mut coordinator, group).await?;
+    let timestamp = match &args.target.to_datetime {
+        Some(text) => Some(parse_datetime(text).context("bad --to-datetime")?),
+        None => None,
+    };
     let mut bootstrap = args.connect.connect().await?;
     let mut plan: BTreeMap<String, BTreeMap<i32, i64>> = BTreeMap::new();
     for topic in &args.topic {
-        let indexes = partitions(&mut bootstrap, topic, false)
+        let place = Placement {
+            group,
+            topic,
+            committed: current.get(topic),
+        };
+        let wanted = new_offsets(&mut bootstrap, &place, &args.target, timestamp)
             .await
             .with_context(|| format!("topic {topic}"))?;
-        let earliest = list_topic_offsets(&mut bootstrap, topic, &indexes, EARLIEST).await?;
-        let latest = list_topic_offsets(&mut bootstrap, topic, &indexes, LATEST).await?;
-        let mut offsets = BTreeMap::new();
-        for p in indexes {
-            let (low, high) = (earliest[&p], latest[&p]);
-            let offset = match (args.target.to_earliest, args.target.to_latest) {
-                (true, _) => low,
-                (_, true) => high,
-                _ => args.target.to_offset.unwrap_or(low).clamp(low, high),
-            };
-            offsets.insert(p, offset);
-        }
-        plan.insert(topic.clone(), offsets);
+        plan.insert(topic.clone(), wanted);
     }
-    let mut out = String::from("TOPIC\tPARTITION\tNEW-START-OFFSET\n");
-    for (topic, offsets) in &plan {
-        for (p, offset) in offsets {
-            out.push_str(&format!("{topic}\t{p}\t{offset}\n"));
-        }
-    }
-    outln!("{}", out.trim_end());
-    if !args.execute {
-        outln!("(dry run: nothing changed; --execute sets these start offsets)");
-        return Ok(());
-    }
-    let mut connection = coordinator(&args.connect, &args.group).await?;
-    let version = connection.version::<AlterShareGroupOffsetsRequest>(0..=0)?;
-    let request = AlterShareGroupOffsetsRequest::default()
-        .with_group_id(group_id(&args.group))
-        .with_topics(
-            plan.iter()
-                .map(|(topic, offsets)| {
-                    AlterShareGroupOffsetsRequestTopic::default()
-                        .with_topic_name(topic_name(topic))
-                        .with_partitions(
-                            offsets
-                                .iter()
-                                .map(|(&p, &offset)| {
-                                    AlterShareGroupOffsetsRequestPartition::default()
-                                        .with_partition_index(p)
-                                        .with_start_offset(offset)
-                                })
-                                .collect(),
-                        )
-                })
-                .collect(),
-        );
-    let response = connection.call(&request, version).await?;
-    if response.error_code != 0 {
-        let message = response
-            .error_message
-            .as_deref()
-            .map(|m| m.to_string())
-            .unwrap_or_else(|| error_name(response.error_code));
-        bail!(
-            "cannot reset the offsets of share group {}: {message}",
-            args.group
-        );
-    }
-    for t in &response.responses {
-        for p in &t.partitions {
-            check_error(ApiKey::AlterShareGroupOffsets, p.error_code, None)
-                .with_context(|| format!("{}-{}", t.topic_name.0, p.partition_index))?;
+    let execute = args.execute && !args.dry_run;
+    if execute {
+        let version = coordinator.version::<AlterShareGroupOffsetsRequest>(0..=0)?;
+        let request = AlterShareGroupOffsetsRequest::default()
+            .with_group_id(group_id(group))
+            .with_topics(
+                plan.iter()
+                    .map(|(topic, offsets)| {
+                        AlterShareGroupOffsetsRequestTopic::default()
+                            .with_topic_name(topic_name(topic))
+                            .with_partitions(
+                                offsets
+                                    .iter()
+                                    .map(|(&p, &offset)| {
+                                        AlterShareGroupOffsetsRequestPartition::default()
+                                            .with_partition_index(p)
+                                            .with_start_offset(offset)
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect(),
+            );
+        let response = coordinator.call(&request, version).await?;
+        if response.error_code == ERROR_NONE {
+            for t in &response.responses {
+                for p in &t.partitions {
+                    check_error(ApiKey::AlterShareGroupOffsets, p.error_code, None)
+                        .with_context(|| format!("{}-{}", t.topic_name.0, p.partition_index))?;
+                }
+            }
+        } else if response.error_code == ResponseError::NonEmptyGroup.code() {
+            bail!("share group {group} has active members; stop its consumers before resetting offsets");
+        } else {
+            check_error(
+                ApiKey::AlterShareGroupOffsets,
+                response.error_code,
+                response.error_message.as_deref(),
+            )
+            .with_context(|| format!("cannot reset the offsets of share group {group}"))?;
         }
     }
-    outln!("start offsets of share group {} set", args.group);
+    let mut text = String::from("GROUP\tTOPIC\tPARTITION\tNEW-START-OFFSET\n");
+    for (topic, wanted) in &plan {
+        for (p, offset) in wanted {
+            text.push_str(&format!("{group}\t{topic}\t{p}\t{offset}\n"));
+        }
+    }
+    out!("{text}");
+    if !execute {
+        eprintln!("Dry run: nothing changed. Add --execute to set these start offsets (refused while the group has members).");
+    }
     Ok(())
 }
