@@ -184,18 +184,7 @@ fn share_consumers_divide_records_accept_each_once_and_redeliver_what_was_not_ac
         0
     );
     let mut stream = common::raw::connect(&broker);
-    let joined: ShareGroupHeartbeatResponse = common::raw::call(
-        &mut stream,
-        ApiKey::ShareGroupHeartbeat,
-        1,
-        1,
-        "share-test",
-        &ShareGroupHeartbeatRequest::default()
-            .with_group_id(GroupId(text(group)))
-            .with_member_id(text("raw-member-0000000000"))
-            .with_member_epoch(0)
-            .with_subscribed_topic_names(Some(vec![TopicName(text("share-topic"))])),
-    );
+    let joined = share_heartbeat(&mut stream, group, 0, Some("share-topic"));
     assert_eq!(joined.error_code, 0, "{joined:?}");
     assert_eq!(joined.heartbeat_interval_ms, 7000);
     let refused: AlterShareGroupOffsetsResponse = common::raw::call(
@@ -219,17 +208,7 @@ fn share_consumers_divide_records_accept_each_once_and_redeliver_what_was_not_ac
         protocol::error_codes::NON_EMPTY_GROUP,
         "{refused:?}"
     );
-    let refused: DeleteShareGroupOffsetsResponse = common::raw::call(
-        &mut stream,
-        ApiKey::DeleteShareGroupOffsets,
-        0,
-        4,
-        "share-test",
-        &DeleteShareGroupOffsetsRequest::default()
-            .with_group_id(GroupId(text(group)))
-            .with_topics(vec![DeleteShareGroupOffsetsRequestTopic::default()
-                .with_topic_name(TopicName(text("share-topic")))]),
-    );
+    let refused = delete_share_offsets(&mut stream, group, &["share-topic"]);
     assert_eq!(
         refused.error_code,
         protocol::error_codes::NON_EMPTY_GROUP,
@@ -244,17 +223,7 @@ fn share_consumers_divide_records_accept_each_once_and_redeliver_what_was_not_ac
         described.contains("STATE Stable") && described.contains("MEMBER raw-member-0000000000"),
         "{described}"
     );
-    let left: ShareGroupHeartbeatResponse = common::raw::call(
-        &mut stream,
-        ApiKey::ShareGroupHeartbeat,
-        1,
-        3,
-        "share-test",
-        &ShareGroupHeartbeatRequest::default()
-            .with_group_id(GroupId(text(group)))
-            .with_member_id(text("raw-member-0000000000"))
-            .with_member_epoch(-1),
-    );
+    let left = share_heartbeat(&mut stream, group, -1, None);
     assert_eq!(left.error_code, 0, "{left:?}");
 
     // Gone with its states; then unknown.
@@ -269,21 +238,7 @@ fn share_consumers_divide_records_accept_each_once_and_redeliver_what_was_not_ac
         "{gone}"
     );
     let mut stream = common::raw::connect(&broker);
-    let deleted: DeleteShareGroupOffsetsResponse = common::raw::call(
-        &mut stream,
-        ApiKey::DeleteShareGroupOffsets,
-        0,
-        5,
-        "share-test",
-        &DeleteShareGroupOffsetsRequest::default()
-            .with_group_id(GroupId(text(group)))
-            .with_topics(vec![
-                DeleteShareGroupOffsetsRequestTopic::default()
-                    .with_topic_name(TopicName(text("share-topic"))),
-                DeleteShareGroupOffsetsRequestTopic::default()
-                    .with_topic_name(TopicName(text("no-such-topic"))),
-            ]),
-    );
+    let deleted = delete_share_offsets(&mut stream, group, &["share-topic", "no-such-topic"]);
     assert_eq!(deleted.error_code, 0, "{deleted:?}");
     let codes: Vec<i16> = deleted.responses.iter().map(|r| r.error_code).collect();
     assert_eq!(
@@ -291,6 +246,52 @@ fn share_consumers_divide_records_accept_each_once_and_redeliver_what_was_not_ac
         [0, protocol::error_codes::UNKNOWN_TOPIC_OR_PARTITION],
         "{deleted:?}"
     );
+}
+
+/// A raw member of `group` (`epoch` 0 joins subscribed to `topic`, -1 leaves).
+fn share_heartbeat(
+    stream: &mut std::net::TcpStream,
+    group: &str,
+    epoch: i32,
+    topic: Option<&str>,
+) -> ShareGroupHeartbeatResponse {
+    common::raw::call(
+        stream,
+        ApiKey::ShareGroupHeartbeat,
+        1,
+        1,
+        "share-test",
+        &ShareGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(text(group)))
+            .with_member_id(text("raw-member-0000000000"))
+            .with_member_epoch(epoch)
+            .with_subscribed_topic_names(topic.map(|t| vec![TopicName(text(t))])),
+    )
+}
+
+fn delete_share_offsets(
+    stream: &mut std::net::TcpStream,
+    group: &str,
+    topics: &[&str],
+) -> DeleteShareGroupOffsetsResponse {
+    common::raw::call(
+        stream,
+        ApiKey::DeleteShareGroupOffsets,
+        0,
+        2,
+        "share-test",
+        &DeleteShareGroupOffsetsRequest::default()
+            .with_group_id(GroupId(text(group)))
+            .with_topics(
+                topics
+                    .iter()
+                    .map(|t| {
+                        DeleteShareGroupOffsetsRequestTopic::default()
+                            .with_topic_name(TopicName(text(t)))
+                    })
+                    .collect(),
+            ),
+    )
 }
 
 fn text(value: &str) -> StrBytes {

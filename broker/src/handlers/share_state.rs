@@ -55,6 +55,19 @@ macro_rules! our_batches {
     };
 }
 
+/// The one partition result of a response (COORDINATOR_NOT_AVAILABLE
+/// for a response without one).
+macro_rules! first_partition {
+    ($response:expr) => {
+        $response
+            .results
+            .into_iter()
+            .next()
+            .and_then(|r| r.partitions.into_iter().next())
+            .ok_or(errors::COORDINATOR_NOT_AVAILABLE)
+    };
+}
+
 fn key_of(group_id: &StrBytes, topic_id: uuid::Uuid, partition: i32) -> SharePartitionKey {
     SharePartitionKey {
         group_id: group_id.to_string(),
@@ -90,12 +103,7 @@ pub fn read_request(key: &SharePartitionKey) -> ReadShareGroupStateRequest {
 
 /// The state a read answered (`None`: never written), or its error.
 pub fn read_answer(response: ReadShareGroupStateResponse) -> Result<Option<ShareState>, i16> {
-    let result = response
-        .results
-        .into_iter()
-        .next()
-        .and_then(|r| r.partitions.into_iter().next())
-        .ok_or(errors::COORDINATOR_NOT_AVAILABLE)?;
+    let result = first_partition!(response)?;
     if result.error_code != errors::NONE {
         return Err(result.error_code);
     }
@@ -142,12 +150,7 @@ pub fn write_request(
 }
 
 pub fn write_answer(response: WriteShareGroupStateResponse) -> Result<(), i16> {
-    let result = response
-        .results
-        .into_iter()
-        .next()
-        .and_then(|r| r.partitions.into_iter().next())
-        .ok_or(errors::COORDINATOR_NOT_AVAILABLE)?;
+    let result = first_partition!(response)?;
     match result.error_code {
         errors::NONE => Ok(()),
         code => Err(code),
