@@ -980,6 +980,44 @@ fn with_one_broker_listed_kcat_and_confluent_kafka_read_back_every_record() {
     assert_forwarded(&balanced.cluster, &["Produce", "Fetch", "ListOffsets"]);
 }
 
+/// Share groups behind a balancer that sends every connection to broker
+/// 1: the ShareFetch and ShareAcknowledge parts for partitions the other
+/// brokers lead are served there (forwarded, the share session staying
+/// on broker 1), the heartbeats reach the group's coordinator, and the
+/// share check's every rule holds: each record accepted once, released
+/// and lock-expired ones delivered again with a higher count, the limit
+/// honoured.
+#[test]
+fn share_consumers_behind_the_balancer_divide_every_record() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (balanced, _) = balanced(
+        &[
+            "--set",
+            "group.share.record.lock.duration.ms=3000",
+            "--set",
+            "group.share.delivery.count.limit=3",
+        ],
+        Balance::First,
+        TOPIC,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("members.log");
+    let out = common::run_python(
+        "share_check.py",
+        &[
+            "queue",
+            &balanced.haproxy.bootstrap(),
+            "share-balanced",
+            log.to_str().unwrap(),
+            "3",
+        ],
+        CLIENT_DEADLINE,
+    );
+    assert!(out.contains("queue: ok 300 records"), "{out}");
+    println!("{out}");
+    assert_forwarded(&balanced.cluster, &["ShareFetch"]);
+}
+
 /// Records the group test writes through the balancer.
 const GROUP_RECORDS: usize = 100_000;
 

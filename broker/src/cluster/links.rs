@@ -450,6 +450,17 @@ pub async fn write_txn_markers(
     .await
 }
 
+/// Load-balancer mode: a client's share partitions led by `broker`, as a
+/// forwarded ShareFetch (v1) over a connection of its own.
+pub async fn share_fetch(
+    shard: &Rc<Shard>,
+    broker: i32,
+    request: kafka_protocol::messages::ShareFetchRequest,
+) -> Result<kafka_protocol::messages::ShareFetchResponse, ForwardError> {
+    let wait = Duration::from_millis(crate::limits::OFFSETS_COMMIT_TIMEOUT_MS);
+    call_alone(shard, broker, ApiKey::ShareFetch, &request, 1, wait).await
+}
+
 /// Reads a share partition's state from its coordinator on `broker`
 /// (`crate::share_state`).
 pub async fn read_share_group_state(

@@ -266,7 +266,7 @@ pub const BROKER_SETTINGS: &[Setting] = &[
         keys: &["strom.balancer.enable"],
         flag: None,
         default: Default::Value("false"),
-        meaning: "Load-balancer mode: clients reach the brokers through one TCP load balancer, whose address every broker gives in `advertised.listeners`. Metadata then lists every broker at that address, and a broker forwards the parts of Produce, Fetch, ListOffsets and OffsetForLeaderEpoch requests for partitions another broker leads to that leader over pooled connections, answering the client in its request order. The brokers register `strom.balancer.broker.address` for each other's traffic (replication, forwarding).",
+        meaning: "Load-balancer mode: clients reach the brokers through one TCP load balancer, whose address every broker gives in `advertised.listeners`. Metadata then lists every broker at that address, and a broker forwards the parts of Produce, Fetch, ListOffsets, OffsetForLeaderEpoch, ShareFetch and ShareAcknowledge requests for partitions another broker leads to that leader over pooled connections, answering the client in its request order. The brokers register `strom.balancer.broker.address` for each other's traffic (replication, forwarding).",
     },
     Setting {
         keys: &["strom.balancer.single.broker"],

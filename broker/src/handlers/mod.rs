@@ -898,9 +898,11 @@ async fn dispatch(
             let (client_host, client_id) = member_client(request, peer);
             out.encode(&share_groups::heartbeat(&shard, body, client_id, client_host).await)
         }
-        RequestKind::ShareFetch(body) => out.encode(&share_groups::fetch(&shard, body).await),
+        RequestKind::ShareFetch(body) => {
+            out.encode(&share_groups::fetch(&shard, body, origin).await)
+        }
         RequestKind::ShareAcknowledge(body) => {
-            out.encode(&share_groups::acknowledge(&shard, body).await)
+            out.encode(&share_groups::acknowledge(&shard, body, origin).await)
         }
         RequestKind::ConsumerGroupDescribe(body) => {
             let mut response = consumer_groups::describe(&shard, body).await;

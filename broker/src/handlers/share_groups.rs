@@ -14,10 +14,11 @@
 //! request's partitions, each later request brings the next epoch with
 //! what it adds and forgets, -1 closes it (acknowledging only).
 //!
-//! Not yet: the share partitions' state is in memory only (a restart or
-//! a leader move starts a share partition anew at
-//! `share.auto.offset.reset`); in a cluster a share partition is served
-//! only by the broker that leads it.
+//! Each change of a share partition's state is written to its share
+//! coordinator (`crate::share_state`) before the request is answered; a
+//! new leader reads it there. In load-balancer mode the session stays on
+//! the broker the client reached, and the partitions another broker leads
+//! are served there ([`forward`]).
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -36,6 +37,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
+use crate::cluster::links::{self, Origin};
 use crate::errors;
 use crate::group::manager;
 use crate::group_state::{HeldShare, ShareSession};
@@ -191,6 +193,8 @@ struct Want {
 struct Served {
     error_code: i16,
     acknowledge_error_code: i16,
+    /// The partition's leader (another broker's when forwarded), -1 unknown.
+    leader_id: i32,
     leader_epoch: i32,
     records: Option<bytes::Bytes>,
     acquired: Vec<groups::share::Acquired>,
@@ -201,6 +205,7 @@ impl Served {
         Served {
             error_code: code,
             acknowledge_error_code: code,
+            leader_id: -1,
             leader_epoch: -1,
             records: None,
             acquired: Vec::new(),
@@ -363,6 +368,7 @@ async fn serve_partition(
     Served {
         error_code: errors::NONE,
         acknowledge_error_code,
+        leader_id: owner.config.node_id,
         leader_epoch,
         records,
         acquired,
@@ -413,8 +419,11 @@ fn advance_session(
 }
 
 /// Serves `wanted` partitions on their cores; the answers by partition.
+/// In load-balancer mode a client's partitions led by another broker go
+/// to that broker (see [`forward`]).
 async fn serve_all(
     shard: &Rc<Shard>,
+    origin: Origin,
     group_id: &str,
     member_id: &str,
     wanted: BTreeMap<(u128, i32), Want>,
@@ -422,6 +431,7 @@ async fn serve_all(
 ) -> BTreeMap<(u128, i32), Served> {
     let image = shard.metadata.image();
     let mut out = BTreeMap::new();
+    let mut elsewhere: BTreeMap<i32, BTreeMap<(u128, i32), Want>> = BTreeMap::new();
     for ((topic_id, partition), want) in wanted {
         let Some(topic) = image.topics.values().find(|t| t.topic_id == topic_id) else {
             out.insert(
@@ -430,6 +440,14 @@ async fn serve_all(
             );
             continue;
         };
+        if let Some(leader) = links::leader_elsewhere(shard, &image, origin, &topic.name, partition)
+        {
+            elsewhere
+                .entry(leader)
+                .or_default()
+                .insert((topic_id, partition), want);
+            continue;
+        }
         let name = topic.name.clone();
         let served = match image.leader_core(topic, partition, shard.cores) {
             Err(why) => Served::refused(errors::not_served(why)),
@@ -446,6 +464,109 @@ async fn serve_all(
         };
         out.insert((topic_id, partition), served);
     }
+    for (leader, parts) in elsewhere {
+        out.extend(forward(shard, leader, group_id, member_id, parts, limits).await);
+    }
+    out
+}
+
+/// Load-balancer mode: `parts` of a client's share request, led by
+/// `leader`, served there. The session stays here, with the client's
+/// connection; the leader gets a ShareFetch marked forwarded, which it
+/// serves without a session: its partitions' acknowledgements, then a
+/// release of what the member holds (epoch -1, the session closed here),
+/// or an acquisition (`max_records` above 0), or nothing more.
+async fn forward(
+    shard: &Rc<Shard>,
+    leader: i32,
+    group_id: &str,
+    member_id: &str,
+    parts: BTreeMap<(u128, i32), Want>,
+    (max_records, max_bytes): (usize, usize),
+) -> BTreeMap<(u128, i32), Served> {
+    use kafka_protocol::messages::share_fetch_request::{
+        AcknowledgementBatch, FetchPartition, FetchTopic,
+    };
+    let release = parts.values().any(|w| w.release);
+    let fetch = parts.values().any(|w| w.fetch);
+    let mut topics: BTreeMap<u128, Vec<FetchPartition>> = BTreeMap::new();
+    for (&(topic_id, partition), want) in &parts {
+        topics.entry(topic_id).or_default().push(
+            FetchPartition::default()
+                .with_partition_index(partition)
+                .with_acknowledgement_batches(
+                    want.acks
+                        .iter()
+                        .map(|(first, last, types)| {
+                            AcknowledgementBatch::default()
+                                .with_first_offset(*first)
+                                .with_last_offset(*last)
+                                .with_acknowledge_types(types.clone())
+                        })
+                        .collect(),
+                ),
+        );
+    }
+    let request = ShareFetchRequest::default()
+        .with_group_id(Some(kafka_protocol::messages::GroupId(text(group_id))))
+        .with_member_id(Some(text(member_id)))
+        .with_share_session_epoch(if release { -1 } else { 0 })
+        .with_max_records(if fetch {
+            i32::try_from(max_records).unwrap_or(i32::MAX)
+        } else {
+            0
+        })
+        .with_max_bytes(i32::try_from(max_bytes).unwrap_or(i32::MAX))
+        .with_topics(
+            topics
+                .into_iter()
+                .map(|(id, partitions)| {
+                    FetchTopic::default()
+                        .with_topic_id(uuid::Uuid::from_u128(id))
+                        .with_partitions(partitions)
+                })
+                .collect(),
+        );
+    let mut out: BTreeMap<(u128, i32), Served> = parts
+        .keys()
+        .map(|&key| (key, Served::refused(errors::NOT_LEADER_OR_FOLLOWER)))
+        .collect();
+    match links::share_fetch(shard, leader, request).await {
+        Err(error) => {
+            tracing::info!(leader, %error, "share partitions not forwarded to their leader");
+        }
+        Ok(response) if response.error_code != errors::NONE => {
+            for served in out.values_mut() {
+                *served = Served::refused(response.error_code);
+            }
+        }
+        Ok(response) => {
+            for topic in response.responses {
+                let id = topic.topic_id.as_u128();
+                for p in topic.partitions {
+                    let Some(slot) = out.get_mut(&(id, p.partition_index)) else {
+                        continue;
+                    };
+                    *slot = Served {
+                        error_code: p.error_code,
+                        acknowledge_error_code: p.acknowledge_error_code,
+                        leader_id: p.current_leader.leader_id,
+                        leader_epoch: p.current_leader.leader_epoch,
+                        records: p.records.filter(|r| !r.is_empty()),
+                        acquired: p
+                            .acquired_records
+                            .iter()
+                            .map(|a| groups::share::Acquired {
+                                first: a.first_offset,
+                                last: a.last_offset,
+                                delivery_count: u16::try_from(a.delivery_count).unwrap_or(0),
+                            })
+                            .collect(),
+                    };
+                }
+            }
+        }
+    }
     out
 }
 
@@ -458,7 +579,11 @@ fn acks_of(
         .collect()
 }
 
-pub async fn fetch(shard: &Rc<Shard>, request: ShareFetchRequest) -> ShareFetchResponse {
+pub async fn fetch(
+    shard: &Rc<Shard>,
+    request: ShareFetchRequest,
+    origin: Origin,
+) -> ShareFetchResponse {
     let (Some(group_id), Some(member_id)) = (
         request.group_id.as_ref().map(|g| g.0.to_string()),
         request.member_id.as_ref().map(|m| m.to_string()),
@@ -484,18 +609,29 @@ pub async fn fetch(shard: &Rc<Shard>, request: ShareFetchRequest) -> ShareFetchR
         .flat_map(|t| t.partitions.iter().map(move |p| (t.topic_id.as_u128(), *p)))
         .collect();
     let closing = request.share_session_epoch == -1;
-    let session = advance_session(
-        shard,
-        (group_id.clone(), member_id.clone()),
-        request.share_session_epoch,
-        &added,
-        &forgotten,
-    );
-    let fetched = match session {
-        Err(code) => return ShareFetchResponse::default().with_error_code(code),
-        Ok(partitions) => partitions,
+    // Forwarded by a broker in load-balancer mode: its session, not one
+    // here (see `forward`).
+    let forwarded = origin == Origin::Forwarded;
+    let fetched = if forwarded {
+        if closing || request.max_records > 0 {
+            added.clone()
+        } else {
+            Vec::new()
+        }
+    } else {
+        let session = advance_session(
+            shard,
+            (group_id.clone(), member_id.clone()),
+            request.share_session_epoch,
+            &added,
+            &forgotten,
+        );
+        match session {
+            Err(code) => return ShareFetchResponse::default().with_error_code(code),
+            Ok(partitions) => partitions,
+        }
     };
-    if request.share_session_epoch == 0 {
+    if request.share_session_epoch == 0 && !forwarded {
         for want in wanted.values_mut() {
             want.fresh = true;
         }
@@ -514,11 +650,15 @@ pub async fn fetch(shard: &Rc<Shard>, request: ShareFetchRequest) -> ShareFetchR
         .filter(|&n| n > 0)
         .unwrap_or(MAX_RECORDS_DEFAULT);
     let max_bytes = usize::try_from(request.max_bytes).unwrap_or(0).max(1 << 20);
-    let deadline = std::time::Instant::now()
-        + Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0))
-            .min(EMPTY_WAIT_MAX);
+    let wait = if forwarded {
+        Duration::ZERO
+    } else {
+        Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0)).min(EMPTY_WAIT_MAX)
+    };
+    let deadline = std::time::Instant::now() + wait;
     let mut served = serve_all(
         shard,
+        origin,
         &group_id,
         &member_id,
         wanted.clone(),
@@ -548,6 +688,7 @@ pub async fn fetch(shard: &Rc<Shard>, request: ShareFetchRequest) -> ShareFetchR
             .collect();
         let again = serve_all(
             shard,
+            origin,
             &group_id,
             &member_id,
             fetch_only,
@@ -573,7 +714,7 @@ pub async fn fetch(shard: &Rc<Shard>, request: ShareFetchRequest) -> ShareFetchR
                 .with_acknowledge_error_code(s.acknowledge_error_code)
                 .with_current_leader(
                     LeaderIdAndEpoch::default()
-                        .with_leader_id(shard.config.node_id)
+                        .with_leader_id(s.leader_id)
                         .with_leader_epoch(s.leader_epoch),
                 )
                 // Empty, never null: clients cannot parse a null record set.
@@ -611,6 +752,7 @@ pub async fn fetch(shard: &Rc<Shard>, request: ShareFetchRequest) -> ShareFetchR
 pub async fn acknowledge(
     shard: &Rc<Shard>,
     request: ShareAcknowledgeRequest,
+    origin: Origin,
 ) -> ShareAcknowledgeResponse {
     let (Some(group_id), Some(member_id)) = (
         request.group_id.as_ref().map(|g| g.0.to_string()),
@@ -653,7 +795,7 @@ pub async fn acknowledge(
     for key in closed {
         wanted.entry(key).or_default().release = true;
     }
-    let mut served = serve_all(shard, &group_id, &member_id, wanted, (0, 0)).await;
+    let mut served = serve_all(shard, origin, &group_id, &member_id, wanted, (0, 0)).await;
     // Only the partitions the request named are answered.
     served.retain(|key, _| answered.contains(key));
     let mut topics: BTreeMap<u128, Vec<share_acknowledge_response::PartitionData>> =
