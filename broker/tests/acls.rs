@@ -579,6 +579,25 @@ fn operator_apis_check_what_kafka_checks_and_authorized_operations_are_real() {
     assert!(out.contains("ok 20"), "{out}\n{}", broker.log());
     let refused = denials(&admin, "topic") + denials(&admin, "cluster") - refused_before;
     assert!(refused >= 6.0, "{refused} refusals counted");
+    // ShareGroupDescribe checks DESCRIBE on the group (READ implies it):
+    // alice may ask about billing (no such share group), bob may not.
+    let unknown = strom_as(
+        &broker,
+        dir,
+        "alice",
+        &["share-group", "describe", "billing"],
+    );
+    assert!(
+        !unknown.status.success() && stderr(&unknown).contains("GROUP_ID_NOT_FOUND"),
+        "{}",
+        stderr(&unknown)
+    );
+    let refused = strom_as(&broker, dir, "bob", &["share-group", "describe", "billing"]);
+    assert!(
+        !refused.status.success() && stderr(&refused).contains("GROUP_AUTHORIZATION_FAILED"),
+        "{}",
+        stderr(&refused)
+    );
     // The broker still serves.
     ok(&broker, dir, "admin", &["topic", "describe", "orders"]);
 }

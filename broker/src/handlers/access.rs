@@ -108,6 +108,22 @@ impl Access {
         self.allows(op, resource::TOPIC, name)
     }
 
+    /// Keeps the groups `op` is allowed on; the others are denied.
+    fn keep_groups(
+        &self,
+        op: i8,
+        groups: &mut Vec<kafka_protocol::messages::GroupId>,
+        denied: &mut Denied,
+    ) {
+        groups.retain(|g| {
+            let ok = self.group(op, g);
+            if !ok {
+                denied.groups.push(g.to_string());
+            }
+            ok
+        });
+    }
+
     fn cluster(&self, op: i8) -> bool {
         self.allows(op, resource::CLUSTER, CLUSTER_NAME)
     }
@@ -493,37 +509,23 @@ impl Access {
                 R::FindCoordinator(request)
             }
             R::DescribeGroups(mut request) => {
-                request.groups.retain(|g| {
-                    let ok = self.group(operation::DESCRIBE, g);
-                    if !ok {
-                        denied.groups.push(g.to_string());
-                    }
-                    ok
-                });
+                self.keep_groups(operation::DESCRIBE, &mut request.groups, &mut denied);
                 R::DescribeGroups(request)
             }
             R::ConsumerGroupDescribe(mut request) => {
-                request.group_ids.retain(|g| {
-                    let ok = self.group(operation::DESCRIBE, g);
-                    if !ok {
-                        denied.groups.push(g.to_string());
-                    }
-                    ok
-                });
+                self.keep_groups(operation::DESCRIBE, &mut request.group_ids, &mut denied);
                 R::ConsumerGroupDescribe(request)
+            }
+            R::ShareGroupDescribe(mut request) => {
+                self.keep_groups(operation::DESCRIBE, &mut request.group_ids, &mut denied);
+                R::ShareGroupDescribe(request)
             }
             R::ListGroups(request) => {
                 denied.filter_groups = !self.cluster(operation::DESCRIBE);
                 R::ListGroups(request)
             }
             R::DeleteGroups(mut request) => {
-                request.groups_names.retain(|g| {
-                    let ok = self.group(operation::DELETE, g);
-                    if !ok {
-                        denied.groups.push(g.to_string());
-                    }
-                    ok
-                });
+                self.keep_groups(operation::DELETE, &mut request.groups_names, &mut denied);
                 R::DeleteGroups(request)
             }
             _ => return self.check_transactions_and_admin(api_key, body, denied),
@@ -1089,6 +1091,23 @@ fn produce_refused(
 }
 
 /// The answers of the refused resources, added beside the handler's.
+/// Adds the groups a describe request was denied to its response, each
+/// GROUP_AUTHORIZATION_FAILED (every describe response lists groups of
+/// its own type with these two fields).
+macro_rules! refuse_groups {
+    ($denied:expr, $response:expr, $group:ty) => {
+        for group in &$denied.groups {
+            $response.groups.push(
+                <$group>::default()
+                    .with_group_id(kafka_protocol::messages::GroupId(StrBytes::from_string(
+                        group.clone(),
+                    )))
+                    .with_error_code(errors::GROUP_AUTHORIZATION_FAILED),
+            );
+        }
+    };
+}
+
 impl Denied {
     pub fn is_empty(&self) -> bool {
         self.topics.is_empty()
@@ -1296,32 +1315,33 @@ impl Denied {
     }
 
     pub fn describe_groups(&self, response: &mut kafka_protocol::messages::DescribeGroupsResponse) {
-        use kafka_protocol::messages::describe_groups_response::*;
-        for group in &self.groups {
-            response.groups.push(
-                DescribedGroup::default()
-                    .with_group_id(kafka_protocol::messages::GroupId(StrBytes::from_string(
-                        group.clone(),
-                    )))
-                    .with_error_code(errors::GROUP_AUTHORIZATION_FAILED),
-            );
-        }
+        refuse_groups!(
+            self,
+            response,
+            kafka_protocol::messages::describe_groups_response::DescribedGroup
+        );
     }
 
     pub fn consumer_group_describe(
         &self,
         response: &mut kafka_protocol::messages::ConsumerGroupDescribeResponse,
     ) {
-        use kafka_protocol::messages::consumer_group_describe_response::DescribedGroup;
-        for group in &self.groups {
-            response.groups.push(
-                DescribedGroup::default()
-                    .with_group_id(kafka_protocol::messages::GroupId(StrBytes::from_string(
-                        group.clone(),
-                    )))
-                    .with_error_code(errors::GROUP_AUTHORIZATION_FAILED),
-            );
-        }
+        refuse_groups!(
+            self,
+            response,
+            kafka_protocol::messages::consumer_group_describe_response::DescribedGroup
+        );
+    }
+
+    pub fn share_group_describe(
+        &self,
+        response: &mut kafka_protocol::messages::ShareGroupDescribeResponse,
+    ) {
+        refuse_groups!(
+            self,
+            response,
+            kafka_protocol::messages::share_group_describe_response::DescribedGroup
+        );
     }
 
     pub fn list_groups(

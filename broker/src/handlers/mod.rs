@@ -992,7 +992,17 @@ async fn dispatch(
             out.encode(&crate::txn::markers::handle(&shard, body).await)
         }
         RequestKind::ShareGroupDescribe(body) => {
-            out.encode(&share_admin::describe(&shard, body).await)
+            let mut response = share_admin::describe(&shard, body).await;
+            if let (Some(denied), Some(access)) = (denied, access) {
+                denied.share_group_describe(&mut response);
+                access.group_operations(
+                    response
+                        .groups
+                        .iter_mut()
+                        .map(|g| (&mut g.authorized_operations, g.group_id.0.as_str())),
+                );
+            }
+            out.encode(&response)
         }
         RequestKind::DescribeShareGroupOffsets(body) => {
             out.encode(&share_admin::describe_offsets(&shard, body).await)
