@@ -506,6 +506,19 @@ mod tests {
     use super::*;
     use crate::config::GroupConfig;
 
+    /// Consumer-protocol member x joining group g, subscribed to t.
+    fn join_x() -> ConsumerHeartbeat {
+        ConsumerHeartbeat {
+            group_id: "g".into(),
+            member_id: "x".into(),
+            member_epoch: 0,
+            rebalance_timeout_ms: 30_000,
+            subscribed_topic_names: Some(vec!["t".into()]),
+            owned: Some(Partitions::new()),
+            ..Default::default()
+        }
+    }
+
     fn topics() -> Topics {
         [(
             "t".to_string(),
@@ -609,21 +622,7 @@ mod tests {
 
         // A consumer-protocol member joins: the group turns consumer with
         // a in it, still owning its partitions until it gives them up.
-        let x = c
-            .consumer_heartbeat(
-                2_000,
-                ConsumerHeartbeat {
-                    group_id: "g".into(),
-                    member_id: "x".into(),
-                    member_epoch: 0,
-                    rebalance_timeout_ms: 30_000,
-                    subscribed_topic_names: Some(vec!["t".into()]),
-                    owned: Some(Partitions::new()),
-                    ..Default::default()
-                },
-                &topics(),
-            )
-            .unwrap();
+        let x = c.consumer_heartbeat(2_000, join_x(), &topics()).unwrap();
         assert_eq!(c.group("g").unwrap().group_type(), "consumer");
         assert_eq!(x.assignment, Some(Partitions::new()), "a still owns them");
         let group = c.consumer_group("g").unwrap();
@@ -750,19 +749,7 @@ mod tests {
         let mut c = Coordinator::new(config, 3);
         let mut replies = Vec::new();
         let _ = c.join(1_000, classic_join("", &[]), 1, &mut replies);
-        let refused = c.consumer_heartbeat(
-            2_000,
-            ConsumerHeartbeat {
-                group_id: "g".into(),
-                member_id: "x".into(),
-                member_epoch: 0,
-                rebalance_timeout_ms: 30_000,
-                subscribed_topic_names: Some(vec!["t".into()]),
-                owned: Some(Partitions::new()),
-                ..Default::default()
-            },
-            &topics(),
-        );
+        let refused = c.consumer_heartbeat(2_000, join_x(), &topics());
         assert_eq!(refused, Err(GroupError::GroupIdNotFound));
         assert_eq!(c.group("g").unwrap().group_type(), "classic");
     }
