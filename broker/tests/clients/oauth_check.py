@@ -54,7 +54,10 @@ def main():
     check(producer.flush(60) == 0, "alice: records left unsent")
     check(not errors, f"alice: delivery failed: {errors[:3]}")
     consumer = Consumer(dict(settings(ALICE, "alice"), **{
-        "group.id": "alice-group", "auto.offset.reset": "earliest", "enable.partition.eof": True}))
+        "group.id": "alice-group", "auto.offset.reset": "earliest", "enable.partition.eof": True,
+        # The commit below commits what was read: an automatic commit
+        # first (every 5 s) would leave it nothing to commit (_NO_OFFSET).
+        "enable.auto.commit": False}))
     consumer.subscribe([TOPIC])
     seen, at_end = {}, set()
     deadline = time.time() + 60
