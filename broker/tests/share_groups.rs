@@ -316,7 +316,7 @@ fn topic_id_text(broker: &Broker, topic: &str) -> String {
 }
 
 /// One round: three ShareConsumers on a new replicated topic, the leader
-/// of its partition 0 killed once they have acknowledged some records;
+/// of one of its partitions killed once they have acknowledged some records;
 /// the members' script checks the rest. The killed node, started again.
 fn share_leader_killed_round(cluster: &mut test_support::cluster::Cluster, round: u64) -> String {
     let topic = format!("shared-replicated-{round}");
@@ -331,6 +331,8 @@ fn share_leader_killed_round(cluster: &mut test_support::cluster::Cluster, round
             log.to_str().unwrap(),
             dir.path().to_str().unwrap(),
             "3",
+            // Each round another partition's leader.
+            &(round % 3).to_string(),
         ],
     );
     let kill = dir.path().join("kill");
@@ -347,6 +349,20 @@ fn share_leader_killed_round(cluster: &mut test_support::cluster::Cluster, round
         "round {round}: {stdout}\n{stderr}\n{}",
         cluster.logs()
     );
+    // Every record done with (accepted, rejected or archived): each
+    // partition's start offset at its end, nothing left in flight (an
+    // acceptance whose answer was lost was applied, not dropped).
+    let survivor = (1..=3).find(|&n| n != victim).unwrap();
+    let described = strom_ok(
+        &cluster.node(survivor).broker,
+        &["share-group", "describe", &format!("share-{topic}")],
+    );
+    for p in 0..3 {
+        assert!(
+            described.contains(&format!("{topic}\t{p}\t150")),
+            "round {round}: {described}"
+        );
+    }
     common::restart_killed(cluster, victim);
     format!("round {}: {}", round + 1, stdout.trim())
 }

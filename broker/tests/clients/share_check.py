@@ -277,9 +277,10 @@ def queue(bootstrap, topic, log_path, limit):
           f"{sum(1 for i in where.values() if i % 10 == 9)} archived at the limit of {limit}")
 
 
-def failover(bootstrap, topic, log_path, signal_dir, limit):
+def failover(bootstrap, topic, log_path, signal_dir, limit, kill_partition="0"):
     """Three members on a replicated topic; once they have acknowledged
-    some records, the test kills (SIGKILL) the leader of partition 0
+    some records, the test kills (SIGKILL) the leader of partition
+    `kill_partition` (0 by default)
     (named in `kill` here; the test writes `killed`), more records come,
     and the members go on: no acknowledged record delivered again, every
     record acquired but not acknowledged delivered again, each accepted
@@ -296,7 +297,7 @@ def failover(bootstrap, topic, log_path, signal_dir, limit):
             check(m.poll() is None, f"a member exited {m.returncode}")
         time.sleep(0.1)
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    leader = admin.list_topics(topic, timeout=30).topics[topic].partitions[0].leader
+    leader = admin.list_topics(topic, timeout=30).topics[topic].partitions[int(kill_partition)].leader
     with open(os.path.join(signal_dir, "kill"), "w") as f:
         f.write(str(leader))
     while not os.path.exists(os.path.join(signal_dir, "killed")):
