@@ -908,12 +908,7 @@ async fn dispatch(
             let mut response = consumer_groups::describe(&shard, body).await;
             if let (Some(denied), Some(access)) = (denied, access) {
                 denied.consumer_group_describe(&mut response);
-                access.group_operations(
-                    response
-                        .groups
-                        .iter_mut()
-                        .map(|g| (&mut g.authorized_operations, g.group_id.0.as_str())),
-                );
+                described_operations(access, &mut response.groups);
             }
             out.encode(&response)
         }
@@ -995,12 +990,7 @@ async fn dispatch(
             let mut response = share_admin::describe(&shard, body).await;
             if let (Some(denied), Some(access)) = (denied, access) {
                 denied.share_group_describe(&mut response);
-                access.group_operations(
-                    response
-                        .groups
-                        .iter_mut()
-                        .map(|g| (&mut g.authorized_operations, g.group_id.0.as_str())),
-                );
+                described_operations(access, &mut response.groups);
             }
             out.encode(&response)
         }
@@ -1026,6 +1016,29 @@ async fn dispatch(
         }
     };
     Ok(Some(encoded?))
+}
+
+/// A described group: its id, and the operations the principal may do
+/// on it (filled in by [`described_operations`]).
+trait DescribedGroup {
+    fn operations(&mut self) -> (&mut i32, &str);
+}
+
+impl DescribedGroup for kafka_protocol::messages::consumer_group_describe_response::DescribedGroup {
+    fn operations(&mut self) -> (&mut i32, &str) {
+        (&mut self.authorized_operations, self.group_id.0.as_str())
+    }
+}
+
+impl DescribedGroup for kafka_protocol::messages::share_group_describe_response::DescribedGroup {
+    fn operations(&mut self) -> (&mut i32, &str) {
+        (&mut self.authorized_operations, self.group_id.0.as_str())
+    }
+}
+
+/// Fills each described group's authorized operations for `access`.
+fn described_operations(access: &access::Access, groups: &mut [impl DescribedGroup]) {
+    access.group_operations(groups.iter_mut().map(DescribedGroup::operations));
 }
 
 /// Encodes a handler's response, then counts its error codes: every
