@@ -461,66 +461,9 @@ pub async fn share_fetch(
     call_alone(shard, broker, ApiKey::ShareFetch, &request, 1, wait).await
 }
 
-/// Reads a share partition's state from its coordinator on `broker`
-/// (`crate::share_state`).
-pub async fn read_share_group_state(
-    shard: &Rc<Shard>,
-    broker: i32,
-    key: &groups::share_records::SharePartitionKey,
-) -> Result<Option<groups::share_records::ShareState>, i16> {
-    use crate::handlers::share_state as wire;
-    let request = wire::read_request(key);
-    match call_alone(
-        shard,
-        broker,
-        ApiKey::ReadShareGroupState,
-        &request,
-        wire::VERSION,
-        Duration::ZERO,
-    )
-    .await
-    {
-        Ok(response) => wire::read_answer(response),
-        Err(error) => {
-            tracing::info!(broker, message = %error.message, "share coordinator not reached");
-            Err(crate::errors::COORDINATOR_NOT_AVAILABLE)
-        }
-    }
-}
-
-/// Writes a share partition's state at its coordinator on `broker`,
-/// answered once durable there.
-pub async fn write_share_group_state(
-    shard: &Rc<Shard>,
-    broker: i32,
-    key: &groups::share_records::SharePartitionKey,
-    state: Option<groups::share_records::ShareState>,
-    kind: i8,
-) -> Result<groups::share_records::ShareState, i16> {
-    use crate::handlers::share_state as wire;
-    let request = wire::write_request(key, state.as_ref(), kind);
-    let wait = Duration::from_millis(crate::limits::OFFSETS_COMMIT_TIMEOUT_MS);
-    match call_alone(
-        shard,
-        broker,
-        ApiKey::WriteShareGroupState,
-        &request,
-        wire::VERSION,
-        wait,
-    )
-    .await
-    {
-        Ok(response) => wire::write_answer(response).map(|()| state.unwrap_or_default()),
-        Err(error) => {
-            tracing::info!(broker, message = %error.message, "share coordinator not reached");
-            Err(crate::errors::COORDINATOR_NOT_AVAILABLE)
-        }
-    }
-}
-
 /// One request to `broker` over a new connection, closed after the
 /// answer, which may take `wait` on top of the forward timeout.
-async fn call_alone<R: Request>(
+pub(crate) async fn call_alone<R: Request>(
     shard: &Rc<Shard>,
     broker: i32,
     api_key: ApiKey,

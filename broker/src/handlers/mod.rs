@@ -56,7 +56,6 @@ pub mod scatter;
 pub mod scram_credentials;
 pub mod share_admin;
 pub mod share_groups;
-pub mod share_state;
 pub mod sync_group;
 pub mod transactions;
 pub mod txn_offset_commit;
@@ -309,13 +308,13 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     // Between brokers: a share partition's leader and its share coordinator.
     (
         ApiKey::ReadShareGroupState,
-        share_state::VERSION,
-        share_state::VERSION,
+        crate::share_state::wire::VERSION,
+        crate::share_state::wire::VERSION,
     ),
     (
         ApiKey::WriteShareGroupState,
-        share_state::VERSION,
-        share_state::VERSION,
+        crate::share_state::wire::VERSION,
+        crate::share_state::wire::VERSION,
     ),
     (
         ApiKey::AddPartitionsToTxn,
@@ -1004,10 +1003,10 @@ async fn dispatch(
             out.encode(&share_admin::delete_offsets(&shard, body).await)
         }
         RequestKind::ReadShareGroupState(body) => {
-            out.encode(&share_state::handle_read(&shard, body).await)
+            out.encode(&crate::share_state::wire::handle_read(&shard, body).await)
         }
         RequestKind::WriteShareGroupState(body) => {
-            out.encode(&share_state::handle_write(&shard, body).await)
+            out.encode(&crate::share_state::wire::handle_write(&shard, body).await)
         }
         _ => {
             return Err(ConnectionError::UnsupportedApi {

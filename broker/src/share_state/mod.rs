@@ -36,6 +36,8 @@ use crate::internal_topic::{self, InternalTopic, Unplaced};
 use crate::partition::Partition;
 use crate::shard::Shard;
 
+pub mod wire;
+
 pub use crate::metadata::SHARE_STATE_TOPIC;
 /// Kafka's `share.coordinator.state.topic.num.partitions` default.
 const SHARE_STATE_PARTITIONS: i32 = 50;
@@ -314,7 +316,23 @@ pub async fn read(shard: &Rc<Shard>, key: SharePartitionKey) -> Result<Option<Sh
     if broker == shard.config.node_id {
         return read_here(shard, key).await;
     }
-    crate::cluster::links::read_share_group_state(shard, broker, &key).await
+    let request = wire::read_request(&key);
+    let answer = crate::cluster::links::call_alone(
+        shard,
+        broker,
+        kafka_protocol::messages::ApiKey::ReadShareGroupState,
+        &request,
+        wire::VERSION,
+        Duration::ZERO,
+    )
+    .await;
+    match answer {
+        Ok(response) => wire::read_answer(response),
+        Err(error) => {
+            tracing::info!(broker, message = %error.message, "share coordinator not reached");
+            Err(errors::COORDINATOR_NOT_AVAILABLE)
+        }
+    }
 }
 
 /// Writes a share partition's state as its leader (see the module
@@ -364,7 +382,23 @@ async fn remote_or_here(
     if broker == shard.config.node_id {
         return write_here(shard, key, state, kind).await;
     }
-    crate::cluster::links::write_share_group_state(shard, broker, &key, state, kind.code()).await
+    let request = wire::write_request(&key, state.as_ref(), kind.code());
+    let answer = crate::cluster::links::call_alone(
+        shard,
+        broker,
+        kafka_protocol::messages::ApiKey::WriteShareGroupState,
+        &request,
+        wire::VERSION,
+        Duration::from_millis(crate::limits::OFFSETS_COMMIT_TIMEOUT_MS),
+    )
+    .await;
+    match answer {
+        Ok(response) => wire::write_answer(response).map(|()| state.unwrap_or_default()),
+        Err(error) => {
+            tracing::info!(broker, message = %error.message, "share coordinator not reached");
+            Err(errors::COORDINATOR_NOT_AVAILABLE)
+        }
+    }
 }
 
 impl WriteKind {

@@ -1,4 +1,4 @@
-//! The share coordinator's inter-broker requests (`crate::share_state`):
+//! The share coordinator's inter-broker requests (see the parent module):
 //! ReadShareGroupState (84) and WriteShareGroupState (85), version 0,
 //! one share partition each. A write carries in a tagged field what kind
 //! it is: a leader's write (fenced by an older leader or state epoch),
@@ -167,7 +167,7 @@ pub async fn handle_read(
     let (topic_id, index) = (topic.topic_id, partition.partition);
     let key = key_of(&request.group_id, topic_id, index);
     let result = read_share_group_state_response::PartitionResult::default().with_partition(index);
-    let result = match crate::share_state::read_here(shard, key).await {
+    let result = match super::read_here(shard, key).await {
         Err(code) => result.with_error_code(code).with_state_epoch(-1),
         Ok(None) => result.with_state_epoch(-1).with_start_offset(-1),
         Ok(Some(state)) => result
@@ -207,7 +207,7 @@ pub async fn handle_write(
             batches: our_batches!(partition.state_batches),
         },
     };
-    let code = match crate::share_state::write_for_peer(shard, key, Some(state), kind).await {
+    let code = match super::write_for_peer(shard, key, Some(state), kind).await {
         Ok(_) => errors::NONE,
         Err(code) => code,
     };
