@@ -305,6 +305,18 @@ fn is_subset(a: &Partitions, b: &Partitions) -> bool {
         .all(|(topic, ps)| ps.is_empty() || b.get(topic).is_some_and(|other| ps.is_subset(other)))
 }
 
+/// Whether a member reporting `owned` has given up `revoke` and keeps
+/// `kept`: it owns none of the one and all of the other. A report that
+/// lacks partitions the member keeps was sent before it took its
+/// assignment up (a client that has not yet run its assign callback
+/// reports owning nothing): it proves no revocation, since the member
+/// may still take, and then own, what is being revoked. A classic member
+/// (a group migrating) is the exception: an eager one gives up everything
+/// before it joins again and gets what it keeps back at SyncGroup.
+fn revoked(owned: &Partitions, kept: &Partitions, revoke: &Partitions, classic: bool) -> bool {
+    !intersects(owned, revoke) && (classic || is_subset(kept, owned))
+}
+
 /// `a` ∩ `b` and `a` − `b`.
 fn split(a: &Partitions, b: &Partitions) -> (Partitions, Partitions) {
     let mut both = Partitions::new();
@@ -449,7 +461,10 @@ impl ConsumerGroup {
             };
             match member.state {
                 MemberState::UnrevokedPartitions => {
-                    let released = owned.is_some_and(|owned| !intersects(owned, &member.revoking));
+                    let classic = member.classic.is_some();
+                    let released = owned.is_some_and(|owned| {
+                        revoked(owned, &member.assigned, &member.revoking, classic)
+                    });
                     if !released {
                         return;
                     }
@@ -467,7 +482,8 @@ impl ConsumerGroup {
             let (kept, revoke) = split(&member.assigned, &target);
             // A member whose report shows it no longer owns them (a
             // classic member rejoins after revoking) moves on at once.
-            let released = owned.is_some_and(|owned| !intersects(owned, &revoke));
+            let classic = member.classic.is_some();
+            let released = owned.is_some_and(|owned| revoked(owned, &kept, &revoke, classic));
             if !revoke.is_empty() && !released {
                 let deadline = now_ms + member.rebalance_timeout_ms;
                 let member = self.members.get_mut(member_id).expect("member exists");
@@ -1485,6 +1501,40 @@ mod tests {
             .consumer_heartbeat(4, beat("a", a2.member_epoch, &kept), &topics)
             .unwrap();
         assert_eq!(a3.member_epoch, b.member_epoch);
+        let b3 = c
+            .consumer_heartbeat(5, beat("b", b.member_epoch, &Partitions::new()), &topics)
+            .unwrap();
+        assert_eq!(count(&b3.assignment.unwrap()), 1);
+    }
+
+    /// A member's report sent before it took its assignment up (it owns
+    /// nothing yet) proves no revocation: its partitions move only once
+    /// it reports keeping what it keeps and owning none of the others.
+    #[test]
+    fn a_report_from_before_the_assignment_was_taken_up_moves_nothing() {
+        let topics = topics(&[("t", 2)]);
+        let mut c = coordinator();
+        let a = c.consumer_heartbeat(0, join("a", &["t"]), &topics).unwrap();
+        assert_eq!(count(a.assignment.as_ref().unwrap()), 2);
+        let b = c.consumer_heartbeat(1, join("b", &["t"]), &topics).unwrap();
+        // a, not yet through its assign callback, still reports nothing.
+        let a2 = c
+            .consumer_heartbeat(2, beat("a", a.member_epoch, &Partitions::new()), &topics)
+            .unwrap();
+        assert_eq!(a2.member_epoch, a.member_epoch, "a must revoke first");
+        let kept = a2.assignment.unwrap();
+        assert_eq!(count(&kept), 1);
+        let b2 = c
+            .consumer_heartbeat(3, beat("b", b.member_epoch, &Partitions::new()), &topics)
+            .unwrap();
+        assert!(
+            b2.assignment.as_ref().is_none_or(|p| count(p) == 0),
+            "{b2:?}"
+        );
+        assert!(c.consumer_group("g").unwrap().double_owned().is_empty());
+        // a took both up, then gave one back: now b gets it.
+        c.consumer_heartbeat(4, beat("a", a.member_epoch, &kept), &topics)
+            .unwrap();
         let b3 = c
             .consumer_heartbeat(5, beat("b", b.member_epoch, &Partitions::new()), &topics)
             .unwrap();
