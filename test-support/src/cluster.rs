@@ -304,36 +304,49 @@ fn start_node(host: Host, dir: &std::path::Path, client: u16, args: &[String]) -
 /// Lines of each node's log a failing test prints.
 const LOG_TAIL_LINES: usize = 40;
 
+/// Error lines of each node a failing test prints in its summary.
+const ERROR_LINES: usize = 12;
+
 impl Drop for Cluster {
-    /// A test that fails with the cluster still up prints each node's
-    /// errors and panics and the tail of its log, so a failure seen only in CI says
-    /// what the brokers did.
+    /// A test that fails with the cluster still up prints the tail of each
+    /// node's log, then, last (what a shortened CI output keeps), a summary:
+    /// how each node ended and its errors and panics, so a failure seen
+    /// only in CI says what the brokers did.
     fn drop(&mut self) {
         if !std::thread::panicking() {
             return;
         }
+        let mut summary = Vec::new();
         for node in &mut self.nodes {
             let log = node.broker.log();
             let lines: Vec<&str> = log.lines().collect();
-            let errors = lines
-                .iter()
-                .filter(|l| l.contains("ERROR") || l.contains("panic"));
             let tail = &lines[lines.len().saturating_sub(LOG_TAIL_LINES)..];
+            eprintln!(
+                "==== node {} last {} lines ====\n{}",
+                node.id,
+                tail.len(),
+                tail.join("\n")
+            );
             let state = if !node.broker.is_running() {
                 "stopped by the test".to_string()
             } else {
                 node.broker
                     .try_exit()
-                    .map_or("running".to_string(), |s| format!("exited by itself: {s}"))
+                    .map_or("running".to_string(), |s| format!("EXITED BY ITSELF: {s}"))
             };
-            eprintln!(
-                "==== node {} ({state}) errors ====\n{}\n==== node {} last {} lines ====\n{}",
+            let errors: Vec<&str> = lines
+                .iter()
+                .filter(|l| l.contains("ERROR") || l.contains("panic") || l.contains("fatal"))
+                .copied()
+                .collect();
+            let shown = &errors[errors.len().saturating_sub(ERROR_LINES)..];
+            summary.push(format!(
+                "node {} {state}; {} error lines{}",
                 node.id,
-                errors.copied().collect::<Vec<_>>().join("\n"),
-                node.id,
-                tail.len(),
-                tail.join("\n")
-            );
+                errors.len(),
+                shown.iter().map(|l| format!("\n  {l}")).collect::<String>()
+            ));
         }
+        eprintln!("==== how the nodes ended ====\n{}", summary.join("\n"));
     }
 }

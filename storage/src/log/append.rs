@@ -99,15 +99,23 @@ impl Log {
     }
 
     /// A waiter's answer once its condition or a failure came: fenced,
-    /// out of space (when `reached` is false), or fine.
+    /// out of space or closed by a deletion (when `reached` is false), or
+    /// fine.
     pub(super) fn check_failure_or_space(&self, reached: bool) -> Result<()> {
         self.check_failure()?;
         if reached {
             return Ok(());
         }
-        let reason = self.inner.state.borrow().no_space.clone();
+        let (reason, deleting) = {
+            let state = self.inner.state.borrow();
+            (state.no_space.clone(), state.deleting)
+        };
         match reason {
             Some(reason) => Err(self.space_error(reason)),
+            // What was not yet durable goes with the log's files.
+            None if deleting => Err(StorageError::Closed {
+                path: self.inner.dir.clone(),
+            }),
             None => Ok(()),
         }
     }

@@ -231,6 +231,10 @@ struct State {
     /// appends are refused until space returns, nothing is fenced.
     no_space: Option<String>,
     closing: bool,
+    /// [`Log::delete`] has begun: what still runs on the log (a roll, a
+    /// sync round, a journal round) may fail on its removed files, and such
+    /// a failure concerns data that is going anyway.
+    deleting: bool,
     closed: bool,
     stats: LogStats,
 }
@@ -439,6 +443,7 @@ impl Log {
         {
             let mut s = self.inner.state.borrow_mut();
             s.closing = true;
+            s.deleting = true;
             // Unwritten batches are discarded with the log: the writer has
             // nothing left to drain.
             s.cache.clear();
@@ -447,8 +452,13 @@ impl Log {
             s.written_offset = s.next_offset;
             s.pending_bytes = 0;
         }
-        self.inner.append_lock.close();
         self.inner.changed.notify_all();
+        // What holds the append lock (a roll) or the swap lock (retention,
+        // a cleaning) ends first, failing fast on the closing log: nothing
+        // may create or remove a file in the directory while it goes.
+        let appends = self.lock_appends().await.ok();
+        let swapping = self.inner.swap_lock.acquire_permit(1).await.ok();
+        self.inner.append_lock.close();
         let writer = self.inner.writer.borrow_mut().take();
         if let Some(writer) = writer {
             writer.await;
@@ -463,6 +473,7 @@ impl Log {
         // No open of a file in it may be in flight when it goes.
         crate::file::await_opens(&dir).await;
         std::fs::remove_dir_all(&dir).ctx("remove directory", &dir, 0)?;
+        drop((appends, swapping));
         info!(dir = %dir.display(), "log deleted");
         Ok(())
     }
@@ -471,15 +482,22 @@ impl Log {
 fn fence_inner(inner: &Inner, reason: String) {
     let mut state = inner.state.borrow_mut();
     let first = state.failure.is_none();
+    let deleting = state.deleting;
     if first {
-        error!(dir = %inner.dir.display(), %reason, "log fenced: refusing further appends and acknowledgements");
         state.failure = Some(reason.clone());
     }
     drop(state);
     inner.changed.notify_all();
-    if first {
-        crate::fence::fenced(&inner.dir, &reason);
+    if !first {
+        return;
     }
+    if deleting {
+        // Waiters still wake and fail; nothing that is kept is in doubt.
+        info!(dir = %inner.dir.display(), %reason, "an operation of a log being deleted failed");
+        return;
+    }
+    error!(dir = %inner.dir.display(), %reason, "log fenced: refusing further appends and acknowledgements");
+    crate::fence::fenced(&inner.dir, &reason);
 }
 
 /// [`Log::kept_offset`] of `state` under a flush policy that is or is not

@@ -182,6 +182,7 @@ async fn opened_state(segments: Vec<Segment>, start_offset: u64, clean: bool) ->
         failure: None,
         no_space: None,
         closing: false,
+        deleting: false,
         closed: false,
         stats: LogStats::default(),
     })

@@ -17,7 +17,10 @@ impl Log {
             .changed
             .wait_until(|| {
                 let s = self.inner.state.borrow();
-                s.written_offset >= offset || s.failure.is_some() || s.no_space.is_some()
+                s.written_offset >= offset
+                    || s.failure.is_some()
+                    || s.no_space.is_some()
+                    || s.deleting
             })
             .await;
         let reached = self.inner.state.borrow().written_offset >= offset;
@@ -42,7 +45,10 @@ impl Log {
             .changed
             .wait_until(|| {
                 let s = self.inner.state.borrow();
-                kept_offset(&s, always) > last_offset || s.failure.is_some() || s.no_space.is_some()
+                kept_offset(&s, always) > last_offset
+                    || s.failure.is_some()
+                    || s.no_space.is_some()
+                    || s.deleting
             })
             .await;
         let reached = kept_offset(&self.inner.state.borrow(), always) > last_offset;
@@ -61,7 +67,10 @@ impl Log {
             .changed
             .wait_until(|| {
                 let s = self.inner.state.borrow();
-                s.durable_offset >= target || s.failure.is_some() || s.no_space.is_some()
+                s.durable_offset >= target
+                    || s.failure.is_some()
+                    || s.no_space.is_some()
+                    || s.deleting
             })
             .await;
         let reached = self.inner.state.borrow().durable_offset >= target;
