@@ -45,13 +45,15 @@ pub struct GroupManager {
     pub(crate) share_states: ShareStates,
 }
 
-/// A share partition served on this core: its state, and the leader
-/// epoch and state epoch it was read at.
-#[derive(Debug, Clone)]
+/// A share partition served on this core: its state, the leader epoch
+/// and state epoch it was read at, and its durable part as the share
+/// coordinator last stored it (a request writes only when that changed).
+#[derive(Debug)]
 pub struct HeldShare {
     pub partition: groups::share::SharePartition,
     pub leader_epoch: i32,
     pub state_epoch: i32,
+    pub written: groups::share::ShareSnapshot,
 }
 
 /// The share coordinator's state on one core: the states of the

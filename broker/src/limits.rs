@@ -201,6 +201,11 @@ pub const FORWARD_QUEUE_MAX: usize = 256;
 /// Connections that carry forwarded fetches, each one fetch at a time (a
 /// long poll must not hold up another client's answer).
 pub const FORWARD_FETCH_CONNECTIONS_MAX: usize = 16;
+/// Connections that carry other requests to a broker that may wait there
+/// (share-state reads and writes, forwarded share fetches, transaction
+/// markers, DeleteRecords), per destination broker and core, each one
+/// request at a time.
+pub const FORWARD_CALL_CONNECTIONS_MAX: usize = 16;
 /// Connections that carry forwarded group coordinator requests, per
 /// destination broker and core, each one request at a time (a JoinGroup
 /// waits for the whole group).

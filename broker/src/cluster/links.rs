@@ -13,8 +13,10 @@
 //!   its own from a small pool per destination
 //!   ([`FORWARD_FETCH_CONNECTIONS_MAX`]): a long poll never holds up
 //!   another client's answer.
-//! - DeleteRecords, which may wait at the leader for its followers and is
-//!   rare, opens a connection of its own for each request.
+//! - The other requests that may wait at their destination (DeleteRecords
+//!   and WriteTxnMarkers, waiting for the followers; share-state reads and
+//!   writes; forwarded ShareFetch) take a connection of their own from
+//!   another small pool per destination ([`FORWARD_CALL_CONNECTIONS_MAX`]).
 //! - The request bytes in flight to one destination are bounded
 //!   ([`FORWARD_IN_FLIGHT_BYTES_MAX`]); a part that does not fit waits, and
 //!   so does the client connection it came on (backpressure).
@@ -44,8 +46,9 @@ use protocol::client::{ClientError, Connection, Pending};
 
 use super::transport::{self, Purpose};
 use crate::limits::{
-    DELETE_RECORDS_WAIT_MS_MAX, FETCH_WAIT_MS_MAX, FORWARD_FETCH_CONNECTIONS_MAX,
-    FORWARD_IN_FLIGHT_BYTES_MAX, FORWARD_QUEUE_MAX, FORWARD_TIMEOUT_MS, TXN_MARKERS_WAIT_MS,
+    DELETE_RECORDS_WAIT_MS_MAX, FETCH_WAIT_MS_MAX, FORWARD_CALL_CONNECTIONS_MAX,
+    FORWARD_FETCH_CONNECTIONS_MAX, FORWARD_IN_FLIGHT_BYTES_MAX, FORWARD_QUEUE_MAX,
+    FORWARD_TIMEOUT_MS, OFFSETS_COMMIT_TIMEOUT_MS, TXN_MARKERS_WAIT_MS,
 };
 use crate::metadata::MetadataImage;
 use crate::shard::Shard;
@@ -158,10 +161,80 @@ struct Link {
     /// Request bytes in flight to the broker, pipelined and fetches.
     bytes: Rc<Semaphore>,
     queue: LocalSender<Exchange>,
-    /// Fetch connections not in use, and the bound on those in use.
-    fetch_idle: RefCell<Vec<Connection>>,
-    fetch_slots: Rc<Semaphore>,
+    /// Connections for forwarded fetches.
+    fetches: Pool,
+    /// Connections for the other requests that may wait at the broker
+    /// (see [`call_pooled`]).
+    calls: Pool,
 }
+
+/// Connections to one broker that each carry one exchange at a time:
+/// those not in use, and the bound on those in use.
+struct Pool {
+    idle: RefCell<Vec<Connection>>,
+    slots: Rc<Semaphore>,
+    /// The request timeout its connections open with: the longest an
+    /// exchange on them may take.
+    timeout: Duration,
+}
+
+impl Pool {
+    fn new(connections: usize, timeout: Duration) -> Pool {
+        Pool {
+            idle: RefCell::new(Vec::new()),
+            slots: Rc::new(Semaphore::new(connections as u64)),
+            timeout,
+        }
+    }
+
+    /// A slot, and an idle connection to `address` or a new one. The
+    /// caller gives the connection back ([`Pool::give_back`]) only after
+    /// a whole exchange: one that failed may be anywhere in a frame.
+    async fn take(
+        &self,
+        shard: &Rc<Shard>,
+        address: &str,
+    ) -> Result<(StaticPermit, Connection), String> {
+        let slot = self
+            .slots
+            .acquire_static_permit(1)
+            .await
+            .map_err(|e| e.to_string())?;
+        let idle = self.idle.borrow_mut().pop();
+        let connection = match idle {
+            Some(connection) if connection.address() == address && !connection.is_broken() => {
+                connection
+            }
+            _ => {
+                let purpose = Purpose::Forward {
+                    timeout: self.timeout,
+                };
+                transport::connect_address(shard, address, purpose).await?
+            }
+        };
+        Ok((slot, connection))
+    }
+
+    fn give_back(&self, connection: Connection) {
+        self.idle.borrow_mut().push(connection);
+    }
+}
+
+/// The longest a pooled call may wait at its destination: a DeleteRecords
+/// or a WriteTxnMarkers waiting for the followers, a share-state write
+/// for its replicas.
+const CALL_WAIT_MS_MAX: u64 = {
+    let longest = if DELETE_RECORDS_WAIT_MS_MAX > TXN_MARKERS_WAIT_MS {
+        DELETE_RECORDS_WAIT_MS_MAX
+    } else {
+        TXN_MARKERS_WAIT_MS
+    };
+    if longest > OFFSETS_COMMIT_TIMEOUT_MS {
+        longest
+    } else {
+        OFFSETS_COMMIT_TIMEOUT_MS
+    }
+};
 
 thread_local! {
     /// This core's links, by destination broker id.
@@ -178,8 +251,14 @@ fn link(shard: &Rc<Shard>, broker: i32) -> Rc<Link> {
                 Rc::new(Link {
                     bytes: Rc::new(Semaphore::new(FORWARD_IN_FLIGHT_BYTES_MAX as u64)),
                     queue,
-                    fetch_idle: RefCell::new(Vec::new()),
-                    fetch_slots: Rc::new(Semaphore::new(FORWARD_FETCH_CONNECTIONS_MAX as u64)),
+                    fetches: Pool::new(
+                        FORWARD_FETCH_CONNECTIONS_MAX,
+                        Duration::from_millis(FETCH_WAIT_MS_MAX + FORWARD_TIMEOUT_MS),
+                    ),
+                    calls: Pool::new(
+                        FORWARD_CALL_CONNECTIONS_MAX,
+                        Duration::from_millis(CALL_WAIT_MS_MAX + FORWARD_TIMEOUT_MS),
+                    ),
                 })
             })
             .clone()
@@ -372,36 +451,24 @@ pub async fn fetch(
 ) -> Result<FetchResponse, ForwardError> {
     let link = link(shard, broker);
     let sent = Sent::start(broker, ApiKey::Fetch, request_bytes(&request, version));
-    let _slot = link
-        .fetch_slots
-        .acquire_static_permit(1)
+    let address = address(shard, broker).ok_or_else(|| sent.failed(no_address(broker)))?;
+    let (_slot, mut connection) = link
+        .fetches
+        .take(shard, &address)
         .await
-        .map_err(|e| sent.failed(e.to_string()))?;
+        .map_err(|message| sent.failed(message))?;
     let _bytes = link
         .bytes
         .acquire_static_permit(units(sent.bytes_out))
         .await
         .map_err(|e| sent.failed(e.to_string()))?;
-    let address = address(shard, broker).ok_or_else(|| sent.failed(no_address(broker)))?;
-    let idle = link.fetch_idle.borrow_mut().pop();
-    let mut connection = match idle {
-        Some(connection) if connection.address() == address => connection,
-        _ => {
-            let purpose = Purpose::Forward {
-                timeout: Duration::from_millis(FETCH_WAIT_MS_MAX + FORWARD_TIMEOUT_MS),
-            };
-            transport::connect_address(shard, &address, purpose)
-                .await
-                .map_err(|message| sent.failed(message))?
-        }
-    };
     let wait = deadline.saturating_duration_since(Instant::now());
     let request = request.with_max_wait_ms(wait.as_millis().min(FETCH_WAIT_MS_MAX.into()) as i32);
-    let outcome = exchange_fetch(&mut connection, &request, version).await;
+    let outcome = exchange_typed(&mut connection, &request, version).await;
     sent.record_outcome(&outcome, version);
     match outcome {
         Ok(response) => {
-            link.fetch_idle.borrow_mut().push(connection);
+            link.fetches.give_back(connection);
             Ok(response)
         }
         // The connection may be anywhere in a frame: it is dropped.
@@ -409,17 +476,16 @@ pub async fn fetch(
     }
 }
 
-/// Forwards a DeleteRecords request over a connection of its own (it may
-/// wait at the leader for the followers, up to its `timeout_ms`: it must
-/// not hold up the pipelined link's other answers). Deletions are rare
-/// admin requests; the connection is not kept.
+/// Forwards a DeleteRecords request over a pooled connection of its own
+/// (it may wait at the leader for the followers, up to its `timeout_ms`:
+/// it must not hold up the pipelined link's other answers).
 pub async fn delete_records(
     shard: &Rc<Shard>,
     broker: i32,
     request: DeleteRecordsRequest,
     version: i16,
 ) -> Result<DeleteRecordsResponse, ForwardError> {
-    call_alone(
+    call_pooled(
         shard,
         broker,
         ApiKey::DeleteRecords,
@@ -431,7 +497,7 @@ pub async fn delete_records(
 }
 
 /// Sends a transaction coordinator's WriteTxnMarkers (v1) to the broker
-/// leading the partitions, over a connection of its own: each marker is
+/// leading the partitions, over a pooled connection of its own: each marker is
 /// answered once its partition's in-sync replicas hold it, which must not
 /// hold up the pipelined link's other answers.
 pub async fn write_txn_markers(
@@ -439,7 +505,7 @@ pub async fn write_txn_markers(
     broker: i32,
     request: WriteTxnMarkersRequest,
 ) -> Result<WriteTxnMarkersResponse, ForwardError> {
-    call_alone(
+    call_pooled(
         shard,
         broker,
         ApiKey::WriteTxnMarkers,
@@ -451,19 +517,21 @@ pub async fn write_txn_markers(
 }
 
 /// Load-balancer mode: a client's share partitions led by `broker`, as a
-/// forwarded ShareFetch (v1) over a connection of its own.
+/// forwarded ShareFetch (v1) over a pooled connection of its own.
 pub async fn share_fetch(
     shard: &Rc<Shard>,
     broker: i32,
     request: kafka_protocol::messages::ShareFetchRequest,
 ) -> Result<kafka_protocol::messages::ShareFetchResponse, ForwardError> {
     let wait = Duration::from_millis(crate::limits::OFFSETS_COMMIT_TIMEOUT_MS);
-    call_alone(shard, broker, ApiKey::ShareFetch, &request, 1, wait).await
+    call_pooled(shard, broker, ApiKey::ShareFetch, &request, 1, wait).await
 }
 
-/// One request to `broker` over a new connection, closed after the
-/// answer, which may take `wait` on top of the forward timeout.
-pub(crate) async fn call_alone<R: Request>(
+/// One request to `broker` on a pooled connection of its own (at most
+/// [`FORWARD_CALL_CONNECTIONS_MAX`] per destination and core), for
+/// requests that may wait there and must not hold up the pipelined link's
+/// answers; the answer may take `wait` on top of the forward timeout.
+pub(crate) async fn call_pooled<R: Request>(
     shard: &Rc<Shard>,
     broker: i32,
     api_key: ApiKey,
@@ -471,28 +539,49 @@ pub(crate) async fn call_alone<R: Request>(
     version: i16,
     wait: Duration,
 ) -> Result<R::Response, ForwardError> {
+    let link = link(shard, broker);
     let sent = Sent::start(broker, api_key, request_bytes(request, version));
     let address = address(shard, broker).ok_or_else(|| sent.failed(no_address(broker)))?;
-    let purpose = Purpose::Forward {
-        timeout: wait + Duration::from_millis(FORWARD_TIMEOUT_MS),
-    };
-    let mut connection = transport::connect_address(shard, &address, purpose)
+    let (_slot, mut connection) = link
+        .calls
+        .take(shard, &address)
         .await
         .map_err(|message| sent.failed(message))?;
-    let outcome = match connection.version::<R>(version..=version) {
-        Ok(version) => connection.call(request, version).await,
-        Err(error) => Err(error),
-    };
+    let limit = wait.min(Duration::from_millis(CALL_WAIT_MS_MAX))
+        + Duration::from_millis(FORWARD_TIMEOUT_MS);
+    let outcome = futures_lite::future::or(
+        async { Some(exchange_typed(&mut connection, request, version).await) },
+        async {
+            glommio::timer::sleep(limit).await;
+            None
+        },
+    )
+    .await;
+    let outcome = outcome.unwrap_or_else(|| {
+        Err(ClientError::Timeout {
+            address: address.clone(),
+            api_key,
+            timeout_ms: limit.as_millis(),
+        })
+    });
     sent.record_outcome(&outcome, version);
-    outcome.map_err(|error| sent.failed(error.to_string()))
+    match outcome {
+        Ok(response) => {
+            link.calls.give_back(connection);
+            Ok(response)
+        }
+        // The connection may be anywhere in a frame: it is dropped.
+        Err(error) => Err(sent.failed(error.to_string())),
+    }
 }
 
-async fn exchange_fetch(
+/// One request and its answer on a connection with nothing else in flight.
+async fn exchange_typed<R: Request>(
     connection: &mut Connection,
-    request: &FetchRequest,
+    request: &R,
     version: i16,
-) -> Result<FetchResponse, ClientError> {
-    let version = connection.version::<FetchRequest>(version..=version)?;
+) -> Result<R::Response, ClientError> {
+    let version = connection.version::<R>(version..=version)?;
     connection.call(request, version).await
 }
 

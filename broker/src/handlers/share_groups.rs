@@ -285,19 +285,18 @@ async fn serve_partition(
         topic_id,
         partition,
     };
-    let held = owner
+    let cached = owner
         .groups
         .share_partitions
         .borrow()
         .get(&key)
-        .filter(|h| h.leader_epoch == leader_epoch)
-        .filter(|h| !want.fresh || h.partition.acquired_count() > 0)
-        .cloned();
-    let held = match held {
-        Some(held) => held,
+        .is_some_and(|h| {
+            h.leader_epoch == leader_epoch && (!want.fresh || h.partition.acquired_count() > 0)
+        });
+    if !cached {
         // Not served here at this leader epoch yet: the state as the
         // share coordinator keeps it.
-        None => match share_state::read(&owner, state_key.clone()).await {
+        let held = match share_state::read(&owner, state_key.clone()).await {
             Err(code) => {
                 tracing::info!(group = %group_id, partition, code, "share partition state not read");
                 return Served::refused(errors::NOT_LEADER_OR_FOLLOWER);
@@ -306,43 +305,63 @@ async fn serve_partition(
                 partition: SharePartition::restore(&stored.snapshot, &config),
                 leader_epoch,
                 state_epoch: stored.state_epoch,
+                written: stored.snapshot,
             },
             Ok(None) => {
                 let start = start_offset(&log, &settings.auto_offset_reset, owner.now_ms()).await;
+                let partition = SharePartition::new(start);
                 HeldShare {
-                    partition: SharePartition::new(start),
+                    written: partition.snapshot(),
+                    partition,
                     leader_epoch,
                     state_epoch: 0,
                 }
             }
-        },
-    };
-    let before = held.partition.snapshot();
-    let mut next = held;
-    let now = owner.now_ms() as u64;
-    let expired = next.partition.expire_locks(now, &config);
-    let acknowledge_error_code = apply_acks(&mut next.partition, &member_id, want.acks, &config);
-    if want.release {
-        next.partition.release_member(&member_id, &config);
+        };
+        owner
+            .groups
+            .share_partitions
+            .borrow_mut()
+            .insert(key.clone(), held);
     }
-    let acquired = if want.fetch {
-        next.partition
-            .acquire(&member_id, log.high_watermark(), limits.0, now, &config)
-    } else {
-        Vec::new()
-    };
-    let snapshot = next.partition.snapshot();
-    if snapshot != before {
-        let state = ShareState {
+    // Changed in place (this request holds the partition's turn); should
+    // the durable write fail, the held state is dropped and read again.
+    let now = owner.now_ms() as u64;
+    let (expired, acknowledge_error_code, acquired, changed) = {
+        let mut partitions = owner.groups.share_partitions.borrow_mut();
+        let next = partitions
+            .get_mut(&key)
+            .expect("held above, under the turn");
+        let expired = next.partition.expire_locks(now, &config);
+        let acknowledge_error_code =
+            apply_acks(&mut next.partition, &member_id, want.acks, &config);
+        if want.release {
+            next.partition.release_member(&member_id, &config);
+        }
+        let acquired = if want.fetch {
+            next.partition
+                .acquire(&member_id, log.high_watermark(), limits.0, now, &config)
+        } else {
+            Vec::new()
+        };
+        let snapshot = next.partition.snapshot();
+        let changed = (snapshot != next.written).then_some(ShareState {
             state_epoch: next.state_epoch,
             leader_epoch,
             snapshot,
-        };
+        });
+        (expired, acknowledge_error_code, acquired, changed)
+    };
+    if let Some(state) = changed {
+        let snapshot = state.snapshot.clone();
         if let Err(code) = share_state::write(&owner, state_key, state).await {
             tracing::info!(group = %group_id, partition, code, "share partition state not written: nothing of this request applied");
             // Fenced: another leader or a reset wrote since; read again next time.
             owner.groups.share_partitions.borrow_mut().remove(&key);
             return Served::refused(errors::NOT_LEADER_OR_FOLLOWER);
+        }
+        if let Some(held) = owner.groups.share_partitions.borrow_mut().get_mut(&key) {
+            held.written = snapshot;
         }
     }
     crate::metrics::record_share(
@@ -357,7 +376,6 @@ async fn serve_partition(
             lock_expiries: expired as u64,
         },
     );
-    owner.groups.share_partitions.borrow_mut().insert(key, next);
     let records = match acquired.first() {
         Some(first) => {
             let read = log.read(first.first, limits.1.max(1), false).await;

@@ -317,7 +317,7 @@ pub async fn read(shard: &Rc<Shard>, key: SharePartitionKey) -> Result<Option<Sh
         return read_here(shard, key).await;
     }
     let request = wire::read_request(&key);
-    let answer = crate::cluster::links::call_alone(
+    let answer = crate::cluster::links::call_pooled(
         shard,
         broker,
         kafka_protocol::messages::ApiKey::ReadShareGroupState,
@@ -383,7 +383,7 @@ async fn remote_or_here(
         return write_here(shard, key, state, kind).await;
     }
     let request = wire::write_request(&key, state.as_ref(), kind.code());
-    let answer = crate::cluster::links::call_alone(
+    let answer = crate::cluster::links::call_pooled(
         shard,
         broker,
         kafka_protocol::messages::ApiKey::WriteShareGroupState,
