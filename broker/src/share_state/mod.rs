@@ -452,16 +452,39 @@ pub async fn group_partitions(
         .map(|t| (t.name.clone(), t.topic_id, t.partition_cores.len() as i32))
         .collect();
     topics.sort();
-    let mut out = Vec::new();
-    for (name, topic_id, count) in topics {
-        for partition in 0..count {
-            let key = SharePartitionKey {
-                group_id: group_id.to_string(),
-                topic_id,
-                partition,
-            };
-            out.push((name.clone(), topic_id, partition, read(shard, key).await));
-        }
+    let keys: Vec<(String, u128, i32)> = topics
+        .into_iter()
+        .flat_map(|(name, topic_id, count)| {
+            (0..count).map(move |partition| (name.clone(), topic_id, partition))
+        })
+        .collect();
+    // A few reads at a time: the coordinators may be other brokers.
+    let mut out = Vec::with_capacity(keys.len());
+    for chunk in keys.chunks(GROUP_READS_AT_ONCE) {
+        let reads = chunk
+            .iter()
+            .map(|(_, topic_id, partition)| {
+                let key = SharePartitionKey {
+                    group_id: group_id.to_string(),
+                    topic_id: *topic_id,
+                    partition: *partition,
+                };
+                Box::pin(read(shard, key))
+                    as std::pin::Pin<Box<dyn std::future::Future<Output = _>>>
+            })
+            .collect();
+        let states = crate::sync::join_all(reads).await;
+        out.extend(
+            chunk
+                .iter()
+                .zip(states)
+                .map(|((name, topic_id, partition), state)| {
+                    (name.clone(), *topic_id, *partition, state)
+                }),
+        );
     }
     out
 }
+
+/// Share-partition states [`group_partitions`] reads at once.
+const GROUP_READS_AT_ONCE: usize = 16;
