@@ -23,7 +23,10 @@ impl Log {
                     || s.deleting
             })
             .await;
-        let reached = self.inner.state.borrow().written_offset >= offset;
+        let reached = {
+            let s = self.inner.state.borrow();
+            s.written_offset >= offset && !s.deleting
+        };
         self.check_failure_or_space(reached)
     }
 
@@ -51,7 +54,12 @@ impl Log {
                     || s.deleting
             })
             .await;
-        let reached = kept_offset(&self.inner.state.borrow(), always) > last_offset;
+        // A deleting log acknowledges nothing more: its bookkeeping no
+        // longer follows the files.
+        let reached = {
+            let s = self.inner.state.borrow();
+            kept_offset(&s, always) > last_offset && !s.deleting
+        };
         self.check_failure_or_space(reached)
     }
 
@@ -73,7 +81,10 @@ impl Log {
                     || s.deleting
             })
             .await;
-        let reached = self.inner.state.borrow().durable_offset >= target;
+        let reached = {
+            let s = self.inner.state.borrow();
+            s.durable_offset >= target && !s.deleting
+        };
         self.check_failure_or_space(reached)
     }
 }
