@@ -602,6 +602,12 @@ impl Connection {
         &self.config
     }
 
+    /// How long each later request may take from now on (a pooled
+    /// connection carries requests that may wait for different times).
+    pub fn set_request_timeout(&mut self, timeout: Duration) {
+        self.config.request_timeout = timeout;
+    }
+
     pub fn broker_versions(&self) -> &BrokerVersions {
         &self.versions
     }

@@ -44,11 +44,11 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Encodable, Request};
 use protocol::client::{ClientError, Connection, Pending};
 
-use super::transport::{self, Purpose};
+use super::transport::{self, Pool, Purpose};
 use crate::limits::{
     DELETE_RECORDS_WAIT_MS_MAX, FETCH_WAIT_MS_MAX, FORWARD_CALL_CONNECTIONS_MAX,
     FORWARD_FETCH_CONNECTIONS_MAX, FORWARD_IN_FLIGHT_BYTES_MAX, FORWARD_QUEUE_MAX,
-    FORWARD_TIMEOUT_MS, OFFSETS_COMMIT_TIMEOUT_MS, TXN_MARKERS_WAIT_MS,
+    FORWARD_TIMEOUT_MS, TXN_MARKERS_WAIT_MS,
 };
 use crate::metadata::MetadataImage;
 use crate::shard::Shard;
@@ -168,74 +168,6 @@ struct Link {
     calls: Pool,
 }
 
-/// Connections to one broker that each carry one exchange at a time:
-/// those not in use, and the bound on those in use.
-struct Pool {
-    idle: RefCell<Vec<Connection>>,
-    slots: Rc<Semaphore>,
-    /// The request timeout its connections open with: the longest an
-    /// exchange on them may take.
-    timeout: Duration,
-}
-
-impl Pool {
-    fn new(connections: usize, timeout: Duration) -> Pool {
-        Pool {
-            idle: RefCell::new(Vec::new()),
-            slots: Rc::new(Semaphore::new(connections as u64)),
-            timeout,
-        }
-    }
-
-    /// A slot, and an idle connection to `address` or a new one. The
-    /// caller gives the connection back ([`Pool::give_back`]) only after
-    /// a whole exchange: one that failed may be anywhere in a frame.
-    async fn take(
-        &self,
-        shard: &Rc<Shard>,
-        address: &str,
-    ) -> Result<(StaticPermit, Connection), String> {
-        let slot = self
-            .slots
-            .acquire_static_permit(1)
-            .await
-            .map_err(|e| e.to_string())?;
-        let idle = self.idle.borrow_mut().pop();
-        let connection = match idle {
-            Some(connection) if connection.address() == address && !connection.is_broken() => {
-                connection
-            }
-            _ => {
-                let purpose = Purpose::Forward {
-                    timeout: self.timeout,
-                };
-                transport::connect_address(shard, address, purpose).await?
-            }
-        };
-        Ok((slot, connection))
-    }
-
-    fn give_back(&self, connection: Connection) {
-        self.idle.borrow_mut().push(connection);
-    }
-}
-
-/// The longest a pooled call may wait at its destination: a DeleteRecords
-/// or a WriteTxnMarkers waiting for the followers, a share-state write
-/// for its replicas.
-const CALL_WAIT_MS_MAX: u64 = {
-    let longest = if DELETE_RECORDS_WAIT_MS_MAX > TXN_MARKERS_WAIT_MS {
-        DELETE_RECORDS_WAIT_MS_MAX
-    } else {
-        TXN_MARKERS_WAIT_MS
-    };
-    if longest > OFFSETS_COMMIT_TIMEOUT_MS {
-        longest
-    } else {
-        OFFSETS_COMMIT_TIMEOUT_MS
-    }
-};
-
 thread_local! {
     /// This core's links, by destination broker id.
     static LINKS: RefCell<HashMap<i32, Rc<Link>>> = RefCell::new(HashMap::new());
@@ -251,14 +183,8 @@ fn link(shard: &Rc<Shard>, broker: i32) -> Rc<Link> {
                 Rc::new(Link {
                     bytes: Rc::new(Semaphore::new(FORWARD_IN_FLIGHT_BYTES_MAX as u64)),
                     queue,
-                    fetches: Pool::new(
-                        FORWARD_FETCH_CONNECTIONS_MAX,
-                        Duration::from_millis(FETCH_WAIT_MS_MAX + FORWARD_TIMEOUT_MS),
-                    ),
-                    calls: Pool::new(
-                        FORWARD_CALL_CONNECTIONS_MAX,
-                        Duration::from_millis(CALL_WAIT_MS_MAX + FORWARD_TIMEOUT_MS),
-                    ),
+                    fetches: Pool::new(FORWARD_FETCH_CONNECTIONS_MAX),
+                    calls: Pool::new(FORWARD_CALL_CONNECTIONS_MAX),
                 })
             })
             .clone()
@@ -454,7 +380,11 @@ pub async fn fetch(
     let address = address(shard, broker).ok_or_else(|| sent.failed(no_address(broker)))?;
     let (_slot, mut connection) = link
         .fetches
-        .take(shard, &address)
+        .take(
+            shard,
+            &address,
+            Duration::from_millis(FETCH_WAIT_MS_MAX + FORWARD_TIMEOUT_MS),
+        )
         .await
         .map_err(|message| sent.failed(message))?;
     let _bytes = link
@@ -542,28 +472,13 @@ pub(crate) async fn call_pooled<R: Request>(
     let link = link(shard, broker);
     let sent = Sent::start(broker, api_key, request_bytes(request, version));
     let address = address(shard, broker).ok_or_else(|| sent.failed(no_address(broker)))?;
+    let limit = wait + Duration::from_millis(FORWARD_TIMEOUT_MS);
     let (_slot, mut connection) = link
         .calls
-        .take(shard, &address)
+        .take(shard, &address, limit)
         .await
         .map_err(|message| sent.failed(message))?;
-    let limit = wait.min(Duration::from_millis(CALL_WAIT_MS_MAX))
-        + Duration::from_millis(FORWARD_TIMEOUT_MS);
-    let outcome = futures_lite::future::or(
-        async { Some(exchange_typed(&mut connection, request, version).await) },
-        async {
-            glommio::timer::sleep(limit).await;
-            None
-        },
-    )
-    .await;
-    let outcome = outcome.unwrap_or_else(|| {
-        Err(ClientError::Timeout {
-            address: address.clone(),
-            api_key,
-            timeout_ms: limit.as_millis(),
-        })
-    });
+    let outcome = exchange_typed(&mut connection, request, version).await;
     sent.record_outcome(&outcome, version);
     match outcome {
         Ok(response) => {

@@ -37,7 +37,7 @@ use bytes::Bytes;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::channels::local_channel::{self, LocalSender};
 use glommio::net::{TcpListener, TcpStream};
-use glommio::sync::Semaphore;
+use glommio::sync::{Semaphore, StaticPermit};
 use protocol::client::{ClientConfig, Connection};
 use replication::transport::{Envelope as Routed, SendError, Transport, TRANSPORT_QUEUED_MAX};
 
@@ -883,11 +883,50 @@ pub async fn connect_broker(
     connect_address(shard, &address, purpose).await
 }
 
-/// This core's connections for whole frames to one broker: idle ones,
-/// and the bound on those in use.
-struct Pool {
+/// Connections to one broker that each carry one exchange at a time:
+/// those not in use, and the bound on those in use.
+pub(crate) struct Pool {
     idle: RefCell<Vec<Connection>>,
-    slots: Semaphore,
+    slots: Rc<Semaphore>,
+}
+
+impl Pool {
+    pub(crate) fn new(connections: usize) -> Pool {
+        Pool {
+            idle: RefCell::new(Vec::new()),
+            slots: Rc::new(Semaphore::new(connections as u64)),
+        }
+    }
+
+    /// A slot, and an idle connection to `address` or a new one, whose
+    /// requests may take `timeout` each. The caller gives the connection
+    /// back ([`Pool::give_back`]) only after a whole exchange: one that
+    /// failed may be anywhere in a frame.
+    pub(crate) async fn take(
+        &self,
+        shard: &Rc<Shard>,
+        address: &str,
+        timeout: Duration,
+    ) -> Result<(StaticPermit, Connection), String> {
+        let slot = self
+            .slots
+            .acquire_static_permit(1)
+            .await
+            .map_err(|e| e.to_string())?;
+        let idle = self.idle.borrow_mut().pop();
+        let connection = match idle {
+            Some(mut connection) if connection.address() == address && !connection.is_broken() => {
+                connection.set_request_timeout(timeout);
+                connection
+            }
+            _ => connect_address(shard, address, Purpose::Forward { timeout }).await?,
+        };
+        Ok((slot, connection))
+    }
+
+    pub(crate) fn give_back(&self, connection: Connection) {
+        self.idle.borrow_mut().push(connection);
+    }
 }
 
 thread_local! {
@@ -898,12 +937,7 @@ fn pool(broker: i32) -> Rc<Pool> {
     POOLS.with_borrow_mut(|pools| {
         pools
             .entry(broker)
-            .or_insert_with(|| {
-                Rc::new(Pool {
-                    idle: RefCell::new(Vec::new()),
-                    slots: Semaphore::new(FORWARD_GROUP_CONNECTIONS_MAX as u64),
-                })
-            })
+            .or_insert_with(|| Rc::new(Pool::new(FORWARD_GROUP_CONNECTIONS_MAX)))
             .clone()
     })
 }
@@ -922,20 +956,9 @@ pub async fn exchange(
     let address = broker_address(shard, broker)
         .ok_or_else(|| format!("broker {broker} is not registered or is fenced"))?;
     let pool = pool(broker);
-    let _slot = pool
-        .slots
-        .acquire_permit(1)
-        .await
-        .map_err(|e| e.to_string())?;
-    let idle = pool.idle.borrow_mut().pop();
-    let mut connection = match idle {
-        Some(connection) if connection.address() == address && !connection.is_broken() => {
-            connection
-        }
-        _ => connect_address(shard, &address, Purpose::Forward { timeout: limit }).await?,
-    };
+    let (_slot, mut connection) = pool.take(shard, &address, limit).await?;
     let answer = round_trip(&mut connection, &frame, limit).await?;
-    pool.idle.borrow_mut().push(connection);
+    pool.give_back(connection);
     Ok(answer)
 }
 
