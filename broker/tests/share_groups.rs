@@ -167,6 +167,14 @@ fn share_consumers_divide_records_accept_each_once_and_redeliver_what_was_not_ac
     );
     assert!(closing.contains("close: ok"), "{closing}");
     println!("{closing}");
+    // share.isolation.level=read_committed: committed transactions only.
+    let committed = run_python(
+        "share_check.py",
+        &["committed", &broker.bootstrap(), "txn-share"],
+        Duration::from_secs(180),
+    );
+    assert!(committed.contains("committed: ok"), "{committed}");
+    println!("{committed}");
 
     // A member in: its offsets may not change, nor the group go.
     let key = format!("{group}:{}:0", topic_id_text(&broker, "share-topic"));

@@ -462,6 +462,88 @@ impl SharePartition {
     }
 }
 
+/// A batch of the log, as much as read_committed delivery needs of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoggedBatch {
+    pub base: i64,
+    pub last: i64,
+    pub producer_id: i64,
+    pub transactional: bool,
+    pub control: bool,
+}
+
+/// An aborted transaction of a partition: its producer, its first offset
+/// and the offset of the marker that aborted it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbortedTxn {
+    pub producer_id: i64,
+    pub first: i64,
+    pub marker: i64,
+}
+
+/// The offset ranges of `batches` that a share group reading committed
+/// records (`share.isolation.level=read_committed`) never delivers: the
+/// markers that end transactions and every record of an aborted one.
+pub fn not_committed(batches: &[LoggedBatch], aborted: &[AbortedTxn]) -> Vec<(i64, i64)> {
+    batches
+        .iter()
+        .filter(|b| {
+            b.control
+                || (b.transactional
+                    && aborted.iter().any(|t| {
+                        t.producer_id == b.producer_id && t.first <= b.base && b.base < t.marker
+                    }))
+        })
+        .map(|b| (b.base, b.last))
+        .collect()
+}
+
+/// `acquired` without the offsets in `excluded`: the ranges that remain,
+/// and the acquired ranges that fell in `excluded`.
+pub fn split_acquired(
+    acquired: &[Acquired],
+    excluded: &[(i64, i64)],
+) -> (Vec<Acquired>, Vec<(i64, i64)>) {
+    let mut kept = Vec::new();
+    let mut dropped = Vec::new();
+    for range in acquired {
+        let mut next = range.first;
+        let mut cuts: Vec<(i64, i64)> = excluded
+            .iter()
+            .map(|&(first, last)| (first.max(range.first), last.min(range.last)))
+            .filter(|(first, last)| first <= last)
+            .collect();
+        cuts.sort_unstable();
+        for (first, last) in cuts {
+            if first < next {
+                // Overlaps a cut already taken.
+                if last >= next {
+                    dropped.push((next, last));
+                    next = last + 1;
+                }
+                continue;
+            }
+            if first > next {
+                kept.push(Acquired {
+                    first: next,
+                    last: first - 1,
+                    delivery_count: range.delivery_count,
+                });
+            }
+            dropped.push((first, last));
+            next = last + 1;
+        }
+        if next <= range.last {
+            kept.push(Acquired {
+                first: next,
+                last: range.last,
+                delivery_count: range.delivery_count,
+            });
+        }
+    }
+    (kept, dropped)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -667,6 +749,77 @@ mod tests {
                 delivery_count: 2
             }]
         );
+    }
+
+    fn batch(
+        base: i64,
+        last: i64,
+        producer_id: i64,
+        transactional: bool,
+        control: bool,
+    ) -> LoggedBatch {
+        LoggedBatch {
+            base,
+            last,
+            producer_id,
+            transactional,
+            control,
+        }
+    }
+
+    #[test]
+    fn read_committed_skips_markers_and_aborted_records_only() {
+        let batches = [
+            batch(0, 4, 7, false, false),
+            // Producer 8's transaction, aborted by the marker at 10.
+            batch(5, 7, 8, true, false),
+            // Producer 9's transaction, committed by the marker at 11.
+            batch(8, 9, 9, true, false),
+            batch(10, 10, 8, true, true),
+            batch(11, 11, 9, true, true),
+            // Producer 8 again, in a later transaction still open.
+            batch(12, 13, 8, true, false),
+        ];
+        let aborted = [AbortedTxn {
+            producer_id: 8,
+            first: 5,
+            marker: 10,
+        }];
+        assert_eq!(
+            not_committed(&batches, &aborted),
+            vec![(5, 7), (10, 10), (11, 11)]
+        );
+        assert_eq!(
+            not_committed(&batches, &[]),
+            vec![(10, 10), (11, 11)],
+            "without aborted transactions only the markers"
+        );
+    }
+
+    #[test]
+    fn acquired_ranges_lose_exactly_the_excluded_offsets() {
+        let acquired = [
+            Acquired {
+                first: 0,
+                last: 9,
+                delivery_count: 1,
+            },
+            Acquired {
+                first: 20,
+                last: 24,
+                delivery_count: 2,
+            },
+        ];
+        let (kept, dropped) = split_acquired(&acquired, &[(3, 4), (4, 6), (9, 21), (30, 31)]);
+        let ranges: Vec<(i64, i64, u16)> = kept
+            .iter()
+            .map(|a| (a.first, a.last, a.delivery_count))
+            .collect();
+        assert_eq!(ranges, vec![(0, 2, 1), (7, 8, 1), (22, 24, 2)]);
+        assert_eq!(dropped, vec![(3, 4), (5, 6), (9, 9), (20, 21)]);
+        let (kept, dropped) = split_acquired(&acquired, &[]);
+        assert_eq!(kept, acquired.to_vec());
+        assert!(dropped.is_empty());
     }
 }
 

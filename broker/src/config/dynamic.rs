@@ -560,7 +560,7 @@ pub const GROUP_KEYS: &[GroupKey] = &[
         config_type: types::STRING,
         default: "read_uncommitted",
         range: None,
-        meaning: "`read_committed` or `read_uncommitted` records for a share group. Kept and reported: share groups read uncommitted.",
+        meaning: "`read_committed` or `read_uncommitted` records for a share group. `read_committed`: records up to the last stable offset only; those of aborted transactions and the transaction markers are archived, never delivered.",
     },
     GroupKey {
         name: "streams.session.timeout.ms",

@@ -128,6 +128,9 @@ struct GroupSettings {
     heartbeat_interval_ms: u64,
     record_lock_ms: u64,
     auto_offset_reset: String,
+    /// `share.isolation.level=read_committed`: records up to the last
+    /// stable offset only, never those of aborted transactions.
+    read_committed: bool,
 }
 
 impl GroupSettings {
@@ -144,6 +147,8 @@ impl GroupSettings {
             record_lock_ms: number("share.record.lock.duration.ms")
                 .unwrap_or(broker.partition.record_lock_ms),
             auto_offset_reset: text("share.auto.offset.reset").unwrap_or_else(|| "latest".into()),
+            read_committed: text("share.isolation.level")
+                .is_some_and(|level| level.trim() == "read_committed"),
         }
     }
 }
@@ -327,11 +332,20 @@ async fn serve_partition(
     // Changed in place (this request holds the partition's turn); should
     // the durable write fail, the held state is dropped and read again.
     let now = owner.now_ms() as u64;
-    let (expired, acknowledge_error_code, acquired, changed) = {
-        let mut partitions = owner.groups.share_partitions.borrow_mut();
-        let next = partitions
-            .get_mut(&key)
-            .expect("held above, under the turn");
+    let upper = if settings.read_committed {
+        log.last_stable_offset()
+    } else {
+        log.high_watermark()
+    };
+    let held = || {
+        std::cell::RefMut::map(owner.groups.share_partitions.borrow_mut(), |partitions| {
+            partitions
+                .get_mut(&key)
+                .expect("held above, under the partition's turn")
+        })
+    };
+    let (expired, acknowledge_error_code, mut acquired) = {
+        let mut next = held();
         let expired = next.partition.expire_locks(now, &config);
         let acknowledge_error_code =
             apply_acks(&mut next.partition, &member_id, want.acks, &config);
@@ -340,17 +354,50 @@ async fn serve_partition(
         }
         let acquired = if want.fetch {
             next.partition
-                .acquire(&member_id, log.high_watermark(), limits.0, now, &config)
+                .acquire(&member_id, upper, limits.0, now, &config)
         } else {
             Vec::new()
         };
+        (expired, acknowledge_error_code, acquired)
+    };
+    // Read committed: the records of aborted transactions and the markers
+    // among those just acquired are archived, never handed out.
+    let mut read_ahead = None;
+    if settings.read_committed {
+        if let Some(first) = acquired.first() {
+            let read = log.read(first.first, limits.1.max(1), true).await;
+            if read.error_code != errors::NONE {
+                // What is acquired cannot be told committed: nothing of
+                // this request applies (the state is read again).
+                tracing::info!(group = %group_id, partition, code = read.error_code, "share partition not read for read_committed");
+                owner.groups.share_partitions.borrow_mut().remove(&key);
+                return Served::refused(read.error_code);
+            }
+            let (kept, dropped) = committed_only(&acquired, &read);
+            let mut next = held();
+            for (first, last) in dropped {
+                let archived = next.partition.acknowledge(
+                    &member_id,
+                    first,
+                    last,
+                    groups::share::AcknowledgeType::Reject,
+                    &config,
+                );
+                debug_assert!(archived.is_ok(), "just acquired by this member");
+            }
+            drop(next);
+            acquired = kept;
+            read_ahead = Some(read.records);
+        }
+    }
+    let changed = {
+        let next = held();
         let snapshot = next.partition.snapshot();
-        let changed = (snapshot != next.written).then_some(ShareState {
+        (snapshot != next.written).then_some(ShareState {
             state_epoch: next.state_epoch,
             leader_epoch,
             snapshot,
-        });
-        (expired, acknowledge_error_code, acquired, changed)
+        })
     };
     if let Some(state) = changed {
         let snapshot = state.snapshot.clone();
@@ -376,12 +423,13 @@ async fn serve_partition(
             lock_expiries: expired as u64,
         },
     );
-    let records = match acquired.first() {
-        Some(first) => {
+    let records = match (acquired.first(), read_ahead) {
+        (None, _) => None,
+        (Some(_), Some(records)) => Some(records),
+        (Some(first), None) => {
             let read = log.read(first.first, limits.1.max(1), false).await;
             (read.error_code == errors::NONE).then_some(read.records)
         }
-        None => None,
     };
     Served {
         error_code: errors::NONE,
@@ -391,6 +439,39 @@ async fn serve_partition(
         records,
         acquired,
     }
+}
+
+/// `acquired` split by what a read_committed read of it shows: the ranges
+/// to hand out, and those to archive (aborted transactions' records and
+/// transaction markers).
+fn committed_only(
+    acquired: &[groups::share::Acquired],
+    read: &crate::partition::FetchOutcome,
+) -> (Vec<groups::share::Acquired>, Vec<(i64, i64)>) {
+    let batches: Vec<groups::share::LoggedBatch> =
+        protocol::batch::split_batches(read.records.clone())
+            .map_while(Result::ok)
+            .map(|batch| {
+                let header = batch.header();
+                groups::share::LoggedBatch {
+                    base: header.base_offset,
+                    last: header.last_offset(),
+                    producer_id: header.producer_id,
+                    transactional: header.is_transactional(),
+                    control: header.is_control(),
+                }
+            })
+            .collect();
+    let aborted: Vec<groups::share::AbortedTxn> = read
+        .aborted
+        .iter()
+        .map(|txn| groups::share::AbortedTxn {
+            producer_id: txn.producer_id,
+            first: txn.first_offset,
+            marker: txn.last_offset,
+        })
+        .collect();
+    groups::share::split_acquired(acquired, &groups::share::not_committed(&batches, &aborted))
 }
 
 /// The share session of (`group_id`, `member_id`) on this core moved on

@@ -365,6 +365,86 @@ def close_releases(bootstrap, group, topic):
           f"again after {time.time() - closed:.1f} s")
 
 
+def committed_only(bootstrap, topic):
+    """A share group with `share.isolation.level=read_committed` gets the
+    records of committed transactions only: never those of an aborted one,
+    those of an open one once it commits. A read_uncommitted group gets
+    them all (what the check tells apart is in the log)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, num_partitions=1,
+                                                replication_factor=1)]).values():
+        future.result(timeout=30)
+    for group, level in (("committed-" + topic, "read_committed"),
+                         ("uncommitted-" + topic, "read_uncommitted")):
+        resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+            ConfigEntry("share.auto.offset.reset", "earliest",
+                        incremental_operation=AlterConfigOpType.SET),
+            ConfigEntry("share.isolation.level", level,
+                        incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "share-" + topic})
+    producer.init_transactions(30)
+
+    def value(kind, i):
+        return f"{kind}/{i}/".encode() + bytes((i * 13 + j) % 256 for j in range(i % 40))
+
+    def transaction(kind, count, end):
+        producer.begin_transaction()
+        for i in range(count):
+            producer.produce(topic, value=value(kind, i), partition=0)
+        check(producer.flush(30) == 0, f"{kind} records not delivered")
+        if end == "commit":
+            producer.commit_transaction(30)
+        elif end == "abort":
+            producer.abort_transaction(30)
+
+    transaction("first", 20, "commit")
+    transaction("aborted", 10, "abort")
+    transaction("second", 20, "commit")
+    transaction("open", 5, None)
+    expected = {value("first", i) for i in range(20)} | {value("second", i) for i in range(20)}
+    everything = expected | {value("aborted", i) for i in range(10)} | \
+        {value("open", i) for i in range(5)}
+
+    def consume(group, until, settle_s):
+        consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+        consumer.subscribe([topic])
+        got = []
+        deadline = time.time() + DEADLINE_S
+        quiet_until = None
+        while quiet_until is None or time.time() < quiet_until:
+            check(time.time() < deadline, f"{group}: {len(got)} records, wanted {len(until)}")
+            for m in consumer.poll(0.5) or []:
+                if not m.error():
+                    got.append(m.value())
+            consumer.commit_sync(30)
+            if quiet_until is None and until <= set(got):
+                quiet_until = time.time() + settle_s
+        return consumer, got
+
+    committed, got = consume("committed-" + topic, expected, 3)
+    check(len(got) == len(set(got)), "a record delivered twice")
+    check(set(got) == expected,
+          f"read_committed delivered {len(set(got) - expected)} records not committed and "
+          f"missed {len(expected - set(got))}")
+    uncommitted, seen = consume("uncommitted-" + topic, everything, 1)
+    check(set(seen) == everything, "read_uncommitted did not deliver every record")
+    uncommitted.close()
+    # The open transaction commits: its records come now.
+    producer.commit_transaction(30)
+    opened = {value("open", i) for i in range(5)}
+    more = []
+    deadline = time.time() + DEADLINE_S
+    while not opened <= set(more):
+        check(time.time() < deadline, f"{len(more)} of the 5 records committed last delivered")
+        more.extend(m.value() for m in committed.poll(0.5) or [] if not m.error())
+        committed.commit_sync(30)
+    check(set(more) == opened, f"{len(set(more) - opened)} other records delivered")
+    committed.close()
+    print(f"committed: ok {len(got)} committed records, {len(seen)} read uncommitted, "
+          f"{len(more)} after the last commit")
+
+
 def main():
     if len(sys.argv) < 3:
         fail(__doc__)
@@ -379,6 +459,8 @@ def main():
         drain(*args)
     elif mode == "close":
         close_releases(*args)
+    elif mode == "committed":
+        committed_only(*args)
     else:
         fail(f"unknown mode {mode}")
 
