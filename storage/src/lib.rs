@@ -30,7 +30,9 @@ pub use context::{Context, ContextConfig};
 pub use error::{Result, StorageError};
 pub use file::free_bytes;
 pub use limits::SHARD_CACHE_BYTES_MAX;
-pub use log::clean::{AbortedRange, CleanOptions, CleanOutcome, Cleanable, SwapMarker};
+pub use log::clean::{
+    AbortedRange, CleanOptions, CleanOutcome, Cleanable, SwapMarker, SWAP_MARKER_FILE,
+};
 pub use log::{
     AppendInfo, AppendOptions, FoundRecord, Log, LogStats, ReadResult, RecoveryReport,
     RetentionOutcome, SYNC_LATENCY_BOUNDS_US,

@@ -679,3 +679,48 @@ fn aborted_transactions_records_go_and_markers_once_their_transaction_is_gone_an
         log.close().await.unwrap();
     });
 }
+
+#[test]
+fn a_log_deleted_while_a_cleaning_runs_is_gone_and_nothing_waits_forever() {
+    const ROUNDS: usize = 12;
+    let dir = common::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    run(move || async move {
+        for round in 0..ROUNDS {
+            let path = root.join(format!("t-{round}"));
+            let (log, _clock, now, _) = filled(&path).await;
+            let asked = options(now, log.next_offset());
+            let cleaning = log.clean(&asked);
+            // A different moment of the cleaning each round: before it
+            // builds, while it builds, or once its swap began (its marker
+            // is being written, under the swap lock).
+            let marker = path.join(storage::SWAP_MARKER_FILE);
+            let marker_tmp = path.join(format!("{}.tmp", storage::SWAP_MARKER_FILE));
+            let deleting = async {
+                if round % 2 == 0 {
+                    let pause = std::time::Duration::from_micros(200 * round as u64);
+                    glommio::timer::sleep(pause).await;
+                } else {
+                    let started = std::time::Instant::now();
+                    while !marker_tmp.exists()
+                        && !marker.exists()
+                        && started.elapsed() < std::time::Duration::from_secs(10)
+                    {
+                        glommio::timer::sleep(std::time::Duration::from_micros(20)).await;
+                    }
+                }
+                log.delete().await
+            };
+            let both = futures_lite::future::zip(cleaning, deleting);
+            let bounded = futures_lite::future::or(async { Some(both.await) }, async {
+                glommio::timer::sleep(std::time::Duration::from_secs(30)).await;
+                None
+            });
+            let (_, deleted) = bounded.await.unwrap_or_else(|| {
+                panic!("round {round}: the deletion and the cleaning wait for each other")
+            });
+            deleted.unwrap_or_else(|e| panic!("round {round}: {e}"));
+            assert!(!path.exists(), "round {round}: the directory is gone");
+        }
+    });
+}

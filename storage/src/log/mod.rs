@@ -453,11 +453,13 @@ impl Log {
             s.pending_bytes = 0;
         }
         self.inner.changed.notify_all();
-        // What holds the append lock (a roll) or the swap lock (retention,
-        // a cleaning) ends first, failing fast on the closing log: nothing
-        // may create or remove a file in the directory while it goes.
-        let appends = self.lock_appends().await.ok();
+        // What holds the swap lock (retention, a cleaning's swap) or the
+        // append lock (a roll, a truncation) ends first, failing fast on
+        // the closing log: nothing may create or remove a file in the
+        // directory while it goes. In the order a cleaning's swap takes
+        // them, swap lock first.
         let swapping = self.inner.swap_lock.acquire_permit(1).await.ok();
+        let appends = self.lock_appends().await.ok();
         self.inner.append_lock.close();
         let writer = self.inner.writer.borrow_mut().take();
         if let Some(writer) = writer {
