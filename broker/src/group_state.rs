@@ -43,6 +43,11 @@ pub struct GroupManager {
     pub(crate) share_turns: crate::sync::KeyedLocks,
     /// The share coordinator's states (`share_state`).
     pub(crate) share_states: ShareStates,
+    /// Counts the changes of this core's share partitions that may make
+    /// records available again (acknowledgements, expired locks, a
+    /// member's records given back); an empty ShareFetch waits on it.
+    pub(crate) share_changes: Cell<u64>,
+    pub(crate) share_changed: crate::sync::Condition,
 }
 
 /// A share partition served on this core: its state, the leader epoch

@@ -7,8 +7,14 @@
 //! flight, who holds which under what lock, delivery counts) lives on the
 //! core that owns the partition, beside its log. ShareFetch first applies
 //! the acknowledgements it carries, then acquires records for the member
-//! up to the high watermark and returns the batches that hold them with
-//! the acquired ranges (the client keeps the records of those ranges).
+//! up to the high watermark (the last stable offset for a
+//! `share.isolation.level=read_committed` group, whose aborted records and
+//! markers are archived as they are acquired) and returns the batches that
+//! hold them with the acquired ranges (the client keeps the records of
+//! those ranges). One that finds nothing waits, up to its `max_wait_ms`,
+//! for an append past what a share partition has handed out or for
+//! acknowledgements and expired locks on its cores ([`wait_for_records`]),
+//! then looks again.
 //! A share session (per group and member, on the connection's core)
 //! carries the partitions between requests: epoch 0 opens one with the
 //! request's partitions, each later request brings the next epoch with
@@ -344,6 +350,7 @@ async fn serve_partition(
                 .expect("held above, under the partition's turn")
         })
     };
+    let gives_back = want.release || !want.acks.is_empty();
     let (expired, acknowledge_error_code, mut acquired) = {
         let mut next = held();
         let expired = next.partition.expire_locks(now, &config);
@@ -410,6 +417,12 @@ async fn serve_partition(
         if let Some(held) = owner.groups.share_partitions.borrow_mut().get_mut(&key) {
             held.written = snapshot;
         }
+    }
+    if gives_back || expired > 0 {
+        // Waiting fetches look again.
+        let groups = &owner.groups;
+        groups.share_changes.set(groups.share_changes.get() + 1);
+        groups.share_changed.notify_all();
     }
     crate::metrics::record_share(
         &group_id,
@@ -520,6 +533,87 @@ fn advance_session(
 /// Serves `wanted` partitions on their cores; the answers by partition.
 /// In load-balancer mode a client's partitions led by another broker go
 /// to that broker (see [`forward`]).
+/// The shortest time between two looks of an empty ShareFetch.
+const EMPTY_LOOK_MIN: Duration = Duration::from_millis(10);
+
+/// How often an empty ShareFetch looks again at share partitions other
+/// brokers serve for it (load-balancer mode), which it cannot wait on.
+const FORWARDED_LOOK_EVERY: Duration = Duration::from_millis(50);
+
+/// Waits until one of the share partitions `keys` may have records to
+/// hand out, or `deadline`: its log grew past what its share partition has
+/// handed out, or a share partition on its core took acknowledgements or
+/// had locks expire. Partitions another broker serves are looked at again
+/// every [`FORWARDED_LOOK_EVERY`].
+async fn wait_for_records(
+    shard: &Rc<Shard>,
+    origin: Origin,
+    group_id: &str,
+    keys: Vec<(u128, i32)>,
+    deadline: std::time::Instant,
+) {
+    let image = shard.metadata.image();
+    let mut deadline = deadline;
+    let mut by_core: BTreeMap<usize, Vec<(String, i32)>> = BTreeMap::new();
+    for (topic_id, partition) in keys {
+        let Some(topic) = image.topics.values().find(|t| t.topic_id == topic_id) else {
+            continue;
+        };
+        if links::leader_elsewhere(shard, &image, origin, &topic.name, partition).is_some() {
+            deadline = deadline.min(std::time::Instant::now() + FORWARDED_LOOK_EVERY);
+            continue;
+        }
+        if let Ok(core) = image.leader_core(topic, partition, shard.cores) {
+            by_core
+                .entry(core)
+                .or_default()
+                .push((topic.name.clone(), partition));
+        }
+    }
+    type Wait<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
+    let mut waits: Vec<Wait<'_>> = by_core
+        .into_iter()
+        .map(|(core, parts)| {
+            let group = group_id.to_string();
+            Box::pin(shard.run_on(core, move |owner| async move {
+                let seen = owner.groups.share_changes.get();
+                let mut waits: Vec<Wait<'static>> = Vec::new();
+                for (topic, index) in parts {
+                    let Some(partition) = owner.partition(&topic, index) else {
+                        continue;
+                    };
+                    let end = owner
+                        .groups
+                        .share_partitions
+                        .borrow()
+                        .get(&(group.clone(), topic, index))
+                        .map_or_else(|| partition.high_watermark(), |h| h.partition.end_offset());
+                    waits.push(Box::pin(
+                        async move { partition.wait_for_append(end).await },
+                    ));
+                }
+                let changes = owner.clone();
+                waits.push(Box::pin(async move {
+                    changes
+                        .groups
+                        .share_changed
+                        .wait_until(|| changes.groups.share_changes.get() != seen)
+                        .await
+                }));
+                waits.push(Box::pin(glommio::timer::sleep(
+                    deadline.saturating_duration_since(std::time::Instant::now()),
+                )));
+                crate::sync::select_first(waits).await;
+            })) as Wait<'_>
+        })
+        .collect();
+    waits.push(Box::pin(glommio::timer::sleep(
+        deadline.saturating_duration_since(std::time::Instant::now()),
+    )));
+    waits.push(Box::pin(shard.stopping.wait()));
+    crate::sync::select_first(waits).await;
+}
+
 async fn serve_all(
     shard: &Rc<Shard>,
     origin: Origin,
@@ -773,7 +867,22 @@ pub async fn fetch(
         && served.values().all(|s| s.acquired.is_empty())
         && std::time::Instant::now() < deadline
     {
-        glommio::timer::sleep(Duration::from_millis(50)).await;
+        let pause = std::time::Instant::now();
+        wait_for_records(
+            shard,
+            origin,
+            &group_id,
+            wanted.keys().copied().collect(),
+            deadline,
+        )
+        .await;
+        // At most one look a few milliseconds (a partition at its lock
+        // limit, or read_committed behind an open transaction, has records
+        // it cannot hand out yet).
+        let looked = pause.elapsed();
+        if looked < EMPTY_LOOK_MIN {
+            glommio::timer::sleep(EMPTY_LOOK_MIN - looked).await;
+        }
         let fetch_only = wanted
             .iter()
             .filter(|(_, want)| want.fetch)
