@@ -625,6 +625,9 @@ async fn serve_all(
     let image = shard.metadata.image();
     let mut out = BTreeMap::new();
     let mut elsewhere: BTreeMap<i32, BTreeMap<(u128, i32), Want>> = BTreeMap::new();
+    type Serving<'a> =
+        std::pin::Pin<Box<dyn std::future::Future<Output = ((u128, i32), Served)> + 'a>>;
+    let mut here: Vec<Serving<'_>> = Vec::new();
     for ((topic_id, partition), want) in wanted {
         let Some(topic) = image.topics.values().find(|t| t.topic_id == topic_id) else {
             out.insert(
@@ -642,23 +645,39 @@ async fn serve_all(
             continue;
         }
         let name = topic.name.clone();
-        let served = match image.leader_core(topic, partition, shard.cores) {
-            Err(why) => Served::refused(errors::not_served(why)),
+        match image.leader_core(topic, partition, shard.cores) {
+            Err(why) => {
+                out.insert(
+                    (topic_id, partition),
+                    Served::refused(errors::not_served(why)),
+                );
+            }
             Ok(core) => {
                 let (group, member) = (group_id.to_string(), member_id.to_string());
-                shard
-                    .run_on(core, move |owner| {
-                        serve_partition(
-                            owner, group, member, name, topic_id, partition, want, limits,
-                        )
-                    })
-                    .await
+                here.push(Box::pin(async move {
+                    let served = shard
+                        .run_on(core, move |owner| {
+                            serve_partition(
+                                owner, group, member, name, topic_id, partition, want, limits,
+                            )
+                        })
+                        .await;
+                    ((topic_id, partition), served)
+                }));
             }
-        };
-        out.insert((topic_id, partition), served);
+        }
     }
-    for (leader, parts) in elsewhere {
-        out.extend(forward(shard, leader, group_id, member_id, parts, limits).await);
+    // The partitions at once: each waits for its own state's durable write.
+    out.extend(crate::sync::join_all(here).await);
+    let forwards = elsewhere
+        .into_iter()
+        .map(|(leader, parts)| {
+            Box::pin(forward(shard, leader, group_id, member_id, parts, limits))
+                as std::pin::Pin<Box<dyn std::future::Future<Output = _>>>
+        })
+        .collect();
+    for answered in crate::sync::join_all(forwards).await {
+        out.extend(answered);
     }
     out
 }
