@@ -692,28 +692,32 @@ fn a_log_deleted_while_a_cleaning_runs_is_gone_and_nothing_waits_forever() {
             let asked = options(now, log.next_offset());
             let cleaning = log.clean(&asked);
             // A different moment of the cleaning each round: before it
-            // builds, while it builds, or once its swap began (its marker
-            // is being written, under the swap lock).
-            let marker = path.join(storage::SWAP_MARKER_FILE);
-            let marker_tmp = path.join(format!("{}.tmp", storage::SWAP_MARKER_FILE));
+            // builds, once it writes its cleaned segment, or once its swap
+            // began (its marker is being written, under the swap lock).
+            let moment = match round % 3 {
+                0 => None,
+                1 => Some(".cleaned"),
+                _ => Some(storage::SWAP_MARKER_FILE),
+            };
+            let dir = path.clone();
             let deleting = async {
-                if round % 2 == 0 {
-                    let pause = std::time::Duration::from_micros(200 * round as u64);
-                    glommio::timer::sleep(pause).await;
-                } else {
-                    let started = std::time::Instant::now();
-                    while !marker_tmp.exists()
-                        && !marker.exists()
-                        && started.elapsed() < std::time::Duration::from_secs(10)
-                    {
-                        glommio::timer::sleep(std::time::Duration::from_micros(20)).await;
-                    }
+                if let Some(name) = moment {
+                    // The cleaning may end before the moment is seen: then
+                    // the deletion runs after it.
+                    poll_until(MOMENT_DEADLINE, || {
+                        std::fs::read_dir(&dir)
+                            .into_iter()
+                            .flatten()
+                            .flatten()
+                            .any(|e| e.file_name().to_string_lossy().contains(name))
+                    })
+                    .await;
                 }
                 log.delete().await
             };
             let both = futures_lite::future::zip(cleaning, deleting);
             let bounded = futures_lite::future::or(async { Some(both.await) }, async {
-                glommio::timer::sleep(std::time::Duration::from_secs(30)).await;
+                poll_until(BOTH_DEADLINE, || false).await;
                 None
             });
             let (_, deleted) = bounded.await.unwrap_or_else(|| {
@@ -723,4 +727,22 @@ fn a_log_deleted_while_a_cleaning_runs_is_gone_and_nothing_waits_forever() {
             assert!(!path.exists(), "round {round}: the directory is gone");
         }
     });
+}
+
+/// How long a round waits for its moment of the cleaning.
+const MOMENT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long the deletion and the cleaning may take together.
+const BOTH_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Polls `ready` on this executor until it holds or `deadline` passes;
+/// whether it held.
+async fn poll_until(deadline: std::time::Duration, ready: impl Fn() -> bool) -> bool {
+    let started = std::time::Instant::now();
+    while !ready() {
+        if started.elapsed() >= deadline {
+            return false;
+        }
+        glommio::timer::sleep(std::time::Duration::from_micros(20)).await;
+    }
+    true
 }
