@@ -17,6 +17,7 @@ use std::collections::{HashMap, VecDeque};
 use std::marker::PhantomData;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::ops::RangeInclusive;
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -322,6 +323,9 @@ pub struct Connection {
     arrived: HashMap<i32, Bytes>,
     broken: bool,
     versions: BrokerVersions,
+    /// The TCP socket under the stream, to ask the kernel whether the
+    /// broker hung up while the connection sat idle.
+    socket: RawFd,
 }
 
 impl Connection {
@@ -345,8 +349,9 @@ impl Connection {
         for candidate in candidates {
             match Self::connect_one(address, candidate, &config).await {
                 Ok(stream) => {
+                    let socket = stream.as_raw_fd();
                     let stream = Self::secure(address, stream, &config).await?;
-                    let mut connection = Self::over(address, stream, config);
+                    let mut connection = Self::over(address, stream, socket, config);
                     connection.negotiate().await?;
                     connection.authenticate().await?;
                     return Ok(connection);
@@ -425,7 +430,7 @@ impl Connection {
         }
     }
 
-    fn over(address: &str, stream: Box<dyn Stream>, config: ClientConfig) -> Self {
+    fn over(address: &str, stream: Box<dyn Stream>, socket: RawFd, config: ClientConfig) -> Self {
         let (read_half, write_half) = futures_lite::io::split(stream);
         Connection {
             address: address.to_string(),
@@ -437,6 +442,7 @@ impl Connection {
             arrived: HashMap::new(),
             broken: false,
             versions: BrokerVersions::default(),
+            socket,
         }
     }
 
@@ -594,6 +600,23 @@ impl Connection {
     /// every later call fails, a new connection is needed.
     pub fn is_broken(&self) -> bool {
         self.broken
+    }
+
+    /// Whether the broker closed its end (it stopped, or restarted and the
+    /// kernel reset the socket), as far as this host knows now; asked of
+    /// the kernel without reading or waiting. A connection kept idle for
+    /// reuse checks this first: writing to one the broker left fails the
+    /// request that finds out.
+    pub fn peer_closed(&self) -> bool {
+        let mut poll = libc::pollfd {
+            fd: self.socket,
+            events: libc::POLLRDHUP,
+            revents: 0,
+        };
+        // SAFETY: one pollfd, valid for the call; the socket is open for
+        // as long as `self` holds its stream. A zero timeout never blocks.
+        let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+        ready > 0 && poll.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
     }
 
     /// The settings this connection was opened with (for connections to
@@ -1126,6 +1149,61 @@ mod tests {
             .expect("no answer");
         assert!(matches!(error, ClientError::Timeout { .. }), "{error:?}");
         drop(listener);
+    }
+
+    /// A broker of one connection on a thread: answers the ApiVersions a
+    /// connection opens with, then holds the socket until told to hang up.
+    fn answer_api_versions_then_hang_up(
+        listener: std::net::TcpListener,
+        hang_up: std::sync::mpsc::Receiver<()>,
+    ) -> std::thread::JoinHandle<()> {
+        use std::io::{Read, Write};
+        std::thread::spawn(move || {
+            let (mut socket, _) = listener.accept().expect("accept");
+            let mut length = [0u8; 4];
+            socket.read_exact(&mut length).expect("request length");
+            let mut request = vec![0u8; u32::from_be_bytes(length) as usize];
+            socket.read_exact(&mut request).expect("request");
+            let correlation_id = i32::from_be_bytes(request[4..8].try_into().unwrap());
+            let version = i16::from_be_bytes(request[2..4].try_into().unwrap());
+            let response = ApiVersionsResponse::default().with_api_keys(vec![
+                kafka_protocol::messages::api_versions_response::ApiVersion::default()
+                    .with_api_key(ApiKey::ApiVersions as i16)
+                    .with_min_version(0)
+                    .with_max_version(API_VERSIONS_VERSION_MAX),
+            ]);
+            let frame =
+                crate::codec::encode_response(correlation_id, version, &response).expect("encode");
+            socket.write_all(&frame).expect("answer");
+            let _ = hang_up.recv_timeout(Duration::from_secs(30));
+        })
+    }
+
+    #[test]
+    fn an_idle_connection_knows_when_its_broker_hung_up() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let (hang_up, told) = std::sync::mpsc::channel();
+        let broker = answer_api_versions_then_hang_up(listener, told);
+        run(async move {
+            let connection = Connection::connect(&address, ClientConfig::default())
+                .await
+                .expect("connects");
+            assert!(
+                !connection.peer_closed(),
+                "a connection whose broker holds it open is not closed"
+            );
+            hang_up.send(()).unwrap();
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while !connection.peer_closed() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the broker's hang-up was not seen within 10 s"
+                );
+                glommio::timer::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        broker.join().unwrap();
     }
 
     #[test]

@@ -913,13 +913,24 @@ impl Pool {
             .acquire_static_permit(1)
             .await
             .map_err(|e| e.to_string())?;
-        let idle = self.idle.borrow_mut().pop();
-        let connection = match idle {
-            Some(mut connection) if connection.address() == address && !connection.is_broken() => {
+        // Idle connections the destination hung up (it stopped or
+        // restarted since) are dropped here rather than failing the
+        // request that would write to them.
+        let reusable = loop {
+            let Some(mut connection) = self.idle.borrow_mut().pop() else {
+                break None;
+            };
+            if connection.address() == address
+                && !connection.is_broken()
+                && !connection.peer_closed()
+            {
                 connection.set_request_timeout(timeout);
-                connection
+                break Some(connection);
             }
-            _ => connect_address(shard, address, Purpose::Forward { timeout }).await?,
+        };
+        let connection = match reusable {
+            Some(connection) => connection,
+            None => connect_address(shard, address, Purpose::Forward { timeout }).await?,
         };
         Ok((slot, connection))
     }
