@@ -31,7 +31,7 @@ use protocol::kafka_protocol::protocol::StrBytes;
 /// is in, deleted; its delivery metrics; its share coordinator found.
 #[test]
 fn share_consumers_divide_records_accept_each_once_and_redeliver_what_was_not_accepted() {
-    let (broker, admin) = common::admin::Admin::start(&[
+    let (mut broker, admin) = common::admin::Admin::start(&[
         "--set",
         "group.share.record.lock.duration.ms=3000",
         "--set",
@@ -231,8 +231,43 @@ fn share_consumers_divide_records_accept_each_once_and_redeliver_what_was_not_ac
         described.contains("STATE Stable") && described.contains("MEMBER raw-member-0000000000"),
         "{described}"
     );
+    // The coordinator crashes: the member and the epoch it was told were
+    // written before it was answered, so the broker back knows both and
+    // the member's next heartbeat is accepted, not fenced.
+    drop(stream);
+    broker.crash_and_restart();
+    let (mut stream, carried_on) = common::poll_until(Duration::from_secs(60), || {
+        let mut stream = common::raw::connect(&broker);
+        let beat = share_heartbeat(&mut stream, group, joined.member_epoch, None);
+        let loading = [
+            protocol::error_codes::COORDINATOR_LOAD_IN_PROGRESS,
+            protocol::error_codes::COORDINATOR_NOT_AVAILABLE,
+            protocol::error_codes::NOT_COORDINATOR,
+        ];
+        (!loading.contains(&beat.error_code)).then_some((stream, beat))
+    })
+    .expect("the coordinator never came back");
+    assert_eq!(carried_on.error_code, 0, "{carried_on:?}");
+    assert_eq!(carried_on.member_epoch, joined.member_epoch);
+    let described = strom_ok(&broker, &["share-group", "describe", group]);
+    assert!(
+        described.contains("STATE Stable") && described.contains("MEMBER raw-member-0000000000"),
+        "{described}"
+    );
     let left = share_heartbeat(&mut stream, group, -1, None);
     assert_eq!(left.error_code, 0, "{left:?}");
+    // Without members the group is still there, listed Empty, also after
+    // another crash.
+    broker.crash_and_restart();
+    let listed = common::poll_until(Duration::from_secs(60), || {
+        let listed = strom_ok(&broker, &["share-group", "list"]);
+        listed
+            .lines()
+            .any(|l| l == format!("{group}\tEmpty"))
+            .then_some(listed)
+    })
+    .expect("the group without members is not listed Empty after a restart");
+    println!("{listed}");
 
     // Gone with its states; then unknown.
     let deleted = strom_ok(&broker, &["share-group", "delete", group]);
@@ -240,10 +275,18 @@ fn share_consumers_divide_records_accept_each_once_and_redeliver_what_was_not_ac
         deleted.contains(&format!("deleted group {group}")),
         "{deleted}"
     );
-    let gone = strom_fails(&broker, &["share-group", "describe", group], None);
+    // Its tombstone keeps it gone after a crash.
+    broker.crash_and_restart();
+    let gone = common::poll_until(Duration::from_secs(60), || {
+        let gone = strom_fails(&broker, &["share-group", "describe", group], None);
+        (gone.contains("GROUP_ID_NOT_FOUND") || gone.contains("not found")).then_some(gone)
+    })
+    .expect("the deleted group is described after a restart");
+    println!("{gone}");
+    let listed = strom_ok(&broker, &["share-group", "list"]);
     assert!(
-        gone.contains("GROUP_ID_NOT_FOUND") || gone.contains("not found"),
-        "{gone}"
+        !listed.lines().any(|l| l.starts_with(&format!("{group}\t"))),
+        "{listed}"
     );
     let mut stream = common::raw::connect(&broker);
     let deleted = delete_share_offsets(&mut stream, group, &["share-topic", "no-such-topic"]);
@@ -324,10 +367,17 @@ fn topic_id_text(broker: &Broker, topic: &str) -> String {
 }
 
 /// One round: three ShareConsumers on a new replicated topic, the leader
-/// of one of its partitions killed once they have acknowledged some records;
-/// the members' script checks the rest. The killed node, started again.
+/// of one of its partitions (even rounds) or the group's coordinator (odd
+/// rounds) killed once they have acknowledged some records; the members'
+/// script checks the rest. The killed node, started again.
 fn share_leader_killed_round(cluster: &mut test_support::cluster::Cluster, round: u64) -> String {
     let topic = format!("shared-replicated-{round}");
+    // Each even round another partition's leader.
+    let victim_kind = if round % 2 == 1 {
+        "coordinator".to_string()
+    } else {
+        (round / 2 % 3).to_string()
+    };
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("members.log");
     let mut members = common::Script::start(
@@ -339,16 +389,20 @@ fn share_leader_killed_round(cluster: &mut test_support::cluster::Cluster, round
             log.to_str().unwrap(),
             dir.path().to_str().unwrap(),
             "3",
-            // Each round another partition's leader.
-            &(round % 3).to_string(),
+            &victim_kind,
         ],
     );
     let kill = dir.path().join("kill");
-    let victim = members.wait_for(Duration::from_secs(180), || {
-        std::fs::read_to_string(&kill)
-            .ok()
-            .and_then(|text| text.trim().parse::<i32>().ok())
+    let named = members.wait_for(Duration::from_secs(180), || {
+        std::fs::read_to_string(&kill).ok()
     });
+    let victim = match named.trim() {
+        "coordinator" => {
+            common::raw::find_coordinator(&cluster.node(1).broker, &format!("share-{topic}"), 0)
+                .expect("the share group has a coordinator")
+        }
+        leader => leader.parse::<i32>().expect("a node id"),
+    };
     cluster.node_mut(victim).broker.kill();
     std::fs::write(dir.path().join("killed"), victim.to_string()).unwrap();
     let (ok, stdout, stderr) = members.finish(Duration::from_secs(300));
@@ -375,14 +429,16 @@ fn share_leader_killed_round(cluster: &mut test_support::cluster::Cluster, round
     format!("round {}: {}", round + 1, stdout.trim())
 }
 
-/// A share partition's leader killed (SIGKILL) in a three-node cluster
-/// while three ShareConsumers work through a replicated topic, round
-/// after round (`STROM_SOAK_ROUNDS`; `scripts/soak share_partition_leader`
-/// runs many): the new leader reads the share partition's state from its
-/// share coordinator (`__share_group_state`, replicated), so no record
-/// acknowledged before the kill is delivered again, every record acquired
-/// but not acknowledged is delivered again with a higher count, and each
-/// record is accepted once.
+/// A share partition's leader, or the share group's coordinator, killed
+/// (SIGKILL) in a three-node cluster while three ShareConsumers work
+/// through a replicated topic, round after round (`STROM_SOAK_ROUNDS`;
+/// `scripts/soak share_partition_leader` runs many): the new leader reads
+/// the share partition's state from its share coordinator
+/// (`__share_group_state`, replicated), and the new group coordinator the
+/// membership from `__consumer_offsets`, so no record acknowledged before
+/// the kill is delivered again, every record acquired but not
+/// acknowledged is delivered again with a higher count, and each record
+/// is accepted once.
 #[test]
 fn a_share_partition_leader_killed_loses_no_acknowledgement_and_no_acquired_record() {
     let started = std::time::Instant::now();

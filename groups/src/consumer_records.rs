@@ -143,7 +143,7 @@ pub struct AssignmentValue {
     pub revoking: ById,
 }
 
-fn put_key_string(out: &mut Vec<u8>, value: &str) {
+pub(crate) fn put_key_string(out: &mut Vec<u8>, value: &str) {
     let len = i16::try_from(value.len()).expect("bounded by limits");
     out.extend_from_slice(&len.to_be_bytes());
     out.extend_from_slice(value.as_bytes());
@@ -157,7 +157,7 @@ fn put_varint(out: &mut Vec<u8>, mut value: u64) {
     out.push(value as u8);
 }
 
-fn put_compact_string(out: &mut Vec<u8>, value: Option<&str>) {
+pub(crate) fn put_compact_string(out: &mut Vec<u8>, value: Option<&str>) {
     match value {
         None => out.push(0),
         Some(value) => {
@@ -167,11 +167,11 @@ fn put_compact_string(out: &mut Vec<u8>, value: Option<&str>) {
     }
 }
 
-fn put_compact_len(out: &mut Vec<u8>, len: usize) {
+pub(crate) fn put_compact_len(out: &mut Vec<u8>, len: usize) {
     put_varint(out, len as u64 + 1);
 }
 
-fn put_partitions(out: &mut Vec<u8>, partitions: &ById) {
+pub(crate) fn put_partitions(out: &mut Vec<u8>, partitions: &ById) {
     put_compact_len(out, partitions.len());
     for (id, ps) in partitions {
         out.extend_from_slice(&id.to_be_bytes());
@@ -186,7 +186,7 @@ fn put_partitions(out: &mut Vec<u8>, partitions: &ById) {
 /// The value version every record here is written and read at.
 const VALUE_VERSION: i16 = 0;
 
-fn value_header() -> Vec<u8> {
+pub(crate) fn value_header() -> Vec<u8> {
     VALUE_VERSION.to_be_bytes().to_vec()
 }
 
@@ -257,10 +257,10 @@ pub fn assignment_value(value: &AssignmentValue) -> Vec<u8> {
 }
 
 impl Reader<'_> {
-    fn version(&mut self) -> Option<()> {
+    pub(crate) fn version(&mut self) -> Option<()> {
         (self.i16()? == VALUE_VERSION).then_some(())
     }
-    fn partitions(&mut self) -> Option<ById> {
+    pub(crate) fn partitions(&mut self) -> Option<ById> {
         let count = self.compact_len()??;
         let mut out = Vec::with_capacity(count);
         for _ in 0..count {

@@ -17,4 +17,5 @@ pub mod load;
 mod reader;
 pub mod records;
 pub mod share;
+pub mod share_group_records;
 pub mod share_records;

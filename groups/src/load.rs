@@ -62,6 +62,15 @@ pub fn replay_with_topics(
                 }
             }
         }
+        Some(OffsetsKey::Share(key)) => {
+            if coordinator.load_share_record(&key, value, now_ms) {
+                Replayed::GroupMetadata
+            } else {
+                Replayed::UndecodableGroupMetadata {
+                    group_id: key.group_id().to_string(),
+                }
+            }
+        }
         None => Replayed::UnknownKey,
         Some(OffsetsKey::Offset {
             group_id,

@@ -3,7 +3,9 @@
 //! version 3 (`offset`, `leader_epoch`, `metadata`, `commit_timestamp`);
 //! a group's membership has key version 2 (`group`) and a
 //! GroupMetadataValue, written at version 3 as Kafka writes it and read
-//! at versions 0–4; a null value is a tombstone.
+//! at versions 0–4; a null value is a tombstone. Consumer-protocol
+//! groups' records (key types 3–8) are in `consumer_records`, share
+//! groups' (10, 11, 15) in `share_group_records`.
 
 use bytes::Bytes;
 
@@ -34,6 +36,8 @@ pub enum OffsetsKey {
     },
     /// A consumer-protocol group's record (key types 3 to 8).
     Consumer(crate::consumer_records::ConsumerKey),
+    /// A share group's record (key types 10, 11 and 15).
+    Share(crate::share_group_records::ShareGroupKey),
 }
 
 fn put_string(out: &mut Vec<u8>, value: &str) {
@@ -244,6 +248,9 @@ pub fn parse_key(bytes: &[u8]) -> Option<OffsetsKey> {
         }),
         kind @ 3..=8 => {
             crate::consumer_records::ConsumerKey::decode(kind, r.bytes).map(OffsetsKey::Consumer)
+        }
+        kind @ 10..=15 => {
+            crate::share_group_records::ShareGroupKey::decode(kind, r.bytes).map(OffsetsKey::Share)
         }
         _ => None,
     }

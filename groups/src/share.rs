@@ -844,6 +844,137 @@ pub struct ShareMember {
     pub session_deadline_ms: u64,
 }
 
+/// A record of a share group for `__consumer_offsets`: key and value
+/// (`None`: a tombstone).
+pub type ShareGroupRecord = (Vec<u8>, Option<Vec<u8>>);
+
+impl ShareGroup {
+    /// The group's epoch record: the group exists while it does.
+    pub fn epoch_record(&self, group_id: &str) -> ShareGroupRecord {
+        use crate::share_group_records as r;
+        let key = r::ShareGroupKey::Group {
+            group_id: group_id.to_string(),
+        };
+        (key.encode(), Some(r::group_value(self.group_epoch)))
+    }
+
+    /// A member's records: its metadata, then its epoch.
+    pub fn member_records(group_id: &str, member: &ShareMember) -> [ShareGroupRecord; 2] {
+        use crate::share_group_records as r;
+        let value = r::ShareMemberValue {
+            rack_id: member.rack_id.clone(),
+            client_id: member.client_id.clone(),
+            client_host: member.client_host.clone(),
+            subscribed_topic_names: member.subscribed.iter().cloned().collect(),
+        };
+        [
+            (
+                r::ShareGroupKey::Member {
+                    group_id: group_id.to_string(),
+                    member_id: member.member_id.clone(),
+                }
+                .encode(),
+                Some(r::member_value(&value)),
+            ),
+            (
+                r::ShareGroupKey::CurrentAssignment {
+                    group_id: group_id.to_string(),
+                    member_id: member.member_id.clone(),
+                }
+                .encode(),
+                Some(r::assignment_value(member.member_epoch)),
+            ),
+        ]
+    }
+
+    /// The tombstones of a member that left: its epoch, then its metadata.
+    pub fn member_tombstones(group_id: &str, member_id: &str) -> [ShareGroupRecord; 2] {
+        use crate::share_group_records::ShareGroupKey;
+        let key = |assignment: bool| {
+            let (group_id, member_id) = (group_id.to_string(), member_id.to_string());
+            if assignment {
+                ShareGroupKey::CurrentAssignment {
+                    group_id,
+                    member_id,
+                }
+            } else {
+                ShareGroupKey::Member {
+                    group_id,
+                    member_id,
+                }
+            }
+            .encode()
+        };
+        [(key(true), None), (key(false), None)]
+    }
+
+    /// Every record that carries the group as it is now: its epoch, then
+    /// each member's.
+    pub fn records(&self, group_id: &str) -> Vec<ShareGroupRecord> {
+        let mut out = vec![self.epoch_record(group_id)];
+        for member in self.members.values() {
+            out.extend(Self::member_records(group_id, member));
+        }
+        out
+    }
+
+    /// Replays one of its records loaded from `__consumer_offsets`
+    /// (`value` `None`: a tombstone); a loaded member's session starts at
+    /// `now_ms`. False when the value does not decode (skipped).
+    pub fn load(
+        &mut self,
+        key: &crate::share_group_records::ShareGroupKey,
+        value: Option<&[u8]>,
+        now_ms: u64,
+        session_timeout_ms: u64,
+    ) -> bool {
+        use crate::share_group_records::{self as r, ShareGroupKey};
+        let new_member = |member_id: &str| ShareMember {
+            member_id: member_id.to_string(),
+            member_epoch: 0,
+            rack_id: None,
+            client_id: String::new(),
+            client_host: String::new(),
+            subscribed: std::collections::BTreeSet::new(),
+            session_deadline_ms: now_ms + session_timeout_ms,
+        };
+        match (key, value) {
+            (ShareGroupKey::Group { .. }, None) => {}
+            (ShareGroupKey::Group { .. }, Some(value)) => match r::parse_group(value) {
+                Some(epoch) => self.group_epoch = epoch,
+                None => return false,
+            },
+            (ShareGroupKey::Member { member_id, .. }, None) => {
+                self.members.remove(member_id);
+            }
+            (ShareGroupKey::Member { member_id, .. }, Some(value)) => {
+                let Some(loaded) = r::parse_member(value) else {
+                    return false;
+                };
+                let member = self
+                    .members
+                    .entry(member_id.clone())
+                    .or_insert_with(|| new_member(member_id));
+                member.rack_id = loaded.rack_id;
+                member.client_id = loaded.client_id;
+                member.client_host = loaded.client_host;
+                member.subscribed = loaded.subscribed_topic_names.into_iter().collect();
+            }
+            (ShareGroupKey::CurrentAssignment { .. }, None) => {}
+            (ShareGroupKey::CurrentAssignment { member_id, .. }, Some(value)) => {
+                let Some(epoch) = r::parse_assignment(value) else {
+                    return false;
+                };
+                self.members
+                    .entry(member_id.clone())
+                    .or_insert_with(|| new_member(member_id))
+                    .member_epoch = epoch;
+            }
+        }
+        true
+    }
+}
+
 /// A ShareGroupHeartbeat, decoded.
 #[derive(Debug, Clone, Default)]
 pub struct ShareHeartbeat {

@@ -93,6 +93,7 @@ use groups::{load, records};
 
 pub mod consumer_groups;
 pub mod share_groups;
+pub mod share_membership;
 mod transactions;
 
 use transactions::{

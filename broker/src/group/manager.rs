@@ -486,11 +486,15 @@ pub async fn write_lock(shard: &Shard, partition: i32) -> glommio::sync::StaticP
 fn metadata_records(shard: &Shard, partition: i32) -> Vec<OffsetsRecord> {
     let count = offsets_partition_count(shard);
     let ours = |id: &str| offsets_partition_for(id, count) == partition;
-    let (changes, consumer) = with_coordinator(shard, |c| {
+    let (changes, consumer, share) = with_coordinator(shard, |c| {
         if !c.has_metadata_changes() {
-            return (Vec::new(), Vec::new());
+            return (Vec::new(), Vec::new(), Vec::new());
         }
-        (c.take_metadata_changes(ours), c.take_consumer_records(ours))
+        (
+            c.take_metadata_changes(ours),
+            c.take_consumer_records(ours),
+            c.take_share_records(ours),
+        )
     });
     changes
         .into_iter()
@@ -501,6 +505,7 @@ fn metadata_records(shard: &Shard, partition: i32) -> Vec<OffsetsRecord> {
             )
         })
         .chain(consumer)
+        .chain(share)
         .collect()
 }
 
@@ -652,6 +657,10 @@ pub async fn maybe_compact(shard: &Rc<Shard>, partition: i32) {
                     + g.consumer().map_or(0, |c| 3 * c.members.len() as u64 + 2)
             })
             .sum::<u64>()
+            + c.share_groups()
+                .filter(|(id, _)| offsets_partition_for(id, partitions) == partition)
+                .map(|(_, g)| 1 + 2 * g.members.len() as u64)
+                .sum::<u64>()
     });
     let bound = 2 * live_count + OFFSETS_COMPACT_SLACK_RECORDS;
     if held <= bound {
@@ -684,6 +693,11 @@ pub async fn maybe_compact(shard: &Rc<Shard>, partition: i32) {
                 let consumer = g.consumer().map(|c| c.records(g.id())).unwrap_or_default();
                 offsets.chain(metadata).chain(consumer)
             })
+            .chain(
+                c.share_groups()
+                    .filter(|(id, _)| offsets_partition_for(id, partitions) == partition)
+                    .flat_map(|(id, g)| g.records(id)),
+            )
             .collect()
     });
     shard.groups.compact_check_at.borrow_mut().insert(

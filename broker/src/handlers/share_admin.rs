@@ -47,6 +47,8 @@ fn text(value: impl Into<String>) -> StrBytes {
 /// What the coordinator knows of a group id: a share group's members
 /// (none: not a share group there), and whether it is another kind.
 struct Known {
+    /// A share group by that id is kept (in `__consumer_offsets`).
+    exists: bool,
     members: Vec<groups::share::ShareMember>,
     group_epoch: i32,
     other_kind: bool,
@@ -58,6 +60,7 @@ async fn known(shard: &Rc<Shard>, group_id: &str) -> Result<Known, GroupError> {
         manager::with_coordinator(&owner, |c| {
             let share = c.share_group(&id);
             Known {
+                exists: share.is_some(),
                 members: share
                     .map(|g| g.members.values().cloned().collect())
                     .unwrap_or_default(),
@@ -96,8 +99,9 @@ pub async fn describe(
                 .with_error_code(errors::GROUP_ID_NOT_FOUND)
                 .with_error_message(Some(text(format!("group {id} is not a share group")))),
             Ok(k) if k.members.is_empty() => {
-                if has_states(shard, &id).await {
+                if k.exists || has_states(shard, &id).await {
                     base.with_group_state(text("Empty"))
+                        .with_group_epoch(k.group_epoch)
                 } else {
                     base.with_group_state(text("Dead"))
                         .with_error_code(errors::GROUP_ID_NOT_FOUND)
@@ -404,12 +408,31 @@ pub async fn delete_group(shard: &Rc<Shard>, group_id: &GroupId) -> Result<(), G
         Err(_) => return Err(GroupError::GroupIdNotFound),
         Ok(()) => {}
     }
-    match delete_states(shard, &id, None).await {
-        Ok(0) => Err(GroupError::GroupIdNotFound),
-        Ok(deleted) => {
-            tracing::info!(group = %id, deleted, "share group deleted");
-            Ok(())
-        }
-        Err(_) => Err(GroupError::CoordinatorNotAvailable),
+    let deleted = match delete_states(shard, &id, None).await {
+        Ok(deleted) => deleted,
+        Err(_) => return Err(GroupError::CoordinatorNotAvailable),
+    };
+    let had_group = forget_group(shard, &id).await?;
+    if deleted == 0 && !had_group {
+        return Err(GroupError::GroupIdNotFound);
     }
+    tracing::info!(group = %id, deleted, "share group deleted");
+    Ok(())
+}
+
+/// Drops the share group's membership on its coordinator and writes the
+/// tombstone of its record, durably. Whether there was one.
+async fn forget_group(shard: &Rc<Shard>, group_id: &str) -> Result<bool, GroupError> {
+    let id = group_id.to_string();
+    manager::on_coordinator(shard, group_id, move |owner, partition| async move {
+        let lock = manager::write_lock(&owner, partition).await;
+        let had = manager::with_coordinator(&owner, |c| c.delete_share_group(&id))?;
+        let last = manager::append(&owner, partition, Vec::new()).await;
+        drop(lock);
+        if let Some(last) = last? {
+            manager::wait_durable(&owner, partition, last).await?;
+        }
+        Ok(had)
+    })
+    .await?
 }

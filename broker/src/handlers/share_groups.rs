@@ -70,37 +70,52 @@ pub async fn heartbeat(
     client_host: String,
 ) -> ShareGroupHeartbeatResponse {
     let group_id = request.group_id.0.to_string();
-    let outcome = manager::on_coordinator(shard, &group_id.clone(), move |owner, _| async move {
-        let image = owner.metadata.image();
-        // The group's own settings (IncrementalAlterConfigs on the group).
-        let settings = GroupSettings::of(&owner, &group_id);
-        let counts: BTreeMap<String, i32> = image
-            .topics
-            .values()
-            .map(|t| (t.name.clone(), t.partition_cores.len() as i32))
-            .collect();
-        let ids: BTreeMap<String, u128> = image
-            .topics
-            .values()
-            .map(|t| (t.name.clone(), t.topic_id))
-            .collect();
-        let decoded = ShareHeartbeat {
-            group_id,
-            member_id: request.member_id.to_string(),
-            member_epoch: request.member_epoch,
-            rack_id: request.rack_id.map(|r| r.to_string()),
-            subscribed_topic_names: request
-                .subscribed_topic_names
-                .map(|names| names.into_iter().map(|n| n.0.to_string()).collect()),
-            client_id,
-            client_host,
-            session_timeout_ms: settings.session_timeout_ms,
-        };
-        manager::with_coordinator(&owner, |c| {
-            c.share_heartbeat(owner.now_ms() as u64, decoded, &counts)
-        })
-        .map(|answer| (answer, ids, settings.heartbeat_interval_ms))
-    })
+    let outcome = manager::on_coordinator(
+        shard,
+        &group_id.clone(),
+        move |owner, partition| async move {
+            let image = owner.metadata.image();
+            // The group's own settings (IncrementalAlterConfigs on the group).
+            let settings = GroupSettings::of(&owner, &group_id);
+            let counts: BTreeMap<String, i32> = image
+                .topics
+                .values()
+                .map(|t| (t.name.clone(), t.partition_cores.len() as i32))
+                .collect();
+            let ids: BTreeMap<String, u128> = image
+                .topics
+                .values()
+                .map(|t| (t.name.clone(), t.topic_id))
+                .collect();
+            let decoded = ShareHeartbeat {
+                group_id,
+                member_id: request.member_id.to_string(),
+                member_epoch: request.member_epoch,
+                rack_id: request.rack_id.map(|r| r.to_string()),
+                subscribed_topic_names: request
+                    .subscribed_topic_names
+                    .map(|names| names.into_iter().map(|n| n.0.to_string()).collect()),
+                client_id,
+                client_host,
+                session_timeout_ms: settings.session_timeout_ms,
+            };
+            // A join, a leave or a new subscription is written to
+            // `__consumer_offsets` under the partition's write lock and
+            // answered once durable on every in-sync replica, so a new
+            // coordinator knows the member and the epoch it was told.
+            let lock = manager::write_lock(&owner, partition).await;
+            let answer = manager::with_coordinator(&owner, |c| {
+                c.share_heartbeat(owner.now_ms() as u64, decoded, &counts)
+            });
+            let last = manager::append(&owner, partition, Vec::new()).await;
+            drop(lock);
+            if let Some(last) = last? {
+                manager::wait_durable(&owner, partition, last).await?;
+                manager::maybe_compact(&owner, partition).await;
+            }
+            answer.map(|answer| (answer, ids, settings.heartbeat_interval_ms))
+        },
+    )
     .await
     .and_then(|inner| inner);
     match outcome {

@@ -280,8 +280,9 @@ def queue(bootstrap, topic, log_path, limit):
 def failover(bootstrap, topic, log_path, signal_dir, limit, kill_partition="0"):
     """Three members on a replicated topic; once they have acknowledged
     some records, the test kills (SIGKILL) the leader of partition
-    `kill_partition` (0 by default)
-    (named in `kill` here; the test writes `killed`), more records come,
+    `kill_partition` (0 by default), or with `coordinator` the group's
+    coordinator (named in `kill` here; the test writes `killed`), more
+    records come,
     and the members go on: no acknowledged record delivered again, every
     record acquired but not acknowledged delivered again, each accepted
     once."""
@@ -296,10 +297,15 @@ def failover(bootstrap, topic, log_path, signal_dir, limit, kill_partition="0"):
         for m in members:
             check(m.poll() is None, f"a member exited {m.returncode}")
         time.sleep(0.1)
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    leader = admin.list_topics(topic, timeout=30).topics[topic].partitions[int(kill_partition)].leader
-    with open(os.path.join(signal_dir, "kill"), "w") as f:
-        f.write(str(leader))
+    if kill_partition == "coordinator":
+        victim = "coordinator"
+    else:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        leader = admin.list_topics(topic, timeout=30).topics[topic].partitions[int(kill_partition)].leader
+        victim = f"leader {leader}"
+    with open(os.path.join(signal_dir, "kill.tmp"), "w") as f:
+        f.write(victim.split(" ")[-1])
+    os.rename(os.path.join(signal_dir, "kill.tmp"), os.path.join(signal_dir, "kill"))
     while not os.path.exists(os.path.join(signal_dir, "killed")):
         check(time.time() < deadline, "the leader was not killed")
         time.sleep(0.1)
@@ -307,7 +313,7 @@ def failover(bootstrap, topic, log_path, signal_dir, limit, kill_partition="0"):
     wait_settled(log_path, where, limit, members, strict=False)
     deliveries, unknown = check_outcomes(log_path, where, limit, set(), strict=False)
     redelivered = sum(1 for l in lines(log_path) if l[0] == "got" and int(l[4]) > 1)
-    print(f"failover: ok {len(where)} records, leader {leader} killed, {deliveries} deliveries, "
+    print(f"failover: ok {len(where)} records, {victim} killed, {deliveries} deliveries, "
           f"{redelivered} redeliveries, {unknown} accepted when the answer was lost")
 
 

@@ -69,6 +69,8 @@ pub struct Coordinator {
     consumer_orphans: BTreeMap<String, Vec<ConsumerRecord>>,
     /// Share groups (KIP-932): their members.
     share_groups: BTreeMap<String, crate::share::ShareGroup>,
+    /// Records of share groups to be written, by group, in order.
+    share_pending: BTreeMap<String, Vec<crate::share::ShareGroupRecord>>,
 }
 
 fn too_long(value: &str) -> bool {
@@ -89,6 +91,7 @@ impl Coordinator {
             consumer_dirty: BTreeSet::new(),
             consumer_orphans: BTreeMap::new(),
             share_groups: BTreeMap::new(),
+            share_pending: BTreeMap::new(),
         }
     }
 
@@ -195,7 +198,9 @@ impl Coordinator {
 
     /// Whether any membership record waits to be written.
     pub fn has_metadata_changes(&self) -> bool {
-        !self.metadata_dirty.is_empty() || !self.consumer_dirty.is_empty()
+        !self.metadata_dirty.is_empty()
+            || !self.consumer_dirty.is_empty()
+            || !self.share_pending.is_empty()
     }
 
     /// The groups whose membership records wait to be written.
@@ -203,7 +208,49 @@ impl Coordinator {
         self.metadata_dirty
             .iter()
             .chain(&self.consumer_dirty)
+            .chain(self.share_pending.keys())
             .map(String::as_str)
+    }
+
+    /// The records of share groups `wanted` names that wait to be
+    /// written, in the order they were taken.
+    pub fn take_share_records(
+        &mut self,
+        wanted: impl Fn(&str) -> bool,
+    ) -> Vec<crate::share::ShareGroupRecord> {
+        let ids: Vec<String> = self
+            .share_pending
+            .keys()
+            .filter(|id| wanted(id))
+            .cloned()
+            .collect();
+        ids.into_iter()
+            .flat_map(|id| self.share_pending.remove(&id).unwrap_or_default())
+            .collect()
+    }
+
+    /// A share group's record loaded from `__consumer_offsets` (`None`: a
+    /// tombstone). False when its value does not decode (skipped).
+    pub fn load_share_record(
+        &mut self,
+        key: &crate::share_group_records::ShareGroupKey,
+        value: Option<&[u8]>,
+        now_ms: u64,
+    ) -> bool {
+        use crate::share_group_records::ShareGroupKey;
+        let group_id = key.group_id();
+        if let (ShareGroupKey::Group { .. }, None) = (key, value) {
+            self.share_groups.remove(group_id);
+            return true;
+        }
+        if value.is_none() && !self.share_groups.contains_key(group_id) {
+            return true;
+        }
+        let session_timeout_ms = self.config.share.session_timeout_ms;
+        self.share_groups
+            .entry(group_id.to_string())
+            .or_default()
+            .load(key, value, now_ms, session_timeout_ms)
     }
 
     /// The records of consumer-protocol groups `wanted` names that wait
@@ -342,6 +389,8 @@ impl Coordinator {
         self.metadata_dirty.retain(|id| !moved(id));
         self.consumer_dirty.retain(|id| !moved(id));
         self.consumer_orphans.retain(|id, _| !moved(id));
+        self.share_pending.retain(|id, _| !moved(id));
+        self.share_groups.retain(|id, _| !moved(id));
         for group_id in &gone {
             if let Some(mut group) = self.groups.remove(group_id) {
                 self.member_bytes -= group.member_bytes();
@@ -433,18 +482,64 @@ impl Coordinator {
         let session_timeout_ms = request
             .session_timeout_ms
             .unwrap_or(config.session_timeout_ms);
-        let group = self
-            .share_groups
-            .entry(request.group_id.clone())
-            .or_default();
-        group
+        let group_id = request.group_id.clone();
+        let member_id = request.member_id.clone();
+        let created = !self.share_groups.contains_key(&group_id);
+        let group = self.share_groups.entry(group_id.clone()).or_default();
+        let epoch_before = group.group_epoch;
+        let result = group
             .heartbeat(now_ms, request, topics, session_timeout_ms, config.max_size)
             .map_err(|refusal| match refusal {
                 ShareRefusal::InvalidRequest => GroupError::InvalidRequest,
                 ShareRefusal::UnknownMemberId => GroupError::UnknownMemberId,
                 ShareRefusal::FencedMemberEpoch => GroupError::FencedMemberEpoch,
                 ShareRefusal::GroupMaxSizeReached => GroupError::GroupMaxSizeReached,
-            })
+            });
+        if created && result.is_err() {
+            self.share_groups.remove(&group_id);
+            return result;
+        }
+        // A member joined, left or changed its subscription: the group's
+        // epoch moved, and the records say so before the member is told.
+        if group.group_epoch != epoch_before {
+            let mut records = match group.members.get(&member_id) {
+                Some(member) => {
+                    crate::share::ShareGroup::member_records(&group_id, member).to_vec()
+                }
+                None => crate::share::ShareGroup::member_tombstones(&group_id, &member_id).to_vec(),
+            };
+            records.push(group.epoch_record(&group_id));
+            self.share_pending
+                .entry(group_id)
+                .or_default()
+                .extend(records);
+        }
+        result
+    }
+
+    /// Every share group of this core, by id.
+    pub fn share_groups(&self) -> impl Iterator<Item = (&str, &crate::share::ShareGroup)> {
+        self.share_groups.iter().map(|(id, g)| (id.as_str(), g))
+    }
+
+    /// DeleteGroups of a share group without members: it goes, and its
+    /// epoch record's tombstone is queued. Whether there was one.
+    pub fn delete_share_group(&mut self, group_id: &str) -> Result<bool, GroupError> {
+        match self.share_groups.get(group_id) {
+            None => Ok(false),
+            Some(group) if !group.members.is_empty() => Err(GroupError::NonEmptyGroup),
+            Some(_) => {
+                self.share_groups.remove(group_id);
+                let key = crate::share_group_records::ShareGroupKey::Group {
+                    group_id: group_id.to_string(),
+                };
+                self.share_pending
+                    .entry(group_id.to_string())
+                    .or_default()
+                    .push((key.encode(), None));
+                Ok(true)
+            }
+        }
     }
 
     /// A share group, if there is one by that id.
@@ -461,14 +556,21 @@ impl Coordinator {
 
     /// Share group members silent past their session leave; (group,
     /// member) of each.
+    /// The group stays, Empty, until DeleteGroups.
     pub fn expire_share_members(&mut self, now_ms: u64) -> Vec<(String, String)> {
         let mut gone = Vec::new();
         for (id, group) in self.share_groups.iter_mut() {
-            for member in group.expire(now_ms) {
+            let expired = group.expire(now_ms);
+            if expired.is_empty() {
+                continue;
+            }
+            let pending = self.share_pending.entry(id.clone()).or_default();
+            for member in expired {
+                pending.extend(crate::share::ShareGroup::member_tombstones(id, &member));
                 gone.push((id.clone(), member));
             }
+            pending.push(group.epoch_record(id));
         }
-        self.share_groups.retain(|_, g| !g.members.is_empty());
         gone
     }
 

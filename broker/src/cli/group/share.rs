@@ -34,7 +34,7 @@ pub struct ShareGroupArgs {
 
 #[derive(Subcommand, Debug)]
 enum ShareGroupCommand {
-    /// List the share groups with members, of the whole cluster (every
+    /// List the share groups (with members: Stable; without: Empty) of the whole cluster (every
     /// broker Metadata names is asked): GROUP<TAB>STATE per line.
     List {
         #[command(flatten)]
