@@ -426,7 +426,7 @@ fn share_leader_killed_round(cluster: &mut test_support::cluster::Cluster, round
         );
     }
     common::restart_killed(cluster, victim);
-    format!("round {}: {}", round + 1, stdout.trim())
+    format!("round {}: node {victim}: {}", round + 1, stdout.trim())
 }
 
 /// A share partition's leader, or the share group's coordinator, killed
