@@ -598,6 +598,62 @@ fn operator_apis_check_what_kafka_checks_and_authorized_operations_are_real() {
         "{}",
         stderr(&refused)
     );
+    // The share offsets APIs check what Kafka checks: alice (READ on the
+    // group and the topic) may set billing's start offsets on orders; bob
+    // may not touch the group; a topic alice may not describe is left out
+    // of what she is shown.
+    ok(&broker, dir, "admin", &["topic", "create", "secret"]);
+    let reset = |user: &str, topic: &str| {
+        strom_as(
+            &broker,
+            dir,
+            user,
+            &[
+                "share-group",
+                "reset-offsets",
+                "billing",
+                "--topic",
+                topic,
+                "--to-earliest",
+                "--execute",
+            ],
+        )
+    };
+    let done = reset("alice", "orders");
+    assert!(done.status.success(), "{}", stderr(&done));
+    assert!(
+        String::from_utf8_lossy(&done.stdout).contains("billing\torders\t1\t0"),
+        "{}",
+        String::from_utf8_lossy(&done.stdout)
+    );
+    let refused = reset("bob", "orders");
+    assert!(
+        !refused.status.success() && stderr(&refused).contains("GROUP_AUTHORIZATION_FAILED"),
+        "{}",
+        stderr(&refused)
+    );
+    let done = reset("admin", "secret");
+    assert!(done.status.success(), "{}", stderr(&done));
+    let everything = ok(
+        &broker,
+        dir,
+        "admin",
+        &["share-group", "describe", "billing"],
+    );
+    assert!(
+        everything.contains("secret\t0\t0") && everything.contains("orders\t1\t0"),
+        "{everything}"
+    );
+    let shown = ok(
+        &broker,
+        dir,
+        "alice",
+        &["share-group", "describe", "billing"],
+    );
+    assert!(
+        shown.contains("orders\t1\t0") && !shown.contains("secret"),
+        "{shown}"
+    );
     // The broker still serves.
     ok(&broker, dir, "admin", &["topic", "describe", "orders"]);
 }

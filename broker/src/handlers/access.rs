@@ -18,8 +18,11 @@
 //! topic, group or cluster (broker resources), CreatePartitions ALTER and
 //! DeleteRecords DELETE on the topic, DescribeProducers READ on the topic,
 //! DescribeTopicPartitions DESCRIBE on it (all topics: those described),
-//! OffsetDelete DELETE on the group and READ on its topics,
-//! DescribeTransactions DESCRIBE on the transactional id (ListTransactions
+//! OffsetDelete DELETE on the group and READ on its topics, the share
+//! group APIs READ on the group (ShareGroupDescribe and
+//! DescribeShareGroupOffsets DESCRIBE on it and on the topics described,
+//! AlterShareGroupOffsets READ and DeleteShareGroupOffsets DELETE on it,
+//! both READ on the topics), DescribeTransactions DESCRIBE on the transactional id (ListTransactions
 //! those described), ElectLeaders, AlterPartitionReassignments and the
 //! voter changes ALTER on the cluster, ListPartitionReassignments,
 //! DescribeQuorum and DescribeLogDirs DESCRIBE on it, ListConfigResources
@@ -63,6 +66,8 @@ pub enum Checked {
 pub struct Denied {
     pub topics: Vec<DeniedTopic>,
     pub groups: Vec<String>,
+    /// Topics refused within one group of a request: (group, topic).
+    pub group_topics: Vec<(String, DeniedTopic)>,
     pub keys: Vec<(String, i16)>,
     /// Metadata of every topic: keep only those the principal may describe.
     pub filter_topics: bool,
@@ -818,6 +823,69 @@ impl Access {
                 });
                 R::DescribeProducers(request)
             }
+            // Kafka's checks: DESCRIBE on the group and on each topic to
+            // describe a share group's offsets, READ on the group (DELETE
+            // to delete them) and READ on each topic to change them.
+            R::DescribeShareGroupOffsets(mut request) => {
+                request.groups.retain_mut(|g| {
+                    if !self.group(operation::DESCRIBE, &g.group_id) {
+                        denied.groups.push(g.group_id.to_string());
+                        return false;
+                    }
+                    match g.topics.as_mut() {
+                        // Every topic with a state: those the principal
+                        // may not describe are left out of the answer.
+                        None => denied.filter_topics = true,
+                        Some(topics) => topics.retain(|t| {
+                            let allowed = self.topic(operation::DESCRIBE, &t.topic_name);
+                            if !allowed {
+                                denied.group_topics.push((
+                                    g.group_id.to_string(),
+                                    DeniedTopic {
+                                        name: t.topic_name.to_string(),
+                                        id: Default::default(),
+                                        partitions: t.partitions.clone(),
+                                    },
+                                ));
+                            }
+                            allowed
+                        }),
+                    }
+                    true
+                });
+                R::DescribeShareGroupOffsets(request)
+            }
+            R::AlterShareGroupOffsets(mut request) => {
+                if !self.group(operation::READ, &request.group_id) {
+                    return deny(ResponseKind::AlterShareGroupOffsets(
+                        AlterShareGroupOffsetsResponse::default()
+                            .with_error_code(errors::GROUP_AUTHORIZATION_FAILED)
+                            .with_error_message(Some(refusal_text(
+                                errors::GROUP_AUTHORIZATION_FAILED,
+                            ))),
+                    ));
+                }
+                request.topics.retain(|t| {
+                    let partitions = t.partitions.iter().map(|p| p.partition_index).collect();
+                    self.topic_or_deny(operation::READ, &t.topic_name, partitions, &mut denied)
+                });
+                R::AlterShareGroupOffsets(request)
+            }
+            R::DeleteShareGroupOffsets(mut request) => {
+                if !self.group(operation::DELETE, &request.group_id) {
+                    return deny(ResponseKind::DeleteShareGroupOffsets(
+                        DeleteShareGroupOffsetsResponse::default()
+                            .with_error_code(errors::GROUP_AUTHORIZATION_FAILED)
+                            .with_error_message(Some(refusal_text(
+                                errors::GROUP_AUTHORIZATION_FAILED,
+                            ))),
+                    ));
+                }
+                request.topics.retain(|t| {
+                    self.topic_or_deny(operation::READ, &t.topic_name, Vec::new(), &mut denied)
+                });
+                R::DeleteShareGroupOffsets(request)
+            }
             R::OffsetDelete(mut request) => {
                 if !self.group(operation::DELETE, &request.group_id) {
                     return deny(ResponseKind::OffsetDelete(
@@ -1112,6 +1180,7 @@ impl Denied {
     pub fn is_empty(&self) -> bool {
         self.topics.is_empty()
             && self.groups.is_empty()
+            && self.group_topics.is_empty()
             && self.keys.is_empty()
             && !self.filter_topics
             && !self.filter_groups
@@ -1121,7 +1190,11 @@ impl Denied {
 
     /// Counts each refused topic, group and coordinator key.
     pub fn count(&self) {
-        for _ in &self.topics {
+        for _ in self
+            .topics
+            .iter()
+            .chain(self.group_topics.iter().map(|(_, t)| t))
+        {
             crate::metrics::record_denial(resource::TOPIC);
         }
         for _ in &self.groups {
@@ -1342,6 +1415,94 @@ impl Denied {
             response,
             kafka_protocol::messages::share_group_describe_response::DescribedGroup
         );
+    }
+
+    pub fn describe_share_group_offsets(
+        &self,
+        access: &Access,
+        response: &mut kafka_protocol::messages::DescribeShareGroupOffsetsResponse,
+    ) {
+        use kafka_protocol::messages::describe_share_group_offsets_response::*;
+        if self.filter_topics {
+            for group in &mut response.groups {
+                group
+                    .topics
+                    .retain(|t| access.may_describe_topic(&t.topic_name));
+            }
+        }
+        for (group_id, t) in &self.group_topics {
+            let topic = DescribeShareGroupOffsetsResponseTopic::default()
+                .with_topic_name(TopicName(StrBytes::from_string(t.name.clone())))
+                .with_partitions(
+                    t.partitions
+                        .iter()
+                        .map(|&p| {
+                            DescribeShareGroupOffsetsResponsePartition::default()
+                                .with_partition_index(p)
+                                .with_start_offset(-1)
+                                .with_leader_epoch(-1)
+                                .with_error_code(Self::topic_code())
+                                .with_error_message(Some(refusal_text(Self::topic_code())))
+                        })
+                        .collect(),
+                );
+            if let Some(group) = response
+                .groups
+                .iter_mut()
+                .find(|g| g.group_id.as_str() == group_id)
+            {
+                group.topics.push(topic);
+            }
+        }
+        for group in &self.groups {
+            response.groups.push(
+                DescribeShareGroupOffsetsResponseGroup::default()
+                    .with_group_id(kafka_protocol::messages::GroupId(StrBytes::from_string(
+                        group.clone(),
+                    )))
+                    .with_error_code(errors::GROUP_AUTHORIZATION_FAILED)
+                    .with_error_message(Some(refusal_text(errors::GROUP_AUTHORIZATION_FAILED))),
+            );
+        }
+    }
+
+    pub fn alter_share_group_offsets(
+        &self,
+        response: &mut kafka_protocol::messages::AlterShareGroupOffsetsResponse,
+    ) {
+        use kafka_protocol::messages::alter_share_group_offsets_response::*;
+        for t in &self.topics {
+            response.responses.push(
+                AlterShareGroupOffsetsResponseTopic::default()
+                    .with_topic_name(TopicName(StrBytes::from_string(t.name.clone())))
+                    .with_partitions(
+                        t.partitions
+                            .iter()
+                            .map(|&p| {
+                                AlterShareGroupOffsetsResponsePartition::default()
+                                    .with_partition_index(p)
+                                    .with_error_code(Self::topic_code())
+                                    .with_error_message(Some(refusal_text(Self::topic_code())))
+                            })
+                            .collect(),
+                    ),
+            );
+        }
+    }
+
+    pub fn delete_share_group_offsets(
+        &self,
+        response: &mut kafka_protocol::messages::DeleteShareGroupOffsetsResponse,
+    ) {
+        use kafka_protocol::messages::delete_share_group_offsets_response::*;
+        for t in &self.topics {
+            response.responses.push(
+                DeleteShareGroupOffsetsResponseTopic::default()
+                    .with_topic_name(TopicName(StrBytes::from_string(t.name.clone())))
+                    .with_error_code(Self::topic_code())
+                    .with_error_message(Some(refusal_text(Self::topic_code()))),
+            );
+        }
     }
 
     pub fn list_groups(

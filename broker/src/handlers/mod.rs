@@ -994,13 +994,25 @@ async fn dispatch(
             out.encode(&response)
         }
         RequestKind::DescribeShareGroupOffsets(body) => {
-            out.encode(&share_admin::describe_offsets(&shard, body).await)
+            let mut response = share_admin::describe_offsets(&shard, body).await;
+            if let (Some(denied), Some(access)) = (denied, access) {
+                denied.describe_share_group_offsets(access, &mut response);
+            }
+            out.encode(&response)
         }
         RequestKind::AlterShareGroupOffsets(body) => {
-            out.encode(&share_admin::alter_offsets(&shard, body).await)
+            let mut response = share_admin::alter_offsets(&shard, body).await;
+            if let Some(denied) = denied {
+                denied.alter_share_group_offsets(&mut response);
+            }
+            out.encode(&response)
         }
         RequestKind::DeleteShareGroupOffsets(body) => {
-            out.encode(&share_admin::delete_offsets(&shard, body).await)
+            let mut response = share_admin::delete_offsets(&shard, body).await;
+            if let Some(denied) = denied {
+                denied.delete_share_group_offsets(&mut response);
+            }
+            out.encode(&response)
         }
         RequestKind::ReadShareGroupState(body) => {
             out.encode(&crate::share_state::wire::handle_read(&shard, body).await)
