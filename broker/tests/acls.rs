@@ -561,6 +561,17 @@ fn operator_apis_check_what_kafka_checks_and_authorized_operations_are_real() {
         "Describe",
         "--cluster",
     ]);
+    // Share groups of their own: records only from topics they may read.
+    for (user, group) in [("User:alice", "alices-share"), ("User:bob", "bobs-share")] {
+        add(&[
+            "--allow-principal",
+            user,
+            "--operation",
+            "Read",
+            "--group",
+            group,
+        ]);
+    }
     // Bob sees the topic (Metadata), and may do nothing else with it.
     add(&[
         "--allow-principal",
@@ -576,7 +587,8 @@ fn operator_apis_check_what_kafka_checks_and_authorized_operations_are_real() {
         &[&broker.bootstrap()],
         SCRIPT_DEADLINE,
     );
-    assert!(out.contains("ok 20"), "{out}\n{}", broker.log());
+    assert!(out.contains("ok 23"), "{out}\n{}", broker.log());
+    println!("{out}");
     let refused = denials(&admin, "topic") + denials(&admin, "cluster") - refused_before;
     assert!(refused >= 6.0, "{refused} refusals counted");
     // ShareGroupDescribe checks DESCRIBE on the group (READ implies it):

@@ -19,12 +19,14 @@
 //! DeleteRecords DELETE on the topic, DescribeProducers READ on the topic,
 //! DescribeTopicPartitions DESCRIBE on it (all topics: those described),
 //! OffsetDelete DELETE on the group and READ on its topics, the share
-//! group APIs READ on the group (ShareGroupDescribe and
-//! DescribeShareGroupOffsets DESCRIBE on it and on the topics described,
-//! AlterShareGroupOffsets READ and DeleteShareGroupOffsets DELETE on it,
-//! both READ on the topics), DescribeTransactions DESCRIBE on the transactional id (ListTransactions
-//! those described), ElectLeaders, AlterPartitionReassignments and the
-//! voter changes ALTER on the cluster, ListPartitionReassignments,
+//! group APIs READ on the group (ShareFetch and ShareAcknowledge also
+//! READ on each topic; ShareGroupDescribe and DescribeShareGroupOffsets
+//! DESCRIBE on it and on the topics described; AlterShareGroupOffsets
+//! READ and DeleteShareGroupOffsets DELETE on it, both READ on the
+//! topics), DescribeTransactions DESCRIBE on the transactional id
+//! (ListTransactions those described), ElectLeaders,
+//! AlterPartitionReassignments and the voter changes ALTER on the
+//! cluster, ListPartitionReassignments,
 //! DescribeQuorum and DescribeLogDirs DESCRIBE on it, ListConfigResources
 //! DESCRIBE_CONFIGS on it, WriteTxnMarkers CLUSTER_ACTION. A resource
 //! refused is answered with Kafka's code (TOPIC_AUTHORIZATION_FAILED,
@@ -408,14 +410,29 @@ impl Access {
                     ShareAcknowledgeResponse::default().with_error_code(group_refused),
                 ))
             }
+            // Records of a share group come only from topics the
+            // principal may READ; the others are answered
+            // TOPIC_AUTHORIZATION_FAILED and never join its share session.
+            R::ShareFetch(mut request) => {
+                request.topics.retain(|t| {
+                    let partitions = t.partitions.iter().map(|p| p.partition_index).collect();
+                    self.share_topic_or_deny(t.topic_id, partitions, &mut denied)
+                });
+                R::ShareFetch(request)
+            }
+            R::ShareAcknowledge(mut request) => {
+                request.topics.retain(|t| {
+                    let partitions = t.partitions.iter().map(|p| p.partition_index).collect();
+                    self.share_topic_or_deny(t.topic_id, partitions, &mut denied)
+                });
+                R::ShareAcknowledge(request)
+            }
             R::JoinGroup(_)
             | R::SyncGroup(_)
             | R::Heartbeat(_)
             | R::LeaveGroup(_)
             | R::ConsumerGroupHeartbeat(_)
-            | R::ShareGroupHeartbeat(_)
-            | R::ShareFetch(_)
-            | R::ShareAcknowledge(_) => body,
+            | R::ShareGroupHeartbeat(_) => body,
             R::OffsetCommit(ref r) => {
                 let group = self.group(operation::READ, &r.group_id);
                 let topics_allowed = r
@@ -1050,6 +1067,24 @@ impl Access {
         allowed
     }
 
+    /// Whether the topic `id` names may be READ; a refused one is noted
+    /// with its partitions (an unknown id is left to the handler, which
+    /// answers UNKNOWN_TOPIC_ID).
+    fn share_topic_or_deny(&self, id: Uuid, partitions: Vec<i32>, denied: &mut Denied) -> bool {
+        let Some(name) = self.name_of(&TopicName::default(), id) else {
+            return true;
+        };
+        let allowed = self.topic(operation::READ, &name);
+        if !allowed {
+            denied.topics.push(DeniedTopic {
+                name,
+                id,
+                partitions,
+            });
+        }
+        allowed
+    }
+
     /// A topic's name, from its name or its id (newer versions send ids).
     fn name_of(&self, name: &TopicName, id: Uuid) -> Option<String> {
         if !name.is_empty() {
@@ -1462,6 +1497,54 @@ impl Denied {
                     )))
                     .with_error_code(errors::GROUP_AUTHORIZATION_FAILED)
                     .with_error_message(Some(refusal_text(errors::GROUP_AUTHORIZATION_FAILED))),
+            );
+        }
+    }
+
+    pub fn share_fetch(&self, response: &mut kafka_protocol::messages::ShareFetchResponse) {
+        use kafka_protocol::messages::share_fetch_response::*;
+        for t in &self.topics {
+            response.responses.push(
+                ShareFetchableTopicResponse::default()
+                    .with_topic_id(t.id)
+                    .with_partitions(
+                        t.partitions
+                            .iter()
+                            .map(|&p| {
+                                PartitionData::default()
+                                    .with_partition_index(p)
+                                    .with_error_code(Self::topic_code())
+                                    .with_error_message(Some(refusal_text(Self::topic_code())))
+                                    // Empty, never null: clients cannot
+                                    // parse a null record set.
+                                    .with_records(Some(Default::default()))
+                            })
+                            .collect(),
+                    ),
+            );
+        }
+    }
+
+    pub fn share_acknowledge(
+        &self,
+        response: &mut kafka_protocol::messages::ShareAcknowledgeResponse,
+    ) {
+        use kafka_protocol::messages::share_acknowledge_response::*;
+        for t in &self.topics {
+            response.responses.push(
+                ShareAcknowledgeTopicResponse::default()
+                    .with_topic_id(t.id)
+                    .with_partitions(
+                        t.partitions
+                            .iter()
+                            .map(|&p| {
+                                PartitionData::default()
+                                    .with_partition_index(p)
+                                    .with_error_code(Self::topic_code())
+                                    .with_error_message(Some(refusal_text(Self::topic_code())))
+                            })
+                            .collect(),
+                    ),
             );
         }
     }

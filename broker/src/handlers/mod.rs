@@ -898,10 +898,18 @@ async fn dispatch(
             out.encode(&share_groups::heartbeat(&shard, body, client_id, client_host).await)
         }
         RequestKind::ShareFetch(body) => {
-            out.encode(&share_groups::fetch(&shard, body, origin).await)
+            let mut response = share_groups::fetch(&shard, body, origin).await;
+            if let Some(denied) = denied {
+                denied.share_fetch(&mut response);
+            }
+            out.encode(&response)
         }
         RequestKind::ShareAcknowledge(body) => {
-            out.encode(&share_groups::acknowledge(&shard, body, origin).await)
+            let mut response = share_groups::acknowledge(&shard, body, origin).await;
+            if let Some(denied) = denied {
+                denied.share_acknowledge(&mut response);
+            }
+            out.encode(&response)
         }
         RequestKind::ConsumerGroupDescribe(body) => {
             let mut response = consumer_groups::describe(&shard, body).await;

@@ -3,7 +3,9 @@ client as three SASL PLAIN users: admin (a super user), alice (ACLs on
 topic `orders`, group `billing` and DESCRIBE on the cluster, set by the
 test first) and bob (DESCRIBE on `orders` only, so he sees it). Each call alice may make succeeds with its
 effect checked; each bob may not make fails with Kafka's code; the
-authorized-operations fields report exactly what each may do.
+authorized-operations fields report exactly what each may do; a share
+group of each (READ on `alices-share` and `bobs-share`) gets records only
+from a topic its user may read.
 
     acl_operator_check.py BOOTSTRAP
 
@@ -167,7 +169,54 @@ def main():
         [ConsumerGroupTopicPartitions("billing", [TopicPartition("orders", 0)])])
     offsets = committed["billing"].result(30).topic_partitions
     expect("billing's offset is gone", [p.offset for p in offsets], [-1001])
+    share_checks()
     print(f"ok {checks}", flush=True)
+
+
+def share_records(user, group, produce_after_s, wait_s):
+    """A ShareConsumer of `user` in `group` on `orders`: records and
+    errors it got; 5 records are produced (by admin) once it has polled
+    `produce_after_s` seconds (a new share group starts at the log end)."""
+    from confluent_kafka import KafkaException, Producer, ShareConsumer
+    consumer = ShareConsumer({**settings(user), "group.id": group})
+    consumer.subscribe(["orders"])
+    got, errors = [], []
+    started = time.time()
+    produced = False
+    while time.time() < started + wait_s:
+        if not produced and time.time() >= started + produce_after_s:
+            producer = Producer(settings("admin"))
+            for i in range(5):
+                producer.produce("orders", value=f"share-{group}-{i}".encode(), partition=0)
+            check(producer.flush(30) == 0, "the records were not produced")
+            produced = True
+        try:
+            messages = consumer.poll(0.5) or []
+        except KafkaException as e:
+            # librdkafka raises a partition's fetch error from poll.
+            errors.append(e.args[0].name())
+            messages = []
+        for m in messages:
+            if m.error():
+                errors.append(m.error().name())
+            else:
+                got.append(m.value().decode())
+        if produced and len(got) >= 5:
+            break
+    consumer.close()
+    return got, errors
+
+
+def share_checks():
+    """ShareFetch checks READ on the group and on each topic: alice (READ
+    on both) gets the records produced after she joined; bob (READ on his
+    group, DESCRIBE only on the topic) gets none of the records produced
+    after he joined."""
+    got, _ = share_records("alice", "alices-share", 5, 40)
+    expect("alice's share records", sorted(got), [f"share-alices-share-{i}" for i in range(5)])
+    got, errors = share_records("bob", "bobs-share", 5, 15)
+    expect("bob's share records", got, [])
+    expect("bob's share fetch refused", "TOPIC_AUTHORIZATION_FAILED" in errors, True)
 
 
 main()
