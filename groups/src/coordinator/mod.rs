@@ -33,7 +33,7 @@ mod offsets;
 mod state;
 mod subscription;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 mod txn_offsets;
 
 pub use crate::config::{GroupConfig, GROUP_CONFIG_KEYS};

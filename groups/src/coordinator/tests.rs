@@ -1051,7 +1051,12 @@ fn a_loaded_tombstone_undoes_the_groups_record_but_not_its_offsets() {
     assert!(recorded(&mut restarted).is_empty());
 }
 
-fn share_join(coordinator: &mut Coordinator, now_ms: u64, member: &str, topics: &[&str]) -> i32 {
+pub(crate) fn share_join(
+    coordinator: &mut Coordinator,
+    now_ms: u64,
+    member: &str,
+    topics: &[&str],
+) -> i32 {
     let topic_counts: BTreeMap<String, i32> = [("a".to_string(), 3), ("b".to_string(), 1)]
         .into_iter()
         .collect();
@@ -1072,131 +1077,6 @@ fn share_join(coordinator: &mut Coordinator, now_ms: u64, member: &str, topics: 
         )
         .expect("joins");
     answer.member_epoch
-}
-
-/// Replays `records` into a new coordinator, as a new leader of the
-/// offsets partition loads them.
-fn share_replayed(records: &[crate::share::ShareGroupRecord], now_ms: u64) -> Coordinator {
-    let mut loaded = Coordinator::new(GroupConfig::default(), 9);
-    for (key, value) in records {
-        assert_eq!(
-            crate::load::replay(&mut loaded, key, value.as_deref(), now_ms),
-            crate::load::Replayed::GroupMetadata
-        );
-    }
-    loaded
-}
-
-fn share_members(coordinator: &Coordinator) -> Vec<(String, i32, Vec<String>, String)> {
-    coordinator
-        .share_group("sg")
-        .map(|g| {
-            g.members
-                .values()
-                .map(|m| {
-                    (
-                        m.member_id.clone(),
-                        m.member_epoch,
-                        m.subscribed.iter().cloned().collect(),
-                        m.client_id.clone(),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// A share group's membership is written as it changes and a new
-/// coordinator that replays the records knows every member at the epoch
-/// it was told: its next heartbeat is accepted, not fenced. Members that
-/// left or whose session ran out are gone, the group stays (Empty) until
-/// deleted, and a snapshot of the group replays to the same state.
-#[test]
-fn share_group_membership_survives_a_new_coordinator() {
-    let mut source = Coordinator::new(GroupConfig::default(), 1);
-    let mut log: Vec<crate::share::ShareGroupRecord> = Vec::new();
-    let e1 = share_join(&mut source, 1_000, "m1", &["a"]);
-    let e2 = share_join(&mut source, 1_000, "m2", &["a", "b"]);
-    let _e3 = share_join(&mut source, 1_000, "m3", &["b"]);
-    assert!(source.has_metadata_changes());
-    assert!(source.metadata_changes().any(|g| g == "sg"));
-    log.extend(source.take_share_records(|_| true));
-    assert!(!source.has_metadata_changes(), "taken once");
-    // A heartbeat that changes nothing writes nothing.
-    let topic_counts: BTreeMap<String, i32> = [("a".to_string(), 3)].into_iter().collect();
-    let again = crate::share::ShareHeartbeat {
-        group_id: "sg".to_string(),
-        member_id: "m1".to_string(),
-        member_epoch: e1,
-        subscribed_topic_names: None,
-        ..Default::default()
-    };
-    assert_eq!(
-        source
-            .share_heartbeat(2_000, again.clone(), &topic_counts)
-            .map(|a| a.member_epoch),
-        Ok(e1)
-    );
-    assert!(!source.has_metadata_changes());
-    // m3 leaves.
-    let leave = crate::share::ShareHeartbeat {
-        member_id: "m3".to_string(),
-        member_epoch: -1,
-        ..again.clone()
-    };
-    assert!(source.share_heartbeat(2_000, leave, &topic_counts).is_ok());
-    log.extend(source.take_share_records(|_| true));
-
-    let mut loaded = share_replayed(&log, 3_000);
-    assert_eq!(share_members(&loaded), share_members(&source));
-    assert_eq!(
-        loaded.share_group("sg").unwrap().group_epoch,
-        source.share_group("sg").unwrap().group_epoch
-    );
-    assert_eq!(share_members(&loaded).len(), 2);
-    // The members carry on at the epochs they hold.
-    for (member, epoch) in [("m1", e1), ("m2", e2)] {
-        let beat = crate::share::ShareHeartbeat {
-            member_id: member.to_string(),
-            member_epoch: epoch,
-            ..again.clone()
-        };
-        assert_eq!(
-            loaded
-                .share_heartbeat(3_000, beat, &topic_counts)
-                .map(|a| a.member_epoch),
-            Ok(epoch),
-            "{member}"
-        );
-    }
-    // A snapshot of the group replays to the same membership.
-    let snapshot: Vec<_> = loaded
-        .share_groups()
-        .flat_map(|(id, g)| g.records(id))
-        .collect();
-    assert_eq!(
-        share_members(&share_replayed(&snapshot, 3_000)),
-        share_members(&loaded)
-    );
-
-    // Sessions run out on the new coordinator: tombstones, the group stays.
-    let session = GroupConfig::default().share.session_timeout_ms;
-    let gone = loaded.expire_share_members(3_000 + session + 1);
-    assert_eq!(gone.len(), 2);
-    log.extend(loaded.take_share_records(|_| true));
-    let emptied = share_replayed(&log, 100_000);
-    assert!(share_members(&emptied).is_empty());
-    assert!(emptied.share_group("sg").is_some(), "an empty group stays");
-    assert!(emptied
-        .list()
-        .iter()
-        .any(|g| g.group_id == "sg" && g.state == "Empty" && g.group_type == "share"));
-
-    // Deleted: its tombstone removes it for good.
-    assert_eq!(loaded.delete_share_group("sg"), Ok(true));
-    assert_eq!(loaded.delete_share_group("sg"), Ok(false));
-    log.extend(loaded.take_share_records(|_| true));
-    assert!(share_replayed(&log, 100_000).share_group("sg").is_none());
 }
 
 #[test]
