@@ -76,13 +76,7 @@ impl ConsumerKey {
                 member_id,
             } => (CURRENT_ASSIGNMENT_KEY, group_id, Some(member_id)),
         };
-        let mut out = Vec::with_capacity(6 + group_id.len() + member_id.map_or(0, String::len));
-        out.extend_from_slice(&kind.to_be_bytes());
-        put_key_string(&mut out, group_id);
-        if let Some(member_id) = member_id {
-            put_key_string(&mut out, member_id);
-        }
-        out
+        group_key(kind, group_id, member_id.map(String::as_str))
     }
 
     /// The key after its type (`kind`), or `None` if it does not decode.
@@ -143,7 +137,19 @@ pub struct AssignmentValue {
     pub revoking: ById,
 }
 
-pub(crate) fn put_key_string(out: &mut Vec<u8>, value: &str) {
+/// A group record's key: its type, the group id and, for a member's
+/// record, the member id (non-flexible strings).
+pub(crate) fn group_key(kind: i16, group_id: &str, member_id: Option<&str>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(6 + group_id.len() + member_id.map_or(0, str::len));
+    out.extend_from_slice(&kind.to_be_bytes());
+    put_key_string(&mut out, group_id);
+    if let Some(member_id) = member_id {
+        put_key_string(&mut out, member_id);
+    }
+    out
+}
+
+fn put_key_string(out: &mut Vec<u8>, value: &str) {
     let len = i16::try_from(value.len()).expect("bounded by limits");
     out.extend_from_slice(&len.to_be_bytes());
     out.extend_from_slice(value.as_bytes());

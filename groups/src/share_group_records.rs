@@ -10,7 +10,7 @@
 //! computed again from its subscription. Kafka's other share-group keys
 //! (12 to 14, 16) are not written, and read as unknown.
 
-use crate::consumer_records::{put_compact_len, put_compact_string, put_key_string, value_header};
+use crate::consumer_records::{group_key, put_compact_len, put_compact_string, value_header};
 use crate::reader::Reader;
 
 pub const MEMBER_KEY: i16 = 10;
@@ -49,13 +49,7 @@ impl ShareGroupKey {
                 member_id,
             } => (CURRENT_ASSIGNMENT_KEY, group_id, Some(member_id)),
         };
-        let mut out = Vec::with_capacity(6 + group_id.len() + member_id.map_or(0, String::len));
-        out.extend_from_slice(&kind.to_be_bytes());
-        put_key_string(&mut out, group_id);
-        if let Some(member_id) = member_id {
-            put_key_string(&mut out, member_id);
-        }
-        out
+        group_key(kind, group_id, member_id.map(String::as_str))
     }
 
     /// The key after its type (`kind`), or `None` if it does not decode.

@@ -34,6 +34,8 @@ use groups::coordinator::{
 use groups::error::GroupError;
 use groups::load;
 
+use crate::group_net::GroupNet;
+
 const GROUP: &str = "sim-group";
 const HEARTBEAT_MS: u64 = 500;
 const SESSION_MS: u64 = 6_000;
@@ -124,9 +126,7 @@ struct Sim {
     /// The log: records, and how many of them are durable.
     log: Vec<ConsumerRecord>,
     durable: usize,
-    /// Answers waiting for the log to be durable up to their index.
-    held: Vec<(usize, Message)>,
-    net: Vec<(u64, Message)>,
+    net: GroupNet<Message>,
     members: Vec<Member>,
     topics: Topics,
     mutation: GroupMutation,
@@ -153,12 +153,8 @@ impl Sim {
     }
 
     fn send(&mut self, message: Message) {
-        if self.now < FAULTS_MS && self.rng.u32(0..100) < 5 {
-            self.report.lost_messages += 1;
-            return;
-        }
-        let delay = 1 + self.rng.u64(0..30);
-        self.net.push((self.now + delay, message));
+        let faults = self.now < FAULTS_MS;
+        self.net.send(&mut self.rng, self.now, faults, message);
     }
 
     fn heartbeat_of(&self, index: usize) -> ConsumerHeartbeat {
@@ -215,7 +211,7 @@ impl Sim {
         if self.mutation == GroupMutation::AnswerBeforeDurable {
             self.send(answer);
         } else {
-            self.held.push((self.log.len(), answer));
+            self.net.hold(self.log.len(), answer);
         }
         Ok(())
     }
@@ -223,13 +219,9 @@ impl Sim {
     /// The log syncs: answers whose records are durable go out.
     fn sync(&mut self) {
         self.durable = self.log.len();
-        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held)
-            .into_iter()
-            .partition(|(upto, _)| *upto <= self.durable);
-        self.held = waiting;
-        for (_, answer) in ready {
-            self.send(answer);
-        }
+        let faults = self.now < FAULTS_MS;
+        self.net
+            .release(&mut self.rng, self.now, faults, self.durable);
     }
 
     /// The coordinator's broker dies: the unsynced tail is lost with the
@@ -245,7 +237,7 @@ impl Sim {
         }
         self.report.failovers += 1;
         self.log.truncate(self.durable);
-        self.held.clear();
+        self.net.drop_held();
         let mut coordinator = Coordinator::new(config(), self.rng.u64(..));
         {
             let names = self.names();
@@ -321,18 +313,7 @@ impl Sim {
 
     fn step(&mut self) -> Result<(), String> {
         self.now += TICK_MS;
-        // Messages due now, in the order they arrive.
-        let mut due = Vec::new();
-        let mut i = 0;
-        while i < self.net.len() {
-            if self.net[i].0 <= self.now {
-                due.push(self.net.swap_remove(i));
-            } else {
-                i += 1;
-            }
-        }
-        due.sort_by_key(|(at, _)| *at);
-        for (_, message) in due {
+        for message in self.net.due(self.now) {
             self.deliver(message)?;
         }
         if self.rng.u32(0..100) < 10 {
@@ -496,8 +477,7 @@ pub fn run_group_seed(seed: u64, mutation: GroupMutation) -> Result<GroupReport,
         now: 0,
         log: Vec::new(),
         durable: 0,
-        held: Vec::new(),
-        net: Vec::new(),
+        net: GroupNet::new(),
         members,
         topics,
         mutation,
@@ -537,5 +517,6 @@ pub fn run_group_seed(seed: u64, mutation: GroupMutation) -> Result<GroupReport,
     }) {
         return Err(format!("a record that is not the group's: {key:?}"));
     }
+    sim.report.lost_messages = sim.net.lost;
     Ok(sim.report)
 }

@@ -92,6 +92,7 @@ use groups::error::GroupError;
 use groups::{load, records};
 
 pub mod consumer_groups;
+mod group_net;
 pub mod share_groups;
 pub mod share_membership;
 mod transactions;

@@ -29,6 +29,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use groups::coordinator::{Coordinator, GroupConfig};
 use groups::error::GroupError;
 use groups::load;
+
+use crate::group_net::GroupNet;
 use groups::share::{ShareGroupRecord, ShareHeartbeat, ShareHeartbeatAnswer};
 
 pub use crate::consumer_groups::GroupMutation;
@@ -103,8 +105,7 @@ struct Sim {
     coordinator: Coordinator,
     log: Vec<ShareGroupRecord>,
     durable: usize,
-    held: Vec<(usize, Message)>,
-    net: Vec<(u64, Message)>,
+    net: GroupNet<Message>,
     members: Vec<Member>,
     topics: BTreeMap<String, i32>,
     mutation: GroupMutation,
@@ -126,12 +127,29 @@ fn trace(what: impl FnOnce() -> String) {
 
 impl Sim {
     fn send(&mut self, message: Message) {
-        if self.now < FAULTS_MS && self.rng.u32(0..100) < 5 {
-            self.report.lost_messages += 1;
-            return;
-        }
-        let delay = 1 + self.rng.u64(0..30);
-        self.net.push((self.now + delay, message));
+        let faults = self.now < FAULTS_MS;
+        self.net.send(&mut self.rng, self.now, faults, message);
+    }
+
+    /// Member `index` sends a heartbeat at `epoch` (0 joins with the
+    /// subscription, -1 leaves).
+    fn heartbeat(&mut self, index: usize, epoch: i32) {
+        let m = &self.members[index];
+        let request = Box::new(ShareHeartbeat {
+            group_id: GROUP.into(),
+            member_id: m.id.clone(),
+            member_epoch: epoch,
+            subscribed_topic_names: (epoch == 0).then(|| self.topics.keys().cloned().collect()),
+            client_id: format!("sim-{index}"),
+            client_host: "/127.0.0.1".into(),
+            ..Default::default()
+        });
+        let incarnation = m.incarnation;
+        self.send(Message::Request {
+            member: index,
+            incarnation,
+            request,
+        });
     }
 
     fn known(&self, member_id: &str) -> Option<i32> {
@@ -188,20 +206,16 @@ impl Sim {
         if self.mutation == GroupMutation::AnswerBeforeDurable {
             self.send(answer);
         } else {
-            self.held.push((self.log.len(), answer));
+            self.net.hold(self.log.len(), answer);
         }
         Ok(())
     }
 
     fn sync(&mut self) {
         self.durable = self.log.len();
-        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held)
-            .into_iter()
-            .partition(|(upto, _)| *upto <= self.durable);
-        self.held = waiting;
-        for (_, answer) in ready {
-            self.send(answer);
-        }
+        let faults = self.now < FAULTS_MS;
+        self.net
+            .release(&mut self.rng, self.now, faults, self.durable);
     }
 
     /// The coordinator's broker dies: the unsynced tail is lost with the
@@ -217,7 +231,7 @@ impl Sim {
         });
         self.report.failovers += 1;
         self.log.truncate(self.durable);
-        self.held.clear();
+        self.net.drop_held();
         let mut coordinator = Coordinator::new(config(), self.rng.u64(..));
         for (key, value) in &self.log {
             let replayed = load::replay(&mut coordinator, key, value.as_deref(), self.now);
@@ -269,17 +283,7 @@ impl Sim {
 
     fn step(&mut self) -> Result<(), String> {
         self.now += TICK_MS;
-        let mut due = Vec::new();
-        let mut i = 0;
-        while i < self.net.len() {
-            if self.net[i].0 <= self.now {
-                due.push(self.net.swap_remove(i));
-            } else {
-                i += 1;
-            }
-        }
-        due.sort_by_key(|(at, _)| *at);
-        for (_, message) in due {
+        for message in self.net.due(self.now) {
             self.deliver(message)?;
         }
         if self.rng.u32(0..100) < 10 {
@@ -299,22 +303,8 @@ impl Sim {
             }
             m.waiting_until = Some(self.now + REQUEST_TIMEOUT_MS);
             m.sent_ms = self.now;
-            let request = Box::new(ShareHeartbeat {
-                group_id: GROUP.into(),
-                member_id: m.id.clone(),
-                member_epoch: m.epoch,
-                subscribed_topic_names: (m.epoch == 0)
-                    .then(|| self.topics.keys().cloned().collect()),
-                client_id: format!("sim-{index}"),
-                client_host: "/127.0.0.1".into(),
-                ..Default::default()
-            });
-            let incarnation = m.incarnation;
-            self.send(Message::Request {
-                member: index,
-                incarnation,
-                request,
-            });
+            let epoch = m.epoch;
+            self.heartbeat(index, epoch);
         }
         self.report.expired += self.coordinator.expire_share_members(self.now).len() as u64;
         self.log
@@ -348,18 +338,7 @@ impl Sim {
             if m.alive && m.epoch > 0 {
                 self.report.leaves += 1;
                 m.alive = false;
-                let request = Box::new(ShareHeartbeat {
-                    group_id: GROUP.into(),
-                    member_id: m.id.clone(),
-                    member_epoch: -1,
-                    ..Default::default()
-                });
-                let incarnation = m.incarnation;
-                self.send(Message::Request {
-                    member: index,
-                    incarnation,
-                    request,
-                });
+                self.heartbeat(index, -1);
             }
         }
     }
@@ -417,8 +396,7 @@ pub fn run_share_membership_seed(
         now: 0,
         log: Vec::new(),
         durable: 0,
-        held: Vec::new(),
-        net: Vec::new(),
+        net: GroupNet::new(),
         members,
         topics,
         mutation,
@@ -481,5 +459,6 @@ pub fn run_share_membership_seed(
             epochs(&sim.coordinator)
         ));
     }
+    sim.report.lost_messages = sim.net.lost;
     Ok(sim.report)
 }

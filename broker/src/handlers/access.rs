@@ -1211,6 +1211,19 @@ macro_rules! refuse_groups {
     };
 }
 
+/// The partitions of a refused topic `$topic` as `$partition`s, each
+/// TOPIC_AUTHORIZATION_FAILED with Kafka's message (an iterator).
+macro_rules! refused_partitions {
+    ($partition:ty, $topic:expr) => {
+        $topic.partitions.iter().map(|&p| {
+            <$partition>::default()
+                .with_partition_index(p)
+                .with_error_code(Denied::topic_code())
+                .with_error_message(Some(refusal_text(Denied::topic_code())))
+        })
+    };
+}
+
 impl Denied {
     pub fn is_empty(&self) -> bool {
         self.topics.is_empty()
@@ -1469,16 +1482,8 @@ impl Denied {
             let topic = DescribeShareGroupOffsetsResponseTopic::default()
                 .with_topic_name(TopicName(StrBytes::from_string(t.name.clone())))
                 .with_partitions(
-                    t.partitions
-                        .iter()
-                        .map(|&p| {
-                            DescribeShareGroupOffsetsResponsePartition::default()
-                                .with_partition_index(p)
-                                .with_start_offset(-1)
-                                .with_leader_epoch(-1)
-                                .with_error_code(Self::topic_code())
-                                .with_error_message(Some(refusal_text(Self::topic_code())))
-                        })
+                    refused_partitions!(DescribeShareGroupOffsetsResponsePartition, t)
+                        .map(|p| p.with_start_offset(-1).with_leader_epoch(-1))
                         .collect(),
                 );
             if let Some(group) = response
@@ -1508,17 +1513,10 @@ impl Denied {
                 ShareFetchableTopicResponse::default()
                     .with_topic_id(t.id)
                     .with_partitions(
-                        t.partitions
-                            .iter()
-                            .map(|&p| {
-                                PartitionData::default()
-                                    .with_partition_index(p)
-                                    .with_error_code(Self::topic_code())
-                                    .with_error_message(Some(refusal_text(Self::topic_code())))
-                                    // Empty, never null: clients cannot
-                                    // parse a null record set.
-                                    .with_records(Some(Default::default()))
-                            })
+                        refused_partitions!(PartitionData, t)
+                            // Empty, never null: clients cannot parse a
+                            // null record set.
+                            .map(|p| p.with_records(Some(Default::default())))
                             .collect(),
                     ),
             );
@@ -1534,17 +1532,7 @@ impl Denied {
             response.responses.push(
                 ShareAcknowledgeTopicResponse::default()
                     .with_topic_id(t.id)
-                    .with_partitions(
-                        t.partitions
-                            .iter()
-                            .map(|&p| {
-                                PartitionData::default()
-                                    .with_partition_index(p)
-                                    .with_error_code(Self::topic_code())
-                                    .with_error_message(Some(refusal_text(Self::topic_code())))
-                            })
-                            .collect(),
-                    ),
+                    .with_partitions(refused_partitions!(PartitionData, t).collect()),
             );
         }
     }
@@ -1559,15 +1547,7 @@ impl Denied {
                 AlterShareGroupOffsetsResponseTopic::default()
                     .with_topic_name(TopicName(StrBytes::from_string(t.name.clone())))
                     .with_partitions(
-                        t.partitions
-                            .iter()
-                            .map(|&p| {
-                                AlterShareGroupOffsetsResponsePartition::default()
-                                    .with_partition_index(p)
-                                    .with_error_code(Self::topic_code())
-                                    .with_error_message(Some(refusal_text(Self::topic_code())))
-                            })
-                            .collect(),
+                        refused_partitions!(AlterShareGroupOffsetsResponsePartition, t).collect(),
                     ),
             );
         }
