@@ -34,7 +34,7 @@ use groups::coordinator::{
 use groups::error::GroupError;
 use groups::load;
 
-use crate::group_net::GroupNet;
+use crate::group_net::{heartbeat_due, GroupNet};
 
 const GROUP: &str = "sim-group";
 const HEARTBEAT_MS: u64 = 500;
@@ -322,14 +322,7 @@ impl Sim {
         // Members heartbeat.
         for index in 0..self.members.len() {
             let m = &mut self.members[index];
-            if !m.alive {
-                continue;
-            }
-            if let Some(until) = m.waiting_until {
-                if self.now < until {
-                    continue;
-                }
-            } else if self.now < m.next_ms {
+            if !heartbeat_due(m.alive, m.waiting_until, m.next_ms, self.now) {
                 continue;
             }
             if self.now >= m.answered_sent_ms + SESSION_MS && !m.owned.is_empty() {

@@ -74,3 +74,19 @@ impl<M> GroupNet<M> {
         due.into_iter().map(|(_, message)| message).collect()
     }
 }
+
+/// Whether a member sends a heartbeat at `now`: alive, and its wait for
+/// an answer over (it sends the same again) or, with none in flight, its
+/// interval up.
+pub(crate) fn heartbeat_due(
+    alive: bool,
+    waiting_until: Option<u64>,
+    next_ms: u64,
+    now: u64,
+) -> bool {
+    alive
+        && match waiting_until {
+            Some(until) => now >= until,
+            None => now >= next_ms,
+        }
+}

@@ -30,7 +30,7 @@ use groups::coordinator::{Coordinator, GroupConfig};
 use groups::error::GroupError;
 use groups::load;
 
-use crate::group_net::GroupNet;
+use crate::group_net::{heartbeat_due, GroupNet};
 use groups::share::{ShareGroupRecord, ShareHeartbeat, ShareHeartbeatAnswer};
 
 pub use crate::consumer_groups::GroupMutation;
@@ -291,14 +291,7 @@ impl Sim {
         }
         for index in 0..self.members.len() {
             let m = &mut self.members[index];
-            if !m.alive {
-                continue;
-            }
-            if let Some(until) = m.waiting_until {
-                if self.now < until {
-                    continue;
-                }
-            } else if self.now < m.next_ms {
+            if !heartbeat_due(m.alive, m.waiting_until, m.next_ms, self.now) {
                 continue;
             }
             m.waiting_until = Some(self.now + REQUEST_TIMEOUT_MS);
