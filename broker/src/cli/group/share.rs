@@ -34,8 +34,9 @@ pub struct ShareGroupArgs {
 
 #[derive(Subcommand, Debug)]
 enum ShareGroupCommand {
-    /// List the share groups (with members: Stable; without: Empty) of the whole cluster (every
-    /// broker Metadata names is asked): GROUP<TAB>STATE per line.
+    /// List the share groups of the whole cluster (every broker Metadata
+    /// names is asked): GROUP<TAB>STATE per line, Stable with members,
+    /// Empty without (a group stays until it is deleted).
     List {
         #[command(flatten)]
         connect: ConnectArgs,
