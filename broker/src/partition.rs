@@ -999,6 +999,18 @@ impl Partition {
         Ok(last)
     }
 
+    /// Logs a wait for durability that failed: an error, unless the log
+    /// was closed or deleted meanwhile (the replica moved or the broker
+    /// stops), which answers the waiter with a retriable error and is no
+    /// fault.
+    fn sync_failed(&self, error: &storage::StorageError) {
+        if matches!(error, storage::StorageError::Closed { .. }) {
+            tracing::debug!(topic = %self.topic, partition = self.index, "a wait for durability ended: the log was closed");
+        } else {
+            tracing::error!(topic = %self.topic, partition = self.index, %error, "sync failed");
+        }
+    }
+
     /// Resolves once a follower's copy is durable under the flush policy
     /// up to `last_offset` (appended by [`Partition::append_replicated`]
     /// at `appended_at`): the replica state learns it, and the leader's
@@ -1014,7 +1026,7 @@ impl Partition {
                 // rather than hold every acks=all back until its lag shows.
                 crate::storage_health::StorageHealth::get().refused_for_space();
             }
-            tracing::error!(topic = %self.topic, partition = self.index, %error, "sync failed");
+            self.sync_failed(&error);
             return Err(errors::storage_error_code(&error));
         }
         stages::record_since(Stage::FollowerAppendDurable, appended_at);
@@ -1109,7 +1121,7 @@ impl Partition {
     async fn wait_acks_all(&self, last_offset: u64, timeout: Duration) -> Result<(), i16> {
         let started = std::time::Instant::now();
         if let Err(error) = self.log.wait_durable(last_offset).await {
-            tracing::error!(topic = %self.topic, partition = self.index, %error, "sync failed");
+            self.sync_failed(&error);
             return Err(errors::storage_error_code(&error));
         }
         // The stages of a replicated batch (`stages`); led alone there is

@@ -117,3 +117,93 @@ fn size_retention_deletes_oldest_segments_down_to_the_limit() {
         log.close().await.unwrap();
     });
 }
+
+/// Retention and a moving log start (DeleteRecords) while appends roll
+/// segment after segment: a roll, retention and the start each write the
+/// log's checkpoint, and may do so at once.
+/// Neither may fail for the other's write (they once shared its temporary
+/// file: one renamed it away under the other), and the checkpoint left
+/// is the latest: the log opens again at the start retention set, with
+/// every record from there.
+#[test]
+fn retention_beside_rolling_appends_never_fails_and_its_start_survives_a_reopen() {
+    let dir = common::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut config = common::config(16 << 10);
+        config.retention_bytes = 64 << 10;
+        let log = Log::open(&common::ctx(), &path, config.clone())
+            .await
+            .unwrap();
+        let stop = Rc::new(std::cell::Cell::new(false));
+        let retention = {
+            let (log, stop) = (log.clone(), stop.clone());
+            glommio::spawn_local(async move {
+                let mut runs = 0u32;
+                while !stop.get() {
+                    if let Err(error) = log.enforce_retention().await {
+                        return Err(format!("retention run {runs} failed: {error}"));
+                    }
+                    // A moved log start (DeleteRecords) writes the
+                    // checkpoint each time: many more writes beside the
+                    // rolls'.
+                    let to = (log.start_offset() + 1).min(log.durable_offset());
+                    if let Err(error) = log.advance_start_offset(to).await {
+                        return Err(format!("moving the log start to {to} failed: {error}"));
+                    }
+                    runs += 1;
+                    glommio::timer::sleep(std::time::Duration::from_micros(200)).await;
+                }
+                Ok(runs)
+            })
+        };
+        let mut waits = Vec::new();
+        for i in 0..3_000u64 {
+            let info = log
+                .append(
+                    Spec::new(i, 2, 300 + (i as usize * 37) % 700).bytes(),
+                    AppendOptions::default(),
+                )
+                .await
+                .unwrap_or_else(|error| panic!("append {i} failed: {error}"));
+            let log = log.clone();
+            waits.push(glommio::spawn_local(async move {
+                log.wait_durable(info.last_offset).await
+            }));
+            if i % 8 == 0 {
+                glommio::yield_if_needed().await;
+            }
+        }
+        for (i, wait) in waits.into_iter().enumerate() {
+            wait.await
+                .unwrap_or_else(|error| panic!("append {i} not durable: {error}"));
+        }
+        stop.set(true);
+        let runs = retention.await.unwrap_or_else(|error| panic!("{error}"));
+        assert!(runs > 10, "retention ran only {runs} times");
+        log.enforce_retention().await.unwrap();
+        let start = log.start_offset();
+        assert!(start > 0, "retention removed nothing");
+        let end = log.next_offset();
+        log.close().await.unwrap();
+        let log = Log::open(&common::ctx(), &path, config).await.unwrap();
+        assert_eq!(
+            log.start_offset(),
+            start,
+            "the start retention set persists"
+        );
+        assert_eq!(log.next_offset(), end);
+        let stored = read_all(&log, 1 << 20).await;
+        // The first batch read holds the start (each batch has 2 records;
+        // the start may fall inside one).
+        let first = stored.first().map(|(offset, _)| *offset);
+        assert!(
+            first.is_some_and(|base| base <= start && start < base + 2),
+            "the first batch read starts at {first:?}, the log at {start}"
+        );
+        for pair in stored.windows(2) {
+            assert!(pair[0].0 < pair[1].0, "offsets in order");
+        }
+        log.close().await.unwrap();
+    });
+}

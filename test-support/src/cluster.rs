@@ -334,11 +334,16 @@ impl Drop for Cluster {
                     .try_exit()
                     .map_or("running".to_string(), |s| format!("EXITED BY ITSELF: {s}"))
             };
-            let errors: Vec<&str> = lines
-                .iter()
-                .filter(|l| l.contains("ERROR") || l.contains("panic") || l.contains("fatal"))
-                .copied()
-                .collect();
+            // A panic's own line and the message after it, not the
+            // frames of its backtrace.
+            let mut errors: Vec<&str> = Vec::new();
+            for (i, line) in lines.iter().enumerate() {
+                if line.contains("panicked at") || line.contains("panic at ") {
+                    errors.extend(lines.get(i..i + 2).unwrap_or(&lines[i..]));
+                } else if line.contains("ERROR") || line.contains("fatal") {
+                    errors.push(line);
+                }
+            }
             let shown = &errors[errors.len().saturating_sub(ERROR_LINES)..];
             summary.push(format!(
                 "node {} {state}; {} error lines{}",

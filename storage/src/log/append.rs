@@ -380,7 +380,7 @@ impl Log {
             }
         };
         self.inner.changed.notify_all();
-        checkpoint.write(&dir).await?;
+        self.write_checkpoint(checkpoint).await?;
         info!(dir = %dir.display(), base_offset = next_offset, "rolled to a new segment");
         Ok(())
     }

@@ -165,6 +165,13 @@ struct Inner {
     epochs: RefCell<crate::epoch_cache::EpochCache>,
     /// One write of the epoch cache's file at a time.
     epochs_lock: Semaphore,
+    /// One write of the checkpoint file at a time (they share its
+    /// temporary file), see [`Log::write_checkpoint`].
+    checkpoint_lock: Semaphore,
+    /// The ticket of the last checkpoint made from the state, and of the
+    /// last one written.
+    checkpoint_tickets: std::cell::Cell<u64>,
+    checkpoint_written: std::cell::Cell<u64>,
     /// Bumped by every truncation and cleaning swap: windows read ahead
     /// before it are stale.
     truncations: std::cell::Cell<u64>,
@@ -388,6 +395,30 @@ impl Log {
 
     /// [`Log::fence`], except for a failure for space, which refuses only
     /// the operation at hand.
+    /// Writes `checkpoint`, made from the state just before (with no
+    /// await since), after any other write of the file still running: a
+    /// roll, retention, truncation and close each write one, and may run
+    /// at once. One made before a checkpoint already written is skipped:
+    /// that one was made from a later state, which carries its changes.
+    async fn write_checkpoint(&self, checkpoint: Checkpoint) -> Result<()> {
+        let ticket = self.inner.checkpoint_tickets.get() + 1;
+        self.inner.checkpoint_tickets.set(ticket);
+        let _permit = self
+            .inner
+            .checkpoint_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| StorageError::Closed {
+                path: self.inner.dir.clone(),
+            })?;
+        if self.inner.checkpoint_written.get() > ticket {
+            return Ok(());
+        }
+        checkpoint.write(&self.inner.dir).await?;
+        self.inner.checkpoint_written.set(ticket);
+        Ok(())
+    }
+
     fn fence_unless_space(&self, e: StorageError) -> StorageError {
         if e.is_out_of_space() {
             return e;
@@ -431,7 +462,7 @@ impl Log {
         };
         self.inner.changed.notify_all();
         sealed?;
-        checkpoint.write(&self.inner.dir).await?;
+        self.write_checkpoint(checkpoint).await?;
         self.inner.append_lock.close();
         // Routine: the broker logs one line for all of them.
         tracing::debug!(dir = %self.inner.dir.display(), next_offset = checkpoint.next_offset, "log closed cleanly");

@@ -36,7 +36,7 @@ impl Log {
                 clean: false,
             }
         };
-        checkpoint.write(&self.inner.dir).await?;
+        self.write_checkpoint(checkpoint).await?;
         self.delete_front_segments(|_, next_base, start| next_base <= start)
             .await?;
         self.cut_epochs_from_start().await;
@@ -114,7 +114,7 @@ impl Log {
             };
             (removed, checkpoint)
         };
-        checkpoint.write(&self.inner.dir).await?;
+        self.write_checkpoint(checkpoint).await?;
         for segment in removed {
             outcome.segments_deleted += 1;
             outcome.bytes_deleted += segment.size;

@@ -51,7 +51,7 @@ impl Log {
             .map_err(|e| self.fence(e))?;
         let checkpoint = self.end_at(new_end, tail);
         let dir = self.inner.dir.clone();
-        checkpoint.write(&dir).await?;
+        self.write_checkpoint(checkpoint).await?;
         for base in removed {
             Segment::remove_files(&dir, base).await?;
         }
