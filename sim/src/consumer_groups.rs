@@ -208,11 +208,19 @@ impl Sim {
             incarnation,
             outcome,
         };
-        if self.mutation == GroupMutation::AnswerBeforeDurable {
-            self.send(answer);
-        } else {
-            self.net.hold(self.log.len(), answer);
-        }
+        let (faults, before_durable) = (
+            self.now < FAULTS_MS,
+            self.mutation == GroupMutation::AnswerBeforeDurable,
+        );
+        let upto = self.log.len();
+        self.net.answer(
+            &mut self.rng,
+            self.now,
+            faults,
+            before_durable,
+            upto,
+            answer,
+        );
         Ok(())
     }
 

@@ -31,9 +31,23 @@ impl<M> GroupNet<M> {
         self.in_flight.push((now + delay, message));
     }
 
-    /// Holds `answer` until the log is durable up to `upto` records.
-    pub(crate) fn hold(&mut self, upto: usize, answer: M) {
-        self.held.push((upto, answer));
+    /// Answers once the log is durable up to `upto` records (the
+    /// coordinator's rule), or at once with `before_durable` (the rule
+    /// broken on purpose, for the seeds to catch).
+    pub(crate) fn answer(
+        &mut self,
+        rng: &mut fastrand::Rng,
+        now: u64,
+        faults: bool,
+        before_durable: bool,
+        upto: usize,
+        answer: M,
+    ) {
+        if before_durable {
+            self.send(rng, now, faults, answer);
+        } else {
+            self.held.push((upto, answer));
+        }
     }
 
     /// The log is durable up to `durable` records: the answers waiting

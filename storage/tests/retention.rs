@@ -135,29 +135,11 @@ fn retention_beside_rolling_appends_never_fails_and_its_start_survives_a_reopen(
         let log = Log::open(&common::ctx(), &path, config.clone())
             .await
             .unwrap();
-        let stop = Rc::new(std::cell::Cell::new(false));
-        let retention = {
-            let (log, stop) = (log.clone(), stop.clone());
-            glommio::spawn_local(async move {
-                let mut runs = 0u32;
-                while !stop.get() {
-                    if let Err(error) = log.enforce_retention().await {
-                        return Err(format!("retention run {runs} failed: {error}"));
-                    }
-                    // A moved log start (DeleteRecords) writes the
-                    // checkpoint each time: many more writes beside the
-                    // rolls'.
-                    let to = (log.start_offset() + 1).min(log.durable_offset());
-                    if let Err(error) = log.advance_start_offset(to).await {
-                        return Err(format!("moving the log start to {to} failed: {error}"));
-                    }
-                    runs += 1;
-                    glommio::timer::sleep(std::time::Duration::from_micros(200)).await;
-                }
-                Ok(runs)
-            })
-        };
-        let mut waits = Vec::new();
+        // Every 8 appends a retention run and a moved log start (as
+        // DeleteRecords moves it: each writes the checkpoint) start beside
+        // the appends still rolling segments.
+        let mut appends = Vec::new();
+        let mut side = Vec::new();
         for i in 0..3_000u64 {
             let info = log
                 .append(
@@ -166,21 +148,33 @@ fn retention_beside_rolling_appends_never_fails_and_its_start_survives_a_reopen(
                 )
                 .await
                 .unwrap_or_else(|error| panic!("append {i} failed: {error}"));
-            let log = log.clone();
-            waits.push(glommio::spawn_local(async move {
-                log.wait_durable(info.last_offset).await
+            let durable = log.clone();
+            appends.push(glommio::spawn_local(async move {
+                durable.wait_durable(info.last_offset).await
             }));
             if i % 8 == 0 {
+                let log = log.clone();
+                side.push(glommio::spawn_local(async move {
+                    log.enforce_retention()
+                        .await
+                        .map_err(|error| format!("retention failed: {error}"))?;
+                    let to = (log.start_offset() + 1).min(log.durable_offset());
+                    log.advance_start_offset(to)
+                        .await
+                        .map(|_| ())
+                        .map_err(|error| format!("moving the log start to {to} failed: {error}"))
+                }));
                 glommio::yield_if_needed().await;
             }
         }
-        for (i, wait) in waits.into_iter().enumerate() {
+        for (i, wait) in appends.into_iter().enumerate() {
             wait.await
                 .unwrap_or_else(|error| panic!("append {i} not durable: {error}"));
         }
-        stop.set(true);
-        let runs = retention.await.unwrap_or_else(|error| panic!("{error}"));
-        assert!(runs > 10, "retention ran only {runs} times");
+        for (i, run) in side.into_iter().enumerate() {
+            run.await
+                .unwrap_or_else(|error| panic!("side run {i}: {error}"));
+        }
         log.enforce_retention().await.unwrap();
         let start = log.start_offset();
         assert!(start > 0, "retention removed nothing");

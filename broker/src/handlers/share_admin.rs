@@ -425,12 +425,9 @@ pub async fn delete_group(shard: &Rc<Shard>, group_id: &GroupId) -> Result<(), G
 async fn forget_group(shard: &Rc<Shard>, group_id: &str) -> Result<bool, GroupError> {
     let id = group_id.to_string();
     manager::on_coordinator(shard, group_id, move |owner, partition| async move {
-        let lock = manager::write_lock(&owner, partition).await;
         let had = manager::with_coordinator(&owner, |c| c.delete_share_group(&id))?;
-        let last = manager::append(&owner, partition, Vec::new()).await;
-        drop(lock);
-        if let Some(last) = last? {
-            manager::wait_durable(&owner, partition, last).await?;
+        if had {
+            manager::write_group_metadata(&owner, partition).await?;
         }
         Ok(had)
     })

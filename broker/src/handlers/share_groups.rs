@@ -99,18 +99,18 @@ pub async fn heartbeat(
                 client_host,
                 session_timeout_ms: settings.session_timeout_ms,
             };
-            // A join, a leave or a new subscription is written to
-            // `__consumer_offsets` under the partition's write lock and
-            // answered once durable on every in-sync replica, so a new
-            // coordinator knows the member and the epoch it was told.
-            let lock = manager::write_lock(&owner, partition).await;
-            let answer = manager::with_coordinator(&owner, |c| {
-                c.share_heartbeat(owner.now_ms() as u64, decoded, &counts)
+            // A join, a leave or a new subscription queues the group's
+            // records; they are written to `__consumer_offsets` and the
+            // heartbeat answered once they (and whatever another task
+            // appended with them) are durable on every in-sync replica, so
+            // a new coordinator knows the member and the epoch it was
+            // told. A heartbeat that changes nothing writes nothing.
+            let (answer, changed) = manager::with_coordinator(&owner, |c| {
+                let answer = c.share_heartbeat(owner.now_ms() as u64, decoded, &counts);
+                (answer, c.has_metadata_changes())
             });
-            let last = manager::append(&owner, partition, Vec::new()).await;
-            drop(lock);
-            if let Some(last) = last? {
-                manager::wait_durable(&owner, partition, last).await?;
+            if changed {
+                manager::write_group_metadata(&owner, partition).await?;
                 manager::maybe_compact(&owner, partition).await;
             }
             answer.map(|answer| (answer, ids, settings.heartbeat_interval_ms))
