@@ -571,7 +571,8 @@ async fn wait_for_records(
     let mut deadline = deadline;
     let mut by_core: BTreeMap<usize, Vec<(String, i32)>> = BTreeMap::new();
     for (topic_id, partition) in keys {
-        let Some(topic) = image.topics.values().find(|t| t.topic_id == topic_id) else {
+        let Some(topic) = super::metadata::topic_by_id(&image, uuid::Uuid::from_u128(topic_id))
+        else {
             continue;
         };
         if links::leader_elsewhere(shard, &image, origin, &topic.name, partition).is_some() {
@@ -644,7 +645,8 @@ async fn serve_all(
         std::pin::Pin<Box<dyn std::future::Future<Output = ((u128, i32), Served)> + 'a>>;
     let mut here: Vec<Serving<'_>> = Vec::new();
     for ((topic_id, partition), want) in wanted {
-        let Some(topic) = image.topics.values().find(|t| t.topic_id == topic_id) else {
+        let Some(topic) = super::metadata::topic_by_id(&image, uuid::Uuid::from_u128(topic_id))
+        else {
             out.insert(
                 (topic_id, partition),
                 Served::refused(errors::UNKNOWN_TOPIC_ID),
@@ -683,7 +685,6 @@ async fn serve_all(
         }
     }
     // The partitions at once: each waits for its own state's durable write.
-    out.extend(crate::sync::join_all(here).await);
     let forwards = elsewhere
         .into_iter()
         .map(|(leader, parts)| {
@@ -691,7 +692,12 @@ async fn serve_all(
                 as std::pin::Pin<Box<dyn std::future::Future<Output = _>>>
         })
         .collect();
-    for answered in crate::sync::join_all(forwards).await {
+    // The partitions served here and those forwarded, all at once.
+    let (served, forwarded) =
+        futures_lite::future::zip(crate::sync::join_all(here), crate::sync::join_all(forwards))
+            .await;
+    out.extend(served);
+    for answered in forwarded {
         out.extend(answered);
     }
     out
